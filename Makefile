@@ -1,0 +1,50 @@
+# tidemark — `make help` lists the targets.
+PYTHON ?= python3.11
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.tidemark-installed
+
+.DEFAULT_GOAL := help
+.PHONY: help setup demo test test-unit lint bench up down status clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "tidemark needs $(PYTHON) on PATH" >&2; exit 1; }
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	@touch $@
+
+setup: $(STAMP) ## create .venv, install pinned packages, resolve Kafka/ZooKeeper/Spark jars with Maven
+	$(PY) -m infra.jars resolve
+
+demo: setup ## start local services, run the pipeline end to end, print the result
+	$(PY) -m tidemark.cli.main demo
+
+test: setup ## the whole suite (unit, integration, spark) against real local services
+	$(PY) -m pytest -q
+
+test-unit: setup ## the fast tests only
+	$(PY) -m pytest -q -m unit
+
+lint: setup ## ruff + mypy
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m mypy tidemark pipelines schemas controller jobs infra
+
+bench: setup ## benchmarks, printed with ratios against baselines run in the same process
+	$(PY) -m tests.bench
+
+up: setup ## start local services in the background (tidemark up)
+	$(PY) -m tidemark.cli.main up
+
+down: ## stop the local services started by `make up`
+	$(PY) -m tidemark.cli.main down
+
+status: ## show the local services
+	$(PY) -m tidemark.cli.main status
+
+clean: ## remove the virtualenv and caches (not the Maven repository)
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

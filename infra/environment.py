@@ -1,0 +1,74 @@
+"""Every environment variable tidemark reads, in one place.
+
+    >>> env = Environment.from_env({"TIDEMARK_KAFKA_BOOTSTRAP": "k1:9092"})
+    >>> env.kafka_bootstrap
+    'k1:9092'
+
+Set one of the service variables to point tidemark (the CLI, the demo and the
+test suite) at an existing service instead of starting a local process.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+KAFKA_BOOTSTRAP = "TIDEMARK_KAFKA_BOOTSTRAP"
+ZK_CONNECT = "TIDEMARK_ZK_CONNECT"
+SPARK_MASTER = "TIDEMARK_SPARK_MASTER"
+POSTGRES_DSN = "TIDEMARK_POSTGRES_DSN"
+DELTA_ROOT = "TIDEMARK_DELTA_ROOT"
+HOME = "TIDEMARK_HOME"
+CACHE = "TIDEMARK_CACHE"
+MAVEN = "TIDEMARK_MAVEN"
+JAVA = "TIDEMARK_JAVA"
+
+ALL = (
+    KAFKA_BOOTSTRAP,
+    ZK_CONNECT,
+    SPARK_MASTER,
+    POSTGRES_DSN,
+    DELTA_ROOT,
+    HOME,
+    CACHE,
+    MAVEN,
+    JAVA,
+)
+
+
+@dataclass(frozen=True)
+class Environment:
+    """The values of the variables above; ``None`` where unset or empty."""
+
+    kafka_bootstrap: str | None = None
+    zk_connect: str | None = None
+    spark_master: str | None = None
+    postgres_dsn: str | None = None
+    delta_root: str | None = None
+    home: Path = Path.home() / ".tidemark"
+    cache: Path = Path.home() / ".cache" / "tidemark"
+    maven: str = "mvn"
+    java: str = "java"
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Environment:
+        env = os.environ if environ is None else environ
+
+        def get(name: str) -> str | None:
+            value = env.get(name, "").strip()
+            return value or None
+
+        defaults = cls()
+        return cls(
+            kafka_bootstrap=get(KAFKA_BOOTSTRAP),
+            zk_connect=get(ZK_CONNECT),
+            spark_master=get(SPARK_MASTER),
+            postgres_dsn=get(POSTGRES_DSN),
+            delta_root=get(DELTA_ROOT),
+            home=Path(get(HOME) or defaults.home).expanduser(),
+            cache=Path(get(CACHE) or defaults.cache).expanduser(),
+            maven=get(MAVEN) or defaults.maven,
+            java=get(JAVA) or defaults.java,
+        )

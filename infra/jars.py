@@ -1,0 +1,121 @@
+"""JVM artifacts: resolved by Maven at setup time, read as classpaths at run time.
+
+    python -m infra.jars resolve     # make setup runs this; quick when done
+    classpath("kafka")               # -> list of jar paths in ~/.m2
+
+Each group (``kafka``, ``zookeeper``, ``spark``) is a small pom under
+``infra/maven/``. Maven resolves it into the user's Maven repository and
+writes the classpath to the tidemark cache, in a file named after a hash of
+the pom, so a changed pom is resolved again and nothing is fetched at test
+time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from infra.environment import Environment
+from infra.exceptions import MissingToolError, ServiceError, SetupRequiredError
+
+log = logging.getLogger(__name__)
+
+MAVEN_DIR = Path(__file__).resolve().parent / "maven"
+GROUPS = ("kafka", "zookeeper", "spark")
+_VERSIONED_JAR = re.compile(r"^(?P<artifact>.+?)-\d[\w.\-]*\.jar$")
+
+
+def _pom(group: str) -> Path:
+    if group not in GROUPS:
+        raise ValueError(f"unknown jar group {group!r}; valid: {', '.join(GROUPS)}")
+    return MAVEN_DIR / f"{group}.xml"
+
+
+def _classpath_file(group: str, env: Environment) -> Path:
+    digest = hashlib.sha256(_pom(group).read_bytes()).hexdigest()[:16]
+    return env.cache / "classpath" / f"{group}-{digest}.txt"
+
+
+def resolve(env: Environment | None = None, groups: tuple[str, ...] = GROUPS) -> None:
+    """Resolve each group with Maven unless its classpath file is current."""
+    env = env or Environment.from_env()
+    mvn = shutil.which(env.maven)
+    for group in groups:
+        target = _classpath_file(group, env)
+        if target.exists() and all(Path(j).exists() for j in _read(target)):
+            continue
+        if mvn is None:
+            raise MissingToolError(
+                f"Maven ({env.maven!r}) is not on PATH; install Maven 3.8+ "
+                "(Debian: apt-get install maven) and run `make setup` again"
+            )
+        target.parent.mkdir(parents=True, exist_ok=True)
+        argv = [
+            mvn,
+            "-q",
+            "-B",
+            "-s",
+            str(MAVEN_DIR / "settings.xml"),
+            "-f",
+            str(_pom(group)),
+            "dependency:build-classpath",
+            f"-Dmdep.outputFile={target}",
+        ]
+        print(f"resolving {group} jars with Maven ...", file=sys.stderr)
+        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            target.unlink(missing_ok=True)
+            raise ServiceError(
+                f"Maven could not resolve the {group} jars ({_pom(group)}):\n"
+                + "\n".join(line for line in done.stdout.splitlines() if "ERROR" in line)[:4000]
+            )
+
+
+def _read(path: Path) -> list[str]:
+    return [p for p in path.read_text().strip().split(":") if p]
+
+
+def classpath(group: str, env: Environment | None = None) -> list[str]:
+    """The jars of ``group``; raises :class:`SetupRequiredError` before ``make setup``."""
+    env = env or Environment.from_env()
+    path = _classpath_file(group, env)
+    if not path.exists():
+        raise SetupRequiredError(
+            f"the {group} jars are not resolved ({path} is missing); run `make setup`"
+        )
+    return _read(path)
+
+
+def artifact_name(jar: str) -> str:
+    """``/x/kafka-clients-3.9.1.jar`` -> ``kafka-clients``."""
+    name = Path(jar).name
+    match = _VERSIONED_JAR.match(name)
+    return match.group("artifact") if match else name
+
+
+def spark_extra_jars(env: Environment | None = None) -> list[str]:
+    """The Spark packages' jars minus the artifacts pyspark already ships."""
+    import pyspark
+
+    shipped = {
+        artifact_name(j.name) for j in (Path(pyspark.__file__).parent / "jars").glob("*.jar")
+    }
+    return [j for j in classpath("spark", env) if artifact_name(j) not in shipped]
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] != ["resolve"]:
+        print("usage: python -m infra.jars resolve", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO)
+    resolve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

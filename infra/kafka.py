@@ -1,0 +1,211 @@
+"""Apache Kafka in KRaft mode as local processes: one broker, or three.
+
+    with KafkaCluster(tmp_path / "kafka", brokers=3) as kafka:
+        Producer({"bootstrap.servers": kafka.bootstrap_servers})
+
+Every node runs as broker and controller (combined mode) with a static
+controller quorum. With three nodes, topics default to replication factor 3
+with ``min.insync.replicas=2``; the transaction state log and the offsets
+topic are sized to the broker count, so transactions work on either size.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+from infra import jars
+from infra.environment import Environment
+from infra.exceptions import ServiceError, ServiceTimeout
+from infra.java import jvm_argv
+from infra.ports import HOST, ensure_free, free_ports
+from infra.process import ManagedProcess
+
+MAIN_CLASS = "kafka.Kafka"
+STORAGE_TOOL = "kafka.tools.StorageTool"
+LOG4J_CONF = Path(__file__).resolve().parent / "conf" / "kafka-log4j2.properties"
+
+
+@dataclass(frozen=True)
+class KafkaNode:
+    node_id: int
+    broker_port: int
+    controller_port: int
+    data_dir: Path
+    process: ManagedProcess
+
+    @property
+    def address(self) -> str:
+        return f"{HOST}:{self.broker_port}"
+
+
+class KafkaCluster:
+    def __init__(
+        self,
+        data_dir: Path,
+        brokers: int = 1,
+        env: Environment | None = None,
+        tie_to_owner: bool = True,
+        heap_mb: int = 512,
+        ports: list[int] | None = None,
+    ) -> None:
+        if brokers not in (1, 3):
+            raise ValueError(f"brokers must be 1 or 3, got {brokers}")
+        self.env = env or Environment.from_env()
+        self.data_dir = data_dir
+        self.size = brokers
+        self.heap_mb = heap_mb
+        self.cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        picked = ports or free_ports(2 * brokers)
+        self.nodes = [
+            KafkaNode(
+                node_id=i + 1,
+                broker_port=picked[2 * i],
+                controller_port=picked[2 * i + 1],
+                data_dir=data_dir / f"node-{i + 1}",
+                process=ManagedProcess(
+                    f"kafka-{i + 1}",
+                    [],
+                    data_dir / f"node-{i + 1}" / "kafka.log",
+                    tie_to_owner=tie_to_owner,
+                ),
+            )
+            for i in range(brokers)
+        ]
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(n.address for n in self.nodes)
+
+    def _properties(self, node: KafkaNode) -> str:
+        voters = ",".join(f"{n.node_id}@{HOST}:{n.controller_port}" for n in self.nodes)
+        replicas = self.size
+        min_isr = 2 if self.size >= 3 else 1
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": node.node_id,
+            "controller.quorum.voters": voters,
+            "listeners": f"PLAINTEXT://{HOST}:{node.broker_port},"
+            f"CONTROLLER://{HOST}:{node.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://{HOST}:{node.broker_port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "log.dirs": node.data_dir / "logs",
+            "num.partitions": 1,
+            "default.replication.factor": replicas,
+            "min.insync.replicas": min_isr,
+            "offsets.topic.replication.factor": replicas,
+            "offsets.topic.num.partitions": 10,
+            "transaction.state.log.replication.factor": replicas,
+            "transaction.state.log.min.isr": min_isr,
+            "transaction.state.log.num.partitions": 10,
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms": 1000,
+            "group.initial.rebalance.delay.ms": 0,
+            "auto.create.topics.enable": "false",
+            "share.coordinator.state.topic.replication.factor": replicas,
+            "share.coordinator.state.topic.min.isr": min_isr,
+            "log.retention.check.interval.ms": 5000,
+        }
+        return "".join(f"{k}={v}\n" for k, v in props.items())
+
+    def _argv(self, node: KafkaNode, main: str, *args: str) -> list[str]:
+        return jvm_argv(
+            self.env,
+            jars.classpath("kafka", self.env),
+            main,
+            *args,
+            heap_mb=self.heap_mb,
+            jvm_options=(f"-Dlog4j2.configurationFile={LOG4J_CONF}", "-XX:+UseG1GC"),
+        )
+
+    def _format_all(self, configs: list[Path]) -> None:
+        """Format every node's storage at once (a JVM start each, so in parallel)."""
+        import subprocess
+
+        running = [
+            (
+                node,
+                subprocess.Popen(
+                    self._argv(
+                        node,
+                        STORAGE_TOOL,
+                        "format",
+                        "--cluster-id",
+                        self.cluster_id,
+                        "--config",
+                        str(config),
+                        "--ignore-formatted",
+                    ),
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                ),
+            )
+            for node, config in zip(self.nodes, configs, strict=True)
+        ]
+        for node, proc in running:
+            out, _ = proc.communicate(timeout=120)
+            if proc.returncode != 0:
+                raise ServiceError(
+                    f"kafka-{node.node_id}: formatting {node.data_dir} failed:\n{out[-3000:]}"
+                )
+
+    def start(self, timeout_s: float = 90.0) -> KafkaCluster:
+        for node in self.nodes:
+            ensure_free(node.broker_port, f"kafka-{node.node_id}")
+            ensure_free(node.controller_port, f"kafka-{node.node_id} controller")
+        configs = []
+        for node in self.nodes:
+            node.data_dir.mkdir(parents=True, exist_ok=True)
+            config = node.data_dir / "server.properties"
+            config.write_text(self._properties(node))
+            configs.append(config)
+            node.process.argv = self._argv(node, MAIN_CLASS, str(config))
+        self._format_all(configs)
+        for node in self.nodes:
+            node.process.start()
+        self.wait_ready(timeout_s)
+        return self
+
+    def wait_ready(self, timeout_s: float) -> None:
+        """Ready when the metadata lists every broker."""
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for node in self.nodes:
+                node.process.check_alive()
+            try:
+                if len(admin.list_topics(timeout=2).brokers) == self.size:
+                    return
+            except Exception:
+                pass
+            time.sleep(0.3)
+        raise ServiceTimeout(
+            f"kafka ({self.bootstrap_servers}) did not list {self.size} brokers in "
+            f"{timeout_s:.0f} s; see {', '.join(str(n.process.log_path) for n in self.nodes)}"
+        )
+
+    def stop_node(self, node_id: int) -> None:
+        self.nodes[node_id - 1].process.stop()
+
+    def stop(self) -> None:
+        """Stop every node at once: one by one, the last would wait for a lost quorum."""
+        for node in self.nodes:
+            node.process.terminate()
+        for node in self.nodes:
+            node.process.stop(timeout_s=10)
+
+    def __enter__(self) -> KafkaCluster:
+        return self.start()
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()

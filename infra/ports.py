@@ -1,0 +1,55 @@
+"""Free TCP ports on 127.0.0.1."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+from infra.exceptions import ServiceError
+
+HOST = "127.0.0.1"
+
+
+def free_port() -> int:
+    """A port nothing listens on right now (the kernel picks it, so two runs differ)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free ports, held together while picked so they never repeat."""
+    socks = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind((HOST, 0))
+            socks.append(sock)
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def is_listening(port: int, host: str = HOST) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((host, port)) == 0
+
+
+def ensure_free(port: int, service: str) -> None:
+    """Raise a clear error when ``port`` is already taken by something else."""
+    if is_listening(port):
+        raise ServiceError(
+            f"{service}: port {port} on {HOST} is already in use; stop what listens there "
+            "or let tidemark pick a free port"
+        )
+
+
+def wait_listening(port: int, timeout_s: float, service: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if is_listening(port):
+            return
+        time.sleep(0.1)
+    raise ServiceError(f"{service}: nothing listens on {HOST}:{port} after {timeout_s:.0f} s")

@@ -1,0 +1,188 @@
+"""Child processes that never outlive their owner.
+
+    proc = ManagedProcess("zookeeper", ["java", ...], log_path=tmp / "zk.log")
+    proc.start()
+    ...
+    proc.stop()          # terminate, wait, then kill
+
+A process started with ``tie_to_owner=True`` (the default) gets SIGKILL from
+the kernel when the Python process that started it dies, however it dies
+(Linux ``PR_SET_PDEATHSIG``); every live one is also stopped at interpreter
+exit. ``tidemark up`` starts services with ``tie_to_owner=False`` so they keep
+running in the background, and records their pids for ``tidemark down``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from infra.exceptions import ServiceError
+
+log = logging.getLogger(__name__)
+
+_PR_SET_PDEATHSIG = 1
+_live: set[ManagedProcess] = set()
+_started: list[ManagedProcess] = []
+_live_lock = threading.Lock()
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    os.setpgrp()
+
+
+class ManagedProcess:
+    """One child process with its output in a log file."""
+
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        log_path: Path,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+        tie_to_owner: bool = True,
+    ) -> None:
+        self.name = name
+        self.argv = list(argv)
+        self.log_path = log_path
+        self.env = dict(env) if env is not None else None
+        self.cwd = cwd
+        self.tie_to_owner = tie_to_owner
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    def start(self) -> None:
+        if self._proc is not None:
+            raise ServiceError(f"{self.name} is already started (pid {self._proc.pid})")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as out:
+            try:
+                self._proc = subprocess.Popen(
+                    self.argv,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=self.env,
+                    cwd=self.cwd,
+                    preexec_fn=_die_with_parent if self.tie_to_owner else os.setpgrp,
+                )
+            except FileNotFoundError as exc:
+                raise ServiceError(f"{self.name}: cannot run {self.argv[0]!r}: {exc}") from exc
+        with _live_lock:
+            _started.append(self)
+            if self.tie_to_owner:
+                _live.add(self)
+        log.info("started %s (pid %s), log %s", self.name, self._proc.pid, self.log_path)
+
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def check_alive(self) -> None:
+        """Raise with the log's tail when the process has exited."""
+        if self._proc is not None and self._proc.poll() is not None:
+            raise ServiceError(
+                f"{self.name} exited with code {self._proc.returncode}; "
+                f"its log {self.log_path} ends with:\n{self.log_tail()}"
+            )
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def terminate(self) -> None:
+        """Send SIGTERM without waiting (``stop`` waits)."""
+        if self._proc is not None and self._proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self._proc.terminate()
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        """Terminate, wait up to ``timeout_s``, then kill. Safe to call twice."""
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.terminate()
+            try:
+                proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                log.warning("%s did not stop in %.0f s; killing it", self.name, timeout_s)
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                proc.wait(timeout=10)
+        with _live_lock:
+            _live.discard(self)
+        log.info("stopped %s (exit %s)", self.name, proc.returncode)
+
+    def kill(self) -> None:
+        """Stop at once, as a crash would (SIGKILL)."""
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        with _live_lock:
+            _live.discard(self)
+
+
+def stop_pid(pid: int, timeout_s: float = 15.0) -> bool:
+    """Stop a process we only know by pid (``tidemark down``). True if it was running."""
+    import time
+
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return False
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    return True
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def started_processes() -> list[ManagedProcess]:
+    """Every process this interpreter started, alive or not (for leak checks and logs)."""
+    with _live_lock:
+        return list(_started)
+
+
+@atexit.register
+def _stop_all() -> None:
+    with _live_lock:
+        procs = list(_live)
+    for proc in procs:
+        with contextlib.suppress(Exception):
+            proc.stop(timeout_s=5)

@@ -1,0 +1,179 @@
+"""Local services for a user: ``tidemark up`` / ``down`` / ``status``.
+
+    services = LocalServices.from_env()
+    services.up()        # ZooKeeper + one Kafka broker, in the background
+    services.status()    # what runs, on which ports
+    services.down()
+
+State (pids, ports, data, logs) lives under ``TIDEMARK_HOME`` (default
+``~/.tidemark``). Services started here are not tied to the command that
+started them; ``down`` stops them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import tempfile
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from infra.environment import Environment
+from infra.exceptions import ServiceError
+from infra.process import pid_alive, stop_pid
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ServiceRecord:
+    name: str
+    pid: int
+    address: str
+    log_path: str
+
+
+@dataclass
+class ServicesState:
+    kafka_bootstrap: str | None = None
+    zk_connect: str | None = None
+    postgres_dsn: str | None = None
+    services: list[ServiceRecord] = field(default_factory=list)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> ServicesState:
+        raw = json.loads(text)
+        raw["services"] = [ServiceRecord(**s) for s in raw.get("services", [])]
+        return cls(**raw)
+
+
+class LocalServices:
+    def __init__(self, env: Environment) -> None:
+        self.env = env
+        self.home = env.home
+        self.state_path = self.home / "services.json"
+
+    @classmethod
+    def from_env(cls) -> LocalServices:
+        return cls(Environment.from_env())
+
+    def read_state(self) -> ServicesState | None:
+        if not self.state_path.exists():
+            return None
+        return ServicesState.from_json(self.state_path.read_text())
+
+    def running(self) -> ServicesState | None:
+        """The recorded state when every recorded process is alive, else None."""
+        state = self.read_state()
+        if state is None or not state.services:
+            return None
+        if all(pid_alive(s.pid) for s in state.services):
+            return state
+        return None
+
+    def up(self) -> ServicesState:
+        from infra.kafka import KafkaCluster
+        from infra.zookeeper import ZooKeeperServer
+
+        current = self.running()
+        if current is not None:
+            return current
+        if self.read_state() is not None:
+            self.down()  # some died: start clean
+        data = self.home / "data"
+        data.mkdir(parents=True, exist_ok=True)
+        state = ServicesState()
+        zk = ZooKeeperServer(data / "zookeeper", env=self.env, tie_to_owner=False)
+        kafka = KafkaCluster(data / "kafka", env=self.env, tie_to_owner=False)
+        try:
+            zk.start()
+            state.zk_connect = zk.connect_string
+            state.services.append(
+                ServiceRecord(
+                    "zookeeper", _pid(zk.process.pid), zk.connect_string, str(zk.process.log_path)
+                )
+            )
+            kafka.start()
+            state.kafka_bootstrap = kafka.bootstrap_servers
+            for node in kafka.nodes:
+                state.services.append(
+                    ServiceRecord(
+                        node.process.name,
+                        _pid(node.process.pid),
+                        node.address,
+                        str(node.process.log_path),
+                    )
+                )
+        except Exception:
+            kafka.stop()
+            zk.stop()
+            raise
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.state_path.write_text(state.to_json())
+        return state
+
+    def down(self) -> list[str]:
+        state = self.read_state()
+        stopped: list[str] = []
+        if state is None:
+            return stopped
+        for record in reversed(state.services):
+            if stop_pid(record.pid):
+                stopped.append(record.name)
+        self.state_path.unlink(missing_ok=True)
+        return stopped
+
+    def status(self) -> list[tuple[ServiceRecord, bool]]:
+        state = self.read_state()
+        if state is None:
+            return []
+        return [(s, pid_alive(s.pid)) for s in state.services]
+
+
+def _pid(pid: int | None) -> int:
+    if pid is None:
+        raise ServiceError("a service reported no pid after starting")
+    return pid
+
+
+def data_root(env: Environment) -> Path:
+    """Where Delta tables live by default: TIDEMARK_DELTA_ROOT or ~/.tidemark/delta."""
+    return Path(env.delta_root) if env.delta_root else env.home / "delta"
+
+
+@contextlib.contextmanager
+def connected_services(env: Environment | None = None) -> Iterator[ServicesState]:
+    """Services to talk to: the environment's, else `tidemark up`'s, else temporary ones.
+
+    Temporary services run under a temporary directory and stop when the
+    block ends, pass or fail.
+    """
+    env = env or Environment.from_env()
+    if env.kafka_bootstrap and env.zk_connect:
+        yield ServicesState(
+            kafka_bootstrap=env.kafka_bootstrap,
+            zk_connect=env.zk_connect,
+            postgres_dsn=env.postgres_dsn,
+        )
+        return
+    running = LocalServices(env).running()
+    if running is not None:
+        yield running
+        return
+    from infra.kafka import KafkaCluster
+    from infra.zookeeper import ZooKeeperServer
+
+    with tempfile.TemporaryDirectory(prefix="tidemark-") as tmp:
+        log.warning("no services running (`tidemark up`); starting temporary ones in %s", tmp)
+        with (
+            ZooKeeperServer(Path(tmp) / "zk", env=env) as zk,
+            KafkaCluster(Path(tmp) / "kafka", env=env) as kafka,
+        ):
+            yield ServicesState(
+                kafka_bootstrap=kafka.bootstrap_servers, zk_connect=zk.connect_string
+            )

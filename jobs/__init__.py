@@ -1,0 +1,1 @@
+"""Spark entry points: the streaming watermark controller and scheduled batch jobs."""

@@ -1,0 +1,123 @@
+"""Session-scoped real services and per-test unique names.
+
+Services start once per test session as local processes under a temporary
+directory, on free ports, and stop at the end, pass or fail. Set
+``TIDEMARK_KAFKA_BOOTSTRAP``, ``TIDEMARK_ZK_CONNECT`` or
+``TIDEMARK_SPARK_MASTER`` to run the suite against existing services instead.
+When a test fails, the tail of each service's log is attached to its report.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from infra.environment import Environment
+from infra.process import started_processes
+
+
+@pytest.fixture(scope="session")
+def environment() -> Environment:
+    return Environment.from_env()
+
+
+@pytest.fixture(scope="session")
+def services_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("services")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_service_survives() -> Iterator[None]:
+    """Set up first, torn down last: every process the suite started must be gone."""
+    yield
+    from infra.spark import stop_spark
+
+    stop_spark()
+    survivors = [p for p in started_processes() if p.alive()]
+    for proc in survivors:
+        proc.kill()
+    assert not survivors, f"service processes outlived the suite: {[p.name for p in survivors]}"
+
+
+@pytest.fixture(scope="session")
+def zookeeper(environment: Environment, services_dir: Path) -> Iterator[str]:
+    """A ZooKeeper connect string (a local server unless TIDEMARK_ZK_CONNECT is set)."""
+    if environment.zk_connect:
+        yield environment.zk_connect
+        return
+    from infra.zookeeper import ZooKeeperServer
+
+    with ZooKeeperServer(services_dir / "zookeeper", env=environment) as server:
+        yield server.connect_string
+
+
+@pytest.fixture(scope="session")
+def kafka(environment: Environment, services_dir: Path) -> Iterator[str]:
+    """Kafka bootstrap servers (one local KRaft broker unless TIDEMARK_KAFKA_BOOTSTRAP is set)."""
+    if environment.kafka_bootstrap:
+        yield environment.kafka_bootstrap
+        return
+    from infra.kafka import KafkaCluster
+
+    with KafkaCluster(services_dir / "kafka", brokers=1, env=environment) as cluster:
+        yield cluster.bootstrap_servers
+
+
+@pytest.fixture(scope="session")
+def spark(environment: Environment, services_dir: Path) -> Iterator[Any]:
+    """One Spark session for the suite (local[2] unless TIDEMARK_SPARK_MASTER is set)."""
+    from infra.spark import SparkSettings, spark_session, stop_spark
+
+    session = spark_session(SparkSettings(work_dir=services_dir / "spark"), environment)
+    yield session
+    stop_spark(session)
+
+
+@pytest.fixture
+def unique() -> str:
+    """A short suffix that makes topic, group, chroot and table names unique per test."""
+    return uuid.uuid4().hex[:10]
+
+
+@pytest.fixture
+def zk_client(zookeeper: str, unique: str) -> Iterator[Any]:
+    """A started kazoo client confined to a fresh chroot, removed afterwards."""
+    from kazoo.client import KazooClient
+
+    root = KazooClient(hosts=zookeeper)
+    root.start(timeout=15)
+    root.ensure_path(f"/tidemark-test-{unique}")
+    root.stop()
+    client = KazooClient(hosts=f"{zookeeper}/tidemark-test-{unique}")
+    client.start(timeout=15)
+    yield client
+    client.stop()
+    client.close()
+    root = KazooClient(hosts=zookeeper)
+    root.start(timeout=15)
+    root.delete(f"/tidemark-test-{unique}", recursive=True)
+    root.stop()
+    root.close()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    if report.failed and call.when in ("setup", "call"):
+        for proc in started_processes():
+            report.sections.append((f"{proc.name} log (tail)", proc.log_tail(40)))
+    return report
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests under tests/unit are `unit`; under tests/integration, `integration`."""
+    for item in items:
+        path = str(item.path)
+        if "/tests/unit/" in path and not item.get_closest_marker("unit"):
+            item.add_marker(pytest.mark.unit)
+        elif "/tests/integration/" in path and not item.get_closest_marker("integration"):
+            item.add_marker(pytest.mark.integration)

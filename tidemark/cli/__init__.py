@@ -1,0 +1,1 @@
+"""The ``tidemark`` command line: a thin face over the packages."""

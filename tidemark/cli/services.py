@@ -1,0 +1,55 @@
+"""``tidemark up`` / ``down`` / ``status``: local services in the background."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from infra.services import LocalServices
+from tidemark.cli.output import add_format_option, emit
+
+
+def register(sub: Any) -> None:
+    up = sub.add_parser("up", help="start ZooKeeper and Kafka locally in the background")
+    add_format_option(up)
+    up.set_defaults(func=cmd_up)
+    down = sub.add_parser("down", help="stop the services `tidemark up` started")
+    down.set_defaults(func=cmd_down)
+    status = sub.add_parser("status", help="show the local services")
+    add_format_option(status)
+    status.set_defaults(func=cmd_status)
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    state = LocalServices.from_env().up()
+    emit(
+        args,
+        {"kafka_bootstrap": state.kafka_bootstrap, "zk_connect": state.zk_connect},
+        [
+            f"kafka     {state.kafka_bootstrap}",
+            f"zookeeper {state.zk_connect}",
+            "export TIDEMARK_KAFKA_BOOTSTRAP=" + str(state.kafka_bootstrap),
+            "export TIDEMARK_ZK_CONNECT=" + str(state.zk_connect),
+        ],
+    )
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    stopped = LocalServices.from_env().down()
+    print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    rows = LocalServices.from_env().status()
+    emit(
+        args,
+        [{"name": r.name, "pid": r.pid, "address": r.address, "running": ok} for r, ok in rows],
+        [
+            f"{r.name:<10} {r.address:<22} pid {r.pid:<8} {'running' if ok else 'STOPPED'}"
+            for r, ok in rows
+        ]
+        or ["no local services (start them with `tidemark up`)"],
+    )
+    return 0 if all(ok for _, ok in rows) else 1
