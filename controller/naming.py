@@ -1,0 +1,63 @@
+"""Names and placement shared by writers, the control plane and the controller job.
+
+    >>> topic_for("shop/orders")
+    'tidemark.shop.orders'
+    >>> 0 <= bucket_of("shop/orders", 16) < 16
+    True
+
+A stream is named ``scope/name``; each is one Kafka topic. Writer marks go
+to one marks topic whose partitions are the controller's buckets; a stream's
+marks all land in the partition of its bucket, so one controller instance
+sees all of them in order.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from dataclasses import dataclass
+
+from controller.exceptions import InvalidModelError
+
+_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-]{0,99}$")
+
+TOPIC_PREFIX = "tidemark."
+DEFAULT_MARKS_TOPIC = "tidemark-marks"
+DEFAULT_BUCKET_COUNT = 8
+
+
+def split_stream(stream: str) -> tuple[str, str]:
+    """``"scope/name"`` -> ``("scope", "name")``, or a clear error."""
+    scope, sep, name = stream.partition("/")
+    if not sep or not _PART.match(scope) or not _PART.match(name):
+        raise InvalidModelError(
+            f"stream {stream!r} must be 'scope/name', each part 1-100 of [A-Za-z0-9_-] "
+            "starting with a letter or digit"
+        )
+    return scope, name
+
+
+def topic_for(stream: str) -> str:
+    """The Kafka topic that holds ``stream``'s segments (one partition per segment)."""
+    scope, name = split_stream(stream)
+    return f"{TOPIC_PREFIX}{scope}.{name}"
+
+
+def bucket_of(stream: str, bucket_count: int) -> int:
+    """The controller bucket of ``stream``: a stable hash (CRC-32), never Python's ``hash``."""
+    if bucket_count < 1:
+        raise InvalidModelError(f"bucket_count must be >= 1, got {bucket_count}")
+    return zlib.crc32(stream.encode("utf-8")) % bucket_count
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    """Settings every part of one tidemark installation must agree on."""
+
+    marks_topic: str = DEFAULT_MARKS_TOPIC
+    bucket_count: int = DEFAULT_BUCKET_COUNT
+    zk_root: str = "/tidemark"
+
+    def __post_init__(self) -> None:
+        if self.bucket_count < 1:
+            raise InvalidModelError(f"bucket_count must be >= 1, got {self.bucket_count}")
