@@ -153,9 +153,7 @@ def stop_pid(pid: int, timeout_s: float = 15.0) -> bool:
         return False
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        if not pid_alive(pid):
             return True
         time.sleep(0.1)
     with contextlib.suppress(ProcessLookupError):
@@ -164,13 +162,20 @@ def stop_pid(pid: int, timeout_s: float = 15.0) -> bool:
 
 
 def pid_alive(pid: int) -> bool:
+    """True while ``pid`` runs; a zombie (exited, not yet reaped) counts as gone."""
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)  # reap it if it is our own exited child
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
 
 
 def started_processes() -> list[ManagedProcess]:

@@ -1,0 +1,53 @@
+"""Spark reads Kafka with explicit offsets and writes Delta; delta-rs reads it back."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from deltalake import DeltaTable
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+def test_batch_read_with_explicit_offsets_into_delta(spark, kafka, unique, tmp_path) -> None:
+    topic = f"spark-{unique}"
+    AdminClient({"bootstrap.servers": kafka}).create_topics([NewTopic(topic, 2)])[topic].result(30)
+    producer = Producer({"bootstrap.servers": kafka})
+    for i in range(40):
+        producer.produce(topic, partition=i % 2, value=f"e{i}".encode(), timestamp=1_000 + i)
+    assert producer.flush(30) == 0
+
+    # partition 0: offsets [5, 15); partition 1: [0, end)
+    starting = {topic: {"0": 5, "1": 0}}
+    ending = {topic: {"0": 15, "1": -1}}
+    frame = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", kafka)
+        .option("subscribe", topic)
+        .option("startingOffsets", json.dumps(starting))
+        .option("endingOffsets", json.dumps(ending))
+        .load()
+        .selectExpr("partition", "offset", "CAST(value AS STRING) AS body")
+    )
+    table = str(tmp_path / "events")
+    frame.write.format("delta").save(table)
+
+    from_spark = sorted(
+        (r.partition, r.offset, r.body) for r in spark.read.format("delta").load(table).collect()
+    )
+    arrow = DeltaTable(table).to_pyarrow_table()
+    from_delta_rs = sorted(
+        zip(
+            arrow.column("partition").to_pylist(),
+            arrow.column("offset").to_pylist(),
+            arrow.column("body").to_pylist(),
+            strict=True,
+        )
+    )
+    assert from_spark == from_delta_rs
+    assert [o for p, o, _ in from_spark if p == 0] == list(range(5, 15))
+    assert [o for p, o, _ in from_spark if p == 1] == list(range(20))
+    assert {b for p, o, b in from_spark if p == 0 and o == 5} == {"e10"}

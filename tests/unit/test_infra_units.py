@@ -1,0 +1,45 @@
+"""Pure helpers of infra: environment, jar names, ports."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from infra.environment import Environment
+from infra.jars import artifact_name
+from infra.ports import free_port, free_ports, is_listening
+
+
+def test_environment_reads_overrides_and_ignores_blanks() -> None:
+    env = Environment.from_env(
+        {
+            "TIDEMARK_KAFKA_BOOTSTRAP": "k1:9092,k2:9092",
+            "TIDEMARK_ZK_CONNECT": "  ",
+            "TIDEMARK_HOME": "/srv/tm",
+        }
+    )
+    assert env.kafka_bootstrap == "k1:9092,k2:9092"
+    assert env.zk_connect is None
+    assert env.home == Path("/srv/tm")
+
+
+@pytest.mark.parametrize(
+    ("jar", "name"),
+    [
+        ("/m2/org/apache/kafka/kafka-clients/3.9.1/kafka-clients-3.9.1.jar", "kafka-clients"),
+        ("delta-spark_4.1_2.13-4.4.0.jar", "delta-spark_4.1_2.13"),
+        ("netty-tcnative-boringssl-static-2.0.70.Final-linux-x86_64.jar",
+         "netty-tcnative-boringssl-static"),
+        ("scala-library-2.13.17.jar", "scala-library"),
+    ],
+)  # fmt: skip
+def test_artifact_name_strips_the_version(jar: str, name: str) -> None:
+    assert artifact_name(jar) == name
+
+
+def test_free_ports_are_distinct_and_unused() -> None:
+    ports = free_ports(6)
+    assert len(set(ports)) == 6
+    assert not any(is_listening(p) for p in ports)
+    assert 1024 < free_port() < 65536
