@@ -1,4 +1,8 @@
-"""Errors of the control plane (model, metadata store, stream operations)."""
+"""Errors of the control plane (model, metadata store, stream operations).
+
+Every error names the offending value (stream, segment, range, offset, state)
+and says what an operator can do about it.
+"""
 
 from __future__ import annotations
 
@@ -13,4 +17,97 @@ class InvalidModelError(ControllerError, ValueError):
     """A model value is malformed (a key range outside [0, 1), a negative offset, ...)."""
 
 
-__all__ = ["ConfigurationError", "ControllerError", "InvalidModelError"]
+class InvalidConfigurationError(ControllerError, ConfigurationError):
+    """A stream configuration is invalid; the message names the field and the valid choices."""
+
+
+class UnknownStreamError(ControllerError, LookupError):
+    """No stream of that name exists; check it (``scope/name``) with ``tidemark stream list``."""
+
+    def __init__(self, stream: str, detail: str = "") -> None:
+        self.stream = stream
+        super().__init__(f"unknown stream {stream!r}" + (f": {detail}" if detail else ""))
+
+
+class UnknownScopeError(ControllerError, LookupError):
+    """No stream of that scope was ever created."""
+
+    def __init__(self, scope: str) -> None:
+        self.scope = scope
+        super().__init__(f"unknown scope {scope!r}")
+
+
+class StreamExistsError(ControllerError):
+    """A stream of that name exists already; describe it, or delete it first."""
+
+    def __init__(self, stream: str) -> None:
+        self.stream = stream
+        super().__init__(f"stream {stream!r} exists already")
+
+
+class IllegalTransitionError(ControllerError):
+    """The stream's state does not allow the operation; the message names both states."""
+
+    def __init__(self, stream: str, current: str, target: str, hint: str = "") -> None:
+        self.stream = stream
+        self.current = current
+        self.target = target
+        text = f"stream {stream!r} cannot go from {current} to {target}"
+        super().__init__(text + (f": {hint}" if hint else ""))
+
+
+class StreamSealedError(IllegalTransitionError):
+    """The stream is sealed (or being sealed): nothing may be written, scaled or changed."""
+
+
+class ConcurrentOperationError(IllegalTransitionError):
+    """Another operation runs on the stream ("stream is scaling"); retry when it is active.
+
+    Repeating the *same* request completes an interrupted operation.
+    """
+
+
+class StreamNotSealedError(IllegalTransitionError):
+    """Only a sealed stream may be deleted; seal it first."""
+
+
+class ConflictError(ControllerError):
+    """A compare-and-set lost a race: the record changed since it was read. Read and retry."""
+
+    def __init__(self, what: str, expected: int | None, found: int | None) -> None:
+        self.what = what
+        self.expected = expected
+        self.found = found
+        super().__init__(f"{what} changed concurrently: expected version {expected}, found {found}")
+
+
+class InvalidScaleError(ControllerError, ValueError):
+    """A scale request is malformed: unknown, sealed or non-adjacent segments, or new
+    ranges that overlap, leave gaps or do not cover exactly the sealed ranges."""
+
+
+class InvalidCutError(ControllerError, ValueError):
+    """A stream cut is malformed, does not cover [0, 1), or lies behind the truncation point."""
+
+
+class KafkaOperationError(ControllerError):
+    """Kafka refused an admin operation; the message carries Kafka's error."""
+
+
+__all__ = [
+    "ConcurrentOperationError",
+    "ConfigurationError",
+    "ConflictError",
+    "ControllerError",
+    "IllegalTransitionError",
+    "InvalidConfigurationError",
+    "InvalidCutError",
+    "InvalidModelError",
+    "InvalidScaleError",
+    "KafkaOperationError",
+    "StreamExistsError",
+    "StreamNotSealedError",
+    "StreamSealedError",
+    "UnknownScopeError",
+    "UnknownStreamError",
+]

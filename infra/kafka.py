@@ -43,6 +43,14 @@ class KafkaNode:
         return f"{HOST}:{self.broker_port}"
 
 
+def new_cluster_id() -> str:
+    """A KRaft cluster id (22 url-safe base64 characters) that cannot read as a flag."""
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):
+            return cid
+
+
 class KafkaCluster:
     def __init__(
         self,
@@ -59,7 +67,7 @@ class KafkaCluster:
         self.data_dir = data_dir
         self.size = brokers
         self.heap_mb = heap_mb
-        self.cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        self.cluster_id = new_cluster_id()
         picked = ports or free_ports(2 * brokers)
         self.nodes = [
             KafkaNode(

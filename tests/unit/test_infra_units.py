@@ -43,3 +43,11 @@ def test_free_ports_are_distinct_and_unused() -> None:
     assert len(set(ports)) == 6
     assert not any(is_listening(p) for p in ports)
     assert 1024 < free_port() < 65536
+
+
+def test_kafka_cluster_ids_never_start_with_a_dash() -> None:
+    from infra.kafka import new_cluster_id
+
+    ids = {new_cluster_id() for _ in range(2000)}
+    assert len(ids) == 2000
+    assert all(len(i) == 22 and not i.startswith("-") for i in ids)

@@ -17,6 +17,8 @@ from tidemark.errors import TidemarkError
 COMMAND_MODULES = (
     "tidemark.cli.services",
     "tidemark.cli.demo",
+    "tidemark.cli.streams",
+    "tidemark.cli.controller",
 )
 
 

@@ -1,0 +1,232 @@
+"""A stream's configuration: scaling, retention, timestamping.
+
+    >>> cfg = StreamConfiguration(scaling_policy=ScalingPolicy.fixed(3), uncapped=True)
+    >>> StreamConfiguration.from_dict(cfg.to_dict()) == cfg
+    True
+    >>> topic_configs(StreamConfiguration(timestamping=TimestampingMode.ARRIVAL))
+    {'message.timestamp.type': 'LogAppendTime', 'message.timestamp.after.max.ms': None}
+
+Pure: frozen dataclasses, no I/O. Retention is applied by the retention job
+through truncation (so the truncation record stays the truth), never by
+Kafka's own ``retention.ms``. The scaling policy's ``min_segments`` is the
+number of segments a stream starts with; rate-based scaling is decided by a
+job that calls ``StreamManager.scale``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, TypeVar
+
+from controller.exceptions import InvalidConfigurationError
+
+KAFKA_DEFAULT = None
+"""In :func:`topic_configs`: leave (or reset) the setting at the broker's default."""
+
+UNCAPPED_AFTER_MAX_MS = str(2**63 - 1)
+"""``message.timestamp.after.max.ms`` of an uncapped stream: Kafka's Long.MAX_VALUE."""
+
+
+_E = TypeVar("_E", bound=StrEnum)
+
+
+class TimestampingMode(StrEnum):
+    """Where a record's timestamp comes from (S2's modes)."""
+
+    CLIENT_PREFER = "client-prefer"
+    """The writer's timestamp when it gives one, else the arrival time."""
+    CLIENT_REQUIRE = "client-require"
+    """Every record must carry the writer's timestamp."""
+    ARRIVAL = "arrival"
+    """The broker's append time (topic ``message.timestamp.type=LogAppendTime``)."""
+
+
+class ScalingType(StrEnum):
+    FIXED = "fixed"
+    BY_EVENT_RATE = "by-event-rate"
+    BY_BYTE_RATE = "by-byte-rate"
+
+
+class RetentionType(StrEnum):
+    NONE = "none"
+    BY_TIME = "by-time"
+    BY_SIZE = "by-size"
+
+
+def _choice(enum: type[_E], value: Any, what: str) -> _E:
+    try:
+        return enum(value)
+    except ValueError:
+        valid = ", ".join(e.value for e in enum)
+        raise InvalidConfigurationError(f"{what} {value!r} is not one of: {valid}") from None
+
+
+@dataclass(frozen=True)
+class ScalingPolicy:
+    """Fixed N segments, or scale by event rate / byte rate (per segment, per second)."""
+
+    type: ScalingType = ScalingType.FIXED
+    target_rate: int = 0
+    scale_factor: int = 1
+    min_segments: int = 1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "type", _choice(ScalingType, self.type, "scaling type"))
+        if self.min_segments < 1:
+            raise InvalidConfigurationError(f"min_segments must be >= 1, got {self.min_segments}")
+        if self.type is not ScalingType.FIXED:
+            if self.target_rate < 1:
+                raise InvalidConfigurationError(
+                    f"target_rate of a {self.type} policy must be >= 1, got {self.target_rate}"
+                )
+            if self.scale_factor < 2:
+                raise InvalidConfigurationError(
+                    f"scale_factor of a {self.type} policy must be >= 2, got {self.scale_factor}"
+                )
+
+    @classmethod
+    def fixed(cls, segments: int) -> ScalingPolicy:
+        return cls(ScalingType.FIXED, min_segments=segments)
+
+    @classmethod
+    def by_event_rate(
+        cls, events_per_s: int, scale_factor: int, min_segments: int
+    ) -> ScalingPolicy:
+        return cls(ScalingType.BY_EVENT_RATE, events_per_s, scale_factor, min_segments)
+
+    @classmethod
+    def by_byte_rate(cls, bytes_per_s: int, scale_factor: int, min_segments: int) -> ScalingPolicy:
+        return cls(ScalingType.BY_BYTE_RATE, bytes_per_s, scale_factor, min_segments)
+
+
+@dataclass(frozen=True)
+class RetentionPolicy:
+    """Keep everything, or truncate what is older than ``limit`` ms / beyond ``limit`` bytes."""
+
+    type: RetentionType = RetentionType.NONE
+    limit: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "type", _choice(RetentionType, self.type, "retention type"))
+        if self.type is RetentionType.NONE and self.limit != 0:
+            raise InvalidConfigurationError(f"retention 'none' takes no limit, got {self.limit}")
+        if self.type is not RetentionType.NONE and self.limit < 1:
+            raise InvalidConfigurationError(
+                f"limit of a {self.type} retention must be >= 1, got {self.limit}"
+            )
+
+    @classmethod
+    def none(cls) -> RetentionPolicy:
+        return cls()
+
+    @classmethod
+    def by_time(cls, ms: int) -> RetentionPolicy:
+        return cls(RetentionType.BY_TIME, ms)
+
+    @classmethod
+    def by_size(cls, size_bytes: int) -> RetentionPolicy:
+        return cls(RetentionType.BY_SIZE, size_bytes)
+
+
+@dataclass(frozen=True)
+class StreamConfiguration:
+    """Everything a stream is configured with; see the module docstring."""
+
+    scaling_policy: ScalingPolicy = field(default_factory=ScalingPolicy)
+    retention_policy: RetentionPolicy = field(default_factory=RetentionPolicy)
+    timestamp_aggregation_timeout_ms: int = 10_000
+    timestamping: TimestampingMode = TimestampingMode.CLIENT_PREFER
+    uncapped: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "timestamping", _choice(TimestampingMode, self.timestamping, "timestamping")
+        )
+        if self.timestamp_aggregation_timeout_ms < 0:
+            raise InvalidConfigurationError(
+                "timestamp_aggregation_timeout_ms must be >= 0, got "
+                f"{self.timestamp_aggregation_timeout_ms}"
+            )
+
+    @property
+    def initial_segments(self) -> int:
+        return self.scaling_policy.min_segments
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "scaling_policy": {
+                "type": self.scaling_policy.type.value,
+                "target_rate": self.scaling_policy.target_rate,
+                "scale_factor": self.scaling_policy.scale_factor,
+                "min_segments": self.scaling_policy.min_segments,
+            },
+            "retention_policy": {
+                "type": self.retention_policy.type.value,
+                "limit": self.retention_policy.limit,
+            },
+            "timestamp_aggregation_timeout_ms": self.timestamp_aggregation_timeout_ms,
+            "timestamping": self.timestamping.value,
+            "uncapped": self.uncapped,
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> StreamConfiguration:
+        """The inverse of :meth:`to_dict`; unknown keys are refused, naming the valid ones."""
+        _known(raw, _CONFIG_KEYS, "stream configuration")
+        scaling = raw.get("scaling_policy", {})
+        retention = raw.get("retention_policy", {})
+        _known(scaling, _SCALING_KEYS, "scaling_policy")
+        _known(retention, _RETENTION_KEYS, "retention_policy")
+        try:
+            return cls(
+                scaling_policy=ScalingPolicy(**scaling),
+                retention_policy=RetentionPolicy(**retention),
+                timestamp_aggregation_timeout_ms=int(
+                    raw.get("timestamp_aggregation_timeout_ms", 10_000)
+                ),
+                timestamping=raw.get("timestamping", TimestampingMode.CLIENT_PREFER),
+                uncapped=bool(raw.get("uncapped", False)),
+            )
+        except TypeError as exc:
+            raise InvalidConfigurationError(f"bad stream configuration {dict(raw)!r}") from exc
+
+
+_CONFIG_KEYS = frozenset(StreamConfiguration().to_dict())
+_SCALING_KEYS = frozenset(("type", "target_rate", "scale_factor", "min_segments"))
+_RETENTION_KEYS = frozenset(("type", "limit"))
+
+
+def _known(raw: Mapping[str, Any], valid: frozenset[str], what: str) -> None:
+    unknown = sorted(set(raw) - valid)
+    if unknown:
+        raise InvalidConfigurationError(
+            f"unknown {what} keys {unknown}; valid keys: {', '.join(sorted(valid))}"
+        )
+
+
+def topic_configs(config: StreamConfiguration) -> dict[str, str | None]:
+    """Kafka topic settings that carry ``config``; ``None`` = the broker's default.
+
+    ``arrival`` streams stamp records with the broker's clock (LogAppendTime).
+    An ``uncapped`` stream accepts client timestamps arbitrarily far in the
+    future: Kafka 4 otherwise rejects one more than an hour ahead (KIP-1030).
+    """
+    return {
+        "message.timestamp.type": (
+            "LogAppendTime" if config.timestamping is TimestampingMode.ARRIVAL else "CreateTime"
+        ),
+        "message.timestamp.after.max.ms": UNCAPPED_AFTER_MAX_MS if config.uncapped else None,
+    }
+
+
+__all__ = [
+    "RetentionPolicy",
+    "RetentionType",
+    "ScalingPolicy",
+    "ScalingType",
+    "StreamConfiguration",
+    "TimestampingMode",
+    "topic_configs",
+]

@@ -1,0 +1,190 @@
+"""The Kafka side of stream operations: one topic per stream, one partition per segment.
+
+    topics = StreamTopics("127.0.0.1:9092")
+    topics.create("tidemark.shop.orders", partitions=2, configs={"retention.ms": None})
+    topics.end_offsets("tidemark.shop.orders", [0, 1])      # {0: 17, 1: 4}
+
+Each call is idempotent where Kafka allows it (creating an existing topic
+with enough partitions, adding partitions that exist, deleting a topic that
+is gone), so a repeated stream operation can re-run every step. Kafka's
+errors surface as :class:`KafkaOperationError` naming the topic.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+# confluent_kafka.admin re-exports these without __all__, which mypy --strict flags.
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewPartitions,
+    NewTopic,
+    OffsetSpec,
+    ResourceType,
+)
+
+from controller.exceptions import KafkaOperationError
+
+log = logging.getLogger(__name__)
+
+_RETRIABLE = frozenset(
+    {
+        KafkaError._UNKNOWN_PARTITION,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+    }
+)
+
+DEFAULT_TIMEOUT_S = 30.0
+
+
+def _code(exc: KafkaException) -> int | None:
+    err = exc.args[0] if exc.args else None
+    return err.code() if isinstance(err, KafkaError) else None
+
+
+class StreamTopics:
+    def __init__(self, bootstrap: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        self.admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+        self.timeout_s = timeout_s
+
+    def _wait(self, what: str, future: Any, ok_codes: Iterable[int] = ()) -> Any:
+        try:
+            return future.result(timeout=self.timeout_s)
+        except KafkaException as exc:
+            if _code(exc) in set(ok_codes):
+                return None
+            raise KafkaOperationError(f"{what}: {exc.args[0]}") from exc
+
+    def partition_count(self, topic: str) -> int | None:
+        """The topic's partitions, or None when it does not exist."""
+        meta = self.admin.list_topics(topic=topic, timeout=self.timeout_s)
+        found = meta.topics.get(topic)
+        if found is None or found.error is not None:
+            return None
+        return len(found.partitions)
+
+    def create(self, topic: str, partitions: int, configs: Mapping[str, str | None]) -> None:
+        """Create ``topic``; an existing one is kept and grown to ``partitions``."""
+        settings = {k: v for k, v in configs.items() if v is not None}
+        futures = self.admin.create_topics(
+            [NewTopic(topic, num_partitions=partitions, config=settings)],
+            operation_timeout=self.timeout_s,
+        )
+        self._wait(f"creating topic {topic!r}", futures[topic], [KafkaError.TOPIC_ALREADY_EXISTS])
+        deadline = time.monotonic() + self.timeout_s
+        while self.partition_count(topic) is None:  # metadata reaches the client a bit later
+            if time.monotonic() > deadline:
+                raise KafkaOperationError(f"topic {topic!r} did not appear after its creation")
+            time.sleep(0.05)
+        self.ensure_partitions(topic, partitions)
+
+    def ensure_partitions(self, topic: str, count: int) -> None:
+        """Grow ``topic`` to ``count`` partitions (nothing to do when it has them)."""
+        current = self.partition_count(topic)
+        if current is None:
+            raise KafkaOperationError(f"topic {topic!r} does not exist")
+        if current >= count:
+            return
+        futures = self.admin.create_partitions(
+            [NewPartitions(topic, count)], operation_timeout=self.timeout_s
+        )
+        self._wait(
+            f"adding partitions to topic {topic!r} (to {count})",
+            futures[topic],
+            [KafkaError.INVALID_PARTITIONS],
+        )
+        deadline = time.monotonic() + self.timeout_s
+        while (self.partition_count(topic) or 0) < count:
+            if time.monotonic() > deadline:
+                raise KafkaOperationError(f"topic {topic!r} did not reach {count} partitions")
+            time.sleep(0.05)
+
+    def alter_configs(self, topic: str, configs: Mapping[str, str | None]) -> None:
+        """Set each setting; ``None`` resets it to the broker's default."""
+        entries = [
+            ConfigEntry(
+                name,
+                value,
+                incremental_operation=(
+                    AlterConfigOpType.DELETE if value is None else AlterConfigOpType.SET
+                ),
+            )
+            for name, value in configs.items()
+        ]
+        resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=entries)
+        futures = self.admin.incremental_alter_configs([resource])
+        for future in futures.values():
+            self._wait(f"configuring topic {topic!r}", future)
+
+    def topic_configs(self, topic: str) -> dict[str, str]:
+        futures = self.admin.describe_configs([ConfigResource(ResourceType.TOPIC, topic)])
+        out: dict[str, str] = {}
+        for future in futures.values():
+            for name, entry in self._wait(f"describing topic {topic!r}", future).items():
+                out[name] = entry.value
+        return out
+
+    def end_offsets(self, topic: str, partitions: Iterable[int]) -> dict[int, int]:
+        """Each partition's high watermark: the offset the next record would get."""
+        return self._offsets(topic, partitions, OffsetSpec.latest(), "end offset")  # type: ignore[no-untyped-call]
+
+    def start_offsets(self, topic: str, partitions: Iterable[int]) -> dict[int, int]:
+        """Each partition's log start offset (after deleted records)."""
+        return self._offsets(topic, partitions, OffsetSpec.earliest(), "start offset")  # type: ignore[no-untyped-call]
+
+    def _offsets(
+        self, topic: str, partitions: Iterable[int], spec: Any, what: str
+    ) -> dict[int, int]:
+        wanted = list(partitions)
+        if not wanted:
+            return {}
+        results = self._retrying(
+            f"{what} of {topic}{wanted}",
+            lambda: self.admin.list_offsets(
+                {TopicPartition(topic, p): spec for p in wanted}, request_timeout=self.timeout_s
+            ),
+        )
+        return {tp.partition: int(r.offset) for tp, r in results.items()}
+
+    def delete_records(self, topic: str, before: Mapping[int, int]) -> None:
+        """Delete the records before ``before[partition]`` (-1: every record)."""
+        if not before:
+            return
+        self._retrying(
+            f"deleting records of {topic} before {dict(before)}",
+            lambda: self.admin.delete_records(
+                [TopicPartition(topic, p, off) for p, off in sorted(before.items())],
+                request_timeout=self.timeout_s,
+                operation_timeout=self.timeout_s,
+            ),
+        )
+
+    def _retrying(self, what: str, call: Callable[[], Mapping[Any, Any]]) -> dict[Any, Any]:
+        """Run ``call`` (a per-partition admin request) until no partition answers with a
+        retriable error: partitions just added may lack a leader for a moment."""
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                return {k: f.result(timeout=self.timeout_s) for k, f in call().items()}
+            except KafkaException as exc:
+                if _code(exc) not in _RETRIABLE or time.monotonic() > deadline:
+                    raise KafkaOperationError(f"{what}: {exc.args[0]}") from exc
+                log.debug("%s: %s; retrying", what, exc.args[0])
+                time.sleep(0.05)
+
+    def delete(self, topic: str) -> None:
+        futures = self.admin.delete_topics([topic], operation_timeout=self.timeout_s)
+        self._wait(f"deleting topic {topic!r}", futures[topic], [KafkaError.UNKNOWN_TOPIC_OR_PART])
+
+
+__all__ = ["StreamTopics"]

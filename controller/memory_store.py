@@ -1,0 +1,91 @@
+"""The in-memory metadata store, for unit tests and single-process demos.
+
+    store = MemoryStore()
+    store.create_stream(new_stream_metadata("s/x", StreamConfiguration(), now_ms=0))
+
+Same contract as the ZooKeeper store (the shared contract tests run both):
+versions start at 0 and grow by one per update; watchers are called
+directly, after the update, outside the store's lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from controller.exceptions import ConflictError, StreamExistsError, UnknownStreamError
+from controller.metadata import StreamMetadata, Versioned
+from controller.store import MetadataStore, StreamCallback, check_append_only, check_scope
+
+log = logging.getLogger(__name__)
+
+
+class MemoryStore(MetadataStore):
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._streams: dict[str, Versioned] = {}
+        self._scopes: set[str] = set()
+        self._watchers: dict[str, list[StreamCallback]] = {}
+
+    def create_stream(self, metadata: StreamMetadata) -> Versioned:
+        with self._lock:
+            if metadata.name in self._streams:
+                raise StreamExistsError(metadata.name)
+            stored = Versioned(metadata, 0)
+            self._streams[metadata.name] = stored
+            self._scopes.add(metadata.scope)
+        self._notify(stored.metadata)
+        return stored
+
+    def read_stream(self, stream: str) -> Versioned:
+        with self._lock:
+            found = self._streams.get(stream)
+        if found is None:
+            raise UnknownStreamError(stream)
+        return found
+
+    def replace_stream(self, metadata: StreamMetadata, expected_version: int) -> Versioned:
+        with self._lock:
+            current = self.read_stream(metadata.name)
+            if current.version != expected_version:
+                raise ConflictError(f"stream {metadata.name!r}", expected_version, current.version)
+            check_append_only(current.metadata, metadata)
+            stored = Versioned(metadata, current.version + 1)
+            self._streams[metadata.name] = stored
+        self._notify(metadata)
+        return stored
+
+    def delete_stream(self, stream: str, expected_version: int) -> None:
+        with self._lock:
+            current = self.read_stream(stream)
+            if current.version != expected_version:
+                raise ConflictError(f"stream {stream!r}", expected_version, current.version)
+            del self._streams[stream]
+            self._watchers.pop(stream, None)
+
+    def list_streams(self, scope: str | None = None) -> list[str]:
+        with self._lock:
+            check_scope(scope, sorted(self._scopes))
+            return sorted(n for n in self._streams if scope is None or n.startswith(scope + "/"))
+
+    def list_scopes(self) -> list[str]:
+        with self._lock:
+            return sorted(self._scopes)
+
+    def watch_stream(self, stream: str, callback: StreamCallback) -> None:
+        current = self.read_stream(stream)
+        with self._lock:
+            self._watchers.setdefault(stream, []).append(callback)
+        callback(current.metadata)
+
+    def _notify(self, metadata: StreamMetadata) -> None:
+        with self._lock:
+            callbacks = list(self._watchers.get(metadata.name, ()))
+        for callback in callbacks:
+            try:
+                callback(metadata)
+            except Exception:
+                log.exception("a watcher of stream %r failed", metadata.name)
+
+
+__all__ = ["MemoryStore"]

@@ -1,0 +1,86 @@
+"""The metadata store: one interface, an in-memory and a ZooKeeper implementation.
+
+    store = MemoryStore()                    # or ZooKeeperStore(kazoo_client)
+    v = store.create_stream(meta)            # Versioned(metadata, version)
+    v = store.replace_stream(changed, v.version)   # compare-and-set
+    store.watch_stream("shop/orders", on_change)   # on_change(StreamMetadata)
+
+Every update is a compare-and-set on the version read: a lost race raises
+:class:`~controller.exceptions.ConflictError`, never overwrites silently.
+Epochs are append-only: an update may add epochs, never change or drop one.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable
+
+from controller.exceptions import ConflictError, InvalidModelError, UnknownScopeError
+from controller.metadata import StreamMetadata, Versioned
+from controller.naming import split_stream
+
+StreamCallback = Callable[[StreamMetadata], None]
+
+
+class MetadataStore(abc.ABC):
+    """Where streams' metadata lives. Implementations are safe to share between threads."""
+
+    @abc.abstractmethod
+    def create_stream(self, metadata: StreamMetadata) -> Versioned:
+        """Store a new stream; :class:`StreamExistsError` if the name is taken."""
+
+    @abc.abstractmethod
+    def read_stream(self, stream: str) -> Versioned:
+        """The stream's metadata and version; :class:`UnknownStreamError` naming it if absent."""
+
+    @abc.abstractmethod
+    def replace_stream(self, metadata: StreamMetadata, expected_version: int) -> Versioned:
+        """Compare-and-set: replace the record if its version is still ``expected_version``.
+
+        :class:`ConflictError` when it changed, :class:`UnknownStreamError` when it is gone.
+        """
+
+    @abc.abstractmethod
+    def delete_stream(self, stream: str, expected_version: int) -> None:
+        """Compare-and-delete the stream's metadata."""
+
+    @abc.abstractmethod
+    def list_streams(self, scope: str | None = None) -> list[str]:
+        """Names (``scope/stream``), sorted; :class:`UnknownScopeError` for an unknown scope."""
+
+    @abc.abstractmethod
+    def list_scopes(self) -> list[str]:
+        """Every scope a stream was ever created in, sorted."""
+
+    @abc.abstractmethod
+    def watch_stream(self, stream: str, callback: StreamCallback) -> None:
+        """Call ``callback(metadata)`` now and whenever the stream's metadata changes.
+
+        Calls come from the store's own thread, in order; the watch ends when
+        the stream is deleted. A callback must not block for long.
+        """
+
+    def get_stream(self, stream: str) -> StreamMetadata:
+        """The stream's metadata; :class:`UnknownStreamError` naming it if absent."""
+        return self.read_stream(stream).metadata
+
+
+def check_append_only(old: StreamMetadata, new: StreamMetadata) -> None:
+    """Refuse an update that renames the stream or changes or drops an epoch."""
+    if old.name != new.name:
+        raise InvalidModelError(f"cannot rename stream {old.name!r} to {new.name!r}")
+    if new.epochs[: len(old.epochs)] != old.epochs:
+        raise ConflictError(
+            f"epochs of stream {old.name!r} (immutable once written)",
+            len(old.epochs),
+            len(new.epochs),
+        )
+
+
+def check_scope(scope: str | None, scopes: list[str]) -> None:
+    if scope is not None and scope not in scopes:
+        split_stream(f"{scope}/x")  # a malformed scope gets the naming error
+        raise UnknownScopeError(scope)
+
+
+__all__ = ["MetadataStore", "StreamCallback", "check_append_only", "check_scope"]

@@ -1,0 +1,213 @@
+"""The metadata store in ZooKeeper, through kazoo.
+
+    client = KazooClient(hosts="127.0.0.1:2181"); client.start()
+    store = ZooKeeperStore(client, root="/tidemark")
+
+Znode layout (under ``root``)::
+
+    streams/<scope>                            a scope (created with its first stream)
+    streams/<scope>/<name>                     the stream record: JSON of configuration,
+                                               state, current epoch, truncation record,
+                                               sealed sizes, pending operation. Its znode
+                                               version is the compare-and-set version.
+    streams/<scope>/<name>/epochs/<0000000007> epoch 7: JSON of its segments and creation
+                                               time. Created once, never changed.
+
+A scale adds its epoch znode and rewrites the stream record in one ZooKeeper
+transaction whose set checks the record's version, so a new epoch and the
+record naming it appear together or not at all. Watchers watch the record
+znode alone: every change, an added epoch included, rewrites it. Epochs
+are cached (keyed by the record's creation zxid, so a re-created stream
+of the same name does not see stale ones).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
+from kazoo.recipe.watchers import DataWatch
+
+from controller.exceptions import (
+    ConflictError,
+    ControllerError,
+    StreamExistsError,
+    UnknownScopeError,
+    UnknownStreamError,
+)
+from controller.metadata import (
+    StreamMetadata,
+    Versioned,
+    epoch_from_dict,
+    epoch_to_dict,
+    record_from_dict,
+    record_to_dict,
+)
+from controller.model import Epoch
+from controller.naming import split_stream
+from controller.store import MetadataStore, StreamCallback, check_append_only
+
+log = logging.getLogger(__name__)
+
+
+def _json(value: Any) -> bytes:
+    return json.dumps(value, sort_keys=True).encode("utf-8")
+
+
+class ZooKeeperStore(MetadataStore):
+    def __init__(self, client: KazooClient, root: str = "/tidemark") -> None:
+        self.client = client
+        self.root = root.rstrip("/") or ""
+        self._streams_path = f"{self.root}/streams"
+        self._cache_lock = threading.Lock()
+        self._epochs: dict[tuple[str, int, int], Epoch] = {}
+
+    # --- paths -----------------------------------------------------------------------------
+
+    def _stream_path(self, stream: str) -> str:
+        scope, name = split_stream(stream)
+        return f"{self._streams_path}/{scope}/{name}"
+
+    def _epoch_path(self, stream: str, number: int) -> str:
+        return f"{self._stream_path(stream)}/epochs/{number:010d}"
+
+    # --- reading ---------------------------------------------------------------------------
+
+    def _epochs_of(self, stream: str, czxid: int, count: int) -> tuple[Epoch, ...]:
+        out = []
+        for number in range(count):
+            key = (stream, czxid, number)
+            with self._cache_lock:
+                cached = self._epochs.get(key)
+            if cached is None:
+                try:
+                    data, _ = self.client.retry(self.client.get, self._epoch_path(stream, number))
+                except NoNodeError:
+                    raise UnknownStreamError(stream, f"epoch {number} is missing") from None
+                cached = epoch_from_dict(json.loads(data))
+                with self._cache_lock:
+                    self._epochs[key] = cached
+            out.append(cached)
+        return tuple(out)
+
+    def _decode(self, stream: str, data: bytes, czxid: int) -> StreamMetadata:
+        raw = json.loads(data)
+        epochs = self._epochs_of(stream, czxid, int(raw["current_epoch"]) + 1)
+        return record_from_dict(raw, epochs)
+
+    def read_stream(self, stream: str) -> Versioned:
+        try:
+            data, stat = self.client.retry(self.client.get, self._stream_path(stream))
+        except NoNodeError:
+            raise UnknownStreamError(stream) from None
+        return Versioned(self._decode(stream, data, stat.czxid), stat.version)
+
+    # --- writing ---------------------------------------------------------------------------
+
+    def create_stream(self, metadata: StreamMetadata) -> Versioned:
+        path = self._stream_path(metadata.name)
+        self.client.retry(self.client.ensure_path, path.rsplit("/", 1)[0])
+        tx = self.client.transaction()
+        tx.create(path, _json(record_to_dict(metadata)))
+        tx.create(f"{path}/epochs", b"")
+        for epoch in metadata.epochs:
+            tx.create(self._epoch_path(metadata.name, epoch.number), _json(epoch_to_dict(epoch)))
+        results = tx.commit()
+        if isinstance(results[0], NodeExistsError):
+            raise StreamExistsError(metadata.name)
+        self._raise_failures(metadata.name, results)
+        return self.read_stream(metadata.name)
+
+    def replace_stream(self, metadata: StreamMetadata, expected_version: int) -> Versioned:
+        current = self.read_stream(metadata.name)
+        if current.version != expected_version:
+            raise ConflictError(f"stream {metadata.name!r}", expected_version, current.version)
+        check_append_only(current.metadata, metadata)
+        path = self._stream_path(metadata.name)
+        tx = self.client.transaction()
+        for epoch in metadata.epochs[len(current.metadata.epochs) :]:
+            tx.create(self._epoch_path(metadata.name, epoch.number), _json(epoch_to_dict(epoch)))
+        tx.set_data(path, _json(record_to_dict(metadata)), version=expected_version)
+        results = tx.commit()
+        if any(isinstance(r, BadVersionError | NodeExistsError) for r in results):
+            found = self._version_or_none(path)
+            raise ConflictError(f"stream {metadata.name!r}", expected_version, found)
+        if any(isinstance(r, NoNodeError) for r in results):
+            raise UnknownStreamError(metadata.name)
+        self._raise_failures(metadata.name, results)
+        stat = results[-1]
+        return Versioned(metadata, stat.version)
+
+    def delete_stream(self, stream: str, expected_version: int) -> None:
+        path = self._stream_path(stream)
+        try:
+            epochs = self.client.retry(self.client.get_children, f"{path}/epochs")
+        except NoNodeError:
+            raise UnknownStreamError(stream) from None
+        tx = self.client.transaction()
+        for child in epochs:
+            tx.delete(f"{path}/epochs/{child}")
+        tx.delete(f"{path}/epochs")
+        tx.delete(path, version=expected_version)
+        results = tx.commit()
+        if any(isinstance(r, BadVersionError | NotEmptyError) for r in results):
+            raise ConflictError(f"stream {stream!r}", expected_version, self._version_or_none(path))
+        if any(isinstance(r, NoNodeError) for r in results):
+            raise UnknownStreamError(stream)
+        self._raise_failures(stream, results)
+
+    def _version_or_none(self, path: str) -> int | None:
+        stat = self.client.retry(self.client.exists, path)
+        return None if stat is None else int(stat.version)
+
+    @staticmethod
+    def _raise_failures(stream: str, results: list[Any]) -> None:
+        failures = [r for r in results if isinstance(r, Exception)]
+        if failures:
+            raise ControllerError(f"ZooKeeper refused an update of stream {stream!r}: {failures}")
+
+    # --- listing and watching --------------------------------------------------------------
+
+    def list_scopes(self) -> list[str]:
+        try:
+            return sorted(self.client.retry(self.client.get_children, self._streams_path))
+        except NoNodeError:
+            return []
+
+    def list_streams(self, scope: str | None = None) -> list[str]:
+        scopes = self.list_scopes()
+        if scope is not None:
+            if scope not in scopes:
+                split_stream(f"{scope}/x")
+                raise UnknownScopeError(scope)
+            scopes = [scope]
+        names: list[str] = []
+        for sc in scopes:
+            try:
+                children = self.client.retry(self.client.get_children, f"{self._streams_path}/{sc}")
+            except NoNodeError:
+                continue
+            names.extend(f"{sc}/{name}" for name in children)
+        return sorted(names)
+
+    def watch_stream(self, stream: str, callback: StreamCallback) -> None:
+        self.read_stream(stream)  # an unknown stream fails here, naming it
+        path = self._stream_path(stream)
+
+        def on_data(data: bytes | None, stat: Any, event: Any = None) -> bool | None:
+            if data is None or stat is None:
+                return False  # deleted: the watch ends
+            try:
+                callback(self._decode(stream, data, stat.czxid))
+            except Exception:
+                log.exception("a watcher of stream %r failed", stream)
+            return None
+
+        DataWatch(self.client, path, on_data)
+
+
+__all__ = ["ZooKeeperStore"]

@@ -1,0 +1,93 @@
+"""``tidemark stream ...`` and ``tidemark controller buckets``, in-process, on real services."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from controller.model import segment_id
+from tidemark.cli.main import main
+
+
+@pytest.fixture
+def cli(monkeypatch, kafka, zookeeper, zk_client, capsys):
+    monkeypatch.setenv("TIDEMARK_KAFKA_BOOTSTRAP", kafka)
+    monkeypatch.setenv("TIDEMARK_ZK_CONNECT", f"{zookeeper}{zk_client.chroot}")
+
+    def run(*argv: str, expect: int = 0):
+        code = main(list(argv))
+        out, err = capsys.readouterr()
+        assert code == expect, err
+        return out, err
+
+    return run
+
+
+def test_stream_verbs(cli, unique):
+    name = f"c{unique}/clicks"
+    out, _ = cli("stream", "create", name, "--segments", "2", "--uncapped", "--format", "json")
+    created = json.loads(out)
+    assert created["state"] == "active" and created["config"]["uncapped"] is True
+    assert created["config"]["timestamping"] == "client-prefer"
+
+    out, _ = cli(
+        "stream", "scale", name, "--seal", "1", "--ranges", "0.5:0.75,0.75:1", "--format", "json"
+    )
+    assert json.loads(out)["current_epoch"] == 1
+
+    out, _ = cli("stream", "describe", name, "--format", "json")
+    described = json.loads(out)
+    assert [s["id"] for s in described["segments"]] == [0, 1, segment_id(1, 2), segment_id(1, 3)]
+    sealed = {s["id"]: s["sealed_size"] for s in described["segments"] if s["sealed"]}
+    assert sealed == {1: 0}
+    assert [s["partition"] for s in described["segments"]] == [0, 1, 2, 3]
+
+    out, _ = cli("stream", "describe", name)
+    assert "epoch 1" in out and "[0.5, 0.75)" in out
+
+    cut = f"0=0,{segment_id(1, 2)}=0,{segment_id(1, 3)}=0"
+    out, _ = cli("stream", "truncate", name, "--cut", cut, "--format", "json")
+    assert json.loads(out)["truncation"] == {
+        "0": 0,
+        str(segment_id(1, 2)): 0,
+        str(segment_id(1, 3)): 0,
+    }
+
+    out, _ = cli("stream", "list", f"c{unique}", "--format", "json")
+    assert [json.loads(line) for line in out.splitlines()] == [{"stream": name, "state": "active"}]
+
+    _, err = cli("stream", "delete", name, expect=1)
+    assert "seal" in err and name in err
+    _, err = cli("stream", "scale", name, "--seal", "0", "--ranges", "0:0.2,0.1:0.5", expect=1)
+    assert "overlap" in err
+    _, err = cli("stream", "describe", name + "x", expect=1)
+    assert name + "x" in err
+
+    out, _ = cli("stream", "seal", name, "--format", "json")
+    assert json.loads(out)["state"] == "sealed"
+    out, _ = cli("stream", "delete", name)
+    assert f"deleted {name}" in out
+    out, _ = cli("stream", "list")
+    assert "no streams" in out
+
+
+def test_controller_buckets(cli, zk_client):
+    from controller.buckets import BucketOwner
+
+    owner = BucketOwner(zk_client, "solo", 8, recheck_s=0.1).start()
+    try:
+        import time
+
+        deadline = time.monotonic() + 15
+        while len(owner.owned()) < 8:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        out, _ = cli("controller", "buckets", "--format", "json")
+        view = json.loads(out)
+        assert view["members"] == ["solo"]
+        assert set(view["buckets"].values()) == {"solo"} and len(view["buckets"]) == 8
+        out, _ = cli("controller", "buckets")
+        assert "bucket 0" in out and "solo" in out
+    finally:
+        owner.stop()

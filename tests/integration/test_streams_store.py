@@ -1,0 +1,131 @@
+"""One contract, two metadata stores: in-memory and ZooKeeper (kazoo)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from controller.config import ScalingPolicy, StreamConfiguration
+from controller.exceptions import (
+    ConflictError,
+    StreamExistsError,
+    UnknownScopeError,
+    UnknownStreamError,
+)
+from controller.memory_store import MemoryStore
+from controller.metadata import PendingScale, StreamMetadata, new_stream_metadata
+from controller.model import KeyRange
+from controller.planning import plan_scale
+from controller.states import StreamState
+from controller.store import MetadataStore
+
+
+@pytest.fixture(params=["memory", "zookeeper"])
+def store(request) -> MetadataStore:
+    if request.param == "memory":
+        return MemoryStore()
+    from controller.zk_store import ZooKeeperStore
+
+    return ZooKeeperStore(request.getfixturevalue("zk_client"), root="/tidemark")
+
+
+def fresh(name: str = "shop/orders", segments: int = 2) -> StreamMetadata:
+    return new_stream_metadata(name, StreamConfiguration(ScalingPolicy.fixed(segments)), 10)
+
+
+def scaled(meta: StreamMetadata) -> StreamMetadata:
+    epoch = plan_scale(meta, [0], [KeyRange(0, 0.25), KeyRange(0.25, 0.5)], at_ms=20)
+    return meta.with_changes(epochs=(*meta.epochs, epoch), sealed_sizes={0: 5})
+
+
+def wait_for(predicate, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.01)
+
+
+def test_create_read_and_versions(store):
+    created = store.create_stream(fresh())
+    assert created.version == 0
+    assert store.get_stream("shop/orders") == fresh()
+    with pytest.raises(StreamExistsError, match="'shop/orders'"):
+        store.create_stream(fresh())
+    with pytest.raises(UnknownStreamError, match="'shop/nothing'"):
+        store.get_stream("shop/nothing")
+
+
+def test_compare_and_set(store):
+    v0 = store.create_stream(fresh())
+    active = v0.metadata.with_changes(state=StreamState.ACTIVE)
+    v1 = store.replace_stream(active, v0.version)
+    assert v1.version == v0.version + 1
+    with pytest.raises(ConflictError, match="expected version 0, found 1"):
+        store.replace_stream(active.with_changes(state=StreamState.SEALING), v0.version)
+    assert store.get_stream("shop/orders").state is StreamState.ACTIVE
+    with pytest.raises(UnknownStreamError):
+        store.replace_stream(fresh("shop/other"), 0)
+
+
+def test_epochs_are_append_only_and_round_trip(store):
+    v0 = store.create_stream(fresh())
+    pending = PendingScale((0,), (KeyRange(0, 0.25), KeyRange(0.25, 0.5)), 20, 1)
+    grown = scaled(v0.metadata).with_changes(pending=pending, truncation={1: 3})
+    v1 = store.replace_stream(grown, v0.version)
+    assert store.get_stream("shop/orders") == grown
+    assert store.read_stream("shop/orders").version == v1.version
+    rewritten = grown.with_changes(epochs=(grown.epochs[0], fresh().epochs[0].__class__(1, ())))
+    with pytest.raises(ConflictError, match="immutable"):
+        store.replace_stream(rewritten, v1.version)
+    with pytest.raises(ConflictError):
+        store.replace_stream(v0.metadata, v1.version)  # drops epoch 1
+    assert store.get_stream("shop/orders") == grown
+
+
+def test_delete_and_recreate(store):
+    v0 = store.create_stream(fresh())
+    v1 = store.replace_stream(scaled(v0.metadata), v0.version)
+    with pytest.raises(ConflictError):
+        store.delete_stream("shop/orders", v0.version)
+    store.delete_stream("shop/orders", v1.version)
+    with pytest.raises(UnknownStreamError):
+        store.get_stream("shop/orders")
+    again = fresh(segments=3)
+    store.create_stream(again)
+    assert store.get_stream("shop/orders") == again  # no stale epochs from the first life
+
+
+def test_listing(store):
+    assert store.list_streams() == [] and store.list_scopes() == []
+    for name in ("b/one", "a/two", "a/one"):
+        store.create_stream(fresh(name))
+    assert store.list_streams() == ["a/one", "a/two", "b/one"]
+    assert store.list_streams("a") == ["a/one", "a/two"]
+    assert store.list_scopes() == ["a", "b"]
+    with pytest.raises(UnknownScopeError, match="'zzz'"):
+        store.list_streams("zzz")
+
+
+def test_watch_sees_every_settled_change(store):
+    v = store.create_stream(fresh())
+    seen: list[StreamMetadata] = []
+    lock = threading.Lock()
+
+    def on_change(meta: StreamMetadata) -> None:
+        with lock:
+            seen.append(meta)
+
+    store.watch_stream("shop/orders", on_change)
+    wait_for(lambda: len(seen) >= 1)
+    assert seen[0] == v.metadata
+    active = v.metadata.with_changes(state=StreamState.ACTIVE)
+    v = store.replace_stream(active, v.version)
+    wait_for(lambda: seen[-1] == active)
+    grown = scaled(active)
+    store.replace_stream(grown, v.version)
+    wait_for(lambda: seen[-1] == grown)
+    assert seen[-1].current_epoch().number == 1
+    with pytest.raises(UnknownStreamError):
+        store.watch_stream("shop/nothing", on_change)
