@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "tidemark.cli.demo",
     "tidemark.cli.streams",
     "tidemark.cli.controller",
+    "tidemark.cli.write",
 )
 
 

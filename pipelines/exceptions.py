@@ -1,0 +1,138 @@
+"""Errors of the writers: each names the problem and what the caller can do.
+
+A refused call changes nothing: what the writer had written and what was
+acknowledged before it stays written, and the writer stays usable (except
+after a :class:`DeliveryError`, whose records are not in the stream; the
+caller decides whether to write them again).
+
+The stream's own refusals come from the control plane and are re-exported
+here: :class:`UnknownStreamError` and :class:`StreamSealedError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from controller.exceptions import StreamSealedError, UnknownStreamError
+from tidemark.errors import ConfigurationError, TidemarkError
+
+
+class WriterError(TidemarkError):
+    """Root of the writers' errors."""
+
+
+class WriterConfigError(WriterError, ConfigurationError):
+    """A writer setting is invalid; the message names it and the valid choices."""
+
+
+class MissingWriterIdError(WriterConfigError):
+    """Noting time needs a writer id: create the writer with ``writer_id="..."``.
+
+    The controller keeps one noted time per writer id; without one it cannot
+    tell this writer's marks from another's.
+    """
+
+
+class WriterClosedError(WriterError):
+    """The writer (or transaction) is closed; create a new one."""
+
+
+class InvalidTimestampError(WriterError, ValueError):
+    """A timestamp is not an int of milliseconds within 0 … 2**63-1."""
+
+
+class MissingTimestampError(InvalidTimestampError):
+    """The stream's timestamping is ``client-require`` and a record came without one."""
+
+
+class TimeWentBackwardsError(WriterError, ValueError):
+    """``note_time`` got a time below the writer's previous noted time.
+
+    The controller would refuse the mark (Pravega: a smaller time is stale);
+    an equal time is accepted.
+    """
+
+
+class AutomaticTimeError(WriterError):
+    """``note_time`` on a writer that notes time automatically (``automatically_note_time``)."""
+
+
+class SerializationError(WriterError, TypeError):
+    """An event is not bytes and the writer has no serializer (or the serializer failed)."""
+
+
+@dataclass(frozen=True)
+class FailedRecord:
+    """One record Kafka did not store: where it was going, its key, and Kafka's error."""
+
+    topic: str
+    partition: int
+    key: bytes | None
+    error: str
+
+
+class DeliveryError(WriterError):
+    """Kafka did not store some records (their ``failed`` list says which and why).
+
+    Records acknowledged earlier are stored. A mark noted while these records
+    were in flight is not published (its position would hide the gap); note
+    the time again after writing them again.
+    """
+
+    def __init__(self, failed: Sequence[FailedRecord]) -> None:
+        self.failed = tuple(failed)
+        first = self.failed[0] if self.failed else None
+        detail = f"; first: {first.topic}[{first.partition}]: {first.error}" if first else ""
+        super().__init__(f"{len(self.failed)} record(s) were not delivered{detail}")
+
+
+class WriterTimeoutError(WriterError, TimeoutError):
+    """Kafka did not acknowledge in time (flush, close, write_batch, a scale)."""
+
+
+class InvalidRoutingKeyError(WriterError, TypeError):
+    """A routing key is not str, bytes or None."""
+
+
+class MarksTopicError(WriterError):
+    """The marks topic is missing (and may not be created) or has the wrong partition count."""
+
+
+class TransactionError(WriterError):
+    """A Kafka transaction failed; the transaction is aborted, nothing of it is visible."""
+
+
+class TransactionStateError(TransactionError):
+    """The call does not fit the transaction's state (write after commit, two open at once)."""
+
+
+class TransactionTimedOutError(TransactionError):
+    """The transaction stayed open longer than its timeout, so Kafka aborted it.
+
+    Nothing written in it is visible. Begin a new transaction and write again,
+    or raise ``WriterConfig.transaction_timeout_ms``.
+    """
+
+
+__all__ = [
+    "AutomaticTimeError",
+    "DeliveryError",
+    "FailedRecord",
+    "InvalidRoutingKeyError",
+    "InvalidTimestampError",
+    "MarksTopicError",
+    "MissingTimestampError",
+    "MissingWriterIdError",
+    "SerializationError",
+    "StreamSealedError",
+    "TimeWentBackwardsError",
+    "TransactionError",
+    "TransactionStateError",
+    "TransactionTimedOutError",
+    "UnknownStreamError",
+    "WriterClosedError",
+    "WriterConfigError",
+    "WriterError",
+    "WriterTimeoutError",
+]

@@ -1,0 +1,161 @@
+"""S2's rules for record timestamps, as pure functions over plain values.
+
+    >>> clock = SegmentClock(TimestampPolicy(uncapped=True))
+    >>> [clock.stamp(0, t, arrival_ms=100).timestamp for t in (42, 44, 42, 50, 50, 48, 55)]
+    [42, 44, 44, 50, 50, 50, 55]
+
+For one record, in this order:
+
+1. **Mode** (the stream's ``timestamping``): ``client-prefer`` takes the
+   writer's timestamp, or the arrival time when there is none;
+   ``client-require`` refuses a record without one; ``arrival`` ignores it
+   and takes the arrival time (the topic then uses the broker's append time).
+2. **Cap** (unless the stream is ``uncapped``): a timestamp later than the
+   arrival time is lowered to the arrival time.
+3. **Monotonic**: within one writer and one segment, a timestamp below the
+   previous one is raised to it. A successor segment starts from the highest
+   timestamp this writer stored in its predecessors, so along one routing key
+   a writer's timestamps never go down, across scaling too.
+
+"Arrival time" is the writer's clock when ``write`` is called (milliseconds).
+A stamp is *adjusted* when the writer gave a timestamp and the stored one
+differs from it. Nothing here is monotonic across writers: see the README.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from controller.config import TimestampingMode
+from pipelines.exceptions import InvalidTimestampError, MissingTimestampError
+
+MAX_TIMESTAMP = 2**63 - 1
+"""The largest timestamp Kafka (a Java long) can hold."""
+
+
+def check_timestamp(value: object, what: str = "timestamp") -> int:
+    """``value`` when it is an int within 0 … 2**63-1, else :class:`InvalidTimestampError`."""
+    if type(value) is not int:
+        raise InvalidTimestampError(
+            f"{what} must be an int of milliseconds, got {value!r} ({type(value).__name__})"
+        )
+    if not 0 <= value <= MAX_TIMESTAMP:
+        raise InvalidTimestampError(f"{what} {value} is outside 0 … 2**63-1")
+    return value
+
+
+@dataclass(frozen=True)
+class TimestampPolicy:
+    """A stream's timestamping mode and whether client timestamps are capped."""
+
+    mode: TimestampingMode = TimestampingMode.CLIENT_PREFER
+    uncapped: bool = False
+
+    @property
+    def uses_broker_time(self) -> bool:
+        return self.mode is TimestampingMode.ARRIVAL
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """The timestamp to store, and whether it differs from the writer's."""
+
+    timestamp: int
+    adjusted: bool
+
+
+def choose(policy: TimestampPolicy, client_ts: int | None, arrival_ms: int) -> int:
+    """Steps 1 and 2: mode, then cap. ``client_ts`` must be checked already."""
+    if policy.mode is TimestampingMode.ARRIVAL:
+        return arrival_ms
+    if client_ts is None:
+        if policy.mode is TimestampingMode.CLIENT_REQUIRE:
+            raise MissingTimestampError(
+                "the stream's timestamping is client-require: every record needs a timestamp"
+            )
+        return arrival_ms
+    if not policy.uncapped and client_ts > arrival_ms:
+        return arrival_ms
+    return client_ts
+
+
+def stamp(
+    policy: TimestampPolicy, client_ts: int | None, arrival_ms: int, floor: int | None
+) -> Stamp:
+    """All three steps for one record; ``floor`` is the segment's previous timestamp."""
+    ts = choose(policy, client_ts, arrival_ms)
+    if floor is not None and ts < floor:
+        ts = floor
+    return Stamp(ts, client_ts is not None and ts != client_ts)
+
+
+def monotonic(timestamps: Iterable[int], floor: int | None = None) -> list[int]:
+    """Step 3 alone over a sequence: each value raised to the running maximum."""
+    out = []
+    for ts in timestamps:
+        if floor is None or ts > floor:
+            floor = ts
+        out.append(floor)
+    return out
+
+
+class SegmentClock:
+    """One writer's timestamp floors, per segment; applies :func:`stamp` and remembers."""
+
+    def __init__(self, policy: TimestampPolicy) -> None:
+        self.policy = policy
+        self._floors: dict[int, int] = {}
+
+    def floor(self, segment: int) -> int | None:
+        return self._floors.get(segment)
+
+    def floors(self) -> Mapping[int, int]:
+        return dict(self._floors)
+
+    def peek(self, segment: int, client_ts: int | None, arrival_ms: int) -> int:
+        """The timestamp a record would get now, without remembering it.
+
+        The writers' hot path: :func:`stamp`'s rules, inlined.
+        """
+        if client_ts is None or self.policy.mode is TimestampingMode.ARRIVAL:
+            if client_ts is None and self.policy.mode is TimestampingMode.CLIENT_REQUIRE:
+                choose(self.policy, client_ts, arrival_ms)  # raises
+            ts = arrival_ms
+        elif client_ts > arrival_ms and not self.policy.uncapped:
+            ts = arrival_ms
+        else:
+            ts = client_ts
+        floor = self._floors.get(segment)
+        return floor if floor is not None and ts < floor else ts
+
+    def advance(self, segment: int, timestamp: int) -> None:
+        """Remember that ``timestamp`` was sent on ``segment``."""
+        floor = self._floors.get(segment)
+        if floor is None or timestamp > floor:
+            self._floors[segment] = timestamp
+
+    def stamp(self, segment: int, client_ts: int | None, arrival_ms: int) -> Stamp:
+        """:func:`stamp` with the segment's floor, remembered."""
+        result = stamp(self.policy, client_ts, arrival_ms, self._floors.get(segment))
+        self._floors[segment] = result.timestamp
+        return result
+
+    def inherit(self, successor: int, predecessors: Iterable[int]) -> None:
+        """Start ``successor`` from the highest floor among ``predecessors``."""
+        known = [self._floors[p] for p in predecessors if p in self._floors]
+        if known:
+            self._floors[successor] = max([*known, self._floors.get(successor, 0)])
+
+
+__all__ = [
+    "MAX_TIMESTAMP",
+    "SegmentClock",
+    "Stamp",
+    "TimestampPolicy",
+    "TimestampingMode",
+    "check_timestamp",
+    "choose",
+    "monotonic",
+    "stamp",
+]

@@ -1,0 +1,754 @@
+"""Event writers: route events to segments, track the position, note time.
+
+    store = ZooKeeperStore(kazoo_client)            # or MemoryStore()
+    with EventWriter("w1", "shop/orders", store=store, bootstrap_servers=bootstrap) as w:
+        w.write(b"order 1", routing_key="customer-7", timestamp=1_700_000_000_000)
+        w.note_time(1_700_000_000_000)   # "I have written everything up to this time"
+    # close(): flush, then a shutdown mark so the controller stops waiting for w1
+
+Writing: ``write`` routes the routing key into [0, 1) and sends the event to
+the current epoch's segment owning it (the Kafka partition numbered like the
+segment), with the timestamp the stream's timestamping rules give
+(:mod:`pipelines.timestamping`). Sending is asynchronous: Kafka acknowledges
+in the background; ``flush`` waits; a record Kafka refused is raised as
+:class:`DeliveryError` by the next call. ``write_batch`` waits for its
+records and returns their acknowledgement.
+
+Position: the next offset of every segment this writer has had records
+acknowledged on, folded from Kafka's delivery reports
+(:mod:`pipelines.positions`).
+
+Noting time: ``note_time(t)`` queues a writer mark (``t`` and the position
+reached by every record written **before** the call) and publishes it, to the
+stream's bucket of the marks topic, as soon as those records are
+acknowledged; it does not block. With ``automatically_note_time`` a
+background thread notes the wall-clock time (never less than the highest
+timestamp written) every ``note_time_interval_ms``.
+
+Scaling: the writer watches the stream's metadata. When a new epoch appears
+it first waits for every record in flight (so no key's new records overtake
+its old ones), then routes to the new epoch's segments. Each successor
+segment's timestamps start from the highest its predecessors got from this
+writer.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+
+from controller.metadata import StreamMetadata
+from controller.model import Epoch, Segment, WriterMark, segment_number
+from controller.naming import split_stream
+from controller.navigation import key_hash, predecessors
+from controller.states import WRITABLE, require_writable
+from controller.store import MetadataStore
+from pipelines.config import WriterConfig
+from pipelines.exceptions import (
+    AutomaticTimeError,
+    DeliveryError,
+    FailedRecord,
+    InvalidRoutingKeyError,
+    MissingWriterIdError,
+    SerializationError,
+    TimeWentBackwardsError,
+    WriterClosedError,
+    WriterError,
+    WriterTimeoutError,
+)
+from pipelines.marks import ensure_marks_topic, mark_message
+from pipelines.positions import PositionTracker
+from pipelines.replay import ReplayBuffer, Retained
+from pipelines.timestamping import (
+    SegmentClock,
+    TimestampPolicy,
+    check_timestamp,
+    choose,
+    monotonic,
+)
+
+log = logging.getLogger(__name__)
+
+Serializer = Callable[[Any], bytes]
+RoutingKey = str | bytes | None
+
+_ROUTE_CACHE_SIZE = 65_536
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True)
+class RecordAck:
+    """One stored record: its offset and stored timestamp, and whether it was adjusted."""
+
+    offset: int
+    timestamp: int
+    adjusted: bool
+
+
+@dataclass(frozen=True)
+class BatchAck:
+    """What ``write_batch`` stored, in order, all on ``segment_id``."""
+
+    segment_id: int
+    records: tuple[RecordAck, ...]
+
+    @property
+    def first_offset(self) -> int:
+        return self.records[0].offset
+
+    @property
+    def last_offset(self) -> int:
+        return self.records[-1].offset
+
+    @property
+    def first_timestamp(self) -> int:
+        return self.records[0].timestamp
+
+    @property
+    def last_timestamp(self) -> int:
+        return self.records[-1].timestamp
+
+    @property
+    def adjusted(self) -> tuple[bool, ...]:
+        return tuple(r.adjusted for r in self.records)
+
+
+def _routing_key_bytes(routing_key: RoutingKey) -> bytes | None:
+    if routing_key is None:
+        return None
+    if isinstance(routing_key, str):
+        return routing_key.encode("utf-8")
+    if isinstance(routing_key, bytes):
+        return routing_key
+    raise InvalidRoutingKeyError(
+        f"routing_key must be str, bytes or None, got {type(routing_key).__name__}"
+    )
+
+
+class _StreamWriter:
+    """What both writers share: the stream's metadata, routing, stamping, the producer."""
+
+    def __init__(
+        self,
+        writer_id: str | None,
+        stream: str,
+        *,
+        store: MetadataStore,
+        bootstrap_servers: str,
+        config: WriterConfig,
+        serializer: Serializer | None,
+        clock: Callable[[], int] | None,
+        transactional_id: str | None = None,
+    ) -> None:
+        if writer_id is not None and (not isinstance(writer_id, str) or not writer_id.strip()):
+            raise MissingWriterIdError(f"writer_id must be a non-empty string, got {writer_id!r}")
+        split_stream(stream)
+        self.writer_id = writer_id
+        self.stream = stream
+        self.config = config
+        self._serializer = serializer
+        self._now_ms = clock or wall_clock_ms
+        self._lock = threading.RLock()
+        self._closed = False
+        self._failures: list[FailedRecord] = []
+        self._fatal: KafkaError | None = None
+
+        metadata = store.get_stream(stream)
+        require_writable(stream, metadata.state)
+        ensure_marks_topic(bootstrap_servers, config.cluster, config.create_marks_topic)
+
+        self._clock = SegmentClock(_policy(metadata))
+        self._tracker = PositionTracker()
+        self._replay = ReplayBuffer(config.replay_window_ms)
+        # A transactional writer replays whole transactions instead.
+        self._retain = transactional_id is None
+        self._metadata = metadata
+        self._latest = metadata
+        self._epoch: Epoch = metadata.current_epoch()
+        self._topic = metadata.topic
+        self._segment_of_partition: dict[int, int] = {}
+        self._routes: dict[bytes, Segment] = {}
+        self._writable = True
+        self._index_segments(metadata)
+
+        settings = config.producer_settings(
+            bootstrap_servers,
+            client_id=f"tidemark-{writer_id or 'anonymous'}",
+            transactional_id=transactional_id,
+        )
+        settings["on_delivery"] = self._on_delivery
+        settings["error_cb"] = self._on_error
+        self._producer_settings = settings
+        self._producer = Producer(settings)
+        store.watch_stream(stream, self._on_metadata)
+
+    # --- metadata -------------------------------------------------------------------------
+
+    def _on_metadata(self, metadata: StreamMetadata) -> None:
+        # Called from the store's thread: only hand the value over; writes apply it.
+        self._latest = metadata
+
+    def _index_segments(self, metadata: StreamMetadata) -> None:
+        self._segment_of_partition = {s.number: s.id for s in metadata.segments().values()}
+
+    def _refresh(self) -> None:
+        """Apply metadata that changed since the last write (caller holds the lock).
+
+        See ``controller.streams`` for how a scale fences writers: a sealed
+        segment's content ends at its recorded sealed size, so records this
+        writer had acknowledged at or beyond it are sent again, in order, to
+        the successors (or reported failed when the whole stream was sealed).
+        """
+        latest = self._latest
+        if latest is self._metadata:
+            if not self._writable:
+                require_writable(self.stream, self._metadata.state)
+            return
+        self._writable = False
+        closing = latest.state not in WRITABLE
+        current = {s.id for s in latest.current_epoch().segments}
+        gone = [s.id for s in self._epoch.segments if closing or s.id not in current]
+        if gone:
+            # Per-key order: nothing may be in flight to a sealed segment when
+            # its keys start going to a successor.
+            self._drain(self.config.delivery_timeout_ms)
+            written = [s for s in gone if self._replay.retained(s)]
+            if written:
+                latest = self._await_sealed_sizes(written)
+        else:
+            written = []
+        self._metadata = latest
+        self._index_segments(latest)
+        self._clock.policy = _policy(latest)
+        if closing:
+            for seg_id in written:
+                for rec in self._cut_off(seg_id, latest):
+                    self._failures.append(
+                        FailedRecord(
+                            self._topic,
+                            segment_number(seg_id),
+                            rec.key,
+                            f"stored at offset {rec.offset}, beyond the sealed size "
+                            f"{latest.sealed_sizes[seg_id]}: the stream was sealed",
+                        )
+                    )
+            require_writable(self.stream, latest.state)
+        new_epoch = latest.current_epoch()
+        if new_epoch.number != self._epoch.number:
+            log.info(
+                "writer %s: stream %s moved from epoch %d to %d",
+                self.writer_id,
+                self.stream,
+                self._epoch.number,
+                new_epoch.number,
+            )
+            for epoch in latest.epochs[self._epoch.number + 1 :]:
+                for seg in epoch.segments:
+                    if seg.epoch == epoch.number:
+                        preds = predecessors(latest.epochs, seg.id)
+                        self._clock.inherit(seg.id, (p.id for p in preds))
+            self._await_partitions(latest.partition_count())
+            self._epoch = new_epoch
+            self._routes.clear()
+            for seg_id in written:
+                resend = self._cut_off(seg_id, latest)
+                if resend:
+                    log.info(
+                        "writer %s: re-sending %d record(s) cut off by the seal of segment %d",
+                        self.writer_id,
+                        len(resend),
+                        seg_id,
+                    )
+                now = self._now_ms()
+                for rec in resend:
+                    self._send(self._segment_for(rec.key), rec.key, rec.value, rec.timestamp, now)
+        self._writable = True
+
+    def _cut_off(self, seg_id: int, metadata: StreamMetadata) -> list[Retained]:
+        size = metadata.sealed_sizes[seg_id]
+        if self._replay.lost(seg_id, size):
+            self._failures.append(
+                FailedRecord(
+                    self._topic,
+                    segment_number(seg_id),
+                    None,
+                    f"records beyond the sealed size {size} are no longer retained; "
+                    "raise WriterConfig.replay_window_ms",
+                )
+            )
+        records = self._replay.cut_off(seg_id, size)
+        self._replay.forget(seg_id)
+        return records
+
+    def _await_sealed_sizes(self, seg_ids: Sequence[int]) -> StreamMetadata:
+        deadline = time.monotonic() + self.config.delivery_timeout_ms / 1000
+        while True:
+            latest = self._latest
+            if all(s in latest.sealed_sizes for s in seg_ids):
+                return latest
+            if time.monotonic() > deadline:
+                raise WriterTimeoutError(
+                    f"stream {self.stream}: segments {list(seg_ids)} left the current epoch but "
+                    "their sealed sizes were not recorded in time (is the scale still running?)"
+                )
+            time.sleep(0.02)
+
+    def _send(
+        self, seg: Segment, key: bytes | None, value: bytes, client_ts: int | None, now_ms: int
+    ) -> None:
+        ts = self._clock.peek(seg.id, client_ts, now_ms)
+        self._produce(self._topic, value, key, seg.number, ts)
+        self._clock.advance(seg.id, ts)
+        self._tracker.sent(seg.id)
+        if self._retain:
+            self._replay.sent(seg.id, key, value, ts, now_ms)
+
+    def _await_partitions(self, count: int) -> None:
+        deadline = time.monotonic() + self.config.delivery_timeout_ms / 1000
+        while True:
+            meta = self._producer.list_topics(self._topic, timeout=5)
+            found = meta.topics.get(self._topic)
+            if found is not None and found.error is None and len(found.partitions) >= count:
+                return
+            if time.monotonic() > deadline:
+                raise WriterTimeoutError(
+                    f"topic {self._topic!r} did not show {count} partitions after a scale"
+                )
+            time.sleep(0.1)
+
+    def _segment_for(self, key: bytes | None) -> Segment:
+        if key is None:
+            return self._epoch.segment_for(random.random())
+        seg = self._routes.get(key)
+        if seg is None:
+            if len(self._routes) >= _ROUTE_CACHE_SIZE:
+                self._routes.clear()
+            seg = self._routes[key] = self._epoch.segment_for(key_hash(key))
+        return seg
+
+    # --- values -------------------------------------------------------------------------
+
+    def _value(self, event: Any) -> bytes:
+        if self._serializer is not None:
+            try:
+                value = self._serializer(event)
+            except Exception as exc:
+                raise SerializationError(f"the serializer failed on {event!r}: {exc}") from exc
+            if not isinstance(value, bytes):
+                raise SerializationError(
+                    f"the serializer returned {type(value).__name__}, not bytes"
+                )
+            return value
+        if isinstance(event, bytes):
+            return event
+        if isinstance(event, bytearray | memoryview):
+            return bytes(event)
+        raise SerializationError(
+            f"event is {type(event).__name__}, not bytes; pass serializer=... to the writer "
+            "(for example lambda e: json.dumps(e).encode())"
+        )
+
+    # --- Kafka ---------------------------------------------------------------------------
+
+    def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
+        segment = self._segment_of_partition.get(msg.partition() or 0, -1)
+        if err is None:
+            offset = msg.offset() or 0
+            self._tracker.delivered(segment, offset)
+            self._replay.acked(segment, offset)
+        else:
+            self._tracker.failed(segment)
+            self._replay.failed(segment)
+            self._failures.append(_failed(err, msg))
+
+    def _on_mark_delivery(self, err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            self._failures.append(_failed(err, msg))
+
+    def _on_error(self, err: KafkaError) -> None:
+        if err.fatal():
+            self._fatal = err
+            log.error("writer %s: fatal Kafka error: %s", self.writer_id, err)
+        else:
+            log.warning("writer %s: Kafka: %s", self.writer_id, err)
+
+    def _produce(
+        self,
+        topic: str,
+        value: bytes,
+        key: bytes | None,
+        partition: int,
+        timestamp: int,
+        on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
+    ) -> None:
+        while True:
+            try:
+                if on_delivery is None:
+                    self._producer.produce(
+                        topic, value, key, partition=partition, timestamp=timestamp
+                    )
+                else:
+                    self._producer.produce(
+                        topic,
+                        value,
+                        key,
+                        partition=partition,
+                        timestamp=timestamp,
+                        on_delivery=on_delivery,
+                    )
+                return
+            except BufferError:
+                # The local queue is full: serve delivery reports, then retry.
+                self._producer.poll(0.05)
+            except KafkaException as exc:
+                raise WriterError(
+                    f"Kafka refused a record for {topic}[{partition}]: {exc.args[0]}"
+                ) from exc
+
+    def _drain(self, timeout_ms: int) -> None:
+        """Wait until nothing is in flight (records and marks); no errors raised here."""
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            left = self._producer.flush(max(0.0, deadline - time.monotonic()))
+            published = self._publish_ready()
+            if left == 0 and not published:
+                return
+            if time.monotonic() >= deadline:
+                raise WriterTimeoutError(
+                    f"writer {self.writer_id}: {left} record(s) still in flight after "
+                    f"{timeout_ms} ms"
+                )
+
+    def _publish_ready(self) -> int:
+        """Publish the notes whose records are all acknowledged; how many were published."""
+        return 0
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise WriterClosedError(f"writer {self.writer_id} of {self.stream} is closed")
+        if self._fatal is not None:
+            raise WriterError(
+                f"writer {self.writer_id}: Kafka reported a fatal error, create a new writer: "
+                f"{self._fatal}"
+            )
+
+    def _raise_failures(self) -> None:
+        if self._failures:
+            failed, self._failures = self._failures, []
+            raise DeliveryError(failed)
+
+    def position(self) -> dict[int, int]:
+        """Segment id -> next offset, for every segment with records acknowledged."""
+        with self._lock:
+            return self._tracker.position()
+
+
+def _failed(err: KafkaError, msg: Message) -> FailedRecord:
+    return FailedRecord(msg.topic() or "", msg.partition() or 0, msg.key(), str(err))
+
+
+def _policy(metadata: StreamMetadata) -> TimestampPolicy:
+    return TimestampPolicy(metadata.config.timestamping, metadata.config.uncapped)
+
+
+class EventWriter(_StreamWriter):
+    """Writes events to one stream and notes the time it has reached.
+
+    ``writer_id`` names this writer to the controller (one noted time per
+    id; reuse the id when a writer restarts). A writer without one may write
+    but not note time. Not safe to share between processes; safe between
+    threads.
+    """
+
+    def __init__(
+        self,
+        writer_id: str | None,
+        stream: str,
+        *,
+        store: MetadataStore,
+        bootstrap_servers: str,
+        config: WriterConfig | None = None,
+        serializer: Serializer | None = None,
+        automatically_note_time: bool | None = None,
+        clock: Callable[[], int] | None = None,
+    ) -> None:
+        config = config or WriterConfig()
+        if automatically_note_time is not None:
+            from dataclasses import replace
+
+            config = replace(config, automatically_note_time=automatically_note_time)
+        if config.automatically_note_time and writer_id is None:
+            raise MissingWriterIdError("automatically_note_time needs a writer_id")
+        super().__init__(
+            writer_id,
+            stream,
+            store=store,
+            bootstrap_servers=bootstrap_servers,
+            config=config,
+            serializer=serializer,
+            clock=clock,
+        )
+        self._last_noted: int | None = None
+        self._stop = threading.Event()
+        self._auto: threading.Thread | None = None
+        if config.automatically_note_time:
+            self._auto = threading.Thread(
+                target=self._note_automatically, name=f"tidemark-note-{writer_id}", daemon=True
+            )
+            self._auto.start()
+
+    def __enter__(self) -> EventWriter:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # --- writing -------------------------------------------------------------------------
+
+    def write(self, event: Any, routing_key: RoutingKey, timestamp: int | None = None) -> None:
+        """Send ``event`` to the segment owning ``routing_key`` (``None``: any segment).
+
+        ``event`` is bytes, or anything the writer's serializer takes;
+        ``timestamp`` is milliseconds, used as the stream's timestamping rules say.
+        Returns once Kafka has the record queued; ``flush`` waits for it.
+        """
+        # The hot path: _send and the checks inlined (see the benchmark).
+        if type(event) is not bytes:
+            event = self._value(event)
+        if routing_key is None or type(routing_key) is not str:
+            key = _routing_key_bytes(routing_key)
+        else:
+            key = routing_key.encode("utf-8")
+        if timestamp is not None:
+            check_timestamp(timestamp)
+        with self._lock:
+            if self._closed or self._fatal is not None or self._failures:
+                self._check_usable()
+                self._raise_failures()
+            if self._latest is not self._metadata or not self._writable:
+                self._refresh()
+            seg = self._routes.get(key) if key is not None else None
+            if seg is None:
+                seg = self._segment_for(key)
+            now = self._now_ms()
+            seg_id = seg.id
+            ts = self._clock.peek(seg_id, timestamp, now)
+            try:
+                self._producer.produce(self._topic, event, key, seg.number, timestamp=ts)
+            except (BufferError, KafkaException):
+                self._produce(self._topic, event, key, seg.number, ts)
+            self._clock.advance(seg_id, ts)
+            self._tracker.sent(seg_id)
+            self._replay.sent(seg_id, key, event, ts, now)
+            self._producer.poll(0)
+            if self._tracker.pending():
+                self._publish_ready()
+
+    def write_batch(
+        self,
+        events: Sequence[Any],
+        routing_key: RoutingKey,
+        timestamps: Sequence[int | None] | None = None,
+    ) -> BatchAck:
+        """Write ``events`` in order to one segment and wait until Kafka stored them.
+
+        Every event and timestamp is checked before anything is sent, so a
+        bad one refuses the whole batch. The acknowledgement gives the first
+        and last stored offsets and timestamps and, per record, whether its
+        timestamp was adjusted (differs from the one given).
+        """
+        if not events:
+            raise WriterError("write_batch needs at least one event")
+        if timestamps is not None and len(timestamps) != len(events):
+            raise WriterError(
+                f"write_batch got {len(events)} events but {len(timestamps)} timestamps"
+            )
+        values = [self._value(e) for e in events]
+        key = _routing_key_bytes(routing_key)
+        given: list[int | None] = (
+            list(timestamps) if timestamps is not None else [None] * len(values)
+        )
+        for i, ts in enumerate(given):
+            if ts is not None:
+                check_timestamp(ts, f"timestamps[{i}]")
+        results: list[tuple[int, int] | None] = [None] * len(values)
+        reported = [0]
+
+        def on_delivery(index: int) -> Callable[[KafkaError | None, Message], None]:
+            def report(err: KafkaError | None, msg: Message) -> None:
+                self._on_delivery(err, msg)
+                reported[0] += 1
+                if err is None:
+                    results[index] = (msg.offset() or 0, msg.timestamp()[1])
+
+            return report
+
+        with self._lock:
+            self._check_usable()
+            self._raise_failures()
+            if self._latest is not self._metadata or not self._writable:
+                self._refresh()
+            seg = self._segment_for(key)
+            arrival = self._now_ms()
+            # Every timestamp first (client-require may refuse one), then send.
+            stamps = monotonic(
+                (choose(self._clock.policy, ts, arrival) for ts in given),
+                self._clock.floor(seg.id),
+            )
+            for i, (value, ts) in enumerate(zip(values, stamps, strict=True)):
+                self._produce(self._topic, value, key, seg.number, ts, on_delivery(i))
+                self._clock.advance(seg.id, ts)
+                self._tracker.sent(seg.id)
+                self._replay.sent(seg.id, key, value, ts, arrival)
+            deadline = time.monotonic() + self.config.delivery_timeout_ms / 1000 + 5
+            while reported[0] < len(values):
+                if time.monotonic() > deadline:
+                    raise WriterTimeoutError("write_batch: Kafka did not acknowledge in time")
+                self._producer.poll(0.05)
+            self._publish_ready()
+            # The batch's failures are in self._failures too; report them now.
+            self._raise_failures()
+        stored = [r for r in results if r is not None]
+        return BatchAck(
+            segment_id=seg.id,
+            records=tuple(
+                RecordAck(off, ts, given[i] is not None and ts != given[i])
+                for i, (off, ts) in enumerate(stored)
+            ),
+        )
+
+    def flush(self, timeout_ms: int | None = None) -> None:
+        """Wait until Kafka acknowledged every record written and every mark noted.
+
+        Raises :class:`DeliveryError` for records Kafka refused, and
+        :class:`WriterTimeoutError` when ``timeout_ms`` (default: the delivery
+        timeout) passes first.
+        """
+        with self._lock:
+            self._check_usable()
+            self._drain(timeout_ms or self.config.delivery_timeout_ms)
+            self._raise_failures()
+
+    # --- time ----------------------------------------------------------------------------
+
+    def note_time(self, timestamp: int) -> None:
+        """Tell the controller this writer has reached ``timestamp``.
+
+        The mark's position includes every event written before this call; it
+        is published once they are acknowledged (``flush`` waits for it).
+        ``timestamp`` may equal the previous noted time, never go below it.
+        """
+        if self.config.automatically_note_time:
+            raise AutomaticTimeError(
+                f"writer {self.writer_id} notes time automatically "
+                "(automatically_note_time=True); note_time is not available"
+            )
+        if self.writer_id is None:
+            raise MissingWriterIdError(
+                "note_time needs a writer id: create the EventWriter with writer_id='...'"
+            )
+        check_timestamp(timestamp, "noted time")
+        with self._lock:
+            self._check_usable()
+            self._raise_failures()
+            if self._last_noted is not None and timestamp < self._last_noted:
+                raise TimeWentBackwardsError(
+                    f"writer {self.writer_id}: noted time {timestamp} is below the previous "
+                    f"noted time {self._last_noted}"
+                )
+            self._note(timestamp, alive=True)
+
+    def _note(self, timestamp: int, alive: bool) -> None:
+        self._last_noted = timestamp
+        self._tracker.note(timestamp, alive)
+        self._publish_ready()
+        self._producer.poll(0)
+
+    def _publish_ready(self) -> int:
+        published = 0
+        for note in self._tracker.ready():
+            if note.failed:
+                log.warning(
+                    "writer %s: mark for time %d not published: records written before it "
+                    "were not delivered",
+                    self.writer_id,
+                    note.time,
+                )
+                continue
+            assert self.writer_id is not None
+            msg = mark_message(
+                self.config.cluster,
+                self.stream,
+                self.writer_id,
+                WriterMark(note.time, note.position, note.alive),
+            )
+            self._produce(
+                msg.topic,
+                msg.value,
+                msg.key,
+                msg.partition,
+                self._now_ms(),
+                self._on_mark_delivery,
+            )
+            published += 1
+        return published
+
+    def _note_automatically(self) -> None:
+        interval_s = self.config.note_time_interval_ms / 1000
+        while not self._stop.wait(interval_s):
+            try:
+                with self._lock:
+                    if self._closed:
+                        return
+                    floors = self._clock.floors().values()
+                    now = max([self._now_ms(), self._last_noted or 0, *floors])
+                    self._note(now, alive=True)
+            except Exception:
+                log.exception("writer %s: noting time automatically failed", self.writer_id)
+
+    @property
+    def last_noted_time(self) -> int | None:
+        return self._last_noted
+
+    # --- closing -------------------------------------------------------------------------
+
+    def close(self, timeout_ms: int | None = None) -> None:
+        """Flush, publish the shutdown mark (when time was ever noted), and stop.
+
+        The shutdown mark (``alive=False``) lets the controller stop waiting
+        for this writer at once. Records Kafka refused are raised as
+        :class:`DeliveryError` after the writer is closed. Closing twice is
+        allowed.
+        """
+        self._stop.set()
+        if self._auto is not None and self._auto is not threading.current_thread():
+            self._auto.join()
+        timeout = timeout_ms or self.config.close_timeout_ms
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                if self._fatal is None:
+                    self._drain(timeout)
+                    if self.writer_id is not None and self._last_noted is not None:
+                        self._note(self._last_noted, alive=False)
+                        self._drain(timeout)
+            finally:
+                self._closed = True
+            self._raise_failures()
+
+
+__all__ = ["BatchAck", "EventWriter", "RecordAck", "Serializer", "wall_clock_ms"]
