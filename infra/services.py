@@ -1,7 +1,7 @@
 """Local services for a user: ``tidemark up`` / ``down`` / ``status``.
 
     services = LocalServices.from_env()
-    services.up()        # ZooKeeper + one Kafka broker, in the background
+    services.up()        # ZooKeeper, one Kafka broker, PostgreSQL, in the background
     services.status()    # what runs, on which ports
     services.down()
 
@@ -21,7 +21,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from infra.environment import Environment
-from infra.exceptions import ServiceError
+from infra.exceptions import MissingToolError, ServiceError
+from infra.ports import HOST
 from infra.process import pid_alive, stop_pid
 
 log = logging.getLogger(__name__)
@@ -78,6 +79,7 @@ class LocalServices:
 
     def up(self) -> ServicesState:
         from infra.kafka import KafkaCluster
+        from infra.postgres import PostgresServer
         from infra.zookeeper import ZooKeeperServer
 
         current = self.running()
@@ -90,6 +92,12 @@ class LocalServices:
         state = ServicesState()
         zk = ZooKeeperServer(data / "zookeeper", env=self.env, tie_to_owner=False)
         kafka = KafkaCluster(data / "kafka", env=self.env, tie_to_owner=False)
+        postgres: PostgresServer | None = None
+        if not self.env.postgres_dsn:
+            try:
+                postgres = PostgresServer(data / "postgres", tie_to_owner=False)
+            except MissingToolError as exc:
+                log.warning("not starting PostgreSQL (the timeline store): %s", exc)
         try:
             zk.start()
             state.zk_connect = zk.connect_string
@@ -109,7 +117,22 @@ class LocalServices:
                         str(node.process.log_path),
                     )
                 )
+            if postgres is None:
+                state.postgres_dsn = self.env.postgres_dsn
+            else:
+                postgres.start()
+                state.postgres_dsn = postgres.dsn
+                state.services.append(
+                    ServiceRecord(
+                        "postgres",
+                        _pid(postgres.process.pid),
+                        f"{HOST}:{postgres.port}",
+                        str(postgres.process.log_path),
+                    )
+                )
         except Exception:
+            if postgres is not None:
+                postgres.stop()
             kafka.stop()
             zk.stop()
             raise

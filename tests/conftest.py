@@ -121,3 +121,28 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.unit)
         elif "/tests/integration/" in path and not item.get_closest_marker("integration"):
             item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def postgres(environment: Environment) -> Iterator[str]:
+    """A PostgreSQL DSN (a local server unless TIDEMARK_POSTGRES_DSN is set).
+
+    The local server runs without fsync (test data only). Its directory is
+    made under the system's temporary directory, not pytest's: when we are
+    root, PostgreSQL runs as an unprivileged user that must traverse to its
+    data, and every pytest run resets its base directory to mode 0700.
+    """
+    if environment.postgres_dsn:
+        yield environment.postgres_dsn
+        return
+    import shutil
+    import tempfile
+
+    from infra.postgres import PostgresServer
+
+    root = Path(tempfile.mkdtemp(prefix="tidemark-postgres-"))
+    try:
+        with PostgresServer(root, durable=False) as server:
+            yield server.dsn
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

@@ -36,16 +36,19 @@ def _start(stack: ExitStack, work: Path) -> BenchServices:
     from infra.zookeeper import ZooKeeperServer
 
     env = Environment.from_env()
-    bootstrap = env.kafka_bootstrap or stack.enter_context(
-        KafkaCluster(work / "kafka", env=env, heap_mb=1024)
-    ).bootstrap_servers
+    bootstrap = (
+        env.kafka_bootstrap
+        or stack.enter_context(
+            KafkaCluster(work / "kafka", env=env, heap_mb=1024)
+        ).bootstrap_servers
+    )
     zk = env.zk_connect or stack.enter_context(ZooKeeperServer(work / "zk", env=env)).connect_string
     dsn = env.postgres_dsn
     if dsn is None:
         try:
-            from infra.postgres import PostgresServer  # type: ignore[attr-defined]
+            from infra.postgres import PostgresServer
 
-            dsn = stack.enter_context(PostgresServer(work / "postgres")).dsn
+            dsn = stack.enter_context(PostgresServer(work / "postgres", durable=False)).dsn
         except ImportError:
             dsn = None
     return BenchServices(work, bootstrap, zk, dsn)

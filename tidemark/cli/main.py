@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "tidemark.cli.streams",
     "tidemark.cli.controller",
     "tidemark.cli.write",
+    "tidemark.cli.timeline",
 )
 
 

@@ -24,12 +24,18 @@ def cmd_up(args: argparse.Namespace) -> int:
     state = LocalServices.from_env().up()
     emit(
         args,
-        {"kafka_bootstrap": state.kafka_bootstrap, "zk_connect": state.zk_connect},
+        {
+            "kafka_bootstrap": state.kafka_bootstrap,
+            "zk_connect": state.zk_connect,
+            "postgres_dsn": state.postgres_dsn,
+        },
         [
-            f"kafka     {state.kafka_bootstrap}",
-            f"zookeeper {state.zk_connect}",
+            f"kafka      {state.kafka_bootstrap}",
+            f"zookeeper  {state.zk_connect}",
+            f"postgresql {state.postgres_dsn or '(not started)'}",
             "export TIDEMARK_KAFKA_BOOTSTRAP=" + str(state.kafka_bootstrap),
             "export TIDEMARK_ZK_CONNECT=" + str(state.zk_connect),
+            *(["export TIDEMARK_POSTGRES_DSN=" + state.postgres_dsn] if state.postgres_dsn else []),
         ],
     )
     return 0

@@ -1,0 +1,149 @@
+"""The ingester: scheduled messages from a Kafka topic into the timeline store.
+
+    ingester = TimelineIngester(dsn, bootstrap, IngestConfig("timeline-in", "ingest"))
+    stats = ingester.run_once(timeout_ms=1_000)
+    ingester.close()
+
+Each batch is written with idempotent creates (by id), then the consumer
+offsets are committed. A crash between the two replays the batch, and the
+replay changes nothing: at-least-once reading, exactly-once effect per id.
+A replayed message whose id was delivered and deleted meanwhile stays
+deleted as long as the deleted row is kept (see ``TimelineStore.purge``).
+
+A record that cannot be stored is data, not a crash: undecodable bytes, an
+unknown timeline, an id reused with another body, a body too large. Each is
+counted, logged, and produced with the reason to ``dead_letter_topic`` when
+one is given; the batch goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import defaultdict
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+from pipelines.timeline.config import IngestConfig
+from pipelines.timeline.exceptions import TimelineError
+from pipelines.timeline.store import NewMessage, TimelineStore
+from pipelines.timeline.wire import decode_scheduled
+from schemas.exceptions import DecodeError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class IngestStats:
+    """One batch: records read, messages created, idempotent repeats, records refused."""
+
+    read: int
+    created: int
+    repeated: int
+    rejected: int
+
+
+class TimelineIngester:
+    def __init__(
+        self,
+        dsn: str,
+        bootstrap: str,
+        config: IngestConfig,
+        dead_letter_topic: str | None = None,
+    ) -> None:
+        from confluent_kafka import Consumer, Producer
+
+        self.config = config
+        self.store = TimelineStore(dsn)
+        self.dead_letter_topic = dead_letter_topic
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": config.group_id,
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "isolation.level": "read_committed",
+                "log_level": 3,
+            }
+        )
+        self._consumer.subscribe([config.topic])
+        self._dead_letters: Any = (
+            Producer({"bootstrap.servers": bootstrap, "acks": "all", "log_level": 3})
+            if dead_letter_topic
+            else None
+        )
+
+    def _reject(self, raw: Any, reason: str) -> None:
+        log.warning(
+            "ingest %s[%s]@%s refused: %s", raw.topic(), raw.partition(), raw.offset(), reason
+        )
+        if self._dead_letters is not None:
+            self._dead_letters.produce(
+                self.dead_letter_topic,
+                value=raw.value(),
+                key=raw.key(),
+                headers=[("tidemark-reason", reason.encode())],
+            )
+
+    def run_once(self, timeout_ms: int | None = None) -> IngestStats:
+        """Read one batch (waiting up to ``timeout_ms``), store it, commit its offsets."""
+        timeout_s = (timeout_ms or self.config.poll_timeout_ms) / 1000
+        records = self._consumer.consume(self.config.batch_size, timeout_s)
+        if not records:
+            return IngestStats(0, 0, 0, 0)
+        by_timeline: dict[str, list[tuple[Any, NewMessage]]] = defaultdict(list)
+        rejected = created = repeated = 0
+        for raw in records:
+            if raw.error() is not None:
+                log.warning("ingest: consumer error %s", raw.error())
+                continue
+            try:
+                message = decode_scheduled(raw.value() or b"")
+            except DecodeError as exc:
+                self._reject(raw, f"undecodable: {exc}")
+                rejected += 1
+                continue
+            by_timeline[message.timeline].append(
+                (
+                    raw,
+                    NewMessage(
+                        message.body, message.timestamp_ms, message.producer_group, message.id
+                    ),
+                )
+            )
+        for timeline, items in by_timeline.items():
+            try:
+                results = self.store.try_create_many(timeline, [m for _, m in items])
+            except TimelineError as exc:  # e.g. unknown timeline: every item is refused
+                results = [exc] * len(items)
+            for (raw, _), result in zip(items, results, strict=True):
+                if isinstance(result, TimelineError):
+                    self._reject(raw, str(result))
+                    rejected += 1
+                elif result.new:
+                    created += 1
+                else:
+                    repeated += 1
+        if self._dead_letters is not None:
+            self._dead_letters.flush(30)
+        self._consumer.commit(asynchronous=False)
+        return IngestStats(len(records), created, repeated, rejected)
+
+    def run(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            self.run_once()
+
+    def close(self) -> None:
+        try:
+            self._consumer.close()
+        finally:
+            self.store.close()
+
+    def __enter__(self) -> TimelineIngester:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()

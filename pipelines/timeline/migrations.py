@@ -1,0 +1,119 @@
+"""The timeline's schema, as numbered migrations applied once each.
+
+    apply_migrations(conn)      # idempotent; safe from several processes at once
+
+Every statement is ``IF NOT EXISTS`` and runs on its own (CockroachDB limits
+schema changes inside explicit transactions), so a migration interrupted
+half-way is simply applied again. The SQL is the common subset of
+PostgreSQL and CockroachDB: no sequences, no triggers, no PL/pgSQL, partial
+indexes only.
+
+Tables:
+- ``timeline_timelines``: one row per timeline (bucket count, body cap).
+- ``timeline_messages``: one row per message, keyed by ``(timeline, id)``;
+  ``ts`` is the message's place on the timeline (UTC ms; while leased, the end
+  of the lease); ``deleted_at_ms`` marks a deleted message until a purge
+  removes it (and, until then, keeps a replayed create from reviving it).
+- ``timeline_consumers``: live consumers (heartbeats), to spread buckets.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import psycopg
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    description: str
+    statements: tuple[str, ...]
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        1,
+        "timelines, messages, consumers and their indexes",
+        (
+            """CREATE TABLE IF NOT EXISTS timeline_timelines (
+                name TEXT PRIMARY KEY,
+                buckets INT NOT NULL,
+                max_body_bytes INT NOT NULL,
+                created_at TIMESTAMPTZ NOT NULL DEFAULT now()
+            )""",
+            """CREATE TABLE IF NOT EXISTS timeline_messages (
+                timeline TEXT NOT NULL,
+                id TEXT NOT NULL,
+                bucket INT NOT NULL,
+                ts BIGINT NOT NULL,
+                body BYTEA NOT NULL,
+                producer_group TEXT NOT NULL,
+                lock_consumer TEXT,
+                version BIGINT NOT NULL,
+                created_at_ms BIGINT NOT NULL,
+                deleted_at_ms BIGINT,
+                PRIMARY KEY (timeline, id)
+            )""",
+            # Delivery: due messages of a consumer's buckets, oldest first. The id
+            # completes the key, so a lookup by (bucket, ts, id) is exact here too.
+            """CREATE INDEX IF NOT EXISTS timeline_messages_due
+                ON timeline_messages (timeline, bucket, ts, id) WHERE deleted_at_ms IS NULL""",
+            # A consumer's leases (restart with the same id).
+            """CREATE INDEX IF NOT EXISTS timeline_messages_consumer
+                ON timeline_messages (timeline, lock_consumer)
+                WHERE lock_consumer IS NOT NULL AND deleted_at_ms IS NULL""",
+            # A producer group's messages.
+            """CREATE INDEX IF NOT EXISTS timeline_messages_group
+                ON timeline_messages (timeline, producer_group)""",
+            # Batch purge of deleted messages.
+            """CREATE INDEX IF NOT EXISTS timeline_messages_deleted
+                ON timeline_messages (deleted_at_ms) WHERE deleted_at_ms IS NOT NULL""",
+            """CREATE TABLE IF NOT EXISTS timeline_consumers (
+                timeline TEXT NOT NULL,
+                consumer_id TEXT NOT NULL,
+                heartbeat_ms BIGINT NOT NULL,
+                PRIMARY KEY (timeline, consumer_id)
+            )""",
+        ),
+    ),
+)
+
+_LEDGER = """CREATE TABLE IF NOT EXISTS timeline_schema_migrations (
+    version INT PRIMARY KEY,
+    description TEXT NOT NULL,
+    applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
+)"""
+
+
+def applied_versions(conn: psycopg.Connection[tuple[object, ...]]) -> set[int]:
+    rows = conn.execute("SELECT version FROM timeline_schema_migrations").fetchall()
+    return {int(str(row[0])) for row in rows}
+
+
+def apply_migrations(conn: psycopg.Connection[tuple[object, ...]]) -> list[int]:
+    """Apply what is missing on an autocommit connection; returns the versions applied."""
+    conn.execute(_LEDGER)
+    done = applied_versions(conn)
+    applied = []
+    for migration in MIGRATIONS:
+        if migration.version in done:
+            continue
+        for statement in migration.statements:
+            try:
+                conn.execute(statement)
+            except psycopg.errors.UniqueViolation:
+                # Two processes creating the same table at once (PostgreSQL's
+                # IF NOT EXISTS is not race-free); the other one made it.
+                log.info("migration %s: created concurrently", migration.version)
+        conn.execute(
+            "INSERT INTO timeline_schema_migrations (version, description) VALUES (%s, %s) "
+            "ON CONFLICT (version) DO NOTHING",
+            (migration.version, migration.description),
+        )
+        applied.append(migration.version)
+        log.info("applied timeline migration %s: %s", migration.version, migration.description)
+    return applied

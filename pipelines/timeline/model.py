@@ -1,0 +1,215 @@
+"""The timeline's values and rules, without I/O.
+
+    >>> m = Message("t", "a", 1_000, b"x", "billing", None, 3, 1)
+    >>> m.status(now_ms=999), m.status(now_ms=1_000)
+    (<Status.WAITING: 'waiting'>, <Status.AVAILABLE: 'available'>)
+
+A message's status is derived from its fields and a time (the database's
+``now()`` in the store): **available** when its timestamp has come (new,
+released, or a lease that ran out), **waiting** when in the future without a
+lease, **processing** when in the future under a lease (the timestamp is then
+the end of the lease). :func:`explain_refusal` turns a refused operation and
+a snapshot of the message into the error naming the rule; the store only
+calls it after the atomic statement changed nothing.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import time
+import zlib
+from dataclasses import dataclass
+
+from pipelines.timeline.exceptions import (
+    ConcurrentChangeError,
+    InvalidMessageError,
+    LeasedError,
+    LeaseExpiredError,
+    MessageNotFoundError,
+    NotAvailableError,
+    NotHolderError,
+    NotOwnerError,
+    NotWaitingError,
+    StaleVersionError,
+    TimeInPastError,
+    TimelineError,
+)
+
+MAX_ID_CHARS = 200
+MAX_NAME_CHARS = 200
+MAX_TIMESTAMP_MS = 2**62
+
+
+class Status(enum.Enum):
+    AVAILABLE = "available"
+    WAITING = "waiting"
+    PROCESSING = "processing"
+
+
+class Op(enum.Enum):
+    """The operations whose conditions the store checks atomically."""
+
+    LEASE = "lease"
+    EXTEND = "extend"
+    RELEASE = "release"
+    DELETE_BY_OWNER = "delete-by-owner"
+    DELETE_BY_HOLDER = "delete-by-holder"
+    MOVE = "move"
+
+
+@dataclass(frozen=True)
+class Message:
+    """One scheduled message; ``id``, ``bucket``, ``body`` and ``producer_group`` never change."""
+
+    timeline: str
+    id: str
+    timestamp_ms: int
+    body: bytes
+    producer_group: str
+    lock_consumer: str | None
+    bucket: int
+    version: int
+    deleted: bool = False
+
+    def status(self, now_ms: int) -> Status:
+        if self.timestamp_ms <= now_ms:
+            return Status.AVAILABLE
+        return Status.WAITING if self.lock_consumer is None else Status.PROCESSING
+
+    def leased_by(self, consumer: str, now_ms: int) -> bool:
+        """True while ``consumer`` holds a live lease."""
+        return self.lock_consumer == consumer and self.timestamp_ms > now_ms
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A message handed to a consumer: held until ``message.timestamp_ms`` (database time).
+
+    ``due_ms`` is the timestamp the message had when it was leased (for
+    restored leases, unknown: the lease end); ``leased_at_ms`` the database's
+    now at that moment.
+    """
+
+    message: Message
+    due_ms: int
+    leased_at_ms: int
+
+    @property
+    def until_ms(self) -> int:
+        return self.message.timestamp_ms
+
+
+@dataclass(frozen=True)
+class Counts:
+    """Messages with a timestamp in a range, by status at the database's now."""
+
+    total: int
+    available: int
+    waiting: int
+    processing: int
+
+
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+
+def new_id(now_ms: int | None = None) -> str:
+    """A 26-character id that sorts by creation time (48-bit ms + 80 random bits)."""
+    ms = int(time.time() * 1000) if now_ms is None else now_ms
+    value = (ms & (2**48 - 1)) << 80 | int.from_bytes(os.urandom(10), "big")
+    chars = []
+    for _ in range(26):
+        chars.append(_CROCKFORD[value & 31])
+        value >>= 5
+    return "".join(reversed(chars))
+
+
+def bucket_of(message_id: str, buckets: int) -> int:
+    """The bucket a message id falls in (stable across processes and versions)."""
+    return zlib.crc32(message_id.encode()) % buckets
+
+
+def check_name(what: str, value: str) -> None:
+    if not isinstance(value, str) or not value or len(value) > MAX_NAME_CHARS:
+        raise InvalidMessageError(f"{what} must be 1..{MAX_NAME_CHARS} characters, got {value!r}")
+    if any(ord(c) < 32 for c in value):
+        raise InvalidMessageError(f"{what} must not contain control characters: {value!r}")
+
+
+def check_id(message_id: str) -> None:
+    if not isinstance(message_id, str) or not message_id or len(message_id) > MAX_ID_CHARS:
+        raise InvalidMessageError(f"id must be 1..{MAX_ID_CHARS} characters, got {message_id!r}")
+
+
+def check_timestamp(what: str, value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < MAX_TIMESTAMP_MS:
+        raise InvalidMessageError(f"{what} must be an integer of ms in [0, 2^62), got {value!r}")
+
+
+def explain_refusal(
+    op: Op,
+    message: Message | None,
+    now_ms: int,
+    *,
+    actor: str,
+    expected_version: int | None = None,
+    target_ms: int | None = None,
+) -> TimelineError:
+    """Why ``op`` by ``actor`` was refused, given the message as it is at ``now_ms``."""
+    if message is None or message.deleted:
+        return MessageNotFoundError("no such message", None, None)
+    timeline, mid = message.timeline, message.id
+    where = f"message {mid!r} on timeline {timeline!r}"
+    if expected_version is not None and expected_version != message.version:
+        return StaleVersionError(
+            f"{where} is at version {message.version}, not {expected_version}", timeline, mid
+        )
+    status = message.status(now_ms)
+    if op is Op.LEASE:
+        if status is Status.WAITING:
+            return NotAvailableError(
+                f"{where} is not due: due at {message.timestamp_ms}, now {now_ms}", timeline, mid
+            )
+        if status is Status.PROCESSING:
+            return NotAvailableError(
+                f"{where} is leased to {message.lock_consumer!r} until {message.timestamp_ms}",
+                timeline,
+                mid,
+            )
+    elif op in (Op.EXTEND, Op.RELEASE, Op.DELETE_BY_HOLDER):
+        if message.lock_consumer != actor:
+            holder = message.lock_consumer or "nobody"
+            return NotHolderError(
+                f"{where} is not leased to {actor!r} ({holder} holds it)", timeline, mid
+            )
+        if status is not Status.PROCESSING:
+            return LeaseExpiredError(
+                f"the lease of {actor!r} on {mid!r} ended at {message.timestamp_ms} (now {now_ms})",
+                timeline,
+                mid,
+            )
+        if target_ms is not None and (
+            target_ms <= now_ms if op is Op.EXTEND else target_ms < now_ms
+        ):
+            return TimeInPastError(
+                f"{op.value} of {mid!r} to {target_ms} is not after the database's now {now_ms}",
+                timeline,
+                mid,
+            )
+    elif op in (Op.DELETE_BY_OWNER, Op.MOVE):
+        if message.producer_group != actor:
+            return NotOwnerError(
+                f"{where} belongs to producer group {message.producer_group!r}, not {actor!r}",
+                timeline,
+                mid,
+            )
+        if op is Op.DELETE_BY_OWNER and status is Status.PROCESSING:
+            return LeasedError(
+                f"{where} is leased to {message.lock_consumer!r} until {message.timestamp_ms}; "
+                "only the holder may delete it now",
+                timeline,
+                mid,
+            )
+        if op is Op.MOVE and status is not Status.WAITING:
+            return NotWaitingError(f"{where} is {status.value}, not waiting", timeline, mid)
+    return ConcurrentChangeError(f"{where} changed concurrently; retry", timeline, mid)

@@ -1,0 +1,184 @@
+"""Producers: put scheduled messages on a timeline, directly or through Kafka.
+
+    with TimelineProducer(dsn, "reminders", "signup") as producer:
+        producer.put(b"say hello", delay_ms=3 * 86_400_000, id=f"hello-{user}")
+
+    with KafkaTimelineProducer(bootstrap, "timeline-in", "reminders", "signup") as kp:
+        kp.put(b"say hello", timestamp_ms=t, id=f"hello-{user}")
+        kp.flush()
+
+A natural id (``id=``) makes publishing idempotent: a retry with the same id
+and body is a no-op. Without one, a time-sortable id is generated **before**
+the first attempt, so retries of one call still share it. Through Kafka, the
+ingester (:mod:`pipelines.timeline.ingest`) writes the messages to the store.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any
+
+from pipelines.timeline.exceptions import InvalidMessageError, TimelineError
+from pipelines.timeline.model import check_id, check_name, check_timestamp, new_id
+from pipelines.timeline.store import Created, NewMessage, TimelineStore
+from pipelines.timeline.wire import ScheduledMessage, encode_scheduled
+
+log = logging.getLogger(__name__)
+
+
+def _when(timestamp_ms: int | None, delay_ms: int | None) -> int:
+    if (timestamp_ms is None) == (delay_ms is None):
+        raise InvalidMessageError("give exactly one of timestamp_ms and delay_ms")
+    if delay_ms is not None:
+        # A delay is relative to this client's clock; drift is the producer's to watch.
+        return int(time.time() * 1000) + delay_ms
+    assert timestamp_ms is not None
+    return timestamp_ms
+
+
+class TimelineProducer:
+    """Writes to the store directly (one SQL statement per message or per batch)."""
+
+    def __init__(self, dsn: str, timeline: str, producer_group: str, notify: bool = True) -> None:
+        check_name("producer_group", producer_group)
+        self.timeline = timeline
+        self.producer_group = producer_group
+        self.store = TimelineStore(dsn, notify=notify)
+        self.store.timeline(timeline)  # fail early on an unknown timeline
+
+    def put(
+        self,
+        body: bytes,
+        *,
+        timestamp_ms: int | None = None,
+        delay_ms: int | None = None,
+        id: str | None = None,
+    ) -> Created:
+        return self.store.create(
+            self.timeline,
+            body,
+            timestamp_ms=_when(timestamp_ms, delay_ms),
+            producer_group=self.producer_group,
+            id=new_id() if id is None else id,
+        )
+
+    def put_many(self, items: Sequence[tuple[bytes, int, str | None]]) -> list[Created]:
+        """``(body, timestamp_ms, id or None)`` each, in one round trip."""
+        return self.store.create_many(
+            self.timeline,
+            [
+                NewMessage(body, ts, self.producer_group, new_id() if mid is None else mid)
+                for body, ts, mid in items
+            ],
+        )
+
+    def delete(self, message_id: str, version: int | None = None) -> None:
+        self.store.delete(
+            self.timeline, message_id, producer_group=self.producer_group, version=version
+        )
+
+    def move(self, message_id: str, timestamp_ms: int, version: int | None = None) -> None:
+        self.store.move(
+            self.timeline,
+            message_id,
+            self.producer_group,
+            timestamp_ms=timestamp_ms,
+            version=version,
+        )
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> TimelineProducer:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class KafkaTimelineProducer:
+    """Publishes scheduled messages to a Kafka topic (key = id) for the ingester."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        timeline: str,
+        producer_group: str,
+        config: dict[str, Any] | None = None,
+    ) -> None:
+        from confluent_kafka import Producer
+
+        check_name("timeline", timeline)
+        check_name("producer_group", producer_group)
+        self.topic = topic
+        self.timeline = timeline
+        self.producer_group = producer_group
+        self._errors: list[str] = []
+        self._producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 5,
+                "log_level": 3,
+                **(config or {}),
+            }
+        )
+
+    def _on_delivery(self, err: Any, msg: Any) -> None:
+        if err is not None:
+            self._errors.append(f"{msg.key()!r}: {err}")
+
+    def put(
+        self,
+        body: bytes,
+        *,
+        timestamp_ms: int | None = None,
+        delay_ms: int | None = None,
+        id: str | None = None,
+    ) -> str:
+        """Queue one message; returns its id. :meth:`flush` waits for the broker's acks."""
+        message_id = new_id() if id is None else id
+        check_id(message_id)
+        when = _when(timestamp_ms, delay_ms)
+        check_timestamp("timestamp_ms", when)
+        data = encode_scheduled(
+            ScheduledMessage(message_id, when, bytes(body), self.producer_group, self.timeline)
+        )
+        while True:
+            try:
+                self._producer.produce(
+                    self.topic, value=data, key=message_id.encode(), on_delivery=self._on_delivery
+                )
+                break
+            except BufferError:
+                self._producer.poll(0.1)
+        self._producer.poll(0)
+        return message_id
+
+    def flush(self, timeout_s: float = 30.0) -> None:
+        """Wait until every queued message is acknowledged; raise if any failed."""
+        left = self._producer.flush(timeout_s)
+        if left:
+            raise TimelineError(f"{left} messages to {self.topic!r} unacknowledged after flush")
+        if self._errors:
+            errors, self._errors = self._errors, []
+            raise TimelineError(f"producing to {self.topic!r} failed: {'; '.join(errors[:5])}")
+
+    def close(self) -> None:
+        self.flush()
+
+    def __enter__(self) -> KafkaTimelineProducer:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if et is None:
+            self.close()

@@ -1,0 +1,772 @@
+"""The timeline store: scheduled messages in SQL, every condition checked atomically.
+
+    with TimelineStore(dsn) as store:
+        store.migrate()
+        store.create_timeline(TimelineConfig("reminders"))
+        store.create("reminders", b"hi", timestamp_ms=t, producer_group="app")
+        for lease in store.lease("reminders", "worker-1", lease_ms=30_000):
+            ...
+            store.delete("reminders", lease.message.id, consumer="worker-1")
+
+Each operation is **one** SQL statement whose ``WHERE`` holds the whole
+condition, evaluated with the database's ``now()``; when it changes nothing,
+a read of the message explains why (:func:`model.explain_refusal`) and the
+typed error names the rule. The SQL is what PostgreSQL and CockroachDB both
+run (``FOR UPDATE SKIP LOCKED``, ``ON CONFLICT``, ``UPDATE ... FROM``,
+partial indexes); serialization failures (SQLSTATE 40001, CockroachDB's
+retry error) are retried. ``LISTEN/NOTIFY`` is used only to wake consumers
+early on PostgreSQL; CockroachDB has none, and nothing depends on it.
+
+A store holds one connection and serialises its calls; give each thread or
+consumer its own store.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, TypeVar
+
+import psycopg
+import psycopg.errors
+
+from pipelines.timeline.clock import NOW_MS, ClockDrift, DatabaseClock, DueCondition
+from pipelines.timeline.config import TimelineConfig
+from pipelines.timeline.exceptions import (
+    BodyTooLargeError,
+    DuplicateIdError,
+    InvalidMessageError,
+    MessageNotFoundError,
+    TimeInPastError,
+    TimelineConflictError,
+    TimelineError,
+    UnknownTimelineError,
+)
+from pipelines.timeline.migrations import apply_migrations
+from pipelines.timeline.model import (
+    Counts,
+    Lease,
+    Message,
+    Op,
+    bucket_of,
+    check_id,
+    check_name,
+    check_timestamp,
+    explain_refusal,
+    new_id,
+)
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Row = tuple[Any, ...]
+
+NOTIFY_CHANNEL = "tidemark_timeline"
+_COLS = "timeline, id, ts, body, producer_group, lock_consumer, bucket, version, deleted_at_ms"
+_M_COLS = ", ".join(f"m.{c.strip()}" for c in _COLS.split(","))
+_VERSION_OK = "(%(version)s::BIGINT IS NULL OR m.version = %(version)s::BIGINT)"
+
+
+@dataclass(frozen=True)
+class NewMessage:
+    """A message to create; ``id`` None means a generated, time-sortable id."""
+
+    body: bytes
+    timestamp_ms: int
+    producer_group: str
+    id: str | None = None
+
+
+@dataclass(frozen=True)
+class Created:
+    """The stored message, and whether this call created it (False: an idempotent retry)."""
+
+    message: Message
+    new: bool
+
+
+_PLACEHOLDER = Message("", "", 0, b"", "", None, 0, 0)
+
+
+def _message(row: Sequence[Any]) -> Message:
+    return Message(
+        timeline=row[0],
+        id=row[1],
+        timestamp_ms=int(row[2]),
+        body=bytes(row[3]),
+        producer_group=row[4],
+        lock_consumer=row[5],
+        bucket=int(row[6]),
+        version=int(row[7]),
+        deleted=row[8] is not None,
+    )
+
+
+class TimelineStore:
+    def __init__(
+        self,
+        dsn: str,
+        due: DueCondition | None = None,
+        retries: int = 8,
+        connect_timeout_s: int = 10,
+        notify: bool = True,
+    ) -> None:
+        self.dsn = dsn
+        self.notify = notify
+        self.due = due or DatabaseClock()
+        self.retries = retries
+        try:
+            self._conn: psycopg.Connection[Row] = psycopg.connect(
+                dsn, autocommit=True, connect_timeout=connect_timeout_s
+            )
+        except psycopg.OperationalError as exc:
+            raise TimelineError(f"cannot connect to the timeline store: {exc}") from exc
+        self._lock = threading.Lock()
+        self._timelines: dict[str, TimelineConfig] = {}
+        row = self._one("SELECT version()", {})
+        version = str(row[0]) if row else ""
+        self.is_cockroach = "cockroach" in version.lower()
+        self.supports_notify = not self.is_cockroach
+
+    # -- plumbing -----------------------------------------------------------
+
+    def _run(self, fn: Callable[[psycopg.Connection[Row]], T]) -> T:
+        """Run ``fn`` on the connection, retrying serialization failures."""
+        delay_s = 0.005
+        with self._lock:
+            for attempt in range(self.retries + 1):
+                try:
+                    return fn(self._conn)
+                except psycopg.errors.SerializationFailure:
+                    if attempt == self.retries:
+                        raise
+                    time.sleep(delay_s)
+                    delay_s = min(delay_s * 2, 0.5)
+        raise AssertionError("unreachable")
+
+    def _one(self, sql: str, params: dict[str, Any]) -> Row | None:
+        return self._run(lambda c: c.execute(sql, params).fetchone())
+
+    def _exec(self, sql: str, params: dict[str, Any]) -> None:
+        self._run(lambda c: c.execute(sql, params))
+
+    def _all(self, sql: str, params: dict[str, Any]) -> list[Row]:
+        return self._run(lambda c: c.execute(sql, params).fetchall())
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def __enter__(self) -> TimelineStore:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def migrate(self) -> list[int]:
+        """Create or upgrade the schema; returns the migration versions applied."""
+        return self._run(apply_migrations)
+
+    # -- clock ----------------------------------------------------------------
+
+    def now_ms(self) -> int:
+        row = self._one(f"SELECT {NOW_MS}", {})
+        assert row is not None
+        return int(row[0])
+
+    def clock_drift(self) -> ClockDrift:
+        """The database's clock minus ours, from one round trip (error ≤ rtt / 2)."""
+        before = time.time() * 1000
+        db_ms = self.now_ms()
+        after = time.time() * 1000
+        return ClockDrift(drift_ms=db_ms - (before + after) / 2, rtt_ms=after - before)
+
+    # -- timelines ------------------------------------------------------------
+
+    def create_timeline(self, config: TimelineConfig) -> TimelineConfig:
+        """Create a timeline; again with the same settings is a no-op."""
+        self._exec(
+            "INSERT INTO timeline_timelines (name, buckets, max_body_bytes) "
+            "VALUES (%(name)s, %(buckets)s, %(max)s) ON CONFLICT (name) DO NOTHING",
+            {"name": config.name, "buckets": config.buckets, "max": config.max_body_bytes},
+        )
+        stored = self.timeline(config.name, cached=False)
+        if stored != config:
+            raise TimelineConflictError(
+                f"timeline {config.name!r} exists with {stored}, not {config}", config.name
+            )
+        return stored
+
+    def timeline(self, name: str, cached: bool = True) -> TimelineConfig:
+        """A timeline's settings (they never change, so they are cached)."""
+        if cached and name in self._timelines:
+            return self._timelines[name]
+        row = self._one(
+            "SELECT name, buckets, max_body_bytes FROM timeline_timelines WHERE name = %(name)s",
+            {"name": name},
+        )
+        if row is None:
+            raise UnknownTimelineError(f"no timeline named {name!r}; create it first", name)
+        config = TimelineConfig(row[0], int(row[1]), int(row[2]))
+        self._timelines[name] = config
+        return config
+
+    def timelines(self) -> list[TimelineConfig]:
+        rows = self._all(
+            "SELECT name, buckets, max_body_bytes FROM timeline_timelines ORDER BY name", {}
+        )
+        return [TimelineConfig(r[0], int(r[1]), int(r[2])) for r in rows]
+
+    # -- create ----------------------------------------------------------------
+
+    def _insert_sql(self, notify: bool) -> str:
+        # Existence of the timeline and the body cap are part of the statement.
+        # Payload "<ts> <timeline>": a sleeping consumer wakes only if it is due sooner.
+        select_notify = (
+            f", pg_notify('{NOTIFY_CHANNEL}', ins.ts::TEXT || ' ' || ins.timeline)"
+            if notify
+            else ""
+        )
+        return f"""
+            WITH t AS (
+                SELECT max_body_bytes FROM timeline_timelines WHERE name = %(timeline)s
+            ), ins AS (
+                INSERT INTO timeline_messages
+                    (timeline, id, bucket, ts, body, producer_group, lock_consumer, version,
+                     created_at_ms)
+                SELECT %(timeline)s, %(id)s, %(bucket)s, %(ts)s, %(body)s, %(group)s, NULL, 1,
+                       {NOW_MS}
+                FROM t WHERE octet_length(%(body)s) <= t.max_body_bytes
+                ON CONFLICT (timeline, id) DO NOTHING
+                RETURNING {_COLS}
+            )
+            SELECT ins.*{select_notify} FROM ins"""
+
+    def _prepare(self, timeline: str, new: NewMessage) -> dict[str, Any]:
+        config = self.timeline(timeline)
+        message_id = new_id() if new.id is None else new.id
+        check_id(message_id)
+        check_name("producer_group", new.producer_group)
+        check_timestamp("timestamp_ms", new.timestamp_ms)
+        if not isinstance(new.body, bytes | bytearray | memoryview):
+            raise InvalidMessageError(
+                f"body must be bytes, got {type(new.body).__name__}", timeline, message_id
+            )
+        body = bytes(new.body)
+        if len(body) > config.max_body_bytes:
+            raise BodyTooLargeError(
+                f"body of {len(body)} bytes exceeds {config.max_body_bytes} on {timeline!r}",
+                timeline,
+                message_id,
+            )
+        return {
+            "timeline": timeline,
+            "id": message_id,
+            "bucket": bucket_of(message_id, config.buckets),
+            "ts": new.timestamp_ms,
+            "body": body,
+            "group": new.producer_group,
+        }
+
+    def _settle(self, params: dict[str, Any], row: Row | None) -> Created:
+        if row is not None:
+            return Created(_message(row), True)
+        existing = self.get(params["timeline"], params["id"], include_deleted=True)
+        if existing is None:
+            # The timeline vanished or the cap changed under us; re-read and explain.
+            config = self.timeline(params["timeline"], cached=False)
+            if len(params["body"]) > config.max_body_bytes:
+                raise BodyTooLargeError(
+                    f"body exceeds {config.max_body_bytes} bytes", config.name, params["id"]
+                )
+            raise TimelineError("create changed nothing; retry", config.name, params["id"])
+        if existing.body != params["body"] or existing.producer_group != params["group"]:
+            raise DuplicateIdError(
+                f"id {params['id']!r} exists on {params['timeline']!r} with a different "
+                + ("body" if existing.body != params["body"] else "producer group"),
+                params["timeline"],
+                params["id"],
+            )
+        return Created(existing, False)
+
+    def create(
+        self,
+        timeline: str,
+        body: bytes,
+        *,
+        timestamp_ms: int,
+        producer_group: str,
+        id: str | None = None,
+    ) -> Created:
+        """Create a message; a retry with the same id, body and group is a no-op success.
+
+        An id stays taken after a delete until the deleted row is purged, so a
+        replayed create does not bring a delivered message back.
+        """
+        params = self._prepare(timeline, NewMessage(body, timestamp_ms, producer_group, id))
+        sql = self._insert_sql(self.supports_notify and self.notify)
+        return self._settle(params, self._one(sql, params))
+
+    def create_many(self, timeline: str, messages: Sequence[NewMessage]) -> list[Created]:
+        """Create many in one pipelined round trip; raises the first refusal (after the rest)."""
+        results = self.try_create_many(timeline, messages)
+        for result in results:
+            if isinstance(result, TimelineError):
+                raise result
+        return [r for r in results if isinstance(r, Created)]
+
+    def try_create_many(
+        self, timeline: str, messages: Sequence[NewMessage]
+    ) -> list[Created | TimelineError]:
+        """Like :meth:`create_many`, with each refusal returned in its message's place."""
+        results: list[Created | TimelineError] = []
+        prepared: list[dict[str, Any]] = []
+        for message in messages:
+            try:
+                params = self._prepare(timeline, message)
+            except TimelineError as exc:
+                results.append(exc)
+            else:
+                prepared.append(params)
+                results.append(Created(_PLACEHOLDER, False))
+        if not prepared:
+            return results
+        sql = self._insert_sql(self.supports_notify and self.notify)
+
+        def run(conn: psycopg.Connection[Row]) -> list[Row | None]:
+            with conn.cursor() as cur:
+                cur.executemany(sql, prepared, returning=True)
+                rows: list[Row | None] = []
+                while True:
+                    rows.append(cur.fetchone())
+                    if not cur.nextset():
+                        break
+                return rows
+
+        rows = iter(zip(prepared, self._run(run), strict=True))
+        for i, result in enumerate(results):
+            if isinstance(result, TimelineError):
+                continue
+            params, row = next(rows)
+            try:
+                results[i] = self._settle(params, row)
+            except TimelineError as exc:
+                results[i] = exc
+        return results
+
+    # -- reads ------------------------------------------------------------------
+
+    def get(self, timeline: str, message_id: str, include_deleted: bool = False) -> Message | None:
+        row = self._one(
+            f"SELECT {_COLS} FROM timeline_messages WHERE timeline = %(t)s AND id = %(id)s",
+            {"t": timeline, "id": message_id},
+        )
+        if row is None:
+            return None
+        message = _message(row)
+        return message if include_deleted or not message.deleted else None
+
+    def _get_with_now(self, timeline: str, message_id: str) -> tuple[Message | None, int]:
+        row = self._one(
+            f"SELECT {NOW_MS}, {_COLS} FROM (SELECT 1) AS one "
+            "LEFT JOIN timeline_messages ON timeline = %(t)s AND id = %(id)s",
+            {"t": timeline, "id": message_id},
+        )
+        assert row is not None
+        return (None if row[2] is None else _message(row[1:])), int(row[0])
+
+    def _refused(
+        self,
+        op: Op,
+        timeline: str,
+        message_id: str,
+        actor: str,
+        version: int | None,
+        target_ms: int | None = None,
+    ) -> TimelineError:
+        self.timeline(timeline)  # an unknown timeline is the first reason
+        message, now = self._get_with_now(timeline, message_id)
+        error = explain_refusal(
+            op, message, now, actor=actor, expected_version=version, target_ms=target_ms
+        )
+        if isinstance(error, MessageNotFoundError):
+            error = MessageNotFoundError(
+                f"no message {message_id!r} on timeline {timeline!r}", timeline, message_id
+            )
+        return error
+
+    # -- leases -----------------------------------------------------------------
+
+    def _due_clause(self) -> tuple[str, Any]:
+        horizon = self.due.horizon_ms()
+        if horizon is None:
+            return f"m.ts <= {NOW_MS}", None
+        return (
+            f"((m.lock_consumer IS NULL AND m.ts <= %(horizon)s::BIGINT) "
+            f"OR (m.lock_consumer IS NOT NULL AND m.ts <= {NOW_MS}))",
+            horizon,
+        )
+
+    def lease(
+        self,
+        timeline: str,
+        consumer: str,
+        *,
+        lease_ms: int,
+        limit: int = 100,
+        buckets: Sequence[int] | None = None,
+    ) -> list[Lease]:
+        """Lease up to ``limit`` available messages (oldest first) of ``buckets`` (default all).
+
+        Rows another consumer is leasing right now are skipped, not waited for.
+        """
+        check_name("consumer", consumer)
+        if lease_ms <= 0:
+            raise TimeInPastError(f"a lease of {lease_ms} ms would end in the past", timeline)
+        if limit <= 0:
+            raise InvalidMessageError(f"limit must be positive, got {limit}", timeline)
+        config = self.timeline(timeline)
+        chosen = list(range(config.buckets)) if buckets is None else list(buckets)
+        due, horizon = self._due_clause()
+        # The oldest due rows of each bucket, locked, skipping rows another consumer
+        # is leasing: one index range scan per bucket, forced by LATERAL, so the
+        # cost does not grow with a backlog whatever the planner's statistics say.
+        # Each bucket gives at most ``per_bucket`` (twice its fair share): close
+        # to oldest-first overall without locking buckets x limit rows. The update
+        # joins on the whole key of either index (the row is locked, so unchanged),
+        # so no plan has to scan.
+        per_bucket = min(limit, 2 * -(-limit // max(1, len(chosen))))
+        sql = f"""
+            WITH due AS (
+                SELECT x.timeline, x.id, x.bucket, x.ts
+                FROM unnest(%(buckets)s::INT[]) AS b (bucket),
+                LATERAL (
+                    SELECT m.timeline, m.id, m.bucket, m.ts FROM timeline_messages AS m
+                    WHERE m.timeline = %(t)s AND m.bucket = b.bucket
+                      AND m.deleted_at_ms IS NULL AND {due}
+                    ORDER BY m.ts LIMIT %(per_bucket)s
+                    FOR UPDATE SKIP LOCKED
+                ) AS x
+                ORDER BY x.ts LIMIT %(limit)s
+            )
+            UPDATE timeline_messages AS m
+            SET lock_consumer = %(c)s, ts = {NOW_MS} + %(lease)s, version = m.version + 1
+            FROM due
+            WHERE m.timeline = due.timeline AND m.id = due.id
+              AND m.bucket = due.bucket AND m.ts = due.ts
+              AND m.deleted_at_ms IS NULL AND {due}
+            RETURNING {_M_COLS}, due.ts, {NOW_MS}"""
+        rows = self._all(
+            sql,
+            {
+                "t": timeline,
+                "buckets": chosen,
+                "limit": limit,
+                "per_bucket": per_bucket,
+                "c": consumer,
+                "lease": lease_ms,
+                "horizon": horizon,
+            },
+        )
+        leases = [Lease(_message(r), int(r[9]), int(r[10])) for r in rows]
+        leases.sort(key=lambda lease: lease.due_ms)
+        return leases
+
+    def lease_one(
+        self,
+        timeline: str,
+        message_id: str,
+        consumer: str,
+        *,
+        lease_ms: int,
+        version: int | None = None,
+    ) -> Lease:
+        """Lease one message by id: it must be available (due, no live lease)."""
+        check_name("consumer", consumer)
+        if lease_ms <= 0:
+            raise TimeInPastError(
+                f"a lease of {lease_ms} ms would end in the past", timeline, message_id
+            )
+        due, horizon = self._due_clause()
+        sql = f"""
+            WITH due AS (
+                SELECT m.timeline, m.id, m.ts FROM timeline_messages AS m
+                WHERE m.timeline = %(t)s AND m.id = %(id)s
+                  AND m.deleted_at_ms IS NULL AND {due} AND {_VERSION_OK}
+                FOR UPDATE
+            )
+            UPDATE timeline_messages AS m
+            SET lock_consumer = %(c)s, ts = {NOW_MS} + %(lease)s, version = m.version + 1
+            FROM due
+            WHERE m.timeline = due.timeline AND m.id = due.id
+              AND m.deleted_at_ms IS NULL AND {due} AND {_VERSION_OK}
+            RETURNING {_M_COLS}, due.ts, {NOW_MS}"""
+        row = self._one(
+            sql,
+            {
+                "t": timeline,
+                "id": message_id,
+                "c": consumer,
+                "lease": lease_ms,
+                "version": version,
+                "horizon": horizon,
+            },
+        )
+        if row is None:
+            raise self._refused(Op.LEASE, timeline, message_id, consumer, version)
+        return Lease(_message(row), int(row[9]), int(row[10]))
+
+    def _update_one(
+        self,
+        op: Op,
+        timeline: str,
+        message_id: str,
+        actor: str,
+        set_sql: str,
+        condition: str,
+        version: int | None,
+        target_ms: int | None = None,
+    ) -> Message:
+        sql = f"""
+            UPDATE timeline_messages AS m SET {set_sql}, version = m.version + 1
+            WHERE m.timeline = %(t)s AND m.id = %(id)s AND m.deleted_at_ms IS NULL
+              AND {condition} AND {_VERSION_OK}
+            RETURNING {_M_COLS}"""
+        row = self._one(
+            sql,
+            {"t": timeline, "id": message_id, "a": actor, "version": version, "target": target_ms},
+        )
+        if row is None:
+            raise self._refused(op, timeline, message_id, actor, version, target_ms)
+        return _message(row)
+
+    def extend(
+        self,
+        timeline: str,
+        message_id: str,
+        consumer: str,
+        *,
+        until_ms: int,
+        version: int | None = None,
+    ) -> Message:
+        """Move the end of a live lease held by ``consumer`` to ``until_ms`` (in the future)."""
+        check_timestamp("until_ms", until_ms)
+        return self._update_one(
+            Op.EXTEND,
+            timeline,
+            message_id,
+            consumer,
+            "ts = %(target)s",
+            f"m.lock_consumer = %(a)s AND m.ts > {NOW_MS} AND %(target)s::BIGINT > {NOW_MS}",
+            version,
+            until_ms,
+        )
+
+    def release(
+        self,
+        timeline: str,
+        message_id: str,
+        consumer: str,
+        *,
+        at_ms: int | None = None,
+        version: int | None = None,
+    ) -> Message:
+        """Give a live lease back: the message returns to the timeline at ``at_ms`` (or now)."""
+        if at_ms is not None:
+            check_timestamp("at_ms", at_ms)
+        return self._update_one(
+            Op.RELEASE,
+            timeline,
+            message_id,
+            consumer,
+            f"ts = COALESCE(%(target)s::BIGINT, {NOW_MS}), lock_consumer = NULL",
+            f"m.lock_consumer = %(a)s AND m.ts > {NOW_MS} "
+            f"AND (%(target)s::BIGINT IS NULL OR %(target)s::BIGINT >= {NOW_MS})",
+            version,
+            at_ms,
+        )
+
+    def move(
+        self,
+        timeline: str,
+        message_id: str,
+        producer_group: str,
+        *,
+        timestamp_ms: int,
+        version: int | None = None,
+    ) -> Message:
+        """The owner changes the timestamp of a waiting message (future, not leased)."""
+        check_timestamp("timestamp_ms", timestamp_ms)
+        return self._update_one(
+            Op.MOVE,
+            timeline,
+            message_id,
+            producer_group,
+            "ts = %(target)s",
+            f"m.producer_group = %(a)s AND m.ts > {NOW_MS} AND m.lock_consumer IS NULL",
+            version,
+            timestamp_ms,
+        )
+
+    def delete(
+        self,
+        timeline: str,
+        message_id: str,
+        *,
+        producer_group: str | None = None,
+        consumer: str | None = None,
+        version: int | None = None,
+    ) -> Message:
+        """Mark deleted, by its owner (unless leased) or by the holder of a live lease.
+
+        Give exactly one of ``producer_group`` and ``consumer``. The row is
+        removed later by :meth:`purge`.
+        """
+        if (producer_group is None) == (consumer is None):
+            raise InvalidMessageError(
+                "delete needs exactly one of producer_group (owner) or consumer (holder)",
+                timeline,
+                message_id,
+            )
+        if consumer is not None:
+            return self._update_one(
+                Op.DELETE_BY_HOLDER,
+                timeline,
+                message_id,
+                consumer,
+                f"deleted_at_ms = {NOW_MS}",
+                f"m.lock_consumer = %(a)s AND m.ts > {NOW_MS}",
+                version,
+            )
+        assert producer_group is not None
+        return self._update_one(
+            Op.DELETE_BY_OWNER,
+            timeline,
+            message_id,
+            producer_group,
+            f"deleted_at_ms = {NOW_MS}",
+            f"m.producer_group = %(a)s AND NOT (m.ts > {NOW_MS} AND m.lock_consumer IS NOT NULL)",
+            version,
+        )
+
+    def delete_leased(self, timeline: str, consumer: str, ids: Sequence[str]) -> list[str]:
+        """Delete many messages under live leases of ``consumer``; returns the ids deleted.
+
+        The ids left out were not (or no longer) leased to ``consumer``.
+        """
+        if not ids:
+            return []
+        rows = self._all(
+            f"""UPDATE timeline_messages AS m
+                SET deleted_at_ms = {NOW_MS}, version = m.version + 1
+                WHERE m.timeline = %(t)s AND m.id = ANY(%(ids)s) AND m.deleted_at_ms IS NULL
+                  AND m.lock_consumer = %(c)s AND m.ts > {NOW_MS}
+                RETURNING m.id""",
+            {"t": timeline, "ids": list(ids), "c": consumer},
+        )
+        return [r[0] for r in rows]
+
+    def leases_of(self, timeline: str, consumer: str) -> list[Lease]:
+        """The live leases ``consumer`` holds (a restarted consumer takes them back)."""
+        rows = self._all(
+            f"""SELECT {_M_COLS}, {NOW_MS} FROM timeline_messages AS m
+                WHERE m.timeline = %(t)s AND m.lock_consumer = %(c)s
+                  AND m.deleted_at_ms IS NULL AND m.ts > {NOW_MS}
+                ORDER BY m.ts""",
+            {"t": timeline, "c": consumer},
+        )
+        return [Lease(_message(r), int(r[2]), int(r[9])) for r in rows]
+
+    def next_due_ms(self, timeline: str, buckets: Sequence[int]) -> tuple[int | None, int]:
+        """The earliest timestamp among ``buckets`` (None when empty) and the database's now.
+
+        One index probe per bucket. Leased messages count: their timestamp is
+        the end of the lease, when they become available again.
+        """
+        row = self._one(
+            f"""SELECT min(x.ts), {NOW_MS} FROM unnest(%(buckets)s::INT[]) AS b (bucket),
+                LATERAL (
+                    SELECT m.ts FROM timeline_messages AS m
+                    WHERE m.timeline = %(t)s AND m.bucket = b.bucket
+                      AND m.deleted_at_ms IS NULL
+                    ORDER BY m.ts LIMIT 1
+                ) AS x""",
+            {"t": timeline, "buckets": list(buckets)},
+        )
+        assert row is not None
+        return (None if row[0] is None else int(row[0])), int(row[1])
+
+    # -- counts, purge, membership -----------------------------------------------
+
+    def count(self, timeline: str, from_ms: int | None = None, to_ms: int | None = None) -> Counts:
+        """Messages with ``from_ms <= ts < to_ms`` (either bound open), by status now."""
+        self.timeline(timeline)
+        row = self._one(
+            f"""SELECT count(*),
+                  coalesce(sum(CASE WHEN m.ts <= n.now THEN 1 ELSE 0 END), 0),
+                  coalesce(sum(CASE WHEN m.ts > n.now AND m.lock_consumer IS NULL
+                               THEN 1 ELSE 0 END), 0),
+                  coalesce(sum(CASE WHEN m.ts > n.now AND m.lock_consumer IS NOT NULL
+                               THEN 1 ELSE 0 END), 0)
+                FROM timeline_messages AS m, (SELECT {NOW_MS} AS now) AS n
+                WHERE m.timeline = %(t)s AND m.deleted_at_ms IS NULL
+                  AND (%(lo)s::BIGINT IS NULL OR m.ts >= %(lo)s::BIGINT)
+                  AND (%(hi)s::BIGINT IS NULL OR m.ts < %(hi)s::BIGINT)""",
+            {"t": timeline, "lo": from_ms, "hi": to_ms},
+        )
+        assert row is not None
+        return Counts(*(int(v) for v in row))
+
+    def purge(self, keep_deleted_ms: int = 3_600_000, batch_size: int = 1_000) -> int:
+        """Remove messages deleted more than ``keep_deleted_ms`` ago, in batches.
+
+        Until purged, a deleted id cannot be created again: this window is how
+        long replayed creates (ingest, retries) are recognised as duplicates.
+        """
+        total = 0
+        while True:
+            rows = self._all(
+                f"""DELETE FROM timeline_messages WHERE (timeline, id) IN (
+                        SELECT timeline, id FROM timeline_messages
+                        WHERE deleted_at_ms IS NOT NULL
+                          AND deleted_at_ms <= {NOW_MS} - %(keep)s
+                        LIMIT %(n)s)
+                    RETURNING id""",
+                {"keep": keep_deleted_ms, "n": batch_size},
+            )
+            total += len(rows)
+            if len(rows) < batch_size:
+                return total
+
+    def heartbeat(self, timeline: str, consumer: str, ttl_ms: int) -> list[str]:
+        """Record ``consumer`` as alive; returns the live consumers, sorted."""
+        rows = self._run(lambda c: _heartbeat(c, {"t": timeline, "c": consumer, "ttl": ttl_ms}))
+        return [r[0] for r in rows]
+
+    def leave(self, timeline: str, consumer: str) -> None:
+        self._exec(
+            "DELETE FROM timeline_consumers WHERE timeline = %(t)s AND consumer_id = %(c)s",
+            {"t": timeline, "c": consumer},
+        )
+
+
+def _heartbeat(conn: psycopg.Connection[Row], params: dict[str, Any]) -> list[Row]:
+    conn.execute(
+        f"""INSERT INTO timeline_consumers (timeline, consumer_id, heartbeat_ms)
+            VALUES (%(t)s, %(c)s, {NOW_MS})
+            ON CONFLICT (timeline, consumer_id)
+            DO UPDATE SET heartbeat_ms = excluded.heartbeat_ms""",
+        params,
+    )
+    return conn.execute(
+        f"""SELECT consumer_id FROM timeline_consumers
+            WHERE timeline = %(t)s AND heartbeat_ms > {NOW_MS} - %(ttl)s
+            ORDER BY consumer_id""",
+        params,
+    ).fetchall()

@@ -1,0 +1,179 @@
+"""Timeline benchmark: due-to-delivered lag at 10 000 messages due per second, throughput.
+
+    lines = run(dsn, bootstrap)      # bootstrap None: skip the Kafka relay figure
+
+Figures:
+- create throughput: one statement per message, and pipelined batches;
+- due-to-delivered lag p50/p99/max: ``RATE`` messages per second fall due
+  for ``SECONDS`` s (timestamps spread evenly), two consumers (the machine's
+  cores) lease, hand over and delete them; lag = the delivery moment on this
+  client's clock corrected by the measured drift, minus the due time
+  (goal p99 < 100 ms; Pulsar's delayed delivery ticks once a second);
+- lease throughput: one consumer leasing a backlog in batches of 100;
+- relay throughput to Kafka (when ``bootstrap`` is given).
+
+Everything runs in a timeline of its own, removed at the end.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+from pipelines.timeline.config import ConsumerConfig, RelayConfig, TimelineConfig
+from pipelines.timeline.consumer import TimelineConsumer, percentile
+from pipelines.timeline.store import NewMessage, TimelineStore
+
+RATE = 10_000
+SECONDS = 3
+CONSUMERS = 2
+BATCH = 1_000
+
+
+def _fill(store: TimelineStore, timeline: str, stamps: list[int], prefix: str) -> float:
+    """Create one message per timestamp in pipelined batches; returns messages/s."""
+    started = time.perf_counter()
+    for start in range(0, len(stamps), BATCH):
+        chunk = stamps[start : start + BATCH]
+        store.create_many(
+            timeline,
+            [
+                NewMessage(b"x" * 64, ts, "bench", f"{prefix}{start + i}")
+                for i, ts in enumerate(chunk)
+            ],
+        )
+    return len(stamps) / (time.perf_counter() - started)
+
+
+def _lag(dsn: str, timeline: str, store: TimelineStore) -> list[str]:
+    total = RATE * SECONDS
+    lead_ms = 8_000  # filling must finish before the first message falls due
+    t0 = store.now_ms() + lead_ms
+    stamps = [t0 + (i * 1_000) // RATE for i in range(total)]
+    fill_rate = _fill(store, timeline, stamps, "lag-")
+    slack = t0 - store.now_ms()
+    lags: list[float] = []
+    lock = threading.Lock()
+    done = threading.Event()
+    consumers = [
+        TimelineConsumer(
+            dsn,
+            timeline,
+            ConsumerConfig(f"bench-{i}", batch_size=500, heartbeat_ms=1_000, member_ttl_ms=5_000),
+        )
+        for i in range(CONSUMERS)
+    ]
+    time.sleep(0.2)  # let every consumer see the others, so buckets are split
+
+    def consume(consumer: TimelineConsumer) -> None:
+        drift = consumer.store.clock_drift().drift_ms
+        while not done.is_set():
+            leases = consumer.poll(timeout_ms=500)
+            if not leases:
+                continue
+            at = time.time() * 1000 + drift
+            with lock:
+                lags.extend(at - lease.due_ms for lease in leases)
+                if len(lags) >= total:
+                    done.set()
+            consumer.ack(leases)
+
+    threads = [threading.Thread(target=consume, args=(c,)) for c in consumers]
+    for thread in threads:
+        thread.start()
+    done.wait(lead_ms / 1000 + SECONDS + 30)
+    done.set()
+    for thread in threads:
+        thread.join(10)
+    for consumer in consumers:
+        consumer.close()
+    return [
+        f"timeline create (batched {BATCH}): {fill_rate:,.0f} msg/s"
+        + ("" if slack > 0 else "  (filling overran the lead time: lag figures are inflated)"),
+        f"timeline due-to-delivered lag at {RATE:,} msg/s due for {SECONDS} s, "
+        f"{CONSUMERS} consumers: p50 {percentile(lags, 0.5):.1f} ms, "
+        f"p99 {percentile(lags, 0.99):.1f} ms, max {max(lags, default=0.0):.1f} ms "
+        f"({len(lags):,}/{total:,} delivered; goal p99 < 100 ms)",
+    ]
+
+
+def _create_single(store: TimelineStore, timeline: str, n: int = 2_000) -> str:
+    far = store.now_ms() + 86_400_000
+    started = time.perf_counter()
+    for i in range(n):
+        store.create(timeline, b"x" * 64, timestamp_ms=far, producer_group="bench", id=f"one-{i}")
+    rate = n / (time.perf_counter() - started)
+    return f"timeline create (one statement each): {rate:,.0f} msg/s"
+
+
+def _lease_throughput(store: TimelineStore, timeline: str, n: int = 20_000) -> str:
+    _fill(store, timeline, [0] * n, "lease-")
+    leased = 0
+    started = time.perf_counter()
+    while batch := store.lease(timeline, "bench-lease", lease_ms=600_000, limit=100):
+        leased += len(batch)
+    rate = leased / (time.perf_counter() - started)
+    return f"timeline lease (batches of 100, one consumer): {rate:,.0f} msg/s ({leased:,} leased)"
+
+
+def _relay(dsn: str, bootstrap: str, store: TimelineStore, timeline: str, n: int = 5_000) -> str:
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+    topic = f"bench-relay-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    _fill(store, timeline, [0] * n, "relay-")
+    relay_timeline = timeline
+    from pipelines.timeline.relay import TimelineRelay
+
+    started = time.perf_counter()
+    with TimelineRelay(
+        dsn,
+        bootstrap,
+        relay_timeline,
+        RelayConfig(topic),
+        ConsumerConfig("bench-relay", batch_size=500, lease_ms=60_000),
+    ) as relay:
+        while relay.relayed < n and time.perf_counter() - started < 120:
+            relay.run_once(timeout_ms=200)
+        relayed = relay.relayed
+    rate = relayed / (time.perf_counter() - started)
+    admin.delete_topics([topic])
+    return f"timeline relay to Kafka (produce, ack, delete): {rate:,.0f} msg/s ({relayed:,})"
+
+
+def run(dsn: str, bootstrap: str | None) -> list[str]:
+    name = f"bench-{uuid.uuid4().hex[:8]}"
+    lines: list[str] = []
+    with TimelineStore(dsn, notify=False) as store:
+        store.migrate()
+        for suffix in ("lag", "one", "lease", "relay"):
+            store.create_timeline(TimelineConfig(f"{name}-{suffix}", buckets=16))
+        try:
+            lines += _lag(dsn, f"{name}-lag", store)
+            lines.append(_create_single(store, f"{name}-one"))
+            lines.append(_lease_throughput(store, f"{name}-lease"))
+            if bootstrap:
+                lines.append(_relay(dsn, bootstrap, store, f"{name}-relay"))
+            drift = store.clock_drift()
+            lines.append(
+                f"timeline clock drift (database - client): {drift.drift_ms:+.1f} ms "
+                f"(rtt {drift.rtt_ms:.1f} ms)"
+            )
+        finally:
+            conn = store._conn
+            with store._lock:
+                conn.execute("DELETE FROM timeline_messages WHERE timeline LIKE %s", (name + "-%",))
+                conn.execute(
+                    "DELETE FROM timeline_consumers WHERE timeline LIKE %s", (name + "-%",)
+                )
+                conn.execute("DELETE FROM timeline_timelines WHERE name LIKE %s", (name + "-%",))
+    return lines
+
+
+if __name__ == "__main__":  # pragma: no cover - manual runs
+    import sys
+
+    for line in run(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None):
+        print(line)

@@ -1,0 +1,86 @@
+"""``tidemark timeline ...`` against a real PostgreSQL (and Kafka for relay)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from infra.environment import POSTGRES_DSN
+from tidemark.cli import timeline as cli
+from tidemark.errors import TidemarkError
+
+
+def run(capsys, *argv):
+    parser = argparse.ArgumentParser(prog="tidemark")
+    cli.register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["timeline", *argv, "--format", "json"])
+    assert args.func(args) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+@pytest.fixture(autouse=True)
+def _dsn(monkeypatch, postgres):
+    monkeypatch.setenv(POSTGRES_DSN, postgres)
+
+
+def test_cli_round_trip(capsys, unique):
+    name = f"cli-{unique}"
+    assert run(capsys, "create", name, "--buckets", "2")[0]["buckets"] == 2
+    assert run(capsys, "put", name, "--group", "g", "--id", "a", "--body", "hi", "--in-ms", "0")[0][
+        "new"
+    ]
+    assert not run(
+        capsys, "put", name, "--group", "g", "--id", "a", "--body", "hi", "--in-ms", "0"
+    )[0]["new"]
+    run(capsys, "put", name, "--group", "g", "--id", "b", "--body", "later", "--in-ms", "600000")
+    counts = run(capsys, "count", name)[0]
+    assert (counts["available"], counts["waiting"]) == (1, 1)
+    (leased,) = run(capsys, "lease", name, "--consumer", "c1", "--duration-ms", "60000")
+    assert (leased["id"], leased["lock_consumer"], leased["body"]) == ("a", "c1", "hi")
+    extended = run(capsys, "extend", name, "a", "--consumer", "c1", "--by-ms", "120000")[0]
+    assert extended["version"] == leased["version"] + 1
+    assert run(capsys, "release", name, "a", "--consumer", "c1")[0]["lock_consumer"] is None
+    run(capsys, "lease", name, "--consumer", "c2", "--id", "a")
+    assert run(capsys, "delete", name, "a", "--consumer", "c2")[0]["deleted"]
+    assert run(capsys, "delete", name, "b", "--group", "g")[0]["deleted"]
+    assert run(capsys, "count", name)[0]["total"] == 0
+
+
+def test_cli_refusals_are_tidemark_errors(capsys, unique):
+    name = f"cli-{unique}"
+    run(capsys, "create", name)
+    run(capsys, "put", name, "--group", "g", "--id", "a", "--body", "x", "--in-ms", "600000")
+    with pytest.raises(TidemarkError, match=r"\[not-owner\]"):
+        run(capsys, "delete", name, "a", "--group", "other")
+    with pytest.raises(TidemarkError, match=r"\[unknown-timeline\]"):
+        run(capsys, "count", "missing-" + name)
+
+
+def test_cli_relay(capsys, unique, kafka):
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    name, topic = f"cli-{unique}", f"cli-out-{unique}"
+    admin = AdminClient({"bootstrap.servers": kafka})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    run(capsys, "create", name)
+    for i in range(3):
+        run(capsys, "put", name, "--group", "g", "--body", f"m{i}", "--in-ms", "0")
+    result = run(
+        capsys,
+        "relay",
+        name,
+        "--topic",
+        topic,
+        "--consumer",
+        "r",
+        "--bootstrap",
+        kafka,
+        "--max-messages",
+        "3",
+        "--duration-s",
+        "20",
+    )
+    assert result == [{"relayed": 3}]

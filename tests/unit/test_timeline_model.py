@@ -1,0 +1,158 @@
+"""The timeline's pure rules: statuses, refusal explanations, ids, buckets, pacing."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipelines.timeline.config import ConsumerConfig, RelayConfig, TimelineConfig
+from pipelines.timeline.consumer import assigned_buckets, percentile, wake_delay_ms
+from pipelines.timeline.exceptions import (
+    ConcurrentChangeError,
+    ConfigurationError,
+    InvalidMessageError,
+    LeasedError,
+    LeaseExpiredError,
+    MessageNotFoundError,
+    NotAvailableError,
+    NotHolderError,
+    NotOwnerError,
+    NotWaitingError,
+    StaleVersionError,
+    TimeInPastError,
+)
+from pipelines.timeline.model import (
+    Message,
+    Op,
+    Status,
+    bucket_of,
+    check_id,
+    check_timestamp,
+    explain_refusal,
+    new_id,
+)
+from pipelines.timeline.wire import ScheduledMessage, decode_scheduled, encode_scheduled
+
+NOW = 10_000
+
+
+def msg(ts: int, holder: str | None = None, version: int = 3, deleted: bool = False) -> Message:
+    return Message("tl", "m1", ts, b"body", "owner", holder, 0, version, deleted)
+
+
+@pytest.mark.parametrize(
+    ("ts", "holder", "status"),
+    [
+        (NOW, None, Status.AVAILABLE),  # due exactly now
+        (NOW - 1, None, Status.AVAILABLE),
+        (NOW - 1, "c1", Status.AVAILABLE),  # a lease that lapsed
+        (NOW + 1, None, Status.WAITING),
+        (NOW + 1, "c1", Status.PROCESSING),
+    ],
+)
+def test_status_is_derived_from_timestamp_lock_and_now(ts, holder, status):
+    assert msg(ts, holder).status(NOW) is status
+
+
+REFUSALS = [
+    # op, message, actor, version, target, error
+    (Op.LEASE, None, "c1", None, None, MessageNotFoundError),
+    (Op.LEASE, msg(NOW - 5, deleted=True), "c1", None, None, MessageNotFoundError),
+    (Op.LEASE, msg(NOW - 5), "c1", 2, None, StaleVersionError),
+    (Op.LEASE, msg(NOW + 5), "c1", None, None, NotAvailableError),
+    (Op.LEASE, msg(NOW + 5, "c2"), "c1", None, None, NotAvailableError),
+    (Op.EXTEND, msg(NOW + 5, "c2"), "c1", None, NOW + 99, NotHolderError),
+    (Op.EXTEND, msg(NOW + 5), "c1", None, NOW + 99, NotHolderError),
+    (Op.EXTEND, msg(NOW - 5, "c1"), "c1", None, NOW + 99, LeaseExpiredError),
+    (Op.EXTEND, msg(NOW + 5, "c1"), "c1", None, NOW, TimeInPastError),
+    (Op.EXTEND, msg(NOW + 5, "c1"), "c1", 7, NOW + 99, StaleVersionError),
+    (Op.RELEASE, msg(NOW + 5, "c1"), "c1", None, NOW - 1, TimeInPastError),
+    (Op.RELEASE, msg(NOW + 5, "c2"), "c1", None, None, NotHolderError),
+    (Op.DELETE_BY_HOLDER, msg(NOW - 1, "c1"), "c1", None, None, LeaseExpiredError),
+    (Op.DELETE_BY_OWNER, msg(NOW + 5), "intruder", None, None, NotOwnerError),
+    (Op.DELETE_BY_OWNER, msg(NOW + 5, "c1"), "owner", None, None, LeasedError),
+    (Op.MOVE, msg(NOW - 5), "owner", None, NOW + 50, NotWaitingError),
+    (Op.MOVE, msg(NOW + 5, "c1"), "owner", None, NOW + 50, NotWaitingError),
+    (Op.MOVE, msg(NOW + 5), "other", None, NOW + 50, NotOwnerError),
+    # The condition holds now: the message changed between statement and read.
+    (Op.LEASE, msg(NOW - 5), "c1", None, None, ConcurrentChangeError),
+    (Op.DELETE_BY_OWNER, msg(NOW + 5), "owner", None, None, ConcurrentChangeError),
+]
+
+
+@pytest.mark.parametrize(("op", "message", "actor", "version", "target", "error"), REFUSALS)
+def test_refusals_name_the_rule(op, message, actor, version, target, error):
+    found = explain_refusal(
+        op, message, NOW, actor=actor, expected_version=version, target_ms=target
+    )
+    assert type(found) is error
+    assert str(found).startswith(f"[{error.rule}]")
+
+
+def test_generated_ids_sort_by_time_and_are_unique():
+    ids = [new_id(now_ms=1_000 + i // 10) for i in range(100)]
+    assert len(set(ids)) == 100
+    assert all(len(i) == 26 for i in ids)
+    assert new_id(now_ms=1) < new_id(now_ms=2) < new_id(now_ms=2**40)
+
+
+def test_buckets_are_stable_and_spread():
+    assert bucket_of("order-17", 16) == bucket_of("order-17", 16)
+    counts = [0] * 8
+    for i in range(8_000):
+        counts[bucket_of(f"m{i}", 8)] += 1
+    assert min(counts) > 800
+
+
+@pytest.mark.parametrize("bad", ["", "x" * 201, 5])
+def test_bad_ids_are_refused(bad):
+    with pytest.raises(InvalidMessageError):
+        check_id(bad)
+
+
+@pytest.mark.parametrize("bad", [-1, 2**62, 1.5, True, "7"])
+def test_bad_timestamps_are_refused(bad):
+    with pytest.raises(InvalidMessageError):
+        check_timestamp("timestamp_ms", bad)
+
+
+def test_buckets_are_spread_over_live_consumers():
+    members = ["b", "a", "c"]
+    spread = [assigned_buckets(8, members, m) for m in ("a", "b", "c")]
+    assert spread == [[0, 3, 6], [1, 4, 7], [2, 5]]
+    assert assigned_buckets(4, ["a"], "zz") == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    ("next_due", "now", "max_idle", "delay"),
+    [(None, 0, 1_000, 1_000), (150, 100, 1_000, 50), (50, 100, 1_000, 0), (9_999, 0, 500, 500)],
+)
+def test_sleep_until_next_due_time_at_most_max_idle(next_due, now, max_idle, delay):
+    assert wake_delay_ms(next_due, now, max_idle) == delay
+
+
+def test_percentile_nearest_rank():
+    values = list(range(1, 101))
+    assert percentile(values, 0.5) == 50
+    assert percentile(values, 0.99) == 99
+    assert percentile([], 0.5) == 0.0
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: TimelineConfig(""),
+        lambda: TimelineConfig("t", buckets=0),
+        lambda: TimelineConfig("t", max_body_bytes=-1),
+        lambda: ConsumerConfig("c", heartbeat_ms=5_000, member_ttl_ms=5_000),
+        lambda: ConsumerConfig("c", batch_size=0),
+        lambda: RelayConfig(""),
+    ],
+)
+def test_bad_settings_are_refused(make):
+    with pytest.raises(ConfigurationError):
+        make()
+
+
+def test_wire_round_trip():
+    message = ScheduledMessage("m-1", 1_700_000_000_000, b"\x00\xff", "grp", "tl")
+    assert decode_scheduled(encode_scheduled(message)) == message

@@ -1,0 +1,263 @@
+"""``tidemark timeline ...``: scheduled messages with leases.
+
+    tidemark timeline create reminders --buckets 16
+    tidemark timeline put reminders --group app --in-ms 60000 --body "hello" --id hello-1
+    tidemark timeline lease reminders --consumer me --duration-ms 30000
+    tidemark timeline count reminders --format json
+    tidemark timeline relay reminders --consumer relay-1 --topic due-reminders
+
+The store is TIDEMARK_POSTGRES_DSN, else the PostgreSQL that ``tidemark up``
+started. The schema is created or upgraded on first use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict
+from typing import Any
+
+from infra.environment import Environment
+from infra.services import LocalServices
+from tidemark.cli.output import add_format_option, emit, emit_rows
+from tidemark.errors import ConfigurationError
+
+
+def _dsn() -> str:
+    env = Environment.from_env()
+    if env.postgres_dsn:
+        return env.postgres_dsn
+    running = LocalServices(env).running()
+    if running is not None and running.postgres_dsn:
+        return running.postgres_dsn
+    raise ConfigurationError(
+        "no timeline store: set TIDEMARK_POSTGRES_DSN or start local services with `tidemark up`"
+    )
+
+
+def _bootstrap(given: str | None) -> str:
+    if given:
+        return given
+    env = Environment.from_env()
+    if env.kafka_bootstrap:
+        return env.kafka_bootstrap
+    running = LocalServices(env).running()
+    if running is not None and running.kafka_bootstrap:
+        return running.kafka_bootstrap
+    raise ConfigurationError(
+        "no Kafka: pass --bootstrap, set TIDEMARK_KAFKA_BOOTSTRAP or run `tidemark up`"
+    )
+
+
+@contextmanager
+def _store() -> Iterator[Any]:
+    from pipelines.timeline.store import TimelineStore
+
+    with TimelineStore(_dsn()) as store:
+        store.migrate()
+        yield store
+
+
+def _message_row(message: Any) -> dict[str, Any]:
+    row = asdict(message)
+    row["body"] = message.body.decode("utf-8", errors="replace")
+    return row
+
+
+def register(sub: Any) -> None:
+    timeline = sub.add_parser("timeline", help="scheduled messages with leases (PostgreSQL)")
+    verbs = timeline.add_subparsers(dest="verb", metavar="VERB", required=True)
+
+    def verb(name: str, help: str, func: Any) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = verbs.add_parser(name, help=help)
+        parser.add_argument("timeline", help="timeline name")
+        add_format_option(parser)
+        parser.set_defaults(func=func)
+        return parser
+
+    p = verb("create", "create a timeline (again with the same settings: no-op)", cmd_create)
+    p.add_argument("--buckets", type=int, default=16)
+    p.add_argument("--max-body-bytes", type=int, default=1 << 20)
+
+    p = verb("put", "create a scheduled message", cmd_put)
+    p.add_argument("--group", required=True, help="producer group (owner)")
+    p.add_argument("--id", help="natural id (default: generated, time-sortable)")
+    p.add_argument("--body", required=True, help="message body (UTF-8 text)")
+    when = p.add_mutually_exclusive_group(required=True)
+    when.add_argument("--at-ms", type=int, help="due time, UTC ms since the epoch")
+    when.add_argument("--in-ms", type=int, help="due this many ms from now")
+
+    p = verb("lease", "lease available messages (or one by --id)", cmd_lease)
+    p.add_argument("--consumer", required=True)
+    p.add_argument("--id", help="lease this message only")
+    p.add_argument("--duration-ms", type=int, default=30_000)
+    p.add_argument("--limit", type=int, default=10)
+    p.add_argument("--expected-version", type=int)
+
+    p = verb("extend", "extend a live lease", cmd_extend)
+    p.add_argument("id")
+    p.add_argument("--consumer", required=True)
+    until = p.add_mutually_exclusive_group(required=True)
+    until.add_argument("--until-ms", type=int, help="new end of the lease, UTC ms")
+    until.add_argument("--by-ms", type=int, help="new end = database now + this")
+    p.add_argument("--expected-version", type=int)
+
+    p = verb("release", "give a lease back (due again now, or at --at-ms)", cmd_release)
+    p.add_argument("id")
+    p.add_argument("--consumer", required=True)
+    p.add_argument("--at-ms", type=int)
+    p.add_argument("--expected-version", type=int)
+
+    p = verb("delete", "delete as owner (--group) or as lease holder (--consumer)", cmd_delete)
+    p.add_argument("id")
+    who = p.add_mutually_exclusive_group(required=True)
+    who.add_argument("--group")
+    who.add_argument("--consumer")
+    p.add_argument("--expected-version", type=int)
+
+    p = verb("count", "count messages by status, optionally in [--from-ms, --to-ms)", cmd_count)
+    p.add_argument("--from-ms", type=int)
+    p.add_argument("--to-ms", type=int)
+
+    p = verb("relay", "produce due messages to a Kafka topic, then delete them", cmd_relay)
+    p.add_argument("--topic", required=True, help="target Kafka topic")
+    p.add_argument("--consumer", required=True, help="relay's consumer id")
+    p.add_argument("--bootstrap", help="Kafka bootstrap servers")
+    p.add_argument("--lease-ms", type=int, default=60_000)
+    p.add_argument("--duration-s", type=float, help="stop after this long (default: Ctrl-C)")
+    p.add_argument("--max-messages", type=int, help="stop after relaying this many")
+
+
+def cmd_create(args: argparse.Namespace) -> int:
+    from pipelines.timeline.config import TimelineConfig
+
+    with _store() as store:
+        config = store.create_timeline(
+            TimelineConfig(args.timeline, args.buckets, args.max_body_bytes)
+        )
+    emit(args, asdict(config), f"timeline {config.name}: {config.buckets} buckets")
+    return 0
+
+
+def cmd_put(args: argparse.Namespace) -> int:
+    with _store() as store:
+        at_ms = args.at_ms if args.at_ms is not None else store.now_ms() + args.in_ms
+        created = store.create(
+            args.timeline,
+            args.body.encode(),
+            timestamp_ms=at_ms,
+            producer_group=args.group,
+            id=args.id,
+        )
+    m = created.message
+    emit(
+        args,
+        {**_message_row(m), "new": created.new},
+        f"{m.id} at {m.timestamp_ms} ({'created' if created.new else 'already there'})",
+    )
+    return 0
+
+
+def cmd_lease(args: argparse.Namespace) -> int:
+    with _store() as store:
+        if args.id:
+            leases = [
+                store.lease_one(
+                    args.timeline,
+                    args.id,
+                    args.consumer,
+                    lease_ms=args.duration_ms,
+                    version=args.expected_version,
+                )
+            ]
+        else:
+            leases = store.lease(
+                args.timeline, args.consumer, lease_ms=args.duration_ms, limit=args.limit
+            )
+    emit_rows(
+        args,
+        [
+            {**_message_row(lease.message), "due_ms": lease.due_ms, "until_ms": lease.until_ms}
+            for lease in leases
+        ],
+    )
+    return 0
+
+
+def cmd_extend(args: argparse.Namespace) -> int:
+    with _store() as store:
+        until = args.until_ms if args.until_ms is not None else store.now_ms() + args.by_ms
+        m = store.extend(
+            args.timeline, args.id, args.consumer, until_ms=until, version=args.expected_version
+        )
+    emit(args, _message_row(m), f"{m.id} leased to {m.lock_consumer} until {m.timestamp_ms}")
+    return 0
+
+
+def cmd_release(args: argparse.Namespace) -> int:
+    with _store() as store:
+        m = store.release(
+            args.timeline, args.id, args.consumer, at_ms=args.at_ms, version=args.expected_version
+        )
+    emit(args, _message_row(m), f"{m.id} back on the timeline at {m.timestamp_ms}")
+    return 0
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    with _store() as store:
+        m = store.delete(
+            args.timeline,
+            args.id,
+            producer_group=args.group,
+            consumer=args.consumer,
+            version=args.expected_version,
+        )
+    emit(args, _message_row(m), f"{m.id} deleted")
+    return 0
+
+
+def cmd_count(args: argparse.Namespace) -> int:
+    with _store() as store:
+        counts = store.count(args.timeline, args.from_ms, args.to_ms)
+    emit(
+        args,
+        asdict(counts),
+        f"total {counts.total}  available {counts.available}  waiting {counts.waiting}  "
+        f"processing {counts.processing}",
+    )
+    return 0
+
+
+def cmd_relay(args: argparse.Namespace) -> int:
+    from pipelines.timeline.config import ConsumerConfig, RelayConfig
+    from pipelines.timeline.relay import TimelineRelay
+
+    dsn = _dsn()
+    with _store():
+        pass  # migrate
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    deadline = None if args.duration_s is None else time.monotonic() + args.duration_s
+    try:
+        with TimelineRelay(
+            dsn,
+            _bootstrap(args.bootstrap),
+            args.timeline,
+            RelayConfig(args.topic),
+            ConsumerConfig(args.consumer, lease_ms=args.lease_ms),
+        ) as relay:
+            while not stop.is_set():
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
+                if args.max_messages is not None and relay.relayed >= args.max_messages:
+                    break
+                relay.run_once(timeout_ms=500)
+            relayed = relay.relayed
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    emit(args, {"relayed": relayed}, f"relayed {relayed} messages to {args.topic}")
+    return 0
