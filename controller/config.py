@@ -212,8 +212,13 @@ def topic_configs(config: StreamConfiguration) -> dict[str, str | None]:
     ``arrival`` streams stamp records with the broker's clock (LogAppendTime).
     An ``uncapped`` stream accepts client timestamps arbitrarily far in the
     future: Kafka 4 otherwise rejects one more than an hour ahead (KIP-1030).
+    Kafka's own retention is off: records carry event times, which may be
+    old, and tidemark's retention is truncation at a stream cut, so the
+    truncation record stays the one truth of where a stream starts.
     """
     return {
+        "retention.ms": "-1",
+        "retention.bytes": "-1",
         "message.timestamp.type": (
             "LogAppendTime" if config.timestamping is TimestampingMode.ARRIVAL else "CreateTime"
         ),

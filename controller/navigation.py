@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence, Set
+from dataclasses import dataclass
 from itertools import pairwise
 
 from controller.metadata import StreamMetadata
 from controller.model import Epoch, Segment, StreamCut
+from controller.watermarks import upper_bound
 
 _HASH_SPACE = float(1 << 64)
 
@@ -160,14 +162,67 @@ def covers_exactly(segments: Iterable[Segment]) -> bool:
     return all(a.high == b.low for a, b in pairwise(ranges))
 
 
+def at_or_after_head(cut: StreamCut, meta: StreamMetadata) -> dict[int, int]:
+    """``cut`` moved forward, per key range, to the stream's truncation point if behind it."""
+    if not meta.truncation:
+        return dict(cut)
+    return upper_bound([dict(meta.truncation), dict(cut)], meta.segments())
+
+
+# --- from two cuts to offset ranges -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SegmentRange:
+    """Read ``segment`` from ``start`` (``None``: its first record) up to ``end`` (exclusive)."""
+
+    segment: Segment
+    start: int | None
+    end: int
+
+
+def ranges_between(
+    segments: Mapping[int, Segment],
+    sealed_sizes: Mapping[int, int],
+    start: StreamCut,
+    stop: StreamCut,
+) -> list[SegmentRange]:
+    """The offset ranges holding everything between the cuts ``start`` and ``stop``.
+
+    A segment wholly before ``start`` or wholly after ``stop`` is left out; a
+    segment wholly before ``stop`` (a sealed predecessor) is read to its
+    sealed size. An empty ``start`` means the head. Raises ``KeyError`` for a
+    sealed segment whose size is not recorded yet (a scale still running).
+    """
+    out: list[SegmentRange] = []
+    for seg_id in sorted(segments):
+        seg = segments[seg_id]
+        if start and wholly_before(start, segments, seg_id):
+            continue
+        if seg_id in stop:
+            end = stop[seg_id]
+        elif wholly_before(stop, segments, seg_id):
+            end = sealed_sizes[seg_id]
+        else:
+            continue
+        begin = start.get(seg_id)
+        if end <= (0 if begin is None else begin):
+            continue
+        out.append(SegmentRange(seg, begin, end))
+    return out
+
+
 __all__ = [
+    "SegmentRange",
     "all_segments",
+    "at_or_after_head",
     "covers_exactly",
     "epoch_at",
     "head_cut",
     "head_segments",
     "key_hash",
     "predecessors",
+    "ranges_between",
     "readable_segments",
     "route",
     "sealed_in",

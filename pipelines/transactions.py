@@ -243,6 +243,7 @@ class TransactionalWriter(_StreamWriter):
     def _replay_if_sealed(self, txn: Transaction) -> None:
         """Write the transaction again when a scale sealed a segment it wrote to."""
         try:
+            self._read_metadata_now()
             if self._latest is not self._metadata or not self._writable:
                 self._refresh()
         except StreamSealedError:

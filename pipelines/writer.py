@@ -191,6 +191,7 @@ class _StreamWriter:
         settings["error_cb"] = self._on_error
         self._producer_settings = settings
         self._producer = Producer(settings)
+        self._store = store
         store.watch_stream(stream, self._on_metadata)
 
     # --- metadata -------------------------------------------------------------------------
@@ -198,6 +199,15 @@ class _StreamWriter:
     def _on_metadata(self, metadata: StreamMetadata) -> None:
         # Called from the store's thread: only hand the value over; writes apply it.
         self._latest = metadata
+
+    def _read_metadata_now(self) -> None:
+        """Read the stream's metadata from the store, not waiting for the watch.
+
+        A commit uses it: a scale whose new epoch is written but whose watch
+        has not reached this writer yet must still be seen before the
+        transaction's records are committed to a segment it sealed.
+        """
+        self._latest = self._store.get_stream(self.stream)
 
     def _index_segments(self, metadata: StreamMetadata) -> None:
         self._segment_of_partition = {s.number: s.id for s in metadata.segments().values()}

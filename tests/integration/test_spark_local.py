@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from confluent_kafka import Producer
@@ -14,10 +15,13 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 def test_batch_read_with_explicit_offsets_into_delta(spark, kafka, unique, tmp_path) -> None:
     topic = f"spark-{unique}"
-    AdminClient({"bootstrap.servers": kafka}).create_topics([NewTopic(topic, 2)])[topic].result(30)
+    admin = AdminClient({"bootstrap.servers": kafka})  # kept alive until the result is in
+    admin.create_topics([NewTopic(topic, 2)])[topic].result(30)
     producer = Producer({"bootstrap.servers": kafka})
+    # recent timestamps: records older than retention.ms would be aged out by the broker
+    base_ms = int(time.time() * 1000)
     for i in range(40):
-        producer.produce(topic, partition=i % 2, value=f"e{i}".encode(), timestamp=1_000 + i)
+        producer.produce(topic, partition=i % 2, value=f"e{i}".encode(), timestamp=base_ms + i)
     assert producer.flush(30) == 0
 
     # partition 0: offsets [5, 15); partition 1: [0, end)

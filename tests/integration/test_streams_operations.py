@@ -126,6 +126,8 @@ def test_create_and_update_set_topic_configs(manager, topics, stream, config, ex
     keys = ("message.timestamp.type", "message.timestamp.after.max.ms")
     meta = manager.create(stream, config)
     assert tuple(topics.topic_configs(meta.topic)[k] for k in keys) == expected
+    # tidemark owns retention (truncation): old event times are never aged out by Kafka
+    assert topics.topic_configs(meta.topic)["retention.ms"] == "-1"
     flipped = StreamConfiguration(
         timestamping=(
             TimestampingMode.CLIENT_PREFER

@@ -63,8 +63,15 @@ def make_stream(manager: StreamManager, unique: str, name: str = "s", **kw: obje
     return stream
 
 
-def read(kafka: str, topic: str, partitions: list[int], committed: bool = False) -> list:
-    """Every record of ``partitions`` up to their end (the last stable offset if committed)."""
+def read(
+    kafka: str, topic: str, partitions: list[int], committed: bool = False, at_least: int = 0
+) -> list:
+    """Every record of ``partitions`` up to their end (the last stable offset if committed).
+
+    ``at_least``: keep reading past an end until that many arrived; a commit
+    returns before the coordinator has written the commit markers, so the
+    last stable offset may still move just after it.
+    """
     consumer = Consumer(
         {
             "bootstrap.servers": kafka,
@@ -80,7 +87,9 @@ def read(kafka: str, topic: str, partitions: list[int], committed: bool = False)
         consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
         at_end: set[int] = set()
         deadline = time.monotonic() + 15
-        while len(at_end) < len(partitions) and time.monotonic() < deadline:
+        while (len(at_end) < len(partitions) or len(out) < at_least) and (
+            time.monotonic() < deadline
+        ):
             msg = consumer.poll(0.2)
             if msg is None:
                 continue
@@ -94,9 +103,11 @@ def read(kafka: str, topic: str, partitions: list[int], committed: bool = False)
     return out
 
 
-def marks(kafka: str, settings: ClusterSettings, stream: str, committed: bool = False) -> list:
+def marks(
+    kafka: str, settings: ClusterSettings, stream: str, committed: bool = False, at_least: int = 0
+) -> list:
     part = bucket_of(stream, settings.bucket_count)
-    msgs = read(kafka, settings.marks_topic, [part], committed)
+    msgs = read(kafka, settings.marks_topic, [part], committed, at_least)
     return [WriterMarkRecord.decode(m.value()) for m in msgs if m.key() == stream.encode()]
 
 
@@ -353,8 +364,8 @@ def test_commit_mark_is_visible_exactly_with_the_data(kafka, manager, unique, tx
     assert read(kafka, topic, [0], committed=True) == []
     assert marks(kafka, settings, stream, committed=True) == []
     txn.commit(timestamp=109)
-    data = read(kafka, topic, [0], committed=True)
-    [mark] = marks(kafka, settings, stream, committed=True)
+    data = read(kafka, topic, [0], committed=True, at_least=10)
+    [mark] = marks(kafka, settings, stream, committed=True, at_least=1)
     assert len(data) == 10
     assert (mark.time, mark.position, mark.transaction_id) == (109, {0: 10}, txn.id)
     assert w.committed_position == {0: 10}
@@ -374,14 +385,14 @@ def test_aborted_transaction_mark_and_data_are_never_seen(
     txn2 = w.begin()
     txn2.write(b"kept", "k", timestamp=6)
     txn2.commit(timestamp=6)
-    data = read(kafka, topic, [0], committed=True)
+    data = read(kafka, topic, [0], committed=True, at_least=1)
     assert [m.value() for m in data] == [b"kept"]
-    got = marks(kafka, settings, stream, committed=True)
+    got = marks(kafka, settings, stream, committed=True, at_least=1)
     assert [(m.time, m.transaction_id) for m in got] == [(6, txn2.id)]
     # the position counts Kafka's offsets: the aborted record and its marker take two
     assert got[0].position == {0: data[0].offset() + 1}
     w.close()
-    last = marks(kafka, settings, stream, committed=True)[-1]
+    last = marks(kafka, settings, stream, committed=True, at_least=2)[-1]
     assert (last.time, last.alive) == (6, False)
 
 
@@ -411,6 +422,6 @@ def test_transaction_touching_a_sealed_segment_is_written_again(kafka, manager, 
     txn.commit(timestamp=10)
     meta = manager.describe(stream)
     assert read(kafka, meta.topic, [0], committed=True) == []
-    data = read(kafka, meta.topic, [1, 2], committed=True)
+    data = read(kafka, meta.topic, [1, 2], committed=True, at_least=5)
     assert sorted(m.value() for m in data) == [b"e%d" % i for i in range(5)]
     assert set(w.committed_position) <= {segment_id(1, 1), segment_id(1, 2)}

@@ -115,27 +115,43 @@ def test_bad_configurations_name_the_value(make, fragment):
         make()
 
 
+NO_KAFKA_RETENTION = {"retention.ms": "-1", "retention.bytes": "-1"}
+
+
 @pytest.mark.parametrize(
     ("cfg", "expected"),
     [
         (
             StreamConfiguration(),
-            {"message.timestamp.type": "CreateTime", "message.timestamp.after.max.ms": None},
+            {
+                **NO_KAFKA_RETENTION,
+                "message.timestamp.type": "CreateTime",
+                "message.timestamp.after.max.ms": None,
+            },
         ),
         (
             StreamConfiguration(uncapped=True),
             {
+                **NO_KAFKA_RETENTION,
                 "message.timestamp.type": "CreateTime",
                 "message.timestamp.after.max.ms": UNCAPPED_AFTER_MAX_MS,
             },
         ),
         (
             StreamConfiguration(timestamping=TimestampingMode.ARRIVAL),
-            {"message.timestamp.type": "LogAppendTime", "message.timestamp.after.max.ms": None},
+            {
+                **NO_KAFKA_RETENTION,
+                "message.timestamp.type": "LogAppendTime",
+                "message.timestamp.after.max.ms": None,
+            },
         ),
         (
             StreamConfiguration(timestamping=TimestampingMode.CLIENT_REQUIRE),
-            {"message.timestamp.type": "CreateTime", "message.timestamp.after.max.ms": None},
+            {
+                **NO_KAFKA_RETENTION,
+                "message.timestamp.type": "CreateTime",
+                "message.timestamp.after.max.ms": None,
+            },
         ),
     ],
 )

@@ -25,7 +25,24 @@ def register_buckets(verbs: Any) -> None:
     parser.set_defaults(func=cmd_buckets)
 
 
-VERBS: list[Callable[[Any], None]] = [register_buckets]
+def register_run(verbs: Any) -> None:
+    from jobs.cli_args import add_controller_arguments
+
+    parser = verbs.add_parser(
+        "run",
+        help="run a watermark controller instance (a Spark streaming query per owned bucket)",
+    )
+    add_controller_arguments(parser)
+    parser.set_defaults(func=cmd_run)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from jobs.controller_job import run_local
+
+    return run_local(args)
+
+
+VERBS: list[Callable[[Any], None]] = [register_buckets, register_run]
 """The ``controller`` group's verbs; each adds its subparser."""
 
 

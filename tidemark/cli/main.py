@@ -17,10 +17,11 @@ from tidemark.errors import TidemarkError
 COMMAND_MODULES = (
     "tidemark.cli.services",
     "tidemark.cli.demo",
-    "tidemark.cli.streams",
-    "tidemark.cli.controller",
-    "tidemark.cli.write",
     "tidemark.cli.timeline",
+    "tidemark.cli.streams",
+    "tidemark.cli.write",
+    "tidemark.cli.controller",
+    "tidemark.cli.read",
 )
 
 

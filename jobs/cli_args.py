@@ -1,0 +1,88 @@
+"""The controller's command-line options, shared by spark-submit and ``tidemark controller run``.
+
+    parser = argparse.ArgumentParser(); add_controller_arguments(parser)
+    settings = settings_from_args(parser.parse_args(["--instance", "c1"]))
+
+Imports no Spark, so the CLI can list its verbs without loading it.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from controller.naming import ClusterSettings
+from jobs.config import ControllerSettings, CycleTrigger
+from jobs.exceptions import JobConfigurationError
+
+
+def add_controller_arguments(parser: argparse.ArgumentParser) -> None:
+    cluster = ClusterSettings()
+    parser.add_argument("--instance", required=True, help="this instance's id (unique, no '/')")
+    parser.add_argument("--bootstrap", help="Kafka bootstrap servers (TIDEMARK_KAFKA_BOOTSTRAP)")
+    parser.add_argument("--zk", help="ZooKeeper connect string (TIDEMARK_ZK_CONNECT)")
+    parser.add_argument("--zk-root", default=cluster.zk_root, help="metadata root in ZooKeeper")
+    parser.add_argument("--marks-topic", default=cluster.marks_topic)
+    parser.add_argument(
+        "--bucket-count",
+        type=int,
+        default=cluster.bucket_count,
+        help="partitions of the marks topic",
+    )
+    parser.add_argument(
+        "--interval-ms", type=int, default=1000, help="watermark interval (trigger)"
+    )
+    parser.add_argument(
+        "--writer-timeout-ms",
+        type=int,
+        default=60_000,
+        help="drop a lagging writer after this long",
+    )
+    parser.add_argument(
+        "--lso-hold-ms",
+        type=int,
+        default=30_000,
+        help="hold a cut past the last stable offset this long, then reject the writers",
+    )
+    parser.add_argument("--delta-root", help="where the tables live (TIDEMARK_DELTA_ROOT)")
+    parser.add_argument(
+        "--checkpoint-root",
+        help="shared checkpoint storage (default: <delta root>/_checkpoints)",
+    )
+    parser.add_argument("--max-offsets-per-trigger", type=int, default=None)
+
+
+def settings_from_args(args: argparse.Namespace) -> ControllerSettings:
+    """Options, then the environment (``infra.environment``), then ``tidemark up``'s services."""
+    from infra.environment import Environment
+    from infra.services import LocalServices, data_root
+
+    env = Environment.from_env()
+    kafka, zk = args.bootstrap or env.kafka_bootstrap, args.zk or env.zk_connect
+    if not (kafka and zk):
+        running = LocalServices(env).running()
+        if running is not None:
+            kafka = kafka or running.kafka_bootstrap
+            zk = zk or running.zk_connect
+    if not (kafka and zk):
+        raise JobConfigurationError(
+            "no Kafka/ZooKeeper: pass --bootstrap and --zk, set TIDEMARK_KAFKA_BOOTSTRAP and "
+            "TIDEMARK_ZK_CONNECT, or start local services with `tidemark up`"
+        )
+    delta_root = args.delta_root or str(data_root(env))
+    return ControllerSettings(
+        kafka_bootstrap=kafka,
+        zk_connect=zk,
+        delta_root=delta_root,
+        checkpoint_root=args.checkpoint_root or f"{delta_root.rstrip('/')}/_checkpoints",
+        cluster=ClusterSettings(
+            marks_topic=args.marks_topic, bucket_count=args.bucket_count, zk_root=args.zk_root
+        ),
+        interval_ms=args.interval_ms,
+        writer_timeout_ms=args.writer_timeout_ms,
+        lso_hold_ms=args.lso_hold_ms,
+        trigger=CycleTrigger.TIMERS,
+        max_offsets_per_trigger=args.max_offsets_per_trigger,
+    )
+
+
+__all__ = ["add_controller_arguments", "settings_from_args"]

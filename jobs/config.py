@@ -1,0 +1,101 @@
+"""Settings of the watermark controller job (typed, frozen, checked).
+
+    settings = ControllerSettings(
+        kafka_bootstrap="127.0.0.1:9092", zk_connect="127.0.0.1:2181",
+        delta_root="/data/delta", checkpoint_root="/data/checkpoints",
+        cluster=ClusterSettings(bucket_count=2), interval_ms=1000)
+
+``delta_root`` and ``checkpoint_root`` must be storage every controller
+instance reaches (a shared file system or an object store): a bucket's
+checkpoint (``<checkpoint_root>/bucket-<n>``) moves with the bucket.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from controller.naming import ClusterSettings
+from jobs.exceptions import JobConfigurationError
+
+
+class CycleTrigger(enum.Enum):
+    """What runs a stream's watermark cycle.
+
+    ``TIMERS`` (production): a processing-time timer per stream, every
+    ``interval_ms``, with or without new marks. ``TICKS`` (tests): only a tick
+    record on the marks topic (:func:`jobs.workflow.tick_value`) runs a cycle,
+    at the ``now_ms`` the tick carries, so a test knows exactly which marks
+    each cycle saw whatever the micro-batches were.
+    """
+
+    TIMERS = "timers"
+    TICKS = "ticks"
+
+
+@dataclass(frozen=True)
+class WorkflowSettings:
+    """What the per-stream workflow needs (shipped to Spark's Python workers)."""
+
+    interval_ms: int = 1000
+    writer_timeout_ms: int = 60_000
+    lso_hold_ms: int = 30_000
+    """How long a cut past the data topic's last stable offset is held before
+    the writers that push it there are rejected (``beyond_committed``)."""
+    trigger: CycleTrigger = CycleTrigger.TIMERS
+    kafka_bootstrap: str = ""
+    zk_connect: str = ""
+    zk_root: str = "/tidemark"
+
+    def __post_init__(self) -> None:
+        if self.interval_ms < 1:
+            raise JobConfigurationError(f"interval_ms must be >= 1, got {self.interval_ms}")
+        if self.writer_timeout_ms < 0:
+            raise JobConfigurationError(
+                f"writer_timeout_ms must be >= 0, got {self.writer_timeout_ms}"
+            )
+        if self.lso_hold_ms < 0:
+            raise JobConfigurationError(f"lso_hold_ms must be >= 0, got {self.lso_hold_ms}")
+
+
+@dataclass(frozen=True)
+class ControllerSettings:
+    """One controller instance: where things are, and how often it cycles."""
+
+    kafka_bootstrap: str
+    zk_connect: str
+    delta_root: str
+    checkpoint_root: str
+    cluster: ClusterSettings = field(default_factory=ClusterSettings)
+    interval_ms: int = 1000
+    writer_timeout_ms: int = 60_000
+    lso_hold_ms: int = 30_000
+    trigger: CycleTrigger = CycleTrigger.TIMERS
+    max_offsets_per_trigger: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("kafka_bootstrap", "zk_connect", "delta_root", "checkpoint_root"):
+            if not getattr(self, name):
+                raise JobConfigurationError(f"{name} must be set")
+        self.workflow()  # checks the rest
+
+    def workflow(self) -> WorkflowSettings:
+        return WorkflowSettings(
+            interval_ms=self.interval_ms,
+            writer_timeout_ms=self.writer_timeout_ms,
+            lso_hold_ms=self.lso_hold_ms,
+            trigger=self.trigger,
+            kafka_bootstrap=self.kafka_bootstrap,
+            zk_connect=self.zk_connect,
+            zk_root=self.cluster.zk_root,
+        )
+
+    def checkpoint_dir(self, bucket: int) -> str:
+        return f"{self.checkpoint_root.rstrip('/')}/bucket-{bucket}"
+
+    def app_id(self, bucket: int) -> str:
+        """The Delta ``txnAppId`` prefix of a bucket's query (the query id is appended)."""
+        return f"tidemark-controller/{self.cluster.marks_topic}/bucket-{bucket}"
+
+
+__all__ = ["ControllerSettings", "CycleTrigger", "WorkflowSettings"]

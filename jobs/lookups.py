@@ -1,0 +1,149 @@
+"""What a Spark Python worker looks up: stream metadata (ZooKeeper) and last stable offsets.
+
+    streams = worker_streams(settings)      # one per process, cached
+    streams.stream("shop/orders")           # StreamMetadata | None
+    lso = worker_committed(settings)
+    lso.last_stable("tidemark.shop.orders", {0: 17})
+
+Both are built once per worker process (Spark reuses Python workers) and keep
+their connections. Epoch records are immutable, so cached metadata stays
+right for every segment it names; it is read again only when a mark names a
+segment it does not know (a scale happened) or the stream is not known yet.
+Last stable offsets only grow, so a cached value at or above what a cut
+needs answers without asking Kafka.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from controller.metadata import StreamMetadata
+from jobs.config import WorkflowSettings
+
+log = logging.getLogger(__name__)
+
+_lock = threading.Lock()
+_streams: dict[tuple[str, str], ZooKeeperStreams] = {}
+_committed: dict[str, KafkaCommittedOffsets] = {}
+
+
+class ZooKeeperStreams:
+    """:class:`jobs.workflow.StreamLookup` over the ZooKeeper metadata store, cached."""
+
+    def __init__(self, zk_connect: str, root: str) -> None:
+        self.zk_connect = zk_connect
+        self.root = root
+        self._client: Any = None
+        self._store: Any = None
+        self._cache: dict[str, StreamMetadata] = {}
+
+    def _get_store(self) -> Any:
+        if self._store is None:
+            from kazoo.client import KazooClient
+
+            from controller.zk_store import ZooKeeperStore
+
+            client = KazooClient(hosts=self.zk_connect)
+            client.start(timeout=30)
+            self._client = client
+            self._store = ZooKeeperStore(client, self.root)
+        return self._store
+
+    def stream(self, stream: str, refresh: bool = False) -> StreamMetadata | None:
+        if not refresh and stream in self._cache:
+            return self._cache[stream]
+        from controller.exceptions import InvalidModelError, UnknownStreamError
+
+        try:
+            meta: StreamMetadata = self._get_store().get_stream(stream)
+        except (UnknownStreamError, InvalidModelError):
+            self._cache.pop(stream, None)
+            return None
+        self._cache[stream] = meta
+        return meta
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.stop()
+            self._client.close()
+            self._client = None
+            self._store = None
+
+
+class KafkaCommittedOffsets:
+    """:class:`jobs.workflow.CommittedOffsets` through the admin API (``READ_COMMITTED``)."""
+
+    def __init__(self, bootstrap: str, timeout_s: float = 30.0) -> None:
+        self.bootstrap = bootstrap
+        self.timeout_s = timeout_s
+        self._admin: Any = None
+        self._cache: dict[tuple[str, int], int] = {}
+
+    def query(self, topic: str, partitions: list[int]) -> dict[int, int]:
+        from confluent_kafka import IsolationLevel, TopicPartition
+        from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
+
+        if self._admin is None:
+            self._admin = AdminClient(
+                {
+                    "bootstrap.servers": self.bootstrap,
+                    "log_level": 0,
+                    "topic.metadata.refresh.interval.ms": 5_000,
+                }
+            )
+        latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+        request = {TopicPartition(topic, p): latest for p in partitions}
+        futures = self._admin.list_offsets(
+            request,
+            isolation_level=IsolationLevel.READ_COMMITTED,
+            request_timeout=self.timeout_s,
+        )
+        return {tp.partition: int(f.result().offset) for tp, f in futures.items()}
+
+    def last_stable(self, topic: str, needed: Mapping[int, int]) -> Mapping[int, int]:
+        known = {p: self._cache.get((topic, p), -1) for p in needed}
+        if all(known[p] >= off for p, off in needed.items()):
+            return known
+        fresh: dict[int, int] | None = None
+        for attempt in (1, 2):
+            try:
+                fresh = self.query(topic, sorted(needed))
+                break
+            except Exception as exc:  # Kafka unreachable, or partitions new to this client
+                # A scale adds partitions the client's metadata cache does not know yet
+                # (UNKNOWN_PARTITION): a fresh client asks the brokers again. If that
+                # fails too, the cycle holds and retries next time.
+                log.warning("last stable offsets of %s (attempt %d): %s", topic, attempt, exc)
+                self._admin = None
+        if fresh is None:
+            return known
+        for p, off in fresh.items():
+            key = (topic, p)
+            self._cache[key] = max(off, self._cache.get(key, -1))
+            known[p] = self._cache[key]
+        return known
+
+
+def worker_streams(settings: WorkflowSettings) -> ZooKeeperStreams:
+    key = (settings.zk_connect, settings.zk_root)
+    with _lock:
+        found = _streams.get(key)
+        if found is None:
+            found = _streams[key] = ZooKeeperStreams(*key)
+        return found
+
+
+def worker_committed(settings: WorkflowSettings) -> KafkaCommittedOffsets:
+    with _lock:
+        found = _committed.get(settings.kafka_bootstrap)
+        if found is None:
+            found = _committed[settings.kafka_bootstrap] = KafkaCommittedOffsets(
+                settings.kafka_bootstrap
+            )
+        return found
+
+
+__all__ = ["KafkaCommittedOffsets", "ZooKeeperStreams", "worker_committed", "worker_streams"]

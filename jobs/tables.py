@@ -1,0 +1,185 @@
+"""The controller's Delta tables: names, columns, schemas, and reading them without Spark.
+
+    >>> table_path("/data/delta", MARKS)
+    '/data/delta/marks'
+    >>> [f.name for f in MARKS_ARROW]
+    ['stream', 'seq', 'time', 'upper_time', 'stream_cut', 'writers', 'emitted_at']
+
+    marks = read_watermarks("/data/delta", "shop/orders")    # deltalake, no Spark
+    rows = read_index_rows("/data/delta", "shop/orders")     # IndexRow with stream_cut
+
+Three tables live under one *delta root* (a local path or an object-store
+URI such as ``s3://bucket/tidemark``):
+
+- ``marks`` — one row per emitted watermark (Pravega's marks segment):
+  ``stream, seq, time, upper_time, stream_cut, writers, emitted_at``;
+  ``stream_cut`` is ``array<struct<segment: bigint, offset: bigint>>``
+  sorted by segment (the Avro ``watermark`` schema's shape; delta-rs and
+  Spark both read it).
+- ``index`` — ``stream, seq, time, upper_time_max`` (running maximum of
+  ``upper_time``), searched by binary search (``controller.index``).
+- ``rejected_marks`` — the dead-letter table: ``stream, writer, reason, raw,
+  kafka_partition, kafka_offset, at``.
+
+``seq`` strictly increases per stream and has no gaps; rows are appended by
+the controller job only, exactly once per watermark. The names, columns and
+pyarrow schemas are defined once in :mod:`schemas.tables` (readers in
+``pipelines`` share them); this module adds the Spark schema (pyspark loads
+lazily in :func:`spark_schema`) and deltalake readers for tools and tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from controller.index import IndexRow, running_max
+from controller.model import Watermark
+from schemas.tables import (
+    ARROW_SCHEMAS,
+    INDEX,
+    INDEX_ARROW,
+    MARKS,
+    MARKS_ARROW,
+    REJECTED_ARROW,
+    REJECTED_MARKS,
+    TABLES,
+    Reason,
+    cut_from_cell,
+    table_path,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
+
+cut_from_arrow = cut_from_cell
+
+
+def spark_schema(table: str) -> StructType:
+    """The Spark schema of ``table`` (imports pyspark)."""
+    from pyspark.sql.types import (
+        ArrayType,
+        BinaryType,
+        IntegerType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+    )
+
+    cut = ArrayType(
+        StructType([StructField("segment", LongType()), StructField("offset", LongType())])
+    )  # Delta refuses NOT NULL inside arrays
+    schemas = {
+        MARKS: StructType(
+            [
+                StructField("stream", StringType(), False),
+                StructField("seq", LongType(), False),
+                StructField("time", LongType(), False),
+                StructField("upper_time", LongType(), False),
+                StructField("stream_cut", cut),
+                StructField("writers", ArrayType(StringType())),
+                StructField("emitted_at", LongType()),
+            ]
+        ),
+        INDEX: StructType(
+            [
+                StructField("stream", StringType(), False),
+                StructField("seq", LongType(), False),
+                StructField("time", LongType(), False),
+                StructField("upper_time_max", LongType(), False),
+            ]
+        ),
+        REJECTED_MARKS: StructType(
+            [
+                StructField("stream", StringType()),
+                StructField("writer", StringType()),
+                StructField("reason", StringType(), False),
+                StructField("raw", BinaryType()),
+                StructField("kafka_partition", IntegerType()),
+                StructField("kafka_offset", LongType()),
+                StructField("at", LongType()),
+            ]
+        ),
+    }
+    if table not in schemas:
+        raise ValueError(f"unknown table {table!r}; valid: {', '.join(TABLES)}")
+    return schemas[table]
+
+
+# --- reading with deltalake (no Spark) ------------------------------------------------------
+
+
+def _read(
+    delta_root: str, table: str, stream: str | None, storage: Mapping[str, str] | None
+) -> Any:
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        dt = DeltaTable(table_path(delta_root, table), storage_options=dict(storage or {}))
+    except TableNotFoundError:
+        return ARROW_SCHEMAS[table].empty_table()
+    import pyarrow.dataset as ds
+
+    dataset = dt.to_pyarrow_dataset()
+    flt = None if stream is None else ds.field("stream") == stream
+    return dataset.to_table(filter=flt)
+
+
+def read_watermarks(
+    delta_root: str, stream: str, storage_options: Mapping[str, str] | None = None
+) -> list[Watermark]:
+    """Every watermark of ``stream`` in the ``marks`` table, in ``seq`` order."""
+    table = _read(delta_root, MARKS, stream, storage_options).sort_by("seq")
+    return [
+        Watermark(
+            r["stream"], r["time"], r["upper_time"], cut_from_arrow(r["stream_cut"]), r["seq"]
+        )
+        for r in table.to_pylist()
+    ]
+
+
+def read_index_rows(
+    delta_root: str, stream: str, storage_options: Mapping[str, str] | None = None
+) -> list[IndexRow]:
+    """``stream``'s index rows in ``seq`` order, each with its cut from ``marks``.
+
+    Reads ``marks`` alone (``upper_time_max`` is its running maximum), so the
+    rows are consistent even while the job is between its two appends.
+    """
+    marks = read_watermarks(delta_root, stream, storage_options)
+    maxima = running_max(m.upper_time for m in marks)
+    return [
+        IndexRow(m.stream, m.seq, m.time, top, m.stream_cut)
+        for m, top in zip(marks, maxima, strict=True)
+    ]
+
+
+def read_table(
+    delta_root: str,
+    table: str,
+    stream: str | None = None,
+    storage_options: Mapping[str, str] | None = None,
+) -> list[dict[str, Any]]:
+    """Rows of any of the tables (optionally one stream's) as dicts; for tools and tests."""
+    return list(_read(delta_root, table, stream, storage_options).to_pylist())
+
+
+__all__ = [
+    "ARROW_SCHEMAS",
+    "INDEX",
+    "INDEX_ARROW",
+    "MARKS",
+    "MARKS_ARROW",
+    "REJECTED_ARROW",
+    "REJECTED_MARKS",
+    "TABLES",
+    "Reason",
+    "cut_from_arrow",
+    "read_index_rows",
+    "read_table",
+    "read_watermarks",
+    "spark_schema",
+    "table_path",
+]

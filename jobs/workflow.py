@@ -1,0 +1,411 @@
+"""One stream's side of the controller job, without Spark: marks in, watermarks out.
+
+    wf = StreamWorkflow(WorkflowSettings(interval_ms=1000), epochs, committed)
+    state = StreamState()
+    out = wf.on_records("shop/orders", state, [MarkInput(value, partition=0, offset=7)], now_ms)
+    out += wf.on_timer("shop/orders", state, now_ms + 1000)
+
+The Spark processor (:mod:`jobs.processor`) keeps a :class:`StreamState` per
+stream (JSON in the state store), hands each micro-batch's records and each
+expired timer to a :class:`StreamWorkflow`, and turns its outputs
+(:class:`Emitted`, :class:`Rejected`) into rows. Everything that decides
+lives in ``controller.watermarks``; this module adds what the pure core
+leaves to its caller:
+
+- **decoding and admission**: a record that is not a writer mark, or names
+  another stream than its key, is ``malformed``; an unknown stream or segment
+  is rejected (after one refresh of the cached metadata); then
+  :func:`~controller.watermarks.accept_mark` against the writer's last
+  accepted mark;
+- **when a cycle runs**: with timers, at most once per ``interval_ms`` per
+  stream, right after new marks when one is due (freshness) and otherwise
+  on the stream's timer; with ticks (tests), exactly at each tick record;
+- **the high-water mark**: a cut must not point past the data topic's last
+  stable offset; such a cycle is *held* (nothing emitted, state unchanged,
+  retried next cycle) and after ``lso_hold_ms`` the writers whose positions
+  reach past it are rejected (``beyond_committed``) and forgotten.
+
+The clock is whatever the caller passes as ``now_ms``: Spark's batch
+timestamp, which a re-run of the same micro-batch after a failure reuses,
+so a replayed batch decides the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from controller.metadata import StreamMetadata
+from controller.model import Watermark, WriterMark, segment_number
+from controller.watermarks import GenerationState, Verdict, accept_mark, watermark_cycle
+from jobs.config import CycleTrigger, WorkflowSettings
+from jobs.tables import Reason
+from schemas.exceptions import SchemaError
+from schemas.records import WriterMarkRecord
+
+log = logging.getLogger(__name__)
+
+TICK_PREFIX = b"tidemark-tick:"
+STATE_VERSION = 1
+
+
+def tick_value(now_ms: int) -> bytes:
+    """A tick record's value: in :attr:`CycleTrigger.TICKS` mode it runs a cycle at ``now_ms``."""
+    return TICK_PREFIX + str(int(now_ms)).encode("ascii")
+
+
+def parse_tick(value: bytes | None) -> int | None:
+    if value is None or not value.startswith(TICK_PREFIX):
+        return None
+    try:
+        return int(value[len(TICK_PREFIX) :])
+    except ValueError:
+        return None
+
+
+# --- values ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MarkInput:
+    """One record of the marks topic, as the job reads it."""
+
+    value: bytes | None
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class StoredMark:
+    """A writer's last accepted mark and where it came from."""
+
+    mark: WriterMark
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class Emitted:
+    watermark: Watermark
+    writers: tuple[str, ...]
+    upper_time_max: int
+    emitted_at: int
+
+
+@dataclass(frozen=True)
+class Rejected:
+    stream: str | None
+    writer: str | None
+    reason: str
+    raw: bytes | None
+    partition: int
+    offset: int
+    at: int
+
+
+Output = Emitted | Rejected
+
+
+@dataclass
+class StreamState:
+    """What the job keeps per stream between micro-batches (mutable; serialised as JSON)."""
+
+    marks: dict[str, StoredMark] = field(default_factory=dict)
+    generation: GenerationState = field(default_factory=GenerationState)
+    upper_time_max: int | None = None
+    due_ms: int | None = None
+    """Timers mode: the earliest time the next cycle may run."""
+    timer_ms: int | None = None
+    """Timers mode: the timer registered for this stream (the processor's bookkeeping)."""
+    held_since_ms: int | None = None
+
+    def to_json(self) -> str:
+        prev = self.generation.previous
+        return json.dumps(
+            {
+                "v": STATE_VERSION,
+                "marks": {
+                    w: [s.mark.time, _pairs(s.mark.position), s.mark.alive, s.partition, s.offset]
+                    for w, s in self.marks.items()
+                },
+                "previous": None
+                if prev is None
+                else [prev.time, prev.upper_time, _pairs(prev.stream_cut), prev.seq],
+                "lagging": dict(self.generation.lagging_since),
+                "upper_max": self.upper_time_max,
+                "due": self.due_ms,
+                "timer": self.timer_ms,
+                "held": self.held_since_ms,
+            },
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_json(cls, stream: str, text: str) -> StreamState:
+        raw = json.loads(text)
+        if raw.get("v") != STATE_VERSION:
+            raise ValueError(f"stream {stream!r}: unknown state version {raw.get('v')!r}")
+        prev = raw["previous"]
+        previous = (
+            None
+            if prev is None
+            else Watermark(stream, int(prev[0]), int(prev[1]), _cut(prev[2]), int(prev[3]))
+        )
+        return cls(
+            marks={
+                w: StoredMark(WriterMark(int(t), _cut(pos), bool(alive)), int(p), int(o))
+                for w, (t, pos, alive, p, o) in raw["marks"].items()
+            },
+            generation=GenerationState(previous, {w: int(v) for w, v in raw["lagging"].items()}),
+            upper_time_max=raw["upper_max"],
+            due_ms=raw["due"],
+            timer_ms=raw["timer"],
+            held_since_ms=raw["held"],
+        )
+
+
+def _pairs(cut: Mapping[int, int]) -> list[list[int]]:
+    return [[s, o] for s, o in sorted(cut.items())]
+
+
+def _cut(pairs: Sequence[Sequence[int]]) -> dict[int, int]:
+    return {int(s): int(o) for s, o in pairs}
+
+
+# --- what the workflow asks of the outside world --------------------------------------------
+
+
+class StreamLookup(Protocol):
+    """Stream metadata (epochs are immutable, so a cached copy stays right for what it names)."""
+
+    def stream(self, stream: str, refresh: bool = False) -> StreamMetadata | None:
+        """The stream's metadata, or ``None`` when there is no such stream."""
+
+
+class CommittedOffsets(Protocol):
+    """The last stable offset (``read_committed`` end) of a topic's partitions."""
+
+    def last_stable(self, topic: str, needed: Mapping[int, int]) -> Mapping[int, int]:
+        """At least the partitions of ``needed``; may answer from a cache when every
+        cached value is already >= the needed offset (last stable offsets only grow)."""
+
+
+# --- the workflow ---------------------------------------------------------------------------
+
+
+class StreamWorkflow:
+    def __init__(
+        self, settings: WorkflowSettings, streams: StreamLookup, committed: CommittedOffsets
+    ) -> None:
+        self.settings = settings
+        self.streams = streams
+        self.committed = committed
+
+    # entry points ---------------------------------------------------------------------------
+
+    def on_records(
+        self, stream: str, state: StreamState, records: Sequence[MarkInput], now_ms: int
+    ) -> list[Output]:
+        """Fold a micro-batch's records of ``stream`` (any order; sorted by offset here)."""
+        out: list[Output] = []
+        ticks = self.settings.trigger is CycleTrigger.TICKS
+        for record in sorted(records, key=lambda r: (r.partition, r.offset)):
+            tick = parse_tick(record.value) if ticks else None
+            if tick is not None:
+                out += self.cycle(stream, state, tick)
+            else:
+                rejected = self.fold(stream, state, record, now_ms)
+                if rejected is not None:
+                    out.append(rejected)
+        if not ticks and state.marks and (state.due_ms is None or now_ms >= state.due_ms):
+            out += self._timed_cycle(stream, state, now_ms)
+        return out
+
+    def on_timer(self, stream: str, state: StreamState, now_ms: int) -> list[Output]:
+        """A timer fired: run the cycle when one is due."""
+        if self.settings.trigger is CycleTrigger.TICKS or not state.marks:
+            return []
+        if state.due_ms is not None and now_ms < state.due_ms:
+            return []
+        return self._timed_cycle(stream, state, now_ms)
+
+    def wants_timer(self, state: StreamState) -> int | None:
+        """The timer the stream needs registered (``None``: none)."""
+        if self.settings.trigger is CycleTrigger.TICKS or not state.marks:
+            return None
+        return state.due_ms
+
+    def _timed_cycle(self, stream: str, state: StreamState, now_ms: int) -> list[Output]:
+        out = self.cycle(stream, state, now_ms)
+        # Three quarters of an interval: the next trigger's batch (one interval
+        # later, give or take scheduling jitter) finds the timer expired.
+        state.due_ms = now_ms + max(1, self.settings.interval_ms * 3 // 4)
+        return out
+
+    # admission ------------------------------------------------------------------------------
+
+    def fold(
+        self, stream: str, state: StreamState, record: MarkInput, now_ms: int
+    ) -> Rejected | None:
+        """Accept one record into ``state.marks`` or say why not."""
+
+        def reject(reason: str, writer: str | None = None, named: str | None = None) -> Rejected:
+            return Rejected(
+                named if named is not None else (stream or None),
+                writer,
+                reason,
+                record.value,
+                record.partition,
+                record.offset,
+                now_ms,
+            )
+
+        if record.value is None:
+            return reject(Reason.MALFORMED)
+        try:
+            decoded = WriterMarkRecord.decode(record.value)
+        except (SchemaError, KeyError, TypeError, ValueError) as exc:
+            log.debug("stream %r: malformed mark at %d: %s", stream, record.offset, exc)
+            return reject(Reason.MALFORMED)
+        if decoded.stream != stream:
+            return reject(Reason.MALFORMED, decoded.writer_id, decoded.stream)
+        meta = self.streams.stream(stream)
+        if meta is None:
+            meta = self.streams.stream(stream, refresh=True)
+        if meta is None:
+            return reject(Reason.UNKNOWN_STREAM, decoded.writer_id)
+        if any(seg not in meta.segments() for seg in decoded.position):
+            meta = self.streams.stream(stream, refresh=True)
+            if meta is None or any(seg not in meta.segments() for seg in decoded.position):
+                return reject(Reason.UNKNOWN_SEGMENT, decoded.writer_id)
+        mark = WriterMark(decoded.time, dict(decoded.position), decoded.alive)
+        stored = state.marks.get(decoded.writer_id)
+        verdict = accept_mark(stored.mark if stored else None, mark)
+        if verdict is not Verdict.ACCEPTED:
+            return reject(verdict.value, decoded.writer_id)
+        state.marks[decoded.writer_id] = StoredMark(mark, record.partition, record.offset)
+        return None
+
+    # the cycle ------------------------------------------------------------------------------
+
+    def cycle(self, stream: str, state: StreamState, now_ms: int) -> list[Output]:
+        """One run of ``watermark_cycle`` with the last-stable-offset check around it."""
+        if not state.marks:
+            return []
+        meta = self.streams.stream(stream)
+        if meta is None:  # deleted since its marks were accepted: nothing to emit
+            return []
+        marks = {w: s.mark for w, s in state.marks.items()}
+        result = watermark_cycle(
+            stream,
+            marks,
+            state.generation,
+            meta.epochs,
+            now_ms,
+            self.settings.writer_timeout_ms,
+        )
+        wm = result.watermark
+        if wm is not None:
+            beyond = self._beyond_committed(meta, wm.stream_cut)
+            if beyond:
+                return self._hold(stream, state, meta, beyond, now_ms)
+        state.held_since_ms = None
+        previous = state.generation.previous
+        state.generation = result.state
+        for writer in result.removed:
+            state.marks.pop(writer, None)
+        if wm is None:
+            return []
+        writers = tuple(
+            sorted(w for w, m in marks.items() if previous is None or m.time > previous.time)
+        )
+        top = (
+            wm.upper_time
+            if state.upper_time_max is None
+            else max(state.upper_time_max, wm.upper_time)
+        )
+        state.upper_time_max = top
+        return [Emitted(wm, writers, top, now_ms)]
+
+    def _beyond_committed(self, meta: StreamMetadata, cut: Mapping[int, int]) -> dict[int, int]:
+        """Partition -> offset of the cut's entries past the topic's last stable offset."""
+        needed: dict[int, int] = {}
+        for seg, offset in cut.items():
+            if offset > 0:
+                part = segment_number(seg)
+                needed[part] = max(offset, needed.get(part, 0))
+        if not needed:
+            return {}
+        stable = self.committed.last_stable(meta.topic, needed)
+        return {p: o for p, o in needed.items() if o > stable.get(p, 0)}
+
+    def _hold(
+        self,
+        stream: str,
+        state: StreamState,
+        meta: StreamMetadata,
+        beyond: Mapping[int, int],
+        now_ms: int,
+    ) -> list[Output]:
+        if state.held_since_ms is None:
+            state.held_since_ms = now_ms
+            log.info("stream %s: cut past the last stable offset %s; holding", stream, beyond)
+        if now_ms - state.held_since_ms < self.settings.lso_hold_ms:
+            return []
+        needed: dict[int, int] = {}
+        for stored in state.marks.values():
+            for seg, off in stored.mark.position.items():
+                part = segment_number(seg)
+                needed[part] = max(off, needed.get(part, 0))
+        stable = self.committed.last_stable(meta.topic, needed)
+        out: list[Output] = []
+        for writer, stored in sorted(state.marks.items()):
+            if any(
+                off > stable.get(segment_number(seg), 0)
+                for seg, off in stored.mark.position.items()
+            ):
+                del state.marks[writer]
+                record = WriterMarkRecord.from_mark(stream, writer, stored.mark)
+                out.append(
+                    Rejected(
+                        stream,
+                        writer,
+                        Reason.BEYOND_COMMITTED,
+                        record.encode(),
+                        stored.partition,
+                        stored.offset,
+                        now_ms,
+                    )
+                )
+        state.held_since_ms = None
+        return out
+
+
+def describe(outputs: Sequence[Output]) -> dict[str, Any]:
+    """A summary for logs: counts by kind and reason."""
+    summary: dict[str, Any] = {"emitted": 0, "rejected": {}}
+    for o in outputs:
+        if isinstance(o, Emitted):
+            summary["emitted"] += 1
+        else:
+            summary["rejected"][o.reason] = summary["rejected"].get(o.reason, 0) + 1
+    return summary
+
+
+__all__ = [
+    "TICK_PREFIX",
+    "CommittedOffsets",
+    "Emitted",
+    "MarkInput",
+    "Output",
+    "Rejected",
+    "StoredMark",
+    "StreamLookup",
+    "StreamState",
+    "StreamWorkflow",
+    "parse_tick",
+    "tick_value",
+]

@@ -1,0 +1,123 @@
+"""Errors of readers, reader groups and timestamp seek.
+
+Each names the offending input and says what to do. A refused call changes
+nothing: a reader group's committed position is only ever moved by a call
+that has checked everything first (group, stream, timestamp, cut).
+
+The stream's own refusal comes from the control plane and is re-exported:
+:class:`UnknownStreamError` (no such stream, or a malformed name).
+"""
+
+from __future__ import annotations
+
+from controller.exceptions import UnknownStreamError
+from tidemark.errors import ConfigurationError, TidemarkError
+
+
+class ReaderError(TidemarkError):
+    """Root of the readers' errors."""
+
+
+class ReaderConfigError(ReaderError, ConfigurationError):
+    """A reader setting is invalid; the message names it and the valid choices."""
+
+
+class InvalidTimestampError(ReaderError, ValueError):
+    """A timestamp is not an integer number of milliseconds >= 0.
+
+    Pass milliseconds since the epoch (13 digits for dates of this century);
+    a classic mistake is passing seconds.
+    """
+
+    def __init__(self, value: object, detail: str = "") -> None:
+        self.value = value
+        text = f"timestamp must be an integer of milliseconds >= 0, got {value!r}"
+        super().__init__(text + (f" ({detail})" if detail else ""))
+
+
+class InvalidDurationError(ReaderError, ValueError):
+    """A duration such as ``--ago`` does not parse: use ``<number><unit>`` with units
+    ms, s, m, h, d (``90s``, ``15m``, ``1h30m``, ``2d``)."""
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+        super().__init__(
+            f"duration {value!r} does not parse: use <number><unit> with units ms, s, m, h, d "
+            "(e.g. 90s, 15m, 1h30m, 2d)"
+        )
+
+
+class UnknownReaderGroupError(ReaderError, LookupError):
+    """No reader group of that name exists; create it with ``ReaderGroup.create``."""
+
+    def __init__(self, group: str) -> None:
+        self.group = group
+        super().__init__(f"unknown reader group {group!r}")
+
+
+class ReaderGroupExistsError(ReaderError):
+    """A reader group of that name exists already (for another stream or start)."""
+
+    def __init__(self, group: str, stream: str) -> None:
+        self.group = group
+        self.stream = stream
+        super().__init__(f"reader group {group!r} exists already (on stream {stream!r})")
+
+
+class StreamDeletedError(ReaderError, UnknownStreamError):
+    """The reader group's stream has been deleted (or is being deleted).
+
+    Its data is gone; delete the group, or create a new one on another stream.
+    """
+
+    def __init__(self, stream: str, group: str | None = None) -> None:
+        self.group = group
+        UnknownStreamError.__init__(
+            self,
+            stream,
+            "the stream was deleted" + (f" (reader group {group!r} reads it)" if group else ""),
+        )
+
+
+class ReaderGroupActiveError(ReaderError):
+    """The group has online readers; stop them before moving its position (seek)."""
+
+    def __init__(self, group: str, readers: list[str]) -> None:
+        self.group = group
+        self.readers = readers
+        super().__init__(
+            f"reader group {group!r} has online readers {readers}; close them before seeking"
+        )
+
+
+class DuplicateReaderError(ReaderError):
+    """A reader of that name is already online in the group; pick another name."""
+
+    def __init__(self, group: str, reader: str) -> None:
+        self.group = group
+        self.reader = reader
+        super().__init__(f"reader {reader!r} is already online in group {group!r}")
+
+
+class ReaderClosedError(ReaderError):
+    """The reader (or group) is closed; create a new one."""
+
+
+class WatermarksUnavailableError(ReaderError):
+    """The watermark tables cannot be read (missing delta root, unreadable table)."""
+
+
+__all__ = [
+    "DuplicateReaderError",
+    "InvalidDurationError",
+    "InvalidTimestampError",
+    "ReaderClosedError",
+    "ReaderConfigError",
+    "ReaderError",
+    "ReaderGroupActiveError",
+    "ReaderGroupExistsError",
+    "StreamDeletedError",
+    "UnknownReaderGroupError",
+    "UnknownStreamError",
+    "WatermarksUnavailableError",
+]

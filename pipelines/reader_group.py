@@ -1,0 +1,533 @@
+"""Reader groups: a Kafka consumer group that reads a stream segment by segment.
+
+    group = ReaderGroup.create("billing", "shop/orders", store=store,
+                               bootstrap_servers=bootstrap, delta_root="/data/delta",
+                               from_time=1_700_000_000_000)
+    reader = group.reader("reader-1")
+    group.stream_cut()              # the group's committed position: {segment id: offset}
+    group.current_time_window()     # TimeWindow at that position
+    group.seek(1_700_000_600_000)   # move it (no reader may be online)
+
+The group's **position** is the Kafka consumer group's committed offsets
+(group id = the group's name): a stream cut once read through
+``pipelines.reader_view.group_view`` (finished segments dropped, successors
+added as they become readable). The group's registry
+(``pipelines.reader_registry``; ZooKeeper beside a ``ZooKeeperStore``)
+records its stream and the cut it started at, and which reader owns which
+segment.
+
+``from_time=t`` starts every reader at **one** cut, ``stream_cut_at(t)``
+(the latest watermark whose running-max upper time is below ``t``), committed
+as the group's offsets before any reader exists -- not a per-partition guess.
+Nothing with time >= ``t`` lies before it (for well-behaved writers).
+
+A failed call never moves the position: names, stream, timestamp and cut are
+all checked before anything is committed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from controller.exceptions import UnknownStreamError
+from controller.metadata import StreamMetadata
+from controller.model import Segment, StreamCut, TimeWindow, segment_number
+from controller.navigation import head_cut
+from controller.store import MetadataStore
+from pipelines.reader import EventReader
+from pipelines.reader_errors import (
+    ReaderClosedError,
+    ReaderConfigError,
+    ReaderError,
+    ReaderGroupActiveError,
+    StreamDeletedError,
+    UnknownReaderGroupError,
+)
+from pipelines.reader_registry import (
+    GroupRecord,
+    GroupRegistry,
+    MemoryGroupRegistry,
+    check_name,
+    registry_for,
+)
+from pipelines.reader_view import GroupView, cut_commits, group_view
+from pipelines.seek import (
+    SeekIndex,
+    at_or_after_head,
+    check_timestamp,
+    live_metadata,
+    shared_index,
+    wall_clock_ms,
+)
+from pipelines.windows import MarksFeed, reader_position, window_at
+
+log = logging.getLogger(__name__)
+
+_COORDINATOR_ERRORS = frozenset(
+    {
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError._TIMED_OUT,
+        KafkaError._TRANSPORT,
+    }
+)
+
+RESERVED_CONSUMER_KEYS = frozenset(
+    {
+        "bootstrap.servers",
+        "group.id",
+        "enable.auto.commit",
+        "enable.auto.offset.store",
+        "isolation.level",
+        "enable.partition.eof",
+    }
+)
+
+
+@dataclass(frozen=True)
+class ReaderConfig:
+    """How readers of a group behave.
+
+    - ``rebalance_interval_ms``: how often a reader looks again at the group
+      (finished segments, successors now readable, readers joined or left).
+    - ``commit_interval_ms``: how often ``read_next`` commits the position of
+      the events returned before it (``auto_commit``; else only
+      ``commit()``, giving up a segment and ``close()`` commit).
+    - ``window_refresh_interval_ms``: how stale the watermarks behind a time
+      window may be (0: look at the marks table on every window).
+    - ``kafka_timeout_ms``: how long a call to Kafka may take.
+    - ``consumer_overrides``: further librdkafka settings (not the ones
+      tidemark relies on, listed in ``RESERVED_CONSUMER_KEYS``).
+    """
+
+    rebalance_interval_ms: int = 200
+    commit_interval_ms: int = 1_000
+    auto_commit: bool = True
+    window_refresh_interval_ms: int = 100
+    kafka_timeout_ms: int = 10_000
+    consumer_overrides: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("rebalance_interval_ms", "commit_interval_ms", "window_refresh_interval_ms"):
+            value = getattr(self, name)
+            if type(value) is not int or value < 0:
+                raise ReaderConfigError(f"{name} must be an int >= 0 (ms), got {value!r}")
+        if type(self.kafka_timeout_ms) is not int or self.kafka_timeout_ms < 1:
+            raise ReaderConfigError(
+                f"kafka_timeout_ms must be an int >= 1, got {self.kafka_timeout_ms!r}"
+            )
+        reserved = sorted(RESERVED_CONSUMER_KEYS & set(self.consumer_overrides))
+        if reserved:
+            raise ReaderConfigError(
+                f"consumer_overrides may not set {reserved}; tidemark sets "
+                f"{', '.join(sorted(RESERVED_CONSUMER_KEYS))} itself"
+            )
+        object.__setattr__(self, "consumer_overrides", dict(self.consumer_overrides))
+
+
+class ReaderGroup:
+    """A named group of readers sharing one position on one stream.
+
+    ``ReaderGroup(name, stream, ...)`` opens the group, creating it at the
+    stream's head when it does not exist; ``ReaderGroup(name, ...)`` (no
+    stream) opens an existing one (:class:`UnknownReaderGroupError`
+    otherwise). :meth:`create` creates one at a chosen time or cut.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        stream: str | None = None,
+        *,
+        store: MetadataStore,
+        bootstrap_servers: str,
+        delta_root: str | None = None,
+        config: ReaderConfig | None = None,
+        registry: GroupRegistry | None = None,
+        storage_options: Mapping[str, str] | None = None,
+        ephemeral: bool = False,
+        _record: GroupRecord | None = None,
+    ) -> None:
+        self.name = check_name("reader group", name)
+        self.store = store
+        self.bootstrap_servers = bootstrap_servers
+        self.delta_root = delta_root
+        self.storage_options = dict(storage_options or {})
+        self.config = config or ReaderConfig()
+        self.registry = registry or registry_for(store)
+        self.ephemeral = ephemeral
+        self._lock = threading.RLock()
+        self._readers: dict[str, EventReader] = {}
+        self._local_commits: dict[int, int] = {}
+        self._consumer: Any = None
+        self._feed: MarksFeed | None = None
+        self._closed = False
+        created = False
+        if _record is None:
+            try:
+                _record = self.registry.get(self.name)
+            except UnknownReaderGroupError:
+                if stream is None:
+                    raise
+                _record = _new_record(self.name, stream, head_cut(live_metadata(store, stream)))
+                self.registry.create(_record)
+                created = True
+        if stream is not None and stream != _record.stream:
+            from pipelines.reader_errors import ReaderGroupExistsError
+
+            raise ReaderGroupExistsError(self.name, _record.stream)
+        self.record = _record
+        self.stream = _record.stream
+        self._meta = self._metadata()
+        self.topic = self._meta.topic
+        self._index_segments(self._meta)
+        if created:
+            try:
+                self._commit_cut(self._meta, _record.start_cut)
+            except BaseException:
+                self.registry.delete(self.name)
+                raise
+
+    # --- creating ---------------------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls,
+        name: str,
+        stream: str,
+        *,
+        store: MetadataStore,
+        bootstrap_servers: str,
+        delta_root: str | None = None,
+        from_time: object = None,
+        start_cut: StreamCut | None = None,
+        config: ReaderConfig | None = None,
+        registry: GroupRegistry | None = None,
+        storage_options: Mapping[str, str] | None = None,
+        index: SeekIndex | None = None,
+    ) -> ReaderGroup:
+        """A new group on ``stream``, positioned at ``from_time`` (``stream_cut_at``),
+        at ``start_cut``, or at the head; :class:`ReaderGroupExistsError` if the name
+        is taken. Every reader starts from that one cut."""
+        check_name("reader group", name)
+        if from_time is not None and start_cut is not None:
+            raise ReaderConfigError("give from_time or start_cut, not both")
+        meta = live_metadata(store, stream)
+        if from_time is not None:
+            ts = check_timestamp(from_time)
+            idx = index or shared_index(delta_root, storage_options)
+            found = idx.start(stream, ts)
+            cut = head_cut(meta) if found is None else at_or_after_head(found.stream_cut, meta)
+        elif start_cut is not None:
+            cut = at_or_after_head(start_cut, meta)
+        else:
+            cut = head_cut(meta)
+        reg = registry or registry_for(store)
+        record = _new_record(name, stream, cut)
+        reg.create(record)
+        try:
+            group = cls(
+                name,
+                stream,
+                store=store,
+                bootstrap_servers=bootstrap_servers,
+                delta_root=delta_root,
+                config=config,
+                registry=reg,
+                storage_options=storage_options,
+                _record=record,
+            )
+            group._commit_cut(meta, cut)
+        except BaseException:
+            reg.delete(name)
+            raise
+        log.info("reader group %s created on %s at %s", name, stream, cut)
+        return group
+
+    @classmethod
+    def ephemeral_group(
+        cls,
+        stream: str,
+        start_cut: StreamCut | None,
+        *,
+        store: MetadataStore,
+        bootstrap_servers: str,
+        delta_root: str | None = None,
+        config: ReaderConfig | None = None,
+    ) -> ReaderGroup:
+        """A private, unregistered group whose position lives in memory (for one-off reads)."""
+        name = f"tidemark-read-{uuid.uuid4().hex[:12]}"
+        meta = live_metadata(store, stream)
+        cut = head_cut(meta) if not start_cut else at_or_after_head(start_cut, meta)
+        return cls(
+            name,
+            stream,
+            store=store,
+            bootstrap_servers=bootstrap_servers,
+            delta_root=delta_root,
+            config=config,
+            registry=MemoryGroupRegistry(),
+            ephemeral=True,
+            _record=_new_record(name, stream, cut),
+        )
+
+    # --- readers ----------------------------------------------------------------------------
+
+    def reader(self, name: str) -> EventReader:
+        """A new reader in this group (one per name while it is online)."""
+        self._check_open()
+        check_name("reader", name)
+        return EventReader(self, name)
+
+    def online_readers(self) -> list[str]:
+        return self.registry.readers(self.name)
+
+    # --- position and time ------------------------------------------------------------------
+
+    def view(self) -> GroupView:
+        """The group's state from its committed offsets (metadata read afresh)."""
+        meta = self._metadata()
+        return group_view(meta, self.committed_offsets(meta.segments()), self.record.start_cut)
+
+    def stream_cut(self) -> dict[int, int]:
+        """The group's committed position as a stream cut (empty: a sealed stream read through)."""
+        return self.view().cut
+
+    def current_time_window(self) -> TimeWindow:
+        """The time window at the group's committed position."""
+        self._check_open()
+        view = self.view()
+        segments = self.segments()
+        position = reader_position(view.cut, view.finished, segments)
+        return window_at(self.marks_feed(), position, segments)
+
+    def seek(self, timestamp: object = None, *, cut: StreamCut | None = None) -> dict[int, int]:
+        """Move the group to ``stream_cut_at(timestamp)`` (or to ``cut``); returns the cut.
+
+        Refused (:class:`ReaderGroupActiveError`) while readers are online;
+        every check runs before anything is committed.
+        """
+        self._check_open()
+        if (timestamp is None) == (cut is None):
+            raise ReaderConfigError("seek needs a timestamp or a cut (one of them)")
+        meta = self._metadata()
+        if timestamp is not None:
+            ts = check_timestamp(timestamp)
+            found = shared_index(self.delta_root, self.storage_options).start(self.stream, ts)
+            target = head_cut(meta) if found is None else at_or_after_head(found.stream_cut, meta)
+        else:
+            assert cut is not None
+            target = at_or_after_head(cut, meta)
+        online = self.online_readers()
+        if online:
+            raise ReaderGroupActiveError(self.name, online)
+        self._commit_cut(meta, target)
+        self.record = self.record.moved_to(target)
+        if not self.ephemeral:
+            self.registry.replace(self.record)
+        log.info("reader group %s moved to %s", self.name, target)
+        return dict(target)
+
+    # --- plumbing used by readers -----------------------------------------------------------
+
+    def consumer_settings(self, client_id: str) -> dict[str, Any]:
+        settings: dict[str, Any] = {
+            "bootstrap.servers": self.bootstrap_servers,
+            "group.id": self.name,
+            "client.id": client_id,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+            "logger": logging.getLogger("pipelines.kafka"),
+        }
+        settings.update(self.config.consumer_overrides)
+        return settings
+
+    def committed_offsets(self, seg_ids: Iterable[int]) -> dict[int, int]:
+        """Segment id -> committed offset, for those that have one."""
+        ids = list(seg_ids)
+        if self.ephemeral:
+            with self._lock:
+                return {s: self._local_commits[s] for s in ids if s in self._local_commits}
+        if not ids:
+            return {}
+        by_number = {segment_number(s): s for s in ids}
+        tps = [TopicPartition(self.topic, n) for n in sorted(by_number)]
+        with self._lock:
+            found = self._retrying(
+                "reading committed offsets",
+                lambda: self._group_consumer().committed(
+                    tps, timeout=self.config.kafka_timeout_ms / 1000
+                ),
+            )
+        return {by_number[tp.partition]: tp.offset for tp in found if tp.offset >= 0}
+
+    def commit_offsets(self, offsets: Mapping[int, int], consumer: Any = None) -> None:
+        """Commit segment id -> offset as the group's position."""
+        if not offsets:
+            return
+        if self.ephemeral:
+            with self._lock:
+                self._local_commits.update(offsets)
+            return
+        tps = [TopicPartition(self.topic, segment_number(s), o) for s, o in sorted(offsets.items())]
+        if consumer is not None:
+            self._retrying("committing", lambda: consumer.commit(offsets=tps, asynchronous=False))
+        else:
+            with self._lock:
+                self._retrying(
+                    "committing",
+                    lambda: self._group_consumer().commit(offsets=tps, asynchronous=False),
+                )
+
+    def _retrying(self, what: str, call: Callable[[], Any]) -> Any:
+        """``call()``, again while Kafka answers with a retriable error (a group
+        coordinator loading or moving), up to ``kafka_timeout_ms``."""
+        deadline = time.monotonic() + self.config.kafka_timeout_ms / 1000
+        delay = 0.05
+        while True:
+            try:
+                return call()
+            except KafkaException as exc:
+                err = exc.args[0] if exc.args else None
+                retriable = isinstance(err, KafkaError) and (
+                    err.retriable() or err.code() in _COORDINATOR_ERRORS
+                )
+                if not retriable or time.monotonic() + delay > deadline:
+                    raise ReaderError(f"reader group {self.name}: {what} failed: {exc}") from exc
+                log.info("reader group %s: %s: %s; retrying", self.name, what, err)
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+    def _commit_cut(self, meta: StreamMetadata, cut: StreamCut) -> None:
+        self.commit_offsets(cut_commits(meta, cut))
+
+    def segments(self) -> Mapping[int, Segment]:
+        return self._segments
+
+    def segment_of(self, partition: int) -> int:
+        found = self._by_number.get(partition)
+        if found is None:
+            self._metadata()
+            found = self._by_number[partition]
+        return found
+
+    def sealed_size(self, seg_id: int) -> int | None:
+        return self._meta.sealed_sizes.get(seg_id)
+
+    def marks_feed(self) -> MarksFeed:
+        with self._lock:
+            if self._feed is None:
+                self._feed = MarksFeed(
+                    self.delta_root,
+                    self.stream,
+                    storage_options=self.storage_options,
+                    refresh_interval_ms=self.config.window_refresh_interval_ms,
+                )
+            return self._feed
+
+    def _metadata(self) -> StreamMetadata:
+        try:
+            meta = live_metadata(self.store, self.stream, self.name)
+        except StreamDeletedError:
+            raise
+        except UnknownStreamError as exc:
+            raise StreamDeletedError(self.stream, self.name) from exc
+        if getattr(self, "_meta", None) is not meta:
+            self._meta = meta
+            self._index_segments(meta)
+        return meta
+
+    def _index_segments(self, meta: StreamMetadata) -> None:
+        self._segments = dict(meta.segments())
+        self._by_number = {s.number: s.id for s in self._segments.values()}
+
+    def _group_consumer(self) -> Any:
+        if self._consumer is None:
+            self._consumer = Consumer(self.consumer_settings(client_id=f"tidemark-{self.name}"))
+        return self._consumer
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    def delete(self) -> None:
+        """Forget the group (registry and Kafka consumer group); no reader may be online."""
+        online = self.online_readers()
+        if online:
+            raise ReaderGroupActiveError(self.name, online)
+        self.registry.delete(self.name)
+        if not self.ephemeral:
+            from confluent_kafka.admin import AdminClient
+
+            admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
+            for future in admin.delete_consumer_groups([self.name]).values():
+                try:
+                    future.result(timeout=self.config.kafka_timeout_ms / 1000)
+                except KafkaException as exc:
+                    log.info("deleting consumer group %s: %s", self.name, exc)
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ReaderClosedError(f"reader group {self.name!r} is closed")
+
+    def close(self) -> None:
+        """Close this process's readers of the group (committing their positions)."""
+        if self._closed:
+            return
+        self._closed = True
+        for reader in list(self._readers.values()):
+            reader.close()
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+    def __enter__(self) -> ReaderGroup:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _new_record(name: str, stream: str, cut: StreamCut) -> GroupRecord:
+    return GroupRecord(name, stream, dict(cut), wall_clock_ms())
+
+
+def open_group(
+    name: str,
+    *,
+    store: MetadataStore,
+    bootstrap_servers: str,
+    delta_root: str | None = None,
+    config: ReaderConfig | None = None,
+    registry: GroupRegistry | None = None,
+) -> ReaderGroup:
+    """An existing group (:class:`UnknownReaderGroupError` otherwise)."""
+    return ReaderGroup(
+        name,
+        store=store,
+        bootstrap_servers=bootstrap_servers,
+        delta_root=delta_root,
+        config=config,
+        registry=registry,
+    )
+
+
+__all__ = ["RESERVED_CONSUMER_KEYS", "ReaderConfig", "ReaderGroup", "open_group"]

@@ -1,0 +1,333 @@
+"""Where reader groups are recorded, and which reader owns which segment.
+
+    registry = ZooKeeperGroupRegistry(kazoo_client, root="/tidemark")
+    registry.create(GroupRecord("billing", "shop/orders", start_cut={0: 0}, created_at_ms=now))
+    registry.join("billing", "reader-1")            # ephemeral: gone with the session
+    registry.acquire("billing", segment_id, "reader-1")   # True when it got the segment
+
+A group's *position* lives in Kafka (the consumer group's committed offsets);
+the registry holds what Kafka cannot: the group's stream and the cut it was
+started (or last moved) at, the readers online, and one owner per segment,
+so that two readers never read the same segment. ZooKeeper nodes::
+
+    <root>/readergroups/<group>                  JSON: stream, start_cut, created_at_ms
+    <root>/readergroups/<group>/readers/<reader> ephemeral
+    <root>/readergroups/<group>/owners/<segment> ephemeral, data = reader name
+
+:class:`MemoryGroupRegistry` does the same within one process (tests,
+single-process applications on the in-memory metadata store).
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import json
+import re
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from pipelines.reader_errors import (
+    DuplicateReaderError,
+    ReaderConfigError,
+    ReaderGroupExistsError,
+    UnknownReaderGroupError,
+)
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,199}$")
+
+
+def check_name(kind: str, name: object) -> str:
+    """A group or reader name: 1-200 of ``[A-Za-z0-9._-]``, starting with a letter or digit."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ReaderConfigError(
+            f"{kind} name must be 1-200 of [A-Za-z0-9._-] starting with a letter or digit, "
+            f"got {name!r}"
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class GroupRecord:
+    """A reader group: its stream, and the cut it was started (or last moved) at."""
+
+    name: str
+    stream: str
+    start_cut: Mapping[int, int] = field(default_factory=dict)
+    created_at_ms: int = 0
+
+    def to_json(self) -> bytes:
+        return json.dumps(
+            {
+                "name": self.name,
+                "stream": self.stream,
+                "start_cut": {str(k): v for k, v in sorted(self.start_cut.items())},
+                "created_at_ms": self.created_at_ms,
+            },
+            sort_keys=True,
+        ).encode("utf-8")
+
+    @classmethod
+    def from_json(cls, data: bytes) -> GroupRecord:
+        raw: dict[str, Any] = json.loads(data.decode("utf-8"))
+        return cls(
+            str(raw["name"]),
+            str(raw["stream"]),
+            {int(k): int(v) for k, v in raw.get("start_cut", {}).items()},
+            int(raw.get("created_at_ms", 0)),
+        )
+
+    def moved_to(self, cut: Mapping[int, int]) -> GroupRecord:
+        return replace(self, start_cut=dict(cut))
+
+
+class GroupRegistry(abc.ABC):
+    """Reader groups, their online readers and segment owners. Thread-safe."""
+
+    @abc.abstractmethod
+    def create(self, record: GroupRecord) -> None:
+        """Record a new group; :class:`ReaderGroupExistsError` if the name is taken."""
+
+    @abc.abstractmethod
+    def get(self, group: str) -> GroupRecord:
+        """The group's record; :class:`UnknownReaderGroupError` if there is none."""
+
+    @abc.abstractmethod
+    def replace(self, record: GroupRecord) -> None:
+        """Overwrite an existing group's record."""
+
+    @abc.abstractmethod
+    def delete(self, group: str) -> None:
+        """Forget the group (nothing happens when it is unknown)."""
+
+    @abc.abstractmethod
+    def join(self, group: str, reader: str) -> None:
+        """Mark ``reader`` online; :class:`DuplicateReaderError` if it already is."""
+
+    @abc.abstractmethod
+    def leave(self, group: str, reader: str) -> None:
+        """Mark ``reader`` offline and release every segment it owns."""
+
+    @abc.abstractmethod
+    def readers(self, group: str) -> list[str]:
+        """The online readers, sorted."""
+
+    @abc.abstractmethod
+    def owners(self, group: str) -> dict[int, str]:
+        """Segment id -> the reader that owns it."""
+
+    @abc.abstractmethod
+    def acquire(self, group: str, segment: int, reader: str) -> bool:
+        """Take ``segment`` for ``reader``; False when another reader owns it."""
+
+    @abc.abstractmethod
+    def release(self, group: str, segment: int, reader: str) -> None:
+        """Give ``segment`` up (only if ``reader`` owns it)."""
+
+
+class MemoryGroupRegistry(GroupRegistry):
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._groups: dict[str, GroupRecord] = {}
+        self._readers: dict[str, set[str]] = {}
+        self._owners: dict[str, dict[int, str]] = {}
+
+    def create(self, record: GroupRecord) -> None:
+        with self._lock:
+            found = self._groups.get(record.name)
+            if found is not None:
+                raise ReaderGroupExistsError(record.name, found.stream)
+            self._groups[record.name] = record
+
+    def get(self, group: str) -> GroupRecord:
+        with self._lock:
+            found = self._groups.get(group)
+        if found is None:
+            raise UnknownReaderGroupError(group)
+        return found
+
+    def replace(self, record: GroupRecord) -> None:
+        with self._lock:
+            if record.name not in self._groups:
+                raise UnknownReaderGroupError(record.name)
+            self._groups[record.name] = record
+
+    def delete(self, group: str) -> None:
+        with self._lock:
+            self._groups.pop(group, None)
+            self._readers.pop(group, None)
+            self._owners.pop(group, None)
+
+    def join(self, group: str, reader: str) -> None:
+        with self._lock:
+            online = self._readers.setdefault(group, set())
+            if reader in online:
+                raise DuplicateReaderError(group, reader)
+            online.add(reader)
+
+    def leave(self, group: str, reader: str) -> None:
+        with self._lock:
+            self._readers.get(group, set()).discard(reader)
+            owners = self._owners.get(group, {})
+            for seg in [s for s, r in owners.items() if r == reader]:
+                del owners[seg]
+
+    def readers(self, group: str) -> list[str]:
+        with self._lock:
+            return sorted(self._readers.get(group, ()))
+
+    def owners(self, group: str) -> dict[int, str]:
+        with self._lock:
+            return dict(self._owners.get(group, {}))
+
+    def acquire(self, group: str, segment: int, reader: str) -> bool:
+        with self._lock:
+            owners = self._owners.setdefault(group, {})
+            if owners.get(segment, reader) != reader:
+                return False
+            owners[segment] = reader
+            return True
+
+    def release(self, group: str, segment: int, reader: str) -> None:
+        with self._lock:
+            owners = self._owners.get(group, {})
+            if owners.get(segment) == reader:
+                del owners[segment]
+
+
+MEMORY_REGISTRY = MemoryGroupRegistry()
+"""The registry of groups on an in-memory metadata store (one per process)."""
+
+
+class ZooKeeperGroupRegistry(GroupRegistry):
+    def __init__(self, client: Any, root: str = "/tidemark") -> None:
+        self.client = client
+        self.base = f"{root.rstrip('/')}/readergroups"
+
+    def _group(self, group: str) -> str:
+        return f"{self.base}/{check_name('reader group', group)}"
+
+    def create(self, record: GroupRecord) -> None:
+        from kazoo.exceptions import NodeExistsError
+
+        self.client.ensure_path(self.base)
+        try:
+            self.client.create(self._group(record.name), record.to_json())
+        except NodeExistsError:
+            raise ReaderGroupExistsError(record.name, self.get(record.name).stream) from None
+
+    def get(self, group: str) -> GroupRecord:
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            data, _ = self.client.get(self._group(group))
+        except NoNodeError:
+            raise UnknownReaderGroupError(group) from None
+        return GroupRecord.from_json(data)
+
+    def replace(self, record: GroupRecord) -> None:
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            self.client.set(self._group(record.name), record.to_json())
+        except NoNodeError:
+            raise UnknownReaderGroupError(record.name) from None
+
+    def delete(self, group: str) -> None:
+        from kazoo.exceptions import NoNodeError
+
+        with contextlib.suppress(NoNodeError):
+            self.client.delete(self._group(group), recursive=True)
+
+    def join(self, group: str, reader: str) -> None:
+        from kazoo.exceptions import NodeExistsError
+
+        path = f"{self._group(group)}/readers"
+        self.client.ensure_path(path)
+        try:
+            self.client.create(f"{path}/{check_name('reader', reader)}", b"", ephemeral=True)
+        except NodeExistsError:
+            raise DuplicateReaderError(group, reader) from None
+
+    def leave(self, group: str, reader: str) -> None:
+        from kazoo.exceptions import NoNodeError
+
+        for seg, owner in self.owners(group).items():
+            if owner == reader:
+                self.release(group, seg, reader)
+        with contextlib.suppress(NoNodeError):
+            self.client.delete(f"{self._group(group)}/readers/{reader}")
+
+    def readers(self, group: str) -> list[str]:
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            return sorted(self.client.get_children(f"{self._group(group)}/readers"))
+        except NoNodeError:
+            return []
+
+    def owners(self, group: str) -> dict[int, str]:
+        from kazoo.exceptions import NoNodeError
+
+        path = f"{self._group(group)}/owners"
+        try:
+            children = self.client.get_children(path)
+        except NoNodeError:
+            return {}
+        out: dict[int, str] = {}
+        for child in children:
+            try:
+                data, _ = self.client.get(f"{path}/{child}")
+            except NoNodeError:
+                continue
+            out[int(child)] = data.decode("utf-8")
+        return out
+
+    def acquire(self, group: str, segment: int, reader: str) -> bool:
+        from kazoo.exceptions import NodeExistsError, NoNodeError
+
+        path = f"{self._group(group)}/owners"
+        self.client.ensure_path(path)
+        try:
+            self.client.create(f"{path}/{segment}", reader.encode("utf-8"), ephemeral=True)
+            return True
+        except NodeExistsError:
+            try:
+                data, _ = self.client.get(f"{path}/{segment}")
+            except NoNodeError:
+                return False
+            return bool(data.decode("utf-8") == reader)
+
+    def release(self, group: str, segment: int, reader: str) -> None:
+        from kazoo.exceptions import BadVersionError, NoNodeError
+
+        node = f"{self._group(group)}/owners/{segment}"
+        try:
+            data, stat = self.client.get(node)
+            if data.decode("utf-8") == reader:
+                self.client.delete(node, version=stat.version)
+        except (NoNodeError, BadVersionError):
+            pass
+
+
+def registry_for(store: object, root: str = "/tidemark") -> GroupRegistry:
+    """The registry that goes with a metadata store: ZooKeeper's for a
+    ``ZooKeeperStore`` (same client, same root), else the process's in-memory one."""
+    client = getattr(store, "client", None)
+    if client is not None and hasattr(client, "ensure_path"):
+        store_root = getattr(store, "root", None)
+        return ZooKeeperGroupRegistry(client, store_root if isinstance(store_root, str) else root)
+    return MEMORY_REGISTRY
+
+
+__all__ = [
+    "MEMORY_REGISTRY",
+    "GroupRecord",
+    "GroupRegistry",
+    "MemoryGroupRegistry",
+    "ZooKeeperGroupRegistry",
+    "check_name",
+    "registry_for",
+]

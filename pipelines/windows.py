@@ -1,0 +1,259 @@
+"""Time windows for readers: a live feed of watermarks and the position to compare.
+
+    feed = MarksFeed(delta_root, "shop/orders")
+    tracker = WindowTracker(feed.iterator(), segments)
+    tracker.advance_to(reader_position(owned, finished, segments))   # TimeWindow(lower, upper)
+
+:class:`MarksFeed` reads a stream's watermarks from the ``marks`` Delta table
+with deltalake, incrementally by table version (no Spark), and keeps them in
+memory in ``seq`` order. Its iterators can be asked again after they ran
+dry, which is what ``WindowTracker`` needs to keep up with a live stream.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Set
+
+from controller.model import END_OF_SEGMENT, Position, Segment, TimeWindow, Watermark
+from controller.timewindow import WindowTracker, compare
+from pipelines.watermark_tables import (
+    MARKS,
+    MARKS_COLUMNS,
+    TableTail,
+    cut_from_cell,
+    resolve_delta_root,
+    table_path,
+)
+
+log = logging.getLogger(__name__)
+
+
+class MarksFeed:
+    """A stream's watermarks from ``marks``, in ``seq`` order, refreshed when asked.
+
+    ``refresh_interval_ms`` bounds how often the table's version is looked
+    at (0: on every refresh). Thread-safe.
+    """
+
+    def __init__(
+        self,
+        delta_root: str | None,
+        stream: str,
+        *,
+        storage_options: Mapping[str, str] | None = None,
+        refresh_interval_ms: int = 100,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        root = resolve_delta_root(delta_root)
+        self.stream = stream
+        self._tail = TableTail(table_path(root, MARKS), stream, MARKS_COLUMNS, storage_options)
+        self._interval_s = refresh_interval_ms / 1000
+        self._monotonic = monotonic
+        self._checked_at = float("-inf")
+        self._lock = threading.Lock()
+        self.watermarks: list[Watermark] = []
+
+    def refresh(self, *, force: bool = False) -> int:
+        """Append the watermarks committed since the last refresh (if due); the count after."""
+        with self._lock:
+            now = self._monotonic()
+            if force or now - self._checked_at >= self._interval_s:
+                self._checked_at = now
+                rows = self._tail.poll()
+                for row in rows.to_pylist():
+                    self.watermarks.append(
+                        Watermark(
+                            self.stream,
+                            int(row["time"]),
+                            int(row["upper_time"]),
+                            cut_from_cell(row["stream_cut"]),
+                            int(row["seq"]),
+                        )
+                    )
+            return len(self.watermarks)
+
+    def iterator(self, start: int = 0) -> FeedIterator:
+        return FeedIterator(self, start)
+
+    def since(self, time_ms: int) -> list[Watermark]:
+        """Watermarks whose time is >= ``time_ms`` (after a refresh)."""
+        self.refresh(force=True)
+        return [w for w in self.watermarks if w.time >= time_ms]
+
+
+class FeedIterator(Iterator[Watermark]):
+    """Iterates a feed's watermarks; when it runs dry it refreshes the feed (if due)
+    and stops, and may be asked again later."""
+
+    def __init__(self, feed: MarksFeed, start: int = 0) -> None:
+        self._feed = feed
+        self._next = start
+
+    def __iter__(self) -> FeedIterator:
+        return self
+
+    def __next__(self) -> Watermark:
+        marks = self._feed.watermarks
+        if self._next >= len(marks):
+            self._feed.refresh()
+            marks = self._feed.watermarks
+            if self._next >= len(marks):
+                raise StopIteration
+        mark = marks[self._next]
+        self._next += 1
+        return mark
+
+
+def reader_position(
+    offsets: Mapping[int, int], finished: Set[int], segments: Mapping[int, Segment]
+) -> dict[int, int]:
+    """A reader's position for window comparison: its segments' next offsets, plus
+    ``END_OF_SEGMENT`` for each finished segment no later segment of the
+    position (or finished) overlaps -- so a finished predecessor still counts
+    as "read to its end" until a successor takes over its keys.
+    """
+    position = dict(offsets)
+    known = set(offsets) | set(finished)
+    for seg_id in finished:
+        seg = segments[seg_id]
+        if not any(other > seg_id and segments[other].overlaps(seg) for other in known):
+            position[seg_id] = END_OF_SEGMENT
+    return position
+
+
+class PositionWindow:
+    """Time windows along one moving position, rebuilt when the position jumps back.
+
+    Fast path: after each full resolution it notes, per segment, the offset
+    range within which the answer cannot change (from the position up to
+    the nearest cut offset of the next watermark to pass and of the first
+    one wholly ahead). While the position stays within those ranges, with
+    the same segments, the last window is returned as is -- a few
+    comparisons per event instead of a walk over the watermarks.
+    """
+
+    def __init__(self, feed: MarksFeed, segments: Callable[[], Mapping[int, Segment]]) -> None:
+        self._feed = feed
+        self._segments = segments
+        self._tracker: WindowTracker | None = None
+        self._last: Position | None = None
+        self._window = TimeWindow(None, None)
+        self._limits: dict[int, tuple[int, int]] | None = None
+        self._open_ended = True
+        self._known = 0
+
+    def reset(self) -> None:
+        """Forget the progress (after the position moved backwards or lost segments)."""
+        self._tracker = None
+        self._limits = None
+
+    def at(self, position: Position) -> TimeWindow:
+        limits = self._limits
+        if limits is not None and len(position) == len(limits):
+            for seg, offset in position.items():
+                bounds = limits.get(seg)
+                if bounds is None or not bounds[0] <= offset < bounds[1]:
+                    break
+            else:
+                if not self._open_ended or self._feed.refresh() == self._known:
+                    return self._window
+        return self._resolve(position)
+
+    def _resolve(self, position: Position) -> TimeWindow:
+        if self._tracker is None or not _forward(self._last, position):
+            self._tracker = WindowTracker(self._feed.iterator(), _LiveSegments(self._segments))
+        self._last = dict(position)
+        window = self._tracker.advance_to(position)
+        self._window = window
+        self._limits = self._stable_ranges(position, window)
+        return window
+
+    def _stable_ranges(
+        self, position: Position, window: TimeWindow
+    ) -> dict[int, tuple[int, int]] | None:
+        """Per segment, [offset, nearest relevant cut offset) -- or None (no fast path)."""
+        marks = self._feed.watermarks
+        self._known = len(marks)
+        if any(offset < 0 for offset in position.values()):
+            return None
+        start = 0
+        if window.lower is not None:
+            found = bisect.bisect_left(marks, window.lower, key=_time)
+            if found >= len(marks) or marks[found].time != window.lower:
+                return None
+            start = found + 1
+        relevant = marks[start : start + 1]  # the next watermark to pass
+        self._open_ended = window.upper is None
+        if window.upper is not None:
+            segments = _LiveSegments(self._segments)
+            for mark in marks[start:]:
+                if compare(position, mark.stream_cut, segments) < 0:
+                    relevant.append(mark)  # the first wholly ahead: the upper bound
+                    break
+            else:
+                return None
+        limits: dict[int, tuple[int, int]] = {}
+        for seg, offset in position.items():
+            high = _NO_LIMIT
+            for mark in relevant:
+                cut_offset = mark.stream_cut.get(seg)
+                if cut_offset is not None:
+                    if cut_offset < 0:
+                        return None
+                    if cut_offset > offset:
+                        high = min(high, cut_offset)
+            limits[seg] = (offset, high)
+        return limits
+
+
+_NO_LIMIT = 2**63
+
+
+def _time(mark: Watermark) -> int:
+    return mark.time
+
+
+def _forward(before: Position | None, after: Position) -> bool:
+    """True when ``after`` names the same segments at offsets no smaller (cheap check)."""
+    if before is None or before.keys() != after.keys():
+        return False
+    for seg, off in after.items():
+        prev = before[seg]
+        if off != END_OF_SEGMENT and (prev == END_OF_SEGMENT or off < prev):
+            return False
+    return True
+
+
+class _LiveSegments(Mapping[int, Segment]):
+    """The stream's segments as the metadata has them now (new epochs included)."""
+
+    def __init__(self, source: Callable[[], Mapping[int, Segment]]) -> None:
+        self._source = source
+
+    def __getitem__(self, key: int) -> Segment:
+        return self._source()[key]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._source())
+
+    def __len__(self) -> int:
+        return len(self._source())
+
+
+def window_at(feed: MarksFeed, position: Position, segments: Mapping[int, Segment]) -> TimeWindow:
+    """The window at ``position`` computed from scratch (for a group's committed cut)."""
+    feed.refresh()
+    return WindowTracker(feed.iterator(), segments).advance_to(position)
+
+
+__all__ = [
+    "FeedIterator",
+    "MarksFeed",
+    "PositionWindow",
+    "reader_position",
+    "window_at",
+]

@@ -1,0 +1,212 @@
+"""Reader benchmarks: timestamp lookups (warm and cold) and time-window resolution.
+
+``run(services)`` returns printable lines; each figure comes with its baseline,
+measured in the same process on the same data, and the ratio (goal in brackets):
+
+- warm lookup over 10 million index rows (``SeekIndex.start_position``, the
+  in-memory index after its first load) vs ``bisect`` on a Python list of
+  the same times  [<= 2x, p99 < 50 us];
+- cold lookup from Delta (fresh table opens, file statistics, one index file
+  and one marks file read: timestamp -> stream cut) vs Kafka's
+  ``offsets_for_times`` over all partitions of a 16-partition topic  [<= 1x];
+- time-window resolution per event (``PositionWindow.at``) vs a plain offset
+  comparison against the next watermark's cut  [<= 3x].
+"""
+
+from __future__ import annotations
+
+import bisect
+import random
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+WARM_ROWS = 10_000_000
+COLD_ROWS = 200_000
+PARTITIONS = 16
+LOOKUPS = 20_000
+COLD_LOOKUPS = 30
+
+
+def _pct(samples_ns: list[int], q: float) -> float:
+    ordered = sorted(samples_ns)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] / 1000
+
+
+def _write_index(root: Path, stream: str, rows: int, files: int) -> tuple[np.ndarray, np.ndarray]:
+    from deltalake import write_deltalake
+
+    from pipelines.watermark_tables import INDEX, INDEX_SCHEMA, table_path
+
+    rng = np.random.default_rng(7)
+    times = np.arange(rows, dtype=np.int64) * 10 + 1_000_000
+    upper = np.maximum.accumulate(times + rng.integers(0, 500, rows))
+    per = rows // files
+    for f in range(files):
+        lo, hi = f * per, rows if f == files - 1 else (f + 1) * per
+        table = pa.table(
+            {
+                "stream": pa.array([stream] * (hi - lo), pa.string()),
+                "seq": pa.array(np.arange(lo, hi, dtype=np.int64)),
+                "time": pa.array(times[lo:hi]),
+                "upper_time_max": pa.array(upper[lo:hi]),
+            },
+            schema=INDEX_SCHEMA,
+        )
+        write_deltalake(table_path(str(root), INDEX), table, mode="append")
+    return times, upper
+
+
+def _write_marks(root: Path, stream: str, times: np.ndarray, upper: np.ndarray, files: int) -> None:
+    from deltalake import write_deltalake
+
+    from pipelines.watermark_tables import MARKS, MARKS_SCHEMA, table_path
+
+    rows = len(times)
+    per = rows // files
+    for f in range(files):
+        lo, hi = f * per, rows if f == files - 1 else (f + 1) * per
+        cuts = [
+            [{"segment": p, "offset": i * 2 + p} for p in range(PARTITIONS)] for i in range(lo, hi)
+        ]
+        table = pa.table(
+            {
+                "stream": [stream] * (hi - lo),
+                "seq": pa.array(np.arange(lo, hi, dtype=np.int64)),
+                "time": pa.array(times[lo:hi]),
+                "upper_time": pa.array(upper[lo:hi]),
+                "stream_cut": cuts,
+                "writers": [[] for _ in range(hi - lo)],
+                "emitted_at": pa.array(np.zeros(hi - lo, dtype=np.int64)),
+            },
+            schema=MARKS_SCHEMA,
+        )
+        write_deltalake(table_path(str(root), MARKS), table, mode="append")
+
+
+def bench_warm(work: Path) -> list[str]:
+    from pipelines.seek import SeekIndex
+
+    root = work / "warm-delta"
+    stream = "bench/warm"
+    started = time.perf_counter()
+    _, upper = _write_index(root, stream, WARM_ROWS, files=20)
+    written = time.perf_counter() - started
+    index = SeekIndex(str(root), refresh_interval_ms=3_600_000)
+    started = time.perf_counter()
+    index.refresh(stream, force=True)
+    loaded = time.perf_counter() - started
+    baseline = upper.tolist()
+    rng = random.Random(3)
+    probes = [rng.randrange(int(upper[0]) - 100, int(upper[-1]) + 100) for _ in range(LOOKUPS)]
+    for t in probes[:1000]:  # agree before timing
+        got = index.start_position(stream, t)
+        want = bisect.bisect_left(baseline, t) - 1
+        assert (got if got is not None else -1) == want
+    ours, base = [], []
+    clock = time.perf_counter_ns
+    for t in probes:
+        a = clock()
+        index.start_position(stream, t)
+        b = clock()
+        bisect.bisect_left(baseline, t)
+        c = clock()
+        ours.append(b - a)
+        base.append(c - b)
+    ratio = statistics.median(ours) / statistics.median(base)
+    return [
+        f"warm lookup, {WARM_ROWS:,} index rows (write {written:.1f} s, first load {loaded:.1f} s)",
+        f"  SeekIndex.start_position  p50 {_pct(ours, 0.5):.2f} us  p99 {_pct(ours, 0.99):.2f} us",
+        f"  bisect on a list          p50 {_pct(base, 0.5):.2f} us  p99 {_pct(base, 0.99):.2f} us",
+        f"  ratio (p50) {ratio:.2f}x  [goal <= 2x, p99 < 50 us]",
+    ]
+
+
+def bench_cold(work: Path, bootstrap: str) -> list[str]:
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from pipelines.seek import SeekIndex
+
+    root = work / "cold-delta"
+    stream = "bench/cold"
+    times, upper = _write_index(root, stream, COLD_ROWS, files=10)
+    _write_marks(root, stream, times, upper, files=10)
+
+    topic = f"bench-reader-{int(time.time())}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS)])[topic].result(30)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    base_ts = int(time.time() * 1000) - 3_600_000
+    for i in range(2_000):
+        for p in range(PARTITIONS):
+            producer.produce(topic, b"x", partition=p, timestamp=base_ts + i * 10)
+        producer.poll(0)
+    producer.flush(60)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "log_level": 0})
+    rng = random.Random(5)
+    ours: list[float] = []
+    kafka: list[float] = []
+    consumer.offsets_for_times([TopicPartition(topic, p, base_ts) for p in range(PARTITIONS)], 10)
+    for _ in range(COLD_LOOKUPS):
+        t = rng.randrange(int(upper[0]), int(upper[-1]))
+        a = time.perf_counter()
+        cut = SeekIndex(str(root)).cold_start_cut(stream, t)
+        b = time.perf_counter()
+        kt = base_ts + rng.randrange(0, 20_000)
+        consumer.offsets_for_times([TopicPartition(topic, p, kt) for p in range(PARTITIONS)], 10)
+        c = time.perf_counter()
+        assert cut is not None and len(cut) == PARTITIONS
+        ours.append((b - a) * 1000)
+        kafka.append((c - b) * 1000)
+    consumer.close()
+    admin.delete_topics([topic])
+    ratio = statistics.median(ours) / statistics.median(kafka)
+    return [
+        f"cold lookup, {COLD_ROWS:,} watermarks of a {PARTITIONS}-segment stream in 10 files",
+        f"  Delta (open, stats, 1 index + 1 marks file)  p50 {statistics.median(ours):.1f} ms"
+        f"  max {max(ours):.1f} ms",
+        f"  Kafka offsets_for_times, {PARTITIONS} partitions   "
+        f"p50 {statistics.median(kafka):.1f} ms"
+        f"  max {max(kafka):.1f} ms",
+        f"  ratio (p50) {ratio:.2f}x  [goal <= 1x]",
+    ]
+
+
+def bench_window() -> list[str]:
+    from controller.model import KeyRange, Segment, Watermark
+    from pipelines.windows import MarksFeed, PositionWindow
+
+    segs = {0: Segment(0, KeyRange(0.0, 1.0))}
+    marks = [Watermark("bench/w", i * 10, i * 10 + 5, {0: i * 100}, i) for i in range(2_000)]
+    feed: Any = MarksFeed.__new__(MarksFeed)  # a feed holding the marks, no table behind it
+    feed.watermarks = marks
+    feed.refresh = lambda force=False: len(marks)
+    window = PositionWindow(feed, lambda: segs)
+    events = 200_000
+    a = time.perf_counter()
+    for offset in range(events):
+        window.at({0: offset})
+    b = time.perf_counter()
+    nxt, cuts = 0, [m.stream_cut[0] for m in marks]
+    for offset in range(events):  # the plain comparison: passed the next watermark's cut?
+        while nxt < len(cuts) and offset >= cuts[nxt]:
+            nxt += 1
+    c = time.perf_counter()
+    ours, base = (b - a) / events * 1e9, (c - b) / events * 1e9
+    return [
+        f"time window per event, {events:,} events, {len(marks):,} watermarks",
+        f"  PositionWindow.at  {ours:.0f} ns/event",
+        f"  offset comparison  {base:.0f} ns/event",
+        f"  ratio {ours / base:.1f}x  [goal <= 3x]",
+    ]
+
+
+def run(services: Any) -> list[str]:
+    work = Path(services.work_dir) / "bench-reader"
+    work.mkdir(parents=True, exist_ok=True)
+    return [*bench_warm(work), *bench_cold(work, services.bootstrap), *bench_window()]

@@ -1,0 +1,111 @@
+"""``tidemark read | watermarks | window | seek`` against real services."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pipelines.reader_group import ReaderGroup
+from pipelines.writer import EventWriter
+from tests.integration import test_reader_group as rg
+from tidemark.cli.main import main
+
+BASE = rg.BASE
+FAST = rg.FAST
+Marks = rg.Marks
+make_stream = rg.make_stream
+# the shared fixtures
+manager, settings, store, wconfig = rg.manager, rg.settings, rg.store, rg.wconfig
+
+
+@pytest.fixture
+def cli_env(monkeypatch, kafka, zookeeper, unique, zk_client, tmp_path):
+    monkeypatch.setenv("TIDEMARK_KAFKA_BOOTSTRAP", kafka)
+    monkeypatch.setenv("TIDEMARK_ZK_CONNECT", f"{zookeeper}/tidemark-test-{unique}")
+    monkeypatch.setenv("TIDEMARK_DELTA_ROOT", str(tmp_path))
+    return str(tmp_path)
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_read_watermarks_window_seek(cli_env, capsys, manager, store, kafka, wconfig, unique):
+    root = cli_env
+    stream = make_stream(manager, unique, segments=2)
+    marks = Marks(stream, store, root)
+    with EventWriter("w", stream, store=store, bootstrap_servers=kafka, config=wconfig) as w:
+        for rnd in range(3):
+            for j in range(4):
+                w.write(f"e{rnd}{j}".encode(), routing_key=f"k{j}", timestamp=BASE + rnd * 100 + j)
+            marks.note(w, BASE + rnd * 100 + 50)
+            marks.cycle()
+
+    code, out, _ = run(capsys, "read", stream, "--format", "json", "--wait-ms", "1500")
+    assert code == 0
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert len(rows) == 12
+    assert set(rows[0]) >= {"segment", "offset", "timestamp", "body"}
+
+    code, out, _ = run(capsys, "read", stream, "--timestamp", str(BASE + 150), "--format", "json")
+    assert sorted(json.loads(line)["timestamp"] for line in out.splitlines()) == [
+        BASE + 200 + j for j in range(4)
+    ]
+    code, out, _ = run(capsys, "read", stream, "--ago", "30d", "--count", "2", "--format", "json")
+    assert len(out.splitlines()) == 2
+
+    code, out, _ = run(capsys, "watermarks", stream, "--since", str(BASE + 100), "--format", "json")
+    assert [json.loads(line)["seq"] for line in out.splitlines()] == [1, 2]
+
+    group = ReaderGroup.create(
+        f"g{unique}", stream, store=store, bootstrap_servers=kafka, delta_root=root, config=FAST
+    )
+    group.close()
+    code, out, _ = run(capsys, "seek", f"g{unique}", "--timestamp", str(BASE + 160))
+    assert code == 0
+    code, out, _ = run(capsys, "window", f"g{unique}", "--format", "json")
+    payload = json.loads(out)
+    assert (payload["lower"], payload["upper"]) == (BASE + 150, BASE + 250)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["read", "{stream}", "--timestamp", "-5"], "timestamp"),
+        (["read", "{stream}", "--timestamp", "12.5"], "timestamp"),
+        (["read", "{stream}", "--ago", "yesterday"], "duration"),
+        (["read", "nope/missing"], "unknown stream"),
+        (["window", "no-such-group"], "unknown reader group"),
+        (["seek", "no-such-group", "--timestamp", "5"], "unknown reader group"),
+    ],
+)
+def test_bad_input_is_a_clear_error(cli_env, capsys, manager, unique, argv, message):
+    stream = make_stream(manager, unique, segments=1)
+    code, _, err = run(capsys, *[a.format(stream=stream) for a in argv])
+    assert code == 1
+    assert message in err
+
+
+def test_failed_seek_leaves_the_group_where_it_was(
+    cli_env, capsys, manager, store, kafka, wconfig, unique
+):
+    stream = make_stream(manager, unique, segments=1)
+    with EventWriter("w", stream, store=store, bootstrap_servers=kafka, config=wconfig) as w:
+        for j in range(4):
+            w.write(b"x", routing_key="k", timestamp=BASE + j)
+    group = ReaderGroup.create(
+        f"g{unique}", stream, store=store, bootstrap_servers=kafka, delta_root=cli_env, config=FAST
+    )
+    with group.reader("r") as reader:
+        reader.read_next(timeout_ms=5000)
+        reader.read_next(timeout_ms=5000)
+        reader.commit()
+        code, _, err = run(capsys, "seek", f"g{unique}", "--timestamp", str(BASE))
+        assert code == 1 and "online readers" in err
+    code, _, err = run(capsys, "seek", f"g{unique}", "--timestamp", "-1")
+    assert code == 1
+    assert group.stream_cut() == {0: 2}
+    group.close()

@@ -1,0 +1,261 @@
+"""Reader groups on real Kafka + ZooKeeper, watermarks in real Delta tables (no mocks).
+
+Watermarks are computed with ``controller.watermarks.watermark_cycle`` from the
+writers' own positions and appended with deltalake, so these tests do not
+depend on the Spark controller job.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from controller.config import ScalingPolicy, StreamConfiguration
+from controller.model import KeyRange, WriterMark
+from controller.naming import ClusterSettings
+from controller.streams import StreamManager
+from controller.watermarks import GenerationState, watermark_cycle
+from controller.zk_store import ZooKeeperStore
+from pipelines.config import WriterConfig
+from pipelines.reader_errors import (
+    InvalidTimestampError,
+    ReaderGroupActiveError,
+    ReaderGroupExistsError,
+    StreamDeletedError,
+    UnknownReaderGroupError,
+    UnknownStreamError,
+)
+from pipelines.reader_group import ReaderConfig, ReaderGroup
+from pipelines.seek import SeekIndex, complete_cut_at, stream_cut_at
+from pipelines.watermark_tables import append_watermarks
+from pipelines.writer import EventWriter
+
+BASE = int(time.time() * 1000) - 3_600_000  # an hour ago: never capped to "now"
+FAST = ReaderConfig(rebalance_interval_ms=50, commit_interval_ms=0, window_refresh_interval_ms=0)
+
+
+@pytest.fixture
+def settings(unique):
+    return ClusterSettings(marks_topic=f"marks-{unique}", bucket_count=2)
+
+
+@pytest.fixture
+def store(zk_client):
+    return ZooKeeperStore(zk_client, "/tidemark")
+
+
+@pytest.fixture
+def manager(store, kafka, settings):
+    return StreamManager(store, kafka, settings, seal_drain_ms=100)
+
+
+@pytest.fixture
+def wconfig(settings):
+    return WriterConfig(cluster=settings, linger_ms=1, delivery_timeout_ms=15_000)
+
+
+def make_stream(manager, unique, segments=2):
+    stream = f"r{unique}/s"
+    manager.create(stream, StreamConfiguration(ScalingPolicy.fixed(segments)))
+    return stream
+
+
+class Marks:
+    """Runs watermark cycles over writers' notes and appends them to Delta."""
+
+    def __init__(self, stream, store, root):
+        self.stream, self.store, self.root = stream, store, root
+        self.state = GenerationState()
+        self.marks: dict[str, WriterMark] = {}
+        self.emitted = []
+
+    def note(self, writer, time_ms):
+        writer.note_time(time_ms)
+        writer.flush()
+        self.marks[writer.writer_id] = WriterMark(time_ms, writer.position())
+
+    def cycle(self):
+        meta = self.store.get_stream(self.stream)
+        cycle = watermark_cycle(self.stream, self.marks, self.state, meta.epochs, 0, 60_000)
+        self.state = cycle.state
+        if cycle.watermark is not None:
+            previous = max((w.upper_time for w in self.emitted), default=None)
+            append_watermarks(self.root, [cycle.watermark], previous_upper_time_max=previous)
+            self.emitted.append(cycle.watermark)
+        return cycle.watermark
+
+
+def read_all(reader, idle_ms=800):
+    out = []
+    while True:
+        event = reader.read_next(timeout_ms=idle_ms)
+        if event is None:
+            return out
+        out.append(event)
+
+
+def group_kw(store, kafka, root, config=FAST):
+    return {"store": store, "bootstrap_servers": kafka, "delta_root": root, "config": config}
+
+
+def offsets_for_times(kafka, topic, partitions, ts):
+    consumer = Consumer({"bootstrap.servers": kafka, "group.id": "koft", "log_level": 0})
+    try:
+        found = consumer.offsets_for_times(
+            [TopicPartition(topic, p, ts) for p in partitions], timeout=10
+        )
+    finally:
+        consumer.close()
+    return {tp.partition: tp.offset for tp in found}
+
+
+def test_from_time_loses_nothing_with_writers_ahead(
+    manager, store, kafka, wconfig, unique, tmp_path
+):
+    """Writer B runs 700 ms ahead of A, and both write events beyond the time they
+    last noted; every event with time >= ts is read from ``stream_cut_at(ts)``;
+    Kafka's offsets_for_times agrees per partition but is never earlier."""
+    root = str(tmp_path)
+    stream = make_stream(manager, unique)
+    marks = Marks(stream, store, root)
+    written = []
+    with (
+        EventWriter("a", stream, store=store, bootstrap_servers=kafka, config=wconfig) as a,
+        EventWriter("b", stream, store=store, bootstrap_servers=kafka, config=wconfig) as b,
+    ):
+        for rnd in range(8):
+            for writer, skew in ((a, 0), (b, 700)):
+                for j in range(6):
+                    ts = BASE + rnd * 100 + skew + j * 15
+                    key = f"{writer.writer_id}-{j % 3}"
+                    writer.write(f"{key}@{ts}".encode(), routing_key=key, timestamp=ts)
+                    written.append(ts)
+            for writer, skew in ((a, 0), (b, 700)):
+                # noted time >= every event written so far; the next round runs ahead of it
+                marks.note(writer, BASE + rnd * 100 + skew + 99)
+            marks.cycle()
+        for writer, skew in ((a, 0), (b, 700)):  # ahead of the last note, after every mark
+            writer.write(b"tail", routing_key="tail", timestamp=BASE + 900 + skew)
+            written.append(BASE + 900 + skew)
+    assert len(marks.emitted) >= 6
+    index = SeekIndex(root, refresh_interval_ms=0)
+    meta = store.get_stream(stream)
+    topic = meta.topic
+    for k, ts in enumerate(
+        [BASE - 1, BASE + 150, BASE + 430, BASE + 790, BASE + 1300, BASE + 5000]
+    ):
+        cut = stream_cut_at(stream, ts, store=store, index=index)
+        group = ReaderGroup.create(
+            f"g{unique}-{k}", stream, from_time=ts, index=index, **group_kw(store, kafka, root)
+        )
+        assert group.stream_cut() == cut  # one cut, committed before any reader
+        with group, group.reader("r") as reader:
+            got = [e.timestamp for e in read_all(reader)]
+        wanted = sorted(t for t in written if t >= ts)
+        assert sorted(t for t in got if t >= ts) == wanted, ts
+        # Kafka's own answer, per partition: never before ours, and it loses nothing either.
+        koft = offsets_for_times(kafka, topic, [s.number for s in meta.segments().values()], ts)
+        for seg_id, offset in cut.items():
+            kafka_offset = koft[meta.segments()[seg_id].number]
+            assert kafka_offset < 0 or offset <= kafka_offset
+    # complete_cut_at: None until a watermark reaches the time
+    assert complete_cut_at(stream, BASE + 100_000, index=index) is None
+    assert complete_cut_at(stream, BASE + 150, index=index) is not None
+
+
+def test_readers_follow_scaling_in_key_order(manager, store, kafka, wconfig, unique, tmp_path):
+    stream = make_stream(manager, unique, segments=1)
+    keys = [f"k{i}" for i in range(6)]
+    with EventWriter("w", stream, store=store, bootstrap_servers=kafka, config=wconfig) as w:
+        for i in range(10):
+            for key in keys:
+                w.write(f"{key}:{i}".encode(), routing_key=key, timestamp=BASE + i)
+        w.flush()
+        manager.scale(stream, [0], [KeyRange(0.0, 0.5), KeyRange(0.5, 1.0)])
+        for i in range(10, 20):
+            for key in keys:
+                w.write(f"{key}:{i}".encode(), routing_key=key, timestamp=BASE + i)
+        w.flush()
+    group = ReaderGroup(f"g{unique}", stream, **group_kw(store, kafka, str(tmp_path)))
+    with group, group.reader("r1") as r1, group.reader("r2") as r2:
+        events = []
+        idle = 0
+        while idle < 3:  # each reader drains what it has, until neither gets anything
+            got = read_all(r1, idle_ms=200) + read_all(r2, idle_ms=200)
+            events.extend(got)
+            idle = 0 if got else idle + 1
+        assert {e.segment for e in events} == set(store.get_stream(stream).segments())
+        per_key = defaultdict(list)
+        for e in events:
+            key, i = e.body.decode().split(":")
+            per_key[key].append(int(i))
+        assert {k: v for k, v in per_key.items()} == {k: list(range(20)) for k in keys}
+        assert group.stream_cut().keys() == {
+            s.id for s in store.get_stream(stream).active_segments()
+        }
+
+
+def test_group_and_reader_windows(manager, store, kafka, wconfig, unique, tmp_path):
+    root = str(tmp_path)
+    stream = make_stream(manager, unique, segments=1)
+    marks = Marks(stream, store, root)
+    with EventWriter("w", stream, store=store, bootstrap_servers=kafka, config=wconfig) as w:
+        for rnd in range(3):
+            for j in range(5):
+                w.write(b"x", routing_key="k", timestamp=BASE + rnd * 100 + j)
+            marks.note(w, BASE + rnd * 100 + 50)
+            marks.cycle()
+    group = ReaderGroup.create(f"g{unique}", stream, **group_kw(store, kafka, root))
+    with group:
+        window = group.current_time_window()
+        assert (window.lower, window.upper) == (None, BASE + 50)
+        with group.reader("r") as reader:
+            for _ in range(7):
+                assert reader.read_next(timeout_ms=5000) is not None
+            w1 = reader.current_time_window()
+            assert (w1.lower, w1.upper) == (BASE + 50, BASE + 150)
+            reader.commit()
+            assert group.current_time_window() == w1
+            read_all(reader, idle_ms=500)
+            w2 = reader.current_time_window()
+            assert (w2.lower, w2.upper) == (BASE + 250, None)
+
+
+def test_bad_input_and_position_never_moved_by_a_failure(
+    manager, store, kafka, wconfig, unique, tmp_path
+):
+    root = str(tmp_path)
+    stream = make_stream(manager, unique, segments=1)
+    with EventWriter("w", stream, store=store, bootstrap_servers=kafka, config=wconfig) as w:
+        for j in range(5):
+            w.write(b"x", routing_key="k", timestamp=BASE + j)
+    kw = group_kw(store, kafka, root)
+    with pytest.raises(UnknownStreamError):
+        ReaderGroup.create(f"g{unique}", f"r{unique}/missing", **kw)
+    with pytest.raises(UnknownReaderGroupError):
+        ReaderGroup(f"nope{unique}", **kw)
+    group = ReaderGroup.create(f"g{unique}", stream, **kw)
+    with pytest.raises(ReaderGroupExistsError):
+        ReaderGroup.create(f"g{unique}", stream, **kw)
+    with group.reader("r") as reader:
+        for _ in range(3):
+            reader.read_next(timeout_ms=5000)
+        reader.commit()
+        before = group.stream_cut()
+        with pytest.raises(ReaderGroupActiveError):
+            group.seek(BASE)
+    for bad in (-1, "soon", 1.5):
+        with pytest.raises(InvalidTimestampError):
+            group.seek(bad)
+    assert group.stream_cut() == before == {0: 3}
+    assert group.seek(BASE + 10_000) == {0: 0}  # no watermark yet: the head
+    group.close()
+    manager.seal(stream)
+    manager.delete(stream)
+    with pytest.raises(StreamDeletedError):
+        ReaderGroup(f"g{unique}", **kw)
+    with pytest.raises(UnknownStreamError):
+        stream_cut_at(stream, BASE, store=store, delta_root=root)

@@ -1,0 +1,144 @@
+"""jobs.workflow without Spark: admission, cycles, ticks, timers, the last-stable-offset hold."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pytest
+
+from controller.config import ScalingPolicy, StreamConfiguration
+from controller.metadata import StreamMetadata, new_stream_metadata
+from jobs.config import CycleTrigger, WorkflowSettings
+from jobs.tables import Reason
+from jobs.workflow import (
+    Emitted,
+    MarkInput,
+    Rejected,
+    StreamState,
+    StreamWorkflow,
+    parse_tick,
+    tick_value,
+)
+from schemas.records import WriterMarkRecord
+
+S = "shop/orders"
+
+
+class Streams:
+    def __init__(self, *metas: StreamMetadata) -> None:
+        self.metas = {m.name: m for m in metas}
+        self.refreshes = 0
+
+    def stream(self, stream: str, refresh: bool = False) -> StreamMetadata | None:
+        self.refreshes += refresh
+        return self.metas.get(stream)
+
+
+class Committed:
+    def __init__(self, stable: dict[int, int] | None = None) -> None:
+        self.stable = stable if stable is not None else {}
+
+    def last_stable(self, topic: str, needed: Mapping[int, int]) -> Mapping[int, int]:
+        return {p: self.stable.get(p, 10**9) for p in needed}
+
+
+def meta(segments: int = 2) -> StreamMetadata:
+    return new_stream_metadata(S, StreamConfiguration(ScalingPolicy.fixed(segments)), 0)
+
+
+def rec(writer: str, t: int, pos: dict[int, int], offset: int, alive: bool = True) -> MarkInput:
+    return MarkInput(WriterMarkRecord(S, writer, t, pos, alive).encode(), 0, offset)
+
+
+def wf(trigger: CycleTrigger = CycleTrigger.TIMERS, **kw: int) -> StreamWorkflow:
+    settings = WorkflowSettings(interval_ms=1000, trigger=trigger, **kw)
+    return StreamWorkflow(settings, Streams(meta()), Committed())
+
+
+def test_timers_first_marks_cycle_at_once_then_wait_for_the_interval() -> None:
+    w, state = wf(), StreamState()
+    out = w.on_records(S, state, [rec("a", 100, {0: 1}, 0), rec("b", 120, {1: 4}, 1)], 5_000)
+    assert [(o.watermark.time, o.watermark.upper_time) for o in out if isinstance(o, Emitted)] == [
+        (100, 120)
+    ]
+    assert w.wants_timer(state) == 5_750
+    assert w.on_records(S, state, [rec("a", 200, {0: 2}, 2), rec("b", 220, {1: 5}, 3)], 5_100) == []
+    assert w.on_timer(S, state, 5_700) == []  # not yet due
+    (emitted,) = w.on_timer(S, state, 5_750)
+    assert isinstance(emitted, Emitted)
+    assert (emitted.watermark.seq, emitted.watermark.time, emitted.upper_time_max) == (1, 200, 220)
+    assert emitted.writers == ("a", "b")
+
+
+def test_ticks_run_cycles_exactly_where_they_are_in_offset_order() -> None:
+    w, state = wf(CycleTrigger.TICKS), StreamState()
+    records = [
+        rec("a", 100, {0: 1}, 0),
+        MarkInput(tick_value(7), 0, 1),
+        rec("a", 150, {0: 2}, 2),
+        MarkInput(tick_value(8), 0, 3),
+    ]
+    out = w.on_records(S, state, list(reversed(records)), 123)  # order is restored by offset
+    assert [(o.watermark.time, o.emitted_at) for o in out if isinstance(o, Emitted)] == [
+        (100, 7),
+        (150, 8),
+    ]
+    assert w.wants_timer(state) is None
+    assert parse_tick(b"tidemark-tick:x") is None
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (b"garbage", Reason.MALFORMED),
+        (WriterMarkRecord("other/s", "a", 1, {}).encode(), Reason.MALFORMED),
+        (WriterMarkRecord(S, "a", 1, {1 << 32: 5}).encode(), Reason.UNKNOWN_SEGMENT),
+    ],
+)
+def test_bad_records_are_rejected_with_reasons(value: bytes, reason: str) -> None:
+    w, state = wf(), StreamState()
+    (out,) = w.on_records(S, state, [MarkInput(value, 0, 9)], 1)
+    assert isinstance(out, Rejected)
+    assert (out.reason, out.raw, out.offset) == (reason, value, 9)
+
+
+def test_unknown_stream_stale_and_regressed() -> None:
+    w, state = wf(), StreamState()
+    unknown = MarkInput(WriterMarkRecord("x/y", "a", 1, {}).encode(), 0, 0)
+    (r,) = w.on_records("x/y", StreamState(), [unknown], 1)
+    assert isinstance(r, Rejected) and r.reason == Reason.UNKNOWN_STREAM
+    out = w.on_records(
+        S,
+        state,
+        [rec("a", 100, {0: 5}, 0), rec("a", 90, {0: 6}, 1), rec("a", 110, {0: 4}, 2)],
+        1,
+    )
+    assert [o.reason for o in out if isinstance(o, Rejected)] == [
+        Reason.STALE_TIME,
+        Reason.REGRESSED_POSITION,
+    ]
+
+
+def test_a_cut_past_the_last_stable_offset_is_held_then_its_writer_rejected() -> None:
+    committed = Committed({0: 3, 1: 100})
+    w = StreamWorkflow(WorkflowSettings(lso_hold_ms=2_000), Streams(meta()), committed)
+    state = StreamState()
+    assert w.on_records(S, state, [rec("a", 100, {0: 5}, 0), rec("b", 90, {1: 1}, 1)], 0) == []
+    assert state.held_since_ms == 0 and state.generation.previous is None
+    assert w.on_timer(S, state, 1_000) == []
+    out = w.on_timer(S, state, 2_000)
+    assert [(o.reason, o.writer) for o in out if isinstance(o, Rejected)] == [
+        (Reason.BEYOND_COMMITTED, "a")
+    ]
+    assert set(state.marks) == {"b"}
+    committed.stable[0] = 10
+    (emitted,) = w.on_timer(S, state, 3_000)
+    assert isinstance(emitted, Emitted) and emitted.watermark.time == 90
+
+
+def test_state_round_trips_through_json() -> None:
+    w, state = wf(), StreamState()
+    w.on_records(S, state, [rec("a", 100, {0: 5}, 0), rec("b", 50, {1: 2}, 1, alive=False)], 1)
+    w.on_records(S, state, [rec("a", 100, {0: 5}, 2)], 10_000)
+    again = StreamState.from_json(S, state.to_json())
+    assert again == state

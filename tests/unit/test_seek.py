@@ -1,0 +1,204 @@
+"""Timestamp seek: input checks, offset ranges, and the Delta-backed index (no broker)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from controller.index import index_rows, start_cut, stop_cut
+from controller.model import KeyRange, Segment, Watermark, segment_id
+from pipelines.reader_errors import InvalidDurationError, InvalidTimestampError
+from pipelines.seek import SeekIndex, check_timestamp, parse_duration, ranges_between
+from pipelines.watermark_tables import (
+    INDEX_COLUMNS,
+    INDEX_SCHEMA,
+    MARKS_COLUMNS,
+    MARKS_SCHEMA,
+    append_watermarks,
+)
+
+STREAM = "s/t"
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(0, 0), (1_700_000_000_000, 1_700_000_000_000), ("42", 42), (" 7 ", 7), (3.0, 3)],
+)
+def test_check_timestamp_accepts(value, expected):
+    assert check_timestamp(value) == expected
+
+
+@pytest.mark.parametrize("value", [-1, "-5", "1.5", 1.5, "abc", "", None, True, [1], 2**63])
+def test_check_timestamp_refuses(value):
+    with pytest.raises(InvalidTimestampError):
+        check_timestamp(value)
+
+
+@pytest.mark.parametrize(
+    ("text", "ms"),
+    [("1h", 3_600_000), ("90s", 90_000), ("1h30m", 5_400_000), ("250ms", 250), ("2d", 172_800_000)],
+)
+def test_parse_duration(text, ms):
+    assert parse_duration(text) == ms
+
+
+@pytest.mark.parametrize("text", ["", "1", "h", "1x", "-1h", "1h 2", "1.5h", None])
+def test_parse_duration_refuses(text):
+    with pytest.raises(InvalidDurationError):
+        parse_duration(text)
+
+
+@pytest.mark.parametrize("table", ["marks", "index", "rejected_marks"])
+def test_spark_schema_of_the_job_matches_the_shared_arrow_schema(table):
+    """The job writes by Spark schemas, readers read by schemas.tables: same columns and types."""
+    from pyspark.sql.types import ArrayType, LongType
+
+    from jobs.tables import spark_schema
+    from schemas.tables import ARROW_SCHEMAS
+
+    def spark_type(t):
+        if isinstance(t, ArrayType):
+            return f"list<{spark_type(t.elementType)}>"
+        if hasattr(t, "fields"):
+            return (
+                "struct<" + ",".join(f"{f.name}:{spark_type(f.dataType)}" for f in t.fields) + ">"
+            )
+        return {"LongType": "int64", "StringType": "string", "BinaryType": "binary",
+                "IntegerType": "int32"}[type(t).__name__]  # fmt: skip
+
+    def arrow_type(t):
+        import pyarrow as pa
+
+        if pa.types.is_list(t):
+            return f"list<{arrow_type(t.value_type)}>"
+        if pa.types.is_struct(t):
+            return "struct<" + ",".join(f"{f.name}:{arrow_type(f.type)}" for f in t) + ">"
+        return str(t)
+
+    spark = spark_schema(table)
+    arrow = ARROW_SCHEMAS[table]
+    assert [(f.name, spark_type(f.dataType)) for f in spark.fields] == [
+        (f.name, arrow_type(f.type)) for f in arrow
+    ]
+    assert isinstance(spark.fields[1].dataType, LongType) or table == "rejected_marks"
+    assert tuple(ARROW_SCHEMAS["marks"].names) == MARKS_COLUMNS
+    assert tuple(ARROW_SCHEMAS["index"].names) == INDEX_COLUMNS
+    assert (ARROW_SCHEMAS["marks"], ARROW_SCHEMAS["index"]) == (MARKS_SCHEMA, INDEX_SCHEMA)
+
+
+# --- offset ranges between two cuts -------------------------------------------------------
+
+S0 = Segment(segment_id(0, 0), KeyRange(0.0, 1.0))
+S1 = Segment(segment_id(1, 1), KeyRange(0.0, 0.5))
+S2 = Segment(segment_id(1, 2), KeyRange(0.5, 1.0))
+SEGS = {s.id: s for s in (S0, S1, S2)}
+
+
+def test_ranges_within_one_epoch():
+    out = ranges_between(SEGS, {}, {S0.id: 3}, {S0.id: 9})
+    assert [(r.segment.id, r.start, r.end) for r in out] == [(S0.id, 3, 9)]
+
+
+def test_ranges_across_a_scale():
+    out = ranges_between(SEGS, {S0.id: 20}, {S0.id: 3}, {S1.id: 4, S2.id: 0})
+    assert [(r.segment.id, r.start, r.end) for r in out] == [(S0.id, 3, 20), (S1.id, None, 4)]
+
+
+def test_ranges_skip_segments_wholly_before_the_start():
+    out = ranges_between(SEGS, {S0.id: 20}, {S1.id: 2, S2.id: 1}, {S1.id: 5, S2.id: 1})
+    assert [(r.segment.id, r.start, r.end) for r in out] == [(S1.id, 2, 5)]
+
+
+def test_ranges_head_start():
+    out = ranges_between(SEGS, {}, {}, {S0.id: 4})
+    assert [(r.segment.id, r.start, r.end) for r in out] == [(S0.id, None, 4)]
+
+
+# --- the Delta-backed index ---------------------------------------------------------------
+
+
+def _marks(times: list[tuple[int, int]], start_seq: int = 0) -> list[Watermark]:
+    return [
+        Watermark(STREAM, t, t + up, {0: 10 * (start_seq + i)}, start_seq + i)
+        for i, (t, up) in enumerate(times)
+    ]
+
+
+def _ascending(draw_pairs: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out, t = [], 0
+    for step, ahead in draw_pairs:
+        t += step
+        out.append((t, ahead))
+    return out
+
+
+def test_lookups_match_the_pure_search(tmp_path):
+    marks = _marks([(100, 80), (200, 0), (300, 50), (400, 10)])
+    append_watermarks(str(tmp_path), marks[:2])
+    append_watermarks(str(tmp_path), marks[2:], previous_upper_time_max=180)
+    index = SeekIndex(str(tmp_path), refresh_interval_ms=0)
+    rows = index_rows(marks)
+    for t in range(0, 520, 10):
+        found = index.start(STREAM, t)
+        assert (None if found is None else found.stream_cut) == start_cut(rows, t), t
+        stop = index.stop(STREAM, t)
+        assert (None if stop is None else stop.stream_cut) == stop_cut(rows, t), t
+        cold = index.cold_start_seq(STREAM, t)
+        assert cold == (None if found is None else found.seq), t
+        cold_stop = index.cold_stop_seq(STREAM, t)
+        assert cold_stop == (None if stop is None else stop.seq), t
+
+
+def test_index_refreshes_incrementally(tmp_path):
+    root = str(tmp_path)
+    index = SeekIndex(root, refresh_interval_ms=0)
+    assert index.start(STREAM, 1000) is None  # no table yet: the head
+    assert index.stop(STREAM, 1) is None
+    append_watermarks(root, _marks([(100, 0)]))
+    assert index.refresh(STREAM) == 1
+    append_watermarks(root, _marks([(200, 0), (300, 0)], start_seq=1), previous_upper_time_max=100)
+    other = [Watermark("s/other", 5000, 5000, {0: 1}, 0)]
+    append_watermarks(root, other)
+    assert index.refresh(STREAM) == 3
+    assert index.stop(STREAM, 250).seq == 2
+    assert index.start(STREAM, 250).seq == 1
+    assert index.start("s/other", 6000).stream_cut == {0: 1}
+
+
+def test_refresh_interval_bounds_staleness(tmp_path):
+    root = str(tmp_path)
+    now = [0.0]
+    index = SeekIndex(root, refresh_interval_ms=1000, monotonic=lambda: now[0])
+    append_watermarks(root, _marks([(100, 0)]))
+    assert index.refresh(STREAM) == 1
+    append_watermarks(root, _marks([(200, 0)], start_seq=1), previous_upper_time_max=100)
+    assert index.refresh(STREAM) == 1  # not due yet
+    now[0] = 1.5
+    assert index.refresh(STREAM) == 2
+
+
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    pairs=st.lists(st.tuples(st.integers(1, 50), st.integers(0, 120)), min_size=1, max_size=12),
+    split=st.integers(0, 12),
+    probes=st.lists(st.integers(0, 800), min_size=1, max_size=10),
+)
+def test_warm_and_cold_agree_with_controller_index(tmp_path_factory, pairs, split, probes):
+    root = str(tmp_path_factory.mktemp("delta"))
+    marks = _marks(_ascending(pairs))
+    rows = index_rows(marks)
+    cut = min(split, len(marks))
+    append_watermarks(root, marks[:cut])
+    append_watermarks(
+        root, marks[cut:], previous_upper_time_max=rows[cut - 1].upper_time_max if cut else None
+    )
+    index = SeekIndex(root, refresh_interval_ms=0)
+    for t in probes:
+        found = index.start(STREAM, t)
+        assert (None if found is None else found.stream_cut) == start_cut(rows, t)
+        assert index.cold_start_seq(STREAM, t) == (None if found is None else found.seq)
+        stop = index.stop(STREAM, t)
+        assert (None if stop is None else stop.stream_cut) == stop_cut(rows, t)
