@@ -51,3 +51,12 @@ def test_kafka_cluster_ids_never_start_with_a_dash() -> None:
     ids = {new_cluster_id() for _ in range(2000)}
     assert len(ids) == 2000
     assert all(len(i) == 22 and not i.startswith("-") for i in ids)
+
+
+def test_pipelines_exports_the_contract_names() -> None:
+    import pipelines
+
+    for name in pipelines.__all__:
+        assert getattr(pipelines, name).__name__ == name
+    with pytest.raises(AttributeError):
+        _ = pipelines.NoSuchThing
