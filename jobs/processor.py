@@ -33,7 +33,6 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
-import pandas as pd
 from pyspark.sql import Row
 from pyspark.sql.streaming.stateful_processor import (
     ExpiredTimerInfo,
@@ -119,11 +118,6 @@ def output_row(o: Output) -> dict[str, Any]:
             at=o.at,
         )
     return row
-
-
-def output_frame(outputs: list[Output]) -> pd.DataFrame:
-    rows = [output_row(o) for o in outputs]
-    return pd.DataFrame({c: pd.Series([r[c] for r in rows], dtype=object) for c in COLUMNS})
 
 
 class ControllerProcessor(StatefulProcessor):
