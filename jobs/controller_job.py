@@ -12,10 +12,10 @@
 For **each owned bucket** ``n`` the instance runs one query: the Kafka source
 reads only partition ``n`` of the marks topic (``assign``), ``read_committed``
 (a transaction's mark is seen exactly when its data is), from the earliest
-offset on first start; per-stream state lives in Spark's state store
-(:mod:`jobs.processor`); each micro-batch is appended to the Delta tables
-idempotently (:mod:`jobs.sink`). The query's checkpoint is
-``<checkpoint root>/bucket-<n>`` on shared storage, so whoever owns the
+offset on first start; per-stream state lives in Spark's state store, keyed
+by slots of streams (:mod:`jobs.processor`, :mod:`jobs.slots`); each
+micro-batch is appended to the Delta tables idempotently (:mod:`jobs.sink`).
+The query's checkpoint is ``<checkpoint root>/bucket-<n>`` on shared storage, so whoever owns the
 bucket next resumes from its offsets *and* state: nothing is skipped,
 duplicated or goes backwards. The trigger is the watermark interval.
 
@@ -104,11 +104,15 @@ def marks_frame(spark: Any, settings: ControllerSettings, bucket: int) -> Any:
 
 def start_bucket_query(spark: Any, settings: ControllerSettings, bucket: int) -> Any:
     """Start bucket ``bucket``'s query (from its checkpoint if one exists)."""
+    from pyspark.sql.functions import expr
+
     from jobs.processor import OUTPUT_SCHEMA, ControllerProcessor
+    from jobs.slots import SLOT_EXPRESSION
 
     watermarks = (
         marks_frame(spark, settings, bucket)
-        .groupBy("stream")
+        .withColumn("slot", expr(SLOT_EXPRESSION))
+        .groupBy("slot")
         .transformWithState(
             statefulProcessor=ControllerProcessor(settings.workflow()),
             outputStructType=OUTPUT_SCHEMA,

@@ -1,14 +1,15 @@
 """The per-stream stateful processor of a bucket's query (row-based ``transformWithState``).
 
-    out = (marks.groupBy("stream")
+    out = (marks.withColumn("slot", expr(SLOT_EXPRESSION)).groupBy("slot")
                 .transformWithState(ControllerProcessor(workflow_settings),
                                     OUTPUT_SCHEMA, "Append", "ProcessingTime"))
 
-Key = the stream (the Kafka record key). State = one ``ValueState`` holding
-the stream's :class:`~jobs.workflow.StreamState` as JSON (writer marks,
-generation state, running max of ``upper_time``, the next due time), so its
-shape can evolve without a state-schema migration. A processing-time timer
-per stream runs the cycle every interval when no marks arrive. Output rows
+Key = the stream's slot (:mod:`jobs.slots`: ``pmod(xxhash64(stream), SLOTS)``).
+State = one ``ValueState`` holding the slot's streams'
+:class:`~jobs.workflow.StreamState` as JSON (writer marks, generation state,
+running max of ``upper_time``, the next due time), so its shape can evolve
+without a state-schema migration. A processing-time timer per slot, at its
+earliest due stream, runs the cycles every interval when no marks arrive. Output rows
 carry a ``kind``: ``watermark`` or ``rejected``; :mod:`jobs.sink` splits them
 into the Delta tables.
 
@@ -51,13 +52,8 @@ from pyspark.sql.types import (
 )
 
 from jobs.config import WorkflowSettings
-from jobs.workflow import (
-    Emitted,
-    MarkInput,
-    Output,
-    StreamState,
-    StreamWorkflow,
-)
+from jobs.slots import SlotState, run_slot
+from jobs.workflow import Emitted, MarkInput, Output, StreamWorkflow
 
 log = logging.getLogger(__name__)
 
@@ -123,13 +119,12 @@ def output_row(o: Output) -> dict[str, Any]:
 class ControllerProcessor(StatefulProcessor):
     """Drives a :class:`~jobs.workflow.StreamWorkflow` per stream from Spark's state store.
 
-    Used with the row-based ``transformWithState``: each key's input arrives as
-    :class:`~pyspark.sql.Row` objects and its outputs leave as rows, so no pandas
-    frame is built per stream (a one-row frame costs milliseconds to convert to
-    Arrow, with a thousand streams per batch that was most of the batch). Per key
-    and call, the state server sees one ``get``, an ``update`` only when the
-    stored JSON changed, and a timer ``delete``/``register`` only when the due
-    time moved.
+    Used with the row-based ``transformWithState`` grouped by *slot*
+    (:mod:`jobs.slots`): each slot's input arrives as :class:`~pyspark.sql.Row`
+    objects of many streams and its outputs leave as rows, so no pandas frame is
+    built. Per slot and call, the state server sees one ``get``, an ``update``
+    only when the stored JSON changed, and a timer ``delete``/``register`` only
+    when the slot's earliest due time moved.
     """
 
     def __init__(self, settings: WorkflowSettings) -> None:
@@ -139,58 +134,55 @@ class ControllerProcessor(StatefulProcessor):
         from jobs.lookups import worker_committed, worker_streams
 
         self.handle = handle
-        self.value = handle.getValueState("stream", STATE_SCHEMA)
+        self.value = handle.getValueState("slot", STATE_SCHEMA)
         self.workflow = StreamWorkflow(
             self.settings, worker_streams(self.settings), worker_committed(self.settings)
         )
 
-    def _load(self, stream: str) -> tuple[StreamState, str | None]:
-        """The stream's state and the JSON it was read from (``None``: no state yet)."""
+    def _load(self) -> tuple[SlotState, str | None]:
+        """The slot's state and the JSON it was read from (``None``: no state yet)."""
         got = self.value.get()  # None when absent: no separate exists() round trip
-        if got is None:
-            return StreamState(), None
-        text = str(got[0])
-        return StreamState.from_json(stream, text), text
+        text = None if got is None else str(got[0])
+        return SlotState.from_json(text), text
 
-    def _save(self, state: StreamState, stored: str | None) -> None:
-        wanted = self.workflow.wants_timer(state)
-        if wanted is not None and state.timer_ms != wanted:
-            if state.timer_ms is not None:
-                self.handle.deleteTimer(state.timer_ms)
+    def _save(self, slot: SlotState, stored: str | None) -> None:
+        wanted = slot.wanted_timer(self.workflow)
+        if wanted is not None and slot.timer_ms != wanted:
+            if slot.timer_ms is not None:
+                self.handle.deleteTimer(slot.timer_ms)
             self.handle.registerTimer(wanted)
-            state.timer_ms = wanted
-        text = state.to_json()
+            slot.timer_ms = wanted
+        text = slot.to_json()
         if text != stored:
             self.value.update((text,))
 
     def handleInputRows(
         self, key: Any, rows: Iterator[Row], timerValues: TimerValues
     ) -> Iterator[Row]:
-        stream = str(key[0])
         now_ms = timerValues.getCurrentProcessingTimeInMs()
-        records = [
-            MarkInput(
-                None if r["value"] is None else bytes(r["value"]),
-                int(r["partition"]),
-                int(r["offset"]),
+        records: dict[str, list[MarkInput]] = {}
+        for r in rows:
+            records.setdefault(str(r["stream"]), []).append(
+                MarkInput(
+                    None if r["value"] is None else bytes(r["value"]),
+                    int(r["partition"]),
+                    int(r["offset"]),
+                )
             )
-            for r in rows
-        ]
-        state, stored = self._load(stream)
-        outputs = self.workflow.on_records(stream, state, records, now_ms)
-        self._save(state, stored)
+        slot, stored = self._load()
+        outputs = run_slot(self.workflow, slot, records, now_ms)
+        self._save(slot, stored)
         for o in outputs:
             yield Row(**output_row(o))
 
     def handleExpiredTimer(
         self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
     ) -> Iterator[Row]:
-        stream = str(key[0])
-        state, stored = self._load(stream)
-        if state.timer_ms == expiredTimerInfo.getExpiryTimeInMs():
-            state.timer_ms = None
-        outputs = self.workflow.on_timer(stream, state, timerValues.getCurrentProcessingTimeInMs())
-        self._save(state, stored)
+        slot, stored = self._load()
+        if slot.timer_ms == expiredTimerInfo.getExpiryTimeInMs():
+            slot.timer_ms = None  # Spark deletes a timer once it fired
+        outputs = run_slot(self.workflow, slot, {}, timerValues.getCurrentProcessingTimeInMs())
+        self._save(slot, stored)
         for o in outputs:
             yield Row(**output_row(o))
 

@@ -122,30 +122,34 @@ class StreamState:
     """Timers mode: the timer registered for this stream (the processor's bookkeeping)."""
     held_since_ms: int | None = None
 
-    def to_json(self) -> str:
+    def to_raw(self) -> dict[str, Any]:
+        """The state as JSON-ready values (:meth:`to_json` is this, dumped)."""
         prev = self.generation.previous
-        return json.dumps(
-            {
-                "v": STATE_VERSION,
-                "marks": {
-                    w: [s.mark.time, _pairs(s.mark.position), s.mark.alive, s.partition, s.offset]
-                    for w, s in self.marks.items()
-                },
-                "previous": None
-                if prev is None
-                else [prev.time, prev.upper_time, _pairs(prev.stream_cut), prev.seq],
-                "lagging": dict(self.generation.lagging_since),
-                "upper_max": self.upper_time_max,
-                "due": self.due_ms,
-                "timer": self.timer_ms,
-                "held": self.held_since_ms,
+        return {
+            "v": STATE_VERSION,
+            "marks": {
+                w: [s.mark.time, _pairs(s.mark.position), s.mark.alive, s.partition, s.offset]
+                for w, s in self.marks.items()
             },
-            separators=(",", ":"),
-        )
+            "previous": None
+            if prev is None
+            else [prev.time, prev.upper_time, _pairs(prev.stream_cut), prev.seq],
+            "lagging": dict(self.generation.lagging_since),
+            "upper_max": self.upper_time_max,
+            "due": self.due_ms,
+            "timer": self.timer_ms,
+            "held": self.held_since_ms,
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_raw(), separators=(",", ":"))
 
     @classmethod
     def from_json(cls, stream: str, text: str) -> StreamState:
-        raw = json.loads(text)
+        return cls.from_raw(stream, json.loads(text))
+
+    @classmethod
+    def from_raw(cls, stream: str, raw: Mapping[str, Any]) -> StreamState:
         if raw.get("v") != STATE_VERSION:
             raise ValueError(f"stream {stream!r}: unknown state version {raw.get('v')!r}")
         prev = raw["previous"]

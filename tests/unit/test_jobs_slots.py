@@ -1,0 +1,122 @@
+"""jobs.slots without Spark: many streams in one state value behave as one state per stream."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from controller.config import StreamConfiguration
+from controller.metadata import StreamMetadata, new_stream_metadata
+from jobs.config import CycleTrigger, WorkflowSettings
+from jobs.slots import SlotState, run_slot
+from jobs.workflow import Emitted, MarkInput, StreamState, StreamWorkflow
+from schemas.records import WriterMarkRecord
+
+A, B, C = "shop/a", "shop/b", "shop/c"
+
+
+class Streams:
+    def __init__(self, *names: str) -> None:
+        self.metas = {n: new_stream_metadata(n, StreamConfiguration(), 0) for n in names}
+
+    def stream(self, stream: str, refresh: bool = False) -> StreamMetadata | None:
+        return self.metas.get(stream)
+
+
+class Committed:
+    def last_stable(self, topic: str, needed: Mapping[int, int]) -> Mapping[int, int]:
+        return dict.fromkeys(needed, 10**12)
+
+
+def wf(trigger: CycleTrigger = CycleTrigger.TIMERS) -> StreamWorkflow:
+    return StreamWorkflow(
+        WorkflowSettings(interval_ms=1000, trigger=trigger), Streams(A, B, C), Committed()
+    )
+
+
+def rec(stream: str, writer: str, t: int, offset: int) -> MarkInput:
+    return MarkInput(WriterMarkRecord(stream, writer, t, {}).encode(), 0, offset)
+
+
+def test_streams_without_records_cycle_when_due_and_the_timer_is_the_earliest_due() -> None:
+    w, slot = wf(), SlotState()
+    out = run_slot(w, slot, {A: [rec(A, "w", 10, 0)], B: [rec(B, "w", 20, 1)]}, 5_000)
+    assert [(o.watermark.stream, o.watermark.time) for o in out if isinstance(o, Emitted)] == [
+        (A, 10),
+        (B, 20),
+    ]
+    assert slot.wanted_timer(w) == 5_750
+    # A gets a new mark before the interval: folded, no cycle; B is not due either.
+    assert run_slot(w, slot, {A: [rec(A, "w", 30, 2)]}, 5_100) == []
+    # The timer fires: both streams are due, B without new marks emits nothing new.
+    out = run_slot(w, slot, {}, 5_750)
+    assert [(o.watermark.stream, o.watermark.time) for o in out if isinstance(o, Emitted)] == [
+        (A, 30)
+    ]
+    assert slot.wanted_timer(w) == 5_750 + 750
+
+
+def test_a_stream_that_is_not_due_is_not_decoded() -> None:
+    w, slot = wf(), SlotState()
+    run_slot(w, slot, {A: [rec(A, "w", 10, 0)], B: [rec(B, "w", 20, 1)]}, 5_000)
+    raw_b = slot.streams[B]
+    run_slot(w, slot, {A: [rec(A, "w", 30, 2)]}, 5_100)
+    assert slot.streams[B] is raw_b
+
+
+def test_json_round_trip_and_bad_versions() -> None:
+    w, slot = wf(), SlotState()
+    run_slot(w, slot, {A: [rec(A, "w", 10, 0)]}, 5_000)
+    slot.timer_ms = 5_750
+    again = SlotState.from_json(slot.to_json())
+    assert again == slot and again.to_json() == slot.to_json()
+    assert SlotState.from_json(None) == SlotState()
+    with pytest.raises(ValueError, match="version"):
+        SlotState.from_json('{"v": 99, "timer": null, "streams": {}}')
+
+
+def test_ticks_never_want_a_timer_and_never_cycle_without_a_tick() -> None:
+    w, slot = wf(CycleTrigger.TICKS), SlotState()
+    assert run_slot(w, slot, {A: [rec(A, "w", 10, 0)]}, 5_000) == []
+    assert slot.wanted_timer(w) is None
+    assert run_slot(w, slot, {}, 99_000) == []
+
+
+batches = st.lists(
+    st.tuples(
+        st.integers(0, 2_500),  # ms since the previous batch
+        st.lists(st.tuples(st.sampled_from([A, B, C]), st.sampled_from("xyz"), st.integers(0, 50))),
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(batches)
+def test_a_slot_yields_what_one_state_per_stream_yields(plan: list) -> None:
+    """Grouping streams into a slot changes nothing: same outputs, in stream order."""
+    w = wf()
+    slot = SlotState()
+    alone = {s: StreamState() for s in (A, B, C)}
+    now, offset, time_of = 10_000, 0, dict.fromkeys([(s, x) for s in (A, B, C) for x in "xyz"], 0)
+    for gap, marks in plan:
+        now += gap
+        records: dict[str, list[MarkInput]] = {}
+        for stream, writer, step in marks:
+            time_of[(stream, writer)] += step
+            records.setdefault(stream, []).append(
+                rec(stream, writer, time_of[(stream, writer)], offset)
+            )
+            offset += 1
+        expected = []
+        for s in sorted(alone):
+            if s in records:
+                expected += w.on_records(s, alone[s], records[s], now)
+            else:
+                expected += w.on_timer(s, alone[s], now)
+        assert run_slot(w, slot, records, now) == expected
+        slot = SlotState.from_json(slot.to_json())  # as the state store would keep it
