@@ -97,7 +97,9 @@ batches = st.lists(
 
 @settings(max_examples=60, deadline=None)
 @given(batches)
-def test_a_slot_yields_what_one_state_per_stream_yields(plan: list) -> None:
+def test_a_slot_yields_what_one_state_per_stream_yields(
+    plan: list[tuple[int, list[tuple[str, str, int]]]],
+) -> None:
     """Grouping streams into a slot changes nothing: same outputs, in stream order."""
     w = wf()
     slot = SlotState()
