@@ -331,8 +331,9 @@ def capacity(spark: Any, services: Any, zk: Any, root: str, work: Path) -> list[
             # JIT take the first batches tens of seconds), then measure what follows.
             warm = _produce_marks(services, settings, range(WARMUP_ROUNDS))
             _drain(instances)
+            skip = _seen_batches(instances)
             total = _produce_marks(services, settings, range(WARMUP_ROUNDS, WARMUP_ROUNDS + ROUNDS))
-            results[n_instances] = _drain(instances, skip=_seen_batches(instances))
+            results[n_instances] = _drain(instances, skip=skip)
         finally:
             for inst in instances:
                 inst.stop()
