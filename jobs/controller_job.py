@@ -113,7 +113,7 @@ def start_bucket_query(spark: Any, settings: ControllerSettings, bucket: int) ->
         marks_frame(spark, settings, bucket)
         .withColumn("slot", expr(SLOT_EXPRESSION))
         .groupBy("slot")
-        .transformWithState(
+        .transformWithStateInPandas(
             statefulProcessor=ControllerProcessor(settings.workflow()),
             outputStructType=OUTPUT_SCHEMA,
             outputMode="Append",

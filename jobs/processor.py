@@ -1,24 +1,25 @@
-"""The per-stream stateful processor of a bucket's query (row-based ``transformWithState``).
+"""The per-stream stateful processor of a bucket's query (``transformWithStateInPandas``).
 
     out = (marks.withColumn("slot", expr(SLOT_EXPRESSION)).groupBy("slot")
-                .transformWithState(ControllerProcessor(workflow_settings),
-                                    OUTPUT_SCHEMA, "Append", "ProcessingTime"))
+                .transformWithStateInPandas(ControllerProcessor(workflow_settings),
+                                            OUTPUT_SCHEMA, "Append", "ProcessingTime"))
 
 Key = the stream's slot (:mod:`jobs.slots`: ``pmod(xxhash64(stream), SLOTS)``).
 State = one ``ValueState`` holding the slot's streams'
 :class:`~jobs.workflow.StreamState` as JSON (writer marks, generation state,
 running max of ``upper_time``, the next due time), so its shape can evolve
 without a state-schema migration. A processing-time timer per slot, at its
-earliest due stream, runs the cycles every interval when no marks arrive. Output rows
-carry a ``kind``: ``watermark`` or ``rejected``; :mod:`jobs.sink` splits them
-into the Delta tables.
+earliest due stream, runs the cycles every interval when no marks arrive.
+Output rows carry a ``kind``: ``watermark`` or ``rejected``; :mod:`jobs.sink`
+splits them into the Delta tables.
 
-Why the row-based ``transformWithState`` (PySpark 4.1) and not its pandas
-twin: every pandas frame a handler yields is converted to Arrow column by
-column (about 5 ms for a one-row frame of these 16 columns), and a handler
-yields per stream, so a batch touching a thousand streams spent seconds
-there; rows cost about a tenth of that. The state (one JSON ``ValueState``) is
-unchanged; resuming a checkpoint written by the pandas variant was not tried.
+Why the pandas flavour: with a handful of slot keys per batch, a call's
+input arrives as whole pandas frames (Arrow converts them column by column
+in C) and its outputs leave as one frame per call. The row-based
+``transformWithState`` of PySpark 4.1 builds every input row from Arrow
+scalars one cell at a time -- profiled, a third of a busy worker's time --
+which only paid off while the state was keyed by stream (a frame per stream
+and call cost ~5 ms to convert).
 
 Why transformWithState and not ``applyInPandasWithState``: the
 latter's ``ProcessingTimeTimeout`` fires only for a key that received *no*
@@ -34,7 +35,7 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
-from pyspark.sql import Row
+import pandas as pd
 from pyspark.sql.streaming.stateful_processor import (
     ExpiredTimerInfo,
     StatefulProcessor,
@@ -116,15 +117,20 @@ def output_row(o: Output) -> dict[str, Any]:
     return row
 
 
+def output_frames(outputs: list[Output]) -> Iterator[pd.DataFrame]:
+    """A call's outputs as one frame (object columns: nullable ints stay exact)."""
+    if outputs:
+        yield pd.DataFrame([output_row(o) for o in outputs], columns=COLUMNS, dtype=object)
+
+
 class ControllerProcessor(StatefulProcessor):
     """Drives a :class:`~jobs.workflow.StreamWorkflow` per stream from Spark's state store.
 
-    Used with the row-based ``transformWithState`` grouped by *slot*
-    (:mod:`jobs.slots`): each slot's input arrives as :class:`~pyspark.sql.Row`
-    objects of many streams and its outputs leave as rows, so no pandas frame is
-    built. Per slot and call, the state server sees one ``get``, an ``update``
-    only when the stored JSON changed, and a timer ``delete``/``register`` only
-    when the slot's earliest due time moved.
+    Used with ``transformWithStateInPandas`` grouped by *slot* (:mod:`jobs.slots`):
+    each slot's input arrives as pandas frames of many streams and its outputs
+    leave as one frame per call. Per slot and call, the state server sees one
+    ``get``, an ``update`` only when the stored JSON changed, and a timer
+    ``delete``/``register`` only when the slot's earliest due time moved.
     """
 
     def __init__(self, settings: WorkflowSettings) -> None:
@@ -132,6 +138,9 @@ class ControllerProcessor(StatefulProcessor):
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         from jobs.lookups import worker_committed, worker_streams
+        from jobs.worker_setup import keep_zip_directories
+
+        keep_zip_directories()  # from the next task of this worker on
 
         self.handle = handle
         self.value = handle.getValueState("slot", STATE_SCHEMA)
@@ -157,34 +166,33 @@ class ControllerProcessor(StatefulProcessor):
             self.value.update((text,))
 
     def handleInputRows(
-        self, key: Any, rows: Iterator[Row], timerValues: TimerValues
-    ) -> Iterator[Row]:
+        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
+    ) -> Iterator[pd.DataFrame]:
         now_ms = timerValues.getCurrentProcessingTimeInMs()
         records: dict[str, list[MarkInput]] = {}
-        for r in rows:
-            records.setdefault(str(r["stream"]), []).append(
-                MarkInput(
-                    None if r["value"] is None else bytes(r["value"]),
-                    int(r["partition"]),
-                    int(r["offset"]),
-                )
-            )
+        for frame in rows:
+            for stream, value, part, offset in zip(
+                frame["stream"].tolist(),
+                frame["value"].tolist(),
+                frame["partition"].tolist(),
+                frame["offset"].tolist(),
+                strict=True,
+            ):
+                records.setdefault(stream, []).append(MarkInput(value, part, offset))
         slot, stored = self._load()
         outputs = run_slot(self.workflow, slot, records, now_ms)
         self._save(slot, stored)
-        for o in outputs:
-            yield Row(**output_row(o))
+        yield from output_frames(outputs)
 
     def handleExpiredTimer(
         self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
-    ) -> Iterator[Row]:
+    ) -> Iterator[pd.DataFrame]:
         slot, stored = self._load()
         if slot.timer_ms == expiredTimerInfo.getExpiryTimeInMs():
             slot.timer_ms = None  # Spark deletes a timer once it fired
         outputs = run_slot(self.workflow, slot, {}, timerValues.getCurrentProcessingTimeInMs())
         self._save(slot, stored)
-        for o in outputs:
-            yield Row(**output_row(o))
+        yield from output_frames(outputs)
 
     def close(self) -> None:
         pass
