@@ -48,6 +48,7 @@ import threading
 import time
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlparse
 
 from jobs.cli_args import add_controller_arguments, settings_from_args
 from jobs.config import ControllerSettings
@@ -58,6 +59,22 @@ log = logging.getLogger(__name__)
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 CHANGELOG_CHECKPOINTING = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
+CHECKPOINT_FILE_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
+LOCAL_CHECKPOINT_FILE_MANAGER = (
+    "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
+)
+"""For a checkpoint root on the local file system. Spark's default manager renames
+through Hadoop's ``FileContext``, which on a local path runs ``readlink`` in a
+forked process for every rename (offset log, commit log, state changelog); plain
+``FileSystem`` renames are atomic there and fork nothing: about 0.3 s less per
+micro-batch on two cores. Other file systems keep Spark's default."""
+
+
+def is_local(root: str) -> bool:
+    """A plain path or a ``file:`` URI (not HDFS, S3, ...)."""
+    return urlparse(root).scheme in ("", "file")
+
+
 STATE_PARTITIONS = 1
 """Shuffle (hence state) partitions of a bucket's query when its checkpoint is new: the
 bucket is the unit of parallelism; each extra partition costs a RocksDB commit and a
@@ -211,6 +228,8 @@ class ControllerInstance:
         # Commit a small changelog per batch instead of uploading a RocksDB snapshot
         # (about 0.3-0.4 s per partition and batch); snapshots are taken in the background.
         self.spark.conf.set(CHANGELOG_CHECKPOINTING, "true")
+        if is_local(self.settings.checkpoint_root):
+            self.spark.conf.set(CHECKPOINT_FILE_MANAGER, LOCAL_CHECKPOINT_FILE_MANAGER)
         ensure_marks_topic(self.settings)
         ensure_tables(self.spark, self.settings.delta_root)
         if self._client is None:
