@@ -31,8 +31,10 @@ it. If it is alive but cut off from ZooKeeper (its session expired while it
 still runs a query), the checkpoint fences it: both queries would write the
 same batch id to the bucket's offset log, Spark refuses the second
 ("concurrent update to the log") and that query fails; the Delta appends of
-a batch both ran carry the same ``(txnAppId, txnVersion)`` and are applied
-once. On SUSPENDED, ``BucketOwner`` reports no buckets and this instance
+a batch both ran carry the same transaction identifier (appId, version):
+the sink skips a batch a table already holds, and delta-rs refuses the
+slower of two concurrent commits ("concurrent transaction"), failing that
+query. On SUSPENDED, ``BucketOwner`` reports no buckets and this instance
 stops its queries at once (safety over availability).
 """
 

@@ -1,0 +1,114 @@
+"""jobs.sink without Spark: idempotent, fenced appends to the controller's Delta tables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake.exceptions import CommitFailedError
+
+from jobs.processor import COLUMNS, REJECTED, WATERMARK
+from jobs.sink import DeltaSink, DeltaTables, split_rows
+from schemas.tables import ARROW_SCHEMAS, INDEX, MARKS, REJECTED_MARKS, TABLES, table_path
+
+
+def _tables(root: Path) -> str:
+    for table in TABLES:
+        DeltaTable.create(table_path(str(root), table), schema=ARROW_SCHEMAS[table])
+    return str(root)
+
+
+def watermark(stream: str, seq: int) -> dict[str, Any]:
+    row: dict[str, Any] = dict.fromkeys(COLUMNS)
+    row.update(
+        kind=WATERMARK,
+        stream=stream,
+        seq=seq,
+        time=100 + seq,
+        upper_time=110 + seq,
+        upper_time_max=110 + seq,
+        cut_segments=[0, 4294967296],
+        cut_offsets=[seq, 7],
+        writers=["w1"],
+        emitted_at=5,
+    )
+    return row
+
+
+def rejected(offset: int) -> dict[str, Any]:
+    row: dict[str, Any] = dict.fromkeys(COLUMNS)
+    row.update(
+        kind=REJECTED,
+        stream="s",
+        writer="w",
+        reason="malformed",
+        raw=b"\x00",
+        kafka_partition=0,
+        kafka_offset=offset,
+        at=9,
+    )
+    return row
+
+
+def rows_of(root: str, table: str) -> list[dict[str, Any]]:
+    return DeltaTable(table_path(root, table)).to_pyarrow_table().to_pylist()  # type: ignore[no-any-return]
+
+
+def test_split_rows_sorts_marks_and_shapes_each_table() -> None:
+    out = split_rows([watermark("b", 1), rejected(3), watermark("a", 2), watermark("b", 0)])
+    assert [(r["stream"], r["seq"]) for r in out[MARKS]] == [("a", 2), ("b", 0), ("b", 1)]
+    assert out[MARKS][0]["stream_cut"] == [
+        {"segment": 0, "offset": 2},
+        {"segment": 4294967296, "offset": 7},
+    ]
+    assert [r["upper_time_max"] for r in out[INDEX]] == [112, 110, 111]
+    assert out[REJECTED_MARKS] == [
+        {
+            "stream": "s",
+            "writer": "w",
+            "reason": "malformed",
+            "raw": b"\x00",
+            "kafka_partition": 0,
+            "kafka_offset": 3,
+            "at": 9,
+        }
+    ]
+
+
+def test_a_batch_written_again_is_skipped(tmp_path: Path) -> None:
+    root = _tables(tmp_path)
+    sink = DeltaSink(root, "app/bucket-0")
+    sink.bind("q1")
+    sink.write([watermark("a", 0), rejected(1)], 0)
+    sink.write([watermark("a", 1)], 1)
+    again = DeltaSink(root, "app/bucket-0")  # a restart: same query id, same batch
+    again.bind("q1")
+    again.write([watermark("a", 1)], 1)
+    assert sorted(r["seq"] for r in rows_of(root, MARKS)) == [0, 1]
+    assert sorted(r["seq"] for r in rows_of(root, INDEX)) == [0, 1]
+    assert len(rows_of(root, REJECTED_MARKS)) == 1
+    assert DeltaTables(root).committed_version(MARKS, "app/bucket-0/q1") == 1
+    assert DeltaTables(root).committed_version(REJECTED_MARKS, "app/bucket-0/q1") == 0
+
+
+def test_two_writers_of_one_batch_write_it_once(tmp_path: Path) -> None:
+    """A fenced-out query re-running a batch: it skips what is committed, and a commit
+    racing between its check and its own commit is refused by delta-rs."""
+    root = _tables(tmp_path)
+    rows = split_rows([watermark("a", 0)])[MARKS]
+    stale = DeltaTable(table_path(root, MARKS))  # checked before the other commit landed
+    assert DeltaTables(root).append(MARKS, rows, "app", 3)
+    assert not DeltaTables(root).append(MARKS, rows, "app", 3)
+    with pytest.raises(CommitFailedError, match=r"(?i)concurrent transaction"):
+        write_deltalake(
+            stale,
+            pa.Table.from_pylist(rows, schema=ARROW_SCHEMAS[MARKS]),
+            mode="append",
+            commit_properties=CommitProperties(
+                app_transactions=[Transaction(app_id="app", version=3)]
+            ),
+        )
+    assert [r["seq"] for r in rows_of(root, MARKS)] == [0]
