@@ -15,9 +15,9 @@ reads only partition ``n`` of the marks topic (``assign``), ``read_committed``
 offset on first start; per-stream state lives in Spark's state store, keyed
 by slots of streams (:mod:`jobs.processor`, :mod:`jobs.slots`); each
 micro-batch is appended to the Delta tables idempotently (:mod:`jobs.sink`).
-The query's checkpoint is ``<checkpoint root>/bucket-<n>`` on shared storage, so whoever owns the
-bucket next resumes from its offsets *and* state: nothing is skipped,
-duplicated or goes backwards. The trigger is the watermark interval.
+The query's checkpoint is ``<checkpoint root>/bucket-<n>`` on shared
+storage, so whoever owns the bucket next resumes from its offsets *and*
+state: nothing is skipped, duplicated or goes backwards. The trigger is the watermark interval.
 
 Hand-over order. :class:`controller.buckets.BucketOwner` decides who *should*
 own a bucket and deletes its ownership znode as soon as it gives a bucket up,

@@ -26,7 +26,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobs.config import CycleTrigger
 from jobs.workflow import MarkInput, Output, StreamState, StreamWorkflow
 
 SLOTS = 16
@@ -70,22 +69,18 @@ class SlotState:
     def put(self, stream: str, state: StreamState) -> None:
         self.streams[stream] = state.to_raw()
 
-    def due(self, now_ms: int) -> list[str]:
-        """Streams with marks whose next cycle is due at ``now_ms`` (no decoding)."""
-        return sorted(
+    def due(self, workflow: StreamWorkflow, now_ms: int) -> set[str]:
+        """Streams whose next cycle is due at ``now_ms`` (asked without decoding them)."""
+        return {
             s
             for s, raw in self.streams.items()
-            if raw["marks"] and (raw["due"] is None or raw["due"] <= now_ms)
-        )
+            if workflow.is_due(bool(raw["marks"]), raw["due"], now_ms)
+        }
 
     def wanted_timer(self, workflow: StreamWorkflow) -> int | None:
-        """The earliest due time of a stream that needs a timer (``None``: none does)."""
-        if workflow.settings.trigger is CycleTrigger.TICKS:
-            return None
-        dues = [
-            raw["due"] for raw in self.streams.values() if raw["marks"] and raw["due"] is not None
-        ]
-        return min(dues) if dues else None
+        """The earliest timer one of the streams needs (``None``: none does)."""
+        timers = (workflow.timer_for(bool(r["marks"]), r["due"]) for r in self.streams.values())
+        return min((t for t in timers if t is not None), default=None)
 
 
 def run_slot(
@@ -99,10 +94,8 @@ def run_slot(
     ``records`` may be empty (a timer fired). Streams are visited in name order,
     so a re-run of the batch yields the same outputs in the same order.
     """
-    ticks = workflow.settings.trigger is CycleTrigger.TICKS
-    due = () if ticks else slot.due(now_ms)
     outputs: list[Output] = []
-    for stream in sorted(set(records).union(due)):
+    for stream in sorted(slot.due(workflow, now_ms).union(records)):
         state = slot.state(stream)
         if stream in records:
             outputs += workflow.on_records(stream, state, records[stream], now_ms)

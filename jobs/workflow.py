@@ -118,8 +118,6 @@ class StreamState:
     upper_time_max: int | None = None
     due_ms: int | None = None
     """Timers mode: the earliest time the next cycle may run."""
-    timer_ms: int | None = None
-    """Timers mode: the timer registered for this stream (the processor's bookkeeping)."""
     held_since_ms: int | None = None
 
     def to_raw(self) -> dict[str, Any]:
@@ -137,7 +135,6 @@ class StreamState:
             "lagging": dict(self.generation.lagging_since),
             "upper_max": self.upper_time_max,
             "due": self.due_ms,
-            "timer": self.timer_ms,
             "held": self.held_since_ms,
         }
 
@@ -166,7 +163,6 @@ class StreamState:
             generation=GenerationState(previous, {w: int(v) for w, v in raw["lagging"].items()}),
             upper_time_max=raw["upper_max"],
             due_ms=raw["due"],
-            timer_ms=raw["timer"],
             held_since_ms=raw["held"],
         )
 
@@ -224,23 +220,34 @@ class StreamWorkflow:
                 rejected = self.fold(stream, state, record, now_ms)
                 if rejected is not None:
                     out.append(rejected)
-        if not ticks and state.marks and (state.due_ms is None or now_ms >= state.due_ms):
+        if self.is_due(bool(state.marks), state.due_ms, now_ms):
             out += self._timed_cycle(stream, state, now_ms)
         return out
 
     def on_timer(self, stream: str, state: StreamState, now_ms: int) -> list[Output]:
         """A timer fired: run the cycle when one is due."""
-        if self.settings.trigger is CycleTrigger.TICKS or not state.marks:
-            return []
-        if state.due_ms is not None and now_ms < state.due_ms:
+        if not self.is_due(bool(state.marks), state.due_ms, now_ms):
             return []
         return self._timed_cycle(stream, state, now_ms)
 
     def wants_timer(self, state: StreamState) -> int | None:
         """The timer the stream needs registered (``None``: none)."""
-        if self.settings.trigger is CycleTrigger.TICKS or not state.marks:
+        return self.timer_for(bool(state.marks), state.due_ms)
+
+    def is_due(self, has_marks: bool, due_ms: int | None, now_ms: int) -> bool:
+        """Timers mode: a stream with marks cycles once its due time came (or it never cycled).
+
+        Takes the two fields rather than a :class:`StreamState` so that callers holding
+        the state as JSON (:mod:`jobs.slots`) ask without decoding it."""
+        if self.settings.trigger is CycleTrigger.TICKS or not has_marks:
+            return False
+        return due_ms is None or now_ms >= due_ms
+
+    def timer_for(self, has_marks: bool, due_ms: int | None) -> int | None:
+        """The timer a stream with these fields needs (``None``: none)."""
+        if self.settings.trigger is CycleTrigger.TICKS or not has_marks:
             return None
-        return state.due_ms
+        return due_ms
 
     def _timed_cycle(self, stream: str, state: StreamState, now_ms: int) -> list[Output]:
         out = self.cycle(stream, state, now_ms)

@@ -256,10 +256,6 @@ class Drained:
     """Median duration of a batch without input (timers only): the per-batch floor."""
 
     @property
-    def batch_rate(self) -> float:
-        return self.rows / max(self.busy_s / self.parallel, 1e-9)
-
-    @property
     def wall_rate(self) -> float:
         return self.rows / max(self.wall_s, 1e-9)
 
