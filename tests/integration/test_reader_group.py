@@ -88,10 +88,12 @@ class Marks:
         return cycle.watermark
 
 
-def read_all(reader, idle_ms=800):
+def read_all(reader, idle_ms=800, first_ms=5_000):
+    """Events until ``idle_ms`` pass without one; the first read may wait ``first_ms``
+    (a new reader's consumer fetches metadata and its first batch, slow on busy cores)."""
     out = []
     while True:
-        event = reader.read_next(timeout_ms=idle_ms)
+        event = reader.read_next(timeout_ms=idle_ms if out else first_ms)
         if event is None:
             return out
         out.append(event)
