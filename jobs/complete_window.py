@@ -22,7 +22,7 @@ window run again (after a crash, or by a second scheduler) is skipped, and
 Both cuts assume well-behaved writers (noted times never below the times of
 events written before them); see ``controller.index``. The cuts come from
 the ``index``/``marks`` tables read with deltalake and searched by
-``controller.index`` -- the same answers as ``pipelines.seek``'s
+``controller.index`` -- the same answers as ``pipelines.reading.seek``'s
 ``stream_cut_at`` / ``complete_cut_at``.
 """
 

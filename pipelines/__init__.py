@@ -3,9 +3,10 @@
     from pipelines import EventWriter, TransactionalWriter, ReaderGroup
     from pipelines import stream_cut_at, complete_cut_at
 
-Names load lazily from their modules (``pipelines.writer``,
-``pipelines.transactions``, ``pipelines.reader_group``, ``pipelines.seek``, ...),
-so importing one part does not import the others.
+Three parts that share nothing: ``pipelines.writing`` (writers, marks,
+timestamping), ``pipelines.reading`` (readers, reader groups, windows, seek)
+and ``pipelines.timeline`` (scheduled messages). Names load lazily from their
+modules, so importing one part does not import the others.
 """
 
 from __future__ import annotations
@@ -14,18 +15,18 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "EventWriter": "pipelines.writer",
-    "BatchAck": "pipelines.writer",
-    "TransactionalWriter": "pipelines.transactions",
-    "Transaction": "pipelines.transactions",
-    "WriterConfig": "pipelines.config",
-    "ReaderGroup": "pipelines.reader_group",
-    "ReaderConfig": "pipelines.reader_group",
-    "EventReader": "pipelines.reader",
-    "EventRead": "pipelines.reader",
-    "stream_cut_at": "pipelines.seek",
-    "complete_cut_at": "pipelines.seek",
-    "SeekIndex": "pipelines.seek",
+    "EventWriter": "pipelines.writing.writer",
+    "BatchAck": "pipelines.writing.writer",
+    "TransactionalWriter": "pipelines.writing.transactions",
+    "Transaction": "pipelines.writing.transactions",
+    "WriterConfig": "pipelines.writing.config",
+    "ReaderGroup": "pipelines.reading.group",
+    "ReaderConfig": "pipelines.reading.config",
+    "EventReader": "pipelines.reading.reader",
+    "EventRead": "pipelines.reading.reader",
+    "stream_cut_at": "pipelines.reading.seek",
+    "complete_cut_at": "pipelines.reading.seek",
+    "SeekIndex": "pipelines.reading.seek",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -54,8 +54,8 @@ class DemoReport:
 
 def _write_history(env: Any, stream: str, base_ms: int) -> tuple[int, int, list[int]]:
     """Three writers, a scale at half time, one writer shutting down; (events, last time)."""
-    from pipelines.config import WriterConfig
-    from pipelines.writer import EventWriter
+    from pipelines.writing.config import WriterConfig
+    from pipelines.writing.writer import EventWriter
 
     writers = {
         name: EventWriter(
@@ -120,8 +120,8 @@ def run_demo(bootstrap: str, zk_connect: str, work_dir: Path, spark: Any) -> Dem
     from jobs.config import ControllerSettings
     from jobs.controller_job import ControllerInstance
     from jobs.tables import read_watermarks
-    from pipelines.reader_group import ReaderGroup
-    from pipelines.seek import complete_cut_at, stream_cut_at
+    from pipelines.reading.group import ReaderGroup
+    from pipelines.reading.seek import complete_cut_at, stream_cut_at
 
     unique = uuid.uuid4().hex[:6]
     cluster = ClusterSettings(marks_topic=f"tidemark-demo-marks-{unique}", bucket_count=2)

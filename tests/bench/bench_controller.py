@@ -107,8 +107,8 @@ def freshness(spark: Any, services: Any, zk: Any, root: str, work: Path) -> list
     from controller.zk_store import ZooKeeperStore
     from jobs.controller_job import ControllerInstance
     from jobs.tables import MARKS, table_path
-    from pipelines.config import WriterConfig
-    from pipelines.writer import EventWriter
+    from pipelines.writing.config import WriterConfig
+    from pipelines.writing.writer import EventWriter
 
     settings = _settings(services, root, work, interval_ms=1000)
     client = KazooClient(hosts=settings.zk_connect)

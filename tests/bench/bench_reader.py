@@ -40,7 +40,7 @@ def _pct(samples_ns: list[int], q: float) -> float:
 def _write_index(root: Path, stream: str, rows: int, files: int) -> tuple[np.ndarray, np.ndarray]:
     from deltalake import write_deltalake
 
-    from pipelines.watermark_tables import INDEX, INDEX_SCHEMA, table_path
+    from pipelines.reading.watermark_tables import INDEX, INDEX_SCHEMA, table_path
 
     rng = np.random.default_rng(7)
     times = np.arange(rows, dtype=np.int64) * 10 + 1_000_000
@@ -64,7 +64,7 @@ def _write_index(root: Path, stream: str, rows: int, files: int) -> tuple[np.nda
 def _write_marks(root: Path, stream: str, times: np.ndarray, upper: np.ndarray, files: int) -> None:
     from deltalake import write_deltalake
 
-    from pipelines.watermark_tables import MARKS, MARKS_SCHEMA, table_path
+    from pipelines.reading.watermark_tables import MARKS, MARKS_SCHEMA, table_path
 
     rows = len(times)
     per = rows // files
@@ -89,7 +89,7 @@ def _write_marks(root: Path, stream: str, times: np.ndarray, upper: np.ndarray, 
 
 
 def bench_warm(work: Path) -> list[str]:
-    from pipelines.seek import SeekIndex
+    from pipelines.reading.seek import SeekIndex
 
     root = work / "warm-delta"
     stream = "bench/warm"
@@ -130,7 +130,7 @@ def bench_cold(work: Path, bootstrap: str) -> list[str]:
     from confluent_kafka import Consumer, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from pipelines.seek import SeekIndex
+    from pipelines.reading.seek import SeekIndex
 
     root = work / "cold-delta"
     stream = "bench/cold"
@@ -179,11 +179,11 @@ def bench_cold(work: Path, bootstrap: str) -> list[str]:
 
 def bench_window() -> list[str]:
     from controller.model import KeyRange, Segment, Watermark
-    from pipelines.windows import MarksFeed, PositionWindow
+    from pipelines.reading.windows import PositionWindow, WatermarkFeed
 
     segs = {0: Segment(0, KeyRange(0.0, 1.0))}
     marks = [Watermark("bench/w", i * 10, i * 10 + 5, {0: i * 100}, i) for i in range(2_000)]
-    feed: Any = MarksFeed.__new__(MarksFeed)  # a feed holding the marks, no table behind it
+    feed: Any = WatermarkFeed.__new__(WatermarkFeed)  # a feed holding the marks, no table behind it
     feed.watermarks = marks
     feed.refresh = lambda force=False: len(marks)
     window = PositionWindow(feed, lambda: segs)

@@ -18,8 +18,8 @@ from controller.memory_store import MemoryStore
 from controller.naming import ClusterSettings
 from controller.navigation import route
 from controller.streams import StreamManager
-from pipelines.config import WriterConfig
-from pipelines.writer import EventWriter
+from pipelines.writing.config import WriterConfig
+from pipelines.writing.writer import EventWriter
 
 EVENTS = 200_000
 PAYLOAD_BYTES = 256

@@ -6,7 +6,7 @@ import pytest
 
 from jobs.complete_window import last_window_start, plan_window, run_due_windows, run_window
 from jobs.exceptions import WindowNotCompleteError
-from pipelines.writer import EventWriter
+from pipelines.writing.writer import EventWriter
 from tests.integration import test_reader_group as rg
 
 BASE = rg.BASE

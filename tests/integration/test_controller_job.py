@@ -28,8 +28,8 @@ from jobs.config import ControllerSettings, CycleTrigger
 from jobs.controller_job import ControllerInstance
 from jobs.tables import INDEX, REJECTED_MARKS, Reason, read_table, read_watermarks
 from jobs.workflow import parse_tick, tick_value
-from pipelines.config import WriterConfig
-from pipelines.writer import EventWriter
+from pipelines.writing.config import WriterConfig
+from pipelines.writing.writer import EventWriter
 from schemas.records import WriterMarkRecord
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from pipelines.reader_group import ReaderGroup
-from pipelines.writer import EventWriter
+from pipelines.reading.group import ReaderGroup
+from pipelines.writing.writer import EventWriter
 from tests.integration import test_reader_group as rg
 from tidemark.cli.main import main
 

@@ -19,8 +19,7 @@ from controller.naming import ClusterSettings
 from controller.streams import StreamManager
 from controller.watermarks import GenerationState, watermark_cycle
 from controller.zk_store import ZooKeeperStore
-from pipelines.config import WriterConfig
-from pipelines.reader_errors import (
+from pipelines.reading.exceptions import (
     InvalidTimestampError,
     ReaderGroupActiveError,
     ReaderGroupExistsError,
@@ -28,10 +27,11 @@ from pipelines.reader_errors import (
     UnknownReaderGroupError,
     UnknownStreamError,
 )
-from pipelines.reader_group import ReaderConfig, ReaderGroup
-from pipelines.seek import SeekIndex, complete_cut_at, stream_cut_at
-from pipelines.watermark_tables import append_watermarks
-from pipelines.writer import EventWriter
+from pipelines.reading.group import ReaderConfig, ReaderGroup
+from pipelines.reading.seek import SeekIndex, complete_cut_at, stream_cut_at
+from pipelines.reading.watermark_tables import append_watermarks
+from pipelines.writing.config import WriterConfig
+from pipelines.writing.writer import EventWriter
 
 BASE = int(time.time() * 1000) - 3_600_000  # an hour ago: never capped to "now"
 FAST = ReaderConfig(rebalance_interval_ms=50, commit_interval_ms=0, window_refresh_interval_ms=0)

@@ -16,8 +16,8 @@ from controller.model import KeyRange, segment_id
 from controller.naming import ClusterSettings, bucket_of
 from controller.navigation import key_hash
 from controller.streams import StreamManager
-from pipelines.config import WriterConfig
-from pipelines.exceptions import (
+from pipelines.writing.config import WriterConfig
+from pipelines.writing.exceptions import (
     AutomaticTimeError,
     DeliveryError,
     InvalidTimestampError,
@@ -31,8 +31,8 @@ from pipelines.exceptions import (
     UnknownStreamError,
     WriterClosedError,
 )
-from pipelines.transactions import TransactionalWriter
-from pipelines.writer import EventWriter
+from pipelines.writing.transactions import TransactionalWriter
+from pipelines.writing.writer import EventWriter
 from schemas.records import WriterMarkRecord
 
 

@@ -9,9 +9,9 @@ from controller.config import StreamConfiguration
 from controller.metadata import new_stream_metadata
 from controller.model import END_OF_SEGMENT, Epoch, KeyRange, Segment, Watermark, segment_id
 from controller.states import StreamState
-from pipelines.reader_view import cut_commits, fair_share, group_view, plan_ownership
-from pipelines.watermark_tables import append_watermarks
-from pipelines.windows import MarksFeed, PositionWindow, reader_position
+from pipelines.reading.view import cut_commits, fair_share, group_view, plan_ownership
+from pipelines.reading.watermark_tables import append_watermarks
+from pipelines.reading.windows import PositionWindow, WatermarkFeed, reader_position
 
 A = Segment(segment_id(0, 0), KeyRange(0.0, 0.5))
 B = Segment(segment_id(0, 1), KeyRange(0.5, 1.0))
@@ -102,7 +102,7 @@ def test_reader_position_marks_finished_until_a_successor_takes_over():
 def test_window_follows_the_position_and_the_feed(tmp_path):
     root = str(tmp_path)
     segs = {A.id: Segment(A.id, KeyRange(0.0, 1.0))}
-    feed = MarksFeed(root, "s/x", refresh_interval_ms=0)
+    feed = WatermarkFeed(root, "s/x", refresh_interval_ms=0)
     window = PositionWindow(feed, lambda: segs)
     assert (window.at({A.id: 0}).lower, window.at({A.id: 0}).upper) == (None, None)
     append_watermarks(root, [Watermark("s/x", 100, 120, {A.id: 5}, 0)])

@@ -8,9 +8,9 @@ from hypothesis import strategies as st
 
 from controller.index import index_rows, start_cut, stop_cut
 from controller.model import KeyRange, Segment, Watermark, segment_id
-from pipelines.reader_errors import InvalidDurationError, InvalidTimestampError
-from pipelines.seek import SeekIndex, check_timestamp, parse_duration, ranges_between
-from pipelines.watermark_tables import (
+from pipelines.reading.exceptions import InvalidDurationError, InvalidTimestampError
+from pipelines.reading.seek import SeekIndex, check_timestamp, parse_duration, ranges_between
+from pipelines.reading.watermark_tables import (
     INDEX_COLUMNS,
     INDEX_SCHEMA,
     MARKS_COLUMNS,

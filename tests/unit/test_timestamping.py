@@ -7,8 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from controller.config import TimestampingMode as Mode
-from pipelines.exceptions import InvalidTimestampError, MissingTimestampError
-from pipelines.timestamping import (
+from pipelines.writing.exceptions import InvalidTimestampError, MissingTimestampError
+from pipelines.writing.timestamping import (
     MAX_TIMESTAMP,
     SegmentClock,
     Stamp,

@@ -8,11 +8,11 @@ from hypothesis import strategies as st
 
 from controller.model import WriterMark
 from controller.naming import ClusterSettings, bucket_of
-from pipelines.config import WriterConfig
-from pipelines.exceptions import WriterConfigError
-from pipelines.marks import mark_message, to_writer_mark
-from pipelines.positions import PositionTracker, merge
-from pipelines.replay import ReplayBuffer
+from pipelines.writing.config import WriterConfig
+from pipelines.writing.exceptions import WriterConfigError
+from pipelines.writing.marks import mark_message, to_writer_mark
+from pipelines.writing.positions import PositionTracker, merge
+from pipelines.writing.replay import ReplayBuffer
 from schemas.records import WriterMarkRecord
 
 

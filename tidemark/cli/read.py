@@ -81,7 +81,7 @@ def register(sub: Any) -> None:
 
 
 def _time_of(args: argparse.Namespace, *, required: bool = False) -> int | None:
-    from pipelines.seek import check_timestamp, parse_duration, wall_clock_ms
+    from pipelines.reading.seek import check_timestamp, parse_duration, wall_clock_ms
 
     if args.timestamp is not None:
         return check_timestamp(args.timestamp)
@@ -113,8 +113,8 @@ def _key(value: bytes | None) -> str | None:
 
 
 def cmd_read(args: argparse.Namespace) -> int:
-    from pipelines.reader_group import ReaderConfig, ReaderGroup
-    from pipelines.seek import live_metadata, stream_cut_at
+    from pipelines.reading.group import ReaderConfig, ReaderGroup
+    from pipelines.reading.seek import live_metadata, stream_cut_at
     from tidemark.cli.streams import control_plane, service_addresses
 
     since = _time_of(args)
@@ -157,14 +157,14 @@ def cmd_read(args: argparse.Namespace) -> int:
 
 
 def cmd_watermarks(args: argparse.Namespace) -> int:
-    from pipelines.seek import live_metadata
-    from pipelines.windows import MarksFeed
+    from pipelines.reading.seek import live_metadata
+    from pipelines.reading.windows import WatermarkFeed
     from tidemark.cli.streams import control_plane
 
     since = _time_of(args) or 0
     with control_plane() as cp:
         live_metadata(cp.store, args.stream)
-    marks = MarksFeed(_delta_root(), args.stream).since(since)
+    marks = WatermarkFeed(_delta_root(), args.stream).since(since)
     emit_rows(
         args,
         [
@@ -181,7 +181,7 @@ def cmd_watermarks(args: argparse.Namespace) -> int:
 
 
 def _open(name: str, cp: Any, kafka: str) -> Any:
-    from pipelines.reader_group import open_group
+    from pipelines.reading.group import open_group
 
     return open_group(name, store=cp.store, bootstrap_servers=kafka, delta_root=_delta_root())
 

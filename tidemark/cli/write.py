@@ -53,8 +53,8 @@ def _events(args: argparse.Namespace) -> Iterator[tuple[str | None, bytes]]:
 def cmd_write(args: argparse.Namespace) -> int:
     import os
 
-    from pipelines.config import WriterConfig
-    from pipelines.writer import EventWriter, wall_clock_ms
+    from pipelines.writing.config import WriterConfig
+    from pipelines.writing.writer import EventWriter, wall_clock_ms
     from tidemark.cli.streams import control_plane, service_addresses
 
     note: int | None = None

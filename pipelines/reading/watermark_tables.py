@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from controller.model import Watermark
-from pipelines.reader_errors import WatermarksUnavailableError
+from pipelines.reading.exceptions import WatermarksUnavailableError
 from schemas.tables import (
     INDEX,
     INDEX_ARROW,
@@ -241,8 +241,8 @@ def append_watermarks(
         return
     top = previous_upper_time_max
     maxima = []
-    for mark in watermarks:
-        top = mark.upper_time if top is None else max(top, mark.upper_time)
+    for watermark in watermarks:
+        top = watermark.upper_time if top is None else max(top, watermark.upper_time)
         maxima.append(top)
     marks = pa.table(
         {

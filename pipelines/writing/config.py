@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controller.naming import ClusterSettings
-from pipelines.exceptions import WriterConfigError
+from pipelines.writing.exceptions import WriterConfigError
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ class WriterConfig:
       transaction may stay open before Kafka aborts it.
     - ``close_timeout_ms``: how long ``close`` waits for records in flight.
     - ``replay_window_ms``: how long a writer keeps the records it sent, to
-      send again those a scale's seal cut off (see :mod:`pipelines.replay`);
+      send again those a scale's seal cut off (see :mod:`pipelines.writing.replay`);
       must exceed the time a writer takes to learn of a new epoch plus the
       scale's drain time.
     """

@@ -1,10 +1,10 @@
 """Time windows for readers: a live feed of watermarks and the position to compare.
 
-    feed = MarksFeed(delta_root, "shop/orders")
+    feed = WatermarkFeed(delta_root, "shop/orders")
     tracker = WindowTracker(feed.iterator(), segments)
     tracker.advance_to(reader_position(owned, finished, segments))   # TimeWindow(lower, upper)
 
-:class:`MarksFeed` reads a stream's watermarks from the ``marks`` Delta table
+:class:`WatermarkFeed` reads a stream's watermarks from the ``marks`` Delta table
 with deltalake, incrementally by table version (no Spark), and keeps them in
 memory in ``seq`` order. Its iterators can be asked again after they ran
 dry, which is what ``WindowTracker`` needs to keep up with a live stream.
@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Mapping, Set
 
 from controller.model import END_OF_SEGMENT, Position, Segment, TimeWindow, Watermark
 from controller.timewindow import WindowTracker, compare
-from pipelines.watermark_tables import (
+from pipelines.reading.watermark_tables import (
     MARKS,
     MARKS_COLUMNS,
     TableTail,
@@ -32,7 +32,7 @@ from pipelines.watermark_tables import (
 log = logging.getLogger(__name__)
 
 
-class MarksFeed:
+class WatermarkFeed:
     """A stream's watermarks from ``marks``, in ``seq`` order, refreshed when asked.
 
     ``refresh_interval_ms`` bounds how often the table's version is looked
@@ -89,7 +89,7 @@ class FeedIterator(Iterator[Watermark]):
     """Iterates a feed's watermarks; when it runs dry it refreshes the feed (if due)
     and stops, and may be asked again later."""
 
-    def __init__(self, feed: MarksFeed, start: int = 0) -> None:
+    def __init__(self, feed: WatermarkFeed, start: int = 0) -> None:
         self._feed = feed
         self._next = start
 
@@ -97,15 +97,15 @@ class FeedIterator(Iterator[Watermark]):
         return self
 
     def __next__(self) -> Watermark:
-        marks = self._feed.watermarks
-        if self._next >= len(marks):
+        watermarks = self._feed.watermarks
+        if self._next >= len(watermarks):
             self._feed.refresh()
-            marks = self._feed.watermarks
-            if self._next >= len(marks):
+            watermarks = self._feed.watermarks
+            if self._next >= len(watermarks):
                 raise StopIteration
-        mark = marks[self._next]
+        watermark = watermarks[self._next]
         self._next += 1
-        return mark
+        return watermark
 
 
 def reader_position(
@@ -136,7 +136,7 @@ class PositionWindow:
     comparisons per event instead of a walk over the watermarks.
     """
 
-    def __init__(self, feed: MarksFeed, segments: Callable[[], Mapping[int, Segment]]) -> None:
+    def __init__(self, feed: WatermarkFeed, segments: Callable[[], Mapping[int, Segment]]) -> None:
         self._feed = feed
         self._segments = segments
         self._tracker: WindowTracker | None = None
@@ -176,31 +176,31 @@ class PositionWindow:
         self, position: Position, window: TimeWindow
     ) -> dict[int, tuple[int, int]] | None:
         """Per segment, [offset, nearest relevant cut offset) -- or None (no fast path)."""
-        marks = self._feed.watermarks
-        self._known = len(marks)
+        watermarks = self._feed.watermarks
+        self._known = len(watermarks)
         if any(offset < 0 for offset in position.values()):
             return None
         start = 0
         if window.lower is not None:
-            found = bisect.bisect_left(marks, window.lower, key=_time)
-            if found >= len(marks) or marks[found].time != window.lower:
+            found = bisect.bisect_left(watermarks, window.lower, key=_time)
+            if found >= len(watermarks) or watermarks[found].time != window.lower:
                 return None
             start = found + 1
-        relevant = marks[start : start + 1]  # the next watermark to pass
+        relevant = watermarks[start : start + 1]  # the next watermark to pass
         self._open_ended = window.upper is None
         if window.upper is not None:
             segments = _LiveSegments(self._segments)
-            for mark in marks[start:]:
-                if compare(position, mark.stream_cut, segments) < 0:
-                    relevant.append(mark)  # the first wholly ahead: the upper bound
+            for watermark in watermarks[start:]:
+                if compare(position, watermark.stream_cut, segments) < 0:
+                    relevant.append(watermark)  # the first wholly ahead: the upper bound
                     break
             else:
                 return None
         limits: dict[int, tuple[int, int]] = {}
         for seg, offset in position.items():
             high = _NO_LIMIT
-            for mark in relevant:
-                cut_offset = mark.stream_cut.get(seg)
+            for watermark in relevant:
+                cut_offset = watermark.stream_cut.get(seg)
                 if cut_offset is not None:
                     if cut_offset < 0:
                         return None
@@ -213,8 +213,8 @@ class PositionWindow:
 _NO_LIMIT = 2**63
 
 
-def _time(mark: Watermark) -> int:
-    return mark.time
+def _time(watermark: Watermark) -> int:
+    return watermark.time
 
 
 def _forward(before: Position | None, after: Position) -> bool:
@@ -244,7 +244,9 @@ class _LiveSegments(Mapping[int, Segment]):
         return len(self._source())
 
 
-def window_at(feed: MarksFeed, position: Position, segments: Mapping[int, Segment]) -> TimeWindow:
+def window_at(
+    feed: WatermarkFeed, position: Position, segments: Mapping[int, Segment]
+) -> TimeWindow:
     """The window at ``position`` computed from scratch (for a group's committed cut)."""
     feed.refresh()
     return WindowTracker(feed.iterator(), segments).advance_to(position)
@@ -252,8 +254,8 @@ def window_at(feed: MarksFeed, position: Position, segments: Mapping[int, Segmen
 
 __all__ = [
     "FeedIterator",
-    "MarksFeed",
     "PositionWindow",
+    "WatermarkFeed",
     "reader_position",
     "window_at",
 ]

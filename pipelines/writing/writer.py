@@ -9,14 +9,14 @@
 Writing: ``write`` routes the routing key into [0, 1) and sends the event to
 the current epoch's segment owning it (the Kafka partition numbered like the
 segment), with the timestamp the stream's timestamping rules give
-(:mod:`pipelines.timestamping`). Sending is asynchronous: Kafka acknowledges
+(:mod:`pipelines.writing.timestamping`). Sending is asynchronous: Kafka acknowledges
 in the background; ``flush`` waits; a record Kafka refused is raised as
 :class:`DeliveryError` by the next call. ``write_batch`` waits for its
 records and returns their acknowledgement.
 
 Position: the next offset of every segment this writer has had records
 acknowledged on, folded from Kafka's delivery reports
-(:mod:`pipelines.positions`).
+(:mod:`pipelines.writing.positions`).
 
 Noting time: ``note_time(t)`` queues a writer mark (``t`` and the position
 reached by every record written **before** the call) and publishes it, to the
@@ -51,8 +51,8 @@ from controller.naming import split_stream
 from controller.navigation import key_hash, predecessors
 from controller.states import WRITABLE, require_writable
 from controller.store import MetadataStore
-from pipelines.config import WriterConfig
-from pipelines.exceptions import (
+from pipelines.writing.config import WriterConfig
+from pipelines.writing.exceptions import (
     AutomaticTimeError,
     DeliveryError,
     FailedRecord,
@@ -64,10 +64,10 @@ from pipelines.exceptions import (
     WriterError,
     WriterTimeoutError,
 )
-from pipelines.marks import ensure_marks_topic, mark_message
-from pipelines.positions import PositionTracker
-from pipelines.replay import ReplayBuffer, Retained
-from pipelines.timestamping import (
+from pipelines.writing.marks import ensure_marks_topic, mark_message
+from pipelines.writing.positions import PositionTracker
+from pipelines.writing.replay import ReplayBuffer, Retained
+from pipelines.writing.timestamping import (
     SegmentClock,
     TimestampPolicy,
     check_timestamp,

@@ -40,8 +40,8 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 
 from controller.model import WriterMark
 from controller.store import MetadataStore
-from pipelines.config import WriterConfig
-from pipelines.exceptions import (
+from pipelines.writing.config import WriterConfig
+from pipelines.writing.exceptions import (
     MissingWriterIdError,
     StreamSealedError,
     TimeWentBackwardsError,
@@ -50,10 +50,10 @@ from pipelines.exceptions import (
     TransactionTimedOutError,
     WriterConfigError,
 )
-from pipelines.marks import mark_message
-from pipelines.positions import PositionTracker, merge
-from pipelines.timestamping import check_timestamp
-from pipelines.writer import RoutingKey, Serializer, _routing_key_bytes, _StreamWriter
+from pipelines.writing.marks import mark_message
+from pipelines.writing.positions import PositionTracker, merge
+from pipelines.writing.timestamping import check_timestamp
+from pipelines.writing.writer import RoutingKey, Serializer, _routing_key_bytes, _StreamWriter
 
 log = logging.getLogger(__name__)
 

@@ -10,9 +10,9 @@
 
 The group's **position** is the Kafka consumer group's committed offsets
 (group id = the group's name): a stream cut once read through
-``pipelines.reader_view.group_view`` (finished segments dropped, successors
+``pipelines.reading.view.group_view`` (finished segments dropped, successors
 added as they become readable). The group's registry
-(``pipelines.reader_registry``; ZooKeeper beside a ``ZooKeeperStore``)
+(``pipelines.reading.registry``; ZooKeeper beside a ``ZooKeeperStore``)
 records its stream and the cut it started at, and which reader owns which
 segment.
 
@@ -32,7 +32,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
@@ -43,8 +42,8 @@ from controller.metadata import StreamMetadata
 from controller.model import Segment, StreamCut, TimeWindow, segment_number
 from controller.navigation import head_cut
 from controller.store import MetadataStore
-from pipelines.reader import EventReader
-from pipelines.reader_errors import (
+from pipelines.reading.config import RESERVED_CONSUMER_KEYS, ReaderConfig
+from pipelines.reading.exceptions import (
     ReaderClosedError,
     ReaderConfigError,
     ReaderError,
@@ -52,15 +51,15 @@ from pipelines.reader_errors import (
     StreamDeletedError,
     UnknownReaderGroupError,
 )
-from pipelines.reader_registry import (
+from pipelines.reading.reader import EventReader
+from pipelines.reading.registry import (
     GroupRecord,
     GroupRegistry,
     MemoryGroupRegistry,
     check_name,
     registry_for,
 )
-from pipelines.reader_view import GroupView, cut_commits, group_view
-from pipelines.seek import (
+from pipelines.reading.seek import (
     SeekIndex,
     at_or_after_head,
     check_timestamp,
@@ -68,7 +67,8 @@ from pipelines.seek import (
     shared_index,
     wall_clock_ms,
 )
-from pipelines.windows import MarksFeed, reader_position, window_at
+from pipelines.reading.view import GroupView, cut_commits, group_view
+from pipelines.reading.windows import WatermarkFeed, reader_position, window_at
 
 log = logging.getLogger(__name__)
 
@@ -82,58 +82,6 @@ _COORDINATOR_ERRORS = frozenset(
         KafkaError._TRANSPORT,
     }
 )
-
-RESERVED_CONSUMER_KEYS = frozenset(
-    {
-        "bootstrap.servers",
-        "group.id",
-        "enable.auto.commit",
-        "enable.auto.offset.store",
-        "isolation.level",
-        "enable.partition.eof",
-    }
-)
-
-
-@dataclass(frozen=True)
-class ReaderConfig:
-    """How readers of a group behave.
-
-    - ``rebalance_interval_ms``: how often a reader looks again at the group
-      (finished segments, successors now readable, readers joined or left).
-    - ``commit_interval_ms``: how often ``read_next`` commits the position of
-      the events returned before it (``auto_commit``; else only
-      ``commit()``, giving up a segment and ``close()`` commit).
-    - ``window_refresh_interval_ms``: how stale the watermarks behind a time
-      window may be (0: look at the marks table on every window).
-    - ``kafka_timeout_ms``: how long a call to Kafka may take.
-    - ``consumer_overrides``: further librdkafka settings (not the ones
-      tidemark relies on, listed in ``RESERVED_CONSUMER_KEYS``).
-    """
-
-    rebalance_interval_ms: int = 200
-    commit_interval_ms: int = 1_000
-    auto_commit: bool = True
-    window_refresh_interval_ms: int = 100
-    kafka_timeout_ms: int = 10_000
-    consumer_overrides: Mapping[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        for name in ("rebalance_interval_ms", "commit_interval_ms", "window_refresh_interval_ms"):
-            value = getattr(self, name)
-            if type(value) is not int or value < 0:
-                raise ReaderConfigError(f"{name} must be an int >= 0 (ms), got {value!r}")
-        if type(self.kafka_timeout_ms) is not int or self.kafka_timeout_ms < 1:
-            raise ReaderConfigError(
-                f"kafka_timeout_ms must be an int >= 1, got {self.kafka_timeout_ms!r}"
-            )
-        reserved = sorted(RESERVED_CONSUMER_KEYS & set(self.consumer_overrides))
-        if reserved:
-            raise ReaderConfigError(
-                f"consumer_overrides may not set {reserved}; tidemark sets "
-                f"{', '.join(sorted(RESERVED_CONSUMER_KEYS))} itself"
-            )
-        object.__setattr__(self, "consumer_overrides", dict(self.consumer_overrides))
 
 
 class ReaderGroup:
@@ -171,7 +119,7 @@ class ReaderGroup:
         self._readers: dict[str, EventReader] = {}
         self._local_commits: dict[int, int] = {}
         self._consumer: Any = None
-        self._feed: MarksFeed | None = None
+        self._feed: WatermarkFeed | None = None
         self._closed = False
         created = False
         if _record is None:
@@ -184,7 +132,7 @@ class ReaderGroup:
                 self.registry.create(_record)
                 created = True
         if stream is not None and stream != _record.stream:
-            from pipelines.reader_errors import ReaderGroupExistsError
+            from pipelines.reading.exceptions import ReaderGroupExistsError
 
             raise ReaderGroupExistsError(self.name, _record.stream)
         self.record = _record
@@ -310,7 +258,7 @@ class ReaderGroup:
         view = self.view()
         segments = self.segments()
         position = reader_position(view.cut, view.finished, segments)
-        return window_at(self.marks_feed(), position, segments)
+        return window_at(self.watermark_feed(), position, segments)
 
     def seek(self, timestamp: object = None, *, cut: StreamCut | None = None) -> dict[int, int]:
         """Move the group to ``stream_cut_at(timestamp)`` (or to ``cut``); returns the cut.
@@ -428,10 +376,10 @@ class ReaderGroup:
     def sealed_size(self, seg_id: int) -> int | None:
         return self._meta.sealed_sizes.get(seg_id)
 
-    def marks_feed(self) -> MarksFeed:
+    def watermark_feed(self) -> WatermarkFeed:
         with self._lock:
             if self._feed is None:
-                self._feed = MarksFeed(
+                self._feed = WatermarkFeed(
                     self.delta_root,
                     self.stream,
                     storage_options=self.storage_options,

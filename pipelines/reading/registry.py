@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from pipelines.reader_errors import (
+from pipelines.reading.exceptions import (
     DuplicateReaderError,
     ReaderConfigError,
     ReaderGroupExistsError,

@@ -15,7 +15,7 @@ offsets -- never ``subscribe``, since Kafka's rebalancing knows nothing of
 segments and their order.
 
 Segments: the reader owns a fair share of the segments the group may read
-now (``pipelines.reader_view``), recorded in the group's registry so no two
+now (``pipelines.reading.view``), recorded in the group's registry so no two
 readers read the same segment. A sealed segment ends at its sealed size;
 once read to it, the reader commits the sealed size (the group then counts
 it finished) and gives it up, and a successor becomes readable once all its
@@ -39,12 +39,12 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from controller.model import TimeWindow, segment_number
-from pipelines.reader_errors import ReaderClosedError, ReaderError
-from pipelines.reader_view import GroupView, plan_ownership
-from pipelines.windows import PositionWindow, reader_position
+from pipelines.reading.exceptions import ReaderClosedError, ReaderError
+from pipelines.reading.view import GroupView, plan_ownership
+from pipelines.reading.windows import PositionWindow, reader_position
 
 if TYPE_CHECKING:
-    from pipelines.reader_group import ReaderGroup
+    from pipelines.reading.group import ReaderGroup
 
 log = logging.getLogger(__name__)
 
@@ -260,7 +260,7 @@ class EventReader:
         """
         self._check_open()
         if self._window is None:
-            self._window = PositionWindow(self.group.marks_feed(), self.group.segments)
+            self._window = PositionWindow(self.group.watermark_feed(), self.group.segments)
         return self._window.at(self.position())
 
     # --- lifecycle --------------------------------------------------------------------------

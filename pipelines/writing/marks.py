@@ -25,7 +25,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from controller.model import WriterMark
 from controller.naming import ClusterSettings, bucket_of
-from pipelines.exceptions import MarksTopicError
+from pipelines.writing.exceptions import MarksTopicError
 from schemas.records import WriterMarkRecord
 
 log = logging.getLogger(__name__)

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from controller.config import TimestampingMode
-from pipelines.exceptions import InvalidTimestampError, MissingTimestampError
+from pipelines.writing.exceptions import InvalidTimestampError, MissingTimestampError
 
 MAX_TIMESTAMP = 2**63 - 1
 """The largest timestamp Kafka (a Java long) can hold."""

@@ -23,7 +23,7 @@ running maximum of it.
 How a lookup runs: a :class:`SeekIndex` keeps each stream's ``time`` and
 ``upper_time_max`` columns in memory as sorted int64 arrays, refreshed at
 most every ``refresh_interval_ms`` and only by the table versions added
-since (:class:`~pipelines.watermark_tables.TableTail`: Delta file statistics
+since (:class:`~pipelines.reading.watermark_tables.TableTail`: Delta file statistics
 pick the new files that may hold newer rows of the stream). The search is
 ``controller.index.find`` (binary search); the cut of the watermark found
 comes from the ``marks`` table (statistics on ``seq`` pick one file) and is
@@ -50,12 +50,12 @@ from controller.model import StreamCut
 from controller.navigation import SegmentRange, at_or_after_head, head_cut, ranges_between
 from controller.states import StreamState
 from controller.store import MetadataStore
-from pipelines.reader_errors import (
+from pipelines.reading.exceptions import (
     InvalidDurationError,
     InvalidTimestampError,
     StreamDeletedError,
 )
-from pipelines.watermark_tables import (
+from pipelines.reading.watermark_tables import (
     INDEX,
     INDEX_COLUMNS,
     MARKS,
@@ -314,7 +314,7 @@ def _extend(target: array[int], column: object) -> None:
 
 
 def _missing_mark(stream: str, seq: int) -> Exception:
-    from pipelines.reader_errors import WatermarksUnavailableError
+    from pipelines.reading.exceptions import WatermarksUnavailableError
 
     return WatermarksUnavailableError(
         f"stream {stream!r}: watermark {seq} is in the index table but not in marks"

@@ -1,0 +1,14 @@
+"""Reading a stream: readers, reader groups, time windows and timestamp seek.
+
+    from pipelines.reading.group import ReaderGroup
+    group = ReaderGroup.create("billing", "shop/orders", store=store,
+                               bootstrap_servers=bootstrap, delta_root="/data/delta",
+                               from_time=1_700_000_000_000)
+    event = group.reader("r1").read_next(1_000)
+
+Modules: ``group`` (ReaderGroup), ``reader`` (EventReader), ``registry``
+(who owns which segment), ``view`` (the group's position as a stream cut),
+``seek`` (a time to a cut), ``windows`` (time windows for a position),
+``watermark_tables`` (the Delta tables' reader), ``config`` (ReaderConfig)
+and ``exceptions``.
+"""

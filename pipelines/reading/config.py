@@ -1,0 +1,68 @@
+"""How readers of a group behave (``ReaderConfig``).
+
+config = ReaderConfig(commit_interval_ms=500, window_refresh_interval_ms=0)
+group = ReaderGroup.create("billing", "shop/orders", ..., config=config)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipelines.reading.exceptions import ReaderConfigError
+
+RESERVED_CONSUMER_KEYS = frozenset(
+    {
+        "bootstrap.servers",
+        "group.id",
+        "enable.auto.commit",
+        "enable.auto.offset.store",
+        "isolation.level",
+        "enable.partition.eof",
+    }
+)
+
+
+@dataclass(frozen=True)
+class ReaderConfig:
+    """How readers of a group behave.
+
+    - ``rebalance_interval_ms``: how often a reader looks again at the group
+      (finished segments, successors now readable, readers joined or left).
+    - ``commit_interval_ms``: how often ``read_next`` commits the position of
+      the events returned before it (``auto_commit``; else only
+      ``commit()``, giving up a segment and ``close()`` commit).
+    - ``window_refresh_interval_ms``: how stale the watermarks behind a time
+      window may be (0: look at the marks table on every window).
+    - ``kafka_timeout_ms``: how long a call to Kafka may take.
+    - ``consumer_overrides``: further librdkafka settings (not the ones
+      tidemark relies on, listed in ``RESERVED_CONSUMER_KEYS``).
+    """
+
+    rebalance_interval_ms: int = 200
+    commit_interval_ms: int = 1_000
+    auto_commit: bool = True
+    window_refresh_interval_ms: int = 100
+    kafka_timeout_ms: int = 10_000
+    consumer_overrides: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("rebalance_interval_ms", "commit_interval_ms", "window_refresh_interval_ms"):
+            value = getattr(self, name)
+            if type(value) is not int or value < 0:
+                raise ReaderConfigError(f"{name} must be an int >= 0 (ms), got {value!r}")
+        if type(self.kafka_timeout_ms) is not int or self.kafka_timeout_ms < 1:
+            raise ReaderConfigError(
+                f"kafka_timeout_ms must be an int >= 1, got {self.kafka_timeout_ms!r}"
+            )
+        reserved = sorted(RESERVED_CONSUMER_KEYS & set(self.consumer_overrides))
+        if reserved:
+            raise ReaderConfigError(
+                f"consumer_overrides may not set {reserved}; tidemark sets "
+                f"{', '.join(sorted(RESERVED_CONSUMER_KEYS))} itself"
+            )
+        object.__setattr__(self, "consumer_overrides", dict(self.consumer_overrides))
+
+
+__all__ = ["RESERVED_CONSUMER_KEYS", "ReaderConfig"]
