@@ -32,6 +32,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 
 from controller.exceptions import KafkaOperationError
+from controller.kafka_retry import KafkaRetry
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,7 @@ class StreamTopics:
     def __init__(self, bootstrap: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         self.admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
         self.timeout_s = timeout_s
+        self._retry = KafkaRetry(_RETRIABLE, timeout_s=timeout_s, max_delay_s=0.05)
 
     def _wait(self, what: str, future: Any, ok_codes: Iterable[int] = ()) -> Any:
         try:
@@ -172,15 +174,12 @@ class StreamTopics:
     def _retrying(self, what: str, call: Callable[[], Mapping[Any, Any]]) -> dict[Any, Any]:
         """Run ``call`` (a per-partition admin request) until no partition answers with a
         retriable error: partitions just added may lack a leader for a moment."""
-        deadline = time.monotonic() + self.timeout_s
-        while True:
-            try:
-                return {k: f.result(timeout=self.timeout_s) for k, f in call().items()}
-            except KafkaException as exc:
-                if _code(exc) not in _RETRIABLE or time.monotonic() > deadline:
-                    raise KafkaOperationError(f"{what}: {exc.args[0]}") from exc
-                log.debug("%s: %s; retrying", what, exc.args[0])
-                time.sleep(0.05)
+        try:
+            return self._retry(
+                lambda: {k: f.result(timeout=self.timeout_s) for k, f in call().items()}, what
+            )
+        except KafkaException as exc:
+            raise KafkaOperationError(f"{what}: {exc.args[0]}") from exc
 
     def delete(self, topic: str) -> None:
         futures = self.admin.delete_topics([topic], operation_timeout=self.timeout_s)

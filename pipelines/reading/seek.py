@@ -44,10 +44,10 @@ from dataclasses import dataclass
 
 import pyarrow.compute as pc
 
-from controller.index import find
+from controller.index import start_index, stop_index
 from controller.metadata import StreamMetadata
 from controller.model import StreamCut
-from controller.navigation import SegmentRange, at_or_after_head, head_cut, ranges_between
+from controller.navigation import SegmentRange, at_or_after_head, ranges_between, start_or_head
 from controller.states import StreamState
 from controller.store import MetadataStore
 from pipelines.reading.exceptions import (
@@ -200,14 +200,12 @@ class SeekIndex:
     def start_position(self, stream: str, t: int) -> int | None:
         """Index (in the cached columns) of the latest row whose upper time max is < ``t``."""
         _, _, upper = self.columns(stream)
-        return find(upper, t - 1)
+        return start_index(upper, t)
 
     def stop_position(self, stream: str, t: int) -> int | None:
         """Index of the first row whose time is >= ``t``; ``None`` while there is none."""
         _, times, _ = self.columns(stream)
-        before = find(times, t - 1)
-        index = 0 if before is None else before + 1
-        return index if index < len(times) else None
+        return stop_index(times, t)
 
     def start(self, stream: str, t: int) -> Found | None:
         """The watermark to start at for time ``t``; ``None``: the head of the stream."""
@@ -349,6 +347,15 @@ def live_metadata(store: MetadataStore, stream: str, group: str | None = None) -
     return meta
 
 
+def start_cut_for(
+    stream: str, timestamp: int, meta: StreamMetadata, index: SeekIndex
+) -> dict[int, int]:
+    """The one path from a time to where reading starts: ``index``'s start watermark
+    (``controller.index``'s rule), else the head, moved up to the stream's head."""
+    found = index.start(stream, timestamp)
+    return start_or_head(None if found is None else found.stream_cut, meta)
+
+
 def stream_cut_at(
     stream: str,
     timestamp: object,
@@ -366,14 +373,11 @@ def stream_cut_at(
     empty cut stands for "the head".
     """
     ts = check_timestamp(timestamp)
-    meta = live_metadata(store, stream) if store is not None else None
     idx = index or shared_index(delta_root, storage_options)
+    if store is not None:
+        return start_cut_for(stream, ts, live_metadata(store, stream), idx)
     found = idx.start(stream, ts)
-    if meta is None:
-        return {} if found is None else dict(found.stream_cut)
-    if found is None:
-        return head_cut(meta)
-    return at_or_after_head(found.stream_cut, meta)
+    return {} if found is None else dict(found.stream_cut)
 
 
 def complete_cut_at(
@@ -408,6 +412,7 @@ __all__ = [
     "parse_duration",
     "ranges_between",
     "shared_index",
+    "start_cut_for",
     "stream_cut_at",
     "wall_clock_ms",
 ]
