@@ -50,9 +50,10 @@ from controller.model import StreamCut
 from controller.navigation import SegmentRange, at_or_after_head, ranges_between, start_or_head
 from controller.states import StreamState
 from controller.store import MetadataStore
+from controller.timestamps import MAX_TIMESTAMP, wall_clock_ms
+from controller.timestamps import check_timestamp as check_time
 from pipelines.reading.exceptions import (
     InvalidDurationError,
-    InvalidTimestampError,
     StreamDeletedError,
 )
 from pipelines.reading.watermark_tables import (
@@ -70,34 +71,14 @@ from pipelines.reading.watermark_tables import (
 
 log = logging.getLogger(__name__)
 
-MAX_TIMESTAMP = 2**63 - 1
-
 # --- checking input -----------------------------------------------------------------------------
 
 
 def check_timestamp(value: object) -> int:
     """``value`` as milliseconds >= 0: an int, or a string of digits; else
-    :class:`InvalidTimestampError`. Booleans and fractional numbers are refused."""
-    if isinstance(value, bool):
-        raise InvalidTimestampError(value, "a boolean is not a time")
-    if isinstance(value, int):
-        number = value
-    elif isinstance(value, float):
-        if not value.is_integer():
-            raise InvalidTimestampError(value, "not a whole number of milliseconds")
-        number = int(value)
-    elif isinstance(value, str):
-        text = value.strip()
-        if not re.fullmatch(r"[+-]?\d+", text):
-            raise InvalidTimestampError(value, "not an integer")
-        number = int(text)
-    else:
-        raise InvalidTimestampError(value, f"a {type(value).__name__} is not a time")
-    if number < 0:
-        raise InvalidTimestampError(value, "negative")
-    if number > MAX_TIMESTAMP:
-        raise InvalidTimestampError(value, "beyond 2**63-1")
-    return number
+    :class:`InvalidTimestampError` (``controller.timestamps``, the one checker,
+    in its lenient mode for user input)."""
+    return check_time(value, parse=True)
 
 
 _UNITS_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -112,10 +93,6 @@ def parse_duration(text: object) -> int:
     if not compact or _DURATION.sub("", compact):
         raise InvalidDurationError(text)
     return sum(int(n) * _UNITS_MS[unit] for n, unit in _DURATION.findall(compact))
-
-
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 # --- the in-memory index ------------------------------------------------------------------------

@@ -51,6 +51,7 @@ from controller.naming import split_stream
 from controller.navigation import key_hash, predecessors
 from controller.states import WRITABLE, require_writable
 from controller.store import MetadataStore
+from controller.timestamps import wall_clock_ms
 from pipelines.writing.config import WriterConfig
 from pipelines.writing.exceptions import (
     AutomaticTimeError,
@@ -81,10 +82,6 @@ Serializer = Callable[[Any], bytes]
 RoutingKey = str | bytes | None
 
 _ROUTE_CACHE_SIZE = 65_536
-
-
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclass(frozen=True)
