@@ -17,6 +17,11 @@ class InvalidModelError(ControllerError, ValueError):
     """A model value is malformed (a key range outside [0, 1), a negative offset, ...)."""
 
 
+class MarksTopicError(ControllerError, ConfigurationError):
+    """The marks topic is missing (and may not be created) or has the wrong partition
+    count; every writer and controller must agree on ``ClusterSettings.bucket_count``."""
+
+
 class InvalidTimestampError(ControllerError, ValueError):
     """A timestamp is not an int of milliseconds within 0 … 2**63-1 (the one such
     error: writers, readers and seek all raise it; ``value`` is the input).
@@ -119,6 +124,7 @@ __all__ = [
     "InvalidScaleError",
     "InvalidTimestampError",
     "KafkaOperationError",
+    "MarksTopicError",
     "StreamExistsError",
     "StreamNotSealedError",
     "StreamSealedError",

@@ -14,7 +14,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from controller.exceptions import InvalidTimestampError, StreamSealedError, UnknownStreamError
+from controller.exceptions import (
+    InvalidTimestampError,
+    MarksTopicError,
+    StreamSealedError,
+    UnknownStreamError,
+)
 from tidemark.errors import ConfigurationError, TidemarkError
 
 
@@ -89,10 +94,6 @@ class WriterTimeoutError(WriterError, TimeoutError):
 
 class InvalidRoutingKeyError(WriterError, TypeError):
     """A routing key is not str, bytes or None."""
-
-
-class MarksTopicError(WriterError):
-    """The marks topic is missing (and may not be created) or has the wrong partition count."""
 
 
 class TransactionError(WriterError):

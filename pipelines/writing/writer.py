@@ -163,7 +163,7 @@ class _StreamWriter:
 
         metadata = store.get_stream(stream)
         require_writable(stream, metadata.state)
-        ensure_marks_topic(bootstrap_servers, config.cluster, config.create_marks_topic)
+        ensure_marks_topic(bootstrap_servers, config.cluster, create=config.create_marks_topic)
 
         self._clock = SegmentClock(_policy(metadata))
         self._tracker = PositionTracker()

@@ -73,5 +73,5 @@ def test_resolve_services_option_then_environment_then_error(tmp_path) -> None:
     assert resolve_services(KAFKA, env=env).kafka_bootstrap == "env:9092"
     found = resolve_services(KAFKA, ZOOKEEPER, kafka="opt:9092", env=env)
     assert (found.kafka_bootstrap, found.zk_connect) == ("opt:9092", "env:2181")
-    with _pytest.raises(ConfigurationError, match="postgresql.*TIDEMARK_POSTGRES_DSN"):
+    with _pytest.raises(ConfigurationError, match=r"postgresql.*TIDEMARK_POSTGRES_DSN"):
         resolve_services(POSTGRES, env=env)
