@@ -225,39 +225,43 @@ class SeekIndex:
         ``t``; taken by descending maximum ``seq``, a file is read only while
         it could still hold a later answer than the best found.
         """
-        files = self._index_files(stream)
-        candidates = sorted(
-            (f for f in files if f.may_hold("upper_time_max", None, t - 1)),
-            key=lambda f: _stat(f.maximum, "seq", MAX_TIMESTAMP),
-            reverse=True,
-        )
-        best: int | None = None
-        for f in candidates:
-            if best is not None and _stat(f.maximum, "seq", MAX_TIMESTAMP) <= best:
-                break
-            rows = read_files([f], ("stream", "seq", "upper_time_max"), stream)
-            rows = rows.filter(pc.less(rows.column("upper_time_max"), t))
-            if rows.num_rows:
-                top = int(pc.max(rows.column("seq")).as_py())
-                best = top if best is None else max(best, top)
-        return best
+        return self._cold_seq(stream, "upper_time_max", (None, t - 1), latest=True)
 
     def cold_stop_seq(self, stream: str, t: int) -> int | None:
-        """``seq`` of the stop watermark for ``t``, reading only files that can hold it."""
-        files = self._index_files(stream)
+        """``seq`` of the stop watermark for ``t``, reading only files that can hold it
+        (the first ``seq`` whose ``time`` is >= ``t``; files by ascending minimum ``seq``)."""
+        return self._cold_seq(stream, "time", (t, None), latest=False)
+
+    def _cold_seq(
+        self, stream: str, column: str, bounds: tuple[int | None, int | None], *, latest: bool
+    ) -> int | None:
+        """The latest (or first) ``seq`` whose ``column`` lies within ``bounds``, reading
+        files in ``seq`` order only while one could still improve on the best found."""
+        low, high = bounds
+
+        def edge(f: DataFile) -> int:
+            return _stat(f.maximum, "seq", MAX_TIMESTAMP) if latest else _stat(f.minimum, "seq", 0)
+
         candidates = sorted(
-            (f for f in files if f.may_hold("time", t, None)),
-            key=lambda f: _stat(f.minimum, "seq", 0),
+            (f for f in self._index_files(stream) if f.may_hold(column, low, high)),
+            key=edge,
+            reverse=latest,
         )
         best: int | None = None
         for f in candidates:
-            if best is not None and _stat(f.minimum, "seq", 0) >= best:
+            if best is not None and (edge(f) <= best if latest else edge(f) >= best):
                 break
-            rows = read_files([f], ("stream", "seq", "time"), stream)
-            rows = rows.filter(pc.greater_equal(rows.column("time"), t))
+            rows = read_files([f], ("stream", "seq", column), stream)
+            values = rows.column(column)
+            if low is not None:
+                rows = rows.filter(pc.greater_equal(values, low))
+                values = rows.column(column)
+            if high is not None:
+                rows = rows.filter(pc.less_equal(values, high))
             if rows.num_rows:
-                low = int(pc.min(rows.column("seq")).as_py())
-                best = low if best is None else min(best, low)
+                seqs = rows.column("seq")
+                found = int((pc.max(seqs) if latest else pc.min(seqs)).as_py())
+                best = found if best is None else (max if latest else min)(best, found)
         return best
 
     def cold_start_cut(self, stream: str, t: int) -> StreamCut | None:
