@@ -50,7 +50,7 @@ from pipelines.writing.exceptions import (
     TransactionTimedOutError,
     WriterConfigError,
 )
-from pipelines.writing.marks import MarkMessage, mark_message
+from pipelines.writing.marks import mark_message
 from pipelines.writing.positions import PositionTracker, merge
 from pipelines.writing.timestamping import check_timestamp
 from pipelines.writing.writer import RoutingKey, Serializer, _routing_key_bytes, _StreamWriter
@@ -311,17 +311,6 @@ class TransactionalWriter(_StreamWriter):
             if timestamp is not None:
                 self._last_noted = timestamp
             self._end(txn, TransactionState.COMMITTED)
-
-    def _produce_mark(self, msg: MarkMessage) -> None:
-        """Produce a writer mark inside the open Kafka transaction."""
-        self._produce(
-            msg.topic,
-            msg.value,
-            msg.key,
-            msg.partition,
-            self._now_ms(),
-            self._on_mark_delivery,
-        )
 
     def _commit_kafka(self, txn: Transaction) -> None:
         deadline = time.monotonic() + self.config.transaction_timeout_ms / 1000

@@ -65,7 +65,7 @@ from pipelines.writing.exceptions import (
     WriterError,
     WriterTimeoutError,
 )
-from pipelines.writing.marks import ensure_marks_topic, mark_message
+from pipelines.writing.marks import MarkMessage, ensure_marks_topic, mark_message
 from pipelines.writing.positions import PositionTracker
 from pipelines.writing.replay import ReplayBuffer, Retained
 from pipelines.writing.timestamping import (
@@ -382,6 +382,17 @@ class _StreamWriter:
     def _on_mark_delivery(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None:
             self._failures.append(_failed(err, msg))
+
+    def _produce_mark(self, msg: MarkMessage) -> None:
+        """Produce a writer mark (inside the open transaction, for a transactional writer)."""
+        self._produce(
+            msg.topic,
+            msg.value,
+            msg.key,
+            msg.partition,
+            self._now_ms(),
+            self._on_mark_delivery,
+        )
 
     def _on_error(self, err: KafkaError) -> None:
         if err.fatal():
@@ -702,14 +713,7 @@ class EventWriter(_StreamWriter):
                 self.writer_id,
                 WriterMark(note.time, note.position, note.alive),
             )
-            self._produce(
-                msg.topic,
-                msg.value,
-                msg.key,
-                msg.partition,
-                self._now_ms(),
-                self._on_mark_delivery,
-            )
+            self._produce_mark(msg)
             published += 1
         return published
 
