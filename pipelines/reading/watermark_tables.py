@@ -122,6 +122,15 @@ class DeltaSource:
     def version(self) -> int | None:
         return None if self._table is None else int(self._table.version())
 
+    def rows(self, stream: str | None = None) -> pa.Table:
+        """Every row of the current version (optionally one stream's); empty when no table."""
+        if self._table is None:
+            return pa.table({})
+        import pyarrow.dataset as ds
+
+        flt = None if stream is None else ds.field("stream") == stream
+        return self._table.to_pyarrow_dataset().to_table(filter=flt)
+
     def files(self) -> list[DataFile]:
         """Every data file of the current version, with its min/max statistics."""
         if self._table is None:
@@ -288,17 +297,9 @@ def read_table(
     storage_options: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """Rows of any of the tables (optionally one stream's) as dicts; for tools and tests."""
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
-
-    try:
-        dt = DeltaTable(table_path(delta_root, table), storage_options=dict(storage_options or {}))
-    except TableNotFoundError:
-        return []
-    import pyarrow.dataset as ds
-
-    flt = None if stream is None else ds.field("stream") == stream
-    return list(dt.to_pyarrow_dataset().to_table(filter=flt).to_pylist())
+    source = DeltaSource(table_path(delta_root, table), storage_options)
+    source.refresh()
+    return list(source.rows(stream).to_pylist())
 
 
 def read_cut(
