@@ -1,0 +1,361 @@
+"""Automatic maintenance of the controller's Delta tables: compact, checkpoint, vacuum.
+
+    maintainer = Maintainer(MaintenanceSettings("/data/tidemark")).start()   # a daemon thread
+    ...
+    maintainer.stop()
+
+    Maintainer(MaintenanceSettings(root)).run_once(force=True)   # jobs/compact_index.py
+
+The controller appends one small file per table per batch. Left alone, a
+table of a 1 s controller holds 86 400 files after a day and a cold lookup
+opens them all. Each pass, for each table, :func:`plan` (pure) decides from
+the table's file count and sizes what to do:
+
+- **compact** when ``compact_min_files`` files are smaller than
+  ``target_file_bytes`` (or the small files add up to a whole target file):
+  delta-rs ``optimize.compact`` bin-packs the small files, in commit order,
+  into files of up to ``target_file_bytes`` with row groups of
+  ``row_group_rows`` rows. It is a ``dataChange=false`` commit: readers at
+  an older version keep reading their files, the rows do not change. Files
+  that reached the target are never rewritten again, so the table holds
+  about ``size / target_file_bytes`` full files plus fewer than
+  ``compact_min_files`` small ones;
+- **checkpoint** when ``checkpoint_every`` commits were added since the last
+  checkpoint (and after each compaction), so opening the table replays a
+  checkpoint plus a bounded tail of JSON commits;
+- **vacuum** every ``vacuum_every_s``: data files removed more than
+  ``time_travel_hours`` ago are deleted, and log entries older than the
+  table's log retention with them. Time travel (and a reader that holds an
+  old version) keeps working for that span.
+
+Appends win. A compaction commit that conflicts with a concurrent commit is
+retried on the new version (``commit_attempts`` times, with a growing
+pause); the appends themselves are blind appends that a compaction never
+makes fail. Every error of a pass is logged and the loop goes on: the
+maintainer never stops or fails the controller that runs it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from schemas.tables import TABLES, table_path
+
+log = logging.getLogger(__name__)
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class MaintenanceSettings:
+    """What the maintainer keeps, and when it acts (defaults: the controller's)."""
+
+    delta_root: str
+    tables: tuple[str, ...] = TABLES
+    compact_min_files: int = 32
+    """Compact once this many files are smaller than ``target_file_bytes``."""
+    target_file_bytes: int = 64 * MIB
+    """Size compaction aims at; a file this large is left alone."""
+    row_group_rows: int = 8192
+    """Rows per Parquet row group in compacted files (what one lookup reads at least)."""
+    checkpoint_every: int = 20
+    """Checkpoint once this many commits were added since the last checkpoint."""
+    time_travel_hours: int = 168
+    """Removed files stay this long (time travel, readers of old versions); Delta's 7 days."""
+    vacuum_every_s: float = 3600.0
+    check_interval_s: float = 5.0
+    commit_attempts: int = 5
+    storage_options: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        from jobs.exceptions import JobConfigurationError
+
+        if self.compact_min_files < 2:
+            raise JobConfigurationError(
+                f"compact_min_files must be at least 2: got {self.compact_min_files}"
+            )
+        small = {
+            "target_file_bytes": self.target_file_bytes,
+            "row_group_rows": self.row_group_rows,
+            "checkpoint_every": self.checkpoint_every,
+            "commit_attempts": self.commit_attempts,
+        }
+        bad = [f"{name}={value}" for name, value in small.items() if value < 1]
+        if bad:
+            raise JobConfigurationError(f"must be at least 1: {', '.join(bad)}")
+        if self.time_travel_hours < 0 or self.check_interval_s <= 0 or self.vacuum_every_s < 0:
+            raise JobConfigurationError(
+                "time_travel_hours and vacuum_every_s must be >= 0, check_interval_s > 0"
+            )
+        unknown = [t for t in self.tables if t not in TABLES]
+        if unknown:
+            raise JobConfigurationError(
+                f"unknown table(s) {', '.join(unknown)}; valid: {', '.join(TABLES)}"
+            )
+
+
+@dataclass(frozen=True)
+class TableState:
+    """What :func:`plan` looks at: one table's version, files and sizes."""
+
+    version: int
+    files: int
+    small_files: int
+    small_bytes: int
+    total_bytes: int
+    checkpoint_version: int | None
+    """The last version this maintainer checkpointed (``None``: not yet)."""
+    vacuumed_at: float | None
+    """When this maintainer last vacuumed the table (``None``: not yet)."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    compact: bool
+    checkpoint: bool
+    vacuum: bool
+
+
+def plan(state: TableState, settings: MaintenanceSettings, now: float) -> Plan:
+    """What to do to a table now (pure; ``now`` in seconds, as ``vacuumed_at``)."""
+    compact = state.small_files >= settings.compact_min_files or (
+        state.small_files >= 2 and state.small_bytes >= settings.target_file_bytes
+    )
+    since = (
+        state.version + 1
+        if state.checkpoint_version is None
+        else (state.version - state.checkpoint_version)
+    )
+    checkpoint = compact or since >= settings.checkpoint_every
+    vacuum = state.vacuumed_at is None or now - state.vacuumed_at >= settings.vacuum_every_s
+    return Plan(compact, checkpoint and state.version > 0, vacuum)
+
+
+@dataclass(frozen=True)
+class PassReport:
+    """What one pass did to one table (files before and after, what ran)."""
+
+    table: str
+    version: int
+    files_before: int
+    files_after: int
+    compacted: bool = False
+    files_removed: int = 0
+    files_added: int = 0
+    checkpointed: bool = False
+    vacuumed: int = 0
+    error: str | None = None
+
+
+class Maintainer:
+    """Runs :func:`plan` and its actions on the tables, in a loop or once.
+
+    ``clock`` (seconds) and ``sleep`` are injectable. Thread-safe to stop
+    from another thread; one pass at a time.
+    """
+
+    def __init__(
+        self,
+        settings: MaintenanceSettings,
+        *,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.settings = settings
+        self._clock = clock
+        self._sleep = sleep
+        self._open: dict[str, Any] = {}
+        self._checkpointed: dict[str, int] = {}
+        self._vacuumed: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._pass_lock = threading.Lock()
+        self.passes = 0
+        self.last_reports: list[PassReport] = []
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    def start(self) -> Maintainer:
+        """Run passes every ``check_interval_s`` in a daemon thread until :meth:`stop`."""
+        if self._thread is not None and self._thread.is_alive():
+            return self
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="tidemark-maintenance", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout_s: float = 60.0) -> None:
+        """Stop the loop after the pass under way (a commit is never cut in half)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            self._thread = None
+
+    def __enter__(self) -> Maintainer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.run_once()
+            except Exception:  # never let maintenance take the controller down
+                log.exception("maintenance pass failed; trying again later")
+            self._stop.wait(self.settings.check_interval_s)
+
+    # -- one pass -----------------------------------------------------------------------------
+
+    def run_once(self, *, force: bool = False) -> list[PassReport]:
+        """One pass over the tables; ``force`` compacts, checkpoints and vacuums regardless."""
+        with self._pass_lock:
+            reports = [self._maintain(table, force) for table in self.settings.tables]
+            self.passes += 1
+            self.last_reports = reports
+            return reports
+
+    def _maintain(self, table: str, force: bool) -> PassReport:
+        dt = self._table(table)
+        if dt is None:
+            return PassReport(table, -1, 0, 0)
+        state = self.state(table)
+        todo = Plan(True, True, True) if force else plan(state, self.settings, self._clock())
+        report = PassReport(table, state.version, state.files, state.files)
+        try:
+            if todo.compact and state.small_files >= 2:
+                removed, added = self._compact(table)
+                report = _with(report, compacted=True, files_removed=removed, files_added=added)
+            if todo.checkpoint:
+                self._checkpoint(table)
+                report = _with(report, checkpointed=True)
+            if todo.vacuum:
+                report = _with(report, vacuumed=self._vacuum(table))
+        except Exception as exc:
+            log.warning("maintenance of %s: %s", table, exc)
+            report = _with(report, error=str(exc))
+        after = self._table(table)
+        files = len(after.get_add_actions(flatten=True)) if after is not None else 0
+        report = _with(report, files_after=files)
+        if report.compacted or report.vacuumed:
+            log.info("maintenance: %s", report)
+        return report
+
+    def state(self, table: str) -> TableState:
+        """The table's current :class:`TableState` (files and sizes from the log)."""
+        import pyarrow as pa
+
+        dt = self._table(table)
+        if dt is None:
+            return TableState(-1, 0, 0, 0, 0, None, None)
+        sizes = pa.table(dt.get_add_actions(flatten=True)).column("size_bytes").to_pylist()
+        small = [s for s in sizes if s < self.settings.target_file_bytes]
+        return TableState(
+            version=int(dt.version()),
+            files=len(sizes),
+            small_files=len(small),
+            small_bytes=sum(small),
+            total_bytes=sum(sizes),
+            checkpoint_version=self._checkpointed.get(table),
+            vacuumed_at=self._vacuumed.get(table),
+        )
+
+    def _table(self, table: str) -> Any:
+        """The open table, brought up to date; ``None`` while it does not exist."""
+        from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
+
+        dt = self._open.get(table)
+        if dt is None:
+            try:
+                dt = DeltaTable(
+                    table_path(self.settings.delta_root, table),
+                    storage_options=dict(self.settings.storage_options) or None,
+                )
+            except TableNotFoundError:
+                return None
+            self._open[table] = dt
+        else:
+            dt.update_incremental()
+        return dt
+
+    def _compact(self, table: str) -> tuple[int, int]:
+        """Bin-pack the small files; a conflicting commit is retried on the new version."""
+        from deltalake import PostCommitHookProperties, WriterProperties
+
+        def attempt() -> tuple[int, int]:
+            metrics = self._table(table).optimize.compact(
+                target_size=self.settings.target_file_bytes,
+                writer_properties=WriterProperties(max_row_group_size=self.settings.row_group_rows),
+                post_commithook_properties=PostCommitHookProperties(create_checkpoint=False),
+            )
+            return int(metrics["numFilesRemoved"]), int(metrics["numFilesAdded"])
+
+        return self._retrying(table, "compaction", attempt)
+
+    def _checkpoint(self, table: str) -> None:
+        dt = self._table(table)
+        dt.create_checkpoint()
+        self._checkpointed[table] = int(dt.version())
+
+    def _vacuum(self, table: str) -> int:
+        """Delete files removed more than ``time_travel_hours`` ago; old log entries too."""
+        dt = self._table(table)
+        deleted = dt.vacuum(
+            retention_hours=self.settings.time_travel_hours,
+            dry_run=False,
+            enforce_retention_duration=False,
+        )
+        dt.cleanup_metadata()
+        self._vacuumed[table] = self._clock()
+        return len(deleted)
+
+    def _retrying(
+        self, table: str, what: str, action: Callable[[], tuple[int, int]]
+    ) -> tuple[int, int]:
+        from deltalake.exceptions import CommitFailedError
+
+        delay = 0.05
+        for attempt in range(1, self.settings.commit_attempts + 1):
+            try:
+                return action()
+            except CommitFailedError as exc:
+                if attempt == self.settings.commit_attempts:
+                    raise
+                log.info("%s of %s conflicted (%s); retry %d", what, table, exc, attempt)
+                self._sleep(delay)
+                delay = min(delay * 2, 2.0)
+        raise AssertionError("unreachable")
+
+
+def _with(report: PassReport, **changes: Any) -> PassReport:
+    from dataclasses import replace
+
+    return replace(report, **changes)
+
+
+def table_files(
+    delta_root: str, table: str, storage_options: Mapping[str, str] | None = None
+) -> tuple[int, int]:
+    """``(files, bytes)`` of a table's current version; ``(0, 0)`` when it does not exist."""
+    settings = MaintenanceSettings(
+        str(delta_root), tables=(table,), storage_options=dict(storage_options or {})
+    )
+    state = Maintainer(settings).state(table)
+    return state.files, state.total_bytes
+
+
+__all__ = [
+    "Maintainer",
+    "MaintenanceSettings",
+    "PassReport",
+    "Plan",
+    "TableState",
+    "plan",
+    "table_files",
+]

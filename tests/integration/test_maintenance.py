@@ -1,0 +1,286 @@
+"""Maintenance on real Delta tables: compaction beside the sink's appends, readers, vacuum.
+
+No broker: the tables are local Delta tables written by the controller's own
+sink (:class:`jobs.sink.DeltaTables`, delta-rs) and read by the readers' code
+(:mod:`pipelines.reading`).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from controller.model import Watermark
+from jobs.maintenance import Maintainer, MaintenanceSettings
+from jobs.sink import DeltaSink
+from pipelines.reading.seek import SeekIndex
+from pipelines.reading.watermark_tables import read_watermarks
+from schemas.tables import ARROW_SCHEMAS, INDEX, MARKS, REJECTED_MARKS, TABLES, table_path
+
+STREAMS = [f"soak/s{i}" for i in range(5)]
+
+
+def create_tables(root: str) -> None:
+    from deltalake import DeltaTable
+
+    for table in TABLES:
+        DeltaTable.create(table_path(root, table), schema=ARROW_SCHEMAS[table])
+
+
+def batch_rows(batch: int, streams: list[str] = STREAMS) -> list[dict[str, object]]:
+    """One batch of the processor's output: a watermark per stream, one rejected mark."""
+    rows: list[dict[str, object]] = [
+        {
+            "kind": "watermark",
+            "stream": s,
+            "seq": batch,
+            "time": 1_000 + batch * 100,
+            "upper_time": 1_050 + batch * 100,
+            "upper_time_max": 1_050 + batch * 100,
+            "cut_segments": [0, 1],
+            "cut_offsets": [batch * 3, batch * 5],
+            "writers": ["w1"],
+            "emitted_at": batch,
+        }
+        for s in streams
+    ]
+    rows.append(
+        {
+            "kind": "rejected",
+            "stream": streams[0],
+            "writer": "w9",
+            "reason": "stale_time",
+            "raw": b"x",
+            "kafka_partition": 0,
+            "kafka_offset": batch,
+            "at": batch,
+        }
+    )
+    return [{**_EMPTY, **r} for r in rows]
+
+
+_EMPTY: dict[str, object] = dict.fromkeys(
+    [
+        "stream",
+        "seq",
+        "time",
+        "upper_time",
+        "upper_time_max",
+        "cut_segments",
+        "cut_offsets",
+        "writers",
+        "emitted_at",
+        "writer",
+        "reason",
+        "raw",
+        "kafka_partition",
+        "kafka_offset",
+        "at",
+    ]
+)
+
+
+def sink_for(root: str) -> DeltaSink:
+    sink = DeltaSink(root, "test-maintenance")
+    sink.bind("q1")
+    return sink
+
+
+def settings(root: str, **overrides: object) -> MaintenanceSettings:
+    values: dict[str, object] = {
+        "compact_min_files": 4,
+        "checkpoint_every": 5,
+        "check_interval_s": 0.05,
+        "vacuum_every_s": 3600.0,
+    }
+    values.update(overrides)
+    return MaintenanceSettings(root, **values)  # type: ignore[arg-type]
+
+
+def expected_marks(stream: str, batches: int) -> list[Watermark]:
+    return [
+        Watermark(stream, 1_000 + b * 100, 1_050 + b * 100, {0: b * 3, 1: b * 5}, b)
+        for b in range(batches)
+    ]
+
+
+def test_compaction_runs_beside_appends_and_loses_nothing(tmp_path: Path) -> None:
+    root = str(tmp_path)
+    create_tables(root)
+    sink = sink_for(root)
+    batches = 120
+    maintainer = Maintainer(settings(root)).start()
+    try:
+        for b in range(batches):  # every append must succeed while compactions commit
+            sink.write(batch_rows(b), b)
+    finally:
+        maintainer.stop()
+    assert maintainer.passes >= 2
+    reports = Maintainer(settings(root)).run_once(force=True)
+    assert all(r.error is None for r in reports), reports
+    for stream in STREAMS:
+        assert read_watermarks(root, stream) == expected_marks(stream, batches)
+    index = Maintainer(settings(root))
+    for table in TABLES:
+        state = index.state(table)
+        assert state.files <= 2, (table, state)  # compacted, not one per batch
+    from deltalake import DeltaTable
+
+    rejected = DeltaTable(table_path(root, REJECTED_MARKS)).to_pyarrow_table()
+    assert sorted(rejected.column("kafka_offset").to_pylist()) == list(range(batches))
+    history = DeltaTable(table_path(root, MARKS)).history()
+    assert any(h.get("operation") == "OPTIMIZE" for h in history)
+
+
+def test_sink_appends_never_fail_under_back_to_back_compactions(tmp_path: Path) -> None:
+    """A compaction racing every append: appends win, compactions retry or wait."""
+    root = str(tmp_path)
+    create_tables(root)
+    sink = sink_for(root)
+    maint = Maintainer(settings(root, compact_min_files=2, check_interval_s=0.001))
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def hammer() -> None:
+        while not stop.is_set():
+            try:
+                maint.run_once(force=True)
+            except BaseException as exc:
+                errors.append(exc)
+
+    thread = threading.Thread(target=hammer)
+    thread.start()
+    try:
+        for b in range(60):
+            sink.write(batch_rows(b, STREAMS[:2]), b)
+    finally:
+        stop.set()
+        thread.join()
+    assert not errors
+    assert maint.passes > 3
+    for stream in STREAMS[:2]:
+        assert read_watermarks(root, stream) == expected_marks(stream, 60)
+
+
+def test_readers_see_every_row_during_compaction(tmp_path: Path) -> None:
+    root = str(tmp_path)
+    create_tables(root)
+    sink = sink_for(root)
+    for b in range(40):
+        sink.write(batch_rows(b), b)
+    stop = threading.Event()
+    seen: list[int] = []
+    failures: list[BaseException] = []
+
+    def read() -> None:
+        while not stop.is_set():
+            try:
+                index = SeekIndex(root, refresh_interval_ms=0)
+                found = index.start(STREAMS[1], 1_050 + 20 * 100 + 1)
+                assert found is not None and found.seq == 20, found
+                seen.append(len(read_watermarks(root, STREAMS[1])))
+            except BaseException as exc:
+                failures.append(exc)
+                return
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        for _ in range(5):
+            for r in Maintainer(settings(root)).run_once(force=True):
+                assert r.error is None, r
+    finally:
+        stop.set()
+        reader.join()
+    assert not failures, failures[0]
+    assert seen and set(seen) == {40}
+
+
+def test_open_reader_survives_compaction_within_time_travel(tmp_path: Path) -> None:
+    """A reader holding an old version reads its files after compaction and vacuum."""
+    from deltalake import DeltaTable
+
+    root = str(tmp_path)
+    create_tables(root)
+    sink = sink_for(root)
+    for b in range(10):
+        sink.write(batch_rows(b), b)
+    old = DeltaTable(table_path(root, INDEX))
+    Maintainer(settings(root)).run_once(force=True)  # vacuum keeps 168 h
+    assert old.to_pyarrow_table().num_rows == 10 * len(STREAMS)
+
+
+def test_vacuum_deletes_only_files_removed_before_the_time_travel_span(tmp_path: Path) -> None:
+    from deltalake import DeltaTable
+
+    root = str(tmp_path)
+    create_tables(root)
+    sink = sink_for(root)
+    for b in range(8):
+        sink.write(batch_rows(b), b)
+    index_dir = Path(table_path(root, INDEX))
+
+    def parquet_files() -> set[str]:
+        return {p.name for p in index_dir.glob("*.parquet")}
+
+    before = parquet_files()
+    assert len(before) == 8
+    kept = Maintainer(settings(root, tables=(INDEX,)))
+    kept.run_once(force=True)
+    after_compaction = parquet_files()
+    assert before <= after_compaction  # removed files stay: within 168 h of time travel
+    live = {os.path.basename(u) for u in DeltaTable(str(index_dir)).file_uris()}
+    assert len(live) == 1
+    assert DeltaTable(str(index_dir), version=8).to_pyarrow_table().num_rows == 8 * len(STREAMS)
+
+    time.sleep(1.1)
+    gone = Maintainer(settings(root, tables=(INDEX,), time_travel_hours=0))
+    report = gone.run_once(force=True)[0]
+    assert report.vacuumed == 8
+    assert parquet_files() == live
+    assert DeltaTable(str(index_dir)).to_pyarrow_table().num_rows == 8 * len(STREAMS)
+
+
+def test_missing_tables_are_skipped(tmp_path: Path) -> None:
+    reports = Maintainer(settings(str(tmp_path))).run_once(force=True)
+    assert [r.table for r in reports] == list(TABLES)
+    assert all(r.version == -1 and r.error is None for r in reports)
+
+
+def test_policy_keeps_small_tables_alone(tmp_path: Path) -> None:
+    root = str(tmp_path)
+    create_tables(root)
+    sink = sink_for(root)
+    for b in range(3):
+        sink.write(batch_rows(b), b)
+    report = Maintainer(settings(root, compact_min_files=10)).run_once()
+    assert not any(r.compacted for r in report)
+    assert (
+        pa.table(
+            __import__("deltalake")
+            .DeltaTable(table_path(root, MARKS))
+            .get_add_actions(flatten=True)
+        ).num_rows
+        == 3
+    )
+
+
+@pytest.mark.parametrize("table", [MARKS, INDEX])
+def test_compacted_files_are_plain_delta(tmp_path: Path, table: str) -> None:
+    """No table feature a plain reader lacks (deletion vectors, column mapping)."""
+    from deltalake import DeltaTable
+
+    root = str(tmp_path)
+    create_tables(root)
+    sink = sink_for(root)
+    for b in range(6):
+        sink.write(batch_rows(b), b)
+    Maintainer(settings(root)).run_once(force=True)
+    protocol = DeltaTable(table_path(root, table)).protocol()
+    assert protocol.min_reader_version == 1
+    assert not (protocol.reader_features or [])
