@@ -17,6 +17,7 @@ import pytest
 
 from controller.model import Watermark
 from jobs.maintenance import Maintainer, MaintenanceSettings
+from jobs.processor import COLUMNS
 from jobs.sink import DeltaSink
 from pipelines.reading.seek import SeekIndex
 from pipelines.reading.watermark_tables import read_watermarks
@@ -64,25 +65,7 @@ def batch_rows(batch: int, streams: list[str] = STREAMS) -> list[dict[str, objec
     return [{**_EMPTY, **r} for r in rows]
 
 
-_EMPTY: dict[str, object] = dict.fromkeys(
-    [
-        "stream",
-        "seq",
-        "time",
-        "upper_time",
-        "upper_time_max",
-        "cut_segments",
-        "cut_offsets",
-        "writers",
-        "emitted_at",
-        "writer",
-        "reason",
-        "raw",
-        "kafka_partition",
-        "kafka_offset",
-        "at",
-    ]
-)
+_EMPTY: dict[str, object] = dict.fromkeys(COLUMNS)
 
 
 def sink_for(root: str) -> DeltaSink:
