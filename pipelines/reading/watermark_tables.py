@@ -81,6 +81,8 @@ class DataFile:
     uri: str
     minimum: Mapping[str, Any]
     maximum: Mapping[str, Any]
+    group: int | None = None
+    """One row group of the file (its Parquet statistics); ``None``: the whole file."""
 
     def may_hold(self, column: str, low: Any = None, high: Any = None) -> bool:
         """True unless the statistics prove no value of ``column`` lies in [low, high]."""
@@ -88,6 +90,28 @@ class DataFile:
         if low is not None and hi is not None and hi < low:
             return False
         return not (high is not None and lo is not None and lo > high)
+
+    def row_groups(self) -> list[DataFile]:
+        """The file's row groups, each with the min/max its Parquet footer records."""
+        return _row_groups(self.uri, _open_parquet(self.uri).metadata)
+
+
+def _row_groups(uri: str, metadata: pq.FileMetaData) -> list[DataFile]:
+    columns = {
+        metadata.schema.column(i).path: i
+        for i in range(metadata.num_columns)
+        if "." not in metadata.schema.column(i).path
+    }
+    groups = []
+    for g in range(metadata.num_row_groups):
+        group = metadata.row_group(g)
+        low, high = {}, {}
+        for name, i in columns.items():
+            stats = group.column(i).statistics
+            if stats is not None and stats.has_min_max:
+                low[name], high[name] = stats.min, stats.max
+        groups.append(DataFile(uri, low, high, g))
+    return groups
 
 
 class DeltaSource:
@@ -168,22 +192,57 @@ def _prefix(uris: Sequence[str], path: str) -> str:
     raise WatermarksUnavailableError(f"data file {path} is not among the table's files")
 
 
+Bounds = Mapping[str, tuple[int | None, int | None]]
+"""Inclusive ``(low, high)`` per int column (``None``: open); see :func:`read_files`."""
+
+
 def read_files(
-    files: Iterable[DataFile], columns: Sequence[str], stream: str, min_seq: int | None = None
+    files: Iterable[DataFile],
+    columns: Sequence[str],
+    stream: str,
+    min_seq: int | None = None,
+    bounds: Bounds | None = None,
 ) -> pa.Table:
-    """The stream's rows (``seq > min_seq``) of ``files``, sorted by ``seq``."""
-    expr = pc.field("stream") == stream
+    """The stream's rows of ``files`` with ``seq > min_seq`` and each bounded column
+    within its bounds, sorted by ``seq``.
+
+    Only the row groups whose Parquet statistics may hold such rows are read
+    (compacted files have small row groups, see ``jobs.maintenance``), and
+    the rows are filtered with compute kernels, not a dataset scan.
+    """
+    wanted = dict(bounds or {})
     if min_seq is not None:
-        expr = expr & (pc.field("seq") > min_seq)
+        low, high = wanted.get("seq", (None, None))
+        wanted["seq"] = (min_seq + 1 if low is None else max(low, min_seq + 1), high)
+    needed = list(dict.fromkeys([*columns, "stream", *wanted]))
     tables = []
     for f in files:
-        filesystem, path = _filesystem(f.uri)
-        tables.append(
-            pq.read_table(path, columns=list(columns), filters=expr, filesystem=filesystem)
-        )
+        parquet = _open_parquet(f.uri)
+        groups = [
+            g.group
+            for g in (_row_groups(f.uri, parquet.metadata) if f.group is None else [f])
+            if g.group is not None
+            and g.may_hold("stream", stream, stream)
+            and all(g.may_hold(c, low, high) for c, (low, high) in wanted.items())
+        ]
+        if not groups:
+            continue
+        rows = parquet.read_row_groups(groups, columns=needed)
+        mask = pc.equal(rows.column("stream"), stream)
+        for column, (low, high) in wanted.items():
+            if low is not None:
+                mask = pc.and_(mask, pc.greater_equal(rows.column(column), low))
+            if high is not None:
+                mask = pc.and_(mask, pc.less_equal(rows.column(column), high))
+        tables.append(rows.filter(mask).select(list(columns)))
     if not tables:
         return pa.table({c: [] for c in columns})
     return pa.concat_tables(tables).sort_by("seq")
+
+
+def _open_parquet(uri: str) -> pq.ParquetFile:
+    filesystem, path = _filesystem(uri)
+    return pq.ParquetFile(path if filesystem is None else filesystem.open_input_file(path))
 
 
 def _filesystem(uri: str) -> tuple[Any, str]:
@@ -312,13 +371,23 @@ def read_cut(
     return read_cut_from(source, stream, seq)
 
 
-def read_cut_from(source: DeltaSource, stream: str, seq: int) -> dict[int, int] | None:
+def read_cut_from(
+    source: DeltaSource, stream: str, seq: int, time: int | None = None
+) -> dict[int, int] | None:
+    """The cut of watermark ``seq``; its ``time``, when known, narrows the files and row
+    groups read (compacted files are in commit order, so their ``time`` ranges are tight
+    whatever the streams' ``seq`` ranges)."""
     files = [
         f
         for f in source.files()
-        if f.may_hold("stream", stream, stream) and f.may_hold("seq", seq, seq)
+        if f.may_hold("stream", stream, stream)
+        and f.may_hold("seq", seq, seq)
+        and (time is None or f.may_hold("time", time, time))
     ]
-    rows = read_files(files, ("stream", "seq", "stream_cut"), stream, seq - 1)
+    bounds: dict[str, tuple[int | None, int | None]] = {"seq": (seq, seq)}
+    if time is not None:
+        bounds["time"] = (time, time)
+    rows = read_files(files, ("stream", "seq", "stream_cut"), stream, None, bounds)
     for row in rows.to_pylist():
         if row["seq"] == seq:
             return cut_from_cell(row["stream_cut"])
@@ -333,6 +402,7 @@ __all__ = [
     "MARKS",
     "MARKS_COLUMNS",
     "MARKS_SCHEMA",
+    "Bounds",
     "DataFile",
     "DeltaSource",
     "TableTail",
