@@ -267,3 +267,84 @@ def test_compacted_files_are_plain_delta(tmp_path: Path, table: str) -> None:
     protocol = DeltaTable(table_path(root, table)).protocol()
     assert protocol.min_reader_version == 1
     assert not (protocol.reader_features or [])
+
+
+def test_lookups_on_compacted_tables_match_the_pure_search(tmp_path: Path) -> None:
+    """Streams of different ages and rates, compacted into files of tiny row groups:
+    cold (statistics) and warm (in memory) lookups give the pure search's answers."""
+    from controller.index import index_rows, start_cut, stop_cut
+
+    root = str(tmp_path)
+    create_tables(root)
+    sink = sink_for(root)
+    marks: dict[str, list[Watermark]] = {"a/old": [], "a/new": [], "a/rare": []}
+    top: dict[str, int] = {}
+    for b in range(60):
+        rows = []
+        for name, every, start in (("a/old", 1, 0), ("a/new", 1, 30), ("a/rare", 7, 0)):
+            if b < start or b % every:
+                continue
+            seq = len(marks[name])
+            upper = 1_000 + b * 100 + (250 if b % 5 == 0 else 0)
+            top[name] = max(upper, top.get(name, upper))
+            mark = Watermark(name, 1_000 + b * 100, upper, {0: b}, seq)
+            marks[name].append(mark)
+            rows.append(
+                {
+                    **_EMPTY,
+                    "kind": "watermark",
+                    "stream": name,
+                    "seq": seq,
+                    "time": mark.time,
+                    "upper_time": upper,
+                    "upper_time_max": top[name],
+                    "cut_segments": [0],
+                    "cut_offsets": [b],
+                    "writers": [],
+                    "emitted_at": b,
+                }
+            )
+        sink.write(rows, b)
+        if b % 20 == 19:
+            Maintainer(settings(root, row_group_rows=3)).run_once(force=True)
+    import pyarrow.parquet as pq
+    from deltalake import DeltaTable
+
+    uris = DeltaTable(table_path(root, INDEX)).file_uris()
+    groups = [pq.ParquetFile(u.removeprefix("file://")).metadata.num_row_groups for u in uris]
+    assert max(groups) > 10, groups  # the walk over row groups is exercised
+    for name, written in marks.items():
+        expected = index_rows(written)
+        probes = range(900, 1_000 + 61 * 100, 37)
+        cold = SeekIndex(root, refresh_interval_ms=0, warm_after=10_000)
+        warm = SeekIndex(root, refresh_interval_ms=0, warm_after=0)
+        for t in probes:
+            for index in (cold, warm):
+                found = index.start(name, t)
+                assert (None if found is None else found.stream_cut) == start_cut(expected, t)
+                stop = index.stop(name, t)
+                assert (None if stop is None else stop.stream_cut) == stop_cut(expected, t)
+        assert not cold.warm(name)
+        assert warm.warm(name)
+
+
+@pytest.mark.parametrize("compacted", [False, True])
+def test_cold_start_finds_the_last_row_of_a_plateau(tmp_path: Path, compacted: bool) -> None:
+    """Equal ``upper_time_max`` over several rows split across files / row groups: the
+    cold walk must not stop at the first of them."""
+    from pipelines.reading.watermark_tables import append_watermarks
+
+    root = str(tmp_path)
+    uppers = [100, 200, 150, 180, 190, 300]  # running max: 100, 200, 200, 200, 200, 300
+    previous = None
+    for seq, upper in enumerate(uppers):
+        mark = Watermark("p/s", 50 + seq * 10, upper, {0: seq}, seq)
+        append_watermarks(root, [mark], previous_upper_time_max=previous)
+        previous = upper if previous is None else max(previous, upper)
+    if compacted:
+        Maintainer(settings(root, tables=(INDEX,), row_group_rows=1)).run_once(force=True)
+    index = SeekIndex(root, refresh_interval_ms=0, warm_after=10_000)
+    assert index.cold_start_seq("p/s", 250) == 4
+    assert index.cold_start_seq("p/s", 200) == 0
+    assert index.cold_start_seq("p/s", 301) == 5
+    assert index.cold_stop_seq("p/s", 75) == 3
