@@ -287,6 +287,12 @@ class SeekIndex:
                 return _stat(f.maximum, column, MAX_TIMESTAMP)
             return _stat(f.minimum, column, 0)
 
+        def order(f: DataFile) -> tuple[int, int]:
+            """``edge``, then the unit most likely to hold the answer first."""
+            if latest:
+                return edge(f), _stat(f.maximum, "seq", MAX_TIMESTAMP)
+            return edge(f), _stat(f.minimum, "seq", 0)
+
         with self._lock:
             self._index.refresh()
             files = self._index.files()
@@ -296,7 +302,7 @@ class SeekIndex:
                 for f in files
                 if f.may_hold("stream", stream, stream) and f.may_hold(column, low, high)
             ),
-            key=edge,
+            key=order,
             reverse=latest,
         )
         best: _Row | None = None
@@ -327,7 +333,7 @@ class SeekIndex:
                     for g in f.row_groups()
                     if g.may_hold("stream", stream, stream) and g.may_hold(column, low, high)
                 ),
-                key=edge,
+                key=order,
                 reverse=latest,
             )
             for g in groups:
