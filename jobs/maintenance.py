@@ -49,6 +49,9 @@ from schemas.tables import TABLES, table_path
 log = logging.getLogger(__name__)
 
 MIB = 1024 * 1024
+DEFAULT_TARGET_FILE_BYTES = 64 * MIB
+DEFAULT_ROW_GROUP_ROWS = 8192
+DEFAULT_TIME_TRAVEL_HOURS = 168
 
 
 @dataclass(frozen=True)
@@ -59,13 +62,13 @@ class MaintenanceSettings:
     tables: tuple[str, ...] = TABLES
     compact_min_files: int = 32
     """Compact once this many files are smaller than ``target_file_bytes``."""
-    target_file_bytes: int = 64 * MIB
+    target_file_bytes: int = DEFAULT_TARGET_FILE_BYTES
     """Size compaction aims at; a file this large is left alone."""
-    row_group_rows: int = 8192
+    row_group_rows: int = DEFAULT_ROW_GROUP_ROWS
     """Rows per Parquet row group in compacted files (what one lookup reads at least)."""
     checkpoint_every: int = 20
     """Checkpoint once this many commits were added since the last checkpoint."""
-    time_travel_hours: int = 168
+    time_travel_hours: int = DEFAULT_TIME_TRAVEL_HOURS
     """Removed files stay this long (time travel, readers of old versions); Delta's 7 days."""
     vacuum_every_s: float = 3600.0
     check_interval_s: float = 5.0
@@ -75,6 +78,8 @@ class MaintenanceSettings:
     def __post_init__(self) -> None:
         from jobs.exceptions import JobConfigurationError
 
+        if not str(self.delta_root).strip():
+            raise JobConfigurationError("no delta root: pass the directory or URI of the tables")
         if self.compact_min_files < 2:
             raise JobConfigurationError(
                 f"compact_min_files must be at least 2: got {self.compact_min_files}"
@@ -212,20 +217,23 @@ class Maintainer:
 
     # -- one pass -----------------------------------------------------------------------------
 
-    def run_once(self, *, force: bool = False) -> list[PassReport]:
-        """One pass over the tables; ``force`` compacts, checkpoints and vacuums regardless."""
+    def run_once(self, *, force: bool = False, vacuum: bool = True) -> list[PassReport]:
+        """One pass over the tables; ``force`` compacts, checkpoints and (unless not
+        ``vacuum``) vacuums regardless of the policy."""
         with self._pass_lock:
-            reports = [self._maintain(table, force) for table in self.settings.tables]
+            reports = [self._maintain(table, force, vacuum) for table in self.settings.tables]
             self.passes += 1
             self.last_reports = reports
             return reports
 
-    def _maintain(self, table: str, force: bool) -> PassReport:
+    def _maintain(self, table: str, force: bool, vacuum: bool) -> PassReport:
         dt = self._table(table)
         if dt is None:
             return PassReport(table, -1, 0, 0)
         state = self.state(table)
         todo = Plan(True, True, True) if force else plan(state, self.settings, self._clock())
+        if not vacuum:
+            todo = Plan(todo.compact, todo.checkpoint, False)
         report = PassReport(table, state.version, state.files, state.files)
         try:
             if todo.compact and state.small_files >= 2:
@@ -351,6 +359,10 @@ def table_files(
 
 
 __all__ = [
+    "DEFAULT_ROW_GROUP_ROWS",
+    "DEFAULT_TARGET_FILE_BYTES",
+    "DEFAULT_TIME_TRAVEL_HOURS",
+    "MIB",
     "Maintainer",
     "MaintenanceSettings",
     "PassReport",

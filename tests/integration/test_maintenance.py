@@ -348,3 +348,20 @@ def test_cold_start_finds_the_last_row_of_a_plateau(tmp_path: Path, compacted: b
     assert index.cold_start_seq("p/s", 200) == 0
     assert index.cold_start_seq("p/s", 301) == 5
     assert index.cold_stop_seq("p/s", 75) == 3
+
+
+def test_compact_index_tool_runs_the_same_pass(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    from jobs import compact_index
+
+    root = str(tmp_path)
+    create_tables(root)
+    sink = sink_for(root)
+    for b in range(6):
+        sink.write(batch_rows(b), b)
+    assert compact_index.main(["--delta-root", root, "--table", "index", "--no-vacuum"]) == 0
+    assert "index: 6 -> 1 files (compacted 6 into 1, vacuumed 0)" in capsys.readouterr().out
+    maint = Maintainer(settings(root))
+    assert maint.state(INDEX).files == 1
+    assert maint.state(MARKS).files == 6  # not asked for
+    with pytest.raises(SystemExit):
+        compact_index.main(["--delta-root", root, "--table", "nope"])
