@@ -55,6 +55,7 @@ from urllib.parse import urlparse
 from jobs.cli_args import add_controller_arguments, settings_from_args
 from jobs.config import ControllerSettings
 from jobs.exceptions import JobConfigurationError, QueryFailedError
+from jobs.maintenance import MAINTENANCE_BUCKET, MaintenanceSwitch, maintenance_switch
 from jobs.sink import DeltaSink, ensure_tables
 
 log = logging.getLogger(__name__)
@@ -215,6 +216,7 @@ class ControllerInstance:
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        self._maintenance: MaintenanceSwitch | None = None
         self.failures: list[str] = []
 
     @property
@@ -234,6 +236,7 @@ class ControllerInstance:
             self.spark.conf.set(CHECKPOINT_FILE_MANAGER, LOCAL_CHECKPOINT_FILE_MANAGER)
         ensure_marks_topic(self.settings)
         ensure_tables(self.spark, self.settings.delta_root)
+        self._maintenance = maintenance_switch(self.settings)  # issue 19: bucket 0 leads
         if self._client is None:
             self._client = KazooClient(hosts=self.settings.zk_connect)
             self._client.start(timeout=30)
@@ -265,6 +268,8 @@ class ControllerInstance:
         with self._lock:
             for bucket in sorted(self._queries):
                 self._stop_query(bucket)
+        if self._maintenance is not None:
+            self._maintenance.close()
         if self._owner is not None:
             self._owner.stop()
         if self._own_client and self._client is not None:
@@ -352,6 +357,8 @@ class ControllerInstance:
             owner.stop()
             self._owner = owner = self._new_owner()
         owned = owner.owned() if owner.state is OwnerState.RUNNING else frozenset()
+        if self._maintenance is not None:
+            self._maintenance.lead(MAINTENANCE_BUCKET in owned)
         with self._lock:
             for bucket in sorted(self._queries):
                 query = self._queries[bucket]

@@ -341,6 +341,50 @@ class Maintainer:
         raise AssertionError("unreachable")
 
 
+class MaintenanceSwitch:
+    """A :class:`Maintainer` that runs while its controller instance leads.
+
+        switch = MaintenanceSwitch(MaintenanceSettings(delta_root))
+        switch.lead(0 in owned_buckets)     # on every ownership change; idempotent
+        switch.close()                      # on shutdown
+
+    Exactly one instance should lead (two would only waste work: their
+    compactions conflict and one retries).
+    """
+
+    def __init__(self, settings: MaintenanceSettings) -> None:
+        self.settings = settings
+        self._lock = threading.Lock()
+        self._running: Maintainer | None = None
+
+    @property
+    def leading(self) -> bool:
+        with self._lock:
+            return self._running is not None
+
+    def lead(self, leading: bool) -> None:
+        with self._lock:
+            if leading and self._running is None:
+                log.info("maintenance of %s: starting", self.settings.delta_root)
+                self._running = Maintainer(self.settings).start()
+            elif not leading and self._running is not None:
+                log.info("maintenance of %s: handing over", self.settings.delta_root)
+                self._running.stop()
+                self._running = None
+
+    def close(self) -> None:
+        self.lead(False)
+
+
+MAINTENANCE_BUCKET = 0
+"""Until the controller elects a leader, the owner of this bucket maintains the tables."""
+
+
+def maintenance_switch(settings: Any) -> MaintenanceSwitch:
+    """The switch for a controller's settings (``ControllerSettings``: its delta root)."""
+    return MaintenanceSwitch(MaintenanceSettings(settings.delta_root))
+
+
 def _with(report: PassReport, **changes: Any) -> PassReport:
     from dataclasses import replace
 
@@ -362,12 +406,15 @@ __all__ = [
     "DEFAULT_ROW_GROUP_ROWS",
     "DEFAULT_TARGET_FILE_BYTES",
     "DEFAULT_TIME_TRAVEL_HOURS",
+    "MAINTENANCE_BUCKET",
     "MIB",
     "Maintainer",
     "MaintenanceSettings",
+    "MaintenanceSwitch",
     "PassReport",
     "Plan",
     "TableState",
+    "maintenance_switch",
     "plan",
     "table_files",
 ]

@@ -365,3 +365,30 @@ def test_compact_index_tool_runs_the_same_pass(tmp_path: Path, capsys) -> None: 
     assert maint.state(MARKS).files == 6  # not asked for
     with pytest.raises(SystemExit):
         compact_index.main(["--delta-root", root, "--table", "nope"])
+
+
+def test_switch_runs_maintenance_only_while_leading(tmp_path: Path) -> None:
+    from jobs.maintenance import MaintenanceSwitch
+
+    root = str(tmp_path)
+    create_tables(root)
+    sink = sink_for(root)
+    switch = MaintenanceSwitch(settings(root))
+    switch.lead(False)
+    assert not switch.leading
+    for b in range(6):
+        sink.write(batch_rows(b), b)
+    switch.lead(True)
+    switch.lead(True)  # idempotent: one loop
+    try:
+        deadline = time.monotonic() + 30
+        while Maintainer(settings(root)).state(INDEX).files > 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert Maintainer(settings(root)).state(INDEX).files == 1
+    finally:
+        switch.close()
+    assert not switch.leading
+    for b in range(6, 12):
+        sink.write(batch_rows(b), b)
+    time.sleep(0.3)
+    assert Maintainer(settings(root)).state(INDEX).files == 7  # nobody compacts now
