@@ -331,11 +331,32 @@ def append_watermarks(
 
 
 def read_watermarks(
-    delta_root: str, stream: str, storage_options: Mapping[str, str] | None = None
+    delta_root: str,
+    stream: str,
+    storage_options: Mapping[str, str] | None = None,
+    *,
+    since: int | None = None,
 ) -> list[Watermark]:
-    """Every watermark of ``stream`` in the ``marks`` table, in ``seq`` order."""
-    tail = TableTail(table_path(delta_root, MARKS), stream, MARKS_COLUMNS, storage_options)
-    return [watermark_from_row(row, Watermark) for row in tail.poll().to_pylist()]
+    """The watermarks of ``stream`` in the ``marks`` table (those whose time is >=
+    ``since``, when given), in ``seq`` order.
+
+    With ``since``, only the files and row groups whose ``time`` statistics reach
+    it are read: compacted files are in commit order, so a recent ``since``
+    reads the table's tail, whatever its age.
+    """
+    if since is None:
+        tail = TableTail(table_path(delta_root, MARKS), stream, MARKS_COLUMNS, storage_options)
+        rows = tail.poll()
+    else:
+        source = DeltaSource(table_path(delta_root, MARKS), storage_options)
+        source.refresh()
+        files = [
+            f
+            for f in source.files()
+            if f.may_hold("stream", stream, stream) and f.may_hold("time", since, None)
+        ]
+        rows = read_files(files, MARKS_COLUMNS, stream, None, {"time": (since, None)})
+    return [watermark_from_row(row, Watermark) for row in rows.to_pylist()]
 
 
 def read_index_rows(

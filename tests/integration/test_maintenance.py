@@ -392,3 +392,23 @@ def test_switch_runs_maintenance_only_while_leading(tmp_path: Path) -> None:
         sink.write(batch_rows(b), b)
     time.sleep(0.3)
     assert Maintainer(settings(root)).state(INDEX).files == 7  # nobody compacts now
+
+
+def test_watermarks_since_reads_the_tail_of_compacted_tables(tmp_path: Path) -> None:
+    from pipelines.reading.windows import WatermarkFeed
+
+    root = str(tmp_path)
+    create_tables(root)
+    sink = sink_for(root)
+    for b in range(40):
+        sink.write(batch_rows(b), b)
+        if b == 29:
+            Maintainer(settings(root, row_group_rows=5)).run_once(force=True)
+    expected = expected_marks(STREAMS[2], 40)
+    for since in (0, 1_000, 2_250, 3_900, 4_000, 10_000):
+        want = [m for m in expected if m.time >= since]
+        assert read_watermarks(root, STREAMS[2], since=since) == want
+        assert WatermarkFeed(root, STREAMS[2]).since(since) == want
+    feed = WatermarkFeed(root, STREAMS[2])
+    feed.refresh()
+    assert feed.since(3_000) == [m for m in expected if m.time >= 3_000]  # loaded path
