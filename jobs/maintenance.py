@@ -247,8 +247,7 @@ class Maintainer:
         except Exception as exc:
             log.warning("maintenance of %s: %s", table, exc)
             report = _with(report, error=str(exc))
-        after = self._table(table)
-        files = len(after.get_add_actions(flatten=True)) if after is not None else 0
+        files = self.state(table).files
         report = _with(report, files_after=files)
         if report.compacted or report.vacuumed:
             log.info("maintenance: %s", report)
@@ -256,12 +255,12 @@ class Maintainer:
 
     def state(self, table: str) -> TableState:
         """The table's current :class:`TableState` (files and sizes from the log)."""
-        import pyarrow as pa
+        from pipelines.reading.watermark_tables import add_actions
 
         dt = self._table(table)
         if dt is None:
             return TableState(-1, 0, 0, 0, 0, None, None)
-        sizes = pa.table(dt.get_add_actions(flatten=True)).column("size_bytes").to_pylist()
+        sizes = add_actions(dt).column("size_bytes").to_pylist()
         small = [s for s in sizes if s < self.settings.target_file_bytes]
         return TableState(
             version=int(dt.version()),
