@@ -20,15 +20,21 @@ run *ahead* of the time it notes is fine: the upper time of a watermark is
 the largest time any writer has noted, and the start question uses the
 running maximum of it.
 
-How a lookup runs: a :class:`SeekIndex` keeps each stream's ``time`` and
-``upper_time_max`` columns in memory as sorted int64 arrays, refreshed at
-most every ``refresh_interval_ms`` and only by the table versions added
-since (:class:`~pipelines.reading.watermark_tables.TableTail`: Delta file statistics
-pick the new files that may hold newer rows of the stream). The search is
-``controller.index.find`` (binary search); the cut of the watermark found
-comes from the ``marks`` table (statistics on ``seq`` pick one file) and is
-cached. :meth:`SeekIndex.cold_start_seq` answers without the cache: it
-reads only the files whose statistics can hold the answer.
+How a lookup runs. The first ``warm_after`` lookups of a stream in a
+:class:`SeekIndex` are *cold*: they read the table, not memory. The ``index``
+table's files are visited by their Delta statistics of the searched column
+(``upper_time_max`` to start, ``time`` to stop), then the row groups of a
+file by their Parquet statistics, and the walk stops as soon as nothing left
+can hold a better row; the cut comes from the one ``marks`` row group whose
+statistics hold that ``seq`` and ``time``. The maintenance
+(``jobs.maintenance``) keeps files few and compacts them in commit order
+with small row groups, so a cold lookup reads a checkpoint, a short log
+tail, and one or two row groups per table -- whatever the table's age and
+the number of streams. A stream asked about again is loaded: its ``time`` and
+``upper_time_max`` columns are kept in memory as sorted int64 arrays,
+refreshed at most every ``refresh_interval_ms`` and only by the table
+versions added since (:class:`~pipelines.reading.watermark_tables.TableTail`),
+and searched by ``controller.index`` (binary search); cuts are cached.
 """
 
 from __future__ import annotations
@@ -122,7 +128,9 @@ class SeekIndex:
 
     Thread-safe. ``refresh_interval_ms`` bounds how stale a lookup may be (0:
     look at the table's version on every lookup); ``cut_cache_size`` bounds
-    the cuts kept in memory.
+    the cuts kept in memory; a stream's first ``warm_after`` lookups are cold
+    (statistics and row groups, always the table's latest version), the next
+    one loads its columns (0: load at once, as :meth:`refresh` does).
     """
 
     def __init__(
