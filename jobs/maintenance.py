@@ -181,6 +181,8 @@ class Maintainer:
         self._thread: threading.Thread | None = None
         self._pass_lock = threading.Lock()
         self.passes = 0
+        self.busy_s = 0.0
+        self.longest_pass_s = 0.0
         self.last_reports: list[PassReport] = []
 
     # -- the loop -----------------------------------------------------------------------------
@@ -221,7 +223,11 @@ class Maintainer:
         """One pass over the tables; ``force`` compacts, checkpoints and (unless not
         ``vacuum``) vacuums regardless of the policy."""
         with self._pass_lock:
+            started = time.monotonic()
             reports = [self._maintain(table, force, vacuum) for table in self.settings.tables]
+            took = time.monotonic() - started
+            self.busy_s += took
+            self.longest_pass_s = max(self.longest_pass_s, took)
             self.passes += 1
             self.last_reports = reports
             return reports

@@ -228,6 +228,8 @@ def run(services: Any) -> list[str]:
         f" ({maintainer.passes} passes; compact at {settings.compact_min_files} small files,"
         f" checkpoint every {settings.checkpoint_every} commits,"
         f" time travel {settings.time_travel_hours} h)",
+        f"  maintenance busy {maintainer.busy_s:.0f} s, longest pass"
+        f" {maintainer.longest_pass_s * 1000:.0f} ms",
         f"  cold stream_cut_at (fresh process) after 100 commits: p50 {p50_early:.1f} ms"
         f"  max {max(early):.1f} ms",
         f"  cold stream_cut_at (fresh process) after {commits:,}: p50 {p50_late:.1f} ms"
