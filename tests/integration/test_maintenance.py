@@ -74,6 +74,16 @@ def sink_for(root: str) -> DeltaSink:
     return sink
 
 
+def written(tmp_path: Path, batches: int) -> str:
+    """A delta root whose tables the sink wrote ``batches`` batches to (one file each)."""
+    root = str(tmp_path)
+    create_tables(root)
+    sink = sink_for(root)
+    for b in range(batches):
+        sink.write(batch_rows(b), b)
+    return root
+
+
 def settings(root: str, **overrides: object) -> MaintenanceSettings:
     values: dict[str, object] = {
         "compact_min_files": 4,
@@ -151,11 +161,7 @@ def test_sink_appends_never_fail_under_back_to_back_compactions(tmp_path: Path) 
 
 
 def test_readers_see_every_row_during_compaction(tmp_path: Path) -> None:
-    root = str(tmp_path)
-    create_tables(root)
-    sink = sink_for(root)
-    for b in range(40):
-        sink.write(batch_rows(b), b)
+    root = written(tmp_path, 40)
     stop = threading.Event()
     seen: list[int] = []
     failures: list[BaseException] = []
@@ -188,11 +194,7 @@ def test_open_reader_survives_compaction_within_time_travel(tmp_path: Path) -> N
     """A reader holding an old version reads its files after compaction and vacuum."""
     from deltalake import DeltaTable
 
-    root = str(tmp_path)
-    create_tables(root)
-    sink = sink_for(root)
-    for b in range(10):
-        sink.write(batch_rows(b), b)
+    root = written(tmp_path, 10)
     old = DeltaTable(table_path(root, INDEX))
     Maintainer(settings(root)).run_once(force=True)  # vacuum keeps 168 h
     assert old.to_pyarrow_table().num_rows == 10 * len(STREAMS)
@@ -201,11 +203,7 @@ def test_open_reader_survives_compaction_within_time_travel(tmp_path: Path) -> N
 def test_vacuum_deletes_only_files_removed_before_the_time_travel_span(tmp_path: Path) -> None:
     from deltalake import DeltaTable
 
-    root = str(tmp_path)
-    create_tables(root)
-    sink = sink_for(root)
-    for b in range(8):
-        sink.write(batch_rows(b), b)
+    root = written(tmp_path, 8)
     index_dir = Path(table_path(root, INDEX))
 
     def parquet_files() -> set[str]:
@@ -236,11 +234,7 @@ def test_missing_tables_are_skipped(tmp_path: Path) -> None:
 
 
 def test_policy_keeps_small_tables_alone(tmp_path: Path) -> None:
-    root = str(tmp_path)
-    create_tables(root)
-    sink = sink_for(root)
-    for b in range(3):
-        sink.write(batch_rows(b), b)
+    root = written(tmp_path, 3)
     report = Maintainer(settings(root, compact_min_files=10)).run_once()
     assert not any(r.compacted for r in report)
     assert (
@@ -258,11 +252,7 @@ def test_compacted_files_are_plain_delta(tmp_path: Path, table: str) -> None:
     """No table feature a plain reader lacks (deletion vectors, column mapping)."""
     from deltalake import DeltaTable
 
-    root = str(tmp_path)
-    create_tables(root)
-    sink = sink_for(root)
-    for b in range(6):
-        sink.write(batch_rows(b), b)
+    root = written(tmp_path, 6)
     Maintainer(settings(root)).run_once(force=True)
     protocol = DeltaTable(table_path(root, table)).protocol()
     assert protocol.min_reader_version == 1
@@ -353,11 +343,7 @@ def test_cold_start_finds_the_last_row_of_a_plateau(tmp_path: Path, compacted: b
 def test_compact_index_tool_runs_the_same_pass(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     from jobs import compact_index
 
-    root = str(tmp_path)
-    create_tables(root)
-    sink = sink_for(root)
-    for b in range(6):
-        sink.write(batch_rows(b), b)
+    root = written(tmp_path, 6)
     assert compact_index.main(["--delta-root", root, "--table", "index", "--no-vacuum"]) == 0
     assert "index: 6 -> 1 files (compacted 6 into 1, vacuumed 0)" in capsys.readouterr().out
     maint = Maintainer(settings(root))
@@ -397,13 +383,11 @@ def test_switch_runs_maintenance_only_while_leading(tmp_path: Path) -> None:
 def test_watermarks_since_reads_the_tail_of_compacted_tables(tmp_path: Path) -> None:
     from pipelines.reading.windows import WatermarkFeed
 
-    root = str(tmp_path)
-    create_tables(root)
+    root = written(tmp_path, 30)
+    Maintainer(settings(root, row_group_rows=5)).run_once(force=True)
     sink = sink_for(root)
-    for b in range(40):
+    for b in range(30, 40):
         sink.write(batch_rows(b), b)
-        if b == 29:
-            Maintainer(settings(root, row_group_rows=5)).run_once(force=True)
     expected = expected_marks(STREAMS[2], 40)
     for since in (0, 1_000, 2_250, 3_900, 4_000, 10_000):
         want = [m for m in expected if m.time >= since]
