@@ -49,7 +49,7 @@ from schemas.tables import TABLES, table_path
 log = logging.getLogger(__name__)
 
 MIB = 1024 * 1024
-DEFAULT_TARGET_FILE_BYTES = 64 * MIB
+DEFAULT_TARGET_FILE_BYTES = 16 * MIB
 DEFAULT_ROW_GROUP_ROWS = 8192
 DEFAULT_TIME_TRAVEL_HOURS = 168
 
@@ -298,16 +298,16 @@ class Maintainer:
         return dt
 
     def _compact(self, table: str) -> tuple[int, int]:
-        """Bin-pack the small files; a conflicting commit is retried on the new version."""
-        from deltalake import PostCommitHookProperties, WriterProperties
+        """Rewrite the small files in time order; a failed commit is retried on the new version."""
+        from jobs.compaction import compact_in_time_order
 
         def attempt() -> tuple[int, int]:
-            metrics = self._table(table).optimize.compact(
-                target_size=self.settings.target_file_bytes,
-                writer_properties=WriterProperties(max_row_group_size=self.settings.row_group_rows),
-                post_commithook_properties=PostCommitHookProperties(create_checkpoint=False),
+            return compact_in_time_order(
+                self._table(table),
+                table,
+                target_bytes=self.settings.target_file_bytes,
+                row_group_rows=self.settings.row_group_rows,
             )
-            return int(metrics["numFilesRemoved"]), int(metrics["numFilesAdded"])
 
         return self._retrying(table, "compaction", attempt)
 

@@ -250,11 +250,12 @@ def read_files(
 
 
 def _open_parquet(uri: str) -> pq.ParquetFile:
-    filesystem, path = _filesystem(uri)
+    filesystem, path = filesystem_path(uri)
     return pq.ParquetFile(path if filesystem is None else filesystem.open_input_file(path))
 
 
-def _filesystem(uri: str) -> tuple[Any, str]:
+def filesystem_path(uri: str) -> tuple[Any, str]:
+    """``(pyarrow filesystem or None for a local path, path)`` of a file URI."""
     if "://" not in uri or uri.startswith("file://"):
         return None, uri.removeprefix("file://")
     import pyarrow.fs as pafs
@@ -439,6 +440,7 @@ __all__ = [
     "add_actions",
     "append_watermarks",
     "cut_from_cell",
+    "filesystem_path",
     "read_cut",
     "read_cut_from",
     "read_files",
