@@ -91,3 +91,12 @@ def test_bad_settings_are_named(changes: dict[str, object], named: str) -> None:
     values: dict[str, object] = {"delta_root": "/d", **changes}
     with pytest.raises(JobConfigurationError, match=named):
         MaintenanceSettings(**values)  # type: ignore[arg-type]
+
+
+def test_bins_are_runs_in_time_order_up_to_the_target() -> None:
+    from jobs.compaction import SmallFile, bins
+
+    files = [SmallFile(f"f{i}", size, i) for i, size in enumerate([4, 4, 4, 9, 1, 1, 10])]
+    assert [[f.path for f in b] for b in bins(files, 10)] == [["f0", "f1"], ["f3", "f4"]]
+    assert bins(files[:1], 10) == []  # nothing to merge
+    assert [len(b) for b in bins(files, 100)] == [7]
