@@ -13,12 +13,12 @@ the table's file count and sizes what to do:
 
 - **compact** when ``compact_min_files`` files are smaller than
   ``target_file_bytes`` (or the small files add up to a whole target file):
-  delta-rs ``optimize.compact`` bin-packs the small files, in commit order,
-  into files of up to ``target_file_bytes`` with row groups of
-  ``row_group_rows`` rows. It is a ``dataChange=false`` commit: readers at
-  an older version keep reading their files, the rows do not change. Files
-  that reached the target are never rewritten again, so the table holds
-  about ``size / target_file_bytes`` full files plus fewer than
+  :mod:`jobs.compaction` rewrites them, sorted by time, into files of up to
+  ``target_file_bytes`` with row groups of ``row_group_rows`` rows -- one
+  ``dataChange=false`` commit: readers at an older version keep reading
+  their files, the rows do not change. Files that reached the target are
+  never rewritten again, so the table holds about
+  ``size / target_file_bytes`` full files plus fewer than
   ``compact_min_files`` small ones;
 - **checkpoint** when ``checkpoint_every`` commits were added since the last
   checkpoint (and after each compaction), so opening the table replays a
