@@ -140,6 +140,8 @@ def _cli_watermarks(root: Path, services: Any, stream: str, since: int) -> tuple
         "TIDEMARK_ZK_CONNECT": services.zk_connect,
     }
     cli = [sys.executable, "-m", "tidemark.cli.main"]
+    scope = stream.split("/")[0]
+    subprocess.run([*cli, "scope", "create", scope], check=False, capture_output=True, env=env)
     subprocess.run(
         [*cli, "stream", "create", stream, "--segments", str(SEGMENTS)],
         check=True,
