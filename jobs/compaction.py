@@ -9,9 +9,11 @@ delta-rs ``optimize.compact`` bin-packs files in an order of its own (by
 size, then the snapshot's order, which a checkpoint shuffles), so its row
 groups span most of the table; this rewrite orders them itself:
 
-1. the small files (below ``target_bytes``) are taken in the order of their
-   minimum time (``time``; ``at`` for ``rejected_marks``) and cut into bins
-   of up to ``target_bytes``;
+1. the small files (below ``target_bytes / TIER``; and, once ``min_files``
+   of them wait, the files between that and ``target_bytes``) are taken in
+   the order of their minimum time (``time``; ``at`` for ``rejected_marks``)
+   and cut into bins of up to ``target_bytes`` (two tiers: a growing file
+   is rewritten only while it is small);
 2. each bin's rows are sorted by ``(time, stream, seq)`` and written as one
    Parquet file of ``row_group_rows``-row groups beside the table's files;
 3. one commit removes the bin's files and adds the new ones, every action
@@ -46,6 +48,10 @@ ORDER: dict[str, tuple[str, ...]] = {REJECTED_MARKS: ("at", "kafka_partition", "
 """Sort columns per table; the first is the one files are binned by."""
 DEFAULT_ORDER = ("time", "stream", "seq")
 STATS_TYPES = (pa.types.is_integer, pa.types.is_string)
+TIER = 8
+"""Files below ``target / TIER`` are merged whenever compaction runs; files between
+that and the target only once ``min_files`` of them wait. So a growing file is
+rewritten while it is small only, and every row is rewritten about twice."""
 
 
 @dataclass(frozen=True)
@@ -102,14 +108,19 @@ def bins(files: Sequence[SmallFile], target_bytes: int) -> list[list[SmallFile]]
 
 
 def compact_in_time_order(
-    dt: Any, table: str, *, target_bytes: int, row_group_rows: int
+    dt: Any, table: str, *, target_bytes: int, row_group_rows: int, min_files: int = 2
 ) -> tuple[int, int]:
     """Rewrite the small files of ``dt`` (the open table named ``table``) in time order;
     ``(files removed, files added)``. One commit for all bins."""
     from deltalake import PostCommitHookProperties
     from deltalake.transaction import AddAction, RemoveAction
 
-    todo = bins(small_files(dt, table, target_bytes), target_bytes)
+    files = small_files(dt, table, target_bytes)
+    first = [f for f in files if f.size < target_bytes // TIER]
+    second = [f for f in files if f.size >= target_bytes // TIER]
+    todo = bins(first, target_bytes)
+    if len(second) >= min_files:
+        todo += bins(second, target_bytes)
     if not todo:
         return 0, 0
     base = str(dt.table_uri).rstrip("/")
@@ -191,4 +202,4 @@ def _stats(rows: pa.Table) -> dict[str, Any]:
     }
 
 
-__all__ = ["SmallFile", "bins", "compact_in_time_order", "order_of", "small_files"]
+__all__ = ["TIER", "SmallFile", "bins", "compact_in_time_order", "order_of", "small_files"]

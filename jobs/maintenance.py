@@ -12,7 +12,8 @@ opens them all. Each pass, for each table, :func:`plan` (pure) decides from
 the table's file count and sizes what to do:
 
 - **compact** when ``compact_min_files`` files are smaller than
-  ``target_file_bytes`` (or the small files add up to a whole target file):
+  ``target_file_bytes / TIER`` (or they add up to that much), or as many
+  wait between that and the target:
   :mod:`jobs.compaction` rewrites them, sorted by time, into files of up to
   ``target_file_bytes`` with row groups of ``row_group_rows`` rows -- one
   ``dataChange=false`` commit: readers at an older version keep reading
@@ -44,6 +45,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from jobs.compaction import TIER
 from schemas.tables import TABLES, table_path
 
 log = logging.getLogger(__name__)
@@ -117,6 +119,8 @@ class TableState:
     """The last version this maintainer checkpointed (``None``: not yet)."""
     vacuumed_at: float | None
     """When this maintainer last vacuumed the table (``None``: not yet)."""
+    medium_files: int = 0
+    """Files between ``target_file_bytes / TIER`` and the target (the second tier)."""
 
 
 @dataclass(frozen=True)
@@ -128,8 +132,10 @@ class Plan:
 
 def plan(state: TableState, settings: MaintenanceSettings, now: float) -> Plan:
     """What to do to a table now (pure; ``now`` in seconds, as ``vacuumed_at``)."""
-    compact = state.small_files >= settings.compact_min_files or (
-        state.small_files >= 2 and state.small_bytes >= settings.target_file_bytes
+    compact = (
+        state.small_files >= settings.compact_min_files
+        or state.medium_files >= settings.compact_min_files
+        or (state.small_files >= 2 and state.small_bytes >= settings.target_file_bytes // TIER)
     )
     since = (
         state.version + 1
@@ -242,7 +248,7 @@ class Maintainer:
             todo = Plan(todo.compact, todo.checkpoint, False)
         report = PassReport(table, state.version, state.files, state.files)
         try:
-            if todo.compact and state.small_files >= 2:
+            if todo.compact and (state.small_files >= 2 or state.medium_files >= 2):
                 removed, added = self._compact(table)
                 report = _with(report, compacted=True, files_removed=removed, files_added=added)
             if todo.checkpoint:
@@ -267,7 +273,9 @@ class Maintainer:
         if dt is None:
             return TableState(-1, 0, 0, 0, 0, None, None)
         sizes = add_actions(dt).column("size_bytes").to_pylist()
-        small = [s for s in sizes if s < self.settings.target_file_bytes]
+        tier = self.settings.target_file_bytes // TIER
+        small = [s for s in sizes if s < tier]
+        medium = sum(1 for s in sizes if tier <= s < self.settings.target_file_bytes)
         return TableState(
             version=int(dt.version()),
             files=len(sizes),
@@ -276,6 +284,7 @@ class Maintainer:
             total_bytes=sum(sizes),
             checkpoint_version=self._checkpointed.get(table),
             vacuumed_at=self._vacuumed.get(table),
+            medium_files=medium,
         )
 
     def _table(self, table: str) -> Any:
@@ -307,6 +316,7 @@ class Maintainer:
                 table,
                 target_bytes=self.settings.target_file_bytes,
                 row_group_rows=self.settings.row_group_rows,
+                min_files=self.settings.compact_min_files,
             )
 
         return self._retrying(table, "compaction", attempt)

@@ -419,3 +419,26 @@ def test_watermarks_since_reads_the_tail_of_compacted_tables(tmp_path: Path) -> 
     feed = WatermarkFeed(root, STREAMS[2])
     feed.refresh()
     assert feed.since(3_000) == [m for m in expected if m.time >= 3_000]  # loaded path
+
+
+def test_a_file_past_the_first_tier_is_not_rewritten_again(tmp_path: Path) -> None:
+    from deltalake import DeltaTable
+
+    from jobs.compaction import TIER
+
+    root = written(tmp_path, 60)
+    index = table_path(root, INDEX)
+    Maintainer(settings(root, tables=(INDEX,))).run_once(force=True)
+    (first,) = DeltaTable(index).file_uris()
+    merged = Path(first.removeprefix("file://")).stat().st_size
+    # the merged file now lies between target / TIER and the target: the second tier
+    tiered = settings(root, tables=(INDEX,), target_file_bytes=merged * TIER // 2)
+    sink = sink_for(root)
+    for b in range(60, 64):
+        sink.write(batch_rows(b), b)
+    small = max(p.stat().st_size for p in Path(index).glob("*.parquet") if str(p) != first)
+    assert small < merged // 2
+    Maintainer(tiered).run_once(force=True)
+    files = DeltaTable(index).file_uris()
+    assert first in files and len(files) == 2  # only the four new files were merged
+    assert read_watermarks(root, STREAMS[0]) == expected_marks(STREAMS[0], 64)

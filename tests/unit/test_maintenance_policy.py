@@ -100,3 +100,8 @@ def test_bins_are_runs_in_time_order_up_to_the_target() -> None:
     assert [[f.path for f in b] for b in bins(files, 10)] == [["f0", "f1"], ["f3", "f4"]]
     assert bins(files[:1], 10) == []  # nothing to merge
     assert [len(b) for b in bins(files, 100)] == [7]
+
+
+def test_the_second_tier_is_compacted_only_when_enough_files_wait() -> None:
+    assert not plan(state(small_files=0, small_bytes=0, medium_files=9), SETTINGS, 10.0).compact
+    assert plan(state(small_files=0, small_bytes=0, medium_files=10), SETTINGS, 10.0).compact
