@@ -48,10 +48,11 @@ ORDER: dict[str, tuple[str, ...]] = {REJECTED_MARKS: ("at", "kafka_partition", "
 """Sort columns per table; the first is the one files are binned by."""
 DEFAULT_ORDER = ("time", "stream", "seq")
 STATS_TYPES = (pa.types.is_integer, pa.types.is_string)
-TIER = 8
+TIER = 64
 """Files below ``target / TIER`` are merged whenever compaction runs; files between
 that and the target only once ``min_files`` of them wait. So a growing file is
-rewritten while it is small only, and every row is rewritten about twice."""
+rewritten while it is small only (below 256 KiB at the default 16 MiB target), and
+a row is rewritten a few times at most."""
 
 
 @dataclass(frozen=True)
