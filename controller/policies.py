@@ -87,13 +87,14 @@ def time_retention_cut(
 
 @dataclass(frozen=True)
 class SegmentBytes:
-    """Bytes held by one segment: cumulative byte counts at some offsets.
+    """Bytes held by one segment: running byte counts at some offsets.
 
-    ``marks`` are ``(offset, bytes before offset)`` pairs in offset order,
-    the first at the segment's first retained record; ``end`` is the next
-    offset and ``total`` the bytes before it. Offsets between marks are
-    counted as at the mark below (more bytes, never fewer: a size is an
-    upper bound, so "under the limit" holds).
+    ``marks`` are ``(offset, bytes counted before offset)`` pairs in offset
+    order, the first at the segment's first retained record (its count is
+    what was counted before and is gone); ``end`` is the next offset and
+    ``total`` the count before it. Offsets between marks are counted as at
+    the mark below (more bytes, never fewer: a size is an upper bound, so
+    "under the limit" holds).
     """
 
     marks: tuple[tuple[int, int], ...]
@@ -101,13 +102,16 @@ class SegmentBytes:
     total: int
 
     def before(self, offset: int) -> int:
-        """Bytes before ``offset`` (at most; 0 before the first mark)."""
+        """The count before ``offset`` (at most; the first mark's before it)."""
         if offset >= self.end:
             return self.total
+        if not self.marks:
+            return self.total
         i = bisect.bisect_right(self.marks, offset, key=lambda m: m[0]) - 1
-        return self.marks[i][1] if i >= 0 else 0
+        return self.marks[max(i, 0)][1]
 
     def from_offset(self, offset: int) -> int:
+        """Bytes held at ``offset`` and after."""
         return self.total - self.before(offset)
 
 

@@ -39,7 +39,8 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from controller.model import TimeWindow, segment_number
-from pipelines.reading.exceptions import ReaderClosedError, ReaderError
+from controller.navigation import behind_head
+from pipelines.reading.exceptions import ReaderBehindHeadError, ReaderClosedError, ReaderError
 from pipelines.reading.view import GroupView, plan_ownership
 from pipelines.reading.windows import PositionWindow, reader_position
 
@@ -136,6 +137,9 @@ class EventReader:
                     if size is not None and max(msg.offset(), self._offsets[seg_id]) >= size:
                         self._finish(seg_id)
                 return None
+            if err.code() == KafkaError._AUTO_OFFSET_RESET:
+                # Kafka deleted records at our offset (a truncation): say so, never jump.
+                self._check_head(self.group.view())
             if err.fatal():
                 raise ReaderError(f"reader {self.name}: Kafka consumer failed: {err}")
             log.warning("reader %s: %s", self.name, err)
@@ -165,6 +169,7 @@ class EventReader:
         group = self.group
         self._next_rebalance = time.monotonic() + self.config.rebalance_interval_ms / 1000
         view = group.view()
+        self._check_head(view)
         self._view = view
         for seg_id in [s for s in self._offsets if s in view.finished]:
             self._drop(seg_id, commit=False)
@@ -193,6 +198,14 @@ class EventReader:
             log.info("reader %s took segments %s", self.name, taken)
             if self._window is not None:
                 self._window.reset()
+
+    def _check_head(self, view: GroupView) -> None:
+        """:class:`ReaderBehindHeadError` when a truncation removed events the group
+        had still to read (by its commits, or by this reader's own position)."""
+        offsets = {**view.committed, **self._offsets}
+        lost = behind_head(self.group._meta, offsets, self.group.record.start_cut)
+        if lost:
+            raise ReaderBehindHeadError(self.group.name, self.group.stream, lost)
 
     def _finish(self, seg_id: int) -> None:
         size = self.group.sealed_size(seg_id)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from controller.metadata import StreamMetadata
 from controller.model import StreamCut
@@ -38,6 +38,8 @@ class GroupView:
     offsets: Mapping[int, int]
     finished: frozenset[int]
     readable: frozenset[int]
+    committed: Mapping[int, int] = field(default_factory=dict)
+    """The committed offsets the view was made from."""
 
     @property
     def cut(self) -> dict[int, int]:
@@ -73,7 +75,7 @@ def group_view(
         seg for seg, off in offsets.items() if is_finished(meta, start_cut, seg, off)
     )
     readable = frozenset(readable_segments(meta, finished))
-    return GroupView(offsets, finished, readable)
+    return GroupView(offsets, finished, readable, dict(committed))
 
 
 def cut_commits(meta: StreamMetadata, cut: StreamCut) -> dict[int, int]:

@@ -116,6 +116,9 @@ def test_segment_bytes_counts_up_to_the_mark_below():
         300,
     ]
     assert seg.from_offset(25) == 200  # an upper bound of the bytes from offset 25 on
+    truncated = SegmentBytes(marks=((20, 100), (30, 250)), end=35, total=300)
+    assert [truncated.from_offset(o) for o in (0, 20, 30, 35)] == [200, 200, 50, 0]
+    assert SegmentBytes(marks=(), end=0, total=0).from_offset(0) == 0
 
 
 def test_bytes_after_counts_successors_wholly_and_skips_predecessors():
@@ -274,3 +277,25 @@ def test_a_retention_cut_is_a_valid_truncation_point():
     cut = time_retention_cut(meta, {0: 1, 1: 6}, {0: 3, 1: 6})
     assert cut == {0: 3, 1: 6}
     assert validate_cut(meta, cut) == cut
+
+
+# --- readers behind the head ----------------------------------------------------------------
+
+
+def test_behind_head_table():
+    from controller.navigation import behind_head
+
+    meta = stream(1)
+    epoch = plan_scale(meta, [0], [KeyRange(0, 0.5), KeyRange(0.5, 1)], at_ms=1)
+    a, b = segment_id(1, 1), segment_id(1, 2)
+    meta = meta.with_changes(epochs=(*meta.epochs, epoch), sealed_sizes={0: 10})
+    assert behind_head(meta, {0: 3}, {0: 0}) == {}  # nothing truncated
+    cut = meta.with_changes(truncation={a: 5, b: 0})
+    # seg 0 emptied while unread from 3; a truncated to 5 while the group had nothing of it
+    assert behind_head(cut, {0: 3}, {0: 0}) == {0: (3, 10), a: (0, 5)}
+    assert behind_head(cut, {0: 10, a: 5, b: 0}, {0: 0}) == {}  # read up to the head
+    assert behind_head(cut, {0: 10, a: 7}, {0: 0}) == {}
+    assert behind_head(cut, {0: 10, a: 4, b: 2}, {0: 0}) == {a: (4, 5)}
+    # a group started at the head never had the truncated part to read
+    assert behind_head(cut, {}, {a: 5, b: 0}) == {}
+    assert behind_head(cut, {}, {a: 2, b: 0}) == {a: (2, 5)}
