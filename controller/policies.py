@@ -115,9 +115,7 @@ class SegmentBytes:
         return self.total - self.before(offset)
 
 
-def bytes_after(
-    meta: StreamMetadata, cut: StreamCut, sizes: Mapping[int, SegmentBytes]
-) -> int:
+def bytes_after(meta: StreamMetadata, cut: StreamCut, sizes: Mapping[int, SegmentBytes]) -> int:
     """Bytes the stream keeps when truncated at ``cut`` (segments not measured count 0)."""
     segments = meta.segments()
     total = 0

@@ -119,15 +119,6 @@ class StreamManager:
         self.seal_drain_ms = seal_drain_ms
         self._hook = step_hook
 
-    # --- queries -----------------------------------------------------------------------------
-
-    def describe(self, stream: str) -> StreamMetadata:
-        split_stream(stream)
-        return self.store.get_stream(stream)
-
-    def list(self, scope: str | None = None) -> list[str]:
-        return self.store.list_streams(scope)
-
     # --- scopes ------------------------------------------------------------------------------
 
     def create_scope(self, scope: str) -> bool:
@@ -141,6 +132,15 @@ class StreamManager:
 
     def list_scopes(self) -> list[str]:
         return self.store.list_scopes()
+
+    # --- queries -----------------------------------------------------------------------------
+
+    def describe(self, stream: str) -> StreamMetadata:
+        split_stream(stream)
+        return self.store.get_stream(stream)
+
+    def list(self, scope: str | None = None) -> list[str]:
+        return self.store.list_streams(scope)
 
     def bucket_of(self, stream: str) -> int:
         return bucket_of(stream, self.settings.bucket_count)

@@ -151,7 +151,7 @@ def test_scopes_are_created_listed_and_deleted_only_when_empty(empty_store):
     assert store.create_scope("shop") is True
     assert store.create_scope("shop") is False  # idempotent
     store.create_stream(fresh())
-    with pytest.raises(ScopeNotEmptyError, match="'shop' holds 1 stream.*shop/orders"):
+    with pytest.raises(ScopeNotEmptyError, match=r"'shop' holds 1 stream.*shop/orders"):
         store.delete_scope("shop")
     assert store.get_stream("shop/orders") == fresh()  # nothing lost by the refusal
     store.delete_stream("shop/orders", 0)

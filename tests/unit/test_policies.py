@@ -8,12 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.config import (
-    RetentionPolicy,
-    ScalingPolicy,
-    StreamConfiguration,
-    StreamConfiguration as Config,
-)
+from controller.config import RetentionPolicy, ScalingPolicy, StreamConfiguration
 from controller.exceptions import InvalidConfigurationError
 from controller.metadata import StreamMetadata, new_stream_metadata
 from controller.model import KeyRange, segment_id
@@ -40,7 +35,7 @@ from controller.states import StreamState
 
 
 def stream(segments: int = 2, scaling: ScalingPolicy | None = None, **kw: object) -> StreamMetadata:
-    config = Config(scaling_policy=scaling or ScalingPolicy.fixed(segments))
+    config = StreamConfiguration(scaling_policy=scaling or ScalingPolicy.fixed(segments))
     meta = new_stream_metadata("p/q", config, now_ms=0)
     return meta.with_changes(state=StreamState.ACTIVE, **kw)
 
@@ -226,7 +221,7 @@ def test_plan_autoscale_table(rates, now_ms, expected):
 
 
 def test_two_cold_neighbours_merge_the_coldest_pair_first():
-    meta = stream(2).with_changes(config=Config(ScalingPolicy.by_byte_rate(100, 2, 1)))
+    meta = stream(2).with_changes(config=StreamConfiguration(ScalingPolicy.by_byte_rate(100, 2, 1)))
     meta = meta.with_changes(
         epochs=(
             *meta.epochs,
