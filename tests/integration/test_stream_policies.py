@@ -150,6 +150,17 @@ def test_retention_by_time_removes_only_what_is_older_and_readers_are_told(
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert sorted(r["timestamp"] for r in rows) == kept
 
+    # `tidemark controller policies --once` on the wall clock: every round (written an
+    # hour ago) is now older than the limit; the tail written after the last note stays
+    argv = ["controller", "policies", "--once", "--delta-root", root, "--format", "json"]
+    assert main(argv) == 0
+    (row,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    last = dict(marks.emitted[-1].stream_cut)
+    assert (row["stream"], row["kind"]) == (stream, "truncate")
+    assert row["cut"] == {str(k): v for k, v in last.items()}
+    meta = store.get_stream(stream)
+    assert sorted(int(v) for _, _, v, _ in stored(kafka, meta)) == [BASE + 5_000]
+
 
 def test_retention_by_size_keeps_the_stream_under_its_limit(
     manager, store, kafka, wconfig, unique, tmp_path

@@ -127,3 +127,19 @@ def test_scope_verbs_and_their_bad_inputs(cli, unique):
     assert f"deleted scope {scope}" in out
     out, _ = cli("scope", "list", "--format", "json")
     assert json.loads(out) == [{"scope": other, "streams": 0}]
+
+
+def test_retention_limits_on_the_command_line(cli, unique):
+    scope = f"rl{unique}"
+    cli("scope", "create", scope)
+    args = ("--retention", "by-size", "--retention-limit", "1000")
+    _, err = cli("stream", "create", f"{scope}/s", *args, "--retention-min", "2000", expect=1)
+    assert "min_limit" in err and "2000" in err
+    out, _ = cli(
+        "stream", "create", f"{scope}/s", *args, "--retention-min", "400", "--format", "json"
+    )
+    assert json.loads(out)["config"]["retention_policy"] == {
+        "type": "by-size",
+        "limit": 1000,
+        "min_limit": 400,
+    }
