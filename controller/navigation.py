@@ -204,6 +204,12 @@ def behind_head(
     return out
 
 
+def start_or_head(cut: StreamCut | None, meta: StreamMetadata) -> dict[int, int]:
+    """Where reading starts from a start cut (``controller.index``'s answer): the
+    stream's head when there is none, else the cut moved up to the head."""
+    return head_cut(meta) if not cut else at_or_after_head(cut, meta)
+
+
 # --- from two cuts to offset ranges -------------------------------------------------------------
 
 
@@ -262,6 +268,7 @@ __all__ = [
     "readable_segments",
     "route",
     "sealed_in",
+    "start_or_head",
     "successors",
     "tail_segments",
     "wholly_before",
