@@ -149,7 +149,10 @@ class PolicyLoop:
         """One pass over every stream; the actions taken."""
         with self._lock:
             done: list[PolicyAction] = []
-            for stream in self.manager.list():
+            streams = self.manager.list()
+            for gone in set(self._samples) - set(streams):  # deleted streams
+                del self._samples[gone]
+            for stream in streams:
                 try:
                     done.extend(self.apply(stream))
                 except TidemarkError as exc:  # another operation runs, a stream went away, ...

@@ -161,6 +161,11 @@ class EventReader:
             if err.code() == KafkaError._AUTO_OFFSET_RESET:
                 # Kafka deleted records at our offset (a truncation): say so, never jump.
                 self._check_head(self.group.view())
+                if seg_id in self._offsets:  # not recorded yet: fetch again, look again
+                    tp = TopicPartition(self.group.topic, msg.partition(), self._offsets[seg_id])
+                    self._consumer.seek(tp)
+                    self._next_rebalance = 0.0
+                return None
             if err.fatal():
                 raise ReaderError(f"reader {self.name}: Kafka consumer failed: {err}")
             log.warning("reader %s: %s", self.name, err)

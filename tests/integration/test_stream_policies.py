@@ -103,12 +103,15 @@ def test_retention_by_time_removes_only_what_is_older_and_readers_are_told(
         w.write(str(BASE + 5_000).encode(), routing_key="tail", timestamp=BASE + 5_000)
         written.append(BASE + 5_000)
 
-    # a group that read part of the stream, then stopped
+    # a group that read part of the stream, then stopped; and a reader still online
     group = ReaderGroup(f"g{unique}", stream, **group_kw(store, kafka, root))
     with group.reader("r1") as reader:
         for _ in range(10):
             assert reader.read_next(timeout_ms=5_000) is not None
     group.close()
+    live_group = ReaderGroup(f"live{unique}", stream, **group_kw(store, kafka, root))
+    live = live_group.reader("r")
+    assert live.read_next(timeout_ms=5_000) is not None
 
     index = SeekIndex(root, refresh_interval_ms=0)
     boundary = BASE + 550  # rounds 0-4 lie before it, noted up to BASE + 499
@@ -126,6 +129,13 @@ def test_retention_by_time_removes_only_what_is_older_and_readers_are_told(
     assert removed and all(t < boundary for t in removed)  # nothing newer than the limit
     assert [t for t in written if t >= boundary] == [t for t in kept if t >= boundary]
     assert loop.run_once() == []  # within the limit now: nothing more to do
+
+    # the online reader had read one event: it is told at its next read, not moved on
+    with pytest.raises(ReaderBehindHeadError, match=f"'live{unique}' is behind the head"):
+        for _ in range(100):
+            live.read_next(timeout_ms=100)
+    live.close()
+    live_group.close()
 
     # the group read 10 events; the truncation removed some it had not read yet
     group = ReaderGroup(f"g{unique}", **group_kw(store, kafka, root))
