@@ -93,10 +93,10 @@ class PolicySettings:
     storage_options: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for name in ("interval_ms", "rate_window_ms", "cooldown_ms"):
-            if getattr(self, name) < 0 or (name == "interval_ms" and self.interval_ms < 1):
+        for name, least in (("interval_ms", 1), ("rate_window_ms", 0), ("cooldown_ms", 0)):
+            if getattr(self, name) < least:
                 raise ConfigurationError(
-                    f"policy setting {name} must be >= 1, got {getattr(self, name)}"
+                    f"policy setting {name} must be >= {least}, got {getattr(self, name)}"
                 )
 
 

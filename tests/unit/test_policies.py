@@ -294,3 +294,19 @@ def test_behind_head_table():
     # a group started at the head never had the truncated part to read
     assert behind_head(cut, {}, {a: 5, b: 0}) == {}
     assert behind_head(cut, {}, {a: 2, b: 0}) == {a: (2, 5)}
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"interval_ms": 0}, "interval_ms must be >= 1"),
+        ({"rate_window_ms": -1}, "rate_window_ms must be >= 0"),
+        ({"cooldown_ms": -5}, "cooldown_ms must be >= 0"),
+    ],
+)
+def test_bad_policy_settings_are_refused(kw, message):
+    from tidemark.errors import ConfigurationError
+    from tidemark.policy_loop import PolicySettings
+
+    with pytest.raises(ConfigurationError, match=message):
+        PolicySettings(**kw)
