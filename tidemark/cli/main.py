@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "tidemark.cli.write",
     "tidemark.cli.controller",
     "tidemark.cli.read",
+    "tidemark.cli.acting",
 )
 
 
@@ -38,8 +39,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from tidemark.cli.acting import rewrite_alias
+
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(rewrite_alias(list(sys.argv[1:] if argv is None else argv)))
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
