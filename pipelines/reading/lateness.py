@@ -3,23 +3,27 @@ and how many events a reader saw below its window.
 
     holding = read_laggards("/data/delta", "shop/orders")     # the last snapshot, dicts
     stale = stale_marks("/data/delta", "shop/orders")         # {writer: count}
-    counter = LateCounter()
-    counter.observe(segment_id, event.timestamp, window.lower)  # per event read
-    counter.counts                                              # {segment id: late events}
+    late = LateEvents(group.reader("r1"))      # wraps a reader
+    event = late.read_next(1_000)
+    late.counter.counts                         # {segment id: late events}
 
 The controller appends snapshots to the ``laggards`` table and refused marks
 to ``rejected_marks`` (reason ``stale_time``: a writer noted a time below one
 it had noted before); both are read here with deltalake. An event is **late**
 for a reader when its event time is below the lower bound of the reader's
 time window at the moment it is read: a watermark said everything up to that
-bound had been written, and this event arrived after it anyway.
+bound had been written, and this event arrived after it anyway. The bound is
+the window at the reader's position *before* the event: a watermark the
+position has passed lies before the event, so an event time below it means
+the event was written after the watermark said the time was complete.
+Counting costs one time-window lookup per event, hence a wrapper to opt in.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 
@@ -100,4 +104,42 @@ class LateCounter:
         return sum(self.counts.values())
 
 
-__all__ = ["LateCounter", "append_laggards", "read_laggards", "stale_marks"]
+class _Event(Protocol):
+    @property
+    def segment(self) -> int: ...
+    @property
+    def timestamp(self) -> int: ...
+
+
+class _Window(Protocol):
+    @property
+    def lower(self) -> int | None: ...
+
+
+class _Reader(Protocol):
+    def read_next(self, timeout_ms: float | None = None) -> Any: ...
+    def current_time_window(self) -> Any: ...
+    def position(self) -> Mapping[int, int]: ...
+
+
+class LateEvents:
+    """A reader that counts, per segment, the events it reads below its window."""
+
+    def __init__(self, reader: _Reader) -> None:
+        self.reader = reader
+        self.counter = LateCounter()
+
+    def read_next(self, timeout_ms: float | None = None) -> Any:
+        # A reader that owns no segment yet has an empty position, which has "passed"
+        # every watermark: no bound until it holds a position.
+        lower = None
+        if self.reader.position():
+            window: _Window = self.reader.current_time_window()
+            lower = window.lower
+        event: _Event | None = self.reader.read_next(timeout_ms)
+        if event is not None:
+            self.counter.observe(event.segment, event.timestamp, lower)
+        return event
+
+
+__all__ = ["LateCounter", "LateEvents", "append_laggards", "read_laggards", "stale_marks"]

@@ -116,3 +116,37 @@ def test_wait_wakes_on_the_watermark_and_times_out_naming_the_laggard(
         append_laggards(root, stream, int(time.time() * 1000) + 1, [])
         assert read_laggards(root, stream) == []
         assert wait_for_time(stream, BASE + 300, 5_000, delta_root=root).time == BASE + 400
+
+
+def test_a_reader_counts_late_events_per_segment(manager, store, kafka, wconfig, unique, tmp_path):
+    from confluent_kafka import Producer
+
+    from pipelines.reading.group import ReaderGroup
+    from pipelines.reading.lateness import LateEvents
+
+    root = str(tmp_path)
+    stream = rg.make_stream(manager, unique, segments=1)
+    marks = rg.Marks(stream, store, root)
+    with EventWriter("a", stream, store=store, bootstrap_servers=kafka, config=wconfig) as a:
+        for j in range(5):
+            a.write(b"on time", routing_key="k", timestamp=BASE + j * 20)
+        marks.note(a, BASE + 100)
+        assert marks.cycle().time == BASE + 100
+        # A producer that ignores the watermark: one event below it, one above.
+        raw = Producer({"bootstrap.servers": kafka})
+        topic = store.get_stream(stream).topic
+        raw.produce(topic, b"late", partition=0, timestamp=BASE + 10)
+        raw.produce(topic, b"fine", partition=0, timestamp=BASE + 500)
+        assert raw.flush(15) == 0
+        a.write(b"on time", routing_key="k", timestamp=BASE + 600)
+        marks.note(a, BASE + 700)
+        marks.cycle()
+    group = ReaderGroup.create(f"g{unique}", stream, **rg.group_kw(store, kafka, root))
+    with group, group.reader("r") as reader:
+        late = LateEvents(reader)
+        bodies = []
+        while (event := late.read_next(3_000 if not bodies else 1_500)) is not None:
+            bodies.append(event.body)
+    assert bodies == [b"on time"] * 5 + [b"late", b"fine", b"on time"]
+    assert dict(late.counter.counts) == {0: 1} and late.counter.total == 1
+    assert late.counter.seen[0] == 8
