@@ -241,3 +241,23 @@ def test_window_run_alias():
     assert rewrite_alias(["window", "billing"]) == ["window", "billing"]
     assert rewrite_alias(["window", "--", "run"]) == ["window", "--", "run"]
     assert rewrite_alias(["read", "window", "run"]) == ["read", "window", "run"]
+
+
+def test_job_records_laggards_only_on_change():
+    from jobs.lateness import laggard_update, laggards_of
+    from jobs.workflow import StoredMark, StreamState
+
+    state = StreamState(
+        marks={
+            "a": StoredMark(WriterMark(900, {0: 9}), 0, 1),
+            "b": StoredMark(WriterMark(400, {0: 3}), 0, 2),
+        },
+        generation=GenerationState(wm(500), {"b": 60}),
+    )
+    found = laggards_of(S, state, now_ms=100)
+    assert [(x.writer, x.kind, x.behind_ms, x.since_ms) for x in found] == [("b", LAGGING, 500, 60)]
+    rows = laggard_update(S, found, None, 100)
+    assert [(r["writer"], r["kind"], r["since"]) for r in rows] == [("b", LAGGING, 60)]
+    assert laggard_update(S, laggards_of(S, state, now_ms=200), found, 200) is None
+    assert laggard_update(S, [], None, 300) is None
+    assert [r["kind"] for r in laggard_update(S, [], found, 300)] == [CLEAR]
