@@ -302,26 +302,9 @@ class StreamTimeTrigger:
         return not self._thread.is_alive()
 
 
-def on_stream_time(
-    stream: str,
-    time_ms: object,
-    callback: Callable[[Watermark], None],
-    *,
-    timeout_ms: int,
-    on_error: Callable[[Exception], None] | None = None,
-    delta_root: str | None = None,
-    source: WatermarkSource | None = None,
-) -> StreamTimeTrigger:
-    """The callback form of :func:`wait_for_time` (a :class:`StreamTimeTrigger`)."""
-    return StreamTimeTrigger(
-        stream,
-        time_ms,
-        callback,
-        timeout_ms=timeout_ms,
-        on_error=on_error,
-        delta_root=delta_root,
-        source=source,
-    )
+on_stream_time = StreamTimeTrigger
+"""The callback form of :func:`wait_for_time`: ``on_stream_time(stream, t, callback,
+timeout_ms=..., on_error=...)`` starts a :class:`StreamTimeTrigger`."""
 
 
 __all__ = [
