@@ -222,11 +222,8 @@ class EventReader:
         events: list[EventRead] = []
         if not self._take(events, max_events):
             self._wait_for(events, max_events, timeout_ms)
-        return EventBatch(
-            tuple(events),
-            self.position(),
-            self.current_time_window() if window else None,
-        )
+        position = self.position()
+        return EventBatch(tuple(events), position, self._window_at(position) if window else None)
 
     def _start_call(self) -> None:
         """What is due at the start of a read: finishing segments read to their sealed
@@ -455,9 +452,11 @@ class EventReader:
             elif self._unsealed.pop(partition, None) is not None and self._purge(partition):
                 # Sealed since its records were fetched: fetch them again from the
                 # position, to be checked against the sealed size one by one.
-                self._consumer.seek(
-                    TopicPartition(self.group.topic, partition, self._offsets[seg_id])
+                offset = self._offsets[seg_id]
+                log.info(
+                    "reader %s: segment %d sealed, reading on from %d", self.name, seg_id, offset
                 )
+                self._consumer.seek(TopicPartition(self.group.topic, partition, offset))
 
     def _finish(self, seg_id: int) -> None:
         size = self.group.sealed_size(seg_id)
@@ -528,9 +527,12 @@ class EventReader:
         ``upper``: the upper time of the first watermark wholly ahead of it.
         """
         self._check_open()
+        return self._window_at(self.position())
+
+    def _window_at(self, position: Mapping[int, int]) -> TimeWindow:
         if self._window is None:
             self._window = PositionWindow(self.group.watermark_feed(), self.group.segments)
-        return self._window.at(self.position())
+        return self._window.at(position)
 
     # --- lifecycle --------------------------------------------------------------------------
 
