@@ -424,29 +424,46 @@ class EventReader:
             # Read the committed offsets again now that the segments are ours:
             # a previous owner may have committed just before letting go.
             offsets = group.committed_offsets(taken)
-            tps = []
             for seg_id in taken:
                 start = offsets.get(seg_id, view.offsets[seg_id])
                 if start < 0:
                     start = view.offsets[seg_id]
                 self._offsets[seg_id] = start
                 self._committed[seg_id] = start
-                self._by_partition[segment_number(seg_id)] = seg_id
-                tps.append(TopicPartition(group.topic, segment_number(seg_id), start))
-            self._consumer.incremental_assign(tps)
+            self._start_fetching(taken)
             log.info("reader %s took segments %s", self.name, taken)
             if self._window is not None:
                 self._window.reset()
         self._note_sealed_sizes()
 
+    def _start_fetching(self, seg_ids: Iterable[int]) -> None:
+        """Assign owned segments' partitions at their positions (``self._offsets``)."""
+        tps = []
+        for seg_id in seg_ids:
+            partition = segment_number(seg_id)
+            self._by_partition[partition] = seg_id
+            tps.append(TopicPartition(self.group.topic, partition, self._offsets[seg_id]))
+        self._consumer.incremental_assign(tps)
+        self._note_sealed_sizes()
+
+    def _stop_fetching(self, seg_id: int) -> None:
+        """Unassign a segment's partition and forget what is buffered of it (it must
+        not come back out of order if the segment is read again); a no-op when
+        the segment is not being fetched."""
+        partition = segment_number(seg_id)
+        if self._by_partition.pop(partition, None) is None:
+            return
+        self._unsealed.pop(partition, None)
+        self._purge(partition)
+        self._consumer.incremental_unassign([TopicPartition(self.group.topic, partition)])
+
     def _note_sealed_sizes(self) -> None:
-        """Each owned segment's last offset to return, from the metadata just read
+        """Each fetched segment's last offset to return, from the metadata just read
         (a segment sealed meanwhile gets its limit here, once per rebalance)."""
         sealed_size = self.group.sealed_size
-        for seg_id in self._offsets:
+        for partition, seg_id in self._by_partition.items():
             size = sealed_size(seg_id)
             self._last_offset[seg_id] = _NO_LIMIT if size is None else size - 1
-            partition = segment_number(seg_id)
             if size is None:
                 self._unsealed[partition] = seg_id
             elif self._unsealed.pop(partition, None) is not None and self._purge(partition):
@@ -480,13 +497,7 @@ class EventReader:
         self._eof.discard(seg_id)
         self._finish_after.discard(seg_id)
         self._last_offset.pop(seg_id, None)
-        partition = segment_number(seg_id)
-        del self._by_partition[partition]
-        self._unsealed.pop(partition, None)
-        # What is buffered of the segment is not ours any more (and must not
-        # come back out of order if the segment is taken again).
-        self._purge(partition)
-        self._consumer.incremental_unassign([TopicPartition(self.group.topic, partition)])
+        self._stop_fetching(seg_id)
         self.group.registry.release(self.group.name, seg_id, self.name)
         if self._window is not None:
             self._window.reset()
