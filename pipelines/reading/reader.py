@@ -103,8 +103,12 @@ class EventBatch:
         return iter(self.events)
 
 
-FETCH_SIZE = 500
-"""Records taken from the consumer per fetch by ``read_next`` (and ``read_batch``'s default)."""
+FETCH_SIZE = 128
+"""Records ``read_next`` takes from the consumer per fetch, and ``read_batch``'s
+default ``max_events``. Kept small: events alive across Python's youngest
+garbage collections get promoted and make later collections cost more per
+event (on the development machine, reading-thread CPU per event: 1.3 us at
+64-256 records per fetch, 2.1 us at 500)."""
 
 _NO_LIMIT = 2**63
 

@@ -10,10 +10,11 @@ the start with ``isolation.level=read_committed``:
   [goal >= 0.9].
 
 Every loop touches each record's body (``msg.value()`` / ``event.body``),
-as any consumer does. The bare batch loop fetches the way the reader does:
-``consume(500, 0)`` (what has come), else ``poll(1 s)`` for the first record
-and ``consume(499, 0)`` for the rest -- ``consume(500, timeout)`` alone waits
-for a full batch or the timeout and is slower than per-record ``poll()``.
+as any consumer does. Both batch loops take ``FETCH_SIZE`` (128) records a
+batch; the bare one fetches the way the reader does: ``consume(128, 0)``
+(what has come), else ``poll(1 s)`` for the first record and
+``consume(127, 0)`` for the rest -- ``consume(n, timeout)`` alone waits for a
+full batch or the timeout and is slower than per-record ``poll()``.
 The reader is of an ephemeral group (position in memory), default
 ``ReaderConfig``. Rates are counted from the first record to the last (not
 the consumer's start-up). Beside each rate: the reading thread's CPU time
@@ -35,12 +36,12 @@ from controller.memory_store import MemoryStore
 from controller.naming import ClusterSettings
 from controller.streams import StreamManager
 from pipelines.reading.group import ReaderGroup
+from pipelines.reading.reader import FETCH_SIZE
 
 EVENTS = 200_000
 PAYLOAD_BYTES = 256
 SEGMENTS = 4
 ROUNDS = 3
-BATCH = 500
 
 
 def _write(bootstrap: str, topic: str) -> None:
@@ -112,12 +113,12 @@ def bare_consume(bootstrap: str, topic: str) -> Rate:
     consumer = _bare(bootstrap, topic)
 
     def step() -> int:
-        msgs = consumer.consume(BATCH, 0)
+        msgs = consumer.consume(FETCH_SIZE, 0)
         if not msgs:
             first = consumer.poll(1.0)
             if first is None:
                 return 0
-            msgs = [first, *consumer.consume(BATCH - 1, 0)]
+            msgs = [first, *consumer.consume(FETCH_SIZE - 1, 0)]
         n = 0
         for msg in msgs:
             if msg.error() is None:
@@ -152,7 +153,7 @@ def reader_batch(store: MemoryStore, bootstrap: str, stream: str) -> Rate:
     with _group(store, bootstrap, stream) as group, group.reader("bench") as reader:
 
         def step() -> int:
-            batch = reader.read_batch(BATCH, 1000, window=False)
+            batch = reader.read_batch(FETCH_SIZE, 1000, window=False)
             for event in batch.events:
                 event.body  # noqa: B018
             return len(batch.events)
