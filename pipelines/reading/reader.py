@@ -42,8 +42,9 @@ from __future__ import annotations
 import bisect
 import logging
 import time
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
 from operator import attrgetter
 from types import TracebackType
 from typing import Any, Protocol
@@ -94,12 +95,18 @@ _event_offset = attrgetter("offset")
 @dataclass(frozen=True)
 class EventBatch:
     """The events of one fetch (in the order read: per segment, by offset), with the
-    reader's position after the last of them and the time window at that position
-    (``None`` when the batch was read with ``window=False``)."""
+    reader's position after the last of them and the time window at that position."""
 
     events: tuple[EventRead, ...]
     position: Mapping[int, int]
-    window: TimeWindow | None
+    window_at: Callable[[Mapping[int, int]], TimeWindow] = field(repr=False, compare=False)
+
+    @cached_property
+    def window(self) -> TimeWindow:
+        """The time window at :attr:`position`, resolved once, when first asked for
+        (a batch nobody asks costs no window; a failure to read the watermarks
+        is raised here, with the events already in hand)."""
+        return self.window_at(self.position)
 
     def __len__(self) -> int:
         return len(self.events)
@@ -213,11 +220,11 @@ class EventReader:
         return events[0] if events else None
 
     def read_batch(
-        self, max_events: int = FETCH_SIZE, timeout_ms: float | None = None, *, window: bool = True
+        self, max_events: int = FETCH_SIZE, timeout_ms: float | None = None
     ) -> EventBatch:
         """The events of one fetch (at most ``max_events``; empty when none came within
-        ``timeout_ms``, default 1000), with the position after them and, unless
-        ``window=False``, the time window there (resolved once for the batch).
+        ``timeout_ms``, default 1000), with the position after them and the time
+        window there (``batch.window``, resolved once for the batch, on first use).
 
         Same guarantees as :meth:`read_next` (committed data only, sealed sizes,
         per-key order across scales); the position counts the whole batch as
@@ -231,8 +238,7 @@ class EventReader:
         events: list[EventRead] = []
         if not self._take(events, max_events):
             self._wait_for(events, max_events, timeout_ms)
-        position = self.position()
-        return EventBatch(tuple(events), position, self._window_at(position) if window else None)
+        return EventBatch(tuple(events), self.position(), self._window_at)
 
     def _start_call(self) -> None:
         """What is due at the start of a read: finishing segments read to their sealed

@@ -153,7 +153,7 @@ def reader_batch(store: MemoryStore, bootstrap: str, stream: str) -> Rate:
     with _group(store, bootstrap, stream) as group, group.reader("bench") as reader:
 
         def step() -> int:
-            batch = reader.read_batch(FETCH_SIZE, 1000, window=False)
+            batch = reader.read_batch(FETCH_SIZE, 1000)
             for event in batch.events:
                 event.body  # noqa: B018
             return len(batch.events)
