@@ -165,6 +165,7 @@ def run(bootstrap: str) -> list[str]:
     unique = uuid.uuid4().hex[:8]
     settings = ClusterSettings(marks_topic=f"bench-marks-{unique}", bucket_count=4)
     store = MemoryStore()
+    store.create_scope(f"bench{unique}")
     stream = f"bench{unique}/read"
     meta = StreamManager(store, bootstrap, settings).create(
         stream, StreamConfiguration(ScalingPolicy.fixed(SEGMENTS))
