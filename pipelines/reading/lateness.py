@@ -65,6 +65,33 @@ def stale_marks(
     return dict(counts)
 
 
+def lateness_rows(
+    delta_root: str, stream: str, storage_options: Mapping[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """What an operator sees for ``stream`` (``tidemark laggards``; the hook for
+    ``tidemark controller status``): one row per laggard of the last snapshot, then
+    one per writer with marks refused as stale (``kind`` = ``stale_marks``)."""
+    rows: list[dict[str, Any]] = [
+        {
+            "stream": stream,
+            "writer": r["writer"],
+            "kind": r["kind"],
+            "noted_time": r["noted_time"],
+            "watermark_time": r["watermark_time"],
+            "behind_ms": r["behind_ms"],
+            "since": r["since"],
+            "at": r["at"],
+        }
+        for r in read_laggards(delta_root, stream, storage_options)
+    ]
+    stale = stale_marks(delta_root, stream, storage_options=storage_options)
+    rows += [
+        {"stream": stream, "writer": w, "kind": "stale_marks", "refused": n}
+        for w, n in sorted(stale.items())
+    ]
+    return rows
+
+
 def append_laggards(
     delta_root: str,
     stream: str,
@@ -142,4 +169,11 @@ class LateEvents:
         return event
 
 
-__all__ = ["LateCounter", "LateEvents", "append_laggards", "read_laggards", "stale_marks"]
+__all__ = [
+    "LateCounter",
+    "LateEvents",
+    "append_laggards",
+    "lateness_rows",
+    "read_laggards",
+    "stale_marks",
+]

@@ -91,23 +91,9 @@ def cmd_window_run(args: argparse.Namespace) -> int:
 
 
 def cmd_laggards(args: argparse.Namespace) -> int:
-    from pipelines.reading.lateness import read_laggards, stale_marks
+    from pipelines.reading.lateness import lateness_rows
 
-    root = _delta_root(args)
-    rows = [
-        {
-            "writer": r["writer"],
-            "kind": r["kind"],
-            "noted_time": r["noted_time"],
-            "watermark_time": r["watermark_time"],
-            "behind_ms": r["behind_ms"],
-            "since": r["since"],
-            "at": r["at"],
-        }
-        for r in read_laggards(root, args.stream)
-    ]
-    stale = stale_marks(root, args.stream)
-    rows += [{"writer": w, "kind": "stale_marks", "refused": n} for w, n in sorted(stale.items())]
+    rows = lateness_rows(_delta_root(args), args.stream)
     if not rows and args.format != "json":
         print(f"{args.stream}: no writer holds the watermark back; no stale marks")
         return 0
