@@ -64,9 +64,9 @@ from pipelines.reading.seek import (
     at_or_after_head,
     check_timestamp,
     live_metadata,
-    shared_index,
     wall_clock_ms,
 )
+from pipelines.reading.time_service import default_index
 from pipelines.reading.view import GroupView, cut_commits, group_view
 from pipelines.reading.windows import WatermarkFeed, reader_position, window_at
 
@@ -174,7 +174,8 @@ class ReaderGroup:
         meta = live_metadata(store, stream)
         if from_time is not None:
             ts = check_timestamp(from_time)
-            idx = index or shared_index(delta_root, storage_options)
+            # the running time service when one is configured, else Delta
+            idx = index or default_index(delta_root, storage_options)
             found = idx.start(stream, ts)
             cut = head_cut(meta) if found is None else at_or_after_head(found.stream_cut, meta)
         elif start_cut is not None:
@@ -272,7 +273,7 @@ class ReaderGroup:
         meta = self._metadata()
         if timestamp is not None:
             ts = check_timestamp(timestamp)
-            found = shared_index(self.delta_root, self.storage_options).start(self.stream, ts)
+            found = default_index(self.delta_root, self.storage_options).start(self.stream, ts)
             target = head_cut(meta) if found is None else at_or_after_head(found.stream_cut, meta)
         else:
             assert cut is not None

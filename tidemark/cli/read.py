@@ -92,7 +92,7 @@ def _time_of(args: argparse.Namespace, *, required: bool = False) -> int | None:
     return None
 
 
-def _delta_root() -> str:
+def delta_root() -> str:
     from infra.environment import Environment
     from infra.services import data_root
 
@@ -119,20 +119,20 @@ def cmd_read(args: argparse.Namespace) -> int:
 
     since = _time_of(args)
     kafka, _ = service_addresses()
-    delta_root = _delta_root()
+    root = delta_root()
     with control_plane() as cp:
         live_metadata(cp.store, args.stream)
         cut = (
             None
             if since is None
-            else stream_cut_at(args.stream, since, delta_root=delta_root, store=cp.store)
+            else stream_cut_at(args.stream, since, delta_root=root, store=cp.store)
         )
         group = ReaderGroup.ephemeral_group(
             args.stream,
             cut,
             store=cp.store,
             bootstrap_servers=kafka,
-            delta_root=delta_root,
+            delta_root=root,
             config=ReaderConfig(rebalance_interval_ms=50),
         )
         printed = 0
@@ -164,7 +164,7 @@ def cmd_watermarks(args: argparse.Namespace) -> int:
     since = _time_of(args) or 0
     with control_plane() as cp:
         live_metadata(cp.store, args.stream)
-    marks = WatermarkFeed(_delta_root(), args.stream).since(since)
+    marks = WatermarkFeed(delta_root(), args.stream).since(since)
     emit_rows(
         args,
         [
@@ -183,7 +183,7 @@ def cmd_watermarks(args: argparse.Namespace) -> int:
 def _open(name: str, cp: Any, kafka: str) -> Any:
     from pipelines.reading.group import open_group
 
-    return open_group(name, store=cp.store, bootstrap_servers=kafka, delta_root=_delta_root())
+    return open_group(name, store=cp.store, bootstrap_servers=kafka, delta_root=delta_root())
 
 
 def cmd_window(args: argparse.Namespace) -> int:
