@@ -139,11 +139,11 @@ def run(services: Any) -> list[str]:
                 assert len(out.splitlines()) == RECORDS, (name, len(out.splitlines()))
             times[name].append(elapsed)
     probe = (
-        "import runpy, sys; sys.argv = ['tidemark', 'read', %r, '--ago', '60m'];"
+        f"import runpy, sys; sys.argv = ['tidemark', 'read', {stream!r}, '--ago', '60m'];"
         "import tidemark.cli.main as m\n"
         "try:\n    m.main(sys.argv[1:])\nfinally:\n"
-        "    print('LOADED', sorted(k for k in sys.modules if k in %r), file=sys.stderr)"
-    ) % (stream, HEAVY)
+        f"    print('LOADED', sorted(k for k in sys.modules if k in {HEAVY!r}), file=sys.stderr)"
+    )
     done = subprocess.run(
         [sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120
     )

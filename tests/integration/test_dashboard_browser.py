@@ -189,9 +189,7 @@ def test_dashboard_shows_stream_segments_and_lag_chart(
             shutil.copy(shot, Path(target) / "dashboard.png")
 
         card.find_element(By.CSS_SELECTOR, "a.stream-link").click()
-        page = wait.until(
-            ec.presence_of_element_located((By.CSS_SELECTOR, "article.stream-page"))
-        )
+        page = wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "article.stream-page")))
         assert page.get_attribute("data-stream") == stream
         assert browser.current_url.endswith(f"/streams/{stream}")
         for kind in ("time-chart", "lag-chart"):
@@ -200,4 +198,3 @@ def test_dashboard_shows_stream_segments_and_lag_chart(
             assert el.find_element(By.CSS_SELECTOR, ".uplot canvas").size["width"] > 300
         rows = page.find_elements(By.CSS_SELECTOR, "table.watermarks tr")
         assert len(rows) == 21  # header + the latest 20
-

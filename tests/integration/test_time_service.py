@@ -169,9 +169,8 @@ def test_time_travel_by_version_and_time(served, manager, unique, tmp_path):
     assert [w["seq"] for w in old["watermarks"]] == [0, 1, 2]
     status, old = get_json(served.url, f"/api/streams/{stream}/watermarks?as_of={between}")
     assert [w["seq"] for w in old["watermarks"]] == [0, 1, 2]
-    status, since = get_json(
-        served.url, f"/api/streams/{stream}/watermarks?since={base + 4_000}"
-    )
+    status, since = get_json(served.url, f"/api/streams/{stream}/watermarks?since={base + 4_000}")
+    assert status == 200
     assert [w["seq"] for w in since["watermarks"]] == [4, 5]
 
 
@@ -205,16 +204,20 @@ def test_reader_group_asks_the_service_and_falls_back_to_delta(
     monkeypatch.setenv(TIME_SERVICE_ENV, served.url)
     index = default_index(root)
     assert isinstance(index, ServiceIndex)
-    asked = served.service.index.start
+    asked = served.service.start_lookup
     calls = []
 
     def counting(s, t):
         calls.append((s, t))
         return asked(s, t)
 
-    monkeypatch.setattr(served.service.index, "start", counting)
+    monkeypatch.setattr(served.service, "start_lookup", counting)
     group = ReaderGroup.create(
-        f"g{unique}", stream, store=store, bootstrap_servers=kafka, delta_root=root,
+        f"g{unique}",
+        stream,
+        store=store,
+        bootstrap_servers=kafka,
+        delta_root=root,
         from_time=base + 2_500,
     )
     try:
@@ -233,6 +236,7 @@ def test_a_scaled_stream_shows_its_epochs(served, manager, unique):
     manager.scale(stream, [0], [KeyRange(0.0, 0.25), KeyRange(0.25, 0.5)])
     served.service.refresh_all()
     status, body = get_json(served.url, f"/api/streams/{stream}")
+    assert status == 200
     assert [e["number"] for e in body["epochs"]] == [0, 1]
     assert body["current_epoch"] == 1
     active = [s["id"] for s in body["epochs"][1]["segments"] if s["active"]]

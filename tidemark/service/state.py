@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -38,7 +38,7 @@ from tidemark.errors import ConfigurationError
 
 log = logging.getLogger(__name__)
 
-HISTORY_COLUMNS = ("stream", "seq", "time", "upper_time", "emitted_at")
+HISTORY_COLUMNS = ("stream", "seq", "time", "upper_time", "emitted_at", "stream_cut")
 
 
 def wall_ms() -> int:
@@ -54,24 +54,28 @@ class HistoryPoint:
 
 
 class _History:
-    """A stream's recent watermarks (bounded), appended by table version."""
+    """A stream's recent watermarks (bounded), appended by table version, and their
+    cuts by ``seq`` (so a lookup needs no read of ``marks``)."""
 
     def __init__(self, delta_root: str, stream: str, limit: int) -> None:
         self.tail = TableTail(table_path(delta_root, MARKS), stream, HISTORY_COLUMNS)
         self.points: deque[HistoryPoint] = deque(maxlen=limit)
+        self.cuts: OrderedDict[int, dict[int, int]] = OrderedDict()
+        self.limit = limit
         self.count = 0
 
     def poll(self) -> None:
         rows = self.tail.poll()
         for row in rows.to_pylist():
+            seq = int(row["seq"])
             self.points.append(
                 HistoryPoint(
-                    int(row["seq"]),
-                    int(row["time"]),
-                    int(row["upper_time"]),
-                    int(row["emitted_at"] or 0),
+                    seq, int(row["time"]), int(row["upper_time"]), int(row["emitted_at"] or 0)
                 )
             )
+            self.cuts[seq] = cut_from_cell(row["stream_cut"])
+            if len(self.cuts) > self.limit:
+                self.cuts.popitem(last=False)
         self.count += rows.num_rows
 
 
@@ -173,13 +177,27 @@ class TimeService:
         """``SeekIndex.start``: the watermark to start at for ``timestamp``; None: the head."""
         ts = check_timestamp(timestamp)
         self.metadata(stream)
-        return self.index.start(stream, ts)
+        return self._found(stream, self.index.start_position(stream, ts))
 
     def stop_lookup(self, stream: str, timestamp: object) -> Found | None:
         """``SeekIndex.stop``: the watermark to stop at; None: not complete yet."""
         ts = check_timestamp(timestamp)
         self.metadata(stream)
-        return self.index.stop(stream, ts)
+        return self._found(stream, self.index.stop_position(stream, ts))
+
+    def _found(self, stream: str, position: int | None) -> Found | None:
+        """The index row at ``position`` with its cut: from the history when it holds it
+        (no Delta read), else from ``marks`` through the index's cache."""
+        if position is None:
+            return None
+        seqs, times, upper = self.index.columns(stream)
+        seq = seqs[position]
+        with self._lock:
+            history = self._history.get(stream)
+            cut = None if history is None else history.cuts.get(seq)
+        if cut is None:
+            cut = self.index.cut(stream, seq)
+        return Found(seq, times[position], upper[position], dict(cut))
 
     def streams(self) -> list[StreamMetadata]:
         with self._lock:
