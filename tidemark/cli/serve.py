@@ -11,6 +11,7 @@ else from ``tidemark up``. ``tidemark/service/app.py`` lists the routes.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from typing import Any
 
 from controller.naming import ClusterSettings
@@ -42,12 +43,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from tidemark.service.server import serve_forever
     from tidemark.service.state import TimeService
 
-    defaults = ClusterSettings()
-    settings = ClusterSettings(
-        marks_topic=defaults.marks_topic,
-        bucket_count=args.bucket_count or defaults.bucket_count,
-        zk_root=defaults.zk_root,
-    )
+    settings = ClusterSettings()
+    if args.bucket_count:
+        settings = dataclasses.replace(settings, bucket_count=args.bucket_count)
     env = Environment.from_env()
     dsn = env.postgres_dsn
     if dsn is None:
