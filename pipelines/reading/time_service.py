@@ -118,7 +118,7 @@ class TimeServiceClient:
         if response.status == 404 and body.get("error") == "unknown_stream":
             raise UnknownStreamError(body.get("stream", ""))
         if response.status == 400 and body.get("error") == "invalid_timestamp":
-            raise InvalidTimestampError(params.get("t"), body.get("detail", "refused"))
+            raise InvalidTimestampError(body.get("detail", "refused"), params.get("t"))
         if response.status != 200:
             raise ServiceUnavailableError(f"{self.url}{target}: HTTP {response.status} {body}")
         return body

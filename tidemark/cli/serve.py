@@ -36,30 +36,25 @@ def register(sub: Any) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from infra.environment import Environment
-    from infra.services import LocalServices
+    from infra.services import KAFKA, ZOOKEEPER, resolve_services
     from tidemark.cli.read import delta_root
-    from tidemark.cli.streams import control_plane, service_addresses
+    from tidemark.cli.streams import control_plane
     from tidemark.service.server import serve_forever
     from tidemark.service.state import TimeService
 
     settings = ClusterSettings()
     if args.bucket_count:
         settings = dataclasses.replace(settings, bucket_count=args.bucket_count)
-    env = Environment.from_env()
-    dsn = env.postgres_dsn
-    if dsn is None:
-        running = LocalServices(env).running()
-        dsn = running.postgres_dsn if running is not None else None
-    kafka, _ = service_addresses(env)
+    found = resolve_services(KAFKA, ZOOKEEPER)  # PostgreSQL too where known (timeline counts)
+    assert found.kafka_bootstrap is not None
     with control_plane(settings) as cp:
         service = TimeService(
             cp.store,
             cp.client,
             delta_root(),
-            bootstrap_servers=kafka,
+            bootstrap_servers=found.kafka_bootstrap,
             cluster=settings,
-            postgres_dsn=dsn,
+            postgres_dsn=found.postgres_dsn,
             refresh_ms=args.refresh_ms,
         )
         print(f"tidemark serve: dashboard on http://{args.host}:{args.port}/", flush=True)

@@ -297,7 +297,7 @@ def build_app(service: TimeService) -> Starlette:
 def _required_time(request: Request) -> int:
     text = request.query_params.get("t")
     if text is None:
-        raise InvalidTimestampError(None, "give ?t=MS")
+        raise InvalidTimestampError("give the time as ?t=MS (milliseconds since the epoch)")
     return check_timestamp(text)
 
 
