@@ -362,7 +362,7 @@ class ControllerInstance:
         with self._lock:
             if self.metrics is not None:  # --- metrics hook (jobs.metrics) ---
                 for bucket, query in self._queries.items():
-                    self.metrics.observe_progress(bucket, query.lastProgress)
+                    self.metrics.observe_query(bucket, query)
             for bucket in sorted(self._queries):
                 query = self._queries[bucket]
                 if bucket not in owned or not query.isActive:

@@ -2,7 +2,7 @@
 
     metrics = ControllerMetrics()                       # the default registry
     sink.observer = metrics.batch_observer(bucket=3)    # the hook: after each batch's appends
-    metrics.observe_progress(3, query.lastProgress)     # from the instance's loop
+    metrics.observe_query(3, query)                     # from the instance's loop
     start_http_server(9464)      # or `tidemark controller run --metrics-port 9464`
 
 The metrics, with their labels (``stream`` = ``scope/name``, ``bucket`` =
@@ -29,7 +29,7 @@ the marks topic partition, ``reason`` = a ``rejected_marks`` reason):
 
 The hook into the job is deliberately small: :class:`~jobs.sink.DeltaSink`
 calls ``observer(rows, batch_id, duration_s)`` after a batch is written,
-and the instance's loop passes each query's ``lastProgress`` here.
+and the instance's loop passes each query to :meth:`ControllerMetrics.observe_query`.
 """
 
 from __future__ import annotations
@@ -163,6 +163,21 @@ class ControllerMetrics:
             self._rejected_by_batch[(bucket, batch_id)] = rejected
             if len(self._rejected_by_batch) > 10_000:  # progress never came for old ones
                 self._rejected_by_batch.pop(next(iter(self._rejected_by_batch)))
+
+    def observe_query(self, bucket: int, query: Any) -> None:
+        """Count the batches ``query`` (a StreamingQuery) completed since the last call:
+        its ``lastProgress``, or its ``recentProgress`` when batches were missed."""
+        last = query.lastProgress
+        if not last:
+            return
+        with self._lock:
+            seen = self._progressed.get(bucket, -1)
+        batch_id = int(last.get("batchId", -1))
+        if batch_id <= seen:
+            return
+        progresses = [last] if seen < 0 or batch_id == seen + 1 else list(query.recentProgress)
+        for progress in sorted(progresses, key=lambda p: int(p.get("batchId", -1))):
+            self.observe_progress(bucket, progress)
 
     def observe_progress(self, bucket: int, progress: Mapping[str, Any] | None) -> None:
         """A query's ``lastProgress``: counts each batch's input once."""

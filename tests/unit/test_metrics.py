@@ -99,3 +99,31 @@ def test_timeline_consumer_metrics_are_exported():
     assert _value(REGISTRY, "tidemark_timeline_delivered_total", labels) == before + 2
     assert _value(REGISTRY, "tidemark_timeline_clock_drift_seconds", labels) == 0.25
     assert _value(REGISTRY, "tidemark_timeline_due_to_delivery_lag_seconds_count", labels) == 2
+
+
+class FakeQuery:
+    """A StreamingQuery's progress, as Spark reports it (the last one and recent ones)."""
+
+    def __init__(self):
+        self.recentProgress = []
+
+    @property
+    def lastProgress(self):
+        return self.recentProgress[-1] if self.recentProgress else None
+
+    def finish(self, batch_id, rows):
+        self.recentProgress.append({"batchId": batch_id, "numInputRows": rows})
+
+
+def test_batches_missed_between_two_looks_are_counted_from_recent_progress():
+    registry = CollectorRegistry()
+    metrics = ControllerMetrics(registry)
+    query = FakeQuery()
+    metrics.observe_query(0, query)  # nothing yet
+    query.finish(0, 5)
+    metrics.observe_query(0, query)
+    query.finish(1, 2)
+    query.finish(2, 3)  # two batches since the last look
+    metrics.observe_query(0, query)
+    metrics.observe_query(0, query)  # nothing new
+    assert _value(registry, "tidemark_controller_marks_accepted_total", {"bucket": "0"}) == 10
