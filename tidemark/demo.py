@@ -124,6 +124,15 @@ def _warm_up(controller: Any, buckets: int, batches: int = 3, timeout_s: float =
             time.sleep(0.5)
 
 
+def new_unique() -> str:
+    return uuid.uuid4().hex[:6]
+
+
+def demo_cluster(unique: str) -> ClusterSettings:
+    """The demo's own marks topic and buckets (its controller and dashboard agree on them)."""
+    return ClusterSettings(marks_topic=f"tidemark-demo-marks-{unique}", bucket_count=2)
+
+
 @dataclass
 class _Env:
     bootstrap: str
@@ -138,6 +147,7 @@ def run_demo(
     work_dir: Path,
     spark: Any,
     progress: Progress = lambda step: None,
+    unique: str | None = None,
 ) -> DemoReport:
     """The demo under ``work_dir`` (tables in ``work_dir/delta``); ``progress`` is told
     each of :data:`STEPS_SHOWN` as it starts."""
@@ -151,8 +161,8 @@ def run_demo(
     from pipelines.reading.group import ReaderGroup
     from pipelines.reading.seek import complete_cut_at, stream_cut_at
 
-    unique = uuid.uuid4().hex[:6]
-    cluster = ClusterSettings(marks_topic=f"tidemark-demo-marks-{unique}", bucket_count=2)
+    unique = unique or new_unique()
+    cluster = demo_cluster(unique)
     stream = f"demo{unique}/sensors"
     delta_root = str(work_dir / "delta")
     client = KazooClient(hosts=zk_connect)

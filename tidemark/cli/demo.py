@@ -115,11 +115,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     from infra.services import connected_services
     from infra.spark import SparkSettings, spark_session, stop_spark
-    from tidemark.demo import run_demo
+    from tidemark.demo import demo_cluster, new_unique, run_demo
     from tidemark.demo_chart import write_chart
 
     demo_dir: Path = (args.dir or _default_dir()).expanduser().resolve()
     log_path = demo_dir / "logs" / "demo.log"
+    unique = new_unique()
     with quiet_output(log_path) as terminal:
         console = Console(file=terminal, highlight=False)
         console.print(f"tidemark demo in [bold]{demo_dir}[/] (logs: {log_path})")
@@ -129,7 +130,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
             assert services.kafka_bootstrap is not None and services.zk_connect is not None
             if args.serve:
                 steps.start("starting the time service and dashboard")
-                url = stack.enter_context(_serving(services, demo_dir / "delta", args.port))
+                url = stack.enter_context(
+                    _serving(services, demo_dir / "delta", args.port, demo_cluster(unique))
+                )
                 console.print(f"dashboard: [bold]{url}/[/]")
             steps.start("starting Spark")
             spark = spark_session(
@@ -142,6 +145,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                     demo_dir,
                     spark,
                     progress=steps.start,
+                    unique=unique,
                 )
             finally:
                 steps.start("stopping Spark")
@@ -164,7 +168,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 @contextlib.contextmanager
-def _serving(services: Any, delta_root: Path, port: int) -> Iterator[str]:
+def _serving(services: Any, delta_root: Path, port: int, cluster: Any) -> Iterator[str]:
     from kazoo.client import KazooClient
 
     from controller.zk_store import ZooKeeperStore
@@ -176,10 +180,11 @@ def _serving(services: Any, delta_root: Path, port: int) -> Iterator[str]:
     client.start(timeout=15)
     try:
         service = TimeService(
-            ZooKeeperStore(client),
+            ZooKeeperStore(client, cluster.zk_root),
             client,
             str(delta_root),
             bootstrap_servers=services.kafka_bootstrap,
+            cluster=cluster,
             postgres_dsn=services.postgres_dsn,
         )
         with RunningService(service, port=port) as running:
