@@ -17,6 +17,7 @@ import argparse
 import contextlib
 import json
 import os
+import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -150,6 +151,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
             finally:
                 steps.start("stopping Spark")
                 stop_spark(spark)
+                # pyspark's SIGINT handler outlives its context (it would fail on Ctrl-C)
+                signal.signal(signal.SIGINT, signal.default_int_handler)
             steps.start("drawing the chart")
             chart = write_chart(report, demo_dir / "event-time-vs-watermark.png")
             steps.close()  # the step lines stay above the results
