@@ -40,7 +40,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from controller.model import Segment, TimeWindow, segment_number
 from pipelines.reading.config import ReaderConfig
-from pipelines.reading.exceptions import ReaderClosedError, ReaderError
+from pipelines.reading.exceptions import ReaderBehindHeadError, ReaderClosedError, ReaderError
 from pipelines.reading.registry import GroupRegistry
 from pipelines.reading.view import GroupView, plan_ownership
 from pipelines.reading.windows import PositionWindow, WatermarkFeed, reader_position
@@ -158,6 +158,14 @@ class EventReader:
                     if size is not None and max(msg.offset(), self._offsets[seg_id]) >= size:
                         self._finish(seg_id)
                 return None
+            if err.code() == KafkaError._AUTO_OFFSET_RESET:
+                # Kafka deleted records at our offset (a truncation): say so, never jump.
+                self._check_head(self.group.view())
+                if seg_id in self._offsets:  # not recorded yet: fetch again, look again
+                    tp = TopicPartition(self.group.topic, msg.partition(), self._offsets[seg_id])
+                    self._consumer.seek(tp)
+                    self._next_rebalance = 0.0
+                return None
             if err.fatal():
                 raise ReaderError(f"reader {self.name}: Kafka consumer failed: {err}")
             log.warning("reader %s: %s", self.name, err)
@@ -187,6 +195,7 @@ class EventReader:
         group = self.group
         self._next_rebalance = time.monotonic() + self.config.rebalance_interval_ms / 1000
         view = group.view()
+        self._check_head(view)
         self._view = view
         for seg_id in [s for s in self._offsets if s in view.finished]:
             self._drop(seg_id, commit=False)
@@ -215,6 +224,17 @@ class EventReader:
             log.info("reader %s took segments %s", self.name, taken)
             if self._window is not None:
                 self._window.reset()
+
+    def _check_head(self, view: GroupView) -> None:
+        """:class:`ReaderBehindHeadError` when a truncation removed events the group
+        had still to read (by its commits, unless this reader has read past them)."""
+        lost = {
+            seg: (self._offsets.get(seg, have), head)
+            for seg, (have, head) in view.behind.items()
+            if self._offsets.get(seg, have) < head
+        }
+        if lost:
+            raise ReaderBehindHeadError(self.group.name, self.group.stream, lost)
 
     def _finish(self, seg_id: int) -> None:
         size = self.group.sealed_size(seg_id)
