@@ -82,6 +82,7 @@ def run(services: Any) -> list[str]:
     try:
         store = ZooKeeperStore(client, cluster.zk_root)
         manager = StreamManager(store, services.bootstrap, cluster)
+        manager.create_scope(stream.split("/")[0])
         manager.create(stream, StreamConfiguration(scaling_policy=ScalingPolicy.fixed(4)))
         base = int(time.time() * 1000) - 30 * 60_000
         with EventWriter(

@@ -86,6 +86,7 @@ def run(services: Any) -> list[str]:
     try:
         store = ZooKeeperStore(client, cluster.zk_root)
         manager = StreamManager(store, services.bootstrap, cluster)
+        manager.create_scope(stream.split("/")[0])
         manager.create(stream, StreamConfiguration(scaling_policy=ScalingPolicy.fixed(PARTITIONS)))
         service = TimeService(
             store, client, root, bootstrap_servers=services.bootstrap, cluster=cluster

@@ -116,6 +116,7 @@ def test_dashboard_shows_stream_segments_and_lag_chart(
 
     root = str(tmp_path / "delta")
     stream = "demo/sensors"  # ZooKeeper is chrooted per test; the topic is this test's alone
+    manager.create_scope("demo")
     manager.create(stream, StreamConfiguration(ScalingPolicy.fixed(2)))
     manager.scale(stream, [0], [KeyRange(0.0, 0.25), KeyRange(0.25, 0.5)])
     now = int(time.time() * 1000)
