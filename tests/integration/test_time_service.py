@@ -241,3 +241,48 @@ def test_a_scaled_stream_shows_its_epochs(served, manager, unique):
     assert body["current_epoch"] == 1
     active = [s["id"] for s in body["epochs"][1]["segments"] if s["active"]]
     assert len(active) == 3 and 0 not in active and 1 in active
+
+
+def test_tidemark_serve_command(manager, unique, kafka, zookeeper, zk_client, tmp_path):
+    """`tidemark serve` as a user runs it: answers, then stops on Ctrl-C (SIGINT: uvicorn
+    shuts down, then re-raises the signal; the CLI's exit status for it is 130)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from infra.ports import free_port
+
+    stream = make_stream(manager, unique, segments=1)
+    port = free_port()
+    env = dict(
+        os.environ,
+        TIDEMARK_KAFKA_BOOTSTRAP=kafka,
+        TIDEMARK_ZK_CONNECT=f"{zookeeper}/tidemark-test-{unique}",
+        TIDEMARK_DELTA_ROOT=str(tmp_path),
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tidemark.cli.main", "serve", "--port", str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                status, streams = get_json(url, "/api/streams")
+                break
+            except OSError:
+                assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+                assert time.monotonic() < deadline, "tidemark serve did not answer in 60 s"
+                time.sleep(0.2)
+        assert status == 200
+        assert [s["stream"] for s in streams] == [stream]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    assert f"dashboard on http://127.0.0.1:{port}/" in out
