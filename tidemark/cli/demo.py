@@ -227,6 +227,11 @@ def _print_result(console: Any, report: Any, chart: Path) -> None:
             cut,
         )
     console.print(marks)
+    if not report.watermarks or report.watermarks[-1].time < report.noted_until:
+        console.print(
+            "[bold red]the controller did not reach the last noted time within the demo's "
+            "wait[/] (a busy machine?); its log is in the demo's logs/ directory"
+        )
     seek = Table(title=f"reading by time: t = {_iso(report.seek_time)} UTC", show_header=False)
     seek.add_column("what")
     seek.add_column("answer")
