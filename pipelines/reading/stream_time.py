@@ -96,9 +96,14 @@ class DeltaWatermarkSource:
             table_path(self.delta_root, MARKS), stream, MARKS_COLUMNS, storage_options
         )
         self._log_dir = _local_log_dir(table_path(self.delta_root, MARKS))
+        self._remote_delay_ms = min_backoff_ms
+        """Object stores: the pause before the next read, grown while nothing comes."""
 
     def poll(self) -> list[Watermark]:
-        return [watermark_from_row(r, Watermark) for r in self._tail.poll().to_pylist()]
+        found = [watermark_from_row(r, Watermark) for r in self._tail.poll().to_pylist()]
+        if found:
+            self._remote_delay_ms = self.min_backoff_ms
+        return found
 
     def _next_commit(self) -> str | None:
         """The commit file of the next table version, on a local path (else None)."""
@@ -109,19 +114,23 @@ class DeltaWatermarkSource:
         return os.path.join(self._log_dir, f"{following:020d}.json")
 
     def wait_for_change(self, timeout_ms: int, stop: threading.Event) -> None:
+        commit = self._next_commit()
+        if commit is None:
+            # Object store: one incremental read (the next poll) per step, the
+            # steps growing while nothing new comes.
+            stop.wait(min(self._remote_delay_ms, max(0, timeout_ms)) / 1000)
+            self._remote_delay_ms = min(self._remote_delay_ms * 2, self.max_backoff_ms)
+            return
         deadline = time.monotonic() + max(0, timeout_ms) / 1000
         delay_ms = self.min_backoff_ms
-        commit = self._next_commit()
         while not stop.is_set():
-            if commit is not None and os.path.exists(commit):
+            if os.path.exists(commit):
                 return
             remaining_s = deadline - time.monotonic()
             if remaining_s <= 0:
                 return
             if stop.wait(min(delay_ms / 1000, remaining_s)):
                 return
-            if commit is None:
-                return  # object store: each step is one incremental read (the poll)
             delay_ms = min(delay_ms * 2, self.max_backoff_ms)
 
     def holding(self) -> list[str]:

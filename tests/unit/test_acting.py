@@ -261,3 +261,24 @@ def test_job_records_laggards_only_on_change():
     assert laggard_update(S, laggards_of(S, state, now_ms=200), found, 200) is None
     assert laggard_update(S, [], None, 300) is None
     assert [r["kind"] for r in laggard_update(S, [], found, 300)] == [CLEAR]
+
+
+def test_object_store_source_backs_off_between_reads():
+    """No log directory to watch on an object store: each wait is one step, growing."""
+    import time
+
+    from pipelines.reading.stream_time import DeltaWatermarkSource
+
+    source = DeltaWatermarkSource("s3://bucket/tidemark", S, min_backoff_ms=10, max_backoff_ms=80)
+    started = time.monotonic()
+    for _ in range(5):
+        source.wait_for_change(10_000, threading.Event())
+    assert time.monotonic() - started >= (10 + 20 + 40 + 80 + 80) / 1000
+    slow = DeltaWatermarkSource("s3://b/t", S, min_backoff_ms=30_000, max_backoff_ms=30_000)
+    stop = threading.Event()
+    stop.set()
+    quick = time.monotonic()
+    slow.wait_for_change(60_000, stop)
+    assert time.monotonic() - quick < 10  # a stop ends a 30 s step at once
+    with pytest.raises(ReaderConfigError):
+        DeltaWatermarkSource("s3://b/t", S, min_backoff_ms=0)
