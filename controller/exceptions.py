@@ -94,7 +94,18 @@ class KafkaOperationError(ControllerError):
     """Kafka refused an admin operation; the message carries Kafka's error."""
 
 
+class AdoptionError(ControllerError):
+    """An adopt or release request does not fit the stream or topic; the message says why.
+
+    Also raised when an operation would break an adopted stream's promise: a
+    scale of a stream whose producers route by Kafka's partitioner (adopt it
+    with tidemark routing to allow scaling), or a delete, which would remove
+    a topic tidemark did not create (``release`` unregisters it instead).
+    """
+
+
 __all__ = [
+    "AdoptionError",
     "ConcurrentOperationError",
     "ConfigurationError",
     "ConflictError",

@@ -1,4 +1,4 @@
-"""``tidemark stream create|describe|update|scale|truncate|seal|delete|list``.
+"""``tidemark stream create|adopt|describe|update|scale|truncate|seal|delete|release|list``.
 
     tidemark stream create shop/orders --segments 2
     tidemark stream scale shop/orders --seal 0 --ranges 0:0.25,0.25:0.5
@@ -187,6 +187,9 @@ def register(sub: Any) -> None:
     verb("delete", "delete a sealed stream (topic and metadata)", cmd_delete)
     listing = verb("list", "list streams", cmd_list, stream_arg=False)
     listing.add_argument("scope", nargs="?", help="only this scope")
+    from tidemark.cli.adopt import register_verbs
+
+    register_verbs(verb, _config_options)
 
 
 def _summary(meta: StreamMetadata) -> list[str]:
