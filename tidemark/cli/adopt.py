@@ -41,8 +41,10 @@ def register_verbs(verb: Callable[..., Any], config_options: Callable[[Any], Non
 
 
 def _given(args: argparse.Namespace) -> bool:
-    names = ("segments", "scaling", "target_rate", "scale_factor", "retention")
-    names += ("retention_limit", "timestamping", "uncapped", "aggregation_timeout_ms")
+    names = (
+        *("segments", "scaling", "target_rate", "scale_factor", "retention"),
+        *("retention_limit", "timestamping", "uncapped", "aggregation_timeout_ms"),
+    )
     return any(getattr(args, n, None) is not None for n in names)
 
 
