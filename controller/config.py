@@ -139,11 +139,19 @@ class StreamConfiguration:
     timestamp_aggregation_timeout_ms: int = 10_000
     timestamping: TimestampingMode = TimestampingMode.CLIENT_PREFER
     uncapped: bool = False
+    refuse_adjustments: bool = False
+    """S2's opt-out: refuse a record whose client timestamp would be adjusted (capped to
+    the arrival time, or raised to the segment's previous timestamp) instead of adjusting it."""
 
     def __post_init__(self) -> None:
         object.__setattr__(
             self, "timestamping", _choice(TimestampingMode, self.timestamping, "timestamping")
         )
+        if self.refuse_adjustments and self.timestamping is TimestampingMode.ARRIVAL:
+            raise InvalidConfigurationError(
+                "refuse_adjustments needs client timestamps (client-prefer or client-require); "
+                "arrival timestamping ignores them"
+            )
         if self.timestamp_aggregation_timeout_ms < 0:
             raise InvalidConfigurationError(
                 "timestamp_aggregation_timeout_ms must be >= 0, got "
@@ -169,6 +177,7 @@ class StreamConfiguration:
             "timestamp_aggregation_timeout_ms": self.timestamp_aggregation_timeout_ms,
             "timestamping": self.timestamping.value,
             "uncapped": self.uncapped,
+            "refuse_adjustments": self.refuse_adjustments,
         }
 
     @classmethod
@@ -188,6 +197,7 @@ class StreamConfiguration:
                 ),
                 timestamping=raw.get("timestamping", TimestampingMode.CLIENT_PREFER),
                 uncapped=bool(raw.get("uncapped", False)),
+                refuse_adjustments=bool(raw.get("refuse_adjustments", False)),
             )
         except TypeError as exc:
             raise InvalidConfigurationError(f"bad stream configuration {dict(raw)!r}") from exc

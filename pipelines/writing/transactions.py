@@ -266,7 +266,7 @@ class TransactionalWriter(_StreamWriter):
         now = self._now_ms()
         for rec in txn._records:
             seg = self._segment_for(rec.key)
-            self._send(seg, rec.key, rec.value, rec.timestamp, now)
+            self._send(seg, rec.key, rec.value, rec.timestamp, now, replay=True)
             txn._touched.add(seg.id)
 
     def _txn_commit(self, txn: Transaction, timestamp: int | None) -> None:

@@ -73,6 +73,7 @@ from pipelines.writing.timestamping import (
     check_timestamp,
     choose,
     monotonic,
+    refuse_adjusted,
 )
 
 log = logging.getLogger(__name__)
@@ -282,7 +283,9 @@ class _StreamWriter:
                     )
                 now = self._now_ms()
                 for rec in resend:
-                    self._send(self._segment_for(rec.key), rec.key, rec.value, rec.timestamp, now)
+                    self._send(
+                        self._segment_for(rec.key), rec.key, rec.value, rec.timestamp, now, True
+                    )
         self._writable = True
 
     def _cut_off(self, seg_id: int, metadata: StreamMetadata) -> list[Retained]:
@@ -315,9 +318,17 @@ class _StreamWriter:
             time.sleep(0.02)
 
     def _send(
-        self, seg: Segment, key: bytes | None, value: bytes, client_ts: int | None, now_ms: int
+        self,
+        seg: Segment,
+        key: bytes | None,
+        value: bytes,
+        client_ts: int | None,
+        now_ms: int,
+        replay: bool = False,
     ) -> None:
-        ts = self._clock.peek(seg.id, client_ts, now_ms)
+        """Stamp and send one record; a ``replay`` (a re-send of an accepted write) is
+        never refused for needing an adjustment."""
+        ts = self._clock.peek(seg.id, client_ts, now_ms, refuse=not replay)
         self._produce(self._topic, value, key, seg.number, ts)
         self._clock.advance(seg.id, ts)
         self._tracker.sent(seg.id)
@@ -469,7 +480,8 @@ def _failed(err: KafkaError, msg: Message) -> FailedRecord:
 
 
 def _policy(metadata: StreamMetadata) -> TimestampPolicy:
-    return TimestampPolicy(metadata.config.timestamping, metadata.config.uncapped)
+    cfg = metadata.config
+    return TimestampPolicy(cfg.timestamping, cfg.uncapped, cfg.refuse_adjustments)
 
 
 class EventWriter(_StreamWriter):
@@ -528,12 +540,22 @@ class EventWriter(_StreamWriter):
 
     # --- writing -------------------------------------------------------------------------
 
-    def write(self, event: Any, routing_key: RoutingKey, timestamp: int | None = None) -> None:
+    def write(
+        self,
+        event: Any,
+        routing_key: RoutingKey,
+        timestamp: int | None = None,
+        on_ack: Callable[[RecordAck], None] | None = None,
+    ) -> int:
         """Send ``event`` to the segment owning ``routing_key`` (``None``: any segment).
 
         ``event`` is bytes, or anything the writer's serializer takes;
         ``timestamp`` is milliseconds, used as the stream's timestamping rules say.
-        Returns once Kafka has the record queued; ``flush`` waits for it.
+        Returns the timestamp the record is stored with (in ``arrival`` mode the
+        broker's append time replaces it), once Kafka has the record queued;
+        ``flush`` waits for it. ``on_ack(RecordAck)`` is called when Kafka has
+        stored it, with its offset, stored timestamp and whether it was adjusted
+        (from a later ``write``, ``flush`` or ``close``, on the calling thread).
         """
         # The hot path: _send and the checks inlined (see the benchmark).
         if type(event) is not bytes:
@@ -556,16 +578,33 @@ class EventWriter(_StreamWriter):
             now = self._now_ms()
             seg_id = seg.id
             ts = self._clock.peek(seg_id, timestamp, now)
-            try:
-                self._producer.produce(self._topic, event, key, seg.number, timestamp=ts)
-            except (BufferError, KafkaException):
-                self._produce(self._topic, event, key, seg.number, ts)
+            if on_ack is None:
+                try:
+                    self._producer.produce(self._topic, event, key, seg.number, timestamp=ts)
+                except (BufferError, KafkaException):
+                    self._produce(self._topic, event, key, seg.number, ts)
+            else:
+                self._produce(
+                    self._topic, event, key, seg.number, ts, self._acking(on_ack, timestamp)
+                )
             self._clock.advance(seg_id, ts)
             self._tracker.sent(seg_id)
             self._replay.sent(seg_id, key, event, ts, now)
             self._producer.poll(0)
             if self._tracker.pending():
                 self._publish_ready()
+        return ts
+
+    def _acking(
+        self, on_ack: Callable[[RecordAck], None], given: int | None
+    ) -> Callable[[KafkaError | None, Message], None]:
+        def report(err: KafkaError | None, msg: Message) -> None:
+            self._on_delivery(err, msg)
+            if err is None:
+                stored = msg.timestamp()[1]
+                on_ack(RecordAck(msg.offset() or 0, stored, given is not None and stored != given))
+
+        return report
 
     def write_batch(
         self,
@@ -618,6 +657,7 @@ class EventWriter(_StreamWriter):
                 (choose(self._clock.policy, ts, arrival) for ts in given),
                 self._clock.floor(seg.id),
             )
+            refuse_adjusted(self._clock.policy, given, stamps)
             for i, (value, ts) in enumerate(zip(values, stamps, strict=True)):
                 self._produce(self._topic, value, key, seg.number, ts, on_delivery(i))
                 self._clock.advance(seg.id, ts)

@@ -44,6 +44,7 @@ def _given(args: argparse.Namespace) -> bool:
     names = (
         *("segments", "scaling", "target_rate", "scale_factor", "retention"),
         *("retention_limit", "timestamping", "uncapped", "aggregation_timeout_ms"),
+        "refuse_adjustments",
     )
     return any(getattr(args, n, None) is not None for n in names)
 

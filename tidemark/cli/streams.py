@@ -130,6 +130,12 @@ def _config_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--retention-limit", type=int, help="ms (by-time) or bytes (by-size)")
     parser.add_argument("--timestamping", choices=[m.value for m in TimestampingMode])
     parser.add_argument("--uncapped", action=argparse.BooleanOptionalAction, default=None)
+    parser.add_argument(
+        "--refuse-adjustments",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="refuse a record whose timestamp would be capped or raised, instead of adjusting",
+    )
     parser.add_argument("--aggregation-timeout-ms", type=int)
 
 
@@ -157,6 +163,11 @@ def config_from_args(args: argparse.Namespace, base: StreamConfiguration) -> Str
             TimestampingMode(args.timestamping) if args.timestamping else base.timestamping
         ),
         uncapped=base.uncapped if args.uncapped is None else args.uncapped,
+        refuse_adjustments=(
+            base.refuse_adjustments
+            if getattr(args, "refuse_adjustments", None) is None
+            else args.refuse_adjustments
+        ),
     )
 
 
@@ -201,7 +212,7 @@ def _summary(meta: StreamMetadata) -> list[str]:
         + " ".join(f"{s.id}{s.key_range}" for s in meta.current_epoch().segments),
         f"config   scaling={cfg.scaling_policy.type}/{cfg.scaling_policy.min_segments} "
         f"retention={cfg.retention_policy.type} timestamping={cfg.timestamping} "
-        f"uncapped={cfg.uncapped}",
+        f"uncapped={cfg.uncapped} refuse_adjustments={cfg.refuse_adjustments}",
     ]
 
 
