@@ -98,18 +98,21 @@ class _Stream:
         self.segment_of = {s.number: s.id for s in metadata.segments().values()}
         self.epoch: Epoch = metadata.current_epoch()
         self.current = {s.number for s in self.epoch.segments}
-        self.routes: dict[bytes | str, int] = {}
+        self.routes: dict[Any, int] = {}
 
     def partition_for(self, key: Any) -> int:
+        """The partition of ``key``, remembered in ``routes`` unless chosen at random."""
         if not self.routed:
-            return kafka_partition(self.partitioner, key, len(self.epoch.segments))
-        if key is None:
+            number = kafka_partition(self.partitioner, key, len(self.epoch.segments))
+            if not key or self.partitioner == "random":
+                return number
+        elif key is None:
             return random.choice(self.epoch.segments).number
-        number = self.routes.get(key)
-        if number is None:
-            if len(self.routes) >= 65_536:
-                self.routes.clear()
-            number = self.routes[key] = self.epoch.segment_for(key_hash(key)).number
+        else:
+            number = self.epoch.segment_for(key_hash(key)).number
+        if len(self.routes) >= 65_536:
+            self.routes.clear()
+        self.routes[key] = number
         return number
 
 
@@ -155,6 +158,8 @@ class TidemarkProducer:
         self._closed = False
         self._failures: list[FailedRecord] = []
         self._last_noted: int | None = None
+        self._noting = False
+        """Some note waits for its records: poll publishes the ready ones."""
         self._streams: dict[str, _Stream] = {}
         for name in names:
             metadata = store.get_stream(name)
@@ -186,28 +191,34 @@ class TidemarkProducer:
     ) -> None:
         """``Producer.produce``; on a stream's topic the record also counts for its position."""
         st = self._streams.get(topic)
-        cb = on_delivery or callback
         if st is None:
             # Another topic: untouched (the configured callback still runs, via _on_delivery).
-            self._send(topic, value, key, partition, cb, timestamp, headers)
+            self._send(topic, value, key, partition, on_delivery or callback, timestamp, headers)
             return
         with self._lock:
-            if self._closed or self._failures:
-                self._check()
-            if st.latest is not st.metadata:
-                self._refresh(st)
+            if self._closed or self._failures or st.latest is not st.metadata:
+                self._before_produce(st)
             if partition < 0:
-                partition = st.partition_for(key)
+                # The hot path: a key's partition is computed once (random ones never cached).
+                partition = st.routes.get(key, -1) if key is not None else -1
+                if partition < 0:
+                    partition = st.partition_for(key)
             elif st.routed and partition not in st.current:
                 raise WriterError(
                     f"partition {partition} of {topic} is not a current segment of stream "
                     f"{st.name} (current: {sorted(st.current)}); leave partition unset"
                 )
-            if cb is None and not timestamp and headers is None:
+            if on_delivery is None and callback is None and not timestamp and headers is None:
                 self._producer.produce(topic, value, key, partition)
             else:
+                cb = on_delivery or callback
                 self._send(topic, value, key, partition, cb and self._chain(cb), timestamp, headers)
             st.tracker.sent(st.segment_of[partition])
+
+    def _before_produce(self, st: _Stream) -> None:
+        self._check()
+        if st.latest is not st.metadata:
+            self._refresh(st)
 
     def _send(
         self,
@@ -237,7 +248,7 @@ class TidemarkProducer:
     def poll(self, timeout: float = -1) -> int:
         """``Producer.poll``; also publishes the marks whose records are all acknowledged."""
         served = self._producer.poll(timeout)
-        if self._pending:
+        if self._noting:
             with self._lock:
                 self._publish_ready()
         return served
@@ -326,38 +337,32 @@ class TidemarkProducer:
 
     # --- internals ------------------------------------------------------------------------
 
-    @property
-    def _pending(self) -> bool:
-        return any(st.tracker.pending() for st in self._streams.values())
-
     def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
-        st = self._streams.get(msg.topic() or "")
+        st = self._streams.get(msg.topic())  # type: ignore[arg-type]
         if st is not None:
-            self._count(st, err, msg)
-        user = self._user_delivery
-        if user is not None:
-            user(err, msg)
+            if err is None:
+                st.tracker.delivered(st.segment_of[msg.partition()], msg.offset())  # type: ignore[index,arg-type]
+            else:
+                self._count_failure(st, err, msg)
+        if self._user_delivery is not None:
+            self._user_delivery(err, msg)
 
     def _chain(self, cb: DeliveryCallback) -> DeliveryCallback:
         def report(err: KafkaError | None, msg: Message) -> None:
-            self._on_delivery_counted(err, msg)
+            st = self._streams.get(msg.topic() or "")
+            if st is not None:
+                if err is None:
+                    st.tracker.delivered(st.segment_of[msg.partition() or 0], msg.offset() or 0)
+                else:
+                    self._count_failure(st, err, msg)
             cb(err, msg)
 
         return report
 
-    def _on_delivery_counted(self, err: KafkaError | None, msg: Message) -> None:
-        st = self._streams.get(msg.topic() or "")
-        if st is not None:
-            self._count(st, err, msg)
-
-    def _count(self, st: _Stream, err: KafkaError | None, msg: Message) -> None:
+    def _count_failure(self, st: _Stream, err: KafkaError, msg: Message) -> None:
         partition = msg.partition() or 0
-        segment = st.segment_of.get(partition, partition)
-        if err is None:
-            st.tracker.delivered(segment, msg.offset() or 0)
-        else:
-            st.tracker.failed(segment)
-            self._failures.append(FailedRecord(msg.topic() or "", partition, msg.key(), str(err)))
+        st.tracker.failed(st.segment_of.get(partition, partition))
+        self._failures.append(FailedRecord(msg.topic() or "", partition, msg.key(), str(err)))
 
     def _watcher(self, st: _Stream) -> Callable[[StreamMetadata], None]:
         def on_change(metadata: StreamMetadata) -> None:
@@ -411,6 +416,7 @@ class TidemarkProducer:
 
     def _publish_ready(self) -> int:
         published = 0
+        waiting = False
         for st in self._streams.values():
             for note in st.tracker.ready():
                 if note.failed:
@@ -432,6 +438,8 @@ class TidemarkProducer:
                     msg.topic, msg.value, msg.key, msg.partition, self._on_mark_delivery
                 )
                 published += 1
+            waiting = waiting or bool(st.tracker.pending())
+        self._noting = waiting
         return published
 
     def _on_mark_delivery(self, err: KafkaError | None, msg: Message) -> None:
