@@ -82,27 +82,43 @@ def records(kafka: str, topic: str, partitions: int) -> list[tuple[int, int, Any
     return sorted(out)
 
 
-def watermarks_of(
-    kafka: str, cluster: ClusterSettings, stream: str, epochs: Any
-) -> list[Watermark]:
-    """The controller's fold over the stream's marks, one cycle after each writer's mark."""
+def marks_of(kafka: str, cluster: ClusterSettings, stream: str) -> list[WriterMarkRecord]:
+    """The stream's writer marks on the marks topic, in offset order."""
     part = bucket_of(stream, cluster.bucket_count)
+    return [
+        WriterMarkRecord.decode(value)
+        for p, _, key, value, _ in records(kafka, cluster.marks_topic, cluster.bucket_count)
+        if p == part and key == stream.encode()
+    ]
+
+
+def watermarks_of(
+    kafka: str, cluster: ClusterSettings, stream: str, epochs: Any, settle: bool = False
+) -> list[Watermark]:
+    """The controller's fold over the stream's marks, one cycle after each mark
+    (``settle``: then more cycles until nothing changes, as the controller's timer runs)."""
     marks: dict[str, WriterMark] = {}
     state = GenerationState()
     out: list[Watermark] = []
-    for _, key, value, _ in [
-        r[1:] for r in records(kafka, cluster.marks_topic, cluster.bucket_count) if r[0] == part
-    ]:
-        if key != stream.encode():
-            continue
-        rec = WriterMarkRecord.decode(value)
+    for rec in marks_of(kafka, cluster, stream):
         mark = WriterMark(rec.time, dict(rec.position), rec.alive)
         if accept_mark(marks.get(rec.writer_id), mark) is Verdict.ACCEPTED:
             marks[rec.writer_id] = mark
         cycle = watermark_cycle(stream, marks, state, epochs, 0, 60_000)
         state = cycle.state
+        for writer in cycle.removed:
+            marks.pop(writer, None)
         if cycle.watermark is not None:
             out.append(cycle.watermark)
+    while settle and marks:
+        cycle = watermark_cycle(stream, marks, state, epochs, 0, 60_000)
+        state = cycle.state
+        for writer in cycle.removed:
+            marks.pop(writer, None)
+        if cycle.watermark is not None:
+            out.append(cycle.watermark)
+        elif not cycle.removed:
+            break
     return out
 
 
