@@ -43,6 +43,8 @@ class PositionTracker:
         self._reported: dict[int, int] = {}
         self._next: dict[int, int] = {}
         self._pending: list[PendingNote] = []
+        self.waiting = False
+        """True while a note waits for its records (a plain attribute: writers' hot path)."""
 
     def position(self) -> dict[int, int]:
         """Next offset per segment with anything acknowledged."""
@@ -90,6 +92,7 @@ class PositionTracker:
         waiting = {s: n for s, n in self._sent.items() if n > self._reported.get(s, 0)}
         pending = PendingNote(time, alive, dict(self._next), waiting)
         self._pending.append(pending)
+        self.waiting = True
         return pending
 
     def ready(self) -> list[PendingNote]:
@@ -97,6 +100,7 @@ class PositionTracker:
         out = []
         while self._pending and not self._pending[0].waiting:
             out.append(self._pending.pop(0))
+        self.waiting = bool(self._pending)
         return out
 
     def pending(self) -> int:

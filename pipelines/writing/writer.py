@@ -560,10 +560,13 @@ class EventWriter(_StreamWriter):
         # The hot path: _send and the checks inlined (see the benchmark).
         if type(event) is not bytes:
             event = self._value(event)
-        if routing_key is None or type(routing_key) is not str:
-            key = _routing_key_bytes(routing_key)
-        else:
+        key: bytes | None
+        if isinstance(routing_key, str):
             key = routing_key.encode("utf-8")
+        elif type(routing_key) is bytes:
+            key = routing_key
+        else:
+            key = _routing_key_bytes(routing_key)
         if timestamp is not None:
             check_timestamp(timestamp)
         with self._lock:
@@ -577,21 +580,20 @@ class EventWriter(_StreamWriter):
                 seg = self._segment_for(key)
             now = self._now_ms()
             seg_id = seg.id
+            number = seg_id & 0xFFFFFFFF  # segment_number, inlined
             ts = self._clock.peek(seg_id, timestamp, now)
             if on_ack is None:
                 try:
-                    self._producer.produce(self._topic, event, key, seg.number, timestamp=ts)
+                    self._producer.produce(self._topic, event, key, number, timestamp=ts)
                 except (BufferError, KafkaException):
-                    self._produce(self._topic, event, key, seg.number, ts)
+                    self._produce(self._topic, event, key, number, ts)
             else:
-                self._produce(
-                    self._topic, event, key, seg.number, ts, self._acking(on_ack, timestamp)
-                )
+                self._produce(self._topic, event, key, number, ts, self._acking(on_ack, timestamp))
             self._clock.advance(seg_id, ts)
             self._tracker.sent(seg_id)
             self._replay.sent(seg_id, key, event, ts, now)
             self._producer.poll(0)
-            if self._tracker.pending():
+            if self._tracker.waiting:
                 self._publish_ready()
         return ts
 
