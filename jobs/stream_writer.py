@@ -137,7 +137,8 @@ def register_writers(target: StreamTarget, writers: Iterable[str]) -> None:
     """Publish a time-0 mark with an empty position for each writer (see the module doc)."""
     from confluent_kafka import Producer
 
-    from pipelines.writing.marks import ensure_marks_topic, mark_message
+    from controller.kafka_admin import ensure_marks_topic
+    from pipelines.writing.marks import mark_message
 
     ensure_marks_topic(target.kafka_bootstrap, target.cluster, create=True)
     producer = Producer({"bootstrap.servers": target.kafka_bootstrap, "enable.idempotence": True})

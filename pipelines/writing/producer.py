@@ -51,6 +51,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
+from controller.kafka_admin import ensure_marks_topic
 from controller.metadata import StreamMetadata
 from controller.model import Epoch, WriterMark
 from controller.naming import ClusterSettings
@@ -67,7 +68,7 @@ from pipelines.writing.exceptions import (
     WriterError,
     WriterTimeoutError,
 )
-from pipelines.writing.marks import ensure_marks_topic, mark_message
+from pipelines.writing.marks import mark_message
 from pipelines.writing.partitioners import DEFAULT_PARTITIONER, check_partitioner, kafka_partition
 from pipelines.writing.positions import PositionTracker
 from pipelines.writing.timestamping import check_timestamp
@@ -165,7 +166,7 @@ class TidemarkProducer:
             metadata = store.get_stream(name)
             require_writable(name, metadata.state)
             self._streams[metadata.topic] = _Stream(metadata, partitioner)
-        ensure_marks_topic(str(bootstrap), self.cluster, create_marks_topic)
+        ensure_marks_topic(str(bootstrap), self.cluster, create=create_marks_topic)
         self._user_delivery: DeliveryCallback | None = None
         for key in _DELIVERY_KEYS:
             if key in settings:
