@@ -100,25 +100,24 @@ def watermarks_of(
     marks: dict[str, WriterMark] = {}
     state = GenerationState()
     out: list[Watermark] = []
+
+    def cycle() -> bool:
+        nonlocal state
+        result = watermark_cycle(stream, marks, state, epochs, 0, 60_000)
+        state = result.state
+        for writer in result.removed:
+            marks.pop(writer, None)
+        if result.watermark is not None:
+            out.append(result.watermark)
+        return result.watermark is not None or bool(result.removed)
+
     for rec in marks_of(kafka, cluster, stream):
         mark = WriterMark(rec.time, dict(rec.position), rec.alive)
         if accept_mark(marks.get(rec.writer_id), mark) is Verdict.ACCEPTED:
             marks[rec.writer_id] = mark
-        cycle = watermark_cycle(stream, marks, state, epochs, 0, 60_000)
-        state = cycle.state
-        for writer in cycle.removed:
-            marks.pop(writer, None)
-        if cycle.watermark is not None:
-            out.append(cycle.watermark)
-    while settle and marks:
-        cycle = watermark_cycle(stream, marks, state, epochs, 0, 60_000)
-        state = cycle.state
-        for writer in cycle.removed:
-            marks.pop(writer, None)
-        if cycle.watermark is not None:
-            out.append(cycle.watermark)
-        elif not cycle.removed:
-            break
+        cycle()
+    while settle and marks and cycle():
+        pass
     return out
 
 
