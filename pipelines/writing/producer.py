@@ -70,7 +70,7 @@ from pipelines.writing.exceptions import (
 )
 from pipelines.writing.marks import mark_message
 from pipelines.writing.partitioners import DEFAULT_PARTITIONER, check_partitioner, kafka_partition
-from pipelines.writing.positions import PositionTracker
+from pipelines.writing.positions import DeliveryGroups
 from pipelines.writing.timestamping import check_timestamp
 
 log = logging.getLogger(__name__)
@@ -88,7 +88,7 @@ class _Stream:
         self.name = metadata.name
         self.partitioner = partitioner
         self.topic = metadata.topic
-        self.tracker = PositionTracker()
+        self.groups = DeliveryGroups(())
         self.latest = metadata
         self.metadata = metadata
         self.routed = metadata.adoption is None or metadata.adoption.tidemark_routing
@@ -100,6 +100,10 @@ class _Stream:
         self.epoch: Epoch = metadata.current_epoch()
         self.current = {s.number for s in self.epoch.segments}
         self.routes: dict[Any, int] = {}
+        self.groups.add_partitions(self.segment_of)
+
+    def segment_position(self, by_partition: Mapping[int, int]) -> dict[int, int]:
+        return {self.segment_of[p]: off for p, off in by_partition.items()}
 
     def partition_for(self, key: Any) -> int:
         """The partition of ``key``, remembered in ``routes`` unless chosen at random."""
@@ -167,11 +171,12 @@ class TidemarkProducer:
             require_writable(name, metadata.state)
             self._streams[metadata.topic] = _Stream(metadata, partitioner)
         ensure_marks_topic(str(bootstrap), self.cluster, create=create_marks_topic)
+        # A stream's records carry their own delivery callback (their group's bucket),
+        # which replaces the configured one: that one is called from a chain instead.
         self._user_delivery: DeliveryCallback | None = None
         for key in _DELIVERY_KEYS:
             if key in settings:
-                self._user_delivery = settings.pop(key)
-        settings["on_delivery"] = self._on_delivery
+                self._user_delivery = settings[key]
         self._producer = Producer(settings)
         self._store = store
         for st in self._streams.values():
@@ -193,28 +198,36 @@ class TidemarkProducer:
         """``Producer.produce``; on a stream's topic the record also counts for its position."""
         st = self._streams.get(topic)
         if st is None:
-            # Another topic: untouched (the configured callback still runs, via _on_delivery).
+            # Another topic: untouched (a configured callback runs as configured).
             self._send(topic, value, key, partition, on_delivery or callback, timestamp, headers)
             return
-        with self._lock:
-            if self._closed or self._failures or st.latest is not st.metadata:
+        # The hot path takes no lock: a record's delivery callback is its group's C-level
+        # bucket setter (see DeliveryGroups), so nothing is counted per record in Python.
+        if self._closed or self._failures or st.latest is not st.metadata:
+            with self._lock:
                 self._before_produce(st)
+        if partition < 0:
+            # A key's partition is computed once (random ones never cached).
+            partition = st.routes.get(key, -1) if key is not None else -1
             if partition < 0:
-                # The hot path: a key's partition is computed once (random ones never cached).
-                partition = st.routes.get(key, -1) if key is not None else -1
-                if partition < 0:
-                    partition = st.partition_for(key)
-            elif st.routed and partition not in st.current:
-                raise WriterError(
-                    f"partition {partition} of {topic} is not a current segment of stream "
-                    f"{st.name} (current: {sorted(st.current)}); leave partition unset"
-                )
-            if on_delivery is None and callback is None and not timestamp and headers is None:
-                self._producer.produce(topic, value, key, partition)
-            else:
-                cb = on_delivery or callback
-                self._send(topic, value, key, partition, cb and self._chain(cb), timestamp, headers)
-            st.tracker.sent(st.segment_of[partition])
+                partition = st.partition_for(key)
+        elif st.routed and partition not in st.current:
+            raise WriterError(
+                f"partition {partition} of {topic} is not a current segment of stream "
+                f"{st.name} (current: {sorted(st.current)}); leave partition unset"
+            )
+        groups = st.groups
+        cb = on_delivery or callback or self._user_delivery
+        if cb is None and not timestamp and headers is None:
+            self._producer.produce(
+                topic, value, key, partition, on_delivery=groups.setters[partition]
+            )
+        else:
+            report = groups.setters[partition]
+            if cb is not None:
+                report = _chain(report, cb)
+            self._send(topic, value, key, partition, report, timestamp, headers)
+        groups.used[partition] = True
 
     def _before_produce(self, st: _Stream) -> None:
         self._check()
@@ -321,7 +334,7 @@ class TidemarkProducer:
         for st in self._streams.values():
             if st.name == stream:
                 with self._lock:
-                    return st.tracker.position()
+                    return st.segment_position(st.groups.position(_offset))
         raise WriterError(f"this producer does not write stream {stream!r}")
 
     @property
@@ -337,33 +350,6 @@ class TidemarkProducer:
         self.close()
 
     # --- internals ------------------------------------------------------------------------
-
-    def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
-        st = self._streams.get(msg.topic())  # type: ignore[arg-type]
-        if st is not None:
-            if err is None:
-                st.tracker.delivered(st.segment_of[msg.partition()], msg.offset())  # type: ignore[index,arg-type]
-            else:
-                self._count_failure(st, err, msg)
-        if self._user_delivery is not None:
-            self._user_delivery(err, msg)
-
-    def _chain(self, cb: DeliveryCallback) -> DeliveryCallback:
-        def report(err: KafkaError | None, msg: Message) -> None:
-            st = self._streams.get(msg.topic() or "")
-            if st is not None:
-                if err is None:
-                    st.tracker.delivered(st.segment_of[msg.partition() or 0], msg.offset() or 0)
-                else:
-                    self._count_failure(st, err, msg)
-            cb(err, msg)
-
-        return report
-
-    def _count_failure(self, st: _Stream, err: KafkaError, msg: Message) -> None:
-        partition = msg.partition() or 0
-        st.tracker.failed(st.segment_of.get(partition, partition))
-        self._failures.append(FailedRecord(msg.topic() or "", partition, msg.key(), str(err)))
 
     def _watcher(self, st: _Stream) -> Callable[[StreamMetadata], None]:
         def on_change(metadata: StreamMetadata) -> None:
@@ -386,7 +372,7 @@ class TidemarkProducer:
         deadline = time.monotonic() + 30
         current = {s.id for s in latest.current_epoch().segments}
         gone = [s.id for s in st.epoch.segments if s.id not in current]
-        position = st.tracker.position()
+        position = st.segment_position(st.groups.position(_offset))
         for seg_id in gone:
             if seg_id not in position:
                 continue
@@ -411,43 +397,44 @@ class TidemarkProducer:
         self._last_noted = timestamp
         for st in self._streams.values():
             if only is None or st.name == only:
-                st.tracker.note(timestamp, alive)
+                st.groups.note(timestamp, alive)
         self._publish_ready()
         self._producer.poll(0)
 
     def _publish_ready(self) -> int:
         published = 0
         waiting = False
+        idle = len(self._producer) == 0
         for st in self._streams.values():
-            for note in st.tracker.ready():
+            for note in st.groups.ready(idle, _offset):
                 if note.failed:
+                    self._failures.extend(_failed(msg) for msg in note.failed)
                     log.warning(
-                        "writer %s: mark for time %d on %s not published: records produced "
-                        "before it were not delivered",
+                        "writer %s: mark for time %d on %s not published: %d record(s) "
+                        "produced before it were not delivered",
                         self.writer_id,
                         note.time,
                         st.name,
+                        len(note.failed),
                     )
                     continue
                 msg = mark_message(
                     self.cluster,
                     st.name,
                     self.writer_id,
-                    WriterMark(note.time, note.position, note.alive),
+                    WriterMark(note.time, st.segment_position(note.position), note.alive),
                 )
                 self._producer.produce(
-                    msg.topic, msg.value, msg.key, msg.partition, self._on_mark_delivery
+                    msg.topic, msg.value, msg.key, msg.partition, on_delivery=self._on_mark_delivery
                 )
                 published += 1
-            waiting = waiting or bool(st.tracker.pending())
+            waiting = waiting or st.groups.waiting
         self._noting = waiting
         return published
 
     def _on_mark_delivery(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None:
-            self._failures.append(
-                FailedRecord(msg.topic() or "", msg.partition() or 0, msg.key(), str(err))
-            )
+            self._failures.append(_failed(msg))
 
     def _check(self) -> None:
         if self._closed:
@@ -458,6 +445,24 @@ class TidemarkProducer:
         if self._failures:
             failed, self._failures = self._failures, []
             raise DeliveryError(failed)
+
+
+def _chain(report: DeliveryCallback, cb: DeliveryCallback) -> DeliveryCallback:
+    """Both callbacks for one record: its group's bucket, then the application's."""
+
+    def both(err: KafkaError | None, msg: Message) -> None:
+        report(err, msg)
+        cb(err, msg)
+
+    return both
+
+
+def _offset(msg: Message) -> int:
+    return msg.offset() or 0
+
+
+def _failed(msg: Message) -> FailedRecord:
+    return FailedRecord(msg.topic() or "", msg.partition() or 0, msg.key(), str(msg.error()))
 
 
 __all__ = ["DeliveryCallback", "TidemarkProducer"]
