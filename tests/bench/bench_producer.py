@@ -51,6 +51,7 @@ def run(bootstrap: str) -> list[str]:
     topic = f"bench-legacy-{unique}"
     manager.topics.create(topic, PARTITIONS, {})
     stream = f"bench{unique}/legacy"
+    manager.create_scope(f"bench{unique}")
     manager.adopt(stream, topic)
     conf = {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5}
     keys = [f"key-{i}".encode() for i in range(KEYS)]

@@ -154,6 +154,8 @@ def test_dropin_on_an_adopted_topic_gives_the_watermarks_of_event_writer(
     make_topic(kafka, a_topic, 3)
     make_topic(kafka, b_topic, 3)
     a, b = f"a{unique}/orders", f"b{unique}/orders"
+    manager.create_scope(f"a{unique}")
+    manager.create_scope(f"b{unique}")
     manager.adopt(a, a_topic, tidemark_routing=tidemark_routing)
     manager.adopt(b, b_topic, tidemark_routing=True)
 
@@ -233,6 +235,7 @@ def test_adopt_read_ago_release_leaves_the_topic_as_it_was(
     configs_before = admin_topics.topic_configs(topic)
     data_before = records(kafka, topic, 3)
     stream = f"l{unique}/legacy"
+    assert run(capsys, "scope", "create", f"l{unique}")[0] == 0
 
     code, out, err = run(capsys, "stream", "adopt", stream, "--topic", topic, "--format", "json")
     assert code == 0, err
@@ -280,6 +283,7 @@ def test_adopt_read_ago_release_leaves_the_topic_as_it_was(
 def test_adopt_refuses_what_it_cannot_honour(
     kafka: str, manager: StreamManager, cluster: ClusterSettings, unique: str
 ) -> None:
+    manager.create_scope(f"x{unique}")
     with pytest.raises(AdoptionError, match="does not exist"):
         manager.adopt(f"x{unique}/s", f"missing-{unique}")
     topic = f"t-{unique}"

@@ -121,9 +121,9 @@ def test_a_bare_producer_following_the_document_gets_watermarks(
     cluster = ClusterSettings(marks_topic=f"marks-{unique}", bucket_count=2)
     store = ZooKeeperStore(zk_client, cluster.zk_root)
     stream = f"p{unique}/orders"
-    meta = StreamManager(store, kafka, cluster).create(
-        stream, StreamConfiguration(scaling_policy=ScalingPolicy.fixed(2))
-    )
+    manager = StreamManager(store, kafka, cluster)
+    manager.create_scope(f"p{unique}")
+    meta = manager.create(stream, StreamConfiguration(scaling_policy=ScalingPolicy.fixed(2)))
     settings = ControllerSettings(
         kafka_bootstrap=kafka,
         zk_connect=f"{zookeeper}/tidemark-test-{unique}",

@@ -31,9 +31,9 @@ BASE = 1_700_000_000_000
 def target(kafka: str, zookeeper: str, zk_client: Any, unique: str) -> StreamTarget:
     cluster = ClusterSettings(marks_topic=f"marks-{unique}", bucket_count=2)
     stream = f"j{unique}/out"
-    StreamManager(ZooKeeperStore(zk_client, cluster.zk_root), kafka, cluster).create(
-        stream, StreamConfiguration(ScalingPolicy.fixed(2))
-    )
+    manager = StreamManager(ZooKeeperStore(zk_client, cluster.zk_root), kafka, cluster)
+    manager.create_scope(f"j{unique}")
+    manager.create(stream, StreamConfiguration(ScalingPolicy.fixed(2)))
     return StreamTarget(stream, kafka, f"{zookeeper}/tidemark-test-{unique}", cluster)
 
 

@@ -36,6 +36,7 @@ def test_refuse_adjustments_refuses_900_after_1000_and_stores_only_1000(
     manager, store, kafka, config, unique
 ):
     stream = f"w{unique}/strict"
+    manager.create_scope(f"w{unique}")
     meta = manager.create(
         stream, StreamConfiguration(ScalingPolicy.fixed(1), refuse_adjustments=True)
     )
