@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, TypeVar
 
+from controller.admission import DEFAULT_MAX_FUTURE_MS
 from controller.exceptions import InvalidConfigurationError
 
 KAFKA_DEFAULT = None
@@ -139,11 +140,21 @@ class StreamConfiguration:
     timestamp_aggregation_timeout_ms: int = 10_000
     timestamping: TimestampingMode = TimestampingMode.CLIENT_PREFER
     uncapped: bool = False
+    max_future_ms: int | None = DEFAULT_MAX_FUTURE_MS
+    """How far ahead of its arrival (the marks topic's broker time) a writer mark's
+    time may be; a mark further ahead is rejected (``future_time``). ``None``: no
+    bound, for applications whose times are not milliseconds."""
 
     def __post_init__(self) -> None:
         object.__setattr__(
             self, "timestamping", _choice(TimestampingMode, self.timestamping, "timestamping")
         )
+        if self.max_future_ms is not None and (
+            type(self.max_future_ms) is not int or not 0 <= self.max_future_ms < 2**63
+        ):
+            raise InvalidConfigurationError(
+                f"max_future_ms must be an integer in [0, 2^63) or None, got {self.max_future_ms!r}"
+            )
         if self.timestamp_aggregation_timeout_ms < 0:
             raise InvalidConfigurationError(
                 "timestamp_aggregation_timeout_ms must be >= 0, got "
@@ -169,6 +180,7 @@ class StreamConfiguration:
             "timestamp_aggregation_timeout_ms": self.timestamp_aggregation_timeout_ms,
             "timestamping": self.timestamping.value,
             "uncapped": self.uncapped,
+            "max_future_ms": self.max_future_ms,
         }
 
     @classmethod
@@ -188,6 +200,7 @@ class StreamConfiguration:
                 ),
                 timestamping=raw.get("timestamping", TimestampingMode.CLIENT_PREFER),
                 uncapped=bool(raw.get("uncapped", False)),
+                max_future_ms=raw.get("max_future_ms", DEFAULT_MAX_FUTURE_MS),
             )
         except TypeError as exc:
             raise InvalidConfigurationError(f"bad stream configuration {dict(raw)!r}") from exc

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import re
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from controller.exceptions import InvalidModelError
 
@@ -24,6 +26,12 @@ _PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-]{0,99}$")
 TOPIC_PREFIX = "tidemark."
 DEFAULT_MARKS_TOPIC = "tidemark-marks"
 DEFAULT_BUCKET_COUNT = 8
+
+TIMESTAMP_TYPE = "message.timestamp.type"
+LOG_APPEND_TIME = "LogAppendTime"
+MARKS_TOPIC_CONFIGS: Mapping[str, str] = MappingProxyType({TIMESTAMP_TYPE: LOG_APPEND_TIME})
+"""The marks topic's settings: the broker stamps each mark with its arrival time, which
+the controller bounds the mark's time by (a writer cannot forge it)."""
 
 
 def split_stream(stream: str) -> tuple[str, str]:

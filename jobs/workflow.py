@@ -38,12 +38,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from controller.admission import check_time
 from controller.metadata import StreamMetadata
 from controller.model import Watermark, WriterMark, segment_number
 from controller.watermarks import GenerationState, Verdict, accept_mark, watermark_cycle
 from jobs.config import CycleTrigger, WorkflowSettings
 from jobs.tables import Reason
-from schemas.exceptions import SchemaError
+from schemas.mark_input import Undecodable, decode_mark
 from schemas.records import WriterMarkRecord
 
 log = logging.getLogger(__name__)
@@ -76,6 +77,8 @@ class MarkInput:
     value: bytes | None
     partition: int
     offset: int
+    arrival_ms: int | None = None
+    """The broker's append time (the marks topic is ``LogAppendTime``); ``None``: unknown."""
 
 
 @dataclass(frozen=True)
@@ -274,13 +277,10 @@ class StreamWorkflow:
                 now_ms,
             )
 
-        if record.value is None:
-            return reject(Reason.MALFORMED)
-        try:
-            decoded = WriterMarkRecord.decode(record.value)
-        except (SchemaError, KeyError, TypeError, ValueError) as exc:
-            log.debug("stream %r: malformed mark at %d: %s", stream, record.offset, exc)
-            return reject(Reason.MALFORMED)
+        decoded = decode_mark(record.value)
+        if isinstance(decoded, Undecodable):
+            log.debug("stream %r: %s at %d: %s", stream, decoded.reason, record.offset, decoded)
+            return reject(decoded.reason)
         if decoded.stream != stream:
             return reject(Reason.MALFORMED, decoded.writer_id, decoded.stream)
         meta = self.streams.stream(stream)
@@ -292,6 +292,9 @@ class StreamWorkflow:
             meta = self.streams.stream(stream, refresh=True)
             if meta is None or any(seg not in meta.segments() for seg in decoded.position):
                 return reject(Reason.UNKNOWN_SEGMENT, decoded.writer_id)
+        out_of_bounds = check_time(decoded.time, record.arrival_ms, meta.config.max_future_ms)
+        if out_of_bounds is not None:
+            return reject(out_of_bounds, decoded.writer_id)
         mark = WriterMark(decoded.time, dict(decoded.position), decoded.alive)
         stored = state.marks.get(decoded.writer_id)
         verdict = accept_mark(stored.mark if stored else None, mark)

@@ -9,7 +9,8 @@ one controller instance sees every mark of a stream in order.
 
 The marks topic has ``ClusterSettings.bucket_count`` partitions. A writer
 creates it when it is missing (``WriterConfig.create_marks_topic``, the
-default), with the broker's default replication; a topic with another
+default), with the broker's default replication and ``LogAppendTime`` (the
+controller bounds a mark's time by its arrival); a topic with another
 partition count is refused, since marks would land in the wrong buckets.
 """
 
@@ -24,7 +25,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from controller.model import WriterMark
-from controller.naming import ClusterSettings, bucket_of
+from controller.naming import MARKS_TOPIC_CONFIGS, ClusterSettings, bucket_of
 from pipelines.writing.exceptions import MarksTopicError
 from schemas.records import WriterMarkRecord
 
@@ -91,9 +92,10 @@ def ensure_marks_topic(bootstrap_servers: str, settings: ClusterSettings, create
                     "(WriterConfig.create_marks_topic=True)"
                 )
             log.info("creating marks topic %s with %d partitions", topic, settings.bucket_count)
-            future = admin.create_topics([NewTopic(topic, num_partitions=settings.bucket_count)])[
-                topic
-            ]
+            new = NewTopic(
+                topic, num_partitions=settings.bucket_count, config=dict(MARKS_TOPIC_CONFIGS)
+            )
+            future = admin.create_topics([new])[topic]
             try:
                 future.result(timeout=30)
             except KafkaException as exc:
