@@ -26,6 +26,10 @@ from controller.exceptions import InvalidConfigurationError
 KAFKA_DEFAULT = None
 """In :func:`topic_configs`: leave (or reset) the setting at the broker's default."""
 
+MAX_SEGMENTS = 1_000
+"""The most segments a stream may start with: each is a Kafka partition, and a stream's
+epochs live in one ZooKeeper record (at most 1 MB)."""
+
 UNCAPPED_AFTER_MAX_MS = str(2**63 - 1)
 """``message.timestamp.after.max.ms`` of an uncapped stream: Kafka's Long.MAX_VALUE."""
 
@@ -77,6 +81,10 @@ class ScalingPolicy:
         object.__setattr__(self, "type", _choice(ScalingType, self.type, "scaling type"))
         if self.min_segments < 1:
             raise InvalidConfigurationError(f"min_segments must be >= 1, got {self.min_segments}")
+        if self.min_segments > MAX_SEGMENTS:
+            raise InvalidConfigurationError(
+                f"min_segments must be <= {MAX_SEGMENTS}, got {self.min_segments}"
+            )
         if self.type is not ScalingType.FIXED:
             if self.target_rate < 1:
                 raise InvalidConfigurationError(
@@ -240,6 +248,7 @@ def topic_configs(config: StreamConfiguration) -> dict[str, str | None]:
 
 
 __all__ = [
+    "MAX_SEGMENTS",
     "RetentionPolicy",
     "RetentionType",
     "ScalingPolicy",

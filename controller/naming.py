@@ -51,6 +51,17 @@ def topic_for(stream: str) -> str:
     return f"{TOPIC_PREFIX}{scope}.{name}"
 
 
+def collision_key(topic: str) -> str:
+    """Kafka refuses a topic whose name equals an existing one's once ``.`` and ``_`` are
+    taken as the same character (their metric names would clash): ``a_b/c`` and ``a/b_c``
+    both give ``tidemark_a_b_c``.
+
+    >>> collision_key(topic_for("a_b/c")) == collision_key(topic_for("a/b_c"))
+    True
+    """
+    return topic.replace(".", "_")
+
+
 def bucket_of(stream: str, bucket_count: int) -> int:
     """The controller bucket of ``stream``: a stable hash (CRC-32), never Python's ``hash``."""
     if bucket_count < 1:
