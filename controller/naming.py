@@ -45,6 +45,24 @@ def split_stream(stream: str) -> tuple[str, str]:
     return scope, name
 
 
+_INSTANCE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$")
+
+
+def check_instance_id(instance_id: str) -> str:
+    """A controller instance id (a ZooKeeper node name): 1-100 of ``[A-Za-z0-9_.-]``,
+    starting with a letter or digit; checked before anything starts.
+
+    >>> check_instance_id("c-1")
+    'c-1'
+    """
+    if not _INSTANCE.match(instance_id):
+        raise InvalidModelError(
+            f"instance id {instance_id!r} must be 1-100 of [A-Za-z0-9_.-] "
+            "starting with a letter or digit"
+        )
+    return instance_id
+
+
 def topic_for(stream: str) -> str:
     """The Kafka topic that holds ``stream``'s segments (one partition per segment)."""
     scope, name = split_stream(stream)

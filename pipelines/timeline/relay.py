@@ -67,6 +67,8 @@ class TimelineRelay:
             }
         )
         self.relayed = 0
+        self.failed = 0
+        """Messages the broker refused (they return when their lease ends)."""
 
     def _produce(self, leases: Sequence[Lease]) -> list[Lease]:
         """Produce and wait for acks; returns the leases whose message the broker has."""
@@ -100,6 +102,7 @@ class TimelineRelay:
                 except BufferError:
                     self._producer.poll(0.05)
         left = self._producer.flush(self.config.flush_timeout_ms / 1000)
+        self.failed += len(failed) + left
         if failed or left:
             log.warning(
                 "relay %s: %d not acknowledged (%s); they return when their lease ends",

@@ -86,7 +86,10 @@ def _time_of(args: argparse.Namespace, *, required: bool = False) -> int | None:
     if args.timestamp is not None:
         return check_timestamp(args.timestamp)
     if args.ago is not None:
-        return max(0, wall_clock_ms() - parse_duration(args.ago))
+        at = wall_clock_ms() - parse_duration(args.ago)
+        if at < 0:
+            raise ConfigurationError(f"--ago {args.ago}: that is before 1970 (time 0)")
+        return at
     if required:
         raise ConfigurationError("give --timestamp MS or --ago DURATION")
     return None
@@ -97,6 +100,19 @@ def _delta_root() -> str:
     from infra.services import data_root
 
     return str(data_root(Environment.from_env()))
+
+
+def _require_tables(root: str) -> None:
+    """Refuse a delta root the controller never wrote to (rather than print nothing)."""
+    from deltalake import DeltaTable
+
+    from schemas.tables import MARKS, table_path
+
+    if not DeltaTable.is_deltatable(table_path(root, MARKS)):
+        raise ConfigurationError(
+            f"no watermark tables under {root}: start a controller "
+            "(tidemark controller run) or set TIDEMARK_DELTA_ROOT to its delta root"
+        )
 
 
 def _body(value: bytes) -> dict[str, Any]:
@@ -164,7 +180,9 @@ def cmd_watermarks(args: argparse.Namespace) -> int:
     since = _time_of(args) or 0
     with control_plane() as cp:
         live_metadata(cp.store, args.stream)
-    marks = WatermarkFeed(_delta_root(), args.stream).since(since)
+    root = _delta_root()
+    _require_tables(root)
+    marks = WatermarkFeed(root, args.stream).since(since)
     emit_rows(
         args,
         [
