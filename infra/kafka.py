@@ -23,7 +23,7 @@ from infra.environment import Environment
 from infra.exceptions import ServiceError, ServiceTimeout
 from infra.java import jvm_argv
 from infra.ports import HOST, ensure_free, free_ports
-from infra.process import ManagedProcess
+from infra.process import ManagedProcess, key_line
 
 MAIN_CLASS = "kafka.Kafka"
 STORAGE_TOOL = "kafka.tools.StorageTool"
@@ -51,6 +51,20 @@ def new_cluster_id() -> str:
             return cid
 
 
+def existing_cluster_id(data_dir: Path) -> str | None:
+    """The cluster id the nodes under ``data_dir`` were formatted with (``None``: new).
+
+    A restart over the same data must reuse it: Kafka refuses a log directory
+    formatted for another cluster.
+    """
+    for meta in sorted(data_dir.glob("node-*/logs/meta.properties")):
+        for line in meta.read_text(errors="replace").splitlines():
+            key, sep, value = line.partition("=")
+            if sep and key.strip() == "cluster.id" and value.strip():
+                return value.strip()
+    return None
+
+
 class KafkaCluster:
     def __init__(
         self,
@@ -67,7 +81,7 @@ class KafkaCluster:
         self.data_dir = data_dir
         self.size = brokers
         self.heap_mb = heap_mb
-        self.cluster_id = new_cluster_id()
+        self.cluster_id = existing_cluster_id(data_dir) or new_cluster_id()
         picked = ports or free_ports(2 * brokers)
         self.nodes = [
             KafkaNode(
@@ -159,8 +173,11 @@ class KafkaCluster:
         for node, proc in running:
             out, _ = proc.communicate(timeout=120)
             if proc.returncode != 0:
+                log_path = node.data_dir / "format.log"
+                log_path.write_text(out)
                 raise ServiceError(
-                    f"kafka-{node.node_id}: formatting {node.data_dir} failed:\n{out[-3000:]}"
+                    f"kafka-{node.node_id}: formatting {node.data_dir} failed: "
+                    f"{key_line(out)} (full output: {log_path})"
                 )
 
     def start(self, timeout_s: float = 90.0) -> KafkaCluster:

@@ -421,7 +421,7 @@ class ControllerInstance:
             time.sleep(0.01)
 
     def _take_run_lock(self, bucket: int) -> bool:
-        from kazoo.exceptions import NodeExistsError
+        from kazoo.exceptions import NodeExistsError, NoNodeError
 
         try:
             self._client.create(
@@ -429,7 +429,10 @@ class ControllerInstance:
             )
             return True
         except NodeExistsError:
-            data, _ = self._client.get(f"{self._running_path}/{bucket}")
+            try:
+                data, _ = self._client.get(f"{self._running_path}/{bucket}")
+            except NoNodeError:  # released between the two calls: try again next round
+                return False
             return bool(data.decode() == self.instance_id)
 
     def _release_run_lock(self, bucket: int) -> None:
@@ -454,7 +457,9 @@ class ControllerInstance:
                 pass
         finally:
             self.stop()
-        return 0
+        if self.failures:
+            log.error("controller %s: %s", self.instance_id, "; ".join(self.failures))
+        return 1 if self.failures else 0
 
 
 # --- entry points (spark-submit and `tidemark controller run`) --------------------------------
