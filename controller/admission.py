@@ -24,6 +24,7 @@ from __future__ import annotations
 
 NEGATIVE_TIME = "negative_time"
 FUTURE_TIME = "future_time"
+IMPERSONATED = "impersonated"
 
 DEFAULT_MAX_FUTURE_MS = 3_600_000
 """One hour, Kafka's default ``message.timestamp.after.max.ms`` (KIP-1030)."""
@@ -44,9 +45,30 @@ def check_time(time_ms: int, arrival_ms: int | None, max_future_ms: int | None) 
     return None
 
 
+def check_instance(bound: str | None, claimed: str | None) -> str | None:
+    """``impersonated`` when a writer id is bound to a live instance and a mark claims
+    another (or none); ``None`` when the mark may be accepted (and binds ``claimed``).
+
+    A writer id is bound to the instance token of its first accepted mark, until
+    the controller forgets the writer (its shutdown mark, or its timeout): a
+    writer restarted under the same id is heard once the old instance is gone.
+    Marks of writers older than the token (``bound is None``) bind on upgrade.
+
+    >>> check_instance("a1", "a1") is None, check_instance(None, "b2") is None
+    (True, True)
+    >>> check_instance("a1", "b2"), check_instance("a1", None)
+    ('impersonated', 'impersonated')
+    """
+    if bound is None or claimed == bound:
+        return None
+    return IMPERSONATED
+
+
 __all__ = [
     "DEFAULT_MAX_FUTURE_MS",
     "FUTURE_TIME",
+    "IMPERSONATED",
     "NEGATIVE_TIME",
+    "check_instance",
     "check_time",
 ]

@@ -38,7 +38,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from controller.admission import check_time
+from controller.admission import check_instance, check_time
 from controller.metadata import StreamMetadata
 from controller.model import Watermark, WriterMark, segment_number
 from controller.watermarks import GenerationState, Verdict, accept_mark, watermark_cycle
@@ -88,6 +88,8 @@ class StoredMark:
     mark: WriterMark
     partition: int
     offset: int
+    instance: str | None = None
+    """The writer instance the writer id is bound to (``None``: a v1 writer)."""
 
 
 @dataclass(frozen=True)
@@ -130,6 +132,7 @@ class StreamState:
             "v": STATE_VERSION,
             "marks": {
                 w: [s.mark.time, _pairs(s.mark.position), s.mark.alive, s.partition, s.offset]
+                + ([] if s.instance is None else [s.instance])
                 for w, s in self.marks.items()
             },
             "previous": None
@@ -159,15 +162,19 @@ class StreamState:
             else Watermark(stream, int(prev[0]), int(prev[1]), _cut(prev[2]), int(prev[3]))
         )
         return cls(
-            marks={
-                w: StoredMark(WriterMark(int(t), _cut(pos), bool(alive)), int(p), int(o))
-                for w, (t, pos, alive, p, o) in raw["marks"].items()
-            },
+            marks={w: _stored(entry) for w, entry in raw["marks"].items()},
             generation=GenerationState(previous, {w: int(v) for w, v in raw["lagging"].items()}),
             upper_time_max=raw["upper_max"],
             due_ms=raw["due"],
             held_since_ms=raw["held"],
         )
+
+
+def _stored(entry: Sequence[Any]) -> StoredMark:
+    """``[time, position, alive, partition, offset]`` plus, when bound, the instance token."""
+    t, pos, alive, p, o = entry[:5]
+    instance = str(entry[5]) if len(entry) > 5 else None
+    return StoredMark(WriterMark(int(t), _cut(pos), bool(alive)), int(p), int(o), instance)
 
 
 def _pairs(cut: Mapping[int, int]) -> list[list[int]]:
@@ -297,10 +304,16 @@ class StreamWorkflow:
             return reject(out_of_bounds, decoded.writer_id)
         mark = WriterMark(decoded.time, dict(decoded.position), decoded.alive)
         stored = state.marks.get(decoded.writer_id)
+        if stored is not None:
+            impostor = check_instance(stored.instance, decoded.instance)
+            if impostor is not None:
+                return reject(impostor, decoded.writer_id)
         verdict = accept_mark(stored.mark if stored else None, mark)
         if verdict is not Verdict.ACCEPTED:
             return reject(verdict.value, decoded.writer_id)
-        state.marks[decoded.writer_id] = StoredMark(mark, record.partition, record.offset)
+        state.marks[decoded.writer_id] = StoredMark(
+            mark, record.partition, record.offset, decoded.instance
+        )
         return None
 
     # the cycle ------------------------------------------------------------------------------
@@ -382,7 +395,9 @@ class StreamWorkflow:
                 for seg, off in stored.mark.position.items()
             ):
                 del state.marks[writer]
-                record = WriterMarkRecord.from_mark(stream, writer, stored.mark)
+                record = WriterMarkRecord.from_mark(
+                    stream, writer, stored.mark, instance=stored.instance
+                )
                 out.append(
                     Rejected(
                         stream,

@@ -59,6 +59,8 @@ class Reason:
     FUTURE_TIME = "future_time"
     """The noted time is more than the stream's ``max_future_ms`` ahead of the mark's
     arrival (the marks topic's ``LogAppendTime``)."""
+    IMPERSONATED = "impersonated"
+    """The writer id is bound to another live writer instance (its token differs)."""
 
     ALL = (
         STALE_TIME,
@@ -71,6 +73,7 @@ class Reason:
         UNKNOWN_SCHEMA,
         NEGATIVE_TIME,
         FUTURE_TIME,
+        IMPERSONATED,
     )
 
 

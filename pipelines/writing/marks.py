@@ -48,8 +48,11 @@ def mark_message(
     writer_id: str,
     mark: WriterMark,
     transaction_id: str | None = None,
+    instance: str | None = None,
 ) -> MarkMessage:
-    record = WriterMarkRecord.from_mark(stream, writer_id, mark, transaction_id)
+    """``instance``: the writer object's token; the controller binds ``writer_id`` to the
+    first one it sees and rejects marks of another (``impersonated``) while it lives."""
+    record = WriterMarkRecord.from_mark(stream, writer_id, mark, transaction_id, instance)
     return MarkMessage(
         topic=settings.marks_topic,
         partition=bucket_of(stream, settings.bucket_count),

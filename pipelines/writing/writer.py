@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import logging
 import random
+import secrets
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -155,6 +156,8 @@ class _StreamWriter:
             raise MissingWriterIdError(f"writer_id must be a non-empty string, got {writer_id!r}")
         split_stream(stream)
         self.writer_id = writer_id
+        self.instance = secrets.token_hex(16)
+        """This writer object's token on its marks (see ``mark_message``)."""
         self.stream = stream
         self.config = config
         self._serializer = serializer
@@ -704,6 +707,7 @@ class EventWriter(_StreamWriter):
                 self.stream,
                 self.writer_id,
                 WriterMark(note.time, note.position, note.alive),
+                instance=self.instance,
             )
             self._produce(
                 msg.topic,

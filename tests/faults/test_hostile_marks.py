@@ -44,6 +44,9 @@ def test_poison_and_hostile_marks_are_rejected_rows_and_the_stream_goes_on(
     def mark(writer_id: str, t: int, position: dict[int, int]) -> bytes:
         return WriterMarkRecord(stream, writer_id, t, position).encode()
 
+    def forged(writer_id: str, t: int, position: dict[int, int]) -> bytes:
+        return WriterMarkRecord(stream, writer_id, t, position, instance="forger").encode()
+
     poison: list[tuple[bytes | None, bytes | None, str]] = [
         (b"\xff\xfe" + stream.encode(), mark("w9", now, {}), Reason.MALFORMED_KEY),
         (stream.encode(), None, Reason.MALFORMED),
@@ -53,6 +56,7 @@ def test_poison_and_hostile_marks_are_rejected_rows_and_the_stream_goes_on(
         (stream.encode(), mark("w8", 2**62, {}), Reason.FUTURE_TIME),
         (stream.encode(), mark("w7", -5, {}), Reason.NEGATIVE_TIME),
         (stream.encode(), mark("", now, {}), Reason.MALFORMED),
+        (stream.encode(), forged("w1", now + 3, {0: 1}), Reason.IMPERSONATED),
     ]
     instance = ControllerInstance(spark, settings, f"c-{unique}").start()
     try:

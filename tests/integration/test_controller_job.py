@@ -302,7 +302,13 @@ def test_rejected_marks_land_with_reasons_and_the_job_keeps_emitting(
     assert read_watermarks(settings.delta_root, liar) == []
 
 
-HOSTILE = {Reason.MALFORMED_KEY, Reason.UNKNOWN_SCHEMA, Reason.NEGATIVE_TIME, Reason.FUTURE_TIME}
+HOSTILE = {
+    Reason.MALFORMED_KEY,
+    Reason.UNKNOWN_SCHEMA,
+    Reason.NEGATIVE_TIME,
+    Reason.FUTURE_TIME,
+    Reason.IMPERSONATED,
+}
 
 
 def wait_for(condition: Any, instance: ControllerInstance, timeout_s: float = 60) -> None:

@@ -6,7 +6,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controller.admission import DEFAULT_MAX_FUTURE_MS, FUTURE_TIME, NEGATIVE_TIME, check_time
+from controller.admission import (
+    DEFAULT_MAX_FUTURE_MS,
+    FUTURE_TIME,
+    IMPERSONATED,
+    NEGATIVE_TIME,
+    check_time,
+)
 from controller.config import ScalingPolicy, StreamConfiguration
 from controller.exceptions import InvalidConfigurationError
 from controller.metadata import new_stream_metadata
@@ -151,3 +157,45 @@ def test_negative_time_is_rejected_and_the_bound_can_be_switched_off() -> None:
     out = w.on_records(S, state, [mark("a", -5, 1), mark("b", 2**62, 2)], 10_000)
     assert [(o.reason, o.writer) for o in out if isinstance(o, Rejected)] == [(NEGATIVE_TIME, "a")]
     assert set(state.marks) == {"b"}
+
+
+def as_instance(writer: str, t: int, offset: int, instance: str | None, alive: bool = True):
+    record = WriterMarkRecord(S, writer, t, {0: offset}, alive, instance=instance)
+    return MarkInput(record.encode(), 0, offset, 10_000)
+
+
+def test_a_mark_from_another_instance_under_a_bound_writer_id_is_impersonated() -> None:
+    w, state = workflow(), StreamState()
+    out = w.on_records(
+        S,
+        state,
+        [
+            as_instance("a", 100, 1, "real"),
+            as_instance("a", 9_000, 2, "forger"),  # ahead, but not the bound instance
+            as_instance("a", 9_000, 3, None),  # a v1 mark cannot claim a bound id either
+            as_instance("a", 200, 4, "real"),
+        ],
+        10_000,
+    )
+    assert [(o.reason, o.offset) for o in out if isinstance(o, Rejected)] == [
+        (IMPERSONATED, 2),
+        (IMPERSONATED, 3),
+    ]
+    assert state.marks["a"].mark.time == 200 and state.marks["a"].instance == "real"
+    # the state keeps the binding across batches (and JSON), and old states still load
+    again = StreamState.from_json(S, state.to_json())
+    assert again.marks["a"].instance == "real"
+    raw = state.to_raw()
+    raw["marks"]["a"] = raw["marks"]["a"][:5]  # a state written before instance tokens
+    assert StreamState.from_raw(S, raw).marks["a"].instance is None
+
+
+def test_once_the_bound_instance_shut_down_a_new_one_takes_the_writer_id() -> None:
+    w, state = workflow(), StreamState()
+    w.on_records(S, state, [as_instance("a", 100, 1, "old")], 10_000)
+    w.on_records(S, state, [as_instance("a", 100, 1, "old", alive=False)], 11_000)
+    w.on_timer(S, state, 12_000)  # the cycle drops the shut-down writer
+    assert "a" not in state.marks
+    out = w.on_records(S, state, [as_instance("a", 300, 2, "new")], 13_000)
+    assert not [o for o in out if isinstance(o, Rejected)]
+    assert state.marks["a"].instance == "new"
