@@ -21,6 +21,9 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 # confluent_kafka.admin re-exports these without __all__, which mypy --strict flags.
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
     AdminClient,
     AlterConfigOpType,
     ConfigEntry,
@@ -28,10 +31,12 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     NewPartitions,
     NewTopic,
     OffsetSpec,
+    ResourcePatternType,
     ResourceType,
 )
 
 from controller.exceptions import KafkaOperationError
+from controller.kafka_client import client_config
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +59,7 @@ def _code(exc: KafkaException) -> int | None:
 
 class StreamTopics:
     def __init__(self, bootstrap: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
-        self.admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+        self.admin = AdminClient({**client_config(bootstrap), "log_level": 0})
         self.timeout_s = timeout_s
 
     def _wait(self, what: str, future: Any, ok_codes: Iterable[int] = ()) -> Any:
@@ -187,4 +192,57 @@ class StreamTopics:
         self._wait(f"deleting topic {topic!r}", futures[topic], [KafkaError.UNKNOWN_TOPIC_OR_PART])
 
 
-__all__ = ["StreamTopics"]
+def tidemark_acls(
+    marks_topic: str, writers: Iterable[str], controllers: Iterable[str]
+) -> list[AclBinding]:
+    """The ACLs of a secured cluster (principals are SASL user names).
+
+    Writers may produce to the marks topic and to every stream topic
+    (``tidemark.`` prefix), idempotently and in transactions; controllers may
+    read the marks topic (with any consumer group) and look up the stream
+    topics' offsets. Nobody else may touch the marks topic: a principal
+    without an ACL is refused by the broker.
+    """
+    from controller.naming import TOPIC_PREFIX
+
+    allow = AclPermissionType.ALLOW
+    lit, pre = ResourcePatternType.LITERAL, ResourcePatternType.PREFIXED
+    acls: list[AclBinding] = []
+
+    def grant(rtype: Any, name: str, pattern: Any, who: str, ops: Iterable[Any]) -> None:
+        for op in ops:
+            acls.append(AclBinding(rtype, name, pattern, f"User:{who}", "*", op, allow))
+
+    topic, write, read = ResourceType.TOPIC, AclOperation.WRITE, AclOperation.READ
+    describe = AclOperation.DESCRIBE
+    for who in writers:
+        grant(topic, marks_topic, lit, who, (write, describe))
+        grant(topic, TOPIC_PREFIX, pre, who, (write, describe))
+        grant(ResourceType.BROKER, "kafka-cluster", lit, who, (AclOperation.IDEMPOTENT_WRITE,))
+        grant(ResourceType.TRANSACTIONAL_ID, "tidemark:", pre, who, (write, describe))
+    for who in controllers:
+        grant(topic, marks_topic, lit, who, (read, describe, AclOperation.DESCRIBE_CONFIGS))
+        grant(topic, TOPIC_PREFIX, pre, who, (describe,))
+        grant(ResourceType.GROUP, "*", lit, who, (read, describe))
+    return acls
+
+
+def grant_tidemark_acls(
+    admin_config: Mapping[str, Any],
+    marks_topic: str,
+    writers: Iterable[str],
+    controllers: Iterable[str],
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> None:
+    """Create :func:`tidemark_acls` with an admin (super user) client's settings."""
+    admin = AdminClient({**admin_config, "log_level": 0})
+    for binding, future in admin.create_acls(
+        tidemark_acls(marks_topic, writers, controllers), request_timeout=timeout_s
+    ).items():
+        try:
+            future.result(timeout=timeout_s)
+        except KafkaException as exc:
+            raise KafkaOperationError(f"granting {binding}: {exc.args[0]}") from exc
+
+
+__all__ = ["StreamTopics", "grant_tidemark_acls", "tidemark_acls"]

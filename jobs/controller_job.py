@@ -110,6 +110,8 @@ def query_name(settings: ControllerSettings, bucket: int) -> str:
 def marks_frame(spark: Any, settings: ControllerSettings, bucket: int) -> Any:
     """The bucket's records: ``stream`` (the raw key), ``value``, ``partition``, ``offset``,
     ``arrival`` (the broker's append time in ms; null unless the topic is ``LogAppendTime``)."""
+    from controller.kafka_client import spark_kafka_options
+
     reader = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
@@ -118,6 +120,7 @@ def marks_frame(spark: Any, settings: ControllerSettings, bucket: int) -> Any:
         .option("kafka.isolation.level", "read_committed")
         # Marks past the topic's retention are gone for every reader; keep going.
         .option("failOnDataLoss", "false")
+        .options(**spark_kafka_options())
     )
     if settings.max_offsets_per_trigger is not None:
         reader = reader.option("maxOffsetsPerTrigger", settings.max_offsets_per_trigger)

@@ -38,6 +38,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from controller.exceptions import UnknownStreamError
+from controller.kafka_client import client_config
 from controller.metadata import StreamMetadata
 from controller.model import Segment, StreamCut, TimeWindow, segment_number
 from controller.navigation import head_cut
@@ -291,7 +292,7 @@ class ReaderGroup:
 
     def consumer_settings(self, client_id: str) -> dict[str, Any]:
         settings: dict[str, Any] = {
-            "bootstrap.servers": self.bootstrap_servers,
+            **client_config(self.bootstrap_servers),
             "group.id": self.name,
             "client.id": client_id,
             "enable.auto.commit": False,
@@ -419,7 +420,7 @@ class ReaderGroup:
         if not self.ephemeral:
             from confluent_kafka.admin import AdminClient
 
-            admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
+            admin = AdminClient({**client_config(self.bootstrap_servers)})
             for future in admin.delete_consumer_groups([self.name]).values():
                 try:
                     future.result(timeout=self.config.kafka_timeout_ms / 1000)

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
+from controller.kafka_client import client_config
 from pipelines.timeline.clock import DueCondition
 from pipelines.timeline.config import ConsumerConfig, RelayConfig
 from pipelines.timeline.consumer import TimelineConsumer
@@ -59,7 +60,7 @@ class TimelineRelay:
         self.consumer = TimelineConsumer(dsn, timeline, consumer, due=due)
         self._producer = Producer(
             {
-                "bootstrap.servers": bootstrap,
+                **client_config(bootstrap),
                 "enable.idempotence": True,
                 "acks": "all",
                 "linger.ms": 2,

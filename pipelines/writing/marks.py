@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
+from controller.kafka_client import client_config
 from controller.model import WriterMark
 from controller.naming import MARKS_TOPIC_CONFIGS, ClusterSettings, bucket_of
 from pipelines.writing.exceptions import MarksTopicError
@@ -84,7 +85,7 @@ def ensure_marks_topic(bootstrap_servers: str, settings: ClusterSettings, create
         if key in _checked:
             return
     topic = settings.marks_topic
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers, "log_level": 0})
+    admin = AdminClient({**client_config(bootstrap_servers), "log_level": 0})
     try:
         count = _partition_count(admin, topic)
         if count is None:
