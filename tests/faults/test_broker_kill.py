@@ -19,6 +19,7 @@ from controller.zk_store import ZooKeeperStore
 from infra.kafka import KafkaCluster
 from pipelines.writing.config import WriterConfig
 from pipelines.writing.writer import EventWriter
+from tests.faults.figures import report
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.faults]
 
@@ -104,11 +105,12 @@ def test_a_broker_killed_under_load_loses_and_duplicates_nothing(
         got = read_topic(bootstrap, meta.topic, 2, acknowledged)
         marks = read_topic(bootstrap, cluster.marks_topic, 1, len(noted))
     duplicates = len(got) - len(set(got))
-    print(
-        f"\nFAULT broker-kill: 3 brokers, leader {leader} SIGKILLed after {KILL_AFTER} events; "
+    report(
+        "broker-kill",
+        f"3 brokers, leader {leader} SIGKILLed after {KILL_AFTER} events; "
         f"{acknowledged} acknowledged in {acked_s:.1f} s, {len(got)} read back, "
         f"{duplicates} duplicates, {EVENTS - len(set(got))} missing; "
-        f"marks noted {len(noted)}, on the marks topic {len(marks)} (+1 shutdown)"
+        f"marks noted {len(noted)}, on the marks topic {len(marks)} (+1 shutdown)",
     )
     assert killed_at
     assert acknowledged == EVENTS

@@ -21,6 +21,7 @@ from jobs.controller_job import ControllerInstance
 from jobs.tables import REJECTED_MARKS, Reason, read_table, read_watermarks
 from schemas.codec import MAGIC
 from schemas.records import WriterMarkRecord
+from tests.faults.figures import report
 from tests.integration.test_controller_job import check_sequence, make_env, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow, pytest.mark.faults]
@@ -86,10 +87,11 @@ def test_poison_and_hostile_marks_are_rejected_rows_and_the_stream_goes_on(
     rejected = read_table(settings.delta_root, REJECTED_MARKS)
     by_reason = Counter(r["reason"] for r in rejected)
     marks = read_watermarks(settings.delta_root, stream)
-    print(
-        f"\nFAULT hostile-marks: {len(poison)} hostile records -> rejected by reason "
+    report(
+        "hostile-marks",
+        f"{len(poison)} hostile records -> rejected by reason "
         f"{dict(sorted(by_reason.items()))}; watermarks {len(marks)} "
-        f"(last time now+{marks[-1].time - now}); query failures {len(instance.failures)}"
+        f"(last time now+{marks[-1].time - now}); query failures {len(instance.failures)}",
     )
     assert by_reason == Counter(reason for _, _, reason in poison)
     raw = {r["raw"] for r in rejected}

@@ -24,6 +24,7 @@ from controller.model import WriterMark
 from controller.naming import MARKS_TOPIC_CONFIGS, ClusterSettings
 from infra.kafka import KafkaCluster, KafkaSecurity
 from pipelines.writing.marks import mark_message
+from tests.faults.figures import report
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.faults]
 
@@ -125,9 +126,10 @@ def test_only_writers_produce_marks_and_only_the_controller_reads_them(
         assert spark_kafka_options()["kafka.sasl.jaas.config"].endswith(
             'username="controller" password="controller-pw";'
         )
-    print(
-        "\nFAULT kafka-security: writer's mark acknowledged; mallory's refused "
-        f"({refused.name()}); unauthenticated refused; controller read {len(values)} mark(s)"
+    report(
+        "kafka-security",
+        "writer's mark acknowledged; mallory's refused "
+        f"({refused.name()}); unauthenticated refused; controller read {len(values)} mark(s)",
     )
 
 

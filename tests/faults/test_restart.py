@@ -18,6 +18,7 @@ from controller.zk_store import ZooKeeperStore
 from infra.environment import Environment
 from infra.process import pid_alive
 from infra.services import LocalServices
+from tests.faults.figures import report
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.faults]
 
@@ -100,4 +101,4 @@ def test_up_after_down_and_after_a_crash_keeps_the_data(
             assert got == expected
     finally:
         services.down()
-    print("\nFAULT restart: " + "; ".join(figures))
+    report("restart", "; ".join(figures))
