@@ -63,3 +63,25 @@ def test_timeline_limits() -> None:
     for topic in ("bad topic!", "..", "x" * 250, "a/b"):
         with pytest.raises(ConfigurationError, match="target_topic"):
             RelayConfig(topic)
+
+
+def test_max_future_ms_option() -> None:
+    import argparse
+
+    from controller.config import StreamConfiguration
+    from tidemark.cli.streams import _config_options, config_from_args
+
+    parser = argparse.ArgumentParser()
+    _config_options(parser)
+    base = StreamConfiguration()
+
+    def config(*argv: str) -> StreamConfiguration:
+        return config_from_args(parser.parse_args(list(argv)), base)
+
+    assert config().max_future_ms == 3_600_000
+    assert config("--max-future-ms", "5000").max_future_ms == 5_000
+    assert config("--max-future-ms", "none").max_future_ms is None
+    with pytest.raises(Exception, match="max-future-ms"):
+        config("--max-future-ms", "soon")
+    with pytest.raises(Exception, match="max_future_ms"):
+        config("--max-future-ms", "-1")
