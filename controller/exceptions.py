@@ -17,6 +17,24 @@ class InvalidModelError(ControllerError, ValueError):
     """A model value is malformed (a key range outside [0, 1), a negative offset, ...)."""
 
 
+class MarksTopicError(ControllerError, ConfigurationError):
+    """The marks topic is missing (and may not be created) or has the wrong partition
+    count; every writer and controller must agree on ``ClusterSettings.bucket_count``."""
+
+
+class InvalidTimestampError(ControllerError, ValueError):
+    """A timestamp is not an int of milliseconds within 0 … 2**63-1 (the one such
+    error: writers, readers and seek all raise it; ``value`` is the input).
+
+    Pass milliseconds since the epoch (13 digits for dates of this century);
+    a classic mistake is passing seconds.
+    """
+
+    def __init__(self, message: str, value: object = None) -> None:
+        self.value = value
+        super().__init__(message)
+
+
 class InvalidConfigurationError(ControllerError, ConfigurationError):
     """A stream configuration is invalid; the message names the field and the valid choices."""
 
@@ -117,7 +135,9 @@ __all__ = [
     "InvalidCutError",
     "InvalidModelError",
     "InvalidScaleError",
+    "InvalidTimestampError",
     "KafkaOperationError",
+    "MarksTopicError",
     "StreamExistsError",
     "StreamNameCollisionError",
     "StreamNotSealedError",

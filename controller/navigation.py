@@ -169,6 +169,12 @@ def at_or_after_head(cut: StreamCut, meta: StreamMetadata) -> dict[int, int]:
     return upper_bound([dict(meta.truncation), dict(cut)], meta.segments())
 
 
+def start_or_head(cut: StreamCut | None, meta: StreamMetadata) -> dict[int, int]:
+    """Where reading starts from a start cut (``controller.index``'s answer): the
+    stream's head when there is none, else the cut moved up to the head."""
+    return head_cut(meta) if not cut else at_or_after_head(cut, meta)
+
+
 # --- from two cuts to offset ranges -------------------------------------------------------------
 
 
@@ -226,6 +232,7 @@ __all__ = [
     "readable_segments",
     "route",
     "sealed_in",
+    "start_or_head",
     "successors",
     "tail_segments",
     "wholly_before",

@@ -85,6 +85,7 @@ from controller.naming import ClusterSettings, bucket_of, collision_key, split_s
 from controller.planning import is_done_scale, plan_scale, segments_before, validate_cut
 from controller.states import StreamState, require_transition
 from controller.store import MetadataStore
+from controller.timestamps import wall_clock_ms
 
 log = logging.getLogger(__name__)
 
@@ -93,10 +94,6 @@ StepHook = Callable[[str, str], None]
 """``hook(operation, step)`` runs after each step; tests raise from it to simulate a crash."""
 
 _BEGIN_ATTEMPTS = 3
-
-
-def wall_clock_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class StreamManager:

@@ -10,7 +10,7 @@ The stream's own refusal comes from the control plane and is re-exported:
 
 from __future__ import annotations
 
-from controller.exceptions import UnknownStreamError
+from controller.exceptions import InvalidTimestampError, UnknownStreamError
 from tidemark.errors import ConfigurationError, TidemarkError
 
 
@@ -20,19 +20,6 @@ class ReaderError(TidemarkError):
 
 class ReaderConfigError(ReaderError, ConfigurationError):
     """A reader setting is invalid; the message names it and the valid choices."""
-
-
-class InvalidTimestampError(ReaderError, ValueError):
-    """A timestamp is not an integer number of milliseconds >= 0.
-
-    Pass milliseconds since the epoch (13 digits for dates of this century);
-    a classic mistake is passing seconds.
-    """
-
-    def __init__(self, value: object, detail: str = "") -> None:
-        self.value = value
-        text = f"timestamp must be an integer of milliseconds >= 0, got {value!r}"
-        super().__init__(text + (f" ({detail})" if detail else ""))
 
 
 class InvalidDurationError(ReaderError, ValueError):

@@ -31,20 +31,19 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from controller.model import TimeWindow, segment_number
+from controller.model import Segment, TimeWindow, segment_number
+from pipelines.reading.config import ReaderConfig
 from pipelines.reading.exceptions import ReaderClosedError, ReaderError
+from pipelines.reading.registry import GroupRegistry
 from pipelines.reading.view import GroupView, plan_ownership
-from pipelines.reading.windows import PositionWindow, reader_position
-
-if TYPE_CHECKING:
-    from pipelines.reading.group import ReaderGroup
+from pipelines.reading.windows import PositionWindow, WatermarkFeed, reader_position
 
 log = logging.getLogger(__name__)
 
@@ -70,10 +69,33 @@ class EventRead:
         return self.body
 
 
+class ReaderHost(Protocol):
+    """What a reader needs of its group (:class:`~pipelines.reading.group.ReaderGroup`
+    is one): names, the registry of owners, the committed position, segments
+    and watermarks. The reader reaches nothing else of the group."""
+
+    name: str
+    stream: str
+    topic: str
+    config: ReaderConfig
+    registry: GroupRegistry
+
+    def consumer_settings(self, client_id: str) -> dict[str, Any]: ...
+    def view(self) -> GroupView: ...
+    def committed_offsets(self, seg_ids: Iterable[int]) -> dict[int, int]: ...
+    def commit_offsets(self, offsets: Mapping[int, int], consumer: Any = None) -> None: ...
+    def segments(self) -> Mapping[int, Segment]: ...
+    def segment_of(self, partition: int) -> int: ...
+    def sealed_size(self, seg_id: int) -> int | None: ...
+    def watermark_feed(self) -> WatermarkFeed: ...
+    def attach(self, reader: EventReader) -> None: ...
+    def detach(self, reader: EventReader) -> None: ...
+
+
 class EventReader:
     """Created by :meth:`ReaderGroup.reader`; not thread-safe (one thread reads)."""
 
-    def __init__(self, group: ReaderGroup, name: str) -> None:
+    def __init__(self, group: ReaderHost, name: str) -> None:
         self.group = group
         self.name = name
         self.config = group.config
@@ -93,7 +115,7 @@ class EventReader:
         except Exception:
             group.registry.leave(group.name, name)
             raise
-        group._readers[name] = self
+        group.attach(self)
 
     # --- reading --------------------------------------------------------------------------
 
@@ -279,7 +301,7 @@ class EventReader:
         finally:
             self._offsets.clear()
             self.group.registry.leave(self.group.name, self.name)
-            self.group._readers.pop(self.name, None)
+            self.group.detach(self)
             self._consumer.close()
 
     def __enter__(self) -> EventReader:
@@ -294,4 +316,4 @@ class EventReader:
         self.close()
 
 
-__all__ = ["EventRead", "EventReader"]
+__all__ = ["EventRead", "EventReader", "ReaderHost"]

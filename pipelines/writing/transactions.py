@@ -300,14 +300,7 @@ class TransactionalWriter(_StreamWriter):
                         transaction_id=txn.id,
                         instance=self.instance,
                     )
-                    self._produce(
-                        msg.topic,
-                        msg.value,
-                        msg.key,
-                        msg.partition,
-                        self._now_ms(),
-                        self._on_mark_delivery,
-                    )
+                    self._produce_mark(msg)
                 self._commit_kafka(txn)
             except TransactionTimedOutError:
                 raise
@@ -371,14 +364,7 @@ class TransactionalWriter(_StreamWriter):
                         instance=self.instance,
                     )
                     self._producer.begin_transaction()
-                    self._produce(
-                        msg.topic,
-                        msg.value,
-                        msg.key,
-                        msg.partition,
-                        self._now_ms(),
-                        self._on_mark_delivery,
-                    )
+                    self._produce_mark(msg)
                     self._producer.commit_transaction(self.config.close_timeout_ms / 1000)
             finally:
                 self._closed = True

@@ -27,8 +27,8 @@ from controller.config import (
 from controller.metadata import StreamMetadata, metadata_to_dict
 from controller.model import KeyRange
 from controller.naming import ClusterSettings
-from infra.environment import KAFKA_BOOTSTRAP, ZK_CONNECT, Environment
-from infra.services import LocalServices
+from infra.environment import Environment
+from infra.services import KAFKA, ZOOKEEPER, resolve_services
 from tidemark.cli.output import add_format_option, emit, emit_rows
 from tidemark.errors import ConfigurationError
 
@@ -45,19 +45,9 @@ class ControlPlane:
 
 def service_addresses(env: Environment | None = None) -> tuple[str, str]:
     """(Kafka bootstrap, ZooKeeper connect): the environment's, else ``tidemark up``'s."""
-    env = env or Environment.from_env()
-    kafka, zk = env.kafka_bootstrap, env.zk_connect
-    if not (kafka and zk):
-        running = LocalServices(env).running()
-        if running is not None:
-            kafka = kafka or running.kafka_bootstrap
-            zk = zk or running.zk_connect
-    if not (kafka and zk):
-        raise ConfigurationError(
-            f"no Kafka/ZooKeeper to talk to: set {KAFKA_BOOTSTRAP} and {ZK_CONNECT}, "
-            "or start local services with `tidemark up`"
-        )
-    return kafka, zk
+    found = resolve_services(KAFKA, ZOOKEEPER, env=env)
+    assert found.kafka_bootstrap is not None and found.zk_connect is not None
+    return found.kafka_bootstrap, found.zk_connect
 
 
 @contextlib.contextmanager

@@ -21,36 +21,17 @@ from contextlib import contextmanager
 from dataclasses import asdict
 from typing import Any
 
-from infra.environment import Environment
-from infra.services import LocalServices
+from infra.services import KAFKA, POSTGRES, resolve_services
 from tidemark.cli.output import add_format_option, emit, emit_rows
-from tidemark.errors import ConfigurationError
 
 
 def _dsn() -> str:
-    env = Environment.from_env()
-    if env.postgres_dsn:
-        return env.postgres_dsn
-    running = LocalServices(env).running()
-    if running is not None and running.postgres_dsn:
-        return running.postgres_dsn
-    raise ConfigurationError(
-        "no timeline store: set TIDEMARK_POSTGRES_DSN or start local services with `tidemark up`"
-    )
+    """The timeline store's DSN: environment, else ``tidemark up``'s PostgreSQL."""
+    return str(resolve_services(POSTGRES).postgres_dsn)
 
 
 def _bootstrap(given: str | None) -> str:
-    if given:
-        return given
-    env = Environment.from_env()
-    if env.kafka_bootstrap:
-        return env.kafka_bootstrap
-    running = LocalServices(env).running()
-    if running is not None and running.kafka_bootstrap:
-        return running.kafka_bootstrap
-    raise ConfigurationError(
-        "no Kafka: pass --bootstrap, set TIDEMARK_KAFKA_BOOTSTRAP or run `tidemark up`"
-    )
+    return str(resolve_services(KAFKA, kafka=given).kafka_bootstrap)
 
 
 @contextmanager
