@@ -25,7 +25,7 @@ def instance_id(text: str) -> str:
 
 
 def positive_int(text: str) -> int:
-    """An integer >= 1 (``--bucket-count``)."""
+    """An argparse type: an integer >= 1 (``--bucket-count``, ``read --count``, ...)."""
     try:
         value = int(text)
     except ValueError:

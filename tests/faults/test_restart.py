@@ -3,9 +3,11 @@ restarts the same services on the same data."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -40,6 +42,19 @@ def read_all(kafka: str, topic: str, expected: int) -> list[bytes]:
         consumer.close()
 
 
+@contextlib.contextmanager
+def zookeeper_store(connect: str) -> Iterator[ZooKeeperStore]:
+    from kazoo.client import KazooClient
+
+    zk = KazooClient(hosts=connect)
+    zk.start(timeout=15)
+    try:
+        yield ZooKeeperStore(zk)
+    finally:
+        zk.stop()
+        zk.close()
+
+
 def wait_gone(pids: list[int]) -> None:
     deadline = time.monotonic() + 20
     while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
@@ -49,8 +64,6 @@ def wait_gone(pids: list[int]) -> None:
 def test_up_after_down_and_after_a_crash_keeps_the_data(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from kazoo.client import KazooClient
-
     monkeypatch.setenv("TIDEMARK_HOME", str(tmp_path / "home"))
     for name in ("TIDEMARK_KAFKA_BOOTSTRAP", "TIDEMARK_ZK_CONNECT", "TIDEMARK_POSTGRES_DSN"):
         monkeypatch.delenv(name, raising=False)
@@ -62,12 +75,9 @@ def test_up_after_down_and_after_a_crash_keeps_the_data(
         state = services.up()
         figures.append(f"first up {time.monotonic() - started:.1f} s")
         assert state.kafka_bootstrap and state.zk_connect
-        zk = KazooClient(hosts=state.zk_connect)
-        zk.start(timeout=15)
-        manager = StreamManager(ZooKeeperStore(zk), state.kafka_bootstrap, ClusterSettings())
-        meta = manager.create(stream, StreamConfiguration(ScalingPolicy.fixed(1)))
-        zk.stop()
-        zk.close()
+        with zookeeper_store(state.zk_connect) as store:
+            manager = StreamManager(store, state.kafka_bootstrap, ClusterSettings())
+            meta = manager.create(stream, StreamConfiguration(ScalingPolicy.fixed(1)))
         producer = Producer(
             {"bootstrap.servers": state.kafka_bootstrap, "acks": "all", "log_level": 0}
         )
@@ -88,13 +98,8 @@ def test_up_after_down_and_after_a_crash_keeps_the_data(
             state = services.up()
             figures.append(f"up after {how} {time.monotonic() - started:.1f} s")
             assert state.kafka_bootstrap and state.zk_connect
-            zk = KazooClient(hosts=state.zk_connect)
-            zk.start(timeout=15)
-            try:
-                again = ZooKeeperStore(zk).get_stream(stream)
-            finally:
-                zk.stop()
-                zk.close()
+            with zookeeper_store(state.zk_connect) as store:
+                again = store.get_stream(stream)
             assert again == meta
             got = read_all(state.kafka_bootstrap, meta.topic, len(expected))
             figures.append(f"after {how}: {len(got)}/{len(expected)} events read back")

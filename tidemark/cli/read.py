@@ -23,18 +23,9 @@ import argparse
 import base64
 from typing import Any
 
+from jobs.cli_args import positive_int
 from tidemark.cli.output import add_format_option, emit, emit_rows
 from tidemark.errors import ConfigurationError
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
 
 
 def _add_time_options(parser: argparse.ArgumentParser, *, since: bool = False) -> None:
@@ -52,10 +43,10 @@ def register(sub: Any) -> None:
     read = sub.add_parser("read", help="read a stream from a time (or its head)")
     read.add_argument("stream", help="scope/name")
     _add_time_options(read)
-    read.add_argument("--count", type=_positive_int, default=None, help="stop after N events")
+    read.add_argument("--count", type=positive_int, default=None, help="stop after N events")
     read.add_argument(
         "--wait-ms",
-        type=_positive_int,
+        type=positive_int,
         default=1000,
         help="stop when nothing arrives for this long (default 1000)",
     )
