@@ -62,9 +62,9 @@ def test_a_broker_killed_under_load_loses_and_duplicates_nothing(
         cluster = ClusterSettings(marks_topic=f"marks-{unique}", bucket_count=1)
         store = ZooKeeperStore(zk_client, cluster.zk_root)
         stream = f"b{unique}/orders"
-        meta = StreamManager(store, bootstrap, cluster).create(
-            stream, StreamConfiguration(ScalingPolicy.fixed(2))
-        )
+        manager = StreamManager(store, bootstrap, cluster)
+        manager.create_scope(stream.split("/")[0])
+        meta = manager.create(stream, StreamConfiguration(ScalingPolicy.fixed(2)))
         writer = EventWriter(
             "w1",
             stream,

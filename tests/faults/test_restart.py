@@ -77,6 +77,7 @@ def test_up_after_down_and_after_a_crash_keeps_the_data(
         assert state.kafka_bootstrap and state.zk_connect
         with zookeeper_store(state.zk_connect) as store:
             manager = StreamManager(store, state.kafka_bootstrap, ClusterSettings())
+            manager.create_scope("restart")
             meta = manager.create(stream, StreamConfiguration(ScalingPolicy.fixed(1)))
         producer = Producer(
             {"bootstrap.servers": state.kafka_bootstrap, "acks": "all", "log_level": 0}

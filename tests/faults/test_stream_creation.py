@@ -28,6 +28,8 @@ class Crash(Exception):
 def test_colliding_names_are_refused_before_anything_is_written(zk_client, kafka, unique):
     store = ZooKeeperStore(zk_client)
     manager = StreamManager(store, kafka)
+    for scope in (f"a_{unique}", "a"):
+        manager.create_scope(scope)
     manager.create(f"a_{unique}/c", ONE)
     with pytest.raises(StreamNameCollisionError, match="collide"):
         manager.create(f"a/{unique}_c", ONE)
@@ -39,6 +41,7 @@ def test_a_kafka_failure_rolls_the_metadata_back(zk_client, kafka, unique):
     store = ZooKeeperStore(zk_client)
     manager = StreamManager(store, kafka)
     stream = f"k{unique}/orders"
+    manager.create_scope(f"k{unique}")
     StreamTopics(kafka).create(topic_for(stream), 3, {})  # someone else's topic of that name
     with pytest.raises(KafkaOperationError, match="not created"):
         manager.create(stream, ONE)
@@ -55,6 +58,7 @@ def test_a_half_created_stream_can_be_deleted_or_resumed(zk_client, kafka, uniqu
 
     crashing = StreamManager(store, kafka, step_hook=crash_after_record)
     manager = StreamManager(store, kafka)
+    manager.create_scope(f"h{unique}")
     for name, recover in (("deleted", manager.delete), ("resumed", manager.resume)):
         stream = f"h{unique}/{name}"
         with pytest.raises(Crash):
