@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from controller.config import ScalingPolicy, StreamConfiguration
@@ -20,38 +19,12 @@ from infra.kafka import KafkaCluster
 from pipelines.writing.config import WriterConfig
 from pipelines.writing.writer import EventWriter
 from tests.faults.figures import report
+from tests.integration.test_kafka_local import _consume_all
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.faults]
 
 EVENTS = 20_000
 KILL_AFTER = 5_000
-
-
-def read_topic(bootstrap: str, topic: str, partitions: int, at_least: int) -> list[bytes]:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"check-{time.time_ns()}",
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-            "log_level": 0,
-        }
-    )
-    out: list[bytes] = []
-    try:
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-        deadline, idle = time.monotonic() + 120, 0
-        while time.monotonic() < deadline and (len(out) < at_least or idle < 4):
-            msg = consumer.poll(0.5)
-            if msg is None:
-                idle += 1
-                continue
-            idle = 0
-            if not msg.error():
-                out.append(msg.value())
-    finally:
-        consumer.close()
-    return out
 
 
 def test_a_broker_killed_under_load_loses_and_duplicates_nothing(
@@ -102,8 +75,8 @@ def test_a_broker_killed_under_load_loses_and_duplicates_nothing(
         position = writer.position()
         writer.close()
         acknowledged = sum(position.values())
-        got = read_topic(bootstrap, meta.topic, 2, acknowledged)
-        marks = read_topic(bootstrap, cluster.marks_topic, 1, len(noted))
+        got = _consume_all(bootstrap, meta.topic, "read_committed", acknowledged)
+        marks = _consume_all(bootstrap, cluster.marks_topic, "read_committed", len(noted) + 1)
     duplicates = len(got) - len(set(got))
     report(
         "broker-kill",
