@@ -47,6 +47,19 @@ class UnknownStreamError(ControllerError, LookupError):
         super().__init__(f"unknown stream {stream!r}" + (f": {detail}" if detail else ""))
 
 
+class StreamNameCollisionError(ControllerError, ValueError):
+    """Two stream names would map to Kafka topics that Kafka takes for the same one
+    (``.`` and ``_`` collide: ``a_b/c`` and ``a/b_c``); pick another name."""
+
+    def __init__(self, stream: str, existing: str) -> None:
+        self.stream = stream
+        self.existing = existing
+        super().__init__(
+            f"stream {stream!r} would collide with stream {existing!r} in Kafka, which takes "
+            "'.' and '_' in topic names for the same character; pick another name"
+        )
+
+
 class UnknownScopeError(ControllerError, LookupError):
     """No scope of that name exists; create it first (``tidemark scope create SCOPE``)."""
 
@@ -154,6 +167,7 @@ __all__ = [
     "MarksTopicError",
     "ScopeNotEmptyError",
     "StreamExistsError",
+    "StreamNameCollisionError",
     "StreamNotSealedError",
     "StreamSealedError",
     "UnknownScopeError",

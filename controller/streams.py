@@ -86,6 +86,7 @@ from controller.exceptions import (
     InvalidCutError,
     KafkaOperationError,
     StreamExistsError,
+    StreamNameCollisionError,
     UnknownStreamError,
 )
 from controller.kafka_admin import StreamTopics
@@ -101,7 +102,7 @@ from controller.metadata import (
     new_stream_metadata,
 )
 from controller.model import KeyRange
-from controller.naming import ClusterSettings, bucket_of, split_stream
+from controller.naming import ClusterSettings, bucket_of, collision_key, split_stream, topic_for
 from controller.planning import is_done_scale, plan_scale, segments_before, validate_cut
 from controller.states import StreamState, require_transition
 from controller.store import MetadataStore
@@ -174,8 +175,16 @@ class StreamManager:
     # --- create / update -------------------------------------------------------------------
 
     def create(self, stream: str, config: StreamConfiguration) -> StreamMetadata:
-        """Record the stream (state ``creating``), create its topic, make it ``active``."""
+        """Record the stream (state ``creating``), create its topic, make it ``active``.
+
+        All or nothing: a name that would collide with another stream's topic is
+        refused before anything is written, and when the Kafka step fails the
+        metadata record is removed again (the error says so), so the same
+        ``create`` can simply be repeated. A crash between the steps leaves
+        ``creating``, which ``resume`` (or ``create`` again) completes.
+        """
         split_stream(stream)
+        self._refuse_collision(stream)
         try:
             v = self.store.create_stream(new_stream_metadata(stream, config, self.clock()))
         except StreamExistsError:
@@ -185,16 +194,28 @@ class StreamManager:
             log.info("resuming the creation of stream %r", stream)
         self._step("create", "recorded")
         meta = v.metadata
-        self.topics.create(meta.topic, meta.partition_count(), topic_configs(config))
-        self.topics.alter_configs(meta.topic, topic_configs(config))
-        found = self.topics.partition_count(meta.topic)
-        if found != meta.partition_count():
+        try:
+            self.topics.create(meta.topic, meta.partition_count(), topic_configs(config))
+            self.topics.alter_configs(meta.topic, topic_configs(config))
+            found = self.topics.partition_count(meta.topic)
+            if found != meta.partition_count():
+                raise KafkaOperationError(
+                    f"topic {meta.topic!r} has {found} partitions, stream {stream!r} expects "
+                    f"{meta.partition_count()}: a topic of that name existed before"
+                )
+        except KafkaOperationError as exc:
+            self.store.delete_stream(stream, v.version)
             raise KafkaOperationError(
-                f"topic {meta.topic!r} has {found} partitions, stream {stream!r} expects "
-                f"{meta.partition_count()}: a topic of that name existed before"
-            )
+                f"stream {stream!r} was not created (its metadata is removed again): {exc}"
+            ) from exc
         self._step("create", "topic")
         return self._move(v, S.ACTIVE).metadata
+
+    def _refuse_collision(self, stream: str) -> None:
+        wanted = collision_key(topic_for(stream))
+        for other in self.store.list_streams():
+            if other != stream and collision_key(topic_for(other)) == wanted:
+                raise StreamNameCollisionError(stream, other)
 
     def update(self, stream: str, config: StreamConfiguration) -> StreamMetadata:
         """Change the configuration (and the topic settings that carry it)."""

@@ -88,15 +88,24 @@ class WriterMarkRecord:
     position: Mapping[int, int] = field(default_factory=dict)
     alive: bool = True
     transaction_id: str | None = None
+    instance: str | None = None
+    """The writer instance's token (schema v2); ``None`` in marks of v1 writers."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "position", _int_keys(self.position, "position"))
 
     @classmethod
     def from_mark(
-        cls, stream: str, writer_id: str, mark: MarkLike, transaction_id: str | None = None
+        cls,
+        stream: str,
+        writer_id: str,
+        mark: MarkLike,
+        transaction_id: str | None = None,
+        instance: str | None = None,
     ) -> WriterMarkRecord:
-        return cls(stream, writer_id, mark.time, dict(mark.position), mark.alive, transaction_id)
+        return cls(
+            stream, writer_id, mark.time, dict(mark.position), mark.alive, transaction_id, instance
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -106,6 +115,7 @@ class WriterMarkRecord:
             "position": cut_to_avro(self.position),
             "alive": self.alive,
             "transaction_id": self.transaction_id,
+            "instance": self.instance,
         }
 
     @classmethod
@@ -117,6 +127,7 @@ class WriterMarkRecord:
             position=cut_from_avro(d["position"]),
             alive=d["alive"],
             transaction_id=d.get("transaction_id"),
+            instance=d.get("instance"),
         )
 
     def encode(self) -> bytes:

@@ -35,6 +35,7 @@ from types import TracebackType
 from typing import Any
 
 from controller.exceptions import UnknownStreamError
+from controller.kafka_client import client_config
 from controller.metadata import StreamMetadata
 from controller.model import Segment, StreamCut, TimeWindow
 from controller.navigation import head_cut, start_or_head
@@ -285,7 +286,7 @@ class ReaderGroup:
 
     def consumer_settings(self, client_id: str) -> dict[str, Any]:
         settings: dict[str, Any] = {
-            "bootstrap.servers": self.bootstrap_servers,
+            **client_config(self.bootstrap_servers),
             "group.id": self.name,
             "client.id": client_id,
             "enable.auto.commit": False,

@@ -298,6 +298,7 @@ class TransactionalWriter(_StreamWriter):
                         self.writer_id,
                         WriterMark(timestamp, position),
                         transaction_id=txn.id,
+                        instance=self.instance,
                     )
                     self._produce_mark(msg)
                 self._commit_kafka(txn)
@@ -360,6 +361,7 @@ class TransactionalWriter(_StreamWriter):
                         self.stream,
                         self.writer_id,
                         WriterMark(self._last_noted, dict(self._committed), alive=False),
+                        instance=self.instance,
                     )
                     self._producer.begin_transaction()
                     self._produce_mark(msg)

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import logging
 import random
+import secrets
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -154,6 +155,8 @@ class _StreamWriter:
             raise MissingWriterIdError(f"writer_id must be a non-empty string, got {writer_id!r}")
         split_stream(stream)
         self.writer_id = writer_id
+        self.instance = secrets.token_hex(16)
+        """This writer object's token on its marks (see ``mark_message``)."""
         self.stream = stream
         self._marks_sent = MARKS_SENT.labels(stream)
         self.config = config
@@ -760,6 +763,7 @@ class EventWriter(_StreamWriter):
                 self.stream,
                 self.writer_id,
                 WriterMark(note.time, note.position, note.alive),
+                instance=self.instance,
             )
             self._produce_mark(msg)
             published += 1

@@ -60,8 +60,12 @@ def test_scheduled_message_exact_bytes() -> None:
     assert decode(data) == ("scheduled_message", SCHEDULED)
 
 
+V1_MARK = {k: v for k, v in MARK.to_dict().items() if k != "instance"}
+
+
 def test_writer_mark_exact_bytes() -> None:
-    data = MARK.encode()
+    data = encode("writer_mark.v1", V1_MARK)  # what writers before v2 send
+    v1_body = data[10:]
     assert data == bytes.fromhex(
         "c301"
         "63358494c87d236e"  # header
@@ -75,7 +79,12 @@ def test_writer_mark_exact_bytes() -> None:
         "01"
         "020274"  # alive, transaction_id "t"
     )
-    assert WriterMarkRecord.decode(data) == MARK
+    assert WriterMarkRecord.decode(data) == MARK  # a v1 mark decodes, instance None
+    v2 = WriterMarkRecord(**{**V1_MARK, "position": MARK.position}, instance="i7")
+    assert v2.encode() == bytes.fromhex("c301e55ee6f66fae264c") + v1_body + bytes.fromhex(
+        "02046937"
+    )
+    assert WriterMarkRecord.decode(v2.encode()) == v2
 
 
 @pytest.mark.parametrize("record", [MARK, WATERMARK, ScheduledMessageRecord(**SCHEDULED)])
@@ -177,6 +186,7 @@ def test_a_segment_twice_in_a_position_is_a_decode_error() -> None:
 
 
 def _evolved_registry(tmp_path: Path) -> SchemaRegistry:
+    """v1 and a made-up v2 (``host``), apart from the shipped versions."""
     shutil.copy(codec.VERSIONS_DIR / "writer_mark.v1.avsc", tmp_path / "writer_mark.v1.avsc")
     v2 = json.loads((codec.VERSIONS_DIR / "writer_mark.v1.avsc").read_text())
     v2["fields"].append({"name": "host", "type": ["null", "string"], "default": None})
@@ -187,7 +197,7 @@ def _evolved_registry(tmp_path: Path) -> SchemaRegistry:
 def test_new_optional_field_read_by_an_old_reader(tmp_path: Path) -> None:
     reg = _evolved_registry(tmp_path)
     assert reg.get("writer_mark").version == 2
-    data = reg.encode("writer_mark", {**MARK.to_dict(), "host": "h1"})
+    data = reg.encode("writer_mark", {**V1_MARK, "host": "h1"})
     name, old_view = reg.decode(data, reader="writer_mark.v1")
     assert name == "writer_mark"
     assert "host" not in old_view
@@ -196,11 +206,11 @@ def test_new_optional_field_read_by_an_old_reader(tmp_path: Path) -> None:
 
 def test_old_record_read_by_a_new_reader_gets_the_default(tmp_path: Path) -> None:
     reg = _evolved_registry(tmp_path)
-    old = reg.encode("writer_mark.v1", MARK.to_dict())
-    assert old == MARK.encode()  # v1 is what this build writes today
+    old = reg.encode("writer_mark.v1", V1_MARK)
+    assert old == encode("writer_mark.v1", V1_MARK)
     _, new_view = reg.decode(old)
     assert new_view["host"] is None
-    assert reg.decode(old, reader="writer_mark.v2")[1] == {**MARK.to_dict(), "host": None}
+    assert reg.decode(old, reader="writer_mark.v2")[1] == {**V1_MARK, "host": None}
 
 
 def test_incompatible_evolution_is_a_mismatch(tmp_path: Path) -> None:
@@ -210,7 +220,7 @@ def test_incompatible_evolution_is_a_mismatch(tmp_path: Path) -> None:
     (tmp_path / "writer_mark.v2.avsc").write_text(json.dumps(v2))
     reg = SchemaRegistry(tmp_path)
     with pytest.raises(SchemaMismatchError):
-        reg.decode(reg.encode("writer_mark.v1", MARK.to_dict()))
+        reg.decode(reg.encode("writer_mark.v1", V1_MARK))
 
 
 @pytest.mark.parametrize(

@@ -130,6 +130,11 @@ def _config_options(parser: argparse.ArgumentParser) -> None:
         help="refuse a record whose timestamp would be capped or raised, instead of adjusting",
     )
     parser.add_argument("--aggregation-timeout-ms", type=int)
+    parser.add_argument(
+        "--max-future-ms",
+        help="how far ahead of its arrival a writer mark's time may be (default 1 h); "
+        "'none': no bound, for times that are not milliseconds",
+    )
 
 
 def config_from_args(args: argparse.Namespace, base: StreamConfiguration) -> StreamConfiguration:
@@ -163,7 +168,21 @@ def config_from_args(args: argparse.Namespace, base: StreamConfiguration) -> Str
             if getattr(args, "refuse_adjustments", None) is None
             else args.refuse_adjustments
         ),
+        max_future_ms=_max_future_ms(args.max_future_ms, base.max_future_ms),
     )
+
+
+def _max_future_ms(text: str | None, base: int | None) -> int | None:
+    if text is None:
+        return base
+    if text.strip().lower() == "none":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise ConfigurationError(
+            f"--max-future-ms {text!r}: expected milliseconds or 'none'"
+        ) from None
 
 
 # --- verbs -------------------------------------------------------------------------------
