@@ -126,7 +126,14 @@ class StreamState:
         return {
             "v": STATE_VERSION,
             "marks": {
-                w: [s.mark.time, _pairs(s.mark.position), s.mark.alive, s.partition, s.offset]
+                w: [
+                    s.mark.time,
+                    _pairs(s.mark.position),
+                    s.mark.alive,
+                    s.partition,
+                    s.offset,
+                    s.mark.max_event_time,
+                ]
                 for w, s in self.marks.items()
             },
             "previous": None
@@ -157,8 +164,14 @@ class StreamState:
         )
         return cls(
             marks={
-                w: StoredMark(WriterMark(int(t), _cut(pos), bool(alive)), int(p), int(o))
-                for w, (t, pos, alive, p, o) in raw["marks"].items()
+                w: StoredMark(
+                    # a sixth item (max_event_time) since marks carry it; absent in older state
+                    WriterMark(int(t), _cut(pos), bool(alive), None if top is None else int(top)),
+                    int(p),
+                    int(o),
+                )
+                for w, (t, pos, alive, p, o, *rest) in raw["marks"].items()
+                for top in (rest[0] if rest else None,)
             },
             generation=GenerationState(previous, {w: int(v) for w, v in raw["lagging"].items()}),
             upper_time_max=raw["upper_max"],
@@ -292,7 +305,9 @@ class StreamWorkflow:
             meta = self.streams.stream(stream, refresh=True)
             if meta is None or any(seg not in meta.segments() for seg in decoded.position):
                 return reject(Reason.UNKNOWN_SEGMENT, decoded.writer_id)
-        mark = WriterMark(decoded.time, dict(decoded.position), decoded.alive)
+        mark = WriterMark(
+            decoded.time, dict(decoded.position), decoded.alive, decoded.max_event_time
+        )
         stored = state.marks.get(decoded.writer_id)
         verdict = accept_mark(stored.mark if stored else None, mark)
         if verdict is not Verdict.ACCEPTED:
