@@ -39,10 +39,12 @@ from typing import Any, Protocol
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from controller.model import Segment, TimeWindow, segment_number
+from pipelines.reading.balance import SegmentClocks, TimePolicy
+from pipelines.reading.checkpoints import POLL_S, CheckpointParticipation
 from pipelines.reading.config import ReaderConfig
 from pipelines.reading.exceptions import ReaderClosedError, ReaderError
 from pipelines.reading.registry import GroupRegistry
-from pipelines.reading.view import GroupView, plan_ownership
+from pipelines.reading.view import GroupView
 from pipelines.reading.windows import PositionWindow, WatermarkFeed, reader_position
 
 log = logging.getLogger(__name__)
@@ -109,6 +111,18 @@ class EventReader:
         self._next_rebalance = 0.0
         self._last_commit = time.monotonic()
         self._window: PositionWindow | None = None
+        self._paused: set[int] = set()
+        """Owned segments held back by alignment (unassigned; still ours)."""
+        self._checkpoints = CheckpointParticipation(
+            group.registry, group.name, name, lambda: self._commit(dict(self._offsets))
+        )
+        self._policy = TimePolicy(
+            group.config,
+            group.registry,
+            group.name,
+            name,
+            SegmentClocks(group.watermark_feed, group.segments),
+        )
         group.registry.join(group.name, name)
         try:
             self._consumer = Consumer(group.consumer_settings(client_id=f"tidemark-{name}"))
@@ -131,6 +145,12 @@ class EventReader:
         self._auto_commit()
         while True:
             now = time.monotonic()
+            if now >= self._next_rebalance and self._checkpoints.holding():
+                # A checkpoint is being taken: position committed, hold still.
+                time.sleep(max(0.0, min(POLL_S, deadline - now)))
+                if time.monotonic() >= deadline:
+                    return None
+                continue
             if now >= self._next_rebalance:
                 self._rebalance()
             remaining = deadline - now
@@ -162,8 +182,8 @@ class EventReader:
                 raise ReaderError(f"reader {self.name}: Kafka consumer failed: {err}")
             log.warning("reader %s: %s", self.name, err)
             return None
-        if seg_id not in self._offsets:
-            return None  # a record fetched just before the segment was given up
+        if seg_id not in self._offsets or seg_id in self._paused:
+            return None  # fetched just before the segment was given up or paused
         offset = msg.offset()
         size = self.group.sealed_size(seg_id)
         if size is not None and offset >= size:
@@ -190,8 +210,8 @@ class EventReader:
         self._view = view
         for seg_id in [s for s in self._offsets if s in view.finished]:
             self._drop(seg_id, commit=False)
-        plan = plan_ownership(
-            self.name,
+        self._policy.observe(self._offsets)
+        plan = self._policy.plan(
             group.registry.readers(group.name),
             sorted(view.readable),
             group.registry.owners(group.name),
@@ -212,9 +232,30 @@ class EventReader:
                 self._committed[seg_id] = start
                 tps.append(TopicPartition(group.topic, segment_number(seg_id), start))
             self._consumer.incremental_assign(tps)
+            self._policy.took()
             log.info("reader %s took segments %s", self.name, taken)
             if self._window is not None:
                 self._window.reset()
+        self._align()
+
+    def _align(self) -> None:
+        """Pause (unassign, keeping ownership) segments running too far ahead in time;
+        resume them at the next offset to return once the group caught up."""
+        hold = self._policy.to_pause() & self._offsets.keys()
+        topic = self.group.topic
+        pause = sorted(hold - self._paused)
+        resume = sorted(self._paused - hold)
+        if pause:
+            self._consumer.incremental_unassign(
+                [TopicPartition(topic, segment_number(s)) for s in pause]
+            )
+            log.info("reader %s paused segments %s (ahead in time)", self.name, pause)
+        if resume:
+            self._consumer.incremental_assign(
+                [TopicPartition(topic, segment_number(s), self._offsets[s]) for s in resume]
+            )
+            log.info("reader %s resumed segments %s", self.name, resume)
+        self._paused = set(hold)
 
     def _finish(self, seg_id: int) -> None:
         size = self.group.sealed_size(seg_id)
@@ -237,9 +278,12 @@ class EventReader:
         self._committed.pop(seg_id, None)
         self._eof.discard(seg_id)
         self._finish_after.discard(seg_id)
-        self._consumer.incremental_unassign(
-            [TopicPartition(self.group.topic, segment_number(seg_id))]
-        )
+        if seg_id in self._paused:
+            self._paused.discard(seg_id)  # unassigned already
+        else:
+            self._consumer.incremental_unassign(
+                [TopicPartition(self.group.topic, segment_number(seg_id))]
+            )
         self.group.registry.release(self.group.name, seg_id, self.name)
         if self._window is not None:
             self._window.reset()
