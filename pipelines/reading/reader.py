@@ -232,7 +232,7 @@ class EventReader:
                 self._committed[seg_id] = start
                 tps.append(TopicPartition(group.topic, segment_number(seg_id), start))
             self._consumer.incremental_assign(tps)
-            self._policy.took()
+            self._policy.took(taken)
             log.info("reader %s took segments %s", self.name, taken)
             if self._window is not None:
                 self._window.reset()
