@@ -226,3 +226,29 @@ def test_a_reader_that_never_acknowledges_times_the_checkpoint_out():
     # a reader that left needs no acknowledgement
     registry.leave("g", "stuck")
     assert PendingCheckpoint(Host(registry, {0: 1}), "c2", timeout_ms=500).result().readers == ()
+
+
+def test_segment_clocks_count_a_segment_at_a_cut_offset_as_not_behind():
+    """A segment holding nothing (offset 0 in every cut) or read to the last cut's
+    offset is not behind those watermarks: for balancing it must not look behind."""
+    from controller.model import Watermark
+    from pipelines.reading.balance import SegmentClocks
+
+    a, b = Segment(0, KeyRange(0.0, 0.5)), Segment(1, KeyRange(0.5, 1.0))
+    marks = [
+        Watermark("s/x", 100, 110, {0: 3, 1: 0}, 0),
+        Watermark("s/x", 200, 210, {0: 6, 1: 0}, 1),
+    ]
+
+    class Feed:
+        watermarks = marks
+
+        def refresh(self, *, force=False):
+            return len(marks)
+
+    clocks = SegmentClocks(lambda: Feed(), lambda: {0: a, 1: b})  # type: ignore[arg-type,return-value]
+    assert clocks.times({0: 2, 1: 0}) == {0: None, 1: 200}
+    assert clocks.times({0: 3, 1: 0}) == {0: 100, 1: 200}
+    assert clocks.times({0: 6}) == {0: 200}
+    assert clocks.times({0: 1}) == {0: None}  # moved back (taken again): from scratch
+    assert clocks.first_time() == 100
