@@ -48,11 +48,27 @@ class UnknownStreamError(ControllerError, LookupError):
 
 
 class UnknownScopeError(ControllerError, LookupError):
-    """No stream of that scope was ever created."""
+    """No scope of that name exists; create it first (``tidemark scope create SCOPE``)."""
 
     def __init__(self, scope: str) -> None:
         self.scope = scope
-        super().__init__(f"unknown scope {scope!r}")
+        super().__init__(
+            f"unknown scope {scope!r}: create it first with `tidemark scope create {scope}` "
+            "(or StreamManager.create_scope)"
+        )
+
+
+class ScopeNotEmptyError(ControllerError):
+    """A scope that still holds streams cannot be deleted; seal and delete them first."""
+
+    def __init__(self, scope: str, streams: list[str]) -> None:
+        self.scope = scope
+        self.streams = streams
+        shown = ", ".join(streams[:5]) + (" ..." if len(streams) > 5 else "")
+        super().__init__(
+            f"scope {scope!r} holds {len(streams)} stream(s) ({shown}): "
+            "seal and delete them before deleting the scope"
+        )
 
 
 class StreamExistsError(ControllerError):
@@ -125,6 +141,7 @@ __all__ = [
     "InvalidTimestampError",
     "KafkaOperationError",
     "MarksTopicError",
+    "ScopeNotEmptyError",
     "StreamExistsError",
     "StreamNotSealedError",
     "StreamSealedError",

@@ -57,6 +57,7 @@ def _code(exc: KafkaException) -> int | None:
 
 class StreamTopics:
     def __init__(self, bootstrap: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        self.bootstrap = bootstrap
         self.admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
         self.timeout_s = timeout_s
         self._retry = KafkaRetry(_RETRIABLE, timeout_s=timeout_s, max_delay_s=0.05)

@@ -90,6 +90,29 @@ class ReaderClosedError(ReaderError):
     """The reader (or group) is closed; create a new one."""
 
 
+class ReaderBehindHeadError(ReaderError):
+    """The stream was truncated (retention, or ``tidemark stream truncate``) past what
+    the group had read: the events in between are gone, and a reader never skips
+    them silently. Move the group on, knowingly: ``group.seek(timestamp)`` or
+    ``group.seek(cut=...)`` with no reader online (``tidemark seek GROUP
+    --timestamp MS``); a cut behind the head is moved up to it."""
+
+    def __init__(self, group: str, stream: str, lost: dict[int, tuple[int, int]]) -> None:
+        self.group = group
+        self.stream = stream
+        self.lost = lost
+        where = ", ".join(
+            f"segment {seg} at offset {have} (held from {head})"
+            for seg, (have, head) in sorted(lost.items())
+        )
+        super().__init__(
+            f"reader group {group!r} is behind the head of stream {stream!r}, which was "
+            f"truncated past its position: {where}; the events in between are gone. "
+            "Close the group's readers and move it with seek (a time, or the head) "
+            "to go on reading"
+        )
+
+
 class WatermarksUnavailableError(ReaderError):
     """The watermark tables cannot be read (missing delta root, unreadable table)."""
 
@@ -142,6 +165,7 @@ __all__ = [
     "DuplicateReaderError",
     "InvalidDurationError",
     "InvalidTimestampError",
+    "ReaderBehindHeadError",
     "ReaderClosedError",
     "ReaderConfigError",
     "ReaderError",

@@ -350,7 +350,9 @@ class ReaderGroup:
             "enable.auto.offset.store": False,
             "isolation.level": "read_committed",
             "enable.partition.eof": True,
-            "auto.offset.reset": "earliest",
+            # A fetch below the first offset Kafka holds means a truncation removed
+            # unread events: report it (ReaderBehindHeadError), never jump silently.
+            "auto.offset.reset": "error",
             "logger": logging.getLogger("pipelines.kafka"),
         }
         settings.update(self.config.consumer_overrides)

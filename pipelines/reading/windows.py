@@ -186,7 +186,8 @@ class PositionWindow:
         self._open_ended = window.upper is None
         if window.upper is not None:
             segments = _LiveSegments(self._segments)
-            for watermark in watermarks[start:]:
+            for index in range(start, len(watermarks)):
+                watermark = watermarks[index]
                 if compare(position, watermark.stream_cut, segments) < 0:
                     relevant.append(watermark)  # the first wholly ahead: the upper bound
                     break

@@ -68,6 +68,7 @@ class Env:
         )
 
     def create(self, stream: str, segments: int) -> None:
+        self.manager.create_scope(stream.split("/")[0])
         self.manager.create(
             stream, StreamConfiguration(scaling_policy=ScalingPolicy.fixed(segments))
         )

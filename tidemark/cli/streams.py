@@ -118,6 +118,9 @@ def _config_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scale-factor", type=int)
     parser.add_argument("--retention", choices=[t.value for t in RetentionType])
     parser.add_argument("--retention-limit", type=int, help="ms (by-time) or bytes (by-size)")
+    parser.add_argument(
+        "--retention-min", type=int, help="keep at least this much (ms or bytes; default 0)"
+    )
     parser.add_argument("--timestamping", choices=[m.value for m in TimestampingMode])
     parser.add_argument("--uncapped", action=argparse.BooleanOptionalAction, default=None)
     parser.add_argument("--aggregation-timeout-ms", type=int)
@@ -134,7 +137,9 @@ def config_from_args(args: argparse.Namespace, base: StreamConfiguration) -> Str
     )
     rtype = RetentionType(args.retention) if args.retention else rp.type
     limit = args.retention_limit if args.retention_limit is not None else rp.limit
-    retention = RetentionPolicy(rtype, 0 if rtype is RetentionType.NONE else limit)
+    minimum = args.retention_min if args.retention_min is not None else rp.min_limit
+    none = rtype is RetentionType.NONE
+    retention = RetentionPolicy(rtype, 0 if none else limit, 0 if none else minimum)
     return StreamConfiguration(
         scaling_policy=scaling,
         retention_policy=retention,

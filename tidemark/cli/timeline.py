@@ -5,6 +5,7 @@
     tidemark timeline lease reminders --consumer me --duration-ms 30000
     tidemark timeline count reminders --format json
     tidemark timeline relay reminders --consumer relay-1 --topic due-reminders
+    tidemark timeline purge --keep-deleted-ms 3600000 --every-ms 60000
 
 The store is TIDEMARK_POSTGRES_DSN, else the PostgreSQL that ``tidemark up``
 started. The schema is created or upgraded on first use.
@@ -111,6 +112,16 @@ def register(sub: Any) -> None:
     p.add_argument("--lease-ms", type=int, default=60_000)
     p.add_argument("--duration-s", type=float, help="stop after this long (default: Ctrl-C)")
     p.add_argument("--max-messages", type=int, help="stop after relaying this many")
+
+    p = verbs.add_parser(
+        "purge", help="remove deleted messages (of every timeline) in batches, once or every N ms"
+    )
+    p.add_argument("--keep-deleted-ms", type=int, default=3_600_000)
+    p.add_argument("--batch-size", type=int, default=1_000)
+    p.add_argument("--every-ms", type=int, help="purge on this schedule until Ctrl-C / SIGTERM")
+    p.add_argument("--duration-s", type=float, help="with --every-ms: stop after this long")
+    add_format_option(p)
+    p.set_defaults(func=cmd_purge)
 
 
 def cmd_create(args: argparse.Namespace) -> int:
@@ -241,4 +252,37 @@ def cmd_relay(args: argparse.Namespace) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
     emit(args, {"relayed": relayed}, f"relayed {relayed} messages to {args.topic}")
+    return 0
+
+
+def cmd_purge(args: argparse.Namespace) -> int:
+    from pipelines.timeline.housekeeping import PurgeLoop, PurgeSettings
+
+    settings = PurgeSettings(
+        interval_ms=PurgeSettings.interval_ms if args.every_ms is None else args.every_ms,
+        keep_deleted_ms=args.keep_deleted_ms,
+        batch_size=args.batch_size,
+    )
+    with _store() as store:
+        loop = PurgeLoop(store, settings)
+        if args.every_ms is None:
+            loop.run_once()
+        else:
+            stop = threading.Event()
+            previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+            timer = None
+            if args.duration_s is not None:
+                timer = threading.Timer(args.duration_s, stop.set)
+                timer.start()
+            try:
+                loop.periodic.run(stop)
+            finally:
+                signal.signal(signal.SIGTERM, previous)
+                if timer is not None:
+                    timer.cancel()
+    emit(
+        args,
+        {"purged": loop.purged, "passes": loop.passes},
+        f"purged {loop.purged} deleted messages in {loop.passes} pass(es)",
+    )
     return 0
