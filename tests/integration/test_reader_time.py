@@ -119,8 +119,10 @@ def kw(store, kafka, root, **config):
         "rebalance_interval_ms": 50,
         "commit_interval_ms": 0,
         "window_refresh_interval_ms": 0,
-        # small fetches: a reader's segments advance together, not one after another
-        "consumer_overrides": {"max.partition.fetch.bytes": 512},
+        # small fetches and a short prefetch queue: a reader's segments advance
+        # together, and a segment it takes over is read at once, not after the
+        # backlog already queued for its other segments
+        "consumer_overrides": {"max.partition.fetch.bytes": 512, "queued.min.messages": 20},
     }
     base.update(config)
     return {
