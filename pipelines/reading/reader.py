@@ -35,6 +35,12 @@ Committing: the position reached by the events already returned is
 committed (to the Kafka consumer group) at most every
 ``commit_interval_ms`` at the start of ``read_next``, on :meth:`commit`, when
 a segment is given up, and on :meth:`close`: at-least-once delivery.
+
+At each rebalance tick the reader also takes part in the group's
+checkpoints (``pipelines.reading.checkpoints``: commit, acknowledge, hold
+still while one is taken) and, when ``ReaderConfig`` asks for it, in the
+time policies (``pipelines.reading.balance``: ownership by time, pausing
+segments that run more than ``max_drift_ms`` ahead).
 """
 
 from __future__ import annotations
