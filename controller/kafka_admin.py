@@ -143,20 +143,40 @@ class StreamTopics:
         """Each partition's high watermark: the offset the next record would get."""
         return self._offsets(topic, partitions, OffsetSpec.latest(), "end offset")  # type: ignore[no-untyped-call]
 
+    def last_stable_offsets(self, topic: str, partitions: Iterable[int]) -> dict[int, int]:
+        """Each partition's last stable offset: where committed data ends (read_committed)."""
+        from confluent_kafka import IsolationLevel
+
+        return self._offsets(
+            topic,
+            partitions,
+            OffsetSpec.latest(),  # type: ignore[no-untyped-call]
+            "last stable offset",
+            isolation_level=IsolationLevel.READ_COMMITTED,
+        )
+
     def start_offsets(self, topic: str, partitions: Iterable[int]) -> dict[int, int]:
         """Each partition's log start offset (after deleted records)."""
         return self._offsets(topic, partitions, OffsetSpec.earliest(), "start offset")  # type: ignore[no-untyped-call]
 
     def _offsets(
-        self, topic: str, partitions: Iterable[int], spec: Any, what: str
+        self,
+        topic: str,
+        partitions: Iterable[int],
+        spec: Any,
+        what: str,
+        isolation_level: Any = None,
     ) -> dict[int, int]:
         wanted = list(partitions)
         if not wanted:
             return {}
+        options: dict[str, Any] = {"request_timeout": self.timeout_s}
+        if isolation_level is not None:
+            options["isolation_level"] = isolation_level
         results = self._retrying(
             f"{what} of {topic}{wanted}",
             lambda: self.admin.list_offsets(
-                {TopicPartition(topic, p): spec for p in wanted}, request_timeout=self.timeout_s
+                {TopicPartition(topic, p): spec for p in wanted}, **options
             ),
         )
         return {tp.partition: int(r.offset) for tp, r in results.items()}

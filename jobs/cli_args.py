@@ -49,6 +49,12 @@ def add_controller_arguments(parser: argparse.ArgumentParser) -> None:
         help="shared checkpoint storage (default: <delta root>/_checkpoints)",
     )
     parser.add_argument("--max-offsets-per-trigger", type=int, default=None)
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve Prometheus metrics on this port (jobs/metrics.py names them)",
+    )
 
 
 def settings_from_args(args: argparse.Namespace) -> ControllerSettings:

@@ -121,7 +121,9 @@ def marks_frame(spark: Any, settings: ControllerSettings, bucket: int) -> Any:
     )
 
 
-def start_bucket_query(spark: Any, settings: ControllerSettings, bucket: int) -> Any:
+def start_bucket_query(
+    spark: Any, settings: ControllerSettings, bucket: int, metrics: Any = None
+) -> Any:
     """Start bucket ``bucket``'s query (from its checkpoint if one exists)."""
     from pyspark.sql.functions import expr
 
@@ -140,6 +142,8 @@ def start_bucket_query(spark: Any, settings: ControllerSettings, bucket: int) ->
         )
     )
     sink = DeltaSink(settings.delta_root, settings.app_id(bucket))
+    if metrics is not None:  # --- metrics hook (jobs.metrics) ---
+        sink.observer = metrics.batch_observer(bucket)
     writer = (
         watermarks.writeStream.queryName(query_name(settings, bucket))
         .option("checkpointLocation", settings.checkpoint_dir(bucket))
@@ -202,6 +206,7 @@ class ControllerInstance:
         instance_id: str,
         zk_client: Any = None,
         recheck_s: float = 0.5,
+        metrics: Any = None,
     ) -> None:
         self.spark = spark
         self.settings = settings
@@ -216,6 +221,8 @@ class ControllerInstance:
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self.failures: list[str] = []
+        # Prometheus metrics (jobs.metrics); None: off
+        self.metrics: Any = metrics
 
     @property
     def _running_path(self) -> str:
@@ -353,6 +360,9 @@ class ControllerInstance:
             self._owner = owner = self._new_owner()
         owned = owner.owned() if owner.state is OwnerState.RUNNING else frozenset()
         with self._lock:
+            if self.metrics is not None:  # --- metrics hook (jobs.metrics) ---
+                for bucket, query in self._queries.items():
+                    self.metrics.observe_query(bucket, query)
             for bucket in sorted(self._queries):
                 query = self._queries[bucket]
                 if bucket not in owned or not query.isActive:
@@ -363,7 +373,9 @@ class ControllerInstance:
                 if not self._take_run_lock(bucket):
                     continue
                 try:
-                    self._queries[bucket] = start_bucket_query(self.spark, self.settings, bucket)
+                    self._queries[bucket] = start_bucket_query(
+                        self.spark, self.settings, bucket, self.metrics
+                    )
                 except Exception as exc:
                     log.exception(
                         "controller %s: bucket %d did not start", self.instance_id, bucket
@@ -448,6 +460,16 @@ class ControllerInstance:
 # --- entry points (spark-submit and `tidemark controller run`) --------------------------------
 
 
+def metrics_from_args(args: argparse.Namespace) -> Any:
+    """``--metrics-port N``: serve the metrics of :mod:`jobs.metrics` there; None: off."""
+    port = getattr(args, "metrics_port", None)
+    if port is None:
+        return None
+    from jobs.metrics import serve_metrics
+
+    return serve_metrics(port)
+
+
 def run_local(args: argparse.Namespace) -> int:
     """``tidemark controller run``: a local Spark session (or TIDEMARK_SPARK_MASTER)."""
     from pathlib import Path
@@ -464,7 +486,9 @@ def run_local(args: argparse.Namespace) -> int:
         )
     )
     try:
-        return ControllerInstance(spark, settings, args.instance).run_until_signalled()
+        return ControllerInstance(
+            spark, settings, args.instance, metrics=metrics_from_args(args)
+        ).run_until_signalled()
     finally:
         stop_spark(spark)
 
@@ -492,7 +516,9 @@ def main(argv: list[str] | None = None) -> int:
         .getOrCreate()
     )
     try:
-        return ControllerInstance(spark, settings, args.instance).run_until_signalled()
+        return ControllerInstance(
+            spark, settings, args.instance, metrics=metrics_from_args(args)
+        ).run_until_signalled()
     finally:
         spark.stop()
 

@@ -65,10 +65,10 @@ from pipelines.reading.seek import (
     at_or_after_head,
     check_timestamp,
     live_metadata,
-    shared_index,
     start_cut_for,
     wall_clock_ms,
 )
+from pipelines.reading.time_service import default_index
 from pipelines.reading.view import GroupView, cut_commits, group_view
 from pipelines.reading.windows import WatermarkFeed, reader_position, window_at
 
@@ -171,7 +171,8 @@ class ReaderGroup:
             raise ReaderConfigError("give from_time or start_cut, not both")
         meta = live_metadata(store, stream)
         if from_time is not None:
-            idx = index or shared_index(delta_root, storage_options)
+            # the running time service when one is configured, else Delta
+            idx = index or default_index(delta_root, storage_options)
             cut = start_cut_for(stream, check_timestamp(from_time), meta, idx)
         elif start_cut is not None:
             cut = at_or_after_head(start_cut, meta)
@@ -270,7 +271,7 @@ class ReaderGroup:
             raise ReaderConfigError("seek needs a timestamp or a cut (one of them)")
         meta = self._metadata()
         if timestamp is not None:
-            idx = shared_index(self.delta_root, self.storage_options)
+            idx = default_index(self.delta_root, self.storage_options)
             target = start_cut_for(self.stream, check_timestamp(timestamp), meta, idx)
         else:
             assert cut is not None

@@ -66,6 +66,7 @@ from pipelines.writing.exceptions import (
     WriterTimeoutError,
 )
 from pipelines.writing.marks import MarkMessage, ensure_marks_topic, mark_message
+from pipelines.writing.metrics import DELIVERY_FAILURES, MARKS_SENT
 from pipelines.writing.positions import PositionTracker
 from pipelines.writing.replay import ReplayBuffer, Retained
 from pipelines.writing.timestamping import (
@@ -153,6 +154,7 @@ class _StreamWriter:
         split_stream(stream)
         self.writer_id = writer_id
         self.stream = stream
+        self._marks_sent = MARKS_SENT.labels(stream)
         self.config = config
         self._serializer = serializer
         self._now_ms = clock or wall_clock_ms
@@ -378,10 +380,14 @@ class _StreamWriter:
             self._tracker.failed(segment)
             self._replay.failed(segment)
             self._failures.append(_failed(err, msg))
+            DELIVERY_FAILURES.labels(self.stream, "event").inc()
 
     def _on_mark_delivery(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None:
             self._failures.append(_failed(err, msg))
+            DELIVERY_FAILURES.labels(self.stream, "mark").inc()
+        else:
+            self._marks_sent.inc()
 
     def _produce_mark(self, msg: MarkMessage) -> None:
         """Produce a writer mark (inside the open transaction, for a transactional writer)."""

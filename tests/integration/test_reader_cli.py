@@ -138,3 +138,38 @@ def test_failed_seek_leaves_the_group_where_it_was(
     assert code == 1
     assert group.stream_cut() == {0: 2}
     group.close()
+
+
+def test_read_stops_at_the_end_of_committed_data(
+    cli_env, capsys, manager, store, kafka, wconfig, unique
+):
+    """Transactions (commit markers take offsets), an aborted one, a scale: ``read``
+    returns every committed record and stops there, not after its safety timeout."""
+    import time
+
+    from controller.model import KeyRange
+    from pipelines.writing.transactions import TransactionalWriter
+
+    stream = make_stream(manager, unique, segments=2)
+    with TransactionalWriter(
+        "t1", stream, store=store, bootstrap_servers=kafka, config=wconfig
+    ) as writer:
+        txn = writer.begin()
+        for j in range(6):
+            txn.write(f"a{j}".encode(), routing_key=f"k{j}", timestamp=BASE + j)
+        txn.commit(BASE + 10)
+        txn = writer.begin()
+        txn.write(b"aborted", routing_key="k0", timestamp=BASE + 11)
+        txn.abort()
+    manager.scale(stream, [0], [KeyRange(0.0, 0.25), KeyRange(0.25, 0.5)])
+    with EventWriter("w", stream, store=store, bootstrap_servers=kafka, config=wconfig) as w:
+        for j in range(6):
+            w.write(f"b{j}".encode(), routing_key=f"k{j}", timestamp=BASE + 20 + j)
+
+    started = time.monotonic()
+    code, out, _ = run(capsys, "read", stream, "--format", "json", "--wait-ms", "60000")
+    elapsed = time.monotonic() - started
+    assert code == 0
+    bodies = sorted(json.loads(line)["body"] for line in out.splitlines())
+    assert bodies == sorted([f"a{j}" for j in range(6)] + [f"b{j}" for j in range(6)])
+    assert elapsed < 30, f"read waited {elapsed:.1f} s: it did not see the end of the data"

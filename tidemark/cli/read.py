@@ -10,8 +10,11 @@
 >= t lies before it for well-behaved writers) and prints the events with
 timestamp >= t, one JSON object per line with ``--format json``: segment,
 partition, offset, timestamp, key, body (UTF-8, else base64 with
-``"body_encoding": "base64"``). It stops after ``--count`` events, or when
-nothing arrives for ``--wait-ms``. It commits nothing anywhere.
+``"body_encoding": "base64"``). It stops after ``--count`` events, or at
+the end of the data committed when it started (the segments' last stable
+offsets, read in one request before reading), or -- a safety net -- when
+nothing arrives for ``--wait-ms``. It commits nothing anywhere. With
+``TIDEMARK_TIME_SERVICE`` set, the start cut comes from ``tidemark serve``.
 
 Services come from ``TIDEMARK_KAFKA_BOOTSTRAP`` / ``TIDEMARK_ZK_CONNECT`` /
 ``TIDEMARK_DELTA_ROOT``, else from ``tidemark up``.
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import time
 from typing import Any
 
 from tidemark.cli.output import add_format_option, emit, emit_rows
@@ -56,8 +60,9 @@ def register(sub: Any) -> None:
     read.add_argument(
         "--wait-ms",
         type=_positive_int,
-        default=1000,
-        help="stop when nothing arrives for this long (default 1000)",
+        default=5000,
+        help="read stops at the end of the data committed when it started; it also "
+        "stops when nothing arrives for this long (default 5000)",
     )
     add_format_option(read)
     read.set_defaults(func=cmd_read)
@@ -92,7 +97,7 @@ def _time_of(args: argparse.Namespace, *, required: bool = False) -> int | None:
     return None
 
 
-def _delta_root() -> str:
+def delta_root() -> str:
     from infra.environment import Environment
     from infra.services import data_root
 
@@ -112,35 +117,67 @@ def _key(value: bytes | None) -> str | None:
     return value.decode("utf-8", errors="backslashreplace")
 
 
+def at_committed_end(reader: Any, ends: dict[int, int]) -> bool:
+    """True when the reader has read everything committed up to ``ends`` (a snapshot of
+    the last stable offsets): each readable segment it owns is at its end (Kafka said
+    so), and every other readable one starts at or after its end."""
+    from controller.model import segment_number
+
+    view = reader.group.view()
+    owned = {s for s, o in reader.position().items() if o >= 0}
+    for seg in view.readable:
+        if seg in owned:
+            if not reader.at_tail():
+                return False
+        elif view.offsets.get(seg, 0) < ends.get(segment_number(seg), 0):
+            return False
+    return True
+
+
 def cmd_read(args: argparse.Namespace) -> int:
+    from controller.kafka_admin import StreamTopics
+    from controller.model import segment_number
     from pipelines.reading.group import ReaderConfig, ReaderGroup
     from pipelines.reading.seek import live_metadata, stream_cut_at
+    from pipelines.reading.time_service import default_index
     from tidemark.cli.streams import control_plane, service_addresses
 
     since = _time_of(args)
     kafka, _ = service_addresses()
-    delta_root = _delta_root()
+    root = delta_root()
     with control_plane() as cp:
-        live_metadata(cp.store, args.stream)
+        meta = live_metadata(cp.store, args.stream)
         cut = (
             None
             if since is None
-            else stream_cut_at(args.stream, since, delta_root=delta_root, store=cp.store)
+            else stream_cut_at(
+                args.stream, since, delta_root=root, store=cp.store, index=default_index(root)
+            )
+        )
+        # Where committed data ends now: read to there and stop, no timeout to wait out.
+        ends = StreamTopics(kafka).last_stable_offsets(
+            meta.topic, sorted({segment_number(s) for s in meta.segments()})
         )
         group = ReaderGroup.ephemeral_group(
             args.stream,
             cut,
             store=cp.store,
             bootstrap_servers=kafka,
-            delta_root=delta_root,
-            config=ReaderConfig(rebalance_interval_ms=50),
+            delta_root=root,
+            config=ReaderConfig(rebalance_interval_ms=20),
         )
         printed = 0
+        idle_since = time.monotonic()
         with group, group.reader("cli") as reader:
             while args.count is None or printed < args.count:
-                event = reader.read_next(timeout_ms=args.wait_ms)
+                event = reader.read_next(timeout_ms=min(args.wait_ms, 20))
                 if event is None:
-                    break
+                    if at_committed_end(reader, ends):
+                        break
+                    if (time.monotonic() - idle_since) * 1000 >= args.wait_ms:
+                        break  # the safety net: something below the end never came
+                    continue
+                idle_since = time.monotonic()
                 if since is not None and event.timestamp < since:
                     continue
                 row: dict[str, Any] = {
@@ -164,7 +201,7 @@ def cmd_watermarks(args: argparse.Namespace) -> int:
     since = _time_of(args) or 0
     with control_plane() as cp:
         live_metadata(cp.store, args.stream)
-    marks = WatermarkFeed(_delta_root(), args.stream).since(since)
+    marks = WatermarkFeed(delta_root(), args.stream).since(since)
     emit_rows(
         args,
         [
@@ -183,7 +220,7 @@ def cmd_watermarks(args: argparse.Namespace) -> int:
 def _open(name: str, cp: Any, kafka: str) -> Any:
     from pipelines.reading.group import open_group
 
-    return open_group(name, store=cp.store, bootstrap_servers=kafka, delta_root=_delta_root())
+    return open_group(name, store=cp.store, bootstrap_servers=kafka, delta_root=delta_root())
 
 
 def cmd_window(args: argparse.Namespace) -> int:
