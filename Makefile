@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.tidemark-installed
 
 .DEFAULT_GOAL := help
-.PHONY: help setup browser demo test test-unit lint bench up down status clean
+.PHONY: help setup browser demo test test-faults test-unit lint bench up down status clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -32,6 +32,9 @@ demo: setup ## start local services, run the pipeline end to end, print the resu
 
 test: setup ## the whole suite (unit, integration, spark) against real local services
 	$(PY) -m pytest -q
+
+test-faults: setup ## the fault suite: broker/controller/ZooKeeper faults, hostile input, restarts; prints figures
+	$(PY) -m pytest -q -m faults
 
 test-unit: setup ## the fast tests only
 	$(PY) -m pytest -q -m unit

@@ -162,6 +162,8 @@ def window_events(spark: Any, plan: WindowPlan, bootstrap_servers: str) -> Any:
     from pyspark.sql import functions as F
     from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
+    from controller.kafka_client import spark_kafka_options
+
     if not plan.ranges:
         empty = StructType(
             [
@@ -178,6 +180,7 @@ def window_events(spark: Any, plan: WindowPlan, bootstrap_servers: str) -> Any:
         .option("kafka.bootstrap.servers", bootstrap_servers)
         .option("kafka.isolation.level", "read_committed")
         .option("failOnDataLoss", "false")  # commit markers leave gaps in the offsets
+        .options(**spark_kafka_options())
     )
     for key, value in plan.kafka_options().items():
         reader = reader.option(key, value)

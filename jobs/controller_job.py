@@ -86,11 +86,15 @@ Python worker call per micro-batch."""
 def ensure_marks_topic(settings: ControllerSettings) -> None:
     """Create the marks topic (``bucket_count`` partitions) if missing; refuse another count."""
     from controller.kafka_admin import StreamTopics
+    from controller.naming import LOG_APPEND_TIME, MARKS_TOPIC_CONFIGS, TIMESTAMP_TYPE
 
     topics = StreamTopics(settings.kafka_bootstrap)
     topic, buckets = settings.cluster.marks_topic, settings.cluster.bucket_count
     if topics.partition_count(topic) is None:
-        topics.create(topic, buckets, {})
+        topics.create(topic, buckets, MARKS_TOPIC_CONFIGS)
+    elif topics.topic_configs(topic).get(TIMESTAMP_TYPE) != LOG_APPEND_TIME:
+        log.warning("marks topic %s: setting %s=%s", topic, TIMESTAMP_TYPE, LOG_APPEND_TIME)
+        topics.alter_configs(topic, MARKS_TOPIC_CONFIGS)
     found = topics.partition_count(topic)
     if found != buckets:
         raise JobConfigurationError(
@@ -104,7 +108,10 @@ def query_name(settings: ControllerSettings, bucket: int) -> str:
 
 
 def marks_frame(spark: Any, settings: ControllerSettings, bucket: int) -> Any:
-    """The bucket's records: ``stream`` (the key), ``value``, ``partition``, ``offset``."""
+    """The bucket's records: ``stream`` (the raw key), ``value``, ``partition``, ``offset``,
+    ``arrival`` (the broker's append time in ms; null unless the topic is ``LogAppendTime``)."""
+    from controller.kafka_client import spark_kafka_options
+
     reader = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
@@ -113,11 +120,19 @@ def marks_frame(spark: Any, settings: ControllerSettings, bucket: int) -> Any:
         .option("kafka.isolation.level", "read_committed")
         # Marks past the topic's retention are gone for every reader; keep going.
         .option("failOnDataLoss", "false")
+        .options(**spark_kafka_options())
     )
     if settings.max_offsets_per_trigger is not None:
         reader = reader.option("maxOffsetsPerTrigger", settings.max_offsets_per_trigger)
+    # The key stays binary: a key that is not UTF-8 must reach the processor as data
+    # (a rejected mark), not fail the Python worker on conversion. xxhash64 hashes a
+    # binary and a string of the same bytes alike, so the slots are those of the name.
     return reader.load().selectExpr(
-        "coalesce(CAST(key AS STRING), '') AS stream", "value", "partition", "offset"
+        "coalesce(key, X'') AS stream",
+        "value",
+        "partition",
+        "offset",
+        "CASE WHEN timestampType = 1 THEN unix_millis(timestamp) END AS arrival",
     )
 
 
@@ -421,7 +436,7 @@ class ControllerInstance:
             time.sleep(0.01)
 
     def _take_run_lock(self, bucket: int) -> bool:
-        from kazoo.exceptions import NodeExistsError
+        from kazoo.exceptions import NodeExistsError, NoNodeError
 
         try:
             self._client.create(
@@ -429,7 +444,10 @@ class ControllerInstance:
             )
             return True
         except NodeExistsError:
-            data, _ = self._client.get(f"{self._running_path}/{bucket}")
+            try:
+                data, _ = self._client.get(f"{self._running_path}/{bucket}")
+            except NoNodeError:  # released between the two calls: try again next round
+                return False
             return bool(data.decode() == self.instance_id)
 
     def _release_run_lock(self, bucket: int) -> None:
@@ -454,7 +472,9 @@ class ControllerInstance:
                 pass
         finally:
             self.stop()
-        return 0
+        if self.failures:
+            log.error("controller %s: %s", self.instance_id, "; ".join(self.failures))
+        return 1 if self.failures else 0
 
 
 # --- entry points (spark-submit and `tidemark controller run`) --------------------------------

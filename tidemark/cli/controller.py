@@ -18,9 +18,11 @@ from tidemark.cli.output import add_format_option, emit
 
 
 def register_buckets(verbs: Any) -> None:
+    from jobs.cli_args import positive_int
+
     parser = verbs.add_parser("buckets", help="show which controller instance owns each bucket")
     parser.add_argument(
-        "--bucket-count", type=int, default=None, help="buckets of the cluster (default 8)"
+        "--bucket-count", type=positive_int, default=None, help="buckets of the cluster (default 8)"
     )
     add_format_option(parser)
     parser.set_defaults(func=cmd_buckets)
@@ -110,7 +112,7 @@ def cmd_buckets(args: argparse.Namespace) -> int:
     defaults = ClusterSettings()
     settings = ClusterSettings(
         marks_topic=defaults.marks_topic,
-        bucket_count=args.bucket_count or defaults.bucket_count,
+        bucket_count=defaults.bucket_count if args.bucket_count is None else args.bucket_count,
         zk_root=defaults.zk_root,
     )
     with control_plane(settings) as cp:

@@ -27,18 +27,9 @@ import base64
 import time
 from typing import Any
 
+from jobs.cli_args import positive_int
 from tidemark.cli.output import add_format_option, emit, emit_rows
 from tidemark.errors import ConfigurationError
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
 
 
 def _add_time_options(parser: argparse.ArgumentParser, *, since: bool = False) -> None:
@@ -56,10 +47,10 @@ def register(sub: Any) -> None:
     read = sub.add_parser("read", help="read a stream from a time (or its head)")
     read.add_argument("stream", help="scope/name")
     _add_time_options(read)
-    read.add_argument("--count", type=_positive_int, default=None, help="stop after N events")
+    read.add_argument("--count", type=positive_int, default=None, help="stop after N events")
     read.add_argument(
         "--wait-ms",
-        type=_positive_int,
+        type=positive_int,
         default=5000,
         help="read stops at the end of the data committed when it started; it also "
         "stops when nothing arrives for this long (default 5000)",
@@ -91,7 +82,10 @@ def _time_of(args: argparse.Namespace, *, required: bool = False) -> int | None:
     if args.timestamp is not None:
         return check_timestamp(args.timestamp)
     if args.ago is not None:
-        return max(0, wall_clock_ms() - parse_duration(args.ago))
+        at = wall_clock_ms() - parse_duration(args.ago)
+        if at < 0:
+            raise ConfigurationError(f"--ago {args.ago}: that is before 1970 (time 0)")
+        return at
     if required:
         raise ConfigurationError("give --timestamp MS or --ago DURATION")
     return None
@@ -102,6 +96,19 @@ def delta_root() -> str:
     from infra.services import data_root
 
     return str(data_root(Environment.from_env()))
+
+
+def _require_tables(root: str) -> None:
+    """Refuse a delta root the controller never wrote to (rather than print nothing)."""
+    from deltalake import DeltaTable
+
+    from schemas.tables import MARKS, table_path
+
+    if not DeltaTable.is_deltatable(table_path(root, MARKS)):
+        raise ConfigurationError(
+            f"no watermark tables under {root}: start a controller "
+            "(tidemark controller run) or set TIDEMARK_DELTA_ROOT to its delta root"
+        )
 
 
 def _body(value: bytes) -> dict[str, Any]:
@@ -201,7 +208,9 @@ def cmd_watermarks(args: argparse.Namespace) -> int:
     since = _time_of(args) or 0
     with control_plane() as cp:
         live_metadata(cp.store, args.stream)
-    marks = WatermarkFeed(delta_root(), args.stream).since(since)
+    root = delta_root()
+    _require_tables(root)
+    marks = WatermarkFeed(root, args.stream).since(since)
     emit_rows(
         args,
         [
