@@ -13,10 +13,9 @@ it had noted before); both are read here with deltalake. An event is **late**
 for a reader when its event time is below the lower bound of the reader's
 time window at the moment it is read: a watermark said everything up to that
 bound had been written, and this event arrived after it anyway. The bound is
-the window at the reader's position *before* the event: a watermark the
-position has passed lies before the event, so an event time below it means
-the event was written after the watermark said the time was complete.
-Counting costs one time-window lookup per event, hence a wrapper to opt in.
+taken per event: the latest watermark whose cut, in the event's segment, lies
+at or before the event's offset (a pointer per segment, since offsets only
+grow). A wrapper, to opt in.
 """
 
 from __future__ import annotations
@@ -27,6 +26,7 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
+from controller.model import Watermark
 from pipelines.reading.watermark_tables import DeltaSource
 from schemas.tables import (
     LAGGARDS,
@@ -135,36 +135,66 @@ class _Event(Protocol):
     @property
     def segment(self) -> int: ...
     @property
+    def offset(self) -> int: ...
+    @property
     def timestamp(self) -> int: ...
 
 
-class _Window(Protocol):
-    @property
-    def lower(self) -> int | None: ...
+class _Feed(Protocol):
+    watermarks: list[Watermark]
+
+    def refresh(self, *, force: bool = False) -> int: ...
 
 
 class _Reader(Protocol):
+    @property
+    def group(self) -> Any: ...
     def read_next(self, timeout_ms: float | None = None) -> Any: ...
-    def current_time_window(self) -> Any: ...
-    def position(self) -> Mapping[int, int]: ...
+
+
+def passed(watermark: Watermark, segment: int, offset: int, named_before: bool) -> bool:
+    """Whether the event at ``offset`` of ``segment`` lies at or after ``watermark``'s cut
+    there. A cut that does not name the segment: before the segment existed
+    (``named_before`` False) everything in it is after the cut; after it was sealed,
+    nothing is."""
+    if segment in watermark.stream_cut:
+        return watermark.stream_cut[segment] <= offset
+    return not named_before
 
 
 class LateEvents:
-    """A reader that counts, per segment, the events it reads below its window."""
+    """A reader that counts, per segment, the events it reads below their window: an
+    event at or after a watermark's cut in its segment whose time is below that
+    watermark's time was written after the watermark said that time was complete."""
 
     def __init__(self, reader: _Reader) -> None:
         self.reader = reader
         self.counter = LateCounter()
+        self._feed: _Feed = reader.group.watermark_feed()
+        self._next: dict[int, int] = {}
+        """Per segment: the index of the first watermark not yet passed."""
+        self._named: set[int] = set()
+
+    def lower_bound(self, segment: int, offset: int) -> int | None:
+        """The time of the latest watermark the event at ``offset`` of ``segment`` is
+        past (offsets of one segment only grow, so a pointer per segment suffices)."""
+        self._feed.refresh()
+        marks = self._feed.watermarks
+        i = self._next.get(segment, 0)
+        while i < len(marks):
+            named = segment in self._named
+            if not passed(marks[i], segment, offset, named):
+                break
+            if segment in marks[i].stream_cut:
+                self._named.add(segment)
+            i += 1
+        self._next[segment] = i
+        return marks[i - 1].time if i else None
 
     def read_next(self, timeout_ms: float | None = None) -> Any:
-        # A reader that owns no segment yet has an empty position, which has "passed"
-        # every watermark: no bound until it holds a position.
-        lower = None
-        if self.reader.position():
-            window: _Window = self.reader.current_time_window()
-            lower = window.lower
         event: _Event | None = self.reader.read_next(timeout_ms)
         if event is not None:
+            lower = self.lower_bound(event.segment, event.offset)
             self.counter.observe(event.segment, event.timestamp, lower)
         return event
 

@@ -138,6 +138,7 @@ def test_a_reader_counts_late_events_per_segment(manager, store, kafka, wconfig,
         raw.produce(topic, b"late", partition=0, timestamp=BASE + 10)
         raw.produce(topic, b"fine", partition=0, timestamp=BASE + 500)
         assert raw.flush(15) == 0
+        del raw  # no client left retrying once the suite stops Kafka
         a.write(b"on time", routing_key="k", timestamp=BASE + 600)
         marks.note(a, BASE + 700)
         marks.cycle()

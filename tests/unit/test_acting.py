@@ -282,3 +282,39 @@ def test_object_store_source_backs_off_between_reads():
     assert time.monotonic() - quick < 10  # a stop ends a 30 s step at once
     with pytest.raises(ReaderConfigError):
         DeltaWatermarkSource("s3://b/t", S, min_backoff_ms=0)
+
+
+def test_late_events_bound_per_segment_from_the_cuts():
+    """Segment 1 exists from the start; segment 2 appears after watermark 0 (its cut
+    does not name it) and is sealed before watermark 3 (whose cut does not name it)."""
+    from types import SimpleNamespace
+
+    from pipelines.reading.lateness import LateEvents
+
+    marks = [
+        Watermark(S, 100, 100, {1: 5}, 0),
+        Watermark(S, 200, 200, {1: 8, 2: 0}, 1),
+        Watermark(S, 300, 300, {1: 9, 2: 4}, 2),
+        Watermark(S, 400, 400, {1: 12}, 3),
+    ]
+    feed = SimpleNamespace(watermarks=marks, refresh=lambda force=False: len(marks))
+    events = [
+        (1, 4, 50),  # before the first cut: no bound
+        (1, 5, 90),  # at the first cut, below 100: late
+        (1, 8, 150),  # at cut 1 (200): late
+        (1, 11, 350),  # past cut 2 (300), before cut 3: not late
+        (2, 0, 150),  # segment 2 at its first cut: past watermark 0 and 1 -> 200: late
+        (2, 3, 250),  # not past cut 2 (4): bound 200, not late
+        (2, 5, 299),  # past cut 2 -> 300: late; watermark 3 does not name it: stays 300
+    ]
+    reads = iter([SimpleNamespace(segment=s, offset=o, timestamp=t) for s, o, t in events])
+    reader = SimpleNamespace(
+        group=SimpleNamespace(watermark_feed=lambda: feed),
+        read_next=lambda timeout_ms=None: next(reads, None),
+    )
+    late = LateEvents(reader)
+    bounds = []
+    while (event := late.read_next()) is not None:
+        bounds.append(late.lower_bound(event.segment, event.offset))
+    assert bounds == [None, 100, 200, 300, 200, 200, 300]
+    assert dict(late.counter.counts) == {1: 2, 2: 2}
