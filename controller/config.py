@@ -6,11 +6,12 @@
     >>> topic_configs(StreamConfiguration(timestamping=TimestampingMode.ARRIVAL))
     {'message.timestamp.type': 'LogAppendTime', 'message.timestamp.after.max.ms': None}
 
-Pure: frozen dataclasses, no I/O. Retention is applied by the retention job
-through truncation (so the truncation record stays the truth), never by
-Kafka's own ``retention.ms``. The scaling policy's ``min_segments`` is the
-number of segments a stream starts with; rate-based scaling is decided by a
-job that calls ``StreamManager.scale``.
+Pure: frozen dataclasses, no I/O. Retention is applied by the policy loop
+(``tidemark.policy_loop``, decisions in ``controller.policies``) through
+truncation (so the truncation record stays the truth), never by Kafka's own
+``retention.ms``. The scaling policy's ``min_segments`` is the number of
+segments a stream starts with and the floor of automatic merges; the same
+loop scales by rate through ``StreamManager.scale``.
 """
 
 from __future__ import annotations
@@ -20,10 +21,15 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, TypeVar
 
+from controller.admission import DEFAULT_MAX_FUTURE_MS
 from controller.exceptions import InvalidConfigurationError
 
 KAFKA_DEFAULT = None
 """In :func:`topic_configs`: leave (or reset) the setting at the broker's default."""
+
+MAX_SEGMENTS = 1_000
+"""The most segments a stream may start with: each is a Kafka partition, and a stream's
+epochs live in one ZooKeeper record (at most 1 MB)."""
 
 UNCAPPED_AFTER_MAX_MS = str(2**63 - 1)
 """``message.timestamp.after.max.ms`` of an uncapped stream: Kafka's Long.MAX_VALUE."""
@@ -76,6 +82,10 @@ class ScalingPolicy:
         object.__setattr__(self, "type", _choice(ScalingType, self.type, "scaling type"))
         if self.min_segments < 1:
             raise InvalidConfigurationError(f"min_segments must be >= 1, got {self.min_segments}")
+        if self.min_segments > MAX_SEGMENTS:
+            raise InvalidConfigurationError(
+                f"min_segments must be <= {MAX_SEGMENTS}, got {self.min_segments}"
+            )
         if self.type is not ScalingType.FIXED:
             if self.target_rate < 1:
                 raise InvalidConfigurationError(
@@ -103,18 +113,33 @@ class ScalingPolicy:
 
 @dataclass(frozen=True)
 class RetentionPolicy:
-    """Keep everything, or truncate what is older than ``limit`` ms / beyond ``limit`` bytes."""
+    """Keep everything, or truncate what is older than ``limit`` ms / beyond ``limit`` bytes.
+
+    ``limit`` is Pravega's maximum (keep at most), ``min_limit`` its minimum
+    (keep at least; 0: no floor beyond ``limit`` itself). The policy acts
+    once the stream holds more than ``limit`` and truncates down to
+    ``min_limit`` when one is given (fewer, larger truncations), else just
+    enough to be back within ``limit``.
+    """
 
     type: RetentionType = RetentionType.NONE
     limit: int = 0
+    min_limit: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "type", _choice(RetentionType, self.type, "retention type"))
-        if self.type is RetentionType.NONE and self.limit != 0:
-            raise InvalidConfigurationError(f"retention 'none' takes no limit, got {self.limit}")
+        if self.type is RetentionType.NONE and (self.limit != 0 or self.min_limit != 0):
+            raise InvalidConfigurationError(
+                f"retention 'none' takes no limit, got {self.limit} (min {self.min_limit})"
+            )
         if self.type is not RetentionType.NONE and self.limit < 1:
             raise InvalidConfigurationError(
                 f"limit of a {self.type} retention must be >= 1, got {self.limit}"
+            )
+        if not 0 <= self.min_limit <= self.limit:
+            raise InvalidConfigurationError(
+                f"min_limit of a {self.type} retention must be in [0, limit={self.limit}], "
+                f"got {self.min_limit}"
             )
 
     @classmethod
@@ -122,12 +147,12 @@ class RetentionPolicy:
         return cls()
 
     @classmethod
-    def by_time(cls, ms: int) -> RetentionPolicy:
-        return cls(RetentionType.BY_TIME, ms)
+    def by_time(cls, ms: int, min_ms: int = 0) -> RetentionPolicy:
+        return cls(RetentionType.BY_TIME, ms, min_ms)
 
     @classmethod
-    def by_size(cls, size_bytes: int) -> RetentionPolicy:
-        return cls(RetentionType.BY_SIZE, size_bytes)
+    def by_size(cls, size_bytes: int, min_bytes: int = 0) -> RetentionPolicy:
+        return cls(RetentionType.BY_SIZE, size_bytes, min_bytes)
 
 
 @dataclass(frozen=True)
@@ -139,11 +164,29 @@ class StreamConfiguration:
     timestamp_aggregation_timeout_ms: int = 10_000
     timestamping: TimestampingMode = TimestampingMode.CLIENT_PREFER
     uncapped: bool = False
+    refuse_adjustments: bool = False
+    """S2's opt-out: refuse a record whose client timestamp would be adjusted (capped to
+    the arrival time, or raised to the segment's previous timestamp) instead of adjusting it."""
+    max_future_ms: int | None = DEFAULT_MAX_FUTURE_MS
+    """How far ahead of its arrival (the marks topic's broker time) a writer mark's
+    time may be; a mark further ahead is rejected (``future_time``). ``None``: no
+    bound, for applications whose times are not milliseconds."""
 
     def __post_init__(self) -> None:
         object.__setattr__(
             self, "timestamping", _choice(TimestampingMode, self.timestamping, "timestamping")
         )
+        if self.refuse_adjustments and self.timestamping is TimestampingMode.ARRIVAL:
+            raise InvalidConfigurationError(
+                "refuse_adjustments needs client timestamps (client-prefer or client-require); "
+                "arrival timestamping ignores them"
+            )
+        if self.max_future_ms is not None and (
+            type(self.max_future_ms) is not int or not 0 <= self.max_future_ms < 2**63
+        ):
+            raise InvalidConfigurationError(
+                f"max_future_ms must be an integer in [0, 2^63) or None, got {self.max_future_ms!r}"
+            )
         if self.timestamp_aggregation_timeout_ms < 0:
             raise InvalidConfigurationError(
                 "timestamp_aggregation_timeout_ms must be >= 0, got "
@@ -165,10 +208,13 @@ class StreamConfiguration:
             "retention_policy": {
                 "type": self.retention_policy.type.value,
                 "limit": self.retention_policy.limit,
+                "min_limit": self.retention_policy.min_limit,
             },
             "timestamp_aggregation_timeout_ms": self.timestamp_aggregation_timeout_ms,
             "timestamping": self.timestamping.value,
             "uncapped": self.uncapped,
+            "refuse_adjustments": self.refuse_adjustments,
+            "max_future_ms": self.max_future_ms,
         }
 
     @classmethod
@@ -188,6 +234,8 @@ class StreamConfiguration:
                 ),
                 timestamping=raw.get("timestamping", TimestampingMode.CLIENT_PREFER),
                 uncapped=bool(raw.get("uncapped", False)),
+                refuse_adjustments=bool(raw.get("refuse_adjustments", False)),
+                max_future_ms=raw.get("max_future_ms", DEFAULT_MAX_FUTURE_MS),
             )
         except TypeError as exc:
             raise InvalidConfigurationError(f"bad stream configuration {dict(raw)!r}") from exc
@@ -195,7 +243,7 @@ class StreamConfiguration:
 
 _CONFIG_KEYS = frozenset(StreamConfiguration().to_dict())
 _SCALING_KEYS = frozenset(("type", "target_rate", "scale_factor", "min_segments"))
-_RETENTION_KEYS = frozenset(("type", "limit"))
+_RETENTION_KEYS = frozenset(("type", "limit", "min_limit"))
 
 
 def _known(raw: Mapping[str, Any], valid: frozenset[str], what: str) -> None:
@@ -227,6 +275,7 @@ def topic_configs(config: StreamConfiguration) -> dict[str, str | None]:
 
 
 __all__ = [
+    "MAX_SEGMENTS",
     "RetentionPolicy",
     "RetentionType",
     "ScalingPolicy",

@@ -47,12 +47,41 @@ class UnknownStreamError(ControllerError, LookupError):
         super().__init__(f"unknown stream {stream!r}" + (f": {detail}" if detail else ""))
 
 
+class StreamNameCollisionError(ControllerError, ValueError):
+    """Two stream names would map to Kafka topics that Kafka takes for the same one
+    (``.`` and ``_`` collide: ``a_b/c`` and ``a/b_c``); pick another name."""
+
+    def __init__(self, stream: str, existing: str) -> None:
+        self.stream = stream
+        self.existing = existing
+        super().__init__(
+            f"stream {stream!r} would collide with stream {existing!r} in Kafka, which takes "
+            "'.' and '_' in topic names for the same character; pick another name"
+        )
+
+
 class UnknownScopeError(ControllerError, LookupError):
-    """No stream of that scope was ever created."""
+    """No scope of that name exists; create it first (``tidemark scope create SCOPE``)."""
 
     def __init__(self, scope: str) -> None:
         self.scope = scope
-        super().__init__(f"unknown scope {scope!r}")
+        super().__init__(
+            f"unknown scope {scope!r}: create it first with `tidemark scope create {scope}` "
+            "(or StreamManager.create_scope)"
+        )
+
+
+class ScopeNotEmptyError(ControllerError):
+    """A scope that still holds streams cannot be deleted; seal and delete them first."""
+
+    def __init__(self, scope: str, streams: list[str]) -> None:
+        self.scope = scope
+        self.streams = streams
+        shown = ", ".join(streams[:5]) + (" ..." if len(streams) > 5 else "")
+        super().__init__(
+            f"scope {scope!r} holds {len(streams)} stream(s) ({shown}): "
+            "seal and delete them before deleting the scope"
+        )
 
 
 class StreamExistsError(ControllerError):
@@ -112,7 +141,18 @@ class KafkaOperationError(ControllerError):
     """Kafka refused an admin operation; the message carries Kafka's error."""
 
 
+class AdoptionError(ControllerError):
+    """An adopt or release request does not fit the stream or topic; the message says why.
+
+    Also raised when an operation would break an adopted stream's promise: a
+    scale of a stream whose producers route by Kafka's partitioner (adopt it
+    with tidemark routing to allow scaling), or a delete, which would remove
+    a topic tidemark did not create (``release`` unregisters it instead).
+    """
+
+
 __all__ = [
+    "AdoptionError",
     "ConcurrentOperationError",
     "ConfigurationError",
     "ConflictError",
@@ -125,7 +165,9 @@ __all__ = [
     "InvalidTimestampError",
     "KafkaOperationError",
     "MarksTopicError",
+    "ScopeNotEmptyError",
     "StreamExistsError",
+    "StreamNameCollisionError",
     "StreamNotSealedError",
     "StreamSealedError",
     "UnknownScopeError",

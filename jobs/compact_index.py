@@ -82,5 +82,13 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if any(r.error for r in reports) else 0
 
 
+def launched_by_spark_submit() -> bool:
+    """spark-submit starts the Python driver from its JVM and names the gateway port
+    (used by ``jobs.complete_window``)."""
+    import os
+
+    return bool(os.environ.get("PYSPARK_GATEWAY_PORT"))
+
+
 if __name__ == "__main__":
     sys.exit(main())

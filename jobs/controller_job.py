@@ -87,11 +87,15 @@ Python worker call per micro-batch."""
 def ensure_marks_topic(settings: ControllerSettings) -> None:
     """Create the marks topic (``bucket_count`` partitions) if missing; refuse another count."""
     from controller.kafka_admin import StreamTopics
+    from controller.naming import LOG_APPEND_TIME, MARKS_TOPIC_CONFIGS, TIMESTAMP_TYPE
 
     topics = StreamTopics(settings.kafka_bootstrap)
     topic, buckets = settings.cluster.marks_topic, settings.cluster.bucket_count
     if topics.partition_count(topic) is None:
-        topics.create(topic, buckets, {})
+        topics.create(topic, buckets, MARKS_TOPIC_CONFIGS)
+    elif topics.topic_configs(topic).get(TIMESTAMP_TYPE) != LOG_APPEND_TIME:
+        log.warning("marks topic %s: setting %s=%s", topic, TIMESTAMP_TYPE, LOG_APPEND_TIME)
+        topics.alter_configs(topic, MARKS_TOPIC_CONFIGS)
     found = topics.partition_count(topic)
     if found != buckets:
         raise JobConfigurationError(
@@ -105,7 +109,10 @@ def query_name(settings: ControllerSettings, bucket: int) -> str:
 
 
 def marks_frame(spark: Any, settings: ControllerSettings, bucket: int) -> Any:
-    """The bucket's records: ``stream`` (the key), ``value``, ``partition``, ``offset``."""
+    """The bucket's records: ``stream`` (the raw key), ``value``, ``partition``, ``offset``,
+    ``arrival`` (the broker's append time in ms; null unless the topic is ``LogAppendTime``)."""
+    from controller.kafka_client import spark_kafka_options
+
     reader = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
@@ -114,15 +121,25 @@ def marks_frame(spark: Any, settings: ControllerSettings, bucket: int) -> Any:
         .option("kafka.isolation.level", "read_committed")
         # Marks past the topic's retention are gone for every reader; keep going.
         .option("failOnDataLoss", "false")
+        .options(**spark_kafka_options())
     )
     if settings.max_offsets_per_trigger is not None:
         reader = reader.option("maxOffsetsPerTrigger", settings.max_offsets_per_trigger)
+    # The key stays binary: a key that is not UTF-8 must reach the processor as data
+    # (a rejected mark), not fail the Python worker on conversion. xxhash64 hashes a
+    # binary and a string of the same bytes alike, so the slots are those of the name.
     return reader.load().selectExpr(
-        "coalesce(CAST(key AS STRING), '') AS stream", "value", "partition", "offset"
+        "coalesce(key, X'') AS stream",
+        "value",
+        "partition",
+        "offset",
+        "CASE WHEN timestampType = 1 THEN unix_millis(timestamp) END AS arrival",
     )
 
 
-def start_bucket_query(spark: Any, settings: ControllerSettings, bucket: int) -> Any:
+def start_bucket_query(
+    spark: Any, settings: ControllerSettings, bucket: int, metrics: Any = None
+) -> Any:
     """Start bucket ``bucket``'s query (from its checkpoint if one exists)."""
     from pyspark.sql.functions import expr
 
@@ -141,6 +158,8 @@ def start_bucket_query(spark: Any, settings: ControllerSettings, bucket: int) ->
         )
     )
     sink = DeltaSink(settings.delta_root, settings.app_id(bucket))
+    if metrics is not None:  # --- metrics hook (jobs.metrics) ---
+        sink.observer = metrics.batch_observer(bucket)
     writer = (
         watermarks.writeStream.queryName(query_name(settings, bucket))
         .option("checkpointLocation", settings.checkpoint_dir(bucket))
@@ -203,6 +222,7 @@ class ControllerInstance:
         instance_id: str,
         zk_client: Any = None,
         recheck_s: float = 0.5,
+        metrics: Any = None,
     ) -> None:
         self.spark = spark
         self.settings = settings
@@ -218,6 +238,8 @@ class ControllerInstance:
         self._thread: threading.Thread | None = None
         self._maintenance: MaintenanceSwitch | None = None
         self.failures: list[str] = []
+        # Prometheus metrics (jobs.metrics); None: off
+        self.metrics: Any = metrics
 
     @property
     def _running_path(self) -> str:
@@ -360,6 +382,9 @@ class ControllerInstance:
         if self._maintenance is not None:
             self._maintenance.lead(MAINTENANCE_BUCKET in owned)
         with self._lock:
+            if self.metrics is not None:  # --- metrics hook (jobs.metrics) ---
+                for bucket, query in self._queries.items():
+                    self.metrics.observe_query(bucket, query)
             for bucket in sorted(self._queries):
                 query = self._queries[bucket]
                 if bucket not in owned or not query.isActive:
@@ -370,7 +395,9 @@ class ControllerInstance:
                 if not self._take_run_lock(bucket):
                     continue
                 try:
-                    self._queries[bucket] = start_bucket_query(self.spark, self.settings, bucket)
+                    self._queries[bucket] = start_bucket_query(
+                        self.spark, self.settings, bucket, self.metrics
+                    )
                 except Exception as exc:
                     log.exception(
                         "controller %s: bucket %d did not start", self.instance_id, bucket
@@ -416,7 +443,7 @@ class ControllerInstance:
             time.sleep(0.01)
 
     def _take_run_lock(self, bucket: int) -> bool:
-        from kazoo.exceptions import NodeExistsError
+        from kazoo.exceptions import NodeExistsError, NoNodeError
 
         try:
             self._client.create(
@@ -424,7 +451,10 @@ class ControllerInstance:
             )
             return True
         except NodeExistsError:
-            data, _ = self._client.get(f"{self._running_path}/{bucket}")
+            try:
+                data, _ = self._client.get(f"{self._running_path}/{bucket}")
+            except NoNodeError:  # released between the two calls: try again next round
+                return False
             return bool(data.decode() == self.instance_id)
 
     def _release_run_lock(self, bucket: int) -> None:
@@ -449,10 +479,22 @@ class ControllerInstance:
                 pass
         finally:
             self.stop()
-        return 0
+        if self.failures:
+            log.error("controller %s: %s", self.instance_id, "; ".join(self.failures))
+        return 1 if self.failures else 0
 
 
 # --- entry points (spark-submit and `tidemark controller run`) --------------------------------
+
+
+def metrics_from_args(args: argparse.Namespace) -> Any:
+    """``--metrics-port N``: serve the metrics of :mod:`jobs.metrics` there; None: off."""
+    port = getattr(args, "metrics_port", None)
+    if port is None:
+        return None
+    from jobs.metrics import serve_metrics
+
+    return serve_metrics(port)
 
 
 def run_local(args: argparse.Namespace) -> int:
@@ -471,7 +513,9 @@ def run_local(args: argparse.Namespace) -> int:
         )
     )
     try:
-        return ControllerInstance(spark, settings, args.instance).run_until_signalled()
+        return ControllerInstance(
+            spark, settings, args.instance, metrics=metrics_from_args(args)
+        ).run_until_signalled()
     finally:
         stop_spark(spark)
 
@@ -499,7 +543,9 @@ def main(argv: list[str] | None = None) -> int:
         .getOrCreate()
     )
     try:
-        return ControllerInstance(spark, settings, args.instance).run_until_signalled()
+        return ControllerInstance(
+            spark, settings, args.instance, metrics=metrics_from_args(args)
+        ).run_until_signalled()
     finally:
         spark.stop()
 

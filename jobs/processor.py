@@ -54,7 +54,8 @@ from pyspark.sql.types import (
 
 from jobs.config import WorkflowSettings
 from jobs.slots import SlotState, run_slot
-from jobs.workflow import Emitted, MarkInput, Output, StreamWorkflow
+from jobs.workflow import Emitted, MarkInput, Output, Rejected, StreamWorkflow
+from schemas.mark_input import Undecodable, decode_stream_key, printable_key
 
 log = logging.getLogger(__name__)
 
@@ -170,17 +171,26 @@ class ControllerProcessor(StatefulProcessor):
     ) -> Iterator[pd.DataFrame]:
         now_ms = timerValues.getCurrentProcessingTimeInMs()
         records: dict[str, list[MarkInput]] = {}
+        bad_keys: list[Output] = []
         for frame in rows:
-            for stream, value, part, offset in zip(
-                frame["stream"].tolist(),
+            for key, value, part, offset, arrival in zip(
+                frame["stream"].tolist(),  # the raw key: bytes, never assumed UTF-8
                 frame["value"].tolist(),
                 frame["partition"].tolist(),
                 frame["offset"].tolist(),
+                frame["arrival"].tolist(),
                 strict=True,
             ):
-                records.setdefault(stream, []).append(MarkInput(value, part, offset))
+                stream = decode_stream_key(key)
+                if isinstance(stream, Undecodable):
+                    shown = printable_key(key)
+                    why = stream.reason
+                    bad_keys.append(Rejected(shown, None, why, value, part, offset, now_ms))
+                    continue
+                arrival_ms = None if arrival is None or pd.isna(arrival) else int(arrival)
+                records.setdefault(stream, []).append(MarkInput(value, part, offset, arrival_ms))
         slot, stored = self._load()
-        outputs = run_slot(self.workflow, slot, records, now_ms)
+        outputs = bad_keys + run_slot(self.workflow, slot, records, now_ms)
         self._save(slot, stored)
         yield from output_frames(outputs)
 

@@ -10,6 +10,9 @@ The stream's own refusal comes from the control plane and is re-exported:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from controller.exceptions import InvalidTimestampError, UnknownStreamError
 from tidemark.errors import ConfigurationError, TidemarkError
 
@@ -90,21 +93,122 @@ class ReaderClosedError(ReaderError):
     """The reader (or group) is closed; create a new one."""
 
 
+class ReaderBehindHeadError(ReaderError):
+    """The stream was truncated (retention, or ``tidemark stream truncate``) past what
+    the group had read: the events in between are gone, and a reader never skips
+    them silently. Move the group on, knowingly: ``group.seek(timestamp)`` or
+    ``group.seek(cut=...)`` with no reader online (``tidemark seek GROUP
+    --timestamp MS``); a cut behind the head is moved up to it."""
+
+    def __init__(self, group: str, stream: str, lost: dict[int, tuple[int, int]]) -> None:
+        self.group = group
+        self.stream = stream
+        self.lost = lost
+        where = ", ".join(
+            f"segment {seg} at offset {have} (held from {head})"
+            for seg, (have, head) in sorted(lost.items())
+        )
+        super().__init__(
+            f"reader group {group!r} is behind the head of stream {stream!r}, which was "
+            f"truncated past its position: {where}; the events in between are gone. "
+            "Close the group's readers and move it with seek (a time, or the head) "
+            "to go on reading"
+        )
+
+
 class WatermarksUnavailableError(ReaderError):
     """The watermark tables cannot be read (missing delta root, unreadable table)."""
 
 
+# --- waiting for stream time (pipelines.reading.stream_time) ----------------------------
+
+
+class StreamTimeTimeoutError(ReaderError, TimeoutError):
+    """No watermark of the stream reached the time before the timeout.
+
+    ``last`` is the latest watermark seen (``None``: none yet); ``holding``
+    describes the writers that hold the stream back (laggards, stale marks),
+    as far as the watermark source knows them. Wait again, or look at those
+    writers: a stopped writer is dropped after the controller's writer timeout.
+    """
+
+    def __init__(self, stream: str, time_ms: int, last: Any, holding: Sequence[str]) -> None:
+        self.stream = stream
+        self.time_ms = time_ms
+        self.last = last
+        self.holding = list(holding)
+        at = "no watermark yet" if last is None else f"the watermark is at {last.time}"
+        who = (
+            "held back by " + "; ".join(self.holding)
+            if self.holding
+            else "no writer is known to hold it back"
+        )
+        super().__init__(f"stream {stream!r} has not reached time {time_ms}: {at}, {who}")
+
+
+class WaitCancelledError(ReaderError):
+    """A wait for stream time was cancelled before the time was reached."""
+
+
+class CheckpointError(ReaderError):
+    """A reader-group checkpoint could not be taken or found."""
+
+
+class UnknownCheckpointError(CheckpointError, LookupError):
+    """The group has no checkpoint of that name; ``tidemark group checkpoints`` lists them."""
+
+    def __init__(self, group: str, name: str) -> None:
+        self.group, self.name = group, name
+        super().__init__(f"reader group {group!r} has no checkpoint {name!r}")
+
+
+class CheckpointExistsError(CheckpointError):
+    """A checkpoint of that name exists already (or is being taken); pick another name."""
+
+    def __init__(self, group: str, name: str) -> None:
+        self.group, self.name = group, name
+        super().__init__(f"reader group {group!r} has a checkpoint {name!r} already")
+
+
+class CheckpointInProgressError(CheckpointError):
+    """Another checkpoint of the group is being taken; wait for it, then try again."""
+
+    def __init__(self, group: str, pending: str | None) -> None:
+        self.group, self.pending = group, pending
+        super().__init__(f"reader group {group!r} is taking checkpoint {pending!r}; try later")
+
+
+class CheckpointTimeoutError(CheckpointError, TimeoutError):
+    """Online readers did not acknowledge the checkpoint in time (a reader must be
+    calling ``read_next``); nothing was recorded and the readers carry on."""
+
+    def __init__(self, group: str, name: str, missing: list[str]) -> None:
+        self.group, self.name, self.missing = group, name, missing
+        super().__init__(
+            f"checkpoint {name!r} of reader group {group!r}: readers {missing} did not "
+            "acknowledge it in time (are they calling read_next?); nothing was recorded"
+        )
+
+
 __all__ = [
+    "CheckpointError",
+    "CheckpointExistsError",
+    "CheckpointInProgressError",
+    "CheckpointTimeoutError",
     "DuplicateReaderError",
     "InvalidDurationError",
     "InvalidTimestampError",
+    "ReaderBehindHeadError",
     "ReaderClosedError",
     "ReaderConfigError",
     "ReaderError",
     "ReaderGroupActiveError",
     "ReaderGroupExistsError",
     "StreamDeletedError",
+    "StreamTimeTimeoutError",
+    "UnknownCheckpointError",
     "UnknownReaderGroupError",
     "UnknownStreamError",
+    "WaitCancelledError",
     "WatermarksUnavailableError",
 ]

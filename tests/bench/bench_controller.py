@@ -116,6 +116,7 @@ def freshness(spark: Any, services: Any, zk: Any, root: str, work: Path) -> list
     store = ZooKeeperStore(client, settings.cluster.zk_root)
     manager = StreamManager(store, services.bootstrap, settings.cluster)
     streams = [f"fresh/s{i}" for i in range(FRESH_STREAMS)]
+    manager.create_scope("fresh")
     for s in streams:
         manager.create(s, StreamConfiguration(scaling_policy=ScalingPolicy.fixed(1)))
     cfg = WriterConfig(cluster=settings.cluster, linger_ms=1)
@@ -207,6 +208,7 @@ def _create_streams(settings: Any) -> None:
     client.start(timeout=30)
     try:
         store = ZooKeeperStore(client, settings.cluster.zk_root)
+        store.create_scope("cap")
         for i in range(STREAMS):
             store.create_stream(new_stream_metadata(f"cap/s{i}", StreamConfiguration(), 0))
     finally:

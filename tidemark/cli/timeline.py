@@ -2,9 +2,12 @@
 
     tidemark timeline create reminders --buckets 16
     tidemark timeline put reminders --group app --in-ms 60000 --body "hello" --id hello-1
+    tidemark timeline put reports --group app --stream shop/orders --stream-time 1700000000000 \
+        --body "close the books"
     tidemark timeline lease reminders --consumer me --duration-ms 30000
     tidemark timeline count reminders --format json
     tidemark timeline relay reminders --consumer relay-1 --topic due-reminders
+    tidemark timeline purge --keep-deleted-ms 3600000 --every-ms 60000
 
 The store is TIDEMARK_POSTGRES_DSN, else the PostgreSQL that ``tidemark up``
 started. The schema is created or upgraded on first use.
@@ -23,6 +26,7 @@ from typing import Any
 
 from infra.services import KAFKA, POSTGRES, resolve_services
 from tidemark.cli.output import add_format_option, emit, emit_rows
+from tidemark.errors import ConfigurationError
 
 
 def _dsn() -> str:
@@ -71,6 +75,13 @@ def register(sub: Any) -> None:
     when = p.add_mutually_exclusive_group(required=True)
     when.add_argument("--at-ms", type=int, help="due time, UTC ms since the epoch")
     when.add_argument("--in-ms", type=int, help="due this many ms from now")
+    when.add_argument(
+        "--stream-time",
+        type=int,
+        metavar="MS",
+        help="due once --stream's watermark reaches this event time",
+    )
+    p.add_argument("--stream", help="with --stream-time: the stream (scope/name)")
 
     p = verb("lease", "lease available messages (or one by --id)", cmd_lease)
     p.add_argument("--consumer", required=True)
@@ -112,6 +123,16 @@ def register(sub: Any) -> None:
     p.add_argument("--duration-s", type=float, help="stop after this long (default: Ctrl-C)")
     p.add_argument("--max-messages", type=int, help="stop after relaying this many")
 
+    p = verbs.add_parser(
+        "purge", help="remove deleted messages (of every timeline) in batches, once or every N ms"
+    )
+    p.add_argument("--keep-deleted-ms", type=int, default=3_600_000)
+    p.add_argument("--batch-size", type=int, default=1_000)
+    p.add_argument("--every-ms", type=int, help="purge on this schedule until Ctrl-C / SIGTERM")
+    p.add_argument("--duration-s", type=float, help="with --every-ms: stop after this long")
+    add_format_option(p)
+    p.set_defaults(func=cmd_purge)
+
 
 def cmd_create(args: argparse.Namespace) -> int:
     from pipelines.timeline.config import TimelineConfig
@@ -125,14 +146,20 @@ def cmd_create(args: argparse.Namespace) -> int:
 
 
 def cmd_put(args: argparse.Namespace) -> int:
+    if (args.stream is None) != (args.stream_time is None):
+        raise ConfigurationError("--stream and --stream-time go together")
     with _store() as store:
-        at_ms = args.at_ms if args.at_ms is not None else store.now_ms() + args.in_ms
+        if args.stream_time is not None:
+            at_ms = args.stream_time
+        else:
+            at_ms = args.at_ms if args.at_ms is not None else store.now_ms() + args.in_ms
         created = store.create(
             args.timeline,
             args.body.encode(),
             timestamp_ms=at_ms,
             producer_group=args.group,
             id=args.id,
+            due_stream=args.stream,
         )
     m = created.message
     emit(
@@ -237,8 +264,46 @@ def cmd_relay(args: argparse.Namespace) -> int:
                 if args.max_messages is not None and relay.relayed >= args.max_messages:
                     break
                 relay.run_once(timeout_ms=500)
-            relayed = relay.relayed
+            relayed, failed = relay.relayed, relay.failed
     finally:
         signal.signal(signal.SIGTERM, previous)
-    emit(args, {"relayed": relayed}, f"relayed {relayed} messages to {args.topic}")
+    emit(
+        args,
+        {"relayed": relayed, "failed": failed},
+        f"relayed {relayed} messages to {args.topic}"
+        + (f"; {failed} refused by Kafka (see the log)" if failed else ""),
+    )
+    return 1 if failed and not relayed else 0
+
+
+def cmd_purge(args: argparse.Namespace) -> int:
+    from pipelines.timeline.housekeeping import PurgeLoop, PurgeSettings
+
+    settings = PurgeSettings(
+        interval_ms=PurgeSettings.interval_ms if args.every_ms is None else args.every_ms,
+        keep_deleted_ms=args.keep_deleted_ms,
+        batch_size=args.batch_size,
+    )
+    with _store() as store:
+        loop = PurgeLoop(store, settings)
+        if args.every_ms is None:
+            loop.run_once()
+        else:
+            stop = threading.Event()
+            previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+            timer = None
+            if args.duration_s is not None:
+                timer = threading.Timer(args.duration_s, stop.set)
+                timer.start()
+            try:
+                loop.periodic.run(stop)
+            finally:
+                signal.signal(signal.SIGTERM, previous)
+                if timer is not None:
+                    timer.cancel()
+    emit(
+        args,
+        {"purged": loop.purged, "passes": loop.passes},
+        f"purged {loop.purged} deleted messages in {loop.passes} pass(es)",
+    )
     return 0
