@@ -42,8 +42,6 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-import pyarrow.compute as pc
-
 from controller.index import start_index, stop_index
 from controller.metadata import StreamMetadata
 from controller.model import StreamCut
@@ -237,6 +235,8 @@ class SeekIndex:
     ) -> int | None:
         """The latest (or first) ``seq`` whose ``column`` lies within ``bounds``, reading
         files in ``seq`` order only while one could still improve on the best found."""
+        import pyarrow.compute as pc
+
         low, high = bounds
 
         def edge(f: DataFile) -> int:
