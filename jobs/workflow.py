@@ -131,8 +131,15 @@ class StreamState:
         return {
             "v": STATE_VERSION,
             "marks": {
-                w: [s.mark.time, _pairs(s.mark.position), s.mark.alive, s.partition, s.offset]
-                + ([] if s.instance is None else [s.instance])
+                w: [
+                    s.mark.time,
+                    _pairs(s.mark.position),
+                    s.mark.alive,
+                    s.partition,
+                    s.offset,
+                    s.instance,
+                    s.mark.max_event_time,
+                ]
                 for w, s in self.marks.items()
             },
             "previous": None
@@ -171,10 +178,13 @@ class StreamState:
 
 
 def _stored(entry: Sequence[Any]) -> StoredMark:
-    """``[time, position, alive, partition, offset]`` plus, when bound, the instance token."""
+    """``[time, position, alive, partition, offset, instance, max_event_time]``; state
+    written before marks carried the last two has five items (both ``None``)."""
     t, pos, alive, p, o = entry[:5]
-    instance = str(entry[5]) if len(entry) > 5 else None
-    return StoredMark(WriterMark(int(t), _cut(pos), bool(alive)), int(p), int(o), instance)
+    instance = entry[5] if len(entry) > 5 else None
+    top = entry[6] if len(entry) > 6 else None
+    mark = WriterMark(int(t), _cut(pos), bool(alive), None if top is None else int(top))
+    return StoredMark(mark, int(p), int(o), None if instance is None else str(instance))
 
 
 def _pairs(cut: Mapping[int, int]) -> list[list[int]]:
@@ -302,7 +312,9 @@ class StreamWorkflow:
         out_of_bounds = check_time(decoded.time, record.arrival_ms, meta.config.max_future_ms)
         if out_of_bounds is not None:
             return reject(out_of_bounds, decoded.writer_id)
-        mark = WriterMark(decoded.time, dict(decoded.position), decoded.alive)
+        mark = WriterMark(
+            decoded.time, dict(decoded.position), decoded.alive, decoded.max_event_time
+        )
         stored = state.marks.get(decoded.writer_id)
         if stored is not None:
             impostor = check_instance(stored.instance, decoded.instance)

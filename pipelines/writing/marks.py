@@ -56,7 +56,7 @@ def mark_message(
 
 def to_writer_mark(record: WriterMarkRecord) -> WriterMark:
     """The model's value of a decoded mark."""
-    return WriterMark(record.time, dict(record.position), record.alive)
+    return WriterMark(record.time, dict(record.position), record.alive, record.max_event_time)
 
 
 __all__ = ["MarkMessage", "ensure_marks_topic", "mark_message", "to_writer_mark"]

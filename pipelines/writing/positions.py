@@ -34,6 +34,8 @@ class PendingNote:
     """segment id -> count of reports that completes it."""
     failed: bool = False
     """A record sent before the note was not delivered."""
+    max_event_time: int | None = None
+    """The highest timestamp among the records sent before the note."""
 
 
 class PositionTracker:
@@ -88,10 +90,12 @@ class PositionTracker:
                 if segment in self._next:
                     note.position[segment] = self._next[segment]
 
-    def note(self, time: int, alive: bool = True) -> PendingNote:
-        """Queue a note whose position includes every record sent so far."""
+    def note(self, time: int, alive: bool = True, max_event_time: int | None = None) -> PendingNote:
+        """Queue a note whose position includes every record sent so far
+        (``max_event_time``: the highest timestamp among them, as the writer knows it)."""
         waiting = {s: n for s, n in self._sent.items() if n > self._reported.get(s, 0)}
         pending = PendingNote(time, alive, dict(self._next), waiting)
+        pending.max_event_time = max_event_time
         self._pending.append(pending)
         self.waiting = True
         return pending

@@ -296,7 +296,7 @@ class TransactionalWriter(_StreamWriter):
                         self.config.cluster,
                         self.stream,
                         self.writer_id,
-                        WriterMark(timestamp, position),
+                        WriterMark(timestamp, position, max_event_time=self._max_event_time()),
                         transaction_id=txn.id,
                         instance=self.instance,
                     )
@@ -360,7 +360,12 @@ class TransactionalWriter(_StreamWriter):
                         self.config.cluster,
                         self.stream,
                         self.writer_id,
-                        WriterMark(self._last_noted, dict(self._committed), alive=False),
+                        WriterMark(
+                            self._last_noted,
+                            dict(self._committed),
+                            alive=False,
+                            max_event_time=self._max_event_time(),
+                        ),
                         instance=self.instance,
                     )
                     self._producer.begin_transaction()

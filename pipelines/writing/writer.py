@@ -491,6 +491,11 @@ class _StreamWriter:
         with self._lock:
             return self._tracker.position()
 
+    def _max_event_time(self) -> int | None:
+        """The highest timestamp this writer has given a record (its clock's floors), or None."""
+        floors = self._clock.floors()
+        return max(floors.values()) if floors else None
+
 
 def _failed(err: KafkaError, msg: Message) -> FailedRecord:
     return FailedRecord(msg.topic() or "", msg.partition() or 0, msg.key(), str(err))
@@ -742,7 +747,7 @@ class EventWriter(_StreamWriter):
 
     def _note(self, timestamp: int, alive: bool) -> None:
         self._last_noted = timestamp
-        self._tracker.note(timestamp, alive)
+        self._tracker.note(timestamp, alive, self._max_event_time())
         self._publish_ready()
         self._producer.poll(0)
 
@@ -762,7 +767,7 @@ class EventWriter(_StreamWriter):
                 self.config.cluster,
                 self.stream,
                 self.writer_id,
-                WriterMark(note.time, note.position, note.alive),
+                WriterMark(note.time, note.position, note.alive, note.max_event_time),
                 instance=self.instance,
             )
             self._produce_mark(msg)

@@ -217,7 +217,7 @@ def test_marks_table_equals_watermark_cycle(
             continue
         assert value is not None
         rec = WriterMarkRecord.decode(value)
-        mark = WriterMark(rec.time, dict(rec.position), rec.alive)
+        mark = WriterMark(rec.time, dict(rec.position), rec.alive, rec.max_event_time)
         if accept_mark(marks.get(rec.writer_id), mark) is Verdict.ACCEPTED:
             marks[rec.writer_id] = mark
 

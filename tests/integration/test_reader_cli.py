@@ -68,7 +68,36 @@ def test_read_watermarks_window_seek(cli_env, capsys, manager, store, kafka, wco
     assert code == 0
     code, out, _ = run(capsys, "window", f"g{unique}", "--format", "json")
     payload = json.loads(out)
-    assert (payload["lower"], payload["upper"]) == (BASE + 150, BASE + 250)
+    # At the second watermark's cut exactly: not passed yet (an equal offset is neither).
+    assert (payload["lower"], payload["upper"]) == (BASE + 50, BASE + 250)
+    seeked = payload["stream_cut"]
+
+    # checkpoints: take one (no reader online: at once), list, reset elsewhere and back
+    group_name = f"g{unique}"
+    code, out, _ = run(capsys, "group", "checkpoint", group_name, "c1", "--format", "json")
+    assert code == 0
+    taken = json.loads(out)
+    assert (taken["stream_cut"], taken["lower"], taken["upper"]) == (seeked, BASE + 50, BASE + 250)
+    assert taken["watermark_seq"] == 0
+    code, out, _ = run(capsys, "group", "checkpoints", group_name, "--format", "json")
+    assert [json.loads(line)["name"] for line in out.splitlines()] == ["c1"]
+    head = json.dumps({s: 0 for s in seeked})
+    code, out, _ = run(capsys, "group", "reset", group_name, "--cut", head, "--format", "json")
+    assert code == 0 and json.loads(out)["stream_cut"] == {s: 0 for s in seeked}
+    code, out, _ = run(capsys, "window", group_name, "--format", "json")
+    assert json.loads(out)["lower"] is None
+    code, out, _ = run(
+        capsys, "group", "reset", group_name, "--checkpoint", "c1", "--format", "json"
+    )
+    assert code == 0 and json.loads(out)["stream_cut"] == seeked
+    code, out, _ = run(capsys, "window", group_name, "--format", "json")
+    assert (json.loads(out)["lower"], json.loads(out)["stream_cut"]) == (BASE + 50, seeked)
+    code, _, err = run(capsys, "group", "reset", group_name, "--checkpoint", "nope")
+    assert code == 1 and "no checkpoint 'nope'" in err
+    code, _, err = run(capsys, "group", "checkpoint", group_name, "c1")
+    assert code == 1 and "has a checkpoint 'c1' already" in err
+    code, _, err = run(capsys, "group", "reset", group_name, "--cut", "[1, 2]")
+    assert code == 1 and "--cut must be a JSON object" in err
 
 
 @pytest.mark.parametrize(

@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     "tidemark.cli.write",
     "tidemark.cli.controller",
     "tidemark.cli.read",
+    "tidemark.cli.groups",
     "tidemark.cli.serve",
 )
 
