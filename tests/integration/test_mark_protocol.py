@@ -4,7 +4,7 @@ The writer side here uses a bare ``confluent_kafka.Producer`` and fastavro,
 with the schema, header, partition rule and key copied from the document —
 no tidemark writer, codec or naming code. The real controller (Spark job)
 must emit the watermarks the document promises from v2 marks (with an
-``instance`` token) and v1 marks alike, and refuse deliberately wrong marks
+``instance`` token and ``max_event_time``) and v1 marks alike, and refuse deliberately wrong marks
 (stale, impersonated, future and negative times, undecodable bytes) with the
 documented reasons and raw bytes.
 """
@@ -56,15 +56,16 @@ V2_FIELDS: list[dict[str, Any]] = [
     {"name": "alive", "type": "boolean"},
     {"name": "transaction_id", "type": ["null", "string"], "default": None},
     {"name": "instance", "type": ["null", "string"], "default": None},
+    {"name": "max_event_time", "type": ["null", "long"], "default": None},
 ]
-# v1 is the same schema without the last field, ``instance``.
+# v1 is the same schema without the last two fields, ``instance`` and ``max_event_time``.
 SCHEMAS = {
     version: fastavro.parse_schema(
         {"type": "record", "name": "WriterMark", "namespace": "tidemark", "fields": fields}
     )
-    for version, fields in ((2, V2_FIELDS), (1, V2_FIELDS[:-1]))
+    for version, fields in ((2, V2_FIELDS), (1, V2_FIELDS[:-2]))
 }
-HEADERS = {2: bytes.fromhex("c301e55ee6f66fae264c"), 1: bytes.fromhex("c30163358494c87d236e")}
+HEADERS = {2: bytes.fromhex("c301066b40372471b44f"), 1: bytes.fromhex("c30163358494c87d236e")}
 
 
 def encode_mark(
@@ -75,6 +76,7 @@ def encode_mark(
     alive: bool,
     instance: str | None = None,
     version: int = 2,
+    max_event_time: int | None = None,
 ) -> bytes:
     record: dict[str, Any] = {
         "stream": stream,
@@ -86,6 +88,7 @@ def encode_mark(
     }
     if version == 2:
         record["instance"] = instance
+        record["max_event_time"] = max_event_time
     body = io.BytesIO()
     fastavro.schemaless_writer(body, SCHEMAS[version], record)
     return HEADERS[version] + body.getvalue()
@@ -108,14 +111,19 @@ class BareWriter:
         self.version = version
         self.instance = secrets.token_hex(16) if version == 2 else None  # section 4
         self.position: dict[int, int] = {}
+        self.max_event_time: int | None = None  # section 4: the highest stored timestamp
 
-    def write(self, value: bytes, partition: int) -> None:
+    def write(self, value: bytes, partition: int, timestamp: int) -> None:
         def report(err: Any, msg: Any) -> None:
             assert err is None, err
             nxt = msg.offset() + 1  # segment id = partition before any scale (section 1)
             self.position[msg.partition()] = max(self.position.get(msg.partition(), 0), nxt)
+            stored = msg.timestamp()[1]
+            self.max_event_time = max(stored, self.max_event_time or stored)
 
-        self.producer.produce(self.topic, value, partition=partition, on_delivery=report)
+        self.producer.produce(
+            self.topic, value, partition=partition, timestamp=timestamp, on_delivery=report
+        )
 
     def mark(self, marks_topic: str, buckets: int, time_ms: int, alive: bool = True) -> None:
         assert self.producer.flush(30) == 0  # every event before the mark is acknowledged
@@ -127,6 +135,7 @@ class BareWriter:
             alive,
             self.instance,
             self.version,
+            self.max_event_time,
         )
         send(self.producer, marks_topic, buckets, self.stream, value)
 
@@ -169,15 +178,15 @@ def test_a_bare_producer_following_the_document_gets_watermarks(
     try:
         instance.wait_running(set(range(cluster.bucket_count)))  # it made the marks topic
         for i in range(3):
-            w1.write(f"a{i}".encode(), partition=0)
-        w2.write(b"b0", partition=1)
+            w1.write(f"a{i}".encode(), partition=0, timestamp=800 + 100 * i)
+        w2.write(b"b0", partition=1, timestamp=1_200)
         w1.mark(cluster.marks_topic, cluster.bucket_count, 1_000)
         w2.mark(cluster.marks_topic, cluster.bucket_count, 1_200)
         first_cut = {0: w1.position[0], 1: w2.position[1]}
         assert first_cut == {0: 3, 1: 1}
         tick(10_000)
         instance.process_all_available()
-        w1.write(b"a3", partition=1)
+        w1.write(b"a3", partition=1, timestamp=2_500)  # ahead of w1's next noted time
         w1.mark(cluster.marks_topic, cluster.bucket_count, 2_000)
         w2.mark(cluster.marks_topic, cluster.bucket_count, 2_100, alive=False)  # shutdown
         w1.mark(cluster.marks_topic, cluster.bucket_count, 1_500)  # wrong: time went back
@@ -205,7 +214,8 @@ def test_a_bare_producer_following_the_document_gets_watermarks(
         (m.seq, m.time, m.upper_time, dict(m.stream_cut))
         for m in read_watermarks(settings.delta_root, stream)
     ]
-    assert got == [(0, 1_000, 1_200, first_cut), (1, 2_000, 2_100, {0: 3, 1: 2})]
+    # upper_time: the largest noted time, or w1's max_event_time 2 500 once it is above
+    assert got == [(0, 1_000, 1_200, first_cut), (1, 2_000, 2_500, {0: 3, 1: 2})]
     rejected = sorted(
         read_table(settings.delta_root, REJECTED_MARKS), key=lambda r: r["kafka_offset"]
     )

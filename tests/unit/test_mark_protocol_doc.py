@@ -65,6 +65,8 @@ def test_documented_headers_are_the_codecs() -> None:
 def test_worked_example_is_what_the_codec_writes() -> None:
     block = _section(3).split("Example (v2)")[1].split("```")[1]
     data = b"".join(_leading_bytes(line) for line in block.strip().splitlines())
-    mark = WriterMarkRecord("shop/orders", "w1", 1000, {0: 5, 4294967297: 3}, True, None, "9f2c")
+    mark = WriterMarkRecord(
+        "shop/orders", "w1", 1000, {0: 5, 4294967297: 3}, True, None, "9f2c", 1200
+    )
     assert data == mark.encode()
     assert WriterMarkRecord.decode(data) == mark
