@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 import pyarrow as pa
 
-from schemas.tables import INDEX, INDEX_COLUMNS, MARKS, MARKS_COLUMNS, REJECTED_MARKS
+from schemas.tables import INDEX, INDEX_COLUMNS, LAGGARDS, MARKS, MARKS_COLUMNS, REJECTED_MARKS
 
 # Delta refuses NOT NULL inside arrays, so the cut's fields are nullable.
 CUT_ARROW = pa.list_(pa.struct([pa.field("segment", pa.int64()), pa.field("offset", pa.int64())]))
@@ -54,13 +54,34 @@ REJECTED_ARROW = pa.schema(
     ]
 )
 
+LAGGARDS_ARROW = pa.schema(
+    [
+        pa.field("stream", pa.string(), False),
+        pa.field("at", pa.int64(), False),
+        pa.field("writer", pa.string()),
+        pa.field("kind", pa.string(), False),
+        pa.field("noted_time", pa.int64()),
+        pa.field("watermark_time", pa.int64()),
+        pa.field("behind_ms", pa.int64()),
+        pa.field("since", pa.int64()),
+    ]
+)
+
 ARROW_SCHEMAS: Mapping[str, pa.Schema] = {
     MARKS: MARKS_ARROW,
     INDEX: INDEX_ARROW,
     REJECTED_MARKS: REJECTED_ARROW,
+    LAGGARDS: LAGGARDS_ARROW,
 }
 
 if (tuple(MARKS_ARROW.names), tuple(INDEX_ARROW.names)) != (MARKS_COLUMNS, INDEX_COLUMNS):
     raise ImportError("schemas.arrow and schemas.tables disagree on the table columns")
 
-__all__ = ["ARROW_SCHEMAS", "CUT_ARROW", "INDEX_ARROW", "MARKS_ARROW", "REJECTED_ARROW"]
+__all__ = [
+    "ARROW_SCHEMAS",
+    "CUT_ARROW",
+    "INDEX_ARROW",
+    "LAGGARDS_ARROW",
+    "MARKS_ARROW",
+    "REJECTED_ARROW",
+]
