@@ -1,14 +1,16 @@
-"""The Delta tables the watermark controller writes: names, columns, pyarrow schemas.
+"""The Delta tables the watermark controller writes: names, columns, rows, reasons.
 
     >>> table_path("/data/delta", MARKS)
     '/data/delta/marks'
-    >>> MARKS_ARROW.names
-    ['stream', 'seq', 'time', 'upper_time', 'stream_cut', 'writers', 'emitted_at']
+    >>> MARKS_COLUMNS
+    ('stream', 'seq', 'time', 'upper_time', 'stream_cut', 'writers', 'emitted_at')
 
 One definition for both sides: the Spark job (``jobs``) writes these tables
-and derives its Spark schema from here; readers (``pipelines``) read them with
-deltalake. Three tables live under one *delta root* (a local path or an
-object-store URI such as ``s3://bucket/tidemark``):
+and derives its Spark schema from here (the pyarrow schemas are in
+:mod:`schemas.arrow`, imported on first use of ``MARKS_ARROW`` etc. here);
+readers (``pipelines``) read them with deltalake. Three tables live under
+one *delta root* (a local path or an object-store URI such as
+``s3://bucket/tidemark``):
 
 - ``marks`` — one row per emitted watermark (Pravega's marks segment), the
   Avro ``watermark`` record's shape; ``stream_cut`` is
@@ -31,11 +33,18 @@ a watermark and its rows, both ways.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-import pyarrow as pa
-
-from schemas.records import WatermarkLike, cut_to_avro
+if TYPE_CHECKING:  # at run time: the arrow names through __getattr__ below
+    from schemas.arrow import (
+        ARROW_SCHEMAS,
+        CUT_ARROW,
+        INDEX_ARROW,
+        LAGGARDS_ARROW,
+        MARKS_ARROW,
+        REJECTED_ARROW,
+    )
+    from schemas.records import WatermarkLike
 
 W = TypeVar("W")
 
@@ -109,64 +118,22 @@ class Reason:
     )
 
 
-# Delta refuses NOT NULL inside arrays, so the cut's fields are nullable.
-CUT_ARROW = pa.list_(pa.struct([pa.field("segment", pa.int64()), pa.field("offset", pa.int64())]))
+MARKS_COLUMNS = ("stream", "seq", "time", "upper_time", "stream_cut", "writers", "emitted_at")
+INDEX_COLUMNS = ("stream", "seq", "time", "upper_time_max")
 
-MARKS_ARROW = pa.schema(
-    [
-        pa.field("stream", pa.string(), False),
-        pa.field("seq", pa.int64(), False),
-        pa.field("time", pa.int64(), False),
-        pa.field("upper_time", pa.int64(), False),
-        pa.field("stream_cut", CUT_ARROW),
-        pa.field("writers", pa.list_(pa.string())),
-        pa.field("emitted_at", pa.int64()),
-    ]
+_ARROW_NAMES = frozenset(
+    {"ARROW_SCHEMAS", "CUT_ARROW", "INDEX_ARROW", "LAGGARDS_ARROW", "MARKS_ARROW", "REJECTED_ARROW"}
 )
 
-INDEX_ARROW = pa.schema(
-    [
-        pa.field("stream", pa.string(), False),
-        pa.field("seq", pa.int64(), False),
-        pa.field("time", pa.int64(), False),
-        pa.field("upper_time_max", pa.int64(), False),
-    ]
-)
 
-REJECTED_ARROW = pa.schema(
-    [
-        pa.field("stream", pa.string()),
-        pa.field("writer", pa.string()),
-        pa.field("reason", pa.string(), False),
-        pa.field("raw", pa.binary()),
-        pa.field("kafka_partition", pa.int32()),
-        pa.field("kafka_offset", pa.int64()),
-        pa.field("at", pa.int64()),
-    ]
-)
+def __getattr__(name: str) -> Any:
+    """The pyarrow schemas (``MARKS_ARROW``, ``ARROW_SCHEMAS``, ...) live in
+    :mod:`schemas.arrow`; imported on first use so this module needs no pyarrow."""
+    if name in _ARROW_NAMES:
+        from schemas import arrow
 
-LAGGARDS_ARROW = pa.schema(
-    [
-        pa.field("stream", pa.string(), False),
-        pa.field("at", pa.int64(), False),
-        pa.field("writer", pa.string()),
-        pa.field("kind", pa.string(), False),
-        pa.field("noted_time", pa.int64()),
-        pa.field("watermark_time", pa.int64()),
-        pa.field("behind_ms", pa.int64()),
-        pa.field("since", pa.int64()),
-    ]
-)
-
-ARROW_SCHEMAS: Mapping[str, pa.Schema] = {
-    MARKS: MARKS_ARROW,
-    INDEX: INDEX_ARROW,
-    REJECTED_MARKS: REJECTED_ARROW,
-    LAGGARDS: LAGGARDS_ARROW,
-}
-
-MARKS_COLUMNS = tuple(MARKS_ARROW.names)
-INDEX_COLUMNS = tuple(INDEX_ARROW.names)
+        return getattr(arrow, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def table_path(delta_root: str, table: str) -> str:
@@ -188,6 +155,8 @@ def marks_row(
     watermark: WatermarkLike, writers: Sequence[str] = (), emitted_at: int = 0
 ) -> dict[str, Any]:
     """A watermark as a row of ``marks``."""
+    from schemas.records import cut_to_avro  # not at import: it needs fastavro
+
     return {
         "stream": watermark.stream,
         "seq": watermark.seq,

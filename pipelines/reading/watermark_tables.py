@@ -28,21 +28,15 @@ import logging
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
-
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING, Any
 
 from controller.index import IndexRow, index_rows, running_max
 from controller.model import Watermark
 from pipelines.reading.exceptions import WatermarksUnavailableError
 from schemas.tables import (
     INDEX,
-    INDEX_ARROW,
     INDEX_COLUMNS,
     MARKS,
-    MARKS_ARROW,
     MARKS_COLUMNS,
     cut_from_cell,
     index_row,
@@ -51,10 +45,24 @@ from schemas.tables import (
     watermark_from_row,
 )
 
+if TYPE_CHECKING:  # pyarrow is imported where a table is read or written
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from schemas.arrow import INDEX_ARROW as INDEX_SCHEMA
+    from schemas.arrow import MARKS_ARROW as MARKS_SCHEMA
+
 log = logging.getLogger(__name__)
 
-MARKS_SCHEMA = MARKS_ARROW
-INDEX_SCHEMA = INDEX_ARROW
+
+def __getattr__(name: str) -> Any:
+    """``MARKS_SCHEMA`` / ``INDEX_SCHEMA``: :mod:`schemas.arrow`'s, imported on first use."""
+    if name in ("MARKS_SCHEMA", "INDEX_SCHEMA"):
+        from schemas import arrow
+
+        return arrow.MARKS_ARROW if name == "MARKS_SCHEMA" else arrow.INDEX_ARROW
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 DELTA_ROOT_ENV = "TIDEMARK_DELTA_ROOT"
 """The variable ``infra.environment`` names; read here only as a fallback, since
@@ -148,6 +156,8 @@ class DeltaSource:
 
     def rows(self, stream: str | None = None) -> pa.Table:
         """Every row of the current version (optionally one stream's); empty when no table."""
+        import pyarrow as pa
+
         if self._table is None:
             return pa.table({})
         import pyarrow.dataset as ds
@@ -191,6 +201,8 @@ def add_actions(table: Any) -> pa.Table:
     Through the Arrow C stream: ``pa.table(...)`` would first ask whether it is
     a pandas frame, importing pandas (half a second in a fresh process).
     """
+    import pyarrow as pa
+
     return pa.RecordBatchReader.from_stream(table.get_add_actions(flatten=True)).read_all()
 
 
@@ -219,6 +231,9 @@ def read_files(
     (compacted files have small row groups, see ``jobs.maintenance``), and
     the rows are filtered with compute kernels, not a dataset scan.
     """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     wanted = dict(bounds or {})
     if min_seq is not None:
         low, high = wanted.get("seq", (None, None))
@@ -250,6 +265,8 @@ def read_files(
 
 
 def _open_parquet(uri: str) -> pq.ParquetFile:
+    import pyarrow.parquet as pq
+
     filesystem, path = filesystem_path(uri)
     return pq.ParquetFile(path if filesystem is None else filesystem.open_input_file(path))
 
@@ -282,6 +299,9 @@ class TableTail:
 
     def poll(self) -> pa.Table:
         """Rows of the stream with ``seq`` above the last one returned, in ``seq`` order."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
         if not self.source.refresh():
             return pa.table({c: [] for c in self.columns})
         current = self.source.files()
@@ -321,7 +341,10 @@ def append_watermarks(
     benchmarks and tools. ``previous_upper_time_max`` continues the running
     maximum of earlier rows.
     """
+    import pyarrow as pa
     from deltalake import write_deltalake
+
+    from schemas.arrow import INDEX_ARROW, MARKS_ARROW
 
     if not watermarks:
         return
@@ -330,10 +353,10 @@ def append_watermarks(
         maxima = running_max(uppers)
     else:
         maxima = running_max([previous_upper_time_max, *uppers])[1:]
-    marks = pa.Table.from_pylist([marks_row(w) for w in watermarks], schema=MARKS_SCHEMA)
+    marks = pa.Table.from_pylist([marks_row(w) for w in watermarks], schema=MARKS_ARROW)
     index = pa.Table.from_pylist(
         [index_row(w, top) for w, top in zip(watermarks, maxima, strict=True)],
-        schema=INDEX_SCHEMA,
+        schema=INDEX_ARROW,
     )
     options = dict(storage_options or {}) or None
     write_deltalake(table_path(delta_root, MARKS), marks, mode="append", storage_options=options)
