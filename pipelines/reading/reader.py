@@ -9,6 +9,7 @@
         reader.current_time_window()                   # TimeWindow(lower, upper)
         batch = reader.read_batch(500, timeout_ms=1000)  # EventBatch: the events of one fetch,
         batch.events, batch.position, batch.window       # position and window at its end
+        batch.values()                                   # the bodies alone (no EventRead made)
 
 Kafka: one consumer per reader, ``isolation.level=read_committed`` (a reader
 never sees what lies above the last stable offset: uncommitted or aborted
@@ -185,12 +186,14 @@ class EventBatch:
     ) -> EventBatch:
         """A batch of Kafka records, each of a segment in ``segment_of`` (partition ->
         segment id) and none an error: events made when first asked for."""
-        batch = cls((), position, window_at)
+        batch = _object_new(cls)
         init = object.__setattr__
         init(batch, "_events", None)
         init(batch, "_records", records)
         init(batch, "_segment_of", segment_of)
         init(batch, "_stream", stream)
+        init(batch, "position", position)
+        init(batch, "window_at", window_at)
         return batch
 
     @property
@@ -209,7 +212,7 @@ class EventBatch:
         if self._events is not None:
             return list(map(_event_body, self._events))
         values: list[bytes | None] = list(map(_record_value, self._records))
-        if None in values:  # a record without a value: an empty body, as EventRead's
+        if not all(values):  # a record without a value: an empty body, as EventRead's
             return [v or b"" for v in values]
         return values  # type: ignore[return-value]
 
@@ -377,15 +380,23 @@ class EventReader:
         Same guarantees as :meth:`read_next` (committed data only, sealed sizes,
         per-key order across scales); the position counts the whole batch as
         returned, so the next call (or :meth:`commit`) may commit it.
+
+        A fetch whose records are all ready events (owned, unsealed segments; no
+        error or end-of-partition notice among them -- the usual case) becomes
+        the batch as it is: its :class:`EventRead`\\ s are made when
+        ``batch.events`` is first asked for, and ``batch.values()`` gives the
+        bodies without making any. Any other fetch goes through the buffer.
         """
         if self._closed:
             self._check_open()
         if type(max_events) is not int or max_events < 1:
             raise ReaderConfigError(f"max_events must be an int >= 1, got {max_events!r}")
-        events: list[EventRead] = []
-        if not self._start_call(timeout_ms):
+        if (self._finish_after or time.monotonic() >= self._due) and not self._start_call(
+            timeout_ms
+        ):
             return EventBatch((), self.position(), self._window_at)
-        if not self._take(events, max_events):
+        events: list[EventRead] = []
+        if self._next >= len(self._buffer) or not self._take(events, max_events):
             whole = self._wait_for(events, max_events, timeout_ms, whole=True)
             if whole is not None:
                 records, segment_of = whole
@@ -512,17 +523,18 @@ class EventReader:
         where needed, e.g. for sealed sizes)."""
         if any(map(_record_error, msgs)):
             return None
-        last: dict[Any, Any] = dict(zip(map(_record_partition, msgs), msgs, strict=True))
+        partitions: list[Any] = list(map(_record_partition, msgs))
         unsealed = self._unsealed
         segment_of: dict[int, int] = {}
-        for partition in last:
+        for partition in set(partitions):
             seg_id = unsealed.get(partition)
             if seg_id is None:
                 return None
             segment_of[partition] = seg_id
         offsets = self._offsets
-        for partition, msg in last.items():
-            offsets[segment_of[partition]] = msg.offset() + 1
+        backwards = partitions[::-1]
+        for partition, seg_id in segment_of.items():  # (C-level scans from the end)
+            offsets[seg_id] = msgs[-1 - backwards.index(partition)].offset() + 1
         if self._eof:
             self._eof.difference_update(segment_of.values())
         return segment_of
