@@ -782,8 +782,9 @@ class EventReader:
     def position(self) -> dict[int, int]:
         """This reader's position: owned segments' next offsets, finished ones as -1."""
         view = self._view
-        finished = view.finished if view is not None else frozenset()
-        return reader_position(self._offsets, finished, self.group.segments())
+        if view is None or not view.finished:
+            return dict(self._offsets)  # (once per batch: the usual case made short)
+        return reader_position(self._offsets, view.finished, self.group.segments())
 
     def current_time_window(self) -> TimeWindow:
         """Bounds on the event times at this reader's position (``None``: unknown).
