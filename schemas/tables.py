@@ -17,6 +17,10 @@ object-store URI such as ``s3://bucket/tidemark``):
   ``upper_time``), searched by binary search (``controller.index``).
 - ``rejected_marks`` — the dead-letter table: ``stream, writer, reason, raw,
   kafka_partition, kafka_offset, at``; ``reason`` is one of :class:`Reason`.
+- ``laggards`` — who holds a stream's watermark back: snapshots ``stream, at,
+  writer, kind, noted_time, watermark_time, behind_ms, since`` appended when
+  a stream's set of laggards changes (``controller.laggards``); a snapshot
+  with no laggard left is one row with ``writer`` null and kind ``clear``.
 
 ``seq`` strictly increases per stream with no gaps; rows are appended by the
 controller job only, exactly once per watermark. :func:`marks_row`,
@@ -27,7 +31,7 @@ a watermark and its rows, both ways.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import pyarrow as pa
 
@@ -35,10 +39,31 @@ from schemas.records import WatermarkLike, cut_to_avro
 
 W = TypeVar("W")
 
+
+class LaggardLike(Protocol):
+    """What :func:`laggard_rows` reads of a ``controller.laggards.Laggard``."""
+
+    @property
+    def writer(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def noted_time(self) -> int: ...
+    @property
+    def watermark_time(self) -> int | None: ...
+    @property
+    def behind_ms(self) -> int: ...
+    @property
+    def since_ms(self) -> int | None: ...
+
+
 MARKS = "marks"
 INDEX = "index"
 REJECTED_MARKS = "rejected_marks"
-TABLES = (MARKS, INDEX, REJECTED_MARKS)
+LAGGARDS = "laggards"
+TABLES = (MARKS, INDEX, REJECTED_MARKS, LAGGARDS)
+CLEAR = "clear"
+"""``laggards.kind`` of the row that says a stream has no laggard any more."""
 
 
 class Reason:
@@ -120,10 +145,24 @@ REJECTED_ARROW = pa.schema(
     ]
 )
 
+LAGGARDS_ARROW = pa.schema(
+    [
+        pa.field("stream", pa.string(), False),
+        pa.field("at", pa.int64(), False),
+        pa.field("writer", pa.string()),
+        pa.field("kind", pa.string(), False),
+        pa.field("noted_time", pa.int64()),
+        pa.field("watermark_time", pa.int64()),
+        pa.field("behind_ms", pa.int64()),
+        pa.field("since", pa.int64()),
+    ]
+)
+
 ARROW_SCHEMAS: Mapping[str, pa.Schema] = {
     MARKS: MARKS_ARROW,
     INDEX: INDEX_ARROW,
     REJECTED_MARKS: REJECTED_ARROW,
+    LAGGARDS: LAGGARDS_ARROW,
 }
 
 MARKS_COLUMNS = tuple(MARKS_ARROW.names)
@@ -171,6 +210,49 @@ def index_row(watermark: WatermarkLike, upper_time_max: int) -> dict[str, Any]:
     }
 
 
+def laggard_rows(stream: str, at: int, laggards: Sequence[LaggardLike]) -> list[dict[str, Any]]:
+    """One snapshot of ``stream``'s laggards as rows of ``laggards`` (a ``clear`` row
+    when there is none)."""
+    if not laggards:
+        return [
+            {
+                "stream": stream,
+                "at": at,
+                "writer": None,
+                "kind": CLEAR,
+                "noted_time": None,
+                "watermark_time": None,
+                "behind_ms": None,
+                "since": None,
+            }
+        ]
+    return [
+        {
+            "stream": stream,
+            "at": at,
+            "writer": x.writer,
+            "kind": x.kind,
+            "noted_time": x.noted_time,
+            "watermark_time": x.watermark_time,
+            "behind_ms": x.behind_ms,
+            "since": x.since_ms,
+        }
+        for x in laggards
+    ]
+
+
+def latest_laggards(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The last snapshot among one stream's ``laggards`` rows (empty when it is ``clear``)."""
+    rows = list(rows)
+    if not rows:
+        return []
+    at = max(int(r["at"]) for r in rows)
+    return sorted(
+        (dict(r) for r in rows if int(r["at"]) == at and r["kind"] != CLEAR),
+        key=lambda r: (-(r["behind_ms"] or 0), str(r["writer"])),
+    )
+
+
 def watermark_from_row(row: Mapping[str, Any], make: Callable[..., W]) -> W:
     """A ``marks`` row -> ``make(stream, time, upper_time, stream_cut, seq)`` (pass
     ``controller.model.Watermark``; ``schemas`` imports no model)."""
@@ -185,19 +267,25 @@ def watermark_from_row(row: Mapping[str, Any], make: Callable[..., W]) -> W:
 
 __all__ = [
     "ARROW_SCHEMAS",
+    "CLEAR",
     "CUT_ARROW",
     "INDEX",
     "INDEX_ARROW",
     "INDEX_COLUMNS",
+    "LAGGARDS",
+    "LAGGARDS_ARROW",
     "MARKS",
     "MARKS_ARROW",
     "MARKS_COLUMNS",
     "REJECTED_ARROW",
     "REJECTED_MARKS",
     "TABLES",
+    "LaggardLike",
     "Reason",
     "cut_from_cell",
     "index_row",
+    "laggard_rows",
+    "latest_laggards",
     "marks_row",
     "table_path",
     "watermark_from_row",
