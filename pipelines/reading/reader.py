@@ -9,6 +9,7 @@
         reader.current_time_window()                   # TimeWindow(lower, upper)
         batch = reader.read_batch(500, timeout_ms=1000)  # EventBatch: the events of one fetch,
         batch.events, batch.position, batch.window       # position and window at its end
+        batch.values()                                   # the bodies alone (no EventRead made)
 
 Kafka: one consumer per reader, ``isolation.level=read_committed`` (a reader
 never sees what lies above the last stable offset: uncommitted or aborted
@@ -48,14 +49,13 @@ from __future__ import annotations
 import bisect
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
-from functools import cached_property
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from operator import attrgetter
 from types import TracebackType
 from typing import Any, Protocol
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from controller.model import Segment, TimeWindow, segment_number
 from pipelines.reading.balance import SegmentClocks, TimePolicy
@@ -98,29 +98,160 @@ class EventRead:
 _object_new = object.__new__
 _event_segment = attrgetter("segment")
 _event_offset = attrgetter("offset")
+_event_body = attrgetter("body")
+_record_partition = Message.partition
+_record_value = Message.value
+_record_error = Message.error
 
 
-@dataclass(frozen=True)
+def _events_of(
+    msgs: Iterable[Any], segment_of: Mapping[int, int], stream: str
+) -> tuple[list[Any], list[int]]:
+    """Each record of a segment in ``segment_of`` (partition -> segment id) made its
+    :class:`EventRead`, the others (errors, end-of-partition notices, records of
+    other partitions) left as they are; and the indexes of those left."""
+    new = _object_new
+    records_at = []
+    items: list[Any] = []
+    append = items.append
+    for msg in msgs:
+        seg_id = segment_of.get(msg.partition())
+        if seg_id is None or msg.error() is not None:
+            records_at.append(len(items))
+            append(msg)
+        else:
+            # EventRead(...) without its generated __init__ (which goes through
+            # object.__setattr__ per field): the same frozen object, at half the cost.
+            event = new(EventRead)
+            fields = event.__dict__
+            fields["stream"] = stream
+            fields["segment"] = seg_id
+            fields["offset"] = msg.offset()
+            fields["timestamp"] = msg.timestamp()[1]
+            fields["body"] = msg.value() or b""
+            fields["routing_key"] = msg.key()
+            append(event)
+    return items, records_at
+
+
 class EventBatch:
     """The events of one fetch (in the order read: per segment, by offset), with the
-    reader's position after the last of them and the time window at that position."""
+    reader's position after the last of them and the time window at that position.
 
-    events: tuple[EventRead, ...]
+    Immutable. A batch read straight from the consumer holds its records and
+    makes their :class:`EventRead`\\ s when :attr:`events` (or iteration,
+    indexing) first asks; :meth:`values` gives the bodies alone without making
+    any event. ``len(batch)`` costs nothing either way."""
+
+    __slots__ = (
+        "_events",
+        "_records",
+        "_segment_of",
+        "_stream",
+        "_window",
+        "position",
+        "window_at",
+    )
+
+    _events: tuple[EventRead, ...] | None
+    _records: Sequence[Any]
+    _segment_of: Mapping[int, int] | None
+    _stream: str
+    _window: TimeWindow
     position: Mapping[int, int]
-    window_at: Callable[[Mapping[int, int]], TimeWindow] = field(repr=False, compare=False)
+    window_at: Callable[[Mapping[int, int]], TimeWindow]
 
-    @cached_property
+    def __init__(
+        self,
+        events: tuple[EventRead, ...],
+        position: Mapping[int, int],
+        window_at: Callable[[Mapping[int, int]], TimeWindow],
+    ) -> None:
+        init = object.__setattr__
+        init(self, "_events", events)
+        init(self, "_records", events)
+        init(self, "_segment_of", None)
+        init(self, "_stream", "")
+        init(self, "position", position)
+        init(self, "window_at", window_at)
+
+    @classmethod
+    def _of_records(
+        cls,
+        records: list[Any],
+        segment_of: Mapping[int, int],
+        stream: str,
+        position: Mapping[int, int],
+        window_at: Callable[[Mapping[int, int]], TimeWindow],
+    ) -> EventBatch:
+        """A batch of Kafka records, each of a segment in ``segment_of`` (partition ->
+        segment id) and none an error: events made when first asked for."""
+        batch = _object_new(cls)
+        init = object.__setattr__
+        init(batch, "_events", None)
+        init(batch, "_records", records)
+        init(batch, "_segment_of", segment_of)
+        init(batch, "_stream", stream)
+        init(batch, "position", position)
+        init(batch, "window_at", window_at)
+        return batch
+
+    @property
+    def events(self) -> tuple[EventRead, ...]:
+        """The events, made once, when first asked for."""
+        events = self._events
+        if events is None:
+            made, _ = _events_of(self._records, self._segment_of or {}, self._stream)
+            events = tuple(made)
+            object.__setattr__(self, "_events", events)
+        return events
+
+    def values(self) -> list[bytes]:
+        """The events' bodies, in order (``[e.body for e in batch.events]``), without
+        making the events."""
+        if self._events is not None:
+            return list(map(_event_body, self._events))
+        values: list[bytes | None] = list(map(_record_value, self._records))
+        if not all(values):  # a record without a value: an empty body, as EventRead's
+            return [v or b"" for v in values]
+        return values  # type: ignore[return-value]
+
+    @property
     def window(self) -> TimeWindow:
         """The time window at :attr:`position`, resolved once, when first asked for
         (a batch nobody asks costs no window; a failure to read the watermarks
         is raised here, with the events already in hand)."""
-        return self.window_at(self.position)
+        try:
+            return self._window
+        except AttributeError:
+            window = self.window_at(self.position)
+            object.__setattr__(self, "_window", window)
+            return window
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"EventBatch is immutable: cannot set {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"EventBatch is immutable: cannot delete {name!r}")
 
     def __len__(self) -> int:
-        return len(self.events)
+        return len(self._records)
 
     def __iter__(self) -> Iterator[EventRead]:
         return iter(self.events)
+
+    def __getitem__(self, index: int) -> EventRead:
+        return self.events[index]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, EventBatch):
+            return NotImplemented
+        return self.events == other.events and self.position == other.position
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"EventBatch(events={self.events!r}, position={self.position!r})"
 
 
 FETCH_SIZE = 128
@@ -249,16 +380,29 @@ class EventReader:
         Same guarantees as :meth:`read_next` (committed data only, sealed sizes,
         per-key order across scales); the position counts the whole batch as
         returned, so the next call (or :meth:`commit`) may commit it.
+
+        A fetch whose records are all ready events (owned, unsealed segments; no
+        error or end-of-partition notice among them -- the usual case) becomes
+        the batch as it is: its :class:`EventRead`\\ s are made when
+        ``batch.events`` is first asked for, and ``batch.values()`` gives the
+        bodies without making any. Any other fetch goes through the buffer.
         """
         if self._closed:
             self._check_open()
         if type(max_events) is not int or max_events < 1:
             raise ReaderConfigError(f"max_events must be an int >= 1, got {max_events!r}")
-        events: list[EventRead] = []
-        if not self._start_call(timeout_ms):
+        if (self._finish_after or time.monotonic() >= self._due) and not self._start_call(
+            timeout_ms
+        ):
             return EventBatch((), self.position(), self._window_at)
-        if not self._take(events, max_events):
-            self._wait_for(events, max_events, timeout_ms)
+        events: list[EventRead] = []
+        if self._next >= len(self._buffer) or not self._take(events, max_events):
+            whole = self._wait_for(events, max_events, timeout_ms, whole=True)
+            if whole is not None:
+                records, segment_of = whole
+                return EventBatch._of_records(
+                    records, segment_of, self._stream, self.position(), self._window_at
+                )
         return EventBatch(tuple(events), self.position(), self._window_at)
 
     def _start_call(self, wait_ms: float | None) -> bool:
@@ -336,29 +480,67 @@ class EventReader:
         if self._eof:
             self._eof.difference_update(last)
 
-    def _wait_for(self, events: list[EventRead], limit: int, wait_ms: float | None) -> None:
+    def _wait_for(
+        self, events: list[EventRead], limit: int, wait_ms: float | None, *, whole: bool = False
+    ) -> tuple[list[Any], dict[int, int]] | None:
         """Fetch until some event comes (up to ``limit``) or ``wait_ms`` passed,
-        rebalancing every ``rebalance_interval_ms`` meanwhile."""
+        rebalancing every ``rebalance_interval_ms`` meanwhile.
+
+        ``whole``: fetch ``limit`` records, and when all are ready events
+        (:meth:`_returned_whole`) return them as they are, with their partitions'
+        segments, instead of making events; else events go to ``events``."""
         deadline = time.monotonic() + (1000 if wait_ms is None else max(0, wait_ms)) / 1000
         while True:
             now = time.monotonic()
             if now >= self._next_rebalance:
                 if not self._hold_for_checkpoint(now, (deadline - now) * 1000):
-                    return
+                    return None
                 self._rebalance()
             remaining = deadline - now
             slice_s = min(max(remaining, 0.0), self.config.rebalance_interval_ms / 1000)
             if not self._offsets:
                 time.sleep(slice_s)
             else:
-                self._fetch(slice_s, max(limit - len(events), FETCH_SIZE))
+                msgs = self._fetch(
+                    slice_s, limit if whole else max(limit - len(events), FETCH_SIZE)
+                )
+                if whole and msgs:
+                    segment_of = self._returned_whole(msgs)
+                    if segment_of is not None:
+                        return msgs, segment_of
+                self._fill(msgs)
                 if self._take(events, limit):
-                    return
+                    return None
             if time.monotonic() >= deadline:
-                return
+                return None
 
-    def _fetch(self, wait_s: float, size: int) -> None:
-        """Refill the (empty) buffer: what the consumer holds already, else wait up to
+    def _returned_whole(self, msgs: list[Any]) -> dict[int, int] | None:
+        """When every record of a fetch is an event ready to return (no error or
+        end-of-partition notice, every partition an owned unsealed segment's):
+        note them returned -- the position from the last record of each
+        partition -- and give the fetch's partition -> segment id; else None
+        (nothing noted: the fetch goes through the buffer, record by record
+        where needed, e.g. for sealed sizes)."""
+        if any(map(_record_error, msgs)):
+            return None
+        partitions: list[Any] = list(map(_record_partition, msgs))
+        unsealed = self._unsealed
+        segment_of: dict[int, int] = {}
+        for partition in set(partitions):
+            seg_id = unsealed.get(partition)
+            if seg_id is None:
+                return None
+            segment_of[partition] = seg_id
+        offsets = self._offsets
+        backwards = partitions[::-1]
+        for partition, seg_id in segment_of.items():  # (C-level scans from the end)
+            offsets[seg_id] = msgs[-1 - backwards.index(partition)].offset() + 1
+        if self._eof:
+            self._eof.difference_update(segment_of.values())
+        return segment_of
+
+    def _fetch(self, wait_s: float, size: int) -> list[Any]:
+        """Up to ``size`` records: what the consumer holds already, else wait up to
         ``wait_s`` for one record and take the rest that came with it.
 
         (``consume(n, timeout)`` alone would wait for all ``n`` records or the
@@ -371,36 +553,12 @@ class EventReader:
                 msgs = [first]
                 if size > 1:
                     msgs.extend(consumer.consume(size - 1, 0))
-        self._fill(msgs)
+        return msgs
 
     def _fill(self, msgs: list[Any]) -> None:
         """Buffer a fetch: each record of an unsealed owned segment becomes its event
         now (what is per event is only this), the others stay records."""
-        unsealed = self._unsealed
-        stream = self._stream
-        new = _object_new
-        records_at = []
-        buffer: list[Any] = []
-        append = buffer.append
-        for msg in msgs:
-            seg_id = unsealed.get(msg.partition())
-            if seg_id is None or msg.error() is not None:
-                records_at.append(len(buffer))
-                append(msg)
-            else:
-                # EventRead(...) without its generated __init__ (which goes through
-                # object.__setattr__ per field): the same frozen object, at half the cost.
-                event = new(EventRead)
-                fields = event.__dict__
-                fields["stream"] = stream
-                fields["segment"] = seg_id
-                fields["offset"] = msg.offset()
-                fields["timestamp"] = msg.timestamp()[1]
-                fields["body"] = msg.value() or b""
-                fields["routing_key"] = msg.key()
-                append(event)
-        self._buffer = buffer
-        self._records_at = records_at
+        self._buffer, self._records_at = _events_of(msgs, self._unsealed, self._stream)
         self._next = 0
 
     def _purge(self, partition: int) -> bool:
@@ -624,8 +782,9 @@ class EventReader:
     def position(self) -> dict[int, int]:
         """This reader's position: owned segments' next offsets, finished ones as -1."""
         view = self._view
-        finished = view.finished if view is not None else frozenset()
-        return reader_position(self._offsets, finished, self.group.segments())
+        if view is None or not view.finished:
+            return dict(self._offsets)  # (once per batch: the usual case made short)
+        return reader_position(self._offsets, view.finished, self.group.segments())
 
     def current_time_window(self) -> TimeWindow:
         """Bounds on the event times at this reader's position (``None``: unknown).
