@@ -91,19 +91,6 @@ def _write_history(env: Any, stream: str, base_ms: int) -> tuple[int, int, list[
     return written, noted, times
 
 
-def _warm_up(controller: Any, buckets: int, batches: int = 3, timeout_s: float = 120) -> None:
-    """Wait for a few empty micro-batches per bucket: the first ones start Python
-    workers and the state store and take many seconds; later ones take about one."""
-    deadline = time.monotonic() + timeout_s
-    for bucket in range(buckets):
-        query = controller.query(bucket)
-        while time.monotonic() < deadline:
-            progress = query.lastProgress if query is not None else None
-            if progress is not None and int(progress["batchId"]) >= batches - 1:
-                break
-            time.sleep(0.5)
-
-
 @dataclass
 class _Env:
     bootstrap: str
@@ -118,7 +105,7 @@ def run_demo(bootstrap: str, zk_connect: str, work_dir: Path, spark: Any) -> Dem
     from controller.streams import StreamManager
     from controller.zk_store import ZooKeeperStore
     from jobs.config import ControllerSettings
-    from jobs.controller_job import ControllerInstance
+    from jobs.controller_job import ControllerJob
     from jobs.tables import read_watermarks
     from pipelines.reading.group import ReaderGroup
     from pipelines.reading.seek import complete_cut_at, stream_cut_at
@@ -143,9 +130,10 @@ def run_demo(bootstrap: str, zk_connect: str, work_dir: Path, spark: Any) -> Dem
             writer_timeout_ms=10_000,
         )
         base_ms = (int(time.time() * 1000) // 1000 - 600) * 1000  # ten minutes ago
-        with ControllerInstance(spark, settings, f"demo-{unique}") as controller:
-            controller.wait_running(frozenset(range(cluster.bucket_count)))
-            _warm_up(controller, cluster.bucket_count)
+        with ControllerJob(spark, settings, f"demo-{unique}") as controller:
+            # The first micro-batch (the new leader's due sweep) starts the Python
+            # workers and the state store: many seconds; later ones take about one.
+            controller.process_all_available()
             written, noted, times = _write_history(env, stream, base_ms)
             deadline = time.monotonic() + 120
             marks: list[Watermark] = []

@@ -6,7 +6,6 @@ import itertools
 
 import pytest
 
-from controller.assignment import assign_buckets
 from controller.config import (
     UNCAPPED_AFTER_MAX_MS,
     RetentionPolicy,
@@ -402,28 +401,11 @@ def test_valid_cuts_and_what_they_empty(history, cut, before):
     assert segments_before(meta, cut) == before
 
 
-# --- bucket assignment --------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("members", "count", "expected"),
-    [
-        ([], 4, {}),
-        (["a"], 3, {"a": {0, 1, 2}}),
-        (["b", "a"], 4, {"a": {0, 2}, "b": {1, 3}}),
-        (["c", "a", "b"], 2, {"a": {0}, "b": {1}, "c": set()}),
-        (["a", "a"], 2, {"a": {0, 1}}),
-    ],
-)
-def test_assign_buckets(members, count, expected):
-    assert assign_buckets(members, count) == {k: frozenset(v) for k, v in expected.items()}
-
-
 def test_the_pure_core_imports_no_io_library():
     import subprocess
     import sys
 
-    pure = "config states metadata navigation planning assignment store memory_store"
+    pure = "config states metadata navigation planning store memory_store"
     code = (
         "import sys\n"
         + "".join(f"import controller.{m}\n" for m in pure.split())

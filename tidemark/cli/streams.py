@@ -130,7 +130,16 @@ def _config_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--retention-limit", type=int, help="ms (by-time) or bytes (by-size)")
     parser.add_argument("--timestamping", choices=[m.value for m in TimestampingMode])
     parser.add_argument("--uncapped", action=argparse.BooleanOptionalAction, default=None)
-    parser.add_argument("--aggregation-timeout-ms", type=int)
+    parser.add_argument(
+        "--aggregation-timeout-ms",
+        type=int,
+        help="drop a lagging writer after this long (default: the controller's)",
+    )
+    parser.add_argument(
+        "--first-watermark-delay-ms",
+        type=int,
+        help="wait this long after the first mark before the first watermark",
+    )
 
 
 def config_from_args(args: argparse.Namespace, base: StreamConfiguration) -> StreamConfiguration:
@@ -157,6 +166,11 @@ def config_from_args(args: argparse.Namespace, base: StreamConfiguration) -> Str
             TimestampingMode(args.timestamping) if args.timestamping else base.timestamping
         ),
         uncapped=base.uncapped if args.uncapped is None else args.uncapped,
+        first_watermark_delay_ms=(
+            base.first_watermark_delay_ms
+            if args.first_watermark_delay_ms is None
+            else args.first_watermark_delay_ms
+        ),
     )
 
 
