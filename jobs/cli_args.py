@@ -57,6 +57,12 @@ def add_controller_arguments(parser: argparse.ArgumentParser) -> None:
         default=10_000,
         help="the driver's ZooKeeper session: a standby takes over this long after a crash",
     )
+    parser.add_argument(
+        "--warm-up",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="run the operator on synthetic rows before contending (a warm standby)",
+    )
 
 
 def settings_from_args(args: argparse.Namespace) -> ControllerSettings:
@@ -91,6 +97,7 @@ def settings_from_args(args: argparse.Namespace) -> ControllerSettings:
         trigger=CycleTrigger.TIMERS,
         max_offsets_per_trigger=args.max_offsets_per_trigger,
         zk_session_timeout_ms=args.zk_session_timeout_ms,
+        warm_up=args.warm_up,
     )
 
 

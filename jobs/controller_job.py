@@ -181,6 +181,64 @@ def start_query(spark: Any, settings: ControllerSettings, on_batch: BatchHandler
     return query
 
 
+def warm_up(spark: Any, settings: ControllerSettings, instance_id: str, batches: int = 3) -> None:
+    """Run the controller's operator on a few due-only rows of Spark's ``rate`` source.
+
+    A query's first micro-batches take many seconds (code generation, the JIT,
+    Python workers, RocksDB); a standby that ran these takes over with a query
+    whose first batch is much shorter. Its checkpoint is ``<checkpoint
+    root>/warm-up/<instance>``; nothing is read from Kafka or written to Delta.
+    """
+    from pyspark.sql.functions import expr
+
+    from jobs.processor import OUTPUT_SCHEMA, ControllerProcessor
+    from jobs.slots import due_key, slot_expression
+
+    frame = (
+        spark.readStream.format("rate")
+        .option("rowsPerSecond", 1)
+        .load()
+        .selectExpr(
+            f"'{due_key(0)}' AS stream",
+            "CAST(NULL AS BINARY) AS value",
+            "0 AS partition",
+            "value AS offset",
+        )
+        .withColumn("slot", expr(slot_expression(settings.slot_count)))
+        .groupBy("slot")
+        .transformWithStateInPandas(
+            statefulProcessor=ControllerProcessor(settings.workflow()),
+            outputStructType=OUTPUT_SCHEMA,
+            outputMode="Append",
+            timeMode="ProcessingTime",
+        )
+    )
+    spark.conf.set("spark.sql.shuffle.partitions", str(settings.bucket_count))
+    spark.conf.set(NO_DATA_BATCHES, "false")
+    query = (
+        frame.writeStream.format("noop")
+        .queryName(f"tidemark-warm-up-{instance_id}")
+        .option(
+            "checkpointLocation", f"{settings.checkpoint_root.rstrip('/')}/warm-up/{instance_id}"
+        )
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+    try:
+        first = None
+        deadline = time.monotonic() + 300
+        while query.isActive and time.monotonic() < deadline:
+            progress = query.lastProgress
+            if progress is not None:
+                first = int(progress["batchId"]) if first is None else first
+                if int(progress["batchId"]) >= first + batches - 1:
+                    break
+            time.sleep(0.2)
+    finally:
+        query.stop()
+    log.info("controller %s: warmed up", instance_id)
+
+
 def is_transient(error: Any) -> bool:
     """A query failure that a restart from the checkpoint recovers from (see
     :meth:`ControllerJob._wait_between_batches`)."""
@@ -270,13 +328,18 @@ class ControllerJob:
         )
         check_layout(self.settings, self._election.read("layout"))
         self._thread = threading.Thread(
-            target=self._election.run,
-            args=(self._lead, self._stopping),
-            name=f"controller-{self.instance_id}",
-            daemon=True,
+            target=self._run, name=f"controller-{self.instance_id}", daemon=True
         )
         self._thread.start()
         return self
+
+    def _run(self) -> None:
+        if self.settings.warm_up:
+            try:
+                warm_up(self.spark, self.settings, self.instance_id)
+            except Exception:  # only the first batches get slower
+                log.exception("controller %s: warm-up failed", self.instance_id)
+        self._election.run(self._lead, self._stopping)
 
     def stop(self) -> None:
         """Stop the query (if leading), then leave the election."""
