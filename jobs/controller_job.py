@@ -47,6 +47,8 @@ transaction"), failing that query.
 from __future__ import annotations
 
 import argparse
+import ast
+import json
 import logging
 import signal
 import sys
@@ -243,6 +245,20 @@ def is_transient(error: Any) -> bool:
     """A query failure that a restart from the checkpoint recovers from (see
     :meth:`ControllerJob._wait_between_batches`)."""
     return "scala.Option.get()" in str(error) and "null" in str(error)
+
+
+def end_offsets(progress: Mapping[str, Any] | None, topic: str) -> dict[int, int]:
+    """Partition -> end offset of a progress report's batch on ``topic`` (empty: none)."""
+    for source in (progress or {}).get("sources", ()):
+        end = source.get("endOffset")
+        if isinstance(end, str):  # JSON, or (PySpark 4.1) a Python repr of the dict
+            try:
+                end = json.loads(end)
+            except ValueError:
+                end = ast.literal_eval(end)
+        if isinstance(end, dict) and topic in end:
+            return {int(p): int(o) for p, o in end[topic].items()}
+    return {}
 
 
 class Batches:
@@ -450,25 +466,29 @@ class ControllerJob:
     def process_all_available(self, timeout_s: float = 120) -> None:
         """Wait until the query has processed what the marks topic holds now (tests).
 
-        Spark's own ``processAllAvailable`` works here: the query runs no
-        batch without new records, so it reports "no new data" once drained.
+        Not Spark's ``processAllAvailable``, which waits for a moment without
+        new data -- never, while writers keep noting: instead read every
+        partition's last stable offset, then wait for a batch that reached it.
         """
+        from jobs.lookups import KafkaCommittedOffsets
+
         query = self.wait_leading(timeout_s)
-        done = threading.Event()
-        failure: list[BaseException] = []
-
-        def wait() -> None:
-            try:
-                query.processAllAvailable()
-            except BaseException as exc:
-                failure.append(exc)
-            done.set()
-
-        threading.Thread(target=wait, daemon=True).start()
-        if not done.wait(timeout_s):
-            raise TimeoutError(f"query not drained in {timeout_s}s")
-        if failure and not is_transient(failure[0]):
-            raise QueryFailedError(str(failure[0]))
+        topic = self.settings.cluster.marks_topic
+        partitions = list(range(self.settings.bucket_count))
+        targets = KafkaCommittedOffsets(self.settings.kafka_bootstrap).query(topic, partitions)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            reached = end_offsets(query.lastProgress, topic)
+            if all(reached.get(p, 0) >= off for p, off in targets.items() if off > 0):
+                return
+            if not query.isActive:
+                error = query.exception()
+                if error is not None and not is_transient(error):
+                    raise QueryFailedError(str(error))
+                query = self.wait_leading(max(1.0, deadline - time.monotonic()))
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"query at {reached}, expected {targets}")
+            time.sleep(0.05)
 
     def run_until_signalled(self) -> int:
         """Run until SIGINT/SIGTERM."""

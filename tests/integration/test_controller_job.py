@@ -31,8 +31,8 @@ from controller.watermarks import GenerationState, Verdict, accept_mark, waterma
 from controller.zk_store import ZooKeeperStore
 from jobs.config import ControllerSettings, CycleTrigger
 from jobs.controller_job import ControllerJob
-from jobs.tables import INDEX, REJECTED_MARKS, Reason, read_table, read_watermarks
 from jobs.slots import is_due_key
+from jobs.tables import INDEX, REJECTED_MARKS, Reason, read_table, read_watermarks
 from jobs.workflow import parse_tick, tick_value
 from pipelines.writing.config import WriterConfig
 from pipelines.writing.writer import EventWriter
@@ -513,6 +513,11 @@ def test_bucket_counts_1_and_32_give_the_same_marks_table(
 # --- 5. per-stream timeouts; then idle: no batches ------------------------------------------
 
 
+def batch_ids(log_dir: Path) -> set[int]:
+    """The batch ids of a checkpoint's offset or commit log."""
+    return {int(p.name) for p in log_dir.iterdir() if p.name.isdigit()}
+
+
 def first_drop_gap(marks: list[dict[str, Any]], writer: str) -> tuple[int, dict[str, Any]]:
     """ms between the last watermark ``writer`` took part in and the next one (without it)."""
     ordered = sorted(marks, key=lambda r: r["seq"])
@@ -538,10 +543,13 @@ def test_each_stream_drops_a_silent_writer_after_its_own_timeout_then_idle_runs_
     job = ControllerJob(spark, settings, f"c-{unique}").start()
     try:
         job.wait_leading()
+        job.process_all_available(timeout_s=300)  # the first batch: Python workers, codegen
         for n in noters.values():
             n.start()
         wait_for(
-            lambda: all(len(read_watermarks(settings.delta_root, s)) >= 3 for s in timeouts), job
+            lambda: all(len(read_watermarks(settings.delta_root, s)) >= 3 for s in timeouts),
+            job,
+            timeout_s=180,
         )
         for s in timeouts:
             noters[(s, "w2")].halt.set()  # stops without closing
@@ -575,13 +583,21 @@ def test_each_stream_drops_a_silent_writer_after_its_own_timeout_then_idle_runs_
         job.process_all_available()
         time.sleep(2 * settings.interval_ms / 1000)  # let any last due record run
         job.process_all_available()
+        # The batch id is the offset log's (and the commit log's) last entry. Spark also
+        # posts a progress event every 10 s while idle, numbered with the *next* batch id
+        # but running nothing: only reports with an ``addBatch`` phase are batches.
         query = job.query
-        before = query.lastProgress["batchId"]
-        offsets = Path(settings.checkpoint_dir) / "offsets"
-        logged = sorted(offsets.iterdir())
+        checkpoint = Path(settings.checkpoint_dir)
+        logged = {d: batch_ids(checkpoint / d) for d in ("offsets", "commits")}
+        before = max(logged["offsets"])
         time.sleep(10)
-        assert query.lastProgress["batchId"] == before, "an idle controller ran a batch"
-        assert sorted(offsets.iterdir()) == logged
+        ran = [
+            (p["batchId"], p["numInputRows"], p["timestamp"])
+            for p in query.recentProgress
+            if p["batchId"] > before and "addBatch" in p["durationMs"]
+        ]
+        assert ran == [], f"an idle controller ran batches {ran}"
+        assert {d: batch_ids(checkpoint / d) for d in logged} == logged
     finally:
         for n in noters.values():
             n.halt.set()
