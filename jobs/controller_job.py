@@ -146,20 +146,16 @@ def marks_frame(spark: Any, settings: ControllerSettings) -> Any:
     )
 
 
-BatchHandler = Any
-"""``foreachBatch`` callable: ``(frame, batch_id) -> None``."""
-
-
-def start_query(spark: Any, settings: ControllerSettings, on_batch: BatchHandler) -> Any:
-    """Start the controller's query (from its checkpoint if one exists)."""
+def controller_operator(records: Any, settings: ControllerSettings) -> Any:
+    """The stateful part: ``records`` (stream, value, partition, offset) by slot through
+    :class:`~jobs.processor.ControllerProcessor`; rows of ``OUTPUT_SCHEMA``."""
     from pyspark.sql.functions import expr
 
     from jobs.processor import OUTPUT_SCHEMA, ControllerProcessor
     from jobs.slots import slot_expression
 
-    watermarks = (
-        marks_frame(spark, settings)
-        .withColumn("slot", expr(slot_expression(settings.slot_count)))
+    return (
+        records.withColumn("slot", expr(slot_expression(settings.slot_count)))
         .groupBy("slot")
         .transformWithStateInPandas(
             statefulProcessor=ControllerProcessor(settings.workflow()),
@@ -168,16 +164,29 @@ def start_query(spark: Any, settings: ControllerSettings, on_batch: BatchHandler
             timeMode="ProcessingTime",  # for the batch timestamp only; no timers
         )
     )
+
+
+def prepare_session(spark: Any, settings: ControllerSettings) -> None:
+    """What a query reads from the session when it starts: the state partitions (the
+    buckets; the checkpoint fixes them from its first start on) and no no-data batches."""
+    spark.conf.set("spark.sql.shuffle.partitions", str(settings.bucket_count))
+    spark.conf.set(NO_DATA_BATCHES, "false")
+
+
+BatchHandler = Any
+"""``foreachBatch`` callable: ``(frame, batch_id) -> None``."""
+
+
+def start_query(spark: Any, settings: ControllerSettings, on_batch: BatchHandler) -> Any:
+    """Start the controller's query (from its checkpoint if one exists)."""
     writer = (
-        watermarks.writeStream.queryName(query_name(settings))
+        controller_operator(marks_frame(spark, settings), settings)
+        .writeStream.queryName(query_name(settings))
         .option("checkpointLocation", settings.checkpoint_dir)
         .trigger(processingTime=f"{settings.interval_ms} milliseconds")
         .foreachBatch(on_batch)
     )
-    # Both are read from the session when the query starts; the checkpoint fixes
-    # the state partitions (the buckets) from its first start on.
-    spark.conf.set("spark.sql.shuffle.partitions", str(settings.bucket_count))
-    spark.conf.set(NO_DATA_BATCHES, "false")
+    prepare_session(spark, settings)
     query = writer.start()
     log.info("query %s started (%d buckets)", query.id, settings.bucket_count)
     return query
@@ -191,12 +200,9 @@ def warm_up(spark: Any, settings: ControllerSettings, instance_id: str, batches:
     whose first batch is much shorter. Its checkpoint is ``<checkpoint
     root>/warm-up/<instance>``; nothing is read from Kafka or written to Delta.
     """
-    from pyspark.sql.functions import expr
+    from jobs.slots import due_key
 
-    from jobs.processor import OUTPUT_SCHEMA, ControllerProcessor
-    from jobs.slots import due_key, slot_expression
-
-    frame = (
+    rows = (
         spark.readStream.format("rate")
         .option("rowsPerSecond", 1)
         .load()
@@ -206,17 +212,9 @@ def warm_up(spark: Any, settings: ControllerSettings, instance_id: str, batches:
             "0 AS partition",
             "value AS offset",
         )
-        .withColumn("slot", expr(slot_expression(settings.slot_count)))
-        .groupBy("slot")
-        .transformWithStateInPandas(
-            statefulProcessor=ControllerProcessor(settings.workflow()),
-            outputStructType=OUTPUT_SCHEMA,
-            outputMode="Append",
-            timeMode="ProcessingTime",
-        )
     )
-    spark.conf.set("spark.sql.shuffle.partitions", str(settings.bucket_count))
-    spark.conf.set(NO_DATA_BATCHES, "false")
+    frame = controller_operator(rows, settings)
+    prepare_session(spark, settings)
     query = (
         frame.writeStream.format("noop")
         .queryName(f"tidemark-warm-up-{instance_id}")

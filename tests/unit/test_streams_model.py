@@ -78,12 +78,16 @@ def test_configuration_defaults_and_round_trip():
     assert cfg.timestamping is TimestampingMode.CLIENT_PREFER
     assert cfg.uncapped is False
     assert cfg.initial_segments == 1
+    assert (cfg.timestamp_aggregation_timeout_ms, cfg.first_watermark_delay_ms) == (None, 0)
+    assert StreamConfiguration.from_dict(cfg.to_dict()) == cfg
+    assert StreamConfiguration.from_dict({}) == cfg  # stored before these settings existed
     rich = StreamConfiguration(
         ScalingPolicy.by_byte_rate(1000, 2, 3),
         RetentionPolicy.by_time(60_000),
         timestamp_aggregation_timeout_ms=5,
         timestamping=TimestampingMode.ARRIVAL,
         uncapped=True,
+        first_watermark_delay_ms=7,
     )
     assert StreamConfiguration.from_dict(rich.to_dict()) == rich
     assert [m.value for m in TimestampingMode] == ["client-prefer", "client-require", "arrival"]
@@ -100,6 +104,10 @@ def test_configuration_defaults_and_round_trip():
         (lambda: RetentionPolicy(limit=5), "takes no limit, got 5"),
         (lambda: StreamConfiguration(timestamping="wall"), "'wall' is not one of: client-prefer"),  # type: ignore[arg-type]
         (lambda: StreamConfiguration(timestamp_aggregation_timeout_ms=-1), "got -1"),
+        (
+            lambda: StreamConfiguration(first_watermark_delay_ms=-2),
+            "first_watermark_delay_ms must be >= 0, got -2",
+        ),
         (
             lambda: StreamConfiguration.from_dict({"colour": 1}),
             "unknown stream configuration keys ['colour']",
