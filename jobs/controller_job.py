@@ -511,6 +511,9 @@ def run_local(args: argparse.Namespace) -> int:
 
     from infra.spark import SparkSettings, spark_session, stop_spark
 
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     settings = settings_from_args(args)
     spark = spark_session(
         SparkSettings(
