@@ -6,11 +6,12 @@
     >>> topic_configs(StreamConfiguration(timestamping=TimestampingMode.ARRIVAL))
     {'message.timestamp.type': 'LogAppendTime', 'message.timestamp.after.max.ms': None}
 
-Pure: frozen dataclasses, no I/O. Retention is applied by the retention job
-through truncation (so the truncation record stays the truth), never by
-Kafka's own ``retention.ms``. The scaling policy's ``min_segments`` is the
-number of segments a stream starts with; rate-based scaling is decided by a
-job that calls ``StreamManager.scale``.
+Pure: frozen dataclasses, no I/O. Retention is applied by the policy loop
+(``tidemark.policy_loop``, decisions in ``controller.policies``) through
+truncation (so the truncation record stays the truth), never by Kafka's own
+``retention.ms``. The scaling policy's ``min_segments`` is the number of
+segments a stream starts with and the floor of automatic merges; the same
+loop scales by rate through ``StreamManager.scale``.
 """
 
 from __future__ import annotations
@@ -103,18 +104,33 @@ class ScalingPolicy:
 
 @dataclass(frozen=True)
 class RetentionPolicy:
-    """Keep everything, or truncate what is older than ``limit`` ms / beyond ``limit`` bytes."""
+    """Keep everything, or truncate what is older than ``limit`` ms / beyond ``limit`` bytes.
+
+    ``limit`` is Pravega's maximum (keep at most), ``min_limit`` its minimum
+    (keep at least; 0: no floor beyond ``limit`` itself). The policy acts
+    once the stream holds more than ``limit`` and truncates down to
+    ``min_limit`` when one is given (fewer, larger truncations), else just
+    enough to be back within ``limit``.
+    """
 
     type: RetentionType = RetentionType.NONE
     limit: int = 0
+    min_limit: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "type", _choice(RetentionType, self.type, "retention type"))
-        if self.type is RetentionType.NONE and self.limit != 0:
-            raise InvalidConfigurationError(f"retention 'none' takes no limit, got {self.limit}")
+        if self.type is RetentionType.NONE and (self.limit != 0 or self.min_limit != 0):
+            raise InvalidConfigurationError(
+                f"retention 'none' takes no limit, got {self.limit} (min {self.min_limit})"
+            )
         if self.type is not RetentionType.NONE and self.limit < 1:
             raise InvalidConfigurationError(
                 f"limit of a {self.type} retention must be >= 1, got {self.limit}"
+            )
+        if not 0 <= self.min_limit <= self.limit:
+            raise InvalidConfigurationError(
+                f"min_limit of a {self.type} retention must be in [0, limit={self.limit}], "
+                f"got {self.min_limit}"
             )
 
     @classmethod
@@ -122,12 +138,12 @@ class RetentionPolicy:
         return cls()
 
     @classmethod
-    def by_time(cls, ms: int) -> RetentionPolicy:
-        return cls(RetentionType.BY_TIME, ms)
+    def by_time(cls, ms: int, min_ms: int = 0) -> RetentionPolicy:
+        return cls(RetentionType.BY_TIME, ms, min_ms)
 
     @classmethod
-    def by_size(cls, size_bytes: int) -> RetentionPolicy:
-        return cls(RetentionType.BY_SIZE, size_bytes)
+    def by_size(cls, size_bytes: int, min_bytes: int = 0) -> RetentionPolicy:
+        return cls(RetentionType.BY_SIZE, size_bytes, min_bytes)
 
 
 @dataclass(frozen=True)
@@ -174,6 +190,7 @@ class StreamConfiguration:
             "retention_policy": {
                 "type": self.retention_policy.type.value,
                 "limit": self.retention_policy.limit,
+                "min_limit": self.retention_policy.min_limit,
             },
             "timestamp_aggregation_timeout_ms": self.timestamp_aggregation_timeout_ms,
             "timestamping": self.timestamping.value,
@@ -210,7 +227,7 @@ def _optional_int(value: Any) -> int | None:
 
 _CONFIG_KEYS = frozenset(StreamConfiguration().to_dict())
 _SCALING_KEYS = frozenset(("type", "target_rate", "scale_factor", "min_segments"))
-_RETENTION_KEYS = frozenset(("type", "limit"))
+_RETENTION_KEYS = frozenset(("type", "limit", "min_limit"))
 
 
 def _known(raw: Mapping[str, Any], valid: frozenset[str], what: str) -> None:

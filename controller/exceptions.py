@@ -17,6 +17,24 @@ class InvalidModelError(ControllerError, ValueError):
     """A model value is malformed (a key range outside [0, 1), a negative offset, ...)."""
 
 
+class MarksTopicError(ControllerError, ConfigurationError):
+    """The marks topic is missing (and may not be created) or has the wrong partition
+    count; every writer and controller must agree on ``ClusterSettings.bucket_count``."""
+
+
+class InvalidTimestampError(ControllerError, ValueError):
+    """A timestamp is not an int of milliseconds within 0 … 2**63-1 (the one such
+    error: writers, readers and seek all raise it; ``value`` is the input).
+
+    Pass milliseconds since the epoch (13 digits for dates of this century);
+    a classic mistake is passing seconds.
+    """
+
+    def __init__(self, message: str, value: object = None) -> None:
+        self.value = value
+        super().__init__(message)
+
+
 class InvalidConfigurationError(ControllerError, ConfigurationError):
     """A stream configuration is invalid; the message names the field and the valid choices."""
 
@@ -30,11 +48,27 @@ class UnknownStreamError(ControllerError, LookupError):
 
 
 class UnknownScopeError(ControllerError, LookupError):
-    """No stream of that scope was ever created."""
+    """No scope of that name exists; create it first (``tidemark scope create SCOPE``)."""
 
     def __init__(self, scope: str) -> None:
         self.scope = scope
-        super().__init__(f"unknown scope {scope!r}")
+        super().__init__(
+            f"unknown scope {scope!r}: create it first with `tidemark scope create {scope}` "
+            "(or StreamManager.create_scope)"
+        )
+
+
+class ScopeNotEmptyError(ControllerError):
+    """A scope that still holds streams cannot be deleted; seal and delete them first."""
+
+    def __init__(self, scope: str, streams: list[str]) -> None:
+        self.scope = scope
+        self.streams = streams
+        shown = ", ".join(streams[:5]) + (" ..." if len(streams) > 5 else "")
+        super().__init__(
+            f"scope {scope!r} holds {len(streams)} stream(s) ({shown}): "
+            "seal and delete them before deleting the scope"
+        )
 
 
 class StreamExistsError(ControllerError):
@@ -104,7 +138,10 @@ __all__ = [
     "InvalidCutError",
     "InvalidModelError",
     "InvalidScaleError",
+    "InvalidTimestampError",
     "KafkaOperationError",
+    "MarksTopicError",
+    "ScopeNotEmptyError",
     "StreamExistsError",
     "StreamNotSealedError",
     "StreamSealedError",

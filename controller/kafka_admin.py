@@ -13,6 +13,7 @@ errors surface as :class:`KafkaOperationError` naming the topic.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -31,7 +32,9 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourceType,
 )
 
-from controller.exceptions import KafkaOperationError
+from controller.exceptions import KafkaOperationError, MarksTopicError
+from controller.kafka_retry import KafkaRetry
+from controller.naming import ClusterSettings
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +57,10 @@ def _code(exc: KafkaException) -> int | None:
 
 class StreamTopics:
     def __init__(self, bootstrap: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        self.bootstrap = bootstrap
         self.admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
         self.timeout_s = timeout_s
+        self._retry = KafkaRetry(_RETRIABLE, timeout_s=timeout_s, max_delay_s=0.05)
 
     def _wait(self, what: str, future: Any, ok_codes: Iterable[int] = ()) -> Any:
         try:
@@ -172,19 +177,53 @@ class StreamTopics:
     def _retrying(self, what: str, call: Callable[[], Mapping[Any, Any]]) -> dict[Any, Any]:
         """Run ``call`` (a per-partition admin request) until no partition answers with a
         retriable error: partitions just added may lack a leader for a moment."""
-        deadline = time.monotonic() + self.timeout_s
-        while True:
-            try:
-                return {k: f.result(timeout=self.timeout_s) for k, f in call().items()}
-            except KafkaException as exc:
-                if _code(exc) not in _RETRIABLE or time.monotonic() > deadline:
-                    raise KafkaOperationError(f"{what}: {exc.args[0]}") from exc
-                log.debug("%s: %s; retrying", what, exc.args[0])
-                time.sleep(0.05)
+        try:
+            return self._retry(
+                lambda: {k: f.result(timeout=self.timeout_s) for k, f in call().items()}, what
+            )
+        except KafkaException as exc:
+            raise KafkaOperationError(f"{what}: {exc.args[0]}") from exc
 
     def delete(self, topic: str) -> None:
         futures = self.admin.delete_topics([topic], operation_timeout=self.timeout_s)
         self._wait(f"deleting topic {topic!r}", futures[topic], [KafkaError.UNKNOWN_TOPIC_OR_PART])
 
 
-__all__ = ["StreamTopics"]
+_checked_marks: set[tuple[str, str, int]] = set()
+_checked_lock = threading.Lock()
+
+
+def ensure_marks_topic(bootstrap: str, cluster: ClusterSettings, *, create: bool = True) -> None:
+    """Make sure the marks topic exists with ``bucket_count`` partitions (checked once
+    per process): created when missing and ``create``; any other count is refused
+    (:class:`MarksTopicError`), since marks would land in the wrong buckets. The
+    one check writers and the controller job share."""
+    topic, buckets = cluster.marks_topic, cluster.bucket_count
+    key = (bootstrap, topic, buckets)
+    with _checked_lock:
+        if key in _checked_marks:
+            return
+    try:
+        topics = StreamTopics(bootstrap)
+        count = topics.partition_count(topic)
+        if count is None:
+            if not create:
+                raise MarksTopicError(
+                    f"marks topic {topic!r} does not exist; create it with {buckets} "
+                    "partitions, or let writers create it (WriterConfig.create_marks_topic=True)"
+                )
+            log.info("creating marks topic %s with %d partitions", topic, buckets)
+            topics.create(topic, buckets, {})
+            count = topics.partition_count(topic)
+    except (KafkaException, KafkaOperationError) as exc:
+        raise MarksTopicError(f"marks topic {topic!r}: {exc}") from exc
+    if count != buckets:
+        raise MarksTopicError(
+            f"marks topic {topic!r} has {count} partitions but bucket_count is {buckets}; "
+            "every writer and controller must agree on it"
+        )
+    with _checked_lock:
+        _checked_marks.add(key)
+
+
+__all__ = ["StreamTopics", "ensure_marks_topic"]

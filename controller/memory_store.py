@@ -13,9 +13,21 @@ from __future__ import annotations
 import logging
 import threading
 
-from controller.exceptions import ConflictError, StreamExistsError, UnknownStreamError
+from controller.exceptions import (
+    ConflictError,
+    ScopeNotEmptyError,
+    StreamExistsError,
+    UnknownScopeError,
+    UnknownStreamError,
+)
 from controller.metadata import StreamMetadata, Versioned
-from controller.store import MetadataStore, StreamCallback, check_append_only, check_scope
+from controller.store import (
+    MetadataStore,
+    StreamCallback,
+    check_append_only,
+    check_scope,
+    check_scope_name,
+)
 
 log = logging.getLogger(__name__)
 
@@ -27,13 +39,29 @@ class MemoryStore(MetadataStore):
         self._scopes: set[str] = set()
         self._watchers: dict[str, list[StreamCallback]] = {}
 
+    def create_scope(self, scope: str) -> bool:
+        check_scope_name(scope)
+        with self._lock:
+            if scope in self._scopes:
+                return False
+            self._scopes.add(scope)
+            return True
+
+    def delete_scope(self, scope: str) -> None:
+        with self._lock:
+            held = self.list_streams(scope)
+            if held:
+                raise ScopeNotEmptyError(scope, held)
+            self._scopes.discard(scope)
+
     def create_stream(self, metadata: StreamMetadata) -> Versioned:
         with self._lock:
             if metadata.name in self._streams:
                 raise StreamExistsError(metadata.name)
+            if metadata.scope not in self._scopes:
+                raise UnknownScopeError(metadata.scope)
             stored = Versioned(metadata, 0)
             self._streams[metadata.name] = stored
-            self._scopes.add(metadata.scope)
         self._notify(stored.metadata)
         return stored
 

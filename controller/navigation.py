@@ -169,6 +169,47 @@ def at_or_after_head(cut: StreamCut, meta: StreamMetadata) -> dict[int, int]:
     return upper_bound([dict(meta.truncation), dict(cut)], meta.segments())
 
 
+def behind_head(
+    meta: StreamMetadata, offsets: Mapping[int, int], start_cut: StreamCut
+) -> dict[int, tuple[int, int]]:
+    """Where a reader group's position lies behind the truncation point: segment id ->
+    ``(its offset, the first offset still held)``; empty when nothing it still had to
+    read was truncated away.
+
+    ``offsets`` are the group's next offsets (committed, or where a reader
+    got to); a segment without one starts where ``start_cut`` (the cut the
+    group started at) puts it, else at 0; segments wholly before
+    ``start_cut`` were never the group's to read. A segment counts when it
+    is in the truncation cut at a higher offset, or wholly before the cut
+    while the group had not read it to its sealed size.
+    """
+    cut = meta.truncation
+    if not cut:
+        return {}
+    segments = meta.segments()
+    out: dict[int, tuple[int, int]] = {}
+    for seg_id in segments:
+        if start_cut and wholly_before(start_cut, segments, seg_id):
+            continue
+        offset = offsets.get(seg_id, -1)
+        if offset < 0:
+            offset = start_cut.get(seg_id, 0)
+        if seg_id in cut:
+            if offset < cut[seg_id]:
+                out[seg_id] = (offset, cut[seg_id])
+        elif wholly_before(cut, segments, seg_id):
+            size = meta.sealed_sizes.get(seg_id)
+            if size is not None and offset < size:
+                out[seg_id] = (offset, size)
+    return out
+
+
+def start_or_head(cut: StreamCut | None, meta: StreamMetadata) -> dict[int, int]:
+    """Where reading starts from a start cut (``controller.index``'s answer): the
+    stream's head when there is none, else the cut moved up to the head."""
+    return head_cut(meta) if not cut else at_or_after_head(cut, meta)
+
+
 # --- from two cuts to offset ranges -------------------------------------------------------------
 
 
@@ -216,6 +257,7 @@ __all__ = [
     "SegmentRange",
     "all_segments",
     "at_or_after_head",
+    "behind_head",
     "covers_exactly",
     "epoch_at",
     "head_cut",
@@ -226,6 +268,7 @@ __all__ = [
     "readable_segments",
     "route",
     "sealed_in",
+    "start_or_head",
     "successors",
     "tail_segments",
     "wholly_before",

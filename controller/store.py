@@ -1,6 +1,7 @@
 """The metadata store: one interface, an in-memory and a ZooKeeper implementation.
 
     store = MemoryStore()                    # or ZooKeeperStore(kazoo_client)
+    store.create_scope("shop")               # a stream's scope must exist first
     v = store.create_stream(meta)            # Versioned(metadata, version)
     v = store.replace_stream(changed, v.version)   # compare-and-set
     store.watch_stream("shop/orders", on_change)   # on_change(StreamMetadata)
@@ -8,6 +9,9 @@
 Every update is a compare-and-set on the version read: a lost race raises
 :class:`~controller.exceptions.ConflictError`, never overwrites silently.
 Epochs are append-only: an update may add epochs, never change or drop one.
+Scopes are explicit: a stream is created only in an existing scope, and a
+scope is deleted only while it holds no stream (both checked atomically by
+the store).
 """
 
 from __future__ import annotations
@@ -26,8 +30,18 @@ class MetadataStore(abc.ABC):
     """Where streams' metadata lives. Implementations are safe to share between threads."""
 
     @abc.abstractmethod
+    def create_scope(self, scope: str) -> bool:
+        """Create ``scope``; ``False`` when it existed already (creating is idempotent)."""
+
+    @abc.abstractmethod
+    def delete_scope(self, scope: str) -> None:
+        """Delete an empty scope: :class:`UnknownScopeError` if absent,
+        :class:`ScopeNotEmptyError` while it holds a stream."""
+
+    @abc.abstractmethod
     def create_stream(self, metadata: StreamMetadata) -> Versioned:
-        """Store a new stream; :class:`StreamExistsError` if the name is taken."""
+        """Store a new stream; :class:`StreamExistsError` if the name is taken,
+        :class:`UnknownScopeError` when its scope does not exist."""
 
     @abc.abstractmethod
     def read_stream(self, stream: str) -> Versioned:
@@ -50,7 +64,7 @@ class MetadataStore(abc.ABC):
 
     @abc.abstractmethod
     def list_scopes(self) -> list[str]:
-        """Every scope a stream was ever created in, sorted."""
+        """Every scope that exists, sorted."""
 
     @abc.abstractmethod
     def watch_stream(self, stream: str, callback: StreamCallback) -> None:
@@ -83,4 +97,16 @@ def check_scope(scope: str | None, scopes: list[str]) -> None:
         raise UnknownScopeError(scope)
 
 
-__all__ = ["MetadataStore", "StreamCallback", "check_append_only", "check_scope"]
+def check_scope_name(scope: str) -> str:
+    """``scope`` when it is a valid scope name, else the naming error."""
+    split_stream(f"{scope}/x")
+    return scope
+
+
+__all__ = [
+    "MetadataStore",
+    "StreamCallback",
+    "check_append_only",
+    "check_scope",
+    "check_scope_name",
+]

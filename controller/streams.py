@@ -1,6 +1,7 @@
 """Stream operations on real Kafka and the metadata store.
 
     manager = StreamManager(ZooKeeperStore(client), "127.0.0.1:9092")
+    manager.create_scope("shop")
     manager.create("shop/orders", StreamConfiguration(scaling_policy=ScalingPolicy.fixed(2)))
     manager.scale("shop/orders", sealed=[0], new_ranges=[KeyRange(0, 0.25), KeyRange(0.25, 0.5)])
     manager.truncate("shop/orders", {segment_id(1, 2): 0, segment_id(1, 3): 0, 1: 10})
@@ -84,6 +85,7 @@ from controller.naming import ClusterSettings, bucket_of, split_stream
 from controller.planning import is_done_scale, plan_scale, segments_before, validate_cut
 from controller.states import StreamState, require_transition
 from controller.store import MetadataStore
+from controller.timestamps import wall_clock_ms
 
 log = logging.getLogger(__name__)
 
@@ -92,10 +94,6 @@ StepHook = Callable[[str, str], None]
 """``hook(operation, step)`` runs after each step; tests raise from it to simulate a crash."""
 
 _BEGIN_ATTEMPTS = 3
-
-
-def wall_clock_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class StreamManager:
@@ -117,6 +115,20 @@ class StreamManager:
         self.clock = clock
         self.seal_drain_ms = seal_drain_ms
         self._hook = step_hook
+
+    # --- scopes ------------------------------------------------------------------------------
+
+    def create_scope(self, scope: str) -> bool:
+        """Create ``scope`` (streams are created only in an existing scope); idempotent:
+        ``False`` when it existed."""
+        return self.store.create_scope(scope)
+
+    def delete_scope(self, scope: str) -> None:
+        """Delete an empty scope (:class:`ScopeNotEmptyError` while it holds streams)."""
+        self.store.delete_scope(scope)
+
+    def list_scopes(self) -> list[str]:
+        return self.store.list_scopes()
 
     # --- queries -----------------------------------------------------------------------------
 

@@ -5,7 +5,9 @@
 
 Znode layout (under ``root``)::
 
-    streams/<scope>                            a scope (created with its first stream)
+    streams/<scope>                            a scope (``create_scope``; deleted only
+                                               when empty: ZooKeeper refuses to delete
+                                               a znode with children)
     streams/<scope>/<name>                     the stream record: JSON of configuration,
                                                state, current epoch, truncation record,
                                                sealed sizes, pending operation. Its znode
@@ -35,6 +37,7 @@ from kazoo.recipe.watchers import DataWatch
 from controller.exceptions import (
     ConflictError,
     ControllerError,
+    ScopeNotEmptyError,
     StreamExistsError,
     UnknownScopeError,
     UnknownStreamError,
@@ -49,7 +52,7 @@ from controller.metadata import (
 )
 from controller.model import Epoch
 from controller.naming import split_stream
-from controller.store import MetadataStore, StreamCallback, check_append_only
+from controller.store import MetadataStore, StreamCallback, check_append_only, check_scope_name
 
 log = logging.getLogger(__name__)
 
@@ -108,9 +111,26 @@ class ZooKeeperStore(MetadataStore):
 
     # --- writing ---------------------------------------------------------------------------
 
+    def create_scope(self, scope: str) -> bool:
+        check_scope_name(scope)
+        self.client.retry(self.client.ensure_path, self._streams_path)
+        try:
+            self.client.retry(self.client.create, f"{self._streams_path}/{scope}", b"")
+        except NodeExistsError:
+            return False
+        return True
+
+    def delete_scope(self, scope: str) -> None:
+        check_scope_name(scope)
+        try:
+            self.client.retry(self.client.delete, f"{self._streams_path}/{scope}")
+        except NoNodeError:
+            raise UnknownScopeError(scope) from None
+        except NotEmptyError:
+            raise ScopeNotEmptyError(scope, self.list_streams(scope)) from None
+
     def create_stream(self, metadata: StreamMetadata) -> Versioned:
         path = self._stream_path(metadata.name)
-        self.client.retry(self.client.ensure_path, path.rsplit("/", 1)[0])
         tx = self.client.transaction()
         tx.create(path, _json(record_to_dict(metadata)))
         tx.create(f"{path}/epochs", b"")
@@ -119,6 +139,8 @@ class ZooKeeperStore(MetadataStore):
         results = tx.commit()
         if isinstance(results[0], NodeExistsError):
             raise StreamExistsError(metadata.name)
+        if isinstance(results[0], NoNodeError):  # the scope's znode is missing
+            raise UnknownScopeError(metadata.scope)
         self._raise_failures(metadata.name, results)
         return self.read_stream(metadata.name)
 

@@ -20,8 +20,8 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from infra.environment import Environment
-from infra.exceptions import MissingToolError, ServiceError
+from infra.environment import KAFKA_BOOTSTRAP, POSTGRES_DSN, ZK_CONNECT, Environment
+from infra.exceptions import ConfigurationError, MissingToolError, ServiceError
 from infra.ports import HOST
 from infra.process import pid_alive, stop_pid
 
@@ -169,6 +169,59 @@ def data_root(env: Environment) -> Path:
     return Path(env.delta_root) if env.delta_root else env.home / "delta"
 
 
+KAFKA = "kafka"
+ZOOKEEPER = "zookeeper"
+POSTGRES = "postgresql"
+_HOW = {
+    KAFKA: ("--bootstrap", KAFKA_BOOTSTRAP),
+    ZOOKEEPER: ("--zk", ZK_CONNECT),
+    POSTGRES: ("--dsn", POSTGRES_DSN),
+}
+
+
+def resolve_services(
+    *needed: str,
+    kafka: str | None = None,
+    zk: str | None = None,
+    postgres: str | None = None,
+    env: Environment | None = None,
+) -> ServicesState:
+    """The services to talk to, each from its option, else the environment
+    (``infra.environment``), else the services ``tidemark up`` started.
+
+    ``needed`` (of :data:`KAFKA`, :data:`ZOOKEEPER`, :data:`POSTGRES`): those that
+    must be found; :class:`ConfigurationError` names the ones that are not and
+    how to give them. The others are filled in where known.
+    """
+    unknown = [n for n in needed if n not in _HOW]
+    if unknown:
+        raise ValueError(f"unknown services {unknown}; valid: {', '.join(_HOW)}")
+    env = env or Environment.from_env()
+    found = {
+        KAFKA: kafka or env.kafka_bootstrap,
+        ZOOKEEPER: zk or env.zk_connect,
+        POSTGRES: postgres or env.postgres_dsn,
+    }
+    if any(not found[n] for n in needed):
+        running = LocalServices(env).running()
+        if running is not None:
+            found[KAFKA] = found[KAFKA] or running.kafka_bootstrap
+            found[ZOOKEEPER] = found[ZOOKEEPER] or running.zk_connect
+            found[POSTGRES] = found[POSTGRES] or running.postgres_dsn
+    missing = [n for n in needed if not found[n]]
+    if missing:
+        raise ConfigurationError(
+            f"no {' / '.join(missing)} to talk to: pass "
+            + " and ".join(_HOW[n][0] for n in missing)
+            + ", set "
+            + " and ".join(_HOW[n][1] for n in missing)
+            + ", or start local services with `tidemark up`"
+        )
+    return ServicesState(
+        kafka_bootstrap=found[KAFKA], zk_connect=found[ZOOKEEPER], postgres_dsn=found[POSTGRES]
+    )
+
+
 @contextlib.contextmanager
 def connected_services(env: Environment | None = None) -> Iterator[ServicesState]:
     """Services to talk to: the environment's, else `tidemark up`'s, else temporary ones.
@@ -177,16 +230,12 @@ def connected_services(env: Environment | None = None) -> Iterator[ServicesState
     block ends, pass or fail.
     """
     env = env or Environment.from_env()
-    if env.kafka_bootstrap and env.zk_connect:
-        yield ServicesState(
-            kafka_bootstrap=env.kafka_bootstrap,
-            zk_connect=env.zk_connect,
-            postgres_dsn=env.postgres_dsn,
-        )
-        return
-    running = LocalServices(env).running()
-    if running is not None:
-        yield running
+    try:
+        found = resolve_services(KAFKA, ZOOKEEPER, env=env)
+    except ConfigurationError:
+        pass
+    else:
+        yield found
         return
     from infra.kafka import KafkaCluster
     from infra.zookeeper import ZooKeeperServer

@@ -68,20 +68,15 @@ def add_controller_arguments(parser: argparse.ArgumentParser) -> None:
 def settings_from_args(args: argparse.Namespace) -> ControllerSettings:
     """Options, then the environment (``infra.environment``), then ``tidemark up``'s services."""
     from infra.environment import Environment
-    from infra.services import LocalServices, data_root
+    from infra.services import KAFKA, ZOOKEEPER, data_root, resolve_services
+    from tidemark.errors import ConfigurationError
 
     env = Environment.from_env()
-    kafka, zk = args.bootstrap or env.kafka_bootstrap, args.zk or env.zk_connect
-    if not (kafka and zk):
-        running = LocalServices(env).running()
-        if running is not None:
-            kafka = kafka or running.kafka_bootstrap
-            zk = zk or running.zk_connect
-    if not (kafka and zk):
-        raise JobConfigurationError(
-            "no Kafka/ZooKeeper: pass --bootstrap and --zk, set TIDEMARK_KAFKA_BOOTSTRAP and "
-            "TIDEMARK_ZK_CONNECT, or start local services with `tidemark up`"
-        )
+    try:
+        found = resolve_services(KAFKA, ZOOKEEPER, kafka=args.bootstrap, zk=args.zk, env=env)
+    except ConfigurationError as exc:
+        raise JobConfigurationError(str(exc)) from exc
+    kafka, zk = str(found.kafka_bootstrap), str(found.zk_connect)
     delta_root = args.delta_root or str(data_root(env))
     return ControllerSettings(
         kafka_bootstrap=kafka,

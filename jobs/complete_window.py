@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from controller.index import start_cut, stop_cut
-from controller.navigation import SegmentRange, at_or_after_head, head_cut, ranges_between
+from controller.navigation import SegmentRange, ranges_between, start_or_head
 from controller.store import MetadataStore
 from jobs.exceptions import JobConfigurationError, WindowNotCompleteError
 from jobs.tables import read_index_rows
@@ -126,8 +126,7 @@ def plan_window(
     stop = stop_cut(rows, end - 1)
     if stop is None:
         raise WindowNotCompleteError(stream, end - 1)
-    found = start_cut(rows, start)
-    begin = head_cut(meta) if found is None else at_or_after_head(found, meta)
+    begin = start_or_head(start_cut(rows, start), meta)
     ranges = ranges_between(meta.segments(), meta.sealed_sizes, begin, dict(stop))
     return WindowPlan(stream, meta.topic, start, end, tuple(ranges))
 

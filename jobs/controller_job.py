@@ -84,22 +84,6 @@ def is_local(root: str) -> bool:
     return urlparse(root).scheme in ("", "file")
 
 
-def ensure_marks_topic(settings: ControllerSettings) -> None:
-    """Create the marks topic (``bucket_count`` partitions) if missing; refuse another count."""
-    from controller.kafka_admin import StreamTopics
-
-    topics = StreamTopics(settings.kafka_bootstrap)
-    topic, buckets = settings.cluster.marks_topic, settings.cluster.bucket_count
-    if topics.partition_count(topic) is None:
-        topics.create(topic, buckets, {})
-    found = topics.partition_count(topic)
-    if found != buckets:
-        raise JobConfigurationError(
-            f"marks topic {topic!r} has {found} partitions but bucket_count is {buckets}; "
-            "writers and controllers must agree on it"
-        )
-
-
 def layout(settings: ControllerSettings) -> dict[str, Any]:
     """What the checkpoint fixes, and where things are (published for ``status``)."""
     return {
@@ -319,6 +303,7 @@ class ControllerJob:
         from kazoo.client import KazooClient
 
         from controller.election import DriverElection
+        from controller.kafka_admin import ensure_marks_topic
 
         self.spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
         # Commit a small changelog per batch instead of uploading a RocksDB snapshot
@@ -326,7 +311,7 @@ class ControllerJob:
         self.spark.conf.set(CHANGELOG_CHECKPOINTING, "true")
         if is_local(self.settings.checkpoint_root):
             self.spark.conf.set(CHECKPOINT_FILE_MANAGER, LOCAL_CHECKPOINT_FILE_MANAGER)
-        ensure_marks_topic(self.settings)
+        ensure_marks_topic(self.settings.kafka_bootstrap, self.settings.cluster)
         ensure_tables(self.spark, self.settings.delta_root)
         if self._client is None:
             self._client = KazooClient(

@@ -25,16 +25,15 @@ URI such as ``s3://bucket/tidemark``):
 the controller job only, exactly once per watermark. The names, columns and
 pyarrow schemas are defined once in :mod:`schemas.tables` (readers in
 ``pipelines`` share them); this module adds the Spark schema (pyspark loads
-lazily in :func:`spark_schema`) and deltalake readers for tools and tests.
+lazily in :func:`spark_schema`) and re-exports the one deltalake reader
+(``pipelines.reading.watermark_tables``) for jobs, tools and tests.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from controller.index import IndexRow, running_max
-from controller.model import Watermark
+from pipelines.reading.watermark_tables import read_index_rows, read_table, read_watermarks
 from schemas.tables import (
     ARROW_SCHEMAS,
     INDEX,
@@ -105,65 +104,6 @@ def spark_schema(table: str) -> StructType:
     if table not in schemas:
         raise ValueError(f"unknown table {table!r}; valid: {', '.join(TABLES)}")
     return schemas[table]
-
-
-# --- reading with deltalake (no Spark) ------------------------------------------------------
-
-
-def _read(
-    delta_root: str, table: str, stream: str | None, storage: Mapping[str, str] | None
-) -> Any:
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
-
-    try:
-        dt = DeltaTable(table_path(delta_root, table), storage_options=dict(storage or {}))
-    except TableNotFoundError:
-        return ARROW_SCHEMAS[table].empty_table()
-    import pyarrow.dataset as ds
-
-    dataset = dt.to_pyarrow_dataset()
-    flt = None if stream is None else ds.field("stream") == stream
-    return dataset.to_table(filter=flt)
-
-
-def read_watermarks(
-    delta_root: str, stream: str, storage_options: Mapping[str, str] | None = None
-) -> list[Watermark]:
-    """Every watermark of ``stream`` in the ``marks`` table, in ``seq`` order."""
-    table = _read(delta_root, MARKS, stream, storage_options).sort_by("seq")
-    return [
-        Watermark(
-            r["stream"], r["time"], r["upper_time"], cut_from_arrow(r["stream_cut"]), r["seq"]
-        )
-        for r in table.to_pylist()
-    ]
-
-
-def read_index_rows(
-    delta_root: str, stream: str, storage_options: Mapping[str, str] | None = None
-) -> list[IndexRow]:
-    """``stream``'s index rows in ``seq`` order, each with its cut from ``marks``.
-
-    Reads ``marks`` alone (``upper_time_max`` is its running maximum), so the
-    rows are consistent even while the job is between its two appends.
-    """
-    marks = read_watermarks(delta_root, stream, storage_options)
-    maxima = running_max(m.upper_time for m in marks)
-    return [
-        IndexRow(m.stream, m.seq, m.time, top, m.stream_cut)
-        for m, top in zip(marks, maxima, strict=True)
-    ]
-
-
-def read_table(
-    delta_root: str,
-    table: str,
-    stream: str | None = None,
-    storage_options: Mapping[str, str] | None = None,
-) -> list[dict[str, Any]]:
-    """Rows of any of the tables (optionally one stream's) as dicts; for tools and tests."""
-    return list(_read(delta_root, table, stream, storage_options).to_pylist())
 
 
 __all__ = [

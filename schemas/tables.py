@@ -19,14 +19,21 @@ object-store URI such as ``s3://bucket/tidemark``):
   kafka_partition, kafka_offset, at``; ``reason`` is one of :class:`Reason`.
 
 ``seq`` strictly increases per stream with no gaps; rows are appended by the
-controller job only, exactly once per watermark.
+controller job only, exactly once per watermark. :func:`marks_row`,
+:func:`index_row` and :func:`watermark_from_row` are the one mapping between
+a watermark and its rows, both ways.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import pyarrow as pa
+
+from schemas.records import WatermarkLike, cut_to_avro
+
+W = TypeVar("W")
 
 MARKS = "marks"
 INDEX = "index"
@@ -118,6 +125,47 @@ def cut_from_cell(items: Iterable[Mapping[str, int]] | None) -> dict[int, int]:
     return {int(i["segment"]): int(i["offset"]) for i in items or ()}
 
 
+# --- rows <-> watermarks: the one place that knows the row layout --------------------------------
+
+
+def marks_row(
+    watermark: WatermarkLike, writers: Sequence[str] = (), emitted_at: int = 0
+) -> dict[str, Any]:
+    """A watermark as a row of ``marks``."""
+    return {
+        "stream": watermark.stream,
+        "seq": watermark.seq,
+        "time": watermark.time,
+        "upper_time": watermark.upper_time,
+        "stream_cut": cut_to_avro(watermark.stream_cut),
+        "writers": list(writers),
+        "emitted_at": emitted_at,
+    }
+
+
+def index_row(watermark: WatermarkLike, upper_time_max: int) -> dict[str, Any]:
+    """A watermark as a row of ``index``; ``upper_time_max`` is the running maximum
+    of ``upper_time`` up to it (``controller.index.running_max``)."""
+    return {
+        "stream": watermark.stream,
+        "seq": watermark.seq,
+        "time": watermark.time,
+        "upper_time_max": upper_time_max,
+    }
+
+
+def watermark_from_row(row: Mapping[str, Any], make: Callable[..., W]) -> W:
+    """A ``marks`` row -> ``make(stream, time, upper_time, stream_cut, seq)`` (pass
+    ``controller.model.Watermark``; ``schemas`` imports no model)."""
+    return make(
+        str(row["stream"]),
+        int(row["time"]),
+        int(row["upper_time"]),
+        cut_from_cell(row["stream_cut"]),
+        int(row["seq"]),
+    )
+
+
 __all__ = [
     "ARROW_SCHEMAS",
     "CUT_ARROW",
@@ -132,5 +180,8 @@ __all__ = [
     "TABLES",
     "Reason",
     "cut_from_cell",
+    "index_row",
+    "marks_row",
     "table_path",
+    "watermark_from_row",
 ]

@@ -119,6 +119,7 @@ def run_demo(bootstrap: str, zk_connect: str, work_dir: Path, spark: Any) -> Dem
     try:
         store = ZooKeeperStore(client, cluster.zk_root)
         env = _Env(bootstrap, store, StreamManager(store, bootstrap, cluster), cluster)
+        env.manager.create_scope(stream.split("/")[0])
         env.manager.create(stream, StreamConfiguration(scaling_policy=ScalingPolicy.fixed(2)))
         settings = ControllerSettings(
             kafka_bootstrap=bootstrap,

@@ -6,8 +6,10 @@
                                from_time=1_700_000_000_000)
     event = group.reader("r1").read_next(1_000)
 
-Modules: ``group`` (ReaderGroup), ``reader`` (EventReader), ``registry``
-(who owns which segment), ``view`` (the group's position as a stream cut),
+Modules: ``group`` (ReaderGroup), ``reader`` (EventReader, and ``ReaderHost``:
+what a reader needs of its group), ``offsets`` (where the group's position is
+kept: Kafka or memory), ``registry`` (who owns which segment; its ZooKeeper
+znodes are ``controller.zk_groups``), ``view`` (the group's position as a stream cut),
 ``seek`` (a time to a cut), ``windows`` (time windows for a position),
 ``watermark_tables`` (the Delta tables' reader), ``config`` (ReaderConfig)
 and ``exceptions``.

@@ -10,7 +10,7 @@ The stream's own refusal comes from the control plane and is re-exported:
 
 from __future__ import annotations
 
-from controller.exceptions import UnknownStreamError
+from controller.exceptions import InvalidTimestampError, UnknownStreamError
 from tidemark.errors import ConfigurationError, TidemarkError
 
 
@@ -20,19 +20,6 @@ class ReaderError(TidemarkError):
 
 class ReaderConfigError(ReaderError, ConfigurationError):
     """A reader setting is invalid; the message names it and the valid choices."""
-
-
-class InvalidTimestampError(ReaderError, ValueError):
-    """A timestamp is not an integer number of milliseconds >= 0.
-
-    Pass milliseconds since the epoch (13 digits for dates of this century);
-    a classic mistake is passing seconds.
-    """
-
-    def __init__(self, value: object, detail: str = "") -> None:
-        self.value = value
-        text = f"timestamp must be an integer of milliseconds >= 0, got {value!r}"
-        super().__init__(text + (f" ({detail})" if detail else ""))
 
 
 class InvalidDurationError(ReaderError, ValueError):
@@ -103,6 +90,29 @@ class ReaderClosedError(ReaderError):
     """The reader (or group) is closed; create a new one."""
 
 
+class ReaderBehindHeadError(ReaderError):
+    """The stream was truncated (retention, or ``tidemark stream truncate``) past what
+    the group had read: the events in between are gone, and a reader never skips
+    them silently. Move the group on, knowingly: ``group.seek(timestamp)`` or
+    ``group.seek(cut=...)`` with no reader online (``tidemark seek GROUP
+    --timestamp MS``); a cut behind the head is moved up to it."""
+
+    def __init__(self, group: str, stream: str, lost: dict[int, tuple[int, int]]) -> None:
+        self.group = group
+        self.stream = stream
+        self.lost = lost
+        where = ", ".join(
+            f"segment {seg} at offset {have} (held from {head})"
+            for seg, (have, head) in sorted(lost.items())
+        )
+        super().__init__(
+            f"reader group {group!r} is behind the head of stream {stream!r}, which was "
+            f"truncated past its position: {where}; the events in between are gone. "
+            "Close the group's readers and move it with seek (a time, or the head) "
+            "to go on reading"
+        )
+
+
 class WatermarksUnavailableError(ReaderError):
     """The watermark tables cannot be read (missing delta root, unreadable table)."""
 
@@ -111,6 +121,7 @@ __all__ = [
     "DuplicateReaderError",
     "InvalidDurationError",
     "InvalidTimestampError",
+    "ReaderBehindHeadError",
     "ReaderClosedError",
     "ReaderConfigError",
     "ReaderError",

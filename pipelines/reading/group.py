@@ -29,28 +29,25 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-
 from controller.exceptions import UnknownStreamError
 from controller.metadata import StreamMetadata
-from controller.model import Segment, StreamCut, TimeWindow, segment_number
-from controller.navigation import head_cut
+from controller.model import Segment, StreamCut, TimeWindow
+from controller.navigation import head_cut, start_or_head
 from controller.store import MetadataStore
 from pipelines.reading.config import RESERVED_CONSUMER_KEYS, ReaderConfig
 from pipelines.reading.exceptions import (
     ReaderClosedError,
     ReaderConfigError,
-    ReaderError,
     ReaderGroupActiveError,
     StreamDeletedError,
     UnknownReaderGroupError,
 )
+from pipelines.reading.offsets import KafkaOffsets, MemoryOffsets, OffsetStore
 from pipelines.reading.reader import EventReader
 from pipelines.reading.registry import (
     GroupRecord,
@@ -65,23 +62,13 @@ from pipelines.reading.seek import (
     check_timestamp,
     live_metadata,
     shared_index,
+    start_cut_for,
     wall_clock_ms,
 )
 from pipelines.reading.view import GroupView, cut_commits, group_view
 from pipelines.reading.windows import WatermarkFeed, reader_position, window_at
 
 log = logging.getLogger(__name__)
-
-_COORDINATOR_ERRORS = frozenset(
-    {
-        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-        KafkaError.NOT_COORDINATOR,
-        KafkaError.COORDINATOR_NOT_AVAILABLE,
-        KafkaError.REQUEST_TIMED_OUT,
-        KafkaError._TIMED_OUT,
-        KafkaError._TRANSPORT,
-    }
-)
 
 
 class ReaderGroup:
@@ -117,8 +104,6 @@ class ReaderGroup:
         self.ephemeral = ephemeral
         self._lock = threading.RLock()
         self._readers: dict[str, EventReader] = {}
-        self._local_commits: dict[int, int] = {}
-        self._consumer: Any = None
         self._feed: WatermarkFeed | None = None
         self._closed = False
         created = False
@@ -140,6 +125,15 @@ class ReaderGroup:
         self._meta = self._metadata()
         self.topic = self._meta.topic
         self._index_segments(self._meta)
+        self.offsets: OffsetStore = (
+            MemoryOffsets()
+            if ephemeral
+            else KafkaOffsets(
+                self.topic,
+                self.consumer_settings(client_id=f"tidemark-{self.name}"),
+                timeout_s=self.config.kafka_timeout_ms / 1000,
+            )
+        )
         if created:
             try:
                 self._commit_cut(self._meta, _record.start_cut)
@@ -173,10 +167,8 @@ class ReaderGroup:
             raise ReaderConfigError("give from_time or start_cut, not both")
         meta = live_metadata(store, stream)
         if from_time is not None:
-            ts = check_timestamp(from_time)
             idx = index or shared_index(delta_root, storage_options)
-            found = idx.start(stream, ts)
-            cut = head_cut(meta) if found is None else at_or_after_head(found.stream_cut, meta)
+            cut = start_cut_for(stream, check_timestamp(from_time), meta, idx)
         elif start_cut is not None:
             cut = at_or_after_head(start_cut, meta)
         else:
@@ -217,7 +209,10 @@ class ReaderGroup:
         """A private, unregistered group whose position lives in memory (for one-off reads)."""
         name = f"tidemark-read-{uuid.uuid4().hex[:12]}"
         meta = live_metadata(store, stream)
-        cut = head_cut(meta) if not start_cut else at_or_after_head(start_cut, meta)
+        cut = start_or_head(start_cut, meta)
+        record = _new_record(name, stream, cut)
+        registry = MemoryGroupRegistry()
+        registry.create(record)
         return cls(
             name,
             stream,
@@ -225,9 +220,9 @@ class ReaderGroup:
             bootstrap_servers=bootstrap_servers,
             delta_root=delta_root,
             config=config,
-            registry=MemoryGroupRegistry(),
+            registry=registry,
             ephemeral=True,
-            _record=_new_record(name, stream, cut),
+            _record=record,
         )
 
     # --- readers ----------------------------------------------------------------------------
@@ -271,9 +266,8 @@ class ReaderGroup:
             raise ReaderConfigError("seek needs a timestamp or a cut (one of them)")
         meta = self._metadata()
         if timestamp is not None:
-            ts = check_timestamp(timestamp)
-            found = shared_index(self.delta_root, self.storage_options).start(self.stream, ts)
-            target = head_cut(meta) if found is None else at_or_after_head(found.stream_cut, meta)
+            idx = shared_index(self.delta_root, self.storage_options)
+            target = start_cut_for(self.stream, check_timestamp(timestamp), meta, idx)
         else:
             assert cut is not None
             target = at_or_after_head(cut, meta)
@@ -282,8 +276,7 @@ class ReaderGroup:
             raise ReaderGroupActiveError(self.name, online)
         self._commit_cut(meta, target)
         self.record = self.record.moved_to(target)
-        if not self.ephemeral:
-            self.registry.replace(self.record)
+        self.registry.replace(self.record)
         log.info("reader group %s moved to %s", self.name, target)
         return dict(target)
 
@@ -298,7 +291,9 @@ class ReaderGroup:
             "enable.auto.offset.store": False,
             "isolation.level": "read_committed",
             "enable.partition.eof": True,
-            "auto.offset.reset": "earliest",
+            # A fetch below the first offset Kafka holds means a truncation removed
+            # unread events: report it (ReaderBehindHeadError), never jump silently.
+            "auto.offset.reset": "error",
             "logger": logging.getLogger("pipelines.kafka"),
         }
         settings.update(self.config.consumer_overrides)
@@ -306,59 +301,21 @@ class ReaderGroup:
 
     def committed_offsets(self, seg_ids: Iterable[int]) -> dict[int, int]:
         """Segment id -> committed offset, for those that have one."""
-        ids = list(seg_ids)
-        if self.ephemeral:
-            with self._lock:
-                return {s: self._local_commits[s] for s in ids if s in self._local_commits}
-        if not ids:
-            return {}
-        by_number = {segment_number(s): s for s in ids}
-        tps = [TopicPartition(self.topic, n) for n in sorted(by_number)]
-        with self._lock:
-            found = self._retrying(
-                "reading committed offsets",
-                lambda: self._group_consumer().committed(
-                    tps, timeout=self.config.kafka_timeout_ms / 1000
-                ),
-            )
-        return {by_number[tp.partition]: tp.offset for tp in found if tp.offset >= 0}
+        return self.offsets.committed(seg_ids)
 
     def commit_offsets(self, offsets: Mapping[int, int], consumer: Any = None) -> None:
         """Commit segment id -> offset as the group's position."""
-        if not offsets:
-            return
-        if self.ephemeral:
-            with self._lock:
-                self._local_commits.update(offsets)
-            return
-        tps = [TopicPartition(self.topic, segment_number(s), o) for s, o in sorted(offsets.items())]
-        if consumer is not None:
-            self._retrying("committing", lambda: consumer.commit(offsets=tps, asynchronous=False))
-        else:
-            with self._lock:
-                self._retrying(
-                    "committing",
-                    lambda: self._group_consumer().commit(offsets=tps, asynchronous=False),
-                )
+        self.offsets.commit(offsets, consumer=consumer)
 
-    def _retrying(self, what: str, call: Callable[[], Any]) -> Any:
-        """``call()``, again while Kafka answers with a retriable error (a group
-        coordinator loading or moving), up to ``kafka_timeout_ms``."""
-        deadline = time.monotonic() + self.config.kafka_timeout_ms / 1000
-        delay = 0.05
-        while True:
-            try:
-                return call()
-            except KafkaException as exc:
-                err = exc.args[0] if exc.args else None
-                retriable = isinstance(err, KafkaError) and (
-                    err.retriable() or err.code() in _COORDINATOR_ERRORS
-                )
-                if not retriable or time.monotonic() + delay > deadline:
-                    raise ReaderError(f"reader group {self.name}: {what} failed: {exc}") from exc
-                log.info("reader group %s: %s: %s; retrying", self.name, what, err)
-                time.sleep(delay)
-                delay = min(delay * 2, 1.0)
+    def attach(self, reader: EventReader) -> None:
+        """Count ``reader`` among this process's readers (closed with the group)."""
+        with self._lock:
+            self._readers[reader.name] = reader
+
+    def detach(self, reader: EventReader) -> None:
+        with self._lock:
+            if self._readers.get(reader.name) is reader:
+                del self._readers[reader.name]
 
     def _commit_cut(self, meta: StreamMetadata, cut: StreamCut) -> None:
         self.commit_offsets(cut_commits(meta, cut))
@@ -403,11 +360,6 @@ class ReaderGroup:
         self._segments = dict(meta.segments())
         self._by_number = {s.number: s.id for s in self._segments.values()}
 
-    def _group_consumer(self) -> Any:
-        if self._consumer is None:
-            self._consumer = Consumer(self.consumer_settings(client_id=f"tidemark-{self.name}"))
-        return self._consumer
-
     # --- lifecycle --------------------------------------------------------------------------
 
     def delete(self) -> None:
@@ -416,15 +368,7 @@ class ReaderGroup:
         if online:
             raise ReaderGroupActiveError(self.name, online)
         self.registry.delete(self.name)
-        if not self.ephemeral:
-            from confluent_kafka.admin import AdminClient
-
-            admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
-            for future in admin.delete_consumer_groups([self.name]).values():
-                try:
-                    future.result(timeout=self.config.kafka_timeout_ms / 1000)
-                except KafkaException as exc:
-                    log.info("deleting consumer group %s: %s", self.name, exc)
+        self.offsets.forget()
         self.close()
 
     def _check_open(self) -> None:
@@ -438,9 +382,7 @@ class ReaderGroup:
         self._closed = True
         for reader in list(self._readers.values()):
             reader.close()
-        if self._consumer is not None:
-            self._consumer.close()
-            self._consumer = None
+        self.offsets.close()
 
     def __enter__(self) -> ReaderGroup:
         return self

@@ -8,11 +8,11 @@
 A group's *position* lives in Kafka (the consumer group's committed offsets);
 the registry holds what Kafka cannot: the group's stream and the cut it was
 started (or last moved) at, the readers online, and one owner per segment,
-so that two readers never read the same segment. ZooKeeper nodes::
-
-    <root>/readergroups/<group>                  JSON: stream, start_cut, created_at_ms
-    <root>/readergroups/<group>/readers/<reader> ephemeral
-    <root>/readergroups/<group>/owners/<segment> ephemeral, data = reader name
+so that two readers never read the same segment. In ZooKeeper, the znodes
+(``<root>/readergroups/<group>``, JSON of the record, with ephemeral
+``readers/<reader>`` and ``owners/<segment>`` claims) are the control
+plane's: ``controller.zk_groups``; this module adds the record's JSON and the
+reading side's errors.
 
 :class:`MemoryGroupRegistry` does the same within one process (tests,
 single-process applications on the in-memory metadata store).
@@ -21,7 +21,6 @@ single-process applications on the in-memory metadata store).
 from __future__ import annotations
 
 import abc
-import contextlib
 import json
 import re
 import threading
@@ -202,114 +201,51 @@ MEMORY_REGISTRY = MemoryGroupRegistry()
 
 
 class ZooKeeperGroupRegistry(GroupRegistry):
-    def __init__(self, client: Any, root: str = "/tidemark") -> None:
-        self.client = client
-        self.base = f"{root.rstrip('/')}/readergroups"
+    """The registry in ZooKeeper, through ``controller.zk_groups`` (the znodes live there)."""
 
-    def _group(self, group: str) -> str:
-        return f"{self.base}/{check_name('reader group', group)}"
+    def __init__(self, client: Any, root: str = "/tidemark") -> None:
+        from controller.zk_groups import ZooKeeperGroups
+
+        self.client = client
+        self.groups = ZooKeeperGroups(client, root)
+        self.base = self.groups.base
 
     def create(self, record: GroupRecord) -> None:
-        from kazoo.exceptions import NodeExistsError
-
-        self.client.ensure_path(self.base)
-        try:
-            self.client.create(self._group(record.name), record.to_json())
-        except NodeExistsError:
-            raise ReaderGroupExistsError(record.name, self.get(record.name).stream) from None
+        if not self.groups.create(check_name("reader group", record.name), record.to_json()):
+            raise ReaderGroupExistsError(record.name, self.get(record.name).stream)
 
     def get(self, group: str) -> GroupRecord:
-        from kazoo.exceptions import NoNodeError
-
-        try:
-            data, _ = self.client.get(self._group(group))
-        except NoNodeError:
-            raise UnknownReaderGroupError(group) from None
+        data = self.groups.get(check_name("reader group", group))
+        if data is None:
+            raise UnknownReaderGroupError(group)
         return GroupRecord.from_json(data)
 
     def replace(self, record: GroupRecord) -> None:
-        from kazoo.exceptions import NoNodeError
-
-        try:
-            self.client.set(self._group(record.name), record.to_json())
-        except NoNodeError:
-            raise UnknownReaderGroupError(record.name) from None
+        if not self.groups.replace(check_name("reader group", record.name), record.to_json()):
+            raise UnknownReaderGroupError(record.name)
 
     def delete(self, group: str) -> None:
-        from kazoo.exceptions import NoNodeError
-
-        with contextlib.suppress(NoNodeError):
-            self.client.delete(self._group(group), recursive=True)
+        self.groups.delete(check_name("reader group", group))
 
     def join(self, group: str, reader: str) -> None:
-        from kazoo.exceptions import NodeExistsError
-
-        path = f"{self._group(group)}/readers"
-        self.client.ensure_path(path)
-        try:
-            self.client.create(f"{path}/{check_name('reader', reader)}", b"", ephemeral=True)
-        except NodeExistsError:
-            raise DuplicateReaderError(group, reader) from None
+        name = check_name("reader", reader)
+        if not self.groups.join(check_name("reader group", group), name):
+            raise DuplicateReaderError(group, reader)
 
     def leave(self, group: str, reader: str) -> None:
-        from kazoo.exceptions import NoNodeError
-
-        for seg, owner in self.owners(group).items():
-            if owner == reader:
-                self.release(group, seg, reader)
-        with contextlib.suppress(NoNodeError):
-            self.client.delete(f"{self._group(group)}/readers/{reader}")
+        self.groups.leave(check_name("reader group", group), reader)
 
     def readers(self, group: str) -> list[str]:
-        from kazoo.exceptions import NoNodeError
-
-        try:
-            return sorted(self.client.get_children(f"{self._group(group)}/readers"))
-        except NoNodeError:
-            return []
+        return self.groups.readers(check_name("reader group", group))
 
     def owners(self, group: str) -> dict[int, str]:
-        from kazoo.exceptions import NoNodeError
-
-        path = f"{self._group(group)}/owners"
-        try:
-            children = self.client.get_children(path)
-        except NoNodeError:
-            return {}
-        out: dict[int, str] = {}
-        for child in children:
-            try:
-                data, _ = self.client.get(f"{path}/{child}")
-            except NoNodeError:
-                continue
-            out[int(child)] = data.decode("utf-8")
-        return out
+        return self.groups.owners(check_name("reader group", group))
 
     def acquire(self, group: str, segment: int, reader: str) -> bool:
-        from kazoo.exceptions import NodeExistsError, NoNodeError
-
-        path = f"{self._group(group)}/owners"
-        self.client.ensure_path(path)
-        try:
-            self.client.create(f"{path}/{segment}", reader.encode("utf-8"), ephemeral=True)
-            return True
-        except NodeExistsError:
-            try:
-                data, _ = self.client.get(f"{path}/{segment}")
-            except NoNodeError:
-                return False
-            return bool(data.decode("utf-8") == reader)
+        return self.groups.acquire(check_name("reader group", group), segment, reader)
 
     def release(self, group: str, segment: int, reader: str) -> None:
-        from kazoo.exceptions import BadVersionError, NoNodeError
-
-        node = f"{self._group(group)}/owners/{segment}"
-        try:
-            data, stat = self.client.get(node)
-            if data.decode("utf-8") == reader:
-                self.client.delete(node, version=stat.version)
-        except (NoNodeError, BadVersionError):
-            pass
+        self.groups.release(check_name("reader group", group), segment, reader)
 
 
 def registry_for(store: object, root: str = "/tidemark") -> GroupRegistry:

@@ -44,15 +44,16 @@ from dataclasses import dataclass
 
 import pyarrow.compute as pc
 
-from controller.index import find
+from controller.index import start_index, stop_index
 from controller.metadata import StreamMetadata
 from controller.model import StreamCut
-from controller.navigation import SegmentRange, at_or_after_head, head_cut, ranges_between
+from controller.navigation import SegmentRange, at_or_after_head, ranges_between, start_or_head
 from controller.states import StreamState
 from controller.store import MetadataStore
+from controller.timestamps import MAX_TIMESTAMP, wall_clock_ms
+from controller.timestamps import check_timestamp as check_time
 from pipelines.reading.exceptions import (
     InvalidDurationError,
-    InvalidTimestampError,
     StreamDeletedError,
 )
 from pipelines.reading.watermark_tables import (
@@ -70,34 +71,14 @@ from pipelines.reading.watermark_tables import (
 
 log = logging.getLogger(__name__)
 
-MAX_TIMESTAMP = 2**63 - 1
-
 # --- checking input -----------------------------------------------------------------------------
 
 
 def check_timestamp(value: object) -> int:
     """``value`` as milliseconds >= 0: an int, or a string of digits; else
-    :class:`InvalidTimestampError`. Booleans and fractional numbers are refused."""
-    if isinstance(value, bool):
-        raise InvalidTimestampError(value, "a boolean is not a time")
-    if isinstance(value, int):
-        number = value
-    elif isinstance(value, float):
-        if not value.is_integer():
-            raise InvalidTimestampError(value, "not a whole number of milliseconds")
-        number = int(value)
-    elif isinstance(value, str):
-        text = value.strip()
-        if not re.fullmatch(r"[+-]?\d+", text):
-            raise InvalidTimestampError(value, "not an integer")
-        number = int(text)
-    else:
-        raise InvalidTimestampError(value, f"a {type(value).__name__} is not a time")
-    if number < 0:
-        raise InvalidTimestampError(value, "negative")
-    if number > MAX_TIMESTAMP:
-        raise InvalidTimestampError(value, "beyond 2**63-1")
-    return number
+    :class:`InvalidTimestampError` (``controller.timestamps``, the one checker,
+    in its lenient mode for user input)."""
+    return check_time(value, parse=True)
 
 
 _UNITS_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -112,10 +93,6 @@ def parse_duration(text: object) -> int:
     if not compact or _DURATION.sub("", compact):
         raise InvalidDurationError(text)
     return sum(int(n) * _UNITS_MS[unit] for n, unit in _DURATION.findall(compact))
-
-
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 # --- the in-memory index ------------------------------------------------------------------------
@@ -200,14 +177,12 @@ class SeekIndex:
     def start_position(self, stream: str, t: int) -> int | None:
         """Index (in the cached columns) of the latest row whose upper time max is < ``t``."""
         _, _, upper = self.columns(stream)
-        return find(upper, t - 1)
+        return start_index(upper, t)
 
     def stop_position(self, stream: str, t: int) -> int | None:
         """Index of the first row whose time is >= ``t``; ``None`` while there is none."""
         _, times, _ = self.columns(stream)
-        before = find(times, t - 1)
-        index = 0 if before is None else before + 1
-        return index if index < len(times) else None
+        return stop_index(times, t)
 
     def start(self, stream: str, t: int) -> Found | None:
         """The watermark to start at for time ``t``; ``None``: the head of the stream."""
@@ -250,39 +225,43 @@ class SeekIndex:
         ``t``; taken by descending maximum ``seq``, a file is read only while
         it could still hold a later answer than the best found.
         """
-        files = self._index_files(stream)
-        candidates = sorted(
-            (f for f in files if f.may_hold("upper_time_max", None, t - 1)),
-            key=lambda f: _stat(f.maximum, "seq", MAX_TIMESTAMP),
-            reverse=True,
-        )
-        best: int | None = None
-        for f in candidates:
-            if best is not None and _stat(f.maximum, "seq", MAX_TIMESTAMP) <= best:
-                break
-            rows = read_files([f], ("stream", "seq", "upper_time_max"), stream)
-            rows = rows.filter(pc.less(rows.column("upper_time_max"), t))
-            if rows.num_rows:
-                top = int(pc.max(rows.column("seq")).as_py())
-                best = top if best is None else max(best, top)
-        return best
+        return self._cold_seq(stream, "upper_time_max", (None, t - 1), latest=True)
 
     def cold_stop_seq(self, stream: str, t: int) -> int | None:
-        """``seq`` of the stop watermark for ``t``, reading only files that can hold it."""
-        files = self._index_files(stream)
+        """``seq`` of the stop watermark for ``t``, reading only files that can hold it
+        (the first ``seq`` whose ``time`` is >= ``t``; files by ascending minimum ``seq``)."""
+        return self._cold_seq(stream, "time", (t, None), latest=False)
+
+    def _cold_seq(
+        self, stream: str, column: str, bounds: tuple[int | None, int | None], *, latest: bool
+    ) -> int | None:
+        """The latest (or first) ``seq`` whose ``column`` lies within ``bounds``, reading
+        files in ``seq`` order only while one could still improve on the best found."""
+        low, high = bounds
+
+        def edge(f: DataFile) -> int:
+            return _stat(f.maximum, "seq", MAX_TIMESTAMP) if latest else _stat(f.minimum, "seq", 0)
+
         candidates = sorted(
-            (f for f in files if f.may_hold("time", t, None)),
-            key=lambda f: _stat(f.minimum, "seq", 0),
+            (f for f in self._index_files(stream) if f.may_hold(column, low, high)),
+            key=edge,
+            reverse=latest,
         )
         best: int | None = None
         for f in candidates:
-            if best is not None and _stat(f.minimum, "seq", 0) >= best:
+            if best is not None and (edge(f) <= best if latest else edge(f) >= best):
                 break
-            rows = read_files([f], ("stream", "seq", "time"), stream)
-            rows = rows.filter(pc.greater_equal(rows.column("time"), t))
+            rows = read_files([f], ("stream", "seq", column), stream)
+            values = rows.column(column)
+            if low is not None:
+                rows = rows.filter(pc.greater_equal(values, low))
+                values = rows.column(column)
+            if high is not None:
+                rows = rows.filter(pc.less_equal(values, high))
             if rows.num_rows:
-                low = int(pc.min(rows.column("seq")).as_py())
-                best = low if best is None else min(best, low)
+                seqs = rows.column("seq")
+                found = int((pc.max(seqs) if latest else pc.min(seqs)).as_py())
+                best = found if best is None else (max if latest else min)(best, found)
         return best
 
     def cold_start_cut(self, stream: str, t: int) -> StreamCut | None:
@@ -349,6 +328,15 @@ def live_metadata(store: MetadataStore, stream: str, group: str | None = None) -
     return meta
 
 
+def start_cut_for(
+    stream: str, timestamp: int, meta: StreamMetadata, index: SeekIndex
+) -> dict[int, int]:
+    """The one path from a time to where reading starts: ``index``'s start watermark
+    (``controller.index``'s rule), else the head, moved up to the stream's head."""
+    found = index.start(stream, timestamp)
+    return start_or_head(None if found is None else found.stream_cut, meta)
+
+
 def stream_cut_at(
     stream: str,
     timestamp: object,
@@ -366,14 +354,11 @@ def stream_cut_at(
     empty cut stands for "the head".
     """
     ts = check_timestamp(timestamp)
-    meta = live_metadata(store, stream) if store is not None else None
     idx = index or shared_index(delta_root, storage_options)
+    if store is not None:
+        return start_cut_for(stream, ts, live_metadata(store, stream), idx)
     found = idx.start(stream, ts)
-    if meta is None:
-        return {} if found is None else dict(found.stream_cut)
-    if found is None:
-        return head_cut(meta)
-    return at_or_after_head(found.stream_cut, meta)
+    return {} if found is None else dict(found.stream_cut)
 
 
 def complete_cut_at(
@@ -408,6 +393,7 @@ __all__ = [
     "parse_duration",
     "ranges_between",
     "shared_index",
+    "start_cut_for",
     "stream_cut_at",
     "wall_clock_ms",
 ]

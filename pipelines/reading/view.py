@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from controller.metadata import StreamMetadata
 from controller.model import StreamCut
-from controller.navigation import readable_segments, wholly_before
+from controller.navigation import behind_head, readable_segments, wholly_before
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,9 @@ class GroupView:
     offsets: Mapping[int, int]
     finished: frozenset[int]
     readable: frozenset[int]
+    behind: Mapping[int, tuple[int, int]] = field(default_factory=dict)
+    """Segments a truncation took unread events from: id -> (group's offset, head
+    offset) (``controller.navigation.behind_head``); readers refuse to go on."""
 
     @property
     def cut(self) -> dict[int, int]:
@@ -73,7 +76,8 @@ def group_view(
         seg for seg, off in offsets.items() if is_finished(meta, start_cut, seg, off)
     )
     readable = frozenset(readable_segments(meta, finished))
-    return GroupView(offsets, finished, readable)
+    behind = behind_head(meta, committed, start_cut)
+    return GroupView(offsets, finished, readable, behind)
 
 
 def cut_commits(meta: StreamMetadata, cut: StreamCut) -> dict[int, int]:

@@ -3,6 +3,10 @@
     tail = TableTail(table_path("/data/delta", MARKS), stream="shop/orders")
     rows = tail.poll()            # new rows of the stream since the last poll (pyarrow)
     cut = read_cut("/data/delta", "shop/orders", seq=41)
+    marks = read_watermarks("/data/delta", "shop/orders")     # list[Watermark]
+
+The one deltalake reader of the tables: readers, seek, tools and the Spark
+jobs (``jobs.tables`` re-exports the readers) all read through it.
 
 Names, columns and schemas come from :mod:`schemas.tables`, the one
 definition the controller job writes by.
@@ -30,6 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from controller.index import IndexRow, index_rows, running_max
 from controller.model import Watermark
 from pipelines.reading.exceptions import WatermarksUnavailableError
 from schemas.tables import (
@@ -40,7 +45,10 @@ from schemas.tables import (
     MARKS_ARROW,
     MARKS_COLUMNS,
     cut_from_cell,
+    index_row,
+    marks_row,
     table_path,
+    watermark_from_row,
 )
 
 log = logging.getLogger(__name__)
@@ -113,6 +121,15 @@ class DeltaSource:
     @property
     def version(self) -> int | None:
         return None if self._table is None else int(self._table.version())
+
+    def rows(self, stream: str | None = None) -> pa.Table:
+        """Every row of the current version (optionally one stream's); empty when no table."""
+        if self._table is None:
+            return pa.table({})
+        import pyarrow.dataset as ds
+
+        flt = None if stream is None else ds.field("stream") == stream
+        return self._table.to_pyarrow_dataset().to_table(filter=flt)
 
     def files(self) -> list[DataFile]:
         """Every data file of the current version, with its min/max statistics."""
@@ -239,38 +256,50 @@ def append_watermarks(
 
     if not watermarks:
         return
-    top = previous_upper_time_max
-    maxima = []
-    for watermark in watermarks:
-        top = watermark.upper_time if top is None else max(top, watermark.upper_time)
-        maxima.append(top)
-    marks = pa.table(
-        {
-            "stream": [m.stream for m in watermarks],
-            "seq": [m.seq for m in watermarks],
-            "time": [m.time for m in watermarks],
-            "upper_time": [m.upper_time for m in watermarks],
-            "stream_cut": [
-                [{"segment": s, "offset": o} for s, o in sorted(m.stream_cut.items())]
-                for m in watermarks
-            ],
-            "writers": [[] for _ in watermarks],
-            "emitted_at": [0 for _ in watermarks],
-        },
-        schema=MARKS_SCHEMA,
-    )
-    index = pa.table(
-        {
-            "stream": [m.stream for m in watermarks],
-            "seq": [m.seq for m in watermarks],
-            "time": [m.time for m in watermarks],
-            "upper_time_max": maxima,
-        },
+    uppers = [w.upper_time for w in watermarks]
+    if previous_upper_time_max is None:
+        maxima = running_max(uppers)
+    else:
+        maxima = running_max([previous_upper_time_max, *uppers])[1:]
+    marks = pa.Table.from_pylist([marks_row(w) for w in watermarks], schema=MARKS_SCHEMA)
+    index = pa.Table.from_pylist(
+        [index_row(w, top) for w, top in zip(watermarks, maxima, strict=True)],
         schema=INDEX_SCHEMA,
     )
     options = dict(storage_options or {}) or None
     write_deltalake(table_path(delta_root, MARKS), marks, mode="append", storage_options=options)
     write_deltalake(table_path(delta_root, INDEX), index, mode="append", storage_options=options)
+
+
+def read_watermarks(
+    delta_root: str, stream: str, storage_options: Mapping[str, str] | None = None
+) -> list[Watermark]:
+    """Every watermark of ``stream`` in the ``marks`` table, in ``seq`` order."""
+    tail = TableTail(table_path(delta_root, MARKS), stream, MARKS_COLUMNS, storage_options)
+    return [watermark_from_row(row, Watermark) for row in tail.poll().to_pylist()]
+
+
+def read_index_rows(
+    delta_root: str, stream: str, storage_options: Mapping[str, str] | None = None
+) -> list[IndexRow]:
+    """``stream``'s index rows in ``seq`` order, each with its cut from ``marks``.
+
+    Reads ``marks`` alone (``upper_time_max`` is its running maximum), so the
+    rows are consistent even while the job is between its two appends.
+    """
+    return index_rows(read_watermarks(delta_root, stream, storage_options))
+
+
+def read_table(
+    delta_root: str,
+    table: str,
+    stream: str | None = None,
+    storage_options: Mapping[str, str] | None = None,
+) -> list[dict[str, Any]]:
+    """Rows of any of the tables (optionally one stream's) as dicts; for tools and tests."""
+    source = DeltaSource(table_path(delta_root, table), storage_options)
+    source.refresh()
+    return list(source.rows(stream).to_pylist())
 
 
 def read_cut(
@@ -312,6 +341,9 @@ __all__ = [
     "read_cut",
     "read_cut_from",
     "read_files",
+    "read_index_rows",
+    "read_table",
+    "read_watermarks",
     "resolve_delta_root",
     "table_path",
 ]

@@ -24,10 +24,10 @@ from pipelines.reading.watermark_tables import (
     MARKS,
     MARKS_COLUMNS,
     TableTail,
-    cut_from_cell,
     resolve_delta_root,
     table_path,
 )
+from schemas.tables import watermark_from_row
 
 log = logging.getLogger(__name__)
 
@@ -64,16 +64,9 @@ class WatermarkFeed:
             if force or now - self._checked_at >= self._interval_s:
                 self._checked_at = now
                 rows = self._tail.poll()
-                for row in rows.to_pylist():
-                    self.watermarks.append(
-                        Watermark(
-                            self.stream,
-                            int(row["time"]),
-                            int(row["upper_time"]),
-                            cut_from_cell(row["stream_cut"]),
-                            int(row["seq"]),
-                        )
-                    )
+                self.watermarks.extend(
+                    watermark_from_row(row, Watermark) for row in rows.to_pylist()
+                )
             return len(self.watermarks)
 
     def iterator(self, start: int = 0) -> FeedIterator:
@@ -190,7 +183,8 @@ class PositionWindow:
         self._open_ended = window.upper is None
         if window.upper is not None:
             segments = _LiveSegments(self._segments)
-            for watermark in watermarks[start:]:
+            for index in range(start, len(watermarks)):
+                watermark = watermarks[index]
                 if compare(position, watermark.stream_cut, segments) < 0:
                     relevant.append(watermark)  # the first wholly ahead: the upper bound
                     break

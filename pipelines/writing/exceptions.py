@@ -14,7 +14,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from controller.exceptions import StreamSealedError, UnknownStreamError
+from controller.exceptions import (
+    InvalidTimestampError,
+    MarksTopicError,
+    StreamSealedError,
+    UnknownStreamError,
+)
 from tidemark.errors import ConfigurationError, TidemarkError
 
 
@@ -38,11 +43,7 @@ class WriterClosedError(WriterError):
     """The writer (or transaction) is closed; create a new one."""
 
 
-class InvalidTimestampError(WriterError, ValueError):
-    """A timestamp is not an int of milliseconds within 0 … 2**63-1."""
-
-
-class MissingTimestampError(InvalidTimestampError):
+class MissingTimestampError(InvalidTimestampError, WriterError):
     """The stream's timestamping is ``client-require`` and a record came without one."""
 
 
@@ -93,10 +94,6 @@ class WriterTimeoutError(WriterError, TimeoutError):
 
 class InvalidRoutingKeyError(WriterError, TypeError):
     """A routing key is not str, bytes or None."""
-
-
-class MarksTopicError(WriterError):
-    """The marks topic is missing (and may not be created) or has the wrong partition count."""
 
 
 class TransactionError(WriterError):

@@ -10,25 +10,18 @@ one controller instance sees every mark of a stream in order.
 The marks topic has ``ClusterSettings.bucket_count`` partitions. A writer
 creates it when it is missing (``WriterConfig.create_marks_topic``, the
 default), with the broker's default replication; a topic with another
-partition count is refused, since marks would land in the wrong buckets.
+partition count is refused, since marks would land in the wrong buckets
+(``controller.kafka_admin.ensure_marks_topic``, shared with the controller job).
 """
 
 from __future__ import annotations
 
-import logging
-import threading
-import time
 from dataclasses import dataclass
 
-from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
-
+from controller.kafka_admin import ensure_marks_topic
 from controller.model import WriterMark
 from controller.naming import ClusterSettings, bucket_of
-from pipelines.writing.exceptions import MarksTopicError
 from schemas.records import WriterMarkRecord
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -60,59 +53,6 @@ def mark_message(
 def to_writer_mark(record: WriterMarkRecord) -> WriterMark:
     """The model's value of a decoded mark."""
     return WriterMark(record.time, dict(record.position), record.alive)
-
-
-_checked: set[tuple[str, str, int]] = set()
-_checked_lock = threading.Lock()
-
-
-def _partition_count(admin: AdminClient, topic: str) -> int | None:
-    found = admin.list_topics(topic=topic, timeout=10).topics.get(topic)
-    if found is None or found.error is not None:
-        return None
-    return len(found.partitions)
-
-
-def ensure_marks_topic(bootstrap_servers: str, settings: ClusterSettings, create: bool) -> None:
-    """Make sure the marks topic exists with ``bucket_count`` partitions (once per process)."""
-    key = (bootstrap_servers, settings.marks_topic, settings.bucket_count)
-    with _checked_lock:
-        if key in _checked:
-            return
-    topic = settings.marks_topic
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers, "log_level": 0})
-    try:
-        count = _partition_count(admin, topic)
-        if count is None:
-            if not create:
-                raise MarksTopicError(
-                    f"marks topic {topic!r} does not exist; create it with "
-                    f"{settings.bucket_count} partitions, or let writers create it "
-                    "(WriterConfig.create_marks_topic=True)"
-                )
-            log.info("creating marks topic %s with %d partitions", topic, settings.bucket_count)
-            future = admin.create_topics([NewTopic(topic, num_partitions=settings.bucket_count)])[
-                topic
-            ]
-            try:
-                future.result(timeout=30)
-            except KafkaException as exc:
-                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                    raise
-            deadline = time.monotonic() + 30
-            while (count := _partition_count(admin, topic)) is None:
-                if time.monotonic() > deadline:
-                    raise MarksTopicError(f"marks topic {topic!r} did not appear after creation")
-                time.sleep(0.1)
-    except KafkaException as exc:
-        raise MarksTopicError(f"marks topic {topic!r}: {exc.args[0]}") from exc
-    if count != settings.bucket_count:
-        raise MarksTopicError(
-            f"marks topic {topic!r} has {count} partitions but bucket_count is "
-            f"{settings.bucket_count}; every writer and controller must agree on it"
-        )
-    with _checked_lock:
-        _checked.add(key)
 
 
 __all__ = ["MarkMessage", "ensure_marks_topic", "mark_message", "to_writer_mark"]

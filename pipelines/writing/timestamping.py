@@ -28,21 +28,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from controller.config import TimestampingMode
-from pipelines.writing.exceptions import InvalidTimestampError, MissingTimestampError
-
-MAX_TIMESTAMP = 2**63 - 1
-"""The largest timestamp Kafka (a Java long) can hold."""
-
-
-def check_timestamp(value: object, what: str = "timestamp") -> int:
-    """``value`` when it is an int within 0 … 2**63-1, else :class:`InvalidTimestampError`."""
-    if type(value) is not int:
-        raise InvalidTimestampError(
-            f"{what} must be an int of milliseconds, got {value!r} ({type(value).__name__})"
-        )
-    if not 0 <= value <= MAX_TIMESTAMP:
-        raise InvalidTimestampError(f"{what} {value} is outside 0 … 2**63-1")
-    return value
+from controller.timestamps import MAX_TIMESTAMP, check_timestamp
+from pipelines.writing.exceptions import MissingTimestampError
 
 
 @dataclass(frozen=True)

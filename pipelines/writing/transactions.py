@@ -299,14 +299,7 @@ class TransactionalWriter(_StreamWriter):
                         WriterMark(timestamp, position),
                         transaction_id=txn.id,
                     )
-                    self._produce(
-                        msg.topic,
-                        msg.value,
-                        msg.key,
-                        msg.partition,
-                        self._now_ms(),
-                        self._on_mark_delivery,
-                    )
+                    self._produce_mark(msg)
                 self._commit_kafka(txn)
             except TransactionTimedOutError:
                 raise
@@ -369,14 +362,7 @@ class TransactionalWriter(_StreamWriter):
                         WriterMark(self._last_noted, dict(self._committed), alive=False),
                     )
                     self._producer.begin_transaction()
-                    self._produce(
-                        msg.topic,
-                        msg.value,
-                        msg.key,
-                        msg.partition,
-                        self._now_ms(),
-                        self._on_mark_delivery,
-                    )
+                    self._produce_mark(msg)
                     self._producer.commit_transaction(self.config.close_timeout_ms / 1000)
             finally:
                 self._closed = True

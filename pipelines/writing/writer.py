@@ -51,6 +51,7 @@ from controller.naming import split_stream
 from controller.navigation import key_hash, predecessors
 from controller.states import WRITABLE, require_writable
 from controller.store import MetadataStore
+from controller.timestamps import wall_clock_ms
 from pipelines.writing.config import WriterConfig
 from pipelines.writing.exceptions import (
     AutomaticTimeError,
@@ -64,7 +65,7 @@ from pipelines.writing.exceptions import (
     WriterError,
     WriterTimeoutError,
 )
-from pipelines.writing.marks import ensure_marks_topic, mark_message
+from pipelines.writing.marks import MarkMessage, ensure_marks_topic, mark_message
 from pipelines.writing.positions import PositionTracker
 from pipelines.writing.replay import ReplayBuffer, Retained
 from pipelines.writing.timestamping import (
@@ -81,10 +82,6 @@ Serializer = Callable[[Any], bytes]
 RoutingKey = str | bytes | None
 
 _ROUTE_CACHE_SIZE = 65_536
-
-
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclass(frozen=True)
@@ -166,7 +163,7 @@ class _StreamWriter:
 
         metadata = store.get_stream(stream)
         require_writable(stream, metadata.state)
-        ensure_marks_topic(bootstrap_servers, config.cluster, config.create_marks_topic)
+        ensure_marks_topic(bootstrap_servers, config.cluster, create=config.create_marks_topic)
 
         self._clock = SegmentClock(_policy(metadata))
         self._tracker = PositionTracker()
@@ -385,6 +382,17 @@ class _StreamWriter:
     def _on_mark_delivery(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None:
             self._failures.append(_failed(err, msg))
+
+    def _produce_mark(self, msg: MarkMessage) -> None:
+        """Produce a writer mark (inside the open transaction, for a transactional writer)."""
+        self._produce(
+            msg.topic,
+            msg.value,
+            msg.key,
+            msg.partition,
+            self._now_ms(),
+            self._on_mark_delivery,
+        )
 
     def _on_error(self, err: KafkaError) -> None:
         if err.fatal():
@@ -705,14 +713,7 @@ class EventWriter(_StreamWriter):
                 self.writer_id,
                 WriterMark(note.time, note.position, note.alive),
             )
-            self._produce(
-                msg.topic,
-                msg.value,
-                msg.key,
-                msg.partition,
-                self._now_ms(),
-                self._on_mark_delivery,
-            )
+            self._produce_mark(msg)
             published += 1
         return published
 

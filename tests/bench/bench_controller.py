@@ -131,6 +131,7 @@ def _create_streams(settings: Any, prefix: str, count: int) -> None:
     client.start(timeout=30)
     try:
         store = ZooKeeperStore(client, settings.cluster.zk_root)
+        store.create_scope(prefix)
         for i in range(count):
             with contextlib.suppress(ControllerError):  # made by an earlier part
                 store.create_stream(new_stream_metadata(f"{prefix}/s{i}", StreamConfiguration(), 0))
@@ -223,11 +224,11 @@ def _produce_marks(services: Any, settings: Any, rounds: range) -> int:
     """``rounds`` marks of every writer of every stream onto the marks topic."""
     from confluent_kafka import Producer
 
+    from controller.kafka_admin import ensure_marks_topic
     from controller.naming import bucket_of
-    from jobs.controller_job import ensure_marks_topic
     from schemas.records import WriterMarkRecord
 
-    ensure_marks_topic(settings)
+    ensure_marks_topic(settings.kafka_bootstrap, settings.cluster)
     producer = Producer({"bootstrap.servers": services.bootstrap, "linger.ms": 20})
     count = 0
     for rnd in rounds:
@@ -384,6 +385,7 @@ def freshness(spark: Any, services: Any, root: str, work: Path) -> list[str]:
     store = ZooKeeperStore(client, settings.cluster.zk_root)
     manager = StreamManager(store, services.bootstrap, settings.cluster)
     streams = [f"fresh/s{i}" for i in range(FRESH_STREAMS)]
+    manager.create_scope("fresh")
     for s in streams:
         manager.create(s, StreamConfiguration(scaling_policy=ScalingPolicy.fixed(1)))
     cfg = WriterConfig(cluster=settings.cluster, linger_ms=1)

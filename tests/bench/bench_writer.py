@@ -59,6 +59,7 @@ def run(bootstrap: str) -> list[str]:
     settings = ClusterSettings(marks_topic=f"bench-marks-{unique}", bucket_count=4)
     store = MemoryStore()
     stream = f"bench{unique}/writer"
+    store.create_scope(f"bench{unique}")
     meta = StreamManager(store, bootstrap, settings).create(
         stream, StreamConfiguration(ScalingPolicy.fixed(4))
     )

@@ -75,6 +75,7 @@ class Env:
         )
 
     def create(self, stream: str, segments: int) -> None:
+        self.manager.create_scope(stream.split("/")[0])
         self.manager.create(
             stream, StreamConfiguration(scaling_policy=ScalingPolicy.fixed(segments))
         )
@@ -538,6 +539,7 @@ def test_each_stream_drops_a_silent_writer_after_its_own_timeout_then_idle_runs_
 ) -> None:
     env = make_env(kafka, zookeeper, zk_client, unique, work, buckets=2)
     timeouts = {f"t{unique}/zero": 0, f"t{unique}/two": 2_000}
+    env.manager.create_scope(f"t{unique}")
     for s, timeout in timeouts.items():
         env.manager.create(
             s,

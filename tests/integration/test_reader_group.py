@@ -59,6 +59,7 @@ def wconfig(settings):
 
 def make_stream(manager, unique, segments=2):
     stream = f"r{unique}/s"
+    manager.create_scope(f"r{unique}")
     manager.create(stream, StreamConfiguration(ScalingPolicy.fixed(segments)))
     return stream
 

@@ -26,6 +26,7 @@ def cli(monkeypatch, kafka, zookeeper, zk_client, capsys):
 
 def test_stream_verbs(cli, unique):
     name = f"c{unique}/clicks"
+    cli("scope", "create", f"c{unique}")
     out, _ = cli("stream", "create", name, "--segments", "2", "--uncapped", "--format", "json")
     created = json.loads(out)
     assert created["state"] == "active" and created["config"]["uncapped"] is True
@@ -115,3 +116,54 @@ def test_controller_status(cli, zk_client):
         for t in threads:
             t.join(10)
     assert not any(t.is_alive() for t in threads)
+
+
+def test_scope_verbs_and_their_bad_inputs(cli, unique):
+    scope, other = f"sc{unique}", f"sd{unique}"
+    _, err = cli("stream", "create", f"{scope}/s", expect=1)
+    assert f"unknown scope '{scope}'" in err and f"tidemark scope create {scope}" in err
+    out, _ = cli("scope", "list")
+    assert "no scopes" in out
+
+    out, _ = cli("scope", "create", scope, "--format", "json")
+    assert json.loads(out) == {"scope": scope, "created": True}
+    out, _ = cli("scope", "create", scope)
+    assert "exists already" in out
+    cli("scope", "create", other)
+    cli("stream", "create", f"{scope}/s")
+    out, _ = cli("scope", "list", "--format", "json")
+    assert json.loads(out) == [{"scope": scope, "streams": 1}, {"scope": other, "streams": 0}]
+
+    _, err = cli("scope", "delete", scope, expect=1)
+    assert f"scope '{scope}' holds 1 stream(s) ({scope}/s)" in err and "delete them" in err
+    out, _ = cli("stream", "describe", f"{scope}/s", "--format", "json")
+    assert json.loads(out)["state"] == "active"  # the refusal lost nothing
+
+    for bad in ("", "a/b", "-lead", "x" * 101):
+        _, err = cli("scope", "create", "--", bad, expect=1)
+        assert "scope/name" in err
+    _, err = cli("scope", "delete", f"nope{unique}", expect=1)
+    assert f"unknown scope 'nope{unique}'" in err
+
+    cli("stream", "seal", f"{scope}/s")
+    cli("stream", "delete", f"{scope}/s")
+    out, _ = cli("scope", "delete", scope)
+    assert f"deleted scope {scope}" in out
+    out, _ = cli("scope", "list", "--format", "json")
+    assert json.loads(out) == [{"scope": other, "streams": 0}]
+
+
+def test_retention_limits_on_the_command_line(cli, unique):
+    scope = f"rl{unique}"
+    cli("scope", "create", scope)
+    args = ("--retention", "by-size", "--retention-limit", "1000")
+    _, err = cli("stream", "create", f"{scope}/s", *args, "--retention-min", "2000", expect=1)
+    assert "min_limit" in err and "2000" in err
+    out, _ = cli(
+        "stream", "create", f"{scope}/s", *args, "--retention-min", "400", "--format", "json"
+    )
+    assert json.loads(out)["config"]["retention_policy"] == {
+        "type": "by-size",
+        "limit": 1000,
+        "min_limit": 400,
+    }

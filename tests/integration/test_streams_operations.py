@@ -32,8 +32,11 @@ class Crash(Exception):
 
 
 @pytest.fixture
-def store(zk_client):
-    return ZooKeeperStore(zk_client)
+def store(zk_client, unique):
+    """The store, with the scope of the ``stream`` fixture created."""
+    made = ZooKeeperStore(zk_client)
+    made.create_scope(f"t{unique}")
+    return made
 
 
 @pytest.fixture

@@ -10,6 +10,8 @@ import pytest
 from controller.config import ScalingPolicy, StreamConfiguration
 from controller.exceptions import (
     ConflictError,
+    InvalidModelError,
+    ScopeNotEmptyError,
     StreamExistsError,
     UnknownScopeError,
     UnknownStreamError,
@@ -23,12 +25,19 @@ from controller.store import MetadataStore
 
 
 @pytest.fixture(params=["memory", "zookeeper"])
-def store(request) -> MetadataStore:
+def empty_store(request) -> MetadataStore:
     if request.param == "memory":
         return MemoryStore()
     from controller.zk_store import ZooKeeperStore
 
     return ZooKeeperStore(request.getfixturevalue("zk_client"), root="/tidemark")
+
+
+@pytest.fixture
+def store(empty_store: MetadataStore) -> MetadataStore:
+    """A store with the scope ``shop`` (streams are created only in an existing scope)."""
+    assert empty_store.create_scope("shop") is True
+    return empty_store
 
 
 def fresh(name: str = "shop/orders", segments: int = 2) -> StreamMetadata:
@@ -97,8 +106,11 @@ def test_delete_and_recreate(store):
     assert store.get_stream("shop/orders") == again  # no stale epochs from the first life
 
 
-def test_listing(store):
+def test_listing(empty_store):
+    store = empty_store
     assert store.list_streams() == [] and store.list_scopes() == []
+    store.create_scope("b")
+    store.create_scope("a")
     for name in ("b/one", "a/two", "a/one"):
         store.create_stream(fresh(name))
     assert store.list_streams() == ["a/one", "a/two", "b/one"]
@@ -129,3 +141,30 @@ def test_watch_sees_every_settled_change(store):
     assert seen[-1].current_epoch().number == 1
     with pytest.raises(UnknownStreamError):
         store.watch_stream("shop/nothing", on_change)
+
+
+def test_scopes_are_created_listed_and_deleted_only_when_empty(empty_store):
+    store = empty_store
+    with pytest.raises(UnknownScopeError, match="scope create shop"):
+        store.create_stream(fresh())
+    assert store.list_streams() == [] and store.list_scopes() == []
+    assert store.create_scope("shop") is True
+    assert store.create_scope("shop") is False  # idempotent
+    store.create_stream(fresh())
+    with pytest.raises(ScopeNotEmptyError, match=r"'shop' holds 1 stream.*shop/orders"):
+        store.delete_scope("shop")
+    assert store.get_stream("shop/orders") == fresh()  # nothing lost by the refusal
+    store.delete_stream("shop/orders", 0)
+    store.delete_scope("shop")
+    assert store.list_scopes() == []
+    with pytest.raises(UnknownScopeError, match="'shop'"):
+        store.delete_scope("shop")
+    with pytest.raises(UnknownScopeError):
+        store.create_stream(fresh())  # the deleted scope is gone for streams too
+
+
+@pytest.mark.parametrize("bad", ["", "a/b", "-x", "sp ace", "x" * 101])
+def test_bad_scope_names_are_refused(empty_store, bad):
+    with pytest.raises(InvalidModelError, match="scope/name"):
+        empty_store.create_scope(bad)
+    assert empty_store.list_scopes() == []

@@ -84,3 +84,51 @@ def test_cli_relay(capsys, unique, kafka):
         "20",
     )
     assert result == [{"relayed": 3}]
+
+
+def test_purge_verb_once_and_on_a_schedule(capsys, unique, postgres):
+    import time
+
+    from pipelines.timeline.housekeeping import PurgeLoop, PurgeSettings
+    from pipelines.timeline.store import TimelineStore
+
+    name = f"cli-{unique}"
+    run(capsys, "create", name)
+    for i in range(5):
+        run(capsys, "put", name, "--group", "g", "--id", f"p{i}", "--body", "x", "--in-ms", "0")
+        run(capsys, "delete", name, f"p{i}", "--group", "g")
+    # kept for the hour a replayed create must still see them
+    assert run(capsys, "purge")[0]["purged"] == 0
+    time.sleep(0.05)
+    first = run(capsys, "purge", "--keep-deleted-ms", "0", "--batch-size", "2")[0]
+    assert first["purged"] >= 5 and first["passes"] == 1
+    with TimelineStore(postgres) as store:
+        assert store.get(name, "p0", include_deleted=True) is None
+        # the scheduled loop: new deletions are purged by a later pass, with no call
+        loop = PurgeLoop(store, PurgeSettings(interval_ms=50, keep_deleted_ms=0, batch_size=2))
+        handle = loop.start()
+        try:
+            run(capsys, "put", name, "--group", "g", "--id", "late", "--body", "x", "--in-ms", "0")
+            run(capsys, "delete", name, "late", "--group", "g")
+            deadline = time.monotonic() + 20
+            while store.get(name, "late", include_deleted=True) is not None:
+                assert time.monotonic() < deadline, "the purge loop never removed it"
+                time.sleep(0.05)
+        finally:
+            handle.stop()
+        assert loop.passes >= 1 and not handle.running
+    scheduled = run(capsys, "purge", "--every-ms", "50", "--duration-s", "0.3")[0]
+    assert scheduled["passes"] >= 2
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--batch-size", "0", "batch_size"),
+        ("--keep-deleted-ms", "-1", "keep_deleted_ms"),
+        ("--every-ms", "0", "interval_ms"),
+    ],
+)
+def test_purge_verb_bad_inputs(capsys, flag, value, message):
+    with pytest.raises(TidemarkError, match=message):
+        run(capsys, "purge", flag, value)

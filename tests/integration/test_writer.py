@@ -59,6 +59,7 @@ def config(settings: ClusterSettings) -> WriterConfig:
 def make_stream(manager: StreamManager, unique: str, name: str = "s", **kw: object) -> str:
     stream = f"w{unique}/{name}"
     segments = int(kw.pop("segments", 2))  # type: ignore[call-overload]
+    manager.create_scope(f"w{unique}")
     manager.create(stream, StreamConfiguration(ScalingPolicy.fixed(segments), **kw))  # type: ignore[arg-type]
     return stream
 

@@ -13,6 +13,7 @@ def test_write_from_args_and_stdin(kafka, zookeeper, unique, monkeypatch, capsys
     monkeypatch.setenv("TIDEMARK_KAFKA_BOOTSTRAP", kafka)
     monkeypatch.setenv("TIDEMARK_ZK_CONNECT", zookeeper)
     stream = f"cli{unique}/events"
+    assert main(["scope", "create", f"cli{unique}"]) == 0
     assert main(["stream", "create", stream, "--segments", "2"]) == 0
     capsys.readouterr()
     args = ["write", stream, "a", "b", "--key", "k", "--note-time", "1000", "--format", "json"]

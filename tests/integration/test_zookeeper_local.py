@@ -24,3 +24,24 @@ def test_ephemeral_node_disappears_when_its_session_closes(zookeeper, zk_client,
     other.stop()
     other.close()
     assert zk_client.exists("/owner") is None
+
+
+def test_claims_name_their_owner_and_vanish_with_its_session(zookeeper, zk_client, unique) -> None:
+    from controller.claims import Claims
+
+    other = KazooClient(hosts=f"{zookeeper}/tidemark-test-{unique}")
+    other.start(timeout=15)
+    theirs = Claims(other, "/owners")
+    ours = Claims(zk_client, "/owners")
+    assert theirs.claim("7", "r2")
+    assert not ours.claim("7", "r1")
+    assert ours.claim("7", "r2")  # already the owner's: still held
+    ours.release("7", "r1")  # not r1's: left alone
+    assert ours.owners() == {"7": "r2"}
+    assert ours.announce("r1") and not ours.announce("r1")
+    other.stop()
+    other.close()
+    assert ours.owner("7") is None
+    assert ours.claim("7", "r1")
+    ours.release("7", "r1")
+    assert ours.owners() == {"r1": ""}

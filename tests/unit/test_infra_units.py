@@ -60,3 +60,18 @@ def test_pipelines_exports_the_contract_names() -> None:
         assert getattr(pipelines, name).__name__ == name
     with pytest.raises(AttributeError):
         _ = pipelines.NoSuchThing
+
+
+def test_resolve_services_option_then_environment_then_error(tmp_path) -> None:
+    import pytest as _pytest
+
+    from infra.environment import Environment
+    from infra.services import KAFKA, POSTGRES, ZOOKEEPER, resolve_services
+    from tidemark.errors import ConfigurationError
+
+    env = Environment(kafka_bootstrap="env:9092", zk_connect="env:2181", home=tmp_path)
+    assert resolve_services(KAFKA, env=env).kafka_bootstrap == "env:9092"
+    found = resolve_services(KAFKA, ZOOKEEPER, kafka="opt:9092", env=env)
+    assert (found.kafka_bootstrap, found.zk_connect) == ("opt:9092", "env:2181")
+    with _pytest.raises(ConfigurationError, match=r"postgresql.*TIDEMARK_POSTGRES_DSN"):
+        resolve_services(POSTGRES, env=env)

@@ -265,3 +265,15 @@ def test_arbitrary_bytes_never_crash_the_decoder(data: bytes) -> None:
 def test_every_truncation_is_a_decode_error(cut: int) -> None:
     with pytest.raises(DecodeError):
         decode(GOOD[:cut])
+
+
+def test_watermark_rows_round_trip() -> None:
+    from controller.model import Watermark
+    from schemas.tables import MARKS_ARROW, index_row, marks_row, watermark_from_row
+
+    wm = Watermark("s/t", 100, 180, {1 << 32: 7, 0: 5}, 3)
+    row = marks_row(wm, writers=["w1"], emitted_at=42)
+    assert row["stream_cut"] == [{"segment": 0, "offset": 5}, {"segment": 1 << 32, "offset": 7}]
+    assert list(row) == MARKS_ARROW.names
+    assert watermark_from_row(row, Watermark) == wm
+    assert index_row(wm, 200) == {"stream": "s/t", "seq": 3, "time": 100, "upper_time_max": 200}

@@ -2,6 +2,7 @@
 
     tidemark controller status --format json
     tidemark controller run --instance a --bucket-count 8
+    tidemark controller policies --policy-interval-ms 10000 --delta-root ~/.tidemark/delta
 
 Each verb is a ``register_<verb>(verbs)`` function listed in :data:`VERBS`;
 add a verb by writing its function and appending it there.
@@ -50,7 +51,56 @@ def cmd_run(args: argparse.Namespace) -> int:
     return run_local(args)
 
 
-VERBS: list[Callable[[Any], None]] = [register_status, register_run]
+def register_policies(verbs: Any) -> None:
+    parser = verbs.add_parser(
+        "policies",
+        help="run the stream policy loop alone (retention, auto-scaling; no Spark)",
+        description="Acts on every stream's retention and scaling policy. Only one loop "
+        "acts per cluster: loops contend in a ZooKeeper election, the others wait.",
+    )
+    parser.add_argument("--instance", default=None, help="this loop's name in the election")
+    parser.add_argument("--policy-interval-ms", type=int, default=10_000)
+    parser.add_argument("--rate-window-ms", type=int, default=60_000)
+    parser.add_argument("--scale-cooldown-ms", type=int, default=120_000)
+    parser.add_argument(
+        "--delta-root", default=None, help="the controller's tables (default $TIDEMARK_DELTA_ROOT)"
+    )
+    parser.add_argument(
+        "--once", action="store_true", help="one pass now, print what it did, no election"
+    )
+    add_format_option(parser)
+    parser.set_defaults(func=cmd_policies)
+
+
+def cmd_policies(args: argparse.Namespace) -> int:
+    import os
+    import socket
+
+    from tidemark.cli.output import emit_rows
+    from tidemark.cli.streams import control_plane
+    from tidemark.policy_loop import PolicyLoop, PolicySettings, run_when_elected
+
+    settings = PolicySettings(
+        interval_ms=args.policy_interval_ms,
+        rate_window_ms=args.rate_window_ms,
+        cooldown_ms=args.scale_cooldown_ms,
+        delta_root=args.delta_root,
+    )
+    with control_plane() as cp:
+        loop = PolicyLoop(cp.manager, settings)
+        try:
+            if args.once:
+                actions = loop.run_once()
+                emit_rows(args, [vars(a) for a in actions])
+                return 0
+            identifier = args.instance or f"{socket.gethostname()}-{os.getpid()}"
+            run_when_elected(cp.client, loop, identifier, cp.settings.zk_root)
+        finally:
+            loop.close()
+    return 0
+
+
+VERBS: list[Callable[[Any], None]] = [register_status, register_run, register_policies]
 """The ``controller`` group's verbs; each adds its subparser."""
 
 

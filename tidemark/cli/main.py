@@ -18,6 +18,7 @@ COMMAND_MODULES = (
     "tidemark.cli.services",
     "tidemark.cli.demo",
     "tidemark.cli.timeline",
+    "tidemark.cli.scopes",
     "tidemark.cli.streams",
     "tidemark.cli.write",
     "tidemark.cli.controller",

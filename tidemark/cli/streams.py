@@ -27,8 +27,8 @@ from controller.config import (
 from controller.metadata import StreamMetadata, metadata_to_dict
 from controller.model import KeyRange
 from controller.naming import ClusterSettings
-from infra.environment import KAFKA_BOOTSTRAP, ZK_CONNECT, Environment
-from infra.services import LocalServices
+from infra.environment import Environment
+from infra.services import KAFKA, ZOOKEEPER, resolve_services
 from tidemark.cli.output import add_format_option, emit, emit_rows
 from tidemark.errors import ConfigurationError
 
@@ -45,19 +45,9 @@ class ControlPlane:
 
 def service_addresses(env: Environment | None = None) -> tuple[str, str]:
     """(Kafka bootstrap, ZooKeeper connect): the environment's, else ``tidemark up``'s."""
-    env = env or Environment.from_env()
-    kafka, zk = env.kafka_bootstrap, env.zk_connect
-    if not (kafka and zk):
-        running = LocalServices(env).running()
-        if running is not None:
-            kafka = kafka or running.kafka_bootstrap
-            zk = zk or running.zk_connect
-    if not (kafka and zk):
-        raise ConfigurationError(
-            f"no Kafka/ZooKeeper to talk to: set {KAFKA_BOOTSTRAP} and {ZK_CONNECT}, "
-            "or start local services with `tidemark up`"
-        )
-    return kafka, zk
+    found = resolve_services(KAFKA, ZOOKEEPER, env=env)
+    assert found.kafka_bootstrap is not None and found.zk_connect is not None
+    return found.kafka_bootstrap, found.zk_connect
 
 
 @contextlib.contextmanager
@@ -128,6 +118,9 @@ def _config_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scale-factor", type=int)
     parser.add_argument("--retention", choices=[t.value for t in RetentionType])
     parser.add_argument("--retention-limit", type=int, help="ms (by-time) or bytes (by-size)")
+    parser.add_argument(
+        "--retention-min", type=int, help="keep at least this much (ms or bytes; default 0)"
+    )
     parser.add_argument("--timestamping", choices=[m.value for m in TimestampingMode])
     parser.add_argument("--uncapped", action=argparse.BooleanOptionalAction, default=None)
     parser.add_argument(
@@ -153,7 +146,9 @@ def config_from_args(args: argparse.Namespace, base: StreamConfiguration) -> Str
     )
     rtype = RetentionType(args.retention) if args.retention else rp.type
     limit = args.retention_limit if args.retention_limit is not None else rp.limit
-    retention = RetentionPolicy(rtype, 0 if rtype is RetentionType.NONE else limit)
+    minimum = args.retention_min if args.retention_min is not None else rp.min_limit
+    none = rtype is RetentionType.NONE
+    retention = RetentionPolicy(rtype, 0 if none else limit, 0 if none else minimum)
     return StreamConfiguration(
         scaling_policy=scaling,
         retention_policy=retention,

@@ -5,6 +5,7 @@
     tidemark timeline lease reminders --consumer me --duration-ms 30000
     tidemark timeline count reminders --format json
     tidemark timeline relay reminders --consumer relay-1 --topic due-reminders
+    tidemark timeline purge --keep-deleted-ms 3600000 --every-ms 60000
 
 The store is TIDEMARK_POSTGRES_DSN, else the PostgreSQL that ``tidemark up``
 started. The schema is created or upgraded on first use.
@@ -21,36 +22,17 @@ from contextlib import contextmanager
 from dataclasses import asdict
 from typing import Any
 
-from infra.environment import Environment
-from infra.services import LocalServices
+from infra.services import KAFKA, POSTGRES, resolve_services
 from tidemark.cli.output import add_format_option, emit, emit_rows
-from tidemark.errors import ConfigurationError
 
 
 def _dsn() -> str:
-    env = Environment.from_env()
-    if env.postgres_dsn:
-        return env.postgres_dsn
-    running = LocalServices(env).running()
-    if running is not None and running.postgres_dsn:
-        return running.postgres_dsn
-    raise ConfigurationError(
-        "no timeline store: set TIDEMARK_POSTGRES_DSN or start local services with `tidemark up`"
-    )
+    """The timeline store's DSN: environment, else ``tidemark up``'s PostgreSQL."""
+    return str(resolve_services(POSTGRES).postgres_dsn)
 
 
 def _bootstrap(given: str | None) -> str:
-    if given:
-        return given
-    env = Environment.from_env()
-    if env.kafka_bootstrap:
-        return env.kafka_bootstrap
-    running = LocalServices(env).running()
-    if running is not None and running.kafka_bootstrap:
-        return running.kafka_bootstrap
-    raise ConfigurationError(
-        "no Kafka: pass --bootstrap, set TIDEMARK_KAFKA_BOOTSTRAP or run `tidemark up`"
-    )
+    return str(resolve_services(KAFKA, kafka=given).kafka_bootstrap)
 
 
 @contextmanager
@@ -130,6 +112,16 @@ def register(sub: Any) -> None:
     p.add_argument("--lease-ms", type=int, default=60_000)
     p.add_argument("--duration-s", type=float, help="stop after this long (default: Ctrl-C)")
     p.add_argument("--max-messages", type=int, help="stop after relaying this many")
+
+    p = verbs.add_parser(
+        "purge", help="remove deleted messages (of every timeline) in batches, once or every N ms"
+    )
+    p.add_argument("--keep-deleted-ms", type=int, default=3_600_000)
+    p.add_argument("--batch-size", type=int, default=1_000)
+    p.add_argument("--every-ms", type=int, help="purge on this schedule until Ctrl-C / SIGTERM")
+    p.add_argument("--duration-s", type=float, help="with --every-ms: stop after this long")
+    add_format_option(p)
+    p.set_defaults(func=cmd_purge)
 
 
 def cmd_create(args: argparse.Namespace) -> int:
@@ -260,4 +252,37 @@ def cmd_relay(args: argparse.Namespace) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
     emit(args, {"relayed": relayed}, f"relayed {relayed} messages to {args.topic}")
+    return 0
+
+
+def cmd_purge(args: argparse.Namespace) -> int:
+    from pipelines.timeline.housekeeping import PurgeLoop, PurgeSettings
+
+    settings = PurgeSettings(
+        interval_ms=PurgeSettings.interval_ms if args.every_ms is None else args.every_ms,
+        keep_deleted_ms=args.keep_deleted_ms,
+        batch_size=args.batch_size,
+    )
+    with _store() as store:
+        loop = PurgeLoop(store, settings)
+        if args.every_ms is None:
+            loop.run_once()
+        else:
+            stop = threading.Event()
+            previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+            timer = None
+            if args.duration_s is not None:
+                timer = threading.Timer(args.duration_s, stop.set)
+                timer.start()
+            try:
+                loop.periodic.run(stop)
+            finally:
+                signal.signal(signal.SIGTERM, previous)
+                if timer is not None:
+                    timer.cancel()
+    emit(
+        args,
+        {"purged": loop.purged, "passes": loop.passes},
+        f"purged {loop.purged} deleted messages in {loop.passes} pass(es)",
+    )
     return 0

@@ -1,0 +1,68 @@
+"""``tidemark scope create|list|delete``: scopes hold streams.
+
+    tidemark scope create shop
+    tidemark scope list --format json
+    tidemark scope delete shop        # refused while it holds streams
+
+A stream is created only in an existing scope (``tidemark stream create``
+names the missing scope and this verb). Creating a scope that exists is not
+an error (the output says it existed).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from tidemark.cli.output import add_format_option, emit
+
+
+def register(sub: Any) -> None:
+    group = sub.add_parser("scope", help="create, list, delete scopes (streams live in a scope)")
+    verbs = group.add_subparsers(dest="scope_command", metavar="VERB", required=True)
+
+    create = verbs.add_parser("create", help="create a scope")
+    create.add_argument("scope", help="the scope's name")
+    add_format_option(create)
+    create.set_defaults(func=cmd_create)
+
+    delete = verbs.add_parser("delete", help="delete an empty scope")
+    delete.add_argument("scope", help="the scope's name")
+    add_format_option(delete)
+    delete.set_defaults(func=cmd_delete)
+
+    listing = verbs.add_parser("list", help="list scopes and how many streams each holds")
+    add_format_option(listing)
+    listing.set_defaults(func=cmd_list)
+
+
+def cmd_create(args: argparse.Namespace) -> int:
+    from tidemark.cli.streams import control_plane
+
+    with control_plane() as cp:
+        created = cp.manager.create_scope(args.scope)
+    text = f"created scope {args.scope}" if created else f"scope {args.scope} exists already"
+    emit(args, {"scope": args.scope, "created": created}, text)
+    return 0
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    from tidemark.cli.streams import control_plane
+
+    with control_plane() as cp:
+        cp.manager.delete_scope(args.scope)
+    emit(args, {"deleted": args.scope}, f"deleted scope {args.scope}")
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from tidemark.cli.streams import control_plane
+
+    with control_plane() as cp:
+        rows = [{"scope": s, "streams": len(cp.manager.list(s))} for s in cp.manager.list_scopes()]
+    emit(
+        args,
+        rows,
+        [f"{r['scope']:<40} {r['streams']} stream(s)" for r in rows] or ["no scopes"],
+    )
+    return 0

@@ -1,0 +1,293 @@
+"""The stream policy loop: retention and auto-scaling, acted on every interval.
+
+    loop = PolicyLoop(manager, PolicySettings(interval_ms=10_000, delta_root="/data/delta"))
+    loop.run_once()                     # one pass over every stream: [PolicyAction, ...]
+    handle = loop.start()               # a daemon thread (controller.periodic.Periodic)
+    handle.stop()
+
+    # only one loop per cluster acts: contend for the same ZooKeeper election
+    run_when_elected(kazoo_client, loop, identifier="c1", zk_root="/tidemark")
+
+What Pravega's stream policy manager does, here without Spark: for every
+active stream with a policy, one operation at a time (the stream's state
+machine refuses a second one anyway):
+
+1. **retention** -- by time, the cut comes from the index
+   (``stream_cut_at(now - limit)``, the watermark's guarantee: nothing
+   newer is removed); by size, the stream's bytes are counted
+   (``controller.segment_sizes``) and the cut is the watermark cut, found
+   by binary search over time, that leaves it under the limit. Then
+   ``StreamManager.truncate``.
+2. **auto-scaling** -- per-segment rates over ``rate_window_ms`` (events:
+   Kafka end offsets; bytes: the byte counts), decided by
+   ``controller.policies.plan_autoscale``; then ``StreamManager.scale``
+   (the manual scale machinery keeps per-key order and the watermarks).
+
+The decisions are pure functions in ``controller.policies``; this module
+only measures, asks, and acts. It imports no Spark, so ``tidemark controller
+policies`` runs it alone, and the watermark controller's leader can run it
+in a thread: ``PolicyLoop(manager, settings).start()`` once elected, or
+``run_when_elected`` on the same election path as the CLI verb so that
+exactly one loop acts per cluster.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from controller.config import RetentionType, ScalingType
+from controller.metadata import StreamMetadata
+from controller.navigation import head_cut
+from controller.periodic import Periodic
+from controller.policies import (
+    Merge,
+    Sample,
+    SegmentBytes,
+    beyond_head,
+    bytes_after,
+    plan_autoscale,
+    scale_request,
+    segment_rates,
+    size_retention_time,
+    time_bounds,
+    time_retention_cut,
+)
+from controller.segment_sizes import SegmentSizes
+from controller.states import StreamState
+from controller.streams import StreamManager
+from pipelines.reading.seek import SeekIndex, stream_cut_at
+from pipelines.reading.watermark_tables import resolve_delta_root
+from tidemark.errors import ConfigurationError, TidemarkError
+
+log = logging.getLogger(__name__)
+
+ELECTION_PATH = "policy-loop/election"
+"""Under the cluster's ZooKeeper root: the election every policy loop contends in."""
+
+_SEARCH_HIGH = 2**62
+"""Upper end of the time searched for a by-size cut (beyond any real time)."""
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True)
+class PolicySettings:
+    """How often the loop runs, and over what window it measures rates."""
+
+    interval_ms: int = 10_000
+    """``--policy-interval-ms``: the wait between two passes."""
+    rate_window_ms: int = 60_000
+    """Rates are measured over at least this long (the oldest sample within it)."""
+    cooldown_ms: int = 120_000
+    """No automatic scale within this long of the stream's latest epoch."""
+    delta_root: str | None = None
+    """Where the controller's Delta tables are (``$TIDEMARK_DELTA_ROOT`` if unset)."""
+    storage_options: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name, least in (("interval_ms", 1), ("rate_window_ms", 0), ("cooldown_ms", 0)):
+            if getattr(self, name) < least:
+                raise ConfigurationError(
+                    f"policy setting {name} must be >= {least}, got {getattr(self, name)}"
+                )
+
+
+@dataclass(frozen=True)
+class PolicyAction:
+    """What the loop did to a stream: ``truncate`` (``cut``), ``split`` or ``merge``."""
+
+    stream: str
+    kind: str
+    at_ms: int
+    cut: dict[int, int] | None = None
+    sealed: tuple[int, ...] = ()
+    reason: str = ""
+
+
+class PolicyLoop:
+    """Acts on every stream's retention and scaling policy, one pass per interval."""
+
+    def __init__(
+        self,
+        manager: StreamManager,
+        settings: PolicySettings | None = None,
+        *,
+        index: Any = None,
+        sizes: SegmentSizes | None = None,
+        clock: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        self.manager = manager
+        self.settings = settings or PolicySettings()
+        self.clock = clock
+        self._index = index
+        self._sizes = sizes
+        self._samples: dict[str, deque[Sample]] = {}
+        self._lock = threading.Lock()
+        self.actions: list[PolicyAction] = []
+        """Everything this loop did, oldest first (the figures and tests read it)."""
+        self.periodic = Periodic("tidemark-policies", self.run_once, self.settings.interval_ms)
+
+    # --- running ----------------------------------------------------------------------------
+
+    def start(self) -> Periodic:
+        """Run in a daemon thread; stop it with the returned handle's ``stop()``."""
+        return self.periodic.start()
+
+    def run(self, stop: threading.Event | None = None) -> None:
+        """Run in this thread until ``stop`` is set."""
+        self.periodic.run(stop)
+
+    def run_once(self) -> list[PolicyAction]:
+        """One pass over every stream; the actions taken."""
+        with self._lock:
+            done: list[PolicyAction] = []
+            streams = self.manager.list()
+            for gone in set(self._samples) - set(streams):  # deleted streams
+                del self._samples[gone]
+            for stream in streams:
+                try:
+                    done.extend(self.apply(stream))
+                except TidemarkError as exc:  # another operation runs, a stream went away, ...
+                    log.warning("policies of %s: %s", stream, exc)
+            self.actions.extend(done)
+            return done
+
+    def apply(self, stream: str) -> list[PolicyAction]:
+        """The stream's retention, then its scaling policy (each at most one operation)."""
+        meta = self.manager.describe(stream)
+        done: list[PolicyAction] = []
+        if meta.state is not StreamState.ACTIVE:
+            return done
+        retention = meta.config.retention_policy
+        if retention.type is not RetentionType.NONE:
+            action = self._retain(meta)
+            if action is not None:
+                done.append(action)
+                meta = self.manager.describe(stream)
+        if meta.config.scaling_policy.type is not ScalingType.FIXED:
+            action = self._autoscale(meta)
+            if action is not None:
+                done.append(action)
+        return done
+
+    # --- retention --------------------------------------------------------------------------
+
+    def _retain(self, meta: StreamMetadata) -> PolicyAction | None:
+        policy = meta.config.retention_policy
+        now = self.clock()
+        if policy.type is RetentionType.BY_TIME:
+            trigger_t, target_t = time_bounds(policy, now)
+            cut = time_retention_cut(
+                meta, self._cut_at(meta.name, trigger_t), self._cut_at(meta.name, target_t)
+            )
+            reason = f"data older than {policy.limit} ms (cut at time {target_t})"
+        else:
+            held = self.sizes.measure(meta)
+            size_now = bytes_after(meta, head_cut(meta), held)
+            t = size_retention_time(
+                policy, size_now, lambda t: self._kept_at(meta, held, t), 0, _SEARCH_HIGH
+            )
+            cut = None if t is None else beyond_head(meta, self._cut_at(meta.name, t))
+            reason = f"{size_now} bytes over the limit of {policy.limit}"
+            if cut is not None:
+                reason += f", {bytes_after(meta, cut, held)} kept"
+        if cut is None:
+            return None
+        log.info("retention of %s: truncating at %s (%s)", meta.name, cut, reason)
+        self.manager.truncate(meta.name, cut)
+        return PolicyAction(meta.name, "truncate", self.clock(), cut=cut, reason=reason)
+
+    def _kept_at(self, meta: StreamMetadata, held: dict[int, SegmentBytes], t: int) -> int:
+        cut = beyond_head(meta, self._cut_at(meta.name, t)) or head_cut(meta)
+        return bytes_after(meta, cut, held)
+
+    def _cut_at(self, stream: str, t: int) -> dict[int, int]:
+        """``stream_cut_at(stream, t)`` (empty: the head, or no watermark yet)."""
+        if t < 0:
+            return {}
+        return stream_cut_at(stream, t, index=self.index)
+
+    # --- scaling ----------------------------------------------------------------------------
+
+    def _autoscale(self, meta: StreamMetadata) -> PolicyAction | None:
+        now = self.clock()
+        sample = Sample(now, self._counts(meta))
+        samples = self._samples.setdefault(meta.name, deque())
+        samples.append(sample)
+        window = self.settings.rate_window_ms
+        while len(samples) > 1 and samples[1].at_ms <= now - window:
+            samples.popleft()
+        if samples[0].at_ms > now - window:
+            return None  # not measured over a whole window yet
+        rates = segment_rates(samples[0], sample)
+        action = plan_autoscale(meta, rates, now, self.settings.cooldown_ms)
+        if action is None:
+            return None
+        sealed, ranges = scale_request(action)
+        kind = "merge" if isinstance(action, Merge) else "split"
+        unit = "events/s" if meta.config.scaling_policy.type is ScalingType.BY_EVENT_RATE else "B/s"
+        reason = ", ".join(f"segment {s}: {rates[s]:.1f} {unit}" for s in sealed) + (
+            f" (target {meta.config.scaling_policy.target_rate})"
+        )
+        log.info("auto-scaling %s: %s %s (%s)", meta.name, kind, sealed, reason)
+        self.manager.scale(meta.name, sealed, ranges)
+        return PolicyAction(meta.name, kind, self.clock(), sealed=tuple(sealed), reason=reason)
+
+    def _counts(self, meta: StreamMetadata) -> dict[int, int]:
+        active = meta.active_segments()
+        if meta.config.scaling_policy.type is ScalingType.BY_BYTE_RATE:
+            held = self.sizes.measure(meta)
+            return {s.id: held[s.id].total for s in active}
+        ends = self.manager.topics.end_offsets(meta.topic, [s.number for s in active])
+        return {s.id: ends[s.number] for s in active}
+
+    # --- resources --------------------------------------------------------------------------
+
+    @property
+    def index(self) -> Any:
+        if self._index is None:
+            self._index = SeekIndex(
+                resolve_delta_root(self.settings.delta_root),
+                storage_options=self.settings.storage_options,
+            )
+        return self._index
+
+    @property
+    def sizes(self) -> SegmentSizes:
+        if self._sizes is None:
+            self._sizes = SegmentSizes(self.manager.topics.bootstrap)
+        return self._sizes
+
+    def close(self) -> None:
+        self.periodic.stop()
+        if self._sizes is not None:
+            self._sizes.close()
+
+
+def run_when_elected(
+    client: Any, loop: PolicyLoop, identifier: str, zk_root: str = "/tidemark"
+) -> None:
+    """Block until this process wins the policy loop's election, then run the loop
+    in this thread (until interrupted). Every loop of a cluster uses this path."""
+    from kazoo.recipe.election import Election
+
+    election = Election(client, f"{zk_root.rstrip('/')}/{ELECTION_PATH}", identifier)
+    log.info("policy loop %s: waiting to be elected", identifier)
+    election.run(loop.run)
+
+
+__all__ = [
+    "ELECTION_PATH",
+    "PolicyAction",
+    "PolicyLoop",
+    "PolicySettings",
+    "run_when_elected",
+]
