@@ -60,8 +60,8 @@ def add_controller_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--warm-up",
         action=argparse.BooleanOptionalAction,
-        default=True,
-        help="run the operator on synthetic rows before contending (a warm standby)",
+        default=False,
+        help="run the operator on synthetic rows before contending (off by default)",
     )
 
 
