@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.tidemark-installed
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo test test-unit lint bench up down status clean
+.PHONY: help setup browser demo test test-faults test-unit lint bench up down status clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -17,14 +17,24 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	@touch $@
 
-setup: $(STAMP) ## create .venv, install pinned packages, resolve Kafka/ZooKeeper/Spark jars with Maven
+setup: $(STAMP) browser ## create .venv, install pinned packages, resolve Kafka/ZooKeeper/Spark jars with Maven
 	$(PY) -m infra.jars resolve
+
+# The dashboard's browser test drives Debian's chromium through chromium-driver.
+browser: ## install Debian's chromium and chromium-driver where missing (apt-get, as root)
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; \
+	else echo "the browser test needs chromium and chromium-driver: install them (apt-get, as root)" >&2; fi
 
 demo: setup ## start local services, run the pipeline end to end, print the result
 	$(PY) -m tidemark.cli.main demo
 
 test: setup ## the whole suite (unit, integration, spark) against real local services
 	$(PY) -m pytest -q
+
+test-faults: setup ## the fault suite: broker/controller/ZooKeeper faults, hostile input, restarts; prints figures
+	$(PY) -m pytest -q -m faults
 
 test-unit: setup ## the fast tests only
 	$(PY) -m pytest -q -m unit

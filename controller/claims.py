@@ -84,6 +84,22 @@ class Claims:
             return False
         return True
 
+    def note(self, name: str, data: bytes) -> bool:
+        """Set the data of ``name`` (present, e.g. announced); False when it is gone."""
+        try:
+            self.client.set(self._node(name), data)
+        except NoNodeError:
+            return False
+        return True
+
+    def data(self) -> dict[str, bytes]:
+        """Every name present with its data."""
+        out: dict[str, bytes] = {}
+        for name in self.names():
+            with contextlib.suppress(NoNodeError):
+                out[name] = bytes(self.client.get(self._node(name))[0])
+        return out
+
     def withdraw(self, name: str) -> None:
         """Remove ``name`` (nothing happens when it is gone)."""
         with contextlib.suppress(NoNodeError):

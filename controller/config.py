@@ -21,10 +21,15 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, TypeVar
 
+from controller.admission import DEFAULT_MAX_FUTURE_MS
 from controller.exceptions import InvalidConfigurationError
 
 KAFKA_DEFAULT = None
 """In :func:`topic_configs`: leave (or reset) the setting at the broker's default."""
+
+MAX_SEGMENTS = 1_000
+"""The most segments a stream may start with: each is a Kafka partition, and a stream's
+epochs live in one ZooKeeper record (at most 1 MB)."""
 
 UNCAPPED_AFTER_MAX_MS = str(2**63 - 1)
 """``message.timestamp.after.max.ms`` of an uncapped stream: Kafka's Long.MAX_VALUE."""
@@ -77,6 +82,10 @@ class ScalingPolicy:
         object.__setattr__(self, "type", _choice(ScalingType, self.type, "scaling type"))
         if self.min_segments < 1:
             raise InvalidConfigurationError(f"min_segments must be >= 1, got {self.min_segments}")
+        if self.min_segments > MAX_SEGMENTS:
+            raise InvalidConfigurationError(
+                f"min_segments must be <= {MAX_SEGMENTS}, got {self.min_segments}"
+            )
         if self.type is not ScalingType.FIXED:
             if self.target_rate < 1:
                 raise InvalidConfigurationError(
@@ -160,11 +169,29 @@ class StreamConfiguration:
     first_watermark_delay_ms: int = 0
     """Pravega's start-up delay: the stream's first watermark waits this long after
     its first writer mark, so writers that start a little later are not excluded."""
+    refuse_adjustments: bool = False
+    """S2's opt-out: refuse a record whose client timestamp would be adjusted (capped to
+    the arrival time, or raised to the segment's previous timestamp) instead of adjusting it."""
+    max_future_ms: int | None = DEFAULT_MAX_FUTURE_MS
+    """How far ahead of its arrival (the marks topic's broker time) a writer mark's
+    time may be; a mark further ahead is rejected (``future_time``). ``None``: no
+    bound, for applications whose times are not milliseconds."""
 
     def __post_init__(self) -> None:
         object.__setattr__(
             self, "timestamping", _choice(TimestampingMode, self.timestamping, "timestamping")
         )
+        if self.refuse_adjustments and self.timestamping is TimestampingMode.ARRIVAL:
+            raise InvalidConfigurationError(
+                "refuse_adjustments needs client timestamps (client-prefer or client-require); "
+                "arrival timestamping ignores them"
+            )
+        if self.max_future_ms is not None and (
+            type(self.max_future_ms) is not int or not 0 <= self.max_future_ms < 2**63
+        ):
+            raise InvalidConfigurationError(
+                f"max_future_ms must be an integer in [0, 2^63) or None, got {self.max_future_ms!r}"
+            )
         timeout = self.timestamp_aggregation_timeout_ms
         if timeout is not None and timeout < 0:
             raise InvalidConfigurationError(
@@ -196,6 +223,8 @@ class StreamConfiguration:
             "timestamping": self.timestamping.value,
             "uncapped": self.uncapped,
             "first_watermark_delay_ms": self.first_watermark_delay_ms,
+            "refuse_adjustments": self.refuse_adjustments,
+            "max_future_ms": self.max_future_ms,
         }
 
     @classmethod
@@ -216,6 +245,8 @@ class StreamConfiguration:
                 timestamping=raw.get("timestamping", TimestampingMode.CLIENT_PREFER),
                 uncapped=bool(raw.get("uncapped", False)),
                 first_watermark_delay_ms=int(raw.get("first_watermark_delay_ms", 0)),
+                refuse_adjustments=bool(raw.get("refuse_adjustments", False)),
+                max_future_ms=raw.get("max_future_ms", DEFAULT_MAX_FUTURE_MS),
             )
         except TypeError as exc:
             raise InvalidConfigurationError(f"bad stream configuration {dict(raw)!r}") from exc
@@ -259,6 +290,7 @@ def topic_configs(config: StreamConfiguration) -> dict[str, str | None]:
 
 
 __all__ = [
+    "MAX_SEGMENTS",
     "RetentionPolicy",
     "RetentionType",
     "ScalingPolicy",

@@ -47,6 +47,19 @@ class UnknownStreamError(ControllerError, LookupError):
         super().__init__(f"unknown stream {stream!r}" + (f": {detail}" if detail else ""))
 
 
+class StreamNameCollisionError(ControllerError, ValueError):
+    """Two stream names would map to Kafka topics that Kafka takes for the same one
+    (``.`` and ``_`` collide: ``a_b/c`` and ``a/b_c``); pick another name."""
+
+    def __init__(self, stream: str, existing: str) -> None:
+        self.stream = stream
+        self.existing = existing
+        super().__init__(
+            f"stream {stream!r} would collide with stream {existing!r} in Kafka, which takes "
+            "'.' and '_' in topic names for the same character; pick another name"
+        )
+
+
 class UnknownScopeError(ControllerError, LookupError):
     """No scope of that name exists; create it first (``tidemark scope create SCOPE``)."""
 
@@ -128,7 +141,18 @@ class KafkaOperationError(ControllerError):
     """Kafka refused an admin operation; the message carries Kafka's error."""
 
 
+class AdoptionError(ControllerError):
+    """An adopt or release request does not fit the stream or topic; the message says why.
+
+    Also raised when an operation would break an adopted stream's promise: a
+    scale of a stream whose producers route by Kafka's partitioner (adopt it
+    with tidemark routing to allow scaling), or a delete, which would remove
+    a topic tidemark did not create (``release`` unregisters it instead).
+    """
+
+
 __all__ = [
+    "AdoptionError",
     "ConcurrentOperationError",
     "ConfigurationError",
     "ConflictError",
@@ -143,6 +167,7 @@ __all__ = [
     "MarksTopicError",
     "ScopeNotEmptyError",
     "StreamExistsError",
+    "StreamNameCollisionError",
     "StreamNotSealedError",
     "StreamSealedError",
     "UnknownScopeError",

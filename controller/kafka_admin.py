@@ -22,6 +22,9 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 # confluent_kafka.admin re-exports these without __all__, which mypy --strict flags.
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
     AdminClient,
     AlterConfigOpType,
     ConfigEntry,
@@ -29,12 +32,19 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     NewPartitions,
     NewTopic,
     OffsetSpec,
+    ResourcePatternType,
     ResourceType,
 )
 
 from controller.exceptions import KafkaOperationError, MarksTopicError
+from controller.kafka_client import client_config
 from controller.kafka_retry import KafkaRetry
-from controller.naming import ClusterSettings
+from controller.naming import (
+    LOG_APPEND_TIME,
+    MARKS_TOPIC_CONFIGS,
+    TIMESTAMP_TYPE,
+    ClusterSettings,
+)
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +68,7 @@ def _code(exc: KafkaException) -> int | None:
 class StreamTopics:
     def __init__(self, bootstrap: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         self.bootstrap = bootstrap
-        self.admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+        self.admin = AdminClient({**client_config(bootstrap), "log_level": 0})
         self.timeout_s = timeout_s
         self._retry = KafkaRetry(_RETRIABLE, timeout_s=timeout_s, max_delay_s=0.05)
 
@@ -143,20 +153,40 @@ class StreamTopics:
         """Each partition's high watermark: the offset the next record would get."""
         return self._offsets(topic, partitions, OffsetSpec.latest(), "end offset")  # type: ignore[no-untyped-call]
 
+    def last_stable_offsets(self, topic: str, partitions: Iterable[int]) -> dict[int, int]:
+        """Each partition's last stable offset: where committed data ends (read_committed)."""
+        from confluent_kafka import IsolationLevel
+
+        return self._offsets(
+            topic,
+            partitions,
+            OffsetSpec.latest(),  # type: ignore[no-untyped-call]
+            "last stable offset",
+            isolation_level=IsolationLevel.READ_COMMITTED,
+        )
+
     def start_offsets(self, topic: str, partitions: Iterable[int]) -> dict[int, int]:
         """Each partition's log start offset (after deleted records)."""
         return self._offsets(topic, partitions, OffsetSpec.earliest(), "start offset")  # type: ignore[no-untyped-call]
 
     def _offsets(
-        self, topic: str, partitions: Iterable[int], spec: Any, what: str
+        self,
+        topic: str,
+        partitions: Iterable[int],
+        spec: Any,
+        what: str,
+        isolation_level: Any = None,
     ) -> dict[int, int]:
         wanted = list(partitions)
         if not wanted:
             return {}
+        options: dict[str, Any] = {"request_timeout": self.timeout_s}
+        if isolation_level is not None:
+            options["isolation_level"] = isolation_level
         results = self._retrying(
             f"{what} of {topic}{wanted}",
             lambda: self.admin.list_offsets(
-                {TopicPartition(topic, p): spec for p in wanted}, request_timeout=self.timeout_s
+                {TopicPartition(topic, p): spec for p in wanted}, **options
             ),
         )
         return {tp.partition: int(r.offset) for tp, r in results.items()}
@@ -189,17 +219,74 @@ class StreamTopics:
         self._wait(f"deleting topic {topic!r}", futures[topic], [KafkaError.UNKNOWN_TOPIC_OR_PART])
 
 
-_checked_marks: set[tuple[str, str, int]] = set()
+def tidemark_acls(
+    marks_topic: str, writers: Iterable[str], controllers: Iterable[str]
+) -> list[AclBinding]:
+    """The ACLs of a secured cluster (principals are SASL user names).
+
+    Writers may produce to the marks topic and to every stream topic
+    (``tidemark.`` prefix), idempotently and in transactions; controllers may
+    read the marks topic (with any consumer group) and look up the stream
+    topics' offsets. Nobody else may touch the marks topic: a principal
+    without an ACL is refused by the broker.
+    """
+    from controller.naming import TOPIC_PREFIX
+
+    allow = AclPermissionType.ALLOW
+    lit, pre = ResourcePatternType.LITERAL, ResourcePatternType.PREFIXED
+    acls: list[AclBinding] = []
+
+    def grant(rtype: Any, name: str, pattern: Any, who: str, ops: Iterable[Any]) -> None:
+        for op in ops:
+            acls.append(AclBinding(rtype, name, pattern, f"User:{who}", "*", op, allow))
+
+    topic, write, read = ResourceType.TOPIC, AclOperation.WRITE, AclOperation.READ
+    describe = AclOperation.DESCRIBE
+    for who in writers:
+        grant(topic, marks_topic, lit, who, (write, describe))
+        grant(topic, TOPIC_PREFIX, pre, who, (write, describe))
+        grant(ResourceType.BROKER, "kafka-cluster", lit, who, (AclOperation.IDEMPOTENT_WRITE,))
+        grant(ResourceType.TRANSACTIONAL_ID, "tidemark:", pre, who, (write, describe))
+    for who in controllers:
+        grant(topic, marks_topic, lit, who, (read, describe, AclOperation.DESCRIBE_CONFIGS))
+        grant(topic, TOPIC_PREFIX, pre, who, (describe,))
+        grant(ResourceType.GROUP, "*", lit, who, (read, describe))
+    return acls
+
+
+def grant_tidemark_acls(
+    admin_config: Mapping[str, Any],
+    marks_topic: str,
+    writers: Iterable[str],
+    controllers: Iterable[str],
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> None:
+    """Create :func:`tidemark_acls` with an admin (super user) client's settings."""
+    admin = AdminClient({**admin_config, "log_level": 0})
+    for binding, future in admin.create_acls(
+        tidemark_acls(marks_topic, writers, controllers), request_timeout=timeout_s
+    ).items():
+        try:
+            future.result(timeout=timeout_s)
+        except KafkaException as exc:
+            raise KafkaOperationError(f"granting {binding}: {exc.args[0]}") from exc
+
+
+_checked_marks: set[tuple[str, str, int, bool]] = set()
 _checked_lock = threading.Lock()
 
 
-def ensure_marks_topic(bootstrap: str, cluster: ClusterSettings, *, create: bool = True) -> None:
+def ensure_marks_topic(
+    bootstrap: str, cluster: ClusterSettings, *, create: bool = True, alter: bool = False
+) -> None:
     """Make sure the marks topic exists with ``bucket_count`` partitions (checked once
-    per process): created when missing and ``create``; any other count is refused
-    (:class:`MarksTopicError`), since marks would land in the wrong buckets. The
-    one check writers and the controller job share."""
+    per process): created when missing and ``create`` (``LogAppendTime``); any other
+    count is refused (:class:`MarksTopicError`), since marks would land in the wrong
+    buckets. ``alter`` (the controller job) also switches an existing topic to
+    ``LogAppendTime``; writers do not (on a secured cluster they may not alter
+    configs). The one check writers and the controller job share."""
     topic, buckets = cluster.marks_topic, cluster.bucket_count
-    key = (bootstrap, topic, buckets)
+    key = (bootstrap, topic, buckets, alter)
     with _checked_lock:
         if key in _checked_marks:
             return
@@ -213,8 +300,11 @@ def ensure_marks_topic(bootstrap: str, cluster: ClusterSettings, *, create: bool
                     "partitions, or let writers create it (WriterConfig.create_marks_topic=True)"
                 )
             log.info("creating marks topic %s with %d partitions", topic, buckets)
-            topics.create(topic, buckets, {})
+            topics.create(topic, buckets, MARKS_TOPIC_CONFIGS)
             count = topics.partition_count(topic)
+        elif alter and topics.topic_configs(topic).get(TIMESTAMP_TYPE) != LOG_APPEND_TIME:
+            log.warning("marks topic %s: setting %s=%s", topic, TIMESTAMP_TYPE, LOG_APPEND_TIME)
+            topics.alter_configs(topic, MARKS_TOPIC_CONFIGS)
     except (KafkaException, KafkaOperationError) as exc:
         raise MarksTopicError(f"marks topic {topic!r}: {exc}") from exc
     if count != buckets:
@@ -226,4 +316,4 @@ def ensure_marks_topic(bootstrap: str, cluster: ClusterSettings, *, create: bool
         _checked_marks.add(key)
 
 
-__all__ = ["StreamTopics", "ensure_marks_topic"]
+__all__ = ["StreamTopics", "ensure_marks_topic", "grant_tidemark_acls", "tidemark_acls"]

@@ -55,6 +55,20 @@ PendingOperation = PendingScale | PendingTruncate | PendingUpdate | PendingSeal
 
 
 @dataclass(frozen=True)
+class Adoption:
+    """A stream registered over a topic that existed before (``tidemark stream adopt``).
+
+    ``tidemark_routing``: its producers route keys by the stream's key ranges
+    (tidemark's writers or the drop-in producer), so it may scale; a topic
+    written through Kafka's own partitioner may not (a key would change
+    partition mid-stream and lose its order).
+    """
+
+    tidemark_routing: bool = False
+    adopted_at_ms: int = 0
+
+
+@dataclass(frozen=True)
 class StreamMetadata:
     """Everything the store keeps about one stream (``name`` is ``scope/stream``)."""
 
@@ -67,6 +81,8 @@ class StreamMetadata:
     sealed_sizes: Mapping[int, int] = field(default_factory=dict)
     pending: PendingOperation | None = None
     created_at_ms: int = 0
+    adoption: Adoption | None = None
+    """Set when the stream was adopted over an existing topic (release leaves the topic)."""
 
     def __post_init__(self) -> None:
         if not self.epochs:
@@ -149,6 +165,38 @@ def new_stream_metadata(stream: str, config: StreamConfiguration, now_ms: int) -
     )
 
 
+def adopted_stream_metadata(
+    stream: str,
+    topic: str,
+    partitions: int,
+    config: StreamConfiguration,
+    adoption: Adoption,
+    state: StreamState = StreamState.ACTIVE,
+) -> StreamMetadata:
+    """An existing topic of ``partitions`` partitions as epoch 0: segment ``i`` = partition ``i``.
+
+    The key ranges split [0, 1) evenly; with Kafka's own partitioner they
+    say nothing about which keys a partition holds, which the watermark
+    algorithm does not need (it only needs the segments to cover [0, 1)).
+    """
+    if partitions < 1:
+        raise InvalidModelError(f"topic {topic!r} has no partitions")
+    epoch = Epoch(
+        0,
+        tuple(Segment(segment_id(0, i), r) for i, r in enumerate(even_ranges(partitions))),
+        created_at_ms=adoption.adopted_at_ms,
+    )
+    return StreamMetadata(
+        name=stream,
+        topic=topic,
+        config=config,
+        state=state,
+        epochs=(epoch,),
+        created_at_ms=adoption.adopted_at_ms,
+        adoption=adoption,
+    )
+
+
 # --- JSON form ---------------------------------------------------------------------------
 
 
@@ -224,7 +272,7 @@ def pending_from_dict(raw: Mapping[str, Any] | None) -> PendingOperation | None:
 
 def record_to_dict(meta: StreamMetadata) -> dict[str, Any]:
     """The mutable part of the metadata (everything but the epochs' contents)."""
-    return {
+    out: dict[str, Any] = {
         "name": meta.name,
         "topic": meta.topic,
         "config": meta.config.to_dict(),
@@ -235,6 +283,12 @@ def record_to_dict(meta: StreamMetadata) -> dict[str, Any]:
         "pending": pending_to_dict(meta.pending),
         "created_at_ms": meta.created_at_ms,
     }
+    if meta.adoption is not None:  # absent for created streams: older readers are unaffected
+        out["adoption"] = {
+            "tidemark_routing": meta.adoption.tidemark_routing,
+            "adopted_at_ms": meta.adoption.adopted_at_ms,
+        }
+    return out
 
 
 def record_from_dict(raw: Mapping[str, Any], epochs: tuple[Epoch, ...]) -> StreamMetadata:
@@ -248,7 +302,14 @@ def record_from_dict(raw: Mapping[str, Any], epochs: tuple[Epoch, ...]) -> Strea
         sealed_sizes=_cut_from_json(raw["sealed_sizes"]),
         pending=pending_from_dict(raw.get("pending")),
         created_at_ms=int(raw.get("created_at_ms", 0)),
+        adoption=_adoption_from_dict(raw.get("adoption")),
     )
+
+
+def _adoption_from_dict(raw: Mapping[str, Any] | None) -> Adoption | None:
+    if raw is None:
+        return None
+    return Adoption(bool(raw["tidemark_routing"]), int(raw.get("adopted_at_ms", 0)))
 
 
 def metadata_to_dict(meta: StreamMetadata) -> dict[str, Any]:
@@ -271,6 +332,7 @@ def decode_metadata(data: bytes) -> StreamMetadata:
 
 
 __all__ = [
+    "Adoption",
     "PendingOperation",
     "PendingScale",
     "PendingSeal",
@@ -278,6 +340,7 @@ __all__ = [
     "PendingUpdate",
     "StreamMetadata",
     "Versioned",
+    "adopted_stream_metadata",
     "decode_metadata",
     "encode_metadata",
     "even_ranges",

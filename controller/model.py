@@ -113,11 +113,22 @@ class WriterMark:
     """A writer's noted time and its position when it noted it.
 
     ``alive=False`` is the shutdown mark a closing writer sends.
+    ``max_event_time``: the highest record timestamp the writer has written
+    up to its position (``None``: not known, e.g. a mark of an older
+    writer). Events may run ahead of the noted time; this is how far.
     """
 
     time: int
     position: Position = field(default_factory=dict)
     alive: bool = True
+    max_event_time: int | None = None
+
+    @property
+    def upper_time(self) -> int:
+        """The highest time this mark vouches for: the noted time or any event's before it."""
+        if self.max_event_time is None or self.max_event_time < self.time:
+            return self.time
+        return self.max_event_time
 
 
 @dataclass(frozen=True)

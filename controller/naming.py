@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import re
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from controller.exceptions import InvalidModelError
 
@@ -24,6 +26,12 @@ _PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-]{0,99}$")
 TOPIC_PREFIX = "tidemark."
 DEFAULT_MARKS_TOPIC = "tidemark-marks"
 DEFAULT_BUCKET_COUNT = 8
+
+TIMESTAMP_TYPE = "message.timestamp.type"
+LOG_APPEND_TIME = "LogAppendTime"
+MARKS_TOPIC_CONFIGS: Mapping[str, str] = MappingProxyType({TIMESTAMP_TYPE: LOG_APPEND_TIME})
+"""The marks topic's settings: the broker stamps each mark with its arrival time, which
+the controller bounds the mark's time by (a writer cannot forge it)."""
 
 
 def split_stream(stream: str) -> tuple[str, str]:
@@ -37,10 +45,39 @@ def split_stream(stream: str) -> tuple[str, str]:
     return scope, name
 
 
+_INSTANCE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$")
+
+
+def check_instance_id(instance_id: str) -> str:
+    """A controller instance id (a ZooKeeper node name): 1-100 of ``[A-Za-z0-9_.-]``,
+    starting with a letter or digit; checked before anything starts.
+
+    >>> check_instance_id("c-1")
+    'c-1'
+    """
+    if not _INSTANCE.match(instance_id):
+        raise InvalidModelError(
+            f"instance id {instance_id!r} must be 1-100 of [A-Za-z0-9_.-] "
+            "starting with a letter or digit"
+        )
+    return instance_id
+
+
 def topic_for(stream: str) -> str:
     """The Kafka topic that holds ``stream``'s segments (one partition per segment)."""
     scope, name = split_stream(stream)
     return f"{TOPIC_PREFIX}{scope}.{name}"
+
+
+def collision_key(topic: str) -> str:
+    """Kafka refuses a topic whose name equals an existing one's once ``.`` and ``_`` are
+    taken as the same character (their metric names would clash): ``a_b/c`` and ``a/b_c``
+    both give ``tidemark_a_b_c``.
+
+    >>> collision_key(topic_for("a_b/c")) == collision_key(topic_for("a/b_c"))
+    True
+    """
+    return topic.replace(".", "_")
 
 
 def bucket_of(stream: str, bucket_count: int) -> int:

@@ -28,6 +28,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from controller.exceptions import KafkaOperationError
 from controller.kafka_admin import StreamTopics
+from controller.kafka_client import client_config
 from controller.metadata import StreamMetadata
 from controller.policies import SegmentBytes
 
@@ -150,7 +151,7 @@ class SegmentSizes:
         if self._consumer is None:
             self._consumer = Consumer(
                 {
-                    "bootstrap.servers": self.bootstrap,
+                    **client_config(self.bootstrap),
                     "group.id": "tidemark-segment-sizes",  # never commits: assign() only
                     "enable.auto.commit": False,
                     "enable.partition.eof": True,

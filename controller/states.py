@@ -8,7 +8,7 @@
 
 Legal transitions::
 
-    creating   -> active
+    creating   -> active | deleting   (a half-created stream can always be removed)
     active     -> updating | scaling | truncating | sealing
     updating   -> active
     scaling    -> active
@@ -48,7 +48,7 @@ class StreamState(StrEnum):
 S = StreamState
 
 TRANSITIONS: Mapping[StreamState, frozenset[StreamState]] = {
-    S.CREATING: frozenset({S.ACTIVE}),
+    S.CREATING: frozenset({S.ACTIVE, S.DELETING}),
     S.ACTIVE: frozenset({S.UPDATING, S.SCALING, S.TRUNCATING, S.SEALING}),
     S.UPDATING: frozenset({S.ACTIVE}),
     S.SCALING: frozenset({S.ACTIVE}),

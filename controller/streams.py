@@ -50,6 +50,17 @@ Readers' navigation (per-key order)
     size (a reader's position marks them -1). Start from
     ``navigation.head_cut(metadata)``.
 
+Adopting an existing topic
+    :meth:`adopt` registers a topic that existed before as a stream: its
+    partitions become epoch 0's segments (segment ``i`` = partition ``i``),
+    no record and no topic setting is touched unless ``apply_topic_config``
+    asks for the stream configuration's settings. Producers that route keys
+    with Kafka's partitioner cannot keep per-key order across a scale, so an
+    adopted stream refuses :meth:`scale` unless adopted with
+    ``tidemark_routing=True``, and refuses :meth:`delete` (it would remove a
+    topic tidemark did not create); :meth:`release` unregisters it and
+    leaves the topic as it is.
+
 Truncation deletes the records before the cut (``delete_records``), empties
 the segments wholly before it, then records the cut; it is refused when
 behind the current truncation point. Delete needs a sealed stream and
@@ -62,26 +73,36 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from controller.config import StreamConfiguration, topic_configs
+from controller.config import (
+    ScalingPolicy,
+    StreamConfiguration,
+    TimestampingMode,
+    topic_configs,
+)
 from controller.exceptions import (
+    AdoptionError,
     ConcurrentOperationError,
     ConflictError,
     InvalidCutError,
     KafkaOperationError,
     StreamExistsError,
+    StreamNameCollisionError,
+    UnknownStreamError,
 )
 from controller.kafka_admin import StreamTopics
 from controller.metadata import (
+    Adoption,
     PendingScale,
     PendingSeal,
     PendingTruncate,
     PendingUpdate,
     StreamMetadata,
     Versioned,
+    adopted_stream_metadata,
     new_stream_metadata,
 )
 from controller.model import KeyRange
-from controller.naming import ClusterSettings, bucket_of, split_stream
+from controller.naming import ClusterSettings, bucket_of, collision_key, split_stream, topic_for
 from controller.planning import is_done_scale, plan_scale, segments_before, validate_cut
 from controller.states import StreamState, require_transition
 from controller.store import MetadataStore
@@ -154,8 +175,16 @@ class StreamManager:
     # --- create / update -------------------------------------------------------------------
 
     def create(self, stream: str, config: StreamConfiguration) -> StreamMetadata:
-        """Record the stream (state ``creating``), create its topic, make it ``active``."""
+        """Record the stream (state ``creating``), create its topic, make it ``active``.
+
+        All or nothing: a name that would collide with another stream's topic is
+        refused before anything is written, and when the Kafka step fails the
+        metadata record is removed again (the error says so), so the same
+        ``create`` can simply be repeated. A crash between the steps leaves
+        ``creating``, which ``resume`` (or ``create`` again) completes.
+        """
         split_stream(stream)
+        self._refuse_collision(stream)
         try:
             v = self.store.create_stream(new_stream_metadata(stream, config, self.clock()))
         except StreamExistsError:
@@ -165,16 +194,28 @@ class StreamManager:
             log.info("resuming the creation of stream %r", stream)
         self._step("create", "recorded")
         meta = v.metadata
-        self.topics.create(meta.topic, meta.partition_count(), topic_configs(config))
-        self.topics.alter_configs(meta.topic, topic_configs(config))
-        found = self.topics.partition_count(meta.topic)
-        if found != meta.partition_count():
+        try:
+            self.topics.create(meta.topic, meta.partition_count(), topic_configs(config))
+            self.topics.alter_configs(meta.topic, topic_configs(config))
+            found = self.topics.partition_count(meta.topic)
+            if found != meta.partition_count():
+                raise KafkaOperationError(
+                    f"topic {meta.topic!r} has {found} partitions, stream {stream!r} expects "
+                    f"{meta.partition_count()}: a topic of that name existed before"
+                )
+        except KafkaOperationError as exc:
+            self.store.delete_stream(stream, v.version)
             raise KafkaOperationError(
-                f"topic {meta.topic!r} has {found} partitions, stream {stream!r} expects "
-                f"{meta.partition_count()}: a topic of that name existed before"
-            )
+                f"stream {stream!r} was not created (its metadata is removed again): {exc}"
+            ) from exc
         self._step("create", "topic")
         return self._move(v, S.ACTIVE).metadata
+
+    def _refuse_collision(self, stream: str) -> None:
+        wanted = collision_key(topic_for(stream))
+        for other in self.store.list_streams():
+            if other != stream and collision_key(topic_for(other)) == wanted:
+                raise StreamNameCollisionError(stream, other)
 
     def update(self, stream: str, config: StreamConfiguration) -> StreamMetadata:
         """Change the configuration (and the topic settings that carry it)."""
@@ -201,6 +242,13 @@ class StreamManager:
         ranges_t = tuple(sorted(new_ranges))
         v = self._read(stream)
         meta = v.metadata
+        if meta.adoption is not None and not meta.adoption.tidemark_routing:
+            raise AdoptionError(
+                f"stream {stream!r} was adopted over topic {meta.topic!r} whose producers route "
+                "keys with Kafka's partitioner: after a scale a key would move to another "
+                "partition and lose its order. Adopt it with tidemark routing (producers "
+                "routing by the stream's key ranges) to scale it"
+            )
         pending = meta.pending
         if meta.state is S.SCALING and isinstance(pending, PendingScale):
             if (pending.sealed, pending.new_ranges) != (sealed_t, ranges_t):
@@ -318,12 +366,98 @@ class StreamManager:
     def delete(self, stream: str) -> None:
         """Remove a sealed stream: its topic, then its metadata."""
         v = self._read(stream)
+        if v.metadata.adoption is not None:
+            raise AdoptionError(
+                f"stream {stream!r} was adopted over topic {v.metadata.topic!r}, which tidemark "
+                "did not create; `release` unregisters the stream and leaves the topic"
+            )
         if v.metadata.state is not S.DELETING:
             v = self._begin(stream, S.DELETING, lambda m: None)
         self._step("delete", "started")
         self.topics.delete(v.metadata.topic)
         self._step("delete", "topic")
         self.store.delete_stream(stream, v.version)
+
+    # --- adopt / release -------------------------------------------------------------------
+
+    def adopt(
+        self,
+        stream: str,
+        topic: str,
+        *,
+        tidemark_routing: bool = False,
+        config: StreamConfiguration | None = None,
+        apply_topic_config: bool = False,
+    ) -> StreamMetadata:
+        """Register the existing ``topic`` as ``stream`` (its partitions as epoch 0).
+
+        ``config`` defaults to one fixed segment per partition, with the
+        timestamping the topic already has (``arrival`` for LogAppendTime).
+        Adopting the same topic again returns the stream as it is.
+        """
+        split_stream(stream)
+        if topic == self.settings.marks_topic:
+            raise AdoptionError(f"topic {topic!r} is the marks topic; it cannot be a stream")
+        partitions = self.topics.partition_count(topic)
+        if partitions is None:
+            raise AdoptionError(
+                f"topic {topic!r} does not exist; adopt takes an existing topic "
+                f"(`stream create` makes a new one)"
+            )
+        try:
+            existing = self.store.get_stream(stream)
+        except UnknownStreamError:
+            existing = None
+        if existing is not None:
+            if existing.adoption is not None and existing.topic == topic:
+                return existing
+            raise AdoptionError(
+                f"stream {stream!r} already exists (topic {existing.topic!r}); "
+                "choose another name or release it first"
+            )
+        for other in self.store.list_streams():
+            if self.store.get_stream(other).topic == topic:
+                raise AdoptionError(f"topic {topic!r} is already the topic of stream {other!r}")
+        if config is None:
+            current = self.topics.topic_configs(topic)
+            mode = TimestampingMode.CLIENT_PREFER
+            if current.get("message.timestamp.type") == "LogAppendTime":
+                mode = TimestampingMode.ARRIVAL
+            config = StreamConfiguration(
+                scaling_policy=ScalingPolicy.fixed(partitions), timestamping=mode
+            )
+        if config.initial_segments != partitions:
+            raise AdoptionError(
+                f"topic {topic!r} has {partitions} partitions but the configuration asks for "
+                f"{config.initial_segments} segments; an adopted stream has one per partition"
+            )
+        if apply_topic_config:
+            self.topics.alter_configs(topic, topic_configs(config))
+        meta = adopted_stream_metadata(
+            stream, topic, partitions, config, Adoption(tidemark_routing, self.clock())
+        )
+        try:
+            created = self.store.create_stream(meta).metadata
+        except StreamExistsError:  # a concurrent adopt of the same name
+            return self.adopt(stream, topic, tidemark_routing=tidemark_routing, config=config)
+        log.info("adopted topic %r (%d partitions) as stream %r", topic, partitions, stream)
+        return created
+
+    def release(self, stream: str) -> StreamMetadata:
+        """Unregister an adopted stream; its topic, records and settings stay as they are."""
+        v = self._read(stream)
+        meta = v.metadata
+        if meta.adoption is None:
+            raise AdoptionError(
+                f"stream {stream!r} was created by tidemark, not adopted; seal and delete it"
+            )
+        if meta.state not in (S.ACTIVE, S.SEALED):
+            raise ConcurrentOperationError(
+                stream, meta.state, meta.state, f"stream is {meta.state}; release it afterwards"
+            )
+        self.store.delete_stream(stream, v.version)
+        log.info("released stream %r; topic %r left as it is", stream, meta.topic)
+        return meta
 
     def resume(self, stream: str) -> StreamMetadata | None:
         """Complete an operation a crash interrupted (None when the stream got deleted)."""

@@ -4,16 +4,24 @@
     >>> segments = {0: Segment(0, KeyRange(0.0, 1.0))}
     >>> compare({0: 7}, {0: 5}, segments), compare({0: 3}, {0: 5}, segments)
     (1, -1)
+    >>> compare({0: 5}, {0: 5}, segments)     # an equal offset is neither before nor after
+    0
     >>> marks = [Watermark("s/t", 100, 130, {0: 5}, 0), Watermark("s/t", 200, 260, {0: 9}, 1)]
     >>> tracker = WindowTracker(marks, segments)
     >>> tracker.advance_to({0: 7})
     TimeWindow(lower=100, upper=260)
+    >>> WindowTracker(marks, segments).advance_to({0: 5})
+    TimeWindow(lower=None, upper=260)
 
 A position or stream cut maps segment id -> next offset; in a reader's
 position, ``END_OF_SEGMENT`` (-1) means the sealed segment has been read to
 its end. Only segments whose key ranges overlap are compared: a later
 segment (created in a later epoch) is ahead of an earlier one whatever the
-offsets, and within one segment the offsets decide.
+offsets, and within one segment the offsets decide -- strictly: a reader
+exactly at a cut's offset has neither passed it nor is it ahead, which keeps
+the upper bound as tight as Pravega's. (The fast path in
+``pipelines.reading.windows.PositionWindow`` relies on the same three-way
+order of offsets; a property test checks the two agree.)
 """
 
 from __future__ import annotations
@@ -28,27 +36,42 @@ __all__ = ["WindowTracker", "compare"]
 
 
 def compare(position: Position, cut: StreamCut, segments: Mapping[int, Segment]) -> int:
-    """-1: ``position`` is entirely before ``cut``; +1: it has reached or passed
-    it everywhere, or shares no key range with it; 0: partly before, partly not.
+    """Pravega's rule (``WatermarkReaderImpl.compare``), segment by segment of ``cut``:
 
-    ``segments`` maps segment id -> :class:`Segment` (for key ranges); an id
-    it lacks is an :class:`InvalidModelError`. An offset of -1 in the cut
-    (a sealed segment's end) is reached only by -1 in the position.
+    - the position holds the cut's segment: a smaller offset is *before*, a
+      larger one *after*, an **equal offset is neither**;
+    - it does not: each overlapping segment it holds is *before* when older
+      (smaller id: an earlier epoch), *after* when newer.
+
+    -1: before somewhere and after nowhere (entirely ahead of the reader);
+    +1: after somewhere and before nowhere (passed); 0: both, or neither.
+    ``END_OF_SEGMENT`` (-1) ranks above every offset (a sealed segment read
+    to its end). ``segments`` maps segment id -> :class:`Segment` (for key
+    ranges); an id it lacks is an :class:`InvalidModelError`.
     """
-    cut_segments = [(_segment(segments, seg), offset) for seg, offset in cut.items()]
-    before = reached = False
-    for seg_id, offset in position.items():
-        seg = _segment(segments, seg_id)
-        for other, cut_offset in cut_segments:
-            if not seg.overlaps(other):
-                continue
-            if _at_or_past(seg, offset, other, cut_offset):
-                reached = True
-            else:
+    held = [(_segment(segments, seg), seg) for seg in position]
+    before = after = False
+    for cut_id, cut_offset in cut.items():
+        offset = position.get(cut_id)
+        if offset is not None:
+            order = _offset_order(offset, cut_offset)
+            if order < 0:
                 before = True
-            if before and reached:
-                return 0
-    return -1 if before else 1
+            elif order > 0:
+                after = True
+        else:
+            cut_seg = _segment(segments, cut_id)
+            for seg, seg_id in held:
+                if seg.overlaps(cut_seg):
+                    if seg_id < cut_id:
+                        before = True
+                    else:
+                        after = True
+        if before and after:
+            return 0
+    if before:
+        return -1
+    return 1 if after else 0
 
 
 class WindowTracker:
@@ -84,7 +107,7 @@ class WindowTracker:
                     break
                 self._ahead.append(mark)
             mark = self._ahead[index]
-            order = compare(position, mark.stream_cut, self._segments)
+            order = compare(position, mark.stream_cut, self._segments) if position else 1
             if order > 0 and index == 0:
                 # Watermarks pass in seq order (their cuts never go backwards).
                 self._lower = mark.time
@@ -97,12 +120,15 @@ class WindowTracker:
         return TimeWindow(self._lower, upper)
 
 
-def _at_or_past(seg: Segment, offset: int, other: Segment, cut_offset: int) -> bool:
-    if seg.id != other.id:
-        return seg.id > other.id
+def _offset_order(offset: int, cut_offset: int) -> int:
+    """-1, 0, +1 as ``offset`` is below, at, above ``cut_offset``; ``END_OF_SEGMENT`` is highest."""
+    if offset == cut_offset:
+        return 0
     if offset == END_OF_SEGMENT:
-        return True
-    return cut_offset != END_OF_SEGMENT and offset >= cut_offset
+        return 1
+    if cut_offset == END_OF_SEGMENT:
+        return -1
+    return -1 if offset < cut_offset else 1
 
 
 def _segment(segments: Mapping[int, Segment], seg: int) -> Segment:

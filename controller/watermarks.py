@@ -193,7 +193,10 @@ def watermark_cycle(
       watermark reaches its time it lags, and, being shut down, it is removed
       in that same cycle: the controller never waits for it to time out.
     - Otherwise a watermark is emitted: ``time`` = minimum time (strictly above
-      the previous one by construction), ``upper_time`` = maximum time,
+      the previous one by construction), ``upper_time`` = maximum over the
+      writers of their noted time and the highest event time they wrote up to
+      their position (``WriterMark.upper_time``: events may run ahead of the
+      noted time, and a seek must not skip them),
       ``stream_cut`` = :func:`complete_cut` of the :func:`upper_bound` of the
       positions and the previous cut, ``seq`` = previous + 1, or 0.
     - No writers: nothing is emitted.
@@ -222,7 +225,7 @@ def watermark_cycle(
     watermark = Watermark(
         stream=stream,
         time=min(mark.time for mark in included.values()),
-        upper_time=max(mark.time for mark in included.values()),
+        upper_time=max(mark.upper_time for mark in included.values()),
         stream_cut=complete_cut(upper, previous.stream_cut if previous else None, epochs),
         seq=0 if previous is None else previous.seq + 1,
     )

@@ -12,6 +12,15 @@ Layout (under ``root``)::
     readergroups/<group>/readers/<reader> ephemeral: the reader is online
     readergroups/<group>/owners/<segment> ephemeral, data = reader name (a claim,
                                           ``controller.claims``)
+    readergroups/<group>/checkpoint-request ephemeral (the initiator's session), data =
+                                          the name of the checkpoint being taken
+    readergroups/<group>/checkpoint-acks/<name>/<reader>
+                                          ephemeral: the reader committed and paused
+    readergroups/<group>/checkpoints/<name>
+                                          a taken checkpoint (bytes; JSON, written by
+                                          ``pipelines.reading.checkpoints``)
+
+A reader's ``readers/<reader>`` node holds its last reported time (bytes).
 
 Names are checked by the caller; results are plain values (``False``,
 ``None``), and the reading side turns them into its own errors. This is the
@@ -95,6 +104,77 @@ class ZooKeeperGroups:
 
     def release(self, group: str, segment: int, reader: str) -> None:
         self._owners(group).release(str(segment), reader)
+
+    # --- times and checkpoints ------------------------------------------------------------
+
+    def report(self, group: str, reader: str, data: bytes) -> None:
+        """Store ``data`` (the reader's time) on its presence node."""
+        self._readers(group).note(reader, data)
+
+    def reports(self, group: str) -> dict[str, bytes]:
+        return self._readers(group).data()
+
+    def request_checkpoint(self, group: str, name: str) -> bool:
+        """Ask the readers for checkpoint ``name``; False while another is being taken."""
+        self.client.ensure_path(self._group(group))
+        try:
+            self.client.create(
+                f"{self._group(group)}/checkpoint-request", name.encode("utf-8"), ephemeral=True
+            )
+        except NodeExistsError:
+            return False
+        return True
+
+    def checkpoint_request(self, group: str) -> str | None:
+        try:
+            data, _ = self.client.get(f"{self._group(group)}/checkpoint-request")
+        except NoNodeError:
+            return None
+        return str(data.decode("utf-8"))
+
+    def end_checkpoint_request(self, group: str, name: str) -> None:
+        """Withdraw the request for ``name`` (if it is the one pending) and its acks."""
+        if self.checkpoint_request(group) == name:
+            with contextlib.suppress(NoNodeError):
+                self.client.delete(f"{self._group(group)}/checkpoint-request")
+        with contextlib.suppress(NoNodeError):
+            self.client.delete(f"{self._group(group)}/checkpoint-acks/{name}", recursive=True)
+
+    def _acks(self, group: str, name: str) -> Claims:
+        return Claims(self.client, f"{self._group(group)}/checkpoint-acks/{name}")
+
+    def ack_checkpoint(self, group: str, name: str, reader: str) -> None:
+        self._acks(group, name).announce(reader)
+
+    def checkpoint_acks(self, group: str, name: str) -> set[str]:
+        return set(self._acks(group, name).names())
+
+    def save_checkpoint(self, group: str, name: str, data: bytes) -> bool:
+        """Store a taken checkpoint (one write: atomic); False when the name is taken."""
+        base = f"{self._group(group)}/checkpoints"
+        self.client.ensure_path(base)
+        try:
+            self.client.create(f"{base}/{name}", data)
+        except NodeExistsError:
+            return False
+        return True
+
+    def checkpoint(self, group: str, name: str) -> bytes | None:
+        try:
+            data, _ = self.client.get(f"{self._group(group)}/checkpoints/{name}")
+        except NoNodeError:
+            return None
+        return bytes(data)
+
+    def checkpoint_names(self, group: str) -> list[str]:
+        try:
+            return sorted(self.client.get_children(f"{self._group(group)}/checkpoints"))
+        except NoNodeError:
+            return []
+
+    def delete_checkpoint(self, group: str, name: str) -> None:
+        with contextlib.suppress(NoNodeError):
+            self.client.delete(f"{self._group(group)}/checkpoints/{name}")
 
 
 __all__ = ["ZooKeeperGroups"]

@@ -24,6 +24,8 @@ HOME = "TIDEMARK_HOME"
 CACHE = "TIDEMARK_CACHE"
 MAVEN = "TIDEMARK_MAVEN"
 JAVA = "TIDEMARK_JAVA"
+TIME_SERVICE = "TIDEMARK_TIME_SERVICE"
+"""A running `tidemark serve` (base URL): lookups ask it first, else read Delta."""
 
 ALL = (
     KAFKA_BOOTSTRAP,
@@ -35,6 +37,7 @@ ALL = (
     CACHE,
     MAVEN,
     JAVA,
+    TIME_SERVICE,
 )
 
 
@@ -51,6 +54,7 @@ class Environment:
     cache: Path = Path.home() / ".cache" / "tidemark"
     maven: str = "mvn"
     java: str = "java"
+    time_service: str | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Environment:
@@ -71,4 +75,5 @@ class Environment:
             cache=Path(get(CACHE) or defaults.cache).expanduser(),
             maven=get(MAVEN) or defaults.maven,
             java=get(JAVA) or defaults.java,
+            time_service=get(TIME_SERVICE),
         )

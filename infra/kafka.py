@@ -4,9 +4,19 @@
         Producer({"bootstrap.servers": kafka.bootstrap_servers})
 
 Every node runs as broker and controller (combined mode) with a static
-controller quorum. With three nodes, topics default to replication factor 3
-with ``min.insync.replicas=2``; the transaction state log and the offsets
-topic are sized to the broker count, so transactions work on either size.
+controller quorum.
+
+A deployment option, ``security=KafkaSecurity(admin_password, users)``: clients
+must authenticate with SASL/SCRAM-SHA-512 (``SASL_PLAINTEXT``), the brokers run
+Kafka's ``StandardAuthorizer`` (a principal without an ACL may do nothing), and
+``admin`` is the one super user (brokers talk to each other as ``admin``; the
+controller listener takes SASL/PLAIN with the same credentials). The users'
+SCRAM credentials are written when the storage is formatted; ACLs are granted
+afterwards (``controller.kafka_admin.grant_tidemark_acls``).
+
+With three nodes, topics default to replication factor 3 with
+``min.insync.replicas=2``; the transaction state log and the offsets topic are
+sized to the broker count, so transactions work on either size.
 """
 
 from __future__ import annotations
@@ -14,7 +24,8 @@ from __future__ import annotations
 import base64
 import time
 import uuid
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
@@ -23,11 +34,36 @@ from infra.environment import Environment
 from infra.exceptions import ServiceError, ServiceTimeout
 from infra.java import jvm_argv
 from infra.ports import HOST, ensure_free, free_ports
-from infra.process import ManagedProcess
+from infra.process import ManagedProcess, key_line
 
 MAIN_CLASS = "kafka.Kafka"
 STORAGE_TOOL = "kafka.tools.StorageTool"
 LOG4J_CONF = Path(__file__).resolve().parent / "conf" / "kafka-log4j2.properties"
+
+
+SCRAM = "SCRAM-SHA-512"
+_UNSAFE = '\\"=,]'
+"""Characters a password may not hold: they would break the JAAS and --add-scram syntax."""
+
+
+@dataclass(frozen=True)
+class KafkaSecurity:
+    """SASL/SCRAM users of a local cluster (name -> password), ``admin`` the super user."""
+
+    admin_password: str
+    users: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name, password in {"admin": self.admin_password, **self.users}.items():
+            if not name.isidentifier() or not password or any(c in password for c in _UNSAFE):
+                raise ValueError(f"SCRAM user {name!r}: a plain name, a password without {_UNSAFE}")
+
+    def scram_arguments(self) -> list[str]:
+        """``kafka-storage format`` arguments that create every user's credentials."""
+        out: list[str] = []
+        for name, password in {"admin": self.admin_password, **self.users}.items():
+            out += ["--add-scram", f"{SCRAM}=[name={name},password={password}]"]
+        return out
 
 
 @dataclass(frozen=True)
@@ -51,6 +87,20 @@ def new_cluster_id() -> str:
             return cid
 
 
+def existing_cluster_id(data_dir: Path) -> str | None:
+    """The cluster id the nodes under ``data_dir`` were formatted with (``None``: new).
+
+    A restart over the same data must reuse it: Kafka refuses a log directory
+    formatted for another cluster.
+    """
+    for meta in sorted(data_dir.glob("node-*/logs/meta.properties")):
+        for line in meta.read_text(errors="replace").splitlines():
+            key, sep, value = line.partition("=")
+            if sep and key.strip() == "cluster.id" and value.strip():
+                return value.strip()
+    return None
+
+
 class KafkaCluster:
     def __init__(
         self,
@@ -60,6 +110,7 @@ class KafkaCluster:
         tie_to_owner: bool = True,
         heap_mb: int = 512,
         ports: list[int] | None = None,
+        security: KafkaSecurity | None = None,
     ) -> None:
         if brokers not in (1, 3):
             raise ValueError(f"brokers must be 1 or 3, got {brokers}")
@@ -67,7 +118,8 @@ class KafkaCluster:
         self.data_dir = data_dir
         self.size = brokers
         self.heap_mb = heap_mb
-        self.cluster_id = new_cluster_id()
+        self.security = security
+        self.cluster_id = existing_cluster_id(data_dir) or new_cluster_id()
         picked = ports or free_ports(2 * brokers)
         self.nodes = [
             KafkaNode(
@@ -119,7 +171,51 @@ class KafkaCluster:
             "share.coordinator.state.topic.min.isr": min_isr,
             "log.retention.check.interval.ms": 5000,
         }
+        if self.security is not None:
+            props.update(self._secure_properties(node))
         return "".join(f"{k}={v}\n" for k, v in props.items())
+
+    def _secure_properties(self, node: KafkaNode) -> dict[str, object]:
+        assert self.security is not None
+        pw = self.security.admin_password
+        return {
+            "listeners": f"SASL_PLAINTEXT://{HOST}:{node.broker_port},"
+            f"CONTROLLER://{HOST}:{node.controller_port}",
+            "advertised.listeners": f"SASL_PLAINTEXT://{HOST}:{node.broker_port}",
+            "inter.broker.listener.name": "SASL_PLAINTEXT",
+            "listener.security.protocol.map": "SASL_PLAINTEXT:SASL_PLAINTEXT,"
+            "CONTROLLER:SASL_PLAINTEXT",
+            "sasl.enabled.mechanisms": SCRAM,
+            "sasl.mechanism.inter.broker.protocol": SCRAM,
+            "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config": (
+                "org.apache.kafka.common.security.scram.ScramLoginModule required "
+                f'username="admin" password="{pw}";'
+            ),
+            "sasl.mechanism.controller.protocol": "PLAIN",
+            "listener.name.controller.sasl.enabled.mechanisms": "PLAIN",
+            "listener.name.controller.plain.sasl.jaas.config": (
+                "org.apache.kafka.common.security.plain.PlainLoginModule required "
+                f'username="admin" password="{pw}" user_admin="{pw}";'
+            ),
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users": "User:admin",
+            "allow.everyone.if.no.acl.found": "false",
+        }
+
+    def client_config(self, user: str = "admin") -> dict[str, str]:
+        """librdkafka settings to connect as ``user`` (``bootstrap.servers`` included)."""
+        config = {"bootstrap.servers": self.bootstrap_servers}
+        if self.security is not None:
+            passwords = {"admin": self.security.admin_password, **self.security.users}
+            config.update(
+                {
+                    "security.protocol": "SASL_PLAINTEXT",
+                    "sasl.mechanism": SCRAM,
+                    "sasl.username": user,
+                    "sasl.password": passwords[user],
+                }
+            )
+        return config
 
     def _argv(self, node: KafkaNode, main: str, *args: str) -> list[str]:
         return jvm_argv(
@@ -148,6 +244,7 @@ class KafkaCluster:
                         "--config",
                         str(config),
                         "--ignore-formatted",
+                        *(self.security.scram_arguments() if self.security else ()),
                     ),
                     stdout=subprocess.PIPE,
                     stderr=subprocess.STDOUT,
@@ -159,8 +256,11 @@ class KafkaCluster:
         for node, proc in running:
             out, _ = proc.communicate(timeout=120)
             if proc.returncode != 0:
+                log_path = node.data_dir / "format.log"
+                log_path.write_text(out)
                 raise ServiceError(
-                    f"kafka-{node.node_id}: formatting {node.data_dir} failed:\n{out[-3000:]}"
+                    f"kafka-{node.node_id}: formatting {node.data_dir} failed: "
+                    f"{key_line(out)} (full output: {log_path})"
                 )
 
     def start(self, timeout_s: float = 90.0) -> KafkaCluster:
@@ -184,7 +284,7 @@ class KafkaCluster:
         """Ready when the metadata lists every broker."""
         from confluent_kafka.admin import AdminClient
 
-        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
+        admin = AdminClient({**self.client_config(), "log_level": 0})
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             for node in self.nodes:

@@ -94,11 +94,11 @@ class ManagedProcess:
         return self._proc is not None and self._proc.poll() is None
 
     def check_alive(self) -> None:
-        """Raise with the log's tail when the process has exited."""
+        """Raise, in one line (the log's key line and its path), when the process has exited."""
         if self._proc is not None and self._proc.poll() is not None:
             raise ServiceError(
-                f"{self.name} exited with code {self._proc.returncode}; "
-                f"its log {self.log_path} ends with:\n{self.log_tail()}"
+                f"{self.name} exited with code {self._proc.returncode}: "
+                f"{key_line(self.log_tail(200))} (full log: {self.log_path})"
             )
 
     def log_tail(self, lines: int = 30) -> str:
@@ -141,6 +141,25 @@ class ManagedProcess:
             proc.wait(timeout=10)
         with _live_lock:
             _live.discard(self)
+
+
+_KEY_MARKERS = ("Exception", "Error", "ERROR", "FATAL", "error:", "refused", "failed")
+
+
+def key_line(output: str, limit: int = 400) -> str:
+    """The line of a service's output that says what went wrong, shortened to ``limit``.
+
+    The last line carrying an error marker (a JVM's exception, a ``FATAL``), skipping
+    stack frames; else the last non-empty line.
+
+    >>> key_line("starting\\nERROR Exiting Kafka: cluster id mismatch\\n\\tat kafka.Foo\\n")
+    'ERROR Exiting Kafka: cluster id mismatch'
+    """
+    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
+    frames = [ln for ln in lines if not ln.startswith(("at ", "..."))]
+    marked = [ln for ln in frames if any(m in ln for m in _KEY_MARKERS)]
+    found = (marked or frames or ["(no output)"])[-1]
+    return found if len(found) <= limit else found[: limit - 3] + "..."
 
 
 def stop_pid(pid: int, timeout_s: float = 15.0) -> bool:

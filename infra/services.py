@@ -223,11 +223,13 @@ def resolve_services(
 
 
 @contextlib.contextmanager
-def connected_services(env: Environment | None = None) -> Iterator[ServicesState]:
+def connected_services(
+    env: Environment | None = None, work_dir: Path | None = None
+) -> Iterator[ServicesState]:
     """Services to talk to: the environment's, else `tidemark up`'s, else temporary ones.
 
-    Temporary services run under a temporary directory and stop when the
-    block ends, pass or fail.
+    Temporary services run under ``work_dir`` (kept, with their logs), else a
+    temporary directory, and stop when the block ends, pass or fail.
     """
     env = env or Environment.from_env()
     try:
@@ -240,11 +242,16 @@ def connected_services(env: Environment | None = None) -> Iterator[ServicesState
     from infra.kafka import KafkaCluster
     from infra.zookeeper import ZooKeeperServer
 
-    with tempfile.TemporaryDirectory(prefix="tidemark-") as tmp:
-        log.warning("no services running (`tidemark up`); starting temporary ones in %s", tmp)
+    with contextlib.ExitStack() as stack:
+        if work_dir is None:
+            root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tidemark-")))
+        else:
+            root = work_dir
+            root.mkdir(parents=True, exist_ok=True)
+        log.warning("no services running (`tidemark up`); starting temporary ones in %s", root)
         with (
-            ZooKeeperServer(Path(tmp) / "zk", env=env) as zk,
-            KafkaCluster(Path(tmp) / "kafka", env=env) as kafka,
+            ZooKeeperServer(root / "zk", env=env) as zk,
+            KafkaCluster(root / "kafka", env=env) as kafka,
         ):
             yield ServicesState(
                 kafka_bootstrap=kafka.bootstrap_servers, zk_connect=zk.connect_string

@@ -10,21 +10,43 @@ from __future__ import annotations
 
 import argparse
 
-from controller.naming import ClusterSettings
+from controller.exceptions import InvalidModelError
+from controller.naming import ClusterSettings, check_instance_id
 from jobs.config import ControllerSettings, CycleTrigger
 from jobs.exceptions import JobConfigurationError
 
 
+def instance_id(text: str) -> str:
+    """``--instance``: refused by argparse, before Spark or Kafka is touched."""
+    try:
+        return check_instance_id(text)
+    except InvalidModelError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1 (``--bucket-count``, ``read --count``, ...)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
 def add_controller_arguments(parser: argparse.ArgumentParser) -> None:
     cluster = ClusterSettings()
-    parser.add_argument("--instance", required=True, help="this instance's id (unique, no '/')")
+    parser.add_argument(
+        "--instance", required=True, type=instance_id, help="this instance's id (unique)"
+    )
     parser.add_argument("--bootstrap", help="Kafka bootstrap servers (TIDEMARK_KAFKA_BOOTSTRAP)")
     parser.add_argument("--zk", help="ZooKeeper connect string (TIDEMARK_ZK_CONNECT)")
     parser.add_argument("--zk-root", default=cluster.zk_root, help="metadata root in ZooKeeper")
     parser.add_argument("--marks-topic", default=cluster.marks_topic)
     parser.add_argument(
         "--bucket-count",
-        type=int,
+        type=positive_int,
         default=cluster.bucket_count,
         help="buckets: partitions of the marks topic and state partitions of the query "
         "(fixed by the checkpoint)",
@@ -63,6 +85,12 @@ def add_controller_arguments(parser: argparse.ArgumentParser) -> None:
         default=False,
         help="run the operator on synthetic rows before contending (off by default)",
     )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve Prometheus metrics on this port (jobs/metrics.py names them)",
+    )
 
 
 def settings_from_args(args: argparse.Namespace) -> ControllerSettings:
@@ -96,4 +124,4 @@ def settings_from_args(args: argparse.Namespace) -> ControllerSettings:
     )
 
 
-__all__ = ["add_controller_arguments", "settings_from_args"]
+__all__ = ["add_controller_arguments", "instance_id", "positive_int", "settings_from_args"]

@@ -143,6 +143,8 @@ def aggregate(spark: Any, plan: WindowPlan, bootstrap_servers: str) -> WindowRes
     """Read the plan's ranges from Kafka (read_committed) and aggregate [start, end)."""
     from pyspark.sql import functions as F
 
+    from controller.kafka_client import spark_kafka_options
+
     now = int(time.time() * 1000)
     if not plan.ranges:
         return WindowResult(plan.stream, plan.start_ms, plan.end_ms, 0, 0, 0, None, None, now)
@@ -151,6 +153,7 @@ def aggregate(spark: Any, plan: WindowPlan, bootstrap_servers: str) -> WindowRes
         .option("kafka.bootstrap.servers", bootstrap_servers)
         .option("kafka.isolation.level", "read_committed")
         .option("failOnDataLoss", "false")  # commit markers leave gaps in the offsets
+        .options(**spark_kafka_options())
     )
     for key, value in plan.kafka_options().items():
         reader = reader.option(key, value)

@@ -113,7 +113,11 @@ def query_name(settings: ControllerSettings) -> str:
 
 
 def marks_frame(spark: Any, settings: ControllerSettings) -> Any:
-    """Every partition's records: ``stream`` (the key), ``value``, ``partition``, ``offset``."""
+    """Every partition's records: ``stream`` (the raw key), ``value``, ``partition``,
+    ``offset``, ``arrival`` (the broker's append time in ms; null unless the topic is
+    ``LogAppendTime``)."""
+    from controller.kafka_client import spark_kafka_options
+
     reader = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
@@ -122,16 +126,24 @@ def marks_frame(spark: Any, settings: ControllerSettings) -> Any:
         .option("kafka.isolation.level", "read_committed")
         # Marks past the topic's retention are gone for every reader; keep going.
         .option("failOnDataLoss", "false")
+        .options(**spark_kafka_options())
     )
     if settings.max_offsets_per_trigger is not None:
         reader = reader.option("maxOffsetsPerTrigger", settings.max_offsets_per_trigger)
+    # The key stays binary: a key that is not UTF-8 must reach the processor as data
+    # (a rejected mark), not fail the Python worker on conversion. xxhash64 hashes a
+    # binary and a string of the same bytes alike, so the slots are those of the name.
     return reader.load().selectExpr(
-        "coalesce(CAST(key AS STRING), '') AS stream", "value", "partition", "offset"
+        "coalesce(key, X'') AS stream",
+        "value",
+        "partition",
+        "offset",
+        "CASE WHEN timestampType = 1 THEN unix_millis(timestamp) END AS arrival",
     )
 
 
 def controller_operator(records: Any, settings: ControllerSettings) -> Any:
-    """The stateful part: ``records`` (stream, value, partition, offset) by slot through
+    """The stateful part: ``records`` (:func:`marks_frame`'s columns) by slot through
     :class:`~jobs.processor.ControllerProcessor`; rows of ``OUTPUT_SCHEMA``."""
     from pyspark.sql.functions import expr
 
@@ -191,10 +203,11 @@ def warm_up(spark: Any, settings: ControllerSettings, instance_id: str, batches:
         .option("rowsPerSecond", 1)
         .load()
         .selectExpr(
-            f"'{due_key(0)}' AS stream",
+            f"CAST('{due_key(0)}' AS BINARY) AS stream",
             "CAST(NULL AS BINARY) AS value",
             "0 AS partition",
             "value AS offset",
+            "CAST(NULL AS BIGINT) AS arrival",
         )
     )
     frame = controller_operator(rows, settings)
@@ -243,6 +256,10 @@ def end_offsets(progress: Mapping[str, Any] | None, topic: str) -> dict[int, int
     return {}
 
 
+QUERY_LABEL = "all"
+"""The ``bucket`` label of the metrics of the one query (it runs every bucket)."""
+
+
 class Batches:
     """The query's ``foreachBatch``: Delta appends, due times, progress (one per leadership)."""
 
@@ -253,6 +270,8 @@ class Batches:
         self.due = DueScheduler(settings)
         self.job = job
         self.last: dict[str, Any] | None = None
+        if job.metrics is not None:  # --- metrics hook (jobs.metrics) ---
+            self.sink.observer = job.metrics.batch_observer(QUERY_LABEL)
 
     def __call__(self, frame: Any, batch_id: int) -> None:
         from jobs.sink import split_rows
@@ -261,6 +280,8 @@ class Batches:
         started = time.monotonic()
         rows = frame.toArrow().to_pylist()
         self.sink.write(rows, batch_id)
+        if self.sink.observer is not None:  # --- metrics hook ---
+            self.sink.observer(rows, batch_id, time.monotonic() - started)
         self.due.report(rows)
         by_table = split_rows(rows)
         self.last = {
@@ -283,6 +304,7 @@ class ControllerJob:
         settings: ControllerSettings,
         instance_id: str,
         zk_client: Any = None,
+        metrics: Any = None,
     ) -> None:
         self.spark = spark
         self.settings = settings
@@ -296,6 +318,8 @@ class ControllerJob:
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self.failures: list[str] = []
+        # Prometheus metrics (jobs.metrics.ControllerMetrics); None: off
+        self.metrics: Any = metrics
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -311,7 +335,7 @@ class ControllerJob:
         self.spark.conf.set(CHANGELOG_CHECKPOINTING, "true")
         if is_local(self.settings.checkpoint_root):
             self.spark.conf.set(CHECKPOINT_FILE_MANAGER, LOCAL_CHECKPOINT_FILE_MANAGER)
-        ensure_marks_topic(self.settings.kafka_bootstrap, self.settings.cluster)
+        ensure_marks_topic(self.settings.kafka_bootstrap, self.settings.cluster, alter=True)
         ensure_tables(self.spark, self.settings.delta_root)
         if self._client is None:
             self._client = KazooClient(
@@ -376,6 +400,7 @@ class ControllerJob:
                 batches.due.sweep()
                 while query.isActive and not lost.is_set() and not self._stopping.is_set():
                     lost.wait(0.2)
+                    self._observe(query)
                 error = None if query.isActive else query.exception()
             except Exception as exc:
                 log.exception("controller %s: the query did not start", self.instance_id)
@@ -385,6 +410,7 @@ class ControllerJob:
                 if query is not None:
                     self._wait_between_batches(query)
                     query.stop()
+                    self._observe(query)
                 batches.due.stop()
                 with self._lock:
                     self._query = None
@@ -395,6 +421,13 @@ class ControllerJob:
                 log.error("controller %s: query failed: %s", self.instance_id, error)
                 self.failures.append(str(error))
                 return  # give the leadership up; contend again after a pause
+
+    def _observe(self, query: Any) -> None:
+        if self.metrics is not None:  # --- metrics hook (jobs.metrics) ---
+            try:
+                self.metrics.observe_query(QUERY_LABEL, query)
+            except Exception as exc:  # metrics never stop the query
+                log.debug("progress not observed: %s", exc)
 
     def publish_progress(self, progress: Mapping[str, Any]) -> None:
         try:
@@ -484,10 +517,22 @@ class ControllerJob:
                 pass
         finally:
             self.stop()
-        return 0
+        if self.failures:
+            log.error("controller %s: %s", self.instance_id, "; ".join(self.failures))
+        return 1 if self.failures else 0
 
 
 # --- entry points (spark-submit and `tidemark controller run`) --------------------------------
+
+
+def metrics_from_args(args: argparse.Namespace) -> Any:
+    """``--metrics-port N``: serve the metrics of :mod:`jobs.metrics` there; None: off."""
+    port = getattr(args, "metrics_port", None)
+    if port is None:
+        return None
+    from jobs.metrics import serve_metrics
+
+    return serve_metrics(port)
 
 
 def run_local(args: argparse.Namespace) -> int:
@@ -509,7 +554,9 @@ def run_local(args: argparse.Namespace) -> int:
         )
     )
     try:
-        return ControllerJob(spark, settings, args.instance).run_until_signalled()
+        return ControllerJob(
+            spark, settings, args.instance, metrics=metrics_from_args(args)
+        ).run_until_signalled()
     finally:
         stop_spark(spark)
 
@@ -538,7 +585,9 @@ def main(argv: list[str] | None = None) -> int:
         .getOrCreate()
     )
     try:
-        return ControllerJob(spark, settings, args.instance).run_until_signalled()
+        return ControllerJob(
+            spark, settings, args.instance, metrics=metrics_from_args(args)
+        ).run_until_signalled()
     finally:
         spark.stop()
 

@@ -20,6 +20,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from controller.kafka_client import client_config
 from controller.metadata import StreamMetadata
 from jobs.config import WorkflowSettings
 
@@ -89,7 +90,7 @@ class KafkaCommittedOffsets:
         if self._admin is None:
             self._admin = AdminClient(
                 {
-                    "bootstrap.servers": self.bootstrap,
+                    **client_config(self.bootstrap),
                     "log_level": 0,
                     "topic.metadata.refresh.interval.ms": 5_000,
                 }

@@ -51,7 +51,8 @@ from pyspark.sql.types import (
 
 from jobs.config import WorkflowSettings
 from jobs.slots import SlotState, is_due_key, run_slot
-from jobs.workflow import Emitted, MarkInput, Output, StreamWorkflow
+from jobs.workflow import Emitted, MarkInput, Output, Rejected, StreamWorkflow
+from schemas.mark_input import Undecodable, decode_stream_key, printable_key
 
 log = logging.getLogger(__name__)
 
@@ -161,21 +162,33 @@ class ControllerProcessor(StatefulProcessor):
     ) -> Iterator[pd.DataFrame]:
         now_ms = timerValues.getCurrentProcessingTimeInMs()
         records: dict[str, list[MarkInput]] = {}
+        bad_keys: list[Output] = []
         for frame in rows:
-            for stream, value, part, offset in zip(
-                frame["stream"].tolist(),
+            for raw_key, value, part, offset, arrival in zip(
+                frame["stream"].tolist(),  # the raw key: bytes, never assumed UTF-8
                 frame["value"].tolist(),
                 frame["partition"].tolist(),
                 frame["offset"].tolist(),
+                frame["arrival"].tolist(),
                 strict=True,
             ):
+                stream = decode_stream_key(raw_key)
+                if isinstance(stream, Undecodable):
+                    shown = printable_key(raw_key)
+                    why = stream.reason
+                    bad_keys.append(Rejected(shown, None, why, value, part, offset, now_ms))
+                    continue
                 if is_due_key(stream):
                     continue  # it only brought the slot here
-                records.setdefault(stream, []).append(MarkInput(value, part, offset))
+                arrival_ms = None if arrival is None or pd.isna(arrival) else int(arrival)
+                records.setdefault(stream, []).append(MarkInput(value, part, offset, arrival_ms))
         got = self.value.get()  # None when absent: no separate exists() round trip
         stored = None if got is None else str(got[0])
         slot = SlotState.from_json(stored)
-        outputs: list[Output | SlotDue] = list(run_slot(self.workflow, slot, records, now_ms))
+        outputs: list[Output | SlotDue] = [
+            *bad_keys,
+            *run_slot(self.workflow, slot, records, now_ms),
+        ]
         text = slot.to_json()
         if text != stored and (stored is not None or slot.streams):
             self.value.update((text,))

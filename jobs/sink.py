@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from jobs.processor import REJECTED, WATERMARK
@@ -171,6 +172,8 @@ class DeltaSink:
         self._bound = threading.Event()
         self.batches = 0
         self.rows_written = 0
+        # metrics hook (jobs.metrics): called as observer(rows, batch_id, duration_s)
+        self.observer: Callable[[Sequence[Mapping[str, Any]], int, float], None] | None = None
 
     def bind(self, query_id: str) -> None:
         self._query_id = query_id
@@ -182,8 +185,11 @@ class DeltaSink:
         return f"{self.app_id}/{self._query_id}"
 
     def __call__(self, frame: Any, batch_id: int) -> None:
+        started = time.monotonic()
         rows = frame.toArrow().to_pylist()
         self.write(rows, batch_id)
+        if self.observer is not None:  # --- metrics hook ---
+            self.observer(rows, batch_id, time.monotonic() - started)
 
     def write(self, rows: Sequence[Mapping[str, Any]], batch_id: int) -> None:
         """Append one batch's output rows (the processor's ``OUTPUT_SCHEMA``)."""

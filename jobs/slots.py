@@ -44,10 +44,11 @@ SLOT_VERSION = 2
 
 
 def slot_expression(slot_count: int) -> str:
-    """The Spark SQL expression of a record's slot (the ``stream`` column is its key)."""
+    """The Spark SQL expression of a record's slot (the ``stream`` column is its key, binary
+    or string: ``xxhash64`` hashes the same bytes alike)."""
     return (
-        f"CASE WHEN stream LIKE '{DUE_PREFIX}%' "
-        f"THEN CAST(substring(stream, {len(DUE_PREFIX) + 1}) AS INT) "
+        f"CASE WHEN CAST(stream AS STRING) LIKE '{DUE_PREFIX}%' "
+        f"THEN CAST(substring(CAST(stream AS STRING), {len(DUE_PREFIX) + 1}) AS INT) "
         f"ELSE CAST(pmod(xxhash64(stream), {slot_count}) AS INT) END"
     )
 

@@ -44,12 +44,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from controller.admission import check_instance, check_time
 from controller.metadata import StreamMetadata
 from controller.model import Watermark, WriterMark, segment_number
 from controller.watermarks import GenerationState, Verdict, accept_mark, watermark_cycle
 from jobs.config import CycleTrigger, WorkflowSettings
 from jobs.tables import Reason
-from schemas.exceptions import SchemaError
+from schemas.mark_input import Undecodable, decode_mark
 from schemas.records import WriterMarkRecord
 
 log = logging.getLogger(__name__)
@@ -82,6 +83,8 @@ class MarkInput:
     value: bytes | None
     partition: int
     offset: int
+    arrival_ms: int | None = None
+    """The broker's append time (the marks topic is ``LogAppendTime``); ``None``: unknown."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,8 @@ class StoredMark:
     mark: WriterMark
     partition: int
     offset: int
+    instance: str | None = None
+    """The writer instance the writer id is bound to (``None``: a v1 writer)."""
 
 
 @dataclass(frozen=True)
@@ -134,7 +139,15 @@ class StreamState:
         return {
             "v": STATE_VERSION,
             "marks": {
-                w: [s.mark.time, _pairs(s.mark.position), s.mark.alive, s.partition, s.offset]
+                w: [
+                    s.mark.time,
+                    _pairs(s.mark.position),
+                    s.mark.alive,
+                    s.partition,
+                    s.offset,
+                    s.instance,
+                    s.mark.max_event_time,
+                ]
                 for w, s in self.marks.items()
             },
             "previous": None
@@ -156,7 +169,7 @@ class StreamState:
 
     @classmethod
     def from_raw(cls, stream: str, raw: Mapping[str, Any]) -> StreamState:
-        if raw.get("v") != STATE_VERSION:
+        if raw.get("v") not in (1, STATE_VERSION):  # version 1 had no "first"
             raise ValueError(f"stream {stream!r}: unknown state version {raw.get('v')!r}")
         prev = raw["previous"]
         previous = (
@@ -165,16 +178,23 @@ class StreamState:
             else Watermark(stream, int(prev[0]), int(prev[1]), _cut(prev[2]), int(prev[3]))
         )
         return cls(
-            marks={
-                w: StoredMark(WriterMark(int(t), _cut(pos), bool(alive)), int(p), int(o))
-                for w, (t, pos, alive, p, o) in raw["marks"].items()
-            },
+            marks={w: _stored(entry) for w, entry in raw["marks"].items()},
             generation=GenerationState(previous, {w: int(v) for w, v in raw["lagging"].items()}),
             upper_time_max=raw["upper_max"],
             due_ms=raw["due"],
             held_since_ms=raw["held"],
-            first_mark_ms=raw["first"],
+            first_mark_ms=raw.get("first"),
         )
+
+
+def _stored(entry: Sequence[Any]) -> StoredMark:
+    """``[time, position, alive, partition, offset, instance, max_event_time]``; state
+    written before marks carried the last two has five items (both ``None``)."""
+    t, pos, alive, p, o = entry[:5]
+    instance = entry[5] if len(entry) > 5 else None
+    top = entry[6] if len(entry) > 6 else None
+    mark = WriterMark(int(t), _cut(pos), bool(alive), None if top is None else int(top))
+    return StoredMark(mark, int(p), int(o), None if instance is None else str(instance))
 
 
 def _pairs(cut: Mapping[int, int]) -> list[list[int]]:
@@ -284,13 +304,10 @@ class StreamWorkflow:
                 now_ms,
             )
 
-        if record.value is None:
-            return reject(Reason.MALFORMED)
-        try:
-            decoded = WriterMarkRecord.decode(record.value)
-        except (SchemaError, KeyError, TypeError, ValueError) as exc:
-            log.debug("stream %r: malformed mark at %d: %s", stream, record.offset, exc)
-            return reject(Reason.MALFORMED)
+        decoded = decode_mark(record.value)
+        if isinstance(decoded, Undecodable):
+            log.debug("stream %r: %s at %d: %s", stream, decoded.reason, record.offset, decoded)
+            return reject(decoded.reason)
         if decoded.stream != stream:
             return reject(Reason.MALFORMED, decoded.writer_id, decoded.stream)
         meta = self.streams.stream(stream)
@@ -302,12 +319,23 @@ class StreamWorkflow:
             meta = self.streams.stream(stream, refresh=True)
             if meta is None or any(seg not in meta.segments() for seg in decoded.position):
                 return reject(Reason.UNKNOWN_SEGMENT, decoded.writer_id)
-        mark = WriterMark(decoded.time, dict(decoded.position), decoded.alive)
+        out_of_bounds = check_time(decoded.time, record.arrival_ms, meta.config.max_future_ms)
+        if out_of_bounds is not None:
+            return reject(out_of_bounds, decoded.writer_id)
+        mark = WriterMark(
+            decoded.time, dict(decoded.position), decoded.alive, decoded.max_event_time
+        )
         stored = state.marks.get(decoded.writer_id)
+        if stored is not None:
+            impostor = check_instance(stored.instance, decoded.instance)
+            if impostor is not None:
+                return reject(impostor, decoded.writer_id)
         verdict = accept_mark(stored.mark if stored else None, mark)
         if verdict is not Verdict.ACCEPTED:
             return reject(verdict.value, decoded.writer_id)
-        state.marks[decoded.writer_id] = StoredMark(mark, record.partition, record.offset)
+        state.marks[decoded.writer_id] = StoredMark(
+            mark, record.partition, record.offset, decoded.instance
+        )
         if state.first_mark_ms is None:
             state.first_mark_ms = now_ms
         return None
@@ -407,7 +435,9 @@ class StreamWorkflow:
                 for seg, off in stored.mark.position.items()
             ):
                 del state.marks[writer]
-                record = WriterMarkRecord.from_mark(stream, writer, stored.mark)
+                record = WriterMarkRecord.from_mark(
+                    stream, writer, stored.mark, instance=stored.instance
+                )
                 out.append(
                     Rejected(
                         stream,

@@ -36,6 +36,8 @@ class MarkLike(Protocol):
     def position(self) -> Mapping[int, int]: ...
     @property
     def alive(self) -> bool: ...
+    @property
+    def max_event_time(self) -> int | None: ...
 
 
 class WatermarkLike(Protocol):
@@ -88,15 +90,33 @@ class WriterMarkRecord:
     position: Mapping[int, int] = field(default_factory=dict)
     alive: bool = True
     transaction_id: str | None = None
+    instance: str | None = None
+    """The writer instance's token (schema v2); ``None`` in marks of v1 writers."""
+    max_event_time: int | None = None
+    """The highest record timestamp written up to ``position`` (v2; ``None`` in v1 marks)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "position", _int_keys(self.position, "position"))
 
     @classmethod
     def from_mark(
-        cls, stream: str, writer_id: str, mark: MarkLike, transaction_id: str | None = None
+        cls,
+        stream: str,
+        writer_id: str,
+        mark: MarkLike,
+        transaction_id: str | None = None,
+        instance: str | None = None,
     ) -> WriterMarkRecord:
-        return cls(stream, writer_id, mark.time, dict(mark.position), mark.alive, transaction_id)
+        return cls(
+            stream,
+            writer_id,
+            mark.time,
+            dict(mark.position),
+            mark.alive,
+            transaction_id,
+            instance,
+            mark.max_event_time,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -106,6 +126,8 @@ class WriterMarkRecord:
             "position": cut_to_avro(self.position),
             "alive": self.alive,
             "transaction_id": self.transaction_id,
+            "instance": self.instance,
+            "max_event_time": self.max_event_time,
         }
 
     @classmethod
@@ -117,6 +139,8 @@ class WriterMarkRecord:
             position=cut_from_avro(d["position"]),
             alive=d["alive"],
             transaction_id=d.get("transaction_id"),
+            instance=d.get("instance"),
+            max_event_time=d.get("max_event_time"),
         )
 
     def encode(self) -> bytes:

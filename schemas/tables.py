@@ -56,6 +56,18 @@ class Reason:
     """Not a decodable writer mark, or its stream differs from the record key."""
     BEYOND_COMMITTED = "beyond_committed"
     """The position stayed past the data topic's last stable offset for too long."""
+    MALFORMED_KEY = "malformed_key"
+    """The record key is not UTF-8; ``stream`` holds it with ``\\x..`` escapes."""
+    UNKNOWN_SCHEMA = "unknown_schema"
+    """Avro single-object bytes whose writer schema this build does not know
+    (a newer writer: upgrade the controller)."""
+    NEGATIVE_TIME = "negative_time"
+    """The noted time is below zero."""
+    FUTURE_TIME = "future_time"
+    """The noted time is more than the stream's ``max_future_ms`` ahead of the mark's
+    arrival (the marks topic's ``LogAppendTime``)."""
+    IMPERSONATED = "impersonated"
+    """The writer id is bound to another live writer instance (its token differs)."""
 
     ALL = (
         STALE_TIME,
@@ -64,6 +76,11 @@ class Reason:
         UNKNOWN_SEGMENT,
         MALFORMED,
         BEYOND_COMMITTED,
+        MALFORMED_KEY,
+        UNKNOWN_SCHEMA,
+        NEGATIVE_TIME,
+        FUTURE_TIME,
+        IMPERSONATED,
     )
 
 

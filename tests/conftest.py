@@ -113,6 +113,16 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return report
 
 
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The fault suite's figures (tests/faults/figures.py), one line per fault."""
+    from tests.faults.figures import FIGURES
+
+    if FIGURES:
+        terminalreporter.section("fault suite figures")
+        for line in FIGURES:
+            terminalreporter.write_line(line)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests under tests/unit are `unit`; under tests/integration, `integration`."""
     for item in items:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,9 +51,26 @@ class DemoReport:
     missed_at_or_after_seek: int = 0
     reader_window: TimeWindow | None = None
     segments_after_scale: list[int] = field(default_factory=list)
+    events: list[tuple[int, int]] = field(default_factory=list)
+    """(wall clock when written, event time) of every event, for the chart."""
+    emitted_at: dict[int, int] = field(default_factory=dict)
+    """Watermark seq -> wall clock when the controller emitted it."""
 
 
-def _write_history(env: Any, stream: str, base_ms: int) -> tuple[int, int, list[int]]:
+Progress = Callable[[str], None]
+"""Told the name of each step as it starts (the CLI shows them)."""
+
+STEPS_SHOWN = (
+    "starting the controller (Spark streaming job)",
+    "writing events: 3 writers, a scale midway, one writer shut down",
+    "waiting for the watermarks to reach the last noted time",
+    "seeking a reader group to a timestamp and reading",
+)
+
+
+def _write_history(
+    env: Any, stream: str, base_ms: int
+) -> tuple[int, int, list[int], list[tuple[int, int]]]:
     """Three writers, a scale at half time, one writer shutting down; (events, last time)."""
     from pipelines.writing.config import WriterConfig
     from pipelines.writing.writer import EventWriter
@@ -69,6 +87,7 @@ def _write_history(env: Any, stream: str, base_ms: int) -> tuple[int, int, list[
     }
     written, noted = 0, base_ms
     times: list[int] = []
+    events: list[tuple[int, int]] = []
     for step in range(STEPS):
         if step == STEPS // 2:
             meta = env.manager.scale(stream, [0], [KeyRange(0.0, 0.25), KeyRange(0.25, 0.5)])
@@ -80,6 +99,7 @@ def _write_history(env: Any, stream: str, base_ms: int) -> tuple[int, int, list[
                 event_ms = base_ms + step * STEP_MS + i * (STEP_MS // EVENTS_PER_STEP) + skew
                 writer.write(f"{name}:{event_ms}".encode(), f"key-{i % 5}", timestamp=event_ms)
                 times.append(event_ms)
+                events.append((time.time_ns() // 1_000_000, event_ms))
                 written += 1
             noted = base_ms + (step + 1) * STEP_MS - 1
             writer.note_time(noted)
@@ -88,7 +108,16 @@ def _write_history(env: Any, stream: str, base_ms: int) -> tuple[int, int, list[
         time.sleep(1.0)  # one step per controller interval: a watermark per step
     for writer in writers.values():
         writer.close()
-    return written, noted, times
+    return written, noted, times, events
+
+
+def new_unique() -> str:
+    return uuid.uuid4().hex[:6]
+
+
+def demo_cluster(unique: str) -> ClusterSettings:
+    """The demo's own marks topic and buckets (its controller and dashboard agree on them)."""
+    return ClusterSettings(marks_topic=f"tidemark-demo-marks-{unique}", bucket_count=2)
 
 
 @dataclass
@@ -99,7 +128,16 @@ class _Env:
     cluster: ClusterSettings
 
 
-def run_demo(bootstrap: str, zk_connect: str, work_dir: Path, spark: Any) -> DemoReport:
+def run_demo(
+    bootstrap: str,
+    zk_connect: str,
+    work_dir: Path,
+    spark: Any,
+    progress: Progress = lambda step: None,
+    unique: str | None = None,
+) -> DemoReport:
+    """The demo under ``work_dir`` (tables in ``work_dir/delta``); ``progress`` is told
+    each of :data:`STEPS_SHOWN` as it starts."""
     from kazoo.client import KazooClient
 
     from controller.streams import StreamManager
@@ -110,8 +148,8 @@ def run_demo(bootstrap: str, zk_connect: str, work_dir: Path, spark: Any) -> Dem
     from pipelines.reading.group import ReaderGroup
     from pipelines.reading.seek import complete_cut_at, stream_cut_at
 
-    unique = uuid.uuid4().hex[:6]
-    cluster = ClusterSettings(marks_topic=f"tidemark-demo-marks-{unique}", bucket_count=2)
+    unique = unique or new_unique()
+    cluster = demo_cluster(unique)
     stream = f"demo{unique}/sensors"
     delta_root = str(work_dir / "delta")
     client = KazooClient(hosts=zk_connect)
@@ -131,11 +169,14 @@ def run_demo(bootstrap: str, zk_connect: str, work_dir: Path, spark: Any) -> Dem
             writer_timeout_ms=10_000,
         )
         base_ms = (int(time.time() * 1000) // 1000 - 600) * 1000  # ten minutes ago
+        progress(STEPS_SHOWN[0])
         with ControllerJob(spark, settings, f"demo-{unique}") as controller:
             # The first micro-batch (the new leader's due sweep) starts the Python
             # workers and the state store: many seconds; later ones take about one.
             controller.process_all_available()
-            written, noted, times = _write_history(env, stream, base_ms)
+            progress(STEPS_SHOWN[1])
+            written, noted, times, events = _write_history(env, stream, base_ms)
+            progress(STEPS_SHOWN[2])
             deadline = time.monotonic() + 120
             marks: list[Watermark] = []
             while time.monotonic() < deadline:
@@ -143,7 +184,9 @@ def run_demo(bootstrap: str, zk_connect: str, work_dir: Path, spark: Any) -> Dem
                 if marks and marks[-1].time >= noted:
                     break
                 time.sleep(1.0)
-        report = DemoReport(stream, delta_root, written, noted, marks)
+        report = DemoReport(stream, delta_root, written, noted, marks, events=events)
+        report.emitted_at = _emitted_at(delta_root, stream)
+        progress(STEPS_SHOWN[3])
         report.segments_after_scale = [
             s.id for s in store.get_stream(stream).current_epoch().segments
         ]
@@ -182,6 +225,12 @@ def run_demo(bootstrap: str, zk_connect: str, work_dir: Path, spark: Any) -> Dem
     finally:
         client.stop()
         client.close()
+
+
+def _emitted_at(delta_root: str, stream: str) -> dict[int, int]:
+    from jobs.tables import MARKS, read_table
+
+    return {int(r["seq"]): int(r["emitted_at"]) for r in read_table(delta_root, MARKS, stream)}
 
 
 def describe(report: DemoReport) -> list[str]:

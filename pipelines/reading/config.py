@@ -38,6 +38,12 @@ class ReaderConfig:
     - ``kafka_timeout_ms``: how long a call to Kafka may take.
     - ``consumer_overrides``: further librdkafka settings (not the ones
       tidemark relies on, listed in ``RESERVED_CONSUMER_KEYS``).
+    - ``balance``: how segments are shared among readers: ``"even"`` (a fair
+      share each) or ``"time"`` (a reader more than ``lag_ms`` of event time
+      behind the one furthest ahead hands segments to readers ahead;
+      ``pipelines.reading.balance``).
+    - ``max_drift_ms``: alignment; a reader pauses its segments whose time
+      runs more than this ahead of the group's lower bound (``None``: off).
     """
 
     rebalance_interval_ms: int = 200
@@ -46,8 +52,21 @@ class ReaderConfig:
     window_refresh_interval_ms: int = 100
     kafka_timeout_ms: int = 10_000
     consumer_overrides: Mapping[str, Any] = field(default_factory=dict)
+    balance: str = "even"
+    lag_ms: int = 1_000
+    max_drift_ms: int | None = None
 
     def __post_init__(self) -> None:
+        if self.balance not in ("even", "time"):
+            raise ReaderConfigError(f"balance must be 'even' or 'time', got {self.balance!r}")
+        if type(self.lag_ms) is not int or self.lag_ms < 0:
+            raise ReaderConfigError(f"lag_ms must be an int >= 0 (ms), got {self.lag_ms!r}")
+        if self.max_drift_ms is not None and (
+            type(self.max_drift_ms) is not int or self.max_drift_ms < 0
+        ):
+            raise ReaderConfigError(
+                f"max_drift_ms must be None or an int >= 0 (ms), got {self.max_drift_ms!r}"
+            )
         for name in ("rebalance_interval_ms", "commit_interval_ms", "window_refresh_interval_ms"):
             value = getattr(self, name)
             if type(value) is not int or value < 0:

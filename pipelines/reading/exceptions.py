@@ -117,7 +117,51 @@ class WatermarksUnavailableError(ReaderError):
     """The watermark tables cannot be read (missing delta root, unreadable table)."""
 
 
+class CheckpointError(ReaderError):
+    """A reader-group checkpoint could not be taken or found."""
+
+
+class UnknownCheckpointError(CheckpointError, LookupError):
+    """The group has no checkpoint of that name; ``tidemark group checkpoints`` lists them."""
+
+    def __init__(self, group: str, name: str) -> None:
+        self.group, self.name = group, name
+        super().__init__(f"reader group {group!r} has no checkpoint {name!r}")
+
+
+class CheckpointExistsError(CheckpointError):
+    """A checkpoint of that name exists already (or is being taken); pick another name."""
+
+    def __init__(self, group: str, name: str) -> None:
+        self.group, self.name = group, name
+        super().__init__(f"reader group {group!r} has a checkpoint {name!r} already")
+
+
+class CheckpointInProgressError(CheckpointError):
+    """Another checkpoint of the group is being taken; wait for it, then try again."""
+
+    def __init__(self, group: str, pending: str | None) -> None:
+        self.group, self.pending = group, pending
+        super().__init__(f"reader group {group!r} is taking checkpoint {pending!r}; try later")
+
+
+class CheckpointTimeoutError(CheckpointError, TimeoutError):
+    """Online readers did not acknowledge the checkpoint in time (a reader must be
+    calling ``read_next``); nothing was recorded and the readers carry on."""
+
+    def __init__(self, group: str, name: str, missing: list[str]) -> None:
+        self.group, self.name, self.missing = group, name, missing
+        super().__init__(
+            f"checkpoint {name!r} of reader group {group!r}: readers {missing} did not "
+            "acknowledge it in time (are they calling read_next?); nothing was recorded"
+        )
+
+
 __all__ = [
+    "CheckpointError",
+    "CheckpointExistsError",
+    "CheckpointInProgressError",
+    "CheckpointTimeoutError",
     "DuplicateReaderError",
     "InvalidDurationError",
     "InvalidTimestampError",
@@ -128,6 +172,7 @@ __all__ = [
     "ReaderGroupActiveError",
     "ReaderGroupExistsError",
     "StreamDeletedError",
+    "UnknownCheckpointError",
     "UnknownReaderGroupError",
     "UnknownStreamError",
     "WatermarksUnavailableError",

@@ -7,6 +7,8 @@
     group.stream_cut()              # the group's committed position: {segment id: offset}
     group.current_time_window()     # TimeWindow at that position
     group.seek(1_700_000_600_000)   # move it (no reader may be online)
+    group.initiate_checkpoint("c1").result()   # a consistent, durable position
+    group.reset_to("c1")            # back there (no reader may be online)
 
 The group's **position** is the Kafka consumer group's committed offsets
 (group id = the group's name): a stream cut once read through
@@ -35,16 +37,19 @@ from types import TracebackType
 from typing import Any
 
 from controller.exceptions import UnknownStreamError
+from controller.kafka_client import client_config
 from controller.metadata import StreamMetadata
 from controller.model import Segment, StreamCut, TimeWindow
 from controller.navigation import head_cut, start_or_head
 from controller.store import MetadataStore
+from pipelines.reading.checkpoints import Checkpoint, PendingCheckpoint, load_checkpoint
 from pipelines.reading.config import RESERVED_CONSUMER_KEYS, ReaderConfig
 from pipelines.reading.exceptions import (
     ReaderClosedError,
     ReaderConfigError,
     ReaderGroupActiveError,
     StreamDeletedError,
+    UnknownCheckpointError,
     UnknownReaderGroupError,
 )
 from pipelines.reading.offsets import KafkaOffsets, MemoryOffsets, OffsetStore
@@ -61,10 +66,10 @@ from pipelines.reading.seek import (
     at_or_after_head,
     check_timestamp,
     live_metadata,
-    shared_index,
     start_cut_for,
     wall_clock_ms,
 )
+from pipelines.reading.time_service import default_index
 from pipelines.reading.view import GroupView, cut_commits, group_view
 from pipelines.reading.windows import WatermarkFeed, reader_position, window_at
 
@@ -167,7 +172,8 @@ class ReaderGroup:
             raise ReaderConfigError("give from_time or start_cut, not both")
         meta = live_metadata(store, stream)
         if from_time is not None:
-            idx = index or shared_index(delta_root, storage_options)
+            # the running time service when one is configured, else Delta
+            idx = index or default_index(delta_root, storage_options)
             cut = start_cut_for(stream, check_timestamp(from_time), meta, idx)
         elif start_cut is not None:
             cut = at_or_after_head(start_cut, meta)
@@ -266,7 +272,7 @@ class ReaderGroup:
             raise ReaderConfigError("seek needs a timestamp or a cut (one of them)")
         meta = self._metadata()
         if timestamp is not None:
-            idx = shared_index(self.delta_root, self.storage_options)
+            idx = default_index(self.delta_root, self.storage_options)
             target = start_cut_for(self.stream, check_timestamp(timestamp), meta, idx)
         else:
             assert cut is not None
@@ -280,11 +286,66 @@ class ReaderGroup:
         log.info("reader group %s moved to %s", self.name, target)
         return dict(target)
 
+    # --- checkpoints -----------------------------------------------------------------------
+
+    def initiate_checkpoint(self, name: str, *, timeout_ms: int = 30_000) -> PendingCheckpoint:
+        """Start taking checkpoint ``name`` of the whole group (``pipelines.reading.checkpoints``).
+
+        Online readers commit, acknowledge and hold still at their next
+        ``read_next``; ``.result()`` waits for them and returns the
+        :class:`Checkpoint`. With no reader online it is taken on the first
+        ``done()``/``result()``. :class:`CheckpointExistsError` when the name is
+        taken, :class:`CheckpointInProgressError` while another is being taken.
+        """
+        self._check_open()
+        return PendingCheckpoint(self, name, timeout_ms=timeout_ms)
+
+    def checkpoints(self) -> list[Checkpoint]:
+        """The group's taken checkpoints, oldest first."""
+        found = [self.checkpoint(n) for n in self.registry.checkpoint_names(self.name)]
+        return sorted(found, key=lambda c: (c.taken_at_ms, c.name))
+
+    def checkpoint(self, name: str) -> Checkpoint:
+        """A taken checkpoint (:class:`UnknownCheckpointError` otherwise)."""
+        found = load_checkpoint(self.registry, self.name, check_name("checkpoint", name))
+        if found is None:
+            raise UnknownCheckpointError(self.name, name)
+        return found
+
+    def delete_checkpoint(self, name: str) -> None:
+        self.checkpoint(name)
+        self.registry.delete_checkpoint(self.name, name)
+
+    def reset_to(self, target: Checkpoint | str | StreamCut) -> dict[int, int]:
+        """Move the group to a checkpoint (or its name) or to a stream cut; returns the cut.
+
+        Committed offsets, ``read_next`` and windows all start from there: nothing
+        before it is read again, nothing after it is skipped. Refused
+        (:class:`ReaderGroupActiveError`) while readers are online.
+        """
+        self._check_open()
+        if isinstance(target, str):
+            target = self.checkpoint(target)
+        if isinstance(target, Checkpoint):
+            if target.group != self.name or target.stream != self.stream:
+                raise ReaderConfigError(
+                    f"checkpoint {target.name!r} is of group {target.group!r} on "
+                    f"{target.stream!r}, not of {self.name!r} on {self.stream!r}"
+                )
+            cut: StreamCut = target.stream_cut
+        elif isinstance(target, Mapping):
+            cut = _checked_cut(target)
+        else:
+            raise ReaderConfigError(
+                f"reset_to takes a Checkpoint, a checkpoint name or a stream cut, got {target!r}"
+            )
+        return self.seek(cut=cut)
+
     # --- plumbing used by readers -----------------------------------------------------------
 
     def consumer_settings(self, client_id: str) -> dict[str, Any]:
         settings: dict[str, Any] = {
-            "bootstrap.servers": self.bootstrap_servers,
+            **client_config(self.bootstrap_servers),
             "group.id": self.name,
             "client.id": client_id,
             "enable.auto.commit": False,
@@ -394,6 +455,17 @@ class ReaderGroup:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _checked_cut(cut: Mapping[Any, Any]) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for seg, offset in cut.items():
+        if type(seg) is not int or type(offset) is not int or offset < 0:
+            raise ReaderConfigError(
+                f"a stream cut maps int segment ids to offsets >= 0, got {dict(cut)!r}"
+            )
+        out[seg] = offset
+    return out
 
 
 def _new_record(name: str, stream: str, cut: StreamCut) -> GroupRecord:

@@ -148,7 +148,9 @@ class KafkaOffsets(OffsetStore):
         """Delete the Kafka consumer group (a failure is logged: nothing is lost)."""
         from confluent_kafka.admin import AdminClient
 
-        admin = AdminClient({"bootstrap.servers": self.settings["bootstrap.servers"]})
+        from controller.kafka_client import client_config
+
+        admin = AdminClient({**client_config(self.settings["bootstrap.servers"])})
         for future in admin.delete_consumer_groups([self.group_id]).values():
             try:
                 future.result(timeout=self.timeout_s)

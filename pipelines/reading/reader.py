@@ -35,6 +35,12 @@ Committing: the position reached by the events already returned is
 committed (to the Kafka consumer group) at most every
 ``commit_interval_ms`` at the start of ``read_next``, on :meth:`commit`, when
 a segment is given up, and on :meth:`close`: at-least-once delivery.
+
+At each rebalance tick the reader also takes part in the group's
+checkpoints (``pipelines.reading.checkpoints``: commit, acknowledge, hold
+still while one is taken) and, when ``ReaderConfig`` asks for it, in the
+time policies (``pipelines.reading.balance``: ownership by time, pausing
+segments that run more than ``max_drift_ms`` ahead).
 """
 
 from __future__ import annotations
@@ -52,6 +58,8 @@ from typing import Any, Protocol
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from controller.model import Segment, TimeWindow, segment_number
+from pipelines.reading.balance import SegmentClocks, TimePolicy
+from pipelines.reading.checkpoints import POLL_S, CheckpointParticipation
 from pipelines.reading.config import ReaderConfig
 from pipelines.reading.exceptions import (
     ReaderBehindHeadError,
@@ -60,7 +68,7 @@ from pipelines.reading.exceptions import (
     ReaderError,
 )
 from pipelines.reading.registry import GroupRegistry
-from pipelines.reading.view import GroupView, plan_ownership
+from pipelines.reading.view import GroupView
 from pipelines.reading.windows import PositionWindow, WatermarkFeed, reader_position
 
 log = logging.getLogger(__name__)
@@ -182,6 +190,18 @@ class EventReader:
         self._due = 0.0
         """No housekeeping (auto-commit, rebalance) is due before this (monotonic s)."""
         self._window: PositionWindow | None = None
+        self._paused: set[int] = set()
+        """Owned segments held back by alignment (unassigned; still ours)."""
+        self._checkpoints = CheckpointParticipation(
+            group.registry, group.name, name, lambda: self._commit(dict(self._offsets))
+        )
+        self._policy = TimePolicy(
+            group.config,
+            group.registry,
+            group.name,
+            name,
+            SegmentClocks(group.watermark_feed, group.segments),
+        )
         group.registry.join(group.name, name)
         try:
             self._consumer = Consumer(group.consumer_settings(client_id=f"tidemark-{name}"))
@@ -199,8 +219,9 @@ class EventReader:
         (milliseconds; ``timeout`` is the same in Pravega's spelling; default 1000)."""
         if self._closed:
             self._check_open()
-        if self._finish_after or time.monotonic() >= self._due:
-            self._start_call()
+        wait_ms = timeout_ms if timeout_ms is not None else timeout
+        if (self._finish_after or time.monotonic() >= self._due) and not self._start_call(wait_ms):
+            return None  # held still for a checkpoint the whole time
         buffer = self._buffer
         while self._next < len(buffer):
             item = buffer[self._next]
@@ -214,7 +235,6 @@ class EventReader:
             if event is not None:
                 return event
             buffer = self._buffer  # (a segment given up leaves a new buffer)
-        wait_ms = timeout_ms if timeout_ms is not None else timeout
         events: list[EventRead] = []
         self._wait_for(events, 1, wait_ms)
         return events[0] if events else None
@@ -234,21 +254,25 @@ class EventReader:
             self._check_open()
         if type(max_events) is not int or max_events < 1:
             raise ReaderConfigError(f"max_events must be an int >= 1, got {max_events!r}")
-        self._start_call()
         events: list[EventRead] = []
+        if not self._start_call(timeout_ms):
+            return EventBatch((), self.position(), self._window_at)
         if not self._take(events, max_events):
             self._wait_for(events, max_events, timeout_ms)
         return EventBatch(tuple(events), self.position(), self._window_at)
 
-    def _start_call(self) -> None:
+    def _start_call(self, wait_ms: float | None) -> bool:
         """What is due at the start of a read: finishing segments read to their sealed
-        size (their last event was returned), auto-commit, rebalance."""
+        size (their last event was returned), auto-commit, rebalance. False when
+        a checkpoint kept the reader still for all of ``wait_ms``."""
         if self._finish_after:
             self._settle_finished()
         now = time.monotonic()
         if now >= self._due:
             self._auto_commit(now)
             if now >= self._next_rebalance:
+                if not self._hold_for_checkpoint(now, wait_ms):
+                    return False
                 self._rebalance()
             self._due = min(
                 self._next_rebalance,
@@ -256,6 +280,21 @@ class EventReader:
                 if self.config.auto_commit
                 else float("inf"),
             )
+        return True
+
+    def _hold_for_checkpoint(self, now: float, wait_ms: float | None) -> bool:
+        """While a checkpoint is being taken (``pipelines.reading.checkpoints``): commit,
+        acknowledge, and return nothing, take or give up nothing. True once it is
+        over (or there is none), False when ``wait_ms`` (default 1000) ran out first."""
+        if not self._checkpoints.holding():
+            return True
+        deadline = now + (1000 if wait_ms is None else max(0.0, wait_ms)) / 1000
+        while self._checkpoints.holding():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(POLL_S, left))
+        return True
 
     def _take(self, events: list[EventRead], limit: int) -> bool:
         """Move buffered events into ``events`` (up to ``limit``); True when any came.
@@ -304,6 +343,8 @@ class EventReader:
         while True:
             now = time.monotonic()
             if now >= self._next_rebalance:
+                if not self._hold_for_checkpoint(now, (deadline - now) * 1000):
+                    return
                 self._rebalance()
             remaining = deadline - now
             slice_s = min(max(remaining, 0.0), self.config.rebalance_interval_ms / 1000)
@@ -384,7 +425,7 @@ class EventReader:
             return None
         seg_id = self._by_partition.get(msg.partition())
         if seg_id is None:
-            return None  # a record fetched just before the segment was given up
+            return None  # fetched just before the segment was given up or paused
         offset = msg.offset()
         if offset >= self._last_offset[seg_id]:
             size = self._last_offset[seg_id] + 1
@@ -437,8 +478,8 @@ class EventReader:
         self._view = view
         for seg_id in [s for s in self._offsets if s in view.finished]:
             self._drop(seg_id, commit=False)
-        plan = plan_ownership(
-            self.name,
+        self._policy.observe(self._offsets)
+        plan = self._policy.plan(
             group.registry.readers(group.name),
             sorted(view.readable),
             group.registry.owners(group.name),
@@ -457,10 +498,27 @@ class EventReader:
                 self._offsets[seg_id] = start
                 self._committed[seg_id] = start
             self._start_fetching(taken)
+            self._policy.took(taken)
             log.info("reader %s took segments %s", self.name, taken)
             if self._window is not None:
                 self._window.reset()
         self._note_sealed_sizes()
+        self._align()
+
+    def _align(self) -> None:
+        """Pause segments running too far ahead in time (stop fetching, keep them
+        owned); resume them at the next offset to return once the group caught up."""
+        hold = self._policy.to_pause() & self._offsets.keys()
+        pause = sorted(hold - self._paused)
+        resume = sorted(self._paused - hold)
+        for seg_id in pause:
+            self._stop_fetching(seg_id)
+        if pause:
+            log.info("reader %s paused segments %s (ahead in time)", self.name, pause)
+        if resume:
+            self._start_fetching(resume)
+            log.info("reader %s resumed segments %s", self.name, resume)
+        self._paused = set(hold)
 
     def _start_fetching(self, seg_ids: Iterable[int]) -> None:
         """Assign owned segments' partitions at their positions (``self._offsets``)."""
@@ -535,6 +593,7 @@ class EventReader:
         self._finish_after.discard(seg_id)
         self._last_offset.pop(seg_id, None)
         self._stop_fetching(seg_id)
+        self._paused.discard(seg_id)
         self.group.registry.release(self.group.name, seg_id, self.name)
         if self._window is not None:
             self._window.reset()

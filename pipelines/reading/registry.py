@@ -7,8 +7,10 @@
 
 A group's *position* lives in Kafka (the consumer group's committed offsets);
 the registry holds what Kafka cannot: the group's stream and the cut it was
-started (or last moved) at, the readers online, and one owner per segment,
-so that two readers never read the same segment. In ZooKeeper, the znodes
+started (or last moved) at, the readers online (with the times they report),
+one owner per segment, so that two readers never read the same segment, and
+the group's checkpoints (the one being taken, the readers' acknowledgements,
+the taken ones). In ZooKeeper, the znodes
 (``<root>/readergroups/<group>``, JSON of the record, with ephemeral
 ``readers/<reader>`` and ``owners/<segment>`` claims) are the control
 plane's: ``controller.zk_groups``; this module adds the record's JSON and the
@@ -125,6 +127,53 @@ class GroupRegistry(abc.ABC):
     def release(self, group: str, segment: int, reader: str) -> None:
         """Give ``segment`` up (only if ``reader`` owns it)."""
 
+    # reader times (``pipelines.reading.balance``) and checkpoints
+    # (``pipelines.reading.checkpoints``), as bytes those modules encode
+
+    @abc.abstractmethod
+    def report(self, group: str, reader: str, data: bytes) -> None:
+        """Store what an online ``reader`` reports (its times); gone when it leaves."""
+
+    @abc.abstractmethod
+    def reports(self, group: str) -> dict[str, bytes]:
+        """Online reader -> its last report (``b""``: none yet)."""
+
+    @abc.abstractmethod
+    def request_checkpoint(self, group: str, name: str) -> bool:
+        """Ask the readers for checkpoint ``name``; False while another is being taken."""
+
+    @abc.abstractmethod
+    def checkpoint_request(self, group: str) -> str | None:
+        """The name of the checkpoint being taken, if any."""
+
+    @abc.abstractmethod
+    def end_checkpoint_request(self, group: str, name: str) -> None:
+        """Withdraw the request for ``name`` and its acknowledgements."""
+
+    @abc.abstractmethod
+    def ack_checkpoint(self, group: str, name: str, reader: str) -> None:
+        """``reader`` committed its position and holds still for ``name``."""
+
+    @abc.abstractmethod
+    def checkpoint_acks(self, group: str, name: str) -> set[str]:
+        """The readers that acknowledged ``name``."""
+
+    @abc.abstractmethod
+    def save_checkpoint(self, group: str, name: str, data: bytes) -> bool:
+        """Store a taken checkpoint in one write; False when the name is taken."""
+
+    @abc.abstractmethod
+    def checkpoint(self, group: str, name: str) -> bytes | None:
+        """A taken checkpoint, or None."""
+
+    @abc.abstractmethod
+    def checkpoint_names(self, group: str) -> list[str]:
+        """The taken checkpoints' names, sorted."""
+
+    @abc.abstractmethod
+    def delete_checkpoint(self, group: str, name: str) -> None:
+        """Forget a taken checkpoint (nothing happens when it is unknown)."""
+
 
 class MemoryGroupRegistry(GroupRegistry):
     def __init__(self) -> None:
@@ -132,6 +181,10 @@ class MemoryGroupRegistry(GroupRegistry):
         self._groups: dict[str, GroupRecord] = {}
         self._readers: dict[str, set[str]] = {}
         self._owners: dict[str, dict[int, str]] = {}
+        self._reports: dict[str, dict[str, bytes]] = {}
+        self._requests: dict[str, str] = {}
+        self._acks: dict[tuple[str, str], set[str]] = {}
+        self._checkpoints: dict[str, dict[str, bytes]] = {}
 
     def create(self, record: GroupRecord) -> None:
         with self._lock:
@@ -158,6 +211,9 @@ class MemoryGroupRegistry(GroupRegistry):
             self._groups.pop(group, None)
             self._readers.pop(group, None)
             self._owners.pop(group, None)
+            self._reports.pop(group, None)
+            self._requests.pop(group, None)
+            self._checkpoints.pop(group, None)
 
     def join(self, group: str, reader: str) -> None:
         with self._lock:
@@ -169,6 +225,7 @@ class MemoryGroupRegistry(GroupRegistry):
     def leave(self, group: str, reader: str) -> None:
         with self._lock:
             self._readers.get(group, set()).discard(reader)
+            self._reports.get(group, {}).pop(reader, None)
             owners = self._owners.get(group, {})
             for seg in [s for s, r in owners.items() if r == reader]:
                 del owners[seg]
@@ -194,6 +251,61 @@ class MemoryGroupRegistry(GroupRegistry):
             owners = self._owners.get(group, {})
             if owners.get(segment) == reader:
                 del owners[segment]
+
+    def report(self, group: str, reader: str, data: bytes) -> None:
+        with self._lock:
+            if reader in self._readers.get(group, ()):
+                self._reports.setdefault(group, {})[reader] = data
+
+    def reports(self, group: str) -> dict[str, bytes]:
+        with self._lock:
+            got = self._reports.get(group, {})
+            return {r: got.get(r, b"") for r in sorted(self._readers.get(group, ()))}
+
+    def request_checkpoint(self, group: str, name: str) -> bool:
+        with self._lock:
+            if group in self._requests:
+                return False
+            self._requests[group] = name
+            return True
+
+    def checkpoint_request(self, group: str) -> str | None:
+        with self._lock:
+            return self._requests.get(group)
+
+    def end_checkpoint_request(self, group: str, name: str) -> None:
+        with self._lock:
+            if self._requests.get(group) == name:
+                del self._requests[group]
+            self._acks.pop((group, name), None)
+
+    def ack_checkpoint(self, group: str, name: str, reader: str) -> None:
+        with self._lock:
+            self._acks.setdefault((group, name), set()).add(reader)
+
+    def checkpoint_acks(self, group: str, name: str) -> set[str]:
+        with self._lock:
+            return set(self._acks.get((group, name), ()))
+
+    def save_checkpoint(self, group: str, name: str, data: bytes) -> bool:
+        with self._lock:
+            taken = self._checkpoints.setdefault(group, {})
+            if name in taken:
+                return False
+            taken[name] = data
+            return True
+
+    def checkpoint(self, group: str, name: str) -> bytes | None:
+        with self._lock:
+            return self._checkpoints.get(group, {}).get(name)
+
+    def checkpoint_names(self, group: str) -> list[str]:
+        with self._lock:
+            return sorted(self._checkpoints.get(group, {}))
+
+    def delete_checkpoint(self, group: str, name: str) -> None:
+        with self._lock:
+            self._checkpoints.get(group, {}).pop(name, None)
 
 
 MEMORY_REGISTRY = MemoryGroupRegistry()
@@ -246,6 +358,47 @@ class ZooKeeperGroupRegistry(GroupRegistry):
 
     def release(self, group: str, segment: int, reader: str) -> None:
         self.groups.release(check_name("reader group", group), segment, reader)
+
+    def report(self, group: str, reader: str, data: bytes) -> None:
+        self.groups.report(check_name("reader group", group), reader, data)
+
+    def reports(self, group: str) -> dict[str, bytes]:
+        return self.groups.reports(check_name("reader group", group))
+
+    def request_checkpoint(self, group: str, name: str) -> bool:
+        return self.groups.request_checkpoint(
+            check_name("reader group", group), check_name("checkpoint", name)
+        )
+
+    def checkpoint_request(self, group: str) -> str | None:
+        return self.groups.checkpoint_request(check_name("reader group", group))
+
+    def end_checkpoint_request(self, group: str, name: str) -> None:
+        self.groups.end_checkpoint_request(check_name("reader group", group), name)
+
+    def ack_checkpoint(self, group: str, name: str, reader: str) -> None:
+        self.groups.ack_checkpoint(check_name("reader group", group), name, reader)
+
+    def checkpoint_acks(self, group: str, name: str) -> set[str]:
+        return self.groups.checkpoint_acks(check_name("reader group", group), name)
+
+    def save_checkpoint(self, group: str, name: str, data: bytes) -> bool:
+        return self.groups.save_checkpoint(
+            check_name("reader group", group), check_name("checkpoint", name), data
+        )
+
+    def checkpoint(self, group: str, name: str) -> bytes | None:
+        return self.groups.checkpoint(
+            check_name("reader group", group), check_name("checkpoint", name)
+        )
+
+    def checkpoint_names(self, group: str) -> list[str]:
+        return self.groups.checkpoint_names(check_name("reader group", group))
+
+    def delete_checkpoint(self, group: str, name: str) -> None:
+        self.groups.delete_checkpoint(
+            check_name("reader group", group), check_name("checkpoint", name)
+        )
 
 
 def registry_for(store: object, root: str = "/tidemark") -> GroupRegistry:

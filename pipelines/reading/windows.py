@@ -122,11 +122,14 @@ class PositionWindow:
     """Time windows along one moving position, rebuilt when the position jumps back.
 
     Fast path: after each full resolution it notes, per segment, the offset
-    range within which the answer cannot change (from the position up to
-    the nearest cut offset of the next watermark to pass and of the first
-    one wholly ahead). While the position stays within those ranges, with
-    the same segments, the last window is returned as is -- a few
-    comparisons per event instead of a walk over the watermarks.
+    range within which the answer cannot change: from the position up to
+    the nearest cut offset above it of the next watermark to pass and of
+    the first one wholly ahead, or just the position itself when it sits at
+    such a cut offset (an equal offset is neither before nor after, one
+    more is after: ``controller.timewindow.compare``). While the position
+    stays within those ranges, with the same segments, the last window is
+    returned as is -- a few comparisons per event instead of a walk over
+    the watermarks.
     """
 
     def __init__(self, feed: WatermarkFeed, segments: Callable[[], Mapping[int, Segment]]) -> None:
@@ -200,6 +203,10 @@ class PositionWindow:
                         return None
                     if cut_offset > offset:
                         high = min(high, cut_offset)
+                    elif cut_offset == offset:
+                        # At the cut's offset the segment is neither before nor
+                        # after it (Pravega's rule); one further, it is after.
+                        high = min(high, offset + 1)
             limits[seg] = (offset, high)
         return limits
 

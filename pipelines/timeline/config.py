@@ -9,10 +9,13 @@ Each checks its values when built and raises
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from pipelines.timeline.exceptions import ConfigurationError
-from pipelines.timeline.model import MAX_NAME_CHARS
+from pipelines.timeline.model import MAX_LEASE_MS, MAX_NAME_CHARS
+
+_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 
 
 def _positive(name: str, value: int, upper: int | None = None) -> None:
@@ -60,7 +63,7 @@ class ConsumerConfig:
 
     def __post_init__(self) -> None:
         _name("consumer_id", self.consumer_id)
-        _positive("lease_ms", self.lease_ms)
+        _positive("lease_ms", self.lease_ms, MAX_LEASE_MS)
         _positive("batch_size", self.batch_size, 10_000)
         _positive("max_idle_ms", self.max_idle_ms)
         _positive("heartbeat_ms", self.heartbeat_ms)
@@ -97,4 +100,9 @@ class RelayConfig:
 
     def __post_init__(self) -> None:
         _name("target_topic", self.target_topic)
+        if not _TOPIC.match(self.target_topic) or self.target_topic in (".", ".."):
+            raise ConfigurationError(
+                f"target_topic {self.target_topic!r} is not a Kafka topic name: "
+                "1-249 of [A-Za-z0-9._-], not '.' or '..'"
+            )
         _positive("flush_timeout_ms", self.flush_timeout_ms)

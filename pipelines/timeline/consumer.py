@@ -39,6 +39,7 @@ import psycopg
 
 from pipelines.timeline.clock import ClockDrift, DueCondition
 from pipelines.timeline.config import ConsumerConfig
+from pipelines.timeline.metrics import CLOCK_DRIFT, DELIVERED, DUE_TO_DELIVERY_LAG
 from pipelines.timeline.model import Lease, Message
 from pipelines.timeline.store import NOTIFY_CHANNEL, TimelineStore
 
@@ -88,18 +89,37 @@ class ConsumerMetrics:
 
 
 class _Metrics:
-    def __init__(self, window: int = 100_000) -> None:
+    """The consumer's figures, also exported to Prometheus (:mod:`.metrics`)."""
+
+    def __init__(self, timeline: str, window: int = 100_000) -> None:
         self.lags: deque[float] = deque(maxlen=window)
         self.delivered = 0
-        self.drift: ClockDrift | None = None
+        self._drift: ClockDrift | None = None
         self._lock = threading.Lock()
+        self._lag_histogram = DUE_TO_DELIVERY_LAG.labels(timeline)
+        self._delivered_counter = DELIVERED.labels(timeline)
+        self._drift_gauge = CLOCK_DRIFT.labels(timeline)
+
+    @property
+    def drift(self) -> ClockDrift | None:
+        return self._drift
+
+    @drift.setter
+    def drift(self, value: ClockDrift | None) -> None:
+        self._drift = value
+        if value is not None:
+            self._drift_gauge.set(value.drift_ms / 1000)
 
     def record(self, leases: Sequence[Lease]) -> None:
         offset = self.drift.drift_ms if self.drift else 0.0
         now = time.time() * 1000 + offset
+        lags = [now - lease.due_ms for lease in leases]
         with self._lock:
             self.delivered += len(leases)
-            self.lags.extend(now - lease.due_ms for lease in leases)
+            self.lags.extend(lags)
+        self._delivered_counter.inc(len(leases))
+        for lag in lags:
+            self._lag_histogram.observe(max(0.0, lag) / 1000)
 
     def snapshot(self) -> ConsumerMetrics:
         with self._lock:
@@ -155,7 +175,7 @@ class TimelineConsumer:
         self.config = config
         self.store = TimelineStore(dsn, due=due)
         self.buckets = self.store.timeline(timeline).buckets
-        self._metrics = _Metrics()
+        self._metrics = _Metrics(timeline)
         self._waker: Waker | None = None
         if config.use_notify and self.store.supports_notify and due is None:
             self._waker = Waker(dsn, timeline)

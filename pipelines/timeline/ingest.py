@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
+from controller.kafka_client import client_config
 from pipelines.timeline.config import IngestConfig
 from pipelines.timeline.exceptions import TimelineError
 from pipelines.timeline.store import NewMessage, TimelineStore
@@ -59,7 +60,7 @@ class TimelineIngester:
         self.dead_letter_topic = dead_letter_topic
         self._consumer = Consumer(
             {
-                "bootstrap.servers": bootstrap,
+                **client_config(bootstrap),
                 "group.id": config.group_id,
                 "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",
@@ -69,7 +70,7 @@ class TimelineIngester:
         )
         self._consumer.subscribe([config.topic])
         self._dead_letters: Any = (
-            Producer({"bootstrap.servers": bootstrap, "acks": "all", "log_level": 3})
+            Producer({**client_config(bootstrap), "acks": "all", "log_level": 3})
             if dead_letter_topic
             else None
         )

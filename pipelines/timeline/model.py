@@ -39,6 +39,8 @@ from pipelines.timeline.exceptions import (
 MAX_ID_CHARS = 200
 MAX_NAME_CHARS = 200
 MAX_TIMESTAMP_MS = 2**62
+MAX_LEASE_MS = 366 * 86_400_000
+"""The longest lease: a consumer that needs longer extends it."""
 
 
 class Status(enum.Enum):
@@ -139,6 +141,16 @@ def check_name(what: str, value: str) -> None:
 def check_id(message_id: str) -> None:
     if not isinstance(message_id, str) or not message_id or len(message_id) > MAX_ID_CHARS:
         raise InvalidMessageError(f"id must be 1..{MAX_ID_CHARS} characters, got {message_id!r}")
+    if "\x00" in message_id:  # PostgreSQL text cannot hold NUL
+        raise InvalidMessageError(f"id must not contain NUL characters: {message_id!r}")
+
+
+def check_lease(lease_ms: int) -> None:
+    """A lease lasts 1 ms .. :data:`MAX_LEASE_MS` (checked before the database is asked)."""
+    if isinstance(lease_ms, bool) or not isinstance(lease_ms, int) or lease_ms > MAX_LEASE_MS:
+        raise InvalidMessageError(
+            f"a lease lasts at most {MAX_LEASE_MS} ms (366 days), got {lease_ms!r}"
+        )
 
 
 def check_timestamp(what: str, value: int) -> None:

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
+from controller.kafka_client import client_config
 from pipelines.timeline.exceptions import InvalidMessageError, TimelineError
 from pipelines.timeline.model import check_id, check_name, check_timestamp, new_id
 from pipelines.timeline.store import Created, NewMessage, TimelineStore
@@ -122,7 +123,7 @@ class KafkaTimelineProducer:
         self._errors: list[str] = []
         self._producer = Producer(
             {
-                "bootstrap.servers": bootstrap,
+                **client_config(bootstrap),
                 "enable.idempotence": True,
                 "acks": "all",
                 "linger.ms": 5,

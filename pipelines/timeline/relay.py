@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
+from controller.kafka_client import client_config
 from pipelines.timeline.clock import DueCondition
 from pipelines.timeline.config import ConsumerConfig, RelayConfig
 from pipelines.timeline.consumer import TimelineConsumer
@@ -59,7 +60,7 @@ class TimelineRelay:
         self.consumer = TimelineConsumer(dsn, timeline, consumer, due=due)
         self._producer = Producer(
             {
-                "bootstrap.servers": bootstrap,
+                **client_config(bootstrap),
                 "enable.idempotence": True,
                 "acks": "all",
                 "linger.ms": 2,
@@ -67,6 +68,8 @@ class TimelineRelay:
             }
         )
         self.relayed = 0
+        self.failed = 0
+        """Messages the broker refused (they return when their lease ends)."""
 
     def _produce(self, leases: Sequence[Lease]) -> list[Lease]:
         """Produce and wait for acks; returns the leases whose message the broker has."""
@@ -100,6 +103,7 @@ class TimelineRelay:
                 except BufferError:
                     self._producer.poll(0.05)
         left = self._producer.flush(self.config.flush_timeout_ms / 1000)
+        self.failed += len(failed) + left
         if failed or left:
             log.warning(
                 "relay %s: %d not acknowledged (%s); they return when their lease ends",

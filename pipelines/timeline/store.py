@@ -54,6 +54,7 @@ from pipelines.timeline.model import (
     Op,
     bucket_of,
     check_id,
+    check_lease,
     check_name,
     check_timestamp,
     explain_refusal,
@@ -205,6 +206,7 @@ class TimelineStore:
 
     def timeline(self, name: str, cached: bool = True) -> TimelineConfig:
         """A timeline's settings (they never change, so they are cached)."""
+        check_name("timeline", name)
         if cached and name in self._timelines:
             return self._timelines[name]
         row = self._one(
@@ -427,6 +429,7 @@ class TimelineStore:
         Rows another consumer is leasing right now are skipped, not waited for.
         """
         check_name("consumer", consumer)
+        check_lease(lease_ms)
         if lease_ms <= 0:
             raise TimeInPastError(f"a lease of {lease_ms} ms would end in the past", timeline)
         if limit <= 0:
@@ -489,6 +492,7 @@ class TimelineStore:
     ) -> Lease:
         """Lease one message by id: it must be available (due, no live lease)."""
         check_name("consumer", consumer)
+        check_lease(lease_ms)
         if lease_ms <= 0:
             raise TimeInPastError(
                 f"a lease of {lease_ms} ms would end in the past", timeline, message_id

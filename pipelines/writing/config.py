@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from controller.kafka_client import client_config
 from controller.naming import ClusterSettings
 from pipelines.writing.exceptions import WriterConfigError
 
@@ -102,7 +103,7 @@ class WriterConfig:
     ) -> dict[str, Any]:
         """The librdkafka settings of a writer's producer."""
         settings: dict[str, Any] = {
-            "bootstrap.servers": bootstrap_servers,
+            **client_config(bootstrap_servers),
             "client.id": client_id,
             "enable.idempotence": True,
             "linger.ms": self.linger_ms,

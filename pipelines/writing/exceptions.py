@@ -47,6 +47,22 @@ class MissingTimestampError(InvalidTimestampError, WriterError):
     """The stream's timestamping is ``client-require`` and a record came without one."""
 
 
+class TimestampAdjustmentError(InvalidTimestampError, WriterError):
+    """The stream refuses adjusted timestamps (``refuse_adjustments``) and this record's
+    would be adjusted: below the segment's previous timestamp, or (capped streams) after
+    the arrival time. Nothing of the write was sent; write it with a timestamp at or
+    above ``stored``, or turn the setting off to have it adjusted."""
+
+    def __init__(self, given: int, stored: int, index: int | None = None) -> None:
+        self.given, self.stored, self.index = given, stored, index
+        where = "" if index is None else f"timestamps[{index}]: "
+        why = "the segment's previous timestamp" if stored > given else "the arrival time (cap)"
+        super().__init__(
+            f"{where}timestamp {given} would be stored as {stored} ({why}); the stream "
+            "refuses adjusted timestamps (refuse_adjustments), so nothing was written"
+        )
+
+
 class TimeWentBackwardsError(WriterError, ValueError):
     """``note_time`` got a time below the writer's previous noted time.
 
@@ -124,6 +140,7 @@ __all__ = [
     "SerializationError",
     "StreamSealedError",
     "TimeWentBackwardsError",
+    "TimestampAdjustmentError",
     "TransactionError",
     "TransactionStateError",
     "TransactionTimedOutError",

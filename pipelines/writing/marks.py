@@ -9,7 +9,8 @@ one controller instance sees every mark of a stream in order.
 
 The marks topic has ``ClusterSettings.bucket_count`` partitions. A writer
 creates it when it is missing (``WriterConfig.create_marks_topic``, the
-default), with the broker's default replication; a topic with another
+default), with the broker's default replication and ``LogAppendTime`` (the
+controller bounds a mark's time by its arrival); a topic with another
 partition count is refused, since marks would land in the wrong buckets
 (``controller.kafka_admin.ensure_marks_topic``, shared with the controller job).
 """
@@ -40,8 +41,11 @@ def mark_message(
     writer_id: str,
     mark: WriterMark,
     transaction_id: str | None = None,
+    instance: str | None = None,
 ) -> MarkMessage:
-    record = WriterMarkRecord.from_mark(stream, writer_id, mark, transaction_id)
+    """``instance``: the writer object's token; the controller binds ``writer_id`` to the
+    first one it sees and rejects marks of another (``impersonated``) while it lives."""
+    record = WriterMarkRecord.from_mark(stream, writer_id, mark, transaction_id, instance)
     return MarkMessage(
         topic=settings.marks_topic,
         partition=bucket_of(stream, settings.bucket_count),
@@ -52,7 +56,7 @@ def mark_message(
 
 def to_writer_mark(record: WriterMarkRecord) -> WriterMark:
     """The model's value of a decoded mark."""
-    return WriterMark(record.time, dict(record.position), record.alive)
+    return WriterMark(record.time, dict(record.position), record.alive, record.max_event_time)
 
 
 __all__ = ["MarkMessage", "ensure_marks_topic", "mark_message", "to_writer_mark"]

@@ -17,6 +17,10 @@ For one record, in this order:
    timestamp this writer stored in its predecessors, so along one routing key
    a writer's timestamps never go down, across scaling too.
 
+A stream with ``refuse_adjustments`` (S2's opt-out) refuses, with
+:class:`TimestampAdjustmentError`, a record whose timestamp steps 2 or 3
+would change, instead of changing it; nothing of that write is sent.
+
 "Arrival time" is the writer's clock when ``write`` is called (milliseconds).
 A stamp is *adjusted* when the writer gave a timestamp and the stored one
 differs from it. Nothing here is monotonic across writers: see the README.
@@ -29,7 +33,7 @@ from dataclasses import dataclass
 
 from controller.config import TimestampingMode
 from controller.timestamps import MAX_TIMESTAMP, check_timestamp
-from pipelines.writing.exceptions import MissingTimestampError
+from pipelines.writing.exceptions import MissingTimestampError, TimestampAdjustmentError
 
 
 @dataclass(frozen=True)
@@ -38,6 +42,7 @@ class TimestampPolicy:
 
     mode: TimestampingMode = TimestampingMode.CLIENT_PREFER
     uncapped: bool = False
+    refuse_adjustments: bool = False
 
     @property
     def uses_broker_time(self) -> bool:
@@ -77,6 +82,18 @@ def stamp(
     return Stamp(ts, client_ts is not None and ts != client_ts)
 
 
+def refuse_adjusted(
+    policy: TimestampPolicy, given: Iterable[int | None], stored: Iterable[int]
+) -> None:
+    """Under ``refuse_adjustments``: :class:`TimestampAdjustmentError` for the first record
+    whose stored timestamp would differ from the one given."""
+    if not policy.refuse_adjustments:
+        return
+    for i, (client_ts, ts) in enumerate(zip(given, stored, strict=True)):
+        if client_ts is not None and ts != client_ts:
+            raise TimestampAdjustmentError(client_ts, ts, i)
+
+
 def monotonic(timestamps: Iterable[int], floor: int | None = None) -> list[int]:
     """Step 3 alone over a sequence: each value raised to the running maximum."""
     out = []
@@ -100,8 +117,13 @@ class SegmentClock:
     def floors(self) -> Mapping[int, int]:
         return dict(self._floors)
 
-    def peek(self, segment: int, client_ts: int | None, arrival_ms: int) -> int:
+    def peek(
+        self, segment: int, client_ts: int | None, arrival_ms: int, refuse: bool = True
+    ) -> int:
         """The timestamp a record would get now, without remembering it.
+
+        Under ``refuse_adjustments`` (and ``refuse``) an adjusted one raises
+        :class:`TimestampAdjustmentError` instead.
 
         The writers' hot path: :func:`stamp`'s rules, inlined.
         """
@@ -114,7 +136,11 @@ class SegmentClock:
         else:
             ts = client_ts
         floor = self._floors.get(segment)
-        return floor if floor is not None and ts < floor else ts
+        if floor is not None and ts < floor:
+            ts = floor
+        if ts != client_ts and client_ts is not None and refuse and self.policy.refuse_adjustments:
+            raise TimestampAdjustmentError(client_ts, ts)
+        return ts
 
     def advance(self, segment: int, timestamp: int) -> None:
         """Remember that ``timestamp`` was sent on ``segment``."""
@@ -144,5 +170,6 @@ __all__ = [
     "check_timestamp",
     "choose",
     "monotonic",
+    "refuse_adjusted",
     "stamp",
 ]

@@ -266,7 +266,7 @@ class TransactionalWriter(_StreamWriter):
         now = self._now_ms()
         for rec in txn._records:
             seg = self._segment_for(rec.key)
-            self._send(seg, rec.key, rec.value, rec.timestamp, now)
+            self._send(seg, rec.key, rec.value, rec.timestamp, now, replay=True)
             txn._touched.add(seg.id)
 
     def _txn_commit(self, txn: Transaction, timestamp: int | None) -> None:
@@ -296,8 +296,9 @@ class TransactionalWriter(_StreamWriter):
                         self.config.cluster,
                         self.stream,
                         self.writer_id,
-                        WriterMark(timestamp, position),
+                        WriterMark(timestamp, position, max_event_time=self._max_event_time()),
                         transaction_id=txn.id,
+                        instance=self.instance,
                     )
                     self._produce_mark(msg)
                 self._commit_kafka(txn)
@@ -359,7 +360,13 @@ class TransactionalWriter(_StreamWriter):
                         self.config.cluster,
                         self.stream,
                         self.writer_id,
-                        WriterMark(self._last_noted, dict(self._committed), alive=False),
+                        WriterMark(
+                            self._last_noted,
+                            dict(self._committed),
+                            alive=False,
+                            max_event_time=self._max_event_time(),
+                        ),
+                        instance=self.instance,
                     )
                     self._producer.begin_transaction()
                     self._produce_mark(msg)

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import logging
 import random
+import secrets
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -66,6 +67,7 @@ from pipelines.writing.exceptions import (
     WriterTimeoutError,
 )
 from pipelines.writing.marks import MarkMessage, ensure_marks_topic, mark_message
+from pipelines.writing.metrics import DELIVERY_FAILURES, MARKS_SENT
 from pipelines.writing.positions import PositionTracker
 from pipelines.writing.replay import ReplayBuffer, Retained
 from pipelines.writing.timestamping import (
@@ -74,6 +76,7 @@ from pipelines.writing.timestamping import (
     check_timestamp,
     choose,
     monotonic,
+    refuse_adjusted,
 )
 
 log = logging.getLogger(__name__)
@@ -152,7 +155,10 @@ class _StreamWriter:
             raise MissingWriterIdError(f"writer_id must be a non-empty string, got {writer_id!r}")
         split_stream(stream)
         self.writer_id = writer_id
+        self.instance = secrets.token_hex(16)
+        """This writer object's token on its marks (see ``mark_message``)."""
         self.stream = stream
+        self._marks_sent = MARKS_SENT.labels(stream)
         self.config = config
         self._serializer = serializer
         self._now_ms = clock or wall_clock_ms
@@ -279,7 +285,9 @@ class _StreamWriter:
                     )
                 now = self._now_ms()
                 for rec in resend:
-                    self._send(self._segment_for(rec.key), rec.key, rec.value, rec.timestamp, now)
+                    self._send(
+                        self._segment_for(rec.key), rec.key, rec.value, rec.timestamp, now, True
+                    )
         self._writable = True
 
     def _cut_off(self, seg_id: int, metadata: StreamMetadata) -> list[Retained]:
@@ -312,9 +320,17 @@ class _StreamWriter:
             time.sleep(0.02)
 
     def _send(
-        self, seg: Segment, key: bytes | None, value: bytes, client_ts: int | None, now_ms: int
+        self,
+        seg: Segment,
+        key: bytes | None,
+        value: bytes,
+        client_ts: int | None,
+        now_ms: int,
+        replay: bool = False,
     ) -> None:
-        ts = self._clock.peek(seg.id, client_ts, now_ms)
+        """Stamp and send one record; a ``replay`` (a re-send of an accepted write) is
+        never refused for needing an adjustment."""
+        ts = self._clock.peek(seg.id, client_ts, now_ms, refuse=not replay)
         self._produce(self._topic, value, key, seg.number, ts)
         self._clock.advance(seg.id, ts)
         self._tracker.sent(seg.id)
@@ -378,10 +394,14 @@ class _StreamWriter:
             self._tracker.failed(segment)
             self._replay.failed(segment)
             self._failures.append(_failed(err, msg))
+            DELIVERY_FAILURES.labels(self.stream, "event").inc()
 
     def _on_mark_delivery(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None:
             self._failures.append(_failed(err, msg))
+            DELIVERY_FAILURES.labels(self.stream, "mark").inc()
+        else:
+            self._marks_sent.inc()
 
     def _produce_mark(self, msg: MarkMessage) -> None:
         """Produce a writer mark (inside the open transaction, for a transactional writer)."""
@@ -471,13 +491,19 @@ class _StreamWriter:
         with self._lock:
             return self._tracker.position()
 
+    def _max_event_time(self) -> int | None:
+        """The highest timestamp this writer has given a record (its clock's floors), or None."""
+        floors = self._clock.floors()
+        return max(floors.values()) if floors else None
+
 
 def _failed(err: KafkaError, msg: Message) -> FailedRecord:
     return FailedRecord(msg.topic() or "", msg.partition() or 0, msg.key(), str(err))
 
 
 def _policy(metadata: StreamMetadata) -> TimestampPolicy:
-    return TimestampPolicy(metadata.config.timestamping, metadata.config.uncapped)
+    cfg = metadata.config
+    return TimestampPolicy(cfg.timestamping, cfg.uncapped, cfg.refuse_adjustments)
 
 
 class EventWriter(_StreamWriter):
@@ -536,20 +562,33 @@ class EventWriter(_StreamWriter):
 
     # --- writing -------------------------------------------------------------------------
 
-    def write(self, event: Any, routing_key: RoutingKey, timestamp: int | None = None) -> None:
+    def write(
+        self,
+        event: Any,
+        routing_key: RoutingKey,
+        timestamp: int | None = None,
+        on_ack: Callable[[RecordAck], None] | None = None,
+    ) -> int:
         """Send ``event`` to the segment owning ``routing_key`` (``None``: any segment).
 
         ``event`` is bytes, or anything the writer's serializer takes;
         ``timestamp`` is milliseconds, used as the stream's timestamping rules say.
-        Returns once Kafka has the record queued; ``flush`` waits for it.
+        Returns the timestamp the record is stored with (in ``arrival`` mode the
+        broker's append time replaces it), once Kafka has the record queued;
+        ``flush`` waits for it. ``on_ack(RecordAck)`` is called when Kafka has
+        stored it, with its offset, stored timestamp and whether it was adjusted
+        (from a later ``write``, ``flush`` or ``close``, on the calling thread).
         """
         # The hot path: _send and the checks inlined (see the benchmark).
         if type(event) is not bytes:
             event = self._value(event)
-        if routing_key is None or type(routing_key) is not str:
-            key = _routing_key_bytes(routing_key)
-        else:
+        key: bytes | None
+        if isinstance(routing_key, str):
             key = routing_key.encode("utf-8")
+        elif type(routing_key) is bytes:
+            key = routing_key
+        else:
+            key = _routing_key_bytes(routing_key)
         if timestamp is not None:
             check_timestamp(timestamp)
         with self._lock:
@@ -563,17 +602,33 @@ class EventWriter(_StreamWriter):
                 seg = self._segment_for(key)
             now = self._now_ms()
             seg_id = seg.id
+            number = seg_id & 0xFFFFFFFF  # segment_number, inlined
             ts = self._clock.peek(seg_id, timestamp, now)
-            try:
-                self._producer.produce(self._topic, event, key, seg.number, timestamp=ts)
-            except (BufferError, KafkaException):
-                self._produce(self._topic, event, key, seg.number, ts)
+            if on_ack is None:
+                try:
+                    self._producer.produce(self._topic, event, key, number, timestamp=ts)
+                except (BufferError, KafkaException):
+                    self._produce(self._topic, event, key, number, ts)
+            else:
+                self._produce(self._topic, event, key, number, ts, self._acking(on_ack, timestamp))
             self._clock.advance(seg_id, ts)
             self._tracker.sent(seg_id)
             self._replay.sent(seg_id, key, event, ts, now)
             self._producer.poll(0)
-            if self._tracker.pending():
+            if self._tracker.waiting:
                 self._publish_ready()
+        return ts
+
+    def _acking(
+        self, on_ack: Callable[[RecordAck], None], given: int | None
+    ) -> Callable[[KafkaError | None, Message], None]:
+        def report(err: KafkaError | None, msg: Message) -> None:
+            self._on_delivery(err, msg)
+            if err is None:
+                stored = msg.timestamp()[1]
+                on_ack(RecordAck(msg.offset() or 0, stored, given is not None and stored != given))
+
+        return report
 
     def write_batch(
         self,
@@ -626,6 +681,7 @@ class EventWriter(_StreamWriter):
                 (choose(self._clock.policy, ts, arrival) for ts in given),
                 self._clock.floor(seg.id),
             )
+            refuse_adjusted(self._clock.policy, given, stamps)
             for i, (value, ts) in enumerate(zip(values, stamps, strict=True)):
                 self._produce(self._topic, value, key, seg.number, ts, on_delivery(i))
                 self._clock.advance(seg.id, ts)
@@ -691,7 +747,7 @@ class EventWriter(_StreamWriter):
 
     def _note(self, timestamp: int, alive: bool) -> None:
         self._last_noted = timestamp
-        self._tracker.note(timestamp, alive)
+        self._tracker.note(timestamp, alive, self._max_event_time())
         self._publish_ready()
         self._producer.poll(0)
 
@@ -711,7 +767,8 @@ class EventWriter(_StreamWriter):
                 self.config.cluster,
                 self.stream,
                 self.writer_id,
-                WriterMark(note.time, note.position, note.alive),
+                WriterMark(note.time, note.position, note.alive, note.max_event_time),
+                instance=self.instance,
             )
             self._produce_mark(msg)
             published += 1

@@ -68,7 +68,36 @@ def test_read_watermarks_window_seek(cli_env, capsys, manager, store, kafka, wco
     assert code == 0
     code, out, _ = run(capsys, "window", f"g{unique}", "--format", "json")
     payload = json.loads(out)
-    assert (payload["lower"], payload["upper"]) == (BASE + 150, BASE + 250)
+    # At the second watermark's cut exactly: not passed yet (an equal offset is neither).
+    assert (payload["lower"], payload["upper"]) == (BASE + 50, BASE + 250)
+    seeked = payload["stream_cut"]
+
+    # checkpoints: take one (no reader online: at once), list, reset elsewhere and back
+    group_name = f"g{unique}"
+    code, out, _ = run(capsys, "group", "checkpoint", group_name, "c1", "--format", "json")
+    assert code == 0
+    taken = json.loads(out)
+    assert (taken["stream_cut"], taken["lower"], taken["upper"]) == (seeked, BASE + 50, BASE + 250)
+    assert taken["watermark_seq"] == 0
+    code, out, _ = run(capsys, "group", "checkpoints", group_name, "--format", "json")
+    assert [json.loads(line)["name"] for line in out.splitlines()] == ["c1"]
+    head = json.dumps({s: 0 for s in seeked})
+    code, out, _ = run(capsys, "group", "reset", group_name, "--cut", head, "--format", "json")
+    assert code == 0 and json.loads(out)["stream_cut"] == {s: 0 for s in seeked}
+    code, out, _ = run(capsys, "window", group_name, "--format", "json")
+    assert json.loads(out)["lower"] is None
+    code, out, _ = run(
+        capsys, "group", "reset", group_name, "--checkpoint", "c1", "--format", "json"
+    )
+    assert code == 0 and json.loads(out)["stream_cut"] == seeked
+    code, out, _ = run(capsys, "window", group_name, "--format", "json")
+    assert (json.loads(out)["lower"], json.loads(out)["stream_cut"]) == (BASE + 50, seeked)
+    code, _, err = run(capsys, "group", "reset", group_name, "--checkpoint", "nope")
+    assert code == 1 and "no checkpoint 'nope'" in err
+    code, _, err = run(capsys, "group", "checkpoint", group_name, "c1")
+    assert code == 1 and "has a checkpoint 'c1' already" in err
+    code, _, err = run(capsys, "group", "reset", group_name, "--cut", "[1, 2]")
+    assert code == 1 and "--cut must be a JSON object" in err
 
 
 @pytest.mark.parametrize(
@@ -109,3 +138,38 @@ def test_failed_seek_leaves_the_group_where_it_was(
     assert code == 1
     assert group.stream_cut() == {0: 2}
     group.close()
+
+
+def test_read_stops_at_the_end_of_committed_data(
+    cli_env, capsys, manager, store, kafka, wconfig, unique
+):
+    """Transactions (commit markers take offsets), an aborted one, a scale: ``read``
+    returns every committed record and stops there, not after its safety timeout."""
+    import time
+
+    from controller.model import KeyRange
+    from pipelines.writing.transactions import TransactionalWriter
+
+    stream = make_stream(manager, unique, segments=2)
+    with TransactionalWriter(
+        "t1", stream, store=store, bootstrap_servers=kafka, config=wconfig
+    ) as writer:
+        txn = writer.begin()
+        for j in range(6):
+            txn.write(f"a{j}".encode(), routing_key=f"k{j}", timestamp=BASE + j)
+        txn.commit(BASE + 10)
+        txn = writer.begin()
+        txn.write(b"aborted", routing_key="k0", timestamp=BASE + 11)
+        txn.abort()
+    manager.scale(stream, [0], [KeyRange(0.0, 0.25), KeyRange(0.25, 0.5)])
+    with EventWriter("w", stream, store=store, bootstrap_servers=kafka, config=wconfig) as w:
+        for j in range(6):
+            w.write(f"b{j}".encode(), routing_key=f"k{j}", timestamp=BASE + 20 + j)
+
+    started = time.monotonic()
+    code, out, _ = run(capsys, "read", stream, "--format", "json", "--wait-ms", "60000")
+    elapsed = time.monotonic() - started
+    assert code == 0
+    bodies = sorted(json.loads(line)["body"] for line in out.splitlines())
+    assert bodies == sorted([f"a{j}" for j in range(6)] + [f"b{j}" for j in range(6)])
+    assert elapsed < 30, f"read waited {elapsed:.1f} s: it did not see the end of the data"

@@ -83,7 +83,7 @@ def test_cli_relay(capsys, unique, kafka):
         "--duration-s",
         "20",
     )
-    assert result == [{"relayed": 3}]
+    assert result == [{"relayed": 3, "failed": 0}]
 
 
 def test_purge_verb_once_and_on_a_schedule(capsys, unique, postgres):

@@ -189,3 +189,20 @@ def test_state_round_trips_through_json() -> None:
     w.on_records(S, state, [rec("a", 100, {0: 5}, 2)], 10_000)
     again = StreamState.from_json(S, state.to_json())
     assert again == state
+
+
+def test_marks_running_ahead_raise_the_upper_time_and_survive_the_state() -> None:
+    """A mark's max_event_time (events written above the noted time) makes the
+    watermark's upper time; the state keeps it, and state written before the
+    field existed (five items per mark) still loads."""
+    w, state = wf(), StreamState()
+    ahead = WriterMarkRecord(S, "a", 100, {0: 5}, True, max_event_time=150).encode()
+    out = w.on_records(S, state, [MarkInput(ahead, 0, 0), rec("b", 120, {1: 4}, 1)], 5_000)
+    (emitted,) = [o for o in out if isinstance(o, Emitted)]
+    assert (emitted.watermark.time, emitted.watermark.upper_time) == (100, 150)
+    assert emitted.upper_time_max == 150
+    again = StreamState.from_json(S, state.to_json())
+    assert again == state and again.marks["a"].mark.max_event_time == 150
+    raw = state.to_raw()
+    raw["marks"] = {w_: items[:5] for w_, items in raw["marks"].items()}
+    assert StreamState.from_raw(S, raw).marks["a"].mark.max_event_time is None

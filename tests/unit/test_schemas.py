@@ -60,11 +60,15 @@ def test_scheduled_message_exact_bytes() -> None:
     assert decode(data) == ("scheduled_message", SCHEDULED)
 
 
+V1_MARK = {k: v for k, v in MARK.to_dict().items() if k not in ("instance", "max_event_time")}
+
+
 def test_writer_mark_exact_bytes() -> None:
-    data = MARK.encode()
+    data = encode("writer_mark.v1", V1_MARK)  # what writers before v2 send
+    v1_body = data[10:]
     assert data == bytes.fromhex(
         "c301"
-        "63358494c87d236e"  # header
+        "63358494c87d236e"  # header (writer_mark.v1)
         "06612f62"
         "0277"
         "0a"  # stream "a/b", writer "w", time 5
@@ -75,7 +79,27 @@ def test_writer_mark_exact_bytes() -> None:
         "01"
         "020274"  # alive, transaction_id "t"
     )
-    assert WriterMarkRecord.decode(data) == MARK
+    assert WriterMarkRecord.decode(data) == MARK  # a v1 mark decodes, instance None
+    v2 = WriterMarkRecord(**{**V1_MARK, "position": MARK.position}, instance="i7")
+    assert v2.encode() == bytes.fromhex("c301066b40372471b44f") + v1_body + bytes.fromhex(
+        "02046937"  # instance "i7"
+        "00"  # max_event_time null
+    )
+    assert WriterMarkRecord.decode(v2.encode()) == v2
+
+
+def test_writer_mark_v2_carries_max_event_time_and_v1_marks_still_decode() -> None:
+    ahead = WriterMarkRecord("a/b", "w", 5, {0: 3}, True, None, max_event_time=55)
+    assert WriterMarkRecord.decode(ahead.encode()) == ahead
+    assert ahead.encode().endswith(bytes.fromhex("026e"))  # union branch 1, zigzag 55
+    reg = default_registry()
+    old = reg.encode("writer_mark.v1", V1_MARK)
+    assert old[:10].hex() == "c30163358494c87d236e"  # a v1 writer's bytes
+    decoded = WriterMarkRecord.decode(old)
+    assert decoded == MARK and decoded.max_event_time is None
+    # and an old reader (v1) reads a v2 mark, without the new field
+    name, view = reg.decode(ahead.encode(), reader="writer_mark.v1")
+    assert name == "writer_mark" and "max_event_time" not in view and view["time"] == 5
 
 
 @pytest.mark.parametrize("record", [MARK, WATERMARK, ScheduledMessageRecord(**SCHEDULED)])
@@ -176,19 +200,31 @@ def test_a_segment_twice_in_a_position_is_a_decode_error() -> None:
 # --- evolution ------------------------------------------------------------------------------
 
 
+CURRENT = default_registry().get("writer_mark")
+"""The writer mark version this build writes; the evolution tests add one after it."""
+OLD, NEW = f"writer_mark.v{CURRENT.version}", f"writer_mark.v{CURRENT.version + 1}"
+
+
+def _kept_versions(tmp_path: Path) -> dict[str, object]:
+    for version in default_registry().versions():
+        if version.name == "writer_mark":
+            shutil.copy(version.path, tmp_path / version.path.name)
+    raw: dict[str, object] = json.loads(CURRENT.path.read_text())
+    return raw
+
+
 def _evolved_registry(tmp_path: Path) -> SchemaRegistry:
-    shutil.copy(codec.VERSIONS_DIR / "writer_mark.v1.avsc", tmp_path / "writer_mark.v1.avsc")
-    v2 = json.loads((codec.VERSIONS_DIR / "writer_mark.v1.avsc").read_text())
-    v2["fields"].append({"name": "host", "type": ["null", "string"], "default": None})
-    (tmp_path / "writer_mark.v2.avsc").write_text(json.dumps(v2))
+    nxt = _kept_versions(tmp_path)
+    nxt["fields"].append({"name": "host", "type": ["null", "string"], "default": None})  # type: ignore[attr-defined]
+    (tmp_path / f"{NEW}.avsc").write_text(json.dumps(nxt))
     return SchemaRegistry(tmp_path)
 
 
 def test_new_optional_field_read_by_an_old_reader(tmp_path: Path) -> None:
     reg = _evolved_registry(tmp_path)
-    assert reg.get("writer_mark").version == 2
+    assert reg.get("writer_mark").version == CURRENT.version + 1
     data = reg.encode("writer_mark", {**MARK.to_dict(), "host": "h1"})
-    name, old_view = reg.decode(data, reader="writer_mark.v1")
+    name, old_view = reg.decode(data, reader=OLD)
     assert name == "writer_mark"
     assert "host" not in old_view
     assert WriterMarkRecord.from_dict(old_view) == MARK
@@ -196,21 +232,20 @@ def test_new_optional_field_read_by_an_old_reader(tmp_path: Path) -> None:
 
 def test_old_record_read_by_a_new_reader_gets_the_default(tmp_path: Path) -> None:
     reg = _evolved_registry(tmp_path)
-    old = reg.encode("writer_mark.v1", MARK.to_dict())
-    assert old == MARK.encode()  # v1 is what this build writes today
+    old = reg.encode(OLD, MARK.to_dict())
+    assert old == MARK.encode()  # the current version is what this build writes today
     _, new_view = reg.decode(old)
     assert new_view["host"] is None
-    assert reg.decode(old, reader="writer_mark.v2")[1] == {**MARK.to_dict(), "host": None}
+    assert reg.decode(old, reader=NEW)[1] == {**MARK.to_dict(), "host": None}
 
 
 def test_incompatible_evolution_is_a_mismatch(tmp_path: Path) -> None:
-    shutil.copy(codec.VERSIONS_DIR / "writer_mark.v1.avsc", tmp_path / "writer_mark.v1.avsc")
-    v2 = json.loads((codec.VERSIONS_DIR / "writer_mark.v1.avsc").read_text())
-    v2["fields"].append({"name": "required_new", "type": "string"})  # no default
-    (tmp_path / "writer_mark.v2.avsc").write_text(json.dumps(v2))
+    nxt = _kept_versions(tmp_path)
+    nxt["fields"].append({"name": "required_new", "type": "string"})  # type: ignore[attr-defined]
+    (tmp_path / f"{NEW}.avsc").write_text(json.dumps(nxt))
     reg = SchemaRegistry(tmp_path)
     with pytest.raises(SchemaMismatchError):
-        reg.decode(reg.encode("writer_mark.v1", MARK.to_dict()))
+        reg.decode(reg.encode(OLD, MARK.to_dict()))
 
 
 @pytest.mark.parametrize(

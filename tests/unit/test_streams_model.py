@@ -97,6 +97,7 @@ def test_configuration_defaults_and_round_trip():
     ("make", "fragment"),
     [
         (lambda: ScalingPolicy.fixed(0), "min_segments must be >= 1, got 0"),
+        (lambda: ScalingPolicy.fixed(2**31), "min_segments must be <= 1000, got 2147483648"),
         (lambda: ScalingPolicy.by_event_rate(0, 2, 1), "target_rate"),
         (lambda: ScalingPolicy.by_event_rate(10, 1, 1), "scale_factor"),
         (lambda: ScalingPolicy(type="sideways"), "'sideways' is not one of: fixed"),  # type: ignore[arg-type]

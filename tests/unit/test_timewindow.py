@@ -25,27 +25,42 @@ from tests.unit.test_watermarks import (
 )
 
 COMPARE_CASES = [
-    ("same offset reached", {A.id: 5}, {A.id: 5}, 1),
+    # one segment: strictly smaller is before, strictly larger after, equal neither
+    ("equal offset is neither", {A.id: 5}, {A.id: 5}, 0),
     ("offset past", {A.id: 6}, {A.id: 5}, 1),
     ("offset before", {A.id: 4}, {A.id: 5}, -1),
     ("read to end of sealed segment", {A.id: END_OF_SEGMENT}, {A.id: 10**9}, 1),
     ("cut at end, position not", {A.id: 10**9}, {A.id: END_OF_SEGMENT}, -1),
-    ("both at end", {A.id: END_OF_SEGMENT}, {A.id: END_OF_SEGMENT}, 1),
+    ("both at end: equal", {A.id: END_OF_SEGMENT}, {A.id: END_OF_SEGMENT}, 0),
+    # two segments of one epoch
+    ("equal everywhere", {B.id: 3, C.id: 9}, {B.id: 3, C.id: 9}, 0),
+    ("equal on one, before on the other", {B.id: 3, C.id: 2}, {B.id: 3, C.id: 9}, -1),
+    ("equal on one, after on the other", {B.id: 3, C.id: 10}, {B.id: 3, C.id: 9}, 1),
+    ("partly before, partly after", {B.id: 5, C.id: 1}, {B.id: 3, C.id: 4}, 0),
+    # scaling: overlapping older / newer segments
     ("successor ahead whatever the offsets", {B.id: 0, C.id: 0}, {A.id: 10**9}, 1),
     ("predecessor before whatever the offsets", {A.id: 10**9}, {B.id: 0, C.id: 0}, -1),
-    ("partly before, partly after", {B.id: 5, C.id: 1}, {B.id: 3, C.id: 4}, 0),
+    ("predecessor read to its end is still before", {A.id: END_OF_SEGMENT}, {B.id: 0}, -1),
     (
-        "ahead on one key range, on a successor on the other",
+        "equal on one key range, on a successor on the other",
         {B.id: 3, D.id: 0},
         {B.id: 3, C.id: 9},
         1,
     ),
-    ("before on a predecessor", {B.id: 9, C.id: 0}, {B.id: 3, D.id: 0, E.id: 0}, 0),
+    (
+        "equal on one key range, on a predecessor on the other",
+        {B.id: 3, C.id: 0},
+        {B.id: 3, D.id: 0, E.id: 0},
+        -1,
+    ),
+    ("after on one, on a predecessor on the other", {B.id: 9, C.id: 0}, {B.id: 3, D.id: 0}, 0),
     ("merge successor ahead of both", {F.id: 0}, {B.id: 7, D.id: 7}, 1),
-    ("no shared key range", {B.id: 1}, {E.id: 3}, 1),
+    ("split predecessors before the merge", {B.id: 7, D.id: 7}, {F.id: 0, E.id: 0}, -1),
     ("reader owning part of the key space", {E.id: 1}, {B.id: 0, D.id: 0, E.id: 3}, -1),
-    ("empty position", {}, {A.id: 3}, 1),
-    ("empty cut", {A.id: 3}, {}, 1),
+    # nothing in common: neither
+    ("no shared key range", {B.id: 1}, {E.id: 3}, 0),
+    ("empty position", {}, {A.id: 3}, 0),
+    ("empty cut", {A.id: 3}, {}, 0),
 ]
 
 
@@ -76,16 +91,27 @@ MARKS = [
 
 TRACK_CASES = [
     ("before the first", {A.id: 0}, TimeWindow(None, 130)),
-    ("at the first", {A.id: 5}, TimeWindow(100, 260)),
+    ("at the first: not yet passed", {A.id: 5}, TimeWindow(None, 260)),
     ("between", {A.id: 7}, TimeWindow(100, 260)),
-    ("at the second", {A.id: 9}, TimeWindow(200, 310)),
+    ("at the second", {A.id: 9}, TimeWindow(100, 310)),
     ("end of A", {A.id: END_OF_SEGMENT}, TimeWindow(200, 310)),
-    ("on successors, mixed with the third", {B.id: 1, C.id: 0}, TimeWindow(200, 450)),
-    ("at the third", {B.id: 2, C.id: 0}, TimeWindow(300, 450)),
+    ("on successors, equal on C: the third is ahead", {B.id: 1, C.id: 0}, TimeWindow(200, 310)),
+    ("at the third", {B.id: 2, C.id: 0}, TimeWindow(200, 450)),
     ("mixed with the last", {B.id: 5, C.id: 2}, TimeWindow(300, None)),
-    ("past every watermark", {B.id: 5, C.id: 3}, TimeWindow(400, None)),
+    ("past every watermark, equal on C", {B.id: 5, C.id: 3}, TimeWindow(400, None)),
     ("empty position", {}, TimeWindow(400, None)),
 ]
+
+
+def test_issue_example_upper_bound_is_pravegas():
+    """Cuts {0: 5, 1: 5} (10-19), {0: 8, 1: 5} (20-29), {0: 9, 1: 9} (30-39); a reader
+    at {0: 6, 1: 5} gets (10, 29): the second is wholly ahead (5 = 5 is neither)."""
+    marks = [
+        wm(10, 19, {B.id: 5, C.id: 5}, 0),
+        wm(20, 29, {B.id: 8, C.id: 5}, 1),
+        wm(30, 39, {B.id: 9, C.id: 9}, 2),
+    ]
+    assert WindowTracker(marks, SEGMENTS).advance_to({B.id: 6, C.id: 5}) == TimeWindow(10, 29)
 
 
 @pytest.mark.parametrize(
@@ -127,36 +153,70 @@ def test_watermarks_are_read_lazily():
     assert source.read == 1
     assert tracker.advance_to({A.id: 7}) == TimeWindow(100, 260)
     assert source.read == 2
-    assert tracker.advance_to({B.id: 1, C.id: 0}) == TimeWindow(200, 450)
-    assert source.read == 4
+    assert tracker.advance_to({B.id: 1, C.id: 0}) == TimeWindow(200, 310)
+    assert source.read == 3
 
 
 def test_live_source_keeps_feeding():
     source = CountingSource(MARKS[:2])
     tracker = WindowTracker(source, SEGMENTS)
-    assert tracker.advance_to({A.id: 9}) == TimeWindow(200, None)
+    assert tracker.advance_to({A.id: 10}) == TimeWindow(200, None)
     source.items.append(MARKS[2])
-    assert tracker.advance_to({A.id: 9}) == TimeWindow(200, 310)
+    assert tracker.advance_to({A.id: 10}) == TimeWindow(200, 310)
 
 
 def test_segments_of_new_epochs_may_be_added_later():
     segments = {A.id: A}
     tracker = WindowTracker(MARKS[:2], segments)
-    assert tracker.advance_to({A.id: 9}) == TimeWindow(200, None)
+    assert tracker.advance_to({A.id: 10}) == TimeWindow(200, None)
     segments.update({B.id: B, C.id: C})
     tracker = WindowTracker(MARKS, segments)
-    assert tracker.advance_to({B.id: 2, C.id: 0}) == TimeWindow(300, 450)
+    assert tracker.advance_to({B.id: 3, C.id: 1}) == TimeWindow(300, 450)
 
 
 # --- properties --------------------------------------------------------------
 
 
+def pravega_compare(
+    position: Mapping[int, int], cut: Mapping[int, int], segments: Mapping[int, Segment]
+) -> int:
+    """The definition, written out apart from ``compare``: the set of relations of
+    the position to each segment of the cut (Pravega's ``WatermarkReaderImpl``)."""
+
+    def rank(offset: int) -> float:
+        return float("inf") if offset == END_OF_SEGMENT else offset
+
+    relations: set[str] = set()
+    for seg, offset in cut.items():
+        if seg in position:
+            diff = rank(position[seg]) - rank(offset)
+            relations |= {"before"} if diff < 0 else {"after"} if diff > 0 else set()
+        else:
+            for mine in position:
+                if segments[mine].key_range.overlaps(segments[seg].key_range):
+                    relations.add("before" if mine < seg else "after")
+    if relations == {"before"}:
+        return -1
+    if relations == {"after"}:
+        return 1
+    return 0
+
+
 def brute_window(
     marks: Sequence[Watermark], position: Mapping[int, int], segments: Mapping[int, Segment]
 ) -> TimeWindow:
-    passed = [m.time for m in marks if compare(position, m.stream_cut, segments) > 0]
-    ahead = [m.upper_time for m in marks if compare(position, m.stream_cut, segments) < 0]
+    """lower: time of the latest watermark passed; upper: upper time of the first
+    wholly ahead; an empty position has passed them all."""
+    if not position:
+        return TimeWindow(marks[-1].time if marks else None, None)
+    passed = [m.time for m in marks if pravega_compare(position, m.stream_cut, segments) > 0]
+    ahead = [m.upper_time for m in marks if pravega_compare(position, m.stream_cut, segments) < 0]
     return TimeWindow(passed[-1] if passed else None, ahead[0] if ahead else None)
+
+
+def test_compare_cases_agree_with_the_definition():
+    for name, position, cut, expected in COMPARE_CASES:
+        assert pravega_compare(position, cut, SEGMENTS) == expected, name
 
 
 @settings(max_examples=150, deadline=None)
@@ -181,3 +241,59 @@ def test_tracker_agrees_with_brute_force(data):
         assert window == brute_window(marks, pos, segments)
         if window.lower is not None and window.upper is not None:
             assert window.lower <= window.upper
+
+
+class ListFeed:
+    """What ``PositionWindow`` and ``window_at`` need of a ``WatermarkFeed``."""
+
+    def __init__(self, marks: Sequence[Watermark]) -> None:
+        self.watermarks = list(marks)
+
+    def refresh(self, *, force: bool = False) -> int:
+        return len(self.watermarks)
+
+    def iterator(self, start: int = 0) -> Iterator[Watermark]:
+        return iter(self.watermarks[start:])
+
+
+@st.composite
+def forward_path(draw: st.DrawFn, marks: Sequence[Watermark]) -> list[dict[int, int]]:
+    """Positions moving forward through the watermarks' cuts, each cut visited one
+    offset below, at, and one above (where equal offsets change the answer)."""
+    path: list[dict[int, int]] = []
+    for mark in marks:
+        cut = dict(mark.stream_cut)
+        for shift in draw(st.lists(st.sampled_from([-1, 0, 1]), max_size=3).map(sorted)):
+            path.append({seg: max(0, off + shift) for seg, off in cut.items()})
+    return path
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_tracker_fast_path_and_group_window_agree_with_the_definition(data):
+    """The three places the rule is used -- ``WindowTracker`` (incremental),
+    ``PositionWindow`` (a reader's fast path) and ``window_at`` (the group's
+    window) -- give the brute-force window at every position, equal offsets
+    and scaling included."""
+    from pipelines.reading.windows import PositionWindow, window_at
+
+    epochs, steps = data.draw(scenarios())
+    segments = {seg.id: seg for epoch in epochs for seg in epoch.segments}
+    marks = emitted_watermarks(epochs, steps)
+    path = data.draw(forward_path(marks))
+    feed = ListFeed(marks)
+    fast = PositionWindow(feed, lambda: segments)  # type: ignore[arg-type]
+    tracker = WindowTracker(iter(marks), segments)
+    last: dict[int, int] | None = None
+    for position in path:
+        expected = brute_window(marks, position, segments)
+        assert fast.at(position) == expected, position
+        assert window_at(feed, position, segments) == expected, position  # type: ignore[arg-type]
+        if last is None or all(position.get(s, 0) >= o for s, o in last.items()):
+            if last is not None and position.keys() != last.keys():
+                tracker = WindowTracker(iter(marks), segments)
+            assert tracker.advance_to(position) == expected, position
+        else:
+            tracker = WindowTracker(iter(marks), segments)
+            assert tracker.advance_to(position) == expected, position
+        last = position

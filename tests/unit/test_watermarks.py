@@ -505,3 +505,17 @@ def emitted_watermarks(epochs: Sequence[Epoch], steps) -> list[Watermark]:
         if result.watermark is not None:
             out.append(result.watermark)
     return out
+
+
+def test_upper_time_covers_events_that_ran_ahead_of_the_noted_time():
+    """upper_time = max over writers of max(noted time, max_event_time)."""
+    marks = {
+        "w1": WriterMark(100, {A.id: 5}, max_event_time=170),
+        "w2": WriterMark(120, {A.id: 9}, max_event_time=110),
+        "w3": WriterMark(130, {A.id: 9}),
+    }
+    out = cycle(marks)
+    assert out.watermark is not None
+    assert (out.watermark.time, out.watermark.upper_time) == (100, 170)
+    assert WriterMark(5, max_event_time=3).upper_time == 5
+    assert WriterMark(5).upper_time == 5

@@ -194,3 +194,49 @@ def test_producer_settings() -> None:
     assert s["transactional.id"] == "t"
     assert s["compression.type"] == "lz4"
     assert "transactional.id" not in cfg.producer_settings("b:1", "c")
+
+
+# --- DeliveryGroups (the drop-in producer's positions) ------------------------------------
+
+
+def _off(msg: str) -> int:
+    return int(msg.split("@")[1])
+
+
+def test_groups_wait_for_a_later_report_or_idle_and_exclude_later_records() -> None:
+    from pipelines.writing.positions import DeliveryGroups
+
+    g = DeliveryGroups([0, 1])
+    for off in (10, 11):
+        g.used[0] = True
+        g.setters[0](None, f"m@{off}")
+    g.used[1] = True  # sent, not reported yet
+    note = g.note(100)
+    g.used[0] = True
+    g.setters[0](None, "m@12")  # after the note: completes partition 0's group
+    assert g.ready(idle=False, offset=_off) == []  # partition 1 still in flight
+    g.setters[0](None, "m@13")
+    g.note(200)  # a second note queues behind the first
+    assert g.ready(idle=False, offset=_off) == []
+    assert g.position(_off) == {0: 14}
+    # partition 1's record was stored at offset 3: reported into the closed group
+    note.closed[1][None] = "m@3"
+    ready = g.ready(idle=True, offset=_off)
+    assert [(n.time, n.position) for n in ready] == [(100, {0: 12, 1: 4}), (200, {0: 14, 1: 4})]
+    assert not g.waiting
+
+
+def test_a_group_with_a_failed_record_fails_its_note_only() -> None:
+    from pipelines.writing.positions import DeliveryGroups
+
+    g = DeliveryGroups([0])
+    g.used[0] = True
+    g.setters[0](None, "m@5")
+    g.setters[0](RuntimeError("timed out"), "m@-1")
+    first = g.note(100)
+    g.used[0] = True
+    g.setters[0](None, "m@7")
+    second = g.note(200)
+    assert g.ready(idle=True, offset=_off) == [first, second]
+    assert first.failed == ["m@-1"] and second.failed == []
+    assert second.position == {0: 8}

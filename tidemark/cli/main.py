@@ -8,9 +8,11 @@ inside the verbs that run a Spark job.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
 import sys
+from collections.abc import Iterator
 
 from tidemark.errors import TidemarkError
 
@@ -23,7 +25,36 @@ COMMAND_MODULES = (
     "tidemark.cli.write",
     "tidemark.cli.controller",
     "tidemark.cli.read",
+    "tidemark.cli.groups",
+    "tidemark.cli.serve",
 )
+
+
+# Verbs that never need pandas. pyarrow imports pandas (about a second) on its first
+# array conversion whenever pandas is installed; these verbs tell it pandas is absent.
+LIGHT_VERBS = frozenset({"read", "watermarks", "window", "seek", "stream"})
+
+
+class _WithoutPandas:
+    """A meta path entry that makes ``import pandas`` fail (for :data:`LIGHT_VERBS`)."""
+
+    @staticmethod
+    def find_spec(name: str, path: object = None, target: object = None) -> None:
+        if name == "pandas" or name.startswith("pandas."):
+            raise ModuleNotFoundError(f"{name} is not used by this command", name=name)
+
+
+@contextlib.contextmanager
+def without_pandas(active: bool = True) -> Iterator[None]:
+    """Within the block, ``import pandas`` fails (unless it was imported already)."""
+    added = active and "pandas" not in sys.modules and _WithoutPandas not in sys.meta_path
+    if added:
+        sys.meta_path.insert(0, _WithoutPandas)
+    try:
+        yield
+    finally:
+        if added:
+            sys.meta_path.remove(_WithoutPandas)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
-        return int(args.func(args) or 0)
+        with without_pandas(args.command in LIGHT_VERBS):
+            return int(args.func(args) or 0)
     except TidemarkError as exc:
         print(f"tidemark: error: {exc}", file=sys.stderr)
         return 1

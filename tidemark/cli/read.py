@@ -10,8 +10,11 @@
 >= t lies before it for well-behaved writers) and prints the events with
 timestamp >= t, one JSON object per line with ``--format json``: segment,
 partition, offset, timestamp, key, body (UTF-8, else base64 with
-``"body_encoding": "base64"``). It stops after ``--count`` events, or when
-nothing arrives for ``--wait-ms``. It commits nothing anywhere.
+``"body_encoding": "base64"``). It stops after ``--count`` events, or at
+the end of the data committed when it started (the segments' last stable
+offsets, read in one request before reading), or -- a safety net -- when
+nothing arrives for ``--wait-ms``. It commits nothing anywhere. With
+``TIDEMARK_TIME_SERVICE`` set, the start cut comes from ``tidemark serve``.
 
 Services come from ``TIDEMARK_KAFKA_BOOTSTRAP`` / ``TIDEMARK_ZK_CONNECT`` /
 ``TIDEMARK_DELTA_ROOT``, else from ``tidemark up``.
@@ -21,20 +24,12 @@ from __future__ import annotations
 
 import argparse
 import base64
+import time
 from typing import Any
 
+from jobs.cli_args import positive_int
 from tidemark.cli.output import add_format_option, emit, emit_rows
 from tidemark.errors import ConfigurationError
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
 
 
 def _add_time_options(parser: argparse.ArgumentParser, *, since: bool = False) -> None:
@@ -52,12 +47,13 @@ def register(sub: Any) -> None:
     read = sub.add_parser("read", help="read a stream from a time (or its head)")
     read.add_argument("stream", help="scope/name")
     _add_time_options(read)
-    read.add_argument("--count", type=_positive_int, default=None, help="stop after N events")
+    read.add_argument("--count", type=positive_int, default=None, help="stop after N events")
     read.add_argument(
         "--wait-ms",
-        type=_positive_int,
-        default=1000,
-        help="stop when nothing arrives for this long (default 1000)",
+        type=positive_int,
+        default=5000,
+        help="read stops at the end of the data committed when it started; it also "
+        "stops when nothing arrives for this long (default 5000)",
     )
     add_format_option(read)
     read.set_defaults(func=cmd_read)
@@ -86,17 +82,33 @@ def _time_of(args: argparse.Namespace, *, required: bool = False) -> int | None:
     if args.timestamp is not None:
         return check_timestamp(args.timestamp)
     if args.ago is not None:
-        return max(0, wall_clock_ms() - parse_duration(args.ago))
+        at = wall_clock_ms() - parse_duration(args.ago)
+        if at < 0:
+            raise ConfigurationError(f"--ago {args.ago}: that is before 1970 (time 0)")
+        return at
     if required:
         raise ConfigurationError("give --timestamp MS or --ago DURATION")
     return None
 
 
-def _delta_root() -> str:
+def delta_root() -> str:
     from infra.environment import Environment
     from infra.services import data_root
 
     return str(data_root(Environment.from_env()))
+
+
+def _require_tables(root: str) -> None:
+    """Refuse a delta root the controller never wrote to (rather than print nothing)."""
+    from deltalake import DeltaTable
+
+    from schemas.tables import MARKS, table_path
+
+    if not DeltaTable.is_deltatable(table_path(root, MARKS)):
+        raise ConfigurationError(
+            f"no watermark tables under {root}: start a controller "
+            "(tidemark controller run) or set TIDEMARK_DELTA_ROOT to its delta root"
+        )
 
 
 def _body(value: bytes) -> dict[str, Any]:
@@ -112,35 +124,67 @@ def _key(value: bytes | None) -> str | None:
     return value.decode("utf-8", errors="backslashreplace")
 
 
+def at_committed_end(reader: Any, ends: dict[int, int]) -> bool:
+    """True when the reader has read everything committed up to ``ends`` (a snapshot of
+    the last stable offsets): each readable segment it owns is at its end (Kafka said
+    so), and every other readable one starts at or after its end."""
+    from controller.model import segment_number
+
+    view = reader.group.view()
+    owned = {s for s, o in reader.position().items() if o >= 0}
+    for seg in view.readable:
+        if seg in owned:
+            if not reader.at_tail():
+                return False
+        elif view.offsets.get(seg, 0) < ends.get(segment_number(seg), 0):
+            return False
+    return True
+
+
 def cmd_read(args: argparse.Namespace) -> int:
+    from controller.kafka_admin import StreamTopics
+    from controller.model import segment_number
     from pipelines.reading.group import ReaderConfig, ReaderGroup
     from pipelines.reading.seek import live_metadata, stream_cut_at
+    from pipelines.reading.time_service import default_index
     from tidemark.cli.streams import control_plane, service_addresses
 
     since = _time_of(args)
     kafka, _ = service_addresses()
-    delta_root = _delta_root()
+    root = delta_root()
     with control_plane() as cp:
-        live_metadata(cp.store, args.stream)
+        meta = live_metadata(cp.store, args.stream)
         cut = (
             None
             if since is None
-            else stream_cut_at(args.stream, since, delta_root=delta_root, store=cp.store)
+            else stream_cut_at(
+                args.stream, since, delta_root=root, store=cp.store, index=default_index(root)
+            )
+        )
+        # Where committed data ends now: read to there and stop, no timeout to wait out.
+        ends = StreamTopics(kafka).last_stable_offsets(
+            meta.topic, sorted({segment_number(s) for s in meta.segments()})
         )
         group = ReaderGroup.ephemeral_group(
             args.stream,
             cut,
             store=cp.store,
             bootstrap_servers=kafka,
-            delta_root=delta_root,
-            config=ReaderConfig(rebalance_interval_ms=50),
+            delta_root=root,
+            config=ReaderConfig(rebalance_interval_ms=20),
         )
         printed = 0
+        idle_since = time.monotonic()
         with group, group.reader("cli") as reader:
             while args.count is None or printed < args.count:
-                event = reader.read_next(timeout_ms=args.wait_ms)
+                event = reader.read_next(timeout_ms=min(args.wait_ms, 20))
                 if event is None:
-                    break
+                    if at_committed_end(reader, ends):
+                        break
+                    if (time.monotonic() - idle_since) * 1000 >= args.wait_ms:
+                        break  # the safety net: something below the end never came
+                    continue
+                idle_since = time.monotonic()
                 if since is not None and event.timestamp < since:
                     continue
                 row: dict[str, Any] = {
@@ -164,7 +208,9 @@ def cmd_watermarks(args: argparse.Namespace) -> int:
     since = _time_of(args) or 0
     with control_plane() as cp:
         live_metadata(cp.store, args.stream)
-    marks = WatermarkFeed(_delta_root(), args.stream).since(since)
+    root = delta_root()
+    _require_tables(root)
+    marks = WatermarkFeed(root, args.stream).since(since)
     emit_rows(
         args,
         [
@@ -183,7 +229,7 @@ def cmd_watermarks(args: argparse.Namespace) -> int:
 def _open(name: str, cp: Any, kafka: str) -> Any:
     from pipelines.reading.group import open_group
 
-    return open_group(name, store=cp.store, bootstrap_servers=kafka, delta_root=_delta_root())
+    return open_group(name, store=cp.store, bootstrap_servers=kafka, delta_root=delta_root())
 
 
 def cmd_window(args: argparse.Namespace) -> int:

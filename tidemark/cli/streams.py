@@ -1,4 +1,4 @@
-"""``tidemark stream create|describe|update|scale|truncate|seal|delete|list``.
+"""``tidemark stream create|adopt|describe|update|scale|truncate|seal|delete|release|list``.
 
     tidemark stream create shop/orders --segments 2
     tidemark stream scale shop/orders --seal 0 --ranges 0:0.25,0.25:0.5
@@ -133,6 +133,17 @@ def _config_options(parser: argparse.ArgumentParser) -> None:
         type=int,
         help="wait this long after the first mark before the first watermark",
     )
+    parser.add_argument(
+        "--refuse-adjustments",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="refuse a record whose timestamp would be capped or raised, instead of adjusting",
+    )
+    parser.add_argument(
+        "--max-future-ms",
+        help="how far ahead of its arrival a writer mark's time may be (default 1 h); "
+        "'none': no bound, for times that are not milliseconds",
+    )
 
 
 def config_from_args(args: argparse.Namespace, base: StreamConfiguration) -> StreamConfiguration:
@@ -166,7 +177,26 @@ def config_from_args(args: argparse.Namespace, base: StreamConfiguration) -> Str
             if args.first_watermark_delay_ms is None
             else args.first_watermark_delay_ms
         ),
+        refuse_adjustments=(
+            base.refuse_adjustments
+            if getattr(args, "refuse_adjustments", None) is None
+            else args.refuse_adjustments
+        ),
+        max_future_ms=_max_future_ms(args.max_future_ms, base.max_future_ms),
     )
+
+
+def _max_future_ms(text: str | None, base: int | None) -> int | None:
+    if text is None:
+        return base
+    if text.strip().lower() == "none":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise ConfigurationError(
+            f"--max-future-ms {text!r}: expected milliseconds or 'none'"
+        ) from None
 
 
 # --- verbs -------------------------------------------------------------------------------
@@ -196,6 +226,9 @@ def register(sub: Any) -> None:
     verb("delete", "delete a sealed stream (topic and metadata)", cmd_delete)
     listing = verb("list", "list streams", cmd_list, stream_arg=False)
     listing.add_argument("scope", nargs="?", help="only this scope")
+    from tidemark.cli.adopt import register_verbs
+
+    register_verbs(verb, _config_options)
 
 
 def _summary(meta: StreamMetadata) -> list[str]:
@@ -207,7 +240,7 @@ def _summary(meta: StreamMetadata) -> list[str]:
         + " ".join(f"{s.id}{s.key_range}" for s in meta.current_epoch().segments),
         f"config   scaling={cfg.scaling_policy.type}/{cfg.scaling_policy.min_segments} "
         f"retention={cfg.retention_policy.type} timestamping={cfg.timestamping} "
-        f"uncapped={cfg.uncapped}",
+        f"uncapped={cfg.uncapped} refuse_adjustments={cfg.refuse_adjustments}",
     ]
 
 

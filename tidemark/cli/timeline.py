@@ -248,11 +248,16 @@ def cmd_relay(args: argparse.Namespace) -> int:
                 if args.max_messages is not None and relay.relayed >= args.max_messages:
                     break
                 relay.run_once(timeout_ms=500)
-            relayed = relay.relayed
+            relayed, failed = relay.relayed, relay.failed
     finally:
         signal.signal(signal.SIGTERM, previous)
-    emit(args, {"relayed": relayed}, f"relayed {relayed} messages to {args.topic}")
-    return 0
+    emit(
+        args,
+        {"relayed": relayed, "failed": failed},
+        f"relayed {relayed} messages to {args.topic}"
+        + (f"; {failed} refused by Kafka (see the log)" if failed else ""),
+    )
+    return 1 if failed and not relayed else 0
 
 
 def cmd_purge(args: argparse.Namespace) -> int:

@@ -68,6 +68,10 @@ def cmd_write(args: argparse.Namespace) -> int:
                 raise ConfigurationError(
                     f"--note-time {args.note_time!r}: expected milliseconds or 'now'"
                 ) from None
+            if not 0 <= note < 2**63:  # checked before anything is written
+                raise ConfigurationError(
+                    f"--note-time {args.note_time!r}: a time is milliseconds in [0, 2^63)"
+                )
     kafka, _ = service_addresses()
     writer_id = args.writer_id or f"cli-{os.getpid()}"
     count = 0

@@ -1,0 +1,99 @@
+"""How every tidemark Kafka client connects: bootstrap servers plus the security settings.
+
+    Producer({**client_config("kafka:9093"), "acks": "all"})
+    spark.readStream.format("kafka").options(**spark_kafka_options()) ...
+
+The security settings come from the environment, read here and nowhere else,
+so every client of one process (writers, readers, the control plane, the
+controller job and its Spark workers, the timeline) authenticates the same way:
+
+- ``TIDEMARK_KAFKA_SECURITY_PROTOCOL``: ``PLAINTEXT`` (default), ``SASL_PLAINTEXT``,
+  ``SASL_SSL`` or ``SSL``;
+- ``TIDEMARK_KAFKA_SASL_MECHANISM``: ``SCRAM-SHA-512`` (default with SASL),
+  ``SCRAM-SHA-256`` or ``PLAIN``;
+- ``TIDEMARK_KAFKA_SASL_USERNAME`` / ``TIDEMARK_KAFKA_SASL_PASSWORD``: the principal.
+
+On a cluster, set them for the Spark executors too (``spark.executorEnv.*``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from controller.exceptions import InvalidConfigurationError
+
+SECURITY_PROTOCOL = "TIDEMARK_KAFKA_SECURITY_PROTOCOL"
+SASL_MECHANISM = "TIDEMARK_KAFKA_SASL_MECHANISM"
+SASL_USERNAME = "TIDEMARK_KAFKA_SASL_USERNAME"
+SASL_PASSWORD = "TIDEMARK_KAFKA_SASL_PASSWORD"
+
+PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL", "SSL")
+MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")
+
+_JAAS_MODULES = {
+    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
+}
+
+
+def security_config(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """librdkafka security settings from the environment (empty: plaintext)."""
+    env = os.environ if environ is None else environ
+    protocol = env.get(SECURITY_PROTOCOL, "").strip().upper() or "PLAINTEXT"
+    if protocol not in PROTOCOLS:
+        raise InvalidConfigurationError(
+            f"{SECURITY_PROTOCOL}={protocol!r} is not one of: {', '.join(PROTOCOLS)}"
+        )
+    if protocol == "PLAINTEXT":
+        return {}
+    config = {"security.protocol": protocol}
+    if protocol.startswith("SASL"):
+        mechanism = env.get(SASL_MECHANISM, "").strip().upper() or MECHANISMS[0]
+        if mechanism not in MECHANISMS:
+            raise InvalidConfigurationError(
+                f"{SASL_MECHANISM}={mechanism!r} is not one of: {', '.join(MECHANISMS)}"
+            )
+        user, password = env.get(SASL_USERNAME, ""), env.get(SASL_PASSWORD, "")
+        if not user or not password:
+            raise InvalidConfigurationError(
+                f"{SECURITY_PROTOCOL}={protocol} needs {SASL_USERNAME} and {SASL_PASSWORD}"
+            )
+        config.update(
+            {"sasl.mechanism": mechanism, "sasl.username": user, "sasl.password": password}
+        )
+    return config
+
+
+def client_config(bootstrap: str, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``bootstrap.servers`` and the security settings, for any confluent-kafka client."""
+    return {"bootstrap.servers": bootstrap, **security_config(environ)}
+
+
+def spark_kafka_options(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The same settings as options of Spark's Kafka source (``kafka.``-prefixed, Java JAAS)."""
+    config = security_config(environ)
+    if not config:
+        return {}
+    options = {"kafka.security.protocol": config["security.protocol"]}
+    if "sasl.mechanism" in config:
+        user = config["sasl.username"].replace("\\", "\\\\").replace('"', '\\"')
+        password = config["sasl.password"].replace("\\", "\\\\").replace('"', '\\"')
+        options["kafka.sasl.mechanism"] = config["sasl.mechanism"]
+        options["kafka.sasl.jaas.config"] = (
+            f"{_JAAS_MODULES[config['sasl.mechanism']]} required "
+            f'username="{user}" password="{password}";'
+        )
+    return options
+
+
+__all__ = [
+    "SASL_MECHANISM",
+    "SASL_PASSWORD",
+    "SASL_USERNAME",
+    "SECURITY_PROTOCOL",
+    "client_config",
+    "security_config",
+    "spark_kafka_options",
+]

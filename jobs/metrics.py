@@ -1,0 +1,220 @@
+"""Prometheus metrics of the watermark controller (``prometheus_client``).
+
+    metrics = ControllerMetrics()                       # the default registry
+    sink.observer = metrics.batch_observer(bucket=3)    # the hook: after each batch's appends
+    metrics.observe_query(3, query)                     # from the instance's loop
+    start_http_server(9464)      # or `tidemark controller run --metrics-port 9464`
+
+The metrics, with their labels (``stream`` = ``scope/name``, ``bucket`` =
+``all`` for the controller job's one query, which runs every bucket;
+``reason`` = a ``rejected_marks`` reason):
+
+- ``tidemark_controller_watermark_lag_seconds{stream}`` (gauge) -- wall
+  clock now minus the time of the stream's latest watermark, computed when
+  scraped (it grows while no watermark comes);
+- ``tidemark_controller_watermark_time_seconds{stream}`` (gauge) -- the
+  time of that watermark;
+- ``tidemark_controller_freshness_seconds{stream}`` (histogram) -- from
+  the cycle that emitted a watermark (its ``emitted_at``, the batch's
+  processing time: at most one trigger interval after the note arrived) to
+  the watermark being committed to Delta, i.e. visible to readers;
+- ``tidemark_controller_watermarks_total{stream}`` (counter) -- watermarks written;
+- ``tidemark_controller_marks_rejected_total{stream,reason}`` (counter);
+- ``tidemark_controller_marks_accepted_total{bucket}`` (counter) -- marks
+  read by the bucket's batches minus the ones rejected (Spark's progress
+  reports input rows per query, not per stream);
+- ``tidemark_controller_batch_duration_seconds{bucket}`` (histogram) --
+  the stateful stage and the Delta appends of one micro-batch, as timed by
+  the sink;
+- ``tidemark_controller_batches_total{bucket}`` (counter).
+
+The hook into the job is deliberately small: :class:`~jobs.sink.DeltaSink`
+calls ``observer(rows, batch_id, duration_s)`` after a batch is written,
+and the instance's loop passes each query to :meth:`ControllerMetrics.observe_query`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+PREFIX = "tidemark_controller"
+
+BatchObserver = Callable[[Sequence[Mapping[str, Any]], int, float], None]
+
+_LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+class _Latest(Collector):
+    """Per stream, the latest watermark time; lag is computed at scrape time."""
+
+    def __init__(self, clock_ms: Callable[[], int]) -> None:
+        self._clock_ms = clock_ms
+        self._times: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def update(self, stream: str, time_ms: int) -> None:
+        with self._lock:
+            if time_ms > self._times.get(stream, -1):
+                self._times[stream] = time_ms
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        with self._lock:
+            times = dict(self._times)
+        now = self._clock_ms()
+        lag = GaugeMetricFamily(
+            f"{PREFIX}_watermark_lag_seconds",
+            "Wall clock now minus the time of the stream's latest watermark.",
+            labels=["stream"],
+        )
+        at = GaugeMetricFamily(
+            f"{PREFIX}_watermark_time_seconds",
+            "Time of the stream's latest watermark (seconds since the epoch).",
+            labels=["stream"],
+        )
+        for stream, t in sorted(times.items()):
+            lag.add_metric([stream], max(0, now - t) / 1000)
+            at.add_metric([stream], t / 1000)
+        yield lag
+        yield at
+
+
+class ControllerMetrics:
+    """The controller's metrics in ``registry`` (``prometheus_client``'s default one)."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry = REGISTRY,
+        clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+    ) -> None:
+        self._clock_ms = clock_ms
+        self.latest = _Latest(clock_ms)
+        registry.register(self.latest)
+        self.freshness = Histogram(
+            f"{PREFIX}_freshness_seconds",
+            "From the cycle that emitted a watermark to its commit in Delta.",
+            ["stream"],
+            buckets=_LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.watermarks = Counter(
+            f"{PREFIX}_watermarks", "Watermarks written.", ["stream"], registry=registry
+        )
+        self.rejected = Counter(
+            f"{PREFIX}_marks_rejected",
+            "Writer marks refused, by reason.",
+            ["stream", "reason"],
+            registry=registry,
+        )
+        self.accepted = Counter(
+            f"{PREFIX}_marks_accepted",
+            "Marks read by a bucket's batches minus the rejected ones.",
+            ["bucket"],
+            registry=registry,
+        )
+        self.batch_duration = Histogram(
+            f"{PREFIX}_batch_duration_seconds",
+            "One micro-batch: the stateful stage and the Delta appends.",
+            ["bucket"],
+            buckets=_LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.batches = Counter(
+            f"{PREFIX}_batches", "Micro-batches run.", ["bucket"], registry=registry
+        )
+        self._lock = threading.Lock()
+        self._rejected_by_batch: dict[tuple[int | str, int], int] = {}
+        self._progressed: dict[int | str, int] = {}
+
+    def batch_observer(self, bucket: int | str) -> BatchObserver:
+        """The sink's hook for ``bucket``: ``observer(rows, batch_id, duration_s)``."""
+
+        def observe(rows: Sequence[Mapping[str, Any]], batch_id: int, duration_s: float) -> None:
+            self.observe_batch(bucket, rows, batch_id, duration_s)
+
+        return observe
+
+    def observe_batch(
+        self, bucket: int | str, rows: Sequence[Mapping[str, Any]], batch_id: int, duration_s: float
+    ) -> None:
+        """One written batch: its output rows (``jobs.processor.OUTPUT_SCHEMA``)."""
+        label = str(bucket)
+        now = self._clock_ms()
+        self.batches.labels(label).inc()
+        self.batch_duration.labels(label).observe(duration_s)
+        rejected = 0
+        for row in rows:
+            stream = str(row.get("stream") or "")
+            if row.get("kind") == "watermark":
+                self.watermarks.labels(stream).inc()
+                self.latest.update(stream, int(row["time"]))
+                emitted = row.get("emitted_at")
+                if emitted:
+                    self.freshness.labels(stream).observe(max(0, now - int(emitted)) / 1000)
+            elif row.get("kind") == "rejected":
+                rejected += 1
+                self.rejected.labels(stream, str(row.get("reason"))).inc()
+        with self._lock:
+            self._rejected_by_batch[(bucket, batch_id)] = rejected
+            if len(self._rejected_by_batch) > 10_000:  # progress never came for old ones
+                self._rejected_by_batch.pop(next(iter(self._rejected_by_batch)))
+
+    def observe_query(self, bucket: int | str, query: Any) -> None:
+        """Count the batches ``query`` (a StreamingQuery) completed since the last call:
+        its ``lastProgress``, or its ``recentProgress`` when batches were missed."""
+        last = query.lastProgress
+        if not last:
+            return
+        with self._lock:
+            seen = self._progressed.get(bucket, -1)
+        batch_id = int(last.get("batchId", -1))
+        if batch_id <= seen:
+            return
+        progresses = [last] if seen < 0 or batch_id == seen + 1 else list(query.recentProgress)
+        for progress in sorted(progresses, key=lambda p: int(p.get("batchId", -1))):
+            self.observe_progress(bucket, progress)
+
+    def observe_progress(self, bucket: int | str, progress: Mapping[str, Any] | None) -> None:
+        """A query's ``lastProgress``: counts each batch's input once. An idle report (no
+        ``addBatch`` phase; Spark numbers it with the *next* batch id) is not a batch."""
+        if not progress or "addBatch" not in (progress.get("durationMs") or {"addBatch": 0}):
+            return
+        batch_id = int(progress.get("batchId", -1))
+        with self._lock:
+            if self._progressed.get(bucket, -1) >= batch_id:
+                return
+            self._progressed[bucket] = batch_id
+            rejected = self._rejected_by_batch.pop((bucket, batch_id), 0)
+        read = int(progress.get("numInputRows") or 0)
+        if read > rejected:
+            self.accepted.labels(str(bucket)).inc(read - rejected)
+
+
+_SHARED: ControllerMetrics | None = None
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_metrics() -> ControllerMetrics:
+    """One :class:`ControllerMetrics` per process, in the default registry."""
+    global _SHARED
+    with _SHARED_LOCK:
+        if _SHARED is None:
+            _SHARED = ControllerMetrics()
+        return _SHARED
+
+
+def serve_metrics(port: int, addr: str = "0.0.0.0") -> ControllerMetrics:
+    """Serve the default registry on ``addr:port`` (a daemon thread); the shared metrics."""
+    from prometheus_client import start_http_server
+
+    start_http_server(port, addr)
+    return shared_metrics()
+
+
+__all__ = ["PREFIX", "BatchObserver", "ControllerMetrics", "serve_metrics", "shared_metrics"]

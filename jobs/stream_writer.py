@@ -1,0 +1,210 @@
+"""Spark jobs as stream writers: a DataFrame's rows become a stream's events, with time noted.
+
+    target = StreamTarget("shop/orders", kafka_bootstrap=bootstrap, zk_connect=zk)
+    write_to_stream(df, target, job_id="nightly-orders", batch_id=20260101)   # batch
+    query = (spark.readStream...                                             # streaming
+             .writeStream.foreachBatch(stream_writer(target, job_id="orders")).start())
+
+Each Spark task (one partition of the DataFrame) is one ``EventWriter`` with
+the stable id ``<job_id>/<batch_id>/<partition>``: a re-run of the same
+batch (a retried task, a restarted query) is the same writer to the
+controller. A task writes its rows (``value_col`` as the event, bytes or
+text; ``key_col`` as the routing key; ``time_col`` as the event time in
+ms, or a timestamp column), notes the maximum event time it wrote, and
+closes (the shutdown mark), so the job's output gets watermarks with no
+extra code.
+
+Before the tasks start, the driver *registers* every task's writer with a
+mark at time 0 and an empty position (``register=True``, the default).
+A writer whose time is not above the last watermark lags and holds the
+stream's watermark (``controller.watermarks.watermark_cycle``), so no
+watermark can pass a task's events before that task has noted its time —
+otherwise the first task to finish would let a watermark through while the
+others still write older events. Once every task has closed, the
+stream's watermark reaches the largest event time the job wrote (the
+controller drops each shut-down writer as the watermark passes it). A task
+must finish within the controller's writer timeout, or its registration
+stops holding the watermark.
+
+Executors need the metadata store (ZooKeeper) and Kafka reachable, and
+tidemark importable.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from controller.model import WriterMark
+from controller.naming import ClusterSettings, split_stream
+from jobs.exceptions import JobConfigurationError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StreamTarget:
+    """Where a job writes: the stream, the services, and the columns it takes."""
+
+    stream: str
+    kafka_bootstrap: str
+    zk_connect: str
+    cluster: ClusterSettings = field(default_factory=ClusterSettings)
+    value_col: str = "value"
+    key_col: str | None = "key"
+    time_col: str = "event_time"
+    linger_ms: int = 5
+
+    def __post_init__(self) -> None:
+        split_stream(self.stream)
+        if not self.kafka_bootstrap or not self.zk_connect:
+            raise JobConfigurationError("StreamTarget needs kafka_bootstrap and zk_connect")
+
+
+@dataclass(frozen=True)
+class TaskReport:
+    """What one task wrote: its writer id, how many events, and the time it noted."""
+
+    writer_id: str
+    events: int
+    max_time: int | None
+
+
+def writer_id(job_id: str, batch_id: int, partition: int) -> str:
+    """The stable writer id of one task: ``<job_id>/<batch_id>/<partition>``."""
+    return f"{job_id}/{batch_id}/{partition}"
+
+
+def event_time_ms(value: Any) -> int:
+    """A row's event time as integer ms: an int, or a datetime (a naive one is local
+    time, as PySpark returns timestamp columns)."""
+    if isinstance(value, bool) or value is None:
+        raise JobConfigurationError(f"event time must be ms or a timestamp, got {value!r}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, dt.datetime):
+        return int(value.timestamp() * 1000)
+    raise JobConfigurationError(
+        f"event time must be ms (int) or a timestamp, got {type(value).__name__}"
+    )
+
+
+def _value_bytes(value: Any, column: str) -> bytes:
+    if isinstance(value, bytes | bytearray):
+        return bytes(value)
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    raise JobConfigurationError(f"column {column!r} must be binary or string, got {value!r}")
+
+
+def write_partition(target: StreamTarget, writer: str, rows: Iterable[Any]) -> TaskReport:
+    """One task's work: write ``rows`` as ``writer``, note the largest time, close."""
+    from kazoo.client import KazooClient
+
+    from controller.zk_store import ZooKeeperStore
+    from pipelines.writing.config import WriterConfig
+    from pipelines.writing.writer import EventWriter
+
+    client = KazooClient(hosts=target.zk_connect)
+    client.start(timeout=30)
+    try:
+        events, top = 0, None
+        with EventWriter(
+            writer,
+            target.stream,
+            store=ZooKeeperStore(client, target.cluster.zk_root),
+            bootstrap_servers=target.kafka_bootstrap,
+            config=WriterConfig(cluster=target.cluster, linger_ms=target.linger_ms),
+        ) as w:
+            for row in rows:
+                ts = event_time_ms(row[target.time_col])
+                key = row[target.key_col] if target.key_col is not None else None
+                w.write(_value_bytes(row[target.value_col], target.value_col), key, timestamp=ts)
+                events += 1
+                top = ts if top is None else max(top, ts)
+            # A task with no rows notes time 0, so its close ends its registration.
+            w.note_time(top if top is not None else 0)
+        return TaskReport(writer, events, top)
+    finally:
+        client.stop()
+        client.close()
+
+
+def register_writers(target: StreamTarget, writers: Iterable[str]) -> None:
+    """Publish a time-0 mark with an empty position for each writer (see the module doc)."""
+    from confluent_kafka import Producer
+
+    from controller.kafka_admin import ensure_marks_topic
+    from pipelines.writing.marks import mark_message
+
+    ensure_marks_topic(target.kafka_bootstrap, target.cluster, create=True)
+    producer = Producer({"bootstrap.servers": target.kafka_bootstrap, "enable.idempotence": True})
+    for wid in writers:
+        msg = mark_message(target.cluster, target.stream, wid, WriterMark(0, {}))
+        producer.produce(msg.topic, msg.value, msg.key, partition=msg.partition)
+    if producer.flush(30):
+        raise JobConfigurationError(
+            f"marks topic {target.cluster.marks_topic!r}: registrations not acknowledged in 30 s"
+        )
+
+
+def write_to_stream(
+    df: Any, target: StreamTarget, *, job_id: str, batch_id: int = 0, register: bool = True
+) -> list[TaskReport]:
+    """Write ``df`` to ``target.stream``, one writer per partition; the tasks' reports."""
+    if not job_id or "/" in job_id:
+        raise JobConfigurationError(f"job_id must be a non-empty name without '/', got {job_id!r}")
+    missing = [
+        c for c in (target.value_col, target.key_col, target.time_col) if c and c not in df.columns
+    ]
+    if missing:
+        raise JobConfigurationError(
+            f"the DataFrame has no column(s) {missing}; it has {df.columns} "
+            "(set StreamTarget.value_col / key_col / time_col)"
+        )
+    columns = [c for c in (target.value_col, target.key_col, target.time_col) if c]
+    rdd = df.select(*columns).rdd
+    if register:
+        register_writers(
+            target, [writer_id(job_id, batch_id, p) for p in range(rdd.getNumPartitions())]
+        )
+
+    def task(partition: int, rows: Iterator[Any]) -> Iterator[TaskReport]:
+        yield write_partition(target, writer_id(job_id, batch_id, partition), rows)
+
+    reports: list[TaskReport] = rdd.mapPartitionsWithIndex(task).collect()
+    log.info(
+        "job %s batch %d: %d events to %s from %d tasks",
+        job_id,
+        batch_id,
+        sum(r.events for r in reports),
+        target.stream,
+        len(reports),
+    )
+    return reports
+
+
+def stream_writer(
+    target: StreamTarget, *, job_id: str, register: bool = True
+) -> Callable[[Any, int], None]:
+    """A ``foreachBatch`` function: each micro-batch is written as batch ``batch_id``."""
+
+    def write_batch(df: Any, batch_id: int) -> None:
+        write_to_stream(df, target, job_id=job_id, batch_id=int(batch_id), register=register)
+
+    return write_batch
+
+
+__all__ = [
+    "StreamTarget",
+    "TaskReport",
+    "event_time_ms",
+    "register_writers",
+    "stream_writer",
+    "write_partition",
+    "write_to_stream",
+    "writer_id",
+]

@@ -1,0 +1,368 @@
+"""Readers kept together in time: rebalancing by time, and alignment (pausing).
+
+    config = ReaderConfig(balance="time", lag_ms=1_000, max_drift_ms=5_000)
+    group = ReaderGroup.create("billing", "shop/orders", ..., config=config)
+
+Two policies beside the default even split (``view.plan_ownership``):
+
+- **Rebalancing by time** (``balance="time"``, the next step Pravega's
+  watermarking proposal names): every reader reports its time (the lowest
+  lower bound among its segments) at each rebalance tick. A reader more than
+  ``lag_ms`` behind the reader furthest ahead *lags*: it keeps
+  ``max(1, share - 1)`` segments and gives up the ones furthest behind in
+  time; the readers ahead take them (their share grows to absorb them). The
+  group's lower bound is the time of its slowest segment, so moving that
+  segment to a reader that keeps up moves the bound. A segment a reader
+  just took *settles* for twenty rebalance intervals of wall-clock time: it
+  neither counts in the reader's reported time nor is shed (the reader is
+  catching up on it; else segments would swing back and forth), and a
+  reader ahead gives surplus back only when some reader has none or it holds
+  two more than its share, so the ownership does not swing back and forth.
+- **Alignment** (``max_drift_ms``, as Flink's watermark alignment): a reader
+  pauses each of its segments whose time is more than ``max_drift_ms`` ahead
+  of the group's lower bound (the lowest time any reader reports) and
+  resumes it once the group has caught up. Pausing only stops fetching; the
+  position stays where the returned events put it, so nothing is lost or
+  read twice. A reader behind every watermark counts as being at the first
+  one. Pausing is decided at rebalance ticks, so a reader may run ahead by
+  what it reads in one ``rebalance_interval_ms`` beyond the limit.
+
+A segment's time is the time of the latest watermark that a position holding
+only that segment is not behind (``controller.timewindow.compare`` >= 0;
+other segments of a cut do not overlap it, so they do not count; see
+:class:`SegmentClocks` for why "not behind" rather than "passed"). Pure
+planning (:func:`plan_by_time`, :func:`drifting`) is separate from the
+reader-side state (:class:`TimePolicy`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from controller.exceptions import InvalidModelError
+from controller.model import Segment
+from controller.timewindow import compare
+from pipelines.reading.config import ReaderConfig
+from pipelines.reading.exceptions import WatermarksUnavailableError
+from pipelines.reading.registry import GroupRegistry
+from pipelines.reading.view import Plan, fair_share, plan_ownership
+from pipelines.reading.windows import WatermarkFeed
+
+log = logging.getLogger(__name__)
+
+EVEN = "even"
+TIME = "time"
+POLICIES = (EVEN, TIME)
+SETTLE_INTERVALS = 20
+"""Rebalance intervals a taken segment settles for: until then it is not counted in the
+reader's reported time, and not shed for lagging (the reader is catching up on it)."""
+
+
+@dataclass(frozen=True)
+class ReaderReport:
+    """What a reader reports at each rebalance.
+
+    ``time``/``segments``: over its *settled* segments (balance by time);
+    ``lowest``/``owned``: over every segment it holds (alignment).
+    """
+
+    time: int | None
+    segments: int
+    lowest: int | None = None
+    owned: int = 0
+
+    def to_bytes(self) -> bytes:
+        raw = {"time": self.time, "segments": self.segments}
+        raw.update(lowest=self.lowest, owned=self.owned)
+        return json.dumps(raw).encode("utf-8")
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> ReaderReport | None:
+        """None for an empty or unreadable report (a reader that has not reported yet)."""
+        try:
+            raw = json.loads(data.decode("utf-8"))
+            return cls(
+                _opt_int(raw["time"]),
+                int(raw["segments"]),
+                _opt_int(raw.get("lowest")),
+                int(raw.get("owned", 0)),
+            )
+        except (ValueError, KeyError, TypeError):
+            return None
+
+
+def _opt_int(value: object) -> int | None:
+    if value is None:
+        return None
+    if not isinstance(value, int | str):
+        raise TypeError(value)
+    return int(value)
+
+
+def reader_time(segment_times: Mapping[int, int | None]) -> int | None:
+    """The lowest of a reader's segment times; None when one is unknown or it holds none."""
+    if not segment_times or any(t is None for t in segment_times.values()):
+        return None
+    return min(t for t in segment_times.values() if t is not None)
+
+
+def lagging(reports: Mapping[str, ReaderReport], lag_ms: int) -> frozenset[str]:
+    """Readers holding segments whose time is more than ``lag_ms`` behind the one
+    furthest ahead (unknown time: behind every known one)."""
+    holding = {r: rep for r, rep in reports.items() if rep.segments > 0}
+    known = [rep.time for rep in holding.values() if rep.time is not None]
+    if not known:
+        return frozenset()
+    lead = max(known)
+    return frozenset(
+        r for r, rep in holding.items() if rep.time is None or lead - rep.time > lag_ms
+    )
+
+
+def group_lower(reports: Mapping[str, ReaderReport], floor: int | None = None) -> int | None:
+    """The lowest time among readers holding segments (``lowest``, every segment held).
+
+    A reader behind every watermark counts as ``floor`` (the first watermark's
+    time: it is somewhere before it); with no ``floor`` the bound is unknown."""
+    times = [
+        rep.lowest if rep.lowest is not None else floor for rep in reports.values() if rep.owned
+    ]
+    if not times or any(t is None for t in times):
+        return None
+    return min(t for t in times if t is not None)
+
+
+def plan_by_time(
+    reader: str,
+    readers: Sequence[str],
+    readable: Sequence[int],
+    owners: Mapping[int, str],
+    reports: Mapping[str, ReaderReport],
+    segment_times: Mapping[int, int | None],
+    *,
+    lag_ms: int,
+) -> Plan:
+    """Ownership by time (see the module docstring): fair shares when no one lags,
+    except that a reader keeps one segment above its share until another
+    reader has none (so ownership does not swing back after a laggard recovers).
+
+    ``segment_times``: the times of this reader's segments it may shed (not
+    those it took just now); a lagging reader sheds the ones furthest behind
+    first.
+    """
+    if reader not in readers:
+        return plan_ownership(reader, readers, readable, owners)
+    behind = lagging({r: rep for r, rep in reports.items() if r in readers}, lag_ms)
+    if len(behind) == len(readers):
+        behind = frozenset()
+    share = fair_share(len(readable), len(readers))
+    low_share = max(1, share - 1)
+    high_share = (
+        math.ceil((len(readable) - low_share * len(behind)) / (len(readers) - len(behind)))
+        if behind
+        else share
+    )
+    readable_set = set(readable)
+    mine = [seg for seg, owner in owners.items() if owner == reader]
+    stale = sorted(seg for seg in mine if seg not in readable_set)
+    kept = [seg for seg in mine if seg in readable_set]
+    release: list[int] = []
+    if reader in behind:
+        target = low_share
+        sheddable = [seg for seg in kept if seg in segment_times]
+        if len(kept) > target and sheddable:
+
+            def rank(seg: int) -> tuple[float, int]:
+                found = segment_times.get(seg)
+                return (-math.inf if found is None else found, seg)
+
+            release = sorted(sheddable, key=rank)[: len(kept) - target]
+    else:
+        target = high_share
+        counts = {r: 0 for r in readers}
+        for owner in owners.values():
+            if owner in counts:
+                counts[owner] += 1
+        starving = any(n == 0 for n in counts.values())
+        if len(kept) > target and (starving or len(kept) > target + 1):
+            release = sorted(kept)[target:][::-1]
+    room = max(0, target - (len(kept) - len(release)))
+    free = [seg for seg in sorted(readable_set) if seg not in owners][:room]
+    return Plan(tuple(free), tuple(stale + release))
+
+
+def drifting(
+    segment_times: Mapping[int, int | None], lower: int | None, max_drift_ms: int
+) -> frozenset[int]:
+    """Segments whose time runs more than ``max_drift_ms`` ahead of ``lower``."""
+    if lower is None:
+        return frozenset()
+    return frozenset(
+        seg for seg, t in segment_times.items() if t is not None and t - lower > max_drift_ms
+    )
+
+
+class SegmentClocks:
+    """Each owned segment's time, advanced incrementally along the watermarks: the
+    time of the latest watermark the segment's position is not behind.
+
+    Not behind, rather than past: a segment holding nothing sits at offset 0
+    in every cut, and a segment read to its end sits at the last cut's
+    offset; neither has passed those watermarks under Pravega's rule
+    (``controller.timewindow.compare``: an equal offset is neither), yet
+    both have read everything those watermarks vouch for on that segment.
+    For balancing, such a segment must not look behind.
+    """
+
+    def __init__(
+        self, feed: Callable[[], WatermarkFeed], segments: Callable[[], Mapping[int, Segment]]
+    ) -> None:
+        self._feed = feed
+        self._segments = segments
+        self._state: dict[int, tuple[int, int, int | None]] = {}
+        """segment -> (offset, index of the next watermark to look at, time)."""
+
+    def first_time(self) -> int | None:
+        """The first watermark's time (None: none yet, or no watermarks to read)."""
+        try:
+            watermarks = self._feed().watermarks
+        except WatermarksUnavailableError:
+            return None
+        return watermarks[0].time if watermarks else None
+
+    def times(self, offsets: Mapping[int, int]) -> dict[int, int | None]:
+        """Segment id -> time (None: behind every watermark) for ``offsets``' segments."""
+        for seg in [s for s in self._state if s not in offsets]:
+            del self._state[seg]
+        try:
+            feed = self._feed()
+            feed.refresh()
+        except WatermarksUnavailableError:
+            return dict.fromkeys(offsets)
+        watermarks = feed.watermarks
+        segments = self._segments()
+        out: dict[int, int | None] = {}
+        for seg, offset in offsets.items():
+            last, index, found = self._state.get(seg, (offset, 0, None))
+            if offset < last:
+                index, found = 0, None
+            position = {seg: offset}
+            while index < len(watermarks):
+                try:
+                    if compare(position, watermarks[index].stream_cut, segments) < 0:
+                        break
+                except InvalidModelError:  # a cut names a segment of a newer epoch
+                    segments = self._segments()
+                    if compare(position, watermarks[index].stream_cut, segments) < 0:
+                        break
+                found = watermarks[index].time
+                index += 1
+            self._state[seg] = (offset, index, found)
+            out[seg] = found
+        return out
+
+
+class TimePolicy:
+    """A reader's side of both policies: report, plan ownership, choose segments to pause."""
+
+    def __init__(
+        self,
+        config: ReaderConfig,
+        registry: GroupRegistry,
+        group: str,
+        reader: str,
+        clocks: SegmentClocks,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config
+        self._registry = registry
+        self._group = group
+        self._reader = reader
+        self._clocks = clocks
+        self._monotonic = monotonic
+        self._taken_at: dict[int, float] = {}
+        self.reports: dict[str, ReaderReport] = {}
+        self.segment_times: dict[int, int | None] = {}
+        """Every owned segment's time (alignment pauses by these)."""
+        self.settled_times: dict[int, int | None] = {}
+        """Those of segments held longer than the settling time (balance by these)."""
+
+    @property
+    def active(self) -> bool:
+        return self.config.balance == TIME or self.config.max_drift_ms is not None
+
+    def observe(self, offsets: Mapping[int, int]) -> None:
+        """Compute this reader's segment times, report them, read everyone's reports."""
+        if not self.active:
+            return
+        self.segment_times = self._clocks.times(offsets)
+        now = self._monotonic()
+        settle_s = SETTLE_INTERVALS * self.config.rebalance_interval_ms / 1000
+        for seg in [s for s in self._taken_at if s not in offsets]:
+            del self._taken_at[seg]
+        self.settled_times = {
+            seg: t
+            for seg, t in self.segment_times.items()
+            if now - self._taken_at.get(seg, -math.inf) >= settle_s
+        }
+        mine = ReaderReport(
+            reader_time(self.settled_times),
+            len(self.settled_times),
+            reader_time(self.segment_times),
+            len(self.segment_times),
+        )
+        self._registry.report(self._group, self._reader, mine.to_bytes())
+        reports = {}
+        for name, data in self._registry.reports(self._group).items():
+            found = mine if name == self._reader else ReaderReport.from_bytes(data)
+            if found is not None:
+                reports[name] = found
+        self.reports = reports
+
+    def plan(
+        self, readers: Sequence[str], readable: Sequence[int], owners: Mapping[int, str]
+    ) -> Plan:
+        if self.config.balance != TIME:
+            return plan_ownership(self._reader, readers, readable, owners)
+        return plan_by_time(
+            self._reader,
+            readers,
+            readable,
+            owners,
+            self.reports,
+            self.settled_times,
+            lag_ms=self.config.lag_ms,
+        )
+
+    def took(self, segments: Iterable[int]) -> None:
+        """This reader took ``segments`` just now (they settle before they count)."""
+        now = self._monotonic()
+        for seg in segments:
+            self._taken_at[seg] = now
+
+    def to_pause(self) -> frozenset[int]:
+        """Owned segments to hold back (alignment); empty when alignment is off."""
+        if self.config.max_drift_ms is None:
+            return frozenset()
+        lower = group_lower(self.reports, self._clocks.first_time())
+        return drifting(self.segment_times, lower, self.config.max_drift_ms)
+
+
+__all__ = [
+    "EVEN",
+    "POLICIES",
+    "TIME",
+    "ReaderReport",
+    "SegmentClocks",
+    "TimePolicy",
+    "drifting",
+    "group_lower",
+    "lagging",
+    "plan_by_time",
+    "reader_time",
+]

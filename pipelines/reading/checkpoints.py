@@ -1,0 +1,258 @@
+"""Reader-group checkpoints: a named, consistent, durable position of the whole group.
+
+    pending = group.initiate_checkpoint("before-migration")   # readers keep calling read_next
+    checkpoint = pending.result(timeout_ms=30_000)            # Checkpoint(name, stream_cut, ...)
+    group.checkpoints()                                       # every taken checkpoint
+    group.reset_to("before-migration")                        # (no reader online)
+
+How one is taken (Pravega's reader groups do the same with a checkpoint
+event each reader reads):
+
+1. The initiator records a request (ZooKeeper: an ephemeral node of its
+   session, so a dead initiator's request goes away by itself).
+2. Each online reader notices it at its next rebalance tick inside
+   ``read_next``, commits the position of every event it has returned,
+   acknowledges, and **holds still**: it returns no event and takes or
+   gives up no segment while the request stands.
+3. When every online reader has acknowledged (readers that left or whose
+   session ended need not), the group's committed position is the cut: every
+   event before it was returned by some reader before its acknowledgement,
+   none after it was. The cut, the time window at it and the seq of the
+   latest watermark it has passed are written in **one** write (atomic),
+   then the request is withdrawn and the readers carry on.
+
+A checkpoint is durable where the registry is (ZooKeeper beside a
+``ZooKeeperStore``; the process's memory for the in-memory store). A reader
+that never calls ``read_next`` holds a checkpoint up until the initiator's
+timeout (:class:`CheckpointTimeoutError`; nothing is recorded).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from controller.model import Segment, TimeWindow
+from controller.timestamps import wall_clock_ms
+from pipelines.reading.exceptions import (
+    CheckpointExistsError,
+    CheckpointInProgressError,
+    CheckpointTimeoutError,
+    WatermarksUnavailableError,
+)
+from pipelines.reading.registry import GroupRegistry, check_name
+from pipelines.reading.view import GroupView
+from pipelines.reading.windows import WatermarkFeed, reader_position, window_at
+
+log = logging.getLogger(__name__)
+
+POLL_S = 0.02
+"""How often the initiator looks at the acknowledgements, and a holding reader at the request."""
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A taken checkpoint: the group's stream cut, and where its time stood there.
+
+    ``lower``/``upper``: the time window at the cut (``None``: unknown);
+    ``watermark_seq``: the seq of the latest watermark the cut has passed
+    (``None``: none yet); ``readers``: those that acknowledged.
+    """
+
+    name: str
+    group: str
+    stream: str
+    stream_cut: Mapping[int, int]
+    taken_at_ms: int
+    lower: int | None = None
+    upper: int | None = None
+    watermark_seq: int | None = None
+    readers: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_json(self) -> bytes:
+        return json.dumps(
+            {
+                "name": self.name,
+                "group": self.group,
+                "stream": self.stream,
+                "stream_cut": {str(s): o for s, o in sorted(self.stream_cut.items())},
+                "taken_at_ms": self.taken_at_ms,
+                "lower": self.lower,
+                "upper": self.upper,
+                "watermark_seq": self.watermark_seq,
+                "readers": list(self.readers),
+            },
+            sort_keys=True,
+        ).encode("utf-8")
+
+    @classmethod
+    def from_json(cls, data: bytes) -> Checkpoint:
+        raw: dict[str, Any] = json.loads(data.decode("utf-8"))
+        return cls(
+            name=str(raw["name"]),
+            group=str(raw["group"]),
+            stream=str(raw["stream"]),
+            stream_cut={int(s): int(o) for s, o in raw["stream_cut"].items()},
+            taken_at_ms=int(raw["taken_at_ms"]),
+            lower=raw.get("lower"),
+            upper=raw.get("upper"),
+            watermark_seq=raw.get("watermark_seq"),
+            readers=tuple(raw.get("readers", ())),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (for the CLI)."""
+        out: dict[str, Any] = json.loads(self.to_json())
+        return out
+
+
+class CheckpointHost(Protocol):
+    """What taking a checkpoint needs of a group (``ReaderGroup`` is one)."""
+
+    name: str
+    stream: str
+    registry: GroupRegistry
+
+    def view(self) -> GroupView: ...
+    def segments(self) -> Mapping[int, Segment]: ...
+    def watermark_feed(self) -> WatermarkFeed: ...
+
+
+class PendingCheckpoint:
+    """A checkpoint being taken; :meth:`done` moves it on, :meth:`result` waits for it."""
+
+    def __init__(
+        self,
+        group: CheckpointHost,
+        name: str,
+        *,
+        timeout_ms: int,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.group = group
+        self.name = check_name("checkpoint", name)
+        self._monotonic = monotonic
+        self._deadline = monotonic() + timeout_ms / 1000
+        self._result: Checkpoint | None = None
+        registry = group.registry
+        if registry.checkpoint(group.name, name) is not None:
+            raise CheckpointExistsError(group.name, name)
+        if not registry.request_checkpoint(group.name, name):
+            raise CheckpointInProgressError(group.name, registry.checkpoint_request(group.name))
+        log.info("reader group %s: checkpoint %s requested", group.name, name)
+
+    def missing(self) -> list[str]:
+        """Online readers that have not acknowledged yet."""
+        registry, group = self.group.registry, self.group.name
+        acks = registry.checkpoint_acks(group, self.name)
+        return [r for r in registry.readers(group) if r not in acks]
+
+    def done(self) -> bool:
+        """True once taken; takes it when every online reader has acknowledged.
+
+        :class:`CheckpointTimeoutError` after the timeout (the request is withdrawn)."""
+        if self._result is not None:
+            return True
+        missing = self.missing()
+        if not missing:
+            self._result = self._take()
+            return True
+        if self._monotonic() >= self._deadline:
+            self.group.registry.end_checkpoint_request(self.group.name, self.name)
+            raise CheckpointTimeoutError(self.group.name, self.name, missing)
+        return False
+
+    def result(self, timeout_ms: int | None = None) -> Checkpoint:
+        """Wait (at most ``timeout_ms`` more, or until the checkpoint's timeout) and return it."""
+        until = None if timeout_ms is None else self._monotonic() + timeout_ms / 1000
+        while not self.done():
+            if until is not None and self._monotonic() >= until:
+                raise CheckpointTimeoutError(self.group.name, self.name, self.missing())
+            time.sleep(POLL_S)
+        assert self._result is not None
+        return self._result
+
+    def cancel(self) -> None:
+        """Withdraw the request (the readers carry on); nothing is recorded."""
+        if self._result is None:
+            self.group.registry.end_checkpoint_request(self.group.name, self.name)
+
+    def _take(self) -> Checkpoint:
+        group, registry = self.group, self.group.registry
+        try:
+            acks = registry.checkpoint_acks(group.name, self.name)
+            view = group.view()
+            window, seq = _window_and_seq(group, view)
+            checkpoint = Checkpoint(
+                name=self.name,
+                group=group.name,
+                stream=group.stream,
+                stream_cut=view.cut,
+                taken_at_ms=wall_clock_ms(),
+                lower=window.lower,
+                upper=window.upper,
+                watermark_seq=seq,
+                readers=tuple(sorted(acks)),
+            )
+            if not registry.save_checkpoint(group.name, self.name, checkpoint.to_json()):
+                raise CheckpointExistsError(group.name, self.name)
+        finally:
+            registry.end_checkpoint_request(group.name, self.name)
+        log.info("reader group %s: checkpoint %s at %s", group.name, self.name, checkpoint)
+        return checkpoint
+
+
+def _window_and_seq(group: CheckpointHost, view: GroupView) -> tuple[TimeWindow, int | None]:
+    segments = group.segments()
+    try:
+        feed = group.watermark_feed()
+        window = window_at(feed, reader_position(view.cut, view.finished, segments), segments)
+    except WatermarksUnavailableError:
+        return TimeWindow(None, None), None
+    seq = next((w.seq for w in feed.watermarks if w.time == window.lower), None)
+    return window, seq
+
+
+class CheckpointParticipation:
+    """A reader's side: notice a request, commit, acknowledge, hold still until it ends."""
+
+    def __init__(
+        self, registry: GroupRegistry, group: str, reader: str, commit: Callable[[], None]
+    ) -> None:
+        self._registry = registry
+        self._group = group
+        self._reader = reader
+        self._commit = commit
+        self._acked: str | None = None
+
+    def holding(self) -> bool:
+        """True while a checkpoint is being taken (after committing and acknowledging it)."""
+        request = self._registry.checkpoint_request(self._group)
+        if request is None:
+            self._acked = None
+            return False
+        if request != self._acked:
+            self._commit()
+            self._registry.ack_checkpoint(self._group, request, self._reader)
+            self._acked = request
+            log.info("reader %s: holding for checkpoint %s", self._reader, request)
+        return True
+
+
+def load_checkpoint(registry: GroupRegistry, group: str, name: str) -> Checkpoint | None:
+    data = registry.checkpoint(group, name)
+    return None if data is None else Checkpoint.from_json(data)
+
+
+__all__ = [
+    "POLL_S",
+    "Checkpoint",
+    "CheckpointHost",
+    "CheckpointParticipation",
+    "PendingCheckpoint",
+    "load_checkpoint",
+]

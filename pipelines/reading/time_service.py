@@ -1,0 +1,209 @@
+"""Asking a running ``tidemark serve`` where to start or stop, with Delta as the fallback.
+
+    index = default_index(delta_root)       # a ServiceIndex when TIDEMARK_TIME_SERVICE is set
+    found = index.start("shop/orders", t)   # Found | None, as SeekIndex.start
+    group = ReaderGroup.create(..., from_time=t)  # uses default_index() itself
+
+The time service keeps each stream's index in memory and answers a lookup
+in well under a millisecond plus one HTTP round trip on a kept-alive
+connection; a cold :class:`~pipelines.reading.seek.SeekIndex` reads the
+Delta tables first (tens to hundreds of milliseconds). A
+:class:`ServiceIndex` *is* a ``SeekIndex``: when the service cannot be
+reached (refused, timed out, an answer that is not JSON) it logs once and
+answers from Delta itself, so a service that is down never breaks a reader.
+Errors the service reports about the request (an unknown stream, a bad
+time) are raised as the same exceptions the local lookup raises.
+
+``TIDEMARK_TIME_SERVICE`` (named in ``infra.environment``) holds the
+service's base URL, e.g. ``http://127.0.0.1:8790``.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import os
+import threading
+import time
+import urllib.parse
+from collections.abc import Mapping
+from typing import Any
+
+from controller.exceptions import UnknownStreamError
+from pipelines.reading.exceptions import InvalidTimestampError
+from pipelines.reading.seek import Found, SeekIndex, shared_index
+
+log = logging.getLogger(__name__)
+
+TIME_SERVICE_ENV = "TIDEMARK_TIME_SERVICE"
+"""The variable ``infra.environment`` names; read here because readers do not import infra."""
+
+_UNREACHABLE = (OSError, http.client.HTTPException, ValueError)
+
+
+class ServiceUnavailableError(Exception):
+    """The service did not answer usefully (internal: triggers the Delta fallback)."""
+
+
+def time_service_url(environ: Mapping[str, str] | None = None) -> str | None:
+    """The configured service URL, ``None`` when unset or empty."""
+    env = os.environ if environ is None else environ
+    return env.get(TIME_SERVICE_ENV, "").strip() or None
+
+
+def found_from_json(body: Mapping[str, Any] | None) -> Found | None:
+    """A ``found`` object of the service's answers -> :class:`Found`."""
+    if body is None:
+        return None
+    cut = {int(s): int(o) for s, o in body["stream_cut"].items()}
+    return Found(int(body["seq"]), int(body["time"]), int(body["upper_time_max"]), cut)
+
+
+def found_to_json(found: Found | None) -> dict[str, Any] | None:
+    if found is None:
+        return None
+    return {
+        "seq": found.seq,
+        "time": found.time,
+        "upper_time_max": found.upper_time_max,
+        "stream_cut": {str(s): o for s, o in sorted(found.stream_cut.items())},
+    }
+
+
+class TimeServiceClient:
+    """A kept-alive HTTP/1.1 connection to the service (one per thread)."""
+
+    def __init__(self, url: str, timeout_s: float = 2.0) -> None:
+        parsed = urllib.parse.urlsplit(url)
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise ValueError(f"{TIME_SERVICE_ENV}={url!r}: expected http://HOST:PORT")
+        self.url = url.rstrip("/")
+        self._parsed = parsed
+        self._timeout_s = timeout_s
+        self._local = threading.local()
+
+    def _connection(self) -> http.client.HTTPConnection:
+        conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            cls = (
+                http.client.HTTPSConnection
+                if self._parsed.scheme == "https"
+                else http.client.HTTPConnection
+            )
+            conn = cls(self._parsed.hostname or "", self._parsed.port, timeout=self._timeout_s)
+            self._local.conn = conn
+        return conn
+
+    def get(self, path: str, **params: object) -> Any:
+        """GET ``path`` -> the decoded JSON; errors the service names are raised as ours."""
+        query = urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
+        target = f"{self._parsed.path.rstrip('/')}{path}" + (f"?{query}" if query else "")
+        for attempt in (1, 2):  # a kept-alive connection the server closed: reconnect once
+            conn = self._connection()
+            try:
+                conn.request("GET", target)
+                response = conn.getresponse()
+                payload = response.read()
+                break
+            except _UNREACHABLE as exc:
+                conn.close()
+                self._local.conn = None
+                if attempt == 2:
+                    raise ServiceUnavailableError(f"{self.url}: {exc}") from exc
+        try:
+            body = json.loads(payload)
+        except ValueError as exc:
+            raise ServiceUnavailableError(f"{self.url}{target}: not JSON") from exc
+        if response.status == 404 and body.get("error") == "unknown_stream":
+            raise UnknownStreamError(body.get("stream", ""))
+        if response.status == 400 and body.get("error") == "invalid_timestamp":
+            raise InvalidTimestampError(body.get("detail", "refused"), params.get("t"))
+        if response.status != 200:
+            raise ServiceUnavailableError(f"{self.url}{target}: HTTP {response.status} {body}")
+        return body
+
+    def close(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+
+def stream_path(stream: str) -> str:
+    return "/api/streams/" + urllib.parse.quote(stream, safe="/")
+
+
+class ServiceIndex(SeekIndex):
+    """A :class:`SeekIndex` whose :meth:`start` and :meth:`stop` ask the service first."""
+
+    def __init__(
+        self,
+        url: str,
+        delta_root: str | None = None,
+        *,
+        storage_options: Mapping[str, str] | None = None,
+        retry_after_s: float = 30.0,
+    ) -> None:
+        from pipelines.reading.watermark_tables import resolve_delta_root
+
+        super().__init__(resolve_delta_root(delta_root), storage_options=storage_options)
+        self.client = TimeServiceClient(url)
+        self._retry_after_s = retry_after_s
+        self._down_until = 0.0
+
+    def _ask(self, stream: str, which: str, t: int) -> tuple[bool, Found | None]:
+        if time.monotonic() < self._down_until:
+            return False, None
+        try:
+            body = self.client.get(f"{stream_path(stream)}/{which}", t=t)
+        except ServiceUnavailableError as exc:
+            log.warning("time service unavailable (%s); reading Delta instead", exc)
+            self._down_until = time.monotonic() + self._retry_after_s
+            return False, None
+        return True, found_from_json(body.get("found"))
+
+    def start(self, stream: str, t: int) -> Found | None:
+        answered, found = self._ask(stream, "start", t)
+        return found if answered else super().start(stream, t)
+
+    def stop(self, stream: str, t: int) -> Found | None:
+        answered, found = self._ask(stream, "stop", t)
+        return found if answered else super().stop(stream, t)
+
+
+_SERVICE_INDEXES: dict[tuple[str, str, tuple[tuple[str, str], ...]], ServiceIndex] = {}
+_LOCK = threading.Lock()
+
+
+def default_index(
+    delta_root: str | None = None,
+    storage_options: Mapping[str, str] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> SeekIndex:
+    """The index lookups should use: the running service's when ``TIDEMARK_TIME_SERVICE``
+    is set (falling back to Delta), else the process's shared Delta index."""
+    url = time_service_url(environ)
+    if url is None:
+        return shared_index(delta_root, storage_options)
+    from pipelines.reading.watermark_tables import resolve_delta_root
+
+    key = (url, resolve_delta_root(delta_root), tuple(sorted((storage_options or {}).items())))
+    with _LOCK:
+        found = _SERVICE_INDEXES.get(key)
+        if found is None:
+            found = _SERVICE_INDEXES[key] = ServiceIndex(
+                url, delta_root, storage_options=storage_options
+            )
+        return found
+
+
+__all__ = [
+    "TIME_SERVICE_ENV",
+    "ServiceIndex",
+    "TimeServiceClient",
+    "default_index",
+    "found_from_json",
+    "found_to_json",
+    "time_service_url",
+]

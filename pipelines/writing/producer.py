@@ -1,0 +1,468 @@
+"""A drop-in ``confluent_kafka.Producer`` that takes part in tidemark's watermarks.
+
+    # before:  producer = Producer(conf)
+    producer = TidemarkProducer(conf, stream="shop/orders", writer_id="orders-1", store=store)
+    producer.produce("tidemark.shop.orders", value, key)     # unchanged calls
+    producer.poll(0); producer.flush()
+    producer.note_time(event_ms)    # new: "everything up to event_ms is written"
+    producer.close()                # new: flush, then the shutdown mark
+
+Only the construction changes: ``produce``, ``poll``, ``flush`` and
+``len()`` behave as the wrapped producer's (every other attribute is passed
+through), and per-message or configured ``on_delivery`` callbacks are still
+called. In addition the producer folds its delivery reports into a
+position per stream (:mod:`pipelines.writing.positions`), and ``note_time``
+publishes a writer mark per stream, following ``schemas/README.md``, once
+every record produced before it is acknowledged.
+
+Which records count: those produced to the topic of one of the producer's
+``stream`` (or ``streams``); records to other topics pass through untouched.
+
+Routing: on a stream tidemark routes (created by tidemark, or adopted with
+``tidemark_routing``), a record without an explicit partition goes to the
+current epoch's segment owning its key (``controller.navigation.route``; a
+``None`` key to any current segment), and an explicit partition must be a
+current segment. On a topic adopted without tidemark routing the record
+goes where the wrapped producer's ``partitioner`` setting would put it
+(:mod:`pipelines.writing.partitioners` computes it, so the producer can
+count records per partition), as before the change.
+
+Scaling (tidemark-routed streams): when a new epoch appears the producer
+waits for the records in flight before routing by it. It keeps no replay
+buffer, so records a seal cut off (acknowledged at or beyond a sealed
+segment's recorded size) are reported as :class:`DeliveryError` by the
+next call, for the application to produce again; ``EventWriter`` re-sends
+them by itself.
+
+Timestamps are passed through as given (Kafka's own rules apply); the S2
+timestamping of :mod:`pipelines.writing.timestamping` is ``EventWriter``'s.
+Transactions are not wrapped: use ``TransactionalWriter``.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from types import TracebackType
+from typing import Any
+
+from confluent_kafka import KafkaError, Message, Producer
+
+from controller.kafka_admin import ensure_marks_topic
+from controller.metadata import StreamMetadata
+from controller.model import Epoch, WriterMark
+from controller.naming import ClusterSettings
+from controller.navigation import key_hash
+from controller.states import require_writable
+from controller.store import MetadataStore
+from pipelines.writing.exceptions import (
+    DeliveryError,
+    FailedRecord,
+    MissingWriterIdError,
+    TimeWentBackwardsError,
+    WriterClosedError,
+    WriterConfigError,
+    WriterError,
+    WriterTimeoutError,
+)
+from pipelines.writing.marks import mark_message
+from pipelines.writing.partitioners import DEFAULT_PARTITIONER, check_partitioner, kafka_partition
+from pipelines.writing.positions import DeliveryGroups
+from pipelines.writing.timestamping import check_timestamp
+
+log = logging.getLogger(__name__)
+
+DeliveryCallback = Callable[[KafkaError | None, Message], None]
+
+_DELIVERY_KEYS = ("on_delivery", "dr_msg_cb", "dr_cb")
+_REFUSED_KEYS = ("transactional.id",)
+
+
+class _Stream:
+    """One stream the producer writes: its metadata, routing and position."""
+
+    def __init__(self, metadata: StreamMetadata, partitioner: str) -> None:
+        self.name = metadata.name
+        self.partitioner = partitioner
+        self.topic = metadata.topic
+        self.groups = DeliveryGroups(())
+        self.latest = metadata
+        self.metadata = metadata
+        self.routed = metadata.adoption is None or metadata.adoption.tidemark_routing
+        self.apply(metadata)
+
+    def apply(self, metadata: StreamMetadata) -> None:
+        self.metadata = metadata
+        self.segment_of = {s.number: s.id for s in metadata.segments().values()}
+        self.epoch: Epoch = metadata.current_epoch()
+        self.current = {s.number for s in self.epoch.segments}
+        self.routes: dict[Any, int] = {}
+        self.groups.add_partitions(self.segment_of)
+
+    def segment_position(self, by_partition: Mapping[int, int]) -> dict[int, int]:
+        return {self.segment_of[p]: off for p, off in by_partition.items()}
+
+    def partition_for(self, key: Any) -> int:
+        """The partition of ``key``, remembered in ``routes`` unless chosen at random."""
+        if not self.routed:
+            number = kafka_partition(self.partitioner, key, len(self.epoch.segments))
+            if not key or self.partitioner == "random":
+                return number
+        elif key is None:
+            return random.choice(self.epoch.segments).number
+        else:
+            number = self.epoch.segment_for(key_hash(key)).number
+        if len(self.routes) >= 65_536:
+            self.routes.clear()
+        self.routes[key] = number
+        return number
+
+
+class TidemarkProducer:
+    """``confluent_kafka.Producer`` plus ``note_time`` and ``close`` (see the module doc).
+
+    ``config`` is the producer's librdkafka settings, as given to ``Producer``
+    (``bootstrap.servers`` is required; ``transactional.id`` is refused).
+    ``writer_id`` names this writer to the controller: reuse it when the
+    process restarts, never share it between live producers.
+    """
+
+    def __init__(
+        self,
+        config: Mapping[str, Any],
+        *,
+        writer_id: str,
+        store: MetadataStore,
+        stream: str | None = None,
+        streams: Sequence[str] = (),
+        cluster: ClusterSettings | None = None,
+        create_marks_topic: bool = True,
+    ) -> None:
+        if not isinstance(writer_id, str) or not writer_id.strip():
+            raise MissingWriterIdError(f"writer_id must be a non-empty string, got {writer_id!r}")
+        names = [*([stream] if stream is not None else []), *streams]
+        if not names:
+            raise WriterConfigError("TidemarkProducer needs stream='scope/name' (or streams=[...])")
+        settings = dict(config)
+        bootstrap = settings.get("bootstrap.servers")
+        if not bootstrap:
+            raise WriterConfigError("the producer config needs bootstrap.servers")
+        refused = [k for k in _REFUSED_KEYS if k in settings]
+        if refused:
+            raise WriterConfigError(
+                f"TidemarkProducer does not wrap transactions ({refused}); "
+                "use pipelines.writing.transactions.TransactionalWriter"
+            )
+        partitioner = check_partitioner(str(settings.get("partitioner", DEFAULT_PARTITIONER)))
+        self.writer_id = writer_id
+        self.cluster = cluster or ClusterSettings()
+        self._lock = threading.RLock()
+        self._closed = False
+        self._failures: list[FailedRecord] = []
+        self._last_noted: int | None = None
+        self._noting = False
+        """Some note waits for its records: poll publishes the ready ones."""
+        self._streams: dict[str, _Stream] = {}
+        for name in names:
+            metadata = store.get_stream(name)
+            require_writable(name, metadata.state)
+            self._streams[metadata.topic] = _Stream(metadata, partitioner)
+        ensure_marks_topic(str(bootstrap), self.cluster, create=create_marks_topic)
+        # A stream's records carry their own delivery callback (their group's bucket),
+        # which replaces the configured one: that one is called from a chain instead.
+        self._user_delivery: DeliveryCallback | None = None
+        for key in _DELIVERY_KEYS:
+            if key in settings:
+                self._user_delivery = settings[key]
+        self._producer = Producer(settings)
+        self._store = store
+        for st in self._streams.values():
+            store.watch_stream(st.name, self._watcher(st))
+
+    # --- what Producer offers -------------------------------------------------------------
+
+    def produce(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int = -1,
+        on_delivery: DeliveryCallback | None = None,
+        timestamp: int = 0,
+        headers: Any = None,
+        callback: DeliveryCallback | None = None,
+    ) -> None:
+        """``Producer.produce``; on a stream's topic the record also counts for its position."""
+        st = self._streams.get(topic)
+        if st is None:
+            # Another topic: untouched (a configured callback runs as configured).
+            self._send(topic, value, key, partition, on_delivery or callback, timestamp, headers)
+            return
+        # The hot path takes no lock: a record's delivery callback is its group's C-level
+        # bucket setter (see DeliveryGroups), so nothing is counted per record in Python.
+        if self._closed or self._failures or st.latest is not st.metadata:
+            with self._lock:
+                self._before_produce(st)
+        if partition < 0:
+            # A key's partition is computed once (random ones never cached).
+            partition = st.routes.get(key, -1) if key is not None else -1
+            if partition < 0:
+                partition = st.partition_for(key)
+        elif st.routed and partition not in st.current:
+            raise WriterError(
+                f"partition {partition} of {topic} is not a current segment of stream "
+                f"{st.name} (current: {sorted(st.current)}); leave partition unset"
+            )
+        groups = st.groups
+        cb = on_delivery or callback or self._user_delivery
+        if cb is None and not timestamp and headers is None:
+            self._producer.produce(
+                topic, value, key, partition, on_delivery=groups.setters[partition]
+            )
+        else:
+            report = groups.setters[partition]
+            if cb is not None:
+                report = _chain(report, cb)
+            self._send(topic, value, key, partition, report, timestamp, headers)
+        groups.used[partition] = True
+
+    def _before_produce(self, st: _Stream) -> None:
+        self._check()
+        if st.latest is not st.metadata:
+            self._refresh(st)
+
+    def _send(
+        self,
+        topic: str,
+        value: Any,
+        key: Any,
+        partition: int,
+        cb: DeliveryCallback | None,
+        timestamp: int,
+        headers: Any,
+    ) -> None:
+        if cb is None:
+            self._producer.produce(
+                topic, value, key, partition, timestamp=timestamp, headers=headers
+            )
+        else:
+            self._producer.produce(
+                topic,
+                value,
+                key,
+                partition,
+                on_delivery=cb,
+                timestamp=timestamp,
+                headers=headers,
+            )
+
+    def poll(self, timeout: float = -1) -> int:
+        """``Producer.poll``; also publishes the marks whose records are all acknowledged."""
+        served = self._producer.poll(timeout)
+        if self._noting:
+            with self._lock:
+                self._publish_ready()
+        return served
+
+    def flush(self, timeout: float = -1) -> int:
+        """``Producer.flush``: records and marks; the number still in flight."""
+        deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
+        while True:
+            left_s = -1.0 if deadline is None else max(0.0, deadline - time.monotonic())
+            left = self._producer.flush(left_s)
+            with self._lock:
+                published = self._publish_ready()
+            if left == 0 and not published:
+                return 0
+            if deadline is not None and time.monotonic() >= deadline:
+                return left or len(self._producer)
+
+    def __len__(self) -> int:
+        return len(self._producer)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._producer, name)
+
+    # --- what tidemark adds ---------------------------------------------------------------
+
+    def note_time(self, timestamp: int, stream: str | None = None) -> None:
+        """Every record produced before this call has an event time up to ``timestamp``.
+
+        Queues a writer mark per stream (or for ``stream`` alone), published
+        once those records are acknowledged; it does not block. ``timestamp``
+        may repeat the previous noted time, never go below it.
+        """
+        check_timestamp(timestamp, "noted time")
+        with self._lock:
+            self._check()
+            if self._last_noted is not None and timestamp < self._last_noted:
+                raise TimeWentBackwardsError(
+                    f"writer {self.writer_id}: noted time {timestamp} is below the previous "
+                    f"noted time {self._last_noted}"
+                )
+            self._note(timestamp, alive=True, only=stream)
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Flush, publish the shutdown mark (when time was ever noted), flush again.
+
+        Raises :class:`DeliveryError` for records Kafka did not store, after
+        closing. Closing twice is allowed.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                if self.flush(timeout):
+                    raise WriterTimeoutError(
+                        f"writer {self.writer_id}: records still in flight after {timeout} s"
+                    )
+                if self._last_noted is not None:
+                    self._note(self._last_noted, alive=False, only=None)
+                    if self.flush(timeout):
+                        raise WriterTimeoutError(
+                            f"writer {self.writer_id}: no ack of the shutdown mark in {timeout} s"
+                        )
+            finally:
+                self._closed = True
+            self._raise_failures()
+
+    def position(self, stream: str) -> dict[int, int]:
+        """Segment id -> next offset acknowledged on ``stream``'s segments."""
+        for st in self._streams.values():
+            if st.name == stream:
+                with self._lock:
+                    return st.segment_position(st.groups.position(_offset))
+        raise WriterError(f"this producer does not write stream {stream!r}")
+
+    @property
+    def last_noted_time(self) -> int | None:
+        return self._last_noted
+
+    def __enter__(self) -> TidemarkProducer:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # --- internals ------------------------------------------------------------------------
+
+    def _watcher(self, st: _Stream) -> Callable[[StreamMetadata], None]:
+        def on_change(metadata: StreamMetadata) -> None:
+            st.latest = metadata  # applied by the next produce, under the lock
+
+        return on_change
+
+    def _refresh(self, st: _Stream) -> None:
+        latest = st.latest
+        require_writable(st.name, latest.state)
+        if latest.current_epoch().number != st.epoch.number:
+            # Per-key order: nothing of a sealed segment may be in flight when its keys move.
+            self._producer.flush(30)
+            self._publish_ready()
+            self._check_cut_off(st, latest)
+        st.apply(latest)
+
+    def _check_cut_off(self, st: _Stream, latest: StreamMetadata) -> None:
+        """Records acknowledged at or beyond a sealed size are not in the stream: report them."""
+        deadline = time.monotonic() + 30
+        current = {s.id for s in latest.current_epoch().segments}
+        gone = [s.id for s in st.epoch.segments if s.id not in current]
+        position = st.segment_position(st.groups.position(_offset))
+        for seg_id in gone:
+            if seg_id not in position:
+                continue
+            while seg_id not in latest.sealed_sizes and time.monotonic() < deadline:
+                time.sleep(0.02)
+                latest = self._store.get_stream(st.name)
+            size = latest.sealed_sizes.get(seg_id)
+            if size is not None and position[seg_id] > size:
+                self._failures.append(
+                    FailedRecord(
+                        st.topic,
+                        seg_id & 0xFFFFFFFF,
+                        None,
+                        f"{position[seg_id] - size} record(s) acknowledged at or beyond the "
+                        f"sealed size {size} of segment {seg_id} are not in the stream; "
+                        "produce them again",
+                    )
+                )
+        st.latest = latest
+
+    def _note(self, timestamp: int, alive: bool, only: str | None) -> None:
+        self._last_noted = timestamp
+        for st in self._streams.values():
+            if only is None or st.name == only:
+                st.groups.note(timestamp, alive)
+        self._publish_ready()
+        self._producer.poll(0)
+
+    def _publish_ready(self) -> int:
+        published = 0
+        waiting = False
+        idle = len(self._producer) == 0
+        for st in self._streams.values():
+            for note in st.groups.ready(idle, _offset):
+                if note.failed:
+                    self._failures.extend(_failed(msg) for msg in note.failed)
+                    log.warning(
+                        "writer %s: mark for time %d on %s not published: %d record(s) "
+                        "produced before it were not delivered",
+                        self.writer_id,
+                        note.time,
+                        st.name,
+                        len(note.failed),
+                    )
+                    continue
+                msg = mark_message(
+                    self.cluster,
+                    st.name,
+                    self.writer_id,
+                    WriterMark(note.time, st.segment_position(note.position), note.alive),
+                )
+                self._producer.produce(
+                    msg.topic, msg.value, msg.key, msg.partition, on_delivery=self._on_mark_delivery
+                )
+                published += 1
+            waiting = waiting or st.groups.waiting
+        self._noting = waiting
+        return published
+
+    def _on_mark_delivery(self, err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            self._failures.append(_failed(msg))
+
+    def _check(self) -> None:
+        if self._closed:
+            raise WriterClosedError(f"producer of writer {self.writer_id} is closed")
+        self._raise_failures()
+
+    def _raise_failures(self) -> None:
+        if self._failures:
+            failed, self._failures = self._failures, []
+            raise DeliveryError(failed)
+
+
+def _chain(report: DeliveryCallback, cb: DeliveryCallback) -> DeliveryCallback:
+    """Both callbacks for one record: its group's bucket, then the application's."""
+
+    def both(err: KafkaError | None, msg: Message) -> None:
+        report(err, msg)
+        cb(err, msg)
+
+    return both
+
+
+def _offset(msg: Message) -> int:
+    return msg.offset() or 0
+
+
+def _failed(msg: Message) -> FailedRecord:
+    return FailedRecord(msg.topic() or "", msg.partition() or 0, msg.key(), str(msg.error()))
+
+
+__all__ = ["DeliveryCallback", "TidemarkProducer"]

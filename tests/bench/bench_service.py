@@ -1,0 +1,133 @@
+"""A seek through ``tidemark serve`` beside Kafka's ``offsets_for_times``, in the same run.
+
+The service runs in this process on uvicorn (as ``tidemark serve`` does)
+over a stream of ``PARTITIONS`` segments and ``WATERMARKS`` watermarks; the
+client is :class:`~pipelines.reading.time_service.ServiceIndex` (what
+``ReaderGroup.create(from_time=...)`` and ``tidemark read`` use when
+``TIDEMARK_TIME_SERVICE`` is set): one HTTP GET on a kept-alive connection,
+answered from the service's warm index. The baseline is
+``Consumer.offsets_for_times`` over all partitions of a topic with the same
+number of partitions, against the same broker. Lookups alternate, at
+random times, and the first answers are checked against the local index.
+
+Printed: p50 and p99 of both, side by side, and the ratio [goal <= 1x].
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+PARTITIONS = 16
+WATERMARKS = 20_000
+LOOKUPS = 2_000
+
+
+def _pct(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def run(services: Any) -> list[str]:
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from kazoo.client import KazooClient
+
+    from controller.config import ScalingPolicy, StreamConfiguration
+    from controller.model import Watermark
+    from controller.naming import ClusterSettings
+    from controller.streams import StreamManager
+    from controller.zk_store import ZooKeeperStore
+    from pipelines.reading.seek import SeekIndex
+    from pipelines.reading.time_service import ServiceIndex
+    from pipelines.reading.watermark_tables import append_watermarks
+    from tidemark.service.server import RunningService
+    from tidemark.service.state import TimeService
+
+    work = Path(services.work_dir) / "bench-service"
+    work.mkdir(parents=True, exist_ok=True)
+    root = str(work / "delta")
+    unique = str(int(time.time()))
+    stream = f"bench{unique}/seek"
+    cluster = ClusterSettings(marks_topic=f"bench-seek-marks-{unique}", bucket_count=1)
+    base = int(time.time() * 1000) - 3_600_000
+    marks = [
+        Watermark(
+            stream,
+            base + i * 100,
+            base + i * 100 + 250,
+            {p: i * 3 + p for p in range(PARTITIONS)},
+            i,
+        )
+        for i in range(WATERMARKS)
+    ]
+    for lo in range(0, WATERMARKS, 5_000):
+        top = None if lo == 0 else marks[lo - 1].upper_time
+        append_watermarks(root, marks[lo : lo + 5_000], previous_upper_time_max=top)
+
+    topic = f"bench-seek-{unique}"
+    admin = AdminClient({"bootstrap.servers": services.bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS)])[topic].result(30)
+    producer = Producer({"bootstrap.servers": services.bootstrap, "linger.ms": 5})
+    for i in range(1_000):
+        for p in range(PARTITIONS):
+            producer.produce(topic, b"x", partition=p, timestamp=base + i * 100)
+        producer.poll(0)
+    producer.flush(60)
+    consumer = Consumer(
+        {"bootstrap.servers": services.bootstrap, "group.id": "bench-seek", "log_level": 0}
+    )
+
+    client = KazooClient(hosts=services.zk_connect)
+    client.start(timeout=15)
+    lines: list[str] = []
+    try:
+        store = ZooKeeperStore(client, cluster.zk_root)
+        manager = StreamManager(store, services.bootstrap, cluster)
+        manager.create_scope(stream.split("/")[0])
+        manager.create(stream, StreamConfiguration(scaling_policy=ScalingPolicy.fixed(PARTITIONS)))
+        service = TimeService(
+            store, client, root, bootstrap_servers=services.bootstrap, cluster=cluster
+        )
+        with RunningService(service) as running:
+            remote = ServiceIndex(running.url, root)
+            local = SeekIndex(root)
+            rng = random.Random(11)
+            for _ in range(50):  # agree before timing
+                t = rng.randrange(base, base + WATERMARKS * 100)
+                assert remote.start(stream, t) == local.start(stream, t)
+            tps = [TopicPartition(topic, p, base) for p in range(PARTITIONS)]
+            consumer.offsets_for_times(tps, 10)
+            ours: list[float] = []
+            kafka: list[float] = []
+            for _ in range(LOOKUPS):
+                t = rng.randrange(base, base + WATERMARKS * 100)
+                a = time.perf_counter()
+                found = remote.start(stream, t)
+                b = time.perf_counter()
+                kt = base + rng.randrange(0, 100_000)
+                consumer.offsets_for_times(
+                    [TopicPartition(topic, p, kt) for p in range(PARTITIONS)], 10
+                )
+                c = time.perf_counter()
+                assert found is not None or t <= base + 250
+                ours.append((b - a) * 1000)
+                kafka.append((c - b) * 1000)
+            remote.client.close()
+    finally:
+        consumer.close()
+        admin.delete_topics([topic])
+        client.stop()
+        client.close()
+    ratio = _pct(ours, 0.5) / _pct(kafka, 0.5)
+    lines += [
+        f"seek, {WATERMARKS:,} watermarks of a {PARTITIONS}-segment stream, {LOOKUPS:,} lookups",
+        f"  tidemark serve (HTTP, warm index)     p50 {_pct(ours, 0.5):.2f} ms"
+        f"  p99 {_pct(ours, 0.99):.2f} ms",
+        f"  Kafka offsets_for_times, {PARTITIONS} partitions  p50 {_pct(kafka, 0.5):.2f} ms"
+        f"  p99 {_pct(kafka, 0.99):.2f} ms",
+        f"  ratio p50 {ratio:.2f}x, p99 {_pct(ours, 0.99) / _pct(kafka, 0.99):.2f}x  [goal <= 1x]",
+    ]
+    return lines

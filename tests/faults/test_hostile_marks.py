@@ -1,0 +1,103 @@
+"""Fault: poison and hostile records on the marks topic, through real Kafka and Spark.
+
+Each record below is something anybody who may produce to the marks topic can
+send. None may fail a batch; each must land in ``rejected_marks`` with its
+reason and raw bytes; the honest writer's watermarks must keep coming, in
+order, with no gap.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+
+from controller.naming import TIMESTAMP_TYPE
+from jobs.controller_job import ControllerJob
+from jobs.tables import REJECTED_MARKS, Reason, read_table, read_watermarks
+from schemas.codec import MAGIC
+from schemas.records import WriterMarkRecord
+from tests.faults.figures import report
+from tests.integration.test_controller_job import check_sequence, make_env, wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow, pytest.mark.faults]
+
+YEAR_MS = 365 * 86_400_000
+
+
+def test_poison_and_hostile_marks_are_rejected_rows_and_the_stream_goes_on(
+    spark: Any, kafka: str, zookeeper: str, zk_client: Any, unique: str, tmp_path: Path
+) -> None:
+    env = make_env(kafka, zookeeper, zk_client, unique, tmp_path, buckets=1)
+    stream = f"h{unique}/orders"
+    env.create(stream, 1)
+    settings = env.settings()
+    writer = env.writer("w1", stream)
+    now = int(time.time() * 1000)
+    writer.write(b"e0", routing_key="k")
+    writer.note_time(now)
+    writer.flush()
+
+    def mark(writer_id: str, t: int, position: dict[int, int]) -> bytes:
+        return WriterMarkRecord(stream, writer_id, t, position).encode()
+
+    def forged(writer_id: str, t: int, position: dict[int, int]) -> bytes:
+        return WriterMarkRecord(stream, writer_id, t, position, instance="forger").encode()
+
+    poison: list[tuple[bytes | None, bytes | None, str]] = [
+        (b"\xff\xfe" + stream.encode(), mark("w9", now, {}), Reason.MALFORMED_KEY),
+        (stream.encode(), None, Reason.MALFORMED),
+        (stream.encode(), b"\x00" * 3, Reason.MALFORMED),
+        (stream.encode(), MAGIC + b"\x07" * 8 + b"later", Reason.UNKNOWN_SCHEMA),
+        (stream.encode(), mark("w1", now + 10 * YEAR_MS, {0: 1}), Reason.FUTURE_TIME),
+        (stream.encode(), mark("w8", 2**62, {}), Reason.FUTURE_TIME),
+        (stream.encode(), mark("w7", -5, {}), Reason.NEGATIVE_TIME),
+        (stream.encode(), mark("", now, {}), Reason.MALFORMED),
+        (stream.encode(), forged("w1", now + 3, {0: 1}), Reason.IMPERSONATED),
+    ]
+    instance = ControllerJob(spark, settings, f"c-{unique}").start()
+    try:
+        instance.wait_leading()
+        assert env.store is not None
+        from controller.kafka_admin import StreamTopics
+
+        topic_config = StreamTopics(kafka).topic_configs(env.cluster.marks_topic)
+        assert topic_config[TIMESTAMP_TYPE] == "LogAppendTime"
+        wait_for(lambda: len(read_watermarks(settings.delta_root, stream)) >= 1, instance)
+        producer = Producer({"bootstrap.servers": kafka})
+        for key, value, _ in poison:
+            producer.produce(env.cluster.marks_topic, value=value, key=key, partition=0)
+        assert producer.flush(10) == 0
+        for i in range(1, 6):
+            writer.write(f"e{i}".encode(), routing_key="k")
+            writer.note_time(now + i)
+            writer.flush()
+            instance.process_all_available()
+        wait_for(lambda: read_watermarks(settings.delta_root, stream)[-1].time >= now + 5, instance)
+        wait_for(
+            lambda: len(read_table(settings.delta_root, REJECTED_MARKS)) >= len(poison), instance
+        )
+    finally:
+        writer.close()
+        instance.stop()
+    rejected = read_table(settings.delta_root, REJECTED_MARKS)
+    by_reason = Counter(r["reason"] for r in rejected)
+    marks = read_watermarks(settings.delta_root, stream)
+    report(
+        "hostile-marks",
+        f"{len(poison)} hostile records -> rejected by reason "
+        f"{dict(sorted(by_reason.items()))}; watermarks {len(marks)} "
+        f"(last time now+{marks[-1].time - now}); query failures {len(instance.failures)}",
+    )
+    assert by_reason == Counter(reason for _, _, reason in poison)
+    raw = {r["raw"] for r in rejected}
+    assert all(v in raw for _, v, _ in poison if v is not None)
+    (bad_key,) = [r for r in rejected if r["reason"] == Reason.MALFORMED_KEY]
+    assert bad_key["stream"] == "\\xff\\xfe" + stream
+    check_sequence(marks)
+    assert marks[-1].time == now + 5  # the forged future mark did not move w1
+    assert instance.failures == []

@@ -1,0 +1,201 @@
+"""The dashboard in a real browser: Debian's headless Chromium driven by selenium.
+
+Against real services (ZooKeeper, Kafka, PostgreSQL, Delta tables written
+the way the controller's sink writes them): the page must list the stream,
+its segments (a scaled stream: sealed and active ones), a *rendered* lag
+chart (uPlot draws on a canvas), the rejected marks with their reason, the
+timeline counts, and a link to the stream's page with its two charts. The
+screenshot goes to ``tmp_path``; with ``TIDEMARK_SCREENSHOT_DIR`` set (a
+test-only variable) also there -- ``docs/dashboard.png`` in the README
+comes from this test.
+
+`make setup` installs ``chromium`` and ``chromium-driver`` with apt; nothing
+is downloaded at test time (selenium is given both binaries' paths, so its
+driver manager never runs).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import write_deltalake
+
+from controller.config import ScalingPolicy, StreamConfiguration
+from controller.model import KeyRange
+from pipelines.timeline.config import TimelineConfig
+from pipelines.timeline.store import TimelineStore
+from schemas.tables import REJECTED_ARROW, REJECTED_MARKS, table_path
+from tests.integration import test_reader_group as rg
+from tests.integration.test_time_service import append_marks
+from tidemark.service.server import RunningService
+from tidemark.service.state import TimeService
+
+manager, settings, store = rg.manager, rg.settings, rg.store
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+
+
+@pytest.fixture
+def browser(tmp_path):
+    if not (os.access(CHROMIUM, os.X_OK) and os.access(CHROMEDRIVER, os.X_OK)):
+        pytest.fail(
+            f"{CHROMIUM} and {CHROMEDRIVER} are needed: `make setup` installs Debian's "
+            "chromium and chromium-driver (apt-get, as root)"
+        )
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",  # root in CI
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--window-size=1400,1600",
+        f"--user-data-dir={tmp_path / 'chromium-profile'}",
+    ):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(
+        service=Service(CHROMEDRIVER, log_output=str(tmp_path / "chromedriver.log")),
+        options=options,
+    )
+    driver.set_page_load_timeout(60)
+    yield driver
+    driver.quit()
+
+
+def demo_history(stream, now_ms):
+    """An hour of watermarks, one a minute, lag between 2 and ~40 s (a slow patch)."""
+    marks = []
+    segments = {0: 0, 1: 0}
+    for seq in range(60):
+        emitted = now_ms - (59 - seq) * 60_000
+        lag = 2_000 + (35_000 if 25 <= seq < 32 else 0) + (seq % 5) * 400
+        segments = {s: o + 37 + 3 * s for s, o in segments.items()}
+        marks.append((seq, emitted - lag, emitted - lag + 900, dict(segments)))
+    return marks
+
+
+def write_rejected(root, stream):
+    now = int(time.time() * 1000)
+    rows = [
+        (stream, "sensor-7", "stale_time", 0, 412, now - 300_000),
+        (stream, "sensor-9", "regressed_position", 0, 518, now - 120_000),
+    ]
+    write_deltalake(
+        table_path(root, REJECTED_MARKS),
+        pa.table(
+            {
+                "stream": [r[0] for r in rows],
+                "writer": [r[1] for r in rows],
+                "reason": [r[2] for r in rows],
+                "raw": [None for _ in rows],
+                "kafka_partition": [r[3] for r in rows],
+                "kafka_offset": [r[4] for r in rows],
+                "at": [r[5] for r in rows],
+            },
+            schema=REJECTED_ARROW,
+        ),
+        mode="append",
+    )
+
+
+def test_dashboard_shows_stream_segments_and_lag_chart(
+    browser, store, zk_client, manager, kafka, postgres, unique, tmp_path, settings
+):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    root = str(tmp_path / "delta")
+    stream = "demo/sensors"  # ZooKeeper is chrooted per test; the topic is this test's alone
+    manager.create_scope("demo")
+    manager.create(stream, StreamConfiguration(ScalingPolicy.fixed(2)))
+    manager.scale(stream, [0], [KeyRange(0.0, 0.25), KeyRange(0.25, 0.5)])
+    now = int(time.time() * 1000)
+    append_marks(root, stream, demo_history(stream, now), emitted_step_ms=60_000)
+    write_rejected(root, stream)
+    timelines = TimelineStore(postgres)
+    timelines.migrate()
+    timeline = f"reminders_{unique}"
+    timelines.create_timeline(TimelineConfig(timeline))
+    for i in range(5):
+        timelines.create(
+            timeline, b"hello", timestamp_ms=now - 60_000 + i * 30_000, producer_group="signup"
+        )
+    timelines.close()
+
+    service = TimeService(
+        store,
+        zk_client,
+        root,
+        bootstrap_servers=kafka,
+        cluster=settings,
+        postgres_dsn=postgres,
+        refresh_ms=100,
+    )
+    with RunningService(service) as running:
+        browser.get(running.url + "/")
+        wait = WebDriverWait(browser, 30)
+        card = wait.until(
+            ec.presence_of_element_located(
+                (By.CSS_SELECTOR, f'article.stream[data-stream="{stream}"]')
+            )
+        )
+        # segments: epoch 1 is current (segment 1 and the two successors of 0), 0 is sealed
+        active = {
+            int(e.get_attribute("data-segment-id"))
+            for e in card.find_elements(By.CSS_SELECTOR, ".segment.active")
+        }
+        sealed = {
+            int(e.get_attribute("data-segment-id"))
+            for e in card.find_elements(By.CSS_SELECTOR, ".segment.sealed")
+        }
+        assert active == {1, (1 << 32) | 2, (1 << 32) | 3}
+        assert {0, 1} <= sealed
+        # the lag chart is drawn: uPlot made a canvas with a size, and 60 points went in
+        chart = card.find_element(By.CSS_SELECTOR, ".lag-chart")
+        wait.until(lambda _: chart.get_attribute("data-rendered") == "true")
+        canvas = chart.find_element(By.CSS_SELECTOR, ".uplot canvas")
+        assert canvas.size["width"] > 300 and canvas.size["height"] > 100
+        points = browser.execute_script(
+            "return JSON.parse(arguments[0].querySelector('script').textContent).x.length",
+            chart,
+        )
+        assert points == 60
+        drawn = browser.execute_script(
+            "var c = arguments[0], d = c.getContext('2d').getImageData(0, 0, c.width, c.height)"
+            ".data; for (var i = 0; i < d.length; i += 4) { if (d[i] > 150 && d[i+1] < 90"
+            " && d[i+2] < 90 && d[i+3] > 0) return true; } return false;",
+            canvas,
+        )
+        assert drawn, "no red (lag series) pixel on the chart's canvas"
+        reasons = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#rejected .reason")]
+        assert {"stale_time", "regressed_position"} <= set(reasons)
+        timeline_rows = browser.find_element(By.CSS_SELECTOR, "#timelines").text
+        assert timeline in timeline_rows
+
+        shot = tmp_path / "dashboard.png"
+        browser.save_screenshot(str(shot))
+        assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        target = os.environ.get("TIDEMARK_SCREENSHOT_DIR")
+        if target:
+            shutil.copy(shot, Path(target) / "dashboard.png")
+
+        card.find_element(By.CSS_SELECTOR, "a.stream-link").click()
+        page = wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "article.stream-page")))
+        assert page.get_attribute("data-stream") == stream
+        assert browser.current_url.endswith(f"/streams/{stream}")
+        for kind in ("time-chart", "lag-chart"):
+            el = page.find_element(By.CSS_SELECTOR, f".{kind}")
+            wait.until(lambda _, el=el: el.get_attribute("data-rendered") == "true")
+            assert el.find_element(By.CSS_SELECTOR, ".uplot canvas").size["width"] > 300
+        rows = page.find_elements(By.CSS_SELECTOR, "table.watermarks tr")
+        assert len(rows) == 21  # header + the latest 20

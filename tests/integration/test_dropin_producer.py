@@ -1,0 +1,310 @@
+"""The drop-in producer and adopted topics, on real Kafka + ZooKeeper (+ Delta for reads).
+
+Watermarks are computed the way the controller computes them — the marks
+read back from the marks topic, through ``accept_mark`` and
+``watermark_cycle`` (``test_controller_job`` checks the Spark job gives the
+same) — and appended to Delta with deltalake where a reader needs them.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+from controller.config import StreamConfiguration
+from controller.exceptions import AdoptionError
+from controller.model import KeyRange, Watermark, WriterMark
+from controller.naming import ClusterSettings, bucket_of
+from controller.navigation import route
+from controller.streams import StreamManager
+from controller.watermarks import GenerationState, Verdict, accept_mark, watermark_cycle
+from controller.zk_store import ZooKeeperStore
+from pipelines.reading.watermark_tables import append_watermarks
+from pipelines.writing.config import WriterConfig
+from pipelines.writing.partitioners import kafka_partition
+from pipelines.writing.producer import TidemarkProducer
+from pipelines.writing.writer import EventWriter
+from schemas.records import WriterMarkRecord
+from tidemark.cli.main import main
+
+BASE = int(time.time() * 1000) - 3_600_000  # an hour ago: inside any `--ago 2h`
+
+
+@pytest.fixture
+def cluster(unique: str) -> ClusterSettings:
+    return ClusterSettings(marks_topic=f"marks-{unique}", bucket_count=2)
+
+
+@pytest.fixture
+def store(zk_client: Any) -> ZooKeeperStore:
+    return ZooKeeperStore(zk_client, "/tidemark")
+
+
+@pytest.fixture
+def manager(store: ZooKeeperStore, kafka: str, cluster: ClusterSettings) -> StreamManager:
+    return StreamManager(store, kafka, cluster, seal_drain_ms=100)
+
+
+def make_topic(
+    kafka: str, name: str, partitions: int, config: dict[str, str] | None = None
+) -> None:
+    admin = AdminClient({"bootstrap.servers": kafka})
+    admin.create_topics([NewTopic(name, partitions, config=config or {})])[name].result(30)
+    deadline = time.monotonic() + 30
+    while name not in admin.list_topics(timeout=10).topics:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+def records(kafka: str, topic: str, partitions: int) -> list[tuple[int, int, Any, Any, int]]:
+    """Every record of ``topic``: (partition, offset, key, value, timestamp), sorted."""
+    consumer = Consumer({"bootstrap.servers": kafka, "group.id": "check", "log_level": 0})
+    out = []
+    try:
+        for p in range(partitions):
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            if high == low:
+                continue
+            consumer.assign([TopicPartition(topic, p, low)])
+            while not out or out[-1][:2] < (p, high - 1):
+                msg = consumer.poll(5)
+                assert msg is not None, f"{topic}[{p}] ended early"
+                if msg.error():
+                    continue
+                out.append((p, msg.offset(), msg.key(), msg.value(), msg.timestamp()[1]))
+    finally:
+        consumer.close()
+    return sorted(out)
+
+
+def marks_of(kafka: str, cluster: ClusterSettings, stream: str) -> list[WriterMarkRecord]:
+    """The stream's writer marks on the marks topic, in offset order."""
+    part = bucket_of(stream, cluster.bucket_count)
+    return [
+        WriterMarkRecord.decode(value)
+        for p, _, key, value, _ in records(kafka, cluster.marks_topic, cluster.bucket_count)
+        if p == part and key == stream.encode()
+    ]
+
+
+def watermarks_of(
+    kafka: str, cluster: ClusterSettings, stream: str, epochs: Any, settle: bool = False
+) -> list[Watermark]:
+    """The controller's fold over the stream's marks, one cycle after each mark
+    (``settle``: then more cycles until nothing changes, as the controller's timer runs)."""
+    marks: dict[str, WriterMark] = {}
+    state = GenerationState()
+    out: list[Watermark] = []
+
+    def cycle() -> bool:
+        nonlocal state
+        result = watermark_cycle(stream, marks, state, epochs, 0, 60_000)
+        state = result.state
+        for writer in result.removed:
+            marks.pop(writer, None)
+        if result.watermark is not None:
+            out.append(result.watermark)
+        return result.watermark is not None or bool(result.removed)
+
+    for rec in marks_of(kafka, cluster, stream):
+        mark = WriterMark(rec.time, dict(rec.position), rec.alive)
+        if accept_mark(marks.get(rec.writer_id), mark) is Verdict.ACCEPTED:
+            marks[rec.writer_id] = mark
+        cycle()
+    while settle and marks and cycle():
+        pass
+    return out
+
+
+EVENTS = [(f"key-{i % 7}", f"event-{i}".encode()) for i in range(60)]
+
+
+def test_the_partitioners_agree_with_librdkafka(kafka: str, unique: str) -> None:
+    topic = f"part-{unique}"
+    make_topic(kafka, topic, 3)
+    for partitioner in ("consistent_random", "murmur2_random", "consistent", "murmur2"):
+        producer = Producer({"bootstrap.servers": kafka, "partitioner": partitioner})
+        landed: dict[bytes, int] = {}
+
+        def report(err: Any, msg: Any, landed: dict[bytes, int] = landed) -> None:
+            landed[msg.key()] = msg.partition()
+
+        keys = [f"k{i}".encode() for i in range(200)] + ["ключ".encode()]
+        for key in keys:
+            producer.produce(topic, b"v", key, on_delivery=report)
+        assert producer.flush(30) == 0
+        assert landed == {k: kafka_partition(partitioner, k, 3) for k in keys}, partitioner
+
+
+@pytest.mark.parametrize("tidemark_routing", [True, False])
+def test_dropin_on_an_adopted_topic_gives_the_watermarks_of_event_writer(
+    kafka: str,
+    manager: StreamManager,
+    store: Any,
+    cluster: ClusterSettings,
+    unique: str,
+    tidemark_routing: bool,
+) -> None:
+    a_topic, b_topic = f"legacy-a-{unique}", f"legacy-b-{unique}"
+    make_topic(kafka, a_topic, 3)
+    make_topic(kafka, b_topic, 3)
+    a, b = f"a{unique}/orders", f"b{unique}/orders"
+    manager.create_scope(f"a{unique}")
+    manager.create_scope(f"b{unique}")
+    manager.adopt(a, a_topic, tidemark_routing=tidemark_routing)
+    manager.adopt(b, b_topic, tidemark_routing=True)
+
+    conf = {"bootstrap.servers": kafka, "linger.ms": 1}
+    producer = TidemarkProducer(conf, stream=a, writer_id="w1", store=store, cluster=cluster)
+    writer = EventWriter(
+        "w1",
+        b,
+        store=store,
+        bootstrap_servers=kafka,
+        config=WriterConfig(cluster=cluster, linger_ms=1),
+    )
+    delivered: list[tuple[int, int]] = []
+    for rnd in range(3):
+        for j, (key, value) in enumerate(EVENTS[rnd * 20 : rnd * 20 + 20]):
+            ts = BASE + rnd * 100 + j
+            producer.produce(
+                a_topic,
+                value,
+                key,
+                timestamp=ts,
+                on_delivery=lambda err, msg: delivered.append((msg.partition(), msg.offset())),
+            )
+            producer.poll(0)
+            writer.write(value, routing_key=key, timestamp=ts)
+        producer.note_time(BASE + rnd * 100 + 50)
+        writer.note_time(BASE + rnd * 100 + 50)
+    producer.close()
+    writer.close()
+    assert len(delivered) == 60, "per-message callbacks still run"
+
+    wa = watermarks_of(kafka, cluster, a, store.get_stream(a).epochs)
+    wb = watermarks_of(kafka, cluster, b, store.get_stream(b).epochs)
+    assert [m.time for m in wa] == [BASE + 50, BASE + 150, BASE + 250]
+    assert [(m.time, m.upper_time) for m in wa] == [(m.time, m.upper_time) for m in wb]
+    if tidemark_routing:  # same routing: the same cuts
+        assert [dict(m.stream_cut) for m in wa] == [dict(m.stream_cut) for m in wb]
+    # Either way the last cut is exactly the topic's end: every event lies before it.
+    ends = {p: max((o for q, o in delivered if q == p), default=-1) + 1 for p in range(3)}
+    assert dict(wa[-1].stream_cut) == ends
+    epoch = store.get_stream(a).current_epoch()
+    for p, _, key, _, _ in records(kafka, a_topic, 3):
+        expected = (
+            route(epoch, key).number
+            if tidemark_routing
+            else kafka_partition("consistent_random", key, 3)  # as the bare producer would
+        )
+        assert p == expected, key
+
+
+def run(capsys: Any, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_adopt_read_ago_release_leaves_the_topic_as_it_was(
+    kafka: str,
+    zookeeper: str,
+    store: Any,
+    cluster: ClusterSettings,
+    unique: str,
+    tmp_path: Any,
+    monkeypatch: Any,
+    capsys: Any,
+) -> None:
+    monkeypatch.setenv("TIDEMARK_KAFKA_BOOTSTRAP", kafka)
+    monkeypatch.setenv("TIDEMARK_ZK_CONNECT", f"{zookeeper}/tidemark-test-{unique}")
+    monkeypatch.setenv("TIDEMARK_DELTA_ROOT", str(tmp_path))
+    topic = f"legacy-{unique}"
+    make_topic(kafka, topic, 3, {"retention.ms": "86400000", "cleanup.policy": "delete"})
+    bare = Producer({"bootstrap.servers": kafka})
+    for i, (key, value) in enumerate(EVENTS):
+        bare.produce(topic, value, key, timestamp=BASE + i)
+    assert bare.flush(30) == 0
+    admin_topics = StreamManager(store, kafka, cluster).topics
+    configs_before = admin_topics.topic_configs(topic)
+    data_before = records(kafka, topic, 3)
+    stream = f"l{unique}/legacy"
+    assert run(capsys, "scope", "create", f"l{unique}")[0] == 0
+
+    code, out, err = run(capsys, "stream", "adopt", stream, "--topic", topic, "--format", "json")
+    assert code == 0, err
+    meta = json.loads(out)
+    assert meta["topic"] == topic and len(meta["epochs"][0]["segments"]) == 3
+    assert meta["adoption"]["tidemark_routing"] is False
+    assert admin_topics.topic_configs(topic) == configs_before
+    assert records(kafka, topic, 3) == data_before
+
+    # Without tidemark routing a scale would break per-key order: refused, saying why.
+    code, _, err = run(
+        capsys, "stream", "scale", stream, "--seal", "0", "--ranges", "0:0.1,0.1:0.3333333333333333"
+    )
+    assert code == 1 and "partitioner" in err and "tidemark routing" in err
+    code, _, err = run(capsys, "stream", "delete", stream)
+    assert code == 1 and "release" in err
+
+    # The existing producer, changed in one line, notes time; a watermark follows.
+    producer = TidemarkProducer(
+        {"bootstrap.servers": kafka}, stream=stream, writer_id="app", store=store, cluster=cluster
+    )
+    producer.produce(topic, b"late", "key-1", timestamp=BASE + 100)
+    producer.note_time(BASE + 100)
+    producer.close()
+    marks = watermarks_of(kafka, cluster, stream, store.get_stream(stream).epochs)
+    append_watermarks(str(tmp_path), marks)
+    data_written = records(kafka, topic, 3)
+    assert len(data_written) == len(data_before) + 1
+
+    code, out, err = run(
+        capsys, "read", stream, "--ago", "2h", "--format", "json", "--wait-ms", "1500"
+    )
+    assert code == 0, err
+    read = sorted(json.loads(line)["body"] for line in out.splitlines())
+    assert read == sorted([v.decode() for _, v in EVENTS] + ["late"])
+
+    code, out, err = run(capsys, "stream", "release", stream)
+    assert code == 0, err
+    assert admin_topics.topic_configs(topic) == configs_before
+    assert records(kafka, topic, 3) == data_written
+    code, _, err = run(capsys, "stream", "describe", stream)
+    assert code == 1 and "unknown stream" in err.lower()
+
+
+def test_adopt_refuses_what_it_cannot_honour(
+    kafka: str, manager: StreamManager, cluster: ClusterSettings, unique: str
+) -> None:
+    manager.create_scope(f"x{unique}")
+    with pytest.raises(AdoptionError, match="does not exist"):
+        manager.adopt(f"x{unique}/s", f"missing-{unique}")
+    topic = f"t-{unique}"
+    make_topic(kafka, topic, 2)
+    manager.adopt(f"x{unique}/s", topic, tidemark_routing=True)
+    assert manager.adopt(f"x{unique}/s", topic).adoption is not None  # again: unchanged
+    with pytest.raises(AdoptionError, match="already the topic of stream"):
+        manager.adopt(f"x{unique}/t", topic)
+    with pytest.raises(AdoptionError, match="marks topic"):
+        manager.adopt(f"x{unique}/m", cluster.marks_topic)
+    created = f"x{unique}/created"
+    manager.create(created, StreamConfiguration())
+    with pytest.raises(AdoptionError, match="not adopted"):
+        manager.release(created)
+    # With tidemark routing a scale is allowed.
+    meta = manager.describe(f"x{unique}/s")
+    first = meta.current_epoch().segments[0]
+    mid = (first.key_range.low + first.key_range.high) / 2
+    scaled = manager.scale(
+        f"x{unique}/s",
+        [first.id],
+        [KeyRange(first.key_range.low, mid), KeyRange(mid, first.key_range.high)],
+    )
+    assert scaled.current_epoch().number == 1

@@ -1,0 +1,182 @@
+"""Conformance: a producer that knows only ``schemas/README.md`` takes part.
+
+The writer side here uses a bare ``confluent_kafka.Producer`` and fastavro,
+with the schema, header, partition rule and key copied from the document —
+no tidemark writer, codec or naming code. The real controller (Spark job)
+must emit the watermarks the document promises and refuse a deliberately
+wrong mark with the documented reason.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+import zlib
+from pathlib import Path
+from typing import Any
+
+import fastavro
+import pytest
+from confluent_kafka import Producer
+
+from controller.config import ScalingPolicy, StreamConfiguration
+from controller.naming import ClusterSettings
+from controller.streams import StreamManager
+from controller.zk_store import ZooKeeperStore
+from jobs.config import ControllerSettings, CycleTrigger
+from jobs.controller_job import ControllerJob
+from jobs.tables import REJECTED_MARKS, read_table, read_watermarks
+from jobs.workflow import tick_value
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
+
+# --- copied from schemas/README.md, sections 2 and 3 ---------------------------------------
+
+SCHEMA = fastavro.parse_schema(
+    {
+        "type": "record",
+        "name": "WriterMark",
+        "namespace": "tidemark",
+        "fields": [
+            {"name": "stream", "type": "string"},
+            {"name": "writer_id", "type": "string"},
+            {"name": "time", "type": "long"},
+            {
+                "name": "position",
+                "type": {
+                    "type": "array",
+                    "items": {
+                        "type": "record",
+                        "name": "SegmentOffset",
+                        "fields": [
+                            {"name": "segment", "type": "long"},
+                            {"name": "offset", "type": "long"},
+                        ],
+                    },
+                },
+            },
+            {"name": "alive", "type": "boolean"},
+            {"name": "transaction_id", "type": ["null", "string"], "default": None},
+        ],
+    }
+)
+HEADER = bytes.fromhex("c30163358494c87d236e")
+
+
+def encode_mark(
+    stream: str, writer: str, time_ms: int, position: dict[int, int], alive: bool
+) -> bytes:
+    body = io.BytesIO()
+    fastavro.schemaless_writer(
+        body,
+        SCHEMA,
+        {
+            "stream": stream,
+            "writer_id": writer,
+            "time": time_ms,
+            "position": [{"segment": s, "offset": o} for s, o in sorted(position.items())],
+            "alive": alive,
+            "transaction_id": None,
+        },
+    )
+    return HEADER + body.getvalue()
+
+
+def bucket(stream: str, buckets: int) -> int:
+    return zlib.crc32(stream.encode("utf-8")) % buckets
+
+
+# --- a writer that follows the document ------------------------------------------------------
+
+
+class BareWriter:
+    """Events with explicit partitions; positions from delivery reports; marks by hand."""
+
+    def __init__(self, producer: Producer, writer_id: str, stream: str, topic: str) -> None:
+        self.producer, self.writer_id, self.stream, self.topic = producer, writer_id, stream, topic
+        self.position: dict[int, int] = {}
+
+    def write(self, value: bytes, partition: int) -> None:
+        def report(err: Any, msg: Any) -> None:
+            assert err is None, err
+            nxt = msg.offset() + 1  # segment id = partition before any scale (section 1)
+            self.position[msg.partition()] = max(self.position.get(msg.partition(), 0), nxt)
+
+        self.producer.produce(self.topic, value, partition=partition, on_delivery=report)
+
+    def mark(self, marks_topic: str, buckets: int, time_ms: int, alive: bool = True) -> None:
+        assert self.producer.flush(30) == 0  # every event before the mark is acknowledged
+        self.producer.produce(
+            marks_topic,
+            encode_mark(self.stream, self.writer_id, time_ms, self.position, alive),
+            self.stream.encode("utf-8"),
+            partition=bucket(self.stream, buckets),
+        )
+        assert self.producer.flush(30) == 0
+
+
+def test_a_bare_producer_following_the_document_gets_watermarks(
+    spark: Any, kafka: str, zookeeper: str, zk_client: Any, unique: str, tmp_path: Path
+) -> None:
+    cluster = ClusterSettings(marks_topic=f"marks-{unique}", bucket_count=2)
+    store = ZooKeeperStore(zk_client, cluster.zk_root)
+    stream = f"p{unique}/orders"
+    manager = StreamManager(store, kafka, cluster)
+    manager.create_scope(f"p{unique}")
+    meta = manager.create(stream, StreamConfiguration(scaling_policy=ScalingPolicy.fixed(2)))
+    settings = ControllerSettings(
+        kafka_bootstrap=kafka,
+        zk_connect=f"{zookeeper}/tidemark-test-{unique}",
+        delta_root=str(tmp_path / "delta"),
+        checkpoint_root=str(tmp_path / "checkpoints"),
+        cluster=cluster,
+        interval_ms=1000,
+        writer_timeout_ms=60_000,
+        trigger=CycleTrigger.TICKS,
+    )
+    producer = Producer({"bootstrap.servers": kafka, "enable.idempotence": True})
+    w1 = BareWriter(producer, "w1", stream, meta.topic)
+    w2 = BareWriter(producer, "w2", stream, meta.topic)
+    part = bucket(stream, cluster.bucket_count)
+
+    def tick(now_ms: int) -> None:
+        producer.produce(cluster.marks_topic, tick_value(now_ms), stream.encode(), partition=part)
+        assert producer.flush(30) == 0
+
+    instance = ControllerJob(spark, settings, f"c-{unique}").start()
+    try:
+        instance.wait_leading()  # it made the marks topic
+        for i in range(3):
+            w1.write(f"a{i}".encode(), partition=0)
+        w2.write(b"b0", partition=1)
+        w1.mark(cluster.marks_topic, cluster.bucket_count, 1_000)
+        w2.mark(cluster.marks_topic, cluster.bucket_count, 1_200)
+        first_cut = {0: w1.position[0], 1: w2.position[1]}
+        assert first_cut == {0: 3, 1: 1}
+        tick(10_000)
+        instance.process_all_available()
+        w1.write(b"a3", partition=1)
+        w1.mark(cluster.marks_topic, cluster.bucket_count, 2_000)
+        w2.mark(cluster.marks_topic, cluster.bucket_count, 2_100, alive=False)  # shutdown
+        w1.mark(cluster.marks_topic, cluster.bucket_count, 1_500)  # wrong: time went back
+        tick(11_000)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            instance.process_all_available()
+            if len(read_watermarks(settings.delta_root, stream)) >= 2 and read_table(
+                settings.delta_root, REJECTED_MARKS
+            ):
+                break
+            time.sleep(0.3)
+    finally:
+        instance.stop()
+
+    got = [
+        (m.seq, m.time, m.upper_time, dict(m.stream_cut))
+        for m in read_watermarks(settings.delta_root, stream)
+    ]
+    assert got == [(0, 1_000, 1_200, first_cut), (1, 2_000, 2_100, {0: 3, 1: 2})]
+    rejected = read_table(settings.delta_root, REJECTED_MARKS)
+    assert [(r["stream"], r["writer"], r["reason"]) for r in rejected] == [
+        (stream, "w1", "stale_time")
+    ]

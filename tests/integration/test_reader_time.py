@@ -1,0 +1,369 @@
+"""Reader groups kept together in time, checkpoints with readers online, and readers
+that die, on real Kafka + ZooKeeper with watermarks in real Delta tables.
+
+Watermarks come from ``watermark_cycle`` over the writer's own marks, appended
+with deltalake (as in ``test_reader_group``), so no Spark job is involved.
+Readers run in threads (a slow one sleeps after each event); the dying
+reader runs in a separate process killed with SIGKILL.
+"""
+
+# ruff: noqa: F811  (the fixtures imported from test_reader_group are redefined as arguments)
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+from controller.navigation import key_hash
+from controller.zk_store import ZooKeeperStore
+from pipelines.reading.group import ReaderConfig, ReaderGroup
+from pipelines.writing.writer import EventWriter
+from tests.integration.test_reader_group import (  # noqa: F401 (fixtures)
+    BASE,
+    Marks,
+    make_stream,
+    manager,
+    settings,
+    store,
+    wconfig,
+)
+
+STEP_MS = 100
+KEYS = 8
+
+
+def even_keys(meta):
+    """``KEYS`` routing keys spread evenly over the stream's segments."""
+    epoch = meta.epochs[-1]
+    per_segment = KEYS // len(epoch.segments)
+    chosen: dict[int, list[str]] = {seg.id: [] for seg in epoch.segments}
+    for i in range(10_000):
+        key = f"k{i}"
+        seg = epoch.segment_for(key_hash(key.encode())).id
+        if len(chosen[seg]) < per_segment:
+            chosen[seg].append(key)
+        if all(len(v) == per_segment for v in chosen.values()):
+            return [k for keys in chosen.values() for k in keys]
+    raise AssertionError("no even spread of keys found")
+
+
+def fill(stream, store, kafka, wconfig, root, rounds):
+    """``rounds`` rounds of one event per key, a noted time and a watermark after each.
+    Returns every event's (segment, offset)."""
+    marks = Marks(stream, store, root)
+    keys = even_keys(store.get_stream(stream))
+    with EventWriter("w", stream, store=store, bootstrap_servers=kafka, config=wconfig) as w:
+        for rnd in range(rounds):
+            for k, key in enumerate(keys):
+                ts = BASE + rnd * STEP_MS + k
+                w.write(f"{key}:{rnd}".encode(), routing_key=key, timestamp=ts)
+            marks.note(w, BASE + rnd * STEP_MS + KEYS)
+            marks.cycle()
+    assert len(marks.emitted) == rounds
+    return marks
+
+
+class Readers:
+    """Reader threads of one group; ``delays`` (seconds slept after each event) by name."""
+
+    def __init__(self, group, delays):
+        self.group = group
+        self.delays = dict(delays)
+        self.got = {name: [] for name in delays}
+        self.stop = threading.Event()
+        self.errors = []
+        self.threads = [
+            threading.Thread(target=self._run, args=(name,), daemon=True) for name in delays
+        ]
+
+    def _run(self, name):
+        try:
+            with self.group.reader(name) as reader:
+                while not self.stop.is_set():
+                    event = reader.read_next(timeout_ms=100)
+                    if event is not None:
+                        self.got[name].append((event.segment, event.offset, event.timestamp))
+                        if self.delays[name]:
+                            time.sleep(self.delays[name])
+        except Exception as exc:  # reported by the test
+            self.errors.append(exc)
+
+    def __enter__(self):
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        for t in self.threads:
+            t.join(30)
+        assert not self.errors, self.errors
+
+    def read(self):
+        return [e for events in self.got.values() for e in events]
+
+    def wait_for(self, count, timeout_s=90):
+        deadline = time.monotonic() + timeout_s
+        while len(self.read()) < count and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return len(self.read())
+
+
+def kw(store, kafka, root, **config):
+    base = {
+        "rebalance_interval_ms": 50,
+        "commit_interval_ms": 0,
+        "window_refresh_interval_ms": 0,
+        # small fetches: a reader's segments advance together, not one after another
+        "consumer_overrides": {"max.partition.fetch.bytes": 512},
+    }
+    base.update(config)
+    return {
+        "store": store,
+        "bootstrap_servers": kafka,
+        "delta_root": root,
+        "config": ReaderConfig(**base),
+    }
+
+
+def exactly_once(readers, total):
+    counts = Counter((seg, off) for seg, off, _ in readers.read())
+    assert len(counts) == total, f"read {len(counts)} distinct events of {total}"
+    twice = [k for k, n in counts.items() if n > 1]
+    assert twice == [], f"read twice: {twice[:10]}"
+
+
+# --- 3. rebalancing by time and alignment ----------------------------------------
+
+
+def lower_bound_after(name, stream, store, kafka, root, seconds, total, rounds, unique, **config):
+    """Run a slow and a fast reader for ``seconds``; the group's lower bound then
+    (at its committed position); then let the slow one speed up and read all."""
+    group = ReaderGroup(f"{name}{unique}", stream, **kw(store, kafka, root, **config))
+    probe = ReaderGroup(f"{name}{unique}", **kw(store, kafka, root))
+    drift = []
+    with group, probe, Readers(group, {"slow": 0.06, "fast": 0.0}) as readers:
+        start = time.monotonic()
+        while time.monotonic() - start < seconds:
+            # how far the fast reader's events run ahead of the slow one's
+            fast, slow = readers.got["fast"], readers.got["slow"]
+            if fast and slow:
+                drift.append(max(t for *_, t in fast) - max(t for *_, t in slow))
+            time.sleep(0.1)
+        lower = probe.current_time_window().lower
+        readers.delays["slow"] = 0.0
+        readers.wait_for(total)
+        assert readers.wait_for(total) == total
+        time.sleep(0.3)  # anything read twice would show up now
+        exactly_once(readers, total)
+    return lower, drift
+
+
+def test_time_rebalancing_moves_the_group_lower_bound_faster(
+    manager, store, kafka, wconfig, unique, tmp_path
+):
+    """One reader is slow (60 ms per event) and behind; with balance='time' it hands
+    segments to the fast reader and the group's lower bound advances faster."""
+    root = str(tmp_path)
+    rounds = 40
+    stream = make_stream(manager, unique, segments=4)
+    fill(stream, store, kafka, wconfig, root, rounds)
+    total = rounds * KEYS
+    seconds = 6.0
+    # and a short prefetch queue (both runs): a segment a reader takes over is read
+    # at once, not after the backlog already queued for its other segments
+    short = {"consumer_overrides": {"max.partition.fetch.bytes": 512, "queued.min.messages": 20}}
+    even, _ = lower_bound_after(
+        "even", stream, store, kafka, root, seconds, total, rounds, unique, **short
+    )
+    by_time, _ = lower_bound_after(
+        "time", stream, store, kafka, root, seconds, total, rounds, unique, balance="time",
+        lag_ms=3 * STEP_MS, **short,
+    )  # fmt: skip
+    gain = {k: None if v is None else v - BASE for k, v in (("even", even), ("time", by_time))}
+    print(f"\ngroup lower bound after {seconds:.0f} s (ms past the first event): {gain}")
+    assert by_time is not None
+    assert even is None or by_time > even
+
+
+def test_alignment_keeps_readers_within_max_drift(manager, store, kafka, wconfig, unique, tmp_path):
+    """With max_drift_ms the fast reader pauses segments that run ahead of the group's
+    lower bound and resumes them as the slow reader catches up."""
+    root = str(tmp_path)
+    rounds = 60
+    stream = make_stream(manager, unique, segments=4)
+    fill(stream, store, kafka, wconfig, root, rounds)
+    total = rounds * KEYS
+    _, free = lower_bound_after("free", stream, store, kafka, root, 4.0, total, rounds, unique)
+    _, aligned = lower_bound_after(
+        "aligned", stream, store, kafka, root, 4.0, total, rounds, unique, max_drift_ms=500
+    )
+    print(
+        f"\nlargest drift between the readers' event times (ms): without alignment "
+        f"{max(free, default=None)}, with max_drift_ms=500: {max(aligned, default=None)}"
+    )
+    assert free and aligned
+    assert max(free) > 3000  # the fast reader ran to the end of its segments
+    # Pausing is checked at each rebalance tick (50 ms): allow what a reader reads
+    # in a few ticks beyond the limit, far below the free run's drift.
+    assert max(aligned) < max(free) / 2
+
+
+# --- 2. checkpoints with readers online ----------------------------------------------
+
+
+def test_checkpoint_with_readers_online_then_reset(
+    manager, store, kafka, wconfig, unique, tmp_path, zookeeper
+):
+    root = str(tmp_path)
+    rounds = 30
+    stream = make_stream(manager, unique, segments=2)
+    fill(stream, store, kafka, wconfig, root, rounds)
+    total = rounds * KEYS
+    name = f"cp{unique}"
+    group = ReaderGroup(name, stream, **kw(store, kafka, root))
+    with group:
+        with Readers(group, {"r1": 0.01, "r2": 0.01}) as readers:
+            readers.wait_for(total // 3)
+            pending = group.initiate_checkpoint("mid", timeout_ms=30_000)
+            taken = pending.result()
+            returned = {(s, o) for s, o, _ in readers.read()}
+            assert set(taken.readers) == {"r1", "r2"}
+            # every event before the cut had been returned when it was taken
+            assert all(
+                (s, o) in returned for s, cut in taken.stream_cut.items() for o in range(cut)
+            )
+            assert sum(taken.stream_cut.values()) >= total // 3
+            assert readers.wait_for(total) == total
+            exactly_once(readers, total)
+        window = group.current_time_window()
+    assert taken.lower is not None and taken.watermark_seq is not None
+    assert window.lower is not None and window.lower > taken.lower  # read to the end
+
+    # durable: another ZooKeeper session finds it; reset_to starts exactly there
+    from kazoo.client import KazooClient
+
+    client = KazooClient(hosts=f"{zookeeper}/tidemark-test-{unique}")
+    client.start(timeout=15)
+    try:
+        other = ZooKeeperStore(client, "/tidemark")
+        with ReaderGroup(name, **kw(other, kafka, root)) as again:
+            assert [c.name for c in again.checkpoints()] == ["mid"]
+            assert again.reset_to("mid") == dict(taken.stream_cut)
+            assert again.stream_cut() == dict(taken.stream_cut)
+            assert again.current_time_window().lower == taken.lower
+            with Readers(again, {"r3": 0.0}) as after:
+                expected = total - sum(taken.stream_cut.values())
+                assert after.wait_for(expected) == expected
+                time.sleep(0.5)
+                got = [(s, o) for s, o, _ in after.read()]
+                assert len(got) == len(set(got)) == expected
+                assert all(o >= taken.stream_cut[s] for s, o in got)
+    finally:
+        client.stop()
+        client.close()
+
+
+# --- 4. a reader that dies ----------------------------------------------------------------
+
+DOOMED = """
+import sys, time
+from kazoo.client import KazooClient
+from controller.navigation import key_hash
+from controller.zk_store import ZooKeeperStore
+from pipelines.reading.group import ReaderConfig, ReaderGroup
+hosts, name, kafka, root, count = sys.argv[1:6]
+client = KazooClient(hosts=hosts, timeout=2.0)
+client.start(timeout=15)
+config = ReaderConfig(rebalance_interval_ms=50, commit_interval_ms=0, window_refresh_interval_ms=0)
+group = ReaderGroup(name, store=ZooKeeperStore(client, "/tidemark"), bootstrap_servers=kafka,
+                    delta_root=root, config=config)
+reader = group.reader("doomed")
+got = 0
+while got < int(count):
+    event = reader.read_next(timeout_ms=5000)
+    if event is not None:
+        got += 1
+        print(f"{event.segment} {event.offset}", flush=True)
+reader.commit()
+print("committed", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_reader_that_dies_hands_its_segments_on(
+    manager, store, kafka, wconfig, unique, tmp_path, zookeeper
+):
+    """A reader process killed without closing: once its ZooKeeper session ends its
+    segments return to the group, the survivor resumes from the committed offsets
+    (nothing lost, nothing read twice since the dead reader committed), and the
+    group's window never goes backwards."""
+    root = str(tmp_path)
+    rounds = 30
+    stream = make_stream(manager, unique, segments=2)
+    fill(stream, store, kafka, wconfig, root, rounds)
+    total = rounds * KEYS
+    name = f"die{unique}"
+    ReaderGroup(name, stream, **kw(store, kafka, root)).close()
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            DOOMED,
+            f"{zookeeper}/tidemark-test-{unique}",
+            name,
+            kafka,
+            root,
+            "40",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    dead_read = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.strip() == "committed":
+                break
+            seg, off = line.split()
+            dead_read.append((int(seg), int(off)))
+        assert len(dead_read) == 40
+        group = ReaderGroup(name, **kw(store, kafka, root))
+        with group:
+            owned_by_dead = {s for s, o in group.registry.owners(name).items() if o == "doomed"}
+            assert owned_by_dead  # it held segments when it died
+            lowers = [group.current_time_window().lower]
+            with Readers(group, {"survivor": 0.0}) as readers:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+                killed_at = time.monotonic()
+                deadline = killed_at + 60
+                while len(readers.read()) + len(dead_read) < total and time.monotonic() < deadline:
+                    lowers.append(group.current_time_window().lower)
+                    time.sleep(0.1)
+                taken_over = {s for s, o in group.registry.owners(name).items() if o == "survivor"}
+                assert owned_by_dead <= taken_over
+                time.sleep(0.5)
+            lowers.append(group.current_time_window().lower)
+            survivor = [(s, o) for s, o, _ in readers.read()]
+            counts = Counter(dead_read + survivor)
+            assert len(counts) == total
+            assert [k for k, n in counts.items() if n > 1] == []
+            known = [x for x in lowers if x is not None]
+            assert known == sorted(known), lowers  # the window never went backwards
+            assert known and known[-1] >= BASE + (rounds - 2) * STEP_MS
+            print(
+                f"\ndead reader read {len(dead_read)}, survivor {len(survivor)}; group "
+                f"lower bound sampled {len(lowers)} times, never backwards"
+            )
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)

@@ -1,0 +1,288 @@
+"""``tidemark serve``: the JSON API, /metrics and the dashboard against real services.
+
+Watermarks are appended to real Delta tables the way the controller's sink
+writes them (with ``emitted_at``), on a real stream in ZooKeeper and Kafka.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+
+import pyarrow as pa
+import pytest
+from deltalake import write_deltalake
+
+from controller.model import KeyRange
+from pipelines.reading.group import ReaderGroup
+from pipelines.reading.seek import SeekIndex, complete_cut_at, stream_cut_at
+from pipelines.reading.time_service import TIME_SERVICE_ENV, ServiceIndex, default_index
+from schemas.tables import INDEX, INDEX_ARROW, MARKS, MARKS_ARROW, table_path
+from tests.integration import test_reader_group as rg
+from tidemark.service.server import RunningService
+from tidemark.service.state import TimeService
+
+manager, settings, store = rg.manager, rg.settings, rg.store
+make_stream = rg.make_stream
+
+
+def append_marks(root, stream, marks, emitted_step_ms=1_000, top=None):
+    """``marks``: (seq, time, upper_time, cut) rows; emitted_at a second apart, ending now."""
+    now = int(time.time() * 1000)
+    emitted = [now - (len(marks) - i - 1) * emitted_step_ms for i in range(len(marks))]
+    maxima = []
+    for _, _, upper, _ in marks:
+        top = upper if top is None else max(top, upper)
+        maxima.append(top)
+    write_deltalake(
+        table_path(root, MARKS),
+        pa.table(
+            {
+                "stream": [stream] * len(marks),
+                "seq": [m[0] for m in marks],
+                "time": [m[1] for m in marks],
+                "upper_time": [m[2] for m in marks],
+                "stream_cut": [
+                    [{"segment": s, "offset": o} for s, o in sorted(m[3].items())] for m in marks
+                ],
+                "writers": [["w1", "w2"]] * len(marks),
+                "emitted_at": emitted,
+            },
+            schema=MARKS_ARROW,
+        ),
+        mode="append",
+    )
+    write_deltalake(
+        table_path(root, INDEX),
+        pa.table(
+            {
+                "stream": [stream] * len(marks),
+                "seq": [m[0] for m in marks],
+                "time": [m[1] for m in marks],
+                "upper_time_max": maxima,
+            },
+            schema=INDEX_ARROW,
+        ),
+        mode="append",
+    )
+    return top
+
+
+def history(stream, count, base_ms, step_ms=1_000, segments=(0, 1)):
+    """``count`` watermarks one step apart, lagging ~2 s, offsets growing by 10."""
+    return [
+        (
+            seq,
+            base_ms + seq * step_ms,
+            base_ms + seq * step_ms + 400,
+            {s: 10 * (seq + 1) for s in segments},
+        )
+        for seq in range(count)
+    ]
+
+
+def get(url, path):
+    try:
+        with urllib.request.urlopen(url + path, timeout=10) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def get_json(url, path):
+    status, body = get(url, path)
+    return status, json.loads(body)
+
+
+@pytest.fixture
+def served(store, zk_client, kafka, tmp_path, settings):
+    service = TimeService(
+        store, zk_client, str(tmp_path), bootstrap_servers=kafka, cluster=settings, refresh_ms=50
+    )
+    with RunningService(service) as running:
+        yield running
+
+
+def test_api_answers_like_the_local_lookups(served, store, manager, unique, tmp_path):
+    root = str(tmp_path)
+    stream = make_stream(manager, unique, segments=2)
+    now = int(time.time() * 1000)
+    base = now - 60_000
+    append_marks(root, stream, history(stream, 20, base))
+    url = served.url
+    deadline = time.monotonic() + 10
+    while served.service.watermark_count(stream) < 20 and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+    local = SeekIndex(root)
+    for t in (0, base - 1, base + 500, base + 5_400, base + 19_000, base + 19_001, now):
+        status, body = get_json(url, f"/api/streams/{stream}/start?t={t}")
+        assert status == 200
+        assert {int(s): o for s, o in body["stream_cut"].items()} == stream_cut_at(
+            stream, t, delta_root=root, store=store, index=local
+        )
+        status, body = get_json(url, f"/api/streams/{stream}/stop?t={t}")
+        expected = complete_cut_at(stream, t, delta_root=root, index=local)
+        got = body["stream_cut"]
+        assert (None if got is None else {int(s): o for s, o in got.items()}) == expected
+
+    status, streams = get_json(url, "/api/streams")
+    mine = next(s for s in streams if s["stream"] == stream)
+    assert [seg["id"] for seg in mine["epochs"][0]["segments"]] == [0, 1]
+    assert mine["watermark"]["seq"] == 19
+    assert mine["watermark"]["lag_ms"] >= now - (base + 19_000)
+
+    status, chart = get_json(url, f"/api/streams/{stream}/history?minutes=60")
+    assert len(chart["x"]) == 20
+    assert chart["lag"][-1] == pytest.approx((chart["x"][-1] * 1000 - (base + 19_000)) / 1000)
+
+    status, body = get(url, "/metrics")
+    text = body.decode()
+    assert f'tidemark_stream_watermark_lag_seconds{{stream="{stream}"}}' in text
+    assert f'tidemark_stream_active_segments{{stream="{stream}"}} 2.0' in text
+    assert "tidemark_serve_request_duration_seconds_count" in text
+
+    status, html = get(url, "/")
+    assert status == 200 and stream.encode() in html
+    status, html = get(url, f"/streams/{stream}")
+    assert status == 200 and b"lag-chart" in html
+
+
+def test_time_travel_by_version_and_time(served, manager, unique, tmp_path):
+    root = str(tmp_path)
+    stream = make_stream(manager, unique, segments=1)
+    base = int(time.time() * 1000) - 60_000
+    marks = history(stream, 6, base, segments=(0,))
+    top = append_marks(root, stream, marks[:3])
+    status, first = get_json(served.url, f"/api/streams/{stream}/watermarks")
+    version = first["table_version"]
+    time.sleep(0.05)
+    between = int(time.time() * 1000)
+    time.sleep(0.05)
+    append_marks(root, stream, marks[3:], top=top)
+
+    status, latest = get_json(served.url, f"/api/streams/{stream}/watermarks")
+    assert [w["seq"] for w in latest["watermarks"]] == [0, 1, 2, 3, 4, 5]
+    status, old = get_json(served.url, f"/api/streams/{stream}/watermarks?version={version}")
+    assert [w["seq"] for w in old["watermarks"]] == [0, 1, 2]
+    status, old = get_json(served.url, f"/api/streams/{stream}/watermarks?as_of={between}")
+    assert [w["seq"] for w in old["watermarks"]] == [0, 1, 2]
+    status, since = get_json(served.url, f"/api/streams/{stream}/watermarks?since={base + 4_000}")
+    assert status == 200
+    assert [w["seq"] for w in since["watermarks"]] == [4, 5]
+
+
+@pytest.mark.parametrize(
+    ("path", "status", "error"),
+    [
+        ("/api/streams/nope/missing/start?t=5", 404, "unknown_stream"),
+        ("/api/streams/{stream}/start?t=-5", 400, "invalid_timestamp"),
+        ("/api/streams/{stream}/start?t=12.5", 400, "invalid_timestamp"),
+        ("/api/streams/{stream}/start", 400, "invalid_timestamp"),
+        ("/api/streams/{stream}/watermarks?version=x", 400, "http"),
+        ("/api/streams/{stream}/watermarks?version=1&as_of=5", 400, "ConfigurationError"),
+        ("/api/groups/no-such-group/window", 404, "unknown_reader_group"),
+    ],
+)
+def test_bad_requests_are_clear_json_errors(served, manager, unique, path, status, error):
+    stream = make_stream(manager, unique, segments=1)
+    got, body = get_json(served.url, path.format(stream=stream))
+    assert (got, body["error"]) == (status, error)
+
+
+def test_reader_group_asks_the_service_and_falls_back_to_delta(
+    served, store, manager, kafka, unique, tmp_path, monkeypatch
+):
+    root = str(tmp_path)
+    stream = make_stream(manager, unique, segments=2)
+    base = int(time.time() * 1000) - 60_000
+    append_marks(root, stream, history(stream, 5, base))
+    served.service.refresh_all()
+
+    monkeypatch.setenv(TIME_SERVICE_ENV, served.url)
+    index = default_index(root)
+    assert isinstance(index, ServiceIndex)
+    asked = served.service.start_lookup
+    calls = []
+
+    def counting(s, t):
+        calls.append((s, t))
+        return asked(s, t)
+
+    monkeypatch.setattr(served.service, "start_lookup", counting)
+    group = ReaderGroup.create(
+        f"g{unique}",
+        stream,
+        store=store,
+        bootstrap_servers=kafka,
+        delta_root=root,
+        from_time=base + 2_500,
+    )
+    try:
+        assert calls == [(stream, base + 2_500)]
+        assert group.stream_cut() == {0: 30, 1: 30}  # watermark 2: upper max 2400 < 2500
+    finally:
+        group.close()
+
+    down = ServiceIndex("http://127.0.0.1:9", root)  # nothing listens on the discard port
+    found = down.start(stream, base + 2_500)
+    assert found is not None and found.seq == 2  # answered from Delta
+
+
+def test_a_scaled_stream_shows_its_epochs(served, manager, unique):
+    stream = make_stream(manager, unique, segments=2)
+    manager.scale(stream, [0], [KeyRange(0.0, 0.25), KeyRange(0.25, 0.5)])
+    served.service.refresh_all()
+    status, body = get_json(served.url, f"/api/streams/{stream}")
+    assert status == 200
+    assert [e["number"] for e in body["epochs"]] == [0, 1]
+    assert body["current_epoch"] == 1
+    active = [s["id"] for s in body["epochs"][1]["segments"] if s["active"]]
+    assert len(active) == 3 and 0 not in active and 1 in active
+
+
+def test_tidemark_serve_command(manager, unique, kafka, zookeeper, zk_client, tmp_path):
+    """`tidemark serve` as a user runs it: answers, then stops on Ctrl-C (SIGINT: uvicorn
+    shuts down, then re-raises the signal; the CLI's exit status for it is 130)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from infra.ports import free_port
+
+    stream = make_stream(manager, unique, segments=1)
+    port = free_port()
+    env = dict(
+        os.environ,
+        TIDEMARK_KAFKA_BOOTSTRAP=kafka,
+        TIDEMARK_ZK_CONNECT=f"{zookeeper}/tidemark-test-{unique}",
+        TIDEMARK_DELTA_ROOT=str(tmp_path),
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tidemark.cli.main", "serve", "--port", str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                status, streams = get_json(url, "/api/streams")
+                break
+            except OSError:
+                assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+                assert time.monotonic() < deadline, "tidemark serve did not answer in 60 s"
+                time.sleep(0.2)
+        assert status == 200
+        assert [s["stream"] for s in streams] == [stream]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    assert f"dashboard on http://127.0.0.1:{port}/" in out

@@ -1,0 +1,201 @@
+"""Hostile marks without Spark: undecodable keys and values, and bounded times."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from controller.admission import (
+    DEFAULT_MAX_FUTURE_MS,
+    FUTURE_TIME,
+    IMPERSONATED,
+    NEGATIVE_TIME,
+    check_time,
+)
+from controller.config import ScalingPolicy, StreamConfiguration
+from controller.exceptions import InvalidConfigurationError
+from controller.metadata import new_stream_metadata
+from jobs.config import WorkflowSettings
+from jobs.workflow import MarkInput, Rejected, StreamState, StreamWorkflow
+from schemas.codec import MAGIC
+from schemas.mark_input import Undecodable, decode_mark, decode_stream_key, printable_key
+from schemas.records import WriterMarkRecord
+from schemas.tables import Reason
+from tests.unit.test_jobs_workflow import Committed, Streams
+
+S = "shop/orders"
+HOUR = 3_600_000
+
+
+@pytest.mark.parametrize(
+    ("time_ms", "arrival_ms", "max_future_ms", "expected"),
+    [
+        pytest.param(0, 0, HOUR, None, id="zero"),
+        pytest.param(-1, 0, HOUR, NEGATIVE_TIME, id="negative"),
+        pytest.param(-(2**63), None, None, NEGATIVE_TIME, id="negative-without-bound"),
+        pytest.param(1_000 + HOUR, 1_000, HOUR, None, id="exactly-at-the-bound"),
+        pytest.param(1_001 + HOUR, 1_000, HOUR, FUTURE_TIME, id="one-past-the-bound"),
+        pytest.param(2**62, 1_000, HOUR, FUTURE_TIME, id="a-century-ahead"),
+        pytest.param(2**62, None, HOUR, None, id="no-arrival-time"),
+        pytest.param(2**62, 1_000, None, None, id="bound-off"),
+        pytest.param(5, 10**13, 0, None, id="the-past-is-fine"),
+    ],
+)
+def test_check_time(
+    time_ms: int, arrival_ms: int | None, max_future_ms: int | None, expected: str | None
+) -> None:
+    assert check_time(time_ms, arrival_ms, max_future_ms) == expected
+
+
+@given(st.integers(-(2**63), 2**63 - 1), st.integers(0, 2**45), st.integers(0, 2**40))
+def test_check_time_accepts_exactly_the_bounded_window(t: int, arrival: int, bound: int) -> None:
+    ok = check_time(t, arrival, bound) is None
+    assert ok == (0 <= t <= arrival + bound)
+
+
+def test_reasons_of_the_pure_core_are_reasons_of_the_table() -> None:
+    assert {NEGATIVE_TIME, FUTURE_TIME} <= set(Reason.ALL)
+
+
+def test_max_future_ms_is_a_stream_setting_with_a_default() -> None:
+    assert StreamConfiguration().max_future_ms == DEFAULT_MAX_FUTURE_MS == HOUR
+    old = StreamConfiguration().to_dict()
+    del old["max_future_ms"]  # metadata written before the setting existed
+    assert StreamConfiguration.from_dict(old).max_future_ms == HOUR
+    off = StreamConfiguration(max_future_ms=None)
+    assert StreamConfiguration.from_dict(off.to_dict()) == off
+    for bad in (-1, 2**63, "5", 1.5):
+        with pytest.raises(InvalidConfigurationError, match="max_future_ms"):
+            StreamConfiguration(max_future_ms=bad)  # type: ignore[arg-type]
+
+
+def test_keys() -> None:
+    assert decode_stream_key(None) == ""
+    assert decode_stream_key(b"a/b") == "a/b"
+    bad = decode_stream_key(b"\xff\xfea/b")
+    assert isinstance(bad, Undecodable) and bad.reason == Reason.MALFORMED_KEY
+    assert printable_key(b"\xff\xfea/b") == "\\xff\\xfea/b"
+
+
+@given(st.binary(max_size=64))
+def test_every_key_decodes_or_is_undecodable(key: bytes) -> None:
+    got = decode_stream_key(key)
+    shown = printable_key(key)
+    shown.encode("utf-8")  # strict: a Delta string column takes it
+    if isinstance(got, str):
+        assert got == shown and got.encode("utf-8") == key
+    else:
+        assert got.reason == Reason.MALFORMED_KEY and "\\x" in shown
+
+
+GOOD = WriterMarkRecord(S, "w", 5, {0: 3})
+UNKNOWN_FINGERPRINT = MAGIC + b"\x01" * 8 + b"body"
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        pytest.param(None, Reason.MALFORMED, id="no-value"),
+        pytest.param(b"", Reason.MALFORMED, id="empty"),
+        pytest.param(b"\x00\x01", Reason.MALFORMED, id="short"),
+        pytest.param(UNKNOWN_FINGERPRINT, Reason.UNKNOWN_SCHEMA, id="unknown-schema"),
+        pytest.param(GOOD.encode()[:-1], Reason.MALFORMED, id="truncated"),
+        pytest.param(GOOD.encode() + b"\x00", Reason.MALFORMED, id="trailing"),
+        pytest.param(WriterMarkRecord(S, "", 5, {}).encode(), Reason.MALFORMED, id="empty-writer"),
+        pytest.param(
+            WriterMarkRecord(S, "w", 5, {0: -1}).encode(), Reason.MALFORMED, id="negative-offset"
+        ),
+        pytest.param(
+            WriterMarkRecord(S, "w", 5, {-4: 1}).encode(), Reason.MALFORMED, id="negative-segment"
+        ),
+    ],
+)
+def test_undecodable_values(value: bytes | None, reason: str) -> None:
+    got = decode_mark(value)
+    assert isinstance(got, Undecodable) and got.reason == reason, got
+
+
+def test_a_string_field_that_is_not_utf8_is_malformed() -> None:
+    data = bytearray(WriterMarkRecord(S, "wq", 5, {}).encode())
+    at = data.index(b"wq")
+    data[at] = 0xFF
+    got = decode_mark(bytes(data))
+    assert isinstance(got, Undecodable) and got.reason == Reason.MALFORMED
+
+
+@given(st.binary(max_size=200))
+def test_any_bytes_decode_or_are_undecodable(value: bytes) -> None:
+    assert isinstance(decode_mark(value), WriterMarkRecord | Undecodable)
+    framed = GOOD.encode()[:10] + value  # a known header with a random body
+    assert isinstance(decode_mark(framed), WriterMarkRecord | Undecodable)
+
+
+def workflow(max_future_ms: int | None = HOUR) -> StreamWorkflow:
+    config = StreamConfiguration(ScalingPolicy.fixed(2), max_future_ms=max_future_ms)
+    return StreamWorkflow(
+        WorkflowSettings(), Streams(new_stream_metadata(S, config, 0)), Committed()
+    )
+
+
+def mark(writer: str, t: int, offset: int, arrival: int | None = 10_000) -> MarkInput:
+    return MarkInput(WriterMarkRecord(S, writer, t, {0: offset}).encode(), 0, offset, arrival)
+
+
+def test_a_forged_future_mark_is_rejected_and_the_real_writer_goes_on() -> None:
+    w, state = workflow(), StreamState()
+    out = w.on_records(S, state, [mark("a", 10_000 + 10 * 365 * 86_400_000, 1)], 10_000)
+    assert [(o.reason, o.writer) for o in out if isinstance(o, Rejected)] == [(FUTURE_TIME, "a")]
+    assert state.marks == {}
+    out = w.on_records(S, state, [mark("a", 9_000, 2), mark("a", 9_500, 3)], 10_000)
+    assert not [o for o in out if isinstance(o, Rejected)]
+    assert state.marks["a"].mark.time == 9_500
+
+
+def test_negative_time_is_rejected_and_the_bound_can_be_switched_off() -> None:
+    w, state = workflow(max_future_ms=None), StreamState()
+    out = w.on_records(S, state, [mark("a", -5, 1), mark("b", 2**62, 2)], 10_000)
+    assert [(o.reason, o.writer) for o in out if isinstance(o, Rejected)] == [(NEGATIVE_TIME, "a")]
+    assert set(state.marks) == {"b"}
+
+
+def as_instance(writer: str, t: int, offset: int, instance: str | None, alive: bool = True):
+    record = WriterMarkRecord(S, writer, t, {0: offset}, alive, instance=instance)
+    return MarkInput(record.encode(), 0, offset, 10_000)
+
+
+def test_a_mark_from_another_instance_under_a_bound_writer_id_is_impersonated() -> None:
+    w, state = workflow(), StreamState()
+    out = w.on_records(
+        S,
+        state,
+        [
+            as_instance("a", 100, 1, "real"),
+            as_instance("a", 9_000, 2, "forger"),  # ahead, but not the bound instance
+            as_instance("a", 9_000, 3, None),  # a v1 mark cannot claim a bound id either
+            as_instance("a", 200, 4, "real"),
+        ],
+        10_000,
+    )
+    assert [(o.reason, o.offset) for o in out if isinstance(o, Rejected)] == [
+        (IMPERSONATED, 2),
+        (IMPERSONATED, 3),
+    ]
+    assert state.marks["a"].mark.time == 200 and state.marks["a"].instance == "real"
+    # the state keeps the binding across batches (and JSON), and old states still load
+    again = StreamState.from_json(S, state.to_json())
+    assert again.marks["a"].instance == "real"
+    raw = state.to_raw()
+    raw["marks"]["a"] = raw["marks"]["a"][:5]  # a state written before instance tokens
+    assert StreamState.from_raw(S, raw).marks["a"].instance is None
+
+
+def test_once_the_bound_instance_shut_down_a_new_one_takes_the_writer_id() -> None:
+    w, state = workflow(), StreamState()
+    w.on_records(S, state, [as_instance("a", 100, 1, "old")], 10_000)
+    w.on_records(S, state, [as_instance("a", 100, 1, "old", alive=False)], 11_000)
+    w.cycle(S, state, 12_000)  # the cycle drops the shut-down writer
+    assert "a" not in state.marks
+    out = w.on_records(S, state, [as_instance("a", 300, 2, "new")], 13_000)
+    assert not [o for o in out if isinstance(o, Rejected)]
+    assert state.marks["a"].instance == "new"

@@ -1,0 +1,129 @@
+"""The Prometheus metrics: controller (jobs.metrics), timeline consumer, exposition."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, generate_latest
+
+from jobs.metrics import ControllerMetrics
+
+
+def _value(registry, name, labels=None):
+    value = registry.get_sample_value(name, labels or {})
+    return 0.0 if value is None else value
+
+
+def watermark_row(stream, seq, time_ms, emitted_at):
+    return {
+        "kind": "watermark",
+        "stream": stream,
+        "seq": seq,
+        "time": time_ms,
+        "emitted_at": emitted_at,
+    }
+
+
+def rejected_row(stream, reason):
+    return {"kind": "rejected", "stream": stream, "reason": reason}
+
+
+def test_controller_metrics_from_batches_and_progress():
+    registry = CollectorRegistry()
+    now = [100_000]
+    metrics = ControllerMetrics(registry, clock_ms=lambda: now[0])
+    observe = metrics.batch_observer(3)
+    observe(
+        [
+            watermark_row("a/s", 0, 90_000, 99_500),
+            watermark_row("a/s", 1, 95_000, 99_800),
+            watermark_row("b/s", 0, 60_000, 99_000),
+            rejected_row("a/s", "stale_time"),
+            rejected_row("a/s", "stale_time"),
+            rejected_row("b/s", "malformed"),
+        ],
+        7,
+        0.25,
+    )
+    now[0] = 101_000
+    assert _value(registry, "tidemark_controller_watermark_lag_seconds", {"stream": "a/s"}) == 6.0
+    assert _value(registry, "tidemark_controller_watermark_lag_seconds", {"stream": "b/s"}) == 41.0
+    assert _value(registry, "tidemark_controller_watermark_time_seconds", {"stream": "a/s"}) == 95.0
+    assert _value(registry, "tidemark_controller_watermarks_total", {"stream": "a/s"}) == 2
+    assert (
+        _value(
+            registry,
+            "tidemark_controller_marks_rejected_total",
+            {"stream": "a/s", "reason": "stale_time"},
+        )
+        == 2
+    )
+    # freshness: committed at 100 000, emitted at 99 500 / 99 800 / 99 000
+    assert _value(registry, "tidemark_controller_freshness_seconds_sum", {"stream": "a/s"}) == (
+        0.5 + 0.2
+    )
+    assert _value(registry, "tidemark_controller_batches_total", {"bucket": "3"}) == 1
+    assert _value(registry, "tidemark_controller_batch_duration_seconds_sum", {"bucket": "3"}) == (
+        0.25
+    )
+    # progress of batch 7 read 10 marks, 3 of them rejected: 7 accepted, counted once
+    metrics.observe_progress(3, {"batchId": 7, "numInputRows": 10})
+    metrics.observe_progress(3, {"batchId": 7, "numInputRows": 10})
+    metrics.observe_progress(3, None)
+    assert _value(registry, "tidemark_controller_marks_accepted_total", {"bucket": "3"}) == 7
+    metrics.observe_progress(3, {"batchId": 8, "numInputRows": 4})  # no rejects seen for 8
+    assert _value(registry, "tidemark_controller_marks_accepted_total", {"bucket": "3"}) == 11
+
+
+def test_an_older_watermark_never_moves_the_lag_back():
+    registry = CollectorRegistry()
+    metrics = ControllerMetrics(registry, clock_ms=lambda: 10_000)
+    metrics.observe_batch(0, [watermark_row("a/s", 5, 9_000, 0)], 1, 0.1)
+    metrics.observe_batch(0, [watermark_row("a/s", 4, 8_000, 0)], 2, 0.1)  # a replayed batch
+    assert _value(registry, "tidemark_controller_watermark_lag_seconds", {"stream": "a/s"}) == 1.0
+    text = generate_latest(registry).decode()
+    assert "# TYPE tidemark_controller_watermark_lag_seconds gauge" in text
+
+
+def test_timeline_consumer_metrics_are_exported():
+    from prometheus_client import REGISTRY
+
+    from pipelines.timeline.clock import ClockDrift
+    from pipelines.timeline.consumer import _Metrics
+    from pipelines.timeline.model import Lease
+
+    metrics = _Metrics("unit-metrics")
+    metrics.drift = ClockDrift(drift_ms=250.0, rtt_ms=1.0)
+    before = _value(REGISTRY, "tidemark_timeline_delivered_total", {"timeline": "unit-metrics"})
+    lease = Lease(message=None, due_ms=0, leased_at_ms=0)  # only due_ms is read
+    metrics.record([lease, lease])
+    labels = {"timeline": "unit-metrics"}
+    assert _value(REGISTRY, "tidemark_timeline_delivered_total", labels) == before + 2
+    assert _value(REGISTRY, "tidemark_timeline_clock_drift_seconds", labels) == 0.25
+    assert _value(REGISTRY, "tidemark_timeline_due_to_delivery_lag_seconds_count", labels) == 2
+
+
+class FakeQuery:
+    """A StreamingQuery's progress, as Spark reports it (the last one and recent ones)."""
+
+    def __init__(self):
+        self.recentProgress = []
+
+    @property
+    def lastProgress(self):
+        return self.recentProgress[-1] if self.recentProgress else None
+
+    def finish(self, batch_id, rows):
+        self.recentProgress.append({"batchId": batch_id, "numInputRows": rows})
+
+
+def test_batches_missed_between_two_looks_are_counted_from_recent_progress():
+    registry = CollectorRegistry()
+    metrics = ControllerMetrics(registry)
+    query = FakeQuery()
+    metrics.observe_query(0, query)  # nothing yet
+    query.finish(0, 5)
+    metrics.observe_query(0, query)
+    query.finish(1, 2)
+    query.finish(2, 3)  # two batches since the last look
+    metrics.observe_query(0, query)
+    metrics.observe_query(0, query)  # nothing new
+    assert _value(registry, "tidemark_controller_marks_accepted_total", {"bucket": "0"}) == 10

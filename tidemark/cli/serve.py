@@ -1,0 +1,66 @@
+"""``tidemark serve``: the time service (JSON API, /metrics, dashboard) on uvicorn.
+
+    tidemark serve --port 8790
+    export TIDEMARK_TIME_SERVICE=http://127.0.0.1:8790   # read/seek/ReaderGroup ask it first
+
+Services come from ``TIDEMARK_KAFKA_BOOTSTRAP`` / ``TIDEMARK_ZK_CONNECT`` /
+``TIDEMARK_DELTA_ROOT`` / ``TIDEMARK_POSTGRES_DSN`` (timeline counts),
+else from ``tidemark up``. ``tidemark/service/app.py`` lists the routes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import Any
+
+from controller.naming import ClusterSettings
+
+DEFAULT_PORT = 8790
+
+
+def register(sub: Any) -> None:
+    serve = sub.add_parser("serve", help="the time service: JSON API, /metrics and a dashboard")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    serve.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}")
+    serve.add_argument(
+        "--refresh-ms", type=int, default=500, help="how often indexes are brought up to date"
+    )
+    serve.add_argument(
+        "--bucket-count",
+        type=int,
+        default=None,
+        help="the controller's bucket count (for the dashboard's bucket owners)",
+    )
+    serve.set_defaults(func=cmd_serve)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from infra.services import KAFKA, ZOOKEEPER, resolve_services
+    from tidemark.cli.read import delta_root
+    from tidemark.cli.streams import control_plane
+    from tidemark.service.server import serve_forever
+    from tidemark.service.state import TimeService
+
+    settings = ClusterSettings()
+    if args.bucket_count:
+        settings = dataclasses.replace(settings, bucket_count=args.bucket_count)
+    found = resolve_services(KAFKA, ZOOKEEPER)  # PostgreSQL too where known (timeline counts)
+    assert found.kafka_bootstrap is not None
+    with control_plane(settings) as cp:
+        service = TimeService(
+            cp.store,
+            cp.client,
+            delta_root(),
+            bootstrap_servers=found.kafka_bootstrap,
+            cluster=settings,
+            postgres_dsn=found.postgres_dsn,
+            refresh_ms=args.refresh_ms,
+        )
+        print(f"tidemark serve: dashboard on http://{args.host}:{args.port}/", flush=True)
+        service.start()
+        try:
+            serve_forever(service, args.host, args.port)
+        finally:
+            service.close()
+    return 0

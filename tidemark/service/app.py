@@ -1,0 +1,353 @@
+"""The HTTP face of :class:`~tidemark.service.state.TimeService` (Starlette on uvicorn).
+
+    app = build_app(service)          # uvicorn.run(app, host="127.0.0.1", port=8790)
+
+JSON API (times in milliseconds since the epoch; a stream is ``scope/name``):
+
+- ``GET /api/streams`` -- every stream: epochs, segments (key ranges,
+  sealed sizes), latest watermark and lag; ``/api/streams/{scope}/{name}``: one.
+- ``GET /api/streams/{scope}/{name}/start?t=MS`` -- where to start reading
+  for ``t`` (``stream_cut_at``): ``found`` (``seq, time, upper_time_max,
+  stream_cut``; null: the head) and the resolved ``stream_cut``.
+- ``GET /api/streams/{scope}/{name}/stop?t=MS`` -- where to stop
+  (``complete_cut_at``): ``found``; ``stream_cut`` null while incomplete.
+- ``GET /api/streams/{scope}/{name}/watermarks?since=MS&version=N&as_of=MS&limit=N``
+  -- watermarks from ``marks`` as of a table version or a time (Delta time travel).
+- ``GET /api/streams/{scope}/{name}/history?minutes=60`` -- the charts' data:
+  per emitted watermark, its time, upper time and lag.
+- ``GET /api/rejected?stream=S&limit=N`` -- the latest rejected marks and reasons.
+- ``GET /api/groups/{group}/window`` -- a reader group's cut, time window, readers.
+- ``GET /api/controller`` -- the leading and standby controller drivers, the last batch.
+- ``GET /api/timelines?from_ms=&to_ms=`` -- per timeline, messages by status
+  with a time in the range (needs the timeline database).
+- ``GET /metrics`` -- Prometheus text: ``tidemark_stream_*``,
+  ``tidemark_serve_*`` and the process's default registry.
+
+Errors are JSON too: ``{"error": "unknown_stream", ...}`` (404),
+``{"error": "invalid_timestamp", ...}`` (400), ``{"error": "<ExceptionName>",
+"detail": ...}`` (400) for any other refused input.
+
+Dashboard (server-rendered HTML; charts by the vendored uPlot, no network
+needed): ``/`` and ``/streams/{scope}/{name}``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Histogram
+from prometheus_client.exposition import generate_latest
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from controller.exceptions import UnknownStreamError
+from pipelines.reading.exceptions import InvalidTimestampError, UnknownReaderGroupError
+from pipelines.reading.seek import check_timestamp
+from pipelines.reading.time_service import found_to_json
+from tidemark.errors import TidemarkError
+from tidemark.service.state import TimeService, stream_json, wall_ms
+
+HERE = Path(__file__).parent
+HOUR_MS = 3_600_000
+
+
+def _stream(request: Request) -> str:
+    return f"{request.path_params['scope']}/{request.path_params['name']}"
+
+
+def _time_param(request: Request, name: str) -> int | None:
+    """A time in milliseconds from the query string (``check_timestamp``'s rules)."""
+    text = request.query_params.get(name)
+    return None if text is None or text == "" else check_timestamp(text)
+
+
+def _count_param(request: Request, name: str, default: int) -> int:
+    """A whole number >= 0 from the query string."""
+    text = request.query_params.get(name)
+    if text is None or text == "":
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise HTTPException(400, f"{name}={text!r}: not an integer") from None
+    if value < 0:
+        raise HTTPException(400, f"{name}={text!r}: negative")
+    return value
+
+
+def _iso(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).strftime(
+        "%Y-%m-%d %H:%M:%S.%f"
+    )[:-3]
+
+
+def _duration(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    if ms < 1000:
+        return f"{ms} ms"
+    if ms < 120_000:
+        return f"{ms / 1000:.1f} s"
+    if ms < 7_200_000:
+        return f"{ms / 60_000:.1f} min"
+    return f"{ms / 3_600_000:.1f} h"
+
+
+def build_app(service: TimeService) -> Starlette:
+    """The Starlette application serving ``service``."""
+    templates = Jinja2Templates(directory=str(HERE / "templates"))
+    templates.env.filters["iso"] = _iso
+    templates.env.filters["duration"] = _duration
+    serve_registry = CollectorRegistry()
+    latency = Histogram(
+        "tidemark_serve_request_duration_seconds",
+        "Time to answer an API request, by route.",
+        ["route"],
+        buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+        registry=serve_registry,
+    )
+
+    def timed(
+        route: str, handler: Callable[[Request], Awaitable[Response]]
+    ) -> Callable[[Request], Awaitable[Response]]:
+        observe = latency.labels(route).observe
+
+        async def wrapped(request: Request) -> Response:
+            started = time.perf_counter()
+            try:
+                return await handler(request)
+            finally:
+                observe(time.perf_counter() - started)
+
+        return wrapped
+
+    # --- lookups: answered from memory, on the event loop -----------------------------------
+
+    async def start_cut(request: Request) -> Response:
+        stream = _stream(request)
+        t = _required_time(request)
+        found = service.start_lookup(stream, t)
+        from controller.navigation import at_or_after_head, head_cut
+
+        meta = service.metadata(stream)
+        cut = head_cut(meta) if found is None else at_or_after_head(found.stream_cut, meta)
+        return JSONResponse(
+            {
+                "stream": stream,
+                "timestamp": t,
+                "found": found_to_json(found),
+                "stream_cut": {str(s): o for s, o in sorted(cut.items())},
+            }
+        )
+
+    async def stop_cut(request: Request) -> Response:
+        stream = _stream(request)
+        t = _required_time(request)
+        found = service.stop_lookup(stream, t)
+        return JSONResponse(
+            {
+                "stream": stream,
+                "timestamp": t,
+                "found": found_to_json(found),
+                "stream_cut": None
+                if found is None
+                else {str(s): o for s, o in sorted(found.stream_cut.items())},
+            }
+        )
+
+    # --- the rest: may read Delta or ZooKeeper, so in the thread pool -----------------------
+
+    def streams(request: Request) -> Response:
+        now = wall_ms()
+        return JSONResponse(
+            [stream_json(m, service.latest(m.name), now) for m in service.streams()]
+        )
+
+    def one_stream(request: Request) -> Response:
+        stream = _stream(request)
+        meta = service.metadata(stream)
+        return JSONResponse(stream_json(meta, service.latest(stream), wall_ms()))
+
+    def watermarks(request: Request) -> Response:
+        stream = _stream(request)
+        version, rows = service.watermarks(
+            stream,
+            since_ms=_time_param(request, "since") or 0,
+            version=_count_param(request, "version", -1)
+            if "version" in request.query_params
+            else None,
+            as_of_ms=_time_param(request, "as_of"),
+            limit=_count_param(request, "limit", 1000),
+        )
+        return JSONResponse({"stream": stream, "table_version": version, "watermarks": rows})
+
+    def history(request: Request) -> Response:
+        stream = _stream(request)
+        minutes = _count_param(request, "minutes", 60)
+        return JSONResponse({"stream": stream, **_series(service, stream, minutes * 60_000)})
+
+    def rejected(request: Request) -> Response:
+        stream = request.query_params.get("stream") or None
+        return JSONResponse(service.rejected(stream, _count_param(request, "limit", 50)))
+
+    def window(request: Request) -> Response:
+        return JSONResponse(service.window(request.path_params["group"]))
+
+    def controller(request: Request) -> Response:
+        return JSONResponse(service.controller())
+
+    def timelines(request: Request) -> Response:
+        counts = service.timeline_counts(
+            _time_param(request, "from_ms"), _time_param(request, "to_ms")
+        )
+        if counts is None:
+            raise HTTPException(404, "no timeline database configured (TIDEMARK_POSTGRES_DSN)")
+        return JSONResponse(counts)
+
+    def metrics(request: Request) -> Response:
+        body = (
+            generate_latest(service.registry)
+            + generate_latest(serve_registry)
+            + generate_latest(REGISTRY)
+        )
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
+
+    # --- dashboard ----------------------------------------------------------------------------
+
+    def index_page(request: Request) -> Response:
+        now = wall_ms()
+        from_min = _count_param(request, "from_min", 60)
+        to_min = _count_param(request, "to_min", 0)
+        rows = []
+        for meta in service.streams():
+            info = stream_json(meta, service.latest(meta.name), now)
+            info["series"] = _series(service, meta.name, HOUR_MS)
+            rows.append(info)
+        try:
+            controller_view: dict[str, Any] | None = service.controller()
+        except Exception as exc:  # ZooKeeper trouble: show it, keep the page
+            controller_view = {"error": str(exc)}
+        counts = service.timeline_counts(now - from_min * 60_000, now - to_min * 60_000)
+        return templates.TemplateResponse(
+            request,
+            "index.html",
+            {
+                "now": now,
+                "streams": rows,
+                "controller": controller_view,
+                "rejected": service.rejected(None, 20),
+                "timelines": counts,
+                "from_min": from_min,
+                "to_min": to_min,
+                "refresh_error": service.last_refresh_error,
+                "delta_root": service.delta_root,
+            },
+        )
+
+    def stream_page(request: Request) -> Response:
+        stream = _stream(request)
+        now = wall_ms()
+        meta = service.metadata(stream)
+        _, recent = service.watermarks(stream, limit=20)
+        return templates.TemplateResponse(
+            request,
+            "stream.html",
+            {
+                "now": now,
+                "s": stream_json(meta, service.latest(stream), now),
+                "series": _series(service, stream, HOUR_MS),
+                "recent": list(reversed(recent)),
+                "rejected": service.rejected(stream, 20),
+            },
+        )
+
+    api = "/api/streams/{scope}/{name}"
+    routes = [
+        Route("/", index_page),
+        Route("/streams/{scope}/{name}", stream_page),
+        Route("/api/streams", streams),
+        Route(api, one_stream),
+        Route(f"{api}/start", timed("start", start_cut)),
+        Route(f"{api}/stop", timed("stop", stop_cut)),
+        Route(f"{api}/watermarks", watermarks),
+        Route(f"{api}/history", history),
+        Route("/api/rejected", rejected),
+        Route("/api/groups/{group}/window", window),
+        Route("/api/controller", controller),
+        Route("/api/timelines", timelines),
+        Route("/metrics", metrics),
+        Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
+    ]
+    app = Starlette(routes=routes, exception_handlers=_handlers())
+    app.state.service = service
+    return app
+
+
+def _required_time(request: Request) -> int:
+    text = request.query_params.get("t")
+    if text is None:
+        raise InvalidTimestampError("give the time as ?t=MS (milliseconds since the epoch)")
+    return check_timestamp(text)
+
+
+def _series(service: TimeService, stream: str, span_ms: int) -> dict[str, list[Any]]:
+    """Chart columns over the last ``span_ms``: x = emitted_at (s), watermark and upper
+    time (s), lag = emitted_at - time (s)."""
+    points = [p for p in service.history(stream, wall_ms() - span_ms) if p.emitted_at > 0]
+    return {
+        "x": [p.emitted_at / 1000 for p in points],
+        "time": [p.time / 1000 for p in points],
+        "upper_time": [p.upper_time / 1000 for p in points],
+        "lag": [max(0, p.emitted_at - p.time) / 1000 for p in points],
+    }
+
+
+def _handlers() -> dict[Any, Any]:
+    def error(status: int, body: dict[str, Any], request: Request) -> Response:
+        if request.url.path.startswith("/api/"):
+            return JSONResponse(body, status_code=status)
+        return HTMLResponse(
+            f"<h1>{status}</h1><p>{body.get('detail') or body.get('error')}</p>",
+            status_code=status,
+        )
+
+    async def unknown_stream(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, UnknownStreamError)
+        return error(
+            404, {"error": "unknown_stream", "stream": exc.stream, "detail": str(exc)}, request
+        )
+
+    async def unknown_group(request: Request, exc: Exception) -> Response:
+        return error(404, {"error": "unknown_reader_group", "detail": str(exc)}, request)
+
+    async def bad_time(request: Request, exc: Exception) -> Response:
+        return error(400, {"error": "invalid_timestamp", "detail": str(exc)}, request)
+
+    async def refused(request: Request, exc: Exception) -> Response:
+        return error(400, {"error": type(exc).__name__, "detail": str(exc)}, request)
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        return error(exc.status_code, {"error": "http", "detail": exc.detail}, request)
+
+    return {
+        UnknownStreamError: unknown_stream,
+        UnknownReaderGroupError: unknown_group,
+        InvalidTimestampError: bad_time,
+        TidemarkError: refused,
+        HTTPException: http_error,
+    }
+
+
+__all__ = ["build_app"]

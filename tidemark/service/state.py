@@ -1,0 +1,440 @@
+"""What ``tidemark serve`` knows, kept warm by one background thread.
+
+    service = TimeService(store, zk_client, delta_root, bootstrap_servers=kafka)
+    service.start()                       # refreshes every refresh_ms
+    service.start_lookup("shop/orders", t)   # Found | None, from memory
+    service.close()
+
+Every ``refresh_ms`` the thread reads the streams' metadata from the store,
+brings each stream's in-memory index up to date (the
+:class:`~pipelines.reading.seek.SeekIndex` reads only the Delta versions
+added since) and appends the new watermarks to a bounded per-stream
+history (``emitted_at``, ``time``, ``upper_time``) for the dashboard's
+charts. A lookup therefore never touches Delta while the stream is known;
+a stream created since the last refresh is read on first use.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from controller.metadata import StreamMetadata
+from controller.naming import ClusterSettings
+from controller.store import MetadataStore
+from pipelines.reading.seek import Found, SeekIndex, check_timestamp, live_metadata
+from pipelines.reading.watermark_tables import TableTail, resolve_delta_root
+from schemas.tables import MARKS, REJECTED_MARKS, cut_from_cell, table_path
+from tidemark.errors import ConfigurationError
+
+log = logging.getLogger(__name__)
+
+HISTORY_COLUMNS = ("stream", "seq", "time", "upper_time", "emitted_at", "stream_cut")
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True)
+class HistoryPoint:
+    seq: int
+    time: int
+    upper_time: int
+    emitted_at: int
+
+
+class _History:
+    """A stream's recent watermarks (bounded), appended by table version, and their
+    cuts by ``seq`` (so a lookup needs no read of ``marks``)."""
+
+    def __init__(self, delta_root: str, stream: str, limit: int) -> None:
+        self.tail = TableTail(table_path(delta_root, MARKS), stream, HISTORY_COLUMNS)
+        self.points: deque[HistoryPoint] = deque(maxlen=limit)
+        self.cuts: OrderedDict[int, dict[int, int]] = OrderedDict()
+        self.limit = limit
+        self.count = 0
+
+    def poll(self) -> None:
+        rows = self.tail.poll()
+        for row in rows.to_pylist():
+            seq = int(row["seq"])
+            self.points.append(
+                HistoryPoint(
+                    seq, int(row["time"]), int(row["upper_time"]), int(row["emitted_at"] or 0)
+                )
+            )
+            self.cuts[seq] = cut_from_cell(row["stream_cut"])
+            if len(self.cuts) > self.limit:
+                self.cuts.popitem(last=False)
+        self.count += rows.num_rows
+
+
+class TimeService:
+    """Warm indexes, metadata and watermark history of every stream in ``store``."""
+
+    def __init__(
+        self,
+        store: MetadataStore,
+        zk_client: Any,
+        delta_root: str | None,
+        *,
+        bootstrap_servers: str,
+        cluster: ClusterSettings | None = None,
+        postgres_dsn: str | None = None,
+        refresh_ms: int = 500,
+        history_limit: int = 20_000,
+        storage_options: Mapping[str, str] | None = None,
+    ) -> None:
+        if refresh_ms < 10:
+            raise ConfigurationError(f"refresh_ms must be >= 10, got {refresh_ms}")
+        self.store = store
+        self.zk_client = zk_client
+        self.delta_root = resolve_delta_root(delta_root)
+        self.bootstrap_servers = bootstrap_servers
+        self.cluster = cluster or ClusterSettings()
+        self.postgres_dsn = postgres_dsn
+        self.refresh_s = refresh_ms / 1000
+        self.storage_options = dict(storage_options or {})
+        # Lookups never refresh on their own while the thread keeps up (5 intervals).
+        self.index = SeekIndex(
+            self.delta_root,
+            storage_options=self.storage_options,
+            refresh_interval_ms=refresh_ms * 5,
+        )
+        self._history_limit = history_limit
+        self._lock = threading.RLock()
+        self._meta: dict[str, StreamMetadata] = {}
+        self._history: dict[str, _History] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.refreshes = 0
+        self.last_refresh_error: str | None = None
+        self.registry = CollectorRegistry()
+        self.registry.register(_StreamCollector(self))
+
+    # --- lifecycle ----------------------------------------------------------------------------
+
+    def start(self) -> TimeService:
+        self.refresh_all()
+        self._thread = threading.Thread(target=self._loop, name="tidemark-serve", daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.refresh_s):
+            try:
+                self.refresh_all()
+                self.last_refresh_error = None
+            except Exception as exc:  # keep serving what we have; say why on the dashboard
+                self.last_refresh_error = f"{type(exc).__name__}: {exc}"
+                log.warning("refresh failed: %s", exc)
+
+    def refresh_all(self) -> None:
+        names = self.store.list_streams()
+        for name in names:
+            self._refresh_stream(name)
+        with self._lock:
+            for gone in set(self._meta) - set(names):
+                self._meta.pop(gone, None)
+                self._history.pop(gone, None)
+        self.refreshes += 1
+
+    def _refresh_stream(self, name: str) -> StreamMetadata:
+        meta = live_metadata(self.store, name)
+        with self._lock:
+            self._meta[name] = meta
+            history = self._history.get(name)
+            if history is None:
+                history = self._history[name] = _History(self.delta_root, name, self._history_limit)
+        self.index.refresh(name, force=True)
+        history.poll()
+        return meta
+
+    # --- lookups ------------------------------------------------------------------------------
+
+    def metadata(self, stream: str) -> StreamMetadata:
+        """The stream's metadata as of the last refresh (read now when not known yet)."""
+        with self._lock:
+            meta = self._meta.get(stream)
+        return meta if meta is not None else self._refresh_stream(stream)
+
+    def start_lookup(self, stream: str, timestamp: object) -> Found | None:
+        """``SeekIndex.start``: the watermark to start at for ``timestamp``; None: the head."""
+        ts = check_timestamp(timestamp)
+        self.metadata(stream)
+        return self._found(stream, self.index.start_position(stream, ts))
+
+    def stop_lookup(self, stream: str, timestamp: object) -> Found | None:
+        """``SeekIndex.stop``: the watermark to stop at; None: not complete yet."""
+        ts = check_timestamp(timestamp)
+        self.metadata(stream)
+        return self._found(stream, self.index.stop_position(stream, ts))
+
+    def _found(self, stream: str, position: int | None) -> Found | None:
+        """The index row at ``position`` with its cut: from the history when it holds it
+        (no Delta read), else from ``marks`` through the index's cache."""
+        if position is None:
+            return None
+        seqs, times, upper = self.index.columns(stream)
+        seq = seqs[position]
+        with self._lock:
+            history = self._history.get(stream)
+            cut = None if history is None else history.cuts.get(seq)
+        if cut is None:
+            cut = self.index.cut(stream, seq)
+        return Found(seq, times[position], upper[position], dict(cut))
+
+    def streams(self) -> list[StreamMetadata]:
+        with self._lock:
+            return [self._meta[n] for n in sorted(self._meta)]
+
+    def history(self, stream: str, since_ms: int | None = None) -> list[HistoryPoint]:
+        """The stream's watermarks emitted at or after ``since_ms`` (all kept ones: None)."""
+        self.metadata(stream)
+        with self._lock:
+            points = list(self._history[stream].points)
+        if since_ms is None:
+            return points
+        return [p for p in points if p.emitted_at >= since_ms]
+
+    def latest(self, stream: str) -> HistoryPoint | None:
+        with self._lock:
+            history = self._history.get(stream)
+            return history.points[-1] if history is not None and history.points else None
+
+    def watermark_count(self, stream: str) -> int:
+        with self._lock:
+            history = self._history.get(stream)
+            return 0 if history is None else history.count
+
+    # --- Delta time travel ---------------------------------------------------------------------
+
+    def watermarks(
+        self,
+        stream: str,
+        *,
+        since_ms: int = 0,
+        version: int | None = None,
+        as_of_ms: int | None = None,
+        limit: int = 1000,
+    ) -> tuple[int | None, list[dict[str, Any]]]:
+        """The stream's watermarks with time >= ``since_ms`` in the ``marks`` table as of a
+        table ``version`` or a time ``as_of_ms`` (latest: neither); (version read, rows)."""
+        import datetime
+
+        import pyarrow.dataset as ds
+        from deltalake import DeltaTable
+        from deltalake.exceptions import DeltaError, TableNotFoundError
+
+        if version is not None and as_of_ms is not None:
+            raise ConfigurationError("give version or as_of, not both")
+        self.metadata(stream)
+        try:
+            dt = DeltaTable(
+                table_path(self.delta_root, MARKS),
+                storage_options=self.storage_options or None,
+                version=version,
+            )
+            if as_of_ms is not None:
+                dt.load_as_version(datetime.datetime.fromtimestamp(as_of_ms / 1000, datetime.UTC))
+        except TableNotFoundError:
+            return None, []
+        except (DeltaError, ValueError, OSError) as exc:
+            raise ConfigurationError(f"marks table: no such version ({exc})") from exc
+        table = dt.to_pyarrow_dataset().to_table(
+            filter=(ds.field("stream") == stream) & (ds.field("time") >= since_ms)
+        )
+        rows = sorted(table.to_pylist(), key=lambda r: r["seq"])[-limit:]
+        return dt.version(), [
+            {
+                "seq": r["seq"],
+                "time": r["time"],
+                "upper_time": r["upper_time"],
+                "emitted_at": r["emitted_at"],
+                "writers": list(r["writers"] or ()),
+                "stream_cut": {
+                    str(s): o for s, o in sorted(cut_from_cell(r["stream_cut"]).items())
+                },
+            }
+            for r in rows
+        ]
+
+    def rejected(self, stream: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
+        """The latest rejected marks (all streams: None), newest first."""
+        import pyarrow.dataset as ds
+        from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
+
+        try:
+            dt = DeltaTable(
+                table_path(self.delta_root, REJECTED_MARKS),
+                storage_options=self.storage_options or None,
+            )
+        except TableNotFoundError:
+            return []
+        flt = None if stream is None else ds.field("stream") == stream
+        table = dt.to_pyarrow_dataset().to_table(
+            columns=["stream", "writer", "reason", "kafka_partition", "kafka_offset", "at"],
+            filter=flt,
+        )
+        return sorted(table.to_pylist(), key=lambda r: r["at"] or 0, reverse=True)[:limit]
+
+    # --- other views ----------------------------------------------------------------------------
+
+    def controller(self) -> dict[str, Any]:
+        """The controller drivers alive (the leader runs every bucket) and its last batch
+        (from ZooKeeper)."""
+        from controller.election import controller_view
+
+        view = controller_view(self.zk_client, self.cluster.zk_root, self.cluster.marks_topic)
+        members = [] if view.leader is None else [view.leader, *view.standbys]
+        return {
+            "leader": view.leader,
+            "standbys": list(view.standbys),
+            "members": members,
+            "buckets": {str(b): view.leader for b in range(self.cluster.bucket_count)},
+            "marks_topic": self.cluster.marks_topic,
+            "last_batch": view.progress,
+        }
+
+    def window(self, group_name: str) -> dict[str, Any]:
+        """A reader group's committed position and its time window."""
+        from pipelines.reading.group import open_group
+
+        with open_group(
+            group_name,
+            store=self.store,
+            bootstrap_servers=self.bootstrap_servers,
+            delta_root=self.delta_root,
+        ) as group:
+            window = group.current_time_window()
+            cut = group.stream_cut()
+            readers = group.online_readers()
+            stream = group.stream
+        return {
+            "group": group_name,
+            "stream": stream,
+            "lower": window.lower,
+            "upper": window.upper,
+            "stream_cut": {str(s): o for s, o in sorted(cut.items())},
+            "readers": readers,
+        }
+
+    def timeline_counts(
+        self, from_ms: int | None = None, to_ms: int | None = None
+    ) -> list[dict[str, Any]] | None:
+        """Per timeline, messages by status with a time in [from_ms, to_ms); None: no database."""
+        if self.postgres_dsn is None:
+            return None
+        from dataclasses import asdict
+
+        from pipelines.timeline.store import TimelineStore
+
+        store = TimelineStore(self.postgres_dsn)
+        try:
+            return [
+                {"timeline": t.name, **asdict(store.count(t.name, from_ms, to_ms))}
+                for t in store.timelines()
+            ]
+        finally:
+            store.close()
+
+
+def _cut_json(cut: Mapping[int, int]) -> dict[str, int]:
+    return {str(s): o for s, o in sorted(cut.items())}
+
+
+def stream_json(meta: StreamMetadata, latest: HistoryPoint | None, now_ms: int) -> dict[str, Any]:
+    """A stream's epochs and segments, and its latest watermark, as JSON."""
+    current = meta.current_epoch().number
+    return {
+        "stream": meta.name,
+        "topic": meta.topic,
+        "state": str(meta.state.value if hasattr(meta.state, "value") else meta.state),
+        "current_epoch": current,
+        "epochs": [
+            {
+                "number": e.number,
+                "created_at": e.created_at_ms,
+                "segments": [
+                    {
+                        "id": s.id,
+                        "number": s.number,
+                        "key_range": [s.key_range.low, s.key_range.high],
+                        "sealed_size": meta.sealed_sizes.get(s.id),
+                        "active": e.number == current,
+                    }
+                    for s in e.segments
+                ],
+            }
+            for e in meta.epochs
+        ],
+        "truncation": _cut_json(meta.truncation),
+        "watermark": None
+        if latest is None
+        else {
+            "seq": latest.seq,
+            "time": latest.time,
+            "upper_time": latest.upper_time,
+            "lag_ms": max(0, now_ms - latest.time),
+        },
+    }
+
+
+class _StreamCollector(Collector):
+    """``tidemark_stream_*``: what the service sees of each stream, computed when scraped."""
+
+    def __init__(self, service: TimeService) -> None:
+        self.service = service
+
+    def collect(self) -> Iterable[Any]:
+        now = wall_ms()
+        lag = GaugeMetricFamily(
+            "tidemark_stream_watermark_lag_seconds",
+            "Wall clock now minus the time of the stream's latest watermark.",
+            labels=["stream"],
+        )
+        at = GaugeMetricFamily(
+            "tidemark_stream_watermark_time_seconds",
+            "Time of the stream's latest watermark.",
+            labels=["stream"],
+        )
+        segments = GaugeMetricFamily(
+            "tidemark_stream_active_segments", "Segments of the current epoch.", labels=["stream"]
+        )
+        epoch = GaugeMetricFamily(
+            "tidemark_stream_epoch", "The stream's current epoch.", labels=["stream"]
+        )
+        count = CounterMetricFamily(
+            "tidemark_stream_watermarks",
+            "Watermarks the service has seen in the marks table.",
+            labels=["stream"],
+        )
+        for meta in self.service.streams():
+            name = meta.name
+            latest = self.service.latest(name)
+            if latest is not None:
+                lag.add_metric([name], max(0, now - latest.time) / 1000)
+                at.add_metric([name], latest.time / 1000)
+            segments.add_metric([name], len(meta.current_epoch().segments))
+            epoch.add_metric([name], meta.current_epoch().number)
+            count.add_metric([name], self.service.watermark_count(name))
+        yield from (lag, at, segments, epoch, count)
+
+
+__all__ = ["HistoryPoint", "TimeService", "stream_json", "wall_ms"]
