@@ -183,7 +183,10 @@ class ControllerMetrics:
     def observe_progress(self, bucket: int | str, progress: Mapping[str, Any] | None) -> None:
         """A query's ``lastProgress``: counts each batch's input once. An idle report (no
         ``addBatch`` phase; Spark numbers it with the *next* batch id) is not a batch."""
-        if not progress or "addBatch" not in (progress.get("durationMs") or {"addBatch": 0}):
+        if not progress:
+            return
+        durations = progress.get("durationMs")
+        if durations is not None and "addBatch" not in durations:
             return
         batch_id = int(progress.get("batchId", -1))
         with self._lock:

@@ -30,7 +30,8 @@ def test_metrics_match_the_tables(spark, kafka, zookeeper, zk_client, unique, tm
             w.note_time(t)
             w.flush()
             instance.process_all_available()
-        produce(env, stream, WriterMarkRecord(stream, "w1", 500, {0: 1}).encode(), 0)  # stale
+        stale = WriterMarkRecord(stream, "w1", 500, {0: 1}, instance=w.instance)  # w1's own
+        produce(env, stream, stale.encode(), 0)
         wait_for(
             lambda: (
                 read_table(settings.delta_root, REJECTED_MARKS)

@@ -11,6 +11,7 @@ from controller.metadata import StreamMetadata, new_stream_metadata
 from jobs.config import CycleTrigger, WorkflowSettings
 from jobs.tables import Reason
 from jobs.workflow import (
+    STATE_VERSION,
     Emitted,
     MarkInput,
     Rejected,
@@ -189,6 +190,20 @@ def test_state_round_trips_through_json() -> None:
     w.on_records(S, state, [rec("a", 100, {0: 5}, 2)], 10_000)
     again = StreamState.from_json(S, state.to_json())
     assert again == state
+
+
+def test_state_of_version_1_loads_without_a_first_mark_time() -> None:
+    """One state version holds instance, max_event_time and ``first``; version 1
+    (before ``first``) loads with it unknown, any other version is refused."""
+    w, state = wf(), StreamState()
+    w.on_records(S, state, [rec("a", 100, {0: 5}, 0)], 1_000)
+    raw = state.to_raw()
+    assert raw["v"] == STATE_VERSION == 2 and raw["first"] == 1_000
+    del raw["first"]
+    old = StreamState.from_raw(S, {**raw, "v": 1})
+    assert old.first_mark_ms is None and old.marks == state.marks
+    with pytest.raises(ValueError, match="unknown state version 3"):
+        StreamState.from_raw(S, {**raw, "v": 3})
 
 
 def test_marks_running_ahead_raise_the_upper_time_and_survive_the_state() -> None:
