@@ -111,6 +111,12 @@ def _write_history(
     return written, noted, times, events
 
 
+def _wait_for_a_batch(controller: Any, timeout_s: float = 300) -> None:
+    deadline = time.monotonic() + timeout_s
+    while controller.last_batch is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
 def new_unique() -> str:
     return uuid.uuid4().hex[:6]
 
@@ -173,7 +179,10 @@ def run_demo(
         with ControllerJob(spark, settings, f"demo-{unique}") as controller:
             # The first micro-batch (the new leader's due sweep) starts the Python
             # workers and the state store: many seconds; later ones take about one.
+            # Wait for it to complete, so the history's steps land in batches of
+            # their own (the sweep may not be visible yet to process_all_available).
             controller.process_all_available()
+            _wait_for_a_batch(controller)
             progress(STEPS_SHOWN[1])
             written, noted, times, events = _write_history(env, stream, base_ms)
             progress(STEPS_SHOWN[2])
