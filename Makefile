@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.tidemark-installed
 
 .DEFAULT_GOAL := help
-.PHONY: help setup browser demo test test-faults test-unit lint bench up down status clean
+.PHONY: help setup browser demo test test-faults test-unit lint bench soak up down status clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -46,6 +46,9 @@ lint: setup ## ruff + mypy
 
 bench: setup ## benchmarks, printed with ratios against baselines run in the same process
 	$(PY) -m tests.bench
+
+soak: setup ## soak: 10 000 controller commits x 100 streams with maintenance on (~15-30 min)
+	$(PY) -m tests.bench bench_soak
 
 up: setup ## start local services in the background (tidemark up)
 	$(PY) -m tidemark.cli.main up

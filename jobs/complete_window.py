@@ -14,10 +14,24 @@ in [T1, T2), and appends one row of aggregates per window to a Delta table
 
 It runs a window only once it is **complete**: while no watermark has
 reached T2 - 1, :class:`~jobs.exceptions.WindowNotCompleteError`
-(``run_due_windows`` simply stops there). The append is idempotent: Delta's
-``txnAppId`` = ``tidemark-complete-window/<stream>``, ``txnVersion`` = T1, so a
-window run again (after a crash, or by a second scheduler) is skipped, and
-``run_due_windows`` resumes after the last window written.
+(``run_due_windows`` simply stops there). The write is idempotent: it
+replaces the rows of ``(stream, window_start)`` (Delta ``replaceWhere``), so
+a window run again (after a crash, by a second scheduler, in any order)
+leaves one result, and ``run_due_windows`` resumes after the last window
+written.
+
+Instead of the built-in aggregates, ``sql`` runs a query over the window's
+records, the view ``window_events`` (``key``, ``value`` binary, ``ts`` ms,
+``segment`` = partition, ``offset``); its rows are written with ``stream``,
+``window_start``, ``window_end`` added.
+
+From the command line (``tidemark window run``, or ``spark-submit
+jobs/complete_window.py``; exit :data:`EXIT_NOT_YET` = 75 while the window
+is not complete)::
+
+    spark-submit --packages ... jobs/complete_window.py shop/orders \
+        --from 1700000000000 --to 1700000300000 --output s3a://lake/orders_5m \
+        [--sql "SELECT count(*) AS n FROM window_events"] [--every 5m] [--wait-ms 600000]
 
 Both cuts assume well-behaved writers (noted times never below the times of
 events written before them); see ``controller.index``. The cuts come from
@@ -28,8 +42,10 @@ the ``index``/``marks`` tables read with deltalake and searched by
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -40,6 +56,8 @@ from controller.navigation import SegmentRange, ranges_between, start_or_head
 from controller.store import MetadataStore
 from jobs.exceptions import JobConfigurationError, WindowNotCompleteError
 from jobs.tables import read_index_rows
+from jobs.window_args import WindowRun, add_window_arguments, window_run_from_args
+from pipelines.reading.stream_time import EXIT_NOT_YET, wait_for_time
 
 log = logging.getLogger(__name__)
 
@@ -135,19 +153,28 @@ def output_path(delta_root: str) -> str:
     return f"{delta_root.rstrip('/')}/{AGGREGATES_TABLE}"
 
 
-def app_id(stream: str) -> str:
-    return f"tidemark-complete-window/{stream}"
+EVENTS_VIEW = "window_events"
 
 
-def aggregate(spark: Any, plan: WindowPlan, bootstrap_servers: str) -> WindowResult:
-    """Read the plan's ranges from Kafka (read_committed) and aggregate [start, end)."""
+def window_events(spark: Any, plan: WindowPlan, bootstrap_servers: str) -> Any:
+    """The window's records: the plan's offset ranges from Kafka (read_committed), those
+    with time in [start, end); columns ``key, value, ts, segment, offset``."""
     from pyspark.sql import functions as F
+    from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
     from controller.kafka_client import spark_kafka_options
 
-    now = int(time.time() * 1000)
     if not plan.ranges:
-        return WindowResult(plan.stream, plan.start_ms, plan.end_ms, 0, 0, 0, None, None, now)
+        empty = StructType(
+            [
+                StructField("key", BinaryType()),
+                StructField("value", BinaryType()),
+                StructField("ts", LongType()),
+                StructField("segment", LongType()),
+                StructField("offset", LongType()),
+            ]
+        )
+        return spark.createDataFrame([], empty)
     reader = (
         spark.read.format("kafka")
         .option("kafka.bootstrap.servers", bootstrap_servers)
@@ -157,8 +184,54 @@ def aggregate(spark: Any, plan: WindowPlan, bootstrap_servers: str) -> WindowRes
     )
     for key, value in plan.kafka_options().items():
         reader = reader.option(key, value)
-    frame = reader.load().withColumn("ts", F.unix_millis(F.col("timestamp")))
-    kept = frame.where((F.col("ts") >= plan.start_ms) & (F.col("ts") < plan.end_ms))
+    frame = reader.load().select(
+        "key",
+        "value",
+        F.unix_millis(F.col("timestamp")).alias("ts"),
+        F.col("partition").cast("long").alias("segment"),
+        "offset",
+    )
+    return frame.where((F.col("ts") >= plan.start_ms) & (F.col("ts") < plan.end_ms))
+
+
+def query_window(spark: Any, plan: WindowPlan, bootstrap_servers: str, sql: str) -> Any:
+    """``sql`` over the view ``window_events``, with ``stream, window_start, window_end``."""
+    from pyspark.sql import functions as F
+
+    window_events(spark, plan, bootstrap_servers).createOrReplaceTempView(EVENTS_VIEW)
+    try:
+        result = spark.sql(sql)
+    except Exception as exc:
+        raise JobConfigurationError(f"the window query failed: {exc}") from exc
+    return result.select(
+        F.lit(plan.stream).alias("stream"),
+        F.lit(plan.start_ms).cast("long").alias("window_start"),
+        F.lit(plan.end_ms).cast("long").alias("window_end"),
+        *[F.col(f"`{c}`") for c in result.columns],
+    )
+
+
+def write_window(frame: Any, stream: str, window_start: int, output: str) -> None:
+    """Replace the rows of ``(stream, window_start)`` in the Delta table ``output`` with
+    ``frame`` (which has those columns): running a window twice leaves one result."""
+    quoted = stream.replace("'", "''")
+    (
+        frame.coalesce(1)
+        .write.format("delta")
+        .mode("overwrite")
+        .option("replaceWhere", f"stream = '{quoted}' AND window_start = {int(window_start)}")
+        .save(output)
+    )
+
+
+def aggregate(spark: Any, plan: WindowPlan, bootstrap_servers: str) -> WindowResult:
+    """Read the plan's ranges from Kafka (read_committed) and aggregate [start, end)."""
+    from pyspark.sql import functions as F
+
+    now = int(time.time() * 1000)
+    if not plan.ranges:
+        return WindowResult(plan.stream, plan.start_ms, plan.end_ms, 0, 0, 0, None, None, now)
+    kept = window_events(spark, plan, bootstrap_servers)
     row = kept.agg(
         F.count(F.lit(1)).alias("events"),
         F.coalesce(F.sum(F.length("value")), F.lit(0)).alias("bytes"),
@@ -179,8 +252,11 @@ def aggregate(spark: Any, plan: WindowPlan, bootstrap_servers: str) -> WindowRes
     )
 
 
-def write_result(spark: Any, result: WindowResult, delta_root: str) -> None:
-    """Append the row, idempotently (txnAppId per stream, txnVersion = window start)."""
+def write_result(
+    spark: Any, result: WindowResult, delta_root: str, output: str | None = None
+) -> None:
+    """Write the row, idempotently (:func:`write_window`); ``output`` defaults to
+    ``<delta root>/window_aggregates``."""
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
     schema = StructType(
@@ -191,14 +267,11 @@ def write_result(spark: Any, result: WindowResult, delta_root: str) -> None:
         ]
     )
     values = tuple(getattr(result, c) for c in AGGREGATE_COLUMNS)
-    (
-        spark.createDataFrame([values], schema)
-        .coalesce(1)
-        .write.format("delta")
-        .mode("append")
-        .option("txnAppId", app_id(result.stream))
-        .option("txnVersion", result.window_start)
-        .save(output_path(delta_root))
+    write_window(
+        spark.createDataFrame([values], schema),
+        result.stream,
+        result.window_start,
+        output or output_path(delta_root),
     )
 
 
@@ -211,8 +284,13 @@ def run_window(
     store: MetadataStore,
     bootstrap_servers: str,
     delta_root: str,
+    output: str | None = None,
+    sql: str | None = None,
 ) -> WindowResult:
-    """Plan, read, aggregate and append one complete window (tables under ``delta_root``)."""
+    """Plan, read, aggregate and write one complete window (tables under ``delta_root``;
+    the result to ``output``, default ``<delta root>/window_aggregates``). With ``sql``,
+    the query's rows are written instead; the returned aggregates are then not computed
+    (``events`` = -1)."""
     plan = plan_window(stream, start_ms, end_ms, store=store, delta_root=delta_root)
     log.info(
         "window [%d, %d) of %s: %s",
@@ -221,21 +299,35 @@ def run_window(
         stream,
         [(r.segment.id, r.start, r.end) for r in plan.ranges],
     )
+    if sql is not None:
+        target = output or output_path(delta_root)
+        write_window(
+            query_window(spark, plan, bootstrap_servers, sql), stream, plan.start_ms, target
+        )
+        now = int(time.time() * 1000)
+        return WindowResult(stream, plan.start_ms, plan.end_ms, -1, -1, -1, None, None, now)
     result = aggregate(spark, plan, bootstrap_servers)
-    write_result(spark, result, delta_root)
+    write_result(spark, result, delta_root, output)
     return result
 
 
-def last_window_start(delta_root: str, stream: str) -> int | None:
-    """The start of the last window written for ``stream`` (Delta's txn version), if any."""
+def last_window_start(delta_root: str, stream: str, output: str | None = None) -> int | None:
+    """The start of the last window written for ``stream`` to ``output``, if any."""
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
     try:
-        table = DeltaTable(output_path(delta_root))
+        table = DeltaTable(output or output_path(delta_root))
     except TableNotFoundError:
         return None
-    found = table.transaction_version(app_id(stream))
+    starts = (
+        table.to_pyarrow_dataset()
+        .to_table(columns=["window_start"], filter=ds.field("stream") == stream)
+        .column("window_start")
+    )
+    found = pc.max(starts).as_py() if len(starts) else None
     return None if found is None else int(found)
 
 
@@ -249,13 +341,15 @@ def run_due_windows(
     bootstrap_servers: str,
     delta_root: str,
     limit: int = 1000,
+    output: str | None = None,
+    sql: str | None = None,
 ) -> Sequence[WindowResult]:
     """Run every complete window of ``size_ms`` after the last one written (from
     ``first_start_ms`` on the first run); stop at the first incomplete one."""
     if size_ms < 1:
         raise JobConfigurationError(f"size_ms must be >= 1, got {size_ms}")
-    last = last_window_start(delta_root, stream)
-    start = first_start_ms if last is None else last + size_ms
+    last = last_window_start(delta_root, stream, output)
+    start = first_start_ms if last is None or last < first_start_ms else last + size_ms
     out: list[WindowResult] = []
     for _ in range(limit):
         try:
@@ -268,6 +362,8 @@ def run_due_windows(
                     store=store,
                     bootstrap_servers=bootstrap_servers,
                     delta_root=delta_root,
+                    output=output,
+                    sql=sql,
                 )
             )
         except WindowNotCompleteError:
@@ -276,16 +372,161 @@ def run_due_windows(
     return out
 
 
+# --- the entry point: ``tidemark window run`` and ``spark-submit jobs/complete_window.py`` ---
+
+
+def run_windows(
+    spark: Any,
+    run: WindowRun,
+    *,
+    store: MetadataStore,
+    bootstrap_servers: str,
+    delta_root: str,
+    on_result: Any = None,
+) -> int:
+    """Run ``run``'s windows in order; 0 when all are written, :data:`EXIT_NOT_YET` when
+    one is not complete within ``wait_ms``. Each window waits for the watermark that
+    completes it (woken by new watermarks, :func:`wait_for_time`)."""
+    from pipelines.reading.exceptions import StreamTimeTimeoutError
+
+    resume = last_window_start(delta_root, run.stream, run.output) if run.every_ms else None
+    for start, end in run.windows(resume):
+        if run.wait_ms != 0:
+            try:
+                wait_for_time(
+                    run.stream,
+                    end - 1,
+                    2**31 if run.wait_ms is None else run.wait_ms,
+                    delta_root=delta_root,
+                )
+            except StreamTimeTimeoutError as exc:
+                log.warning("window [%d, %d) of %s: %s", start, end, run.stream, exc)
+                return EXIT_NOT_YET
+        try:
+            result = run_window(
+                spark,
+                run.stream,
+                start,
+                end,
+                store=store,
+                bootstrap_servers=bootstrap_servers,
+                delta_root=delta_root,
+                output=run.output,
+                sql=run.sql,
+            )
+        except WindowNotCompleteError as exc:
+            log.warning("%s", exc)
+            return EXIT_NOT_YET
+        if on_result is not None:
+            on_result(result)
+    return 0
+
+
+def run_from_args(args: argparse.Namespace, spark: Any = None) -> int:
+    """Resolve services, start Spark (unless given or under spark-submit), run."""
+    from kazoo.client import KazooClient
+
+    from controller.naming import ClusterSettings
+    from controller.zk_store import ZooKeeperStore
+    from infra.environment import Environment
+    from infra.services import KAFKA, ZOOKEEPER, data_root, resolve_services
+
+    run = window_run_from_args(args)
+    env = Environment.from_env()
+    found = resolve_services(KAFKA, ZOOKEEPER, kafka=args.bootstrap, zk=args.zk, env=env)
+    delta_root = args.delta_root or str(data_root(env))
+    client = KazooClient(hosts=str(found.zk_connect))
+    client.start(timeout=15)
+    local = None
+    try:
+        store = ZooKeeperStore(client, args.zk_root or ClusterSettings().zk_root)
+        if spark is None:
+            spark, local = _spark()
+        return run_windows(
+            spark,
+            run,
+            store=store,
+            bootstrap_servers=str(found.kafka_bootstrap),
+            delta_root=delta_root,
+            on_result=lambda r: print(
+                json.dumps(
+                    {
+                        "stream": r.stream,
+                        "window_start": r.window_start,
+                        "window_end": r.window_end,
+                        "events": r.events,
+                    }
+                ),
+                flush=True,
+            ),
+        )
+    finally:
+        client.stop()
+        client.close()
+        if local is not None:
+            from infra.spark import stop_spark
+
+            stop_spark(local)
+
+
+def _spark() -> tuple[Any, Any]:
+    """(session, the local session to stop afterwards or None under spark-submit)."""
+    from jobs.compact_index import launched_by_spark_submit
+
+    if launched_by_spark_submit():
+        from pyspark.sql import SparkSession
+
+        return SparkSession.builder.appName("tidemark-window-run").getOrCreate(), None
+    from pathlib import Path
+    from tempfile import mkdtemp
+
+    from infra.spark import SparkSettings, spark_session
+
+    session = spark_session(
+        SparkSettings(work_dir=Path(mkdtemp(prefix="tidemark-window-")), app_name="window-run")
+    )
+    return session, session
+
+
+def main(argv: list[str] | None = None) -> int:
+    from tidemark.errors import TidemarkError
+
+    parser = argparse.ArgumentParser(prog="complete_window", description=__doc__.split("\n")[0])
+    add_window_arguments(parser)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO)
+    try:
+        return run_from_args(args)
+    except TidemarkError as exc:
+        print(f"complete_window: error: {exc}", file=sys.stderr)
+        return 1
+
+
 __all__ = [
     "AGGREGATES_TABLE",
     "AGGREGATE_COLUMNS",
+    "EVENTS_VIEW",
+    "EXIT_NOT_YET",
     "WindowPlan",
     "WindowResult",
+    "WindowRun",
+    "add_window_arguments",
     "aggregate",
     "last_window_start",
+    "main",
     "output_path",
     "plan_window",
+    "query_window",
     "run_due_windows",
+    "run_from_args",
     "run_window",
+    "run_windows",
+    "window_events",
+    "window_run_from_args",
     "write_result",
+    "write_window",
 ]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

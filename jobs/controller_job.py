@@ -61,6 +61,7 @@ from urllib.parse import urlparse
 from jobs.cli_args import add_controller_arguments, settings_from_args
 from jobs.config import ControllerSettings
 from jobs.exceptions import JobConfigurationError, QueryFailedError
+from jobs.maintenance import MaintenanceSwitch, maintenance_switch
 from jobs.sink import DeltaSink, ensure_tables
 
 log = logging.getLogger(__name__)
@@ -317,6 +318,7 @@ class ControllerJob:
         self._lock = threading.RLock()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        self._maintenance: MaintenanceSwitch | None = None
         self.failures: list[str] = []
         # Prometheus metrics (jobs.metrics.ControllerMetrics); None: off
         self.metrics: Any = metrics
@@ -337,6 +339,7 @@ class ControllerJob:
             self.spark.conf.set(CHECKPOINT_FILE_MANAGER, LOCAL_CHECKPOINT_FILE_MANAGER)
         ensure_marks_topic(self.settings.kafka_bootstrap, self.settings.cluster, alter=True)
         ensure_tables(self.spark, self.settings.delta_root)
+        self._maintenance = maintenance_switch(self.settings)  # runs while this driver leads
         if self._client is None:
             self._client = KazooClient(
                 hosts=self.settings.zk_connect,
@@ -371,6 +374,8 @@ class ControllerJob:
             self._election.cancel()
         if self._thread is not None:
             self._thread.join(timeout=120)
+        if self._maintenance is not None:
+            self._maintenance.close()
         if self._own_client and self._client is not None:
             self._client.stop()
             self._client.close()
@@ -384,6 +389,16 @@ class ControllerJob:
     # --- while leading ---------------------------------------------------------------------
 
     def _lead(self, lost: threading.Event) -> None:
+        """While leading: the query, and the tables' maintenance (issue 19)."""
+        if self._maintenance is not None:
+            self._maintenance.lead(True)
+        try:
+            self._run_query(lost)
+        finally:
+            if self._maintenance is not None:
+                self._maintenance.lead(False)
+
+    def _run_query(self, lost: threading.Event) -> None:
         """Run the query until the leadership is lost, the job stops, or the query fails."""
         check_layout(self.settings, self._election.read("layout"))
         self._election.publish("layout", layout(self.settings))

@@ -140,7 +140,12 @@ class DeltaTables:
     def append(self, table: str, rows: list[dict[str, Any]], app_id: str, version: int) -> bool:
         """Append ``rows`` as transaction ``(app_id, version)``; ``False``: already there."""
         import pyarrow as pa
-        from deltalake import CommitProperties, Transaction, write_deltalake
+        from deltalake import (
+            CommitProperties,
+            PostCommitHookProperties,
+            Transaction,
+            write_deltalake,
+        )
 
         dt = self._table(table)
         done = dt.transaction_version(app_id)
@@ -154,6 +159,11 @@ class DeltaTables:
             mode="append",
             commit_properties=CommitProperties(
                 app_transactions=[Transaction(app_id=app_id, version=version)]
+            ),
+            # issue 19: checkpoints and log cleanup belong to jobs.maintenance, off the
+            # append path (delta-rs would write one in every 100th append otherwise)
+            post_commithook_properties=PostCommitHookProperties(
+                create_checkpoint=False, cleanup_expired_logs=False
             ),
         )
         return True

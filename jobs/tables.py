@@ -38,6 +38,7 @@ from schemas.tables import (
     ARROW_SCHEMAS,
     INDEX,
     INDEX_ARROW,
+    LAGGARDS,
     MARKS,
     MARKS_ARROW,
     REJECTED_ARROW,
@@ -98,6 +99,18 @@ def spark_schema(table: str) -> StructType:
                 StructField("kafka_partition", IntegerType()),
                 StructField("kafka_offset", LongType()),
                 StructField("at", LongType()),
+            ]
+        ),
+        LAGGARDS: StructType(
+            [
+                StructField("stream", StringType(), False),
+                StructField("at", LongType(), False),
+                StructField("writer", StringType()),
+                StructField("kind", StringType(), False),
+                StructField("noted_time", LongType()),
+                StructField("watermark_time", LongType()),
+                StructField("behind_ms", LongType()),
+                StructField("since", LongType()),
             ]
         ),
     }

@@ -1,14 +1,16 @@
-"""The Delta tables the watermark controller writes: names, columns, pyarrow schemas.
+"""The Delta tables the watermark controller writes: names, columns, rows, reasons.
 
     >>> table_path("/data/delta", MARKS)
     '/data/delta/marks'
-    >>> MARKS_ARROW.names
-    ['stream', 'seq', 'time', 'upper_time', 'stream_cut', 'writers', 'emitted_at']
+    >>> MARKS_COLUMNS
+    ('stream', 'seq', 'time', 'upper_time', 'stream_cut', 'writers', 'emitted_at')
 
 One definition for both sides: the Spark job (``jobs``) writes these tables
-and derives its Spark schema from here; readers (``pipelines``) read them with
-deltalake. Three tables live under one *delta root* (a local path or an
-object-store URI such as ``s3://bucket/tidemark``):
+and derives its Spark schema from here (the pyarrow schemas are in
+:mod:`schemas.arrow`, imported on first use of ``MARKS_ARROW`` etc. here);
+readers (``pipelines``) read them with deltalake. Three tables live under
+one *delta root* (a local path or an object-store URI such as
+``s3://bucket/tidemark``):
 
 - ``marks`` — one row per emitted watermark (Pravega's marks segment), the
   Avro ``watermark`` record's shape; ``stream_cut`` is
@@ -17,6 +19,10 @@ object-store URI such as ``s3://bucket/tidemark``):
   ``upper_time``), searched by binary search (``controller.index``).
 - ``rejected_marks`` — the dead-letter table: ``stream, writer, reason, raw,
   kafka_partition, kafka_offset, at``; ``reason`` is one of :class:`Reason`.
+- ``laggards`` — who holds a stream's watermark back: snapshots ``stream, at,
+  writer, kind, noted_time, watermark_time, behind_ms, since`` appended when
+  a stream's set of laggards changes (``controller.laggards``); a snapshot
+  with no laggard left is one row with ``writer`` null and kind ``clear``.
 
 ``seq`` strictly increases per stream with no gaps; rows are appended by the
 controller job only, exactly once per watermark. :func:`marks_row`,
@@ -27,18 +33,46 @@ a watermark and its rows, both ways.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-import pyarrow as pa
-
-from schemas.records import WatermarkLike, cut_to_avro
+if TYPE_CHECKING:  # at run time: the arrow names through __getattr__ below
+    from schemas.arrow import (
+        ARROW_SCHEMAS,
+        CUT_ARROW,
+        INDEX_ARROW,
+        LAGGARDS_ARROW,
+        MARKS_ARROW,
+        REJECTED_ARROW,
+    )
+    from schemas.records import WatermarkLike
 
 W = TypeVar("W")
+
+
+class LaggardLike(Protocol):
+    """What :func:`laggard_rows` reads of a ``controller.laggards.Laggard``."""
+
+    @property
+    def writer(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def noted_time(self) -> int: ...
+    @property
+    def watermark_time(self) -> int | None: ...
+    @property
+    def behind_ms(self) -> int: ...
+    @property
+    def since_ms(self) -> int | None: ...
+
 
 MARKS = "marks"
 INDEX = "index"
 REJECTED_MARKS = "rejected_marks"
-TABLES = (MARKS, INDEX, REJECTED_MARKS)
+LAGGARDS = "laggards"
+TABLES = (MARKS, INDEX, REJECTED_MARKS, LAGGARDS)
+CLEAR = "clear"
+"""``laggards.kind`` of the row that says a stream has no laggard any more."""
 
 
 class Reason:
@@ -84,50 +118,22 @@ class Reason:
     )
 
 
-# Delta refuses NOT NULL inside arrays, so the cut's fields are nullable.
-CUT_ARROW = pa.list_(pa.struct([pa.field("segment", pa.int64()), pa.field("offset", pa.int64())]))
+MARKS_COLUMNS = ("stream", "seq", "time", "upper_time", "stream_cut", "writers", "emitted_at")
+INDEX_COLUMNS = ("stream", "seq", "time", "upper_time_max")
 
-MARKS_ARROW = pa.schema(
-    [
-        pa.field("stream", pa.string(), False),
-        pa.field("seq", pa.int64(), False),
-        pa.field("time", pa.int64(), False),
-        pa.field("upper_time", pa.int64(), False),
-        pa.field("stream_cut", CUT_ARROW),
-        pa.field("writers", pa.list_(pa.string())),
-        pa.field("emitted_at", pa.int64()),
-    ]
+_ARROW_NAMES = frozenset(
+    {"ARROW_SCHEMAS", "CUT_ARROW", "INDEX_ARROW", "LAGGARDS_ARROW", "MARKS_ARROW", "REJECTED_ARROW"}
 )
 
-INDEX_ARROW = pa.schema(
-    [
-        pa.field("stream", pa.string(), False),
-        pa.field("seq", pa.int64(), False),
-        pa.field("time", pa.int64(), False),
-        pa.field("upper_time_max", pa.int64(), False),
-    ]
-)
 
-REJECTED_ARROW = pa.schema(
-    [
-        pa.field("stream", pa.string()),
-        pa.field("writer", pa.string()),
-        pa.field("reason", pa.string(), False),
-        pa.field("raw", pa.binary()),
-        pa.field("kafka_partition", pa.int32()),
-        pa.field("kafka_offset", pa.int64()),
-        pa.field("at", pa.int64()),
-    ]
-)
+def __getattr__(name: str) -> Any:
+    """The pyarrow schemas (``MARKS_ARROW``, ``ARROW_SCHEMAS``, ...) live in
+    :mod:`schemas.arrow`; imported on first use so this module needs no pyarrow."""
+    if name in _ARROW_NAMES:
+        from schemas import arrow
 
-ARROW_SCHEMAS: Mapping[str, pa.Schema] = {
-    MARKS: MARKS_ARROW,
-    INDEX: INDEX_ARROW,
-    REJECTED_MARKS: REJECTED_ARROW,
-}
-
-MARKS_COLUMNS = tuple(MARKS_ARROW.names)
-INDEX_COLUMNS = tuple(INDEX_ARROW.names)
+        return getattr(arrow, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def table_path(delta_root: str, table: str) -> str:
@@ -149,6 +155,8 @@ def marks_row(
     watermark: WatermarkLike, writers: Sequence[str] = (), emitted_at: int = 0
 ) -> dict[str, Any]:
     """A watermark as a row of ``marks``."""
+    from schemas.records import cut_to_avro  # not at import: it needs fastavro
+
     return {
         "stream": watermark.stream,
         "seq": watermark.seq,
@@ -171,6 +179,49 @@ def index_row(watermark: WatermarkLike, upper_time_max: int) -> dict[str, Any]:
     }
 
 
+def laggard_rows(stream: str, at: int, laggards: Sequence[LaggardLike]) -> list[dict[str, Any]]:
+    """One snapshot of ``stream``'s laggards as rows of ``laggards`` (a ``clear`` row
+    when there is none)."""
+    if not laggards:
+        return [
+            {
+                "stream": stream,
+                "at": at,
+                "writer": None,
+                "kind": CLEAR,
+                "noted_time": None,
+                "watermark_time": None,
+                "behind_ms": None,
+                "since": None,
+            }
+        ]
+    return [
+        {
+            "stream": stream,
+            "at": at,
+            "writer": x.writer,
+            "kind": x.kind,
+            "noted_time": x.noted_time,
+            "watermark_time": x.watermark_time,
+            "behind_ms": x.behind_ms,
+            "since": x.since_ms,
+        }
+        for x in laggards
+    ]
+
+
+def latest_laggards(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The last snapshot among one stream's ``laggards`` rows (empty when it is ``clear``)."""
+    rows = list(rows)
+    if not rows:
+        return []
+    at = max(int(r["at"]) for r in rows)
+    return sorted(
+        (dict(r) for r in rows if int(r["at"]) == at and r["kind"] != CLEAR),
+        key=lambda r: (-(r["behind_ms"] or 0), str(r["writer"])),
+    )
+
+
 def watermark_from_row(row: Mapping[str, Any], make: Callable[..., W]) -> W:
     """A ``marks`` row -> ``make(stream, time, upper_time, stream_cut, seq)`` (pass
     ``controller.model.Watermark``; ``schemas`` imports no model)."""
@@ -185,19 +236,25 @@ def watermark_from_row(row: Mapping[str, Any], make: Callable[..., W]) -> W:
 
 __all__ = [
     "ARROW_SCHEMAS",
+    "CLEAR",
     "CUT_ARROW",
     "INDEX",
     "INDEX_ARROW",
     "INDEX_COLUMNS",
+    "LAGGARDS",
+    "LAGGARDS_ARROW",
     "MARKS",
     "MARKS_ARROW",
     "MARKS_COLUMNS",
     "REJECTED_ARROW",
     "REJECTED_MARKS",
     "TABLES",
+    "LaggardLike",
     "Reason",
     "cut_from_cell",
     "index_row",
+    "laggard_rows",
+    "latest_laggards",
     "marks_row",
     "table_path",
     "watermark_from_row",

@@ -10,6 +10,9 @@ The stream's own refusal comes from the control plane and is re-exported:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from controller.exceptions import InvalidTimestampError, UnknownStreamError
 from tidemark.errors import ConfigurationError, TidemarkError
 
@@ -117,6 +120,36 @@ class WatermarksUnavailableError(ReaderError):
     """The watermark tables cannot be read (missing delta root, unreadable table)."""
 
 
+# --- waiting for stream time (pipelines.reading.stream_time) ----------------------------
+
+
+class StreamTimeTimeoutError(ReaderError, TimeoutError):
+    """No watermark of the stream reached the time before the timeout.
+
+    ``last`` is the latest watermark seen (``None``: none yet); ``holding``
+    describes the writers that hold the stream back (laggards, stale marks),
+    as far as the watermark source knows them. Wait again, or look at those
+    writers: a stopped writer is dropped after the controller's writer timeout.
+    """
+
+    def __init__(self, stream: str, time_ms: int, last: Any, holding: Sequence[str]) -> None:
+        self.stream = stream
+        self.time_ms = time_ms
+        self.last = last
+        self.holding = list(holding)
+        at = "no watermark yet" if last is None else f"the watermark is at {last.time}"
+        who = (
+            "held back by " + "; ".join(self.holding)
+            if self.holding
+            else "no writer is known to hold it back"
+        )
+        super().__init__(f"stream {stream!r} has not reached time {time_ms}: {at}, {who}")
+
+
+class WaitCancelledError(ReaderError):
+    """A wait for stream time was cancelled before the time was reached."""
+
+
 class CheckpointError(ReaderError):
     """A reader-group checkpoint could not be taken or found."""
 
@@ -172,8 +205,10 @@ __all__ = [
     "ReaderGroupActiveError",
     "ReaderGroupExistsError",
     "StreamDeletedError",
+    "StreamTimeTimeoutError",
     "UnknownCheckpointError",
     "UnknownReaderGroupError",
     "UnknownStreamError",
+    "WaitCancelledError",
     "WatermarksUnavailableError",
 ]

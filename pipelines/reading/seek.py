@@ -20,15 +20,21 @@ run *ahead* of the time it notes is fine: the upper time of a watermark is
 the largest time any writer has noted, and the start question uses the
 running maximum of it.
 
-How a lookup runs: a :class:`SeekIndex` keeps each stream's ``time`` and
-``upper_time_max`` columns in memory as sorted int64 arrays, refreshed at
-most every ``refresh_interval_ms`` and only by the table versions added
-since (:class:`~pipelines.reading.watermark_tables.TableTail`: Delta file statistics
-pick the new files that may hold newer rows of the stream). The search is
-``controller.index.find`` (binary search); the cut of the watermark found
-comes from the ``marks`` table (statistics on ``seq`` pick one file) and is
-cached. :meth:`SeekIndex.cold_start_seq` answers without the cache: it
-reads only the files whose statistics can hold the answer.
+How a lookup runs. The first ``warm_after`` lookups of a stream in a
+:class:`SeekIndex` are *cold*: they read the table, not memory. The ``index``
+table's files are visited by their Delta statistics of the searched column
+(``upper_time_max`` to start, ``time`` to stop), then the row groups of a
+file by their Parquet statistics, and the walk stops as soon as nothing left
+can hold a better row; the cut comes from the one ``marks`` row group whose
+statistics hold that ``seq`` and ``time``. The maintenance
+(``jobs.maintenance``) keeps files few and compacts them in commit order
+with small row groups, so a cold lookup reads a checkpoint, a short log
+tail, and one or two row groups per table -- whatever the table's age and
+the number of streams. A stream asked about again is loaded: its ``time`` and
+``upper_time_max`` columns are kept in memory as sorted int64 arrays,
+refreshed at most every ``refresh_interval_ms`` and only by the table
+versions added since (:class:`~pipelines.reading.watermark_tables.TableTail`),
+and searched by ``controller.index`` (binary search); cuts are cached.
 """
 
 from __future__ import annotations
@@ -41,8 +47,6 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-
-import pyarrow.compute as pc
 
 from controller.index import start_index, stop_index
 from controller.metadata import StreamMetadata
@@ -124,7 +128,9 @@ class SeekIndex:
 
     Thread-safe. ``refresh_interval_ms`` bounds how stale a lookup may be (0:
     look at the table's version on every lookup); ``cut_cache_size`` bounds
-    the cuts kept in memory.
+    the cuts kept in memory; a stream's first ``warm_after`` lookups are cold
+    (statistics and row groups, always the table's latest version), the next
+    one loads its columns (0: load at once, as :meth:`refresh` does).
     """
 
     def __init__(
@@ -134,6 +140,7 @@ class SeekIndex:
         storage_options: Mapping[str, str] | None = None,
         refresh_interval_ms: int = 100,
         cut_cache_size: int = 4096,
+        warm_after: int = 2,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.delta_root = resolve_delta_root(delta_root)
@@ -145,6 +152,9 @@ class SeekIndex:
         self._streams: dict[str, _StreamTimes] = {}
         self._cuts: OrderedDict[tuple[str, int], dict[int, int]] = OrderedDict()
         self._marks = DeltaSource(table_path(self.delta_root, MARKS), self.storage_options)
+        self._index = DeltaSource(table_path(self.delta_root, INDEX), self.storage_options)
+        self._warm_after = warm_after
+        self._cold_lookups: dict[str, int] = {}
 
     # -- warm path ----------------------------------------------------------------------------
 
@@ -186,21 +196,49 @@ class SeekIndex:
 
     def start(self, stream: str, t: int) -> Found | None:
         """The watermark to start at for time ``t``; ``None``: the head of the stream."""
+        if self._cold(stream):
+            return self._found_row(stream, self._cold_start_row(stream, t))
         return self._found(stream, self.start_position(stream, t))
 
     def stop(self, stream: str, t: int) -> Found | None:
         """The watermark to stop at for time ``t``; ``None``: not complete yet."""
+        if self._cold(stream):
+            return self._found_row(stream, self._cold_stop_row(stream, t))
         return self._found(stream, self.stop_position(stream, t))
+
+    def warm(self, stream: str) -> bool:
+        """True when the stream's index columns are in memory (lookups are searches)."""
+        with self._lock:
+            return stream in self._streams
+
+    def _cold(self, stream: str) -> bool:
+        """Answer from the table (statistics, a row group) until the stream was asked
+        about ``warm_after`` times; then load its columns and search in memory."""
+        with self._lock:
+            if stream in self._streams:
+                return False
+            asked = self._cold_lookups.get(stream, 0) + 1
+            if asked > self._warm_after:
+                self._cold_lookups.pop(stream, None)
+                return False
+            self._cold_lookups[stream] = asked
+            return True
 
     def _found(self, stream: str, index: int | None) -> Found | None:
         if index is None:
             return None
         entry = self._streams[stream]
-        seq = entry.seqs[index]
-        return Found(seq, entry.times[index], entry.upper_time_max[index], self.cut(stream, seq))
+        seq, at = entry.seqs[index], entry.times[index]
+        return Found(seq, at, entry.upper_time_max[index], self.cut(stream, seq, at))
 
-    def cut(self, stream: str, seq: int) -> dict[int, int]:
-        """The stream cut of watermark ``seq`` (from ``marks``; cached)."""
+    def _found_row(self, stream: str, row: _Row | None) -> Found | None:
+        if row is None:
+            return None
+        return Found(row.seq, row.time, row.upper_time_max, self.cut(stream, row.seq, row.time))
+
+    def cut(self, stream: str, seq: int, at: int | None = None) -> dict[int, int]:
+        """The stream cut of watermark ``seq`` (from ``marks``; cached); ``at``, its
+        time when known, narrows the files read."""
         key = (stream, seq)
         with self._lock:
             cached = self._cuts.get(key)
@@ -208,7 +246,7 @@ class SeekIndex:
                 self._cuts.move_to_end(key)
                 return cached
             self._marks.refresh()
-            found = read_cut_from(self._marks, stream, seq)
+            found = read_cut_from(self._marks, stream, seq, at)
             if found is None:
                 raise _missing_mark(stream, seq)
             self._cuts[key] = found
@@ -219,67 +257,119 @@ class SeekIndex:
     # -- cold path ----------------------------------------------------------------------------
 
     def cold_start_seq(self, stream: str, t: int) -> int | None:
-        """``seq`` of the start watermark for ``t``, reading only the files that can hold it.
-
-        Candidates are the files whose minimum ``upper_time_max`` is below
-        ``t``; taken by descending maximum ``seq``, a file is read only while
-        it could still hold a later answer than the best found.
-        """
-        return self._cold_seq(stream, "upper_time_max", (None, t - 1), latest=True)
+        """``seq`` of the start watermark for ``t``, reading only the files that can hold it."""
+        row = self._cold_start_row(stream, t)
+        return None if row is None else row.seq
 
     def cold_stop_seq(self, stream: str, t: int) -> int | None:
-        """``seq`` of the stop watermark for ``t``, reading only files that can hold it
-        (the first ``seq`` whose ``time`` is >= ``t``; files by ascending minimum ``seq``)."""
-        return self._cold_seq(stream, "time", (t, None), latest=False)
+        """``seq`` of the stop watermark for ``t``, reading only files that can hold it."""
+        row = self._cold_stop_row(stream, t)
+        return None if row is None else row.seq
 
-    def _cold_seq(
+    def _cold_start_row(self, stream: str, t: int) -> _Row | None:
+        """The latest row with ``upper_time_max < t``: files whose minimum is below ``t``,
+        by descending maximum; ``upper_time_max`` never decreases with ``seq``, so once a
+        file's maximum is below the best value found, no later file can hold a later row."""
+        return self._cold_row(stream, "upper_time_max", (None, t - 1), latest=True)
+
+    def _cold_stop_row(self, stream: str, t: int) -> _Row | None:
+        """The first row with ``time >= t``: files whose maximum reaches ``t``, by ascending
+        minimum, until a file's minimum is past the best ``time`` found."""
+        return self._cold_row(stream, "time", (t, None), latest=False)
+
+    def _cold_row(
         self, stream: str, column: str, bounds: tuple[int | None, int | None], *, latest: bool
-    ) -> int | None:
-        """The latest (or first) ``seq`` whose ``column`` lies within ``bounds``, reading
-        files in ``seq`` order only while one could still improve on the best found."""
+    ) -> _Row | None:
+        """The latest (or first) row whose ``column`` lies within ``bounds``.
+
+        ``column`` is monotonic in ``seq`` within the stream, so files are visited by
+        their ``column`` statistics (compacted files are in commit order: their
+        ranges are narrow whatever the number of streams), each read with the bound
+        pushed down to its row groups, and the walk stops as soon as no file left
+        can beat the best row found.
+        """
         low, high = bounds
 
         def edge(f: DataFile) -> int:
-            return _stat(f.maximum, "seq", MAX_TIMESTAMP) if latest else _stat(f.minimum, "seq", 0)
+            if latest:
+                return _stat(f.maximum, column, MAX_TIMESTAMP)
+            return _stat(f.minimum, column, 0)
 
+        def order(f: DataFile) -> tuple[int, int]:
+            """``edge``, then the unit most likely to hold the answer first."""
+            if latest:
+                return edge(f), _stat(f.maximum, "seq", MAX_TIMESTAMP)
+            return edge(f), _stat(f.minimum, "seq", 0)
+
+        with self._lock:
+            self._index.refresh()
+            files = self._index.files()
         candidates = sorted(
-            (f for f in self._index_files(stream) if f.may_hold(column, low, high)),
-            key=edge,
+            (
+                f
+                for f in files
+                if f.may_hold("stream", stream, stream) and f.may_hold(column, low, high)
+            ),
+            key=order,
             reverse=latest,
         )
-        best: int | None = None
+        best: _Row | None = None
+
+        def beaten(unit: DataFile) -> bool:
+            """No unit from here on (in ``edge`` order) can hold a better row."""
+            if best is None:
+                return False
+            value = best.upper_time_max if latest else best.time
+            return edge(unit) < value if latest else edge(unit) > value
+
+        def behind(unit: DataFile) -> bool:
+            """This unit's ``seq`` range cannot beat the best row."""
+            if best is None:
+                return False
+            if latest:
+                return _stat(unit.maximum, "seq", MAX_TIMESTAMP) <= best.seq
+            return _stat(unit.minimum, "seq", 0) >= best.seq
+
         for f in candidates:
-            if best is not None and (edge(f) <= best if latest else edge(f) >= best):
+            if beaten(f):
                 break
-            rows = read_files([f], ("stream", "seq", column), stream)
-            values = rows.column(column)
-            if low is not None:
-                rows = rows.filter(pc.greater_equal(values, low))
-                values = rows.column(column)
-            if high is not None:
-                rows = rows.filter(pc.less_equal(values, high))
-            if rows.num_rows:
-                seqs = rows.column("seq")
-                found = int((pc.max(seqs) if latest else pc.min(seqs)).as_py())
-                best = found if best is None else (max if latest else min)(best, found)
+            if behind(f):
+                continue
+            groups = sorted(
+                (
+                    g
+                    for g in f.row_groups()
+                    if g.may_hold("stream", stream, stream) and g.may_hold(column, low, high)
+                ),
+                key=order,
+                reverse=latest,
+            )
+            for g in groups:
+                if beaten(g):
+                    break
+                if behind(g):
+                    continue
+                rows = read_files(
+                    [g], ("stream", "seq", "time", "upper_time_max"), stream, None, {column: bounds}
+                )
+                if rows.num_rows:
+                    row = rows.slice(rows.num_rows - 1 if latest else 0, 1).to_pylist()[0]
+                    found = _Row(int(row["seq"]), int(row["time"]), int(row["upper_time_max"]))
+                    if best is None or (found.seq > best.seq if latest else found.seq < best.seq):
+                        best = found
         return best
 
     def cold_start_cut(self, stream: str, t: int) -> StreamCut | None:
-        """:meth:`start` without the in-memory index: a fresh table open, statistics, one file."""
-        seq = self.cold_start_seq(stream, t)
-        if seq is None:
-            return None
-        source = DeltaSource(table_path(self.delta_root, MARKS), self.storage_options)
-        source.refresh()
-        found = read_cut_from(source, stream, seq)
-        if found is None:
-            raise _missing_mark(stream, seq)
-        return found
+        """:meth:`start` without the in-memory index: statistics, one row group, one cut."""
+        found = self._found_row(stream, self._cold_start_row(stream, t))
+        return None if found is None else found.stream_cut
 
-    def _index_files(self, stream: str) -> list[DataFile]:
-        source = DeltaSource(table_path(self.delta_root, INDEX), self.storage_options)
-        source.refresh()
-        return [f for f in source.files() if f.may_hold("stream", stream, stream)]
+
+@dataclass(frozen=True)
+class _Row:
+    seq: int
+    time: int
+    upper_time_max: int
 
 
 def _stat(stats: Mapping[str, object], column: str, default: int) -> int:

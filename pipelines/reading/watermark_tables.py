@@ -28,21 +28,15 @@ import logging
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
-
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING, Any
 
 from controller.index import IndexRow, index_rows, running_max
 from controller.model import Watermark
 from pipelines.reading.exceptions import WatermarksUnavailableError
 from schemas.tables import (
     INDEX,
-    INDEX_ARROW,
     INDEX_COLUMNS,
     MARKS,
-    MARKS_ARROW,
     MARKS_COLUMNS,
     cut_from_cell,
     index_row,
@@ -51,10 +45,24 @@ from schemas.tables import (
     watermark_from_row,
 )
 
+if TYPE_CHECKING:  # pyarrow is imported where a table is read or written
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from schemas.arrow import INDEX_ARROW as INDEX_SCHEMA
+    from schemas.arrow import MARKS_ARROW as MARKS_SCHEMA
+
 log = logging.getLogger(__name__)
 
-MARKS_SCHEMA = MARKS_ARROW
-INDEX_SCHEMA = INDEX_ARROW
+
+def __getattr__(name: str) -> Any:
+    """``MARKS_SCHEMA`` / ``INDEX_SCHEMA``: :mod:`schemas.arrow`'s, imported on first use."""
+    if name in ("MARKS_SCHEMA", "INDEX_SCHEMA"):
+        from schemas import arrow
+
+        return arrow.MARKS_ARROW if name == "MARKS_SCHEMA" else arrow.INDEX_ARROW
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 DELTA_ROOT_ENV = "TIDEMARK_DELTA_ROOT"
 """The variable ``infra.environment`` names; read here only as a fallback, since
@@ -81,6 +89,8 @@ class DataFile:
     uri: str
     minimum: Mapping[str, Any]
     maximum: Mapping[str, Any]
+    group: int | None = None
+    """One row group of the file (its Parquet statistics); ``None``: the whole file."""
 
     def may_hold(self, column: str, low: Any = None, high: Any = None) -> bool:
         """True unless the statistics prove no value of ``column`` lies in [low, high]."""
@@ -88,6 +98,28 @@ class DataFile:
         if low is not None and hi is not None and hi < low:
             return False
         return not (high is not None and lo is not None and lo > high)
+
+    def row_groups(self) -> list[DataFile]:
+        """The file's row groups, each with the min/max its Parquet footer records."""
+        return _row_groups(self.uri, _open_parquet(self.uri).metadata)
+
+
+def _row_groups(uri: str, metadata: pq.FileMetaData) -> list[DataFile]:
+    columns = {
+        metadata.schema.column(i).path: i
+        for i in range(metadata.num_columns)
+        if "." not in metadata.schema.column(i).path
+    }
+    groups = []
+    for g in range(metadata.num_row_groups):
+        group = metadata.row_group(g)
+        low, high = {}, {}
+        for name, i in columns.items():
+            stats = group.column(i).statistics
+            if stats is not None and stats.has_min_max:
+                low[name], high[name] = stats.min, stats.max
+        groups.append(DataFile(uri, low, high, g))
+    return groups
 
 
 class DeltaSource:
@@ -124,6 +156,8 @@ class DeltaSource:
 
     def rows(self, stream: str | None = None) -> pa.Table:
         """Every row of the current version (optionally one stream's); empty when no table."""
+        import pyarrow as pa
+
         if self._table is None:
             return pa.table({})
         import pyarrow.dataset as ds
@@ -135,7 +169,7 @@ class DeltaSource:
         """Every data file of the current version, with its min/max statistics."""
         if self._table is None:
             return []
-        actions = pa.table(self._table.get_add_actions(flatten=True))
+        actions = add_actions(self._table)
         paths = actions.column("path").to_pylist()
         if not paths:
             return []
@@ -161,6 +195,17 @@ class DeltaSource:
         ]
 
 
+def add_actions(table: Any) -> pa.Table:
+    """A ``DeltaTable``'s add actions with flattened statistics, as a pyarrow table.
+
+    Through the Arrow C stream: ``pa.table(...)`` would first ask whether it is
+    a pandas frame, importing pandas (half a second in a fresh process).
+    """
+    import pyarrow as pa
+
+    return pa.RecordBatchReader.from_stream(table.get_add_actions(flatten=True)).read_all()
+
+
 def _prefix(uris: Sequence[str], path: str) -> str:
     for uri in uris:
         if uri.endswith(path):
@@ -168,25 +213,66 @@ def _prefix(uris: Sequence[str], path: str) -> str:
     raise WatermarksUnavailableError(f"data file {path} is not among the table's files")
 
 
+Bounds = Mapping[str, tuple[int | None, int | None]]
+"""Inclusive ``(low, high)`` per int column (``None``: open); see :func:`read_files`."""
+
+
 def read_files(
-    files: Iterable[DataFile], columns: Sequence[str], stream: str, min_seq: int | None = None
+    files: Iterable[DataFile],
+    columns: Sequence[str],
+    stream: str,
+    min_seq: int | None = None,
+    bounds: Bounds | None = None,
 ) -> pa.Table:
-    """The stream's rows (``seq > min_seq``) of ``files``, sorted by ``seq``."""
-    expr = pc.field("stream") == stream
+    """The stream's rows of ``files`` with ``seq > min_seq`` and each bounded column
+    within its bounds, sorted by ``seq``.
+
+    Only the row groups whose Parquet statistics may hold such rows are read
+    (compacted files have small row groups, see ``jobs.maintenance``), and
+    the rows are filtered with compute kernels, not a dataset scan.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    wanted = dict(bounds or {})
     if min_seq is not None:
-        expr = expr & (pc.field("seq") > min_seq)
+        low, high = wanted.get("seq", (None, None))
+        wanted["seq"] = (min_seq + 1 if low is None else max(low, min_seq + 1), high)
+    needed = list(dict.fromkeys([*columns, "stream", *wanted]))
     tables = []
     for f in files:
-        filesystem, path = _filesystem(f.uri)
-        tables.append(
-            pq.read_table(path, columns=list(columns), filters=expr, filesystem=filesystem)
-        )
+        parquet = _open_parquet(f.uri)
+        groups = [
+            g.group
+            for g in (_row_groups(f.uri, parquet.metadata) if f.group is None else [f])
+            if g.group is not None
+            and g.may_hold("stream", stream, stream)
+            and all(g.may_hold(c, low, high) for c, (low, high) in wanted.items())
+        ]
+        if not groups:
+            continue
+        rows = parquet.read_row_groups(groups, columns=needed)
+        mask = pc.equal(rows.column("stream"), stream)
+        for column, (low, high) in wanted.items():
+            if low is not None:
+                mask = pc.and_(mask, pc.greater_equal(rows.column(column), low))
+            if high is not None:
+                mask = pc.and_(mask, pc.less_equal(rows.column(column), high))
+        tables.append(rows.filter(mask).select(list(columns)))
     if not tables:
         return pa.table({c: [] for c in columns})
     return pa.concat_tables(tables).sort_by("seq")
 
 
-def _filesystem(uri: str) -> tuple[Any, str]:
+def _open_parquet(uri: str) -> pq.ParquetFile:
+    import pyarrow.parquet as pq
+
+    filesystem, path = filesystem_path(uri)
+    return pq.ParquetFile(path if filesystem is None else filesystem.open_input_file(path))
+
+
+def filesystem_path(uri: str) -> tuple[Any, str]:
+    """``(pyarrow filesystem or None for a local path, path)`` of a file URI."""
     if "://" not in uri or uri.startswith("file://"):
         return None, uri.removeprefix("file://")
     import pyarrow.fs as pafs
@@ -213,6 +299,9 @@ class TableTail:
 
     def poll(self) -> pa.Table:
         """Rows of the stream with ``seq`` above the last one returned, in ``seq`` order."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
         if not self.source.refresh():
             return pa.table({c: [] for c in self.columns})
         current = self.source.files()
@@ -252,7 +341,10 @@ def append_watermarks(
     benchmarks and tools. ``previous_upper_time_max`` continues the running
     maximum of earlier rows.
     """
+    import pyarrow as pa
     from deltalake import write_deltalake
+
+    from schemas.arrow import INDEX_ARROW, MARKS_ARROW
 
     if not watermarks:
         return
@@ -261,10 +353,10 @@ def append_watermarks(
         maxima = running_max(uppers)
     else:
         maxima = running_max([previous_upper_time_max, *uppers])[1:]
-    marks = pa.Table.from_pylist([marks_row(w) for w in watermarks], schema=MARKS_SCHEMA)
+    marks = pa.Table.from_pylist([marks_row(w) for w in watermarks], schema=MARKS_ARROW)
     index = pa.Table.from_pylist(
         [index_row(w, top) for w, top in zip(watermarks, maxima, strict=True)],
-        schema=INDEX_SCHEMA,
+        schema=INDEX_ARROW,
     )
     options = dict(storage_options or {}) or None
     write_deltalake(table_path(delta_root, MARKS), marks, mode="append", storage_options=options)
@@ -272,11 +364,32 @@ def append_watermarks(
 
 
 def read_watermarks(
-    delta_root: str, stream: str, storage_options: Mapping[str, str] | None = None
+    delta_root: str,
+    stream: str,
+    storage_options: Mapping[str, str] | None = None,
+    *,
+    since: int | None = None,
 ) -> list[Watermark]:
-    """Every watermark of ``stream`` in the ``marks`` table, in ``seq`` order."""
-    tail = TableTail(table_path(delta_root, MARKS), stream, MARKS_COLUMNS, storage_options)
-    return [watermark_from_row(row, Watermark) for row in tail.poll().to_pylist()]
+    """The watermarks of ``stream`` in the ``marks`` table (those whose time is >=
+    ``since``, when given), in ``seq`` order.
+
+    With ``since``, only the files and row groups whose ``time`` statistics reach
+    it are read: compacted files are in commit order, so a recent ``since``
+    reads the table's tail, whatever its age.
+    """
+    if since is None:
+        tail = TableTail(table_path(delta_root, MARKS), stream, MARKS_COLUMNS, storage_options)
+        rows = tail.poll()
+    else:
+        source = DeltaSource(table_path(delta_root, MARKS), storage_options)
+        source.refresh()
+        files = [
+            f
+            for f in source.files()
+            if f.may_hold("stream", stream, stream) and f.may_hold("time", since, None)
+        ]
+        rows = read_files(files, MARKS_COLUMNS, stream, None, {"time": (since, None)})
+    return [watermark_from_row(row, Watermark) for row in rows.to_pylist()]
 
 
 def read_index_rows(
@@ -312,13 +425,23 @@ def read_cut(
     return read_cut_from(source, stream, seq)
 
 
-def read_cut_from(source: DeltaSource, stream: str, seq: int) -> dict[int, int] | None:
+def read_cut_from(
+    source: DeltaSource, stream: str, seq: int, time: int | None = None
+) -> dict[int, int] | None:
+    """The cut of watermark ``seq``; its ``time``, when known, narrows the files and row
+    groups read (compacted files are in commit order, so their ``time`` ranges are tight
+    whatever the streams' ``seq`` ranges)."""
     files = [
         f
         for f in source.files()
-        if f.may_hold("stream", stream, stream) and f.may_hold("seq", seq, seq)
+        if f.may_hold("stream", stream, stream)
+        and f.may_hold("seq", seq, seq)
+        and (time is None or f.may_hold("time", time, time))
     ]
-    rows = read_files(files, ("stream", "seq", "stream_cut"), stream, seq - 1)
+    bounds: dict[str, tuple[int | None, int | None]] = {"seq": (seq, seq)}
+    if time is not None:
+        bounds["time"] = (time, time)
+    rows = read_files(files, ("stream", "seq", "stream_cut"), stream, None, bounds)
     for row in rows.to_pylist():
         if row["seq"] == seq:
             return cut_from_cell(row["stream_cut"])
@@ -333,11 +456,14 @@ __all__ = [
     "MARKS",
     "MARKS_COLUMNS",
     "MARKS_SCHEMA",
+    "Bounds",
     "DataFile",
     "DeltaSource",
     "TableTail",
+    "add_actions",
     "append_watermarks",
     "cut_from_cell",
+    "filesystem_path",
     "read_cut",
     "read_cut_from",
     "read_files",

@@ -24,6 +24,7 @@ from pipelines.reading.watermark_tables import (
     MARKS,
     MARKS_COLUMNS,
     TableTail,
+    read_watermarks,
     resolve_delta_root,
     table_path,
 )
@@ -50,6 +51,8 @@ class WatermarkFeed:
     ) -> None:
         root = resolve_delta_root(delta_root)
         self.stream = stream
+        self._root = root
+        self._storage_options = dict(storage_options or {})
         self._tail = TableTail(table_path(root, MARKS), stream, MARKS_COLUMNS, storage_options)
         self._interval_s = refresh_interval_ms / 1000
         self._monotonic = monotonic
@@ -73,7 +76,12 @@ class WatermarkFeed:
         return FeedIterator(self, start)
 
     def since(self, time_ms: int) -> list[Watermark]:
-        """Watermarks whose time is >= ``time_ms`` (after a refresh)."""
+        """Watermarks whose time is >= ``time_ms`` (after a refresh). A feed not loaded
+        yet reads only those (``read_watermarks(since=...)``) and stays unloaded."""
+        with self._lock:
+            loaded = bool(self.watermarks) or self._tail.last_seq >= 0
+        if not loaded:
+            return read_watermarks(self._root, self.stream, self._storage_options, since=time_ms)
         self.refresh(force=True)
         return [w for w in self.watermarks if w.time >= time_ms]
 

@@ -23,7 +23,14 @@ SQL), :mod:`.migrations`, :mod:`.producer`, :mod:`.consumer`, :mod:`.ingest`
 :mod:`.config`, :mod:`.exceptions`.
 """
 
-from pipelines.timeline.clock import ClockDrift, DatabaseClock, DueCondition, FixedHorizon
+from pipelines.timeline.clock import (
+    ClockDrift,
+    DatabaseClock,
+    DueCondition,
+    FixedHorizon,
+    StreamClock,
+    WatermarkHorizon,
+)
 from pipelines.timeline.config import ConsumerConfig, IngestConfig, RelayConfig, TimelineConfig
 from pipelines.timeline.consumer import ConsumerMetrics, TimelineConsumer
 from pipelines.timeline.exceptions import TimelineError
@@ -52,6 +59,7 @@ __all__ = [
     "RelayConfig",
     "ScheduledMessage",
     "Status",
+    "StreamClock",
     "TimelineConfig",
     "TimelineConsumer",
     "TimelineError",
@@ -59,6 +67,7 @@ __all__ = [
     "TimelineProducer",
     "TimelineRelay",
     "TimelineStore",
+    "WatermarkHorizon",
     "decode_scheduled",
     "encode_scheduled",
     "new_id",

@@ -3,16 +3,24 @@
     store = TimelineStore(dsn)                          # due when ts <= now()
     store = TimelineStore(dsn, due=FixedHorizon(t))     # due when ts <= t
 
+    store = TimelineStore(dsn, due=WatermarkHorizon("shop/orders", clock))
+    consumer = TimelineConsumer(dsn, "reports", config, stream_clock=clock)
+
 By default every condition uses the database's ``now()`` (one clock for all
 clients, whatever their own clocks say). A :class:`DueCondition` may instead
-give an explicit **horizon** for messages that are not leased: that is the
-hook for event-time timers ("due when the stream's watermark passes the
-message's timestamp"), where the horizon would be the latest watermark time
-of a stream read from the controller's ``marks`` table. That source is not
-written yet (the table does not exist); :class:`FixedHorizon` is the simple
-implementation. Leases always end on the database's clock: a leased
-message's ``ts`` is the end of its lease, so a lapsed lease is compared with
-``now()`` whatever the horizon.
+give an explicit **horizon** for messages that are not leased:
+:class:`FixedHorizon` (a given time) or :class:`WatermarkHorizon` (the latest
+watermark time of one stream: the whole timeline runs on that stream's event
+time). Leases always end on the database's clock: a leased message's ``ts``
+is the end of its lease, so a lapsed lease is compared with ``now()``
+whatever the horizon.
+
+Event-time messages (``put(..., due_at_stream_time=(stream, t))``) carry their
+own stream: they are due once the store's ``timeline_stream_times`` says the
+stream reached ``t``. A consumer given a :class:`StreamClock` feeds that
+table from the watermarks (``pipelines.reading.stream_time.LatestStreamTimes``
+reads them from the controller's ``marks`` table; the timeline does not
+import the reading side, any object with ``stream_time_ms`` will do).
 """
 
 from __future__ import annotations
@@ -46,6 +54,25 @@ class FixedHorizon:
 
     def horizon_ms(self) -> int | None:
         return self.time_ms
+
+
+class StreamClock(Protocol):
+    def stream_time_ms(self, stream: str) -> int | None:
+        """The latest watermark time of ``stream`` (None: no watermark yet)."""
+        ...
+
+
+@dataclass(frozen=True)
+class WatermarkHorizon:
+    """Due when the timestamp is at or before ``stream``'s latest watermark time
+    (nothing is due before its first watermark)."""
+
+    stream: str
+    clock: StreamClock
+
+    def horizon_ms(self) -> int | None:
+        found = self.clock.stream_time_ms(self.stream)
+        return -1 if found is None else found
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,13 @@ fallback bounds how late a message created during a sleep can be delivered.
 
 A consumer that restarts with the same ``consumer_id`` first gets back its
 leases that are still live.
+
+Event-time messages wait for a stream's watermark. A consumer given a
+``stream_clock`` (:class:`~pipelines.timeline.clock.StreamClock`) records the
+times of the streams its timeline's messages wait for in the store before it
+leases (at most every ``stream_refresh_ms``), and while such messages wait it
+sleeps no longer than that. The lease statement itself compares each
+message's time with its stream's recorded time, atomically.
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ from types import TracebackType
 
 import psycopg
 
-from pipelines.timeline.clock import ClockDrift, DueCondition
+from pipelines.timeline.clock import ClockDrift, DueCondition, StreamClock
 from pipelines.timeline.config import ConsumerConfig
 from pipelines.timeline.metrics import CLOCK_DRIFT, DELIVERED, DUE_TO_DELIVERY_LAG
 from pipelines.timeline.model import Lease, Message
@@ -113,7 +120,8 @@ class _Metrics:
     def record(self, leases: Sequence[Lease]) -> None:
         offset = self.drift.drift_ms if self.drift else 0.0
         now = time.time() * 1000 + offset
-        lags = [now - lease.due_ms for lease in leases]
+        # An event-time lease's due_ms is a stream's time, not the clock's: no lag.
+        lags = [now - lease.due_ms for lease in leases if lease.due_stream is None]
         with self._lock:
             self.delivered += len(leases)
             self.lags.extend(lags)
@@ -170,9 +178,15 @@ class TimelineConsumer:
         timeline: str,
         config: ConsumerConfig,
         due: DueCondition | None = None,
+        stream_clock: StreamClock | None = None,
+        stream_refresh_ms: int = 200,
     ) -> None:
         self.timeline = timeline
         self.config = config
+        self.stream_clock = stream_clock
+        self.stream_refresh_ms = max(1, stream_refresh_ms)
+        self._streams_checked = float("-inf")
+        self._streams_waiting = False
         self.store = TimelineStore(dsn, due=due)
         self.buckets = self.store.timeline(timeline).buckets
         self._metrics = _Metrics(timeline)
@@ -215,6 +229,21 @@ class TimelineConsumer:
         self._last_heartbeat = now
         self._metrics.drift = self.store.clock_drift()
 
+    def _record_stream_times(self) -> None:
+        """Feed the store the times of the streams this timeline's messages wait for."""
+        if self.stream_clock is None:
+            return
+        now = time.monotonic()
+        if (now - self._streams_checked) * 1000 < self.stream_refresh_ms:
+            return
+        self._streams_checked = now
+        waiting = self.store.waiting_streams(self.timeline)
+        self._streams_waiting = bool(waiting)
+        for stream in waiting:
+            found = self.stream_clock.stream_time_ms(stream)
+            if found is not None:
+                self.store.advance_stream_time(stream, found)
+
     def poll(self, timeout_ms: int = 1_000, limit: int | None = None) -> list[Lease]:
         """Leases on messages that are due, waiting up to ``timeout_ms`` for some to be due.
 
@@ -227,6 +256,7 @@ class TimelineConsumer:
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
             self._heartbeat()
+            self._record_stream_times()
             leases = self.store.lease(
                 self.timeline,
                 self.consumer_id,
@@ -245,6 +275,8 @@ class TimelineConsumer:
             else:
                 next_due, now = None, 0
             delay = min(wake_delay_ms(next_due, now, self.config.max_idle_ms), remaining_ms)
+            if self._streams_waiting:
+                delay = min(delay, self.stream_refresh_ms)
             heartbeat_left = self.config.heartbeat_ms - int(
                 (time.monotonic() - self._last_heartbeat) * 1000
             )

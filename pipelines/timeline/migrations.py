@@ -15,6 +15,9 @@ Tables:
   of the lease); ``deleted_at_ms`` marks a deleted message until a purge
   removes it (and, until then, keeps a replayed create from reviving it).
 - ``timeline_consumers``: live consumers (heartbeats), to spread buckets.
+- ``timeline_stream_times`` (migration 2): the latest watermark time known
+  per stream, only ever raised; a message with ``due_stream`` set is due when
+  its ``ts`` (an event time) is at or below its stream's time here.
 """
 
 from __future__ import annotations
@@ -77,6 +80,23 @@ MIGRATIONS: tuple[Migration, ...] = (
                 consumer_id TEXT NOT NULL,
                 heartbeat_ms BIGINT NOT NULL,
                 PRIMARY KEY (timeline, consumer_id)
+            )""",
+        ),
+    ),
+    Migration(
+        2,
+        "event-time messages: due_stream, stream times",
+        (
+            # Set while a message waits for a stream's watermark to pass ts;
+            # cleared by its first lease (from then on, the usual lease rules).
+            "ALTER TABLE timeline_messages ADD COLUMN IF NOT EXISTS due_stream TEXT",
+            """CREATE INDEX IF NOT EXISTS timeline_messages_stream_due
+                ON timeline_messages (timeline, due_stream, ts)
+                WHERE due_stream IS NOT NULL AND deleted_at_ms IS NULL""",
+            """CREATE TABLE IF NOT EXISTS timeline_stream_times (
+                stream TEXT PRIMARY KEY,
+                time_ms BIGINT NOT NULL,
+                updated_at_ms BIGINT NOT NULL
             )""",
         ),
     ),

@@ -73,8 +73,15 @@ class Message:
     bucket: int
     version: int
     deleted: bool = False
+    due_stream: str | None = None
+    """Set while the message waits for this stream's watermark to reach ``timestamp_ms``
+    (an event time); its first lease clears it."""
 
-    def status(self, now_ms: int) -> Status:
+    def status(self, now_ms: int, stream_time_ms: int | None = None) -> Status:
+        """``stream_time_ms``: the watermark time of ``due_stream`` (unknown: waiting)."""
+        if self.due_stream is not None and self.lock_consumer is None:
+            reached = stream_time_ms is not None and self.timestamp_ms <= stream_time_ms
+            return Status.AVAILABLE if reached else Status.WAITING
         if self.timestamp_ms <= now_ms:
             return Status.AVAILABLE
         return Status.WAITING if self.lock_consumer is None else Status.PROCESSING
@@ -96,6 +103,8 @@ class Lease:
     message: Message
     due_ms: int
     leased_at_ms: int
+    due_stream: str | None = None
+    """The stream whose watermark made it due (``due_ms`` is then an event time)."""
 
     @property
     def until_ms(self) -> int:
@@ -166,8 +175,10 @@ def explain_refusal(
     actor: str,
     expected_version: int | None = None,
     target_ms: int | None = None,
+    stream_time_ms: int | None = None,
 ) -> TimelineError:
-    """Why ``op`` by ``actor`` was refused, given the message as it is at ``now_ms``."""
+    """Why ``op`` by ``actor`` was refused, given the message as it is at ``now_ms``
+    (and its ``due_stream``'s time, for an event-time message)."""
     if message is None or message.deleted:
         return MessageNotFoundError("no such message", None, None)
     timeline, mid = message.timeline, message.id
@@ -176,8 +187,16 @@ def explain_refusal(
         return StaleVersionError(
             f"{where} is at version {message.version}, not {expected_version}", timeline, mid
         )
-    status = message.status(now_ms)
+    status = message.status(now_ms, stream_time_ms)
     if op is Op.LEASE:
+        if status is Status.WAITING and message.due_stream is not None:
+            known = "unknown" if stream_time_ms is None else str(stream_time_ms)
+            return NotAvailableError(
+                f"{where} is not due: it waits for stream {message.due_stream!r} to reach "
+                f"time {message.timestamp_ms} (its watermark time: {known})",
+                timeline,
+                mid,
+            )
         if status is Status.WAITING:
             return NotAvailableError(
                 f"{where} is not due: due at {message.timestamp_ms}, now {now_ms}", timeline, mid

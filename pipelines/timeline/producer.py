@@ -30,9 +30,22 @@ from pipelines.timeline.wire import ScheduledMessage, encode_scheduled
 log = logging.getLogger(__name__)
 
 
-def _when(timestamp_ms: int | None, delay_ms: int | None) -> int:
-    if (timestamp_ms is None) == (delay_ms is None):
-        raise InvalidMessageError("give exactly one of timestamp_ms and delay_ms")
+def _when(
+    timestamp_ms: int | None,
+    delay_ms: int | None,
+    due_at_stream_time: tuple[str, int] | None = None,
+) -> int:
+    given = sum(x is not None for x in (timestamp_ms, delay_ms, due_at_stream_time))
+    if given != 1:
+        raise InvalidMessageError(
+            "give exactly one of timestamp_ms, delay_ms and due_at_stream_time"
+        )
+    if due_at_stream_time is not None:
+        if not isinstance(due_at_stream_time, tuple) or len(due_at_stream_time) != 2:
+            raise InvalidMessageError(
+                f"due_at_stream_time must be (stream, time_ms), got {due_at_stream_time!r}"
+            )
+        return due_at_stream_time[1]
     if delay_ms is not None:
         # A delay is relative to this client's clock; drift is the producer's to watch.
         return int(time.time() * 1000) + delay_ms
@@ -57,13 +70,18 @@ class TimelineProducer:
         timestamp_ms: int | None = None,
         delay_ms: int | None = None,
         id: str | None = None,
+        due_at_stream_time: tuple[str, int] | None = None,
     ) -> Created:
+        """Schedule ``body`` at a wall-clock time (``timestamp_ms`` / ``delay_ms``) or
+        once a stream's watermark reaches an event time (``due_at_stream_time=(stream,
+        t)``: every event of the stream with time <= t has been written)."""
         return self.store.create(
             self.timeline,
             body,
-            timestamp_ms=_when(timestamp_ms, delay_ms),
+            timestamp_ms=_when(timestamp_ms, delay_ms, due_at_stream_time),
             producer_group=self.producer_group,
             id=new_id() if id is None else id,
+            due_stream=None if due_at_stream_time is None else due_at_stream_time[0],
         )
 
     def put_many(self, items: Sequence[tuple[bytes, int, str | None]]) -> list[Created]:

@@ -67,7 +67,11 @@ T = TypeVar("T")
 Row = tuple[Any, ...]
 
 NOTIFY_CHANNEL = "tidemark_timeline"
-_COLS = "timeline, id, ts, body, producer_group, lock_consumer, bucket, version, deleted_at_ms"
+_COLS = (
+    "timeline, id, ts, body, producer_group, lock_consumer, bucket, version, deleted_at_ms, "
+    "due_stream"
+)
+_N = 10  # columns in _COLS: what a row holds after them starts here
 _M_COLS = ", ".join(f"m.{c.strip()}" for c in _COLS.split(","))
 _VERSION_OK = "(%(version)s::BIGINT IS NULL OR m.version = %(version)s::BIGINT)"
 
@@ -80,6 +84,8 @@ class NewMessage:
     timestamp_ms: int
     producer_group: str
     id: str | None = None
+    due_stream: str | None = None
+    """Due when this stream's watermark reaches ``timestamp_ms`` (an event time)."""
 
 
 @dataclass(frozen=True)
@@ -104,6 +110,7 @@ def _message(row: Sequence[Any]) -> Message:
         bucket=int(row[6]),
         version=int(row[7]),
         deleted=row[8] is not None,
+        due_stream=row[9],
     )
 
 
@@ -241,9 +248,9 @@ class TimelineStore:
             ), ins AS (
                 INSERT INTO timeline_messages
                     (timeline, id, bucket, ts, body, producer_group, lock_consumer, version,
-                     created_at_ms)
+                     created_at_ms, due_stream)
                 SELECT %(timeline)s, %(id)s, %(bucket)s, %(ts)s, %(body)s, %(group)s, NULL, 1,
-                       {NOW_MS}
+                       {NOW_MS}, %(due_stream)s
                 FROM t WHERE octet_length(%(body)s) <= t.max_body_bytes
                 ON CONFLICT (timeline, id) DO NOTHING
                 RETURNING {_COLS}
@@ -256,6 +263,8 @@ class TimelineStore:
         check_id(message_id)
         check_name("producer_group", new.producer_group)
         check_timestamp("timestamp_ms", new.timestamp_ms)
+        if new.due_stream is not None:
+            check_name("due_stream", new.due_stream)
         if not isinstance(new.body, bytes | bytearray | memoryview):
             raise InvalidMessageError(
                 f"body must be bytes, got {type(new.body).__name__}", timeline, message_id
@@ -274,6 +283,7 @@ class TimelineStore:
             "ts": new.timestamp_ms,
             "body": body,
             "group": new.producer_group,
+            "due_stream": new.due_stream,
         }
 
     def _settle(self, params: dict[str, Any], row: Row | None) -> Created:
@@ -289,6 +299,7 @@ class TimelineStore:
                 )
             raise TimelineError("create changed nothing; retry", config.name, params["id"])
         if existing.body != params["body"] or existing.producer_group != params["group"]:
+            # (a leased event-time message no longer shows its stream: not compared)
             raise DuplicateIdError(
                 f"id {params['id']!r} exists on {params['timeline']!r} with a different "
                 + ("body" if existing.body != params["body"] else "producer group"),
@@ -305,13 +316,19 @@ class TimelineStore:
         timestamp_ms: int,
         producer_group: str,
         id: str | None = None,
+        due_stream: str | None = None,
     ) -> Created:
         """Create a message; a retry with the same id, body and group is a no-op success.
 
-        An id stays taken after a delete until the deleted row is purged, so a
-        replayed create does not bring a delivered message back.
+        With ``due_stream``, ``timestamp_ms`` is an event time of that stream:
+        the message is due once the stream's time (:meth:`advance_stream_time`)
+        reaches it, whatever the clock says. An id stays taken after a delete
+        until the deleted row is purged, so a replayed create does not bring a
+        delivered message back.
         """
-        params = self._prepare(timeline, NewMessage(body, timestamp_ms, producer_group, id))
+        params = self._prepare(
+            timeline, NewMessage(body, timestamp_ms, producer_group, id, due_stream)
+        )
         sql = self._insert_sql(self.supports_notify and self.notify)
         return self._settle(params, self._one(sql, params))
 
@@ -394,8 +411,17 @@ class TimelineStore:
     ) -> TimelineError:
         self.timeline(timeline)  # an unknown timeline is the first reason
         message, now = self._get_with_now(timeline, message_id)
+        stream_time = None
+        if message is not None and message.due_stream is not None:
+            stream_time = self.stream_times([message.due_stream]).get(message.due_stream)
         error = explain_refusal(
-            op, message, now, actor=actor, expected_version=version, target_ms=target_ms
+            op,
+            message,
+            now,
+            actor=actor,
+            expected_version=version,
+            target_ms=target_ms,
+            stream_time_ms=stream_time,
         )
         if isinstance(error, MessageNotFoundError):
             error = MessageNotFoundError(
@@ -406,12 +432,18 @@ class TimelineStore:
     # -- leases -----------------------------------------------------------------
 
     def _due_clause(self) -> tuple[str, Any]:
+        # An event-time message (due_stream set; never leased yet) is due when its
+        # stream's recorded time reached ts; any other by the due condition.
+        stream_due = (
+            "(m.due_stream IS NOT NULL AND m.lock_consumer IS NULL AND m.ts <= ("
+            "SELECT st.time_ms FROM timeline_stream_times AS st WHERE st.stream = m.due_stream))"
+        )
         horizon = self.due.horizon_ms()
         if horizon is None:
-            return f"m.ts <= {NOW_MS}", None
+            return f"((m.due_stream IS NULL AND m.ts <= {NOW_MS}) OR {stream_due})", None
         return (
-            f"((m.lock_consumer IS NULL AND m.ts <= %(horizon)s::BIGINT) "
-            f"OR (m.lock_consumer IS NOT NULL AND m.ts <= {NOW_MS}))",
+            f"((m.due_stream IS NULL AND ((m.lock_consumer IS NULL AND m.ts <= %(horizon)s::BIGINT)"
+            f" OR (m.lock_consumer IS NOT NULL AND m.ts <= {NOW_MS}))) OR {stream_due})",
             horizon,
         )
 
@@ -447,10 +479,11 @@ class TimelineStore:
         per_bucket = min(limit, 2 * -(-limit // max(1, len(chosen))))
         sql = f"""
             WITH due AS (
-                SELECT x.timeline, x.id, x.bucket, x.ts
+                SELECT x.timeline, x.id, x.bucket, x.ts, x.due_stream
                 FROM unnest(%(buckets)s::INT[]) AS b (bucket),
                 LATERAL (
-                    SELECT m.timeline, m.id, m.bucket, m.ts FROM timeline_messages AS m
+                    SELECT m.timeline, m.id, m.bucket, m.ts, m.due_stream
+                    FROM timeline_messages AS m
                     WHERE m.timeline = %(t)s AND m.bucket = b.bucket
                       AND m.deleted_at_ms IS NULL AND {due}
                     ORDER BY m.ts LIMIT %(per_bucket)s
@@ -459,12 +492,13 @@ class TimelineStore:
                 ORDER BY x.ts LIMIT %(limit)s
             )
             UPDATE timeline_messages AS m
-            SET lock_consumer = %(c)s, ts = {NOW_MS} + %(lease)s, version = m.version + 1
+            SET lock_consumer = %(c)s, ts = {NOW_MS} + %(lease)s, version = m.version + 1,
+                due_stream = NULL
             FROM due
             WHERE m.timeline = due.timeline AND m.id = due.id
               AND m.bucket = due.bucket AND m.ts = due.ts
               AND m.deleted_at_ms IS NULL AND {due}
-            RETURNING {_M_COLS}, due.ts, {NOW_MS}"""
+            RETURNING {_M_COLS}, due.ts, {NOW_MS}, due.due_stream"""
         rows = self._all(
             sql,
             {
@@ -477,7 +511,7 @@ class TimelineStore:
                 "horizon": horizon,
             },
         )
-        leases = [Lease(_message(r), int(r[9]), int(r[10])) for r in rows]
+        leases = [_lease(r) for r in rows]
         leases.sort(key=lambda lease: lease.due_ms)
         return leases
 
@@ -500,17 +534,18 @@ class TimelineStore:
         due, horizon = self._due_clause()
         sql = f"""
             WITH due AS (
-                SELECT m.timeline, m.id, m.ts FROM timeline_messages AS m
+                SELECT m.timeline, m.id, m.ts, m.due_stream FROM timeline_messages AS m
                 WHERE m.timeline = %(t)s AND m.id = %(id)s
                   AND m.deleted_at_ms IS NULL AND {due} AND {_VERSION_OK}
                 FOR UPDATE
             )
             UPDATE timeline_messages AS m
-            SET lock_consumer = %(c)s, ts = {NOW_MS} + %(lease)s, version = m.version + 1
+            SET lock_consumer = %(c)s, ts = {NOW_MS} + %(lease)s, version = m.version + 1,
+                due_stream = NULL
             FROM due
             WHERE m.timeline = due.timeline AND m.id = due.id
               AND m.deleted_at_ms IS NULL AND {due} AND {_VERSION_OK}
-            RETURNING {_M_COLS}, due.ts, {NOW_MS}"""
+            RETURNING {_M_COLS}, due.ts, {NOW_MS}, due.due_stream"""
         row = self._one(
             sql,
             {
@@ -524,7 +559,7 @@ class TimelineStore:
         )
         if row is None:
             raise self._refused(Op.LEASE, timeline, message_id, consumer, version)
-        return Lease(_message(row), int(row[9]), int(row[10]))
+        return _lease(row)
 
     def _update_one(
         self,
@@ -685,26 +720,69 @@ class TimelineStore:
                 ORDER BY m.ts""",
             {"t": timeline, "c": consumer},
         )
-        return [Lease(_message(r), int(r[2]), int(r[9])) for r in rows]
+        return [Lease(_message(r), int(r[2]), int(r[_N])) for r in rows]
 
     def next_due_ms(self, timeline: str, buckets: Sequence[int]) -> tuple[int | None, int]:
         """The earliest timestamp among ``buckets`` (None when empty) and the database's now.
 
         One index probe per bucket. Leased messages count: their timestamp is
-        the end of the lease, when they become available again.
+        the end of the lease, when they become available again. Event-time
+        messages do not: their time is a stream's, not the clock's.
         """
         row = self._one(
             f"""SELECT min(x.ts), {NOW_MS} FROM unnest(%(buckets)s::INT[]) AS b (bucket),
                 LATERAL (
                     SELECT m.ts FROM timeline_messages AS m
                     WHERE m.timeline = %(t)s AND m.bucket = b.bucket
-                      AND m.deleted_at_ms IS NULL
+                      AND m.deleted_at_ms IS NULL AND m.due_stream IS NULL
                     ORDER BY m.ts LIMIT 1
                 ) AS x""",
             {"t": timeline, "buckets": list(buckets)},
         )
         assert row is not None
         return (None if row[0] is None else int(row[0])), int(row[1])
+
+    # -- stream times (event-time messages) -------------------------------------
+
+    def advance_stream_time(self, stream: str, time_ms: int) -> int:
+        """Record that ``stream``'s watermark reached ``time_ms``; never moves back.
+
+        Returns the stream's time after the call. Feed it only watermark times
+        (``wait_for_time``, a watermark source): a message due at stream time T
+        is handed out as soon as a time >= T is recorded here.
+        """
+        check_name("stream", stream)
+        check_timestamp("time_ms", time_ms)
+        row = self._one(
+            f"""INSERT INTO timeline_stream_times (stream, time_ms, updated_at_ms)
+                VALUES (%(s)s, %(t)s, {NOW_MS})
+                ON CONFLICT (stream) DO UPDATE
+                SET time_ms = greatest(timeline_stream_times.time_ms, excluded.time_ms),
+                    updated_at_ms = excluded.updated_at_ms
+                RETURNING time_ms""",
+            {"s": stream, "t": time_ms},
+        )
+        assert row is not None
+        return int(row[0])
+
+    def stream_times(self, streams: Sequence[str]) -> dict[str, int]:
+        """The recorded time of each of ``streams`` that has one."""
+        rows = self._all(
+            "SELECT stream, time_ms FROM timeline_stream_times WHERE stream = ANY(%(s)s)",
+            {"s": list(streams)},
+        )
+        return {str(r[0]): int(r[1]) for r in rows}
+
+    def waiting_streams(self, timeline: str) -> dict[str, int]:
+        """Streams that event-time messages of ``timeline`` wait for -> the earliest time."""
+        rows = self._all(
+            """SELECT m.due_stream, min(m.ts) FROM timeline_messages AS m
+               WHERE m.timeline = %(t)s AND m.due_stream IS NOT NULL
+                 AND m.deleted_at_ms IS NULL
+               GROUP BY m.due_stream""",
+            {"t": timeline},
+        )
+        return {str(r[0]): int(r[1]) for r in rows}
 
     # -- counts, purge, membership -----------------------------------------------
 
@@ -713,8 +791,10 @@ class TimelineStore:
         self.timeline(timeline)
         row = self._one(
             f"""SELECT count(*),
-                  coalesce(sum(CASE WHEN m.ts <= n.now THEN 1 ELSE 0 END), 0),
-                  coalesce(sum(CASE WHEN m.ts > n.now AND m.lock_consumer IS NULL
+                  coalesce(sum(CASE WHEN m.due_stream IS NULL AND m.ts <= n.now
+                               THEN 1 ELSE 0 END), 0),
+                  coalesce(sum(CASE WHEN m.due_stream IS NOT NULL
+                                 OR (m.ts > n.now AND m.lock_consumer IS NULL)
                                THEN 1 ELSE 0 END), 0),
                   coalesce(sum(CASE WHEN m.ts > n.now AND m.lock_consumer IS NOT NULL
                                THEN 1 ELSE 0 END), 0)
@@ -758,6 +838,11 @@ class TimelineStore:
             "DELETE FROM timeline_consumers WHERE timeline = %(t)s AND consumer_id = %(c)s",
             {"t": timeline, "c": consumer},
         )
+
+
+def _lease(row: Row) -> Lease:
+    """A row of a lease statement: the message's columns, then due ts, now, due stream."""
+    return Lease(_message(row), int(row[_N]), int(row[_N + 1]), row[_N + 2])
 
 
 def _heartbeat(conn: psycopg.Connection[Row], params: dict[str, Any]) -> list[Row]:

@@ -24,6 +24,9 @@ from pathlib import Path
 
 import tests.bench as bench_pkg
 
+LONG = frozenset({"bench_soak"})
+"""Modules run only when named (``make soak``: ``python -m tests.bench bench_soak``)."""
+
 
 @dataclass
 class BenchServices:
@@ -86,7 +89,7 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="tidemark-bench-") as tmp, ExitStack() as stack:
         services = _start(stack, Path(tmp))
         for name in names:
-            if wanted and name not in wanted:
+            if (wanted and name not in wanted) or (not wanted and name in LONG):
                 continue
             module = importlib.import_module(f"tests.bench.{name}")
             print(f"== {name}", flush=True)

@@ -130,44 +130,26 @@ def bench_warm(work: Path) -> list[str]:
 
 
 def bench_cold(work: Path, bootstrap: str) -> list[str]:
-    from confluent_kafka import Consumer, Producer, TopicPartition
-    from confluent_kafka.admin import AdminClient, NewTopic
-
     from pipelines.reading.seek import SeekIndex
+    from tests.bench.kafka_baseline import timed_topic
 
     root = work / "cold-delta"
     stream = "bench/cold"
     times, upper = _write_index(root, stream, COLD_ROWS, files=10)
     _write_marks(root, stream, times, upper, files=10)
 
-    topic = f"bench-reader-{int(time.time())}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS)])[topic].result(30)
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-    base_ts = int(time.time() * 1000) - 3_600_000
-    for i in range(2_000):
-        for p in range(PARTITIONS):
-            producer.produce(topic, b"x", partition=p, timestamp=base_ts + i * 10)
-        producer.poll(0)
-    producer.flush(60)
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "log_level": 0})
     rng = random.Random(5)
     ours: list[float] = []
     kafka: list[float] = []
-    consumer.offsets_for_times([TopicPartition(topic, p, base_ts) for p in range(PARTITIONS)], 10)
-    for _ in range(COLD_LOOKUPS):
-        t = rng.randrange(int(upper[0]), int(upper[-1]))
-        a = time.perf_counter()
-        cut = SeekIndex(str(root)).cold_start_cut(stream, t)
-        b = time.perf_counter()
-        kt = base_ts + rng.randrange(0, 20_000)
-        consumer.offsets_for_times([TopicPartition(topic, p, kt) for p in range(PARTITIONS)], 10)
-        c = time.perf_counter()
-        assert cut is not None and len(cut) == PARTITIONS
-        ours.append((b - a) * 1000)
-        kafka.append((c - b) * 1000)
-    consumer.close()
-    admin.delete_topics([topic])
+    with timed_topic(bootstrap) as topic:
+        for _ in range(COLD_LOOKUPS):
+            t = rng.randrange(int(upper[0]), int(upper[-1]))
+            a = time.perf_counter()
+            cut = SeekIndex(str(root)).cold_start_cut(stream, t)
+            b = time.perf_counter()
+            kafka.append(topic.lookup(topic.base_ts + rng.randrange(0, 20_000)))
+            assert cut is not None and len(cut) == PARTITIONS
+            ours.append((b - a) * 1000)
     ratio = statistics.median(ours) / statistics.median(kafka)
     return [
         f"cold lookup, {COLD_ROWS:,} watermarks of a {PARTITIONS}-segment stream in 10 files",

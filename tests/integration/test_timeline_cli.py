@@ -132,3 +132,28 @@ def test_purge_verb_once_and_on_a_schedule(capsys, unique, postgres):
 def test_purge_verb_bad_inputs(capsys, flag, value, message):
     with pytest.raises(TidemarkError, match=message):
         run(capsys, "purge", flag, value)
+
+
+def test_put_due_at_stream_time(capsys, unique):
+    name = f"cli-st-{unique}"
+    run(capsys, "create", name, "--buckets", "2")
+    row = run(
+        capsys,
+        "put",
+        name,
+        "--group",
+        "g",
+        "--id",
+        "r",
+        "--body",
+        "report",
+        "--stream",
+        "s/x",
+        "--stream-time",
+        "5000",
+    )[0]
+    assert (row["due_stream"], row["timestamp_ms"]) == ("s/x", 5000)
+    counts = run(capsys, "count", name)[0]
+    assert (counts["available"], counts["waiting"]) == (0, 1)  # 5000 ms is long past: still waits
+    with pytest.raises(TidemarkError, match="--stream and --stream-time"):
+        run(capsys, "put", name, "--group", "g", "--body", "x", "--at-ms", "1", "--stream", "s/x")

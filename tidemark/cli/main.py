@@ -27,12 +27,13 @@ COMMAND_MODULES = (
     "tidemark.cli.read",
     "tidemark.cli.groups",
     "tidemark.cli.serve",
+    "tidemark.cli.acting",
 )
 
 
 # Verbs that never need pandas. pyarrow imports pandas (about a second) on its first
 # array conversion whenever pandas is installed; these verbs tell it pandas is absent.
-LIGHT_VERBS = frozenset({"read", "watermarks", "window", "seek", "stream"})
+LIGHT_VERBS = frozenset({"read", "watermarks", "window", "seek", "stream", "wait", "laggards"})
 
 
 class _WithoutPandas:
@@ -69,8 +70,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from tidemark.cli.acting import rewrite_alias
+
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(rewrite_alias(list(sys.argv[1:] if argv is None else argv)))
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

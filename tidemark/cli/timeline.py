@@ -2,6 +2,8 @@
 
     tidemark timeline create reminders --buckets 16
     tidemark timeline put reminders --group app --in-ms 60000 --body "hello" --id hello-1
+    tidemark timeline put reports --group app --stream shop/orders --stream-time 1700000000000 \
+        --body "close the books"
     tidemark timeline lease reminders --consumer me --duration-ms 30000
     tidemark timeline count reminders --format json
     tidemark timeline relay reminders --consumer relay-1 --topic due-reminders
@@ -24,6 +26,7 @@ from typing import Any
 
 from infra.services import KAFKA, POSTGRES, resolve_services
 from tidemark.cli.output import add_format_option, emit, emit_rows
+from tidemark.errors import ConfigurationError
 
 
 def _dsn() -> str:
@@ -72,6 +75,13 @@ def register(sub: Any) -> None:
     when = p.add_mutually_exclusive_group(required=True)
     when.add_argument("--at-ms", type=int, help="due time, UTC ms since the epoch")
     when.add_argument("--in-ms", type=int, help="due this many ms from now")
+    when.add_argument(
+        "--stream-time",
+        type=int,
+        metavar="MS",
+        help="due once --stream's watermark reaches this event time",
+    )
+    p.add_argument("--stream", help="with --stream-time: the stream (scope/name)")
 
     p = verb("lease", "lease available messages (or one by --id)", cmd_lease)
     p.add_argument("--consumer", required=True)
@@ -136,14 +146,20 @@ def cmd_create(args: argparse.Namespace) -> int:
 
 
 def cmd_put(args: argparse.Namespace) -> int:
+    if (args.stream is None) != (args.stream_time is None):
+        raise ConfigurationError("--stream and --stream-time go together")
     with _store() as store:
-        at_ms = args.at_ms if args.at_ms is not None else store.now_ms() + args.in_ms
+        if args.stream_time is not None:
+            at_ms = args.stream_time
+        else:
+            at_ms = args.at_ms if args.at_ms is not None else store.now_ms() + args.in_ms
         created = store.create(
             args.timeline,
             args.body.encode(),
             timestamp_ms=at_ms,
             producer_group=args.group,
             id=args.id,
+            due_stream=args.stream,
         )
     m = created.message
     emit(

@@ -1,0 +1,116 @@
+"""Who holds a stream's watermark back, and by how much (pure, from the workflow's state).
+
+    >>> from controller.model import Watermark, WriterMark
+    >>> from controller.watermarks import GenerationState
+    >>> prev = Watermark("shop/orders", 500, 900, {0: 7}, 3)
+    >>> marks = {"a": WriterMark(900, {0: 9}), "b": WriterMark(450, {0: 8})}
+    >>> [(x.writer, x.kind, x.behind_ms, x.since_ms) for x in laggards(
+    ...     "shop/orders", marks, GenerationState(prev, {"b": 1_000}), now_ms=4_000)]
+    [('b', 'lagging', 450, 1000)]
+
+Two kinds of writer keep a watermark from advancing:
+
+- **lagging** (``watermark_cycle``'s ``lagging_since``): its noted time is at
+  or below the last watermark's time; while it lags *nothing* is emitted,
+  until it catches up, shuts down, or its timeout drops it. ``since_ms`` =
+  the first cycle that saw it lagging.
+- **slowest**: no writer lags, but this writer's time is the minimum and
+  below the fastest writer's: the next watermark can be no later than its
+  time. ``since_ms`` is unknown (``None``): the state keeps no history of
+  who was slowest.
+
+For both, ``behind_ms`` = the fastest writer's noted time - its own: how far
+the stream's time would move if it caught up.
+
+A snapshot is what one cycle sees; :func:`changed` says whether a new
+snapshot differs from the last one recorded (only then is it worth a row).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from controller.model import WriterMark
+from controller.watermarks import GenerationState
+
+LAGGING = "lagging"
+SLOWEST = "slowest"
+KINDS = (LAGGING, SLOWEST)
+
+
+@dataclass(frozen=True)
+class Laggard:
+    """One writer holding ``stream``'s watermark back, as seen at ``at_ms``."""
+
+    stream: str
+    writer: str
+    kind: str
+    noted_time: int
+    watermark_time: int | None
+    behind_ms: int
+    since_ms: int | None
+    at_ms: int
+
+    def describe(self) -> str:
+        since = "" if self.since_ms is None else f" since {self.since_ms}"
+        return (
+            f"{self.writer} ({self.kind}{since}: noted {self.noted_time}, "
+            f"{self.behind_ms} ms behind)"
+        )
+
+
+def laggards(
+    stream: str, marks: Mapping[str, WriterMark], state: GenerationState, now_ms: int
+) -> list[Laggard]:
+    """The writers holding ``stream`` back after a cycle, most behind first.
+
+    ``marks`` are the writers' latest accepted marks, ``state`` the
+    generation state the cycle returned (lagging writers it dropped are no
+    longer in ``lagging_since``).
+    """
+    previous = state.previous
+    wm_time = None if previous is None else previous.time
+    if not marks:
+        return []
+    high = max(m.time for m in marks.values())
+    lagging = [
+        Laggard(
+            stream,
+            writer,
+            LAGGING,
+            marks[writer].time,
+            wm_time,
+            high - marks[writer].time,
+            since,
+            now_ms,
+        )
+        for writer, since in state.lagging_since.items()
+        if writer in marks
+    ]
+    if lagging:
+        return sorted(lagging, key=lambda x: (-x.behind_ms, x.writer))
+    alive = {w: m for w, m in marks.items() if m.alive}
+    if len(alive) < 2:
+        return []
+    low = min(m.time for m in alive.values())
+    high = max(m.time for m in alive.values())  # of the live writers only
+    if low == high:
+        return []
+    return [
+        Laggard(stream, w, SLOWEST, m.time, wm_time, high - low, None, now_ms)
+        for w, m in sorted(alive.items())
+        if m.time == low
+    ]
+
+
+def changed(before: Sequence[Laggard], after: Sequence[Laggard]) -> bool:
+    """True when the set of laggards, their kind, noted time or start differ."""
+
+    def key(xs: Sequence[Laggard]) -> set[tuple[str, str, int, int | None]]:
+        return {(x.writer, x.kind, x.noted_time, x.since_ms) for x in xs}
+
+    return key(before) != key(after)
+
+
+__all__ = ["KINDS", "LAGGING", "SLOWEST", "Laggard", "changed", "laggards"]

@@ -1,0 +1,49 @@
+"""The controller job's side of laggards: what to record after a stream's cycle.
+
+    found = laggards_of("shop/orders", state, now_ms)          # from the workflow's state
+    rows = laggard_update("shop/orders", found, recorded, now_ms)  # None: nothing changed
+
+The decision is :func:`controller.laggards.laggards` (pure); this adds the
+workflow's :class:`~jobs.workflow.StreamState` and the rule "append a
+snapshot to the ``laggards`` table only when it differs from the last one
+recorded" (a ``clear`` row when the last laggard is gone).
+
+Wiring into the job (left to the controller job's owner, a few lines): keep
+the last recorded snapshot per stream in its state; after each
+``StreamWorkflow.cycle`` call ``laggard_update``; give the rows to the sink,
+which appends them to ``schemas.tables.LAGGARDS`` in the same batch
+transaction as ``marks`` (``DeltaTables.append(LAGGARDS, rows, app, batch)``);
+``tidemark controller status`` shows ``pipelines.reading.lateness.read_laggards``
+and ``stale_marks`` per stream. Marks refused as stale are recorded already
+(``rejected_marks``, reason ``stale_time``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from controller.laggards import Laggard, changed, laggards
+from jobs.workflow import StreamState
+from schemas.tables import laggard_rows
+
+
+def laggards_of(stream: str, state: StreamState, now_ms: int) -> list[Laggard]:
+    """The writers holding ``stream`` back, from the workflow's state after a cycle."""
+    marks = {writer: stored.mark for writer, stored in state.marks.items()}
+    return laggards(stream, marks, state.generation, now_ms)
+
+
+def laggard_update(
+    stream: str, found: Sequence[Laggard], recorded: Sequence[Laggard] | None, now_ms: int
+) -> list[dict[str, Any]] | None:
+    """Rows for the ``laggards`` table when ``found`` differs from the last snapshot
+    ``recorded`` (``None``: none recorded yet, and an empty one needs no row)."""
+    if recorded is None and not found:
+        return None
+    if recorded is not None and not changed(recorded, found):
+        return None
+    return laggard_rows(stream, now_ms, found)
+
+
+__all__ = ["laggard_update", "laggards_of"]

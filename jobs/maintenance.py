@@ -1,0 +1,435 @@
+"""Automatic maintenance of the controller's Delta tables: compact, checkpoint, vacuum.
+
+    maintainer = Maintainer(MaintenanceSettings("/data/tidemark")).start()   # a daemon thread
+    ...
+    maintainer.stop()
+
+    Maintainer(MaintenanceSettings(root)).run_once(force=True)   # jobs/compact_index.py
+
+The controller appends one small file per table per batch. Left alone, a
+table of a 1 s controller holds 86 400 files after a day and a cold lookup
+opens them all. Each pass, for each table, :func:`plan` (pure) decides from
+the table's file count and sizes what to do:
+
+- **compact** when ``compact_min_files`` files are smaller than
+  ``target_file_bytes / TIER`` (or they add up to that much), or as many
+  wait between that and the target:
+  :mod:`jobs.compaction` rewrites them, sorted by time, into files of up to
+  ``target_file_bytes`` with row groups of ``row_group_rows`` rows -- one
+  ``dataChange=false`` commit: readers at an older version keep reading
+  their files, the rows do not change. Files that reached the target are
+  never rewritten again, so the table holds about
+  ``size / target_file_bytes`` full files plus fewer than
+  ``compact_min_files`` small ones;
+- **checkpoint** when ``checkpoint_every`` commits were added since the last
+  checkpoint (and after each compaction), so opening the table replays a
+  checkpoint plus a bounded tail of JSON commits;
+- **vacuum** every ``vacuum_every_s``: data files removed more than
+  ``time_travel_hours`` ago are deleted, and log entries older than the
+  table's log retention with them. Time travel (and a reader that holds an
+  old version) keeps working for that span.
+
+Appends win. A compaction commit that conflicts with a concurrent commit is
+retried on the new version (``commit_attempts`` times, with a growing
+pause); the appends themselves are blind appends that a compaction never
+makes fail. Every error of a pass is logged and the loop goes on: the
+maintainer never stops or fails the controller that runs it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from jobs.compaction import TIER
+from schemas.tables import TABLES, table_path
+
+log = logging.getLogger(__name__)
+
+MIB = 1024 * 1024
+DEFAULT_TARGET_FILE_BYTES = 16 * MIB
+DEFAULT_ROW_GROUP_ROWS = 8192
+DEFAULT_TIME_TRAVEL_HOURS = 168
+
+
+@dataclass(frozen=True)
+class MaintenanceSettings:
+    """What the maintainer keeps, and when it acts (defaults: the controller's)."""
+
+    delta_root: str
+    tables: tuple[str, ...] = TABLES
+    compact_min_files: int = 32
+    """Compact once this many files are smaller than ``target_file_bytes``."""
+    target_file_bytes: int = DEFAULT_TARGET_FILE_BYTES
+    """Size compaction aims at; a file this large is left alone."""
+    row_group_rows: int = DEFAULT_ROW_GROUP_ROWS
+    """Rows per Parquet row group in compacted files (what one lookup reads at least)."""
+    checkpoint_every: int = 20
+    """Checkpoint once this many commits were added since the last checkpoint."""
+    time_travel_hours: int = DEFAULT_TIME_TRAVEL_HOURS
+    """Removed files stay this long (time travel, readers of old versions); Delta's 7 days."""
+    vacuum_every_s: float = 3600.0
+    check_interval_s: float = 5.0
+    commit_attempts: int = 5
+    storage_options: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        from jobs.exceptions import JobConfigurationError
+
+        if not str(self.delta_root).strip():
+            raise JobConfigurationError("no delta root: pass the directory or URI of the tables")
+        if self.compact_min_files < 2:
+            raise JobConfigurationError(
+                f"compact_min_files must be at least 2: got {self.compact_min_files}"
+            )
+        small = {
+            "target_file_bytes": self.target_file_bytes,
+            "row_group_rows": self.row_group_rows,
+            "checkpoint_every": self.checkpoint_every,
+            "commit_attempts": self.commit_attempts,
+        }
+        bad = [f"{name}={value}" for name, value in small.items() if value < 1]
+        if bad:
+            raise JobConfigurationError(f"must be at least 1: {', '.join(bad)}")
+        if self.time_travel_hours < 0 or self.check_interval_s <= 0 or self.vacuum_every_s < 0:
+            raise JobConfigurationError(
+                "time_travel_hours and vacuum_every_s must be >= 0, check_interval_s > 0"
+            )
+        unknown = [t for t in self.tables if t not in TABLES]
+        if unknown:
+            raise JobConfigurationError(
+                f"unknown table(s) {', '.join(unknown)}; valid: {', '.join(TABLES)}"
+            )
+
+
+@dataclass(frozen=True)
+class TableState:
+    """What :func:`plan` looks at: one table's version, files and sizes."""
+
+    version: int
+    files: int
+    small_files: int
+    small_bytes: int
+    total_bytes: int
+    checkpoint_version: int | None
+    """The last version this maintainer checkpointed (``None``: not yet)."""
+    vacuumed_at: float | None
+    """When this maintainer last vacuumed the table (``None``: not yet)."""
+    medium_files: int = 0
+    """Files between ``target_file_bytes / TIER`` and the target (the second tier)."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    compact: bool
+    checkpoint: bool
+    vacuum: bool
+
+
+def plan(state: TableState, settings: MaintenanceSettings, now: float) -> Plan:
+    """What to do to a table now (pure; ``now`` in seconds, as ``vacuumed_at``)."""
+    compact = (
+        state.small_files >= settings.compact_min_files
+        or state.medium_files >= settings.compact_min_files
+        or (state.small_files >= 2 and state.small_bytes >= settings.target_file_bytes // TIER)
+    )
+    since = (
+        state.version + 1
+        if state.checkpoint_version is None
+        else (state.version - state.checkpoint_version)
+    )
+    checkpoint = compact or since >= settings.checkpoint_every
+    vacuum = state.vacuumed_at is None or now - state.vacuumed_at >= settings.vacuum_every_s
+    return Plan(compact, checkpoint and state.version > 0, vacuum)
+
+
+@dataclass(frozen=True)
+class PassReport:
+    """What one pass did to one table (files before and after, what ran)."""
+
+    table: str
+    version: int
+    files_before: int
+    files_after: int
+    compacted: bool = False
+    files_removed: int = 0
+    files_added: int = 0
+    checkpointed: bool = False
+    vacuumed: int = 0
+    error: str | None = None
+
+
+class Maintainer:
+    """Runs :func:`plan` and its actions on the tables, in a loop or once.
+
+    ``clock`` (seconds) and ``sleep`` are injectable. Thread-safe to stop
+    from another thread; one pass at a time.
+    """
+
+    def __init__(
+        self,
+        settings: MaintenanceSettings,
+        *,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.settings = settings
+        self._clock = clock
+        self._sleep = sleep
+        self._open: dict[str, Any] = {}
+        self._checkpointed: dict[str, int] = {}
+        self._vacuumed: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._pass_lock = threading.Lock()
+        self.passes = 0
+        self.busy_s = 0.0
+        self.longest_pass_s = 0.0
+        self.last_reports: list[PassReport] = []
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    def start(self) -> Maintainer:
+        """Run passes every ``check_interval_s`` in a daemon thread until :meth:`stop`."""
+        if self._thread is not None and self._thread.is_alive():
+            return self
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="tidemark-maintenance", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout_s: float = 60.0) -> None:
+        """Stop the loop after the pass under way (a commit is never cut in half)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            self._thread = None
+
+    def __enter__(self) -> Maintainer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.run_once()
+            except Exception:  # never let maintenance take the controller down
+                log.exception("maintenance pass failed; trying again later")
+            self._stop.wait(self.settings.check_interval_s)
+
+    # -- one pass -----------------------------------------------------------------------------
+
+    def run_once(self, *, force: bool = False, vacuum: bool = True) -> list[PassReport]:
+        """One pass over the tables; ``force`` compacts, checkpoints and (unless not
+        ``vacuum``) vacuums regardless of the policy."""
+        with self._pass_lock:
+            started = time.monotonic()
+            reports = [self._maintain(table, force, vacuum) for table in self.settings.tables]
+            took = time.monotonic() - started
+            self.busy_s += took
+            self.longest_pass_s = max(self.longest_pass_s, took)
+            self.passes += 1
+            self.last_reports = reports
+            return reports
+
+    def _maintain(self, table: str, force: bool, vacuum: bool) -> PassReport:
+        dt = self._table(table)
+        if dt is None:
+            return PassReport(table, -1, 0, 0)
+        state = self.state(table)
+        todo = Plan(True, True, True) if force else plan(state, self.settings, self._clock())
+        if not vacuum:
+            todo = Plan(todo.compact, todo.checkpoint, False)
+        report = PassReport(table, state.version, state.files, state.files)
+        try:
+            if todo.compact and (state.small_files >= 2 or state.medium_files >= 2):
+                removed, added = self._compact(table)
+                report = _with(report, compacted=True, files_removed=removed, files_added=added)
+            if todo.checkpoint:
+                self._checkpoint(table)
+                report = _with(report, checkpointed=True)
+            if todo.vacuum:
+                report = _with(report, vacuumed=self._vacuum(table))
+        except Exception as exc:
+            log.warning("maintenance of %s: %s", table, exc)
+            report = _with(report, error=str(exc))
+        files = self.state(table).files
+        report = _with(report, files_after=files)
+        if report.compacted or report.vacuumed:
+            log.info("maintenance: %s", report)
+        return report
+
+    def state(self, table: str) -> TableState:
+        """The table's current :class:`TableState` (files and sizes from the log)."""
+        from pipelines.reading.watermark_tables import add_actions
+
+        dt = self._table(table)
+        if dt is None:
+            return TableState(-1, 0, 0, 0, 0, None, None)
+        sizes = add_actions(dt).column("size_bytes").to_pylist()
+        tier = self.settings.target_file_bytes // TIER
+        small = [s for s in sizes if s < tier]
+        medium = sum(1 for s in sizes if tier <= s < self.settings.target_file_bytes)
+        return TableState(
+            version=int(dt.version()),
+            files=len(sizes),
+            small_files=len(small),
+            small_bytes=sum(small),
+            total_bytes=sum(sizes),
+            checkpoint_version=self._checkpointed.get(table),
+            vacuumed_at=self._vacuumed.get(table),
+            medium_files=medium,
+        )
+
+    def _table(self, table: str) -> Any:
+        """The open table, brought up to date; ``None`` while it does not exist."""
+        from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
+
+        dt = self._open.get(table)
+        if dt is None:
+            try:
+                dt = DeltaTable(
+                    table_path(self.settings.delta_root, table),
+                    storage_options=dict(self.settings.storage_options) or None,
+                )
+            except TableNotFoundError:
+                return None
+            self._open[table] = dt
+        else:
+            dt.update_incremental()
+        return dt
+
+    def _compact(self, table: str) -> tuple[int, int]:
+        """Rewrite the small files in time order; a failed commit is retried on the new version."""
+        from jobs.compaction import compact_in_time_order
+
+        def attempt() -> tuple[int, int]:
+            return compact_in_time_order(
+                self._table(table),
+                table,
+                target_bytes=self.settings.target_file_bytes,
+                row_group_rows=self.settings.row_group_rows,
+                min_files=self.settings.compact_min_files,
+            )
+
+        return self._retrying(table, "compaction", attempt)
+
+    def _checkpoint(self, table: str) -> None:
+        dt = self._table(table)
+        dt.create_checkpoint()
+        self._checkpointed[table] = int(dt.version())
+
+    def _vacuum(self, table: str) -> int:
+        """Delete files removed more than ``time_travel_hours`` ago; old log entries too."""
+        dt = self._table(table)
+        deleted = dt.vacuum(
+            retention_hours=self.settings.time_travel_hours,
+            dry_run=False,
+            enforce_retention_duration=False,
+        )
+        dt.cleanup_metadata()
+        self._vacuumed[table] = self._clock()
+        return len(deleted)
+
+    def _retrying(
+        self, table: str, what: str, action: Callable[[], tuple[int, int]]
+    ) -> tuple[int, int]:
+        from deltalake.exceptions import CommitFailedError
+
+        delay = 0.05
+        for attempt in range(1, self.settings.commit_attempts + 1):
+            try:
+                return action()
+            except CommitFailedError as exc:
+                if attempt == self.settings.commit_attempts:
+                    raise
+                log.info("%s of %s conflicted (%s); retry %d", what, table, exc, attempt)
+                self._sleep(delay)
+                delay = min(delay * 2, 2.0)
+        raise AssertionError("unreachable")
+
+
+class MaintenanceSwitch:
+    """A :class:`Maintainer` that runs while its controller instance leads.
+
+        switch = MaintenanceSwitch(MaintenanceSettings(delta_root))
+        switch.lead(0 in owned_buckets)     # on every ownership change; idempotent
+        switch.close()                      # on shutdown
+
+    Exactly one instance should lead (two would only waste work: their
+    compactions conflict and one retries).
+    """
+
+    def __init__(self, settings: MaintenanceSettings) -> None:
+        self.settings = settings
+        self._lock = threading.Lock()
+        self._running: Maintainer | None = None
+
+    @property
+    def leading(self) -> bool:
+        with self._lock:
+            return self._running is not None
+
+    def lead(self, leading: bool) -> None:
+        with self._lock:
+            if leading and self._running is None:
+                log.info("maintenance of %s: starting", self.settings.delta_root)
+                self._running = Maintainer(self.settings).start()
+            elif not leading and self._running is not None:
+                log.info("maintenance of %s: handing over", self.settings.delta_root)
+                self._running.stop()
+                self._running = None
+
+    def close(self) -> None:
+        self.lead(False)
+
+
+MAINTENANCE_BUCKET = 0
+"""Until the controller elects a leader, the owner of this bucket maintains the tables."""
+
+
+def maintenance_switch(settings: Any) -> MaintenanceSwitch:
+    """The switch for a controller's settings (``ControllerSettings``: its delta root)."""
+    return MaintenanceSwitch(MaintenanceSettings(settings.delta_root))
+
+
+def _with(report: PassReport, **changes: Any) -> PassReport:
+    from dataclasses import replace
+
+    return replace(report, **changes)
+
+
+def table_files(
+    delta_root: str, table: str, storage_options: Mapping[str, str] | None = None
+) -> tuple[int, int]:
+    """``(files, bytes)`` of a table's current version; ``(0, 0)`` when it does not exist."""
+    settings = MaintenanceSettings(
+        str(delta_root), tables=(table,), storage_options=dict(storage_options or {})
+    )
+    state = Maintainer(settings).state(table)
+    return state.files, state.total_bytes
+
+
+__all__ = [
+    "DEFAULT_ROW_GROUP_ROWS",
+    "DEFAULT_TARGET_FILE_BYTES",
+    "DEFAULT_TIME_TRAVEL_HOURS",
+    "MAINTENANCE_BUCKET",
+    "MIB",
+    "Maintainer",
+    "MaintenanceSettings",
+    "MaintenanceSwitch",
+    "PassReport",
+    "Plan",
+    "TableState",
+    "maintenance_switch",
+    "plan",
+    "table_files",
+]

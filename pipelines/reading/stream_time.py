@@ -1,0 +1,328 @@
+"""Wait until a stream's time passes T: the first watermark with ``time >= T``.
+
+    wm = wait_for_time("shop/orders", t, timeout_ms=60_000, delta_root="/data/delta")
+    wm = await wait_for_time_async("shop/orders", t, timeout_ms=60_000)
+    trigger = on_stream_time("shop/orders", t, lambda wm: run_report(wm), timeout_ms=60_000)
+    trigger.cancel()
+    clock = LatestStreamTimes("/data/delta")   # stream -> latest watermark time
+
+A watermark with ``time >= T`` says every event with time <= T was written
+before its cut (for well-behaved writers): data up to T is complete. On
+timeout, :class:`StreamTimeTimeoutError` names the writers holding the
+stream back (the controller's ``laggards`` table, and writers whose marks
+were refused as stale).
+
+Woken by new watermarks, not by a tight poll. The waiting is a
+:class:`WatermarkSource`: :class:`DeltaWatermarkSource` (the default) reads
+the ``marks`` table incrementally and, between reads, watches the table's
+``_delta_log`` for the next version's commit file with a backoff (10 ms
+doubling to 250 ms: a ``stat`` per step on a local path; on object stores
+each step is one incremental log read). Another source -- the time service
+(``tidemark serve``) pushing watermarks, for instance -- plugs in by
+implementing the same three methods.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol
+
+from controller.model import Watermark
+from controller.timestamps import check_timestamp, wall_clock_ms
+from pipelines.reading.exceptions import (
+    ReaderConfigError,
+    StreamTimeTimeoutError,
+    WaitCancelledError,
+)
+from pipelines.reading.lateness import read_laggards, stale_marks
+from pipelines.reading.watermark_tables import TableTail, resolve_delta_root
+from schemas.tables import MARKS, MARKS_COLUMNS, table_path, watermark_from_row
+
+log = logging.getLogger(__name__)
+
+EXIT_NOT_YET = 75
+"""Exit code of ``tidemark wait`` on timeout and of ``tidemark window run`` while the
+window is not complete (sysexits' EX_TEMPFAIL: try again later)."""
+
+STALE_LOOKBACK_MS = 3_600_000
+"""Stale marks of the last hour are named on a timeout."""
+
+
+class WatermarkSource(Protocol):
+    """Where a waiter learns of a stream's new watermarks."""
+
+    def poll(self) -> Sequence[Watermark]:
+        """Watermarks emitted since the last poll, in ``seq`` order (all of them at first)."""
+        ...
+
+    def wait_for_change(self, timeout_ms: int, stop: threading.Event) -> None:
+        """Return when a new watermark may be there, after ``timeout_ms``, or once ``stop``
+        is set -- whichever comes first."""
+        ...
+
+    def holding(self) -> list[str]:
+        """Descriptions of the writers holding the stream back (may be empty)."""
+        ...
+
+
+class DeltaWatermarkSource:
+    """A stream's watermarks from the controller's ``marks`` table (deltalake)."""
+
+    def __init__(
+        self,
+        delta_root: str | None,
+        stream: str,
+        *,
+        storage_options: Mapping[str, str] | None = None,
+        min_backoff_ms: int = 10,
+        max_backoff_ms: int = 250,
+    ) -> None:
+        if not 1 <= min_backoff_ms <= max_backoff_ms:
+            raise ReaderConfigError(
+                f"need 1 <= min_backoff_ms <= max_backoff_ms, got {min_backoff_ms}, "
+                f"{max_backoff_ms}"
+            )
+        self.delta_root = resolve_delta_root(delta_root)
+        self.stream = stream
+        self.storage_options = storage_options
+        self.min_backoff_ms = min_backoff_ms
+        self.max_backoff_ms = max_backoff_ms
+        self._tail = TableTail(
+            table_path(self.delta_root, MARKS), stream, MARKS_COLUMNS, storage_options
+        )
+        self._log_dir = _local_log_dir(table_path(self.delta_root, MARKS))
+        self._remote_delay_ms = min_backoff_ms
+        """Object stores: the pause before the next read, grown while nothing comes."""
+
+    def poll(self) -> list[Watermark]:
+        found = [watermark_from_row(r, Watermark) for r in self._tail.poll().to_pylist()]
+        if found:
+            self._remote_delay_ms = self.min_backoff_ms
+        return found
+
+    def _next_commit(self) -> str | None:
+        """The commit file of the next table version, on a local path (else None)."""
+        if self._log_dir is None:
+            return None
+        version = self._tail.source.version
+        following = 0 if version is None else version + 1
+        return os.path.join(self._log_dir, f"{following:020d}.json")
+
+    def wait_for_change(self, timeout_ms: int, stop: threading.Event) -> None:
+        commit = self._next_commit()
+        if commit is None:
+            # Object store: one incremental read (the next poll) per step, the
+            # steps growing while nothing new comes.
+            stop.wait(min(self._remote_delay_ms, max(0, timeout_ms)) / 1000)
+            self._remote_delay_ms = min(self._remote_delay_ms * 2, self.max_backoff_ms)
+            return
+        deadline = time.monotonic() + max(0, timeout_ms) / 1000
+        delay_ms = self.min_backoff_ms
+        while not stop.is_set():
+            if os.path.exists(commit):
+                return
+            remaining_s = deadline - time.monotonic()
+            if remaining_s <= 0:
+                return
+            if stop.wait(min(delay_ms / 1000, remaining_s)):
+                return
+            delay_ms = min(delay_ms * 2, self.max_backoff_ms)
+
+    def holding(self) -> list[str]:
+        found = [
+            _describe(row)
+            for row in read_laggards(self.delta_root, self.stream, self.storage_options)
+        ]
+        stale = stale_marks(
+            self.delta_root,
+            self.stream,
+            since_ms=wall_clock_ms() - STALE_LOOKBACK_MS,
+            storage_options=self.storage_options,
+        )
+        found += [f"{w} ({n} mark(s) refused as stale)" for w, n in sorted(stale.items())]
+        return found
+
+
+def _describe(row: Mapping[str, object]) -> str:
+    since = "" if row.get("since") is None else f" since {row['since']}"
+    return (
+        f"{row['writer']} ({row['kind']}{since}: noted {row['noted_time']}, "
+        f"{row['behind_ms']} ms behind)"
+    )
+
+
+def _local_log_dir(uri: str) -> str | None:
+    if "://" in uri and not uri.startswith("file://"):
+        return None
+    return os.path.join(uri.removeprefix("file://"), "_delta_log")
+
+
+def _check_timeout(timeout_ms: object) -> int:
+    if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or timeout_ms < 0:
+        raise ReaderConfigError(f"timeout_ms must be an integer >= 0, got {timeout_ms!r}")
+    return timeout_ms
+
+
+def wait_for_time(
+    stream: str,
+    time_ms: object,
+    timeout_ms: int,
+    *,
+    delta_root: str | None = None,
+    source: WatermarkSource | None = None,
+    storage_options: Mapping[str, str] | None = None,
+    stop: threading.Event | None = None,
+) -> Watermark:
+    """The first watermark of ``stream`` with ``time >= time_ms``.
+
+    Raises :class:`StreamTimeTimeoutError` after ``timeout_ms`` (0: look once),
+    :class:`WaitCancelledError` when ``stop`` is set first. ``source`` defaults
+    to the ``marks`` table under ``delta_root`` (or ``$TIDEMARK_DELTA_ROOT``).
+    """
+    target = check_timestamp(time_ms, "time", parse=True)
+    timeout = _check_timeout(timeout_ms)
+    feed = source or DeltaWatermarkSource(delta_root, stream, storage_options=storage_options)
+    halt = stop or threading.Event()
+    deadline = time.monotonic() + timeout / 1000
+    last: Watermark | None = None
+    while True:
+        for watermark in feed.poll():
+            last = watermark
+            if watermark.time >= target:
+                return watermark
+        if halt.is_set():
+            raise WaitCancelledError(f"wait for time {target} on {stream!r} cancelled")
+        remaining_ms = int((deadline - time.monotonic()) * 1000)
+        if remaining_ms <= 0:
+            raise StreamTimeTimeoutError(stream, target, last, feed.holding())
+        feed.wait_for_change(remaining_ms, halt)
+
+
+async def wait_for_time_async(
+    stream: str,
+    time_ms: object,
+    timeout_ms: int,
+    *,
+    delta_root: str | None = None,
+    source: WatermarkSource | None = None,
+    storage_options: Mapping[str, str] | None = None,
+) -> Watermark:
+    """:func:`wait_for_time` for asyncio: runs in a worker thread; cancelling the
+    awaiting task stops the wait at its next wake-up (at most one backoff step)."""
+    stop = threading.Event()
+    try:
+        return await asyncio.to_thread(
+            wait_for_time,
+            stream,
+            time_ms,
+            timeout_ms,
+            delta_root=delta_root,
+            source=source,
+            storage_options=storage_options,
+            stop=stop,
+        )
+    finally:
+        stop.set()
+
+
+class LatestStreamTimes:
+    """The latest watermark time of any stream, from the ``marks`` table (one open
+    :class:`DeltaWatermarkSource` per stream asked about). It is what the timeline's
+    consumer takes as ``stream_clock`` for event-time messages."""
+
+    def __init__(
+        self, delta_root: str | None = None, storage_options: Mapping[str, str] | None = None
+    ) -> None:
+        self.delta_root = resolve_delta_root(delta_root)
+        self.storage_options = storage_options
+        self._sources: dict[str, DeltaWatermarkSource] = {}
+        self._times: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def stream_time_ms(self, stream: str) -> int | None:
+        with self._lock:
+            source = self._sources.get(stream)
+            if source is None:
+                source = self._sources[stream] = DeltaWatermarkSource(
+                    self.delta_root, stream, storage_options=self.storage_options
+                )
+            for watermark in source.poll():
+                self._times[stream] = max(watermark.time, self._times.get(stream, watermark.time))
+            return self._times.get(stream)
+
+
+class StreamTimeTrigger:
+    """Calls ``callback(watermark)`` once the stream passes the time (on its own thread),
+    or ``on_error(error)`` on timeout or failure; :meth:`cancel` stops it."""
+
+    def __init__(
+        self,
+        stream: str,
+        time_ms: object,
+        callback: Callable[[Watermark], None],
+        *,
+        timeout_ms: int,
+        on_error: Callable[[Exception], None] | None = None,
+        delta_root: str | None = None,
+        source: WatermarkSource | None = None,
+        storage_options: Mapping[str, str] | None = None,
+    ) -> None:
+        self.stream = stream
+        self.time_ms = check_timestamp(time_ms, "time", parse=True)
+        self.timeout_ms = _check_timeout(timeout_ms)
+        self._callback = callback
+        self._on_error = on_error
+        self._source = source or DeltaWatermarkSource(
+            delta_root, stream, storage_options=storage_options
+        )
+        self._stop = threading.Event()
+        self.result: Watermark | None = None
+        self.error: Exception | None = None
+        self._thread = threading.Thread(target=self._run, name=f"stream-time-{stream}", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.result = wait_for_time(
+                self.stream, self.time_ms, self.timeout_ms, source=self._source, stop=self._stop
+            )
+        except WaitCancelledError:
+            return
+        except Exception as exc:
+            self.error = exc
+            if self._on_error is not None:
+                self._on_error(exc)
+            else:
+                log.warning("stream time trigger on %s: %s", self.stream, exc)
+            return
+        self._callback(self.result)
+
+    def cancel(self) -> None:
+        self._stop.set()
+
+    def join(self, timeout_s: float | None = None) -> bool:
+        """Wait for the trigger to finish; True when it has."""
+        self._thread.join(timeout_s)
+        return not self._thread.is_alive()
+
+
+on_stream_time = StreamTimeTrigger
+"""The callback form of :func:`wait_for_time`: ``on_stream_time(stream, t, callback,
+timeout_ms=..., on_error=...)`` starts a :class:`StreamTimeTrigger`."""
+
+
+__all__ = [
+    "EXIT_NOT_YET",
+    "DeltaWatermarkSource",
+    "LatestStreamTimes",
+    "StreamTimeTrigger",
+    "WatermarkSource",
+    "on_stream_time",
+    "wait_for_time",
+    "wait_for_time_async",
+]

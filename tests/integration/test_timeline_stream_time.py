@@ -1,0 +1,105 @@
+"""Event-time timeline messages on a real PostgreSQL, stream time from a real Delta table."""
+
+from __future__ import annotations
+
+import pytest
+
+from controller.model import Watermark
+from pipelines.reading.stream_time import LatestStreamTimes
+from pipelines.reading.watermark_tables import append_watermarks
+from pipelines.timeline.clock import WatermarkHorizon
+from pipelines.timeline.config import ConsumerConfig, TimelineConfig
+from pipelines.timeline.consumer import TimelineConsumer
+from pipelines.timeline.exceptions import InvalidMessageError, NotAvailableError
+from pipelines.timeline.model import Status
+from pipelines.timeline.producer import TimelineProducer
+from pipelines.timeline.store import TimelineStore
+
+T = 1_000_000  # an event time far in the wall clock's past: due by the clock long ago
+
+
+@pytest.fixture
+def tl(postgres, unique):
+    with TimelineStore(postgres) as store:
+        store.migrate()
+        store.create_timeline(TimelineConfig(f"evt-{unique}", buckets=4))
+    return f"evt-{unique}"
+
+
+def config(name):
+    return ConsumerConfig(name, lease_ms=60_000, use_notify=False, max_idle_ms=200)
+
+
+def test_leased_only_after_the_watermark_passes(postgres, tl, unique, tmp_path):
+    root, stream = str(tmp_path), f"s{unique}/orders"
+    seq = iter(range(100))
+
+    def watermark(time_ms):
+        append_watermarks(root, [Watermark(stream, time_ms, time_ms, {0: 1}, next(seq))])
+
+    clock = LatestStreamTimes(root)
+    with (
+        TimelineProducer(postgres, tl, "g") as producer,
+        TimelineConsumer(postgres, tl, config("c1"), stream_clock=clock) as consumer,
+        TimelineConsumer(postgres, tl, config("c2"), stream_clock=clock) as other,
+    ):
+        made = producer.put(b"report", due_at_stream_time=(stream, T), id="report")
+        assert made.message.due_stream == stream and made.message.timestamp_ms == T
+        producer.put(b"plain", timestamp_ms=producer.store.now_ms(), id="plain")  # due now
+        assert [x.message.id for x in consumer.poll(timeout_ms=300)] == ["plain"]
+        assert producer.store.count(tl).waiting == 1
+
+        # No watermark yet, then one below T: never leased, by poll or by id.
+        assert consumer.poll(timeout_ms=400) == []
+        watermark(T - 1)
+        assert consumer.poll(timeout_ms=600) == []
+        assert producer.store.stream_times([stream]) == {stream: T - 1}
+        with pytest.raises(NotAvailableError, match=f"waits for stream '{stream}'"):
+            other.store.lease_one(tl, "report", "c2", lease_ms=1_000)
+        message = producer.store.get(tl, "report")
+        assert message.status(now_ms=10**13, stream_time_ms=T - 1) is Status.WAITING
+
+        # The watermark reaches T: leased once, under the usual lease rules.
+        watermark(T)
+        got = consumer.poll(timeout_ms=3_000)
+        assert [x.message.id for x in got] == ["report"]
+        assert got[0].due_ms == T and got[0].due_stream == stream
+        assert got[0].message.due_stream is None and got[0].message.lock_consumer == "c1"
+        with pytest.raises(NotAvailableError, match="leased to 'c1'"):
+            other.store.lease_one(tl, "report", "c2", lease_ms=1_000)
+        # Released, it is due again on the clock (its stream condition was met once).
+        consumer.release(got[0])
+        again = other.store.lease_one(tl, "report", "c2", lease_ms=1_000)
+        assert again.message.lock_consumer == "c2" and again.due_stream is None
+        assert other.ack([again]) == ["report"]
+        assert consumer.metrics().lag_max_ms < 60_000  # event-time leases add no lag
+
+        # Stream time never goes back.
+        assert producer.store.advance_stream_time(stream, T - 500) == T
+
+
+def test_a_whole_timeline_on_one_stream_s_time(postgres, tl, unique, tmp_path):
+    root, stream = str(tmp_path), f"h{unique}/orders"
+    clock = LatestStreamTimes(root)
+    with TimelineProducer(postgres, tl, "g") as producer:
+        producer.put(b"x", timestamp_ms=T, id="x")
+        with TimelineStore(postgres, due=WatermarkHorizon(stream, clock)) as store:
+            assert store.lease(tl, "c", lease_ms=1_000) == []  # no watermark: nothing due
+            append_watermarks(root, [Watermark(stream, T, T, {0: 1}, 0)])
+            assert [x.message.id for x in store.lease(tl, "c", lease_ms=1_000)] == ["x"]
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"due_at_stream_time": ("s/x", 5), "timestamp_ms": 5},
+        {"due_at_stream_time": ("s/x",)},
+        {"due_at_stream_time": ("", 5)},
+        {"due_at_stream_time": ("s/x", -1)},
+    ],
+)
+def test_bad_stream_times_are_refused(postgres, tl, kwargs):
+    with TimelineProducer(postgres, tl, "g") as producer:
+        with pytest.raises(InvalidMessageError):
+            producer.put(b"x", **kwargs)
+        assert producer.store.count(tl).total == 0
