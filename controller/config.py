@@ -161,9 +161,14 @@ class StreamConfiguration:
 
     scaling_policy: ScalingPolicy = field(default_factory=ScalingPolicy)
     retention_policy: RetentionPolicy = field(default_factory=RetentionPolicy)
-    timestamp_aggregation_timeout_ms: int = 10_000
+    timestamp_aggregation_timeout_ms: int | None = None
+    """How long the controller waits for a lagging writer before it drops it from
+    the stream's watermarks (0: at once); ``None``: the controller's default."""
     timestamping: TimestampingMode = TimestampingMode.CLIENT_PREFER
     uncapped: bool = False
+    first_watermark_delay_ms: int = 0
+    """Pravega's start-up delay: the stream's first watermark waits this long after
+    its first writer mark, so writers that start a little later are not excluded."""
     refuse_adjustments: bool = False
     """S2's opt-out: refuse a record whose client timestamp would be adjusted (capped to
     the arrival time, or raised to the segment's previous timestamp) instead of adjusting it."""
@@ -187,10 +192,14 @@ class StreamConfiguration:
             raise InvalidConfigurationError(
                 f"max_future_ms must be an integer in [0, 2^63) or None, got {self.max_future_ms!r}"
             )
-        if self.timestamp_aggregation_timeout_ms < 0:
+        timeout = self.timestamp_aggregation_timeout_ms
+        if timeout is not None and timeout < 0:
             raise InvalidConfigurationError(
-                "timestamp_aggregation_timeout_ms must be >= 0, got "
-                f"{self.timestamp_aggregation_timeout_ms}"
+                f"timestamp_aggregation_timeout_ms must be >= 0, got {timeout}"
+            )
+        if self.first_watermark_delay_ms < 0:
+            raise InvalidConfigurationError(
+                f"first_watermark_delay_ms must be >= 0, got {self.first_watermark_delay_ms}"
             )
 
     @property
@@ -213,6 +222,7 @@ class StreamConfiguration:
             "timestamp_aggregation_timeout_ms": self.timestamp_aggregation_timeout_ms,
             "timestamping": self.timestamping.value,
             "uncapped": self.uncapped,
+            "first_watermark_delay_ms": self.first_watermark_delay_ms,
             "refuse_adjustments": self.refuse_adjustments,
             "max_future_ms": self.max_future_ms,
         }
@@ -229,16 +239,21 @@ class StreamConfiguration:
             return cls(
                 scaling_policy=ScalingPolicy(**scaling),
                 retention_policy=RetentionPolicy(**retention),
-                timestamp_aggregation_timeout_ms=int(
-                    raw.get("timestamp_aggregation_timeout_ms", 10_000)
+                timestamp_aggregation_timeout_ms=_optional_int(
+                    raw.get("timestamp_aggregation_timeout_ms")
                 ),
                 timestamping=raw.get("timestamping", TimestampingMode.CLIENT_PREFER),
                 uncapped=bool(raw.get("uncapped", False)),
+                first_watermark_delay_ms=int(raw.get("first_watermark_delay_ms", 0)),
                 refuse_adjustments=bool(raw.get("refuse_adjustments", False)),
                 max_future_ms=raw.get("max_future_ms", DEFAULT_MAX_FUTURE_MS),
             )
         except TypeError as exc:
             raise InvalidConfigurationError(f"bad stream configuration {dict(raw)!r}") from exc
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 _CONFIG_KEYS = frozenset(StreamConfiguration().to_dict())

@@ -39,7 +39,12 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 from controller.exceptions import KafkaOperationError, MarksTopicError
 from controller.kafka_client import client_config
 from controller.kafka_retry import KafkaRetry
-from controller.naming import MARKS_TOPIC_CONFIGS, ClusterSettings
+from controller.naming import (
+    LOG_APPEND_TIME,
+    MARKS_TOPIC_CONFIGS,
+    TIMESTAMP_TYPE,
+    ClusterSettings,
+)
 
 log = logging.getLogger(__name__)
 
@@ -267,17 +272,21 @@ def grant_tidemark_acls(
             raise KafkaOperationError(f"granting {binding}: {exc.args[0]}") from exc
 
 
-_checked_marks: set[tuple[str, str, int]] = set()
+_checked_marks: set[tuple[str, str, int, bool]] = set()
 _checked_lock = threading.Lock()
 
 
-def ensure_marks_topic(bootstrap: str, cluster: ClusterSettings, *, create: bool = True) -> None:
+def ensure_marks_topic(
+    bootstrap: str, cluster: ClusterSettings, *, create: bool = True, alter: bool = False
+) -> None:
     """Make sure the marks topic exists with ``bucket_count`` partitions (checked once
-    per process): created when missing and ``create``; any other count is refused
-    (:class:`MarksTopicError`), since marks would land in the wrong buckets. The
-    one check writers and the controller job share."""
+    per process): created when missing and ``create`` (``LogAppendTime``); any other
+    count is refused (:class:`MarksTopicError`), since marks would land in the wrong
+    buckets. ``alter`` (the controller job) also switches an existing topic to
+    ``LogAppendTime``; writers do not (on a secured cluster they may not alter
+    configs). The one check writers and the controller job share."""
     topic, buckets = cluster.marks_topic, cluster.bucket_count
-    key = (bootstrap, topic, buckets)
+    key = (bootstrap, topic, buckets, alter)
     with _checked_lock:
         if key in _checked_marks:
             return
@@ -293,6 +302,9 @@ def ensure_marks_topic(bootstrap: str, cluster: ClusterSettings, *, create: bool
             log.info("creating marks topic %s with %d partitions", topic, buckets)
             topics.create(topic, buckets, MARKS_TOPIC_CONFIGS)
             count = topics.partition_count(topic)
+        elif alter and topics.topic_configs(topic).get(TIMESTAMP_TYPE) != LOG_APPEND_TIME:
+            log.warning("marks topic %s: setting %s=%s", topic, TIMESTAMP_TYPE, LOG_APPEND_TIME)
+            topics.alter_configs(topic, MARKS_TOPIC_CONFIGS)
     except (KafkaException, KafkaOperationError) as exc:
         raise MarksTopicError(f"marks topic {topic!r}: {exc}") from exc
     if count != buckets:

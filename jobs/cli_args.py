@@ -48,7 +48,8 @@ def add_controller_arguments(parser: argparse.ArgumentParser) -> None:
         "--bucket-count",
         type=positive_int,
         default=cluster.bucket_count,
-        help="partitions of the marks topic",
+        help="buckets: partitions of the marks topic and state partitions of the query "
+        "(fixed by the checkpoint)",
     )
     parser.add_argument(
         "--interval-ms", type=int, default=1000, help="watermark interval (trigger)"
@@ -57,7 +58,8 @@ def add_controller_arguments(parser: argparse.ArgumentParser) -> None:
         "--writer-timeout-ms",
         type=int,
         default=60_000,
-        help="drop a lagging writer after this long",
+        help="drop a lagging writer after this long, for streams that set no "
+        "timestamp_aggregation_timeout_ms",
     )
     parser.add_argument(
         "--lso-hold-ms",
@@ -71,6 +73,18 @@ def add_controller_arguments(parser: argparse.ArgumentParser) -> None:
         help="shared checkpoint storage (default: <delta root>/_checkpoints)",
     )
     parser.add_argument("--max-offsets-per-trigger", type=int, default=None)
+    parser.add_argument(
+        "--zk-session-timeout-ms",
+        type=int,
+        default=10_000,
+        help="the driver's ZooKeeper session: a standby takes over this long after a crash",
+    )
+    parser.add_argument(
+        "--warm-up",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="run the operator on synthetic rows before contending (off by default)",
+    )
     parser.add_argument(
         "--metrics-port",
         type=int,
@@ -105,6 +119,8 @@ def settings_from_args(args: argparse.Namespace) -> ControllerSettings:
         lso_hold_ms=args.lso_hold_ms,
         trigger=CycleTrigger.TIMERS,
         max_offsets_per_trigger=args.max_offsets_per_trigger,
+        zk_session_timeout_ms=args.zk_session_timeout_ms,
+        warm_up=args.warm_up,
     )
 
 

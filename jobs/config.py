@@ -6,8 +6,8 @@
         cluster=ClusterSettings(bucket_count=2), interval_ms=1000)
 
 ``delta_root`` and ``checkpoint_root`` must be storage every controller
-instance reaches (a shared file system or an object store): a bucket's
-checkpoint (``<checkpoint_root>/bucket-<n>``) moves with the bucket.
+instance reaches (a shared file system or an object store): the query's
+checkpoint (``<checkpoint_root>/query``) is where a standby driver resumes.
 """
 
 from __future__ import annotations
@@ -22,8 +22,11 @@ from jobs.exceptions import JobConfigurationError
 class CycleTrigger(enum.Enum):
     """What runs a stream's watermark cycle.
 
-    ``TIMERS`` (production): a processing-time timer per stream, every
-    ``interval_ms``, with or without new marks. ``TICKS`` (tests): only a tick
+    ``TIMERS`` (production): a stream cycles in every micro-batch that brings it
+    marks, and otherwise only when something falls due (a lagging writer's
+    timeout, the first-watermark delay, a held cut's retry): the driver then
+    produces a *due record* for the stream's slot (:mod:`jobs.due`), which
+    makes the micro-batch that runs it. ``TICKS`` (tests): only a tick
     record on the marks topic (:func:`jobs.workflow.tick_value`) runs a cycle,
     at the ``now_ms`` the tick carries, so a test knows exactly which marks
     each cycle saw whatever the micro-batches were.
@@ -39,6 +42,7 @@ class WorkflowSettings:
 
     interval_ms: int = 1000
     writer_timeout_ms: int = 60_000
+    """The default of ``timestamp_aggregation_timeout_ms`` for streams that set none."""
     lso_hold_ms: int = 30_000
     """How long a cut past the data topic's last stable offset is held before
     the writers that push it there are rejected (``beyond_committed``)."""
@@ -72,12 +76,39 @@ class ControllerSettings:
     lso_hold_ms: int = 30_000
     trigger: CycleTrigger = CycleTrigger.TIMERS
     max_offsets_per_trigger: int | None = None
+    zk_session_timeout_ms: int = 10_000
+    """The driver's ZooKeeper session: a standby takes over this long after the
+    active driver died."""
+    warm_up: bool = False
+    """Run the operator on a few synthetic rows before contending
+    (:func:`jobs.controller_job.warm_up`). Off by default: on two loaded cores it
+    did not shorten the real query's first batch measurably (its Kafka source,
+    Delta sink and plan are not covered), and it delays start-up."""
 
     def __post_init__(self) -> None:
         for name in ("kafka_bootstrap", "zk_connect", "delta_root", "checkpoint_root"):
             if not getattr(self, name):
                 raise JobConfigurationError(f"{name} must be set")
+        if self.zk_session_timeout_ms < 1000:
+            raise JobConfigurationError(
+                f"zk_session_timeout_ms must be >= 1000, got {self.zk_session_timeout_ms}"
+            )
+        if self.max_offsets_per_trigger is not None and self.max_offsets_per_trigger < 1:
+            raise JobConfigurationError(
+                f"max_offsets_per_trigger must be >= 1, got {self.max_offsets_per_trigger}"
+            )
         self.workflow()  # checks the rest
+
+    @property
+    def bucket_count(self) -> int:
+        """State partitions of the query (= partitions of the marks topic)."""
+        return self.cluster.bucket_count
+
+    @property
+    def slot_count(self) -> int:
+        from jobs.slots import SLOTS_PER_BUCKET
+
+        return self.cluster.bucket_count * SLOTS_PER_BUCKET
 
     def workflow(self) -> WorkflowSettings:
         return WorkflowSettings(
@@ -90,12 +121,19 @@ class ControllerSettings:
             zk_root=self.cluster.zk_root,
         )
 
-    def checkpoint_dir(self, bucket: int) -> str:
-        return f"{self.checkpoint_root.rstrip('/')}/bucket-{bucket}"
+    @property
+    def checkpoint_dir(self) -> str:
+        """The query's checkpoint: Kafka offsets and every bucket's state."""
+        return f"{self.checkpoint_root.rstrip('/')}/query"
 
-    def app_id(self, bucket: int) -> str:
-        """The Delta ``txnAppId`` prefix of a bucket's query (the query id is appended)."""
-        return f"tidemark-controller/{self.cluster.marks_topic}/bucket-{bucket}"
+    @property
+    def app_id(self) -> str:
+        """The Delta ``txnAppId`` prefix of the query (its query id is appended)."""
+        return f"tidemark-controller/{self.cluster.marks_topic}"
+
+    @property
+    def election_path(self) -> str:
+        return f"{self.cluster.zk_root.rstrip('/')}/controller-job/{self.cluster.marks_topic}"
 
 
 __all__ = ["ControllerSettings", "CycleTrigger", "WorkflowSettings"]

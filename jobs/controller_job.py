@@ -1,41 +1,47 @@
-"""The watermark controller: one streaming query per owned bucket of the marks topic.
+"""The watermark controller: one streaming query over every bucket, drivers in active/standby.
 
-    instance = ControllerInstance(spark, settings, "controller-1").start()
-    ...                                  # buckets come and go with ZooKeeper ownership
-    instance.stop()
+    job = ControllerJob(spark, settings, "driver-a").start()   # leads, or waits as a standby
+    ...
+    job.stop()
 
-    # on a cluster:
-    spark-submit --packages io.delta:delta-spark_2.13:4.0.0,... jobs/controller_job.py \\
-        --instance c1 --bootstrap kafka:9092 --zk zk:2181 \\
-        --delta-root s3a://lake/tidemark --checkpoint-root s3a://lake/tidemark-checkpoints
+    # on a cluster (more executors, more capacity):
+    spark-submit --master spark://... --packages io.delta:delta-spark_4.1_2.13:4.4.0,... \\
+        jobs/controller_job.py --instance a --bootstrap kafka:9092 --zk zk:2181 \\
+        --bucket-count 64 --delta-root s3a://lake/tidemark --checkpoint-root s3a://lake/ckpt
 
-For **each owned bucket** ``n`` the instance runs one query: the Kafka source
-reads only partition ``n`` of the marks topic (``assign``), ``read_committed``
-(a transaction's mark is seen exactly when its data is), from the earliest
-offset on first start; per-stream state lives in Spark's state store, keyed
-by slots of streams (:mod:`jobs.processor`, :mod:`jobs.slots`); each
-micro-batch is appended to the Delta tables idempotently (:mod:`jobs.sink`).
-The query's checkpoint is ``<checkpoint root>/bucket-<n>`` on shared
-storage, so whoever owns the bucket next resumes from its offsets *and*
-state: nothing is skipped, duplicated or goes backwards. The trigger is the watermark interval.
+**One query.** The Kafka source reads every partition of the marks topic,
+``read_committed`` (a transaction's mark is seen exactly when its data is),
+from the earliest offset on first start. Records are grouped by slot
+(:mod:`jobs.slots`) into ``transformWithStateInPandas``
+(:mod:`jobs.processor`), whose state partitions are the **buckets**:
+``spark.sql.shuffle.partitions`` = ``--bucket-count`` when the checkpoint is
+new, fixed by it from then on. Spark schedules the buckets' tasks on its
+executors and, when an executor is lost, runs them elsewhere from the
+checkpoint with their state. Each micro-batch's output is appended to the
+Delta tables idempotently (:mod:`jobs.sink`); its ``due`` rows feed the
+driver's :class:`~jobs.due.DueScheduler`.
 
-Hand-over order. :class:`controller.buckets.BucketOwner` decides who *should*
-own a bucket and deletes its ownership znode as soon as it gives a bucket up,
-before this instance can stop the query. So a second, job-level lock fences
-the *query*: ``<zk root>/controller-job/running/<n>`` (ephemeral, data = the
-instance id) is created before a bucket's query starts and deleted only
-after ``query.stop()`` returned. An instance that gains a bucket starts its
-query only once it holds that znode; until then it retries every
-``recheck_s``. If the old owner dies, its session's ephemeral znode goes with
-it. If it is alive but cut off from ZooKeeper (its session expired while it
-still runs a query), the checkpoint fences it: both queries would write the
-same batch id to the bucket's offset log, Spark refuses the second
-("concurrent update to the log") and that query fails; the Delta appends of
-a batch both ran carry the same transaction identifier (appId, version):
-the sink skips a batch a table already holds, and delta-rs refuses the
-slower of two concurrent commits ("concurrent transaction"), failing that
-query. On SUSPENDED, ``BucketOwner`` reports no buckets and this instance
-stops its queries at once (safety over availability).
+**Nothing runs when idle.** No Spark timers, and
+``spark.sql.streaming.noDataMicroBatches.enabled=false``: a micro-batch runs
+only when the marks topic has new records -- writer marks, or a due record
+the driver produced because some stream's writer timeout (or first-watermark
+delay, or a held cut's retry) fell due. The trigger (``--interval-ms``) only
+bounds how often a batch may start.
+
+**Active/standby.** Every driver contends in a ZooKeeper election
+(:class:`controller.election.DriverElection`); the leader runs the query,
+the others wait. When the leader's session ends (it died, or was cut off
+for longer than ``zk_session_timeout_ms``) a standby is elected and starts
+the query from the shared checkpoint ``<checkpoint root>/query``: same
+offsets, same state, same query id (hence the same Delta appId), the next
+batch id. A leader that loses its connection (SUSPENDED) stops its query at
+once, before its session can expire. Should a cut-off leader still run a
+batch, the checkpoint fences it: both queries would write the same batch id
+to the offset log, Spark refuses the second ("concurrent update to the
+log"); the Delta appends of a batch both ran carry the same transaction
+identifier (appId, version), the sink skips a batch a table already holds,
+and delta-rs refuses the slower of two concurrent commits ("concurrent
+transaction"), failing that query.
 """
 
 from __future__ import annotations
@@ -48,20 +54,21 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlparse
 
 from jobs.cli_args import add_controller_arguments, settings_from_args
 from jobs.config import ControllerSettings
 from jobs.exceptions import JobConfigurationError, QueryFailedError
-from jobs.maintenance import MAINTENANCE_BUCKET, MaintenanceSwitch, maintenance_switch
+from jobs.maintenance import MaintenanceSwitch, maintenance_switch
 from jobs.sink import DeltaSink, ensure_tables
 
 log = logging.getLogger(__name__)
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 CHANGELOG_CHECKPOINTING = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
+NO_DATA_BATCHES = "spark.sql.streaming.noDataMicroBatches.enabled"
 CHECKPOINT_FILE_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
 LOCAL_CHECKPOINT_FILE_MANAGER = (
     "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
@@ -78,45 +85,44 @@ def is_local(root: str) -> bool:
     return urlparse(root).scheme in ("", "file")
 
 
-STATE_PARTITIONS = 1
-"""Shuffle (hence state) partitions of a bucket's query when its checkpoint is new: the
-bucket is the unit of parallelism; each extra partition costs a RocksDB commit and a
-Python worker call per micro-batch."""
+def layout(settings: ControllerSettings) -> dict[str, Any]:
+    """What the checkpoint fixes, and where things are (published for ``status``)."""
+    return {
+        "bucket_count": settings.bucket_count,
+        "slot_count": settings.slot_count,
+        "checkpoint": settings.checkpoint_dir,
+        "delta_root": settings.delta_root,
+        "marks_topic": settings.cluster.marks_topic,
+        "interval_ms": settings.interval_ms,
+    }
 
 
-def ensure_marks_topic(settings: ControllerSettings) -> None:
-    """Create the marks topic (``bucket_count`` partitions) if missing; refuse another count."""
-    from controller.kafka_admin import StreamTopics
-    from controller.naming import LOG_APPEND_TIME, MARKS_TOPIC_CONFIGS, TIMESTAMP_TYPE
-
-    topics = StreamTopics(settings.kafka_bootstrap)
-    topic, buckets = settings.cluster.marks_topic, settings.cluster.bucket_count
-    if topics.partition_count(topic) is None:
-        topics.create(topic, buckets, MARKS_TOPIC_CONFIGS)
-    elif topics.topic_configs(topic).get(TIMESTAMP_TYPE) != LOG_APPEND_TIME:
-        log.warning("marks topic %s: setting %s=%s", topic, TIMESTAMP_TYPE, LOG_APPEND_TIME)
-        topics.alter_configs(topic, MARKS_TOPIC_CONFIGS)
-    found = topics.partition_count(topic)
-    if found != buckets:
+def check_layout(settings: ControllerSettings, published: Mapping[str, Any] | None) -> None:
+    """Refuse a bucket count other than the one the checkpoint was started with."""
+    if published is None or published.get("checkpoint") != settings.checkpoint_dir:
+        return
+    if published.get("bucket_count") != settings.bucket_count:
         raise JobConfigurationError(
-            f"marks topic {topic!r} has {found} partitions but bucket_count is {buckets}; "
-            "writers and controllers must agree on it"
+            f"checkpoint {settings.checkpoint_dir} was started with bucket_count "
+            f"{published.get('bucket_count')}, not {settings.bucket_count}: the bucket count "
+            "is fixed by the checkpoint (use a new checkpoint root to change it)"
         )
 
 
-def query_name(settings: ControllerSettings, bucket: int) -> str:
-    return f"tidemark-controller-{settings.cluster.marks_topic}-bucket-{bucket}"
+def query_name(settings: ControllerSettings) -> str:
+    return f"tidemark-controller-{settings.cluster.marks_topic}"
 
 
-def marks_frame(spark: Any, settings: ControllerSettings, bucket: int) -> Any:
-    """The bucket's records: ``stream`` (the raw key), ``value``, ``partition``, ``offset``,
-    ``arrival`` (the broker's append time in ms; null unless the topic is ``LogAppendTime``)."""
+def marks_frame(spark: Any, settings: ControllerSettings) -> Any:
+    """Every partition's records: ``stream`` (the raw key), ``value``, ``partition``,
+    ``offset``, ``arrival`` (the broker's append time in ms; null unless the topic is
+    ``LogAppendTime``)."""
     from controller.kafka_client import spark_kafka_options
 
     reader = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
-        .option("assign", json.dumps({settings.cluster.marks_topic: [bucket]}))
+        .option("subscribe", settings.cluster.marks_topic)
         .option("startingOffsets", "earliest")
         .option("kafka.isolation.level", "read_committed")
         # Marks past the topic's retention are gone for every reader; keep going.
@@ -137,70 +143,109 @@ def marks_frame(spark: Any, settings: ControllerSettings, bucket: int) -> Any:
     )
 
 
-def start_bucket_query(
-    spark: Any, settings: ControllerSettings, bucket: int, metrics: Any = None
-) -> Any:
-    """Start bucket ``bucket``'s query (from its checkpoint if one exists)."""
+def controller_operator(records: Any, settings: ControllerSettings) -> Any:
+    """The stateful part: ``records`` (:func:`marks_frame`'s columns) by slot through
+    :class:`~jobs.processor.ControllerProcessor`; rows of ``OUTPUT_SCHEMA``."""
     from pyspark.sql.functions import expr
 
     from jobs.processor import OUTPUT_SCHEMA, ControllerProcessor
-    from jobs.slots import SLOT_EXPRESSION
+    from jobs.slots import slot_expression
 
-    watermarks = (
-        marks_frame(spark, settings, bucket)
-        .withColumn("slot", expr(SLOT_EXPRESSION))
+    return (
+        records.withColumn("slot", expr(slot_expression(settings.slot_count)))
         .groupBy("slot")
         .transformWithStateInPandas(
             statefulProcessor=ControllerProcessor(settings.workflow()),
             outputStructType=OUTPUT_SCHEMA,
             outputMode="Append",
-            timeMode="ProcessingTime",
+            timeMode="ProcessingTime",  # for the batch timestamp only; no timers
         )
     )
-    sink = DeltaSink(settings.delta_root, settings.app_id(bucket))
-    if metrics is not None:  # --- metrics hook (jobs.metrics) ---
-        sink.observer = metrics.batch_observer(bucket)
+
+
+def prepare_session(spark: Any, settings: ControllerSettings) -> None:
+    """What a query reads from the session when it starts: the state partitions (the
+    buckets; the checkpoint fixes them from its first start on) and no no-data batches."""
+    spark.conf.set("spark.sql.shuffle.partitions", str(settings.bucket_count))
+    spark.conf.set(NO_DATA_BATCHES, "false")
+
+
+BatchHandler = Any
+"""``foreachBatch`` callable: ``(frame, batch_id) -> None``."""
+
+
+def start_query(spark: Any, settings: ControllerSettings, on_batch: BatchHandler) -> Any:
+    """Start the controller's query (from its checkpoint if one exists)."""
     writer = (
-        watermarks.writeStream.queryName(query_name(settings, bucket))
-        .option("checkpointLocation", settings.checkpoint_dir(bucket))
+        controller_operator(marks_frame(spark, settings), settings)
+        .writeStream.queryName(query_name(settings))
+        .option("checkpointLocation", settings.checkpoint_dir)
         .trigger(processingTime=f"{settings.interval_ms} milliseconds")
-        .foreachBatch(sink)
+        .foreachBatch(on_batch)
     )
-    # The state's partitions are the session's spark.sql.shuffle.partitions when the
-    # query first starts; its checkpoint fixes them from then on.
-    with _START_LOCK:
-        previous = spark.conf.get("spark.sql.shuffle.partitions")
-        spark.conf.set("spark.sql.shuffle.partitions", str(STATE_PARTITIONS))
-        try:
-            query = writer.start()
-        finally:
-            spark.conf.set("spark.sql.shuffle.partitions", previous)
-    sink.bind(str(query.id))
-    log.info("bucket %d: query %s started", bucket, query.id)
+    prepare_session(spark, settings)
+    query = writer.start()
+    log.info("query %s started (%d buckets)", query.id, settings.bucket_count)
     return query
 
 
-_START_LOCK = threading.Lock()
+def warm_up(spark: Any, settings: ControllerSettings, instance_id: str, batches: int = 3) -> None:
+    """Run the controller's operator on a few due-only rows of Spark's ``rate`` source.
 
+    A query's first micro-batches take many seconds (code generation, the JIT,
+    Python workers, RocksDB); a standby that ran these takes over with a query
+    whose first batch is much shorter. Its checkpoint is ``<checkpoint
+    root>/warm-up/<instance>``; nothing is read from Kafka or written to Delta.
+    """
+    from jobs.slots import due_key
 
-@dataclass(frozen=True)
-class BucketQuery:
-    bucket: int
-    query: Any
+    rows = (
+        spark.readStream.format("rate")
+        .option("rowsPerSecond", 1)
+        .load()
+        .selectExpr(
+            f"CAST('{due_key(0)}' AS BINARY) AS stream",
+            "CAST(NULL AS BINARY) AS value",
+            "0 AS partition",
+            "value AS offset",
+            "CAST(NULL AS BIGINT) AS arrival",
+        )
+    )
+    frame = controller_operator(rows, settings)
+    prepare_session(spark, settings)
+    query = (
+        frame.writeStream.format("noop")
+        .queryName(f"tidemark-warm-up-{instance_id}")
+        .option(
+            "checkpointLocation", f"{settings.checkpoint_root.rstrip('/')}/warm-up/{instance_id}"
+        )
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+    try:
+        first = None
+        deadline = time.monotonic() + 300
+        while query.isActive and time.monotonic() < deadline:
+            progress = query.lastProgress
+            if progress is not None:
+                first = int(progress["batchId"]) if first is None else first
+                if int(progress["batchId"]) >= first + batches - 1:
+                    break
+            time.sleep(0.2)
+    finally:
+        query.stop()
+    log.info("controller %s: warmed up", instance_id)
 
 
 def is_transient(error: Any) -> bool:
     """A query failure that a restart from the checkpoint recovers from (see
-    :meth:`ControllerInstance._wait_between_batches`)."""
+    :meth:`ControllerJob._wait_between_batches`)."""
     return "scala.Option.get()" in str(error) and "null" in str(error)
 
 
-def _reached(query: Any, topic: str, bucket: int) -> int:
-    """The end offset of the query's last completed batch on ``bucket`` (-1: none yet)."""
-    progress = query.lastProgress
-    if not progress:
-        return -1
-    for source in progress.get("sources", ()):
+def end_offsets(progress: Mapping[str, Any] | None, topic: str) -> dict[int, int]:
+    """Partition -> end offset of a progress report's batch on ``topic`` (empty: none)."""
+    for source in (progress or {}).get("sources", ()):
         end = source.get("endOffset")
         if isinstance(end, str):  # JSON, or (PySpark 4.1) a Python repr of the dict
             try:
@@ -208,12 +253,51 @@ def _reached(query: Any, topic: str, bucket: int) -> int:
             except ValueError:
                 end = ast.literal_eval(end)
         if isinstance(end, dict) and topic in end:
-            return int(end[topic].get(str(bucket), -1))
-    return -1
+            return {int(p): int(o) for p, o in end[topic].items()}
+    return {}
 
 
-class ControllerInstance:
-    """One controller instance: bucket ownership in ZooKeeper, a query per owned bucket."""
+QUERY_LABEL = "all"
+"""The ``bucket`` label of the metrics of the one query (it runs every bucket)."""
+
+
+class Batches:
+    """The query's ``foreachBatch``: Delta appends, due times, progress (one per leadership)."""
+
+    def __init__(self, settings: ControllerSettings, job: ControllerJob) -> None:
+        from jobs.due import DueScheduler
+
+        self.sink = DeltaSink(settings.delta_root, settings.app_id)
+        self.due = DueScheduler(settings)
+        self.job = job
+        self.last: dict[str, Any] | None = None
+        if job.metrics is not None:  # --- metrics hook (jobs.metrics) ---
+            self.sink.observer = job.metrics.batch_observer(QUERY_LABEL)
+
+    def __call__(self, frame: Any, batch_id: int) -> None:
+        from jobs.sink import split_rows
+        from jobs.tables import MARKS, REJECTED_MARKS
+
+        started = time.monotonic()
+        rows = frame.toArrow().to_pylist()
+        self.sink.write(rows, batch_id)
+        if self.sink.observer is not None:  # --- metrics hook ---
+            self.sink.observer(rows, batch_id, time.monotonic() - started)
+        self.due.report(rows)
+        by_table = split_rows(rows)
+        self.last = {
+            "leader": self.job.instance_id,
+            "batch_id": batch_id,
+            "at_ms": time.time_ns() // 1_000_000,
+            "watermarks": len(by_table[MARKS]),
+            "rejected": len(by_table[REJECTED_MARKS]),
+            "write_ms": round((time.monotonic() - started) * 1000),
+        }
+        self.job.publish_progress(self.last)
+
+
+class ControllerJob:
+    """One controller driver: contends for leadership, runs the query while it leads."""
 
     def __init__(
         self,
@@ -221,7 +305,6 @@ class ControllerInstance:
         settings: ControllerSettings,
         instance_id: str,
         zk_client: Any = None,
-        recheck_s: float = 0.5,
         metrics: Any = None,
     ) -> None:
         self.spark = spark
@@ -229,26 +312,24 @@ class ControllerInstance:
         self.instance_id = instance_id
         self._client = zk_client
         self._own_client = zk_client is None
-        self._owner: Any = None
-        self._recheck_s = recheck_s
-        self._queries: dict[int, Any] = {}
+        self._election: Any = None
+        self._query: Any = None
+        self._batches: Batches | None = None
         self._lock = threading.RLock()
-        self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._maintenance: MaintenanceSwitch | None = None
         self.failures: list[str] = []
-        # Prometheus metrics (jobs.metrics); None: off
+        # Prometheus metrics (jobs.metrics.ControllerMetrics); None: off
         self.metrics: Any = metrics
-
-    @property
-    def _running_path(self) -> str:
-        return f"{self.settings.cluster.zk_root.rstrip('/')}/controller-job/running"
 
     # --- lifecycle -------------------------------------------------------------------------
 
-    def start(self) -> ControllerInstance:
+    def start(self) -> ControllerJob:
         from kazoo.client import KazooClient
+
+        from controller.election import DriverElection
+        from controller.kafka_admin import ensure_marks_topic
 
         self.spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
         # Commit a small changelog per batch instead of uploading a RocksDB snapshot
@@ -256,220 +337,192 @@ class ControllerInstance:
         self.spark.conf.set(CHANGELOG_CHECKPOINTING, "true")
         if is_local(self.settings.checkpoint_root):
             self.spark.conf.set(CHECKPOINT_FILE_MANAGER, LOCAL_CHECKPOINT_FILE_MANAGER)
-        ensure_marks_topic(self.settings)
+        ensure_marks_topic(self.settings.kafka_bootstrap, self.settings.cluster, alter=True)
         ensure_tables(self.spark, self.settings.delta_root)
-        self._maintenance = maintenance_switch(self.settings)  # issue 19: bucket 0 leads
+        self._maintenance = maintenance_switch(self.settings)  # runs while this driver leads
         if self._client is None:
-            self._client = KazooClient(hosts=self.settings.zk_connect)
+            self._client = KazooClient(
+                hosts=self.settings.zk_connect,
+                timeout=self.settings.zk_session_timeout_ms / 1000,
+            )
             self._client.start(timeout=30)
-        self._client.ensure_path(self._running_path)
-        self._owner = self._new_owner()
+        self._election = DriverElection(
+            self._client,
+            self.settings.cluster.zk_root,
+            self.settings.cluster.marks_topic,
+            self.instance_id,
+        )
+        check_layout(self.settings, self._election.read("layout"))
         self._thread = threading.Thread(
-            target=self._loop, name=f"controller-{self.instance_id}", daemon=True
+            target=self._run, name=f"controller-{self.instance_id}", daemon=True
         )
         self._thread.start()
         return self
 
-    def _new_owner(self) -> Any:
-        from controller.buckets import BucketOwner
-
-        return BucketOwner(
-            self._client,
-            self.instance_id,
-            self.settings.cluster.bucket_count,
-            root=self.settings.cluster.zk_root,
-            on_change=lambda _owned: self._wake.set(),
-        ).start()
+    def _run(self) -> None:
+        if self.settings.warm_up:
+            try:
+                warm_up(self.spark, self.settings, self.instance_id)
+            except Exception:  # only the first batches get slower
+                log.exception("controller %s: warm-up failed", self.instance_id)
+        self._election.run(self._lead, self._stopping)
 
     def stop(self) -> None:
-        """Stop every query (then release its run lock), then leave the ownership."""
+        """Stop the query (if leading), then leave the election."""
         self._stopping.set()
-        self._wake.set()
+        if self._election is not None:
+            self._election.cancel()
         if self._thread is not None:
             self._thread.join(timeout=120)
-        with self._lock:
-            for bucket in sorted(self._queries):
-                self._stop_query(bucket)
         if self._maintenance is not None:
             self._maintenance.close()
-        if self._owner is not None:
-            self._owner.stop()
         if self._own_client and self._client is not None:
             self._client.stop()
             self._client.close()
 
-    def __enter__(self) -> ControllerInstance:
+    def __enter__(self) -> ControllerJob:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    # --- queries ---------------------------------------------------------------------------
+    # --- while leading ---------------------------------------------------------------------
 
-    def running(self) -> frozenset[int]:
-        with self._lock:
-            return frozenset(b for b, q in self._queries.items() if q.isActive)
-
-    def query(self, bucket: int) -> Any:
-        with self._lock:
-            return self._queries.get(bucket)
-
-    def process_all_available(self, timeout_s: float = 120) -> None:
-        """Wait until every running query has processed what its partition holds now (tests).
-
-        ``StreamingQuery.processAllAvailable`` never returns here: with
-        processing-time timers, ``transformWithState`` runs a batch on every
-        trigger, so the query never reports "no new data". Instead: read each
-        bucket's last stable offset, then wait for a completed batch that
-        reached it.
-        """
-        from jobs.lookups import KafkaCommittedOffsets
-
-        topic = self.settings.cluster.marks_topic
-        with self._lock:
-            queries = dict(self._queries)
-        if not queries:
-            return
-        targets = KafkaCommittedOffsets(self.settings.kafka_bootstrap).query(topic, sorted(queries))
-        deadline = time.monotonic() + timeout_s
-        for bucket, query in queries.items():
-            while query.isActive and _reached(query, topic, bucket) < targets[bucket]:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(
-                        f"bucket {bucket}: at offset {_reached(query, topic, bucket)}, "
-                        f"expected {targets[bucket]}"
-                    )
-                time.sleep(0.05)
-            error = None if query.isActive else query.exception()
-            if error is not None and not is_transient(error):
-                raise QueryFailedError(f"bucket {bucket}: {error}")
-
-    def wait_running(self, buckets: frozenset[int] | set[int], timeout_s: float = 120) -> None:
-        deadline = time.monotonic() + timeout_s
-        while self.running() != frozenset(buckets):
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"{self.instance_id}: running {sorted(self.running())}, "
-                    f"expected {sorted(buckets)}; failures: {self.failures}"
-                )
-            time.sleep(0.2)
-
-    # --- the reconcile loop ----------------------------------------------------------------
-
-    def _loop(self) -> None:
-        while not self._stopping.is_set():
-            try:
-                self._reconcile()
-            except Exception:
-                log.exception("controller %s: reconcile failed", self.instance_id)
-            self._wake.wait(self._recheck_s)
-            self._wake.clear()
-
-    def _reconcile(self) -> None:
-        from controller.buckets import OwnerState
-
-        owner = self._owner
-        if owner.state is OwnerState.LOST:
-            log.warning(
-                "controller %s: session lost; stopping queries, rejoining", self.instance_id
-            )
-            with self._lock:
-                for bucket in sorted(self._queries):
-                    self._stop_query(bucket)
-            owner.stop()
-            self._owner = owner = self._new_owner()
-        owned = owner.owned() if owner.state is OwnerState.RUNNING else frozenset()
+    def _lead(self, lost: threading.Event) -> None:
+        """While leading: the query, and the tables' maintenance (issue 19)."""
         if self._maintenance is not None:
-            self._maintenance.lead(MAINTENANCE_BUCKET in owned)
-        with self._lock:
-            if self.metrics is not None:  # --- metrics hook (jobs.metrics) ---
-                for bucket, query in self._queries.items():
-                    self.metrics.observe_query(bucket, query)
-            for bucket in sorted(self._queries):
-                query = self._queries[bucket]
-                if bucket not in owned or not query.isActive:
-                    self._stop_query(bucket)
-            for bucket in sorted(owned - set(self._queries)):
-                if self._stopping.is_set():
-                    return
-                if not self._take_run_lock(bucket):
-                    continue
-                try:
-                    self._queries[bucket] = start_bucket_query(
-                        self.spark, self.settings, bucket, self.metrics
-                    )
-                except Exception as exc:
-                    log.exception(
-                        "controller %s: bucket %d did not start", self.instance_id, bucket
-                    )
-                    self.failures.append(f"bucket {bucket}: {exc}")
-                    self._release_run_lock(bucket)
-
-    def _stop_query(self, bucket: int) -> None:
-        query = self._queries.pop(bucket)
+            self._maintenance.lead(True)
         try:
-            error = query.exception() if not query.isActive else None
-            if error is not None and is_transient(error):
-                log.warning(
-                    "controller %s: bucket %d restarts after %s", self.instance_id, bucket, error
-                )
-            elif error is not None:
-                log.error("controller %s: bucket %d failed: %s", self.instance_id, bucket, error)
-                self.failures.append(f"bucket {bucket}: {error}")
-            self._wait_between_batches(query)
-            query.stop()
-        except Exception:
-            log.exception("controller %s: stopping bucket %d", self.instance_id, bucket)
+            self._run_query(lost)
         finally:
-            self._release_run_lock(bucket)
-        log.info("controller %s: bucket %d stopped", self.instance_id, bucket)
+            if self._maintenance is not None:
+                self._maintenance.lead(False)
+
+    def _run_query(self, lost: threading.Event) -> None:
+        """Run the query until the leadership is lost, the job stops, or the query fails."""
+        check_layout(self.settings, self._election.read("layout"))
+        self._election.publish("layout", layout(self.settings))
+        while not lost.is_set() and not self._stopping.is_set():
+            batches = Batches(self.settings, self)
+            batches.due.start()
+            query: Any = None
+            error: Any = None
+            try:
+                with self._lock:
+                    self._batches = batches
+                    self._query = query = start_query(self.spark, self.settings, batches)
+                batches.sink.bind(str(query.id))
+                batches.due.sweep()
+                while query.isActive and not lost.is_set() and not self._stopping.is_set():
+                    lost.wait(0.2)
+                    self._observe(query)
+                error = None if query.isActive else query.exception()
+            except Exception as exc:
+                log.exception("controller %s: the query did not start", self.instance_id)
+                self.failures.append(f"start: {exc}")
+                error = exc
+            finally:
+                if query is not None:
+                    self._wait_between_batches(query)
+                    query.stop()
+                    self._observe(query)
+                batches.due.stop()
+                with self._lock:
+                    self._query = None
+            if error is not None and is_transient(error):
+                log.warning("controller %s: query restarts after %s", self.instance_id, error)
+                continue
+            if error is not None:
+                log.error("controller %s: query failed: %s", self.instance_id, error)
+                self.failures.append(str(error))
+                return  # give the leadership up; contend again after a pause
+
+    def _observe(self, query: Any) -> None:
+        if self.metrics is not None:  # --- metrics hook (jobs.metrics) ---
+            try:
+                self.metrics.observe_query(QUERY_LABEL, query)
+            except Exception as exc:  # metrics never stop the query
+                log.debug("progress not observed: %s", exc)
+
+    def publish_progress(self, progress: Mapping[str, Any]) -> None:
+        try:
+            self._election.publish("progress", progress)
+        except Exception as exc:  # progress is for humans; never fail a batch for it
+            log.debug("progress not published: %s", exc)
 
     def _wait_between_batches(self, query: Any) -> None:
         """Stop right after a batch ends, not in the middle of one.
 
         A query stopped mid-batch leaves a batch in its offset log without a
-        commit; the next owner re-runs it, and Spark 4.1.1's Kafka source then
+        commit; the next leader re-runs it, and Spark 4.1.1's Kafka source then
         fails while reporting that batch's metrics (NullPointerException in
         ``KafkaMicroBatchStream.metrics``) -- after committing it, so a restart
         recovers (see :func:`is_transient`), but it costs a restart.
         """
         deadline = time.monotonic() + 3 * self.settings.interval_ms / 1000 + 10
-        seen_active = False
         while query.isActive and time.monotonic() < deadline:
-            active = bool(query.status.get("isTriggerActive"))
-            if seen_active and not active:
+            if not query.status.get("isTriggerActive"):
                 return
-            seen_active = seen_active or active
             time.sleep(0.01)
 
-    def _take_run_lock(self, bucket: int) -> bool:
-        from kazoo.exceptions import NodeExistsError, NoNodeError
+    # --- what tests and tools ask ----------------------------------------------------------
 
-        try:
-            self._client.create(
-                f"{self._running_path}/{bucket}", self.instance_id.encode(), ephemeral=True
-            )
-            return True
-        except NodeExistsError:
-            try:
-                data, _ = self._client.get(f"{self._running_path}/{bucket}")
-            except NoNodeError:  # released between the two calls: try again next round
-                return False
-            return bool(data.decode() == self.instance_id)
+    @property
+    def leading(self) -> bool:
+        return self._election is not None and self._election.leading
 
-    def _release_run_lock(self, bucket: int) -> None:
-        from kazoo.exceptions import KazooException, NoNodeError
+    @property
+    def query(self) -> Any:
+        with self._lock:
+            return self._query
 
-        path = f"{self._running_path}/{bucket}"
-        try:
-            data, stat = self._client.get(path)
-            if data.decode() == self.instance_id:
-                self._client.delete(path, version=stat.version)
-        except (NoNodeError, KazooException):
-            pass
+    @property
+    def last_batch(self) -> dict[str, Any] | None:
+        with self._lock:
+            return None if self._batches is None else self._batches.last
+
+    def wait_leading(self, timeout_s: float = 120) -> Any:
+        """Wait until this driver leads and its query runs; the query."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            query = self.query
+            if self.leading and query is not None and query.isActive:
+                return query
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"{self.instance_id}: not leading after {timeout_s}s; failures {self.failures}"
+                )
+            time.sleep(0.2)
+
+    def process_all_available(self, timeout_s: float = 120) -> None:
+        """Wait until the query has processed what the marks topic holds now (tests).
+
+        Not Spark's ``processAllAvailable``, which waits for a moment without
+        new data -- never, while writers keep noting: instead read every
+        partition's last stable offset, then wait for a batch that reached it.
+        """
+        from jobs.lookups import KafkaCommittedOffsets
+
+        query = self.wait_leading(timeout_s)
+        topic = self.settings.cluster.marks_topic
+        partitions = list(range(self.settings.bucket_count))
+        targets = KafkaCommittedOffsets(self.settings.kafka_bootstrap).query(topic, partitions)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            reached = end_offsets(query.lastProgress, topic)
+            if all(reached.get(p, 0) >= off for p, off in targets.items() if off > 0):
+                return
+            if not query.isActive:
+                error = query.exception()
+                if error is not None and not is_transient(error):
+                    raise QueryFailedError(str(error))
+                query = self.wait_leading(max(1.0, deadline - time.monotonic()))
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"query at {reached}, expected {targets}")
+            time.sleep(0.05)
 
     def run_until_signalled(self) -> int:
-        """Run until SIGINT/SIGTERM; exit status 1 if a query failed for good."""
+        """Run until SIGINT/SIGTERM."""
         done = threading.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: done.set())
@@ -503,6 +556,9 @@ def run_local(args: argparse.Namespace) -> int:
 
     from infra.spark import SparkSettings, spark_session, stop_spark
 
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     settings = settings_from_args(args)
     spark = spark_session(
         SparkSettings(
@@ -513,7 +569,7 @@ def run_local(args: argparse.Namespace) -> int:
         )
     )
     try:
-        return ControllerInstance(
+        return ControllerJob(
             spark, settings, args.instance, metrics=metrics_from_args(args)
         ).run_until_signalled()
     finally:
@@ -539,11 +595,12 @@ def main(argv: list[str] | None = None) -> int:
         )
         .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
         .config(CHANGELOG_CHECKPOINTING, "true")
+        .config(NO_DATA_BATCHES, "false")
         .config("spark.databricks.delta.properties.defaults.enableDeletionVectors", "false")
         .getOrCreate()
     )
     try:
-        return ControllerInstance(
+        return ControllerJob(
             spark, settings, args.instance, metrics=metrics_from_args(args)
         ).run_until_signalled()
     finally:

@@ -6,7 +6,8 @@
     start_http_server(9464)      # or `tidemark controller run --metrics-port 9464`
 
 The metrics, with their labels (``stream`` = ``scope/name``, ``bucket`` =
-the marks topic partition, ``reason`` = a ``rejected_marks`` reason):
+``all`` for the controller job's one query, which runs every bucket;
+``reason`` = a ``rejected_marks`` reason):
 
 - ``tidemark_controller_watermark_lag_seconds{stream}`` (gauge) -- wall
   clock now minus the time of the stream's latest watermark, computed when
@@ -128,10 +129,10 @@ class ControllerMetrics:
             f"{PREFIX}_batches", "Micro-batches run.", ["bucket"], registry=registry
         )
         self._lock = threading.Lock()
-        self._rejected_by_batch: dict[tuple[int, int], int] = {}
-        self._progressed: dict[int, int] = {}
+        self._rejected_by_batch: dict[tuple[int | str, int], int] = {}
+        self._progressed: dict[int | str, int] = {}
 
-    def batch_observer(self, bucket: int) -> BatchObserver:
+    def batch_observer(self, bucket: int | str) -> BatchObserver:
         """The sink's hook for ``bucket``: ``observer(rows, batch_id, duration_s)``."""
 
         def observe(rows: Sequence[Mapping[str, Any]], batch_id: int, duration_s: float) -> None:
@@ -140,7 +141,7 @@ class ControllerMetrics:
         return observe
 
     def observe_batch(
-        self, bucket: int, rows: Sequence[Mapping[str, Any]], batch_id: int, duration_s: float
+        self, bucket: int | str, rows: Sequence[Mapping[str, Any]], batch_id: int, duration_s: float
     ) -> None:
         """One written batch: its output rows (``jobs.processor.OUTPUT_SCHEMA``)."""
         label = str(bucket)
@@ -164,7 +165,7 @@ class ControllerMetrics:
             if len(self._rejected_by_batch) > 10_000:  # progress never came for old ones
                 self._rejected_by_batch.pop(next(iter(self._rejected_by_batch)))
 
-    def observe_query(self, bucket: int, query: Any) -> None:
+    def observe_query(self, bucket: int | str, query: Any) -> None:
         """Count the batches ``query`` (a StreamingQuery) completed since the last call:
         its ``lastProgress``, or its ``recentProgress`` when batches were missed."""
         last = query.lastProgress
@@ -179,9 +180,13 @@ class ControllerMetrics:
         for progress in sorted(progresses, key=lambda p: int(p.get("batchId", -1))):
             self.observe_progress(bucket, progress)
 
-    def observe_progress(self, bucket: int, progress: Mapping[str, Any] | None) -> None:
-        """A query's ``lastProgress``: counts each batch's input once."""
+    def observe_progress(self, bucket: int | str, progress: Mapping[str, Any] | None) -> None:
+        """A query's ``lastProgress``: counts each batch's input once. An idle report (no
+        ``addBatch`` phase; Spark numbers it with the *next* batch id) is not a batch."""
         if not progress:
+            return
+        durations = progress.get("durationMs")
+        if durations is not None and "addBatch" not in durations:
             return
         batch_id = int(progress.get("batchId", -1))
         with self._lock:

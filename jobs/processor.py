@@ -1,43 +1,40 @@
-"""The per-stream stateful processor of a bucket's query (``transformWithStateInPandas``).
+"""The per-stream stateful processor of the controller's query (``transformWithStateInPandas``).
 
-    out = (marks.withColumn("slot", expr(SLOT_EXPRESSION)).groupBy("slot")
+    out = (marks.withColumn("slot", expr(slot_expression(slots))).groupBy("slot")
                 .transformWithStateInPandas(ControllerProcessor(workflow_settings),
                                             OUTPUT_SCHEMA, "Append", "ProcessingTime"))
 
-Key = the stream's slot (:mod:`jobs.slots`: ``pmod(xxhash64(stream), SLOTS)``).
-State = one ``ValueState`` holding the slot's streams'
-:class:`~jobs.workflow.StreamState` as JSON (writer marks, generation state,
-running max of ``upper_time``, the next due time), so its shape can evolve
-without a state-schema migration. A processing-time timer per slot, at its
-earliest due stream, runs the cycles every interval when no marks arrive.
-Output rows carry a ``kind``: ``watermark`` or ``rejected``; :mod:`jobs.sink`
-splits them into the Delta tables.
+Key = the stream's slot (:mod:`jobs.slots`). State = one ``ValueState``
+holding the slot's streams' :class:`~jobs.workflow.StreamState` as JSON
+(writer marks, generation state, running max of ``upper_time``, the due
+time), so its shape can evolve without a state-schema migration.
+
+No Spark timers: ``ProcessingTime`` mode only gives the handler the batch's
+timestamp (the clock, reused when a batch is re-run). Every call that
+touched a slot reports the slot's earliest due time in a ``due`` row (``at``
+``None``: nothing pending); the driver (:mod:`jobs.due`) produces a due record
+for the slot at that time, which makes the micro-batch that runs those
+cycles. So an idle controller runs no micro-batch at all (with
+``spark.sql.streaming.noDataMicroBatches.enabled=false``, which the job sets).
+Output rows carry a ``kind``: ``watermark``, ``rejected`` or ``due``;
+:mod:`jobs.sink` splits them into the Delta tables.
 
 Why the pandas flavour: with a handful of slot keys per batch, a call's
 input arrives as whole pandas frames (Arrow converts them column by column
 in C) and its outputs leave as one frame per call. The row-based
 ``transformWithState`` of PySpark 4.1 builds every input row from Arrow
-scalars one cell at a time -- profiled, a third of a busy worker's time --
-which only paid off while the state was keyed by stream (a frame per stream
-and call cost ~5 ms to convert).
-
-Why transformWithState and not ``applyInPandasWithState``: the
-latter's ``ProcessingTimeTimeout`` fires only for a key that received *no*
-data for the timeout, so a busy stream would never see a timer-driven cycle
-and a quiet one only once; real per-key timers that re-arm themselves are
-what the periodic workflow needs, and they work on PySpark 4.1.1 with the
-RocksDB state store.
+scalars one cell at a time -- profiled, a third of a busy worker's time.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 from pyspark.sql.streaming.stateful_processor import (
-    ExpiredTimerInfo,
     StatefulProcessor,
     StatefulProcessorHandle,
     TimerValues,
@@ -53,7 +50,7 @@ from pyspark.sql.types import (
 )
 
 from jobs.config import WorkflowSettings
-from jobs.slots import SlotState, run_slot
+from jobs.slots import SlotState, is_due_key, run_slot
 from jobs.workflow import Emitted, MarkInput, Output, Rejected, StreamWorkflow
 from schemas.mark_input import Undecodable, decode_stream_key, printable_key
 
@@ -61,6 +58,7 @@ log = logging.getLogger(__name__)
 
 WATERMARK = "watermark"
 REJECTED = "rejected"
+DUE = "due"
 
 OUTPUT_SCHEMA = StructType(
     [
@@ -80,6 +78,7 @@ OUTPUT_SCHEMA = StructType(
         StructField("kafka_partition", IntegerType()),
         StructField("kafka_offset", LongType()),
         StructField("at", LongType()),
+        StructField("slot", IntegerType()),
     ]
 )
 COLUMNS = [f.name for f in OUTPUT_SCHEMA.fields]
@@ -87,9 +86,19 @@ COLUMNS = [f.name for f in OUTPUT_SCHEMA.fields]
 STATE_SCHEMA = StructType([StructField("json", StringType(), False)])
 
 
-def output_row(o: Output) -> dict[str, Any]:
+@dataclass(frozen=True)
+class SlotDue:
+    """A slot's earliest due time after a call (``None``: nothing pending)."""
+
+    slot: int
+    due_ms: int | None
+
+
+def output_row(o: Output | SlotDue) -> dict[str, Any]:
     row: dict[str, Any] = dict.fromkeys(COLUMNS)
-    if isinstance(o, Emitted):
+    if isinstance(o, SlotDue):
+        row.update(kind=DUE, slot=o.slot, at=o.due_ms)
+    elif isinstance(o, Emitted):
         wm = o.watermark
         cut = sorted(wm.stream_cut.items())
         row.update(
@@ -118,7 +127,7 @@ def output_row(o: Output) -> dict[str, Any]:
     return row
 
 
-def output_frames(outputs: list[Output]) -> Iterator[pd.DataFrame]:
+def output_frames(outputs: list[Output | SlotDue]) -> Iterator[pd.DataFrame]:
     """A call's outputs as one frame (object columns: nullable ints stay exact)."""
     if outputs:
         yield pd.DataFrame([output_row(o) for o in outputs], columns=COLUMNS, dtype=object)
@@ -130,8 +139,7 @@ class ControllerProcessor(StatefulProcessor):
     Used with ``transformWithStateInPandas`` grouped by *slot* (:mod:`jobs.slots`):
     each slot's input arrives as pandas frames of many streams and its outputs
     leave as one frame per call. Per slot and call, the state server sees one
-    ``get``, an ``update`` only when the stored JSON changed, and a timer
-    ``delete``/``register`` only when the slot's earliest due time moved.
+    ``get`` and an ``update`` only when the stored JSON changed.
     """
 
     def __init__(self, settings: WorkflowSettings) -> None:
@@ -149,23 +157,6 @@ class ControllerProcessor(StatefulProcessor):
             self.settings, worker_streams(self.settings), worker_committed(self.settings)
         )
 
-    def _load(self) -> tuple[SlotState, str | None]:
-        """The slot's state and the JSON it was read from (``None``: no state yet)."""
-        got = self.value.get()  # None when absent: no separate exists() round trip
-        text = None if got is None else str(got[0])
-        return SlotState.from_json(text), text
-
-    def _save(self, slot: SlotState, stored: str | None) -> None:
-        wanted = slot.wanted_timer(self.workflow)
-        if wanted is not None and slot.timer_ms != wanted:
-            if slot.timer_ms is not None:
-                self.handle.deleteTimer(slot.timer_ms)
-            self.handle.registerTimer(wanted)
-            slot.timer_ms = wanted
-        text = slot.to_json()
-        if text != stored:
-            self.value.update((text,))
-
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
     ) -> Iterator[pd.DataFrame]:
@@ -173,7 +164,7 @@ class ControllerProcessor(StatefulProcessor):
         records: dict[str, list[MarkInput]] = {}
         bad_keys: list[Output] = []
         for frame in rows:
-            for key, value, part, offset, arrival in zip(
+            for raw_key, value, part, offset, arrival in zip(
                 frame["stream"].tolist(),  # the raw key: bytes, never assumed UTF-8
                 frame["value"].tolist(),
                 frame["partition"].tolist(),
@@ -181,31 +172,39 @@ class ControllerProcessor(StatefulProcessor):
                 frame["arrival"].tolist(),
                 strict=True,
             ):
-                stream = decode_stream_key(key)
+                stream = decode_stream_key(raw_key)
                 if isinstance(stream, Undecodable):
-                    shown = printable_key(key)
+                    shown = printable_key(raw_key)
                     why = stream.reason
                     bad_keys.append(Rejected(shown, None, why, value, part, offset, now_ms))
                     continue
+                if is_due_key(stream):
+                    continue  # it only brought the slot here
                 arrival_ms = None if arrival is None or pd.isna(arrival) else int(arrival)
                 records.setdefault(stream, []).append(MarkInput(value, part, offset, arrival_ms))
-        slot, stored = self._load()
-        outputs = bad_keys + run_slot(self.workflow, slot, records, now_ms)
-        self._save(slot, stored)
-        yield from output_frames(outputs)
-
-    def handleExpiredTimer(
-        self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
-    ) -> Iterator[pd.DataFrame]:
-        slot, stored = self._load()
-        if slot.timer_ms == expiredTimerInfo.getExpiryTimeInMs():
-            slot.timer_ms = None  # Spark deletes a timer once it fired
-        outputs = run_slot(self.workflow, slot, {}, timerValues.getCurrentProcessingTimeInMs())
-        self._save(slot, stored)
+        got = self.value.get()  # None when absent: no separate exists() round trip
+        stored = None if got is None else str(got[0])
+        slot = SlotState.from_json(stored)
+        outputs: list[Output | SlotDue] = [
+            *bad_keys,
+            *run_slot(self.workflow, slot, records, now_ms),
+        ]
+        text = slot.to_json()
+        if text != stored and (stored is not None or slot.streams):
+            self.value.update((text,))
+        outputs.append(SlotDue(int(key[0]), slot.due(self.workflow)))
         yield from output_frames(outputs)
 
     def close(self) -> None:
         pass
 
 
-__all__ = ["COLUMNS", "OUTPUT_SCHEMA", "REJECTED", "WATERMARK", "ControllerProcessor"]
+__all__ = [
+    "COLUMNS",
+    "DUE",
+    "OUTPUT_SCHEMA",
+    "REJECTED",
+    "WATERMARK",
+    "ControllerProcessor",
+    "SlotDue",
+]

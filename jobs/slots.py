@@ -2,21 +2,27 @@
 
     slot = SlotState.from_json(stored)                 # stored: the slot's JSON or None
     outputs = run_slot(workflow, slot, {"shop/orders": [MarkInput(...)]}, now_ms)
-    slot.timer_ms = slot.wanted_timer(workflow)        # the processor (re)registers it
+    slot.due(workflow)                                 # the slot's earliest due time, or None
     text = slot.to_json()
 
-A bucket's query keys its ``transformWithState`` by slot, ``pmod(xxhash64(stream),
-SLOTS)``, not by stream: every key costs the Python worker several round trips
-to the JVM's state server per micro-batch (set the key, read the value, write
-it, move its timer), and with one key per stream those round trips, not the
-watermark logic, were most of a batch (about 4 ms per stream and batch on two
-busy cores). A slot holds the :class:`~jobs.workflow.StreamState` of each of
-its streams, as plain JSON values, and one processing-time timer: the
-earliest time one of its streams is due for a cycle. Only the streams a batch
-touches -- new records, or a cycle due -- are decoded and re-encoded.
+The controller's query keys its ``transformWithStateInPandas`` by slot,
+``pmod(xxhash64(stream), slot_count)``, not by stream: every key costs the
+Python worker several round trips to the JVM's state server per micro-batch
+(set the key, read the value, write it), and with one key per stream those
+round trips, not the watermark logic, were most of a batch (about 4 ms per
+stream and batch on two busy cores). A slot holds the
+:class:`~jobs.workflow.StreamState` of each of its streams as plain JSON
+values; only the streams a batch touches -- new records, or a cycle due --
+are decoded and re-encoded.
 
-``SLOTS`` is fixed by a bucket's checkpoint (the state is keyed by it); a new
-value needs new checkpoints.
+The slots are spread over the query's state partitions (the buckets) by
+Spark's hash partitioning, ``SLOTS_PER_BUCKET`` per bucket on average. A
+record whose key is :func:`due_key` ``(slot)`` -- produced by the driver
+(:mod:`jobs.due`), never by a writer: ``#`` is not allowed in stream names
+-- goes to that slot and runs its due cycles.
+
+The slot count is fixed by the query's checkpoint (the state is keyed by
+it); the job refuses another bucket count for an existing checkpoint.
 """
 
 from __future__ import annotations
@@ -28,23 +34,39 @@ from typing import Any
 
 from jobs.workflow import MarkInput, Output, StreamState, StreamWorkflow
 
-SLOTS = 16
-"""Slots per bucket query: few enough that per-key round trips stay negligible,
-enough that a slot's JSON stays small (a few hundred streams per bucket make
-slots of tens of kilobytes)."""
+SLOTS_PER_BUCKET = 4
+"""Slots per state partition: enough that Spark's hash partitioning leaves few
+buckets without a slot (about 2% at 4), few enough that per-key round trips
+stay negligible and a slot's JSON stays small."""
 
-SLOT_EXPRESSION = f"pmod(xxhash64(stream), {SLOTS})"
-"""The Spark SQL expression of a record's slot (its key is the stream name)."""
+DUE_PREFIX = "#due:"
+SLOT_VERSION = 2
 
-SLOT_VERSION = 1
+
+def slot_expression(slot_count: int) -> str:
+    """The Spark SQL expression of a record's slot (the ``stream`` column is its key, binary
+    or string: ``xxhash64`` hashes the same bytes alike)."""
+    return (
+        f"CASE WHEN CAST(stream AS STRING) LIKE '{DUE_PREFIX}%' "
+        f"THEN CAST(substring(CAST(stream AS STRING), {len(DUE_PREFIX) + 1}) AS INT) "
+        f"ELSE CAST(pmod(xxhash64(stream), {slot_count}) AS INT) END"
+    )
+
+
+def due_key(slot: int) -> str:
+    """The key of a due record for ``slot``."""
+    return f"{DUE_PREFIX}{slot}"
+
+
+def is_due_key(stream: str) -> bool:
+    return stream.startswith(DUE_PREFIX)
 
 
 @dataclass
 class SlotState:
-    """The streams of one slot (raw JSON values, decoded on use) and the slot's timer."""
+    """The streams of one slot (raw JSON values, decoded on use)."""
 
     streams: dict[str, dict[str, Any]] = field(default_factory=dict)
-    timer_ms: int | None = None
 
     @classmethod
     def from_json(cls, text: str | None) -> SlotState:
@@ -53,13 +75,11 @@ class SlotState:
         raw = json.loads(text)
         if raw.get("v") != SLOT_VERSION:
             raise ValueError(f"unknown slot state version {raw.get('v')!r}")
-        return cls(dict(raw["streams"]), raw["timer"])
+        return cls(dict(raw["streams"]))
 
     def to_json(self) -> str:
         return json.dumps(
-            {"v": SLOT_VERSION, "timer": self.timer_ms, "streams": self.streams},
-            separators=(",", ":"),
-            sort_keys=True,
+            {"v": SLOT_VERSION, "streams": self.streams}, separators=(",", ":"), sort_keys=True
         )
 
     def state(self, stream: str) -> StreamState:
@@ -69,18 +89,14 @@ class SlotState:
     def put(self, stream: str, state: StreamState) -> None:
         self.streams[stream] = state.to_raw()
 
-    def due(self, workflow: StreamWorkflow, now_ms: int) -> set[str]:
-        """Streams whose next cycle is due at ``now_ms`` (asked without decoding them)."""
-        return {
-            s
-            for s, raw in self.streams.items()
-            if workflow.is_due(bool(raw["marks"]), raw["due"], now_ms)
-        }
+    def due_streams(self, workflow: StreamWorkflow, now_ms: int) -> set[str]:
+        """Streams whose cycle is due at ``now_ms`` (asked without decoding them)."""
+        return {s for s, raw in self.streams.items() if workflow.is_due(raw["due"], now_ms)}
 
-    def wanted_timer(self, workflow: StreamWorkflow) -> int | None:
-        """The earliest timer one of the streams needs (``None``: none does)."""
-        timers = (workflow.timer_for(bool(r["marks"]), r["due"]) for r in self.streams.values())
-        return min((t for t in timers if t is not None), default=None)
+    def due(self, workflow: StreamWorkflow) -> int | None:
+        """The earliest due time of the slot's streams (``None``: nothing pending)."""
+        dues = (workflow.due_for(raw["due"]) for raw in self.streams.values())
+        return min((d for d in dues if d is not None), default=None)
 
 
 def run_slot(
@@ -91,18 +107,26 @@ def run_slot(
 ) -> list[Output]:
     """One micro-batch of a slot: fold each stream's records, then run due cycles.
 
-    ``records`` may be empty (a timer fired). Streams are visited in name order,
-    so a re-run of the batch yields the same outputs in the same order.
+    ``records`` may be empty (only a due record came). Streams are visited in
+    name order, so a re-run of the batch yields the same outputs in the same order.
     """
     outputs: list[Output] = []
-    for stream in sorted(slot.due(workflow, now_ms).union(records)):
+    for stream in sorted(slot.due_streams(workflow, now_ms).union(records)):
         state = slot.state(stream)
         if stream in records:
             outputs += workflow.on_records(stream, state, records[stream], now_ms)
         else:
-            outputs += workflow.on_timer(stream, state, now_ms)
+            outputs += workflow.on_due(stream, state, now_ms)
         slot.put(stream, state)
     return outputs
 
 
-__all__ = ["SLOTS", "SLOT_EXPRESSION", "SlotState", "run_slot"]
+__all__ = [
+    "DUE_PREFIX",
+    "SLOTS_PER_BUCKET",
+    "SlotState",
+    "due_key",
+    "is_due_key",
+    "run_slot",
+    "slot_expression",
+]

@@ -3,11 +3,12 @@
     wf = StreamWorkflow(WorkflowSettings(interval_ms=1000), epochs, committed)
     state = StreamState()
     out = wf.on_records("shop/orders", state, [MarkInput(value, partition=0, offset=7)], now_ms)
-    out += wf.on_timer("shop/orders", state, now_ms + 1000)
+    state.due_ms                         # when it needs a cycle without marks (None: never)
+    out += wf.on_due("shop/orders", state, state.due_ms or now_ms)
 
 The Spark processor (:mod:`jobs.processor`) keeps a :class:`StreamState` per
 stream (JSON in the state store), hands each micro-batch's records and each
-expired timer to a :class:`StreamWorkflow`, and turns its outputs
+due record to a :class:`StreamWorkflow`, and turns its outputs
 (:class:`Emitted`, :class:`Rejected`) into rows. Everything that decides
 lives in ``controller.watermarks``; this module adds what the pure core
 leaves to its caller:
@@ -17,9 +18,14 @@ leaves to its caller:
   is rejected (after one refresh of the cached metadata); then
   :func:`~controller.watermarks.accept_mark` against the writer's last
   accepted mark;
-- **when a cycle runs**: with timers, at most once per ``interval_ms`` per
-  stream, right after new marks when one is due (freshness) and otherwise
-  on the stream's timer; with ticks (tests), exactly at each tick record;
+- **when a cycle runs**: with timers, right after a micro-batch's marks of
+  the stream, and otherwise only at the stream's *due time* (``due_ms``):
+  the earliest moment waiting can change the outcome -- a lagging writer's
+  timeout (the stream's own ``timestamp_aggregation_timeout_ms``, the job's
+  ``writer_timeout_ms`` when it sets none), the end of the stream's
+  ``first_watermark_delay_ms``, or the retry of a held cut; a stream whose
+  writers are all in step has no due time and costs nothing until its next
+  mark. With ticks (tests), exactly at each tick record;
 - **the high-water mark**: a cut must not point past the data topic's last
   stable offset; such a cycle is *held* (nothing emitted, state unchanged,
   retried next cycle) and after ``lso_hold_ms`` the writers whose positions
@@ -50,7 +56,7 @@ from schemas.records import WriterMarkRecord
 log = logging.getLogger(__name__)
 
 TICK_PREFIX = b"tidemark-tick:"
-STATE_VERSION = 1
+STATE_VERSION = 2
 
 
 def tick_value(now_ms: int) -> bytes:
@@ -122,8 +128,10 @@ class StreamState:
     generation: GenerationState = field(default_factory=GenerationState)
     upper_time_max: int | None = None
     due_ms: int | None = None
-    """Timers mode: the earliest time the next cycle may run."""
+    """When the next cycle must run even without new marks (``None``: never)."""
     held_since_ms: int | None = None
+    first_mark_ms: int | None = None
+    """When the stream's first mark was accepted (for ``first_watermark_delay_ms``)."""
 
     def to_raw(self) -> dict[str, Any]:
         """The state as JSON-ready values (:meth:`to_json` is this, dumped)."""
@@ -149,6 +157,7 @@ class StreamState:
             "upper_max": self.upper_time_max,
             "due": self.due_ms,
             "held": self.held_since_ms,
+            "first": self.first_mark_ms,
         }
 
     def to_json(self) -> str:
@@ -160,7 +169,7 @@ class StreamState:
 
     @classmethod
     def from_raw(cls, stream: str, raw: Mapping[str, Any]) -> StreamState:
-        if raw.get("v") != STATE_VERSION:
+        if raw.get("v") not in (1, STATE_VERSION):  # version 1 had no "first"
             raise ValueError(f"stream {stream!r}: unknown state version {raw.get('v')!r}")
         prev = raw["previous"]
         previous = (
@@ -174,6 +183,7 @@ class StreamState:
             upper_time_max=raw["upper_max"],
             due_ms=raw["due"],
             held_since_ms=raw["held"],
+            first_mark_ms=raw.get("first"),
         )
 
 
@@ -229,7 +239,10 @@ class StreamWorkflow:
     def on_records(
         self, stream: str, state: StreamState, records: Sequence[MarkInput], now_ms: int
     ) -> list[Output]:
-        """Fold a micro-batch's records of ``stream`` (any order; sorted by offset here)."""
+        """Fold a micro-batch's records of ``stream`` (any order; sorted by offset here).
+
+        Timers mode: then run the cycle (micro-batches come at most once per
+        ``interval_ms``, so this paces each stream too)."""
         out: list[Output] = []
         ticks = self.settings.trigger is CycleTrigger.TICKS
         for record in sorted(records, key=lambda r: (r.partition, r.offset)):
@@ -240,41 +253,38 @@ class StreamWorkflow:
                 rejected = self.fold(stream, state, record, now_ms)
                 if rejected is not None:
                     out.append(rejected)
-        if self.is_due(bool(state.marks), state.due_ms, now_ms):
-            out += self._timed_cycle(stream, state, now_ms)
+        if not ticks:
+            out += self.cycle(stream, state, now_ms)
         return out
 
-    def on_timer(self, stream: str, state: StreamState, now_ms: int) -> list[Output]:
-        """A timer fired: run the cycle when one is due."""
-        if not self.is_due(bool(state.marks), state.due_ms, now_ms):
+    def on_due(self, stream: str, state: StreamState, now_ms: int) -> list[Output]:
+        """A due record of the stream's slot arrived: run the cycle when one is due."""
+        if not self.is_due(state.due_ms, now_ms):
             return []
-        return self._timed_cycle(stream, state, now_ms)
+        return self.cycle(stream, state, now_ms)
 
-    def wants_timer(self, state: StreamState) -> int | None:
-        """The timer the stream needs registered (``None``: none)."""
-        return self.timer_for(bool(state.marks), state.due_ms)
+    def wants_due(self, state: StreamState) -> int | None:
+        """When the stream needs a cycle without new marks (``None``: it does not)."""
+        return self.due_for(state.due_ms)
 
-    def is_due(self, has_marks: bool, due_ms: int | None, now_ms: int) -> bool:
-        """Timers mode: a stream with marks cycles once its due time came (or it never cycled).
+    def is_due(self, due_ms: int | None, now_ms: int) -> bool:
+        """Timers mode: a stream cycles without marks once its due time came.
 
-        Takes the two fields rather than a :class:`StreamState` so that callers holding
+        Takes the field rather than a :class:`StreamState` so that callers holding
         the state as JSON (:mod:`jobs.slots`) ask without decoding it."""
-        if self.settings.trigger is CycleTrigger.TICKS or not has_marks:
-            return False
-        return due_ms is None or now_ms >= due_ms
+        due = self.due_for(due_ms)
+        return due is not None and now_ms >= due
 
-    def timer_for(self, has_marks: bool, due_ms: int | None) -> int | None:
-        """The timer a stream with these fields needs (``None``: none)."""
-        if self.settings.trigger is CycleTrigger.TICKS or not has_marks:
+    def due_for(self, due_ms: int | None) -> int | None:
+        """The due time a stream with this field reports (``None``: none; ticks: never)."""
+        if self.settings.trigger is CycleTrigger.TICKS:
             return None
         return due_ms
 
-    def _timed_cycle(self, stream: str, state: StreamState, now_ms: int) -> list[Output]:
-        out = self.cycle(stream, state, now_ms)
-        # Three quarters of an interval: the next trigger's batch (one interval
-        # later, give or take scheduling jitter) finds the timer expired.
-        state.due_ms = now_ms + max(1, self.settings.interval_ms * 3 // 4)
-        return out
+    def timeout_ms(self, meta: StreamMetadata) -> int:
+        """The stream's writer timeout: its own setting, else the job's default."""
+        own = meta.config.timestamp_aggregation_timeout_ms
+        return self.settings.writer_timeout_ms if own is None else own
 
     # admission ------------------------------------------------------------------------------
 
@@ -326,36 +336,47 @@ class StreamWorkflow:
         state.marks[decoded.writer_id] = StoredMark(
             mark, record.partition, record.offset, decoded.instance
         )
+        if state.first_mark_ms is None:
+            state.first_mark_ms = now_ms
         return None
 
     # the cycle ------------------------------------------------------------------------------
 
     def cycle(self, stream: str, state: StreamState, now_ms: int) -> list[Output]:
-        """One run of ``watermark_cycle`` with the last-stable-offset check around it."""
+        """One run of ``watermark_cycle`` with the last-stable-offset check around it;
+        sets ``state.due_ms`` to when waiting can next change the outcome."""
+        state.due_ms = None
         if not state.marks:
             return []
         meta = self.streams.stream(stream)
         if meta is None:  # deleted since its marks were accepted: nothing to emit
             return []
+        timeout = self.timeout_ms(meta)
+        first, delay = state.first_mark_ms, meta.config.first_watermark_delay_ms
+        if delay and state.generation.previous is None and first is not None:
+            starts = first + delay
+            if now_ms < starts:  # Pravega's start-up delay: late writers may still join
+                state.due_ms = starts
+                return []
         marks = {w: s.mark for w, s in state.marks.items()}
-        result = watermark_cycle(
-            stream,
-            marks,
-            state.generation,
-            meta.epochs,
-            now_ms,
-            self.settings.writer_timeout_ms,
-        )
+        result = watermark_cycle(stream, marks, state.generation, meta.epochs, now_ms, timeout)
         wm = result.watermark
         if wm is not None:
             beyond = self._beyond_committed(meta, wm.stream_cut)
             if beyond:
-                return self._hold(stream, state, meta, beyond, now_ms)
+                out = self._hold(stream, state, meta, beyond, now_ms)
+                state.due_ms = (
+                    now_ms + self.settings.interval_ms
+                    if state.held_since_ms is not None
+                    else self._lag_due(state.generation, timeout, now_ms)
+                )
+                return out
         state.held_since_ms = None
         previous = state.generation.previous
         state.generation = result.state
         for writer in result.removed:
             state.marks.pop(writer, None)
+        state.due_ms = self._lag_due(state.generation, timeout, now_ms)
         if wm is None:
             return []
         writers = tuple(
@@ -368,6 +389,13 @@ class StreamWorkflow:
         )
         state.upper_time_max = top
         return [Emitted(wm, writers, top, now_ms)]
+
+    @staticmethod
+    def _lag_due(generation: GenerationState, timeout_ms: int, now_ms: int) -> int | None:
+        """When the earliest lagging writer times out (``None``: no writer lags)."""
+        if not generation.lagging_since:
+            return None
+        return max(now_ms + 1, min(generation.lagging_since.values()) + timeout_ms)
 
     def _beyond_committed(self, meta: StreamMetadata, cut: Mapping[int, int]) -> dict[int, int]:
         """Partition -> offset of the cut's entries past the topic's last stable offset."""

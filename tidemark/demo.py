@@ -111,17 +111,10 @@ def _write_history(
     return written, noted, times, events
 
 
-def _warm_up(controller: Any, buckets: int, batches: int = 3, timeout_s: float = 120) -> None:
-    """Wait for a few empty micro-batches per bucket: the first ones start Python
-    workers and the state store and take many seconds; later ones take about one."""
+def _wait_for_a_batch(controller: Any, timeout_s: float = 300) -> None:
     deadline = time.monotonic() + timeout_s
-    for bucket in range(buckets):
-        query = controller.query(bucket)
-        while time.monotonic() < deadline:
-            progress = query.lastProgress if query is not None else None
-            if progress is not None and int(progress["batchId"]) >= batches - 1:
-                break
-            time.sleep(0.5)
+    while controller.last_batch is None and time.monotonic() < deadline:
+        time.sleep(0.2)
 
 
 def new_unique() -> str:
@@ -156,7 +149,7 @@ def run_demo(
     from controller.streams import StreamManager
     from controller.zk_store import ZooKeeperStore
     from jobs.config import ControllerSettings
-    from jobs.controller_job import ControllerInstance
+    from jobs.controller_job import ControllerJob
     from jobs.tables import read_watermarks
     from pipelines.reading.group import ReaderGroup
     from pipelines.reading.seek import complete_cut_at, stream_cut_at
@@ -183,9 +176,13 @@ def run_demo(
         )
         base_ms = (int(time.time() * 1000) // 1000 - 600) * 1000  # ten minutes ago
         progress(STEPS_SHOWN[0])
-        with ControllerInstance(spark, settings, f"demo-{unique}") as controller:
-            controller.wait_running(frozenset(range(cluster.bucket_count)))
-            _warm_up(controller, cluster.bucket_count)
+        with ControllerJob(spark, settings, f"demo-{unique}") as controller:
+            # The first micro-batch (the new leader's due sweep) starts the Python
+            # workers and the state store: many seconds; later ones take about one.
+            # Wait for it to complete, so the history's steps land in batches of
+            # their own (the sweep may not be visible yet to process_all_available).
+            controller.process_all_available()
+            _wait_for_a_batch(controller)
             progress(STEPS_SHOWN[1])
             written, noted, times, events = _write_history(env, stream, base_ms)
             progress(STEPS_SHOWN[2])

@@ -1,7 +1,10 @@
 """`make bench`: start local services once, run every benchmark module, print figures.
 
 Each module ``tests/bench/bench_*.py`` has ``run(services: BenchServices) -> list[str]``
-or one of the narrower signatures its docstring names; it prints its own
+or one of the narrower signatures its docstring names;
+``python -m tests.bench bench_controller`` runs one module,
+``python -m tests.bench bench_controller:idle,capacity`` some parts of one (a
+module whose ``run`` takes ``parts``); it prints its own
 baseline, measured in the same process against the same services, and the
 ratio. These are measurements, not tests: nothing here fails on a number.
 """
@@ -57,10 +60,13 @@ def _start(stack: ExitStack, work: Path) -> BenchServices:
     return BenchServices(work, bootstrap, zk, dsn)
 
 
-def _call(run: object, services: BenchServices) -> list[str]:
+def _call(run: object, services: BenchServices, parts: list[str] | None = None) -> list[str]:
     assert callable(run)
     params = list(inspect.signature(run).parameters)
+    if parts and "parts" not in params:
+        raise SystemExit(f"{getattr(run, '__module__', run)} has no parts to select")
     by_name = {
+        "parts": parts,
         "services": services,
         "bootstrap": services.bootstrap,
         "zk_connect": services.zk_connect,
@@ -73,7 +79,10 @@ def _call(run: object, services: BenchServices) -> list[str]:
 
 def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.WARNING)
-    wanted = set(argv)
+    wanted: dict[str, list[str] | None] = {}
+    for arg in argv:
+        name, _, parts = arg.partition(":")
+        wanted[name] = parts.split(",") if parts else None
     names = sorted(
         m.name for m in pkgutil.iter_modules(bench_pkg.__path__) if m.name.startswith("bench_")
     )
@@ -85,7 +94,7 @@ def main(argv: list[str]) -> int:
             module = importlib.import_module(f"tests.bench.{name}")
             print(f"== {name}", flush=True)
             started = time.perf_counter()
-            for line in _call(module.run, services):
+            for line in _call(module.run, services, wanted.get(name)):
                 print(f"   {line}", flush=True)
             print(f"   ({time.perf_counter() - started:.1f} s)", flush=True)
     return 0

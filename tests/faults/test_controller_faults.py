@@ -1,5 +1,6 @@
-"""Fault: the controller's ZooKeeper session expires under load. Its queries stop, it
-rejoins, and watermarks resume with no gap, duplicate or regression in ``seq``."""
+"""Fault: the controller's ZooKeeper session expires under load. Its query stops, it
+contends again (the only driver: it leads again), and watermarks resume with no gap,
+duplicate or regression in ``seq``."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from jobs.controller_job import ControllerInstance
+from jobs.controller_job import ControllerJob
 from jobs.tables import read_watermarks
 from tests.faults.figures import report
 from tests.integration.test_controller_job import Noter, check_sequence, make_env, wait_for
@@ -39,17 +40,17 @@ def test_zookeeper_session_expiry_under_load(
     settings = env.settings()
     noter = Noter(env.writer("w1", stream))
     noter.start()
-    instance = ControllerInstance(spark, settings, "a").start()
+    instance = ControllerJob(spark, settings, "a").start()
     try:
-        instance.wait_running({0})
+        instance.wait_leading()
         wait_for(lambda: len(read_watermarks(settings.delta_root, stream)) >= 3, instance)
-        run_before = instance.query(0).runId
+        run_before = instance.query.runId
         expired_at = time.monotonic()
         expire_session(instance._client, env.zk_connect)
         deadline = expired_at + RESUME_BOUND_S
 
-        def restarted() -> bool:  # a new run of the bucket's query (the old one stopped)
-            query = instance.query(0)
+        def restarted() -> bool:  # a new run of the query (the old one stopped)
+            query = instance.query
             return query is not None and query.isActive and query.runId != run_before
 
         while not restarted():

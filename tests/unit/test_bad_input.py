@@ -17,7 +17,7 @@ from tidemark.cli.main import main
     [
         (["controller", "run", "--instance", "a/b"], "instance id 'a/b'"),
         (["controller", "run", "--instance", "x\x00"], "instance id"),
-        (["controller", "buckets", "--bucket-count", "0"], "must be >= 1, got 0"),
+        (["controller", "run", "--instance", "a", "--bucket-count", "0"], "must be >= 1, got 0"),
         (["stream", "create", "s/x", "--segments", "2147483648"], "must be <= 1000"),
     ],
 )

@@ -8,15 +8,15 @@ import signal
 import pytest
 
 from jobs.config import ControllerSettings
-from jobs.controller_job import ControllerInstance
+from jobs.controller_job import ControllerJob
 
 
 @pytest.mark.parametrize(("failures", "status"), [([], 0), (["bucket 0: boom"], 1)])
 def test_exit_status(monkeypatch: pytest.MonkeyPatch, failures: list[str], status: int) -> None:
     settings = ControllerSettings("k:1", "z:2", "/d", "/c")
-    instance = ControllerInstance(None, settings, "c1")
+    instance = ControllerJob(None, settings, "c1")
 
-    def start() -> ControllerInstance:
+    def start() -> ControllerJob:
         instance.failures.extend(failures)
         os.kill(os.getpid(), signal.SIGTERM)
         return instance

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from controller.config import StreamConfiguration
 from controller.metadata import StreamMetadata, new_stream_metadata
 from jobs.config import CycleTrigger, WorkflowSettings
-from jobs.slots import SlotState, run_slot
+from jobs.slots import SlotState, due_key, is_due_key, run_slot, slot_expression
 from jobs.workflow import Emitted, MarkInput, StreamState, StreamWorkflow
 from schemas.records import WriterMarkRecord
 
@@ -33,7 +33,9 @@ class Committed:
 
 def wf(trigger: CycleTrigger = CycleTrigger.TIMERS) -> StreamWorkflow:
     return StreamWorkflow(
-        WorkflowSettings(interval_ms=1000, trigger=trigger), Streams(A, B, C), Committed()
+        WorkflowSettings(interval_ms=1000, writer_timeout_ms=2_000, trigger=trigger),
+        Streams(A, B, C),
+        Committed(),
     )
 
 
@@ -41,48 +43,55 @@ def rec(stream: str, writer: str, t: int, offset: int) -> MarkInput:
     return MarkInput(WriterMarkRecord(stream, writer, t, {}).encode(), 0, offset)
 
 
-def test_streams_without_records_cycle_when_due_and_the_timer_is_the_earliest_due() -> None:
-    w, slot = wf(), SlotState()
-    out = run_slot(w, slot, {A: [rec(A, "w", 10, 0)], B: [rec(B, "w", 20, 1)]}, 5_000)
-    assert [(o.watermark.stream, o.watermark.time) for o in out if isinstance(o, Emitted)] == [
-        (A, 10),
-        (B, 20),
-    ]
-    assert slot.wanted_timer(w) == 5_750
-    # A gets a new mark before the interval: folded, no cycle; B is not due either.
-    assert run_slot(w, slot, {A: [rec(A, "w", 30, 2)]}, 5_100) == []
-    # The timer fires: both streams are due, B without new marks emits nothing new.
-    out = run_slot(w, slot, {}, 5_750)
+def lagging_slot(w: StreamWorkflow) -> SlotState:
+    """A and B each with two writers; in A writer "v" stops noting (lags from 5 100 on)."""
+    slot = SlotState()
+    run_slot(w, slot, {A: [rec(A, "w", 10, 0), rec(A, "v", 10, 1)], B: [rec(B, "w", 20, 2)]}, 5_000)
+    run_slot(w, slot, {A: [rec(A, "w", 30, 3)]}, 5_100)
+    return slot
+
+
+def test_only_a_stream_with_a_lagging_writer_is_due_and_at_its_timeout() -> None:
+    w = wf()
+    slot = lagging_slot(w)
+    assert slot.due(w) == 5_100 + 2_000
+    assert slot.due_streams(w, 7_099) == set()
+    out = run_slot(w, slot, {}, 7_100)  # the due record came: A drops "v" and emits
     assert [(o.watermark.stream, o.watermark.time) for o in out if isinstance(o, Emitted)] == [
         (A, 30)
     ]
-    assert slot.wanted_timer(w) == 5_750 + 750
+    assert slot.due(w) is None
 
 
 def test_a_stream_that_is_not_due_is_not_decoded() -> None:
-    w, slot = wf(), SlotState()
-    run_slot(w, slot, {A: [rec(A, "w", 10, 0)], B: [rec(B, "w", 20, 1)]}, 5_000)
+    w = wf()
+    slot = lagging_slot(w)
     raw_b = slot.streams[B]
-    run_slot(w, slot, {A: [rec(A, "w", 30, 2)]}, 5_100)
+    run_slot(w, slot, {}, 7_100)
+    run_slot(w, slot, {A: [rec(A, "w", 40, 4)]}, 7_200)
     assert slot.streams[B] is raw_b
 
 
 def test_json_round_trip_and_bad_versions() -> None:
     w, slot = wf(), SlotState()
     run_slot(w, slot, {A: [rec(A, "w", 10, 0)]}, 5_000)
-    slot.timer_ms = 5_750
     again = SlotState.from_json(slot.to_json())
     assert again == slot and again.to_json() == slot.to_json()
     assert SlotState.from_json(None) == SlotState()
     with pytest.raises(ValueError, match="version"):
-        SlotState.from_json('{"v": 99, "timer": null, "streams": {}}')
+        SlotState.from_json('{"v": 99, "streams": {}}')
 
 
-def test_ticks_never_want_a_timer_and_never_cycle_without_a_tick() -> None:
+def test_ticks_never_want_a_due_record_and_never_cycle_without_a_tick() -> None:
     w, slot = wf(CycleTrigger.TICKS), SlotState()
     assert run_slot(w, slot, {A: [rec(A, "w", 10, 0)]}, 5_000) == []
-    assert slot.wanted_timer(w) is None
+    assert slot.due(w) is None
     assert run_slot(w, slot, {}, 99_000) == []
+
+
+def test_due_records_have_their_own_keys_and_slots() -> None:
+    assert is_due_key(due_key(7)) and not is_due_key(A)
+    assert "#" not in slot_expression(8).split("LIKE")[0]
 
 
 batches = st.lists(
@@ -119,6 +128,6 @@ def test_a_slot_yields_what_one_state_per_stream_yields(
             if s in records:
                 expected += w.on_records(s, alone[s], records[s], now)
             else:
-                expected += w.on_timer(s, alone[s], now)
+                expected += w.on_due(s, alone[s], now)
         assert run_slot(w, slot, records, now) == expected
         slot = SlotState.from_json(slot.to_json())  # as the state store would keep it

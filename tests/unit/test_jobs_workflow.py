@@ -1,4 +1,4 @@
-"""jobs.workflow without Spark: admission, cycles, ticks, timers, the last-stable-offset hold."""
+"""jobs.workflow without Spark: admission, cycles, ticks, due times, the last-stable-offset hold."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from controller.metadata import StreamMetadata, new_stream_metadata
 from jobs.config import CycleTrigger, WorkflowSettings
 from jobs.tables import Reason
 from jobs.workflow import (
+    STATE_VERSION,
     Emitted,
     MarkInput,
     Rejected,
@@ -55,19 +56,65 @@ def wf(trigger: CycleTrigger = CycleTrigger.TIMERS, **kw: int) -> StreamWorkflow
     return StreamWorkflow(settings, Streams(meta()), Committed())
 
 
-def test_timers_first_marks_cycle_at_once_then_wait_for_the_interval() -> None:
+def test_timers_cycle_with_every_batch_of_marks_and_want_nothing_while_in_step() -> None:
     w, state = wf(), StreamState()
     out = w.on_records(S, state, [rec("a", 100, {0: 1}, 0), rec("b", 120, {1: 4}, 1)], 5_000)
     assert [(o.watermark.time, o.watermark.upper_time) for o in out if isinstance(o, Emitted)] == [
         (100, 120)
     ]
-    assert w.wants_timer(state) == 5_750
-    assert w.on_records(S, state, [rec("a", 200, {0: 2}, 2), rec("b", 220, {1: 5}, 3)], 5_100) == []
-    assert w.on_timer(S, state, 5_700) == []  # not yet due
-    (emitted,) = w.on_timer(S, state, 5_750)
+    assert w.wants_due(state) is None  # nobody lags: nothing to do until the next mark
+    (emitted,) = w.on_records(S, state, [rec("a", 200, {0: 2}, 2), rec("b", 220, {1: 5}, 3)], 5_100)
     assert isinstance(emitted, Emitted)
     assert (emitted.watermark.seq, emitted.watermark.time, emitted.upper_time_max) == (1, 200, 220)
     assert emitted.writers == ("a", "b")
+    assert w.on_due(S, state, 99_000) == []  # a stray due record finds nothing due
+
+
+def stream_meta(timeout: int | None = None, delay: int = 0) -> StreamMetadata:
+    config = StreamConfiguration(
+        ScalingPolicy.fixed(2),
+        timestamp_aggregation_timeout_ms=timeout,
+        first_watermark_delay_ms=delay,
+    )
+    return new_stream_metadata(S, config, 0)
+
+
+@pytest.mark.parametrize(("timeout", "applied"), [(None, 60_000), (0, 0), (2_000, 2_000)])
+def test_a_lagging_writer_is_due_at_its_streams_own_timeout(
+    timeout: int | None, applied: int
+) -> None:
+    settings = WorkflowSettings(interval_ms=1000, writer_timeout_ms=60_000)
+    w, state = StreamWorkflow(settings, Streams(stream_meta(timeout)), Committed()), StreamState()
+    w.on_records(S, state, [rec("a", 100, {0: 1}, 0), rec("b", 100, {1: 1}, 1)], 1_000)
+    # b stops noting: it lags from the next cycle on
+    out = w.on_records(S, state, [rec("a", 200, {0: 2}, 2)], 2_000)
+    if applied == 0:
+        # dropped in the same cycle: the watermark goes on without it
+        assert [(o.watermark.time, o.writers) for o in out if isinstance(o, Emitted)] == [
+            (200, ("a",))
+        ]
+        assert set(state.marks) == {"a"} and w.wants_due(state) is None
+        return
+    assert out == [] and w.wants_due(state) == 2_000 + applied
+    assert w.on_due(S, state, 2_000 + applied - 1) == []
+    (emitted,) = w.on_due(S, state, 2_000 + applied)
+    assert isinstance(emitted, Emitted) and emitted.watermark.time == 200
+    assert set(state.marks) == {"a"} and w.wants_due(state) is None
+
+
+def test_the_first_watermark_waits_for_the_streams_start_up_delay() -> None:
+    w = StreamWorkflow(WorkflowSettings(), Streams(stream_meta(delay=3_000)), Committed())
+    state = StreamState()
+    assert w.on_records(S, state, [rec("a", 500, {0: 1}, 0)], 1_000) == []
+    assert w.wants_due(state) == 4_000
+    # a late writer joins within the delay and is not excluded
+    assert w.on_records(S, state, [rec("b", 300, {1: 1}, 1)], 2_500) == []
+    (emitted,) = w.on_due(S, state, 4_000)
+    assert isinstance(emitted, Emitted)
+    assert (emitted.watermark.time, emitted.writers) == (300, ("a", "b"))
+    # later marks are not delayed
+    (emitted,) = w.on_records(S, state, [rec("a", 600, {0: 2}, 2), rec("b", 650, {1: 2}, 3)], 4_100)
+    assert isinstance(emitted, Emitted) and emitted.watermark.time == 600
 
 
 def test_ticks_run_cycles_exactly_where_they_are_in_offset_order() -> None:
@@ -83,7 +130,7 @@ def test_ticks_run_cycles_exactly_where_they_are_in_offset_order() -> None:
         (100, 7),
         (150, 8),
     ]
-    assert w.wants_timer(state) is None
+    assert w.wants_due(state) is None
     assert parse_tick(b"tidemark-tick:x") is None
 
 
@@ -125,14 +172,15 @@ def test_a_cut_past_the_last_stable_offset_is_held_then_its_writer_rejected() ->
     state = StreamState()
     assert w.on_records(S, state, [rec("a", 100, {0: 5}, 0), rec("b", 90, {1: 1}, 1)], 0) == []
     assert state.held_since_ms == 0 and state.generation.previous is None
-    assert w.on_timer(S, state, 1_000) == []
-    out = w.on_timer(S, state, 2_000)
+    assert w.wants_due(state) == 1_000  # retried every interval while held
+    assert w.on_due(S, state, 1_000) == []
+    out = w.on_due(S, state, 2_000)
     assert [(o.reason, o.writer) for o in out if isinstance(o, Rejected)] == [
         (Reason.BEYOND_COMMITTED, "a")
     ]
     assert set(state.marks) == {"b"}
     committed.stable[0] = 10
-    (emitted,) = w.on_timer(S, state, 3_000)
+    (emitted,) = w.on_records(S, state, [], 3_000)
     assert isinstance(emitted, Emitted) and emitted.watermark.time == 90
 
 
@@ -142,6 +190,20 @@ def test_state_round_trips_through_json() -> None:
     w.on_records(S, state, [rec("a", 100, {0: 5}, 2)], 10_000)
     again = StreamState.from_json(S, state.to_json())
     assert again == state
+
+
+def test_state_of_version_1_loads_without_a_first_mark_time() -> None:
+    """One state version holds instance, max_event_time and ``first``; version 1
+    (before ``first``) loads with it unknown, any other version is refused."""
+    w, state = wf(), StreamState()
+    w.on_records(S, state, [rec("a", 100, {0: 5}, 0)], 1_000)
+    raw = state.to_raw()
+    assert raw["v"] == STATE_VERSION == 2 and raw["first"] == 1_000
+    del raw["first"]
+    old = StreamState.from_raw(S, {**raw, "v": 1})
+    assert old.first_mark_ms is None and old.marks == state.marks
+    with pytest.raises(ValueError, match="unknown state version 3"):
+        StreamState.from_raw(S, {**raw, "v": 3})
 
 
 def test_marks_running_ahead_raise_the_upper_time_and_survive_the_state() -> None:

@@ -194,7 +194,7 @@ def test_once_the_bound_instance_shut_down_a_new_one_takes_the_writer_id() -> No
     w, state = workflow(), StreamState()
     w.on_records(S, state, [as_instance("a", 100, 1, "old")], 10_000)
     w.on_records(S, state, [as_instance("a", 100, 1, "old", alive=False)], 11_000)
-    w.on_timer(S, state, 12_000)  # the cycle drops the shut-down writer
+    w.cycle(S, state, 12_000)  # the cycle drops the shut-down writer
     assert "a" not in state.marks
     out = w.on_records(S, state, [as_instance("a", 300, 2, "new")], 13_000)
     assert not [o for o in out if isinstance(o, Rejected)]

@@ -73,6 +73,18 @@ def test_controller_metrics_from_batches_and_progress():
     assert _value(registry, "tidemark_controller_marks_accepted_total", {"bucket": "3"}) == 11
 
 
+def test_an_idle_progress_report_does_not_hide_the_batch_that_takes_its_id():
+    """Without no-data batches Spark reports idleness with the *next* batch id and no
+    ``addBatch`` phase; the batch that then runs under that id is still counted."""
+    registry = CollectorRegistry()
+    metrics = ControllerMetrics(registry)
+    metrics.observe_progress("all", {"batchId": 5, "numInputRows": 0, "durationMs": {}})
+    metrics.observe_progress(
+        "all", {"batchId": 5, "numInputRows": 6, "durationMs": {"addBatch": 120}}
+    )
+    assert _value(registry, "tidemark_controller_marks_accepted_total", {"bucket": "all"}) == 6
+
+
 def test_an_older_watermark_never_moves_the_lag_back():
     registry = CollectorRegistry()
     metrics = ControllerMetrics(registry, clock_ms=lambda: 10_000)

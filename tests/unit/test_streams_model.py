@@ -6,7 +6,6 @@ import itertools
 
 import pytest
 
-from controller.assignment import assign_buckets
 from controller.config import (
     UNCAPPED_AFTER_MAX_MS,
     RetentionPolicy,
@@ -79,12 +78,16 @@ def test_configuration_defaults_and_round_trip():
     assert cfg.timestamping is TimestampingMode.CLIENT_PREFER
     assert cfg.uncapped is False
     assert cfg.initial_segments == 1
+    assert (cfg.timestamp_aggregation_timeout_ms, cfg.first_watermark_delay_ms) == (None, 0)
+    assert StreamConfiguration.from_dict(cfg.to_dict()) == cfg
+    assert StreamConfiguration.from_dict({}) == cfg  # stored before these settings existed
     rich = StreamConfiguration(
         ScalingPolicy.by_byte_rate(1000, 2, 3),
         RetentionPolicy.by_time(60_000),
         timestamp_aggregation_timeout_ms=5,
         timestamping=TimestampingMode.ARRIVAL,
         uncapped=True,
+        first_watermark_delay_ms=7,
     )
     assert StreamConfiguration.from_dict(rich.to_dict()) == rich
     assert [m.value for m in TimestampingMode] == ["client-prefer", "client-require", "arrival"]
@@ -102,6 +105,10 @@ def test_configuration_defaults_and_round_trip():
         (lambda: RetentionPolicy(limit=5), "takes no limit, got 5"),
         (lambda: StreamConfiguration(timestamping="wall"), "'wall' is not one of: client-prefer"),  # type: ignore[arg-type]
         (lambda: StreamConfiguration(timestamp_aggregation_timeout_ms=-1), "got -1"),
+        (
+            lambda: StreamConfiguration(first_watermark_delay_ms=-2),
+            "first_watermark_delay_ms must be >= 0, got -2",
+        ),
         (
             lambda: StreamConfiguration.from_dict({"colour": 1}),
             "unknown stream configuration keys ['colour']",
@@ -403,28 +410,11 @@ def test_valid_cuts_and_what_they_empty(history, cut, before):
     assert segments_before(meta, cut) == before
 
 
-# --- bucket assignment --------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("members", "count", "expected"),
-    [
-        ([], 4, {}),
-        (["a"], 3, {"a": {0, 1, 2}}),
-        (["b", "a"], 4, {"a": {0, 2}, "b": {1, 3}}),
-        (["c", "a", "b"], 2, {"a": {0}, "b": {1}, "c": set()}),
-        (["a", "a"], 2, {"a": {0, 1}}),
-    ],
-)
-def test_assign_buckets(members, count, expected):
-    assert assign_buckets(members, count) == {k: frozenset(v) for k, v in expected.items()}
-
-
 def test_the_pure_core_imports_no_io_library():
     import subprocess
     import sys
 
-    pure = "config states metadata navigation planning assignment store memory_store"
+    pure = "config states metadata navigation planning store memory_store"
     code = (
         "import sys\n"
         + "".join(f"import controller.{m}\n" for m in pure.split())

@@ -1,31 +1,37 @@
 """``tidemark controller ...``: the controller's verbs.
 
-    tidemark controller buckets --format json
+    tidemark controller status --format json
+    tidemark controller run --instance a --bucket-count 8
     tidemark controller policies --policy-interval-ms 10000 --delta-root ~/.tidemark/delta
 
 Each verb is a ``register_<verb>(verbs)`` function listed in :data:`VERBS`;
-add a verb (``run``) by writing its function and appending it there.
+add a verb by writing its function and appending it there.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from controller.naming import ClusterSettings
 from tidemark.cli.output import add_format_option, emit
 
 
-def register_buckets(verbs: Any) -> None:
-    from jobs.cli_args import positive_int
-
-    parser = verbs.add_parser("buckets", help="show which controller instance owns each bucket")
+def register_status(verbs: Any) -> None:
+    defaults = ClusterSettings()
+    parser = verbs.add_parser(
+        "status",
+        help="the leading and standby drivers, buckets, the last batch, each stream's lag",
+    )
+    parser.add_argument("--marks-topic", default=defaults.marks_topic)
+    parser.add_argument("--zk-root", default=defaults.zk_root)
     parser.add_argument(
-        "--bucket-count", type=positive_int, default=None, help="buckets of the cluster (default 8)"
+        "--delta-root", help="where the tables live (default: what the leader published)"
     )
     add_format_option(parser)
-    parser.set_defaults(func=cmd_buckets)
+    parser.set_defaults(func=cmd_status)
 
 
 def register_run(verbs: Any) -> None:
@@ -33,7 +39,7 @@ def register_run(verbs: Any) -> None:
 
     parser = verbs.add_parser(
         "run",
-        help="run a watermark controller instance (a Spark streaming query per owned bucket)",
+        help="run a controller driver: it leads (runs the streaming query) or waits as standby",
     )
     add_controller_arguments(parser)
     parser.set_defaults(func=cmd_run)
@@ -94,36 +100,88 @@ def cmd_policies(args: argparse.Namespace) -> int:
     return 0
 
 
-VERBS: list[Callable[[Any], None]] = [register_buckets, register_run, register_policies]
+VERBS: list[Callable[[Any], None]] = [register_status, register_run, register_policies]
 """The ``controller`` group's verbs; each adds its subparser."""
 
 
 def register(sub: Any) -> None:
-    group = sub.add_parser("controller", help="the watermark controller and its buckets")
+    group = sub.add_parser("controller", help="the watermark controller")
     verbs = group.add_subparsers(dest="controller_command", metavar="VERB", required=True)
     for add_verb in VERBS:
         add_verb(verbs)
 
 
-def cmd_buckets(args: argparse.Namespace) -> int:
-    from controller.buckets import bucket_ownership
+def stream_lags(rows: Sequence[Mapping[str, Any]], now_ms: int) -> dict[str, dict[str, int]]:
+    """Each stream's latest watermark: its seq, how far its time is behind now (lag) and
+    how long ago it was emitted (age), in ms."""
+    latest: dict[str, Mapping[str, Any]] = {}
+    for row in rows:
+        seen = latest.get(row["stream"])
+        if seen is None or row["seq"] > seen["seq"]:
+            latest[row["stream"]] = row
+    return {
+        stream: {
+            "seq": int(row["seq"]),
+            "lag_ms": now_ms - int(row["time"]),
+            "age_ms": now_ms - int(row["emitted_at"]),
+        }
+        for stream, row in sorted(latest.items())
+    }
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from controller.election import controller_view
+    from jobs.tables import MARKS, read_table
     from tidemark.cli.streams import control_plane
 
     defaults = ClusterSettings()
     settings = ClusterSettings(
-        marks_topic=defaults.marks_topic,
-        bucket_count=defaults.bucket_count if args.bucket_count is None else args.bucket_count,
-        zk_root=defaults.zk_root,
+        marks_topic=args.marks_topic, bucket_count=defaults.bucket_count, zk_root=args.zk_root
     )
     with control_plane(settings) as cp:
-        view = bucket_ownership(cp.client, settings.bucket_count, settings.zk_root)
-    emit(
-        args,
-        {
-            "members": list(view.members),
-            "buckets": {str(b): owner for b, owner in sorted(view.owners.items())},
-        },
-        [f"members: {', '.join(view.members) or '(none)'}"]
-        + [f"bucket {b:<4} {owner or '(unowned)'}" for b, owner in sorted(view.owners.items())],
-    )
+        view = controller_view(cp.client, settings.zk_root, settings.marks_topic)
+    layout = view.layout or {}
+    now = time.time_ns() // 1_000_000
+    delta_root = args.delta_root or layout.get("delta_root")
+    lags: dict[str, dict[str, int]] = {}
+    delta_error: str | None = None
+    if delta_root:
+        try:
+            lags = stream_lags(read_table(delta_root, MARKS), now)
+        except Exception as exc:  # no table yet: nothing emitted
+            delta_error = str(exc)
+    progress = view.progress
+    data = {
+        "leader": view.leader,
+        "standbys": list(view.standbys),
+        "bucket_count": layout.get("bucket_count"),
+        "slot_count": layout.get("slot_count"),
+        "checkpoint": layout.get("checkpoint"),
+        "delta_root": delta_root,
+        "last_batch": None
+        if progress is None
+        else {**progress, "age_ms": now - int(progress.get("at_ms", now))},
+        "streams": lags,
+    }
+    lines = [
+        f"leader:   {view.leader or '(none)'}",
+        f"standbys: {', '.join(view.standbys) or '(none)'}",
+        f"buckets:  {layout.get('bucket_count', '?')} ({layout.get('slot_count', '?')} slots)",
+    ]
+    if progress is None:
+        lines.append("last batch: (none yet)")
+    else:
+        lines.append(
+            f"last batch: {progress.get('batch_id')} by {progress.get('leader')}, "
+            f"{(now - int(progress.get('at_ms', now))) / 1000:.1f} s ago, "
+            f"{progress.get('watermarks', 0)} watermarks, {progress.get('rejected', 0)} rejected"
+        )
+    if delta_error:
+        lines.append(f"watermarks: none readable under {delta_root} ({delta_error})")
+    for stream, lag in lags.items():
+        lines.append(
+            f"  {stream:<40} seq {lag['seq']:<8} lag {lag['lag_ms'] / 1000:>9.1f} s  "
+            f"emitted {lag['age_ms'] / 1000:.1f} s ago"
+        )
+    emit(args, data, lines)
     return 0

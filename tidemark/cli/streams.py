@@ -124,12 +124,21 @@ def _config_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timestamping", choices=[m.value for m in TimestampingMode])
     parser.add_argument("--uncapped", action=argparse.BooleanOptionalAction, default=None)
     parser.add_argument(
+        "--aggregation-timeout-ms",
+        type=int,
+        help="drop a lagging writer after this long (default: the controller's)",
+    )
+    parser.add_argument(
+        "--first-watermark-delay-ms",
+        type=int,
+        help="wait this long after the first mark before the first watermark",
+    )
+    parser.add_argument(
         "--refuse-adjustments",
         action=argparse.BooleanOptionalAction,
         default=None,
         help="refuse a record whose timestamp would be capped or raised, instead of adjusting",
     )
-    parser.add_argument("--aggregation-timeout-ms", type=int)
     parser.add_argument(
         "--max-future-ms",
         help="how far ahead of its arrival a writer mark's time may be (default 1 h); "
@@ -163,6 +172,11 @@ def config_from_args(args: argparse.Namespace, base: StreamConfiguration) -> Str
             TimestampingMode(args.timestamping) if args.timestamping else base.timestamping
         ),
         uncapped=base.uncapped if args.uncapped is None else args.uncapped,
+        first_watermark_delay_ms=(
+            base.first_watermark_delay_ms
+            if args.first_watermark_delay_ms is None
+            else args.first_watermark_delay_ms
+        ),
         refuse_adjustments=(
             base.refuse_adjustments
             if getattr(args, "refuse_adjustments", None) is None

@@ -17,7 +17,7 @@ JSON API (times in milliseconds since the epoch; a stream is ``scope/name``):
   per emitted watermark, its time, upper time and lag.
 - ``GET /api/rejected?stream=S&limit=N`` -- the latest rejected marks and reasons.
 - ``GET /api/groups/{group}/window`` -- a reader group's cut, time window, readers.
-- ``GET /api/controller`` -- controller instances alive and each bucket's owner.
+- ``GET /api/controller`` -- the leading and standby controller drivers, the last batch.
 - ``GET /api/timelines?from_ms=&to_ms=`` -- per timeline, messages by status
   with a time in the range (needs the timeline database).
 - ``GET /metrics`` -- Prometheus text: ``tidemark_stream_*``,

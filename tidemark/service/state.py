@@ -297,14 +297,19 @@ class TimeService:
     # --- other views ----------------------------------------------------------------------------
 
     def controller(self) -> dict[str, Any]:
-        """Controller instances alive and the owner of each bucket (from ZooKeeper)."""
-        from controller.buckets import bucket_ownership
+        """The controller drivers alive (the leader runs every bucket) and its last batch
+        (from ZooKeeper)."""
+        from controller.election import controller_view
 
-        view = bucket_ownership(self.zk_client, self.cluster.bucket_count, self.cluster.zk_root)
+        view = controller_view(self.zk_client, self.cluster.zk_root, self.cluster.marks_topic)
+        members = [] if view.leader is None else [view.leader, *view.standbys]
         return {
-            "members": list(view.members),
-            "buckets": {str(b): owner for b, owner in sorted(view.owners.items())},
+            "leader": view.leader,
+            "standbys": list(view.standbys),
+            "members": members,
+            "buckets": {str(b): view.leader for b in range(self.cluster.bucket_count)},
             "marks_topic": self.cluster.marks_topic,
+            "last_batch": view.progress,
         }
 
     def window(self, group_name: str) -> dict[str, Any]:
