@@ -37,6 +37,7 @@ from jobs.workflow import parse_tick, tick_value
 from pipelines.writing.config import WriterConfig
 from pipelines.writing.writer import EventWriter
 from schemas.records import WriterMarkRecord
+from tests.faults.figures import report
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
 
@@ -401,16 +402,31 @@ def driver(env: Env, instance: str, settings: ControllerSettings) -> subprocess.
     )
 
 
+TAKE_OVER_LINES = ("elected", "query started", "first batch", "query restarts")
+
+
+def take_over_lines(env: Env, instance: str) -> list[str]:
+    """The driver log's lines that time a take-over (ControllerJob logs them)."""
+    text = (env.work / f"driver-{instance}.log").read_text(errors="replace")
+    return [line for line in text.splitlines() if any(k in line for k in TAKE_OVER_LINES)]
+
+
+@pytest.mark.faults
 def test_kill_9_of_the_active_driver_a_standby_takes_over(
     kafka: str, zookeeper: str, zk_client: Any, unique: str, work: Path
 ) -> None:
+    """``kill -9`` of the leading driver, its Spark JVM included (a crashed machine), while
+    three writers note time: the standby is elected once ZooKeeper expires the dead
+    session and resumes the query from the shared checkpoint; no duplicate or missing
+    ``seq``, no time or cut going backwards, the index in step."""
     env = make_env(kafka, zookeeper, zk_client, unique, work, buckets=2)
     stream = f"k{unique}/orders"
     env.create(stream, 2)
     settings = env.settings(writer_timeout_ms=60_000, zk_session_timeout_ms=4_000)
     drivers = {name: driver(env, name, settings) for name in ("a", "b")}
     noters = [Noter(env.writer(f"w{i}", stream)) for i in range(3)]
-    resumed_after_s = None
+    took_over_s = resumed_after_s = None
+    standby = ""
     try:
         deadline = time.monotonic() + 600  # two Spark drivers start and warm up: slow when loaded
         view = controller_view(zk_client, env.cluster.zk_root, env.cluster.marks_topic)
@@ -419,18 +435,24 @@ def test_kill_9_of_the_active_driver_a_standby_takes_over(
             assert all(p.poll() is None for p in drivers.values()), "a driver exited"
             time.sleep(0.5)
             view = controller_view(zk_client, env.cluster.zk_root, env.cluster.marks_topic)
+        standby = view.standbys[0]
         for n in noters:
             n.start()
         while len(read_watermarks(settings.delta_root, stream)) < 5:
             assert time.monotonic() < deadline, "no watermarks from the leader"
             time.sleep(0.5)
+        assert "elected" not in " ".join(take_over_lines(env, standby)), "two leaders"
         leader = drivers[view.leader]
         os.killpg(leader.pid, signal.SIGKILL)
+        killed = time.monotonic()
         killed_ms = time.time_ns() // 1_000_000
         leader.wait(30)
         deadline = time.monotonic() + 180
         while True:
-            marks = read_watermarks(settings.delta_root, stream)
+            if took_over_s is None:
+                now = controller_view(zk_client, env.cluster.zk_root, env.cluster.marks_topic)
+                if now.leader == standby:
+                    took_over_s = time.monotonic() - killed
             new = [
                 m
                 for m in read_table(settings.delta_root, "marks", stream)
@@ -442,8 +464,8 @@ def test_kill_9_of_the_active_driver_a_standby_takes_over(
             assert time.monotonic() < deadline, "the standby never took over"
             time.sleep(0.2)
         after = controller_view(zk_client, env.cluster.zk_root, env.cluster.marks_topic)
-        assert after.leader == view.standbys[0]
-        count = len(marks)
+        assert after.leader == standby
+        count = len(read_watermarks(settings.delta_root, stream))
         while len(read_watermarks(settings.delta_root, stream)) < count + 5:
             assert time.monotonic() < deadline, "watermarks did not continue"
             time.sleep(0.5)
@@ -470,12 +492,19 @@ def test_kill_9_of_the_active_driver_a_standby_takes_over(
     rows = sorted(r["seq"] for r in read_table(settings.delta_root, INDEX, stream))
     assert rows == [m.seq for m in marks][: len(rows)] and len(rows) >= len(marks) - 1
     # The issue's goal is the session timeout plus two intervals. It is reported, not
-    # asserted: a killed leader always leaves a batch without a commit, the standby's
-    # re-run of it hits Spark 4.1.1's Kafka-metrics NullPointerException and restarts
-    # the query (see ControllerJob._wait_between_batches), and a query's first batch
-    # on two loaded cores takes tens of seconds. The take-over itself is asserted above.
+    # asserted: a query's first batch after a take-over (Python workers, code generation,
+    # state loaded from the checkpoint) takes seconds to tens of seconds on two loaded
+    # cores. The take-over itself and the sequence are asserted above.
     bound_s = (settings.zk_session_timeout_ms + 2 * settings.interval_ms) / 1000
-    print(f"watermarks resumed {resumed_after_s:.1f} s after kill -9 (goal {bound_s:.1f} s)")
+    phases = take_over_lines(env, standby)
+    print(*phases, sep="\n")
+    report(
+        "controller-kill-9",
+        f"standby leading {took_over_s or float('nan'):.1f} s and watermarks resumed "
+        f"{resumed_after_s:.1f} s after kill -9 (goal {bound_s:.1f} s); {len(marks)} "
+        f"watermarks, seq gaps 0, regressions 0; query restarts "
+        f"{sum('query restarts' in line for line in phases)}",
+    )
 
 
 # --- 4. the bucket count changes nothing but where state lives ------------------------------
