@@ -257,6 +257,14 @@ def end_offsets(progress: Mapping[str, Any] | None, topic: str) -> dict[int, int
     return {}
 
 
+def first_batch(query: Any) -> Mapping[str, Any] | None:
+    """The query's first progress report of a batch that ran (has an ``addBatch`` phase)."""
+    for progress in query.recentProgress:
+        if "addBatch" in progress.get("durationMs", {}):
+            return dict(progress)
+    return None
+
+
 QUERY_LABEL = "all"
 """The ``bucket`` label of the metrics of the one query (it runs every bucket)."""
 
@@ -402,6 +410,7 @@ class ControllerJob:
         """Run the query until the leadership is lost, the job stops, or the query fails."""
         check_layout(self.settings, self._election.read("layout"))
         self._election.publish("layout", layout(self.settings))
+        elected = time.monotonic()
         while not lost.is_set() and not self._stopping.is_set():
             batches = Batches(self.settings, self)
             batches.due.start()
@@ -413,9 +422,24 @@ class ControllerJob:
                     self._query = query = start_query(self.spark, self.settings, batches)
                 batches.sink.bind(str(query.id))
                 batches.due.sweep()
+                log.info(
+                    "controller %s: query started %.1f s after the election",
+                    self.instance_id,
+                    time.monotonic() - elected,
+                )
+                first: Mapping[str, Any] | None = None
                 while query.isActive and not lost.is_set() and not self._stopping.is_set():
                     lost.wait(0.2)
                     self._observe(query)
+                    if first is None and (first := first_batch(query)) is not None:
+                        log.info(
+                            "controller %s: first batch %s ended %.1f s after the election; "
+                            "its phases (ms): %s",
+                            self.instance_id,
+                            first["batchId"],
+                            time.monotonic() - elected,
+                            first.get("durationMs"),
+                        )
                 error = None if query.isActive else query.exception()
             except Exception as exc:
                 log.exception("controller %s: the query did not start", self.instance_id)
@@ -454,10 +478,11 @@ class ControllerJob:
         """Stop right after a batch ends, not in the middle of one.
 
         A query stopped mid-batch leaves a batch in its offset log without a
-        commit; the next leader re-runs it, and Spark 4.1.1's Kafka source then
-        fails while reporting that batch's metrics (NullPointerException in
-        ``KafkaMicroBatchStream.metrics``) -- after committing it, so a restart
-        recovers (see :func:`is_transient`), but it costs a restart.
+        commit, which the next leader runs again (its Delta appends are skipped
+        by their transaction identifiers): work done twice. With Spark's Kafka
+        source before 4.1.3 that re-run also failed while reporting its metrics
+        (NullPointerException in ``KafkaMicroBatchStream.metrics``) and the query
+        restarted (see :func:`is_transient`); the pinned 4.1.3 fixes that.
         """
         deadline = time.monotonic() + 3 * self.settings.interval_ms / 1000 + 10
         while query.isActive and time.monotonic() < deadline:

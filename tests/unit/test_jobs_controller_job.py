@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from jobs.controller_job import is_local
+from jobs.controller_job import first_batch, is_local
 
 
 @pytest.mark.parametrize(
@@ -20,3 +20,19 @@ from jobs.controller_job import is_local
 )
 def test_only_local_checkpoint_roots_count_as_local(root: str, local: bool) -> None:
     assert is_local(root) is local
+
+
+class _Query:
+    """What :func:`first_batch` reads of a ``StreamingQuery``: its recent progress."""
+
+    def __init__(self, reports: list[dict[str, object]]) -> None:
+        self.recentProgress = reports
+
+
+def test_first_batch_skips_the_idle_reports_without_an_add_batch_phase() -> None:
+    idle = {"batchId": 7, "durationMs": {"latestOffset": 3, "triggerExecution": 3}}
+    ran = {"batchId": 7, "durationMs": {"addBatch": 900, "triggerExecution": 1200}}
+    later = {"batchId": 8, "durationMs": {"addBatch": 100, "triggerExecution": 150}}
+    assert first_batch(_Query([idle, ran, later])) == ran
+    assert first_batch(_Query([idle])) is None
+    assert first_batch(_Query([])) is None
