@@ -89,8 +89,24 @@ def spark_session(settings: SparkSettings, env: Environment | None = None) -> Sp
         builder = builder.config(key, value)
     session: SparkSession = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
+    start_callback_server(session)
     log.info("spark session %s on %s", settings.app_name, session.sparkContext.master)
     return session
+
+
+def start_callback_server(session: SparkSession) -> None:
+    """Start py4j's callback server (JVM -> Python calls: ``foreachBatch``, query listeners) now.
+
+    PySpark starts it lazily, at the first ``foreachBatch``; its accept loop
+    watches its socket with ``select()``, which fails on a file descriptor of
+    1024 or more ("filedescriptor out of range in select()"), and every
+    callback then fails ("Connection reset"). A process that has opened many
+    Kafka clients by then (a benchmark's 200 writers) gets such a descriptor;
+    started with the session, the socket takes a low one.
+    """
+    from pyspark.java_gateway import ensure_callback_server_started
+
+    ensure_callback_server_started(session.sparkContext._gateway)
 
 
 def stop_spark(session: SparkSession | None = None) -> None:
