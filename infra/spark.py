@@ -30,6 +30,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+KAFKA_CONSUMER_CACHE = "spark.kafka.consumer.cache.capacity"
+KAFKA_CONSUMER_CACHE_SIZE = 1024
+"""Kafka consumers an executor keeps between micro-batches (one per topic partition a
+query reads). Spark's default is 64, and its pool clears its oldest idle consumers
+whenever it holds that many when a task borrows one: with 64 or more partitions
+(a controller's buckets) every batch closed and re-created consumers ("Pool exceeds
+its soft max size"). A soft limit: only partitions in use hold a consumer."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +75,7 @@ def spark_conf(settings: SparkSettings, env: Environment | None = None) -> dict[
         "spark.databricks.delta.properties.defaults.enableDeletionVectors": "false",
         "spark.databricks.delta.snapshotPartitions": "2",
         "spark.sql.streaming.stopTimeout": "30s",
+        KAFKA_CONSUMER_CACHE: str(KAFKA_CONSUMER_CACHE_SIZE),
     }
     if settings.rocksdb_state:
         conf["spark.sql.streaming.stateStore.providerClass"] = ROCKSDB_PROVIDER

@@ -605,6 +605,8 @@ def main(argv: list[str] | None = None) -> int:
     """spark-submit entry: the session comes from spark-submit's configuration."""
     from pyspark.sql import SparkSession
 
+    from infra.spark import KAFKA_CONSUMER_CACHE, KAFKA_CONSUMER_CACHE_SIZE
+
     parser = argparse.ArgumentParser(prog="controller_job", description=__doc__.split("\n")[0])
     add_controller_arguments(parser)
     args = parser.parse_args(argv)
@@ -621,6 +623,7 @@ def main(argv: list[str] | None = None) -> int:
         .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
         .config(CHANGELOG_CHECKPOINTING, "true")
         .config(NO_DATA_BATCHES, "false")
+        .config(KAFKA_CONSUMER_CACHE, str(KAFKA_CONSUMER_CACHE_SIZE))
         .config("spark.databricks.delta.properties.defaults.enableDeletionVectors", "false")
         .getOrCreate()
     )
