@@ -114,7 +114,7 @@ def start_callback_server(session: SparkSession) -> None:
     """
     from pyspark.java_gateway import ensure_callback_server_started
 
-    ensure_callback_server_started(session.sparkContext._gateway)
+    ensure_callback_server_started(session.sparkContext._gateway)  # type: ignore[no-untyped-call]
 
 
 def stop_spark(session: SparkSession | None = None) -> None:
