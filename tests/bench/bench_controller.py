@@ -144,7 +144,13 @@ def _create_streams(settings: Any, prefix: str, count: int) -> None:
 
 
 def _tree_cpu_s(root_pid: int) -> float:
-    """CPU seconds (user + system) of a process and all its descendants, from /proc."""
+    """CPU seconds (user + system) of a process and all its descendants, from /proc.
+
+    A descendant's own times plus the times of its children it has reaped
+    (``cutime``/``cstime``): a Python worker that exits during the window is
+    waited for by its parent (the PySpark daemon), so its CPU moves into the
+    parent's counters instead of vanishing from the sum.
+    """
     children: dict[int, list[int]] = {}
     ticks: dict[int, int] = {}
     for entry in os.listdir("/proc"):
@@ -157,7 +163,7 @@ def _tree_cpu_s(root_pid: int) -> float:
             continue
         pid, ppid = int(entry), int(fields[1])
         children.setdefault(ppid, []).append(pid)
-        ticks[pid] = int(fields[11]) + int(fields[12])
+        ticks[pid] = sum(int(v) for v in fields[11:15])  # utime stime cutime cstime
     total, todo = 0, [root_pid]
     while todo:
         pid = todo.pop()
