@@ -82,8 +82,9 @@ def add_controller_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--warm-up",
         action=argparse.BooleanOptionalAction,
-        default=False,
-        help="run the operator on synthetic rows before contending (off by default)",
+        default=True,
+        help="run the operator on synthetic rows before contending, so a standby takes "
+        "over with Python workers, code and state store warm (on by default; --no-warm-up)",
     )
     parser.add_argument(
         "--metrics-port",
