@@ -15,8 +15,11 @@ in the background; ``flush`` waits; a record Kafka refused is raised as
 records and returns their acknowledgement.
 
 Position: the next offset of every segment this writer has had records
-acknowledged on, folded from Kafka's delivery reports
-(:mod:`pipelines.writing.positions`).
+acknowledged on, read from Kafka's delivery reports. Each record's report
+lands in a dict of its own (the producer calls that dict's C-level
+``__setitem__``, no Python function per record); the writer reads them in
+bulk when some arrived, and keeps them as its replay window
+(:mod:`pipelines.writing.sent`).
 
 Noting time: ``note_time(t)`` queues a writer mark (``t`` and the position
 reached by every record written **before** the call) and publishes it, to the
@@ -42,7 +45,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
@@ -69,7 +72,7 @@ from pipelines.writing.exceptions import (
 from pipelines.writing.marks import MarkMessage, ensure_marks_topic, mark_message
 from pipelines.writing.metrics import DELIVERY_FAILURES, MARKS_SENT
 from pipelines.writing.positions import PositionTracker
-from pipelines.writing.replay import ReplayBuffer, Retained
+from pipelines.writing.sent import Report, Retained, SentRecords
 from pipelines.writing.timestamping import (
     SegmentClock,
     TimestampPolicy,
@@ -85,6 +88,8 @@ Serializer = Callable[[Any], bytes]
 RoutingKey = str | bytes | None
 
 _ROUTE_CACHE_SIZE = 65_536
+
+_Offset = Callable[[Message], int]
 
 
 @dataclass(frozen=True)
@@ -172,9 +177,12 @@ class _StreamWriter:
         ensure_marks_topic(bootstrap_servers, config.cluster, create=config.create_marks_topic)
 
         self._clock = SegmentClock(_policy(metadata))
+        # An event writer keeps its records with their delivery reports (read lazily, no
+        # Python call per report); a transactional writer counts reports in its tracker
+        # and replays whole transactions instead.
+        # A stored record's report always carries its offset.
+        self._log = SentRecords(config.replay_window_ms, cast(_Offset, Message.offset))
         self._tracker = PositionTracker()
-        self._replay = ReplayBuffer(config.replay_window_ms)
-        # A transactional writer replays whole transactions instead.
         self._retain = transactional_id is None
         self._metadata = metadata
         self._latest = metadata
@@ -190,7 +198,8 @@ class _StreamWriter:
             client_id=f"tidemark-{writer_id or 'anonymous'}",
             transactional_id=transactional_id,
         )
-        settings["on_delivery"] = self._on_delivery
+        if not self._retain:
+            settings["on_delivery"] = self._on_delivery
         settings["error_cb"] = self._on_error
         self._producer_settings = settings
         self._producer = Producer(settings)
@@ -236,7 +245,7 @@ class _StreamWriter:
             # Per-key order: nothing may be in flight to a sealed segment when
             # its keys start going to a successor.
             self._drain(self.config.delivery_timeout_ms)
-            written = [s for s in gone if self._replay.retained(s)]
+            written = [s for s in gone if self._log.retained(s)]
             if written:
                 latest = self._await_sealed_sizes(written)
         else:
@@ -292,7 +301,7 @@ class _StreamWriter:
 
     def _cut_off(self, seg_id: int, metadata: StreamMetadata) -> list[Retained]:
         size = metadata.sealed_sizes[seg_id]
-        if self._replay.lost(seg_id, size):
+        if self._log.lost(seg_id, size):
             self._failures.append(
                 FailedRecord(
                     self._topic,
@@ -302,8 +311,8 @@ class _StreamWriter:
                     "raise WriterConfig.replay_window_ms",
                 )
             )
-        records = self._replay.cut_off(seg_id, size)
-        self._replay.forget(seg_id)
+        records = self._log.cut_off(seg_id, size)
+        self._log.forget(seg_id)
         return records
 
     def _await_sealed_sizes(self, seg_ids: Sequence[int]) -> StreamMetadata:
@@ -331,11 +340,14 @@ class _StreamWriter:
         """Stamp and send one record; a ``replay`` (a re-send of an accepted write) is
         never refused for needing an adjustment."""
         ts = self._clock.peek(seg.id, client_ts, now_ms, refuse=not replay)
-        self._produce(self._topic, value, key, seg.number, ts)
-        self._clock.advance(seg.id, ts)
-        self._tracker.sent(seg.id)
         if self._retain:
-            self._replay.sent(seg.id, key, value, ts, now_ms)
+            report: Report = {}
+            self._produce(self._topic, value, key, seg.number, ts, report.__setitem__)
+            self._log.sent(seg.id, key, value, ts, now_ms, report)
+        else:
+            self._produce(self._topic, value, key, seg.number, ts)  # the tracker counts it
+            self._tracker.sent(seg.id)
+        self._clock.advance(seg.id, ts)
 
     def _await_partitions(self, count: int) -> None:
         deadline = time.monotonic() + self.config.delivery_timeout_ms / 1000
@@ -385,16 +397,17 @@ class _StreamWriter:
     # --- Kafka ---------------------------------------------------------------------------
 
     def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
+        """A transactional writer's records' reports (an event writer reads its lazily)."""
         segment = self._segment_of_partition.get(msg.partition() or 0, -1)
         if err is None:
-            offset = msg.offset() or 0
-            self._tracker.delivered(segment, offset)
-            self._replay.acked(segment, offset)
+            self._tracker.delivered(segment, msg.offset() or 0)
         else:
             self._tracker.failed(segment)
-            self._replay.failed(segment)
-            self._failures.append(_failed(err, msg))
-            DELIVERY_FAILURES.labels(self.stream, "event").inc()
+            self._record_failure(err, msg)
+
+    def _record_failure(self, err: KafkaError, msg: Message) -> None:
+        self._failures.append(_failed(err, msg))
+        DELIVERY_FAILURES.labels(self.stream, "event").inc()
 
     def _on_mark_delivery(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None:
@@ -604,26 +617,31 @@ class EventWriter(_StreamWriter):
             seg_id = seg.id
             number = seg_id & 0xFFFFFFFF  # segment_number, inlined
             ts = self._clock.peek(seg_id, timestamp, now)
+            # The record's delivery report lands in its own dict (no Python call per report).
+            report: Report = {}
             if on_ack is None:
                 try:
-                    self._producer.produce(self._topic, event, key, number, timestamp=ts)
+                    self._producer.produce(
+                        self._topic, event, key, number, report.__setitem__, None, ts
+                    )
                 except (BufferError, KafkaException):
-                    self._produce(self._topic, event, key, number, ts)
+                    self._produce(self._topic, event, key, number, ts, report.__setitem__)
             else:
-                self._produce(self._topic, event, key, number, ts, self._acking(on_ack, timestamp))
+                self._produce(
+                    self._topic, event, key, number, ts, self._acking(on_ack, timestamp, report)
+                )
             self._clock.advance(seg_id, ts)
-            self._tracker.sent(seg_id)
-            self._replay.sent(seg_id, key, event, ts, now)
-            self._producer.poll(0)
-            if self._tracker.waiting:
+            self._log.sent(seg_id, key, event, ts, now, report)
+            # Reports are read when some arrived (poll served them) or a note waits.
+            if self._producer.poll(0) or self._log.waiting:
                 self._publish_ready()
         return ts
 
     def _acking(
-        self, on_ack: Callable[[RecordAck], None], given: int | None
+        self, on_ack: Callable[[RecordAck], None], given: int | None, into: Report
     ) -> Callable[[KafkaError | None, Message], None]:
         def report(err: KafkaError | None, msg: Message) -> None:
-            self._on_delivery(err, msg)
+            into[err] = msg
             if err is None:
                 stored = msg.timestamp()[1]
                 on_ack(RecordAck(msg.offset() or 0, stored, given is not None and stored != given))
@@ -660,9 +678,9 @@ class EventWriter(_StreamWriter):
         results: list[tuple[int, int] | None] = [None] * len(values)
         reported = [0]
 
-        def on_delivery(index: int) -> Callable[[KafkaError | None, Message], None]:
+        def on_delivery(index: int, into: Report) -> Callable[[KafkaError | None, Message], None]:
             def report(err: KafkaError | None, msg: Message) -> None:
-                self._on_delivery(err, msg)
+                into[err] = msg
                 reported[0] += 1
                 if err is None:
                     results[index] = (msg.offset() or 0, msg.timestamp()[1])
@@ -683,10 +701,10 @@ class EventWriter(_StreamWriter):
             )
             refuse_adjusted(self._clock.policy, given, stamps)
             for i, (value, ts) in enumerate(zip(values, stamps, strict=True)):
-                self._produce(self._topic, value, key, seg.number, ts, on_delivery(i))
+                into: Report = {}
+                self._produce(self._topic, value, key, seg.number, ts, on_delivery(i, into))
                 self._clock.advance(seg.id, ts)
-                self._tracker.sent(seg.id)
-                self._replay.sent(seg.id, key, value, ts, arrival)
+                self._log.sent(seg.id, key, value, ts, arrival, into)
             deadline = time.monotonic() + self.config.delivery_timeout_ms / 1000 + 5
             while reported[0] < len(values):
                 if time.monotonic() > deadline:
@@ -747,13 +765,26 @@ class EventWriter(_StreamWriter):
 
     def _note(self, timestamp: int, alive: bool) -> None:
         self._last_noted = timestamp
-        self._tracker.note(timestamp, alive, self._max_event_time())
+        self._harvest()  # the note's position starts from every report that arrived
+        self._log.note(timestamp, alive, self._max_event_time())
         self._publish_ready()
         self._producer.poll(0)
 
+    def _harvest(self) -> None:
+        """Read the delivery reports that arrived; failures are raised by the next call."""
+        for err, msg in self._log.harvest(self._now_ms()):
+            self._record_failure(err, msg)
+
+    def position(self) -> dict[int, int]:
+        """Segment id -> next offset, for every segment with records acknowledged."""
+        with self._lock:
+            self._harvest()
+            return self._log.position()
+
     def _publish_ready(self) -> int:
+        self._harvest()
         published = 0
-        for note in self._tracker.ready():
+        for note in self._log.ready():
             if note.failed:
                 log.warning(
                     "writer %s: mark for time %d not published: records written before it "
