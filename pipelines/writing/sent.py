@@ -139,6 +139,14 @@ class SentRecords:
         seg.records.append((key, value, timestamp, now_ms))
         seg.reports.append(report)
 
+    def appenders(self, segment: int) -> tuple[Callable[[Any], None], Callable[[Report], None]]:
+        """``sent`` in two calls, for a writer's hot path: append ``(key, value, timestamp,
+        now_ms)``, then append the record's report (the lists are never replaced)."""
+        seg = self._segments.get(segment)
+        if seg is None:
+            seg = self._segments[segment] = _Segment()
+        return seg.records.append, seg.reports.append
+
     # --- reading the reports ----------------------------------------------------------------
 
     def harvest(self, now_ms: int) -> list[tuple[Any, Any]]:

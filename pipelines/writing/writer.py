@@ -177,11 +177,13 @@ class _StreamWriter:
         ensure_marks_topic(bootstrap_servers, config.cluster, create=config.create_marks_topic)
 
         self._clock = SegmentClock(_policy(metadata))
+        self._floors = self._clock.live_floors
         # An event writer keeps its records with their delivery reports (read lazily, no
         # Python call per report); a transactional writer counts reports in its tracker
         # and replays whole transactions instead.
         # A stored record's report always carries its offset.
         self._log = SentRecords(config.replay_window_ms, cast(_Offset, Message.offset))
+        self._adders: dict[int, tuple[Callable[[Any], None], Callable[[Report], None]]] = {}
         self._tracker = PositionTracker()
         self._retain = transactional_id is None
         self._metadata = metadata
@@ -630,8 +632,12 @@ class EventWriter(_StreamWriter):
                 self._produce(
                     self._topic, event, key, number, ts, self._acking(on_ack, timestamp, report)
                 )
-            self._clock.advance(seg_id, ts)
-            self._log.sent(seg_id, key, event, ts, now, report)
+            self._floors[seg_id] = ts  # self._clock.advance, inlined (peek gave ts >= floor)
+            add = self._adders.get(seg_id)
+            if add is None:
+                add = self._adders[seg_id] = self._log.appenders(seg_id)
+            add[0]((key, event, ts, now))  # self._log.sent, inlined
+            add[1](report)
             # Reports are read when some arrived (poll served them) or a note waits.
             if self._producer.poll(0) or self._log.waiting:
                 self._publish_ready()
