@@ -64,6 +64,7 @@ from pipelines.writing.exceptions import (
     InvalidRoutingKeyError,
     MissingWriterIdError,
     SerializationError,
+    StreamSealedError,
     TimeWentBackwardsError,
     WriterClosedError,
     WriterError,
@@ -212,7 +213,13 @@ class _StreamWriter:
 
     def _on_metadata(self, metadata: StreamMetadata) -> None:
         # Called from the store's thread: only hand the value over; writes apply it.
-        self._latest = metadata
+        self._take_latest(metadata)
+
+    def _take_latest(self, metadata: StreamMetadata) -> None:
+        """Keep ``metadata`` unless it is older than what the writer has (fewer epochs): a
+        watch may deliver a change after a direct read already gave a newer one."""
+        if len(metadata.epochs) >= len(self._latest.epochs):
+            self._latest = metadata
 
     def _read_metadata_now(self) -> None:
         """Read the stream's metadata from the store, not waiting for the watch.
@@ -221,7 +228,7 @@ class _StreamWriter:
         has not reached this writer yet must still be seen before the
         transaction's records are committed to a segment it sealed.
         """
-        self._latest = self._store.get_stream(self.stream)
+        self._take_latest(self._store.get_stream(self.stream))
 
     def _index_segments(self, metadata: StreamMetadata) -> None:
         self._segment_of_partition = {s.number: s.id for s in metadata.segments().values()}
@@ -318,6 +325,8 @@ class _StreamWriter:
         return records
 
     def _await_sealed_sizes(self, seg_ids: Sequence[int]) -> StreamMetadata:
+        """The stream's metadata once it records the sealed sizes of ``seg_ids`` (read from
+        the store: the watch may lag behind)."""
         deadline = time.monotonic() + self.config.delivery_timeout_ms / 1000
         while True:
             latest = self._latest
@@ -328,7 +337,8 @@ class _StreamWriter:
                     f"stream {self.stream}: segments {list(seg_ids)} left the current epoch but "
                     "their sealed sizes were not recorded in time (is the scale still running?)"
                 )
-            time.sleep(0.02)
+            time.sleep(0.05)
+            self._read_metadata_now()
 
     def _send(
         self,
@@ -848,12 +858,35 @@ class EventWriter(_StreamWriter):
             try:
                 if self._fatal is None:
                     self._drain(timeout)
+                    self._apply_scales(timeout)
                     if self.writer_id is not None and self._last_noted is not None:
                         self._note(self._last_noted, alive=False)
                         self._drain(timeout)
             finally:
                 self._closed = True
             self._raise_failures()
+
+    def _apply_scales(self, timeout_ms: int) -> None:
+        """Before closing: apply every scale the store records, whether or not the watch
+        brought it yet, and wait for the records it makes the writer send again.
+
+        A record acknowledged at or beyond a sealed size is invisible to readers
+        until the writer sends it again to the successor, which it does when it
+        applies the new epoch -- otherwise at its next write, which a closing
+        writer never makes. Once a read of the store after every record was
+        acknowledged shows no new epoch, any later scale measures its sealed
+        sizes after those records.
+        """
+        while True:
+            self._read_metadata_now()
+            applied = self._epoch.number
+            try:
+                self._refresh()
+            except StreamSealedError:
+                return  # what the seal cut off is recorded as failed; close raises it
+            if self._epoch.number == applied:
+                return
+            self._drain(timeout_ms)
 
 
 __all__ = ["BatchAck", "EventWriter", "RecordAck", "Serializer", "wall_clock_ms"]
