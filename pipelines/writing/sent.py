@@ -1,41 +1,38 @@
 """What an ``EventWriter`` keeps of the records it sent; pure, no I/O.
 
-    >>> log = SentRecords(window_ms=1_000, offset=lambda m: m)  # a report is (error, offset)
-    >>> a, b = {}, {}
-    >>> log.sent(7, b"k", b"v1", 100, 0, a); log.sent(7, b"k", b"v2", 101, 0, b)
+    >>> log = SentRecords(window_ms=1_000, offset=lambda m: m)  # a message is its offset
+    >>> add, report = log.appenders(7)
+    >>> add((b"k", b"v1", 100, 0)); add((b"k", b"v2", 101, 0))
     >>> note = log.note(500)
-    >>> a[None] = 40; log.harvest(0), log.ready()      # Kafka reported the first one
+    >>> report(None, 40); log.harvest(0), log.ready()     # Kafka reported the first one
     ([], [])
-    >>> b[None] = 41; log.harvest(0), [(n.time, n.position) for n in log.ready()]
+    >>> report(None, 41); log.harvest(0), [(n.time, n.position) for n in log.ready()]
     ([], [(500, {7: 42})])
     >>> [r.value for r in log.cut_off(7, sealed_size=41)]
     [b'v2']
 
-**No Python call per delivery report.** Each record is sent with a fresh dict
-of its own as its report: the producer's delivery callback is that dict's
-C-level ``__setitem__``, so Kafka's report stores ``report[None] = message``
-(stored) or ``report[error] = message`` (not stored). ``harvest`` reads the
-reports later, many at once and mostly at C speed (``map`` over the reports,
-the offsets through ``offset(message)``), and keeps only each record's
-offset (-1: not stored) so no message outlives its harvest.
-
+**Delivery reports.** Each segment has one report callback (``appenders``),
+given to the producer with every record sent to it: it appends the record's
+offset (-1 when not stored) to the segment's list and nothing else, so a
+report costs one short Python call and no report's message outlives it.
 Kafka reports the records of one partition in the order they were sent (the
-producer is idempotent), so the reported records of a segment are always a
-prefix of those not yet harvested; ``harvest`` finds its end by bisection.
+producer is idempotent), so the offsets line up with the records. (Keeping
+each report's message until it is read later, in bulk, looks cheaper but is
+not: thousands of live messages, each with a copy of its record, cost more
+in allocation and garbage collection than the Python calls they save.)
 
-What the log gives the writer:
+What the log gives the writer, when it ``harvest``\\ s:
 
-- **Failures**: ``harvest`` returns ``(error, message)`` of every record not
-  stored since the previous harvest.
-- **Position**: per segment the next offset (last stored offset + 1) of the
-  harvested records; a segment with nothing stored is left out.
+- **Failures**: ``(error, message)`` of every record not stored since.
+- **Position**: per segment the next offset (last stored offset + 1); a
+  segment with nothing stored is left out.
 - **Notes**: ``note(time)`` waits for every record sent before it; its
   position is, per segment, the offset after the *last record sent before
   the note* (never one sent after it), on top of the position when it was
-  noted. A record sent before the note that was not stored fails the note
-  (its position would hide the gap).
+  noted. A record sent before the note and reported failed after it fails
+  the note (its position would hide the gap).
 - **Replay** (``controller.streams`` explains why): every record sent in the
-  last ``window_ms`` (and every one not yet harvested) is kept with its
+  last ``window_ms`` (and every one not yet reported) is kept with its
   offset; ``cut_off`` gives those stored at or beyond a sealed size, in
   order, and ``lost`` says when such a record was already forgotten.
 """
@@ -45,12 +42,13 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from itertools import repeat
-from operator import itemgetter, not_
+from operator import itemgetter
 from typing import Any
 
-Report = dict[Any, Any]
-"""A record's delivery report: ``{None: message}`` stored, ``{error: message}`` not."""
+Record = tuple[bytes | None, bytes, int, int]
+"""(key, value, timestamp, sent_ms)"""
+Report = Callable[[Any, Any], None]
+"""A delivery callback: ``report(error, message)``."""
 
 _SENT_MS = itemgetter(3)
 
@@ -81,24 +79,37 @@ class SentNote:
 
 
 class _Segment:
-    """One segment's records: ``records[i]`` is (key, value, timestamp, sent_ms); the
-    first ``len(offsets)`` are harvested, the rest wait for the ``reports`` (aligned)."""
+    """One segment's records, oldest first, and the offsets of the reported ones (a
+    prefix: ``offsets[i]`` is ``records[i]``'s, -1 when it was not stored)."""
 
-    __slots__ = ("base", "dropped_max", "next", "offsets", "records", "reports")
+    __slots__ = ("base", "dropped_max", "failed", "next", "offsets", "records", "report")
 
-    def __init__(self) -> None:
-        self.records: list[tuple[bytes | None, bytes, int, int]] = []
+    def __init__(self, offset: Callable[[Any], int], failures: list[tuple[Any, Any]]) -> None:
+        self.records: list[Record] = []
         self.offsets: list[int] = []
-        self.reports: list[Report] = []
         self.base = 0
         """How many records of the segment were forgotten (the number of records[0])."""
         self.next: int | None = None
         self.dropped_max = -1
         """The highest offset of a forgotten record."""
+        self.failed: list[int] = []
+        """Numbers of the records reported failed since the last harvest."""
+        offsets = self.offsets
+        append = offsets.append
+
+        def report(err: Any, msg: Any) -> None:
+            if err is None:
+                append(offset(msg))
+            else:
+                self.failed.append(self.base + len(offsets))
+                append(-1)
+                failures.append((err, msg))
+
+        self.report: Report = report
 
     @property
-    def harvested(self) -> int:
-        """How many records of the segment have been harvested, ever."""
+    def reported(self) -> int:
+        """How many records of the segment have been reported, ever."""
         return self.base + len(self.offsets)
 
     @property
@@ -107,7 +118,7 @@ class _Segment:
 
 
 class SentRecords:
-    """The records a writer sent, per segment, with their reports read lazily (module doc).
+    """The records a writer sent, per segment, and their delivery reports (module doc).
 
     ``offset(message)`` reads a stored record's offset from its report
     (``confluent_kafka.Message.offset``).
@@ -117,93 +128,60 @@ class SentRecords:
         self.window_ms = window_ms
         self._offset = offset
         self._segments: dict[int, _Segment] = {}
+        self._failures: list[tuple[Any, Any]] = []
         self._pending: list[SentNote] = []
         self.waiting = False
         """True while a note waits for its records (a plain attribute: the hot path)."""
 
+    def _segment(self, segment: int) -> _Segment:
+        seg = self._segments.get(segment)
+        if seg is None:
+            seg = self._segments[segment] = _Segment(self._offset, self._failures)
+        return seg
+
     # --- sending (the hot path) -------------------------------------------------------------
 
-    def sent(
-        self,
-        segment: int,
-        key: bytes | None,
-        value: bytes,
-        timestamp: int,
-        now_ms: int,
-        report: Report,
-    ) -> None:
-        """Keep a record just sent with ``report`` as its delivery report."""
-        seg = self._segments.get(segment)
-        if seg is None:
-            seg = self._segments[segment] = _Segment()
-        seg.records.append((key, value, timestamp, now_ms))
-        seg.reports.append(report)
-
-    def appenders(self, segment: int) -> tuple[Callable[[Any], None], Callable[[Report], None]]:
-        """``sent`` in two calls, for a writer's hot path: append ``(key, value, timestamp,
-        now_ms)``, then append the record's report (the lists are never replaced)."""
-        seg = self._segments.get(segment)
-        if seg is None:
-            seg = self._segments[segment] = _Segment()
-        return seg.records.append, seg.reports.append
+    def appenders(self, segment: int) -> tuple[Callable[[Record], None], Report]:
+        """For a writer's hot path: append a record sent to ``segment`` (key, value,
+        timestamp, now_ms), and the report callback to produce it with."""
+        seg = self._segment(segment)
+        return seg.records.append, seg.report
 
     # --- reading the reports ----------------------------------------------------------------
 
     def harvest(self, now_ms: int) -> list[tuple[Any, Any]]:
-        """Read every report that arrived; (error, message) of the records not stored.
+        """Take in the reports that arrived; (error, message) of the records not stored.
 
         Completes the notes whose records are all reported (``ready`` gives
-        them) and forgets harvested records older than the window.
+        them) and forgets reported records older than the window.
         """
-        failures: list[tuple[Any, Any]] = []
+        failures = self._failures[:]
+        self._failures.clear()
         for seg_id, seg in self._segments.items():
-            reports = seg.reports
-            if not reports or not reports[0]:
+            offsets = seg.offsets
+            if not offsets:
                 continue
-            # Reports of a segment arrive in order: the reported ones are a prefix.
-            end = bisect_left(reports, True, key=not_)
-            batch = reports[:end]
-            if not all(batch):  # not a prefix after all: stop at the first unreported
-                end = batch.index({})
-                batch = reports[:end]
-            del reports[:end]
-            first = seg.harvested
-            if None in map(dict.get, batch, repeat(None)):
-                self._harvest_failures(seg_id, seg, batch, first, failures)
-            else:
-                seg.offsets.extend(map(self._offset, map(dict.get, batch, repeat(None))))
-                seg.next = seg.offsets[-1] + 1
+            if seg.failed:
+                for note in self._pending:
+                    target = note.waiting.get(seg_id, 0)
+                    if any(f < target for f in seg.failed):
+                        note.failed = True
+                seg.failed.clear()
+            last = offsets[-1]
+            if last < 0:
+                last = max(offsets)
+            if last >= 0:
+                seg.next = last + 1
             if self._pending:
                 self._complete(seg_id, seg)
             self._forget_old(seg, now_ms)
         return failures
 
-    def _harvest_failures(
-        self,
-        seg_id: int,
-        seg: _Segment,
-        batch: list[Report],
-        first: int,
-        failures: list[tuple[Any, Any]],
-    ) -> None:
-        for i, report in enumerate(batch):
-            msg = report.get(None)
-            if msg is not None:
-                off = self._offset(msg)
-                seg.offsets.append(off)
-                seg.next = off + 1
-                continue
-            seg.offsets.append(-1)
-            failures.append(next(iter(report.items())))
-            for note in self._pending:
-                if note.waiting.get(seg_id, 0) > first + i:
-                    note.failed = True
-
     def _complete(self, seg_id: int, seg: _Segment) -> None:
-        harvested = seg.harvested
+        reported = seg.reported
         for note in self._pending:
             target = note.waiting.get(seg_id)
-            if target is None or target > harvested:
+            if target is None or target > reported:
                 continue
             del note.waiting[seg_id]
             # The last record sent before the note; a failed one failed the note.
@@ -232,8 +210,8 @@ class SentRecords:
 
     def note(self, time: int, alive: bool = True, max_event_time: int | None = None) -> SentNote:
         """Queue a note covering every record sent so far (harvest first: its position
-        starts from the harvested one)."""
-        waiting = {s: seg.sent for s, seg in self._segments.items() if seg.reports}
+        starts from the harvested one, and failures reported before it are not its)."""
+        waiting = {s: seg.sent for s, seg in self._segments.items() if seg.sent > seg.reported}
         note = SentNote(time, alive, max_event_time, self.position(), waiting)
         self._pending.append(note)
         self.waiting = True
@@ -250,19 +228,19 @@ class SentRecords:
     # --- position and replay ----------------------------------------------------------------
 
     def position(self) -> dict[int, int]:
-        """Next offset per segment with anything stored (as harvested)."""
+        """Next offset per segment with anything stored (as of the last harvest)."""
         return {s: seg.next for s, seg in self._segments.items() if seg.next is not None}
 
     def in_flight(self) -> int:
-        """Records whose reports were not harvested yet."""
-        return sum(len(seg.reports) for seg in self._segments.values())
+        """Records not reported yet."""
+        return sum(seg.sent - seg.reported for seg in self._segments.values())
 
     def retained(self, segment: int) -> int:
         seg = self._segments.get(segment)
         return len(seg.records) if seg is not None else 0
 
     def cut_off(self, segment: int, sealed_size: int) -> list[Retained]:
-        """Harvested records of ``segment`` stored at or beyond ``sealed_size``, in order."""
+        """Reported records of ``segment`` stored at or beyond ``sealed_size``, in order."""
         seg = self._segments.get(segment)
         if seg is None:
             return []
@@ -284,7 +262,7 @@ class SentRecords:
         return seg is not None and seg.dropped_max >= sealed_size
 
     def forget(self, segment: int) -> None:
-        """Drop a segment's harvested records (its position stays)."""
+        """Drop a segment's reported records (its position stays)."""
         seg = self._segments.get(segment)
         if seg is not None:
             done = len(seg.offsets)
@@ -297,4 +275,4 @@ class SentRecords:
         return list(self._segments)
 
 
-__all__ = ["Report", "Retained", "SentNote", "SentRecords"]
+__all__ = ["Record", "Report", "Retained", "SentNote", "SentRecords"]

@@ -15,11 +15,10 @@ in the background; ``flush`` waits; a record Kafka refused is raised as
 records and returns their acknowledgement.
 
 Position: the next offset of every segment this writer has had records
-acknowledged on, read from Kafka's delivery reports. Each record's report
-lands in a dict of its own (the producer calls that dict's C-level
-``__setitem__``, no Python function per record); the writer reads them in
-bulk when some arrived, and keeps them as its replay window
-(:mod:`pipelines.writing.sent`).
+acknowledged on, from Kafka's delivery reports: each segment's report
+callback only appends the record's offset to the records the writer keeps
+(its replay window); positions, notes and failures are worked out from
+them when reports arrived (:mod:`pipelines.writing.sent`).
 
 Noting time: ``note_time(t)`` queues a writer mark (``t`` and the position
 reached by every record written **before** the call) and publishes it, to the
@@ -73,7 +72,7 @@ from pipelines.writing.exceptions import (
 from pipelines.writing.marks import MarkMessage, ensure_marks_topic, mark_message
 from pipelines.writing.metrics import DELIVERY_FAILURES, MARKS_SENT
 from pipelines.writing.positions import PositionTracker
-from pipelines.writing.sent import Report, Retained, SentRecords
+from pipelines.writing.sent import Record, Report, Retained, SentRecords
 from pipelines.writing.timestamping import (
     SegmentClock,
     TimestampPolicy,
@@ -179,12 +178,11 @@ class _StreamWriter:
 
         self._clock = SegmentClock(_policy(metadata))
         self._floors = self._clock.live_floors
-        # An event writer keeps its records with their delivery reports (read lazily, no
-        # Python call per report); a transactional writer counts reports in its tracker
-        # and replays whole transactions instead.
-        # A stored record's report always carries its offset.
+        # An event writer keeps its records, their offsets appended by one report callback
+        # per segment; a transactional writer counts reports in its tracker and replays
+        # whole transactions instead.
         self._log = SentRecords(config.replay_window_ms, cast(_Offset, Message.offset))
-        self._adders: dict[int, tuple[Callable[[Any], None], Callable[[Report], None]]] = {}
+        self._adders: dict[int, tuple[Callable[[Record], None], Report]] = {}
         self._tracker = PositionTracker()
         self._retain = transactional_id is None
         self._metadata = metadata
@@ -353,9 +351,9 @@ class _StreamWriter:
         never refused for needing an adjustment."""
         ts = self._clock.peek(seg.id, client_ts, now_ms, refuse=not replay)
         if self._retain:
-            report: Report = {}
-            self._produce(self._topic, value, key, seg.number, ts, report.__setitem__)
-            self._log.sent(seg.id, key, value, ts, now_ms, report)
+            add, report = self._log.appenders(seg.id)
+            self._produce(self._topic, value, key, seg.number, ts, report)
+            add((key, value, ts, now_ms))
         else:
             self._produce(self._topic, value, key, seg.number, ts)  # the tracker counts it
             self._tracker.sent(seg.id)
@@ -629,26 +627,22 @@ class EventWriter(_StreamWriter):
             seg_id = seg.id
             number = seg_id & 0xFFFFFFFF  # segment_number, inlined
             ts = self._clock.peek(seg_id, timestamp, now)
-            # The record's delivery report lands in its own dict (no Python call per report).
-            report: Report = {}
-            if on_ack is None:
-                try:
-                    self._producer.produce(
-                        self._topic, event, key, number, report.__setitem__, None, ts
-                    )
-                except (BufferError, KafkaException):
-                    self._produce(self._topic, event, key, number, ts, report.__setitem__)
-            else:
-                self._produce(
-                    self._topic, event, key, number, ts, self._acking(on_ack, timestamp, report)
-                )
-            self._floors[seg_id] = ts  # self._clock.advance, inlined (peek gave ts >= floor)
+            # The segment's report callback appends the record's offset to the sent log.
             add = self._adders.get(seg_id)
             if add is None:
                 add = self._adders[seg_id] = self._log.appenders(seg_id)
-            add[0]((key, event, ts, now))  # self._log.sent, inlined
-            add[1](report)
-            # Reports are read when some arrived (poll served them) or a note waits.
+            if on_ack is None:
+                try:
+                    self._producer.produce(self._topic, event, key, number, add[1], None, ts)
+                except (BufferError, KafkaException):
+                    self._produce(self._topic, event, key, number, ts, add[1])
+            else:
+                self._produce(
+                    self._topic, event, key, number, ts, self._acking(on_ack, timestamp, add[1])
+                )
+            self._floors[seg_id] = ts  # self._clock.advance, inlined (peek gave ts >= floor)
+            add[0]((key, event, ts, now))  # kept for replay, its offset comes with the report
+            # Reports are taken in when some arrived (poll served them) or a note waits.
             if self._producer.poll(0) or self._log.waiting:
                 self._publish_ready()
         return ts
@@ -657,7 +651,7 @@ class EventWriter(_StreamWriter):
         self, on_ack: Callable[[RecordAck], None], given: int | None, into: Report
     ) -> Callable[[KafkaError | None, Message], None]:
         def report(err: KafkaError | None, msg: Message) -> None:
-            into[err] = msg
+            into(err, msg)
             if err is None:
                 stored = msg.timestamp()[1]
                 on_ack(RecordAck(msg.offset() or 0, stored, given is not None and stored != given))
@@ -696,7 +690,7 @@ class EventWriter(_StreamWriter):
 
         def on_delivery(index: int, into: Report) -> Callable[[KafkaError | None, Message], None]:
             def report(err: KafkaError | None, msg: Message) -> None:
-                into[err] = msg
+                into(err, msg)
                 reported[0] += 1
                 if err is None:
                     results[index] = (msg.offset() or 0, msg.timestamp()[1])
@@ -717,10 +711,10 @@ class EventWriter(_StreamWriter):
             )
             refuse_adjusted(self._clock.policy, given, stamps)
             for i, (value, ts) in enumerate(zip(values, stamps, strict=True)):
-                into: Report = {}
+                add, into = self._log.appenders(seg.id)
                 self._produce(self._topic, value, key, seg.number, ts, on_delivery(i, into))
                 self._clock.advance(seg.id, ts)
-                self._log.sent(seg.id, key, value, ts, arrival, into)
+                add((key, value, ts, arrival))
             deadline = time.monotonic() + self.config.delivery_timeout_ms / 1000 + 5
             while reported[0] < len(values):
                 if time.monotonic() > deadline:

@@ -1,4 +1,4 @@
-"""The event writer's sent records: lazily read reports, notes, position, replay (pure)."""
+"""The event writer's sent records: reports, notes, position, failures, replay (pure)."""
 
 from __future__ import annotations
 
@@ -16,22 +16,35 @@ def _log(window_ms: int = 1_000) -> SentRecords:
     return SentRecords(window_ms, offset=lambda msg: msg)  # a stored report's message = offset
 
 
-def _send(log: SentRecords, seg: int, value: bytes, now_ms: int = 0) -> Report:
-    report: Report = {}
-    log.sent(seg, b"k", value, 100, now_ms, report)
-    return report
+class Sent:
+    """A record sent: ``ok(offset)`` / ``fail()`` report it (reports come in send order)."""
+
+    def __init__(self, report: Report) -> None:
+        self._report = report
+
+    def ok(self, offset: int) -> None:
+        self._report(None, offset)
+
+    def fail(self, msg: Any = "msg") -> None:
+        self._report(FAIL, msg)
+
+
+def _send(log: SentRecords, seg: int, value: bytes, now_ms: int = 0) -> Sent:
+    add, report = log.appenders(seg)
+    add((b"k", value, 100, now_ms))
+    return Sent(report)
 
 
 def test_nothing_is_read_until_harvested_and_then_only_the_reported_prefix() -> None:
     log = _log()
     a, b, c = (_send(log, 7, v) for v in (b"a", b"b", b"c"))
-    a[None] = 40
-    b[None] = 41
+    a.ok(40)
+    b.ok(41)
     assert log.position() == {}
     assert log.harvest(0) == []
     assert log.position() == {7: 42}
     assert log.in_flight() == 1
-    c[None] = 45
+    c.ok(45)
     log.harvest(0)
     assert log.position() == {7: 46} and log.in_flight() == 0
 
@@ -39,8 +52,8 @@ def test_nothing_is_read_until_harvested_and_then_only_the_reported_prefix() -> 
 def test_failures_are_returned_once_and_not_counted_in_the_position() -> None:
     log = _log()
     a, b = _send(log, 1, b"a"), _send(log, 1, b"b")
-    a[None] = 3
-    b[FAIL] = "msg-b"
+    a.ok(3)
+    b.fail("msg-b")
     assert log.harvest(0) == [(FAIL, "msg-b")]
     assert log.harvest(0) == []
     assert log.position() == {1: 4}
@@ -49,7 +62,7 @@ def test_failures_are_returned_once_and_not_counted_in_the_position() -> None:
 
 def test_a_segment_with_nothing_stored_is_left_out() -> None:
     log = _log()
-    _send(log, 2, b"a")[FAIL] = "m"
+    _send(log, 2, b"a").fail("m")
     log.harvest(0)
     assert log.position() == {}
 
@@ -60,8 +73,8 @@ def test_note_waits_for_the_records_sent_before_it_and_excludes_later_ones() -> 
     note = log.note(50)
     b = _send(log, 1, b"b")  # after the note
     assert log.ready() == [] and log.waiting
-    a[None] = 7
-    b[None] = 8
+    a.ok(7)
+    b.ok(8)
     log.harvest(0)
     assert log.ready() == [note]
     assert note.position == {1: 8} and not note.failed
@@ -70,7 +83,7 @@ def test_note_waits_for_the_records_sent_before_it_and_excludes_later_ones() -> 
 
 def test_note_with_everything_harvested_is_ready_at_once_with_the_position() -> None:
     log = _log()
-    _send(log, 1, b"a")[None] = 4
+    _send(log, 1, b"a").ok(4)
     log.harvest(0)
     log.note(50, alive=False, max_event_time=9)
     [note] = log.ready()
@@ -83,10 +96,10 @@ def test_notes_come_out_in_order() -> None:
     log.note(10)
     b = _send(log, 2, b"b")
     log.note(20)
-    b[None] = 0
+    b.ok(0)
     log.harvest(0)
     assert log.ready() == []  # the first note still waits for segment 1
-    a[None] = 3
+    a.ok(3)
     log.harvest(0)
     assert [(n.time, n.position) for n in log.ready()] == [(10, {1: 4}), (20, {1: 4, 2: 1})]
 
@@ -95,12 +108,12 @@ def test_a_failed_record_reported_after_the_note_fails_it_only() -> None:
     log = _log()
     a, b = _send(log, 1, b"a"), _send(log, 1, b"b")
     first = log.note(10)
-    a[None] = 3
-    b[FAIL] = "m"
+    a.ok(3)
+    b.fail("m")
     assert log.harvest(0) == [(FAIL, "m")]  # the writer raises it; the note is not published
     c = _send(log, 1, b"c")
     second = log.note(20)
-    c[None] = 5
+    c.ok(5)
     log.harvest(0)
     assert log.ready() == [first, second]
     assert first.failed and not second.failed
@@ -109,8 +122,8 @@ def test_a_failed_record_reported_after_the_note_fails_it_only() -> None:
 
 def test_old_harvested_records_are_forgotten_and_detected_as_lost() -> None:
     log = _log(window_ms=100)
-    _send(log, 1, b"a", now_ms=0)[None] = 5
-    _send(log, 1, b"b", now_ms=50)[None] = 6
+    _send(log, 1, b"a", now_ms=0).ok(5)
+    _send(log, 1, b"b", now_ms=50).ok(6)
     log.harvest(now_ms=120)  # a is older than the window
     assert log.retained(1) == 1
     assert log.lost(1, 5) and not log.lost(1, 6)
@@ -121,7 +134,7 @@ def test_unharvested_records_are_kept_however_old() -> None:
     log = _log(window_ms=10)
     a = _send(log, 1, b"a", now_ms=0)
     _send(log, 1, b"b", now_ms=0)
-    a[None] = 3
+    a.ok(3)
     log.harvest(now_ms=1_000)  # a goes, b (not reported) stays
     assert log.retained(1) == 1
     log.forget(1)
@@ -132,22 +145,12 @@ def test_unharvested_records_are_kept_however_old() -> None:
 def test_cut_off_gives_the_records_at_or_beyond_the_sealed_size_in_order() -> None:
     log = _log()
     for off in (10, 12, 13, 20):
-        _send(log, 7, b"v%d" % off)[None] = off
+        _send(log, 7, b"v%d" % off).ok(off)
     log.harvest(0)
     assert [r.value for r in log.cut_off(7, 12)] == [b"v12", b"v13", b"v20"]
     assert [r.offset for r in log.cut_off(7, 21)] == []
     log.forget(7)
     assert log.cut_off(7, 0) == [] and log.position() == {7: 21}
-
-
-def test_reports_out_of_order_are_read_only_up_to_the_first_missing() -> None:
-    log = _log()
-    a, b = _send(log, 1, b"a"), _send(log, 1, b"b")
-    b[None] = 9  # never happens with an idempotent producer; must not be misread
-    assert log.harvest(0) == [] and log.position() == {}
-    a[None] = 8
-    log.harvest(0)
-    assert log.position() == {1: 10}
 
 
 # A random run: sends to 3 segments, notes, reports in per-segment order, some failed.
@@ -166,7 +169,7 @@ ops = st.lists(
 @given(ops=ops)
 def test_each_note_has_exactly_the_records_sent_before_it(ops: list[tuple[str, int]]) -> None:
     log = _log(window_ms=5)
-    queued: dict[int, list[tuple[Report, int]]] = {0: [], 1: [], 2: []}
+    queued: dict[int, list[tuple[Sent, int]]] = {0: [], 1: [], 2: []}
     next_offset = {0: 0, 1: 0, 2: 0}
     stored: dict[int, int] = {}  # per segment: the offset after the last stored record
     failed_seqs: dict[int, list[int]] = {0: [], 1: [], 2: []}
@@ -178,10 +181,10 @@ def test_each_note_has_exactly_the_records_sent_before_it(ops: list[tuple[str, i
     def report(seg: int, ok: bool) -> None:
         rep, off = queued[seg].pop(0)
         if ok:
-            rep[None] = off
+            rep.ok(off)
             stored[seg] = off + 1
         else:
-            rep[FAIL] = off
+            rep.fail(off)
             failed_seqs[seg].append(off)
 
     for op, seg in ops:
