@@ -53,7 +53,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass
 from operator import attrgetter
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
@@ -155,6 +155,14 @@ def _notices_last(msgs: list[Any]) -> tuple[list[Any], list[Any]] | None:
     return records, notices
 
 
+class _WithFinished(NamedTuple):
+    """A position to be made the reader position (``reader_position``) when asked for."""
+
+    offsets: Mapping[int, int]
+    finished: Set[int]
+    segments: Mapping[int, Segment]
+
+
 class EventBatch:
     """The events of one fetch (in the order read: per segment, by offset), with the
     reader's position after the last of them and the time window at that position.
@@ -166,7 +174,6 @@ class EventBatch:
 
     __slots__ = (
         "_events",
-        "_finished",
         "_made_of",
         "_position",
         "_records",
@@ -175,9 +182,8 @@ class EventBatch:
     )
 
     _events: tuple[EventRead, ...]
-    _finished: tuple[Set[int], Mapping[int, Segment]]
     _made_of: tuple[Mapping[int, int], str]
-    _position: Mapping[int, int]
+    _position: Mapping[int, int] | _WithFinished
     _records: Sequence[Any]
     _window: TimeWindow
     window_at: Callable[[Mapping[int, int]], TimeWindow]
@@ -211,23 +217,22 @@ class EventBatch:
         _set_window_at(batch, window_at)
         return batch
 
-    def _with_finished(self, finished: Set[int], segments: Mapping[int, Segment]) -> EventBatch:
-        """This batch, its :attr:`position` (given as the owned segments' next offsets)
-        made the reader position with ``finished`` segments
-        (``windows.reader_position``) when first asked for."""
-        _set_finished(self, (finished, segments))
+    def _with_finished(
+        self, offsets: Mapping[int, int], finished: Set[int], segments: Mapping[int, Segment]
+    ) -> EventBatch:
+        """This batch, its :attr:`position` the reader position of ``offsets`` (the owned
+        segments' next offsets) with ``finished`` segments
+        (``windows.reader_position``), worked out when first asked for."""
+        _set_position(self, _WithFinished(offsets, finished, segments))
         return self
 
     @property
     def position(self) -> Mapping[int, int]:
         """The reader's position after the batch (as :meth:`EventReader.position`)."""
-        try:
-            finished, segments = self._finished
-        except AttributeError:
-            return self._position
-        position = reader_position(self._position, finished, segments)
-        _set_position(self, position)
-        _del_finished(self)
+        position = self._position
+        if isinstance(position, _WithFinished):
+            position = reader_position(*position)
+            _set_position(self, position)
         return position
 
     @property
@@ -293,10 +298,10 @@ class EventBatch:
 
 _slot = EventBatch.__dict__
 _set_events: Callable[[EventBatch, tuple[EventRead, ...]], None] = _slot["_events"].__set__
-_set_finished: Callable[[EventBatch, Any], None] = _slot["_finished"].__set__
-_del_finished: Callable[[EventBatch], None] = _slot["_finished"].__delete__
 _set_made_of: Callable[[EventBatch, Any], None] = _slot["_made_of"].__set__
-_set_position: Callable[[EventBatch, Mapping[int, int]], None] = _slot["_position"].__set__
+_set_position: Callable[[EventBatch, Mapping[int, int] | _WithFinished], None] = _slot[
+    "_position"
+].__set__
 _set_records: Callable[[EventBatch, Sequence[Any]], None] = _slot["_records"].__set__
 _set_window_at: Callable[[EventBatch, Any], None] = _slot["window_at"].__set__
 """Slot setters (EventBatch's own ``__setattr__`` refuses): a batch is built per fetch."""
@@ -445,6 +450,7 @@ class EventReader:
         ):
             return self._batch_at_end(EventBatch((), {}, self._window_at))
         events: list[EventRead] = []
+        none_held = False
         if self._next < len(self._buffer):
             if self._take(events, max_events):
                 return self._batch_at_end(EventBatch(tuple(events), {}, self._window_at))
@@ -457,23 +463,22 @@ class EventReader:
                 self._fill(msgs)
                 if self._take(events, max_events):
                     return self._batch_at_end(EventBatch(tuple(events), {}, self._window_at))
-        batch = self._wait_for(events, max_events, timeout_ms, whole=True)
+            else:
+                none_held = True
+        batch = self._wait_for(events, max_events, timeout_ms, whole=True, none_held=none_held)
         if batch is not None:
             return batch
         return self._batch_at_end(EventBatch(tuple(events), {}, self._window_at))
 
     def _batch_at_end(self, batch: EventBatch) -> EventBatch:
-        """``batch`` with the reader's position now as its position."""
-        _set_position(batch, dict(self._offsets))
-        return self._finished_in(batch)
-
-    def _finished_in(self, batch: EventBatch) -> EventBatch:
-        """``batch`` (its position: the owned segments' next offsets) with the finished
-        segments, when there are, added to its position as :meth:`position` does
-        (``reader_position``, worked out when first asked for)."""
+        """``batch`` with the reader's position now as its position (as :meth:`position`
+        gives it; with finished segments, ``reader_position`` is worked out when
+        the batch's position is first asked for)."""
+        offsets = dict(self._offsets)
         view = self._view
         if view is not None and view.finished:
-            return batch._with_finished(view.finished, self.group.segments())
+            return batch._with_finished(offsets, view.finished, self.group.segments())
+        _set_position(batch, offsets)
         return batch
 
     def _start_call(self, wait_ms: float | None) -> bool:
@@ -552,14 +557,21 @@ class EventReader:
             self._eof.difference_update(last)
 
     def _wait_for(
-        self, events: list[EventRead], limit: int, wait_ms: float | None, *, whole: bool = False
+        self,
+        events: list[EventRead],
+        limit: int,
+        wait_ms: float | None,
+        *,
+        whole: bool = False,
+        none_held: bool = False,
     ) -> EventBatch | None:
         """Fetch until some event comes (up to ``limit``) or ``wait_ms`` passed,
         rebalancing every ``rebalance_interval_ms`` meanwhile.
 
         ``whole``: fetch ``limit`` records, and when all are ready events
         (:meth:`_whole`) return them as a batch instead of making events; else
-        events go to ``events``."""
+        events go to ``events``. ``none_held``: the consumer was just found to
+        hold nothing (the first fetch goes straight to waiting)."""
         deadline = time.monotonic() + (1000 if wait_ms is None else max(0, wait_ms)) / 1000
         while True:
             now = time.monotonic()
@@ -573,8 +585,11 @@ class EventReader:
                 time.sleep(slice_s)
             else:
                 msgs = self._fetch(
-                    slice_s, limit if whole else max(limit - len(events), FETCH_SIZE)
+                    slice_s,
+                    limit if whole else max(limit - len(events), FETCH_SIZE),
+                    held=not none_held,
                 )
+                none_held = False
                 if whole and msgs:
                     batch = self._whole(msgs)
                     if batch is not None:
@@ -603,37 +618,42 @@ class EventReader:
                 return None
         partitions: list[Any] = list(map(_record_partition, msgs))
         first = partitions[0]
-        if partitions.count(first) == len(partitions):  # (fetches come in runs per partition)
-            last = {first: msgs[-1]}
-        else:
-            last = dict(zip(partitions, msgs, strict=True))  # each partition's last record
         unsealed = self._unsealed
-        segment_of = {}
-        for partition in last:
-            seg_id = unsealed.get(partition)
+        if partitions.count(first) == len(partitions):  # (fetches come in runs per partition)
+            seg_id = unsealed.get(first)
             if seg_id is None:
                 return None
-            segment_of[partition] = seg_id
-        offsets = self._offsets
-        for partition, seg_id in segment_of.items():
-            offsets[seg_id] = last[partition].offset() + 1
+            segment_of = {first: seg_id}
+            self._offsets[seg_id] = msgs[-1].offset() + 1
+        else:
+            last = dict(zip(partitions, msgs, strict=True))  # each partition's last record
+            segment_of = {}
+            for partition in last:
+                seg_id = unsealed.get(partition)
+                if seg_id is None:
+                    return None
+                segment_of[partition] = seg_id
+            offsets = self._offsets
+            for partition, seg_id in segment_of.items():
+                offsets[seg_id] = last[partition].offset() + 1
         if self._eof:
             self._eof.difference_update(segment_of.values())
         if notices:
             for notice in notices:
                 self._on_error(notice)
-        return self._finished_in(
-            EventBatch._of_records(msgs, segment_of, self._stream, dict(offsets), self._window_at)
+        return self._batch_at_end(
+            EventBatch._of_records(msgs, segment_of, self._stream, {}, self._window_at)
         )
 
-    def _fetch(self, wait_s: float, size: int) -> list[Any]:
-        """Up to ``size`` records: what the consumer holds already, else wait up to
-        ``wait_s`` for one record and take the rest that came with it.
+    def _fetch(self, wait_s: float, size: int, *, held: bool = True) -> list[Any]:
+        """Up to ``size`` records: what the consumer holds already (``held``: it may
+        hold some), else wait up to ``wait_s`` for one record and take the rest
+        that came with it.
 
         (``consume(n, timeout)`` alone would wait for all ``n`` records or the
         timeout, however many had come.)"""
         consumer = self._consumer
-        msgs = consumer.consume(size, 0)
+        msgs = consumer.consume(size, 0) if held else []
         if not msgs:
             first = consumer.poll(wait_s)
             if first is not None:

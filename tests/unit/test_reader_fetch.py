@@ -250,7 +250,7 @@ def test_a_batch_position_with_finished_segments_is_worked_out_once(monkeypatch)
         return TimeWindow(sum(position.values()), None)
 
     batch = EventBatch._of_records([_record(0, 4)], SEGMENTS, "s/x", {7: 5}, window_at)
-    batch = batch._with_finished(frozenset({3}), {})
+    batch = batch._with_finished({7: 5}, frozenset({3}), {})
     assert calls == []
     assert batch.position == {7: 5, 3: -1}
     assert batch.window == TimeWindow(4, None)
