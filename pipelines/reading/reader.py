@@ -639,8 +639,14 @@ class EventReader:
         if self._eof:
             self._eof.difference_update(segment_of.values())
         if notices:
-            for notice in notices:
-                self._on_error(notice)
+            for i, notice in enumerate(notices):
+                try:
+                    self._on_error(notice)
+                except ReaderError:  # raised by the next read (as _take keeps it)
+                    self._buffer = notices[i:]
+                    self._records_at = list(range(len(self._buffer)))
+                    self._next = 0
+                    break
         return self._batch_at_end(
             EventBatch._of_records(msgs, segment_of, self._stream, {}, self._window_at)
         )

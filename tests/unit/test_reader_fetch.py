@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 import pipelines.reading.reader as reader_module
 from controller.model import TimeWindow, segment_id
 from pipelines.reading.config import ReaderConfig
+from pipelines.reading.exceptions import ReaderError
 from pipelines.reading.reader import EventBatch, EventRead, EventReader, _notices_last
 from pipelines.reading.registry import MemoryGroupRegistry
 
@@ -88,15 +89,17 @@ class Host:
     def __init__(self) -> None:
         self.config = ReaderConfig()
         self.registry = MemoryGroupRegistry()
-        self.commits: list[dict[int, int]] = []
+        self.metadata_error: Exception | None = None
 
     def consumer_settings(self, client_id: str) -> dict[str, Any]:
         return {}
 
     def commit_offsets(self, offsets: Mapping[int, int], consumer: Any = None) -> None:
-        self.commits.append(dict(offsets))
+        pass
 
     def sealed_size(self, seg_id: int) -> int | None:
+        if self.metadata_error is not None:
+            raise self.metadata_error
         return None
 
     def segments(self) -> dict[int, Any]:
@@ -113,6 +116,7 @@ class Host:
 
 
 def _reader(monkeypatch: pytest.MonkeyPatch, fetches: list[list[Message]]) -> EventReader:
+    """A reader owning SEGMENTS (unsealed) from offset 0."""
     consumer = FakeConsumer(fetches)
     monkeypatch.setattr(reader_module, "Consumer", lambda settings: consumer)
     host = Host()
@@ -260,3 +264,17 @@ def test_a_batch_position_with_finished_segments_is_worked_out_once(monkeypatch)
         batch._position = {}  # type: ignore[misc]
     eager = EventBatch((EventRead("s/x", 0, 1, 2, b"b"),), {0: 2}, window_at)
     assert eager.values() == [b"b"] and eager.position == {0: 2}
+
+
+def test_a_notice_that_fails_after_a_batch_is_raised_by_the_next_read(monkeypatch):
+    """A notice is checked against the segment's sealed size; when that fails, the
+    batch before it is still returned and the error comes with the next read
+    (no event counted read without being returned)."""
+    fetch = [_record(0, 0), _record(0, 1), _notice(1, 0)]
+    reader = _reader(monkeypatch, [fetch])
+    reader.group.metadata_error = ReaderError("no metadata")  # type: ignore[attr-defined]
+    batch = reader.read_batch(16, timeout_ms=0)
+    assert [(e.segment, e.offset) for e in batch.events] == [(SEGMENTS[0], 0), (SEGMENTS[0], 1)]
+    assert batch.position[SEGMENTS[0]] == 2
+    with pytest.raises(ReaderError, match="no metadata"):
+        reader.read_batch(16, timeout_ms=0)
