@@ -22,11 +22,12 @@ fetches the way the reader does: ``consume(128, 0)`` (what has come), else
 ``consume(n, timeout)`` alone waits for a full batch or the timeout and is
 slower than per-record ``poll()``.
 The reader is of an ephemeral group (position in memory), default
-``ReaderConfig``. Rates are counted from the first record to the last (not
-the consumer's start-up). Beside each rate: the reading thread's CPU time
-per event (``time.thread_time``; librdkafka's own threads not counted),
-which a busy machine disturbs far less than the wall clock -- on a shared
-machine compare those.
+``ReaderConfig``; the bare consumers fetch with the reader's
+``fetch.queue.backoff.ms`` (``FETCH_QUEUE_BACKOFF_MS``). Rates are counted
+from the first record to the last (not the consumer's start-up). Beside each
+rate: the reading thread's CPU time per event (``time.thread_time``;
+librdkafka's own threads not counted), which a busy machine disturbs far
+less than the wall clock -- on a shared machine compare those.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from controller.config import ScalingPolicy, StreamConfiguration
 from controller.memory_store import MemoryStore
 from controller.naming import ClusterSettings
 from controller.streams import StreamManager
-from pipelines.reading.group import ReaderGroup
+from pipelines.reading.group import FETCH_QUEUE_BACKOFF_MS, ReaderGroup
 from pipelines.reading.reader import FETCH_SIZE
 
 EVENTS = 200_000
@@ -76,6 +77,7 @@ def _bare(bootstrap: str, topic: str) -> Consumer:
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
             "enable.partition.eof": True,
+            "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,  # as the reader's consumer
             "log_level": 0,
         }
     )
