@@ -203,6 +203,8 @@ def _same_as_read_next(
     assert batched.position() == one_by_one.position()
     assert batched._eof == one_by_one._eof
     assert batched.at_tail() == one_by_one.at_tail()
+    one_by_one.close()
+    batched.close()
 
 
 def test_a_fetch_ending_in_notices_is_one_batch_and_marks_the_tail(monkeypatch):
