@@ -75,6 +75,14 @@ from pipelines.reading.windows import WatermarkFeed, reader_position, window_at
 
 log = logging.getLogger(__name__)
 
+FETCH_QUEUE_BACKOFF_MS = 10
+"""librdkafka's ``fetch.queue.backoff.ms`` for readers (its default: 1000). Once a
+partition's prefetched queue passes its thresholds, the fetcher waits this long
+before fetching it again, even when the reader has emptied the queue meanwhile:
+with the default, ``read_next`` over a backlog stalled ~150 ms at a time and
+ran at ~165 k events/s against ~730 k/s with 0 (10-100: 480-650 k/s; same
+CPU per event) -- 200 000 records of 256 B on 4 segments, load 3."""
+
 
 class ReaderGroup:
     """A named group of readers sharing one position on one stream.
@@ -355,6 +363,7 @@ class ReaderGroup:
             # A fetch below the first offset Kafka holds means a truncation removed
             # unread events: report it (ReaderBehindHeadError), never jump silently.
             "auto.offset.reset": "error",
+            "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
             "logger": logging.getLogger("pipelines.kafka"),
         }
         settings.update(self.config.consumer_overrides)
