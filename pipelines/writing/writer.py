@@ -837,7 +837,10 @@ class EventWriter(_StreamWriter):
     def close(self, timeout_ms: int | None = None) -> None:
         """Flush, publish the shutdown mark (when time was ever noted), and stop.
 
-        The shutdown mark (``alive=False``) lets the controller stop waiting
+        Before the mark, a scale the store records but the writer has not applied
+        yet is applied (records its seal cut off are sent again to the successors),
+        so every record acknowledged is in the stream when ``close`` returns. The
+        shutdown mark (``alive=False``) lets the controller stop waiting
         for this writer at once. Records Kafka refused are raised as
         :class:`DeliveryError` after the writer is closed. Closing twice is
         allowed.
