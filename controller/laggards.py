@@ -15,15 +15,18 @@ Two kinds of writer keep a watermark from advancing:
   until it catches up, shuts down, or its timeout drops it. ``since_ms`` =
   the first cycle that saw it lagging.
 - **slowest**: no writer lags, but this writer's time is the minimum and
-  below the fastest writer's: the next watermark can be no later than its
-  time. ``since_ms`` is unknown (``None``): the state keeps no history of
-  who was slowest.
+  at least ``min_behind_ms`` below the fastest writer's: the next watermark
+  can be no later than its time. ``since_ms`` is unknown (``None``): the
+  state keeps no history of who was slowest.
 
 For both, ``behind_ms`` = the fastest writer's noted time - its own: how far
 the stream's time would move if it caught up.
 
 A snapshot is what one cycle sees; :func:`changed` says whether a new
-snapshot differs from the last one recorded (only then is it worth a row).
+snapshot differs from the last one recorded (only then is it worth a row):
+who, of which kind, since when -- not how far behind, nor a lagging
+writer's new (still lagging) time, which change with every mark and would
+make a row per cycle.
 """
 
 from __future__ import annotations
@@ -61,13 +64,19 @@ class Laggard:
 
 
 def laggards(
-    stream: str, marks: Mapping[str, WriterMark], state: GenerationState, now_ms: int
+    stream: str,
+    marks: Mapping[str, WriterMark],
+    state: GenerationState,
+    now_ms: int,
+    min_behind_ms: int = 0,
 ) -> list[Laggard]:
     """The writers holding ``stream`` back after a cycle, most behind first.
 
     ``marks`` are the writers' latest accepted marks, ``state`` the
     generation state the cycle returned (lagging writers it dropped are no
-    longer in ``lagging_since``).
+    longer in ``lagging_since``). A slowest writer less than
+    ``min_behind_ms`` behind the fastest one is not named (writers in step
+    take turns being slowest).
     """
     previous = state.previous
     wm_time = None if previous is None else previous.time
@@ -95,7 +104,7 @@ def laggards(
         return []
     low = min(m.time for m in alive.values())
     high = max(m.time for m in alive.values())  # of the live writers only
-    if low == high:
+    if low == high or high - low < min_behind_ms:
         return []
     return [
         Laggard(stream, w, SLOWEST, m.time, wm_time, high - low, None, now_ms)
@@ -105,10 +114,10 @@ def laggards(
 
 
 def changed(before: Sequence[Laggard], after: Sequence[Laggard]) -> bool:
-    """True when the set of laggards, their kind, noted time or start differ."""
+    """True when the set of laggards, their kind or the start of their lagging differ."""
 
-    def key(xs: Sequence[Laggard]) -> set[tuple[str, str, int, int | None]]:
-        return {(x.writer, x.kind, x.noted_time, x.since_ms) for x in xs}
+    def key(xs: Sequence[Laggard]) -> set[tuple[str, str, int | None]]:
+        return {(x.writer, x.kind, x.since_ms) for x in xs}
 
     return key(before) != key(after)
 

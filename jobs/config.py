@@ -50,6 +50,9 @@ class WorkflowSettings:
     kafka_bootstrap: str = ""
     zk_connect: str = ""
     zk_root: str = "/tidemark"
+    laggard_min_behind_ms: int = 10_000
+    """A writer that is only the slowest (not lagging) is recorded in the ``laggards``
+    table once it is this far behind the fastest (writers in step take turns)."""
 
     def __post_init__(self) -> None:
         if self.interval_ms < 1:
