@@ -39,9 +39,9 @@ verb and runs the loop once elected, so exactly one loop acts per cluster
 reads Kafka, Delta or a stream's record only for streams with a policy.
 Whether a stream has one is known from a watch on its record
 (``MetadataStore.watch_stream``: an update of its policies is seen at the
-next pass, no read per pass); every ``rescan_ms`` the records of the others
-are read once more (a stream deleted and created again between two passes
-ends its watch unseen).
+next pass, no read per pass); every ``rescan_ms`` each record is read once
+more (a stream deleted and created again between two passes ends its watch
+unseen).
 """
 
 from __future__ import annotations
@@ -103,8 +103,8 @@ class PolicySettings:
     cooldown_ms: int = 120_000
     """No automatic scale within this long of the stream's latest epoch."""
     rescan_ms: int = 300_000
-    """Streams without a policy are known from watches; their records are read again
-    this often (a safety net for a stream deleted and re-created between passes)."""
+    """Streams are known from watches; their records are read again this often (a
+    safety net for a stream deleted and re-created between two passes)."""
     delta_root: str | None = None
     """Where the controller's Delta tables are (``$TIDEMARK_DELTA_ROOT`` if unset)."""
     storage_options: dict[str, str] = field(default_factory=dict)
@@ -155,6 +155,7 @@ class PolicyLoop:
         self._lock = threading.Lock()
         self._known: dict[str, StreamMetadata] = {}
         """The latest metadata of every watched stream (written by the store's watches)."""
+        self._known_lock = threading.Lock()
         self._rescanned_ms: int | None = None
         self.reads = 0
         """Stream records read by passes (not by watches): the idle cost, for tests."""
@@ -179,8 +180,9 @@ class PolicyLoop:
             streams = self.manager.list()
             for gone in set(self._samples) - set(streams):  # deleted streams
                 del self._samples[gone]
-            for gone in set(self._known) - set(streams):
-                del self._known[gone]
+            with self._known_lock:
+                for gone in set(self._known) - set(streams):
+                    del self._known[gone]
             now = self.clock()
             rescan = (
                 self._rescanned_ms is not None
@@ -199,19 +201,22 @@ class PolicyLoop:
 
     def _has_policy(self, stream: str, rescan: bool) -> bool:
         """From the watched metadata (read only for a new stream, or on a rescan)."""
-        meta = self._known.get(stream)
+        with self._known_lock:
+            meta = self._known.get(stream)
         if meta is None:
             self.reads += 1
-            self.manager.store.watch_stream(stream, self._seen)
-            meta = self._known.get(stream)
-        elif rescan and not has_policy(meta):
+            self.manager.store.watch_stream(stream, self._seen)  # calls _seen now
+        elif rescan:
             self.reads += 1
-            meta = self._known[stream] = self.manager.describe(stream)
+            self._seen(self.manager.describe(stream))
+        with self._known_lock:
+            meta = self._known.get(stream)
         return meta is not None and has_policy(meta)
 
     def _seen(self, meta: StreamMetadata) -> None:
         """A watch's callback (the store's thread): the stream's latest metadata."""
-        self._known[meta.name] = meta
+        with self._known_lock:
+            self._known[meta.name] = meta
 
     def apply(self, stream: str) -> list[PolicyAction]:
         """The stream's retention, then its scaling policy (each at most one operation)."""
