@@ -65,7 +65,7 @@ def test_controller_run_truncates_a_by_time_stream_without_controller_policies(
 ):
     env = make_env(kafka, zookeeper, zk_client, unique, tmp_path, buckets=1)
     stream = f"r{unique}/s"
-    limit_ms = 60_000
+    limit_ms = 600_000  # the new data stays within it however slow the test runs
     env.manager.create_scope(f"r{unique}")
     env.manager.create(
         stream,
@@ -80,7 +80,7 @@ def test_controller_run_truncates_a_by_time_stream_without_controller_policies(
     ).start()
     (switch,) = job.leader_tasks
     assert isinstance(switch, PolicySwitch)
-    old = wall_ms() - 3_600_000  # an hour ago: far beyond the retention limit
+    old = wall_ms() - 3_600_000  # an hour ago: far beyond the retention limit (10 min)
     w = env.writer("w1", stream)
     try:
         job.wait_leading()
