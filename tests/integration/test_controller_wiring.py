@@ -92,14 +92,26 @@ def test_controller_run_truncates_a_by_time_stream_without_controller_policies(
         w.write(b"new", routing_key="k")
         w.note_time(wall_ms())
         w.flush()
-        wait_for(lambda: switch.loop is not None and switch.loop.actions, job, timeout_s=120)
+        cut = stream_cut_at(stream, wall_ms() - limit_ms, delta_root=settings.delta_root)
+        assert cut  # the last old watermark's cut
+        wait_for(
+            lambda: (
+                switch.loop is not None
+                and switch.loop.actions
+                and switch.loop.actions[-1].cut == cut
+            ),
+            job,
+            timeout_s=120,
+        )
     finally:
         w.close()
         job.stop()
     assert not switch.acting  # the driver stopped: so did its loop
-    (action,) = switch.loop.actions
+    actions = switch.loop.actions  # one per old watermark that became visible, or fewer
+    assert actions and {a.kind for a in actions} == {"truncate"}
+    action = actions[-1]
     meta = env.manager.describe(stream)
-    assert action.kind == "truncate" and dict(meta.truncation) == action.cut
+    assert dict(meta.truncation) == action.cut
     assert action.cut == stream_cut_at(stream, wall_ms() - limit_ms, delta_root=settings.delta_root)
     kept = [bytes(v) for _, _, v, _ in stored(kafka, meta)]
     assert b"new" in kept and b"old0" not in kept  # nothing newer than the limit went
@@ -109,8 +121,8 @@ def test_never_two_loops_act_the_switch_waits_for_a_standalone_loop(
     kafka, zookeeper, zk_client, unique, tmp_path
 ):
     """A standalone ``controller policies`` holds the election: the leader's switch
-    contends and waits; it acts once the standalone loop is gone; it stops acting
-    when its driver stops leading."""
+    contends and waits; it acts once the standalone loop has left; it stops acting
+    and leaves the election when its driver stops leading."""
     env = make_env(kafka, zookeeper, zk_client, unique, tmp_path, buckets=1)
     settings = PolicySettings(interval_ms=200, delta_root=str(tmp_path / "delta"))
     client = KazooClient(hosts=env.zk_connect)
@@ -132,8 +144,9 @@ def test_never_two_loops_act_the_switch_waits_for_a_standalone_loop(
         switch.lead(True)
         time.sleep(2)
         assert not switch.acting  # the standalone loop holds the election
-        client.stop()  # the standalone loop's session ends (its process died)
-        client.close()
+        standalone.close()  # the standalone loop stops: it leaves the election
+        thread.join(10)
+        assert not thread.is_alive()
         deadline = time.monotonic() + 30
         while not switch.acting:
             assert time.monotonic() < deadline, "the switch never took over"
@@ -144,6 +157,8 @@ def test_never_two_loops_act_the_switch_waits_for_a_standalone_loop(
     finally:
         switch.close()
         standalone.close()
+        client.stop()
+        client.close()
 
 
 # --- issue 16: laggards from the controller job; issue 14: freshness from the note ----------
