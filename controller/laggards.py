@@ -13,9 +13,11 @@ Two kinds of writer keep a watermark from advancing:
 - **lagging** (``watermark_cycle``'s ``lagging_since``): its noted time is at
   or below the last watermark's time; while it lags *nothing* is emitted,
   until it catches up, shuts down, or its timeout drops it. ``since_ms`` =
-  the first cycle that saw it lagging.
+  the first cycle that saw it lagging. One *below* the watermark is named
+  at once; one *at* it (the usual state of a writer between its notes)
+  once it has lagged ``threshold_ms``.
 - **slowest**: no writer lags, but this writer's time is the minimum and
-  at least ``min_behind_ms`` below the fastest writer's: the next watermark
+  at least ``threshold_ms`` below the fastest writer's: the next watermark
   can be no later than its time. ``since_ms`` is unknown (``None``): the
   state keeps no history of who was slowest.
 
@@ -68,15 +70,17 @@ def laggards(
     marks: Mapping[str, WriterMark],
     state: GenerationState,
     now_ms: int,
-    min_behind_ms: int = 0,
+    threshold_ms: int = 0,
 ) -> list[Laggard]:
     """The writers holding ``stream`` back after a cycle, most behind first.
 
     ``marks`` are the writers' latest accepted marks, ``state`` the
     generation state the cycle returned (lagging writers it dropped are no
-    longer in ``lagging_since``). A slowest writer less than
-    ``min_behind_ms`` behind the fastest one is not named (writers in step
-    take turns being slowest).
+    longer in ``lagging_since``). ``threshold_ms`` keeps the ordinary out:
+    a lagging writer *at* the watermark's time (every writer is, after a
+    watermark made of its time, until it notes again) is named once it has
+    lagged that long, one *below* it at once; a slowest writer once it is
+    that far behind the fastest (writers in step take turns being slowest).
     """
     previous = state.previous
     wm_time = None if previous is None else previous.time
@@ -97,14 +101,20 @@ def laggards(
         for writer, since in state.lagging_since.items()
         if writer in marks
     ]
-    if lagging:
-        return sorted(lagging, key=lambda x: (-x.behind_ms, x.writer))
+    named = [
+        x
+        for x in lagging
+        if (wm_time is not None and x.noted_time < wm_time)
+        or now_ms - (now_ms if x.since_ms is None else x.since_ms) >= threshold_ms
+    ]
+    if lagging:  # while a writer lags nothing is emitted: the slowest do not matter
+        return sorted(named, key=lambda x: (-x.behind_ms, x.writer))
     alive = {w: m for w, m in marks.items() if m.alive}
     if len(alive) < 2:
         return []
     low = min(m.time for m in alive.values())
     high = max(m.time for m in alive.values())  # of the live writers only
-    if low == high or high - low < min_behind_ms:
+    if low == high or high - low < threshold_ms:
         return []
     return [
         Laggard(stream, w, SLOWEST, m.time, wm_time, high - low, None, now_ms)

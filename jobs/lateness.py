@@ -31,11 +31,12 @@ if TYPE_CHECKING:  # jobs.workflow imports this module
 
 
 def laggards_of(
-    stream: str, state: StreamState, now_ms: int, min_behind_ms: int = 0
+    stream: str, state: StreamState, now_ms: int, threshold_ms: int = 0
 ) -> list[Laggard]:
-    """The writers holding ``stream`` back, from the workflow's state after a cycle."""
+    """The writers holding ``stream`` back, from the workflow's state after a cycle
+    (``threshold_ms``: see :func:`controller.laggards.laggards`)."""
     marks = {writer: stored.mark for writer, stored in state.marks.items()}
-    return laggards(stream, marks, state.generation, now_ms, min_behind_ms)
+    return laggards(stream, marks, state.generation, now_ms, threshold_ms)
 
 
 def laggard_update(

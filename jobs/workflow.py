@@ -382,7 +382,7 @@ class StreamWorkflow:
         sets ``state.due_ms`` to when waiting can next change the outcome. Then the
         stream's laggards, when they changed since the last recorded snapshot."""
         out = self._cycle(stream, state, now_ms)
-        found = laggards_of(stream, state, now_ms, self.settings.laggard_min_behind_ms)
+        found = laggards_of(stream, state, now_ms, self.settings.laggard_threshold_ms)
         rows = laggard_update(stream, found, state.laggards, now_ms)
         if rows is not None:
             state.laggards = found

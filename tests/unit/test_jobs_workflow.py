@@ -84,7 +84,7 @@ def stream_meta(timeout: int | None = None, delay: int = 0) -> StreamMetadata:
 def test_a_lagging_writer_is_due_at_its_streams_own_timeout(
     timeout: int | None, applied: int
 ) -> None:
-    settings = WorkflowSettings(interval_ms=1000, writer_timeout_ms=60_000)
+    settings = WorkflowSettings(interval_ms=1000, writer_timeout_ms=60_000, laggard_threshold_ms=0)
     w, state = StreamWorkflow(settings, Streams(stream_meta(timeout)), Committed()), StreamState()
     w.on_records(S, state, [rec("a", 100, {0: 1}, 0), rec("b", 100, {1: 1}, 1)], 1_000)
     # b stops noting: it lags from the next cycle on
@@ -233,7 +233,7 @@ def test_marks_running_ahead_raise_the_upper_time_and_survive_the_state() -> Non
 
 
 def test_laggards_and_arrivals_survive_the_state_round_trip_and_feed_noted_at() -> None:
-    w, state = wf(), StreamState()
+    w, state = wf(laggard_threshold_ms=0), StreamState()
     a = MarkInput(WriterMarkRecord(S, "a", 100, {0: 1}).encode(), 0, 0, arrival_ms=900)
     b = MarkInput(WriterMarkRecord(S, "b", 100, {1: 1}).encode(), 0, 1, arrival_ms=950)
     (first,) = w.on_records(S, state, [a, b], 1_000)
@@ -252,7 +252,7 @@ def test_laggards_and_arrivals_survive_the_state_round_trip_and_feed_noted_at() 
 
 
 def test_a_writer_only_slowest_is_recorded_once_far_enough_behind() -> None:
-    w, state = wf(laggard_min_behind_ms=1_000), StreamState()
+    w, state = wf(laggard_threshold_ms=1_000), StreamState()
     out = w.on_records(S, state, [rec("a", 100, {0: 1}, 0), rec("b", 600, {1: 1}, 1)], 1_000)
     assert not [o for o in out if isinstance(o, LaggardRows)]  # 500 ms apart: in step
     out = w.on_records(S, state, [rec("b", 2_000, {1: 2}, 2), rec("a", 150, {0: 2}, 3)], 2_000)
