@@ -248,5 +248,6 @@ def test_a_lagging_writer_is_in_the_laggard_table_status_and_timeout_then_cleare
     assert after[1] - before[1] == 1  # one watermark (7 000) in between
     fresh_s = after[0] - before[0]
     row = next(r for r in read_table(root, MARKS, stream) if r["time"] == 7_000)
+    print(f"\nfreshness {fresh_s * 1000:.0f} ms; note -> seen by the test {seen - noted} ms")
     # from the note (not from the cycle): at least emitted_at - flushed, at most seen - noted
     assert max(0, row["emitted_at"] - flushed) / 1000 <= fresh_s <= (seen - noted) / 1000
