@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from controller.exceptions import UnknownStreamError
+from controller.model import Watermark
 from pipelines.reading.exceptions import InvalidTimestampError
 from pipelines.reading.seek import Found, SeekIndex, shared_index
 
@@ -69,6 +70,25 @@ def found_to_json(found: Found | None) -> dict[str, Any] | None:
         "upper_time_max": found.upper_time_max,
         "stream_cut": {str(s): o for s, o in sorted(found.stream_cut.items())},
     }
+
+
+def watermark_to_json(watermark: Watermark | None) -> dict[str, Any] | None:
+    if watermark is None:
+        return None
+    return {
+        "seq": watermark.seq,
+        "time": watermark.time,
+        "upper_time": watermark.upper_time,
+        "stream_cut": {str(s): o for s, o in sorted(watermark.stream_cut.items())},
+    }
+
+
+def watermark_from_json(stream: str, body: Mapping[str, Any] | None) -> Watermark | None:
+    """A ``watermark`` object of the service's answers -> :class:`Watermark`."""
+    if body is None:
+        return None
+    cut = {int(s): int(o) for s, o in body["stream_cut"].items()}
+    return Watermark(stream, int(body["time"]), int(body["upper_time"]), cut, int(body["seq"]))
 
 
 class TimeServiceClient:
@@ -206,4 +226,6 @@ __all__ = [
     "found_from_json",
     "found_to_json",
     "time_service_url",
+    "watermark_from_json",
+    "watermark_to_json",
 ]
