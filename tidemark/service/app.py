@@ -63,7 +63,7 @@ from starlette.templating import Jinja2Templates
 from controller.exceptions import UnknownStreamError
 from pipelines.reading.exceptions import InvalidTimestampError, UnknownReaderGroupError
 from pipelines.reading.seek import check_timestamp
-from pipelines.reading.time_service import found_to_json, watermark_to_json
+from pipelines.reading.time_service import cut_to_json, found_to_json, watermark_to_json
 from tidemark.errors import TidemarkError
 from tidemark.service.state import TimeService, stream_json, wall_ms
 
@@ -161,7 +161,7 @@ def build_app(service: TimeService) -> Starlette:
                 "stream": stream,
                 "timestamp": t,
                 "found": found_to_json(found),
-                "stream_cut": {str(s): o for s, o in sorted(cut.items())},
+                "stream_cut": cut_to_json(cut),
             }
         )
 
@@ -174,9 +174,7 @@ def build_app(service: TimeService) -> Starlette:
                 "stream": stream,
                 "timestamp": t,
                 "found": found_to_json(found),
-                "stream_cut": None
-                if found is None
-                else {str(s): o for s, o in sorted(found.stream_cut.items())},
+                "stream_cut": None if found is None else cut_to_json(found.stream_cut),
             }
         )
 

@@ -40,6 +40,7 @@ from controller.model import Watermark
 from controller.naming import ClusterSettings
 from controller.store import MetadataStore
 from pipelines.reading.seek import Found, SeekIndex, check_timestamp, live_metadata
+from pipelines.reading.time_service import cut_to_json
 from pipelines.reading.watermark_tables import TableTail, read_watermarks, resolve_delta_root
 from schemas.tables import MARKS, REJECTED_MARKS, cut_from_cell, table_path
 from tidemark.errors import ConfigurationError
@@ -352,9 +353,7 @@ class TimeService:
                 "upper_time": r["upper_time"],
                 "emitted_at": r["emitted_at"],
                 "writers": list(r["writers"] or ()),
-                "stream_cut": {
-                    str(s): o for s, o in sorted(cut_from_cell(r["stream_cut"]).items())
-                },
+                "stream_cut": cut_to_json(cut_from_cell(r["stream_cut"])),
             }
             for r in rows
         ]
@@ -416,7 +415,7 @@ class TimeService:
             "stream": stream,
             "lower": window.lower,
             "upper": window.upper,
-            "stream_cut": {str(s): o for s, o in sorted(cut.items())},
+            "stream_cut": cut_to_json(cut),
             "readers": readers,
         }
 
@@ -438,10 +437,6 @@ class TimeService:
             ]
         finally:
             store.close()
-
-
-def _cut_json(cut: Mapping[int, int]) -> dict[str, int]:
-    return {str(s): o for s, o in sorted(cut.items())}
 
 
 def stream_json(meta: StreamMetadata, latest: HistoryPoint | None, now_ms: int) -> dict[str, Any]:
@@ -469,7 +464,7 @@ def stream_json(meta: StreamMetadata, latest: HistoryPoint | None, now_ms: int) 
             }
             for e in meta.epochs
         ],
-        "truncation": _cut_json(meta.truncation),
+        "truncation": cut_to_json(meta.truncation),
         "watermark": None
         if latest is None
         else {
