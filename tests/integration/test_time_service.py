@@ -459,3 +459,18 @@ def test_wait_for_a_time_older_than_the_kept_history(
         assert body["latest"]["seq"] == 9
         status, body = get_json(running.url, f"/api/streams/{stream}/wait?t={base + 8_500}")
         assert body["watermark"]["seq"] == 9
+
+        # A wait still held when the server stops is answered (not reached), not dropped.
+        import threading
+
+        held = {}
+        path = f"/api/streams/{stream}/wait?t={base + 99_000}&timeout_ms=60000"
+        holder = threading.Thread(target=lambda: held.update(answer=get_json(running.url, path)))
+        holder.start()
+        time.sleep(0.5)
+        assert holder.is_alive()
+        stopping = time.monotonic()
+    holder.join(30)
+    assert time.monotonic() - stopping < 5
+    status, body = held["answer"]
+    assert status == 200 and body["reached"] is False and body["latest"]["seq"] == 9

@@ -190,7 +190,7 @@ def build_app(service: TimeService) -> Starlette:
             changed = service.waits.event(stream)  # taken first: no change is missed
             found, latest = service.reached(stream, t)
             remaining = deadline - loop.time()
-            if found is not None or remaining <= 0:
+            if found is not None or remaining <= 0 or service.waits.closing:
                 break
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), remaining)

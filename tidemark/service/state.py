@@ -126,6 +126,8 @@ class StreamWaits:
     def __init__(self) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._events: dict[str, asyncio.Event] = {}
+        self.closing = False
+        """Set when the server shuts down: waiters answer at once."""
 
     def event(self, stream: str) -> asyncio.Event:
         self._loop = asyncio.get_running_loop()
@@ -145,6 +147,12 @@ class StreamWaits:
         found = self._events.pop(stream, None)
         if found is not None:
             found.set()
+
+    def close(self) -> None:
+        """Wake every waiter for good (on the event loop, as the server shuts down)."""
+        self.closing = True
+        for stream in list(self._events):
+            self._wake(stream)
 
 
 class TimeService:
