@@ -157,7 +157,6 @@ def cmd_read(args: argparse.Namespace) -> int:
     from controller.model import segment_number
     from pipelines.reading.group import ReaderConfig, ReaderGroup
     from pipelines.reading.seek import live_metadata, stream_cut_at
-    from pipelines.reading.time_service import default_index
     from tidemark.cli.streams import control_plane, service_addresses
 
     since = _time_of(args)
@@ -165,13 +164,12 @@ def cmd_read(args: argparse.Namespace) -> int:
     root = delta_root()
     with control_plane() as cp:
         meta = live_metadata(cp.store, args.stream)
-        cut = (
-            None
-            if since is None
-            else stream_cut_at(
-                args.stream, since, delta_root=root, store=cp.store, index=default_index(root)
-            )
-        )
+        cut = None
+        if since is not None:
+            from pipelines.reading.time_service import default_index
+
+            index = default_index(root)
+            cut = stream_cut_at(args.stream, since, delta_root=root, store=cp.store, index=index)
         # Where committed data ends now: read to there and stop, no timeout to wait out.
         ends = StreamTopics(kafka).last_stable_offsets(
             meta.topic, sorted({segment_number(s) for s in meta.segments()})
