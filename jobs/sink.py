@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from jobs.maintenance import DEFAULT_TIME_TRAVEL_HOURS
 from jobs.processor import LAGGARD, REJECTED, WATERMARK
 from jobs.tables import (
     INDEX,
@@ -47,19 +48,44 @@ from schemas.tables import ARROW_SCHEMAS
 log = logging.getLogger(__name__)
 
 
-def ensure_tables(spark: Any, delta_root: str, attempts: int = 5) -> None:
-    """Create the tables if missing (plain Delta: readable by delta-rs)."""
+def retention_properties(time_travel_hours: int = DEFAULT_TIME_TRAVEL_HOURS) -> dict[str, str]:
+    """The tables' Delta properties: keep log entries and removed files as long as time travel.
+
+    Delta's defaults keep 30 days of JSON commits (one per controller batch:
+    about 2.6 M files per table at a 1 s interval), and opening a table on a
+    local file system lists them all. The maintainer's vacuum deletes log
+    entries older than ``delta.logRetentionDuration`` at each checkpoint.
+    """
+    span = f"interval {int(time_travel_hours)} hours"
+    return {"delta.logRetentionDuration": span, "delta.deletedFileRetentionDuration": span}
+
+
+def ensure_tables(
+    spark: Any,
+    delta_root: str,
+    attempts: int = 5,
+    time_travel_hours: int = DEFAULT_TIME_TRAVEL_HOURS,
+) -> None:
+    """Create the tables if missing (plain Delta: readable by delta-rs).
+
+    A new table gets :func:`retention_properties`; an existing one is left
+    as it is (changing properties under a running controller fails its
+    next append once; see ``jobs/README.md`` for doing it by hand).
+    """
     from delta.tables import DeltaTable
 
+    properties = retention_properties(time_travel_hours)
     for table in TABLES:
         for attempt in range(attempts):
             try:
-                (
+                builder = (
                     DeltaTable.createIfNotExists(spark)
                     .location(table_path(delta_root, table))
                     .addColumns(spark_schema(table))
-                    .execute()
                 )
+                for key, value in properties.items():
+                    builder = builder.property(key, value)
+                builder.execute()
                 break
             except Exception as exc:  # a concurrent creator won the race: look again
                 if attempt == attempts - 1:
@@ -243,4 +269,4 @@ class DeltaSink:
             )
 
 
-__all__ = ["DeltaSink", "DeltaTables", "ensure_tables", "split_rows"]
+__all__ = ["DeltaSink", "DeltaTables", "ensure_tables", "retention_properties", "split_rows"]

@@ -4,7 +4,8 @@ Each module ``tests/bench/bench_*.py`` has ``run(services: BenchServices) -> lis
 or one of the narrower signatures its docstring names;
 ``python -m tests.bench bench_controller`` runs one module,
 ``python -m tests.bench bench_controller:idle,capacity`` some parts of one (a
-module whose ``run`` takes ``parts``); it prints its own
+module whose ``run`` takes ``parts``). The services start once; each module
+runs in a process of its own. A module prints its own
 baseline, measured in the same process against the same services, and the
 ratio. These are measurements, not tests: nothing here fails on a number.
 """
@@ -14,7 +15,9 @@ from __future__ import annotations
 import importlib
 import inspect
 import logging
+import os
 import pkgutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -23,9 +26,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import tests.bench as bench_pkg
+from infra.environment import KAFKA_BOOTSTRAP, POSTGRES_DSN, ZK_CONNECT
 
 LONG = frozenset({"bench_soak"})
 """Modules run only when named (``make soak``: ``python -m tests.bench bench_soak``)."""
+
+WORK = "TIDEMARK_BENCH_WORK"
+"""Where a module's process puts its data (under the parent's temporary directory)."""
 
 
 @dataclass
@@ -77,26 +84,80 @@ def _call(run: object, services: BenchServices, parts: list[str] | None = None) 
     return list(result)
 
 
+def _resources() -> str:
+    """Open file descriptors and threads of this process, when /proc tells (leak watch).
+
+    Spark's py4j callback server uses ``select()``, which fails once any
+    descriptor of the process is >= 1024: a module that leaks clients would
+    stall every later ``foreachBatch``.
+    """
+    try:
+        fds = len(os.listdir("/proc/self/fd"))
+        threads = len(os.listdir("/proc/self/task"))
+    except OSError:
+        return ""
+    return f"; {fds} open fds, {threads} threads"
+
+
 def main(argv: list[str]) -> int:
+    """Start the services once, then run each selected module in a process of its own.
+
+    One process per module: a module's leftovers (threads, clients, garbage,
+    JIT state of a Spark session) never weigh on the next one's figures, and
+    a module that dies or hangs is reported without losing the others.
+    """
     logging.basicConfig(level=logging.WARNING)
-    wanted: dict[str, list[str] | None] = {}
-    for arg in argv:
-        name, _, parts = arg.partition(":")
-        wanted[name] = parts.split(",") if parts else None
+    if argv[:1] == ["--child"]:
+        return _child(argv[1])
+    wanted: dict[str, str] = {arg.partition(":")[0]: arg for arg in argv}
     names = sorted(
         m.name for m in pkgutil.iter_modules(bench_pkg.__path__) if m.name.startswith("bench_")
     )
+    unknown = sorted(set(wanted) - set(names))
+    if unknown:
+        raise SystemExit(f"no benchmark module {', '.join(unknown)} (have: {', '.join(names)})")
+    failed = []
     with tempfile.TemporaryDirectory(prefix="tidemark-bench-") as tmp, ExitStack() as stack:
         services = _start(stack, Path(tmp))
+        env = dict(os.environ)
+        env.update(
+            {
+                KAFKA_BOOTSTRAP: services.bootstrap,
+                ZK_CONNECT: services.zk_connect,
+                WORK: tmp,
+            }
+        )
+        if services.postgres_dsn is not None:
+            env[POSTGRES_DSN] = services.postgres_dsn
         for name in names:
             if (wanted and name not in wanted) or (not wanted and name in LONG):
                 continue
-            module = importlib.import_module(f"tests.bench.{name}")
             print(f"== {name}", flush=True)
             started = time.perf_counter()
-            for line in _call(module.run, services, wanted.get(name)):
-                print(f"   {line}", flush=True)
+            rc = subprocess.call(
+                [sys.executable, "-m", "tests.bench", "--child", wanted.get(name, name)], env=env
+            )
+            if rc != 0:
+                failed.append(name)
+                print(f"   {name} failed (exit {rc})", flush=True)
             print(f"   ({time.perf_counter() - started:.1f} s)", flush=True)
+    if failed:
+        print(f"failed: {', '.join(failed)}", flush=True)
+    return 1 if failed else 0
+
+
+def _child(arg: str) -> int:
+    """One module, against the services the parent started (named in the environment)."""
+    name, _, parts = arg.partition(":")
+    module = importlib.import_module(f"tests.bench.{name}")
+    with (
+        tempfile.TemporaryDirectory(prefix=f"{name}-", dir=os.environ.get(WORK)) as tmp,
+        ExitStack() as stack,
+    ):
+        services = _start(stack, Path(tmp))
+        for line in _call(module.run, services, parts.split(",") if parts else None):
+            print(f"   {line}", flush=True)
+    print(f"   ({_resources().lstrip('; ')})", flush=True)
     return 0
 
 

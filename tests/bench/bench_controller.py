@@ -32,7 +32,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -144,7 +143,13 @@ def _create_streams(settings: Any, prefix: str, count: int) -> None:
 
 
 def _tree_cpu_s(root_pid: int) -> float:
-    """CPU seconds (user + system) of a process and all its descendants, from /proc."""
+    """CPU seconds (user + system) of a process and all its descendants, from /proc.
+
+    A descendant's own times plus the times of its children it has reaped
+    (``cutime``/``cstime``): a Python worker that exits during the window is
+    waited for by its parent (the PySpark daemon), so its CPU moves into the
+    parent's counters instead of vanishing from the sum.
+    """
     children: dict[int, list[int]] = {}
     ticks: dict[int, int] = {}
     for entry in os.listdir("/proc"):
@@ -157,7 +162,7 @@ def _tree_cpu_s(root_pid: int) -> float:
             continue
         pid, ppid = int(entry), int(fields[1])
         children.setdefault(ppid, []).append(pid)
-        ticks[pid] = int(fields[11]) + int(fields[12])
+        ticks[pid] = sum(int(v) for v in fields[11:15])  # utime stime cutime cstime
     total, todo = 0, [root_pid]
     while todo:
         pid = todo.pop()
@@ -376,8 +381,6 @@ def freshness(spark: Any, services: Any, root: str, work: Path) -> list[str]:
     from controller.zk_store import ZooKeeperStore
     from jobs.controller_job import ControllerJob
     from jobs.tables import MARKS, table_path
-    from pipelines.writing.config import WriterConfig
-    from pipelines.writing.writer import EventWriter
 
     settings = _settings(services, root, work, FRESH_BUCKETS, interval_ms=1000, warm_up=False)
     client = KazooClient(hosts=settings.zk_connect)
@@ -388,32 +391,20 @@ def freshness(spark: Any, services: Any, root: str, work: Path) -> list[str]:
     manager.create_scope("fresh")
     for s in streams:
         manager.create(s, StreamConfiguration(scaling_policy=ScalingPolicy.fixed(1)))
-    cfg = WriterConfig(cluster=settings.cluster, linger_ms=1)
-    writers = [
-        EventWriter(f"w{j}", s, store=store, bootstrap_servers=services.bootstrap, config=cfg)
-        for s in streams
-        for j in range(2)
-    ]
-    halt = threading.Event()
-
-    def note() -> None:
-        while not halt.is_set():
-            now = time.time_ns() // 1_000_000
-            for w in writers:
-                w.write(b"e", routing_key="k")
-                w.note_time(now)
-            for w in writers:
-                w.flush()
-            halt.wait(0.2)
-
     job = ControllerJob(spark, settings, "fresh").start()
     seen: dict[tuple[str, int], float] = {}
     lags: list[float] = []
-    noter = threading.Thread(target=note, daemon=True)
+    noter: subprocess.Popen[str] | None = None
     try:
         job.wait_leading(600)
         job.process_all_available(600)
-        noter.start()
+        noter = subprocess.Popen(
+            [sys.executable, "-m", "tests.bench.fresh_writers", services.bootstrap,
+             settings.zk_connect, settings.cluster.marks_topic,
+             str(settings.cluster.bucket_count), *streams],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert noter.stdout is not None and noter.stdout.readline().strip() == "ready"
         path = table_path(settings.delta_root, MARKS)
         dt = DeltaTable(path)
         # The query's first batches (Python workers, code generation) take tens of
@@ -446,11 +437,9 @@ def freshness(spark: Any, services: Any, root: str, work: Path) -> list[str]:
                                 lags.append(visible - r["time"])
             time.sleep(0.05)
     finally:
-        halt.set()
-        noter.join(10)
+        if noter is not None:
+            noter.communicate(timeout=60)  # closes its stdin: the writers close, then it exits
         job.stop()
-        for w in writers:
-            w.close()
         client.stop()
         client.close()
     if not lags:
