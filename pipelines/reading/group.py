@@ -69,7 +69,6 @@ from pipelines.reading.seek import (
     start_cut_for,
     wall_clock_ms,
 )
-from pipelines.reading.time_service import default_index
 from pipelines.reading.view import GroupView, cut_commits, group_view
 from pipelines.reading.windows import WatermarkFeed, reader_position, window_at
 
@@ -180,6 +179,8 @@ class ReaderGroup:
             raise ReaderConfigError("give from_time or start_cut, not both")
         meta = live_metadata(store, stream)
         if from_time is not None:
+            from pipelines.reading.time_service import default_index
+
             # the running time service when one is configured, else Delta
             idx = index or default_index(delta_root, storage_options)
             cut = start_cut_for(stream, check_timestamp(from_time), meta, idx)
@@ -280,6 +281,8 @@ class ReaderGroup:
             raise ReaderConfigError("seek needs a timestamp or a cut (one of them)")
         meta = self._metadata()
         if timestamp is not None:
+            from pipelines.reading.time_service import default_index
+
             idx = default_index(self.delta_root, self.storage_options)
             target = start_cut_for(self.stream, check_timestamp(timestamp), meta, idx)
         else:
