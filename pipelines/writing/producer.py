@@ -45,12 +45,12 @@ it is acknowledged) and takes the position from the partitions' end offsets
 any record of this producer written before the note, and exact when it is
 the only producer of those partitions (checked by counting: the end offset
 moved by exactly this producer's records since the last read; call
-``produce`` and ``note_time`` from one thread). Otherwise it is later: it
-also covers other producers' records stored meanwhile. The producer then
-logs a warning (once per partition) and keeps publishing -- every event up
-to the noted time still lies before the cut, but the cut may hold other
-writers' later events, so the ``upper_time`` bound does not hold for it
-(a read starting from a time may start past such an event).
+``produce`` and ``note_time`` from one thread). Otherwise it would be later:
+it would also cover other producers' records stored meanwhile, and a cut
+holding other writers' later events breaks the ``upper_time`` promise (a
+read starting from a time could start past such an event). So then
+``note_time`` raises :class:`SharedPartitionError` and publishes nothing;
+shared partitions need ``positions_from="reports"``.
 A record that failed makes ``note_time`` raise :class:`DeliveryError`
 without publishing the mark. Per-message delivery callbacks cannot be
 honoured (successes are not reported) and are refused, and so are streams
@@ -85,6 +85,7 @@ from pipelines.writing.exceptions import (
     DeliveryError,
     FailedRecord,
     MissingWriterIdError,
+    SharedPartitionError,
     TimeWentBackwardsError,
     WriterClosedError,
     WriterConfigError,
@@ -125,8 +126,6 @@ class _Stream:
         self.checked: dict[int, tuple[int, int]] = {}
         """Partition -> (end offset, records produced) when last read: whether the
         records appended since are exactly this producer's (it writes alone)."""
-        self.shared: set[int] = set()
-        """Partitions found written by another producer too (positions later than exact)."""
         self.apply(metadata)
 
     def apply(self, metadata: StreamMetadata) -> None:
@@ -538,33 +537,28 @@ class TidemarkProducer:
                 f"time {timestamp} not noted"
             )
         self._raise_failures()  # a record before the note was not stored: no mark
-        self._last_noted = timestamp
         for st in self._streams.values():
             if only is not None and st.name != only:
                 continue
             written = [p for p, n in enumerate(st.counts) if n]
-            for p, end in topics.end_offsets(st.topic, written).items():
+            ends = topics.end_offsets(st.topic, written)
+            shared = [p for p, end in sorted(ends.items()) if not self._alone(st, p, end)]
+            if shared:  # no mark: its cut could hold another producer's later records
+                raise SharedPartitionError(self.writer_id, st.topic, shared)
+            for p, end in ends.items():
                 if end > st.end_position.get(p, 0):
                     st.end_position[p] = end
-                self._check_alone(st, p, end)
             self._publish(st, timestamp, st.end_position, alive)
+        self._last_noted = timestamp
         self._producer.poll(0)
 
-    def _check_alone(self, st: _Stream, p: int, end: int) -> None:
-        """Warn (once per partition) when records other than this producer's were appended
-        to ``p`` since it was last read: its positions there are then later than exact."""
+    @staticmethod
+    def _alone(st: _Stream, p: int, end: int) -> bool:
+        """Whether ``p``'s end offset moved by exactly this producer's records since it was
+        last read (then it is this producer's exact position there)."""
         was_end, was_count = st.checked.get(p, (end, st.counts[p]))
         st.checked[p] = (end, st.counts[p])
-        if end - was_end != st.counts[p] - was_count and p not in st.shared:
-            st.shared.add(p)
-            log.warning(
-                "writer %s: partition %d of %s has another producer: positions from end "
-                "offsets cover its records too (later than this producer's own); "
-                "positions_from='reports' gives exact ones",
-                self.writer_id,
-                p,
-                st.topic,
-            )
+        return end - was_end == st.counts[p] - was_count
 
     def _on_mark_delivery(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None:

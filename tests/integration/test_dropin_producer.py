@@ -26,7 +26,12 @@ from controller.watermarks import GenerationState, Verdict, accept_mark, waterma
 from controller.zk_store import ZooKeeperStore
 from pipelines.reading.watermark_tables import append_watermarks
 from pipelines.writing.config import WriterConfig
-from pipelines.writing.exceptions import DeliveryError, WriterConfigError, WriterError
+from pipelines.writing.exceptions import (
+    DeliveryError,
+    SharedPartitionError,
+    WriterConfigError,
+    WriterError,
+)
 from pipelines.writing.partitioners import kafka_partition
 from pipelines.writing.producer import TidemarkProducer
 from pipelines.writing.writer import EventWriter
@@ -311,7 +316,7 @@ def test_adopt_refuses_what_it_cannot_honour(
     assert scaled.current_epoch().number == 1
 
 
-def test_positions_from_end_offsets_are_exact_alone_and_never_early_when_shared(
+def test_positions_from_end_offsets_are_exact_alone_and_refused_when_shared(
     kafka: str,
     manager: StreamManager,
     store: Any,
@@ -320,8 +325,8 @@ def test_positions_from_end_offsets_are_exact_alone_and_never_early_when_shared(
     caplog: Any,
 ) -> None:
     """positions_from="end_offsets": no report per stored record; note_time flushes and
-    takes the end offsets -- exact for a sole producer, later (never earlier) when another
-    producer writes the same partitions, and no mark over a record Kafka refused."""
+    takes the end offsets -- exact for a sole producer; refused (no mark) when another
+    producer wrote the same partitions meanwhile, and no mark over a record Kafka refused."""
     topic = f"legacy-e-{unique}"
     make_topic(kafka, topic, 3, {"max.message.bytes": "2000"})
     stream = f"e{unique}/orders"
@@ -347,7 +352,6 @@ def test_positions_from_end_offsets_are_exact_alone_and_never_early_when_shared(
     segs = {s.number: s.id for s in store.get_stream(stream).current_epoch().segments}
     exact = {segs[p]: n for p, n in enumerate(counts) if n}
     assert producer.position(stream) == exact
-    assert "has another producer" not in caplog.text
     # round 1: another producer writes the same partitions meanwhile
     for i, (key, value) in enumerate(EVENTS[20:40]):
         producer.produce(topic, value, key, timestamp=BASE + 101)
@@ -355,8 +359,17 @@ def test_positions_from_end_offsets_are_exact_alone_and_never_early_when_shared(
         other.produce(topic, b"other-%d" % i, key)
         other.poll(0)
     other.flush(10)
-    producer.note_time(BASE + 150)
-    assert "has another producer" in caplog.text  # later than exact, and said so
+    with pytest.raises(SharedPartitionError, match="another producer") as refused:
+        producer.note_time(BASE + 150)
+    assert refused.value.topic == topic and refused.value.partitions
+    assert producer.position(stream) == exact  # nothing published past this producer's own
+    # alone again: the next note is exact once more (other's records lie before ours)
+    for key, value in EVENTS[40:45]:
+        producer.produce(topic, value, key, timestamp=BASE + 301)
+        producer.poll(0)
+    producer.note_time(BASE + 350)
+    after = producer.position(stream)
+    assert all(after[s] >= n for s, n in exact.items()) and after != exact
     # a record Kafka refuses (larger than the topic allows): note_time raises, no mark
     producer.produce(topic, b"x" * 5_000, "big", timestamp=BASE + 201)
     with pytest.raises(DeliveryError):
