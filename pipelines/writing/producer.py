@@ -251,7 +251,11 @@ class TidemarkProducer:
 
     def _on_failed(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None:
-            self._failures.append(_failed(msg))
+            failed = _failed(msg)
+            self._failures.append(failed)
+            for st in self._streams.values():  # not stored: not in the end offsets either
+                if st.topic == failed.topic and 0 <= failed.partition < len(st.counts):
+                    st.counts[failed.partition] -= 1
 
     # --- what Producer offers -------------------------------------------------------------
 

@@ -371,9 +371,9 @@ def test_positions_from_end_offsets_are_exact_alone_and_refused_when_shared(
     after = producer.position(stream)
     assert all(after[s] >= n for s, n in exact.items()) and after != exact
     # a record Kafka refuses (larger than the topic allows): note_time raises, no mark
-    producer.produce(topic, b"x" * 5_000, "big", timestamp=BASE + 201)
+    producer.produce(topic, b"x" * 5_000, "big", timestamp=BASE + 401)
     with pytest.raises(DeliveryError):
-        producer.note_time(BASE + 250)
+        producer.note_time(BASE + 450)
     producer.close()
     # refused: per-message callbacks, configured ones, streams tidemark routes
     with pytest.raises(WriterError, match="per-message"):
@@ -408,15 +408,15 @@ def test_positions_from_end_offsets_are_exact_alone_and_refused_when_shared(
         )
 
     marks = [m for m in marks_of(kafka, cluster, stream) if m.writer_id == "w1"]
-    assert [(m.time, m.alive) for m in marks] == [
+    assert [(m.time, m.alive) for m in marks] == [  # the shared note was never published
         (BASE + 50, True),
-        (BASE + 150, True),
-        (BASE + 150, False),
+        (BASE + 350, True),
+        (BASE + 350, False),
     ]
     assert dict(marks[0].position) == exact
-    # the later marks cover every record of this producer (and here the others' too)
+    # the later marks cover every stored record (this producer's and, before them, the other's)
     held = records(kafka, topic, 3)
-    assert len([v for *_, v, _ in held if v.startswith(b"event-")]) == 40
+    assert len([v for *_, v, _ in held if v.startswith(b"event-")]) == 45
     for mark in marks[1:]:
         position = dict(mark.position)
         assert position == {segs[p]: max(o for q, o, *_ in held if q == p) + 1 for p in range(3)}
