@@ -479,5 +479,5 @@ def test_log_is_trimmed_to_its_retention_and_old_tables_get_it(tmp_path: Path) -
     assert len(removes) <= 4  # the last compaction's (1 + 3 files), not the 12 before
     assert latest.to_pyarrow_table().num_rows == 15 * len(STREAMS)
     assert read_watermarks(root, STREAMS[1]) == expected_marks(STREAMS[1], 15)
-    with pytest.raises(Exception, match="(?i)log segment|not found|version"):
+    with pytest.raises(Exception, match=r"(?i)log segment|not found|version"):
         DeltaTable(table_path(root, INDEX), version=1)  # before the log's reach
