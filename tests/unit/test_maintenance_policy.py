@@ -83,6 +83,7 @@ def test_files_stay_bounded(files: int, small: int, version: int, since: int) ->
         ({"checkpoint_every": 0}, "checkpoint_every"),
         ({"time_travel_hours": -1}, "time_travel_hours"),
         ({"check_interval_s": 0}, "check_interval_s"),
+        ({"log_retention_s": 0.5}, "log_retention_s"),
         ({"tables": ("marks", "nope")}, "nope"),
         ({"delta_root": " "}, "delta root"),
     ],
