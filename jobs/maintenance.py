@@ -34,11 +34,13 @@ the table's file count and sizes what to do:
 
 Why the log is kept shorter than the removed files (issue 19): on a local
 file system delta-rs lists the whole ``_delta_log`` directory on every open,
-``update_incremental`` and commit, so each append and each cold lookup cost
-grew by about 1 µs per log entry -- 10 000 entries (under 3 h of a 1 s
-controller) doubled a cold lookup and tripled an append. Time travel to a
-version or a time (``?version=`` / ``?as_of=``) reaches back
-``log_retention_s``, not ``time_travel_hours``.
+``update_incremental`` and commit (about 1 µs per entry each time): with
+10 000 entries (under 3 h of a 1 s controller) a table open took 2.6x and a
+commit 2.7x as long as with 100. So on a local file system the log is kept
+15 minutes by default (:func:`default_log_retention_s`), on an object store
+(whose listing starts at an offset) as long as the removed files. Time
+travel to a version or a time (``?version=`` / ``?as_of=``) reaches back
+the log retention, not ``time_travel_hours``.
 
 Appends win. A compaction commit that conflicts with a concurrent commit is
 retried on the new version (``commit_attempts`` times, with a growing
@@ -65,10 +67,28 @@ MIB = 1024 * 1024
 DEFAULT_TARGET_FILE_BYTES = 16 * MIB
 DEFAULT_ROW_GROUP_ROWS = 8192
 DEFAULT_TIME_TRAVEL_HOURS = 168
-DEFAULT_LOG_RETENTION_S = 1800.0
+LOCAL_LOG_RETENTION_S = 900.0
+"""Log kept on a local file system, where every open and commit lists all of it."""
 
 
-def retention_properties(log_retention_s: float = DEFAULT_LOG_RETENTION_S) -> dict[str, str]:
+def default_log_retention_s(
+    delta_root: str, time_travel_hours: float = DEFAULT_TIME_TRAVEL_HOURS
+) -> float:
+    """How long the log of tables under ``delta_root`` is kept unless told.
+
+    On a local file system (a path or ``file://``) :data:`LOCAL_LOG_RETENTION_S`,
+    15 minutes: delta-rs lists the whole ``_delta_log`` there on every open,
+    refresh and commit (~1 µs per entry each time). On an object store the
+    listing starts at an offset, so the log costs storage, not time: it is
+    kept as long as the removed data files, ``time_travel_hours``.
+    """
+    root = str(delta_root)
+    if "://" not in root or root.startswith("file://"):
+        return LOCAL_LOG_RETENTION_S
+    return float(time_travel_hours) * 3600.0
+
+
+def retention_properties(log_retention_s: float) -> dict[str, str]:
     """The tables' Delta retention properties (set at creation and by the maintainer).
 
     ``delta.logRetentionDuration``: how long commits stay in ``_delta_log`` (time
@@ -99,8 +119,10 @@ class MaintenanceSettings:
     """Checkpoint once this many commits were added since the last checkpoint."""
     time_travel_hours: int = DEFAULT_TIME_TRAVEL_HOURS
     """Removed data files stay this long (readers of old versions); Delta's 7 days."""
-    log_retention_s: float = DEFAULT_LOG_RETENTION_S
-    """Log entries (and tombstones) stay this long: the reach of time travel by version."""
+    log_retention_s: float | None = None
+    """Log entries (and tombstones) stay this long: the reach of time travel by version.
+    ``None``: :func:`default_log_retention_s` (15 min on a local file system, else
+    ``time_travel_hours``); see :attr:`log_retention`."""
     vacuum_every_s: float = 3600.0
     check_interval_s: float = 5.0
     commit_attempts: int = 5
@@ -128,7 +150,7 @@ class MaintenanceSettings:
             raise JobConfigurationError(
                 "time_travel_hours and vacuum_every_s must be >= 0, check_interval_s > 0"
             )
-        if self.log_retention_s < 1:
+        if self.log_retention_s is not None and self.log_retention_s < 1:
             raise JobConfigurationError(
                 f"log_retention_s must be at least 1: got {self.log_retention_s}"
             )
@@ -137,6 +159,13 @@ class MaintenanceSettings:
             raise JobConfigurationError(
                 f"unknown table(s) {', '.join(unknown)}; valid: {', '.join(TABLES)}"
             )
+
+    @property
+    def log_retention(self) -> float:
+        """The log retention in seconds (``log_retention_s`` or the default for the root)."""
+        if self.log_retention_s is not None:
+            return float(self.log_retention_s)
+        return default_log_retention_s(self.delta_root, self.time_travel_hours)
 
 
 @dataclass(frozen=True)
@@ -364,7 +393,7 @@ class Maintainer:
         the sink's append that races it is retried by the sink.
         """
         dt = self._table(table)
-        wanted = retention_properties(self.settings.log_retention_s)
+        wanted = retention_properties(self.settings.log_retention)
         have = dt.metadata().configuration
         if any(have.get(key) != value for key, value in wanted.items()):
             log.info("maintenance of %s: setting %s", table, wanted)
@@ -476,10 +505,10 @@ def table_files(
 
 
 __all__ = [
-    "DEFAULT_LOG_RETENTION_S",
     "DEFAULT_ROW_GROUP_ROWS",
     "DEFAULT_TARGET_FILE_BYTES",
     "DEFAULT_TIME_TRAVEL_HOURS",
+    "LOCAL_LOG_RETENTION_S",
     "MAINTENANCE_BUCKET",
     "MIB",
     "Maintainer",
@@ -488,6 +517,7 @@ __all__ = [
     "PassReport",
     "Plan",
     "TableState",
+    "default_log_retention_s",
     "maintenance_switch",
     "plan",
     "retention_properties",

@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from jobs.maintenance import DEFAULT_LOG_RETENTION_S, retention_properties
+from jobs.maintenance import default_log_retention_s, retention_properties
 from jobs.processor import REJECTED, WATERMARK
 from jobs.tables import INDEX, MARKS, REJECTED_MARKS, TABLES, spark_schema, table_path
 from schemas.tables import ARROW_SCHEMAS
@@ -44,7 +44,7 @@ def ensure_tables(
     spark: Any,
     delta_root: str,
     attempts: int = 5,
-    log_retention_s: float = DEFAULT_LOG_RETENTION_S,
+    log_retention_s: float | None = None,
 ) -> None:
     """Create the three tables if missing (plain Delta: readable by delta-rs).
 
@@ -53,6 +53,8 @@ def ensure_tables(
     """
     from delta.tables import DeltaTable
 
+    if log_retention_s is None:
+        log_retention_s = default_log_retention_s(delta_root)
     properties = retention_properties(log_retention_s)
     for table in TABLES:
         for attempt in range(attempts):
