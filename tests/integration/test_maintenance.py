@@ -460,7 +460,7 @@ def test_log_is_trimmed_to_its_retention_and_old_tables_get_it(tmp_path: Path) -
     sink.write(batch_rows(0), 0)
     maintainer = Maintainer(settings(root, tables=(INDEX,), log_retention_s=1))
     maintainer.run_once(force=True, vacuum=False)
-    index = DeltaTable(table_path(root, INDEX))
+    index = DeltaTable(table_path(root, INDEX))  # a reader left at an old version
     assert index.metadata().configuration == retention_properties(1)
     for b in range(1, 12):
         sink.write(batch_rows(b), b)  # the open sink, after the property commit
@@ -478,6 +478,9 @@ def test_log_is_trimmed_to_its_retention_and_old_tables_get_it(tmp_path: Path) -
     removes = pq.read_table(checkpoint, columns=["remove"]).column("remove").drop_null()
     assert len(removes) <= 4  # the last compaction's (1 + 3 files), not the 12 before
     assert latest.to_pyarrow_table().num_rows == 15 * len(STREAMS)
+    index.update_incremental()  # its next commits are gone: it goes through the checkpoint
+    assert index.version() == latest.version()
+    assert index.to_pyarrow_table().num_rows == 15 * len(STREAMS)
     assert read_watermarks(root, STREAMS[1]) == expected_marks(STREAMS[1], 15)
     with pytest.raises(Exception, match=r"(?i)log segment|not found|version"):
         DeltaTable(table_path(root, INDEX), version=1)  # before the log's reach
