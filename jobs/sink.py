@@ -5,8 +5,8 @@
 
 Each micro-batch's output (a handful of rows per stream and interval) is
 collected once to the driver -- the stateful stage runs exactly once per
-batch -- and appended to ``marks``, then ``index``, then ``rejected_marks``
-with delta-rs (:mod:`deltalake`), each commit carrying the Delta transaction
+batch -- and appended to ``marks``, then ``index``, then ``rejected_marks``,
+then ``laggards`` with delta-rs (:mod:`deltalake`), each commit carrying the Delta transaction
 identifier ``(appId = <app id>/<query id>, version = <batch id>)``. A batch
 whose version a table already holds for that appId is skipped, so a batch
 re-run after a crash (same offsets, same state, same batch timestamp) never
@@ -33,8 +33,16 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from jobs.maintenance import default_log_retention_s, retention_properties
-from jobs.processor import REJECTED, WATERMARK
-from jobs.tables import INDEX, MARKS, REJECTED_MARKS, TABLES, spark_schema, table_path
+from jobs.processor import LAGGARD, REJECTED, WATERMARK
+from jobs.tables import (
+    INDEX,
+    LAGGARDS,
+    MARKS,
+    REJECTED_MARKS,
+    TABLES,
+    spark_schema,
+    table_path,
+)
 from schemas.tables import ARROW_SCHEMAS
 
 log = logging.getLogger(__name__)
@@ -46,7 +54,7 @@ def ensure_tables(
     attempts: int = 5,
     log_retention_s: float | None = None,
 ) -> None:
-    """Create the three tables if missing (plain Delta: readable by delta-rs).
+    """Create the tables if missing (plain Delta: readable by delta-rs).
 
     A new table gets :func:`retention_properties`; the maintainer gives them
     to an existing one (the sink retries the append that races that commit).
@@ -118,6 +126,20 @@ def split_rows(
             }
             for r in rows
             if r["kind"] == REJECTED
+        ],
+        LAGGARDS: [
+            {
+                "stream": r["stream"],
+                "at": r["at"],
+                "writer": r["writer"],
+                "kind": r["laggard_kind"],
+                "noted_time": r["noted_time"],
+                "watermark_time": r["watermark_time"],
+                "behind_ms": r["behind_ms"],
+                "since": r["since"],
+            }
+            for r in rows
+            if r["kind"] == LAGGARD
         ],
     }
 
@@ -247,18 +269,19 @@ class DeltaSink:
         """Append one batch's output rows (the processor's ``OUTPUT_SCHEMA``)."""
         app = self.txn_app_id()
         by_table = split_rows(rows)
-        for table in (MARKS, INDEX, REJECTED_MARKS):
+        for table in (MARKS, INDEX, REJECTED_MARKS, LAGGARDS):
             if by_table[table]:
                 self.tables.append(table, by_table[table], app, batch_id)
         self.batches += 1
         self.rows_written += len(rows)
         if rows:
             log.debug(
-                "batch %d of %s: %d watermarks, %d rejected",
+                "batch %d of %s: %d watermarks, %d rejected, %d laggard rows",
                 batch_id,
                 app,
                 len(by_table[MARKS]),
                 len(by_table[REJECTED_MARKS]),
+                len(by_table[LAGGARDS]),
             )
 
 
