@@ -821,7 +821,13 @@ class EventReader:
             self._last_offset[seg_id] = _NO_LIMIT if size is None else size - 1
             if size is None:
                 self._unsealed[partition] = seg_id
-            elif self._unsealed.pop(partition, None) is not None and self._purge(partition):
+                continue
+            if self._offsets.get(seg_id, 0) >= size:
+                # Read to its sealed size already (its end came before the size was
+                # recorded, so no later record or end notice will finish it): finish
+                # it at the next call instead of waiting for a commit to show it.
+                self._finish_after.add(seg_id)
+            if self._unsealed.pop(partition, None) is not None and self._purge(partition):
                 # Sealed since its records were fetched: fetch them again from the
                 # position, to be checked against the sealed size one by one.
                 offset = self._offsets[seg_id]
