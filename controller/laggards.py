@@ -13,17 +13,22 @@ Two kinds of writer keep a watermark from advancing:
 - **lagging** (``watermark_cycle``'s ``lagging_since``): its noted time is at
   or below the last watermark's time; while it lags *nothing* is emitted,
   until it catches up, shuts down, or its timeout drops it. ``since_ms`` =
-  the first cycle that saw it lagging.
+  the first cycle that saw it lagging. One *below* the watermark is named
+  at once; one *at* it (the usual state of a writer between its notes)
+  once it has lagged ``threshold_ms``.
 - **slowest**: no writer lags, but this writer's time is the minimum and
-  below the fastest writer's: the next watermark can be no later than its
-  time. ``since_ms`` is unknown (``None``): the state keeps no history of
-  who was slowest.
+  at least ``threshold_ms`` below the fastest writer's: the next watermark
+  can be no later than its time. ``since_ms`` is unknown (``None``): the
+  state keeps no history of who was slowest.
 
 For both, ``behind_ms`` = the fastest writer's noted time - its own: how far
 the stream's time would move if it caught up.
 
 A snapshot is what one cycle sees; :func:`changed` says whether a new
-snapshot differs from the last one recorded (only then is it worth a row).
+snapshot differs from the last one recorded (only then is it worth a row):
+who, of which kind, since when -- not how far behind, nor a lagging
+writer's new (still lagging) time, which change with every mark and would
+make a row per cycle.
 """
 
 from __future__ import annotations
@@ -61,13 +66,21 @@ class Laggard:
 
 
 def laggards(
-    stream: str, marks: Mapping[str, WriterMark], state: GenerationState, now_ms: int
+    stream: str,
+    marks: Mapping[str, WriterMark],
+    state: GenerationState,
+    now_ms: int,
+    threshold_ms: int = 0,
 ) -> list[Laggard]:
     """The writers holding ``stream`` back after a cycle, most behind first.
 
     ``marks`` are the writers' latest accepted marks, ``state`` the
     generation state the cycle returned (lagging writers it dropped are no
-    longer in ``lagging_since``).
+    longer in ``lagging_since``). ``threshold_ms`` keeps the ordinary out:
+    a lagging writer *at* the watermark's time (every writer is, after a
+    watermark made of its time, until it notes again) is named once it has
+    lagged that long, one *below* it at once; a slowest writer once it is
+    that far behind the fastest (writers in step take turns being slowest).
     """
     previous = state.previous
     wm_time = None if previous is None else previous.time
@@ -88,14 +101,20 @@ def laggards(
         for writer, since in state.lagging_since.items()
         if writer in marks
     ]
-    if lagging:
-        return sorted(lagging, key=lambda x: (-x.behind_ms, x.writer))
+    named = [
+        x
+        for x in lagging
+        if (wm_time is not None and x.noted_time < wm_time)
+        or now_ms - (now_ms if x.since_ms is None else x.since_ms) >= threshold_ms
+    ]
+    if lagging:  # while a writer lags nothing is emitted: the slowest do not matter
+        return sorted(named, key=lambda x: (-x.behind_ms, x.writer))
     alive = {w: m for w, m in marks.items() if m.alive}
     if len(alive) < 2:
         return []
     low = min(m.time for m in alive.values())
     high = max(m.time for m in alive.values())  # of the live writers only
-    if low == high:
+    if low == high or high - low < threshold_ms:
         return []
     return [
         Laggard(stream, w, SLOWEST, m.time, wm_time, high - low, None, now_ms)
@@ -105,10 +124,10 @@ def laggards(
 
 
 def changed(before: Sequence[Laggard], after: Sequence[Laggard]) -> bool:
-    """True when the set of laggards, their kind, noted time or start differ."""
+    """True when the set of laggards, their kind or the start of their lagging differ."""
 
-    def key(xs: Sequence[Laggard]) -> set[tuple[str, str, int, int | None]]:
-        return {(x.writer, x.kind, x.noted_time, x.since_ms) for x in xs}
+    def key(xs: Sequence[Laggard]) -> set[tuple[str, str, int | None]]:
+        return {(x.writer, x.kind, x.since_ms) for x in xs}
 
     return key(before) != key(after)
 

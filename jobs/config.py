@@ -50,6 +50,11 @@ class WorkflowSettings:
     kafka_bootstrap: str = ""
     zk_connect: str = ""
     zk_root: str = "/tidemark"
+    laggard_threshold_ms: int = 10_000
+    """What the ``laggards`` table leaves out as ordinary: a writer lagging *at* the
+    watermark's time (as every writer is between its notes) is recorded once it has
+    lagged this long, and a writer that is only the slowest once it is this far
+    behind the fastest (writers in step take turns); one below the watermark at once."""
 
     def __post_init__(self) -> None:
         if self.interval_ms < 1:

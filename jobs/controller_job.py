@@ -54,8 +54,8 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 from urllib.parse import urlparse
 
 from jobs.cli_args import add_controller_arguments, settings_from_args
@@ -237,6 +237,17 @@ def warm_up(spark: Any, settings: ControllerSettings, instance_id: str, batches:
     log.info("controller %s: warmed up", instance_id)
 
 
+class LeaderTask(Protocol):
+    """Something that runs only while this driver leads (the tables' maintenance,
+    the stream policy loop): told on every change, closed when the driver stops.
+    :class:`~jobs.maintenance.MaintenanceSwitch` is one; the CLI passes others
+    (``tidemark.policy_loop.PolicySwitch``) so that ``jobs`` imports nothing of them."""
+
+    def lead(self, leading: bool) -> None: ...
+
+    def close(self) -> None: ...
+
+
 def is_transient(error: Any) -> bool:
     """A query failure that a restart from the checkpoint recovers from (see
     :meth:`ControllerJob._wait_between_batches`)."""
@@ -314,6 +325,7 @@ class ControllerJob:
         instance_id: str,
         zk_client: Any = None,
         metrics: Any = None,
+        leader_tasks: Sequence[LeaderTask] = (),
     ) -> None:
         self.spark = spark
         self.settings = settings
@@ -327,6 +339,8 @@ class ControllerJob:
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._maintenance: MaintenanceSwitch | None = None
+        self.leader_tasks: tuple[LeaderTask, ...] = tuple(leader_tasks)
+        """Run while this driver leads, after the maintenance (see :class:`LeaderTask`)."""
         self.failures: list[str] = []
         # Prometheus metrics (jobs.metrics.ControllerMetrics); None: off
         self.metrics: Any = metrics
@@ -382,8 +396,11 @@ class ControllerJob:
             self._election.cancel()
         if self._thread is not None:
             self._thread.join(timeout=120)
-        if self._maintenance is not None:
-            self._maintenance.close()
+        for task in self._tasks():
+            try:
+                task.close()
+            except Exception:
+                log.exception("controller %s: closing %r failed", self.instance_id, task)
         if self._own_client and self._client is not None:
             self._client.stop()
             self._client.close()
@@ -396,15 +413,28 @@ class ControllerJob:
 
     # --- while leading ---------------------------------------------------------------------
 
+    def _tasks(self) -> list[LeaderTask]:
+        return [*([] if self._maintenance is None else [self._maintenance]), *self.leader_tasks]
+
     def _lead(self, lost: threading.Event) -> None:
-        """While leading: the query, and the tables' maintenance (issue 19)."""
-        if self._maintenance is not None:
-            self._maintenance.lead(True)
+        """While leading: the query, the tables' maintenance (issue 19) and the other
+        leader tasks (the stream policy loop, issue 13). They stop before the
+        leadership is given up: the query first, then each task."""
+        started: list[LeaderTask] = []
         try:
+            for task in self._tasks():
+                try:
+                    task.lead(True)
+                    started.append(task)
+                except Exception:  # a task that cannot start never stops the query
+                    log.exception("controller %s: %r did not start", self.instance_id, task)
             self._run_query(lost)
         finally:
-            if self._maintenance is not None:
-                self._maintenance.lead(False)
+            for task in reversed(started):
+                try:
+                    task.lead(False)
+                except Exception:
+                    log.exception("controller %s: %r did not stop", self.instance_id, task)
 
     def _run_query(self, lost: threading.Event) -> None:
         """Run the query until the leadership is lost, the job stops, or the query fails."""
@@ -575,8 +605,13 @@ def metrics_from_args(args: argparse.Namespace) -> Any:
     return serve_metrics(port)
 
 
-def run_local(args: argparse.Namespace) -> int:
-    """``tidemark controller run``: a local Spark session (or TIDEMARK_SPARK_MASTER)."""
+LeaderTasks = Callable[[ControllerSettings], Sequence[LeaderTask]]
+"""What runs beside the query while a driver leads, given the driver's settings."""
+
+
+def run_local(args: argparse.Namespace, leader_tasks: LeaderTasks | None = None) -> int:
+    """``tidemark controller run``: a local Spark session (or TIDEMARK_SPARK_MASTER);
+    ``leader_tasks(settings)`` run while this driver leads (the CLI: the policy loop)."""
     from pathlib import Path
 
     from infra.spark import SparkSettings, spark_session, stop_spark
@@ -595,7 +630,11 @@ def run_local(args: argparse.Namespace) -> int:
     )
     try:
         return ControllerJob(
-            spark, settings, args.instance, metrics=metrics_from_args(args)
+            spark,
+            settings,
+            args.instance,
+            metrics=metrics_from_args(args),
+            leader_tasks=() if leader_tasks is None else leader_tasks(settings),
         ).run_until_signalled()
     finally:
         stop_spark(spark)

@@ -8,30 +8,35 @@ workflow's :class:`~jobs.workflow.StreamState` and the rule "append a
 snapshot to the ``laggards`` table only when it differs from the last one
 recorded" (a ``clear`` row when the last laggard is gone).
 
-Wiring into the job (left to the controller job's owner, a few lines): keep
-the last recorded snapshot per stream in its state; after each
-``StreamWorkflow.cycle`` call ``laggard_update``; give the rows to the sink,
-which appends them to ``schemas.tables.LAGGARDS`` in the same batch
-transaction as ``marks`` (``DeltaTables.append(LAGGARDS, rows, app, batch)``);
-``tidemark controller status`` shows ``pipelines.reading.lateness.read_laggards``
-and ``stale_marks`` per stream. Marks refused as stale are recorded already
-(``rejected_marks``, reason ``stale_time``).
+In the job: the workflow keeps the last recorded snapshot per stream in its
+state (``StreamState.laggards``) and, after each cycle, outputs
+:class:`~jobs.workflow.LaggardRows` when :func:`laggard_update` gives rows;
+the processor emits them as ``laggard`` rows and the sink appends them to
+``schemas.tables.LAGGARDS`` in the batch's idempotent transaction, like the
+other tables; ``tidemark controller status`` shows each stream's last
+snapshot. Marks refused as stale are in ``rejected_marks`` (reason
+``stale_time``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from controller.laggards import Laggard, changed, laggards
-from jobs.workflow import StreamState
 from schemas.tables import laggard_rows
 
+if TYPE_CHECKING:  # jobs.workflow imports this module
+    from jobs.workflow import StreamState
 
-def laggards_of(stream: str, state: StreamState, now_ms: int) -> list[Laggard]:
-    """The writers holding ``stream`` back, from the workflow's state after a cycle."""
+
+def laggards_of(
+    stream: str, state: StreamState, now_ms: int, threshold_ms: int = 0
+) -> list[Laggard]:
+    """The writers holding ``stream`` back, from the workflow's state after a cycle
+    (``threshold_ms``: see :func:`controller.laggards.laggards`)."""
     marks = {writer: stored.mark for writer, stored in state.marks.items()}
-    return laggards(stream, marks, state.generation, now_ms)
+    return laggards(stream, marks, state.generation, now_ms, threshold_ms)
 
 
 def laggard_update(

@@ -15,9 +15,13 @@ The metrics, with their labels (``stream`` = ``scope/name``, ``bucket`` =
 - ``tidemark_controller_watermark_time_seconds{stream}`` (gauge) -- the
   time of that watermark;
 - ``tidemark_controller_freshness_seconds{stream}`` (histogram) -- from
-  the cycle that emitted a watermark (its ``emitted_at``, the batch's
-  processing time: at most one trigger interval after the note arrived) to
-  the watermark being committed to Delta, i.e. visible to readers;
+  the note to the watermark being visible: from the Kafka timestamp of the
+  newest writer mark the watermark was made of (the marks topic is
+  ``LogAppendTime``: when the note reached the broker; the processor's
+  ``noted_at``) to the watermark's commit to Delta, i.e. visible to
+  readers. When the mark's timestamp is unknown (a topic not in
+  ``LogAppendTime``) it is measured from the cycle that emitted it
+  (``emitted_at``) instead;
 - ``tidemark_controller_watermarks_total{stream}`` (counter) -- watermarks written;
 - ``tidemark_controller_marks_rejected_total{stream,reason}`` (counter);
 - ``tidemark_controller_marks_accepted_total{bucket}`` (counter) -- marks
@@ -98,7 +102,8 @@ class ControllerMetrics:
         registry.register(self.latest)
         self.freshness = Histogram(
             f"{PREFIX}_freshness_seconds",
-            "From the cycle that emitted a watermark to its commit in Delta.",
+            "From the newest note a watermark was made of (its mark's Kafka timestamp) "
+            "to the watermark's commit in Delta.",
             ["stream"],
             buckets=_LATENCY_BUCKETS,
             registry=registry,
@@ -154,9 +159,9 @@ class ControllerMetrics:
             if row.get("kind") == "watermark":
                 self.watermarks.labels(stream).inc()
                 self.latest.update(stream, int(row["time"]))
-                emitted = row.get("emitted_at")
-                if emitted:
-                    self.freshness.labels(stream).observe(max(0, now - int(emitted)) / 1000)
+                since = row.get("noted_at") or row.get("emitted_at")
+                if since:
+                    self.freshness.labels(stream).observe(max(0, now - int(since)) / 1000)
             elif row.get("kind") == "rejected":
                 rejected += 1
                 self.rejected.labels(stream, str(row.get("reason"))).inc()

@@ -16,8 +16,10 @@ touched a slot reports the slot's earliest due time in a ``due`` row (``at``
 for the slot at that time, which makes the micro-batch that runs those
 cycles. So an idle controller runs no micro-batch at all (with
 ``spark.sql.streaming.noDataMicroBatches.enabled=false``, which the job sets).
-Output rows carry a ``kind``: ``watermark``, ``rejected`` or ``due``;
-:mod:`jobs.sink` splits them into the Delta tables.
+Output rows carry a ``kind``: ``watermark``, ``rejected``, ``laggard`` or
+``due``; :mod:`jobs.sink` splits them into the Delta tables. A watermark
+row's ``noted_at`` (the Kafka timestamp of the newest mark it was made of)
+goes to no table: the metrics measure freshness from it.
 
 Why the pandas flavour: with a handful of slot keys per batch, a call's
 input arrives as whole pandas frames (Arrow converts them column by column
@@ -51,13 +53,14 @@ from pyspark.sql.types import (
 
 from jobs.config import WorkflowSettings
 from jobs.slots import SlotState, is_due_key, run_slot
-from jobs.workflow import Emitted, MarkInput, Output, Rejected, StreamWorkflow
+from jobs.workflow import Emitted, LaggardRows, MarkInput, Output, Rejected, StreamWorkflow
 from schemas.mark_input import Undecodable, decode_stream_key, printable_key
 
 log = logging.getLogger(__name__)
 
 WATERMARK = "watermark"
 REJECTED = "rejected"
+LAGGARD = "laggard"
 DUE = "due"
 
 OUTPUT_SCHEMA = StructType(
@@ -79,6 +82,12 @@ OUTPUT_SCHEMA = StructType(
         StructField("kafka_offset", LongType()),
         StructField("at", LongType()),
         StructField("slot", IntegerType()),
+        StructField("noted_at", LongType()),
+        StructField("laggard_kind", StringType()),
+        StructField("noted_time", LongType()),
+        StructField("watermark_time", LongType()),
+        StructField("behind_ms", LongType()),
+        StructField("since", LongType()),
     ]
 )
 COLUMNS = [f.name for f in OUTPUT_SCHEMA.fields]
@@ -94,7 +103,19 @@ class SlotDue:
     due_ms: int | None
 
 
-def output_row(o: Output | SlotDue) -> dict[str, Any]:
+def output_rows(o: Output | SlotDue) -> list[dict[str, Any]]:
+    """An output as rows of ``OUTPUT_SCHEMA`` (a laggard snapshot: one row per laggard)."""
+    if isinstance(o, LaggardRows):
+        rows = []
+        for lag in o.rows:
+            row: dict[str, Any] = dict.fromkeys(COLUMNS)
+            row.update(lag, kind=LAGGARD, laggard_kind=lag["kind"])
+            rows.append(row)
+        return rows
+    return [output_row(o)]
+
+
+def output_row(o: Emitted | Rejected | SlotDue) -> dict[str, Any]:
     row: dict[str, Any] = dict.fromkeys(COLUMNS)
     if isinstance(o, SlotDue):
         row.update(kind=DUE, slot=o.slot, at=o.due_ms)
@@ -112,6 +133,7 @@ def output_row(o: Output | SlotDue) -> dict[str, Any]:
             cut_offsets=[off for _, off in cut],
             writers=list(o.writers),
             emitted_at=o.emitted_at,
+            noted_at=o.noted_at,
         )
     else:
         row.update(
@@ -130,7 +152,8 @@ def output_row(o: Output | SlotDue) -> dict[str, Any]:
 def output_frames(outputs: list[Output | SlotDue]) -> Iterator[pd.DataFrame]:
     """A call's outputs as one frame (object columns: nullable ints stay exact)."""
     if outputs:
-        yield pd.DataFrame([output_row(o) for o in outputs], columns=COLUMNS, dtype=object)
+        rows = [row for o in outputs for row in output_rows(o)]
+        yield pd.DataFrame(rows, columns=COLUMNS, dtype=object)
 
 
 class ControllerProcessor(StatefulProcessor):
@@ -202,6 +225,7 @@ class ControllerProcessor(StatefulProcessor):
 __all__ = [
     "COLUMNS",
     "DUE",
+    "LAGGARD",
     "OUTPUT_SCHEMA",
     "REJECTED",
     "WATERMARK",

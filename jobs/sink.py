@@ -5,8 +5,8 @@
 
 Each micro-batch's output (a handful of rows per stream and interval) is
 collected once to the driver -- the stateful stage runs exactly once per
-batch -- and appended to ``marks``, then ``index``, then ``rejected_marks``
-with delta-rs (:mod:`deltalake`), each commit carrying the Delta transaction
+batch -- and appended to ``marks``, then ``index``, then ``rejected_marks``,
+then ``laggards`` with delta-rs (:mod:`deltalake`), each commit carrying the Delta transaction
 identifier ``(appId = <app id>/<query id>, version = <batch id>)``. A batch
 whose version a table already holds for that appId is skipped, so a batch
 re-run after a crash (same offsets, same state, same batch timestamp) never
@@ -32,41 +32,38 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from jobs.maintenance import DEFAULT_TIME_TRAVEL_HOURS
-from jobs.processor import REJECTED, WATERMARK
-from jobs.tables import INDEX, MARKS, REJECTED_MARKS, TABLES, spark_schema, table_path
+from jobs.maintenance import default_log_retention_s, retention_properties
+from jobs.processor import LAGGARD, REJECTED, WATERMARK
+from jobs.tables import (
+    INDEX,
+    LAGGARDS,
+    MARKS,
+    REJECTED_MARKS,
+    TABLES,
+    spark_schema,
+    table_path,
+)
 from schemas.tables import ARROW_SCHEMAS
 
 log = logging.getLogger(__name__)
-
-
-def retention_properties(time_travel_hours: int = DEFAULT_TIME_TRAVEL_HOURS) -> dict[str, str]:
-    """The tables' Delta properties: keep log entries and removed files as long as time travel.
-
-    Delta's defaults keep 30 days of JSON commits (one per controller batch:
-    about 2.6 M files per table at a 1 s interval), and opening a table on a
-    local file system lists them all. The maintainer's vacuum deletes log
-    entries older than ``delta.logRetentionDuration`` at each checkpoint.
-    """
-    span = f"interval {int(time_travel_hours)} hours"
-    return {"delta.logRetentionDuration": span, "delta.deletedFileRetentionDuration": span}
 
 
 def ensure_tables(
     spark: Any,
     delta_root: str,
     attempts: int = 5,
-    time_travel_hours: int = DEFAULT_TIME_TRAVEL_HOURS,
+    log_retention_s: float | None = None,
 ) -> None:
-    """Create the three tables if missing (plain Delta: readable by delta-rs).
+    """Create the tables if missing (plain Delta: readable by delta-rs).
 
-    A new table gets :func:`retention_properties`; an existing one is left
-    as it is (changing properties under a running controller fails its
-    next append once; see ``jobs/README.md`` for doing it by hand).
+    A new table gets :func:`retention_properties`; the maintainer gives them
+    to an existing one (the sink retries the append that races that commit).
     """
     from delta.tables import DeltaTable
 
-    properties = retention_properties(time_travel_hours)
+    if log_retention_s is None:
+        log_retention_s = default_log_retention_s(delta_root)
+    properties = retention_properties(log_retention_s)
     for table in TABLES:
         for attempt in range(attempts):
             try:
@@ -130,23 +127,49 @@ def split_rows(
             for r in rows
             if r["kind"] == REJECTED
         ],
+        LAGGARDS: [
+            {
+                "stream": r["stream"],
+                "at": r["at"],
+                "writer": r["writer"],
+                "kind": r["laggard_kind"],
+                "noted_time": r["noted_time"],
+                "watermark_time": r["watermark_time"],
+                "behind_ms": r["behind_ms"],
+                "since": r["since"],
+            }
+            for r in rows
+            if r["kind"] == LAGGARD
+        ],
     }
 
 
 class DeltaTables:
     """Idempotent appends to the tables under ``delta_root`` (delta-rs, no Spark).
 
-    One :class:`deltalake.DeltaTable` per table is kept open and brought up to
-    date incrementally before each append; ``storage_options`` go to delta-rs
-    (object-store credentials, as for any delta-rs writer).
+    One :class:`deltalake.DeltaTable` per table is kept open; ``storage_options``
+    go to delta-rs (object-store credentials, as for any delta-rs writer).
+
+    An append does not re-read the log first (issue 19: on a local file system
+    every ``update_incremental`` lists the whole ``_delta_log``, so an append
+    cost grew with the log). The handle is current after its own commit, and
+    delta-rs resolves a blind append against newer commits by itself (the
+    maintainer's compactions, checkpoints, property changes). A newer commit
+    carrying the same application id -- another instance took the bucket over
+    -- makes delta-rs fail the commit (``ConcurrentTransaction``); the append
+    then reads the log and checks the id again, so a batch is still written
+    exactly once.
     """
+
+    COMMIT_ATTEMPTS = 3
 
     def __init__(self, delta_root: str, storage_options: Mapping[str, str] | None = None) -> None:
         self.delta_root = delta_root
         self.storage_options = dict(storage_options or {})
         self._open: dict[str, Any] = {}
 
-    def _table(self, table: str) -> Any:
+    def _table(self, table: str, *, refresh: bool = True) -> Any:
+        """The open table; ``refresh``: brought up to date first (lists the log)."""
         from deltalake import DeltaTable
 
         dt = self._open.get(table)
@@ -154,7 +177,7 @@ class DeltaTables:
             dt = self._open[table] = DeltaTable(
                 table_path(self.delta_root, table), storage_options=self.storage_options or None
             )
-        else:
+        elif refresh:
             dt.update_incremental()
         return dt
 
@@ -165,6 +188,27 @@ class DeltaTables:
 
     def append(self, table: str, rows: list[dict[str, Any]], app_id: str, version: int) -> bool:
         """Append ``rows`` as transaction ``(app_id, version)``; ``False``: already there."""
+        from deltalake.exceptions import CommitFailedError
+
+        for attempt in range(1, self.COMMIT_ATTEMPTS + 1):
+            # the first attempt trusts the handle (current after its own last commit);
+            # a failed commit means someone else committed: read the log, check again
+            dt = self._table(table, refresh=attempt > 1)
+            done = dt.transaction_version(app_id)
+            if done is not None and int(done) >= version:
+                log.info("%s: batch %d of %s already committed; skipped", table, version, app_id)
+                return False
+            try:
+                self._write(dt, table, rows, app_id, version)
+                return True
+            except CommitFailedError as exc:
+                if attempt == self.COMMIT_ATTEMPTS:
+                    raise
+                log.info("%s: commit of batch %d failed (%s); reading the log", table, version, exc)
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def _write(dt: Any, table: str, rows: list[dict[str, Any]], app_id: str, version: int) -> None:
         import pyarrow as pa
         from deltalake import (
             CommitProperties,
@@ -173,11 +217,6 @@ class DeltaTables:
             write_deltalake,
         )
 
-        dt = self._table(table)
-        done = dt.transaction_version(app_id)
-        if done is not None and int(done) >= version:
-            log.info("%s: batch %d of %s already committed; skipped", table, version, app_id)
-            return False
         data = pa.Table.from_pylist(rows, schema=ARROW_SCHEMAS[table])
         write_deltalake(
             dt,
@@ -192,7 +231,6 @@ class DeltaTables:
                 create_checkpoint=False, cleanup_expired_logs=False
             ),
         )
-        return True
 
 
 class DeltaSink:
@@ -231,18 +269,19 @@ class DeltaSink:
         """Append one batch's output rows (the processor's ``OUTPUT_SCHEMA``)."""
         app = self.txn_app_id()
         by_table = split_rows(rows)
-        for table in (MARKS, INDEX, REJECTED_MARKS):
+        for table in (MARKS, INDEX, REJECTED_MARKS, LAGGARDS):
             if by_table[table]:
                 self.tables.append(table, by_table[table], app, batch_id)
         self.batches += 1
         self.rows_written += len(rows)
         if rows:
             log.debug(
-                "batch %d of %s: %d watermarks, %d rejected",
+                "batch %d of %s: %d watermarks, %d rejected, %d laggard rows",
                 batch_id,
                 app,
                 len(by_table[MARKS]),
                 len(by_table[REJECTED_MARKS]),
+                len(by_table[LAGGARDS]),
             )
 
 

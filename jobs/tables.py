@@ -8,7 +8,7 @@
     marks = read_watermarks("/data/delta", "shop/orders")    # deltalake, no Spark
     rows = read_index_rows("/data/delta", "shop/orders")     # IndexRow with stream_cut
 
-Three tables live under one *delta root* (a local path or an object-store
+Four tables live under one *delta root* (a local path or an object-store
 URI such as ``s3://bucket/tidemark``):
 
 - ``marks`` — one row per emitted watermark (Pravega's marks segment):
@@ -20,6 +20,9 @@ URI such as ``s3://bucket/tidemark``):
   ``upper_time``), searched by binary search (``controller.index``).
 - ``rejected_marks`` — the dead-letter table: ``stream, writer, reason, raw,
   kafka_partition, kafka_offset, at``.
+- ``laggards`` — snapshots of the writers holding a stream back, appended
+  when they change: ``stream, at, writer, kind (lagging | slowest | clear),
+  noted_time, watermark_time, behind_ms, since`` (``controller.laggards``).
 
 ``seq`` strictly increases per stream and has no gaps; rows are appended by
 the controller job only, exactly once per watermark. The names, columns and
@@ -123,6 +126,7 @@ __all__ = [
     "ARROW_SCHEMAS",
     "INDEX",
     "INDEX_ARROW",
+    "LAGGARDS",
     "MARKS",
     "MARKS_ARROW",
     "REJECTED_ARROW",

@@ -45,10 +45,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from controller.admission import check_instance, check_time
+from controller.laggards import Laggard
 from controller.metadata import StreamMetadata
 from controller.model import Watermark, WriterMark, segment_number
 from controller.watermarks import GenerationState, Verdict, accept_mark, watermark_cycle
 from jobs.config import CycleTrigger, WorkflowSettings
+from jobs.lateness import laggard_update, laggards_of
 from jobs.tables import Reason
 from schemas.mark_input import Undecodable, decode_mark
 from schemas.records import WriterMarkRecord
@@ -96,6 +98,8 @@ class StoredMark:
     offset: int
     instance: str | None = None
     """The writer instance the writer id is bound to (``None``: a v1 writer)."""
+    arrival_ms: int | None = None
+    """The mark's Kafka timestamp (``LogAppendTime``: when the note reached the broker)."""
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,9 @@ class Emitted:
     writers: tuple[str, ...]
     upper_time_max: int
     emitted_at: int
+    noted_at: int | None = None
+    """The Kafka timestamp of the newest mark the watermark was made of (``None``:
+    unknown): freshness is measured from it to the Delta commit."""
 
 
 @dataclass(frozen=True)
@@ -117,7 +124,16 @@ class Rejected:
     at: int
 
 
-Output = Emitted | Rejected
+@dataclass(frozen=True)
+class LaggardRows:
+    """The stream's laggards changed: rows for the ``laggards`` table (a ``clear`` row
+    when none is left)."""
+
+    stream: str
+    rows: tuple[dict[str, Any], ...]
+
+
+Output = Emitted | Rejected | LaggardRows
 
 
 @dataclass
@@ -132,6 +148,8 @@ class StreamState:
     held_since_ms: int | None = None
     first_mark_ms: int | None = None
     """When the stream's first mark was accepted (for ``first_watermark_delay_ms``)."""
+    laggards: list[Laggard] | None = None
+    """The last snapshot recorded in the ``laggards`` table (``None``: none yet)."""
 
     def to_raw(self) -> dict[str, Any]:
         """The state as JSON-ready values (:meth:`to_json` is this, dumped)."""
@@ -147,6 +165,7 @@ class StreamState:
                     s.offset,
                     s.instance,
                     s.mark.max_event_time,
+                    s.arrival_ms,
                 ]
                 for w, s in self.marks.items()
             },
@@ -158,6 +177,12 @@ class StreamState:
             "due": self.due_ms,
             "held": self.held_since_ms,
             "first": self.first_mark_ms,
+            "lg": None
+            if self.laggards is None
+            else [
+                [x.writer, x.kind, x.noted_time, x.watermark_time, x.behind_ms, x.since_ms, x.at_ms]
+                for x in self.laggards
+            ],
         }
 
     def to_json(self) -> str:
@@ -169,7 +194,7 @@ class StreamState:
 
     @classmethod
     def from_raw(cls, stream: str, raw: Mapping[str, Any]) -> StreamState:
-        if raw.get("v") not in (1, STATE_VERSION):  # version 1 had no "first"
+        if raw.get("v") not in (1, STATE_VERSION):  # 1 had no "first"; "lg" is optional
             raise ValueError(f"stream {stream!r}: unknown state version {raw.get('v')!r}")
         prev = raw["previous"]
         previous = (
@@ -184,17 +209,27 @@ class StreamState:
             due_ms=raw["due"],
             held_since_ms=raw["held"],
             first_mark_ms=raw.get("first"),
+            laggards=None
+            if raw.get("lg") is None
+            else [Laggard(stream, *entry) for entry in raw["lg"]],
         )
 
 
 def _stored(entry: Sequence[Any]) -> StoredMark:
-    """``[time, position, alive, partition, offset, instance, max_event_time]``; state
-    written before marks carried the last two has five items (both ``None``)."""
+    """``[time, position, alive, partition, offset, instance, max_event_time, arrival]``;
+    older state has five or seven items (the missing ones ``None``)."""
     t, pos, alive, p, o = entry[:5]
     instance = entry[5] if len(entry) > 5 else None
     top = entry[6] if len(entry) > 6 else None
+    arrival = entry[7] if len(entry) > 7 else None
     mark = WriterMark(int(t), _cut(pos), bool(alive), None if top is None else int(top))
-    return StoredMark(mark, int(p), int(o), None if instance is None else str(instance))
+    return StoredMark(
+        mark,
+        int(p),
+        int(o),
+        None if instance is None else str(instance),
+        None if arrival is None else int(arrival),
+    )
 
 
 def _pairs(cut: Mapping[int, int]) -> list[list[int]]:
@@ -334,7 +369,7 @@ class StreamWorkflow:
         if verdict is not Verdict.ACCEPTED:
             return reject(verdict.value, decoded.writer_id)
         state.marks[decoded.writer_id] = StoredMark(
-            mark, record.partition, record.offset, decoded.instance
+            mark, record.partition, record.offset, decoded.instance, record.arrival_ms
         )
         if state.first_mark_ms is None:
             state.first_mark_ms = now_ms
@@ -344,7 +379,17 @@ class StreamWorkflow:
 
     def cycle(self, stream: str, state: StreamState, now_ms: int) -> list[Output]:
         """One run of ``watermark_cycle`` with the last-stable-offset check around it;
-        sets ``state.due_ms`` to when waiting can next change the outcome."""
+        sets ``state.due_ms`` to when waiting can next change the outcome. Then the
+        stream's laggards, when they changed since the last recorded snapshot."""
+        out = self._cycle(stream, state, now_ms)
+        found = laggards_of(stream, state, now_ms, self.settings.laggard_threshold_ms)
+        rows = laggard_update(stream, found, state.laggards, now_ms)
+        if rows is not None:
+            state.laggards = found
+            out.append(LaggardRows(stream, tuple(rows)))
+        return out
+
+    def _cycle(self, stream: str, state: StreamState, now_ms: int) -> list[Output]:
         state.due_ms = None
         if not state.marks:
             return []
@@ -359,6 +404,7 @@ class StreamWorkflow:
                 state.due_ms = starts
                 return []
         marks = {w: s.mark for w, s in state.marks.items()}
+        arrivals = [s.arrival_ms for s in state.marks.values() if s.arrival_ms is not None]
         result = watermark_cycle(stream, marks, state.generation, meta.epochs, now_ms, timeout)
         wm = result.watermark
         if wm is not None:
@@ -388,7 +434,7 @@ class StreamWorkflow:
             else max(state.upper_time_max, wm.upper_time)
         )
         state.upper_time_max = top
-        return [Emitted(wm, writers, top, now_ms)]
+        return [Emitted(wm, writers, top, now_ms, max(arrivals, default=None))]
 
     @staticmethod
     def _lag_due(generation: GenerationState, timeout_ms: int, now_ms: int) -> int | None:
@@ -459,6 +505,8 @@ def describe(outputs: Sequence[Output]) -> dict[str, Any]:
     for o in outputs:
         if isinstance(o, Emitted):
             summary["emitted"] += 1
+        elif isinstance(o, LaggardRows):
+            summary["laggards"] = summary.get("laggards", 0) + 1
         else:
             summary["rejected"][o.reason] = summary["rejected"].get(o.reason, 0) + 1
     return summary
@@ -468,6 +516,7 @@ __all__ = [
     "TICK_PREFIX",
     "CommittedOffsets",
     "Emitted",
+    "LaggardRows",
     "MarkInput",
     "Output",
     "Rejected",

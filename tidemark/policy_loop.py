@@ -8,6 +8,10 @@
     # only one loop per cluster acts: contend for the same ZooKeeper election
     run_when_elected(kazoo_client, loop, identifier="c1", zk_root="/tidemark")
 
+    # run by the watermark controller's leader (`tidemark controller run`)
+    switch = PolicySwitch(settings, kafka_bootstrap, zk_connect, cluster, identifier="a")
+    ControllerJob(spark, controller_settings, "a", leader_tasks=[switch])
+
 What Pravega's stream policy manager does, here without Spark: for every
 active stream with a policy, one operation at a time (the stream's state
 machine refuses a second one anyway):
@@ -25,10 +29,19 @@ machine refuses a second one anyway):
 
 The decisions are pure functions in ``controller.policies``; this module
 only measures, asks, and acts. It imports no Spark, so ``tidemark controller
-policies`` runs it alone, and the watermark controller's leader can run it
-in a thread: ``PolicyLoop(manager, settings).start()`` once elected, or
-``run_when_elected`` on the same election path as the CLI verb so that
-exactly one loop acts per cluster.
+policies`` runs it alone. ``tidemark controller run`` gives its driver a
+:class:`PolicySwitch` (a ``jobs.controller_job.LeaderTask``): while the
+driver leads, the switch contends in the same election as the standalone
+verb and runs the loop once elected, so exactly one loop acts per cluster
+(``jobs`` may not import ``tidemark``, hence the task is handed in).
+
+**Idle cost.** A pass lists the streams (one ZooKeeper read per scope) and
+reads Kafka, Delta or a stream's record only for streams with a policy.
+Whether a stream has one is known from a watch on its record
+(``MetadataStore.watch_stream``: an update of its policies is seen at the
+next pass, no read per pass); every ``rescan_ms`` each record is read once
+more (a stream deleted and created again between two passes ends its watch
+unseen).
 """
 
 from __future__ import annotations
@@ -43,6 +56,7 @@ from typing import Any
 
 from controller.config import RetentionType, ScalingType
 from controller.metadata import StreamMetadata
+from controller.naming import ClusterSettings
 from controller.navigation import head_cut
 from controller.periodic import Periodic
 from controller.policies import (
@@ -88,12 +102,20 @@ class PolicySettings:
     """Rates are measured over at least this long (the oldest sample within it)."""
     cooldown_ms: int = 120_000
     """No automatic scale within this long of the stream's latest epoch."""
+    rescan_ms: int = 300_000
+    """Streams are known from watches; their records are read again this often (a
+    safety net for a stream deleted and re-created between two passes)."""
     delta_root: str | None = None
     """Where the controller's Delta tables are (``$TIDEMARK_DELTA_ROOT`` if unset)."""
     storage_options: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for name, least in (("interval_ms", 1), ("rate_window_ms", 0), ("cooldown_ms", 0)):
+        for name, least in (
+            ("interval_ms", 1),
+            ("rate_window_ms", 0),
+            ("cooldown_ms", 0),
+            ("rescan_ms", 1),
+        ):
             if getattr(self, name) < least:
                 raise ConfigurationError(
                     f"policy setting {name} must be >= {least}, got {getattr(self, name)}"
@@ -131,6 +153,12 @@ class PolicyLoop:
         self._sizes = sizes
         self._samples: dict[str, deque[Sample]] = {}
         self._lock = threading.Lock()
+        self._known: dict[str, StreamMetadata] = {}
+        """The latest metadata of every watched stream (written by the store's watches)."""
+        self._known_lock = threading.Lock()
+        self._rescanned_ms: int | None = None
+        self.reads = 0
+        """Stream records read by passes (not by watches): the idle cost, for tests."""
         self.actions: list[PolicyAction] = []
         """Everything this loop did, oldest first (the figures and tests read it)."""
         self.periodic = Periodic("tidemark-policies", self.run_once, self.settings.interval_ms)
@@ -146,22 +174,53 @@ class PolicyLoop:
         self.periodic.run(stop)
 
     def run_once(self) -> list[PolicyAction]:
-        """One pass over every stream; the actions taken."""
+        """One pass over every stream with a policy; the actions taken."""
         with self._lock:
             done: list[PolicyAction] = []
             streams = self.manager.list()
             for gone in set(self._samples) - set(streams):  # deleted streams
                 del self._samples[gone]
+            with self._known_lock:
+                for gone in set(self._known) - set(streams):
+                    del self._known[gone]
+            now = self.clock()
+            rescan = (
+                self._rescanned_ms is not None
+                and now - self._rescanned_ms >= self.settings.rescan_ms
+            )
+            if rescan or self._rescanned_ms is None:
+                self._rescanned_ms = now
             for stream in streams:
                 try:
-                    done.extend(self.apply(stream))
+                    if self._has_policy(stream, rescan):
+                        done.extend(self.apply(stream))
                 except TidemarkError as exc:  # another operation runs, a stream went away, ...
                     log.warning("policies of %s: %s", stream, exc)
             self.actions.extend(done)
             return done
 
+    def _has_policy(self, stream: str, rescan: bool) -> bool:
+        """From the watched metadata (read only for a new stream, or on a rescan)."""
+        with self._known_lock:
+            meta = self._known.get(stream)
+        if meta is None:
+            self.reads += 1
+            self.manager.store.watch_stream(stream, self._seen)  # calls _seen now
+        elif rescan:
+            self.reads += 1
+            self._seen(self.manager.describe(stream))
+        with self._known_lock:
+            meta = self._known.get(stream)
+        return meta is not None and has_policy(meta)
+
+    def _seen(self, meta: StreamMetadata) -> None:
+        """A watch's callback (the store's thread): the stream's latest metadata."""
+        with self._known_lock:
+            self._known[meta.name] = meta
+
     def apply(self, stream: str) -> list[PolicyAction]:
         """The stream's retention, then its scaling policy (each at most one operation)."""
+        self.reads += 1
         meta = self.manager.describe(stream)
         done: list[PolicyAction] = []
         if meta.state is not StreamState.ACTIVE:
@@ -272,6 +331,153 @@ class PolicyLoop:
             self._sizes.close()
 
 
+def has_policy(meta: StreamMetadata) -> bool:
+    """Whether the loop has anything to do for the stream: retention or auto-scaling."""
+    config = meta.config
+    return (
+        config.retention_policy.type is not RetentionType.NONE
+        or config.scaling_policy.type is not ScalingType.FIXED
+    )
+
+
+class PolicySwitch:
+    """Runs a :class:`PolicyLoop` while its controller driver leads (a ``LeaderTask``).
+
+        switch = PolicySwitch(PolicySettings(delta_root=root), kafka, zk, cluster, "a")
+        switch.lead(True)      # contend in the policy loop's election; run once elected
+        switch.lead(False)     # stop acting, leave the election (idempotent)
+        switch.close()
+
+    Leading the controller is not enough to act: a standalone ``tidemark
+    controller policies`` may hold the policy election, so the switch
+    contends there too (same path, :data:`ELECTION_PATH`) and never two
+    loops act at once. It has its own ZooKeeper session (closed when the
+    driver stops leading, which also ends its watches); when that session is
+    SUSPENDED or LOST the loop stops at once and contends again.
+    """
+
+    def __init__(
+        self,
+        settings: PolicySettings,
+        kafka_bootstrap: str,
+        zk_connect: str,
+        cluster: ClusterSettings,
+        identifier: str,
+        *,
+        zk_session_timeout_ms: int = 10_000,
+        pause_s: float = 1.0,
+    ) -> None:
+        self.settings = settings
+        self.kafka_bootstrap = kafka_bootstrap
+        self.zk_connect = zk_connect
+        self.cluster = cluster
+        self.identifier = identifier
+        self.zk_session_timeout_ms = zk_session_timeout_ms
+        self.pause_s = pause_s
+        self._mutex = threading.Lock()
+        self._stop: threading.Event | None = None
+        self._lock: Any = None
+        self._halt: threading.Event | None = None
+        self._thread: threading.Thread | None = None
+        self.loop: PolicyLoop | None = None
+        """The loop of the current (or last) leadership: tests read its ``actions``."""
+
+    @property
+    def acting(self) -> bool:
+        """Whether this switch's loop holds the policy election now."""
+        lock = self._lock
+        return lock is not None and bool(lock.is_acquired)
+
+    def lead(self, leading: bool) -> None:
+        with self._mutex:
+            if leading and self._thread is None:
+                self._stop = threading.Event()
+                self._thread = threading.Thread(
+                    target=self._run, args=(self._stop,), name="tidemark-policies", daemon=True
+                )
+                self._thread.start()
+                log.info("policy loop %s: contending", self.identifier)
+                return
+            if leading or self._thread is None:
+                return
+            assert self._stop is not None
+            self._stop.set()
+            if self._halt is not None:
+                self._halt.set()
+            if self._lock is not None:
+                self._lock.cancel()
+            thread, self._thread = self._thread, None
+        thread.join(timeout=60)
+        log.info("policy loop %s: stopped", self.identifier)
+
+    def close(self) -> None:
+        self.lead(False)
+
+    def _run(self, stop: threading.Event) -> None:
+        """Until ``stop``: a ZooKeeper session, the election, the loop while elected."""
+        while not stop.is_set():
+            try:
+                self._session(stop)
+            except Exception:
+                log.exception("policy loop %s: failed; contending again", self.identifier)
+            stop.wait(self.pause_s)
+
+    def _session(self, stop: threading.Event) -> None:
+        from kazoo.client import KazooClient
+        from kazoo.exceptions import CancelledError
+        from kazoo.protocol.states import KazooState
+
+        from controller.zk_store import ZooKeeperStore
+
+        client = KazooClient(hosts=self.zk_connect, timeout=self.zk_session_timeout_ms / 1000)
+        client.start(timeout=30)
+        halt = threading.Event()  # this session's loop stops: lead(False), or the session
+
+        def on_connection(state: str) -> None:  # kazoo's thread: flags only
+            if state in (KazooState.SUSPENDED, KazooState.LOST):
+                halt.set()
+
+        client.add_listener(on_connection)
+        loop = PolicyLoop(
+            StreamManager(
+                ZooKeeperStore(client, self.cluster.zk_root), self.kafka_bootstrap, self.cluster
+            ),
+            self.settings,
+        )
+        self.loop = loop
+        try:
+            with self._mutex:
+                if stop.is_set():
+                    return
+                self._halt = halt
+                self._lock = client.Lock(election_path(self.cluster.zk_root), self.identifier)
+            try:
+                self._lock.acquire()
+            except CancelledError:
+                return
+            try:
+                log.info("policy loop %s: elected", self.identifier)
+                loop.run(halt)
+            finally:
+                try:
+                    self._lock.release()
+                except Exception as exc:  # the session is gone: so is the lock's node
+                    log.debug("policy loop %s: release: %s", self.identifier, exc)
+        finally:
+            with self._mutex:
+                self._lock = None
+                self._halt = None
+            loop.close()
+            client.remove_listener(on_connection)
+            client.stop()
+            client.close()
+
+
+def election_path(zk_root: str) -> str:
+    """The policy loop's election, under the cluster's ZooKeeper root."""
+    return f"{zk_root.rstrip('/')}/{ELECTION_PATH}"
+
+
 def run_when_elected(
     client: Any, loop: PolicyLoop, identifier: str, zk_root: str = "/tidemark"
 ) -> None:
@@ -279,7 +485,7 @@ def run_when_elected(
     in this thread (until interrupted). Every loop of a cluster uses this path."""
     from kazoo.recipe.election import Election
 
-    election = Election(client, f"{zk_root.rstrip('/')}/{ELECTION_PATH}", identifier)
+    election = Election(client, election_path(zk_root), identifier)
     log.info("policy loop %s: waiting to be elected", identifier)
     election.run(loop.run)
 
@@ -289,5 +495,8 @@ __all__ = [
     "PolicyAction",
     "PolicyLoop",
     "PolicySettings",
+    "PolicySwitch",
+    "election_path",
+    "has_policy",
     "run_when_elected",
 ]

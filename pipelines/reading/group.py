@@ -69,11 +69,18 @@ from pipelines.reading.seek import (
     start_cut_for,
     wall_clock_ms,
 )
-from pipelines.reading.time_service import default_index
 from pipelines.reading.view import GroupView, cut_commits, group_view
 from pipelines.reading.windows import WatermarkFeed, reader_position, window_at
 
 log = logging.getLogger(__name__)
+
+FETCH_QUEUE_BACKOFF_MS = 10
+"""librdkafka's ``fetch.queue.backoff.ms`` for readers (its default: 1000). Once a
+partition's prefetched queue passes its thresholds, the fetcher waits this long
+before fetching it again, even when the reader has emptied the queue meanwhile:
+with the default, ``read_next`` over a backlog stalled ~150 ms at a time and
+ran at ~165 k events/s against ~730 k/s with 0 (10-100: 480-650 k/s; same
+CPU per event) -- 200 000 records of 256 B on 4 segments, load 3."""
 
 
 class ReaderGroup:
@@ -172,6 +179,8 @@ class ReaderGroup:
             raise ReaderConfigError("give from_time or start_cut, not both")
         meta = live_metadata(store, stream)
         if from_time is not None:
+            from pipelines.reading.time_service import default_index
+
             # the running time service when one is configured, else Delta
             idx = index or default_index(delta_root, storage_options)
             cut = start_cut_for(stream, check_timestamp(from_time), meta, idx)
@@ -272,6 +281,8 @@ class ReaderGroup:
             raise ReaderConfigError("seek needs a timestamp or a cut (one of them)")
         meta = self._metadata()
         if timestamp is not None:
+            from pipelines.reading.time_service import default_index
+
             idx = default_index(self.delta_root, self.storage_options)
             target = start_cut_for(self.stream, check_timestamp(timestamp), meta, idx)
         else:
@@ -355,6 +366,7 @@ class ReaderGroup:
             # A fetch below the first offset Kafka holds means a truncation removed
             # unread events: report it (ReaderBehindHeadError), never jump silently.
             "auto.offset.reset": "error",
+            "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
             "logger": logging.getLogger("pipelines.kafka"),
         }
         settings.update(self.config.consumer_overrides)

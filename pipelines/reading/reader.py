@@ -49,11 +49,11 @@ from __future__ import annotations
 import bisect
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass
 from operator import attrgetter
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
@@ -134,6 +134,35 @@ def _events_of(
     return items, records_at
 
 
+def _notices_last(msgs: list[Any]) -> tuple[list[Any], list[Any]] | None:
+    """A fetch's records and its end-of-partition notices apart, when every error in
+    it is such a notice and comes after the last record of its partition
+    (handling the notices after the records then changes nothing); else None."""
+    records: list[Any] = []
+    notices: list[Any] = []
+    noticed: set[int] = set()
+    for msg in msgs:
+        err = msg.error()
+        if err is None:
+            if msg.partition() in noticed:
+                return None
+            records.append(msg)
+        elif err.code() == KafkaError._PARTITION_EOF:
+            notices.append(msg)
+            noticed.add(msg.partition())
+        else:
+            return None
+    return records, notices
+
+
+class _WithFinished(NamedTuple):
+    """A position to be made the reader position (``reader_position``) when asked for."""
+
+    offsets: Mapping[int, int]
+    finished: Set[int]
+    segments: Mapping[int, Segment]
+
+
 class EventBatch:
     """The events of one fetch (in the order read: per segment, by offset), with the
     reader's position after the last of them and the time window at that position.
@@ -145,20 +174,18 @@ class EventBatch:
 
     __slots__ = (
         "_events",
+        "_made_of",
+        "_position",
         "_records",
-        "_segment_of",
-        "_stream",
         "_window",
-        "position",
         "window_at",
     )
 
-    _events: tuple[EventRead, ...] | None
+    _events: tuple[EventRead, ...]
+    _made_of: tuple[Mapping[int, int], str]
+    _position: Mapping[int, int] | _WithFinished
     _records: Sequence[Any]
-    _segment_of: Mapping[int, int] | None
-    _stream: str
     _window: TimeWindow
-    position: Mapping[int, int]
     window_at: Callable[[Mapping[int, int]], TimeWindow]
 
     def __init__(
@@ -167,13 +194,10 @@ class EventBatch:
         position: Mapping[int, int],
         window_at: Callable[[Mapping[int, int]], TimeWindow],
     ) -> None:
-        init = object.__setattr__
-        init(self, "_events", events)
-        init(self, "_records", events)
-        init(self, "_segment_of", None)
-        init(self, "_stream", "")
-        init(self, "position", position)
-        init(self, "window_at", window_at)
+        _set_events(self, events)
+        _set_records(self, events)
+        _set_position(self, position)
+        _set_window_at(self, window_at)
 
     @classmethod
     def _of_records(
@@ -187,31 +211,49 @@ class EventBatch:
         """A batch of Kafka records, each of a segment in ``segment_of`` (partition ->
         segment id) and none an error: events made when first asked for."""
         batch = _object_new(cls)
-        init = object.__setattr__
-        init(batch, "_events", None)
-        init(batch, "_records", records)
-        init(batch, "_segment_of", segment_of)
-        init(batch, "_stream", stream)
-        init(batch, "position", position)
-        init(batch, "window_at", window_at)
+        _set_records(batch, records)
+        _set_made_of(batch, (segment_of, stream))
+        _set_position(batch, position)
+        _set_window_at(batch, window_at)
         return batch
+
+    def _with_finished(
+        self, offsets: Mapping[int, int], finished: Set[int], segments: Mapping[int, Segment]
+    ) -> EventBatch:
+        """This batch, its :attr:`position` the reader position of ``offsets`` (the owned
+        segments' next offsets) with ``finished`` segments
+        (``windows.reader_position``), worked out when first asked for."""
+        _set_position(self, _WithFinished(offsets, finished, segments))
+        return self
+
+    @property
+    def position(self) -> Mapping[int, int]:
+        """The reader's position after the batch (as :meth:`EventReader.position`)."""
+        position = self._position
+        if isinstance(position, _WithFinished):
+            position = reader_position(*position)
+            _set_position(self, position)
+        return position
 
     @property
     def events(self) -> tuple[EventRead, ...]:
         """The events, made once, when first asked for."""
-        events = self._events
-        if events is None:
-            made, _ = _events_of(self._records, self._segment_of or {}, self._stream)
+        try:
+            return self._events
+        except AttributeError:
+            segment_of, stream = self._made_of
+            made, _ = _events_of(self._records, segment_of, stream)
             events = tuple(made)
-            object.__setattr__(self, "_events", events)
-        return events
+            _set_events(self, events)
+            return events
 
     def values(self) -> list[bytes]:
         """The events' bodies, in order (``[e.body for e in batch.events]``), without
         making the events."""
-        if self._events is not None:
-            return list(map(_event_body, self._events))
-        values: list[bytes | None] = list(map(_record_value, self._records))
+        records = self._records
+        if type(records) is tuple:  # (events)
+            return list(map(_event_body, records))
+        values: list[bytes | None] = list(map(_record_value, records))
         if not all(values):  # a record without a value: an empty body, as EventRead's
             return [v or b"" for v in values]
         return values  # type: ignore[return-value]
@@ -252,6 +294,17 @@ class EventBatch:
 
     def __repr__(self) -> str:
         return f"EventBatch(events={self.events!r}, position={self.position!r})"
+
+
+_slot = EventBatch.__dict__
+_set_events: Callable[[EventBatch, tuple[EventRead, ...]], None] = _slot["_events"].__set__
+_set_made_of: Callable[[EventBatch, Any], None] = _slot["_made_of"].__set__
+_set_position: Callable[[EventBatch, Mapping[int, int] | _WithFinished], None] = _slot[
+    "_position"
+].__set__
+_set_records: Callable[[EventBatch, Sequence[Any]], None] = _slot["_records"].__set__
+_set_window_at: Callable[[EventBatch, Any], None] = _slot["window_at"].__set__
+"""Slot setters (EventBatch's own ``__setattr__`` refuses): a batch is built per fetch."""
 
 
 FETCH_SIZE = 128
@@ -382,10 +435,11 @@ class EventReader:
         returned, so the next call (or :meth:`commit`) may commit it.
 
         A fetch whose records are all ready events (owned, unsealed segments; no
-        error or end-of-partition notice among them -- the usual case) becomes
-        the batch as it is: its :class:`EventRead`\\ s are made when
-        ``batch.events`` is first asked for, and ``batch.values()`` gives the
-        bodies without making any. Any other fetch goes through the buffer.
+        error among them, end-of-partition notices only after their partition's
+        last record -- the usual case) becomes the batch as it is: its
+        :class:`EventRead`\\ s are made when ``batch.events`` is first asked for,
+        and ``batch.values()`` gives the bodies without making any. Any other
+        fetch goes through the buffer.
         """
         if self._closed:
             self._check_open()
@@ -394,16 +448,38 @@ class EventReader:
         if (self._finish_after or time.monotonic() >= self._due) and not self._start_call(
             timeout_ms
         ):
-            return EventBatch((), self.position(), self._window_at)
+            return self._batch_at_end(EventBatch((), {}, self._window_at))
         events: list[EventRead] = []
-        if self._next >= len(self._buffer) or not self._take(events, max_events):
-            whole = self._wait_for(events, max_events, timeout_ms, whole=True)
-            if whole is not None:
-                records, segment_of = whole
-                return EventBatch._of_records(
-                    records, segment_of, self._stream, self.position(), self._window_at
-                )
-        return EventBatch(tuple(events), self.position(), self._window_at)
+        none_held = False
+        if self._next < len(self._buffer):
+            if self._take(events, max_events):
+                return self._batch_at_end(EventBatch(tuple(events), {}, self._window_at))
+        elif self._offsets:  # what the consumer holds already, without the waiting loop
+            msgs = self._consumer.consume(max_events, 0)
+            if msgs:
+                batch = self._whole(msgs)
+                if batch is not None:
+                    return batch
+                self._fill(msgs)
+                if self._take(events, max_events):
+                    return self._batch_at_end(EventBatch(tuple(events), {}, self._window_at))
+            else:
+                none_held = True
+        batch = self._wait_for(events, max_events, timeout_ms, whole=True, none_held=none_held)
+        if batch is not None:
+            return batch
+        return self._batch_at_end(EventBatch(tuple(events), {}, self._window_at))
+
+    def _batch_at_end(self, batch: EventBatch) -> EventBatch:
+        """``batch`` with the reader's position now as its position (as :meth:`position`
+        gives it; with finished segments, ``reader_position`` is worked out when
+        the batch's position is first asked for)."""
+        offsets = dict(self._offsets)
+        view = self._view
+        if view is not None and view.finished:
+            return batch._with_finished(offsets, view.finished, self.group.segments())
+        _set_position(batch, offsets)
+        return batch
 
     def _start_call(self, wait_ms: float | None) -> bool:
         """What is due at the start of a read: finishing segments read to their sealed
@@ -481,14 +557,21 @@ class EventReader:
             self._eof.difference_update(last)
 
     def _wait_for(
-        self, events: list[EventRead], limit: int, wait_ms: float | None, *, whole: bool = False
-    ) -> tuple[list[Any], dict[int, int]] | None:
+        self,
+        events: list[EventRead],
+        limit: int,
+        wait_ms: float | None,
+        *,
+        whole: bool = False,
+        none_held: bool = False,
+    ) -> EventBatch | None:
         """Fetch until some event comes (up to ``limit``) or ``wait_ms`` passed,
         rebalancing every ``rebalance_interval_ms`` meanwhile.
 
         ``whole``: fetch ``limit`` records, and when all are ready events
-        (:meth:`_returned_whole`) return them as they are, with their partitions'
-        segments, instead of making events; else events go to ``events``."""
+        (:meth:`_whole`) return them as a batch instead of making events; else
+        events go to ``events``. ``none_held``: the consumer was just found to
+        hold nothing (the first fetch goes straight to waiting)."""
         deadline = time.monotonic() + (1000 if wait_ms is None else max(0, wait_ms)) / 1000
         while True:
             now = time.monotonic()
@@ -502,51 +585,81 @@ class EventReader:
                 time.sleep(slice_s)
             else:
                 msgs = self._fetch(
-                    slice_s, limit if whole else max(limit - len(events), FETCH_SIZE)
+                    slice_s,
+                    limit if whole else max(limit - len(events), FETCH_SIZE),
+                    held=not none_held,
                 )
+                none_held = False
                 if whole and msgs:
-                    segment_of = self._returned_whole(msgs)
-                    if segment_of is not None:
-                        return msgs, segment_of
+                    batch = self._whole(msgs)
+                    if batch is not None:
+                        return batch
                 self._fill(msgs)
                 if self._take(events, limit):
                     return None
             if time.monotonic() >= deadline:
                 return None
 
-    def _returned_whole(self, msgs: list[Any]) -> dict[int, int] | None:
-        """When every record of a fetch is an event ready to return (no error or
-        end-of-partition notice, every partition an owned unsealed segment's):
-        note them returned -- the position from the last record of each
-        partition -- and give the fetch's partition -> segment id; else None
-        (nothing noted: the fetch goes through the buffer, record by record
-        where needed, e.g. for sealed sizes)."""
+    def _whole(self, msgs: list[Any]) -> EventBatch | None:
+        """A fetch as a batch when every record in it is an event ready to return
+        (every partition an owned unsealed segment's; no error, and an
+        end-of-partition notice only after the last record of its partition):
+        the records noted returned -- the position from the last record of each
+        partition -- then the notices handled; else None, nothing noted (the
+        fetch goes through the buffer, record by record where needed, e.g. for
+        sealed sizes)."""
+        notices = None
         if any(map(_record_error, msgs)):
-            return None
+            split = _notices_last(msgs)
+            if split is None:
+                return None
+            msgs, notices = split
+            if not msgs:
+                return None
         partitions: list[Any] = list(map(_record_partition, msgs))
+        first = partitions[0]
         unsealed = self._unsealed
-        segment_of: dict[int, int] = {}
-        for partition in set(partitions):
-            seg_id = unsealed.get(partition)
+        if partitions.count(first) == len(partitions):  # (fetches come in runs per partition)
+            seg_id = unsealed.get(first)
             if seg_id is None:
                 return None
-            segment_of[partition] = seg_id
-        offsets = self._offsets
-        backwards = partitions[::-1]
-        for partition, seg_id in segment_of.items():  # (C-level scans from the end)
-            offsets[seg_id] = msgs[-1 - backwards.index(partition)].offset() + 1
+            segment_of = {first: seg_id}
+            self._offsets[seg_id] = msgs[-1].offset() + 1
+        else:
+            last = dict(zip(partitions, msgs, strict=True))  # each partition's last record
+            segment_of = {}
+            for partition in last:
+                seg_id = unsealed.get(partition)
+                if seg_id is None:
+                    return None
+                segment_of[partition] = seg_id
+            offsets = self._offsets
+            for partition, seg_id in segment_of.items():
+                offsets[seg_id] = last[partition].offset() + 1
         if self._eof:
             self._eof.difference_update(segment_of.values())
-        return segment_of
+        if notices:
+            for i, notice in enumerate(notices):
+                try:
+                    self._on_error(notice)
+                except ReaderError:  # raised by the next read (as _take keeps it)
+                    self._buffer = notices[i:]
+                    self._records_at = list(range(len(self._buffer)))
+                    self._next = 0
+                    break
+        return self._batch_at_end(
+            EventBatch._of_records(msgs, segment_of, self._stream, {}, self._window_at)
+        )
 
-    def _fetch(self, wait_s: float, size: int) -> list[Any]:
-        """Up to ``size`` records: what the consumer holds already, else wait up to
-        ``wait_s`` for one record and take the rest that came with it.
+    def _fetch(self, wait_s: float, size: int, *, held: bool = True) -> list[Any]:
+        """Up to ``size`` records: what the consumer holds already (``held``: it may
+        hold some), else wait up to ``wait_s`` for one record and take the rest
+        that came with it.
 
         (``consume(n, timeout)`` alone would wait for all ``n`` records or the
         timeout, however many had come.)"""
         consumer = self._consumer
-        msgs = consumer.consume(size, 0)
+        msgs = consumer.consume(size, 0) if held else []
         if not msgs:
             first = consumer.poll(wait_s)
             if first is not None:
@@ -708,7 +821,13 @@ class EventReader:
             self._last_offset[seg_id] = _NO_LIMIT if size is None else size - 1
             if size is None:
                 self._unsealed[partition] = seg_id
-            elif self._unsealed.pop(partition, None) is not None and self._purge(partition):
+                continue
+            if self._offsets.get(seg_id, 0) >= size:
+                # Read to its sealed size already (its end came before the size was
+                # recorded, so no later record or end notice will finish it): finish
+                # it at the next call instead of waiting for a commit to show it.
+                self._finish_after.add(seg_id)
+            if self._unsealed.pop(partition, None) is not None and self._purge(partition):
                 # Sealed since its records were fetched: fetch them again from the
                 # position, to be checked against the sealed size one by one.
                 offset = self._offsets[seg_id]

@@ -13,13 +13,20 @@ stream back (the controller's ``laggards`` table, and writers whose marks
 were refused as stale).
 
 Woken by new watermarks, not by a tight poll. The waiting is a
-:class:`WatermarkSource`: :class:`DeltaWatermarkSource` (the default) reads
-the ``marks`` table incrementally and, between reads, watches the table's
-``_delta_log`` for the next version's commit file with a backoff (10 ms
-doubling to 250 ms: a ``stat`` per step on a local path; on object stores
-each step is one incremental log read). Another source -- the time service
-(``tidemark serve``) pushing watermarks, for instance -- plugs in by
-implementing the same three methods.
+:class:`WatermarkSource` (:func:`watermark_source` picks the default):
+
+- with ``TIDEMARK_TIME_SERVICE`` set, :class:`ServiceWatermarkSource` asks
+  the running ``tidemark serve`` (``GET /api/streams/S/wait?t=T``, a long
+  poll the service answers as soon as its refresh sees a watermark with
+  ``time >= T``); while the service cannot be reached it reads Delta as
+  below, and asks the service again after 30 s;
+- otherwise :class:`DeltaWatermarkSource` reads the ``marks`` table
+  incrementally and, between reads, watches the table's ``_delta_log`` for
+  the next version's commit file with a backoff (10 ms doubling to 250 ms: a
+  ``stat`` per step on a local path; on object stores each step is one
+  incremental log read).
+
+Another source plugs in by implementing the same three methods.
 """
 
 from __future__ import annotations
@@ -148,6 +155,121 @@ class DeltaWatermarkSource:
         return found
 
 
+class ServiceWatermarkSource:
+    """A stream's progress towards ``time_ms`` from the time service (``tidemark serve``).
+
+    :meth:`wait_for_change` is one long poll (at most ``slice_ms``, so a
+    ``stop`` is seen within that); :meth:`poll` hands out what the answers
+    brought: the first watermark with ``time >= time_ms`` once there is one,
+    before that the stream's latest watermark when it is new -- not every
+    watermark in between. When the service cannot be reached (refused, timed
+    out, an answer that is not JSON) it logs once and reads Delta
+    (:class:`DeltaWatermarkSource`) for ``retry_after_s``. Errors the service
+    names (an unknown stream, a bad time) are raised.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        stream: str,
+        time_ms: int,
+        *,
+        delta_root: str | None = None,
+        storage_options: Mapping[str, str] | None = None,
+        slice_ms: int = 1_000,
+        retry_after_s: float = 30.0,
+    ) -> None:
+        from pipelines.reading.time_service import TimeServiceClient
+
+        if slice_ms < 1:
+            raise ReaderConfigError(f"slice_ms must be >= 1, got {slice_ms}")
+        self.stream = stream
+        self.time_ms = time_ms
+        self.slice_ms = slice_ms
+        self.client = TimeServiceClient(url, timeout_s=slice_ms / 1000 + 5.0)
+        self._delta_root = delta_root
+        self._storage_options = storage_options
+        self._fallback: DeltaWatermarkSource | None = None
+        self._retry_after_s = retry_after_s
+        self._down_until = 0.0
+        self._pending: list[Watermark] = []
+        self._answered = False
+        """The service answered since the last poll (what it brought is pending)."""
+        self._last_seq = -1
+
+    def _delta(self) -> DeltaWatermarkSource:
+        if self._fallback is None:
+            self._fallback = DeltaWatermarkSource(
+                self._delta_root, self.stream, storage_options=self._storage_options
+            )
+        return self._fallback
+
+    def _service_down(self) -> bool:
+        return time.monotonic() < self._down_until
+
+    def _ask(self, timeout_ms: int) -> bool:
+        """One request (held up to ``timeout_ms``); False when the service is down."""
+        from pipelines.reading.time_service import (
+            ServiceUnavailableError,
+            stream_path,
+            watermark_from_json,
+        )
+
+        try:
+            body = self.client.get(
+                f"{stream_path(self.stream)}/wait", t=self.time_ms, timeout_ms=timeout_ms
+            )
+        except ServiceUnavailableError as exc:
+            log.warning("time service unavailable (%s); watching Delta instead", exc)
+            self._down_until = time.monotonic() + self._retry_after_s
+            return False
+        found = watermark_from_json(self.stream, body.get("watermark"))
+        latest = watermark_from_json(self.stream, body.get("latest"))
+        fresh = found if found is not None else latest
+        if fresh is not None and (found is not None or fresh.seq > self._last_seq):
+            self._last_seq = max(self._last_seq, fresh.seq)
+            self._pending.append(fresh)
+        self._answered = True
+        return True
+
+    def poll(self) -> list[Watermark]:
+        if not self._answered and (self._service_down() or not self._ask(0)):
+            return self._delta().poll()
+        found, self._pending, self._answered = self._pending, [], False
+        return found
+
+    def wait_for_change(self, timeout_ms: int, stop: threading.Event) -> None:
+        if self._answered or stop.is_set():
+            return
+        if self._service_down() or not self._ask(max(0, min(timeout_ms, self.slice_ms))):
+            self._delta().wait_for_change(min(timeout_ms, self.slice_ms), stop)
+
+    def holding(self) -> list[str]:
+        return self._delta().holding()
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def watermark_source(
+    stream: str,
+    time_ms: int,
+    *,
+    delta_root: str | None = None,
+    storage_options: Mapping[str, str] | None = None,
+) -> WatermarkSource:
+    """The source a wait for ``time_ms`` uses by default: the time service's when
+    ``TIDEMARK_TIME_SERVICE`` is set (falling back to Delta), else the ``marks`` table."""
+    from pipelines.reading.time_service import time_service_url
+
+    url = time_service_url()
+    if url is None:
+        return DeltaWatermarkSource(delta_root, stream, storage_options=storage_options)
+    return ServiceWatermarkSource(
+        url, stream, time_ms, delta_root=delta_root, storage_options=storage_options
+    )
+
+
 def _describe(row: Mapping[str, object]) -> str:
     since = "" if row.get("since") is None else f" since {row['since']}"
     return (
@@ -182,12 +304,24 @@ def wait_for_time(
 
     Raises :class:`StreamTimeTimeoutError` after ``timeout_ms`` (0: look once),
     :class:`WaitCancelledError` when ``stop`` is set first. ``source`` defaults
-    to the ``marks`` table under ``delta_root`` (or ``$TIDEMARK_DELTA_ROOT``).
+    to :func:`watermark_source`: the time service where ``TIDEMARK_TIME_SERVICE``
+    is set, else the ``marks`` table under ``delta_root`` (or ``$TIDEMARK_DELTA_ROOT``).
     """
     target = check_timestamp(time_ms, "time", parse=True)
     timeout = _check_timeout(timeout_ms)
-    feed = source or DeltaWatermarkSource(delta_root, stream, storage_options=storage_options)
-    halt = stop or threading.Event()
+    feed = source or watermark_source(
+        stream, target, delta_root=delta_root, storage_options=storage_options
+    )
+    try:
+        return _wait(stream, target, timeout, feed, stop or threading.Event())
+    finally:
+        if source is None and isinstance(feed, ServiceWatermarkSource):
+            feed.close()
+
+
+def _wait(
+    stream: str, target: int, timeout: int, feed: WatermarkSource, halt: threading.Event
+) -> Watermark:
     deadline = time.monotonic() + timeout / 1000
     last: Watermark | None = None
     while True:
@@ -277,8 +411,8 @@ class StreamTimeTrigger:
         self.timeout_ms = _check_timeout(timeout_ms)
         self._callback = callback
         self._on_error = on_error
-        self._source = source or DeltaWatermarkSource(
-            delta_root, stream, storage_options=storage_options
+        self._source = source or watermark_source(
+            stream, self.time_ms, delta_root=delta_root, storage_options=storage_options
         )
         self._stop = threading.Event()
         self.result: Watermark | None = None
@@ -320,9 +454,11 @@ __all__ = [
     "EXIT_NOT_YET",
     "DeltaWatermarkSource",
     "LatestStreamTimes",
+    "ServiceWatermarkSource",
     "StreamTimeTrigger",
     "WatermarkSource",
     "on_stream_time",
     "wait_for_time",
     "wait_for_time_async",
+    "watermark_source",
 ]

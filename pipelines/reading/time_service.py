@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from controller.exceptions import UnknownStreamError
+from controller.model import Watermark
 from pipelines.reading.exceptions import InvalidTimestampError
 from pipelines.reading.seek import Found, SeekIndex, shared_index
 
@@ -52,11 +53,20 @@ def time_service_url(environ: Mapping[str, str] | None = None) -> str | None:
     return env.get(TIME_SERVICE_ENV, "").strip() or None
 
 
+def cut_to_json(cut: Mapping[int, int]) -> dict[str, int]:
+    """A stream cut as the service writes it: segment ids as strings, in order."""
+    return {str(s): o for s, o in sorted(cut.items())}
+
+
+def cut_from_json(body: Mapping[str, Any]) -> dict[int, int]:
+    return {int(s): int(o) for s, o in body.items()}
+
+
 def found_from_json(body: Mapping[str, Any] | None) -> Found | None:
     """A ``found`` object of the service's answers -> :class:`Found`."""
     if body is None:
         return None
-    cut = {int(s): int(o) for s, o in body["stream_cut"].items()}
+    cut = cut_from_json(body["stream_cut"])
     return Found(int(body["seq"]), int(body["time"]), int(body["upper_time_max"]), cut)
 
 
@@ -67,8 +77,27 @@ def found_to_json(found: Found | None) -> dict[str, Any] | None:
         "seq": found.seq,
         "time": found.time,
         "upper_time_max": found.upper_time_max,
-        "stream_cut": {str(s): o for s, o in sorted(found.stream_cut.items())},
+        "stream_cut": cut_to_json(found.stream_cut),
     }
+
+
+def watermark_to_json(watermark: Watermark | None) -> dict[str, Any] | None:
+    if watermark is None:
+        return None
+    return {
+        "seq": watermark.seq,
+        "time": watermark.time,
+        "upper_time": watermark.upper_time,
+        "stream_cut": cut_to_json(watermark.stream_cut),
+    }
+
+
+def watermark_from_json(stream: str, body: Mapping[str, Any] | None) -> Watermark | None:
+    """A ``watermark`` object of the service's answers -> :class:`Watermark`."""
+    if body is None:
+        return None
+    cut = cut_from_json(body["stream_cut"])
+    return Watermark(stream, int(body["time"]), int(body["upper_time"]), cut, int(body["seq"]))
 
 
 class TimeServiceClient:
@@ -202,8 +231,12 @@ __all__ = [
     "TIME_SERVICE_ENV",
     "ServiceIndex",
     "TimeServiceClient",
+    "cut_from_json",
+    "cut_to_json",
     "default_index",
     "found_from_json",
     "found_to_json",
     "time_service_url",
+    "watermark_from_json",
+    "watermark_to_json",
 ]

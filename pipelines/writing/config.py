@@ -55,7 +55,7 @@ class WriterConfig:
       transaction may stay open before Kafka aborts it.
     - ``close_timeout_ms``: how long ``close`` waits for records in flight.
     - ``replay_window_ms``: how long a writer keeps the records it sent, to
-      send again those a scale's seal cut off (see :mod:`pipelines.writing.replay`);
+      send again those a scale's seal cut off (see :mod:`pipelines.writing.sent`);
       must exceed the time a writer takes to learn of a new epoch plus the
       scale's drain time.
     """

@@ -104,6 +104,26 @@ class DeliveryError(WriterError):
         super().__init__(f"{len(self.failed)} record(s) were not delivered{detail}")
 
 
+class SharedPartitionError(WriterError):
+    """``positions_from="end_offsets"`` found another producer's records in a partition.
+
+    End offsets are this producer's exact position only while it is the
+    partition's sole writer; with others they may cover their later records,
+    which breaks the cut's ``upper_time`` promise. The mark is not published.
+    Use ``positions_from="reports"`` (the default) for shared partitions.
+    """
+
+    def __init__(self, writer_id: str, topic: str, partitions: Sequence[int]) -> None:
+        self.topic = topic
+        self.partitions = tuple(partitions)
+        super().__init__(
+            f"writer {writer_id}: partition(s) {list(self.partitions)} of {topic} have another "
+            f"producer's records since the last note, so end offsets are not this producer's "
+            f"position; the time was not noted. positions_from='end_offsets' needs to be the "
+            f"only producer of its partitions; use positions_from='reports' (the default)"
+        )
+
+
 class WriterTimeoutError(WriterError, TimeoutError):
     """Kafka did not acknowledge in time (flush, close, write_batch, a scale)."""
 

@@ -34,6 +34,29 @@ segment's recorded size) are reported as :class:`DeliveryError` by the
 next call, for the application to produce again; ``EventWriter`` re-sends
 them by itself.
 
+Positions from end offsets (opt-in, ``positions_from="end_offsets"``): the
+per-record delivery reports cost about 1 µs a record in confluent-kafka
+even when the callback is C code (a ``Message`` object per report). In this
+mode the producer asks Kafka for failed records' reports only
+(``delivery.report.only.error``; a Python call per *failure*), and
+``note_time`` instead flushes (it blocks until every record produced before
+it is acknowledged) and takes the position from the partitions' end offsets
+(high watermarks) read after the flush. That position is never earlier than
+any record of this producer written before the note, and exact when it is
+the only producer of those partitions (checked by counting: the end offset
+moved by exactly this producer's records since the last read; call
+``produce`` and ``note_time`` from one thread). Otherwise it would be later:
+it would also cover other producers' records stored meanwhile, and a cut
+holding other writers' later events breaks the ``upper_time`` promise (a
+read starting from a time could start past such an event). So then
+``note_time`` raises :class:`SharedPartitionError` and publishes nothing;
+shared partitions need ``positions_from="reports"``.
+A record that failed makes ``note_time`` raise :class:`DeliveryError`
+without publishing the mark. Per-message delivery callbacks cannot be
+honoured (successes are not reported) and are refused, and so are streams
+tidemark routes (they can scale, and re-sending what a seal cut off needs
+each record's offset): it is for topics adopted without tidemark routing.
+
 Timestamps are passed through as given (Kafka's own rules apply); the S2
 timestamping of :mod:`pipelines.writing.timestamping` is ``EventWriter``'s.
 Transactions are not wrapped: use ``TransactionalWriter``.
@@ -47,11 +70,11 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from controller.kafka_admin import ensure_marks_topic
+from controller.kafka_admin import StreamTopics, ensure_marks_topic
 from controller.metadata import StreamMetadata
 from controller.model import Epoch, WriterMark
 from controller.naming import ClusterSettings
@@ -62,6 +85,7 @@ from pipelines.writing.exceptions import (
     DeliveryError,
     FailedRecord,
     MissingWriterIdError,
+    SharedPartitionError,
     TimeWentBackwardsError,
     WriterClosedError,
     WriterConfigError,
@@ -80,6 +104,8 @@ DeliveryCallback = Callable[[KafkaError | None, Message], None]
 _DELIVERY_KEYS = ("on_delivery", "dr_msg_cb", "dr_cb")
 _REFUSED_KEYS = ("transactional.id",)
 
+PositionSource = Literal["reports", "end_offsets"]
+
 
 class _Stream:
     """One stream the producer writes: its metadata, routing and position."""
@@ -92,6 +118,14 @@ class _Stream:
         self.latest = metadata
         self.metadata = metadata
         self.routed = metadata.adoption is None or metadata.adoption.tidemark_routing
+        # Positions from end offsets:
+        self.counts = [0] * (max(s.number for s in metadata.segments().values()) + 1)
+        """Per partition, the records produced to it."""
+        self.end_position: dict[int, int] = {}
+        """Partition -> end offset read after the last note's flush."""
+        self.checked: dict[int, tuple[int, int]] = {}
+        """Partition -> (end offset, records produced) when last read: whether the
+        records appended since are exactly this producer's (it writes alone)."""
         self.apply(metadata)
 
     def apply(self, metadata: StreamMetadata) -> None:
@@ -128,6 +162,9 @@ class TidemarkProducer:
     (``bootstrap.servers`` is required; ``transactional.id`` is refused).
     ``writer_id`` names this writer to the controller: reuse it when the
     process restarts, never share it between live producers.
+    ``positions_from``: ``"reports"`` (per-record delivery reports, the
+    default) or ``"end_offsets"`` (see the module doc: faster, ``note_time``
+    flushes, positions may be later than this producer's own records).
     """
 
     def __init__(
@@ -140,7 +177,12 @@ class TidemarkProducer:
         streams: Sequence[str] = (),
         cluster: ClusterSettings | None = None,
         create_marks_topic: bool = True,
+        positions_from: PositionSource = "reports",
     ) -> None:
+        if positions_from not in ("reports", "end_offsets"):
+            raise WriterConfigError(
+                f"positions_from must be 'reports' or 'end_offsets', got {positions_from!r}"
+            )
         if not isinstance(writer_id, str) or not writer_id.strip():
             raise MissingWriterIdError(f"writer_id must be a non-empty string, got {writer_id!r}")
         names = [*([stream] if stream is not None else []), *streams]
@@ -177,10 +219,43 @@ class TidemarkProducer:
         for key in _DELIVERY_KEYS:
             if key in settings:
                 self._user_delivery = settings[key]
+        self._end_offsets: StreamTopics | None = None
+        if positions_from == "end_offsets":
+            self._by_end_offsets(settings, str(bootstrap))
         self._producer = Producer(settings)
         self._store = store
         for st in self._streams.values():
             store.watch_stream(st.name, self._watcher(st))
+
+    def _by_end_offsets(self, settings: dict[str, Any], bootstrap: str) -> None:
+        """Set up positions from end offsets: failed records' reports only (module doc)."""
+        given = [k for k in (*_DELIVERY_KEYS, "delivery.report.only.error") if k in settings]
+        if given:
+            raise WriterConfigError(
+                f"positions_from='end_offsets' reports failed records only, so it cannot "
+                f"honour {given}; leave them out or use positions_from='reports'"
+            )
+        routed = sorted(st.name for st in self._streams.values() if st.routed)
+        if routed:
+            raise WriterConfigError(
+                f"positions_from='end_offsets' is for topics adopted without tidemark routing; "
+                f"{routed} can scale, and re-sending what a seal cut off needs each record's "
+                "offset: use positions_from='reports'"
+            )
+        settings["delivery.report.only.error"] = True
+        settings["on_delivery"] = self._on_failed
+        self._end_offsets = StreamTopics(bootstrap)
+        for st in self._streams.values():
+            ends = self._end_offsets.end_offsets(st.topic, range(len(st.counts)))
+            st.checked = {p: (end, 0) for p, end in ends.items()}
+
+    def _on_failed(self, err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            failed = _failed(msg)
+            self._failures.append(failed)
+            for st in self._streams.values():  # not stored: not in the end offsets either
+                if st.topic == failed.topic and 0 <= failed.partition < len(st.counts):
+                    st.counts[failed.partition] -= 1
 
     # --- what Producer offers -------------------------------------------------------------
 
@@ -216,6 +291,19 @@ class TidemarkProducer:
                 f"partition {partition} of {topic} is not a current segment of stream "
                 f"{st.name} (current: {sorted(st.current)}); leave partition unset"
             )
+        if self._end_offsets is not None:
+            # Positions from end offsets: no report per record (failures only, configured).
+            if on_delivery is not None or callback is not None:
+                raise WriterError(
+                    "positions_from='end_offsets' reports failed records only: a per-message "
+                    "delivery callback would not be called for stored ones"
+                )
+            if not timestamp and headers is None:
+                self._producer.produce(topic, value, key, partition)
+            else:
+                self._send(topic, value, key, partition, None, timestamp, headers)
+            st.counts[partition] += 1
+            return
         groups = st.groups
         cb = on_delivery or callback or self._user_delivery
         if cb is None and not timestamp and headers is None:
@@ -292,8 +380,9 @@ class TidemarkProducer:
         """Every record produced before this call has an event time up to ``timestamp``.
 
         Queues a writer mark per stream (or for ``stream`` alone), published
-        once those records are acknowledged; it does not block. ``timestamp``
-        may repeat the previous noted time, never go below it.
+        once those records are acknowledged; it does not block (with
+        ``positions_from="end_offsets"`` it flushes first, then publishes).
+        ``timestamp`` may repeat the previous noted time, never go below it.
         """
         check_timestamp(timestamp, "noted time")
         with self._lock:
@@ -334,6 +423,8 @@ class TidemarkProducer:
         for st in self._streams.values():
             if st.name == stream:
                 with self._lock:
+                    if self._end_offsets is not None:
+                        return st.segment_position(st.end_position)  # as of the last note
                     return st.segment_position(st.groups.position(_offset))
         raise WriterError(f"this producer does not write stream {stream!r}")
 
@@ -394,6 +485,9 @@ class TidemarkProducer:
         st.latest = latest
 
     def _note(self, timestamp: int, alive: bool, only: str | None) -> None:
+        if self._end_offsets is not None:
+            self._note_at_end_offsets(self._end_offsets, timestamp, alive, only)
+            return
         self._last_noted = timestamp
         for st in self._streams.values():
             if only is None or st.name == only:
@@ -418,19 +512,57 @@ class TidemarkProducer:
                         len(note.failed),
                     )
                     continue
-                msg = mark_message(
-                    self.cluster,
-                    st.name,
-                    self.writer_id,
-                    WriterMark(note.time, st.segment_position(note.position), note.alive),
-                )
-                self._producer.produce(
-                    msg.topic, msg.value, msg.key, msg.partition, on_delivery=self._on_mark_delivery
-                )
+                self._publish(st, note.time, note.position, note.alive)
                 published += 1
             waiting = waiting or st.groups.waiting
         self._noting = waiting
         return published
+
+    def _publish(self, st: _Stream, time_ms: int, position: Mapping[int, int], alive: bool) -> None:
+        """Produce ``st``'s writer mark (``position``: partition -> next offset)."""
+        msg = mark_message(
+            self.cluster,
+            st.name,
+            self.writer_id,
+            WriterMark(time_ms, st.segment_position(position), alive),
+        )
+        self._producer.produce(
+            msg.topic, msg.value, msg.key, msg.partition, on_delivery=self._on_mark_delivery
+        )
+
+    def _note_at_end_offsets(
+        self, topics: StreamTopics, timestamp: int, alive: bool, only: str | None
+    ) -> None:
+        """Flush, then publish marks whose positions are the written partitions' end offsets
+        (never earlier than any record of this producer; see the module doc)."""
+        if self._producer.flush(topics.timeout_s):
+            raise WriterTimeoutError(
+                f"writer {self.writer_id}: records still in flight after {topics.timeout_s} s; "
+                f"time {timestamp} not noted"
+            )
+        self._raise_failures()  # a record before the note was not stored: no mark
+        for st in self._streams.values():
+            if only is not None and st.name != only:
+                continue
+            written = [p for p, n in enumerate(st.counts) if n]
+            ends = topics.end_offsets(st.topic, written)
+            shared = [p for p, end in sorted(ends.items()) if not self._alone(st, p, end)]
+            if shared:  # no mark: its cut could hold another producer's later records
+                raise SharedPartitionError(self.writer_id, st.topic, shared)
+            for p, end in ends.items():
+                if end > st.end_position.get(p, 0):
+                    st.end_position[p] = end
+            self._publish(st, timestamp, st.end_position, alive)
+        self._last_noted = timestamp
+        self._producer.poll(0)
+
+    @staticmethod
+    def _alone(st: _Stream, p: int, end: int) -> bool:
+        """Whether ``p``'s end offset moved by exactly this producer's records since it was
+        last read (then it is this producer's exact position there)."""
+        was_end, was_count = st.checked.get(p, (end, st.counts[p]))
+        st.checked[p] = (end, st.counts[p])
+        return end - was_end == st.counts[p] - was_count
 
     def _on_mark_delivery(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None:

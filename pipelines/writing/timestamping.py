@@ -110,6 +110,9 @@ class SegmentClock:
     def __init__(self, policy: TimestampPolicy) -> None:
         self.policy = policy
         self._floors: dict[int, int] = {}
+        self.live_floors = self._floors
+        """The floors themselves (not a copy): a writer's hot path stores a stamp it just
+        sent, as returned by :meth:`peek` (never below the floor), in it directly."""
 
     def floor(self, segment: int) -> int | None:
         return self._floors.get(segment)

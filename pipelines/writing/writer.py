@@ -15,8 +15,10 @@ in the background; ``flush`` waits; a record Kafka refused is raised as
 records and returns their acknowledgement.
 
 Position: the next offset of every segment this writer has had records
-acknowledged on, folded from Kafka's delivery reports
-(:mod:`pipelines.writing.positions`).
+acknowledged on, from Kafka's delivery reports: each segment's report
+callback only appends the record's offset to the records the writer keeps
+(its replay window); positions, notes and failures are worked out from
+them when reports arrived (:mod:`pipelines.writing.sent`).
 
 Noting time: ``note_time(t)`` queues a writer mark (``t`` and the position
 reached by every record written **before** the call) and publishes it, to the
@@ -42,7 +44,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
@@ -61,6 +63,7 @@ from pipelines.writing.exceptions import (
     InvalidRoutingKeyError,
     MissingWriterIdError,
     SerializationError,
+    StreamSealedError,
     TimeWentBackwardsError,
     WriterClosedError,
     WriterError,
@@ -69,7 +72,7 @@ from pipelines.writing.exceptions import (
 from pipelines.writing.marks import MarkMessage, ensure_marks_topic, mark_message
 from pipelines.writing.metrics import DELIVERY_FAILURES, MARKS_SENT
 from pipelines.writing.positions import PositionTracker
-from pipelines.writing.replay import ReplayBuffer, Retained
+from pipelines.writing.sent import Record, Report, Retained, SentRecords
 from pipelines.writing.timestamping import (
     SegmentClock,
     TimestampPolicy,
@@ -85,6 +88,8 @@ Serializer = Callable[[Any], bytes]
 RoutingKey = str | bytes | None
 
 _ROUTE_CACHE_SIZE = 65_536
+
+_Offset = Callable[[Message], int]
 
 
 @dataclass(frozen=True)
@@ -172,9 +177,13 @@ class _StreamWriter:
         ensure_marks_topic(bootstrap_servers, config.cluster, create=config.create_marks_topic)
 
         self._clock = SegmentClock(_policy(metadata))
+        self._floors = self._clock.live_floors
+        # An event writer keeps its records, their offsets appended by one report callback
+        # per segment; a transactional writer counts reports in its tracker and replays
+        # whole transactions instead.
+        self._log = SentRecords(config.replay_window_ms, cast(_Offset, Message.offset))
+        self._adders: dict[int, tuple[Callable[[Record], None], Report]] = {}
         self._tracker = PositionTracker()
-        self._replay = ReplayBuffer(config.replay_window_ms)
-        # A transactional writer replays whole transactions instead.
         self._retain = transactional_id is None
         self._metadata = metadata
         self._latest = metadata
@@ -190,7 +199,8 @@ class _StreamWriter:
             client_id=f"tidemark-{writer_id or 'anonymous'}",
             transactional_id=transactional_id,
         )
-        settings["on_delivery"] = self._on_delivery
+        if not self._retain:
+            settings["on_delivery"] = self._on_delivery
         settings["error_cb"] = self._on_error
         self._producer_settings = settings
         self._producer = Producer(settings)
@@ -201,7 +211,13 @@ class _StreamWriter:
 
     def _on_metadata(self, metadata: StreamMetadata) -> None:
         # Called from the store's thread: only hand the value over; writes apply it.
-        self._latest = metadata
+        self._take_latest(metadata)
+
+    def _take_latest(self, metadata: StreamMetadata) -> None:
+        """Keep ``metadata`` unless it is older than what the writer has (fewer epochs): a
+        watch may deliver a change after a direct read already gave a newer one."""
+        if len(metadata.epochs) >= len(self._latest.epochs):
+            self._latest = metadata
 
     def _read_metadata_now(self) -> None:
         """Read the stream's metadata from the store, not waiting for the watch.
@@ -210,7 +226,7 @@ class _StreamWriter:
         has not reached this writer yet must still be seen before the
         transaction's records are committed to a segment it sealed.
         """
-        self._latest = self._store.get_stream(self.stream)
+        self._take_latest(self._store.get_stream(self.stream))
 
     def _index_segments(self, metadata: StreamMetadata) -> None:
         self._segment_of_partition = {s.number: s.id for s in metadata.segments().values()}
@@ -236,7 +252,7 @@ class _StreamWriter:
             # Per-key order: nothing may be in flight to a sealed segment when
             # its keys start going to a successor.
             self._drain(self.config.delivery_timeout_ms)
-            written = [s for s in gone if self._replay.retained(s)]
+            written = [s for s in gone if self._log.retained(s)]
             if written:
                 latest = self._await_sealed_sizes(written)
         else:
@@ -292,7 +308,7 @@ class _StreamWriter:
 
     def _cut_off(self, seg_id: int, metadata: StreamMetadata) -> list[Retained]:
         size = metadata.sealed_sizes[seg_id]
-        if self._replay.lost(seg_id, size):
+        if self._log.lost(seg_id, size):
             self._failures.append(
                 FailedRecord(
                     self._topic,
@@ -302,11 +318,13 @@ class _StreamWriter:
                     "raise WriterConfig.replay_window_ms",
                 )
             )
-        records = self._replay.cut_off(seg_id, size)
-        self._replay.forget(seg_id)
+        records = self._log.cut_off(seg_id, size)
+        self._log.forget(seg_id)
         return records
 
     def _await_sealed_sizes(self, seg_ids: Sequence[int]) -> StreamMetadata:
+        """The stream's metadata once it records the sealed sizes of ``seg_ids`` (read from
+        the store: the watch may lag behind)."""
         deadline = time.monotonic() + self.config.delivery_timeout_ms / 1000
         while True:
             latest = self._latest
@@ -317,7 +335,8 @@ class _StreamWriter:
                     f"stream {self.stream}: segments {list(seg_ids)} left the current epoch but "
                     "their sealed sizes were not recorded in time (is the scale still running?)"
                 )
-            time.sleep(0.02)
+            time.sleep(0.05)
+            self._read_metadata_now()
 
     def _send(
         self,
@@ -331,11 +350,14 @@ class _StreamWriter:
         """Stamp and send one record; a ``replay`` (a re-send of an accepted write) is
         never refused for needing an adjustment."""
         ts = self._clock.peek(seg.id, client_ts, now_ms, refuse=not replay)
-        self._produce(self._topic, value, key, seg.number, ts)
-        self._clock.advance(seg.id, ts)
-        self._tracker.sent(seg.id)
         if self._retain:
-            self._replay.sent(seg.id, key, value, ts, now_ms)
+            add, report = self._log.appenders(seg.id)
+            self._produce(self._topic, value, key, seg.number, ts, report)
+            add((key, value, ts, now_ms))
+        else:
+            self._produce(self._topic, value, key, seg.number, ts)  # the tracker counts it
+            self._tracker.sent(seg.id)
+        self._clock.advance(seg.id, ts)
 
     def _await_partitions(self, count: int) -> None:
         deadline = time.monotonic() + self.config.delivery_timeout_ms / 1000
@@ -385,16 +407,17 @@ class _StreamWriter:
     # --- Kafka ---------------------------------------------------------------------------
 
     def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
+        """A transactional writer's records' reports (an event writer reads its lazily)."""
         segment = self._segment_of_partition.get(msg.partition() or 0, -1)
         if err is None:
-            offset = msg.offset() or 0
-            self._tracker.delivered(segment, offset)
-            self._replay.acked(segment, offset)
+            self._tracker.delivered(segment, msg.offset() or 0)
         else:
             self._tracker.failed(segment)
-            self._replay.failed(segment)
-            self._failures.append(_failed(err, msg))
-            DELIVERY_FAILURES.labels(self.stream, "event").inc()
+            self._record_failure(err, msg)
+
+    def _record_failure(self, err: KafkaError, msg: Message) -> None:
+        self._failures.append(_failed(err, msg))
+        DELIVERY_FAILURES.labels(self.stream, "event").inc()
 
     def _on_mark_delivery(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None:
@@ -604,26 +627,31 @@ class EventWriter(_StreamWriter):
             seg_id = seg.id
             number = seg_id & 0xFFFFFFFF  # segment_number, inlined
             ts = self._clock.peek(seg_id, timestamp, now)
+            # The segment's report callback appends the record's offset to the sent log.
+            add = self._adders.get(seg_id)
+            if add is None:
+                add = self._adders[seg_id] = self._log.appenders(seg_id)
             if on_ack is None:
                 try:
-                    self._producer.produce(self._topic, event, key, number, timestamp=ts)
+                    self._producer.produce(self._topic, event, key, number, add[1], None, ts)
                 except (BufferError, KafkaException):
-                    self._produce(self._topic, event, key, number, ts)
+                    self._produce(self._topic, event, key, number, ts, add[1])
             else:
-                self._produce(self._topic, event, key, number, ts, self._acking(on_ack, timestamp))
-            self._clock.advance(seg_id, ts)
-            self._tracker.sent(seg_id)
-            self._replay.sent(seg_id, key, event, ts, now)
-            self._producer.poll(0)
-            if self._tracker.waiting:
+                self._produce(
+                    self._topic, event, key, number, ts, self._acking(on_ack, timestamp, add[1])
+                )
+            self._floors[seg_id] = ts  # self._clock.advance, inlined (peek gave ts >= floor)
+            add[0]((key, event, ts, now))  # kept for replay, its offset comes with the report
+            # Reports are taken in when some arrived (poll served them) or a note waits.
+            if self._producer.poll(0) or self._log.waiting:
                 self._publish_ready()
         return ts
 
     def _acking(
-        self, on_ack: Callable[[RecordAck], None], given: int | None
+        self, on_ack: Callable[[RecordAck], None], given: int | None, into: Report
     ) -> Callable[[KafkaError | None, Message], None]:
         def report(err: KafkaError | None, msg: Message) -> None:
-            self._on_delivery(err, msg)
+            into(err, msg)
             if err is None:
                 stored = msg.timestamp()[1]
                 on_ack(RecordAck(msg.offset() or 0, stored, given is not None and stored != given))
@@ -660,9 +688,9 @@ class EventWriter(_StreamWriter):
         results: list[tuple[int, int] | None] = [None] * len(values)
         reported = [0]
 
-        def on_delivery(index: int) -> Callable[[KafkaError | None, Message], None]:
+        def on_delivery(index: int, into: Report) -> Callable[[KafkaError | None, Message], None]:
             def report(err: KafkaError | None, msg: Message) -> None:
-                self._on_delivery(err, msg)
+                into(err, msg)
                 reported[0] += 1
                 if err is None:
                     results[index] = (msg.offset() or 0, msg.timestamp()[1])
@@ -683,10 +711,10 @@ class EventWriter(_StreamWriter):
             )
             refuse_adjusted(self._clock.policy, given, stamps)
             for i, (value, ts) in enumerate(zip(values, stamps, strict=True)):
-                self._produce(self._topic, value, key, seg.number, ts, on_delivery(i))
+                add, into = self._log.appenders(seg.id)
+                self._produce(self._topic, value, key, seg.number, ts, on_delivery(i, into))
                 self._clock.advance(seg.id, ts)
-                self._tracker.sent(seg.id)
-                self._replay.sent(seg.id, key, value, ts, arrival)
+                add((key, value, ts, arrival))
             deadline = time.monotonic() + self.config.delivery_timeout_ms / 1000 + 5
             while reported[0] < len(values):
                 if time.monotonic() > deadline:
@@ -747,13 +775,26 @@ class EventWriter(_StreamWriter):
 
     def _note(self, timestamp: int, alive: bool) -> None:
         self._last_noted = timestamp
-        self._tracker.note(timestamp, alive, self._max_event_time())
+        self._harvest()  # the note's position starts from every report that arrived
+        self._log.note(timestamp, alive, self._max_event_time())
         self._publish_ready()
         self._producer.poll(0)
 
+    def _harvest(self) -> None:
+        """Read the delivery reports that arrived; failures are raised by the next call."""
+        for err, msg in self._log.harvest(self._now_ms()):
+            self._record_failure(err, msg)
+
+    def position(self) -> dict[int, int]:
+        """Segment id -> next offset, for every segment with records acknowledged."""
+        with self._lock:
+            self._harvest()
+            return self._log.position()
+
     def _publish_ready(self) -> int:
+        self._harvest()
         published = 0
-        for note in self._tracker.ready():
+        for note in self._log.ready():
             if note.failed:
                 log.warning(
                     "writer %s: mark for time %d not published: records written before it "
@@ -796,7 +837,10 @@ class EventWriter(_StreamWriter):
     def close(self, timeout_ms: int | None = None) -> None:
         """Flush, publish the shutdown mark (when time was ever noted), and stop.
 
-        The shutdown mark (``alive=False``) lets the controller stop waiting
+        Before the mark, a scale the store records but the writer has not applied
+        yet is applied (records its seal cut off are sent again to the successors),
+        so every record acknowledged is in the stream when ``close`` returns. The
+        shutdown mark (``alive=False``) lets the controller stop waiting
         for this writer at once. Records Kafka refused are raised as
         :class:`DeliveryError` after the writer is closed. Closing twice is
         allowed.
@@ -811,12 +855,35 @@ class EventWriter(_StreamWriter):
             try:
                 if self._fatal is None:
                     self._drain(timeout)
+                    self._apply_scales(timeout)
                     if self.writer_id is not None and self._last_noted is not None:
                         self._note(self._last_noted, alive=False)
                         self._drain(timeout)
             finally:
                 self._closed = True
             self._raise_failures()
+
+    def _apply_scales(self, timeout_ms: int) -> None:
+        """Before closing: apply every scale the store records, whether or not the watch
+        brought it yet, and wait for the records it makes the writer send again.
+
+        A record acknowledged at or beyond a sealed size is invisible to readers
+        until the writer sends it again to the successor, which it does when it
+        applies the new epoch -- otherwise at its next write, which a closing
+        writer never makes. Once a read of the store after every record was
+        acknowledged shows no new epoch, any later scale measures its sealed
+        sizes after those records.
+        """
+        while True:
+            self._read_metadata_now()
+            applied = self._epoch.number
+            try:
+                self._refresh()
+            except StreamSealedError:
+                return  # what the seal cut off is recorded as failed; close raises it
+            if self._epoch.number == applied:
+                return
+            self._drain(timeout_ms)
 
 
 __all__ = ["BatchAck", "EventWriter", "RecordAck", "Serializer", "wall_clock_ms"]

@@ -17,6 +17,11 @@ scale has completed:
 Expected: about half an interval on average, at most ``interval_ms`` plus a
 pass (by size: plus counting the new bytes), plus the rate window for
 scaling. These are measurements, not tests.
+
+Part ``idle`` (``python -m tests.bench bench_policies:idle``): the cost of a
+pass over ``IDLE_STREAMS`` streams without a policy in real ZooKeeper (records
+only, no topics), beside reading every record once per pass (what a pass did
+before the watches). Parts: ``latency`` (the three above), ``idle``.
 """
 
 from __future__ import annotations
@@ -44,6 +49,8 @@ REPEATS = 3
 LIMIT_MS = 2_000
 LIMIT_BYTES = 20_000
 RATE_WINDOW_MS = 2_000
+IDLE_STREAMS = 1_000
+IDLE_PASSES = 20
 
 
 class _Marks:
@@ -174,7 +181,69 @@ def _figure(name: str, delays: list[int]) -> str:
     )
 
 
-def run(bootstrap: str, work_dir: Path) -> list[str]:
+def _idle(bootstrap: str, zk_connect: str) -> list[str]:
+    from dataclasses import replace
+
+    from kazoo.client import KazooClient
+
+    from controller.metadata import new_stream_metadata
+    from controller.states import StreamState
+    from controller.zk_store import ZooKeeperStore
+
+    chroot = f"/bench-policies-{uuid.uuid4().hex[:8]}"
+    setup = KazooClient(hosts=zk_connect)
+    setup.start(timeout=15)
+    setup.ensure_path(chroot)
+    client = KazooClient(hosts=f"{zk_connect}{chroot}")
+    client.start(timeout=15)
+    try:
+        store = ZooKeeperStore(client)
+        manager = StreamManager(store, bootstrap)
+        for scope in range(10):
+            store.create_scope(f"s{scope}")
+        for i in range(IDLE_STREAMS):
+            meta = new_stream_metadata(f"s{i % 10}/quiet{i}", StreamConfiguration(), now_ms=0)
+            store.create_stream(replace(meta, state=StreamState.ACTIVE))
+        loop = PolicyLoop(manager, PolicySettings(interval_ms=INTERVAL_MS))
+        started = time.perf_counter()
+        loop.run_once()
+        first_ms = (time.perf_counter() - started) * 1000
+        passes, reads = [], []
+        for _ in range(IDLE_PASSES):
+            started = time.perf_counter()
+            loop.run_once()
+            passes.append((time.perf_counter() - started) * 1000)
+            started = time.perf_counter()
+            for stream in manager.list():
+                manager.describe(stream)
+            reads.append((time.perf_counter() - started) * 1000)
+        return [
+            f"idle pass, {IDLE_STREAMS} streams without a policy in 10 scopes: first pass "
+            f"(watches set) {first_ms:.0f} ms; then median {statistics.median(passes):.1f} ms, "
+            f"max {max(passes):.1f} ms over {IDLE_PASSES} passes",
+            f"  reading every record once (a pass before the watches): median "
+            f"{statistics.median(reads):.0f} ms",
+        ]
+    finally:
+        client.stop()
+        client.close()
+        setup.delete(chroot, recursive=True)
+        setup.stop()
+        setup.close()
+
+
+def run(
+    bootstrap: str, zk_connect: str, work_dir: Path, parts: list[str] | None = None
+) -> list[str]:
+    lines: list[str] = []
+    if parts is None or "latency" in parts:
+        lines += _latency(bootstrap, work_dir)
+    if parts is None or "idle" in parts:
+        lines += _idle(bootstrap, zk_connect)
+    return lines
+
+
+def _latency(bootstrap: str, work_dir: Path) -> list[str]:
     lines = [
         _figure("retention by time", [_by_time(bootstrap, work_dir) for _ in range(REPEATS)]),
         _figure("retention by size", [_by_size(bootstrap, work_dir) for _ in range(REPEATS)]),

@@ -8,7 +8,9 @@ the start with ``isolation.level=read_committed``:
   [goal >= 0.6];
 - a bare ``Consumer``, batches from ``consume()``, vs ``EventReader.read_batch``
   taking the bodies (``batch.values()``) [goal >= 0.9], and vs ``read_batch``
-  taking each event (``batch.events``, an ``EventRead`` made per record).
+  taking each event (``batch.events``, an ``EventRead`` made per record);
+- the same pair at ``BIG`` (512) records a batch (what a caller asking for
+  larger batches gets: the per-batch work spread over more records).
 
 Like with like: every loop touches each record's body (``msg.value()`` /
 ``event.body`` / ``batch.values()``), as any consumer does; the bare loops
@@ -20,11 +22,12 @@ fetches the way the reader does: ``consume(128, 0)`` (what has come), else
 ``consume(n, timeout)`` alone waits for a full batch or the timeout and is
 slower than per-record ``poll()``.
 The reader is of an ephemeral group (position in memory), default
-``ReaderConfig``. Rates are counted from the first record to the last (not
-the consumer's start-up). Beside each rate: the reading thread's CPU time
-per event (``time.thread_time``; librdkafka's own threads not counted),
-which a busy machine disturbs far less than the wall clock -- on a shared
-machine compare those.
+``ReaderConfig``; the bare consumers fetch with the reader's
+``fetch.queue.backoff.ms`` (``FETCH_QUEUE_BACKOFF_MS``). Rates are counted
+from the first record to the last (not the consumer's start-up). Beside each
+rate: the reading thread's CPU time per event (``time.thread_time``;
+librdkafka's own threads not counted), which a busy machine disturbs far
+less than the wall clock -- on a shared machine compare those.
 """
 
 from __future__ import annotations
@@ -39,13 +42,15 @@ from controller.config import ScalingPolicy, StreamConfiguration
 from controller.memory_store import MemoryStore
 from controller.naming import ClusterSettings
 from controller.streams import StreamManager
-from pipelines.reading.group import ReaderGroup
+from pipelines.reading.group import FETCH_QUEUE_BACKOFF_MS, ReaderGroup
 from pipelines.reading.reader import FETCH_SIZE
 
 EVENTS = 200_000
 PAYLOAD_BYTES = 256
 SEGMENTS = 4
 ROUNDS = 3
+BIG = 512
+"""The larger batch size also compared (bare ``consume(512)`` vs ``read_batch(512)``)."""
 
 
 def _write(bootstrap: str, topic: str) -> None:
@@ -72,6 +77,7 @@ def _bare(bootstrap: str, topic: str) -> Consumer:
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
             "enable.partition.eof": True,
+            "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,  # as the reader's consumer
             "log_level": 0,
         }
     )
@@ -113,16 +119,16 @@ def bare_poll(bootstrap: str, topic: str) -> Rate:
         consumer.close()
 
 
-def bare_consume(bootstrap: str, topic: str) -> Rate:
+def bare_consume(bootstrap: str, topic: str, size: int = FETCH_SIZE) -> Rate:
     consumer = _bare(bootstrap, topic)
 
     def step() -> int:
-        msgs = consumer.consume(FETCH_SIZE, 0)
+        msgs = consumer.consume(size, 0)
         if not msgs:
             first = consumer.poll(1.0)
             if first is None:
                 return 0
-            msgs = [first, *consumer.consume(FETCH_SIZE - 1, 0)]
+            msgs = [first, *consumer.consume(size - 1, 0)]
         n = 0
         for msg in msgs:
             if msg.error() is None:
@@ -153,11 +159,11 @@ def reader_next(store: MemoryStore, bootstrap: str, stream: str) -> Rate:
         return _rate(step)
 
 
-def reader_batch(store: MemoryStore, bootstrap: str, stream: str) -> Rate:
+def reader_batch(store: MemoryStore, bootstrap: str, stream: str, size: int = FETCH_SIZE) -> Rate:
     with _group(store, bootstrap, stream) as group, group.reader("bench") as reader:
 
         def step() -> int:
-            batch = reader.read_batch(FETCH_SIZE, 1000)
+            batch = reader.read_batch(size, 1000)
             batch.values()
             return len(batch)
 
@@ -192,6 +198,8 @@ def run(bootstrap: str) -> list[str]:
         "bare consume()": lambda: bare_consume(bootstrap, meta.topic),
         "read_batch()": lambda: reader_batch(store, bootstrap, stream),
         "batch.events()": lambda: reader_batch_events(store, bootstrap, stream),
+        f"bare consume({BIG})": lambda: bare_consume(bootstrap, meta.topic, BIG),
+        f"read_batch({BIG})": lambda: reader_batch(store, bootstrap, stream, BIG),
     }
     rates: dict[str, list[Rate]] = {name: [] for name in loops}
     for _ in range(ROUNDS):
@@ -205,7 +213,7 @@ def run(bootstrap: str) -> list[str]:
     ]
     for name, runs in rates.items():
         lines.append(
-            f"  {name:<15} {best[name]:>11,.0f}/s {cpu[name]:>6,.0f} ns  (runs: "
+            f"  {name:<18} {best[name]:>11,.0f}/s {cpu[name]:>6,.0f} ns  (runs: "
             + ", ".join(f"{wall:,.0f}/s {ns:,.0f} ns" for wall, ns in runs)
             + ")"
         )
@@ -213,9 +221,11 @@ def run(bootstrap: str) -> list[str]:
         ("read_next()", "bare poll()", 0.6),
         ("read_batch()", "bare consume()", 0.9),
         ("batch.events()", "bare consume()", None),
+        (f"read_batch({BIG})", f"bare consume({BIG})", 0.9),
     ):
         lines.append(
-            f"  {ours[:-2]} / {bare[:-2]:<13} {best[ours] / best[bare]:.2f}"
+            f"  {ours.removesuffix('()')} / {bare.removesuffix('()'):<18}"
+            f" {best[ours] / best[bare]:.2f}"
             f"  (CPU: {cpu[bare] / cpu[ours]:.2f})"
             + (f"  [goal >= {goal}]" if goal is not None else "  [events made]")
         )

@@ -11,6 +11,16 @@ number of partitions, against the same broker. Lookups alternate, at
 random times, and the first answers are checked against the local index.
 
 Printed: p50 and p99 of both, side by side, and the ratio [goal <= 1x].
+
+Then waits for stream time (``wait_for_time``) on the same stream, through
+the service (``ServiceWatermarkSource``: a long poll the service answers
+when its refresh, every 500 ms, sees the watermark) and, as the baseline,
+on the Delta table (``DeltaWatermarkSource``: the ``_delta_log`` watched
+with a 10 -> 250 ms backoff): a waiter waits for the next time, a
+watermark reaching it is appended ~0.3 s later, and the time from the
+start of the append (``marks``, then ``index``) to the wait's return is
+printed (p50, max). No goal: the service trades up to one refresh interval
+(``--refresh-ms``) of latency for one reader of Delta however many wait.
 """
 
 from __future__ import annotations
@@ -23,6 +33,7 @@ from typing import Any
 PARTITIONS = 16
 WATERMARKS = 20_000
 LOOKUPS = 2_000
+WAITS = 10
 
 
 def _pct(samples: list[float], q: float) -> float:
@@ -116,6 +127,7 @@ def run(services: Any) -> list[str]:
                 ours.append((b - a) * 1000)
                 kafka.append((c - b) * 1000)
             remote.client.close()
+            waits = _waits(running.url, root, stream, marks[-1])
     finally:
         consumer.close()
         admin.delete_topics([topic])
@@ -129,5 +141,50 @@ def run(services: Any) -> list[str]:
         f"  Kafka offsets_for_times, {PARTITIONS} partitions  p50 {_pct(kafka, 0.5):.2f} ms"
         f"  p99 {_pct(kafka, 0.99):.2f} ms",
         f"  ratio p50 {ratio:.2f}x, p99 {_pct(ours, 0.99) / _pct(kafka, 0.99):.2f}x  [goal <= 1x]",
+        f"wait_for_time, {WAITS} waits each: from the start of a watermark's append to the "
+        "wait's return (the service refreshes every 500 ms)",
     ]
+    for name, samples in waits.items():
+        lines.append(f"  {name:<36}  p50 {_pct(samples, 0.5):.0f} ms  max {max(samples):.0f} ms")
     return lines
+
+
+def _timed_wait(stream: str, target: int, source: Any, returned: list[float]) -> None:
+    from pipelines.reading.stream_time import wait_for_time
+
+    wait_for_time(stream, target, 30_000, source=source)
+    returned.append(time.perf_counter())
+
+
+def _waits(url: str, root: str, stream: str, last: Any) -> dict[str, list[float]]:
+    """Wake-up latencies (ms) of waits through the service and on Delta, alternating."""
+    import threading
+
+    from controller.model import Watermark
+    from pipelines.reading.stream_time import DeltaWatermarkSource, ServiceWatermarkSource
+    from pipelines.reading.watermark_tables import append_watermarks
+
+    delta = DeltaWatermarkSource(root, stream)
+    delta.poll()  # the table read once (20 000 rows); each wait then reads what is new
+    sources = {
+        "tidemark serve (long poll)": lambda t: ServiceWatermarkSource(url, stream, t),
+        "Delta _delta_log watch (baseline)": lambda t: delta,
+    }
+    out: dict[str, list[float]] = {name: [] for name in sources}
+    for _ in range(WAITS):
+        for name, make in sources.items():
+            target = last.time + 100
+            returned: list[float] = []
+            waiter = threading.Thread(
+                target=_timed_wait, args=(stream, target, make(target), returned)
+            )
+            waiter.start()
+            time.sleep(0.3)
+            mark = Watermark(stream, target, target + 250, dict(last.stream_cut), last.seq + 1)
+            appended = time.perf_counter()
+            append_watermarks(root, [mark], previous_upper_time_max=last.upper_time)
+            waiter.join(60)
+            assert returned, f"{name}: the wait did not return"
+            out[name].append((returned[0] - appended) * 1000)
+            last = mark
+    return out

@@ -10,8 +10,11 @@ Drives the real sink (:class:`jobs.sink.DeltaSink`, the controller's
 tenth batch, while :class:`jobs.maintenance.Maintainer` runs with the
 controller's default settings in a thread of the same process, as on the
 controller's leader -- except its check interval (0.25 s instead of 5 s:
-the soak commits some 20 times faster than a 1 s controller). After 100
-commits and at the end, in fresh processes (``tests.bench.soak_probe``,
+the soak commits some 20 times faster than a 1 s controller) and its log
+retention (``TIDEMARK_SOAK_LOG_RETENTION_S``, default 45 s instead of
+15 min, so that the log holds about as many commits as a 1 s controller's:
+the figures print how many it held at the end). After 100 commits and at
+the end, in fresh processes (``tests.bench.soak_probe``,
 ``TIDEMARK_SOAK_PROBES`` each, default 11):
 
 - cold ``stream_cut_at`` p50 / max (a random stream and time each);
@@ -118,15 +121,18 @@ def _dir_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def _tables(root: Path) -> dict[str, tuple[int, int, int]]:
-    """table -> (live files, live bytes, bytes on disk incl. time travel and log)."""
+def _tables(root: Path) -> dict[str, tuple[int, int, int, int]]:
+    """table -> (live files, live bytes, bytes on disk incl. time travel and log,
+    commits in ``_delta_log``)."""
     from jobs.maintenance import table_files
     from schemas.tables import TABLES, table_path
 
     out = {}
     for table in TABLES:
         files, size = table_files(str(root), table)
-        out[table] = (files, size, _dir_bytes(Path(table_path(str(root), table))))
+        path = Path(table_path(str(root), table))
+        commits = len(list((path / "_delta_log").glob("*.json")))
+        out[table] = (files, size, _dir_bytes(path), commits)
     return out
 
 
@@ -162,14 +168,20 @@ def _cli_watermarks(root: Path, services: Any, stream: str, since: int) -> tuple
     return wall, len(rows)
 
 
-def _create_tables(root: Path) -> None:
-    """Plain Delta tables with the controller's schemas (``ensure_tables`` without Spark)."""
+def _create_tables(root: Path, log_retention_s: float) -> None:
+    """Plain Delta tables with the controller's schemas and properties (``ensure_tables``
+    without Spark)."""
     from deltalake import DeltaTable
 
+    from jobs.maintenance import retention_properties
     from schemas.tables import ARROW_SCHEMAS, TABLES, table_path
 
     for table in TABLES:
-        DeltaTable.create(table_path(str(root), table), schema=ARROW_SCHEMAS[table])
+        DeltaTable.create(
+            table_path(str(root), table),
+            schema=ARROW_SCHEMAS[table],
+            configuration=retention_properties(log_retention_s),
+        )
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -185,14 +197,17 @@ def run(services: Any) -> list[str]:
     commits = _env_int("TIDEMARK_SOAK_COMMITS", 10_000)
     stream_count = _env_int("TIDEMARK_SOAK_STREAMS", 100)
     probes = _env_int("TIDEMARK_SOAK_PROBES", 11)
+    log_retention_s = _env_int("TIDEMARK_SOAK_LOG_RETENTION_S", 45)
     root = Path(services.work_dir) / "soak-delta"
-    _create_tables(root)
+    _create_tables(root, log_retention_s)
     streams = [f"soak/s{i:03d}" for i in range(stream_count)]
     sink = DeltaSink(str(root), "tidemark-soak")
     sink.bind("query-1")
     # The soak appends ~10-20 batches a second, not one: the check interval shrinks in
     # proportion so that a pass sees as many new files as it would behind a 1 s controller.
-    settings = MaintenanceSettings(str(root), check_interval_s=0.25)
+    settings = MaintenanceSettings(
+        str(root), check_interval_s=0.25, log_retention_s=log_retention_s
+    )
     maintainer = Maintainer(settings).start()
     latencies: list[float] = []
     most_files: dict[str, int] = {}
@@ -207,7 +222,7 @@ def run(services: Any) -> list[str]:
             if commit + 1 == min(100, commits):
                 early = _cold_cuts(root, streams, commit + 1, probes)
             if commit % 100 == 99:
-                for table, (files, _, _) in _tables(root).items():
+                for table, (files, _, _, _) in _tables(root).items():
                     most_files[table] = max(most_files.get(table, 0), files)
     finally:
         maintainer.stop()
@@ -229,7 +244,7 @@ def run(services: Any) -> list[str]:
         f"{commits:,} sink batches x {stream_count} streams in {written:.0f} s, maintenance on"
         f" ({maintainer.passes} passes; compact at {settings.compact_min_files} small files,"
         f" checkpoint every {settings.checkpoint_every} commits,"
-        f" time travel {settings.time_travel_hours} h)",
+        f" time travel {settings.time_travel_hours} h, log {settings.log_retention:.0f} s)",
         f"  maintenance busy {maintainer.busy_s:.0f} s, longest pass"
         f" {maintainer.longest_pass_s * 1000:.0f} ms",
         f"  cold stream_cut_at (fresh process) after 100 commits: p50 {p50_early:.1f} ms"
@@ -247,9 +262,10 @@ def run(services: Any) -> list[str]:
         f" last {WINDOW}: {statistics.median(tail):.1f} ms (p99 {_pct(tail, 0.99):.1f} ms),"
         f" ratio {append_ratio:.2f}x  [goal <= 1.5x]",
     ]
-    for table, (files, live, disk) in tables.items():
+    for table, (files, live, disk, log_commits) in tables.items():
         lines.append(
             f"  {table:<15} {files:>4} files (most seen {most_files.get(table, files)}),"
-            f" live {live / 1e6:.2f} MB, on disk {disk / 1e6:.2f} MB"
+            f" live {live / 1e6:.2f} MB, on disk {disk / 1e6:.2f} MB,"
+            f" {log_commits} commits in the log"
         )
     return lines

@@ -26,6 +26,12 @@ from controller.watermarks import GenerationState, Verdict, accept_mark, waterma
 from controller.zk_store import ZooKeeperStore
 from pipelines.reading.watermark_tables import append_watermarks
 from pipelines.writing.config import WriterConfig
+from pipelines.writing.exceptions import (
+    DeliveryError,
+    SharedPartitionError,
+    WriterConfigError,
+    WriterError,
+)
 from pipelines.writing.partitioners import kafka_partition
 from pipelines.writing.producer import TidemarkProducer
 from pipelines.writing.writer import EventWriter
@@ -308,3 +314,109 @@ def test_adopt_refuses_what_it_cannot_honour(
         [KeyRange(first.key_range.low, mid), KeyRange(mid, first.key_range.high)],
     )
     assert scaled.current_epoch().number == 1
+
+
+def test_positions_from_end_offsets_are_exact_alone_and_refused_when_shared(
+    kafka: str,
+    manager: StreamManager,
+    store: Any,
+    cluster: ClusterSettings,
+    unique: str,
+    caplog: Any,
+) -> None:
+    """positions_from="end_offsets": no report per stored record; note_time flushes and
+    takes the end offsets -- exact for a sole producer; refused (no mark) when another
+    producer wrote the same partitions meanwhile, and no mark over a record Kafka refused."""
+    topic = f"legacy-e-{unique}"
+    make_topic(kafka, topic, 3, {"max.message.bytes": "2000"})
+    stream = f"e{unique}/orders"
+    manager.create_scope(f"e{unique}")
+    manager.adopt(stream, topic)
+    conf = {"bootstrap.servers": kafka, "linger.ms": 1}
+    producer = TidemarkProducer(
+        conf,
+        stream=stream,
+        writer_id="w1",
+        store=store,
+        cluster=cluster,
+        positions_from="end_offsets",
+    )
+    other = Producer(conf)
+    counts = [0, 0, 0]
+    # round 0: alone -- the position is exactly this producer's records
+    for key, value in EVENTS[:20]:
+        producer.produce(topic, value, key, timestamp=BASE + 1)
+        producer.poll(0)
+        counts[kafka_partition("consistent_random", key.encode(), 3)] += 1
+    producer.note_time(BASE + 50)
+    segs = {s.number: s.id for s in store.get_stream(stream).current_epoch().segments}
+    exact = {segs[p]: n for p, n in enumerate(counts) if n}
+    assert producer.position(stream) == exact
+    # round 1: another producer writes the same partitions meanwhile
+    for i, (key, value) in enumerate(EVENTS[20:40]):
+        producer.produce(topic, value, key, timestamp=BASE + 101)
+        producer.poll(0)
+        other.produce(topic, b"other-%d" % i, key)
+        other.poll(0)
+    other.flush(10)
+    with pytest.raises(SharedPartitionError, match="another producer") as refused:
+        producer.note_time(BASE + 150)
+    assert refused.value.topic == topic and refused.value.partitions
+    assert producer.position(stream) == exact  # nothing published past this producer's own
+    # alone again: the next note is exact once more (other's records lie before ours)
+    for key, value in EVENTS[40:45]:
+        producer.produce(topic, value, key, timestamp=BASE + 301)
+        producer.poll(0)
+    producer.note_time(BASE + 350)
+    after = producer.position(stream)
+    assert all(after[s] >= n for s, n in exact.items()) and after != exact
+    # a record Kafka refuses (larger than the topic allows): note_time raises, no mark
+    producer.produce(topic, b"x" * 5_000, "big", timestamp=BASE + 401)
+    with pytest.raises(DeliveryError):
+        producer.note_time(BASE + 450)
+    producer.close()
+    # refused: per-message callbacks, configured ones, streams tidemark routes
+    with pytest.raises(WriterError, match="per-message"):
+        TidemarkProducer(
+            conf,
+            stream=stream,
+            writer_id="w2",
+            store=store,
+            cluster=cluster,
+            positions_from="end_offsets",
+        ).produce(topic, b"v", "k", on_delivery=lambda err, msg: None)
+    with pytest.raises(WriterConfigError, match="on_delivery"):
+        TidemarkProducer(
+            {**conf, "on_delivery": lambda err, msg: None},
+            stream=stream,
+            writer_id="w3",
+            store=store,
+            cluster=cluster,
+            positions_from="end_offsets",
+        )
+    routed_topic = f"legacy-r-{unique}"
+    make_topic(kafka, routed_topic, 2)
+    manager.adopt(f"e{unique}/routed", routed_topic, tidemark_routing=True)
+    with pytest.raises(WriterConfigError, match="can scale"):
+        TidemarkProducer(
+            conf,
+            stream=f"e{unique}/routed",
+            writer_id="w4",
+            store=store,
+            cluster=cluster,
+            positions_from="end_offsets",
+        )
+
+    marks = [m for m in marks_of(kafka, cluster, stream) if m.writer_id == "w1"]
+    assert [(m.time, m.alive) for m in marks] == [  # the shared note was never published
+        (BASE + 50, True),
+        (BASE + 350, True),
+        (BASE + 350, False),
+    ]
+    assert dict(marks[0].position) == exact
+    # the later marks cover every stored record (this producer's and, before them, the other's)
+    held = records(kafka, topic, 3)
+    assert len([v for *_, v, _ in held if v.startswith(b"event-")]) == 45
+    for mark in marks[1:]:
+        position = dict(mark.position)
+        assert position == {segs[p]: max(o for q, o, *_ in held if q == p) + 1 for p in range(3)}

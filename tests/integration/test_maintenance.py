@@ -442,3 +442,45 @@ def test_a_file_past_the_first_tier_is_not_rewritten_again(tmp_path: Path) -> No
     files = DeltaTable(index).file_uris()
     assert first in files and len(files) == 2  # only the four new files were merged
     assert read_watermarks(root, STREAMS[0]) == expected_marks(STREAMS[0], 64)
+
+
+def test_log_is_trimmed_to_its_retention_and_old_tables_get_it(tmp_path: Path) -> None:
+    """Issue 19: delta-rs lists the whole ``_delta_log`` on every open and commit, so
+    the maintainer gives a table made without them the retention properties (the open
+    sink's next append survives that commit) and trims the log after checkpoints;
+    checkpoints stop carrying the tombstones of files removed before the retention."""
+    import pyarrow.parquet as pq
+    from deltalake import DeltaTable
+
+    from jobs.maintenance import retention_properties
+
+    root = str(tmp_path)
+    create_tables(root)  # Delta's defaults: 30 days of log, 7 days of tombstones
+    sink = sink_for(root)
+    sink.write(batch_rows(0), 0)
+    maintainer = Maintainer(settings(root, tables=(INDEX,), log_retention_s=1))
+    maintainer.run_once(force=True, vacuum=False)
+    index = DeltaTable(table_path(root, INDEX))  # a reader left at an old version
+    assert index.metadata().configuration == retention_properties(1)
+    for b in range(1, 12):
+        sink.write(batch_rows(b), b)  # the open sink, after the property commit
+    maintainer.run_once(force=True, vacuum=False)  # compacts: 12 tombstones
+    time.sleep(1.5)
+    for b in range(12, 15):
+        sink.write(batch_rows(b), b)
+    maintainer.run_once(force=True, vacuum=False)
+    log_dir = Path(table_path(root, INDEX)) / "_delta_log"
+    commits = sorted(int(p.name[:20]) for p in log_dir.glob("*.json"))
+    latest = DeltaTable(table_path(root, INDEX))
+    assert commits[-1] == latest.version()
+    assert len(commits) <= 5, commits  # trimmed to the last checkpoint before 1 s ago
+    checkpoint = sorted(log_dir.glob("*.checkpoint.parquet"))[-1]
+    removes = pq.read_table(checkpoint, columns=["remove"]).column("remove").drop_null()
+    assert len(removes) <= 4  # the last compaction's (1 + 3 files), not the 12 before
+    assert latest.to_pyarrow_table().num_rows == 15 * len(STREAMS)
+    index.update_incremental()  # its next commits are gone: it goes through the checkpoint
+    assert index.version() == latest.version()
+    assert index.to_pyarrow_table().num_rows == 15 * len(STREAMS)
+    assert read_watermarks(root, STREAMS[1]) == expected_marks(STREAMS[1], 15)
+    with pytest.raises(Exception, match=r"(?i)log segment|not found|version"):
+        DeltaTable(table_path(root, INDEX), version=1)  # before the log's reach

@@ -33,6 +33,33 @@ def run(capsys, *argv):
     return code, out, err
 
 
+PROBE = """
+import sys
+import tidemark.cli.main as m
+try:
+    code = m.main(sys.argv[1:])
+finally:
+    print("LOADED", sorted(k for k in ("pandas", "numpy") if k in sys.modules), file=sys.stderr)
+sys.exit(code)
+"""
+
+
+def run_fresh(*argv):
+    """A verb in a fresh process, as a user runs it: (exit code, stdout, heavy modules
+    it loaded). Light verbs block pandas and numpy; a path that needs them fails here."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYTHONPATH=os.getcwd())
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, *argv], env=env, capture_output=True, text=True, timeout=120
+    )
+    loaded = next(ln for ln in done.stderr.splitlines() if ln.startswith("LOADED"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.returncode, done.stdout, loaded.removeprefix("LOADED ")
+
+
 def test_read_watermarks_window_seek(cli_env, capsys, manager, store, kafka, wconfig, unique):
     root = cli_env
     stream = make_stream(manager, unique, segments=2)
@@ -98,6 +125,16 @@ def test_read_watermarks_window_seek(cli_env, capsys, manager, store, kafka, wco
     assert code == 1 and "has a checkpoint 'c1' already" in err
     code, _, err = run(capsys, "group", "reset", group_name, "--cut", "[1, 2]")
     assert code == 1 and "--cut must be a JSON object" in err
+
+    # The same verbs in fresh processes: no pandas, no numpy, same answers.
+    _, out, loaded = run_fresh("read", stream, "--timestamp", str(BASE + 150), "--format", "json")
+    assert len(out.splitlines()) == 4 and loaded == "[]"
+    _, out, loaded = run_fresh("watermarks", stream, "--format", "json")
+    assert len(out.splitlines()) == 3 and loaded == "[]"
+    _, out, loaded = run_fresh("seek", group_name, "--timestamp", str(BASE + 160))
+    assert loaded == "[]"
+    _, out, loaded = run_fresh("window", group_name, "--format", "json")
+    assert json.loads(out)["stream_cut"] == seeked and loaded == "[]"
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ depend on the Spark controller job.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import defaultdict
 
@@ -98,6 +99,30 @@ def read_all(reader, idle_ms=800, first_ms=5_000):
         if event is None:
             return out
         out.append(event)
+
+
+def read_along(
+    group: ReaderGroup,
+    written: threading.Event,
+    got: dict[str, list[int]],
+    errors: list[BaseException] | None = None,
+) -> None:
+    """A reader thread: reads ``key:n`` events into ``got`` until ``written`` is set, then
+    until 1 s passes without one (the drain); an error goes to ``errors`` when given."""
+    try:
+        with group.reader("r") as reader:
+            while not written.is_set():
+                event = reader.read_next(timeout_ms=200)
+                if event is not None:
+                    key, n = event.body.decode().split(":")
+                    got[key].append(int(n))
+            for event in read_all(reader, idle_ms=1_000):
+                key, n = event.body.decode().split(":")
+                got[key].append(int(n))
+    except BaseException as exc:
+        if errors is None:
+            raise
+        errors.append(exc)
 
 
 def group_kw(store, kafka, root, config=FAST):

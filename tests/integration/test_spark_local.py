@@ -57,19 +57,19 @@ def test_batch_read_with_explicit_offsets_into_delta(spark, kafka, unique, tmp_p
     assert {b for p, o, b in from_spark if p == 0 and o == 5} == {"e10"}
 
 
-def test_new_controller_tables_keep_log_and_removed_files_as_long_as_time_travel(
+def test_new_controller_tables_keep_log_and_tombstones_for_the_log_retention(
     spark, tmp_path
 ) -> None:
     from jobs.sink import ensure_tables
     from schemas.tables import TABLES, table_path
 
     root = str(tmp_path / "delta")
-    ensure_tables(spark, root, time_travel_hours=48)
+    ensure_tables(spark, root, log_retention_s=600)
     for table in TABLES:
         config = DeltaTable(table_path(root, table)).metadata().configuration
-        assert config["delta.logRetentionDuration"] == "interval 48 hours", table
-        assert config["delta.deletedFileRetentionDuration"] == "interval 48 hours", table
-    # an existing table is left as it is (no property change under a running controller)
-    ensure_tables(spark, root, time_travel_hours=1)
+        assert config["delta.logRetentionDuration"] == "interval 600 seconds", table
+        assert config["delta.deletedFileRetentionDuration"] == "interval 600 seconds", table
+    # an existing table is left as it is (the maintainer sets its properties)
+    ensure_tables(spark, root, log_retention_s=60)
     config = DeltaTable(table_path(root, TABLES[0])).metadata().configuration
-    assert config["delta.logRetentionDuration"] == "interval 48 hours"
+    assert config["delta.logRetentionDuration"] == "interval 600 seconds"

@@ -109,6 +109,16 @@ def test_wait_wakes_on_the_watermark_and_times_out_naming_the_laggard(
         assert main(["laggards", stream, "--delta-root", root, "--format", "json"]) == 0
         rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
         assert [(r["writer"], r["kind"], r["behind_ms"]) for r in rows] == [("a", "lagging", 200)]
+        # The same in a fresh process, as a user runs them (no pandas, no numpy).
+        from tests.integration.test_reader_cli import run_fresh
+
+        _, out, loaded = run_fresh("laggards", stream, "--delta-root", root, "--format", "json")
+        assert [json.loads(line)["writer"] for line in out.splitlines()] == ["a"]
+        assert loaded == "[]"
+        _, out, loaded = run_fresh(
+            "wait", stream, "--time", str(BASE + 150), "--delta-root", root, "--format", "json"
+        )
+        assert json.loads(out)["seq"] == 1 and loaded == "[]"
 
         # a catches up: the next snapshot is clear, and the wait succeeds.
         marks.note(a, BASE + 400)

@@ -286,3 +286,191 @@ def test_tidemark_serve_command(manager, unique, kafka, zookeeper, zk_client, tm
         out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 130
     assert f"dashboard on http://127.0.0.1:{port}/" in out
+
+
+# --- waiting for stream time through the service (issue 16) -------------------------------
+
+
+def _wait_in_thread(stream, t, timeout_ms, root):
+    """``wait_for_time`` on a thread; (result holder, thread, start time)."""
+    import threading
+
+    from pipelines.reading.stream_time import wait_for_time
+
+    out = {}
+
+    def run():
+        try:
+            out["watermark"] = wait_for_time(stream, t, timeout_ms, delta_root=root)
+        except Exception as exc:  # reported by the test
+            out["error"] = exc
+        out["at"] = time.monotonic()
+
+    thread = threading.Thread(target=run, daemon=True)
+    started = time.monotonic()
+    thread.start()
+    return out, thread, started
+
+
+def test_wait_for_time_is_woken_by_the_service(
+    served, manager, unique, tmp_path, monkeypatch, capsys
+):
+    """A wait through ``GET .../wait`` returns once the service's refresh sees the
+    watermark, asking the service a few times a second at most and never Delta."""
+    from pipelines.reading import stream_time
+    from pipelines.reading.stream_time import ServiceWatermarkSource, wait_for_time
+    from tidemark.cli.main import main
+
+    root = str(tmp_path)
+    stream = make_stream(manager, unique, segments=2)
+    base = int(time.time() * 1000) - 60_000
+    marks = history(stream, 8, base)
+    top = append_marks(root, stream, marks[:3])
+    served.service.refresh_all()
+    monkeypatch.setenv(TIME_SERVICE_ENV, served.url)
+
+    asks, deltas = [], []
+    real_ask, real_delta = ServiceWatermarkSource._ask, ServiceWatermarkSource._delta
+
+    def counted_ask(self, timeout_ms):
+        asks.append(timeout_ms)
+        return real_ask(self, timeout_ms)
+
+    def counted_delta(self):
+        deltas.append(1)
+        return real_delta(self)
+
+    monkeypatch.setattr(ServiceWatermarkSource, "_ask", counted_ask)
+    monkeypatch.setattr(ServiceWatermarkSource, "_delta", counted_delta)
+
+    # Reached already: the first watermark at or after T, at once.
+    got = wait_for_time(stream, base + 1_500, 0, delta_root=root)
+    assert (got.seq, got.time, got.upper_time) == (2, base + 2_000, base + 2_400)
+    assert got.stream_cut == {0: 30, 1: 30}
+
+    asks.clear()
+    out, thread, started = _wait_in_thread(stream, base + 4_500, 30_000, root)
+    time.sleep(1.5)
+    assert thread.is_alive()
+    append_marks(root, stream, marks[3:], top=top)
+    thread.join(15)
+    assert "error" not in out, out.get("error")
+    got = out["watermark"]
+    assert (got.seq, got.time) == (5, base + 5_000)  # the first reaching T, not the latest
+    assert got.stream_cut == {0: 60, 1: 60}
+    assert out["at"] - started >= 1.4  # not before the watermark was there
+    # Long polls of at most 1 s each while nothing came (plus the first look).
+    assert len(asks) <= 5, asks
+    assert deltas == []
+    assert stream_time.watermark_source(stream, 1).__class__ is ServiceWatermarkSource
+
+    # The CLI goes through the service too.
+    assert main(["wait", stream, "--time", str(base + 6_500), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["seq"] == 7
+    assert deltas == []
+
+
+def test_wait_times_out_cleanly_through_the_service(served, manager, unique, tmp_path, monkeypatch):
+    from pipelines.reading.exceptions import StreamTimeTimeoutError
+    from pipelines.reading.stream_time import wait_for_time
+
+    root = str(tmp_path)
+    stream = make_stream(manager, unique, segments=1)
+    base = int(time.time() * 1000) - 60_000
+    append_marks(root, stream, history(stream, 3, base, segments=(0,)))
+    served.service.refresh_all()
+
+    started = time.monotonic()
+    path = f"/api/streams/{stream}/wait?t={base + 9_000}&timeout_ms=300"
+    status, body = get_json(served.url, path)
+    took = time.monotonic() - started
+    assert status == 200 and body["reached"] is False and body["watermark"] is None
+    assert body["latest"]["seq"] == 2
+    assert 0.29 <= took < 5
+
+    monkeypatch.setenv(TIME_SERVICE_ENV, served.url)
+    started = time.monotonic()
+    with pytest.raises(StreamTimeTimeoutError) as err:
+        wait_for_time(stream, base + 9_000, 400, delta_root=root)
+    assert time.monotonic() - started >= 0.39
+    assert err.value.last is not None and err.value.last.seq == 2
+
+    # What the service refuses is a clear error.
+    for path, code, error in [
+        (f"/api/streams/{stream}/wait", 400, "invalid_timestamp"),
+        (f"/api/streams/{stream}/wait?t=5&timeout_ms=9999999", 400, "http"),
+        (f"/api/streams/{stream}/wait?t=5&timeout_ms=-1", 400, "http"),
+        ("/api/streams/nope/missing/wait?t=5", 404, "unknown_stream"),
+    ]:
+        status, body = get_json(served.url, path)
+        assert (status, body["error"]) == (code, error), path
+
+
+def test_wait_reads_delta_when_the_service_is_down(manager, unique, tmp_path, monkeypatch):
+    from pipelines.reading.stream_time import ServiceWatermarkSource
+
+    root = str(tmp_path)
+    stream = make_stream(manager, unique, segments=2)
+    base = int(time.time() * 1000) - 60_000
+    marks = history(stream, 6, base)
+    top = append_marks(root, stream, marks[:2])
+    monkeypatch.setenv(TIME_SERVICE_ENV, "http://127.0.0.1:9")  # nothing listens there
+    deltas = []
+    real_delta = ServiceWatermarkSource._delta
+
+    def counted_delta(self):
+        deltas.append(1)
+        return real_delta(self)
+
+    monkeypatch.setattr(ServiceWatermarkSource, "_delta", counted_delta)
+    out, thread, started = _wait_in_thread(stream, base + 3_500, 30_000, root)
+    time.sleep(1.0)
+    append_marks(root, stream, marks[2:], top=top)
+    thread.join(15)
+    assert "error" not in out, out.get("error")
+    assert out["watermark"].seq == 4
+    assert out["at"] - started >= 0.9
+    assert deltas  # answered from Delta
+
+
+def test_wait_for_a_time_older_than_the_kept_history(
+    store, zk_client, kafka, settings, manager, unique, tmp_path
+):
+    """The service keeps the last ``history_limit`` watermarks; a wait for an older time
+    is answered from Delta, still the first watermark reaching it."""
+    root = str(tmp_path)
+    stream = make_stream(manager, unique, segments=1)
+    base = int(time.time() * 1000) - 60_000
+    append_marks(root, stream, history(stream, 10, base, segments=(0,)))
+    service = TimeService(
+        store,
+        zk_client,
+        root,
+        bootstrap_servers=kafka,
+        cluster=settings,
+        refresh_ms=50,
+        history_limit=3,
+    )
+    with RunningService(service) as running:
+        status, body = get_json(running.url, f"/api/streams/{stream}/wait?t={base + 1_500}")
+        assert status == 200 and body["reached"] is True
+        assert body["watermark"]["seq"] == 2
+        assert body["watermark"]["stream_cut"] == {"0": 30}
+        assert body["latest"]["seq"] == 9
+        status, body = get_json(running.url, f"/api/streams/{stream}/wait?t={base + 8_500}")
+        assert body["watermark"]["seq"] == 9
+
+        # A wait still held when the server stops is answered (not reached), not dropped.
+        import threading
+
+        held = {}
+        path = f"/api/streams/{stream}/wait?t={base + 99_000}&timeout_ms=60000"
+        holder = threading.Thread(target=lambda: held.update(answer=get_json(running.url, path)))
+        holder.start()
+        time.sleep(0.5)
+        assert holder.is_alive()
+        stopping = time.monotonic()
+    holder.join(30)
+    assert time.monotonic() - stopping < 5
+    status, body = held["answer"]
+    assert status == 200 and body["reached"] is False and body["latest"]["seq"] == 9

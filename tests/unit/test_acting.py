@@ -318,3 +318,14 @@ def test_late_events_bound_per_segment_from_the_cuts():
         bounds.append(late.lower_bound(event.segment, event.offset))
     assert bounds == [None, 100, 200, 300, 200, 200, 300]
     assert dict(late.counter.counts) == {1: 2, 2: 2}
+
+
+def test_a_writer_lagging_at_the_watermark_is_named_after_the_threshold_one_below_at_once():
+    marks = {"a": WriterMark(500, {0: 9}), "b": WriterMark(500, {0: 8})}
+    state = GenerationState(wm(500), {"a": 1_000, "b": 1_000})  # both at the watermark
+    assert laggards(S, marks, state, 1_500, threshold_ms=1_000) == []  # between notes
+    named = laggards(S, marks, state, 2_000, threshold_ms=1_000)  # stalled for 1 s
+    assert [(x.writer, x.kind) for x in named] == [("a", LAGGING), ("b", LAGGING)]
+    below = {"a": WriterMark(900, {0: 9}), "b": WriterMark(400, {0: 8})}
+    found = laggards(S, below, GenerationState(wm(500), {"b": 1_000}), 1_000, threshold_ms=10**6)
+    assert [(x.writer, x.behind_ms) for x in found] == [("b", 500)]

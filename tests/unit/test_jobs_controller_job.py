@@ -36,3 +36,35 @@ def test_first_batch_skips_the_idle_reports_without_an_add_batch_phase() -> None
     assert first_batch(_Query([idle, ran, later])) == ran
     assert first_batch(_Query([idle])) is None
     assert first_batch(_Query([])) is None
+
+
+class Task:
+    def __init__(self, name: str, calls: list[str], fail: bool = False) -> None:
+        self.name, self.calls, self.fail = name, calls, fail
+
+    def lead(self, leading: bool) -> None:
+        self.calls.append(f"{self.name} {'leads' if leading else 'stops'}")
+        if self.fail and leading:
+            raise RuntimeError("cannot start")
+
+    def close(self) -> None:
+        self.calls.append(f"{self.name} closed")
+
+
+def test_leader_tasks_run_around_the_query_and_a_failing_one_stops_nothing() -> None:
+    import threading
+
+    from jobs.config import ControllerSettings
+    from jobs.controller_job import ControllerJob
+
+    calls: list[str] = []
+    settings = ControllerSettings("k:9092", "z:2181", "/data/delta", "/data/ckpt")
+    job = ControllerJob(
+        None, settings, "a", leader_tasks=[Task("policies", calls), Task("bad", calls, True)]
+    )
+    job._run_query = lambda lost: calls.append("query")  # type: ignore[method-assign]
+    job._lead(threading.Event())
+    assert calls == ["policies leads", "bad leads", "query", "policies stops"]
+    calls.clear()
+    job.stop()
+    assert calls == ["policies closed", "bad closed"]

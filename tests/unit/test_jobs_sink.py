@@ -112,3 +112,78 @@ def test_two_writers_of_one_batch_write_it_once(tmp_path: Path) -> None:
             ),
         )
     assert [r["seq"] for r in rows_of(root, MARKS)] == [0]
+
+
+def test_an_open_writer_whose_batch_another_committed_skips_it(tmp_path: Path) -> None:
+    """The sink appends without reading the log first (issue 19): when another instance
+    committed the same batch meanwhile, delta-rs refuses the commit, the sink reads the
+    log, sees its batch and skips it -- the batch is in the table once."""
+    root = _tables(tmp_path)
+    rows = split_rows([watermark("a", 0)])[MARKS]
+    mine = DeltaTables(root)
+    assert mine.append(MARKS, rows, "app", 1)
+    assert DeltaTables(root).append(MARKS, rows, "app", 2)  # the other instance, batch 2
+    assert not mine.append(MARKS, rows, "app", 2)  # its handle still at batch 1
+    assert mine.append(MARKS, rows, "app", 3)
+    assert len(rows_of(root, MARKS)) == 3
+    assert DeltaTables(root).committed_version(MARKS, "app") == 3
+
+
+def test_an_open_writer_appends_over_other_commits(tmp_path: Path) -> None:
+    """Commits of other application ids (the maintainer's, another bucket's) land
+    between two appends of an open writer: delta-rs puts its append after them."""
+    root = _tables(tmp_path)
+    rows = split_rows([watermark("a", 0)])[INDEX]
+    mine = DeltaTables(root)
+    assert mine.append(INDEX, rows, "app", 0)
+    other = DeltaTables(root)
+    for batch in range(3):
+        assert other.append(INDEX, rows, "other", batch)
+    assert mine.append(INDEX, rows, "app", 1)
+    table = DeltaTable(table_path(root, INDEX))
+    assert table.version() == 5
+    assert (table.transaction_version("app"), table.transaction_version("other")) == (1, 2)
+    assert len(rows_of(root, INDEX)) == 5
+
+
+def test_laggard_snapshots_go_to_their_table_in_the_batch_once(tmp_path: Path) -> None:
+    from controller.laggards import LAGGING, Laggard
+    from jobs.processor import output_rows
+    from jobs.workflow import LaggardRows
+    from schemas.tables import LAGGARDS, laggard_rows
+
+    lag = Laggard("a", "w2", LAGGING, 100, 150, 900, 40, 77)
+    rows = [
+        *output_rows(LaggardRows("a", tuple(laggard_rows("a", 77, [lag])))),
+        *output_rows(LaggardRows("b", tuple(laggard_rows("b", 78, [])))),
+        watermark("a", 0),
+    ]
+    assert split_rows(rows)[LAGGARDS] == [
+        {
+            "stream": "a",
+            "at": 77,
+            "writer": "w2",
+            "kind": "lagging",
+            "noted_time": 100,
+            "watermark_time": 150,
+            "behind_ms": 900,
+            "since": 40,
+        },
+        {
+            "stream": "b",
+            "at": 78,
+            "writer": None,
+            "kind": "clear",
+            "noted_time": None,
+            "watermark_time": None,
+            "behind_ms": None,
+            "since": None,
+        },
+    ]
+    root = _tables(tmp_path)
+    sink = DeltaSink(root, "app")
+    sink.bind("q1")
+    sink.write(rows, 4)
+    sink.write(rows, 4)  # the batch re-run
+    assert sorted(r["stream"] for r in rows_of(root, LAGGARDS)) == ["a", "b"]
+    assert DeltaTables(root).committed_version(LAGGARDS, "app/q1") == 4

@@ -13,6 +13,7 @@ from jobs.tables import Reason
 from jobs.workflow import (
     STATE_VERSION,
     Emitted,
+    LaggardRows,
     MarkInput,
     Rejected,
     StreamState,
@@ -83,7 +84,7 @@ def stream_meta(timeout: int | None = None, delay: int = 0) -> StreamMetadata:
 def test_a_lagging_writer_is_due_at_its_streams_own_timeout(
     timeout: int | None, applied: int
 ) -> None:
-    settings = WorkflowSettings(interval_ms=1000, writer_timeout_ms=60_000)
+    settings = WorkflowSettings(interval_ms=1000, writer_timeout_ms=60_000, laggard_threshold_ms=0)
     w, state = StreamWorkflow(settings, Streams(stream_meta(timeout)), Committed()), StreamState()
     w.on_records(S, state, [rec("a", 100, {0: 1}, 0), rec("b", 100, {1: 1}, 1)], 1_000)
     # b stops noting: it lags from the next cycle on
@@ -95,10 +96,18 @@ def test_a_lagging_writer_is_due_at_its_streams_own_timeout(
         ]
         assert set(state.marks) == {"a"} and w.wants_due(state) is None
         return
-    assert out == [] and w.wants_due(state) == 2_000 + applied
+    # nothing emitted; b is recorded as lagging, once
+    (lagging,) = out
+    assert isinstance(lagging, LaggardRows)
+    assert [(r["writer"], r["kind"], r["since"], r["behind_ms"]) for r in lagging.rows] == [
+        ("b", "lagging", 2_000, 100)
+    ]
+    assert w.wants_due(state) == 2_000 + applied
+    assert w.on_records(S, state, [rec("a", 300, {0: 3}, 3)], 2_001) == []  # no change
     assert w.on_due(S, state, 2_000 + applied - 1) == []
-    (emitted,) = w.on_due(S, state, 2_000 + applied)
-    assert isinstance(emitted, Emitted) and emitted.watermark.time == 200
+    emitted, cleared = w.on_due(S, state, 2_000 + applied)
+    assert isinstance(emitted, Emitted) and emitted.watermark.time == 300
+    assert isinstance(cleared, LaggardRows) and [r["kind"] for r in cleared.rows] == ["clear"]
     assert set(state.marks) == {"a"} and w.wants_due(state) is None
 
 
@@ -221,3 +230,36 @@ def test_marks_running_ahead_raise_the_upper_time_and_survive_the_state() -> Non
     raw = state.to_raw()
     raw["marks"] = {w_: items[:5] for w_, items in raw["marks"].items()}
     assert StreamState.from_raw(S, raw).marks["a"].mark.max_event_time is None
+
+
+def test_laggards_and_arrivals_survive_the_state_round_trip_and_feed_noted_at() -> None:
+    w, state = wf(laggard_threshold_ms=0), StreamState()
+    a = MarkInput(WriterMarkRecord(S, "a", 100, {0: 1}).encode(), 0, 0, arrival_ms=900)
+    b = MarkInput(WriterMarkRecord(S, "b", 100, {1: 1}).encode(), 0, 1, arrival_ms=950)
+    (first,) = w.on_records(S, state, [a, b], 1_000)
+    assert isinstance(first, Emitted) and first.noted_at == 950  # the newest mark's arrival
+    out = w.on_records(S, state, [rec("a", 200, {0: 2}, 2)], 2_000)  # no arrival known
+    assert [type(o) for o in out] == [LaggardRows]
+    back = StreamState.from_json(S, state.to_json())
+    assert back.laggards == state.laggards and back.marks == state.marks
+    assert back.marks["b"].arrival_ms == 950
+    # state written before laggards and arrivals were kept still loads
+    old = state.to_raw()
+    del old["lg"]
+    old["marks"] = {k: v[:7] for k, v in old["marks"].items()}
+    legacy = StreamState.from_raw(S, old)
+    assert legacy.laggards is None and legacy.marks["b"].arrival_ms is None
+
+
+def test_a_writer_only_slowest_is_recorded_once_far_enough_behind() -> None:
+    w, state = wf(laggard_threshold_ms=1_000), StreamState()
+    out = w.on_records(S, state, [rec("a", 100, {0: 1}, 0), rec("b", 600, {1: 1}, 1)], 1_000)
+    assert not [o for o in out if isinstance(o, LaggardRows)]  # 500 ms apart: in step
+    out = w.on_records(S, state, [rec("b", 2_000, {1: 2}, 2), rec("a", 150, {0: 2}, 3)], 2_000)
+    (rows,) = [o for o in out if isinstance(o, LaggardRows)]
+    assert [(r["writer"], r["kind"], r["behind_ms"]) for r in rows.rows] == [
+        ("a", "slowest", 1_850)
+    ]
+    # a moves on but stays slowest: no new row
+    out = w.on_records(S, state, [rec("a", 180, {0: 3}, 4)], 3_000)
+    assert not [o for o in out if isinstance(o, LaggardRows)]

@@ -83,6 +83,7 @@ def test_files_stay_bounded(files: int, small: int, version: int, since: int) ->
         ({"checkpoint_every": 0}, "checkpoint_every"),
         ({"time_travel_hours": -1}, "time_travel_hours"),
         ({"check_interval_s": 0}, "check_interval_s"),
+        ({"log_retention_s": 0.5}, "log_retention_s"),
         ({"tables": ("marks", "nope")}, "nope"),
         ({"delta_root": " "}, "delta root"),
     ],
@@ -105,3 +106,18 @@ def test_bins_are_runs_in_time_order_up_to_the_target() -> None:
 def test_the_second_tier_is_compacted_only_when_enough_files_wait() -> None:
     assert not plan(state(small_files=0, small_bytes=0, medium_files=9), SETTINGS, 10.0).compact
     assert plan(state(small_files=0, small_bytes=0, medium_files=10), SETTINGS, 10.0).compact
+
+
+def test_log_retention_is_short_on_a_local_file_system_only() -> None:
+    """Issue 19: delta-rs lists the whole log on every open and commit on a local file
+    system; an object store lists from an offset, so its log follows the time travel."""
+    from jobs.maintenance import LOCAL_LOG_RETENTION_S, retention_properties
+
+    assert MaintenanceSettings("/data/t").log_retention == LOCAL_LOG_RETENTION_S == 900
+    assert MaintenanceSettings("file:///data/t").log_retention == 900
+    assert MaintenanceSettings("s3://lake/t", time_travel_hours=24).log_retention == 86_400
+    assert MaintenanceSettings("/data/t", log_retention_s=60).log_retention == 60
+    assert retention_properties(900) == {
+        "delta.logRetentionDuration": "interval 900 seconds",
+        "delta.deletedFileRetentionDuration": "interval 900 seconds",
+    }

@@ -139,3 +139,14 @@ def test_batches_missed_between_two_looks_are_counted_from_recent_progress():
     metrics.observe_query(0, query)
     metrics.observe_query(0, query)  # nothing new
     assert _value(registry, "tidemark_controller_marks_accepted_total", {"bucket": "0"}) == 10
+
+
+def test_freshness_is_measured_from_the_note_when_the_mark_time_is_known():
+    registry = CollectorRegistry()
+    metrics = ControllerMetrics(registry, clock_ms=lambda: 100_000)
+    noted = {**watermark_row("a/s", 0, 90_000, 99_500), "noted_at": 98_000}
+    metrics.batch_observer("all")([noted, watermark_row("b/s", 0, 90_000, 99_500)], 1, 0.1)
+    # note at 98 000 -> committed at 100 000: 2 s (not the 0.5 s since the cycle)
+    assert _value(registry, "tidemark_controller_freshness_seconds_sum", {"stream": "a/s"}) == 2.0
+    # no mark timestamp (a topic not in LogAppendTime): from the cycle
+    assert _value(registry, "tidemark_controller_freshness_seconds_sum", {"stream": "b/s"}) == 0.5

@@ -1,4 +1,4 @@
-"""Position tracking, noted marks, the replay buffer and writer config (pure)."""
+"""Position tracking (transactional writer, drop-in producer), marks and writer config (pure)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from pipelines.writing.config import WriterConfig
 from pipelines.writing.exceptions import WriterConfigError
 from pipelines.writing.marks import mark_message, to_writer_mark
 from pipelines.writing.positions import PositionTracker, merge
-from pipelines.writing.replay import ReplayBuffer
 from schemas.records import WriterMarkRecord
 
 
@@ -121,41 +120,6 @@ def test_each_note_has_exactly_the_records_sent_before_it(ops: list[tuple[str, i
     assert [n.time for n in delivered] == list(range(len(sent_before)))
     for note in delivered:
         assert note.position == sent_before[note.time]
-
-
-# --- replay buffer ----------------------------------------------------------------------------
-
-
-def test_cut_off_returns_records_at_or_beyond_the_sealed_size_in_order() -> None:
-    buf = ReplayBuffer(window_ms=1_000)
-    for i in range(4):
-        buf.sent(7, b"k", b"v%d" % i, 100 + i, now_ms=0)
-    for off in (10, 12, 13):
-        buf.acked(7, off)
-    assert [r.value for r in buf.cut_off(7, 12)] == [b"v1", b"v2"]  # v3 not acknowledged
-    assert not buf.lost(7, 12)
-
-
-def test_old_acknowledged_records_are_forgotten_and_detected_as_lost() -> None:
-    buf = ReplayBuffer(window_ms=100)
-    buf.sent(1, None, b"a", 1, now_ms=0)
-    buf.acked(1, 5)
-    buf.sent(1, None, b"b", 2, now_ms=50)
-    buf.sent(1, None, b"c", 3, now_ms=500)  # a is older than the window and acknowledged
-    assert buf.retained(1) == 2
-    assert buf.lost(1, 5) and not buf.lost(1, 6)
-
-
-def test_unacknowledged_records_are_kept_however_old() -> None:
-    buf = ReplayBuffer(window_ms=10)
-    buf.sent(1, None, b"a", 1, now_ms=0)
-    buf.sent(1, None, b"b", 1, now_ms=1_000)
-    assert buf.retained(1) == 2
-    buf.failed(1)
-    buf.acked(1, 3)
-    assert [r.offset for r in buf.cut_off(1, 0)] == [3]
-    buf.forget(1)
-    assert buf.segments() == []
 
 
 # --- marks and config ---------------------------------------------------------------------------

@@ -6,6 +6,11 @@
     tidemark window run shop/orders --from 1700000000000 --every 5m --output /data/lake/o5m
     tidemark laggards shop/orders
 
+``wait`` (and ``window run``'s wait for completeness) is woken by new
+watermarks: through ``tidemark serve`` when ``TIDEMARK_TIME_SERVICE`` is set
+(a long poll; Delta while the service is down), else by watching the
+``marks`` table (``pipelines.reading.stream_time``).
+
 Exit codes: 0 done; 75 (:data:`EXIT_NOT_YET`, sysexits' EX_TEMPFAIL) when
 ``wait`` timed out or ``window run``'s window is not complete yet -- a
 scheduler (cron, Airflow) retries later; 1 any other error; 2 bad usage.

@@ -1,7 +1,7 @@
 """``tidemark controller ...``: the controller's verbs.
 
     tidemark controller status --format json
-    tidemark controller run --instance a --bucket-count 8
+    tidemark controller run --instance a --bucket-count 8   # also runs the policy loop
     tidemark controller policies --policy-interval-ms 10000 --delta-root ~/.tidemark/delta
 
 Each verb is a ``register_<verb>(verbs)`` function listed in :data:`VERBS`;
@@ -11,12 +11,15 @@ add a verb by writing its function and appending it there.
 from __future__ import annotations
 
 import argparse
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from controller.naming import ClusterSettings
 from tidemark.cli.output import add_format_option, emit
+
+log = logging.getLogger(__name__)
 
 
 def register_status(verbs: Any) -> None:
@@ -42,13 +45,71 @@ def register_run(verbs: Any) -> None:
         help="run a controller driver: it leads (runs the streaming query) or waits as standby",
     )
     add_controller_arguments(parser)
+    parser.add_argument(
+        "--policy-interval-ms",
+        type=int,
+        default=10_000,
+        help="while leading, act on stream policies (retention, auto-scaling) this often; "
+        "0 turns the policy loop off (then run `tidemark controller policies` elsewhere)",
+    )
+    add_policy_arguments(parser)
     parser.set_defaults(func=cmd_run)
+
+
+def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
+    """What the policy loop measures over (``controller run`` and ``controller policies``)."""
+    parser.add_argument("--rate-window-ms", type=int, default=60_000)
+    parser.add_argument("--scale-cooldown-ms", type=int, default=120_000)
+
+
+def policy_settings(args: argparse.Namespace, delta_root: str | None) -> Any:
+    """``PolicySettings`` from the options (the tables: ``delta_root``)."""
+    from tidemark.policy_loop import PolicySettings
+
+    return PolicySettings(
+        interval_ms=args.policy_interval_ms,
+        rate_window_ms=args.rate_window_ms,
+        cooldown_ms=args.scale_cooldown_ms,
+        delta_root=delta_root,
+    )
+
+
+def policy_tasks(args: argparse.Namespace) -> Callable[[Any], list[Any]]:
+    """``controller run``'s leader tasks: the stream policy loop (issue 13), unless
+    ``--policy-interval-ms 0``. Given the driver's ``ControllerSettings``."""
+    from tidemark.errors import ConfigurationError
+
+    if args.policy_interval_ms < 0:
+        raise ConfigurationError(
+            f"--policy-interval-ms must be >= 0 (0: no policy loop), got {args.policy_interval_ms}"
+        )
+    policies = policy_settings(args, None) if args.policy_interval_ms else None  # checks them
+
+    def leader_tasks(settings: Any) -> list[Any]:
+        from dataclasses import replace
+
+        from tidemark.policy_loop import PolicySwitch
+
+        if policies is None:
+            return []
+        return [
+            PolicySwitch(
+                replace(policies, delta_root=settings.delta_root),
+                settings.kafka_bootstrap,
+                settings.zk_connect,
+                settings.cluster,
+                identifier=f"controller-{args.instance}",
+                zk_session_timeout_ms=settings.zk_session_timeout_ms,
+            )
+        ]
+
+    return leader_tasks
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from jobs.controller_job import run_local
 
-    return run_local(args)
+    return run_local(args, policy_tasks(args))
 
 
 def register_policies(verbs: Any) -> None:
@@ -60,8 +121,7 @@ def register_policies(verbs: Any) -> None:
     )
     parser.add_argument("--instance", default=None, help="this loop's name in the election")
     parser.add_argument("--policy-interval-ms", type=int, default=10_000)
-    parser.add_argument("--rate-window-ms", type=int, default=60_000)
-    parser.add_argument("--scale-cooldown-ms", type=int, default=120_000)
+    add_policy_arguments(parser)
     parser.add_argument(
         "--delta-root", default=None, help="the controller's tables (default $TIDEMARK_DELTA_ROOT)"
     )
@@ -78,14 +138,9 @@ def cmd_policies(args: argparse.Namespace) -> int:
 
     from tidemark.cli.output import emit_rows
     from tidemark.cli.streams import control_plane
-    from tidemark.policy_loop import PolicyLoop, PolicySettings, run_when_elected
+    from tidemark.policy_loop import PolicyLoop, run_when_elected
 
-    settings = PolicySettings(
-        interval_ms=args.policy_interval_ms,
-        rate_window_ms=args.rate_window_ms,
-        cooldown_ms=args.scale_cooldown_ms,
-        delta_root=args.delta_root,
-    )
+    settings = policy_settings(args, args.delta_root)
     with control_plane() as cp:
         loop = PolicyLoop(cp.manager, settings)
         try:
@@ -129,9 +184,35 @@ def stream_lags(rows: Sequence[Mapping[str, Any]], now_ms: int) -> dict[str, dic
     }
 
 
+def stream_laggards(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Each stream's last snapshot of the ``laggards`` table (streams now clear left out)."""
+    from schemas.tables import latest_laggards
+
+    by_stream: dict[str, list[Mapping[str, Any]]] = {}
+    for row in rows:
+        by_stream.setdefault(str(row["stream"]), []).append(row)
+    found = {stream: latest_laggards(rs) for stream, rs in sorted(by_stream.items())}
+    return {stream: lags for stream, lags in found.items() if lags}
+
+
+def describe_laggard(row: Mapping[str, Any], now_ms: int) -> str:
+    """``w2 lagging since 2026-11-22T17:01:02Z (for 12.0 s), 5.0 s behind (as of 1.0 s ago)``."""
+    from datetime import UTC, datetime
+
+    text = f"{row['writer']} {row['kind']}"
+    since = row.get("since")
+    if since is not None:
+        at = datetime.fromtimestamp(int(since) / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        text += f" since {at} (for {(now_ms - int(since)) / 1000:.1f} s)"
+    behind = row.get("behind_ms")
+    if behind is not None:
+        text += f", {int(behind) / 1000:.1f} s behind"
+    return text + f" (as of {(now_ms - int(row['at'])) / 1000:.1f} s ago)"
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     from controller.election import controller_view
-    from jobs.tables import MARKS, read_table
+    from jobs.tables import LAGGARDS, MARKS, read_table
     from tidemark.cli.streams import control_plane
 
     defaults = ClusterSettings()
@@ -144,12 +225,17 @@ def cmd_status(args: argparse.Namespace) -> int:
     now = time.time_ns() // 1_000_000
     delta_root = args.delta_root or layout.get("delta_root")
     lags: dict[str, dict[str, int]] = {}
+    laggards: dict[str, list[dict[str, Any]]] = {}
     delta_error: str | None = None
     if delta_root:
         try:
             lags = stream_lags(read_table(delta_root, MARKS), now)
         except Exception as exc:  # no table yet: nothing emitted
             delta_error = str(exc)
+        try:
+            laggards = stream_laggards(read_table(delta_root, LAGGARDS))
+        except Exception as exc:  # a controller from before the laggards table
+            log.debug("no laggards under %s: %s", delta_root, exc)
     progress = view.progress
     data = {
         "leader": view.leader,
@@ -161,7 +247,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         "last_batch": None
         if progress is None
         else {**progress, "age_ms": now - int(progress.get("at_ms", now))},
-        "streams": lags,
+        "streams": {
+            stream: {**lags.get(stream, {}), "laggards": laggards.get(stream, [])}
+            for stream in sorted(set(lags) | set(laggards))
+        },
     }
     lines = [
         f"leader:   {view.leader or '(none)'}",
@@ -178,10 +267,15 @@ def cmd_status(args: argparse.Namespace) -> int:
         )
     if delta_error:
         lines.append(f"watermarks: none readable under {delta_root} ({delta_error})")
-    for stream, lag in lags.items():
-        lines.append(
-            f"  {stream:<40} seq {lag['seq']:<8} lag {lag['lag_ms'] / 1000:>9.1f} s  "
-            f"emitted {lag['age_ms'] / 1000:.1f} s ago"
-        )
+    for stream in sorted(set(lags) | set(laggards)):
+        lag = lags.get(stream)
+        if lag is None:
+            lines.append(f"  {stream:<40} no watermark yet")
+        else:
+            lines.append(
+                f"  {stream:<40} seq {lag['seq']:<8} lag {lag['lag_ms'] / 1000:>9.1f} s  "
+                f"emitted {lag['age_ms'] / 1000:.1f} s ago"
+            )
+        lines += [f"    held back by {describe_laggard(r, now)}" for r in laggards.get(stream, [])]
     emit(args, data, lines)
     return 0

@@ -31,31 +31,44 @@ COMMAND_MODULES = (
 )
 
 
-# Verbs that never need pandas. pyarrow imports pandas (about a second) on its first
-# array conversion whenever pandas is installed; these verbs tell it pandas is absent.
+# Verbs that never need pandas or numpy. pyarrow imports pandas (about a second) on its
+# first array conversion whenever pandas is installed, and numpy (~0.1 s) when it is
+# imported; neither is used by these verbs (they take rows as Python lists, never as
+# arrays), so they tell pyarrow both are absent.
 LIGHT_VERBS = frozenset({"read", "watermarks", "window", "seek", "stream", "wait", "laggards"})
+BLOCKED_FOR_LIGHT_VERBS = ("pandas", "numpy")
 
 
-class _WithoutPandas:
-    """A meta path entry that makes ``import pandas`` fail (for :data:`LIGHT_VERBS`)."""
+class _Blocked:
+    """A meta path entry that makes importing the modules in :attr:`names` fail (for
+    :data:`LIGHT_VERBS`)."""
 
-    @staticmethod
-    def find_spec(name: str, path: object = None, target: object = None) -> None:
-        if name == "pandas" or name.startswith("pandas."):
+    names: frozenset[str] = frozenset()
+
+    @classmethod
+    def find_spec(cls, name: str, path: object = None, target: object = None) -> None:
+        if name.partition(".")[0] in cls.names:
             raise ModuleNotFoundError(f"{name} is not used by this command", name=name)
 
 
 @contextlib.contextmanager
 def without_pandas(active: bool = True) -> Iterator[None]:
-    """Within the block, ``import pandas`` fails (unless it was imported already)."""
-    added = active and "pandas" not in sys.modules and _WithoutPandas not in sys.meta_path
+    """Within the block, ``import pandas`` and ``import numpy`` fail -- each unless it
+    was imported already (numpy also once pyarrow is: pyarrow has it then)."""
+    names = frozenset(
+        m
+        for m in BLOCKED_FOR_LIGHT_VERBS
+        if m not in sys.modules and not (m == "numpy" and "pyarrow" in sys.modules)
+    )
+    added = active and bool(names) and _Blocked not in sys.meta_path
     if added:
-        sys.meta_path.insert(0, _WithoutPandas)
+        _Blocked.names = names
+        sys.meta_path.insert(0, _Blocked)
     try:
         yield
     finally:
         if added:
-            sys.meta_path.remove(_WithoutPandas)
+            sys.meta_path.remove(_Blocked)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -126,19 +126,30 @@ def _key(value: bytes | None) -> str | None:
 
 def at_committed_end(reader: Any, ends: dict[int, int]) -> bool:
     """True when the reader has read everything committed up to ``ends`` (a snapshot of
-    the last stable offsets): each readable segment it owns is at its end (Kafka said
-    so), and every other readable one starts at or after its end."""
+    the last stable offsets): each readable segment it owns is read to its end, and
+    every other readable one starts at or after its end.
+
+    An owned segment is at its end when the next offset to return reached it -- known
+    without asking Kafka again -- or, when transaction markers sit just below the
+    end (no record carries their offsets), when Kafka said so (end of partition)."""
     from controller.model import segment_number
 
     view = reader.group.view()
-    owned = {s for s, o in reader.position().items() if o >= 0}
+    position = {s: o for s, o in reader.position().items() if o >= 0}
     for seg in view.readable:
-        if seg in owned:
-            if not reader.at_tail():
+        end = ends.get(segment_number(seg), 0)
+        if seg in position:
+            if position[seg] < end and not reader.at_tail():
                 return False
-        elif view.offsets.get(seg, 0) < ends.get(segment_number(seg), 0):
+        elif view.offsets.get(seg, 0) < end:
             return False
     return True
+
+
+READ_FETCH_WAIT_MS = 50
+"""``fetch.wait.max.ms`` of ``read``'s consumer: how long Kafka holds a fetch that finds
+nothing new (librdkafka's default, 500 ms, is what a read ending on transaction markers
+would wait for the end-of-partition notice)."""
 
 
 def cmd_read(args: argparse.Namespace) -> int:
@@ -146,7 +157,6 @@ def cmd_read(args: argparse.Namespace) -> int:
     from controller.model import segment_number
     from pipelines.reading.group import ReaderConfig, ReaderGroup
     from pipelines.reading.seek import live_metadata, stream_cut_at
-    from pipelines.reading.time_service import default_index
     from tidemark.cli.streams import control_plane, service_addresses
 
     since = _time_of(args)
@@ -154,13 +164,12 @@ def cmd_read(args: argparse.Namespace) -> int:
     root = delta_root()
     with control_plane() as cp:
         meta = live_metadata(cp.store, args.stream)
-        cut = (
-            None
-            if since is None
-            else stream_cut_at(
-                args.stream, since, delta_root=root, store=cp.store, index=default_index(root)
-            )
-        )
+        cut = None
+        if since is not None:
+            from pipelines.reading.time_service import default_index
+
+            index = default_index(root)
+            cut = stream_cut_at(args.stream, since, delta_root=root, store=cp.store, index=index)
         # Where committed data ends now: read to there and stop, no timeout to wait out.
         ends = StreamTopics(kafka).last_stable_offsets(
             meta.topic, sorted({segment_number(s) for s in meta.segments()})
@@ -171,7 +180,10 @@ def cmd_read(args: argparse.Namespace) -> int:
             store=cp.store,
             bootstrap_servers=kafka,
             delta_root=root,
-            config=ReaderConfig(rebalance_interval_ms=20),
+            config=ReaderConfig(
+                rebalance_interval_ms=20,
+                consumer_overrides={"fetch.wait.max.ms": READ_FETCH_WAIT_MS},
+            ),
         )
         printed = 0
         idle_since = time.monotonic()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -39,8 +40,16 @@ class ControlPlane:
 
     client: Any  # a started KazooClient
     store: Any  # controller.zk_store.ZooKeeperStore
-    manager: Any  # controller.streams.StreamManager
     settings: ClusterSettings
+    kafka: str
+
+    @functools.cached_property
+    def manager(self) -> Any:
+        """The stream manager (controller.streams.StreamManager), made on first use:
+        verbs that only read metadata do not import it."""
+        from controller.streams import StreamManager
+
+        return StreamManager(self.store, self.kafka, self.settings)
 
 
 def service_addresses(env: Environment | None = None) -> tuple[str, str]:
@@ -54,7 +63,6 @@ def service_addresses(env: Environment | None = None) -> tuple[str, str]:
 def control_plane(settings: ClusterSettings | None = None) -> Iterator[ControlPlane]:
     from kazoo.client import KazooClient
 
-    from controller.streams import StreamManager
     from controller.zk_store import ZooKeeperStore
 
     settings = settings or ClusterSettings()
@@ -63,7 +71,7 @@ def control_plane(settings: ClusterSettings | None = None) -> Iterator[ControlPl
     client.start(timeout=15)
     try:
         store = ZooKeeperStore(client, settings.zk_root)
-        yield ControlPlane(client, store, StreamManager(store, kafka, settings), settings)
+        yield ControlPlane(client, store, settings, kafka)
     finally:
         client.stop()
         client.close()

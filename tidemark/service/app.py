@@ -11,6 +11,14 @@ JSON API (times in milliseconds since the epoch; a stream is ``scope/name``):
   stream_cut``; null: the head) and the resolved ``stream_cut``.
 - ``GET /api/streams/{scope}/{name}/stop?t=MS`` -- where to stop
   (``complete_cut_at``): ``found``; ``stream_cut`` null while incomplete.
+- ``GET /api/streams/{scope}/{name}/wait?t=MS&timeout_ms=N`` -- a long poll: answers
+  as soon as the service's refresh sees a watermark with ``time >= t`` (at
+  once when there is one), else after ``timeout_ms`` (default 30 000, at most
+  :data:`MAX_WAIT_MS`): ``reached``, ``watermark`` (the first with
+  ``time >= t``: ``seq, time, upper_time, stream_cut``; null when not
+  reached) and ``latest`` (the stream's latest watermark, null: none yet).
+  A waiting request holds no thread: it sleeps on the stream's
+  ``asyncio.Event`` (:class:`~tidemark.service.state.StreamWaits`).
 - ``GET /api/streams/{scope}/{name}/watermarks?since=MS&version=N&as_of=MS&limit=N``
   -- watermarks from ``marks`` as of a table version or a time (Delta time travel).
 - ``GET /api/streams/{scope}/{name}/history?minutes=60`` -- the charts' data:
@@ -33,6 +41,8 @@ needed): ``/`` and ``/streams/{scope}/{name}``.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import datetime
 import time
 from collections.abc import Awaitable, Callable
@@ -42,6 +52,7 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Histogram
 from prometheus_client.exposition import generate_latest
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
@@ -52,12 +63,15 @@ from starlette.templating import Jinja2Templates
 from controller.exceptions import UnknownStreamError
 from pipelines.reading.exceptions import InvalidTimestampError, UnknownReaderGroupError
 from pipelines.reading.seek import check_timestamp
-from pipelines.reading.time_service import found_to_json
+from pipelines.reading.time_service import cut_to_json, found_to_json, watermark_to_json
 from tidemark.errors import TidemarkError
 from tidemark.service.state import TimeService, stream_json, wall_ms
 
 HERE = Path(__file__).parent
 HOUR_MS = 3_600_000
+DEFAULT_WAIT_MS = 30_000
+MAX_WAIT_MS = 600_000
+"""The longest a ``wait`` request may be held; a client waiting longer asks again."""
 
 
 def _stream(request: Request) -> str:
@@ -147,7 +161,7 @@ def build_app(service: TimeService) -> Starlette:
                 "stream": stream,
                 "timestamp": t,
                 "found": found_to_json(found),
-                "stream_cut": {str(s): o for s, o in sorted(cut.items())},
+                "stream_cut": cut_to_json(cut),
             }
         )
 
@@ -160,9 +174,35 @@ def build_app(service: TimeService) -> Starlette:
                 "stream": stream,
                 "timestamp": t,
                 "found": found_to_json(found),
-                "stream_cut": None
-                if found is None
-                else {str(s): o for s, o in sorted(found.stream_cut.items())},
+                "stream_cut": None if found is None else cut_to_json(found.stream_cut),
+            }
+        )
+
+    async def wait_for(request: Request) -> Response:
+        stream = _stream(request)
+        t = _required_time(request)
+        timeout_ms = _count_param(request, "timeout_ms", DEFAULT_WAIT_MS)
+        if timeout_ms > MAX_WAIT_MS:
+            raise HTTPException(400, f"timeout_ms={timeout_ms}: at most {MAX_WAIT_MS}")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_ms / 1000
+        while True:
+            changed = service.waits.event(stream)  # taken first: no change is missed
+            found, latest = service.reached(stream, t)
+            remaining = deadline - loop.time()
+            if found is not None or remaining <= 0 or service.waits.closing:
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), remaining)
+        if isinstance(found, int):  # older than the kept history: read Delta, off the loop
+            found = await run_in_threadpool(service.first_from_delta, stream, t)
+        return JSONResponse(
+            {
+                "stream": stream,
+                "timestamp": t,
+                "reached": found is not None,
+                "watermark": watermark_to_json(found),
+                "latest": watermark_to_json(latest),
             }
         )
 
@@ -280,6 +320,7 @@ def build_app(service: TimeService) -> Starlette:
         Route(api, one_stream),
         Route(f"{api}/start", timed("start", start_cut)),
         Route(f"{api}/stop", timed("stop", stop_cut)),
+        Route(f"{api}/wait", wait_for),
         Route(f"{api}/watermarks", watermarks),
         Route(f"{api}/history", history),
         Route("/api/rejected", rejected),

@@ -25,6 +25,19 @@ class ServiceStartError(TidemarkError):
     """The HTTP server did not start (port taken, or it failed); see its log."""
 
 
+class _Server(uvicorn.Server):
+    """uvicorn's server that, as it shuts down, first answers the waits it holds
+    (``GET .../wait``: long polls) instead of waiting for their timeouts."""
+
+    def __init__(self, service: TimeService, sock: socket.socket) -> None:
+        super().__init__(_config(service, sock))
+        self._waits = service.waits
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self._waits.close()
+        await super().shutdown(sockets)
+
+
 def _config(service: TimeService, sock: socket.socket) -> uvicorn.Config:
     return uvicorn.Config(
         build_app(service),
@@ -32,6 +45,7 @@ def _config(service: TimeService, sock: socket.socket) -> uvicorn.Config:
         access_log=False,
         lifespan="off",
         timeout_keep_alive=60,
+        timeout_graceful_shutdown=5,
         fd=None,
         host=sock.getsockname()[0],
         port=sock.getsockname()[1],
@@ -56,7 +70,7 @@ def _bind(host: str, port: int) -> socket.socket:
 def serve_forever(service: TimeService, host: str, port: int) -> None:
     """Serve until interrupted (uvicorn handles SIGINT/SIGTERM)."""
     sock = _bind(host, port)
-    server = uvicorn.Server(_config(service, sock))
+    server = _Server(service, sock)
     server.run(sockets=[sock])
 
 
@@ -68,7 +82,7 @@ class RunningService:
         self._sock = _bind(host, port)
         host, port = self._sock.getsockname()[:2]
         self.url = f"http://{host}:{port}"
-        self._server = uvicorn.Server(_config(service, self._sock))
+        self._server = _Server(service, self._sock)
         self._thread = threading.Thread(
             target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True
         )

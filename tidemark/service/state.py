@@ -12,10 +12,17 @@ added since) and appends the new watermarks to a bounded per-stream
 history (``emitted_at``, ``time``, ``upper_time``) for the dashboard's
 charts. A lookup therefore never touches Delta while the stream is known;
 a stream created since the last refresh is read on first use.
+
+Waits for stream time (``GET .../wait``) sleep on :class:`StreamWaits`: one
+``asyncio.Event`` per stream, set from the refresh thread (through the
+event loop) when the stream's history gains watermarks -- no polling.
 """
 
 from __future__ import annotations
 
+import asyncio
+import bisect
+import contextlib
 import logging
 import threading
 import time
@@ -29,10 +36,12 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from controller.metadata import StreamMetadata
+from controller.model import Watermark
 from controller.naming import ClusterSettings
 from controller.store import MetadataStore
 from pipelines.reading.seek import Found, SeekIndex, check_timestamp, live_metadata
-from pipelines.reading.watermark_tables import TableTail, resolve_delta_root
+from pipelines.reading.time_service import cut_to_json
+from pipelines.reading.watermark_tables import TableTail, read_watermarks, resolve_delta_root
 from schemas.tables import MARKS, REJECTED_MARKS, cut_from_cell, table_path
 from tidemark.errors import ConfigurationError
 
@@ -64,9 +73,16 @@ class _History:
         self.limit = limit
         self.count = 0
 
-    def poll(self) -> None:
+    def poll(self, lock: threading.RLock) -> int:
+        """Read the new watermarks (then keep them, holding ``lock``); how many there were."""
         rows = self.tail.poll()
-        for row in rows.to_pylist():
+        if not rows.num_rows:
+            return 0
+        with lock:
+            return self._keep(rows.to_pylist())
+
+    def _keep(self, rows: list[dict[str, Any]]) -> int:
+        for row in rows:
             seq = int(row["seq"])
             self.points.append(
                 HistoryPoint(
@@ -76,7 +92,67 @@ class _History:
             self.cuts[seq] = cut_from_cell(row["stream_cut"])
             if len(self.cuts) > self.limit:
                 self.cuts.popitem(last=False)
-        self.count += rows.num_rows
+        self.count += len(rows)
+        return len(rows)
+
+    def first_reaching(self, stream: str, t: int) -> Watermark | int | None:
+        """The first watermark with ``time >= t`` (watermark times only rise), ``None``
+        while there is none; the ``seq`` to read from Delta when it is older than the
+        kept history."""
+        points = self.points
+        if not points or points[-1].time < t:
+            return None
+        at = bisect.bisect_left(points, t, key=lambda p: p.time)
+        point = points[at]
+        if at == 0 and self.count > len(points):
+            return point.seq  # an older one, no longer kept, may reach t too
+        return self._watermark(stream, point)
+
+    def latest(self, stream: str) -> Watermark | None:
+        return self._watermark(stream, self.points[-1]) if self.points else None
+
+    def _watermark(self, stream: str, point: HistoryPoint) -> Watermark:
+        cut = dict(self.cuts[point.seq])
+        return Watermark(stream, point.time, point.upper_time, cut, point.seq)
+
+
+class StreamWaits:
+    """Per stream, an ``asyncio.Event`` set when the stream gains watermarks.
+
+    :meth:`event` is called on the event loop (binding it); :meth:`changed`
+    from any thread. A woken event is replaced, so a waiter takes the event
+    *before* it looks at the watermarks and misses no change."""
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._events: dict[str, asyncio.Event] = {}
+        self.closing = False
+        """Set when the server shuts down: waiters answer at once."""
+
+    def event(self, stream: str) -> asyncio.Event:
+        self._loop = asyncio.get_running_loop()
+        found = self._events.get(stream)
+        if found is None:
+            found = self._events[stream] = asyncio.Event()
+        return found
+
+    def changed(self, stream: str) -> None:
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
+            loop.call_soon_threadsafe(self._wake, stream)
+
+    def _wake(self, stream: str) -> None:
+        found = self._events.pop(stream, None)
+        if found is not None:
+            found.set()
+
+    def close(self) -> None:
+        """Wake every waiter for good (on the event loop, as the server shuts down)."""
+        self.closing = True
+        for stream in list(self._events):
+            self._wake(stream)
 
 
 class TimeService:
@@ -121,6 +197,7 @@ class TimeService:
         self.last_refresh_error: str | None = None
         self.registry = CollectorRegistry()
         self.registry.register(_StreamCollector(self))
+        self.waits = StreamWaits()
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -162,7 +239,8 @@ class TimeService:
             if history is None:
                 history = self._history[name] = _History(self.delta_root, name, self._history_limit)
         self.index.refresh(name, force=True)
-        history.poll()
+        if history.poll(self._lock):
+            self.waits.changed(name)
         return meta
 
     # --- lookups ------------------------------------------------------------------------------
@@ -198,6 +276,22 @@ class TimeService:
         if cut is None:
             cut = self.index.cut(stream, seq)
         return Found(seq, times[position], upper[position], dict(cut))
+
+    def reached(self, stream: str, t: int) -> tuple[Watermark | int | None, Watermark | None]:
+        """(the first watermark with ``time >= t``, else ``None``, or the ``seq`` of one
+        older than the kept history -- :meth:`first_from_delta` reads it; the latest
+        watermark), from memory."""
+        self.metadata(stream)
+        with self._lock:
+            history = self._history.get(stream)
+            if history is None:  # dropped by a refresh just now
+                return None, None
+            return history.first_reaching(stream, t), history.latest(stream)
+
+    def first_from_delta(self, stream: str, t: int) -> Watermark | None:
+        """The first watermark with ``time >= t`` from the ``marks`` table (blocking I/O)."""
+        found = read_watermarks(self.delta_root, stream, self.storage_options or None, since=t)
+        return found[0] if found else None
 
     def streams(self) -> list[StreamMetadata]:
         with self._lock:
@@ -267,9 +361,7 @@ class TimeService:
                 "upper_time": r["upper_time"],
                 "emitted_at": r["emitted_at"],
                 "writers": list(r["writers"] or ()),
-                "stream_cut": {
-                    str(s): o for s, o in sorted(cut_from_cell(r["stream_cut"]).items())
-                },
+                "stream_cut": cut_to_json(cut_from_cell(r["stream_cut"])),
             }
             for r in rows
         ]
@@ -331,7 +423,7 @@ class TimeService:
             "stream": stream,
             "lower": window.lower,
             "upper": window.upper,
-            "stream_cut": {str(s): o for s, o in sorted(cut.items())},
+            "stream_cut": cut_to_json(cut),
             "readers": readers,
         }
 
@@ -353,10 +445,6 @@ class TimeService:
             ]
         finally:
             store.close()
-
-
-def _cut_json(cut: Mapping[int, int]) -> dict[str, int]:
-    return {str(s): o for s, o in sorted(cut.items())}
 
 
 def stream_json(meta: StreamMetadata, latest: HistoryPoint | None, now_ms: int) -> dict[str, Any]:
@@ -384,7 +472,7 @@ def stream_json(meta: StreamMetadata, latest: HistoryPoint | None, now_ms: int) 
             }
             for e in meta.epochs
         ],
-        "truncation": _cut_json(meta.truncation),
+        "truncation": cut_to_json(meta.truncation),
         "watermark": None
         if latest is None
         else {
@@ -437,4 +525,4 @@ class _StreamCollector(Collector):
         yield from (lag, at, segments, epoch, count)
 
 
-__all__ = ["HistoryPoint", "TimeService", "stream_json", "wall_ms"]
+__all__ = ["HistoryPoint", "StreamWaits", "TimeService", "stream_json", "wall_ms"]
