@@ -48,8 +48,15 @@ def add_controller_arguments(parser: argparse.ArgumentParser) -> None:
         "--bucket-count",
         type=positive_int,
         default=cluster.bucket_count,
-        help="buckets: partitions of the marks topic and state partitions of the query "
+        help="buckets: partitions of the marks topic; the query's slots are 4 per bucket "
         "(fixed by the checkpoint)",
+    )
+    parser.add_argument(
+        "--state-partitions",
+        type=positive_int,
+        default=None,
+        help="tasks per micro-batch of the query's stateful operator (default: Spark's "
+        "default parallelism, at most the slot count; fixed by the checkpoint)",
     )
     parser.add_argument(
         "--interval-ms", type=int, default=1000, help="watermark interval (trigger)"
@@ -122,6 +129,7 @@ def settings_from_args(args: argparse.Namespace) -> ControllerSettings:
         max_offsets_per_trigger=args.max_offsets_per_trigger,
         zk_session_timeout_ms=args.zk_session_timeout_ms,
         warm_up=args.warm_up,
+        state_partitions=args.state_partitions,
     )
 
 

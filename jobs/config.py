@@ -84,6 +84,14 @@ class ControllerSettings:
     zk_session_timeout_ms: int = 10_000
     """The driver's ZooKeeper session: a standby takes over this long after the
     active driver died."""
+    state_partitions: int | None = None
+    """Partitions of the query's stateful operator: how many tasks a micro-batch
+    runs (Spark's parallelism), each holding the state of its share of the slots
+    (``SLOTS_PER_PARTITION`` each). ``None``: Spark's default parallelism when
+    the query's checkpoint is new (``local[N]``: N; a cluster: its executors'
+    cores), the checkpoint's from then on (:func:`jobs.controller_job.resolve`).
+    Every task costs a micro-batch its Python runner whether or not its slots
+    have data, so more partitions than cores only add fixed cost per batch."""
     warm_up: bool = False
     """Run the operator on a few synthetic rows before contending
     (:func:`jobs.controller_job.warm_up`). The drivers' command line turns it on
@@ -104,18 +112,35 @@ class ControllerSettings:
             raise JobConfigurationError(
                 f"max_offsets_per_trigger must be >= 1, got {self.max_offsets_per_trigger}"
             )
+        if self.state_partitions is not None and self.state_partitions < 1:
+            raise JobConfigurationError(
+                f"state_partitions must be >= 1, got {self.state_partitions}"
+            )
         self.workflow()  # checks the rest
 
     @property
     def bucket_count(self) -> int:
-        """State partitions of the query (= partitions of the marks topic)."""
+        """Partitions of the marks topic (a stream's marks go to its bucket's)."""
         return self.cluster.bucket_count
+
+    def resolved_state_partitions(self, default_parallelism: int) -> int:
+        """:attr:`state_partitions`, or its default for a session of this parallelism."""
+        if self.state_partitions is not None:
+            return self.state_partitions
+        return max(1, default_parallelism)
 
     @property
     def slot_count(self) -> int:
-        from jobs.slots import SLOTS_PER_BUCKET
+        """Keys of the query's state: ``SLOTS_PER_PARTITION`` per state partition (the
+        settings must be resolved: :func:`jobs.controller_job.resolve`)."""
+        from jobs.slots import SLOTS_PER_PARTITION
 
-        return self.cluster.bucket_count * SLOTS_PER_BUCKET
+        if self.state_partitions is None:
+            raise JobConfigurationError(
+                "the slot count follows the state partitions, which are not resolved yet "
+                "(jobs.controller_job.resolve)"
+            )
+        return self.state_partitions * SLOTS_PER_PARTITION
 
     def workflow(self) -> WorkflowSettings:
         return WorkflowSettings(

@@ -13,13 +13,16 @@
 ``read_committed`` (a transaction's mark is seen exactly when its data is),
 from the earliest offset on first start. Records are grouped by slot
 (:mod:`jobs.slots`) into ``transformWithStateInPandas``
-(:mod:`jobs.processor`), whose state partitions are the **buckets**:
-``spark.sql.shuffle.partitions`` = ``--bucket-count`` when the checkpoint is
-new, fixed by it from then on. Spark schedules the buckets' tasks on its
-executors and, when an executor is lost, runs them elsewhere from the
-checkpoint with their state. Each micro-batch's output is appended to the
-Delta tables idempotently (:mod:`jobs.sink`); its ``due`` rows feed the
-driver's :class:`~jobs.due.DueScheduler`.
+(:mod:`jobs.processor`). The buckets (partitions of the marks topic, 4 slots
+each) are spread over the operator's **state partitions**:
+``spark.sql.shuffle.partitions`` = ``--state-partitions`` (default: Spark's
+default parallelism, i.e. the cores the job runs on) when the checkpoint is
+new, fixed by it from then on. Spark schedules those tasks on its executors
+and, when an executor is lost, runs them elsewhere from the checkpoint with
+their state. A micro-batch costs a Python runner per state partition, data or
+not, so the parallelism follows the cores, not the bucket count. Each
+micro-batch's output is appended to the Delta tables idempotently
+(:mod:`jobs.sink`); its ``due`` rows feed the driver's :class:`~jobs.due.DueScheduler`.
 
 **Nothing runs when idle.** No Spark timers, and
 ``spark.sql.streaming.noDataMicroBatches.enabled=false``: a micro-batch runs
@@ -48,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import dataclasses
 import json
 import logging
 import signal
@@ -86,10 +90,12 @@ def is_local(root: str) -> bool:
 
 
 def layout(settings: ControllerSettings) -> dict[str, Any]:
-    """What the checkpoint fixes, and where things are (published for ``status``)."""
+    """What the checkpoint fixes, and where things are (published for ``status``);
+    ``settings`` resolved (:func:`resolve`)."""
     return {
         "bucket_count": settings.bucket_count,
         "slot_count": settings.slot_count,
+        "state_partitions": settings.state_partitions,
         "checkpoint": settings.checkpoint_dir,
         "delta_root": settings.delta_root,
         "marks_topic": settings.cluster.marks_topic,
@@ -107,6 +113,30 @@ def check_layout(settings: ControllerSettings, published: Mapping[str, Any] | No
             f"{published.get('bucket_count')}, not {settings.bucket_count}: the bucket count "
             "is fixed by the checkpoint (use a new checkpoint root to change it)"
         )
+    fixed = published.get("state_partitions")
+    if settings.state_partitions is not None and fixed not in (None, settings.state_partitions):
+        raise JobConfigurationError(
+            f"checkpoint {settings.checkpoint_dir} was started with state_partitions {fixed}, "
+            f"not {settings.state_partitions}: the state partitions are fixed by the "
+            "checkpoint (use a new checkpoint root to change them)"
+        )
+
+
+def resolve(
+    spark: Any, settings: ControllerSettings, published: Mapping[str, Any] | None
+) -> ControllerSettings:
+    """``settings`` with the query's state partitions (and so its slot count) filled in:
+    the checkpoint's once it has started (:func:`check_layout` refuses a contrary
+    setting), else the settings' or Spark's default parallelism."""
+    partitions: int | None = None
+    if published is not None and published.get("checkpoint") == settings.checkpoint_dir:
+        fixed = published.get("state_partitions")
+        # a checkpoint started before the setting had one state partition per bucket
+        partitions = fixed if isinstance(fixed, int) else settings.bucket_count
+    if partitions is None:
+        parallelism = int(spark.sparkContext.defaultParallelism)
+        partitions = settings.resolved_state_partitions(parallelism)
+    return dataclasses.replace(settings, state_partitions=partitions)
 
 
 def query_name(settings: ControllerSettings) -> str:
@@ -163,10 +193,10 @@ def controller_operator(records: Any, settings: ControllerSettings) -> Any:
     )
 
 
-def prepare_session(spark: Any, settings: ControllerSettings) -> None:
+def prepare_session(spark: Any, partitions: int) -> None:
     """What a query reads from the session when it starts: the state partitions (the
-    buckets; the checkpoint fixes them from its first start on) and no no-data batches."""
-    spark.conf.set("spark.sql.shuffle.partitions", str(settings.bucket_count))
+    checkpoint fixes them from its first start on) and no no-data batches."""
+    spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
     spark.conf.set(NO_DATA_BATCHES, "false")
 
 
@@ -175,18 +205,36 @@ BatchHandler = Any
 
 
 def start_query(spark: Any, settings: ControllerSettings, on_batch: BatchHandler) -> Any:
-    """Start the controller's query (from its checkpoint if one exists)."""
+    """Start the controller's query (from its checkpoint if one exists); ``settings``
+    resolved (:func:`resolve`)."""
+    partitions = _partitions(settings)
+    # As many read tasks as state partitions, not one per bucket: a task per Kafka
+    # partition and batch costs its launch and consumer fetch whether or not the
+    # bucket has marks (64 buckets: 64 tasks a batch). Coalescing is narrow: each task
+    # reads several partitions in turn, before the shuffle to the stateful operator.
+    records = marks_frame(spark, settings).coalesce(partitions)
     writer = (
-        controller_operator(marks_frame(spark, settings), settings)
+        controller_operator(records, settings)
         .writeStream.queryName(query_name(settings))
         .option("checkpointLocation", settings.checkpoint_dir)
         .trigger(processingTime=f"{settings.interval_ms} milliseconds")
         .foreachBatch(on_batch)
     )
-    prepare_session(spark, settings)
+    prepare_session(spark, partitions)
     query = writer.start()
-    log.info("query %s started (%d buckets)", query.id, settings.bucket_count)
+    log.info(
+        "query %s started (%d buckets on %d state partitions)",
+        query.id,
+        settings.bucket_count,
+        partitions,
+    )
     return query
+
+
+def _partitions(settings: ControllerSettings) -> int:
+    if settings.state_partitions is None:
+        raise JobConfigurationError("resolve the settings first (jobs.controller_job.resolve)")
+    return settings.state_partitions
 
 
 def warm_up(spark: Any, settings: ControllerSettings, instance_id: str, batches: int = 3) -> None:
@@ -212,7 +260,7 @@ def warm_up(spark: Any, settings: ControllerSettings, instance_id: str, batches:
         )
     )
     frame = controller_operator(rows, settings)
-    prepare_session(spark, settings)
+    prepare_session(spark, _partitions(settings))
     query = (
         frame.writeStream.format("noop")
         .queryName(f"tidemark-warm-up-{instance_id}")
@@ -294,11 +342,12 @@ class Batches:
             self.sink.observer = job.metrics.batch_observer(QUERY_LABEL)
 
     def __call__(self, frame: Any, batch_id: int) -> None:
+        from jobs.processor import rows_of
         from jobs.sink import split_rows
         from jobs.tables import MARKS, REJECTED_MARKS
 
         started = time.monotonic()
-        rows = frame.toArrow().to_pylist()
+        rows = rows_of(frame)
         self.sink.write(rows, batch_id)
         if self.sink.observer is not None:  # --- metrics hook ---
             self.sink.observer(rows, batch_id, time.monotonic() - started)
@@ -384,7 +433,8 @@ class ControllerJob:
     def _run(self) -> None:
         if self.settings.warm_up:
             try:
-                warm_up(self.spark, self.settings, self.instance_id)
+                published = self._election.read("layout")
+                warm_up(self.spark, resolve(self.spark, self.settings, published), self.instance_id)
             except Exception:  # only the first batches get slower
                 log.exception("controller %s: warm-up failed", self.instance_id)
         self._election.run(self._lead, self._stopping)
@@ -438,18 +488,20 @@ class ControllerJob:
 
     def _run_query(self, lost: threading.Event) -> None:
         """Run the query until the leadership is lost, the job stops, or the query fails."""
-        check_layout(self.settings, self._election.read("layout"))
-        self._election.publish("layout", layout(self.settings))
+        published = self._election.read("layout")
+        check_layout(self.settings, published)
+        settings = resolve(self.spark, self.settings, published)
+        self._election.publish("layout", layout(settings))
         elected = time.monotonic()
         while not lost.is_set() and not self._stopping.is_set():
-            batches = Batches(self.settings, self)
+            batches = Batches(settings, self)
             batches.due.start()
             query: Any = None
             error: Any = None
             try:
                 with self._lock:
                     self._batches = batches
-                    self._query = query = start_query(self.spark, self.settings, batches)
+                    self._query = query = start_query(self.spark, settings, batches)
                 batches.sink.bind(str(query.id))
                 batches.due.sweep()
                 log.info(

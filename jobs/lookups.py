@@ -10,13 +10,16 @@ their connections. Epoch records are immutable, so cached metadata stays
 right for every segment it names; it is read again only when a mark names a
 segment it does not know (a scale happened) or the stream is not known yet.
 Last stable offsets only grow, so a cached value at or above what a cut
-needs answers without asking Kafka.
+needs answers without asking Kafka. When one must be asked, every partition a
+cut needed in the last ``RECENT_S`` seconds is asked in the same request: the
+streams of a micro-batch then cost one round trip between them, not one each.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -29,6 +32,9 @@ log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _streams: dict[tuple[str, str], ZooKeeperStreams] = {}
 _committed: dict[str, KafkaCommittedOffsets] = {}
+
+RECENT_S = 60.0
+"""Partitions a cut needed this recently are refreshed with any other's request."""
 
 
 class ZooKeeperStreams:
@@ -82,8 +88,18 @@ class KafkaCommittedOffsets:
         self.timeout_s = timeout_s
         self._admin: Any = None
         self._cache: dict[tuple[str, int], int] = {}
+        self._used: dict[tuple[str, int], float] = {}
 
     def query(self, topic: str, partitions: list[int]) -> dict[int, int]:
+        """The last stable offsets of ``topic``'s ``partitions`` (raises if one is unknown)."""
+        found = self.query_keys([(topic, p) for p in partitions], required=True)
+        return {p: off for (_, p), off in found.items()}
+
+    def query_keys(
+        self, keys: list[tuple[str, int]], required: bool | set[tuple[str, int]]
+    ) -> dict[tuple[str, int], int]:
+        """Last stable offsets of ``(topic, partition)`` keys in one request. A key that
+        fails raises when ``required`` (all, or those in the set), else is left out."""
         from confluent_kafka import IsolationLevel, TopicPartition
         from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
@@ -96,22 +112,36 @@ class KafkaCommittedOffsets:
                 }
             )
         latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
-        request = {TopicPartition(topic, p): latest for p in partitions}
+        request = {TopicPartition(t, p): latest for t, p in keys}
         futures = self._admin.list_offsets(
             request,
             isolation_level=IsolationLevel.READ_COMMITTED,
             request_timeout=self.timeout_s,
         )
-        return {tp.partition: int(f.result().offset) for tp, f in futures.items()}
+        found: dict[tuple[str, int], int] = {}
+        for tp, future in futures.items():
+            key = (tp.topic, tp.partition)
+            try:
+                found[key] = int(future.result().offset)
+            except Exception:
+                if required is True or (required is not False and key in required):
+                    raise
+                self._used.pop(key, None)  # a deleted stream's topic, say: stop asking
+        return found
 
     def last_stable(self, topic: str, needed: Mapping[int, int]) -> Mapping[int, int]:
+        now = time.monotonic()
+        for p in needed:
+            self._used[(topic, p)] = now
         known = {p: self._cache.get((topic, p), -1) for p in needed}
         if all(known[p] >= off for p, off in needed.items()):
             return known
-        fresh: dict[int, int] | None = None
+        self._used = {k: t for k, t in self._used.items() if now - t < RECENT_S}
+        wanted = {(topic, p) for p in needed}
+        fresh: dict[tuple[str, int], int] | None = None
         for attempt in (1, 2):
             try:
-                fresh = self.query(topic, sorted(needed))
+                fresh = self.query_keys(sorted(self._used.keys() | wanted), required=wanted)
                 break
             except Exception as exc:  # Kafka unreachable, or partitions new to this client
                 # A scale adds partitions the client's metadata cache does not know yet
@@ -121,11 +151,9 @@ class KafkaCommittedOffsets:
                 self._admin = None
         if fresh is None:
             return known
-        for p, off in fresh.items():
-            key = (topic, p)
+        for key, off in fresh.items():
             self._cache[key] = max(off, self._cache.get(key, -1))
-            known[p] = self._cache[key]
-        return known
+        return {p: self._cache[(topic, p)] for p in needed}
 
 
 def worker_streams(settings: WorkflowSettings) -> ZooKeeperStreams:

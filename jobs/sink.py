@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from jobs.maintenance import default_log_retention_s, retention_properties
-from jobs.processor import LAGGARD, REJECTED, WATERMARK
+from jobs.processor import LAGGARD, REJECTED, WATERMARK, rows_of
 from jobs.tables import (
     INDEX,
     LAGGARDS,
@@ -260,7 +260,7 @@ class DeltaSink:
 
     def __call__(self, frame: Any, batch_id: int) -> None:
         started = time.monotonic()
-        rows = frame.toArrow().to_pylist()
+        rows = rows_of(frame)
         self.write(rows, batch_id)
         if self.observer is not None:  # --- metrics hook ---
             self.observer(rows, batch_id, time.monotonic() - started)

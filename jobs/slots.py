@@ -15,14 +15,16 @@ stream and batch on two busy cores). A slot holds the
 values; only the streams a batch touches -- new records, or a cycle due --
 are decoded and re-encoded.
 
-The slots are spread over the query's state partitions (the buckets) by
-Spark's hash partitioning, ``SLOTS_PER_BUCKET`` per bucket on average. A
+The slots are spread over the query's state partitions by Spark's hash
+partitioning, ``SLOTS_PER_PARTITION`` per state partition on average. A
 record whose key is :func:`due_key` ``(slot)`` -- produced by the driver
 (:mod:`jobs.due`), never by a writer: ``#`` is not allowed in stream names
 -- goes to that slot and runs its due cycles.
 
 The slot count is fixed by the query's checkpoint (the state is keyed by
-it); the job refuses another bucket count for an existing checkpoint.
+it), as are the state partitions it follows. It does not follow the bucket
+count: a slot holds streams of any bucket, so the work of a micro-batch
+(keys, state round trips, output frames) is the same for 8 buckets or 64.
 """
 
 from __future__ import annotations
@@ -34,9 +36,9 @@ from typing import Any
 
 from jobs.workflow import MarkInput, Output, StreamState, StreamWorkflow
 
-SLOTS_PER_BUCKET = 4
+SLOTS_PER_PARTITION = 4
 """Slots per state partition: enough that Spark's hash partitioning leaves few
-buckets without a slot (about 2% at 4), few enough that per-key round trips
+partitions without a slot (about 2% at 4), few enough that per-key round trips
 stay negligible and a slot's JSON stays small."""
 
 DUE_PREFIX = "#due:"
@@ -123,7 +125,7 @@ def run_slot(
 
 __all__ = [
     "DUE_PREFIX",
-    "SLOTS_PER_BUCKET",
+    "SLOTS_PER_PARTITION",
     "SlotState",
     "due_key",
     "is_due_key",

@@ -14,7 +14,8 @@ part to check that it runs (the figures then mean little).
   backlog is drained first (a query's first batches start Python workers
   and wait for code generation and the JIT), then the measured backlog;
   wall clock from the start of its first batch to the end of its last.
-  Bucket count 8, then 64 (each its own topic and checkpoint); baseline: the
+  Bucket count 8, then 64 (each its own topic and checkpoint), both on the
+  default state partitions (Spark's default parallelism); baseline: the
   same marks read from Kafka and appended to a Delta table by a plain Spark
   batch job (no decoding, no state). Goals: controller >= 0.7 x baseline,
   and 8 vs 64 buckets within 15 %.
@@ -101,13 +102,18 @@ def run(services: Any, parts: list[str] | None = None) -> list[str]:
     return lines
 
 
-def _settings(services: Any, root: str, work: Path, buckets: int, **kw: Any) -> Any:
+def _cluster(buckets: int) -> Any:
     from controller.naming import ClusterSettings
-    from jobs.config import ControllerSettings
 
-    cluster = ClusterSettings(
+    return ClusterSettings(
         marks_topic=f"bench-marks-{uuid.uuid4().hex[:8]}", bucket_count=buckets, zk_root="/tidemark"
     )
+
+
+def _settings(services: Any, root: str, work: Path, buckets: int, **kw: Any) -> Any:
+    from jobs.config import ControllerSettings
+
+    cluster = _cluster(buckets)
     return ControllerSettings(
         kafka_bootstrap=services.bootstrap,
         zk_connect=f"{services.zk_connect}{root}",
@@ -323,6 +329,14 @@ def _baseline(spark: Any, services: Any, settings: Any, total: int, work: Path) 
     return total / (time.perf_counter() - started)
 
 
+def _partitions(spark: Any, buckets: int) -> int:
+    """The state partitions a new query of ``buckets`` buckets gets by default."""
+    from jobs.config import ControllerSettings
+
+    settings = ControllerSettings("k", "z", "d", "c", cluster=_cluster(buckets))
+    return settings.resolved_state_partitions(int(spark.sparkContext.defaultParallelism))
+
+
 def capacity(spark: Any, services: Any, root: str, work: Path) -> list[str]:
     from jobs.controller_job import ControllerJob
 
@@ -356,7 +370,8 @@ def capacity(spark: Any, services: Any, root: str, work: Path) -> list[str]:
     spread = abs(eight.rate - sixty_four.rate) / max(eight.rate, sixty_four.rate, 1e-9)
     return [
         f"capacity, {STREAMS} streams x {WRITERS} writers, backlog of {total} marks after a "
-        f"warm-up, {buckets} buckets: {d.rate:,.0f} marks/s wall clock from first to last batch "
+        f"warm-up, {buckets} buckets on {_partitions(spark, buckets)} state partitions: "
+        f"{d.rate:,.0f} marks/s wall clock from first to last batch "
         f"({d.batches} batches, longest {d.longest_s:.1f} s, {d.rows} rows)"
         for buckets, (d, total) in sorted(results.items())
     ] + [
@@ -436,6 +451,7 @@ def freshness(spark: Any, services: Any, root: str, work: Path) -> list[str]:
                             if time.monotonic() > warmup_until:
                                 lags.append(visible - r["time"])
             time.sleep(0.05)
+        phases = _phases(job.query)
     finally:
         if noter is not None:
             noter.communicate(timeout=60)  # closes its stdin: the writers close, then it exits
@@ -446,11 +462,22 @@ def freshness(spark: Any, services: Any, root: str, work: Path) -> list[str]:
         return ["freshness: no watermark became visible"]
     p50, p99 = _pct(lags, 50), _pct(lags, 99)
     return [
-        f"freshness at a 1 s interval, {FRESH_BUCKETS} buckets, {FRESH_STREAMS} streams x 2 "
+        f"freshness at a 1 s interval, {FRESH_BUCKETS} buckets on "
+        f"{_partitions(spark, FRESH_BUCKETS)} state partitions, {FRESH_STREAMS} streams x 2 "
         f"writers noting every 200 ms: p50 {p50:.0f} ms, p99 {p99:.0f} ms over {len(lags)} "
         f"watermarks (goal p99 <= 1500 ms: {'met' if p99 <= 1500 else 'NOT met'}); "
-        f"mean {statistics.mean(lags):.0f} ms"
+        f"mean {statistics.mean(lags):.0f} ms",
+        f"  batch phases, median ms of the last batches: {phases}",
     ]
+
+
+def _phases(query: Any) -> str:
+    """Median of each ``durationMs`` phase over the query's recent batches that ran."""
+    runs = [p["durationMs"] for p in query.recentProgress if "addBatch" in p["durationMs"]]
+    names = sorted(
+        {n for r in runs for n in r}, key=lambda n: -statistics.median([r.get(n, 0) for r in runs])
+    )
+    return ", ".join(f"{n} {statistics.median([r.get(n, 0) for r in runs]):.0f}" for n in names)
 
 
 PARTS: dict[str, Callable[[Any, Any, str, Path], list[str]]] = {

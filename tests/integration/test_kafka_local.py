@@ -114,3 +114,42 @@ def test_three_broker_cluster_survives_one_broker_stopping(services_dir, unique)
         assert errors == []
         got = _consume_all(bootstrap, topic, "read_committed", expect_at_least=60)
         assert len(got) == 60
+
+
+def test_last_stable_offsets_of_recent_topics_come_in_one_request(kafka: str, unique: str) -> None:
+    from jobs.lookups import KafkaCommittedOffsets
+
+    a, b, gone = f"lso-a-{unique}", f"lso-b-{unique}", f"lso-gone-{unique}"
+    for topic in (a, b, gone):
+        _create_topic(kafka, topic)
+    producer = Producer({"bootstrap.servers": kafka, "acks": "all"})
+
+    def write(topic: str, n: int) -> None:
+        for _ in range(n):
+            producer.produce(topic, b"x")
+        assert producer.flush(30) == 0
+
+    lso = KafkaCommittedOffsets(kafka)
+    write(a, 1), write(b, 1), write(gone, 1)
+    assert lso.last_stable(a, {0: 1}) == {0: 1}
+    assert lso.last_stable(b, {0: 1}) == {0: 1}  # a second request (b was not recent yet)
+    assert lso.last_stable(gone, {0: 1}) == {0: 1}
+    admin = AdminClient({"bootstrap.servers": kafka})
+    admin.delete_topics([gone])[gone].result(30)
+    write(a, 2), write(b, 3)
+    asked: list[list[tuple[str, int]]] = []
+    query_keys = lso.query_keys
+
+    def counted(keys: list[tuple[str, int]], required: object) -> dict[tuple[str, int], int]:
+        asked.append(keys)
+        return query_keys(keys, required)  # type: ignore[arg-type]
+
+    lso.query_keys = counted  # type: ignore[method-assign]
+    assert lso.last_stable(a, {0: 3}) == {0: 3}
+    assert lso.last_stable(b, {0: 4}) == {0: 4}  # answered by a's request
+    assert asked == [sorted([(a, 0), (b, 0), (gone, 0)])]
+    # The deleted topic failed without failing a's answer, and is no longer asked for.
+    write(a, 1)
+    assert lso.last_stable(a, {0: 4}) == {0: 4}
+    assert asked[-1] == sorted([(a, 0), (b, 0)])
+    producer.flush(10)

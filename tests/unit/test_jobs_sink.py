@@ -187,3 +187,23 @@ def test_laggard_snapshots_go_to_their_table_in_the_batch_once(tmp_path: Path) -
     sink.write(rows, 4)  # the batch re-run
     assert sorted(r["stream"] for r in rows_of(root, LAGGARDS)) == ["a", "b"]
     assert DeltaTables(root).committed_version(LAGGARDS, "app/q1") == 4
+
+
+def test_the_operator_output_packs_and_unpacks_every_kind_of_row() -> None:
+    from controller.laggards import LAGGING, Laggard
+    from jobs.processor import SlotDue, output_rows, pack, unpack
+    from jobs.workflow import LaggardRows, Rejected
+    from schemas.tables import laggard_rows
+
+    lag = Laggard("a", "w2", LAGGING, 100, 150, 900, 40, 77)
+    rows = [
+        watermark("a", 3),
+        *output_rows(Rejected("a", "w1", "bad_value", b"\x00\xff", 2, 41, 99)),
+        *output_rows(LaggardRows("a", tuple(laggard_rows("a", 77, [lag])))),
+        *output_rows(SlotDue(5, None)),
+        *output_rows(SlotDue(6, 1234)),
+    ]
+    packed = [pack(row) for row in rows]
+    assert all(len(p) == 3 and isinstance(p[1], str) for p in packed)
+    assert packed[1][2] == b"\x00\xff"  # bytes ride beside the JSON, untouched
+    assert [unpack(*p) for p in packed] == rows

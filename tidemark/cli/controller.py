@@ -242,6 +242,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         "standbys": list(view.standbys),
         "bucket_count": layout.get("bucket_count"),
         "slot_count": layout.get("slot_count"),
+        "state_partitions": layout.get("state_partitions"),
         "checkpoint": layout.get("checkpoint"),
         "delta_root": delta_root,
         "last_batch": None
@@ -255,7 +256,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     lines = [
         f"leader:   {view.leader or '(none)'}",
         f"standbys: {', '.join(view.standbys) or '(none)'}",
-        f"buckets:  {layout.get('bucket_count', '?')} ({layout.get('slot_count', '?')} slots)",
+        f"buckets:  {layout.get('bucket_count', '?')} ({layout.get('slot_count', '?')} slots "
+        f"on {layout.get('state_partitions', '?')} state partitions)",
     ]
     if progress is None:
         lines.append("last batch: (none yet)")
