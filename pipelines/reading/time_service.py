@@ -24,12 +24,11 @@ import json
 import logging
 import os
 import socket
-import ssl
 import threading
 import time
 import urllib.parse
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httptools
 
@@ -37,6 +36,9 @@ from controller.exceptions import UnknownStreamError
 from controller.model import Watermark
 from pipelines.reading.exceptions import InvalidTimestampError
 from pipelines.reading.seek import Found, SeekIndex, shared_index
+
+if TYPE_CHECKING:
+    import ssl
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +141,11 @@ class TimeServiceClient:
             raise ValueError(f"{TIME_SERVICE_ENV}={url!r}: expected http://HOST:PORT")
         self.url = url.rstrip("/")
         self._address = (parsed.hostname, parsed.port or (443 if parsed.scheme == "https" else 80))
-        self._tls = ssl.create_default_context() if parsed.scheme == "https" else None
+        self._tls: ssl.SSLContext | None = None
+        if parsed.scheme == "https":
+            import ssl  # only then: its import is most of this module's
+
+            self._tls = ssl.create_default_context()
         self._prefix = parsed.path.rstrip("/")
         self._host_header = parsed.netloc.rpartition("@")[2]
         self._timeout_s = timeout_s

@@ -162,3 +162,13 @@ def test_a_service_index_answers_as_the_local_index(served, tmp_path):
         assert remote.start(S, t) == local.start(S, t)
         assert remote.stop(S, t) == local.stop(S, t)
     assert remote._down_until == 0.0  # every answer came from the service
+
+
+def test_the_client_refuses_a_url_it_cannot_speak_and_says_unavailable_when_down():
+    with pytest.raises(ValueError, match="expected http://HOST:PORT"):
+        TimeServiceClient("ftp://127.0.0.1:9")
+    for url in ("http://127.0.0.1:9", "https://127.0.0.1:9"):  # nothing listens there
+        client = TimeServiceClient(url)
+        assert (client._tls is not None) == url.startswith("https")
+        with pytest.raises(ServiceUnavailableError, match=r"127\.0\.0\.1:9"):
+            client.get(f"{stream_path(S)}/start", t=5)
