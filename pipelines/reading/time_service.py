@@ -132,7 +132,9 @@ class TimeServiceClient:
     parser uvicorn serves with): about half the client time ``http.client``
     takes, whose header parsing (the ``email`` package) costs as much as the
     service's answer. ``https://`` URLs are spoken over TLS (the default
-    context: certificates checked).
+    context: certificates checked). An answer must carry its length
+    (``Content-Length`` or chunked, as uvicorn and HTTP/1.1 proxies send it);
+    one delimited by closing the connection counts as the service unavailable.
     """
 
     def __init__(self, url: str, timeout_s: float = 2.0) -> None:
