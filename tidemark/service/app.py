@@ -11,6 +11,8 @@ JSON API (times in milliseconds since the epoch; a stream is ``scope/name``):
   stream_cut``; null: the head) and the resolved ``stream_cut``.
 - ``GET /api/streams/{scope}/{name}/stop?t=MS`` -- where to stop
   (``complete_cut_at``): ``found``; ``stream_cut`` null while incomplete.
+  These two are a seek's hot path: a GET is answered by :class:`_LookupFront`
+  ahead of Starlette's routing (the same bodies, errors and latency histogram).
 - ``GET /api/streams/{scope}/{name}/wait?t=MS&timeout_ms=N`` -- a long poll: answers
   as soon as the service's refresh sees a watermark with ``time >= t`` (at
   once when there is one), else after ``timeout_ms`` (default 30 000, at most
