@@ -11,6 +11,8 @@ JSON API (times in milliseconds since the epoch; a stream is ``scope/name``):
   stream_cut``; null: the head) and the resolved ``stream_cut``.
 - ``GET /api/streams/{scope}/{name}/stop?t=MS`` -- where to stop
   (``complete_cut_at``): ``found``; ``stream_cut`` null while incomplete.
+  These two are a seek's hot path: a GET is answered by :class:`_LookupFront`
+  ahead of Starlette's routing (the same bodies, errors and latency histogram).
 - ``GET /api/streams/{scope}/{name}/wait?t=MS&timeout_ms=N`` -- a long poll: answers
   as soon as the service's refresh sees a watermark with ``time >= t`` (at
   once when there is one), else after ``timeout_ms`` (default 30 000, at most
@@ -45,7 +47,7 @@ import asyncio
 import contextlib
 import datetime
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -53,14 +55,18 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, 
 from prometheus_client.exposition import generate_latest
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import QueryParams
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from controller.exceptions import UnknownStreamError
+from controller.navigation import at_or_after_head, head_cut
 from pipelines.reading.exceptions import InvalidTimestampError, UnknownReaderGroupError
 from pipelines.reading.seek import check_timestamp
 from pipelines.reading.time_service import cut_to_json, found_to_json, watermark_to_json
@@ -132,10 +138,12 @@ def build_app(service: TimeService) -> Starlette:
         registry=serve_registry,
     )
 
+    observers = {route: latency.labels(route).observe for route in ("start", "stop")}
+
     def timed(
         route: str, handler: Callable[[Request], Awaitable[Response]]
     ) -> Callable[[Request], Awaitable[Response]]:
-        observe = latency.labels(route).observe
+        observe = observers[route]
 
         async def wrapped(request: Request) -> Response:
             started = time.perf_counter()
@@ -147,36 +155,34 @@ def build_app(service: TimeService) -> Starlette:
         return wrapped
 
     # --- lookups: answered from memory, on the event loop -----------------------------------
+    # GET start/stop is answered by _LookupFront before Starlette routes it (the hot path
+    # of a seek); these routes answer what the front passes on (HEAD), with the same bodies.
 
-    async def start_cut(request: Request) -> Response:
-        stream = _stream(request)
-        t = _required_time(request)
+    def start_answer(stream: str, t: int) -> dict[str, Any]:
         found = service.start_lookup(stream, t)
-        from controller.navigation import at_or_after_head, head_cut
-
         meta = service.metadata(stream)
         cut = head_cut(meta) if found is None else at_or_after_head(found.stream_cut, meta)
-        return JSONResponse(
-            {
-                "stream": stream,
-                "timestamp": t,
-                "found": found_to_json(found),
-                "stream_cut": cut_to_json(cut),
-            }
-        )
+        return {
+            "stream": stream,
+            "timestamp": t,
+            "found": found_to_json(found),
+            "stream_cut": cut_to_json(cut),
+        }
+
+    def stop_answer(stream: str, t: int) -> dict[str, Any]:
+        found = service.stop_lookup(stream, t)
+        return {
+            "stream": stream,
+            "timestamp": t,
+            "found": found_to_json(found),
+            "stream_cut": None if found is None else cut_to_json(found.stream_cut),
+        }
+
+    async def start_cut(request: Request) -> Response:
+        return JSONResponse(start_answer(_stream(request), _required_time(request)))
 
     async def stop_cut(request: Request) -> Response:
-        stream = _stream(request)
-        t = _required_time(request)
-        found = service.stop_lookup(stream, t)
-        return JSONResponse(
-            {
-                "stream": stream,
-                "timestamp": t,
-                "found": found_to_json(found),
-                "stream_cut": None if found is None else cut_to_json(found.stream_cut),
-            }
-        )
+        return JSONResponse(stop_answer(_stream(request), _required_time(request)))
 
     async def wait_for(request: Request) -> Response:
         stream = _stream(request)
@@ -330,13 +336,22 @@ def build_app(service: TimeService) -> Starlette:
         Route("/metrics", metrics),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
-    app = Starlette(routes=routes, exception_handlers=_handlers())
+    front = Middleware(
+        _LookupFront,
+        lookups={"start": start_answer, "stop": stop_answer},
+        observers=observers,
+    )
+    app = Starlette(routes=routes, middleware=[front], exception_handlers=_handlers())
     app.state.service = service
     return app
 
 
 def _required_time(request: Request) -> int:
-    text = request.query_params.get("t")
+    return _required_t(request.query_params.get("t"))
+
+
+def _required_t(text: str | None) -> int:
+    """The ``t`` of a start/stop/wait request, in milliseconds (``check_timestamp``)."""
     if text is None:
         raise InvalidTimestampError("give the time as ?t=MS (milliseconds since the epoch)")
     return check_timestamp(text)
@@ -354,8 +369,27 @@ def _series(service: TimeService, stream: str, span_ms: int) -> dict[str, list[A
     }
 
 
+def error_answer(exc: Exception) -> tuple[int, dict[str, Any]] | None:
+    """The status and JSON body an API request that raised ``exc`` is answered with;
+    ``None``: not a refusal of the request (a 500, as Starlette answers it)."""
+    if isinstance(exc, UnknownStreamError):
+        return 404, {"error": "unknown_stream", "stream": exc.stream, "detail": str(exc)}
+    if isinstance(exc, UnknownReaderGroupError):
+        return 404, {"error": "unknown_reader_group", "detail": str(exc)}
+    if isinstance(exc, InvalidTimestampError):
+        return 400, {"error": "invalid_timestamp", "detail": str(exc)}
+    if isinstance(exc, TidemarkError):
+        return 400, {"error": type(exc).__name__, "detail": str(exc)}
+    if isinstance(exc, HTTPException):
+        return exc.status_code, {"error": "http", "detail": exc.detail}
+    return None
+
+
 def _handlers() -> dict[Any, Any]:
-    def error(status: int, body: dict[str, Any], request: Request) -> Response:
+    async def handle(request: Request, exc: Exception) -> Response:
+        answer = error_answer(exc)
+        assert answer is not None  # registered only for the classes error_answer knows
+        status, body = answer
         if request.url.path.startswith("/api/"):
             return JSONResponse(body, status_code=status)
         return HTMLResponse(
@@ -363,32 +397,60 @@ def _handlers() -> dict[Any, Any]:
             status_code=status,
         )
 
-    async def unknown_stream(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, UnknownStreamError)
-        return error(
-            404, {"error": "unknown_stream", "stream": exc.stream, "detail": str(exc)}, request
-        )
+    refusals = (
+        UnknownStreamError,
+        UnknownReaderGroupError,
+        InvalidTimestampError,
+        TidemarkError,
+        HTTPException,
+    )
+    return dict.fromkeys(refusals, handle)
 
-    async def unknown_group(request: Request, exc: Exception) -> Response:
-        return error(404, {"error": "unknown_reader_group", "detail": str(exc)}, request)
 
-    async def bad_time(request: Request, exc: Exception) -> Response:
-        return error(400, {"error": "invalid_timestamp", "detail": str(exc)}, request)
+class _LookupFront:
+    """ASGI middleware answering ``GET /api/streams/{scope}/{name}/start|stop?t=MS`` itself.
 
-    async def refused(request: Request, exc: Exception) -> Response:
-        return error(400, {"error": type(exc).__name__, "detail": str(exc)}, request)
+    A seek's one request skips Starlette's routing and ``Request``: the path is
+    matched as the routes match it (two non-empty segments), the answer and
+    any refusal (:func:`error_answer`) are the routes' own, the latency is
+    observed in the same histogram. Everything else goes on to the app.
+    """
 
-    async def http_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, HTTPException)
-        return error(exc.status_code, {"error": "http", "detail": exc.detail}, request)
+    def __init__(
+        self,
+        app: ASGIApp,
+        lookups: Mapping[str, Callable[[str, int], dict[str, Any]]],
+        observers: Mapping[str, Callable[[float], None]],
+    ) -> None:
+        self.app = app
+        self.lookups = lookups
+        self.observers = observers
 
-    return {
-        UnknownStreamError: unknown_stream,
-        UnknownReaderGroupError: unknown_group,
-        InvalidTimestampError: bad_time,
-        TidemarkError: refused,
-        HTTPException: http_error,
-    }
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "GET":
+            parts = scope["path"].split("/")
+            if len(parts) == 6 and parts[1:3] == ["api", "streams"] and parts[3] and parts[4]:
+                lookup = self.lookups.get(parts[5])
+                if lookup is not None:
+                    response = self._answer(scope, parts, lookup)
+                    await response(scope, receive, send)
+                    return
+        await self.app(scope, receive, send)
+
+    def _answer(
+        self, scope: Scope, parts: list[str], lookup: Callable[[str, int], dict[str, Any]]
+    ) -> Response:
+        started = time.perf_counter()
+        try:
+            t = _required_t(QueryParams(scope["query_string"]).get("t"))
+            return JSONResponse(lookup(f"{parts[3]}/{parts[4]}", t))
+        except Exception as exc:
+            answer = error_answer(exc)
+            if answer is None:
+                raise
+            return JSONResponse(answer[1], status_code=answer[0])
+        finally:
+            self.observers[parts[5]](time.perf_counter() - started)
 
 
 __all__ = ["build_app"]

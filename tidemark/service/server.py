@@ -44,6 +44,10 @@ def _config(service: TimeService, sock: socket.socket) -> uvicorn.Config:
         log_config=None,  # our logging setup, not uvicorn's
         access_log=False,
         lifespan="off",
+        # httptools' parser and uvloop (both pinned in the serve extra) when installed, else
+        # h11 and asyncio: uvicorn's "auto". The C parser takes ~0.1 ms off every request.
+        http="auto",
+        loop="auto",
         timeout_keep_alive=60,
         timeout_graceful_shutdown=5,
         fd=None,
