@@ -341,6 +341,7 @@ def capacity(spark: Any, services: Any, root: str, work: Path) -> list[str]:
     from jobs.controller_job import ControllerJob
 
     results: dict[int, tuple[Drained, int]] = {}
+    phases: dict[int, str] = {}
     baseline = 0.0
     for buckets in (8, 64):
         settings = _settings(
@@ -361,6 +362,7 @@ def capacity(spark: Any, services: Any, root: str, work: Path) -> list[str]:
             after = _last_batch(job)
             total = _produce_marks(services, settings, range(WARMUP_ROUNDS, WARMUP_ROUNDS + ROUNDS))
             results[buckets] = (_drain(job, after), total)
+            phases[buckets] = _phases(job.query)
         finally:
             job.stop()
         if buckets == 8:
@@ -368,19 +370,26 @@ def capacity(spark: Any, services: Any, root: str, work: Path) -> list[str]:
     (eight, total), (sixty_four, _) = results[8], results[64]
     ratio = eight.rate / max(baseline, 1e-9)
     spread = abs(eight.rate - sixty_four.rate) / max(eight.rate, sixty_four.rate, 1e-9)
-    return [
-        f"capacity, {STREAMS} streams x {WRITERS} writers, backlog of {total} marks after a "
-        f"warm-up, {buckets} buckets on {_partitions(spark, buckets)} state partitions: "
-        f"{d.rate:,.0f} marks/s wall clock from first to last batch "
-        f"({d.batches} batches, longest {d.longest_s:.1f} s, {d.rows} rows)"
-        for buckets, (d, total) in sorted(results.items())
-    ] + [
-        f"baseline: Kafka -> Delta append of the same marks, no decoding or state: "
-        f"{baseline:,.0f} marks/s; controller (8 buckets)/baseline = {ratio:.2f} "
-        f"(goal >= 0.7: {'met' if ratio >= 0.7 else 'NOT met'})",
-        f"8 vs 64 buckets: {eight.rate:,.0f} vs {sixty_four.rate:,.0f} marks/s, "
-        f"{spread:.0%} apart (goal within 15%: {'met' if spread <= 0.15 else 'NOT met'})",
-    ]
+    return (
+        [
+            f"capacity, {STREAMS} streams x {WRITERS} writers, backlog of {total} marks after a "
+            f"warm-up, {buckets} buckets on {_partitions(spark, buckets)} state partitions: "
+            f"{d.rate:,.0f} marks/s wall clock from first to last batch "
+            f"({d.batches} batches, longest {d.longest_s:.1f} s, {d.rows} rows)"
+            for buckets, (d, total) in sorted(results.items())
+        ]
+        + [
+            f"  {buckets} buckets, batch phases, median ms: {p}"
+            for buckets, p in sorted(phases.items())
+        ]
+        + [
+            f"baseline: Kafka -> Delta append of the same marks, no decoding or state: "
+            f"{baseline:,.0f} marks/s; controller (8 buckets)/baseline = {ratio:.2f} "
+            f"(goal >= 0.7: {'met' if ratio >= 0.7 else 'NOT met'})",
+            f"8 vs 64 buckets: {eight.rate:,.0f} vs {sixty_four.rate:,.0f} marks/s, "
+            f"{spread:.0%} apart (goal within 15%: {'met' if spread <= 0.15 else 'NOT met'})",
+        ]
+    )
 
 
 # --- freshness ----------------------------------------------------------------------------------
@@ -472,12 +481,18 @@ def freshness(spark: Any, services: Any, root: str, work: Path) -> list[str]:
 
 
 def _phases(query: Any) -> str:
-    """Median of each ``durationMs`` phase over the query's recent batches that ran."""
+    """Median of each ``durationMs`` phase over the query's recent batches that ran, and
+    the slowest batches."""
     runs = [p["durationMs"] for p in query.recentProgress if "addBatch" in p["durationMs"]]
-    names = sorted(
-        {n for r in runs for n in r}, key=lambda n: -statistics.median([r.get(n, 0) for r in runs])
-    )
-    return ", ".join(f"{n} {statistics.median([r.get(n, 0) for r in runs]):.0f}" for n in names)
+    if not runs:
+        return "no batch"
+
+    def median(name: str) -> float:
+        return statistics.median([r.get(name, 0) for r in runs])
+
+    names = sorted({n for r in runs for n in r}, key=lambda n: -median(n))
+    slowest = sorted((r.get("triggerExecution", 0) for r in runs), reverse=True)[:5]
+    return ", ".join(f"{n} {median(n):.0f}" for n in names) + f"; slowest {slowest}"
 
 
 PARTS: dict[str, Callable[[Any, Any, str, Path], list[str]]] = {
