@@ -136,11 +136,17 @@ def test_relay_produces_due_messages_then_deletes_them(postgres, kafka, tl, uniq
 def test_relay_crash_before_delete_redelivers_with_the_same_id(postgres, kafka, tl, unique):
     """At-least-once: produced but not deleted (a crash) → sent again after the lease lapses."""
     target = f"tl-dup-{unique}"
-    _topics(kafka, target, partitions=1)
+    _topics(kafka, target, f"{target}-warm", partitions=1)
     with TimelineStore(postgres) as store:
         store.create(tl, b"once", timestamp_ms=0, producer_group="app", id="dup")
     config = ConsumerConfig(f"relay-{unique}", lease_ms=1_500)
     relay = TimelineRelay(postgres, kafka, tl, RelayConfig(target, flush_timeout_ms=1_000), config)
+    # A new producer's first acknowledgement may wait seconds (its idempotence id from a
+    # loading coordinator, the new topic's metadata), longer than this short lease: the
+    # relay's producer sends once elsewhere before it takes the lease.
+    relay._producer.list_topics(target, timeout=15)
+    relay._producer.produce(f"{target}-warm", b"warm")
+    assert relay._producer.flush(15) == 0
     leases = relay.consumer.poll(timeout_ms=1_000)
     assert relay._produce(leases) == leases  # produced and acknowledged...
     relay.close()  # ...and the relay dies before deleting
