@@ -154,10 +154,12 @@ def query_name(settings: ControllerSettings) -> str:
     return f"tidemark-controller-{settings.cluster.marks_topic}"
 
 
-def marks_frame(spark: Any, settings: ControllerSettings) -> Any:
+def marks_frame(
+    spark: Any, settings: ControllerSettings, max_offsets_per_trigger: int | None = None
+) -> Any:
     """Every partition's records: ``stream`` (the raw key), ``value``, ``partition``,
     ``offset``, ``arrival`` (the broker's append time in ms; null unless the topic is
-    ``LogAppendTime``)."""
+    ``LogAppendTime``). ``max_offsets_per_trigger``: instead of the settings'."""
     from controller.kafka_client import spark_kafka_options
 
     reader = (
@@ -171,8 +173,9 @@ def marks_frame(spark: Any, settings: ControllerSettings) -> Any:
         .option("kafka.fetch.max.wait.ms", str(FETCH_MAX_WAIT_MS))
         .options(**spark_kafka_options())
     )
-    if settings.max_offsets_per_trigger is not None:
-        reader = reader.option("maxOffsetsPerTrigger", settings.max_offsets_per_trigger)
+    limit = max_offsets_per_trigger or settings.max_offsets_per_trigger
+    if limit is not None:
+        reader = reader.option("maxOffsetsPerTrigger", limit)
     # The key stays binary: a key that is not UTF-8 must reach the processor as data
     # (a rejected mark), not fail the Python worker on conversion. xxhash64 hashes a
     # binary and a string of the same bytes alike, so the slots are those of the name.
@@ -249,16 +252,38 @@ def _partitions(settings: ControllerSettings) -> int:
     return settings.state_partitions
 
 
-def warm_up(spark: Any, settings: ControllerSettings, instance_id: str, batches: int = 3) -> None:
-    """Run the controller's operator on a few due-only rows of Spark's ``rate`` source.
+WARM_UP_MARKS = 200
+"""Marks per warm-up batch read from the marks topic."""
+
+
+def warm_up(
+    spark: Any,
+    settings: ControllerSettings,
+    instance_id: str,
+    batches: int = 3,
+    kafka_timeout_s: float = 20.0,
+) -> None:
+    """Run the controller's plan on a few batches before contending: first the real plan
+    (the marks topic, coalesced, through the operator) over a few retained marks, or, when
+    the topic has none, the operator on due-only rows of Spark's ``rate`` source.
 
     A query's first micro-batches take many seconds (code generation, the JIT,
-    Python workers, RocksDB); a standby that ran these takes over with a query
-    whose first batch is much shorter. Its checkpoint is ``<checkpoint
-    root>/warm-up/<instance>``; nothing is read from Kafka or written to Delta.
+    Python workers and their metadata caches, RocksDB, the Kafka source); a
+    standby that ran these takes over with a query whose first batch is much
+    shorter. The checkpoints are under ``<checkpoint root>/warm-up/<instance>``;
+    the output goes to Spark's ``noop`` sink: nothing is written to Kafka or Delta.
     """
+    from jobs.lookups import KafkaCommittedOffsets
     from jobs.slots import due_key
 
+    topic, partitions = settings.cluster.marks_topic, list(range(settings.bucket_count))
+    if KafkaCommittedOffsets(settings.kafka_bootstrap).retained(topic, partitions) > 0:
+        marks = marks_frame(spark, settings, max_offsets_per_trigger=WARM_UP_MARKS).coalesce(
+            _partitions(settings)
+        )
+        if _warm_up_query(spark, settings, instance_id, "kafka", marks, batches, kafka_timeout_s):
+            log.info("controller %s: warmed up on the marks topic", instance_id)
+            return
     rows = (
         spark.readStream.format("rate")
         .option("rowsPerSecond", 1)
@@ -271,30 +296,44 @@ def warm_up(spark: Any, settings: ControllerSettings, instance_id: str, batches:
             "CAST(NULL AS BIGINT) AS arrival",
         )
     )
-    frame = controller_operator(rows, settings)
+    _warm_up_query(spark, settings, instance_id, "rate", rows, batches, 300)
+    log.info("controller %s: warmed up", instance_id)
+
+
+def _warm_up_query(
+    spark: Any,
+    settings: ControllerSettings,
+    instance_id: str,
+    name: str,
+    records: Any,
+    batches: int,
+    timeout_s: float,
+) -> bool:
+    """Run ``records`` through the operator into ``noop`` until ``batches`` batches ran
+    (``True``) or ``timeout_s`` passed (``False``)."""
+    frame = controller_operator(records, settings)
     prepare_session(spark, _partitions(settings))
+    root = settings.checkpoint_root.rstrip("/")
     query = (
         frame.writeStream.format("noop")
-        .queryName(f"tidemark-warm-up-{instance_id}")
-        .option(
-            "checkpointLocation", f"{settings.checkpoint_root.rstrip('/')}/warm-up/{instance_id}"
-        )
+        .queryName(f"tidemark-warm-up-{name}-{instance_id}")
+        .option("checkpointLocation", f"{root}/warm-up/{instance_id}/{name}")
         .trigger(processingTime="200 milliseconds")
         .start()
     )
     try:
-        first = None
-        deadline = time.monotonic() + 300
+        ran: set[int] = set()
+        deadline = time.monotonic() + timeout_s
         while query.isActive and time.monotonic() < deadline:
-            progress = query.lastProgress
-            if progress is not None:
-                first = int(progress["batchId"]) if first is None else first
-                if int(progress["batchId"]) >= first + batches - 1:
-                    break
+            for progress in query.recentProgress:
+                if "addBatch" in progress["durationMs"]:
+                    ran.add(int(progress["batchId"]))
+            if len(ran) >= batches:
+                return True
             time.sleep(0.2)
+        return False
     finally:
         query.stop()
-    log.info("controller %s: warmed up", instance_id)
 
 
 class LeaderTask(Protocol):

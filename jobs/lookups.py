@@ -95,11 +95,21 @@ class KafkaCommittedOffsets:
         found = self.query_keys([(topic, p) for p in partitions], required=True)
         return {p: off for (_, p), off in found.items()}
 
+    def retained(self, topic: str, partitions: list[int]) -> int:
+        """Records (and transaction markers) ``topic``'s partitions still hold."""
+        ends = self.query_keys([(topic, p) for p in partitions], required=True)
+        starts = self.query_keys([(topic, p) for p in partitions], required=True, earliest=True)
+        return sum(ends[k] - starts[k] for k in ends)
+
     def query_keys(
-        self, keys: list[tuple[str, int]], required: bool | set[tuple[str, int]]
+        self,
+        keys: list[tuple[str, int]],
+        required: bool | set[tuple[str, int]],
+        earliest: bool = False,
     ) -> dict[tuple[str, int], int]:
-        """Last stable offsets of ``(topic, partition)`` keys in one request. A key that
-        fails raises when ``required`` (all, or those in the set), else is left out."""
+        """Last stable offsets (``earliest``: first offsets) of ``(topic, partition)`` keys
+        in one request. A key that fails raises when ``required`` (all, or those in the
+        set), else is left out."""
         from confluent_kafka import IsolationLevel, TopicPartition
         from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
@@ -111,8 +121,8 @@ class KafkaCommittedOffsets:
                     "topic.metadata.refresh.interval.ms": 5_000,
                 }
             )
-        latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
-        request = {TopicPartition(t, p): latest for t, p in keys}
+        spec = OffsetSpec.earliest() if earliest else OffsetSpec.latest()  # type: ignore[no-untyped-call]
+        request = {TopicPartition(t, p): spec for t, p in keys}
         futures = self._admin.list_offsets(
             request,
             isolation_level=IsolationLevel.READ_COMMITTED,

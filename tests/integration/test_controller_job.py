@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -403,7 +403,7 @@ def driver(env: Env, instance: str, settings: ControllerSettings) -> subprocess.
     )
 
 
-TAKE_OVER_LINES = ("elected", "query started", "first batch", "query restarts")
+TAKE_OVER_LINES = ("warmed up", "elected", "query started", "first batch", "query restarts")
 
 
 def take_over_lines(env: Env, instance: str) -> list[str]:
@@ -424,25 +424,35 @@ def test_kill_9_of_the_active_driver_a_standby_takes_over(
     stream = f"k{unique}/orders"
     env.create(stream, 2)
     settings = env.settings(writer_timeout_ms=60_000, zk_session_timeout_ms=4_000)
-    drivers = {name: driver(env, name, settings) for name in ("a", "b")}
+    drivers = {"a": driver(env, "a", settings)}
     noters = [Noter(env.writer(f"w{i}", stream)) for i in range(3)]
     took_over_s = resumed_after_s = stamped_after_s = None
-    standby = ""
+    standby = "b"
     try:
         deadline = time.monotonic() + 600  # two Spark drivers start and warm up: slow when loaded
-        view = controller_view(zk_client, env.cluster.zk_root, env.cluster.marks_topic)
-        while view.leader is None or len(view.standbys) != 1:
-            assert time.monotonic() < deadline, f"no leader and standby: {view}"
-            assert all(p.poll() is None for p in drivers.values()), "a driver exited"
-            time.sleep(0.5)
+
+        def wait_view(ready: Callable[[Any], bool], what: str) -> Any:
             view = controller_view(zk_client, env.cluster.zk_root, env.cluster.marks_topic)
-        standby = view.standbys[0]
+            while not ready(view):
+                assert time.monotonic() < deadline, f"{what}: {view}"
+                assert all(p.poll() is None for p in drivers.values()), "a driver exited"
+                time.sleep(0.5)
+                view = controller_view(zk_client, env.cluster.zk_root, env.cluster.marks_topic)
+            return view
+
+        wait_view(lambda v: v.leader == "a", "no leader")
         for n in noters:
             n.start()
         while len(read_watermarks(settings.delta_root, stream)) < 5:
             assert time.monotonic() < deadline, "no watermarks from the leader"
             time.sleep(0.5)
-        assert "elected" not in " ".join(take_over_lines(env, standby)), "two leaders"
+        # The standby starts as one joins a running cluster: it warms up on the
+        # marks the leader is reading (jobs.controller_job.warm_up), then waits.
+        drivers["b"] = driver(env, "b", settings)
+        view = wait_view(lambda v: tuple(v.standbys) == ("b",), "no standby")
+        lines = " ".join(take_over_lines(env, standby))
+        assert "elected" not in lines, "two leaders"
+        assert "warmed up on the marks topic" in lines, lines
         leader = drivers[view.leader]
         before = read_watermarks(settings.delta_root, stream)[-1].seq
         os.killpg(leader.pid, signal.SIGKILL)
