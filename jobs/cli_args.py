@@ -90,8 +90,9 @@ def add_controller_arguments(parser: argparse.ArgumentParser) -> None:
         "--warm-up",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="run the operator on synthetic rows before contending, so a standby takes "
-        "over with Python workers, code and state store warm (on by default; --no-warm-up)",
+        help="run the query's plan over a few retained marks (or synthetic rows) before "
+        "contending, so a standby takes over with Python workers, code, Kafka source and "
+        "Delta tables warm (on by default; --no-warm-up)",
     )
     parser.add_argument(
         "--metrics-port",

@@ -93,11 +93,11 @@ class ControllerSettings:
     Every task costs a micro-batch its Python runner whether or not its slots
     have data, so more partitions than cores only add fixed cost per batch."""
     warm_up: bool = False
-    """Run the operator on a few synthetic rows before contending
+    """Run the query's plan over a few retained marks (or the operator on synthetic
+    rows) and open the Delta tables before contending
     (:func:`jobs.controller_job.warm_up`). The drivers' command line turns it on
-    (``--no-warm-up`` off): a warmed standby started its query 0.6 s instead of
-    2.2 s after its election and its first batch took 10.6 s instead of 16.2 s
-    (kill -9 test, load ~6-10 on two cores, one run each). Off here, for
+    (``--no-warm-up`` off): a warmed standby's watermarks were visible 6.0-7.5 s
+    after a kill -9 of the leader (see ``jobs/README.md``). Off here, for
     in-process jobs (tests, the demo) that never stand by."""
 
     def __post_init__(self) -> None:
