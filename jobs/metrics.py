@@ -32,8 +32,9 @@ The metrics, with their labels (``stream`` = ``scope/name``, ``bucket`` =
   the sink;
 - ``tidemark_controller_batches_total{bucket}`` (counter).
 
-The hook into the job is deliberately small: :class:`~jobs.sink.DeltaSink`
-calls ``observer(rows, batch_id, duration_s)`` after a batch is written,
+The hook into the job is deliberately small: the query's ``foreachBatch``
+(:class:`~jobs.controller_job.Batches`) calls its :class:`~jobs.sink.DeltaSink`'s
+``observer(rows, batch_id, duration_s)`` after a batch is written,
 and the instance's loop passes each query to :meth:`ControllerMetrics.observe_query`.
 """
 

@@ -106,6 +106,7 @@ OUTPUT_SCHEMA = StructType(
 (a rejected mark's bytes). Three columns, not one per field: the Python worker
 converts each output column of each call (one call per slot) to Arrow on its own,
 and with 23 columns that conversion was a third of a busy worker's time."""
+OUTPUT_COLUMNS = OUTPUT_SCHEMA.fieldNames()
 
 STATE_SCHEMA = StructType([StructField("json", StringType(), False)])
 
@@ -181,22 +182,15 @@ def rows_of(frame: Any) -> list[dict[str, Any]]:
     """A micro-batch of the operator's output (a Spark DataFrame) as rows of ``ROW_SCHEMA``,
     collected to the driver once."""
     table = frame.toArrow()
-    return [
-        unpack(kind, packed, raw)
-        for kind, packed, raw in zip(
-            table.column("kind").to_pylist(),
-            table.column("row").to_pylist(),
-            table.column("raw").to_pylist(),
-            strict=True,
-        )
-    ]
+    columns = (table.column(name).to_pylist() for name in OUTPUT_COLUMNS)
+    return [unpack(*cells) for cells in zip(*columns, strict=True)]
 
 
 def output_frames(outputs: list[Output | SlotDue]) -> Iterator[pd.DataFrame]:
     """A call's outputs as one frame of ``OUTPUT_SCHEMA``."""
     if outputs:
         packed = [pack(row) for o in outputs for row in output_rows(o)]
-        yield pd.DataFrame(packed, columns=["kind", "row", "raw"], dtype=object)
+        yield pd.DataFrame(packed, columns=OUTPUT_COLUMNS, dtype=object)
 
 
 class ControllerProcessor(StatefulProcessor):

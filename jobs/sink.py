@@ -1,7 +1,8 @@
-"""The ``foreachBatch`` sink of a bucket's query: idempotent appends to the Delta tables.
+"""The Delta sink of the controller's query: idempotent appends to the Delta tables.
 
-    sink = DeltaSink(delta_root, app_id="tidemark-controller/tidemark-marks/bucket-0")
-    query = frame.writeStream.foreachBatch(sink).start(); sink.bind(query.id)
+    sink = DeltaSink(delta_root, app_id="tidemark-controller/tidemark-marks")
+    query = ...start(); sink.bind(query.id)         # the query id names the transactions
+    sink.write(rows, batch_id)                      # jobs.controller_job.Batches, per batch
 
 Each micro-batch's output (a handful of rows per stream and interval) is
 collected once to the driver -- the stateful stage runs exactly once per
@@ -28,12 +29,11 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from jobs.maintenance import default_log_retention_s, retention_properties
-from jobs.processor import LAGGARD, REJECTED, WATERMARK, rows_of
+from jobs.processor import LAGGARD, REJECTED, WATERMARK
 from jobs.tables import (
     INDEX,
     LAGGARDS,
@@ -183,7 +183,7 @@ class DeltaTables:
 
     def open_all(self, refresh: bool = False) -> None:
         """Open every table now (``refresh``: and read the commits since it was opened)."""
-        for table in (MARKS, INDEX, REJECTED_MARKS, LAGGARDS):
+        for table in TABLES:
             self._table(table, refresh=refresh)
 
     def committed_version(self, table: str, app_id: str) -> int | None:
@@ -239,7 +239,8 @@ class DeltaTables:
 
 
 class DeltaSink:
-    """Callable for ``foreachBatch``; :meth:`bind` gives it the query id once started."""
+    """Writes the batches :class:`jobs.controller_job.Batches` (the query's ``foreachBatch``)
+    collects; :meth:`bind` gives it the query id once started."""
 
     def __init__(
         self,
@@ -275,18 +276,11 @@ class DeltaSink:
             raise RuntimeError("the sink was never bound to its query")
         return f"{self.app_id}/{self._query_id}"
 
-    def __call__(self, frame: Any, batch_id: int) -> None:
-        started = time.monotonic()
-        rows = rows_of(frame)
-        self.write(rows, batch_id)
-        if self.observer is not None:  # --- metrics hook ---
-            self.observer(rows, batch_id, time.monotonic() - started)
-
     def write(self, rows: Sequence[Mapping[str, Any]], batch_id: int) -> None:
         """Append one batch's output rows (the processor's ``OUTPUT_SCHEMA``)."""
         app = self.txn_app_id()
         by_table = split_rows(rows)
-        for table in (MARKS, INDEX, REJECTED_MARKS, LAGGARDS):
+        for table in TABLES:
             if by_table[table]:
                 self.tables.append(table, by_table[table], app, batch_id)
         self.batches += 1
