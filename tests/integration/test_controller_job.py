@@ -363,13 +363,9 @@ class Noter(threading.Thread):
             self.error = exc
 
 
-def driver(env: Env, instance: str, settings: ControllerSettings) -> subprocess.Popen[bytes]:
-    """``tidemark controller run`` in its own process group (its Spark JVM included)."""
-    argv = [
-        sys.executable,
-        "-m",
-        "tidemark.cli.main",
-        "--verbose",  # the take-over's phases are logged at INFO
+def controller_run_args(env: Env, instance: str) -> list[str]:
+    """``tidemark controller run`` for ``env``'s services, marks topic and bucket count."""
+    return [
         "controller",
         "run",
         "--instance",
@@ -382,6 +378,17 @@ def driver(env: Env, instance: str, settings: ControllerSettings) -> subprocess.
         env.cluster.marks_topic,
         "--bucket-count",
         str(env.cluster.bucket_count),
+    ]
+
+
+def driver(env: Env, instance: str, settings: ControllerSettings) -> subprocess.Popen[bytes]:
+    """``tidemark controller run`` in its own process group (its Spark JVM included)."""
+    argv = [
+        sys.executable,
+        "-m",
+        "tidemark.cli.main",
+        "--verbose",  # the take-over's phases are logged at INFO
+        *controller_run_args(env, instance),
         "--interval-ms",
         str(settings.interval_ms),
         "--writer-timeout-ms",

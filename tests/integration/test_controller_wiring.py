@@ -21,7 +21,7 @@ from pipelines.reading.exceptions import StreamTimeTimeoutError
 from pipelines.reading.lateness import read_laggards
 from pipelines.reading.seek import stream_cut_at
 from pipelines.reading.stream_time import wait_for_time
-from tests.integration.test_controller_job import make_env, wait_for
+from tests.integration.test_controller_job import controller_run_args, make_env, wait_for
 from tests.integration.test_stream_policies import stored
 from tidemark.cli.controller import policy_tasks
 from tidemark.cli.main import build_parser, main
@@ -36,23 +36,7 @@ def wall_ms() -> int:
 
 def run_args(env: Any, *extra: str) -> Any:
     """``tidemark controller run``'s options, parsed by the real CLI parser."""
-    return build_parser().parse_args(
-        [
-            "controller",
-            "run",
-            "--instance",
-            f"c-{env.unique}",
-            "--bootstrap",
-            env.kafka,
-            "--zk",
-            env.zk_connect,
-            "--marks-topic",
-            env.cluster.marks_topic,
-            "--bucket-count",
-            str(env.cluster.bucket_count),
-            *extra,
-        ]
-    )
+    return build_parser().parse_args([*controller_run_args(env, f"c-{env.unique}"), *extra])
 
 
 # --- issue 13: the policy loop runs under the controller's leader ---------------------------
