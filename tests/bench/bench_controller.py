@@ -104,18 +104,13 @@ def run(services: Any, parts: list[str] | None = None) -> list[str]:
     return lines
 
 
-def _cluster(buckets: int) -> Any:
-    from controller.naming import ClusterSettings
-
-    return ClusterSettings(
-        marks_topic=f"bench-marks-{uuid.uuid4().hex[:8]}", bucket_count=buckets, zk_root="/tidemark"
-    )
-
-
 def _settings(services: Any, root: str, work: Path, buckets: int, **kw: Any) -> Any:
+    from controller.naming import ClusterSettings
     from jobs.config import ControllerSettings
 
-    cluster = _cluster(buckets)
+    cluster = ClusterSettings(
+        marks_topic=f"bench-marks-{uuid.uuid4().hex[:8]}", bucket_count=buckets, zk_root="/tidemark"
+    )
     return ControllerSettings(
         kafka_bootstrap=services.bootstrap,
         zk_connect=f"{services.zk_connect}{root}",
@@ -331,12 +326,9 @@ def _baseline(spark: Any, services: Any, settings: Any, total: int, work: Path) 
     return total / (time.perf_counter() - started)
 
 
-def _partitions(spark: Any, buckets: int) -> int:
-    """The state partitions a new query of ``buckets`` buckets gets by default."""
-    from jobs.config import ControllerSettings
-
-    settings = ControllerSettings("k", "z", "d", "c", cluster=_cluster(buckets))
-    return settings.resolved_state_partitions(int(spark.sparkContext.defaultParallelism))
+def _partitions(spark: Any, settings: Any) -> int:
+    """The state partitions the job's query runs on (its checkpoint is new)."""
+    return int(settings.resolved_state_partitions(int(spark.sparkContext.defaultParallelism)))
 
 
 def capacity(spark: Any, services: Any, root: str, work: Path) -> list[str]:
@@ -344,6 +336,7 @@ def capacity(spark: Any, services: Any, root: str, work: Path) -> list[str]:
 
     results: dict[int, tuple[Drained, int]] = {}
     phases: dict[int, str] = {}
+    partitions: dict[int, int] = {}
     baseline = 0.0
     for buckets in (8, 64):
         settings = _settings(
@@ -356,6 +349,7 @@ def capacity(spark: Any, services: Any, root: str, work: Path) -> list[str]:
             warm_up=False,
         )
         _create_streams(settings, "cap", STREAMS)
+        partitions[buckets] = _partitions(spark, settings)
         job = ControllerJob(spark, settings, f"cap{buckets}").start()
         try:
             job.wait_leading(600)
@@ -382,7 +376,7 @@ def capacity(spark: Any, services: Any, root: str, work: Path) -> list[str]:
     return (
         [
             f"capacity, {STREAMS} streams x {WRITERS} writers, backlog of {total} marks after a "
-            f"warm-up, {buckets} buckets on {_partitions(spark, buckets)} state partitions: "
+            f"warm-up, {buckets} buckets on {partitions[buckets]} state partitions: "
             f"{d.rate:,.0f} marks/s wall clock from first to last batch "
             f"({d.batches} batches, longest {d.longest_s:.1f} s, {d.rows} rows)"
             for buckets, (d, total) in sorted(results.items())
@@ -481,7 +475,7 @@ def freshness(spark: Any, services: Any, root: str, work: Path) -> list[str]:
     p50, p99 = _pct(lags, 50), _pct(lags, 99)
     return [
         f"freshness at a 1 s interval, {FRESH_BUCKETS} buckets on "
-        f"{_partitions(spark, FRESH_BUCKETS)} state partitions, {FRESH_STREAMS} streams x 2 "
+        f"{_partitions(spark, settings)} state partitions, {FRESH_STREAMS} streams x 2 "
         f"writers noting every 200 ms: p50 {p50:.0f} ms, p99 {p99:.0f} ms over {len(lags)} "
         f"watermarks (goal p99 <= 1500 ms: {'met' if p99 <= 1500 else 'NOT met'}); "
         f"mean {statistics.mean(lags):.0f} ms",
@@ -497,7 +491,7 @@ def _phases(query: Any) -> str:
         return "no batch"
 
     def median(name: str) -> float:
-        return statistics.median([r.get(name, 0) for r in runs])
+        return float(statistics.median([r.get(name, 0) for r in runs]))
 
     names = sorted({n for r in runs for n in r}, key=lambda n: -median(n))
     slowest = sorted((r.get("triggerExecution", 0) for r in runs), reverse=True)[:5]
