@@ -95,6 +95,7 @@ from pipelines.writing.exceptions import (
 from pipelines.writing.marks import mark_message
 from pipelines.writing.partitioners import DEFAULT_PARTITIONER, check_partitioner, kafka_partition
 from pipelines.writing.positions import DeliveryGroups
+from pipelines.writing.produced_counts import StatisticsReport, StatisticsReports
 from pipelines.writing.timestamping import check_timestamp
 
 log = logging.getLogger(__name__)
@@ -105,6 +106,10 @@ _DELIVERY_KEYS = ("on_delivery", "dr_msg_cb", "dr_cb")
 _REFUSED_KEYS = ("transactional.id",)
 
 PositionSource = Literal["reports", "end_offsets"]
+
+STATS_INTERVAL_MS = 100
+"""``statistics.interval.ms`` of a producer with positions from end offsets (unless the
+application sets its own): ``note_time`` waits for the next report after its flush."""
 
 
 class _Stream:
@@ -119,12 +124,12 @@ class _Stream:
         self.metadata = metadata
         self.routed = metadata.adoption is None or metadata.adoption.tidemark_routing
         # Positions from end offsets:
-        self.counts = [0] * (max(s.number for s in metadata.segments().values()) + 1)
-        """Per partition, the records produced to it."""
+        self.failed: dict[int, int] = {}
+        """Partition -> this producer's records Kafka reported as not stored."""
         self.end_position: dict[int, int] = {}
         """Partition -> end offset read after the last note's flush."""
         self.checked: dict[int, tuple[int, int]] = {}
-        """Partition -> (end offset, records produced) when last read: whether the
+        """Partition -> (end offset, records stored) when last read: whether the
         records appended since are exactly this producer's (it writes alone)."""
         self.apply(metadata)
 
@@ -220,12 +225,16 @@ class TidemarkProducer:
             if key in settings:
                 self._user_delivery = settings[key]
         self._end_offsets: StreamTopics | None = None
+        self._stats = StatisticsReports()
         if positions_from == "end_offsets":
             self._by_end_offsets(settings, str(bootstrap))
         self._producer = Producer(settings)
         self._store = store
         for st in self._streams.values():
             store.watch_stream(st.name, self._watcher(st))
+        if self._end_offsets is not None:
+            vars(self)["poll"] = self._producer.poll  # publishes nothing in this mode
+            self._fast()
 
     def _by_end_offsets(self, settings: dict[str, Any], bootstrap: str) -> None:
         """Set up positions from end offsets: failed records' reports only (module doc)."""
@@ -244,18 +253,40 @@ class TidemarkProducer:
             )
         settings["delivery.report.only.error"] = True
         settings["on_delivery"] = self._on_failed
+        # Records produced per partition: librdkafka's statistics (produced_counts).
+        interval = int(settings.get("statistics.interval.ms", 0) or 0)
+        if interval > 0 and "stats_cb" in settings:
+            self._stats.forward = settings["stats_cb"]  # the application's, at its interval
+        settings["statistics.interval.ms"] = interval if interval > 0 else STATS_INTERVAL_MS
+        settings["stats_cb"] = self._stats
         self._end_offsets = StreamTopics(bootstrap)
         for st in self._streams.values():
-            ends = self._end_offsets.end_offsets(st.topic, range(len(st.counts)))
+            ends = self._end_offsets.end_offsets(st.topic, sorted(st.segment_of))
             st.checked = {p: (end, 0) for p, end in ends.items()}
+
+    def _fast(self) -> None:
+        """Positions from end offsets: ``produce`` is the wrapped producer's own (C) method,
+        unless a failure, a close or a metadata change waits for the checking one."""
+        vars(self)["produce"] = self._producer.produce
+        if (
+            self._closed
+            or self._failures
+            or any(st.latest is not st.metadata for st in self._streams.values())
+        ):
+            self._slow()  # raced with _on_failed/close/a watcher: check first
+
+    def _slow(self) -> None:
+        """The next ``produce`` is the class's: it checks (and raises) first."""
+        vars(self).pop("produce", None)
 
     def _on_failed(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None:
             failed = _failed(msg)
             self._failures.append(failed)
-            for st in self._streams.values():  # not stored: not in the end offsets either
-                if st.topic == failed.topic and 0 <= failed.partition < len(st.counts):
-                    st.counts[failed.partition] -= 1
+            self._slow()
+            st = self._streams.get(failed.topic)
+            if st is not None and failed.partition >= 0:  # not in the end offsets either
+                st.failed[failed.partition] = st.failed.get(failed.partition, 0) + 1
 
     # --- what Producer offers -------------------------------------------------------------
 
@@ -281,6 +312,12 @@ class TidemarkProducer:
         if self._closed or self._failures or st.latest is not st.metadata:
             with self._lock:
                 self._before_produce(st)
+        if self._end_offsets is not None:
+            # Positions from end offsets: checked, so the wrapped producer's own produce
+            # takes the next records again (no report per record: failures only).
+            self._send(topic, value, key, partition, on_delivery or callback, timestamp, headers)
+            self._fast()
+            return
         if partition < 0:
             # A key's partition is computed once (random ones never cached).
             partition = st.routes.get(key, -1) if key is not None else -1
@@ -291,19 +328,6 @@ class TidemarkProducer:
                 f"partition {partition} of {topic} is not a current segment of stream "
                 f"{st.name} (current: {sorted(st.current)}); leave partition unset"
             )
-        if self._end_offsets is not None:
-            # Positions from end offsets: no report per record (failures only, configured).
-            if on_delivery is not None or callback is not None:
-                raise WriterError(
-                    "positions_from='end_offsets' reports failed records only: a per-message "
-                    "delivery callback would not be called for stored ones"
-                )
-            if not timestamp and headers is None:
-                self._producer.produce(topic, value, key, partition)
-            else:
-                self._send(topic, value, key, partition, None, timestamp, headers)
-            st.counts[partition] += 1
-            return
         groups = st.groups
         cb = on_delivery or callback or self._user_delivery
         if cb is None and not timestamp and headers is None:
@@ -416,6 +440,7 @@ class TidemarkProducer:
                         )
             finally:
                 self._closed = True
+                self._slow()
             self._raise_failures()
 
     def position(self, stream: str) -> dict[int, int]:
@@ -444,7 +469,9 @@ class TidemarkProducer:
 
     def _watcher(self, st: _Stream) -> Callable[[StreamMetadata], None]:
         def on_change(metadata: StreamMetadata) -> None:
-            st.latest = metadata  # applied by the next produce, under the lock
+            if metadata != st.latest:  # (a watch's first call repeats what is known)
+                st.latest = metadata  # applied by the next produce, under the lock
+                self._slow()  # (positions from end offsets: the checking produce applies it)
 
         return on_change
 
@@ -541,12 +568,36 @@ class TidemarkProducer:
                 f"time {timestamp} not noted"
             )
         self._raise_failures()  # a record before the note was not stored: no mark
+        report = self._report_after(time.monotonic(), topics.timeout_s, timestamp)
         for st in self._streams.values():
             if only is not None and st.name != only:
                 continue
-            written = [p for p, n in enumerate(st.counts) if n]
-            ends = topics.end_offsets(st.topic, written)
-            shared = [p for p, end in sorted(ends.items()) if not self._alone(st, p, end)]
+            produced = report.produced(st.topic)
+            outside = sorted(p for p, n in produced.items() if n and p not in st.segment_of)
+            if outside:
+                raise WriterError(
+                    f"writer {self.writer_id}: records went to partition(s) {outside} of "
+                    f"{st.topic}, which are not segments of stream {st.name} (partitions added "
+                    f"to the topic outside tidemark?); time {timestamp} not noted"
+                )
+            stored = {p: n - st.failed.get(p, 0) for p, n in produced.items() if n}
+            ends = topics.end_offsets(st.topic, sorted(stored))
+            moved = {p: self._moved(st, p, end, stored[p]) for p, end in sorted(ends.items())}
+            lost = [  # one per record (DeliveryError.failed)
+                FailedRecord(
+                    st.topic,
+                    p,
+                    None,
+                    f"{-extra} record(s) produced since the last note are not in the partition "
+                    "and their failure was not reported to the producer (a per-message "
+                    "delivery callback took it)",
+                )
+                for p, extra in moved.items()
+                for _ in range(-extra)
+            ]
+            if lost:  # no mark over records that are not there
+                raise DeliveryError(lost)
+            shared = [p for p, extra in moved.items() if extra > 0]
             if shared:  # no mark: its cut could hold another producer's later records
                 raise SharedPartitionError(self.writer_id, st.topic, shared)
             for p, end in ends.items():
@@ -556,13 +607,30 @@ class TidemarkProducer:
         self._last_noted = timestamp
         self._producer.poll(0)
 
+    def _report_after(self, since: float, timeout_s: float, timestamp: int) -> StatisticsReport:
+        """The first statistics report librdkafka made at or after ``since``
+        (``time.monotonic()``; its ``ts`` is the same clock in microseconds)."""
+        deadline = since + timeout_s
+        while (report := self._stats.since(since * 1e6)) is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WriterTimeoutError(
+                    f"writer {self.writer_id}: no statistics report from librdkafka in "
+                    f"{timeout_s} s (is poll() blocked elsewhere?); time {timestamp} not noted"
+                )
+            self._producer.poll(min(left, 1.0))
+        return report
+
     @staticmethod
-    def _alone(st: _Stream, p: int, end: int) -> bool:
-        """Whether ``p``'s end offset moved by exactly this producer's records since it was
-        last read (then it is this producer's exact position there)."""
-        was_end, was_count = st.checked.get(p, (end, st.counts[p]))
-        st.checked[p] = (end, st.counts[p])
-        return end - was_end == st.counts[p] - was_count
+    def _moved(st: _Stream, p: int, end: int, stored: int) -> int:
+        """How many records more than this producer stored in ``p`` its end offset moved by
+        since it was last read: 0 when it writes ``p`` alone (the end offset is then its
+        exact position), more when another producer wrote there too (or a retry without
+        idempotence stored a record twice, or a record reported failed was stored after
+        all), less when records are missing."""
+        was_end, was_stored = st.checked.get(p, (end, stored))
+        st.checked[p] = (end, stored)
+        return (end - was_end) - (stored - was_stored)
 
     def _on_mark_delivery(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None:
