@@ -23,9 +23,10 @@ Routing: on a stream tidemark routes (created by tidemark, or adopted with
 current epoch's segment owning its key (``controller.navigation.route``; a
 ``None`` key to any current segment), and an explicit partition must be a
 current segment. On a topic adopted without tidemark routing the record
-goes where the wrapped producer's ``partitioner`` setting would put it
-(:mod:`pipelines.writing.partitioners` computes it, so the producer can
-count records per partition), as before the change.
+goes where the wrapped producer's ``partitioner`` setting would put it, as
+before the change (by default :mod:`pipelines.writing.partitioners` computes
+it, so the producer can give each record its partition's report bucket;
+with positions from end offsets librdkafka places it).
 
 Scaling (tidemark-routed streams): when a new epoch appears the producer
 waits for the records in flight before routing by it. It keeps no replay
@@ -34,28 +35,47 @@ segment's recorded size) are reported as :class:`DeliveryError` by the
 next call, for the application to produce again; ``EventWriter`` re-sends
 them by itself.
 
-Positions from end offsets (opt-in, ``positions_from="end_offsets"``): the
-per-record delivery reports cost about 1 µs a record in confluent-kafka
-even when the callback is C code (a ``Message`` object per report). In this
-mode the producer asks Kafka for failed records' reports only
-(``delivery.report.only.error``; a Python call per *failure*), and
-``note_time`` instead flushes (it blocks until every record produced before
-it is acknowledged) and takes the position from the partitions' end offsets
-(high watermarks) read after the flush. That position is never earlier than
-any record of this producer written before the note, and exact when it is
-the only producer of those partitions (checked by counting: the end offset
-moved by exactly this producer's records since the last read; call
-``produce`` and ``note_time`` from one thread). Otherwise it would be later:
-it would also cover other producers' records stored meanwhile, and a cut
-holding other writers' later events breaks the ``upper_time`` promise (a
-read starting from a time could start past such an event). So then
-``note_time`` raises :class:`SharedPartitionError` and publishes nothing;
-shared partitions need ``positions_from="reports"``.
-A record that failed makes ``note_time`` raise :class:`DeliveryError`
-without publishing the mark. Per-message delivery callbacks cannot be
-honoured (successes are not reported) and are refused, and so are streams
-tidemark routes (they can scale, and re-sending what a seal cut off needs
-each record's offset): it is for topics adopted without tidemark routing.
+Positions from end offsets (opt-in, ``positions_from="end_offsets"``; one
+argument more: ``TidemarkProducer(conf, ..., positions_from="end_offsets")``):
+the per-record delivery reports cost about 1 µs a record in confluent-kafka
+even when the callback is C code (a ``Message`` object per report), and the
+wrapper's Python frame more. In this mode the producer's ``produce`` and
+``poll`` *are* the wrapped producer's own methods (set on the instance): no
+Python runs per record. Kafka's ``partitioner`` places the records, as the
+bare producer would. Kafka reports failed records only
+(``delivery.report.only.error``: a Python call per *failure*); the records
+produced per partition come from librdkafka's statistics
+(:mod:`pipelines.writing.produced_counts`; ``statistics.interval.ms`` is
+:data:`STATS_INTERVAL_MS` unless the application sets its own, and an
+application's ``stats_cb`` given with its interval is still called with
+every report). ``note_time`` flushes (it blocks until every record produced
+before it is acknowledged), waits for the first statistics report made after
+the flush (so a note takes a flush plus up to one interval, half on average),
+then takes the position from the written partitions' end offsets (high
+watermarks). That position is never earlier than any record of this producer
+written before the note, and exact when it is the only producer of those
+partitions -- checked by counting: the end offset must have moved by exactly
+this producer's stored records (produced minus reported failed) since it was
+last read; call ``produce`` and ``note_time`` from one thread. When it moved by
+more, the end offset would also cover other producers' records stored
+meanwhile, and a cut holding other writers' later events breaks the
+``upper_time`` promise (a read starting from a time could start past such an
+event); so ``note_time`` raises :class:`SharedPartitionError` and publishes
+nothing (shared partitions need ``positions_from="reports"``). The same
+happens, erring on the safe side, when a retry without idempotence stored a
+record twice or a record reported as failed (e.g. timed out) was stored after
+all: enable idempotence. When it moved by less, records are missing that the
+producer was not told of (a per-message delivery callback takes its record's
+failure report in this mode, and is called for failures only): ``note_time``
+raises :class:`DeliveryError` and publishes nothing. A failed record, a
+``close`` or a change of the stream's metadata makes the *next* ``produce``
+the checking Python method, which raises :class:`DeliveryError` /
+:class:`WriterClosedError` as in the default mode (the record is then not
+produced) and, all being well, hands ``produce`` back to the wrapped
+producer. A configured delivery callback cannot be honoured (successes are
+not reported) and is refused, and so are streams tidemark routes (they can
+scale, and re-sending what a seal cut off needs each record's offset): the
+mode is for topics adopted without tidemark routing.
 
 Timestamps are passed through as given (Kafka's own rules apply); the S2
 timestamping of :mod:`pipelines.writing.timestamping` is ``EventWriter``'s.
@@ -168,8 +188,9 @@ class TidemarkProducer:
     ``writer_id`` names this writer to the controller: reuse it when the
     process restarts, never share it between live producers.
     ``positions_from``: ``"reports"`` (per-record delivery reports, the
-    default) or ``"end_offsets"`` (see the module doc: faster, ``note_time``
-    flushes, positions may be later than this producer's own records).
+    default) or ``"end_offsets"`` (see the module doc: as fast as the bare
+    producer, ``note_time`` flushes and waits for a statistics report, for
+    partitions this producer writes alone).
     """
 
     def __init__(
