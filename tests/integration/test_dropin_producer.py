@@ -318,6 +318,32 @@ def test_adopt_refuses_what_it_cannot_honour(
     assert scaled.current_epoch().number == 1
 
 
+def by_end_offsets(
+    kafka: str,
+    manager: StreamManager,
+    cluster: ClusterSettings,
+    stream: str,
+    partitions: int,
+    conf: dict[str, Any],
+    topic_config: dict[str, str] | None = None,
+) -> tuple[str, TidemarkProducer]:
+    """A new topic adopted as ``stream`` (its scope created), and a producer with positions
+    from end offsets writing it: (topic, producer)."""
+    topic = "legacy-" + stream.replace("/", "-")
+    make_topic(kafka, topic, partitions, topic_config)
+    manager.create_scope(stream.partition("/")[0])
+    manager.adopt(stream, topic)
+    producer = TidemarkProducer(
+        conf,
+        stream=stream,
+        writer_id="w1",
+        store=manager.store,
+        cluster=cluster,
+        positions_from="end_offsets",
+    )
+    return topic, producer
+
+
 def test_positions_from_end_offsets_are_exact_alone_and_refused_when_shared(
     kafka: str,
     manager: StreamManager,
@@ -329,19 +355,10 @@ def test_positions_from_end_offsets_are_exact_alone_and_refused_when_shared(
     """positions_from="end_offsets": no report per stored record; note_time flushes and
     takes the end offsets -- exact for a sole producer; refused (no mark) when another
     producer wrote the same partitions meanwhile, and no mark over a record Kafka refused."""
-    topic = f"legacy-e-{unique}"
-    make_topic(kafka, topic, 3, {"max.message.bytes": "2000"})
     stream = f"e{unique}/orders"
-    manager.create_scope(f"e{unique}")
-    manager.adopt(stream, topic)
     conf = {"bootstrap.servers": kafka, "linger.ms": 1}
-    producer = TidemarkProducer(
-        conf,
-        stream=stream,
-        writer_id="w1",
-        store=store,
-        cluster=cluster,
-        positions_from="end_offsets",
+    topic, producer = by_end_offsets(
+        kafka, manager, cluster, stream, 3, conf, {"max.message.bytes": "2000"}
     )
     other = Producer(conf)
     counts = [0, 0, 0]
@@ -433,12 +450,7 @@ def test_positions_from_end_offsets_run_no_python_per_record(
     own methods (no Python frame per record); the records per partition come from
     librdkafka's statistics; a failed record makes the next ``produce`` raise, a closed
     producer too; the application's own ``stats_cb`` still runs."""
-    topic = f"legacy-f-{unique}"
-    make_topic(kafka, topic, 3, {"max.message.bytes": "2000"})
     stream = f"f{unique}/orders"
-    manager.create_scope(f"f{unique}")
-    manager.adopt(stream, topic)
-    segs = {s.number: s.id for s in store.get_stream(stream).current_epoch().segments}
     stats: list[str] = []
     conf = {
         "bootstrap.servers": kafka,
@@ -447,14 +459,10 @@ def test_positions_from_end_offsets_run_no_python_per_record(
         "statistics.interval.ms": 50,
         "stats_cb": stats.append,
     }
-    producer = TidemarkProducer(
-        conf,
-        stream=stream,
-        writer_id="w1",
-        store=store,
-        cluster=cluster,
-        positions_from="end_offsets",
+    topic, producer = by_end_offsets(
+        kafka, manager, cluster, stream, 3, conf, {"max.message.bytes": "2000"}
     )
+    segs = {s.number: s.id for s in store.get_stream(stream).current_epoch().segments}
     called: list[str] = []
 
     def profile(frame: Any, event: str, arg: Any) -> None:
@@ -520,20 +528,9 @@ def test_positions_from_end_offsets_shared_partition_by_statistics(
     """The sole-producer check counts this producer's records from librdkafka's
     statistics: another producer's record in one partition refuses the note, for that
     partition only; alone again, the next note is exact."""
-    topic = f"legacy-g-{unique}"
-    make_topic(kafka, topic, 2)
     stream = f"g{unique}/orders"
-    manager.create_scope(f"g{unique}")
-    manager.adopt(stream, topic)
     conf = {"bootstrap.servers": kafka, "linger.ms": 1, "enable.idempotence": True}
-    producer = TidemarkProducer(
-        conf,
-        stream=stream,
-        writer_id="w1",
-        store=store,
-        cluster=cluster,
-        positions_from="end_offsets",
-    )
+    topic, producer = by_end_offsets(kafka, manager, cluster, stream, 2, conf)
     for i in range(10):
         producer.produce(topic, b"v%d" % i, partition=i % 2)
     other = Producer(conf)
