@@ -21,9 +21,9 @@ part to check that it runs (the figures then mean little).
   the checkpoint, new consumers) is printed beside, as a restart's cost.
   Bucket count 8, then 64 (each its own topic and checkpoint), both on the
   default state partitions (Spark's default parallelism); baseline: the
-  same marks read from Kafka and appended to a Delta table by a plain Spark
-  batch job (no decoding, no state). Goals: controller >= 0.7 x baseline,
-  and 8 vs 64 buckets within 15 %.
+  same marks (the measured backlog's offsets) read from Kafka and appended to
+  a Delta table by a plain Spark batch job (no decoding, no state). Goals:
+  controller >= 0.7 x baseline, and 8 vs 64 buckets within 15 %.
 - **freshness**: 100 streams x 2 writers noting wall-clock time every 200
   ms, 1 s interval; for each watermark, the wall time at which it is first
   visible in the Delta table ``marks`` (polled with deltalake every 50 ms,
@@ -320,13 +320,27 @@ def _last_batch(job: Any) -> int:
     return -1 if progress is None else int(progress["batchId"])
 
 
-def _baseline(spark: Any, services: Any, settings: Any, total: int, work: Path) -> float:
+def _baseline(
+    spark: Any,
+    services: Any,
+    settings: Any,
+    ranges: tuple[dict[int, int], dict[int, int]],
+    work: Path,
+) -> float:
+    """A plain Spark batch job appending the marks of ``ranges`` (partition -> first offset,
+    partition -> end offset) of the marks topic to a Delta table, no decoding or state."""
+    import json
+
+    topic = settings.cluster.marks_topic
+    starts, ends = ranges
+    total = sum(ends[p] - starts.get(p, 0) for p in ends)
     started = time.perf_counter()
     (
         spark.read.format("kafka")
         .option("kafka.bootstrap.servers", services.bootstrap)
-        .option("subscribe", settings.cluster.marks_topic)
-        .option("startingOffsets", "earliest")
+        .option("subscribe", topic)
+        .option("startingOffsets", json.dumps({topic: {str(p): o for p, o in starts.items()}}))
+        .option("endingOffsets", json.dumps({topic: {str(p): o for p, o in ends.items()}}))
         .option("kafka.isolation.level", "read_committed")
         .load()
         .selectExpr("CAST(key AS STRING) AS stream", "value", "partition", "offset")
@@ -335,6 +349,14 @@ def _baseline(spark: Any, services: Any, settings: Any, total: int, work: Path) 
         .save(str(work / "baseline"))
     )
     return total / (time.perf_counter() - started)
+
+
+def _topic_ends(settings: Any) -> dict[int, int]:
+    from jobs.lookups import KafkaCommittedOffsets
+
+    parts = list(range(settings.bucket_count))
+    topic = settings.cluster.marks_topic
+    return KafkaCommittedOffsets(settings.kafka_bootstrap).query(topic, parts)
 
 
 def _partitions(spark: Any, settings: Any) -> int:
@@ -350,6 +372,7 @@ def capacity(spark: Any, services: Any, root: str, work: Path) -> list[str]:
     partitions: dict[int, int] = {}
     resumed: Drained | None = None
     baseline = 0.0
+    measured: tuple[dict[int, int], dict[int, int]] = ({}, {})
     for buckets in (8, 64):
         settings = _settings(
             services,
@@ -367,12 +390,14 @@ def capacity(spark: Any, services: Any, root: str, work: Path) -> list[str]:
         job = ControllerJob(spark, settings, f"cap{buckets}").start()
         try:
             job.wait_leading(600)
-            warm = _produce_marks(services, settings, _encode_marks(settings, range(WARMUP_ROUNDS)))
+            _produce_marks(services, settings, _encode_marks(settings, range(WARMUP_ROUNDS)))
             job.process_all_available(1800)
             after = _last_batch(job)
             # The running query meets the measured backlog as it lands (a burst of
             # pre-encoded marks, well under a second): its batches measure the controller.
+            before = _topic_ends(settings)
             total = _produce_marks(services, settings, backlog)
+            measured = (before, _topic_ends(settings))
             results[buckets] = (_drain(job, after), total)
             phases[buckets] = _phases(job.query)
             after = _last_batch(job)
@@ -382,14 +407,14 @@ def capacity(spark: Any, services: Any, root: str, work: Path) -> list[str]:
             # The same backlog again while the job is stopped; it resumes from its
             # checkpoint in the same session: what a restart adds (state stores loaded
             # from the checkpoint, new Kafka consumers, the first batch's planning).
-            again = _produce_marks(services, settings, backlog)
+            _produce_marks(services, settings, backlog)
             job = ControllerJob(spark, settings, f"cap{buckets}").start()
             try:
                 job.wait_leading(600)
                 resumed = _drain(job, after)
             finally:
                 job.stop()
-            baseline = _baseline(spark, services, settings, warm + total + again, work)
+            baseline = _baseline(spark, services, settings, measured, work)
     (eight, total), (sixty_four, _) = results[8], results[64]
     ratio = eight.rate / max(baseline, 1e-9)
     spread = abs(eight.rate - sixty_four.rate) / max(eight.rate, sixty_four.rate, 1e-9)
