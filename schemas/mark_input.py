@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from schemas.exceptions import UnknownFingerprintError
+from schemas.mark_body import read_writer_mark
 from schemas.records import WriterMarkRecord
 from schemas.tables import Reason
 
@@ -49,12 +50,15 @@ def decode_mark(value: bytes | None) -> WriterMarkRecord | Undecodable:
     """The writer mark in ``value``, or why it is not one (never raises)."""
     if value is None:
         return Undecodable(Reason.MALFORMED, "no value")
-    try:
-        record = WriterMarkRecord.decode(bytes(value))
-    except UnknownFingerprintError as exc:
-        return Undecodable(Reason.UNKNOWN_SCHEMA, str(exc))
-    except Exception as exc:  # any failure of foreign bytes is a malformed mark
-        return Undecodable(Reason.MALFORMED, f"{type(exc).__name__}: {exc}")
+    data = value if type(value) is bytes else bytes(value)
+    record = read_writer_mark(data)  # the common case, fast; None: the generic codec says
+    if record is None:
+        try:
+            record = WriterMarkRecord.decode(data)
+        except UnknownFingerprintError as exc:
+            return Undecodable(Reason.UNKNOWN_SCHEMA, str(exc))
+        except Exception as exc:  # any failure of foreign bytes is a malformed mark
+            return Undecodable(Reason.MALFORMED, f"{type(exc).__name__}: {exc}")
     if not record.writer_id:
         return Undecodable(Reason.MALFORMED, "empty writer_id")
     for segment, offset in record.position.items():
