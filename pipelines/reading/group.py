@@ -69,7 +69,7 @@ from pipelines.reading.seek import (
     start_cut_for,
     wall_clock_ms,
 )
-from pipelines.reading.view import GroupView, cut_commits, group_view
+from pipelines.reading.view import GroupView, cut_commits, group_view, sizes_pending
 from pipelines.reading.windows import WatermarkFeed, reader_position, window_at
 
 log = logging.getLogger(__name__)
@@ -406,6 +406,11 @@ class ReaderGroup:
     def sealed_size(self, seg_id: int) -> int | None:
         return self._meta.sealed_sizes.get(seg_id)
 
+    def size_pending(self, seg_id: int) -> bool:
+        """True while the segment is sealed but its sealed size is not recorded
+        (``view.sizes_pending``): its records must wait for the size."""
+        return seg_id in self._sizes_pending
+
     def watermark_feed(self) -> WatermarkFeed:
         with self._lock:
             if self._feed is None:
@@ -432,6 +437,7 @@ class ReaderGroup:
     def _index_segments(self, meta: StreamMetadata) -> None:
         self._segments = dict(meta.segments())
         self._by_number = {s.number: s.id for s in self._segments.values()}
+        self._sizes_pending = sizes_pending(meta)
 
     # --- lifecycle --------------------------------------------------------------------------
 

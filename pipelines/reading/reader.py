@@ -316,6 +316,15 @@ event (on the development machine, reading-thread CPU per event: 1.3 us at
 
 _NO_LIMIT = 2**63
 
+SIZE_RECHECK_S = 0.05
+"""While a segment it owns waits for its sealed size (``_hold``), a reader looks at
+the metadata again this often (its rebalance interval otherwise): the wait
+normally lasts the scale's ``seal_drain_ms``."""
+
+SIZE_WAIT_WARN_S = 10.0
+"""A segment held this long for its sealed size is logged as a warning (and again
+each time as long again passes): a scale or seal that stopped before recording it."""
+
 
 class ReaderHost(Protocol):
     """What a reader needs of its group (:class:`~pipelines.reading.group.ReaderGroup`
@@ -335,6 +344,7 @@ class ReaderHost(Protocol):
     def segments(self) -> Mapping[int, Segment]: ...
     def segment_of(self, partition: int) -> int: ...
     def sealed_size(self, seg_id: int) -> int | None: ...
+    def size_pending(self, seg_id: int) -> bool: ...
     def watermark_feed(self) -> WatermarkFeed: ...
     def attach(self, reader: EventReader) -> None: ...
     def detach(self, reader: EventReader) -> None: ...
@@ -376,6 +386,11 @@ class EventReader:
         self._window: PositionWindow | None = None
         self._paused: set[int] = set()
         """Owned segments held back by alignment (unassigned; still ours)."""
+        self._held: dict[int, float] = {}
+        """Owned segments held back until their sealed sizes are recorded (unassigned;
+        still ours; where such a segment ends is unknown) -> since when (monotonic s)."""
+        self._warned: dict[int, float] = {}
+        """Held segment -> when its hold was last logged (monotonic s)."""
         self._checkpoints = CheckpointParticipation(
             group.registry, group.name, name, lambda: self._commit(dict(self._offsets))
         )
@@ -580,7 +595,7 @@ class EventReader:
                     return None
                 self._rebalance()
             remaining = deadline - now
-            slice_s = min(max(remaining, 0.0), self.config.rebalance_interval_ms / 1000)
+            slice_s = min(max(remaining, 0.0), max(0.0, self._next_rebalance - time.monotonic()))
             if not self._offsets:
                 time.sleep(slice_s)
             else:
@@ -814,10 +829,15 @@ class EventReader:
 
     def _note_sealed_sizes(self) -> None:
         """Each fetched segment's last offset to return, from the metadata just read
-        (a segment sealed meanwhile gets its limit here, once per rebalance)."""
-        sealed_size = self.group.sealed_size
-        for partition, seg_id in self._by_partition.items():
+        (a segment sealed meanwhile gets its limit here, once per rebalance); a
+        segment sealed without a recorded size yet is held (:meth:`_hold`)."""
+        group = self.group
+        sealed_size = group.sealed_size
+        for partition, seg_id in list(self._by_partition.items()):
             size = sealed_size(seg_id)
+            if size is None and group.size_pending(seg_id):
+                self._hold(seg_id)
+                continue
             self._last_offset[seg_id] = _NO_LIMIT if size is None else size - 1
             if size is None:
                 self._unsealed[partition] = seg_id
@@ -835,6 +855,61 @@ class EventReader:
                     "reader %s: segment %d sealed, reading on from %d", self.name, seg_id, offset
                 )
                 self._consumer.seek(TopicPartition(self.group.topic, partition, offset))
+        if self._held:
+            self._release_held()
+
+    def _hold(self, seg_id: int) -> None:
+        """Stop fetching a segment that left the current epoch (or whose stream is being
+        sealed) while its sealed size is not recorded: a record there may lie
+        beyond the size to come, re-sent to a successor by a writer slower than
+        the scale's drain, and returning it would return that event twice.
+        Nothing of it is returned meanwhile (what was fetched of it and not
+        returned is dropped, fetched again from the position later); the
+        metadata is looked at every ``SIZE_RECHECK_S`` until the size is there."""
+        self._stop_fetching(seg_id)
+        self._eof.discard(seg_id)
+        if seg_id not in self._held:
+            self._held[seg_id] = self._warned[seg_id] = time.monotonic()
+            log.info(
+                "reader %s: segment %d is sealed, its sealed size not recorded yet: "
+                "holding its events (from offset %d) until it is",
+                self.name,
+                seg_id,
+                self._offsets[seg_id],
+            )
+
+    def _release_held(self) -> None:
+        """Fetch held segments again once their sealed sizes are recorded (from the
+        position, checked against the size); warn of those held too long; look
+        at the metadata again soon while any is still held."""
+        group = self.group
+        now = time.monotonic()
+        ready = []
+        for seg_id, since in list(self._held.items()):
+            if group.sealed_size(seg_id) is None and group.size_pending(seg_id):
+                if now - self._warned[seg_id] >= SIZE_WAIT_WARN_S:
+                    self._warned[seg_id] = now
+                    log.warning(
+                        "reader %s: segment %d of stream %s is sealed but its sealed size is "
+                        "not recorded (held %.1f s): its events are held back until it is. A "
+                        "scale or seal stopped half-way? Repeat it (the same `tidemark stream "
+                        "scale`/`seal`, or StreamManager.resume) to record the size",
+                        self.name,
+                        seg_id,
+                        group.stream,
+                        now - since,
+                    )
+                continue
+            del self._held[seg_id]
+            del self._warned[seg_id]
+            if seg_id not in self._paused:
+                ready.append(seg_id)
+        if ready:
+            log.info("reader %s: sealed sizes recorded, reading on %s", self.name, ready)
+            self._start_fetching(ready)
+        if self._held:
+            self._next_rebalance = min(self._next_rebalance, now + SIZE_RECHECK_S)
+            self._due = min(self._due, self._next_rebalance)
 
     def _check_head(self, view: GroupView) -> None:
         """:class:`ReaderBehindHeadError` when a truncation removed events the group
@@ -869,6 +944,8 @@ class EventReader:
         self._eof.discard(seg_id)
         self._finish_after.discard(seg_id)
         self._last_offset.pop(seg_id, None)
+        self._held.pop(seg_id, None)
+        self._warned.pop(seg_id, None)
         self._stop_fetching(seg_id)
         self._paused.discard(seg_id)
         self.group.registry.release(self.group.name, seg_id, self.name)

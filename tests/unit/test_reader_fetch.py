@@ -102,6 +102,9 @@ class Host:
             raise self.metadata_error
         return None
 
+    def size_pending(self, seg_id: int) -> bool:
+        return False
+
     def segments(self) -> dict[int, Any]:
         return {}
 
