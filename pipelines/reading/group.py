@@ -404,12 +404,16 @@ class ReaderGroup:
         return found
 
     def sealed_size(self, seg_id: int) -> int | None:
-        return self._meta.sealed_sizes.get(seg_id)
+        return self._sealing[0].get(seg_id)
 
-    def size_pending(self, seg_id: int) -> bool:
-        """True while the segment is sealed but its sealed size is not recorded
-        (``view.sizes_pending``): its records must wait for the size."""
-        return seg_id in self._sizes_pending
+    def sealing(self) -> tuple[Mapping[int, int], frozenset[int]]:
+        """The sealed sizes recorded, and the segments sealed whose sizes are not yet
+        (``view.sizes_pending``: readers hold them), from one metadata read."""
+        return self._sealing
+
+    def refresh(self) -> None:
+        """Read the stream's metadata again (epochs, sealed sizes)."""
+        self._metadata()
 
     def watermark_feed(self) -> WatermarkFeed:
         with self._lock:
@@ -437,7 +441,7 @@ class ReaderGroup:
     def _index_segments(self, meta: StreamMetadata) -> None:
         self._segments = dict(meta.segments())
         self._by_number = {s.number: s.id for s in self._segments.values()}
-        self._sizes_pending = sizes_pending(meta)
+        self._sealing = (meta.sealed_sizes, sizes_pending(meta))
 
     # --- lifecycle --------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ the same on every run.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 
 import pytest
@@ -33,8 +34,11 @@ SEALED = [0]
 RANGES = [KeyRange(0.0, 0.5), KeyRange(0.5, 1.0)]
 SUCCESSOR = segment_id(1, 1)  # partition 1
 SLOW = ReaderConfig(rebalance_interval_ms=5_000, commit_interval_ms=0)
-"""Rebalances far apart: without the hold, the reader would go on reading the
-sealed segment with the metadata of its last rebalance (no size) for 5 s."""
+"""Rebalances far apart (the metadata looked at every 100 ms still): without the
+hold, the reader would read the sealed segment as unsealed until a look at the
+metadata found the size -- a race with the late records."""
+STALE = ReaderConfig(rebalance_interval_ms=5_000, metadata_interval_ms=5_000, commit_interval_ms=0)
+"""A reader that looks at the metadata less often than the scale drains."""
 
 
 class Crash(Exception):
@@ -144,3 +148,80 @@ def test_a_scale_that_never_records_the_size_holds_the_segment_and_says_so(
             if event is not None:
                 got.append(event.body)
         assert got == [b"a", b"b"]
+
+
+def test_a_reader_whose_metadata_is_older_than_the_drain_says_what_it_returned_twice(
+    store, kafka, stream, unique, tmp_path, caplog
+):
+    """The limit of the hold: a reader that has not looked at the metadata since before
+    the scale's epoch step, for longer than the scale's whole drain
+    (``metadata_interval_ms`` above ``seal_drain_ms``, here 5 s against 0), still
+    reads the segment as unsealed. It cannot know better; when it learns the
+    size it says that it went past it (a warning naming the segment and offsets)."""
+    topic = store.get_stream(stream).topic
+    _produce(kafka, topic, [(0, b"a"), (0, b"b")])
+    group = ReaderGroup(
+        f"g{unique}", stream, store=store, bootstrap_servers=kafka, delta_root=str(tmp_path),
+        config=STALE,
+    )  # fmt: skip
+    with group, group.reader("r") as reader, caplog.at_level(logging.WARNING):
+        got = []
+        first = reader.read_next(timeout_ms=5_000)  # takes segment 0 while it is current
+        assert first is not None
+        got.append(first.body)
+        StreamManager(store, kafka, seal_drain_ms=0).scale(stream, SEALED, RANGES)
+        _produce(kafka, topic, [(0, b"c"), (0, b"d"), (1, b"c"), (1, b"d")])
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            event = reader.read_next(timeout_ms=200)
+            if event is not None:
+                got.append(event.body)
+            elif reader.position().get(SUCCESSOR) == 2 and reader.at_tail():
+                break
+        assert got[:4] == [b"a", b"b", b"c", b"d"], got  # nothing lost, in order
+        warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert any("segment 0 was read to offset 4, past its sealed size 2" in m for m in warned), (
+            warned
+        )
+
+
+def test_a_reader_reading_through_a_scale_and_a_slow_writer_returns_each_event_once(
+    store, kafka, stream, unique, tmp_path
+):
+    """A whole scale (its drain longer than the readers' ``metadata_interval_ms``)
+    while a reader reads on; the slow writer's records land past the sealed size
+    after the scale and are re-sent to the successor: each is returned once."""
+    topic = store.get_stream(stream).topic
+    _produce(kafka, topic, [(0, b"a"), (0, b"b")])
+    group = ReaderGroup(
+        f"g{unique}", stream, store=store, bootstrap_servers=kafka, delta_root=str(tmp_path),
+        config=SLOW,
+    )  # fmt: skip
+    with group, group.reader("r") as reader:
+        got = []
+        first = reader.read_next(timeout_ms=5_000)  # takes segment 0 while it is current
+        assert first is not None
+        got.append(first.body)
+        scaled = []
+        scale = threading.Thread(
+            target=lambda: scaled.append(
+                StreamManager(store, kafka, seal_drain_ms=500).scale(stream, SEALED, RANGES)
+            )
+        )
+        scale.start()
+        while scale.is_alive():
+            event = reader.read_next(timeout_ms=50)
+            if event is not None:
+                got.append(event.body)
+        scale.join()
+        assert scaled and scaled[0].sealed_sizes == {0: 2}
+        _produce(kafka, topic, [(0, b"c"), (0, b"d"), (1, b"c"), (1, b"d")])
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            event = reader.read_next(timeout_ms=200)
+            if event is not None:
+                got.append(event.body)
+            elif reader.position().get(SUCCESSOR) == 2 and reader.at_tail():
+                break
+        assert reader.position().get(SUCCESSOR) == 2, "the successor was never read to its end"
+        assert got == [b"a", b"b", b"c", b"d"]
