@@ -81,6 +81,32 @@ def _scale_crashing_after_epoch(store, kafka, stream) -> None:
     assert meta.sealed_sizes == {}  # sealed, size not recorded: the gap
 
 
+def _group(store, kafka, stream, unique, tmp_path, config) -> ReaderGroup:
+    return ReaderGroup(
+        f"g{unique}", stream, store=store, bootstrap_servers=kafka, delta_root=str(tmp_path),
+        config=config,
+    )  # fmt: skip
+
+
+def _late_records_and_their_copies(kafka: str, topic: str) -> None:
+    """The slow writer: two records land on segment 0 after the scale measured it
+    (offsets 2 and 3, past its sealed size 2), and it re-sends them to the
+    successor, as EventWriter does with what a seal cut off."""
+    _produce(kafka, topic, [(0, b"c"), (0, b"d"), (1, b"c"), (1, b"d")])
+
+
+def _read_through_the_successor(reader, got: list[bytes]) -> None:
+    """Read into ``got`` until the successor is read to its end (2 records)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        event = reader.read_next(timeout_ms=200)
+        if event is not None:
+            got.append(event.body)
+        elif reader.position().get(SUCCESSOR) == 2 and reader.at_tail():
+            break
+    assert reader.position().get(SUCCESSOR) == 2, "the successor was never read to its end"
+
+
 def test_a_record_beyond_a_late_sealed_size_is_returned_once(
     store, kafka, stream, unique, tmp_path
 ):
@@ -88,31 +114,18 @@ def test_a_record_beyond_a_late_sealed_size_is_returned_once(
     _produce(kafka, topic, [(0, b"a"), (0, b"b")])
     _scale_crashing_after_epoch(store, kafka, stream)
 
-    group = ReaderGroup(
-        f"g{unique}", stream, store=store, bootstrap_servers=kafka, delta_root=str(tmp_path),
-        config=SLOW,
-    )  # fmt: skip
+    group = _group(store, kafka, stream, unique, tmp_path, SLOW)
     with group, group.reader("r") as reader:
-        got = []
-        first = reader.read_next(timeout_ms=1_000)  # takes segment 0 (size unknown)
-        if first is not None:
-            got.append(first.body)
+        # Takes segment 0, sealed with its size unknown: held, nothing returned.
+        assert reader.read_next(timeout_ms=1_000) is None
+        assert reader.position() == {0: 0}
 
         meta = StreamManager(store, kafka, seal_drain_ms=0).scale(stream, SEALED, RANGES)
         assert meta.sealed_sizes == {0: 2}
-        # The slow writer: two records land on segment 0 after the measurement
-        # (offsets 2 and 3, beyond its sealed size) and it re-sends them to the
-        # successor, as EventWriter does with what a seal cut off.
-        _produce(kafka, topic, [(0, b"c"), (0, b"d"), (1, b"c"), (1, b"d")])
+        _late_records_and_their_copies(kafka, topic)
 
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            event = reader.read_next(timeout_ms=200)
-            if event is not None:
-                got.append(event.body)
-            elif reader.position().get(SUCCESSOR) == 2 and reader.at_tail():
-                break
-        assert reader.position().get(SUCCESSOR) == 2, "the successor was never read to its end"
+        got: list[bytes] = []
+        _read_through_the_successor(reader, got)
         assert got == [b"a", b"b", b"c", b"d"]
 
 
@@ -124,10 +137,7 @@ def test_a_scale_that_never_records_the_size_holds_the_segment_and_says_so(
     _produce(kafka, topic, [(0, b"a"), (0, b"b")])
     _scale_crashing_after_epoch(store, kafka, stream)
 
-    group = ReaderGroup(
-        f"g{unique}", stream, store=store, bootstrap_servers=kafka, delta_root=str(tmp_path),
-        config=SLOW,
-    )  # fmt: skip
+    group = _group(store, kafka, stream, unique, tmp_path, SLOW)
     with group, group.reader("r") as reader, caplog.at_level(logging.WARNING):
         started = time.monotonic()
         assert reader.read_next(timeout_ms=1_500) is None  # held, within the call's timeout
@@ -160,24 +170,15 @@ def test_a_reader_whose_metadata_is_older_than_the_drain_says_what_it_returned_t
     size it says that it went past it (a warning naming the segment and offsets)."""
     topic = store.get_stream(stream).topic
     _produce(kafka, topic, [(0, b"a"), (0, b"b")])
-    group = ReaderGroup(
-        f"g{unique}", stream, store=store, bootstrap_servers=kafka, delta_root=str(tmp_path),
-        config=STALE,
-    )  # fmt: skip
+    group = _group(store, kafka, stream, unique, tmp_path, STALE)
     with group, group.reader("r") as reader, caplog.at_level(logging.WARNING):
         got = []
         first = reader.read_next(timeout_ms=5_000)  # takes segment 0 while it is current
         assert first is not None
         got.append(first.body)
         StreamManager(store, kafka, seal_drain_ms=0).scale(stream, SEALED, RANGES)
-        _produce(kafka, topic, [(0, b"c"), (0, b"d"), (1, b"c"), (1, b"d")])
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            event = reader.read_next(timeout_ms=200)
-            if event is not None:
-                got.append(event.body)
-            elif reader.position().get(SUCCESSOR) == 2 and reader.at_tail():
-                break
+        _late_records_and_their_copies(kafka, topic)
+        _read_through_the_successor(reader, got)
         assert got[:4] == [b"a", b"b", b"c", b"d"], got  # nothing lost, in order
         warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
         assert any("segment 0 was read to offset 4, past its sealed size 2" in m for m in warned), (
@@ -193,10 +194,7 @@ def test_a_reader_reading_through_a_scale_and_a_slow_writer_returns_each_event_o
     after the scale and are re-sent to the successor: each is returned once."""
     topic = store.get_stream(stream).topic
     _produce(kafka, topic, [(0, b"a"), (0, b"b")])
-    group = ReaderGroup(
-        f"g{unique}", stream, store=store, bootstrap_servers=kafka, delta_root=str(tmp_path),
-        config=SLOW,
-    )  # fmt: skip
+    group = _group(store, kafka, stream, unique, tmp_path, SLOW)
     with group, group.reader("r") as reader:
         got = []
         first = reader.read_next(timeout_ms=5_000)  # takes segment 0 while it is current
@@ -215,13 +213,6 @@ def test_a_reader_reading_through_a_scale_and_a_slow_writer_returns_each_event_o
                 got.append(event.body)
         scale.join()
         assert scaled and scaled[0].sealed_sizes == {0: 2}
-        _produce(kafka, topic, [(0, b"c"), (0, b"d"), (1, b"c"), (1, b"d")])
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            event = reader.read_next(timeout_ms=200)
-            if event is not None:
-                got.append(event.body)
-            elif reader.position().get(SUCCESSOR) == 2 and reader.at_tail():
-                break
-        assert reader.position().get(SUCCESSOR) == 2, "the successor was never read to its end"
+        _late_records_and_their_copies(kafka, topic)
+        _read_through_the_successor(reader, got)
         assert got == [b"a", b"b", b"c", b"d"]
