@@ -10,9 +10,11 @@ their connections. Epoch records are immutable, so cached metadata stays
 right for every segment it names; it is read again only when a mark names a
 segment it does not know (a scale happened) or the stream is not known yet.
 Last stable offsets only grow, so a cached value at or above what a cut
-needs answers without asking Kafka. When one must be asked, every partition a
-cut needed in the last ``RECENT_S`` seconds is asked in the same request: the
-streams of a micro-batch then cost one round trip between them, not one each.
+needs answers without asking Kafka; so does one read after the caller's
+records were stored (``fresh_since_ms``: the micro-batch's timestamp).
+When one must be asked, every partition a cut needed in the last
+``RECENT_S`` seconds is asked in the same request: the streams of a
+micro-batch then cost one round trip between them, not one each.
 """
 
 from __future__ import annotations
@@ -88,6 +90,8 @@ class KafkaCommittedOffsets:
         self.timeout_s = timeout_s
         self._admin: Any = None
         self._cache: dict[tuple[str, int], int] = {}
+        self._read_at: dict[tuple[str, int], int] = {}
+        """When (wall ms) each cached value was asked for: it is at least Kafka's value then."""
         self._used: dict[tuple[str, int], float] = {}
 
     def query(self, topic: str, partitions: list[int]) -> dict[int, int]:
@@ -139,16 +143,23 @@ class KafkaCommittedOffsets:
                 self._used.pop(key, None)  # a deleted stream's topic, say: stop asking
         return found
 
-    def last_stable(self, topic: str, needed: Mapping[int, int]) -> Mapping[int, int]:
+    def last_stable(
+        self, topic: str, needed: Mapping[int, int], fresh_since_ms: int | None = None
+    ) -> Mapping[int, int]:
         now = time.monotonic()
         for p in needed:
             self._used[(topic, p)] = now
         known = {p: self._cache.get((topic, p), -1) for p in needed}
         if all(known[p] >= off for p, off in needed.items()):
             return known
+        if fresh_since_ms is not None and all(
+            self._read_at.get((topic, p), -1) >= fresh_since_ms for p in needed
+        ):
+            return known  # read after everything the caller needs was stored
         self._used = {k: t for k, t in self._used.items() if now - t < RECENT_S}
         wanted = {(topic, p) for p in needed}
         fresh: dict[tuple[str, int], int] | None = None
+        asked_ms = int(time.time() * 1000)
         for attempt in (1, 2):
             try:
                 fresh = self.query_keys(sorted(self._used.keys() | wanted), required=wanted)
@@ -163,6 +174,7 @@ class KafkaCommittedOffsets:
             return known
         for key, off in fresh.items():
             self._cache[key] = max(off, self._cache.get(key, -1))
+            self._read_at[key] = asked_ms
         return {p: self._cache[(topic, p)] for p in needed}
 
 

@@ -253,9 +253,14 @@ class StreamLookup(Protocol):
 class CommittedOffsets(Protocol):
     """The last stable offset (``read_committed`` end) of a topic's partitions."""
 
-    def last_stable(self, topic: str, needed: Mapping[int, int]) -> Mapping[int, int]:
+    def last_stable(
+        self, topic: str, needed: Mapping[int, int], fresh_since_ms: int | None = None
+    ) -> Mapping[int, int]:
         """At least the partitions of ``needed``; may answer from a cache when every
-        cached value is already >= the needed offset (last stable offsets only grow)."""
+        cached value is already >= the needed offset (last stable offsets only grow), or
+        when every needed value was read at or after the wall time ``fresh_since_ms``
+        (the caller knows all it needs was stored before then: asking again now could
+        only see transactions committed since)."""
 
 
 # --- the workflow ---------------------------------------------------------------------------
@@ -408,7 +413,7 @@ class StreamWorkflow:
         result = watermark_cycle(stream, marks, state.generation, meta.epochs, now_ms, timeout)
         wm = result.watermark
         if wm is not None:
-            beyond = self._beyond_committed(meta, wm.stream_cut)
+            beyond = self._beyond_committed(meta, wm.stream_cut, now_ms)
             if beyond:
                 out = self._hold(stream, state, meta, beyond, now_ms)
                 state.due_ms = (
@@ -443,8 +448,18 @@ class StreamWorkflow:
             return None
         return max(now_ms + 1, min(generation.lagging_since.values()) + timeout_ms)
 
-    def _beyond_committed(self, meta: StreamMetadata, cut: Mapping[int, int]) -> dict[int, int]:
-        """Partition -> offset of the cut's entries past the topic's last stable offset."""
+    def _beyond_committed(
+        self, meta: StreamMetadata, cut: Mapping[int, int], now_ms: int
+    ) -> dict[int, int]:
+        """Partition -> offset of the cut's entries past the topic's last stable offset.
+
+        Timers mode: ``now_ms`` is the micro-batch's timestamp, taken before its input's
+        end offsets were read, so every mark of the batch -- and the records its position
+        covers -- was in Kafka before then. A last stable offset read at or after it is
+        fresh enough for every stream of the batch: a Python worker asks Kafka once per
+        batch, not once per slot (a cut still beyond it holds, and the hold asks again).
+        Ticks mode: tick times are not wall-clock times; the cache answers only when
+        it is already past the cut."""
         needed: dict[int, int] = {}
         for seg, offset in cut.items():
             if offset > 0:
@@ -452,7 +467,8 @@ class StreamWorkflow:
                 needed[part] = max(offset, needed.get(part, 0))
         if not needed:
             return {}
-        stable = self.committed.last_stable(meta.topic, needed)
+        fresh = None if self.settings.trigger is CycleTrigger.TICKS else now_ms
+        stable = self.committed.last_stable(meta.topic, needed, fresh)
         return {p: o for p, o in needed.items() if o > stable.get(p, 0)}
 
     def _hold(

@@ -118,9 +118,10 @@ class SharedPartitionError(WriterError):
         self.partitions = tuple(partitions)
         super().__init__(
             f"writer {writer_id}: partition(s) {list(self.partitions)} of {topic} have another "
-            f"producer's records since the last note, so end offsets are not this producer's "
-            f"position; the time was not noted. positions_from='end_offsets' needs to be the "
-            f"only producer of its partitions; use positions_from='reports' (the default)"
+            f"producer's records since the last note (or records this producer stored twice "
+            f"or was told had failed), so end offsets are not this producer's position; the "
+            f"time was not noted. positions_from='end_offsets' needs to be the only producer "
+            f"of its partitions (with idempotence); use positions_from='reports' (the default)"
         )
 
 

@@ -23,9 +23,10 @@ Routing: on a stream tidemark routes (created by tidemark, or adopted with
 current epoch's segment owning its key (``controller.navigation.route``; a
 ``None`` key to any current segment), and an explicit partition must be a
 current segment. On a topic adopted without tidemark routing the record
-goes where the wrapped producer's ``partitioner`` setting would put it
-(:mod:`pipelines.writing.partitioners` computes it, so the producer can
-count records per partition), as before the change.
+goes where the wrapped producer's ``partitioner`` setting would put it, as
+before the change (by default :mod:`pipelines.writing.partitioners` computes
+it, so the producer can give each record its partition's report bucket;
+with positions from end offsets librdkafka places it).
 
 Scaling (tidemark-routed streams): when a new epoch appears the producer
 waits for the records in flight before routing by it. It keeps no replay
@@ -34,28 +35,47 @@ segment's recorded size) are reported as :class:`DeliveryError` by the
 next call, for the application to produce again; ``EventWriter`` re-sends
 them by itself.
 
-Positions from end offsets (opt-in, ``positions_from="end_offsets"``): the
-per-record delivery reports cost about 1 µs a record in confluent-kafka
-even when the callback is C code (a ``Message`` object per report). In this
-mode the producer asks Kafka for failed records' reports only
-(``delivery.report.only.error``; a Python call per *failure*), and
-``note_time`` instead flushes (it blocks until every record produced before
-it is acknowledged) and takes the position from the partitions' end offsets
-(high watermarks) read after the flush. That position is never earlier than
-any record of this producer written before the note, and exact when it is
-the only producer of those partitions (checked by counting: the end offset
-moved by exactly this producer's records since the last read; call
-``produce`` and ``note_time`` from one thread). Otherwise it would be later:
-it would also cover other producers' records stored meanwhile, and a cut
-holding other writers' later events breaks the ``upper_time`` promise (a
-read starting from a time could start past such an event). So then
-``note_time`` raises :class:`SharedPartitionError` and publishes nothing;
-shared partitions need ``positions_from="reports"``.
-A record that failed makes ``note_time`` raise :class:`DeliveryError`
-without publishing the mark. Per-message delivery callbacks cannot be
-honoured (successes are not reported) and are refused, and so are streams
-tidemark routes (they can scale, and re-sending what a seal cut off needs
-each record's offset): it is for topics adopted without tidemark routing.
+Positions from end offsets (opt-in, ``positions_from="end_offsets"``; one
+argument more: ``TidemarkProducer(conf, ..., positions_from="end_offsets")``):
+the per-record delivery reports cost about 1 µs a record in confluent-kafka
+even when the callback is C code (a ``Message`` object per report), and the
+wrapper's Python frame more. In this mode the producer's ``produce`` and
+``poll`` *are* the wrapped producer's own methods (set on the instance): no
+Python runs per record. Kafka's ``partitioner`` places the records, as the
+bare producer would. Kafka reports failed records only
+(``delivery.report.only.error``: a Python call per *failure*); the records
+produced per partition come from librdkafka's statistics
+(:mod:`pipelines.writing.produced_counts`; ``statistics.interval.ms`` is
+:data:`STATS_INTERVAL_MS` unless the application sets its own, and an
+application's ``stats_cb`` given with its interval is still called with
+every report). ``note_time`` flushes (it blocks until every record produced
+before it is acknowledged), waits for the first statistics report made after
+the flush (so a note takes a flush plus up to one interval, half on average),
+then takes the position from the written partitions' end offsets (high
+watermarks). That position is never earlier than any record of this producer
+written before the note, and exact when it is the only producer of those
+partitions -- checked by counting: the end offset must have moved by exactly
+this producer's stored records (produced minus reported failed) since it was
+last read; call ``produce`` and ``note_time`` from one thread. When it moved by
+more, the end offset would also cover other producers' records stored
+meanwhile, and a cut holding other writers' later events breaks the
+``upper_time`` promise (a read starting from a time could start past such an
+event); so ``note_time`` raises :class:`SharedPartitionError` and publishes
+nothing (shared partitions need ``positions_from="reports"``). The same
+happens, erring on the safe side, when a retry without idempotence stored a
+record twice or a record reported as failed (e.g. timed out) was stored after
+all: enable idempotence. When it moved by less, records are missing that the
+producer was not told of (a per-message delivery callback takes its record's
+failure report in this mode, and is called for failures only): ``note_time``
+raises :class:`DeliveryError` and publishes nothing. A failed record, a
+``close`` or a change of the stream's metadata makes the *next* ``produce``
+the checking Python method, which raises :class:`DeliveryError` /
+:class:`WriterClosedError` as in the default mode (the record is then not
+produced) and, all being well, hands ``produce`` back to the wrapped
+producer. A configured delivery callback cannot be honoured (successes are
+not reported) and is refused, and so are streams tidemark routes (they can
+scale, and re-sending what a seal cut off needs each record's offset): the
+mode is for topics adopted without tidemark routing.
 
 Timestamps are passed through as given (Kafka's own rules apply); the S2
 timestamping of :mod:`pipelines.writing.timestamping` is ``EventWriter``'s.
@@ -95,6 +115,7 @@ from pipelines.writing.exceptions import (
 from pipelines.writing.marks import mark_message
 from pipelines.writing.partitioners import DEFAULT_PARTITIONER, check_partitioner, kafka_partition
 from pipelines.writing.positions import DeliveryGroups
+from pipelines.writing.produced_counts import StatisticsReport, StatisticsReports
 from pipelines.writing.timestamping import check_timestamp
 
 log = logging.getLogger(__name__)
@@ -105,6 +126,10 @@ _DELIVERY_KEYS = ("on_delivery", "dr_msg_cb", "dr_cb")
 _REFUSED_KEYS = ("transactional.id",)
 
 PositionSource = Literal["reports", "end_offsets"]
+
+STATS_INTERVAL_MS = 100
+"""``statistics.interval.ms`` of a producer with positions from end offsets (unless the
+application sets its own): ``note_time`` waits for the next report after its flush."""
 
 
 class _Stream:
@@ -119,12 +144,12 @@ class _Stream:
         self.metadata = metadata
         self.routed = metadata.adoption is None or metadata.adoption.tidemark_routing
         # Positions from end offsets:
-        self.counts = [0] * (max(s.number for s in metadata.segments().values()) + 1)
-        """Per partition, the records produced to it."""
+        self.failed: dict[int, int] = {}
+        """Partition -> this producer's records Kafka reported as not stored."""
         self.end_position: dict[int, int] = {}
         """Partition -> end offset read after the last note's flush."""
         self.checked: dict[int, tuple[int, int]] = {}
-        """Partition -> (end offset, records produced) when last read: whether the
+        """Partition -> (end offset, records stored) when last read: whether the
         records appended since are exactly this producer's (it writes alone)."""
         self.apply(metadata)
 
@@ -163,8 +188,9 @@ class TidemarkProducer:
     ``writer_id`` names this writer to the controller: reuse it when the
     process restarts, never share it between live producers.
     ``positions_from``: ``"reports"`` (per-record delivery reports, the
-    default) or ``"end_offsets"`` (see the module doc: faster, ``note_time``
-    flushes, positions may be later than this producer's own records).
+    default) or ``"end_offsets"`` (see the module doc: as fast as the bare
+    producer, ``note_time`` flushes and waits for a statistics report, for
+    partitions this producer writes alone).
     """
 
     def __init__(
@@ -220,12 +246,16 @@ class TidemarkProducer:
             if key in settings:
                 self._user_delivery = settings[key]
         self._end_offsets: StreamTopics | None = None
+        self._stats = StatisticsReports()
         if positions_from == "end_offsets":
             self._by_end_offsets(settings, str(bootstrap))
         self._producer = Producer(settings)
         self._store = store
         for st in self._streams.values():
             store.watch_stream(st.name, self._watcher(st))
+        if self._end_offsets is not None:
+            vars(self)["poll"] = self._producer.poll  # publishes nothing in this mode
+            self._fast()
 
     def _by_end_offsets(self, settings: dict[str, Any], bootstrap: str) -> None:
         """Set up positions from end offsets: failed records' reports only (module doc)."""
@@ -244,18 +274,40 @@ class TidemarkProducer:
             )
         settings["delivery.report.only.error"] = True
         settings["on_delivery"] = self._on_failed
+        # Records produced per partition: librdkafka's statistics (produced_counts).
+        interval = int(settings.get("statistics.interval.ms", 0) or 0)
+        if interval > 0 and "stats_cb" in settings:
+            self._stats.forward = settings["stats_cb"]  # the application's, at its interval
+        settings["statistics.interval.ms"] = interval if interval > 0 else STATS_INTERVAL_MS
+        settings["stats_cb"] = self._stats
         self._end_offsets = StreamTopics(bootstrap)
         for st in self._streams.values():
-            ends = self._end_offsets.end_offsets(st.topic, range(len(st.counts)))
+            ends = self._end_offsets.end_offsets(st.topic, sorted(st.segment_of))
             st.checked = {p: (end, 0) for p, end in ends.items()}
+
+    def _fast(self) -> None:
+        """Positions from end offsets: ``produce`` is the wrapped producer's own (C) method,
+        unless a failure, a close or a metadata change waits for the checking one."""
+        vars(self)["produce"] = self._producer.produce
+        if (
+            self._closed
+            or self._failures
+            or any(st.latest is not st.metadata for st in self._streams.values())
+        ):
+            self._slow()  # raced with _on_failed/close/a watcher: check first
+
+    def _slow(self) -> None:
+        """The next ``produce`` is the class's: it checks (and raises) first."""
+        vars(self).pop("produce", None)
 
     def _on_failed(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None:
             failed = _failed(msg)
             self._failures.append(failed)
-            for st in self._streams.values():  # not stored: not in the end offsets either
-                if st.topic == failed.topic and 0 <= failed.partition < len(st.counts):
-                    st.counts[failed.partition] -= 1
+            self._slow()
+            st = self._streams.get(failed.topic)
+            if st is not None and failed.partition >= 0:  # not in the end offsets either
+                st.failed[failed.partition] = st.failed.get(failed.partition, 0) + 1
 
     # --- what Producer offers -------------------------------------------------------------
 
@@ -281,6 +333,12 @@ class TidemarkProducer:
         if self._closed or self._failures or st.latest is not st.metadata:
             with self._lock:
                 self._before_produce(st)
+        if self._end_offsets is not None:
+            # Positions from end offsets: checked, so the wrapped producer's own produce
+            # takes the next records again (no report per record: failures only).
+            self._send(topic, value, key, partition, on_delivery or callback, timestamp, headers)
+            self._fast()
+            return
         if partition < 0:
             # A key's partition is computed once (random ones never cached).
             partition = st.routes.get(key, -1) if key is not None else -1
@@ -291,19 +349,6 @@ class TidemarkProducer:
                 f"partition {partition} of {topic} is not a current segment of stream "
                 f"{st.name} (current: {sorted(st.current)}); leave partition unset"
             )
-        if self._end_offsets is not None:
-            # Positions from end offsets: no report per record (failures only, configured).
-            if on_delivery is not None or callback is not None:
-                raise WriterError(
-                    "positions_from='end_offsets' reports failed records only: a per-message "
-                    "delivery callback would not be called for stored ones"
-                )
-            if not timestamp and headers is None:
-                self._producer.produce(topic, value, key, partition)
-            else:
-                self._send(topic, value, key, partition, None, timestamp, headers)
-            st.counts[partition] += 1
-            return
         groups = st.groups
         cb = on_delivery or callback or self._user_delivery
         if cb is None and not timestamp and headers is None:
@@ -416,6 +461,7 @@ class TidemarkProducer:
                         )
             finally:
                 self._closed = True
+                self._slow()
             self._raise_failures()
 
     def position(self, stream: str) -> dict[int, int]:
@@ -444,7 +490,9 @@ class TidemarkProducer:
 
     def _watcher(self, st: _Stream) -> Callable[[StreamMetadata], None]:
         def on_change(metadata: StreamMetadata) -> None:
-            st.latest = metadata  # applied by the next produce, under the lock
+            if metadata != st.latest:  # (a watch's first call repeats what is known)
+                st.latest = metadata  # applied by the next produce, under the lock
+                self._slow()  # (positions from end offsets: the checking produce applies it)
 
         return on_change
 
@@ -541,12 +589,36 @@ class TidemarkProducer:
                 f"time {timestamp} not noted"
             )
         self._raise_failures()  # a record before the note was not stored: no mark
+        report = self._report_after(time.monotonic(), topics.timeout_s, timestamp)
         for st in self._streams.values():
             if only is not None and st.name != only:
                 continue
-            written = [p for p, n in enumerate(st.counts) if n]
-            ends = topics.end_offsets(st.topic, written)
-            shared = [p for p, end in sorted(ends.items()) if not self._alone(st, p, end)]
+            produced = report.produced(st.topic)
+            outside = sorted(p for p, n in produced.items() if n and p not in st.segment_of)
+            if outside:
+                raise WriterError(
+                    f"writer {self.writer_id}: records went to partition(s) {outside} of "
+                    f"{st.topic}, which are not segments of stream {st.name} (partitions added "
+                    f"to the topic outside tidemark?); time {timestamp} not noted"
+                )
+            stored = {p: n - st.failed.get(p, 0) for p, n in produced.items() if n}
+            ends = topics.end_offsets(st.topic, sorted(stored))
+            moved = {p: self._moved(st, p, end, stored[p]) for p, end in sorted(ends.items())}
+            lost = [  # one per record (DeliveryError.failed)
+                FailedRecord(
+                    st.topic,
+                    p,
+                    None,
+                    f"{-extra} record(s) produced since the last note are not in the partition "
+                    "and their failure was not reported to the producer (a per-message "
+                    "delivery callback took it)",
+                )
+                for p, extra in moved.items()
+                for _ in range(-extra)
+            ]
+            if lost:  # no mark over records that are not there
+                raise DeliveryError(lost)
+            shared = [p for p, extra in moved.items() if extra > 0]
             if shared:  # no mark: its cut could hold another producer's later records
                 raise SharedPartitionError(self.writer_id, st.topic, shared)
             for p, end in ends.items():
@@ -556,13 +628,30 @@ class TidemarkProducer:
         self._last_noted = timestamp
         self._producer.poll(0)
 
+    def _report_after(self, since: float, timeout_s: float, timestamp: int) -> StatisticsReport:
+        """The first statistics report librdkafka made at or after ``since``
+        (``time.monotonic()``; its ``ts`` is the same clock in microseconds)."""
+        deadline = since + timeout_s
+        while (report := self._stats.since(since * 1e6)) is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WriterTimeoutError(
+                    f"writer {self.writer_id}: no statistics report from librdkafka in "
+                    f"{timeout_s} s (is poll() blocked elsewhere?); time {timestamp} not noted"
+                )
+            self._producer.poll(min(left, 1.0))
+        return report
+
     @staticmethod
-    def _alone(st: _Stream, p: int, end: int) -> bool:
-        """Whether ``p``'s end offset moved by exactly this producer's records since it was
-        last read (then it is this producer's exact position there)."""
-        was_end, was_count = st.checked.get(p, (end, st.counts[p]))
-        st.checked[p] = (end, st.counts[p])
-        return end - was_end == st.counts[p] - was_count
+    def _moved(st: _Stream, p: int, end: int, stored: int) -> int:
+        """How many records more than this producer stored in ``p`` its end offset moved by
+        since it was last read: 0 when it writes ``p`` alone (the end offset is then its
+        exact position), more when another producer wrote there too (or a retry without
+        idempotence stored a record twice, or a record reported failed was stored after
+        all), less when records are missing."""
+        was_end, was_stored = st.checked.get(p, (end, stored))
+        st.checked[p] = (end, stored)
+        return (end - was_end) - (stored - was_stored)
 
     def _on_mark_delivery(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None:

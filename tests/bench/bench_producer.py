@@ -8,12 +8,19 @@ with the same settings (idempotence, linger 5 ms), calling ``produce`` then
 delivery report into its position. Goal: ratio >= 0.95.
 
 A third contender, the drop-in with ``positions_from="end_offsets"``
-(failed records' reports only; ``note_time`` flushes and reads end offsets),
-is measured the same way, and so is its ``note_time`` (it blocks).
+(its ``produce``/``poll`` are the bare producer's own methods; failed
+records' reports only; ``note_time`` flushes, waits for librdkafka's next
+statistics report and reads end offsets), is measured the same way, and so
+is its ``note_time`` (it blocks), and the idle CPU of its statistics reports.
+
+The default mode (a delivery report per record) is also set against a bare
+producer given a per-record delivery callback, as most applications do.
 """
 
 from __future__ import annotations
 
+import gc
+import random
 import time
 import uuid
 from typing import Any
@@ -23,7 +30,7 @@ from confluent_kafka import Producer
 from controller.memory_store import MemoryStore
 from controller.naming import ClusterSettings
 from controller.streams import StreamManager
-from pipelines.writing.producer import TidemarkProducer
+from pipelines.writing.producer import STATS_INTERVAL_MS, TidemarkProducer
 
 EVENTS = 200_000
 PAYLOAD_BYTES = 256
@@ -31,22 +38,50 @@ KEYS = 64
 ROUNDS = 3
 PARTITIONS = 4
 NOTES = 50
+IDLE_S = 5.0
 
 
-def _produce(producer: Any, topic: str, keys: list[bytes], payload: bytes) -> tuple[float, float]:
+def _on_delivery(err: Any, msg: Any) -> None:
+    """An application's per-record delivery callback (does nothing on success)."""
+    if err is not None:
+        raise RuntimeError(err)
+
+
+def _produce(
+    producer: Any, topic: str, keys: list[bytes], payload: bytes, callback: Any = None
+) -> tuple[float, float]:
     """(events/s, the calling thread's CPU µs per event)."""
     started, cpu = time.perf_counter(), time.thread_time()
     for i in range(EVENTS):
         key = keys[i % KEYS]
         while True:
             try:
-                producer.produce(topic, payload, key)
+                if callback is None:
+                    producer.produce(topic, payload, key)
+                else:
+                    producer.produce(topic, payload, key, on_delivery=callback)
                 break
             except BufferError:
                 producer.poll(0.05)
         producer.poll(0)
     producer.flush(60)
     return EVENTS / (time.perf_counter() - started), (time.thread_time() - cpu) / EVENTS * 1e6
+
+
+def _idle_cpu(producer: Any) -> float:
+    """The process's CPU (all threads) per second while ``producer`` idles, polled."""
+    started, cpu = time.monotonic(), time.process_time()
+    while time.monotonic() - started < IDLE_S:
+        producer.poll(0.5)
+    return (time.process_time() - cpu) / (time.monotonic() - started)
+
+
+def _line(name: str, runs: list[tuple[float, float]]) -> str:
+    return (
+        f"{name}: {max(r for r, _ in runs):,.0f} events/s  (runs: "
+        + ", ".join(f"{r:,.0f}" for r, _ in runs)
+        + f"); calling thread's CPU {min(c for _, c in runs):.2f} us/event"
+    )
 
 
 def run(bootstrap: str) -> list[str]:
@@ -79,44 +114,62 @@ def run(bootstrap: str) -> list[str]:
         cluster=settings,
         positions_from="end_offsets",
     )
-    bare_runs, wrapped_runs, ends_runs = [], [], []
+    runs: dict[str, list[tuple[float, float]]] = {
+        "bare": [],
+        "bare+cb": [],
+        "reports": [],
+        "end_offsets": [],
+    }
     for _ in range(ROUNDS):
-        bare_runs.append(_produce(bare, topic, keys, payload))
-        wrapped_runs.append(_produce(wrapped, topic, keys, payload))
-        ends_runs.append(_produce(by_ends, sole_topic, keys, payload))
-    bare_rates, wrapped_rates = [r for r, _ in bare_runs], [r for r, _ in wrapped_runs]
-    ends_rates = [r for r, _ in ends_runs]
-    bare_cpu, our_cpu = min(c for _, c in bare_runs), min(c for _, c in wrapped_runs)
-    ends_cpu = min(c for _, c in ends_runs)
+        runs["bare"].append(_produce(bare, topic, keys, payload))
+        runs["bare+cb"].append(_produce(bare, topic, keys, payload, _on_delivery))
+        runs["reports"].append(_produce(wrapped, topic, keys, payload))
+        runs["end_offsets"].append(_produce(by_ends, sole_topic, keys, payload))
+    rate = {k: max(r for r, _ in v) for k, v in runs.items()}
+    cpu = {k: min(c for _, c in v) for k, v in runs.items()}
     wrapped.note_time(1)
     wrapped.close()
-    note_s = 0.0
+    note_s = []
+    phase = random.Random(7)
     for i in range(NOTES):
         by_ends.produce(sole_topic, payload, keys[i % KEYS])
+        time.sleep(phase.random() * STATS_INTERVAL_MS / 1000)  # notes at any phase of the timer
         t0 = time.perf_counter()
         by_ends.note_time(i)
-        note_s += time.perf_counter() - t0
+        note_s.append(time.perf_counter() - t0)
     by_ends.close()
-    raw, ours, ends = max(bare_rates), max(wrapped_rates), max(ends_rates)
+    note_s.sort()
+    del wrapped, by_ends
+    gc.collect()
+    idle_bare = _idle_cpu(bare)
+    quiet = TidemarkProducer(
+        conf,
+        stream=sole_stream,
+        writer_id="bench-idle",
+        store=store,
+        cluster=settings,
+        positions_from="end_offsets",
+    )
+    idle_stats = _idle_cpu(quiet)
+    quiet.close()
+
+    def ratio(a: str, b: str) -> str:
+        return f"wall {rate[a] / rate[b]:.2f}, CPU {cpu[b] / cpu[a]:.2f}"
+
     return [
         f"{EVENTS} events of {PAYLOAD_BYTES} B, {KEYS} keys, {PARTITIONS} partitions, "
         f"best of {ROUNDS}",
-        "bare Producer: "
-        + f"{raw:,.0f} events/s  (runs: "
-        + ", ".join(f"{r:,.0f}" for r in bare_rates)
-        + ")",
-        "TidemarkProducer: "
-        + f"{ours:,.0f} events/s  (runs: "
-        + ", ".join(f"{r:,.0f}" for r in wrapped_rates)
-        + ")",
-        f"ratio drop-in/bare: {ours / raw:.2f}  (goal >= 0.95)",
-        f"calling thread's CPU per event: bare {bare_cpu:.2f} us, drop-in {our_cpu:.2f} us "
-        f"(ratio bare/drop-in {bare_cpu / our_cpu:.2f})",
-        "TidemarkProducer(positions_from='end_offsets'): "
-        + f"{ends:,.0f} events/s  (runs: "
-        + ", ".join(f"{r:,.0f}" for r in ends_rates)
-        + f"); ratio to bare {ends / raw:.2f}  (goal >= 0.95)",
-        f"  its calling thread's CPU per event {ends_cpu:.2f} us "
-        f"(ratio bare/it {bare_cpu / ends_cpu:.2f}); note_time (flush + end offsets, "
-        f"one record in flight): {note_s / NOTES * 1e3:,.2f} ms",
+        _line("bare Producer", runs["bare"]),
+        _line("bare Producer, per-record on_delivery (Python)", runs["bare+cb"]),
+        _line("TidemarkProducer (positions from reports)", runs["reports"]),
+        _line("TidemarkProducer(positions_from='end_offsets')", runs["end_offsets"]),
+        f"ratio end_offsets/bare: {ratio('end_offsets', 'bare')}  (goal >= 0.95)",
+        f"ratio reports/bare: {ratio('reports', 'bare')}  (goal >= 0.95)",
+        f"ratio reports/bare with a per-record callback: {ratio('reports', 'bare+cb')}",
+        f"end_offsets note_time (flush, next statistics report, end offsets; one record in "
+        f"flight; statistics every {STATS_INTERVAL_MS} ms, notes at random phases): "
+        f"p50 {note_s[NOTES // 2] * 1e3:,.1f} ms, max {note_s[-1] * 1e3:,.1f} ms",
+        f"idle process CPU, polled: bare producer {idle_bare * 100:.2f} % of a core, "
+        f"end_offsets producer (statistics every {STATS_INTERVAL_MS} ms) "
+        f"{idle_stats * 100:.2f} %",
     ]

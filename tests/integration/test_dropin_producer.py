@@ -9,7 +9,9 @@ same) — and appended to Delta with deltalake where a reader needs them.
 from __future__ import annotations
 
 import json
+import sys
 import time
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -29,8 +31,8 @@ from pipelines.writing.config import WriterConfig
 from pipelines.writing.exceptions import (
     DeliveryError,
     SharedPartitionError,
+    WriterClosedError,
     WriterConfigError,
-    WriterError,
 )
 from pipelines.writing.partitioners import kafka_partition
 from pipelines.writing.producer import TidemarkProducer
@@ -316,6 +318,32 @@ def test_adopt_refuses_what_it_cannot_honour(
     assert scaled.current_epoch().number == 1
 
 
+def by_end_offsets(
+    kafka: str,
+    manager: StreamManager,
+    cluster: ClusterSettings,
+    stream: str,
+    partitions: int,
+    conf: dict[str, Any],
+    topic_config: dict[str, str] | None = None,
+) -> tuple[str, TidemarkProducer]:
+    """A new topic adopted as ``stream`` (its scope created), and a producer with positions
+    from end offsets writing it: (topic, producer)."""
+    topic = "legacy-" + stream.replace("/", "-")
+    make_topic(kafka, topic, partitions, topic_config)
+    manager.create_scope(stream.partition("/")[0])
+    manager.adopt(stream, topic)
+    producer = TidemarkProducer(
+        conf,
+        stream=stream,
+        writer_id="w1",
+        store=manager.store,
+        cluster=cluster,
+        positions_from="end_offsets",
+    )
+    return topic, producer
+
+
 def test_positions_from_end_offsets_are_exact_alone_and_refused_when_shared(
     kafka: str,
     manager: StreamManager,
@@ -327,19 +355,10 @@ def test_positions_from_end_offsets_are_exact_alone_and_refused_when_shared(
     """positions_from="end_offsets": no report per stored record; note_time flushes and
     takes the end offsets -- exact for a sole producer; refused (no mark) when another
     producer wrote the same partitions meanwhile, and no mark over a record Kafka refused."""
-    topic = f"legacy-e-{unique}"
-    make_topic(kafka, topic, 3, {"max.message.bytes": "2000"})
     stream = f"e{unique}/orders"
-    manager.create_scope(f"e{unique}")
-    manager.adopt(stream, topic)
     conf = {"bootstrap.servers": kafka, "linger.ms": 1}
-    producer = TidemarkProducer(
-        conf,
-        stream=stream,
-        writer_id="w1",
-        store=store,
-        cluster=cluster,
-        positions_from="end_offsets",
+    topic, producer = by_end_offsets(
+        kafka, manager, cluster, stream, 3, conf, {"max.message.bytes": "2000"}
     )
     other = Producer(conf)
     counts = [0, 0, 0]
@@ -375,16 +394,7 @@ def test_positions_from_end_offsets_are_exact_alone_and_refused_when_shared(
     with pytest.raises(DeliveryError):
         producer.note_time(BASE + 450)
     producer.close()
-    # refused: per-message callbacks, configured ones, streams tidemark routes
-    with pytest.raises(WriterError, match="per-message"):
-        TidemarkProducer(
-            conf,
-            stream=stream,
-            writer_id="w2",
-            store=store,
-            cluster=cluster,
-            positions_from="end_offsets",
-        ).produce(topic, b"v", "k", on_delivery=lambda err, msg: None)
+    # refused: configured delivery callbacks, streams tidemark routes
     with pytest.raises(WriterConfigError, match="on_delivery"):
         TidemarkProducer(
             {**conf, "on_delivery": lambda err, msg: None},
@@ -420,3 +430,117 @@ def test_positions_from_end_offsets_are_exact_alone_and_refused_when_shared(
     for mark in marks[1:]:
         position = dict(mark.position)
         assert position == {segs[p]: max(o for q, o, *_ in held if q == p) + 1 for p in range(3)}
+
+
+def end_offsets(kafka: str, topic: str, partitions: int) -> dict[int, int]:
+    consumer = Consumer({"bootstrap.servers": kafka, "group.id": "ends", "log_level": 0})
+    try:
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in range(partitions)
+        }
+    finally:
+        consumer.close()
+
+
+def test_positions_from_end_offsets_run_no_python_per_record(
+    kafka: str, manager: StreamManager, store: Any, cluster: ClusterSettings, unique: str
+) -> None:
+    """positions_from="end_offsets": ``produce`` and ``poll`` are the wrapped producer's
+    own methods (no Python frame per record); the records per partition come from
+    librdkafka's statistics; a failed record makes the next ``produce`` raise, a closed
+    producer too; the application's own ``stats_cb`` still runs."""
+    stream = f"f{unique}/orders"
+    stats: list[str] = []
+    conf = {
+        "bootstrap.servers": kafka,
+        "linger.ms": 1,
+        "enable.idempotence": True,
+        "statistics.interval.ms": 50,
+        "stats_cb": stats.append,
+    }
+    topic, producer = by_end_offsets(
+        kafka, manager, cluster, stream, 3, conf, {"max.message.bytes": "2000"}
+    )
+    segs = {s.number: s.id for s in store.get_stream(stream).current_epoch().segments}
+    called: list[str] = []
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "call":
+            called.append(f"{frame.f_code.co_filename}:{frame.f_code.co_name}")
+
+    sys.setprofile(profile)
+    try:
+        for key, value in EVENTS:
+            producer.produce(topic, value, key, timestamp=BASE + 1)
+            producer.poll(0)
+    finally:
+        sys.setprofile(None)
+    # only the statistics callback (once an interval) may have run Python
+    python = [c.rpartition("/")[2] for c in called if not c.endswith("counts.py:__call__")]
+    assert not python, Counter(python)
+
+    def position_is_the_end() -> None:
+        ends = end_offsets(kafka, topic, 3)
+        assert producer.position(stream) == {segs[p]: end for p, end in ends.items() if end}
+
+    producer.note_time(BASE + 50)
+    position_is_the_end()
+    assert sum(end_offsets(kafka, topic, 3).values()) == len(EVENTS)
+    assert stats and json.loads(stats[-1])["type"] == "producer"  # the application's stats_cb
+    # librdkafka's report time is time.monotonic()'s clock (CLOCK_MONOTONIC), in µs
+    assert 0 <= time.monotonic() * 1e6 - json.loads(stats[-1])["ts"] < 5e6
+
+    # a record the topic refuses (too large): the next produce raises, then all goes on
+    producer.produce(topic, b"x" * 5_000, "big", timestamp=BASE + 60)
+    assert producer.flush(10) == 0
+    with pytest.raises(DeliveryError, match=r"(?i)too large"):
+        producer.produce(topic, b"again", "key-1", timestamp=BASE + 61)
+    producer.produce(topic, b"again", "key-1", timestamp=BASE + 61)
+    assert "produce" in vars(producer)  # the wrapped producer's own produce again
+    producer.note_time(BASE + 70)
+    position_is_the_end()
+
+    # a per-message callback takes its record's failure: still no mark over the lost record
+    reports: list[Any] = []
+    producer.produce(topic, b"x" * 5_000, "big", on_delivery=lambda e, m: reports.append(e))
+    with pytest.raises(DeliveryError, match="not reported to the producer"):
+        producer.note_time(BASE + 80)
+    assert len(reports) == 1 and reports[0] is not None
+
+    producer.close()
+    with pytest.raises(WriterClosedError):
+        producer.produce(topic, b"late", "key-1")
+    marks = [m for m in marks_of(kafka, cluster, stream) if m.writer_id == "w1"]
+    assert [(m.time, m.alive) for m in marks] == [
+        (BASE + 50, True),
+        (BASE + 70, True),
+        (BASE + 70, False),
+    ]
+    ends = end_offsets(kafka, topic, 3)
+    assert dict(marks[-1].position) == {segs[p]: end for p, end in ends.items() if end}
+    assert len(records(kafka, topic, 3)) == len(EVENTS) + 1  # and neither large record
+
+
+def test_positions_from_end_offsets_shared_partition_by_statistics(
+    kafka: str, manager: StreamManager, store: Any, cluster: ClusterSettings, unique: str
+) -> None:
+    """The sole-producer check counts this producer's records from librdkafka's
+    statistics: another producer's record in one partition refuses the note, for that
+    partition only; alone again, the next note is exact."""
+    stream = f"g{unique}/orders"
+    conf = {"bootstrap.servers": kafka, "linger.ms": 1, "enable.idempotence": True}
+    topic, producer = by_end_offsets(kafka, manager, cluster, stream, 2, conf)
+    for i in range(10):
+        producer.produce(topic, b"v%d" % i, partition=i % 2)
+    other = Producer(conf)
+    other.produce(topic, b"other", partition=1)
+    assert other.flush(10) == 0
+    with pytest.raises(SharedPartitionError) as refused:
+        producer.note_time(BASE)
+    assert refused.value.partitions == (1,)
+    producer.produce(topic, b"mine", partition=1)
+    producer.note_time(BASE + 1)
+    segs = {s.number: s.id for s in store.get_stream(stream).current_epoch().segments}
+    assert producer.position(stream) == {segs[0]: 5, segs[1]: 7}
+    producer.close()

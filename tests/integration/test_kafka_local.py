@@ -153,3 +153,32 @@ def test_last_stable_offsets_of_recent_topics_come_in_one_request(kafka: str, un
     assert lso.last_stable(a, {0: 4}) == {0: 4}
     assert asked[-1] == sorted([(a, 0), (b, 0)])
     producer.flush(10)
+
+
+def test_last_stable_offsets_read_after_a_time_answer_for_it(kafka: str, unique: str) -> None:
+    """``fresh_since_ms``: a value read after the caller's records were stored is not asked
+    again within the same micro-batch -- a cut still beyond it is beyond Kafka's."""
+    import time
+
+    from jobs.lookups import KafkaCommittedOffsets
+
+    topic = f"lso-fresh-{unique}"
+    _create_topic(kafka, topic)
+    producer = Producer({"bootstrap.servers": kafka, "acks": "all"})
+    producer.produce(topic, b"x")
+    assert producer.flush(30) == 0
+    lso = KafkaCommittedOffsets(kafka)
+    batch_ms = int(time.time() * 1000)
+    assert lso.last_stable(topic, {0: 1}, batch_ms) == {0: 1}  # asked: nothing cached
+    producer.produce(topic, b"y")
+    assert producer.flush(30) == 0
+    # Read after batch_ms: it answers for the batch (the new record is not in it).
+    assert lso.last_stable(topic, {0: 2}, batch_ms) == {0: 1}
+    # A later batch's timestamp: asked again, and the new record is seen.
+    later_ms = int(time.time() * 1000) + 1
+    time.sleep(0.002)
+    assert lso.last_stable(topic, {0: 2}, later_ms) == {0: 2}
+    # No time given: asked whenever the cache is short.
+    producer.produce(topic, b"z")
+    assert producer.flush(30) == 0
+    assert lso.last_stable(topic, {0: 3}) == {0: 3}

@@ -27,7 +27,9 @@ class Streams:
 
 
 class Committed:
-    def last_stable(self, topic: str, needed: Mapping[int, int]) -> Mapping[int, int]:
+    def last_stable(
+        self, topic: str, needed: Mapping[int, int], fresh_since_ms: int | None = None
+    ) -> Mapping[int, int]:
         return dict.fromkeys(needed, 10**12)
 
 

@@ -39,8 +39,12 @@ class Streams:
 class Committed:
     def __init__(self, stable: dict[int, int] | None = None) -> None:
         self.stable = stable if stable is not None else {}
+        self.fresh_since: list[int | None] = []
 
-    def last_stable(self, topic: str, needed: Mapping[int, int]) -> Mapping[int, int]:
+    def last_stable(
+        self, topic: str, needed: Mapping[int, int], fresh_since_ms: int | None = None
+    ) -> Mapping[int, int]:
+        self.fresh_since.append(fresh_since_ms)
         return {p: self.stable.get(p, 10**9) for p in needed}
 
 
@@ -191,6 +195,23 @@ def test_a_cut_past_the_last_stable_offset_is_held_then_its_writer_rejected() ->
     committed.stable[0] = 10
     (emitted,) = w.on_records(S, state, [], 3_000)
     assert isinstance(emitted, Emitted) and emitted.watermark.time == 90
+
+
+@pytest.mark.parametrize("trigger", list(CycleTrigger))
+def test_the_cut_check_may_use_offsets_read_after_the_batch_began_in_timers_mode_only(
+    trigger: CycleTrigger,
+) -> None:
+    """Timers: the batch timestamp is wall-clock time taken before the batch's input was
+    read, so an offset read after it is fresh enough; ticks are not wall-clock times."""
+    committed = Committed()
+    w = StreamWorkflow(WorkflowSettings(trigger=trigger), Streams(meta()), committed)
+    state = StreamState()
+    if trigger is CycleTrigger.TICKS:
+        w.on_records(S, state, [rec("a", 100, {0: 5}, 0)], 0)
+        w.on_records(S, state, [MarkInput(tick_value(7_000), 0, 1)], 0)
+    else:
+        w.on_records(S, state, [rec("a", 100, {0: 5}, 0)], 7_000)
+    assert committed.fresh_since == [None if trigger is CycleTrigger.TICKS else 7_000]
 
 
 def test_state_round_trips_through_json() -> None:
