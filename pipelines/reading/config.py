@@ -30,6 +30,11 @@ class ReaderConfig:
 
     - ``rebalance_interval_ms``: how often a reader looks again at the group
       (finished segments, successors now readable, readers joined or left).
+    - ``metadata_interval_ms``: how often a reader reads the stream's metadata
+      (epochs, sealed sizes) between rebalances. Keep it below the scales'
+      ``seal_drain_ms`` (``controller.streams``; default 200): a reader that
+      has not seen a scale's new epoch for longer than the drain may return
+      a record a slow writer landed past the sealed size, and its re-sent copy.
     - ``commit_interval_ms``: how often ``read_next`` commits the position of
       the events returned before it (``auto_commit``; else only
       ``commit()``, giving up a segment and ``close()`` commit).
@@ -47,6 +52,7 @@ class ReaderConfig:
     """
 
     rebalance_interval_ms: int = 200
+    metadata_interval_ms: int = 100
     commit_interval_ms: int = 1_000
     auto_commit: bool = True
     window_refresh_interval_ms: int = 100
@@ -67,7 +73,12 @@ class ReaderConfig:
             raise ReaderConfigError(
                 f"max_drift_ms must be None or an int >= 0 (ms), got {self.max_drift_ms!r}"
             )
-        for name in ("rebalance_interval_ms", "commit_interval_ms", "window_refresh_interval_ms"):
+        for name in (
+            "rebalance_interval_ms",
+            "metadata_interval_ms",
+            "commit_interval_ms",
+            "window_refresh_interval_ms",
+        ):
             value = getattr(self, name)
             if type(value) is not int or value < 0:
                 raise ReaderConfigError(f"{name} must be an int >= 0 (ms), got {value!r}")

@@ -69,7 +69,7 @@ from pipelines.reading.seek import (
     start_cut_for,
     wall_clock_ms,
 )
-from pipelines.reading.view import GroupView, cut_commits, group_view
+from pipelines.reading.view import GroupView, cut_commits, group_view, sizes_pending
 from pipelines.reading.windows import WatermarkFeed, reader_position, window_at
 
 log = logging.getLogger(__name__)
@@ -404,7 +404,16 @@ class ReaderGroup:
         return found
 
     def sealed_size(self, seg_id: int) -> int | None:
-        return self._meta.sealed_sizes.get(seg_id)
+        return self._sealing[0].get(seg_id)
+
+    def sealing(self) -> tuple[Mapping[int, int], frozenset[int]]:
+        """The sealed sizes recorded, and the segments sealed whose sizes are not yet
+        (``view.sizes_pending``: readers hold them), from one metadata read."""
+        return self._sealing
+
+    def refresh(self) -> None:
+        """Read the stream's metadata again (epochs, sealed sizes)."""
+        self._metadata()
 
     def watermark_feed(self) -> WatermarkFeed:
         with self._lock:
@@ -432,6 +441,7 @@ class ReaderGroup:
     def _index_segments(self, meta: StreamMetadata) -> None:
         self._segments = dict(meta.segments())
         self._by_number = {s.number: s.id for s in self._segments.values()}
+        self._sealing = (meta.sealed_sizes, sizes_pending(meta))
 
     # --- lifecycle --------------------------------------------------------------------------
 

@@ -22,7 +22,10 @@ now (``pipelines.reading.view``), recorded in the group's registry so no two
 readers read the same segment. A sealed segment ends at its sealed size;
 once read to it, the reader commits the sealed size (the group then counts
 it finished) and gives it up, and a successor becomes readable once all its
-predecessors are finished -- per-key order across any number of scales.
+predecessors are finished -- per-key order across any number of scales. A
+segment sealed whose size is not recorded yet (a scale between its epoch and
+its sizes) is held: not fetched, nothing of it returned, until the size is
+there (``_hold``).
 
 Fetching: records come from the consumer in batches (``consume``), kept in
 a buffer the reader hands out one by one (``read_next``) or a fetch at a
@@ -316,6 +319,10 @@ event (on the development machine, reading-thread CPU per event: 1.3 us at
 
 _NO_LIMIT = 2**63
 
+SIZE_WAIT_WARN_S = 10.0
+"""A segment held this long for its sealed size is logged as a warning (and again
+each time as long again passes): a scale or seal that stopped before recording it."""
+
 
 class ReaderHost(Protocol):
     """What a reader needs of its group (:class:`~pipelines.reading.group.ReaderGroup`
@@ -335,6 +342,8 @@ class ReaderHost(Protocol):
     def segments(self) -> Mapping[int, Segment]: ...
     def segment_of(self, partition: int) -> int: ...
     def sealed_size(self, seg_id: int) -> int | None: ...
+    def sealing(self) -> tuple[Mapping[int, int], Set[int]]: ...
+    def refresh(self) -> None: ...
     def watermark_feed(self) -> WatermarkFeed: ...
     def attach(self, reader: EventReader) -> None: ...
     def detach(self, reader: EventReader) -> None: ...
@@ -370,12 +379,20 @@ class EventReader:
         self._next = 0
         self._view: GroupView | None = None
         self._next_rebalance = 0.0
+        self._next_metadata = 0.0
+        """When to look at the stream's metadata again between rebalances (monotonic s)."""
         self._last_commit = time.monotonic()
         self._due = 0.0
-        """No housekeeping (auto-commit, rebalance) is due before this (monotonic s)."""
+        """No housekeeping (auto-commit, rebalance, metadata look) is due before this
+        (monotonic s)."""
         self._window: PositionWindow | None = None
         self._paused: set[int] = set()
         """Owned segments held back by alignment (unassigned; still ours)."""
+        self._held: dict[int, float] = {}
+        """Owned segments held back until their sealed sizes are recorded (unassigned;
+        still ours; where such a segment ends is unknown) -> since when (monotonic s)."""
+        self._warned: dict[int, float] = {}
+        """Held segment -> when its hold was last logged (monotonic s)."""
         self._checkpoints = CheckpointParticipation(
             group.registry, group.name, name, lambda: self._commit(dict(self._offsets))
         )
@@ -494,8 +511,11 @@ class EventReader:
                 if not self._hold_for_checkpoint(now, wait_ms):
                     return False
                 self._rebalance()
+            elif now >= self._next_metadata:
+                self._look_at_metadata()
             self._due = min(
                 self._next_rebalance,
+                self._next_metadata,
                 self._last_commit + self.config.commit_interval_ms / 1000
                 if self.config.auto_commit
                 else float("inf"),
@@ -579,8 +599,11 @@ class EventReader:
                 if not self._hold_for_checkpoint(now, (deadline - now) * 1000):
                     return None
                 self._rebalance()
+            elif now >= self._next_metadata:
+                self._look_at_metadata()
             remaining = deadline - now
-            slice_s = min(max(remaining, 0.0), self.config.rebalance_interval_ms / 1000)
+            until = min(self._next_rebalance, self._next_metadata) - time.monotonic()
+            slice_s = min(max(remaining, 0.0), max(0.0, until))
             if not self._offsets:
                 time.sleep(slice_s)
             else:
@@ -743,7 +766,9 @@ class EventReader:
 
     def _rebalance(self) -> None:
         group = self.group
-        self._next_rebalance = time.monotonic() + self.config.rebalance_interval_ms / 1000
+        now = time.monotonic()
+        self._next_rebalance = now + self.config.rebalance_interval_ms / 1000
+        self._next_metadata = now + self.config.metadata_interval_ms / 1000
         view = group.view()
         self._check_head(view)
         self._view = view
@@ -812,12 +837,26 @@ class EventReader:
         self._purge(partition)
         self._consumer.incremental_unassign([TopicPartition(self.group.topic, partition)])
 
+    def _look_at_metadata(self) -> None:
+        """Between rebalances: read the stream's metadata again and apply what it says
+        of the owned segments (sealed, sizes recorded) -- every
+        ``metadata_interval_ms``, so a reader sees a scale's new epoch well within
+        the scale's drain (``_hold``)."""
+        self._next_metadata = time.monotonic() + self.config.metadata_interval_ms / 1000
+        self.group.refresh()
+        self._note_sealed_sizes()
+
     def _note_sealed_sizes(self) -> None:
         """Each fetched segment's last offset to return, from the metadata just read
-        (a segment sealed meanwhile gets its limit here, once per rebalance)."""
-        sealed_size = self.group.sealed_size
-        for partition, seg_id in self._by_partition.items():
-            size = sealed_size(seg_id)
+        (a segment sealed meanwhile gets its limit here, once per rebalance or
+        metadata look); a segment sealed without a recorded size yet is held
+        (:meth:`_hold`)."""
+        sizes, pending = self.group.sealing()
+        for partition, seg_id in list(self._by_partition.items()):
+            size = sizes.get(seg_id)
+            if size is None and seg_id in pending:
+                self._hold(seg_id)
+                continue
             self._last_offset[seg_id] = _NO_LIMIT if size is None else size - 1
             if size is None:
                 self._unsealed[partition] = seg_id
@@ -835,6 +874,62 @@ class EventReader:
                     "reader %s: segment %d sealed, reading on from %d", self.name, seg_id, offset
                 )
                 self._consumer.seek(TopicPartition(self.group.topic, partition, offset))
+        if self._held:
+            self._release_held(sizes, pending)
+
+    def _hold(self, seg_id: int) -> None:
+        """Stop fetching a segment that left the current epoch (or whose stream is being
+        sealed) while its sealed size is not recorded: a record there may lie
+        beyond the size to come, re-sent to a successor by a writer slower than
+        the scale's drain, and returning it would return that event twice.
+        Nothing of it is returned meanwhile (what was fetched of it and not
+        returned is dropped, fetched again from the position later) until a
+        look at the metadata (every ``metadata_interval_ms``) finds the size.
+
+        This closes the race once the reader has seen the new epoch: a record
+        lands past the size only after the scale's whole drain, by when a
+        reader looking at the metadata more often than that has seen the
+        epoch. :meth:`_drop` warns when a reader slower than that went past a
+        size all the same."""
+        self._stop_fetching(seg_id)
+        self._eof.discard(seg_id)
+        if seg_id not in self._held:
+            self._held[seg_id] = self._warned[seg_id] = time.monotonic()
+            log.info(
+                "reader %s: segment %d is sealed, its sealed size not recorded yet: "
+                "holding its events (from offset %d) until it is",
+                self.name,
+                seg_id,
+                self._offsets[seg_id],
+            )
+
+    def _release_held(self, sizes: Mapping[int, int], pending: Set[int]) -> None:
+        """Fetch held segments again once their sealed sizes are recorded (from the
+        position, checked against the size); warn of those held too long."""
+        now = time.monotonic()
+        ready = []
+        for seg_id, since in list(self._held.items()):
+            if seg_id not in sizes and seg_id in pending:
+                if now - self._warned[seg_id] >= SIZE_WAIT_WARN_S:
+                    self._warned[seg_id] = now
+                    log.warning(
+                        "reader %s: segment %d of stream %s is sealed but its sealed size is "
+                        "not recorded (held %.1f s): its events are held back until it is. A "
+                        "scale or seal stopped half-way? Repeat it (the same `tidemark stream "
+                        "scale`/`seal`, or StreamManager.resume) to record the size",
+                        self.name,
+                        seg_id,
+                        self._stream,
+                        now - since,
+                    )
+                continue
+            del self._held[seg_id]
+            del self._warned[seg_id]
+            if seg_id not in self._paused:
+                ready.append(seg_id)
+        if ready:
+            log.info("reader %s: sealed sizes recorded, reading on %s", self.name, ready)
+            self._start_fetching(ready)
 
     def _check_head(self, view: GroupView) -> None:
         """:class:`ReaderBehindHeadError` when a truncation removed events the group
@@ -863,12 +958,28 @@ class EventReader:
 
     def _drop(self, seg_id: int, *, commit: bool) -> None:
         offset = self._offsets.pop(seg_id)
+        size = self.group.sealed_size(seg_id)
+        if size is not None and offset > size:
+            # Returned as unsealed past where the segment ends: this reader's
+            # metadata was older than the scale's whole drain (see ``_hold``).
+            log.warning(
+                "reader %s: segment %d was read to offset %d, past its sealed size %d, "
+                "before this reader saw it sealed: what a writer re-sent of those "
+                "records will be returned again from a successor. Keep the readers' "
+                "metadata_interval_ms below the scales' seal_drain_ms",
+                self.name,
+                seg_id,
+                offset,
+                size,
+            )
         if commit:
             self._commit({seg_id: offset})
         self._committed.pop(seg_id, None)
         self._eof.discard(seg_id)
         self._finish_after.discard(seg_id)
         self._last_offset.pop(seg_id, None)
+        self._held.pop(seg_id, None)
+        self._warned.pop(seg_id, None)
         self._stop_fetching(seg_id)
         self._paused.discard(seg_id)
         self.group.registry.release(self.group.name, seg_id, self.name)

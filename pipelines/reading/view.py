@@ -27,6 +27,9 @@ from dataclasses import dataclass, field
 from controller.metadata import StreamMetadata
 from controller.model import StreamCut
 from controller.navigation import behind_head, readable_segments, wholly_before
+from controller.states import StreamState
+
+_CLOSING = frozenset({StreamState.SEALING, StreamState.SEALED, StreamState.DELETING})
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,30 @@ def is_finished(meta: StreamMetadata, start_cut: StreamCut, seg_id: int, offset:
         return True
     size = meta.sealed_sizes.get(seg_id)
     return size is not None and offset >= size
+
+
+def sizes_pending(meta: StreamMetadata) -> frozenset[int]:
+    """Segments no writer may append to any more whose sealed sizes are not recorded yet.
+
+    A scale writes the new epoch first and records the sealed segments' sizes
+    ``seal_drain_ms`` later (``controller.streams``); a seal stops every writer
+    before it measures. Meanwhile a writer slower than the drain may still
+    land records on such a segment, beyond the size to come, and re-send them
+    to a successor: what lies beyond is not the segment's content, and only
+    the size tells where that begins. Empty once every size is recorded.
+
+    >>> from controller.config import StreamConfiguration
+    >>> from controller.metadata import new_stream_metadata
+    >>> meta = new_stream_metadata("s/x", StreamConfiguration(), now_ms=0)
+    >>> sorted(sizes_pending(meta.with_changes(state=StreamState.SEALING)))
+    [0]
+    >>> sorted(sizes_pending(meta.with_changes(state=StreamState.SEALED, sealed_sizes={0: 3})))
+    []
+    """
+    sealed = set(meta.segments())
+    if meta.state not in _CLOSING:
+        sealed -= {s.id for s in meta.current_epoch().segments}
+    return frozenset(sealed - meta.sealed_sizes.keys())
 
 
 def group_view(
@@ -132,5 +159,6 @@ __all__ = [
     "group_view",
     "is_finished",
     "plan_ownership",
+    "sizes_pending",
     "start_offset",
 ]

@@ -90,6 +90,8 @@ class Host:
         self.config = ReaderConfig()
         self.registry = MemoryGroupRegistry()
         self.metadata_error: Exception | None = None
+        self.sizes: dict[int, int] = {}
+        self.pending: set[int] = set()
 
     def consumer_settings(self, client_id: str) -> dict[str, Any]:
         return {}
@@ -100,7 +102,13 @@ class Host:
     def sealed_size(self, seg_id: int) -> int | None:
         if self.metadata_error is not None:
             raise self.metadata_error
-        return None
+        return self.sizes.get(seg_id)
+
+    def sealing(self) -> tuple[dict[int, int], set[int]]:
+        return self.sizes, self.pending
+
+    def refresh(self) -> None:
+        pass
 
     def segments(self) -> dict[int, Any]:
         return {}
@@ -115,17 +123,19 @@ class Host:
         pass
 
 
-def _reader(monkeypatch: pytest.MonkeyPatch, fetches: list[list[Message]]) -> EventReader:
-    """A reader owning SEGMENTS (unsealed) from offset 0."""
+def _reader(
+    monkeypatch: pytest.MonkeyPatch, fetches: list[list[Message]], host: Host | None = None
+) -> EventReader:
+    """A reader owning SEGMENTS (unsealed, unless ``host`` says otherwise) from offset 0."""
     consumer = FakeConsumer(fetches)
     monkeypatch.setattr(reader_module, "Consumer", lambda settings: consumer)
-    host = Host()
+    host = host or Host()
     reader = EventReader(host, "r")  # type: ignore[arg-type]
     for seg_id in SEGMENTS.values():
         assert host.registry.acquire(host.name, seg_id, "r")
         reader._offsets[seg_id] = reader._committed[seg_id] = 0
     reader._start_fetching(SEGMENTS.values())
-    reader._due = reader._next_rebalance = float("inf")  # no housekeeping in between
+    reader._due = reader._next_rebalance = reader._next_metadata = float("inf")  # no housekeeping
     return reader
 
 
@@ -280,3 +290,29 @@ def test_a_notice_that_fails_after_a_batch_is_raised_by_the_next_read(monkeypatc
     assert batch.position[SEGMENTS[0]] == 2
     with pytest.raises(ReaderError, match="no metadata"):
         reader.read_batch(16, timeout_ms=0)
+
+
+def test_a_segment_sealed_without_a_size_is_held_until_its_size_comes(monkeypatch):
+    """Sealed (left the current epoch) with no sealed size yet: not fetched, nothing of
+    it returned, its position kept; once a look at the metadata finds the size,
+    fetched again from the position and read up to the size only."""
+    held = SEGMENTS[1]
+    host = Host()
+    host.pending = {held}
+    fetches = [[_record(0, 0)], [_record(1, 0), _record(1, 1), _record(0, 1)]]
+    reader = _reader(monkeypatch, fetches, host)
+    consumer = reader._consumer
+    assert isinstance(consumer, FakeConsumer)
+    assert consumer.assigned == {0, 2}
+    assert [(e.segment, e.offset) for e in reader.read_batch(16, timeout_ms=0)] == [
+        (SEGMENTS[0], 0)
+    ]
+    assert reader.position()[held] == 0 and not reader.at_tail()
+
+    host.pending, host.sizes = set(), {held: 1}  # the scale recorded the size: 1
+    reader._look_at_metadata()
+    assert consumer.assigned == {0, 1, 2}
+    got = []
+    while not _drained(reader):
+        got.extend((e.segment, e.offset) for e in reader.read_batch(16, timeout_ms=0))
+    assert got == [(held, 0), (SEGMENTS[0], 1)]  # offset 1 lies past the sealed size

@@ -9,7 +9,13 @@ from controller.config import StreamConfiguration
 from controller.metadata import new_stream_metadata
 from controller.model import END_OF_SEGMENT, Epoch, KeyRange, Segment, Watermark, segment_id
 from controller.states import StreamState
-from pipelines.reading.view import cut_commits, fair_share, group_view, plan_ownership
+from pipelines.reading.view import (
+    cut_commits,
+    fair_share,
+    group_view,
+    plan_ownership,
+    sizes_pending,
+)
 from pipelines.reading.watermark_tables import append_watermarks
 from pipelines.reading.windows import PositionWindow, WatermarkFeed, reader_position
 
@@ -25,6 +31,21 @@ def _merged(sealed_sizes=None):
         epochs=(Epoch(0, (A, B)), Epoch(1, (C,))),
         sealed_sizes=sealed_sizes if sealed_sizes is not None else {A.id: 5, B.id: 3},
     )
+
+
+def test_sizes_pending_between_a_scale_epoch_and_its_sizes():
+    # The scale's epoch step done, sizes not measured yet: both sealed segments wait.
+    assert sizes_pending(_merged({})) == {A.id, B.id}
+    assert sizes_pending(_merged({A.id: 5})) == {B.id}
+    assert sizes_pending(_merged()) == frozenset()
+    # Current-epoch segments never wait while the stream is writable...
+    assert C.id not in sizes_pending(_merged({}))
+    # ... and all do while it is being sealed, until the seal records their sizes.
+    sealing = _merged().with_changes(state=StreamState.SEALING)
+    assert sizes_pending(sealing) == {C.id}
+    assert sizes_pending(sealing.with_changes(state=StreamState.SEALED)) == {C.id}
+    done = sealing.with_changes(state=StreamState.SEALED, sealed_sizes={A.id: 5, B.id: 3, C.id: 0})
+    assert sizes_pending(done) == frozenset()
 
 
 def test_successor_waits_for_every_predecessor():
