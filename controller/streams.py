@@ -41,8 +41,12 @@ How a scale fences writers (Kafka cannot seal a partition)
     transactional writer aborts and replays a transaction that touched a
     segment sealed while it was open. Guarantee: every acknowledged event is
     read exactly once, in per-key order, across any number of scales -- the
-    drain only makes re-sends rare. :meth:`seal` works the same way for the
-    whole stream (``controller.states.require_writable`` refuses appends).
+    drain only makes re-sends rare -- provided readers see the new epoch
+    within ``seal_drain_ms`` (they look every ``ReaderConfig.metadata_interval_ms``,
+    100 ms by default, and hold a sealed segment until its size is recorded;
+    a reader that saw the epoch later logs what it read past the size).
+    :meth:`seal` works the same way for the whole stream
+    (``controller.states.require_writable`` refuses appends).
 
 Readers' navigation (per-key order)
     ``controller.navigation.readable_segments(metadata, finished)``: a
