@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from controller.kafka_client import client_config
@@ -142,6 +142,12 @@ class KafkaCommittedOffsets:
                     raise
                 self._used.pop(key, None)  # a deleted stream's topic, say: stop asking
         return found
+
+    def expect(self, topic: str, partitions: Sequence[int]) -> None:
+        """Ask for ``partitions`` with the next request (as if a cut had just needed them)."""
+        now = time.monotonic()
+        for p in partitions:
+            self._used[(topic, p)] = now
 
     def last_stable(
         self, topic: str, needed: Mapping[int, int], fresh_since_ms: int | None = None

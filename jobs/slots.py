@@ -113,7 +113,9 @@ def run_slot(
     name order, so a re-run of the batch yields the same outputs in the same order.
     """
     outputs: list[Output] = []
-    for stream in sorted(slot.due_streams(workflow, now_ms).union(records)):
+    streams = sorted(slot.due_streams(workflow, now_ms).union(records))
+    workflow.expect(streams)
+    for stream in streams:
         state = slot.state(stream)
         if stream in records:
             outputs += workflow.on_records(stream, state, records[stream], now_ms)

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -262,6 +262,10 @@ class CommittedOffsets(Protocol):
         (the caller knows all it needs was stored before then: asking again now could
         only see transactions committed since)."""
 
+    def expect(self, topic: str, partitions: Sequence[int]) -> None:
+        """Cuts of ``topic``'s ``partitions`` are about to be checked: ask for them with
+        the next request (a worker's first batch meets many streams at once)."""
+
 
 # --- the workflow ---------------------------------------------------------------------------
 
@@ -296,6 +300,14 @@ class StreamWorkflow:
         if not ticks:
             out += self.cycle(stream, state, now_ms)
         return out
+
+    def expect(self, streams: Iterable[str]) -> None:
+        """The streams of a call whose cuts may be checked: their partitions are asked for
+        together, so streams new to this worker cost one request between them."""
+        for stream in streams:
+            meta = self.streams.stream(stream)
+            if meta is not None:
+                self.committed.expect(meta.topic, [s.number for s in meta.active_segments()])
 
     def on_due(self, stream: str, state: StreamState, now_ms: int) -> list[Output]:
         """A due record of the stream's slot arrived: run the cycle when one is due."""

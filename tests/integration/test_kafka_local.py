@@ -182,3 +182,28 @@ def test_last_stable_offsets_read_after_a_time_answer_for_it(kafka: str, unique:
     producer.produce(topic, b"z")
     assert producer.flush(30) == 0
     assert lso.last_stable(topic, {0: 3}) == {0: 3}
+
+
+def test_expected_partitions_are_asked_with_the_first_request(kafka: str, unique: str) -> None:
+    """A worker's first batch meets many streams: announced, they cost one request."""
+    from jobs.lookups import KafkaCommittedOffsets
+
+    topics = [f"lso-new-{i}-{unique}" for i in range(3)]
+    producer = Producer({"bootstrap.servers": kafka, "acks": "all"})
+    for topic in topics:
+        _create_topic(kafka, topic)
+        producer.produce(topic, b"x")
+    assert producer.flush(30) == 0
+    lso = KafkaCommittedOffsets(kafka)
+    asked: list[list[tuple[str, int]]] = []
+    query_keys = lso.query_keys
+
+    def counted(keys: list[tuple[str, int]], required: object) -> dict[tuple[str, int], int]:
+        asked.append(keys)
+        return query_keys(keys, required)  # type: ignore[arg-type]
+
+    lso.query_keys = counted  # type: ignore[method-assign]
+    for topic in topics:
+        lso.expect(topic, [0])
+    assert [lso.last_stable(topic, {0: 1}) for topic in topics] == [{0: 1}] * 3
+    assert asked == [sorted((topic, 0) for topic in topics)]

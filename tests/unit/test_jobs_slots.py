@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import pytest
 from hypothesis import given, settings
@@ -27,6 +27,12 @@ class Streams:
 
 
 class Committed:
+    def __init__(self) -> None:
+        self.expected: list[tuple[str, list[int]]] = []
+
+    def expect(self, topic: str, partitions: Sequence[int]) -> None:
+        self.expected.append((topic, list(partitions)))
+
     def last_stable(
         self, topic: str, needed: Mapping[int, int], fresh_since_ms: int | None = None
     ) -> Mapping[int, int]:
@@ -63,6 +69,14 @@ def test_only_a_stream_with_a_lagging_writer_is_due_and_at_its_timeout() -> None
         (A, 30)
     ]
     assert slot.due(w) is None
+
+
+def test_a_call_announces_its_streams_partitions_before_any_cut_is_checked() -> None:
+    """So a worker meeting many streams at once asks Kafka once between them."""
+    committed = Committed()
+    w = StreamWorkflow(WorkflowSettings(), Streams(A, B, C), committed)
+    run_slot(w, SlotState(), {B: [rec(B, "w", 20, 0)], A: [rec(A, "w", 10, 1)]}, 5_000)
+    assert committed.expected == [(f"tidemark.{name.replace('/', '.')}", [0]) for name in (A, B)]
 
 
 def test_a_stream_that_is_not_due_is_not_decoded() -> None:

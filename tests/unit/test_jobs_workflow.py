@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import pytest
 
@@ -40,6 +40,9 @@ class Committed:
     def __init__(self, stable: dict[int, int] | None = None) -> None:
         self.stable = stable if stable is not None else {}
         self.fresh_since: list[int | None] = []
+
+    def expect(self, topic: str, partitions: Sequence[int]) -> None:
+        pass
 
     def last_stable(
         self, topic: str, needed: Mapping[int, int], fresh_since_ms: int | None = None
