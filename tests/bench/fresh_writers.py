@@ -3,7 +3,13 @@
     python -m tests.bench.fresh_writers BOOTSTRAP ZK_CONNECT MARKS_TOPIC BUCKETS STREAM...
 
 Two ``EventWriter`` per stream note wall-clock time every 200 ms (one event
-and one ``note_time`` each) until stdin closes. They run apart from the
+and one ``note_time`` each) until stdin closes. Each round writes every
+writer's event and flushes them, then notes the time for all of them: a
+writer's mark is published within its ``note_time`` call (its events are
+acknowledged), as a writer serving its own producer would. (Noting right
+after each write published a mark only when that writer's turn to flush
+came: the 200th writer's mark left up to ~1 s after its note, and the
+benchmark measured this loop, not the controller.) They run apart from the
 Spark driver because 200 Kafka producers hold well over 1 000 file
 descriptors, and py4j's callback server (``select()``) stops answering
 ``foreachBatch`` once the driver process holds a descriptor >= 1024 -- as a
@@ -46,9 +52,12 @@ def main(argv: list[str]) -> int:
     print("ready", flush=True)
     try:
         while not halt.is_set():
-            now = time.time_ns() // 1_000_000
             for w in writers:
                 w.write(b"e", routing_key="k")
+            for w in writers:
+                w.flush()
+            now = time.time_ns() // 1_000_000  # every event so far is acknowledged
+            for w in writers:
                 w.note_time(now)
             for w in writers:
                 w.flush()
