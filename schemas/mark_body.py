@@ -24,8 +24,13 @@ generic path, which names the problem. A version added to
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 from schemas.codec import HEADER_SIZE, default_registry
 from schemas.records import WRITER_MARK, WriterMarkRecord
+
+_T = TypeVar("_T")
 
 
 class _Unusual(Exception):
@@ -58,22 +63,16 @@ def _string(data: bytes, i: int) -> tuple[str, int]:
     return data[i:end].decode("utf-8"), end
 
 
-def _optional_string(data: bytes, i: int) -> tuple[str | None, int]:
+def _optional(
+    read: Callable[[bytes, int], tuple[_T, int]], data: bytes, i: int
+) -> tuple[_T | None, int]:
+    """A ``["null", T]`` union at ``i``, ``T`` read by ``read``."""
     branch, i = _long(data, i)
     if branch == 0:
         return None, i
     if branch != 1:
         raise _Unusual
-    return _string(data, i)
-
-
-def _optional_long(data: bytes, i: int) -> tuple[int | None, int]:
-    branch, i = _long(data, i)
-    if branch == 0:
-        return None, i
-    if branch != 1:
-        raise _Unusual
-    return _long(data, i)
+    return read(data, i)
 
 
 def _headers() -> dict[bytes, int]:
@@ -111,11 +110,11 @@ def read_writer_mark(data: bytes) -> WriterMarkRecord | None:
         i += 1
         if alive > 1:
             raise _Unusual
-        transaction_id, i = _optional_string(data, i)
+        transaction_id, i = _optional(_string, data, i)
         instance = max_event_time = None
         if version == 2:
-            instance, i = _optional_string(data, i)
-            max_event_time, i = _optional_long(data, i)
+            instance, i = _optional(_string, data, i)
+            max_event_time, i = _optional(_long, data, i)
         if i != len(data):
             raise _Unusual
     except (_Unusual, IndexError, UnicodeDecodeError):

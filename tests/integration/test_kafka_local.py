@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer
@@ -116,6 +117,19 @@ def test_three_broker_cluster_survives_one_broker_stopping(services_dir, unique)
         assert len(got) == 60
 
 
+def _record_requests(lso: Any) -> list[list[tuple[str, int]]]:
+    """The keys of each request ``lso`` sends from now on."""
+    asked: list[list[tuple[str, int]]] = []
+    query_keys = lso.query_keys
+
+    def counted(keys: list[tuple[str, int]], required: object) -> dict[tuple[str, int], int]:
+        asked.append(keys)
+        return query_keys(keys, required)  # type: ignore[no-any-return]
+
+    lso.query_keys = counted
+    return asked
+
+
 def test_last_stable_offsets_of_recent_topics_come_in_one_request(kafka: str, unique: str) -> None:
     from jobs.lookups import KafkaCommittedOffsets
 
@@ -137,14 +151,7 @@ def test_last_stable_offsets_of_recent_topics_come_in_one_request(kafka: str, un
     admin = AdminClient({"bootstrap.servers": kafka})
     admin.delete_topics([gone])[gone].result(30)
     write(a, 2), write(b, 3)
-    asked: list[list[tuple[str, int]]] = []
-    query_keys = lso.query_keys
-
-    def counted(keys: list[tuple[str, int]], required: object) -> dict[tuple[str, int], int]:
-        asked.append(keys)
-        return query_keys(keys, required)  # type: ignore[arg-type]
-
-    lso.query_keys = counted  # type: ignore[method-assign]
+    asked = _record_requests(lso)
     assert lso.last_stable(a, {0: 3}) == {0: 3}
     assert lso.last_stable(b, {0: 4}) == {0: 4}  # answered by a's request
     assert asked == [sorted([(a, 0), (b, 0), (gone, 0)])]
@@ -195,14 +202,7 @@ def test_expected_partitions_are_asked_with_the_first_request(kafka: str, unique
         producer.produce(topic, b"x")
     assert producer.flush(30) == 0
     lso = KafkaCommittedOffsets(kafka)
-    asked: list[list[tuple[str, int]]] = []
-    query_keys = lso.query_keys
-
-    def counted(keys: list[tuple[str, int]], required: object) -> dict[tuple[str, int], int]:
-        asked.append(keys)
-        return query_keys(keys, required)  # type: ignore[arg-type]
-
-    lso.query_keys = counted  # type: ignore[method-assign]
+    asked = _record_requests(lso)
     for topic in topics:
         lso.expect(topic, [0])
     assert [lso.last_stable(topic, {0: 1}) for topic in topics] == [{0: 1}] * 3

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from unittest.mock import patch
 
@@ -75,7 +76,7 @@ def test_damaged_marks_are_read_as_the_codec_reads_them_or_left_to_it(
     fast = read_writer_mark(damaged)
     if fast is not None:
         assert fast == _generic(damaged)
-    assert decode_mark(damaged) == _decode_generic(damaged)
+    assert _comparable(decode_mark(damaged)) == _comparable(_decode_generic(damaged))
 
 
 @given(st.binary(max_size=40))
@@ -92,6 +93,13 @@ def _decode_generic(data: bytes) -> WriterMarkRecord | Undecodable:
     """decode_mark with the fast reader switched off: the codec alone."""
     with patch("schemas.mark_input.read_writer_mark", lambda _data: None):
         return decode_mark(data)
+
+
+def _comparable(result: WriterMarkRecord | Undecodable) -> object:
+    """An Undecodable's detail may name a reader object's address (fastavro's EOF errors)."""
+    if isinstance(result, Undecodable):
+        return result.reason, re.sub(r" at 0x[0-9a-f]+", "", result.detail)
+    return result
 
 
 def test_a_long_wider_than_64_bits_is_left_to_the_codec() -> None:
