@@ -113,7 +113,16 @@ def test_api_answers_like_the_local_lookups(served, store, manager, unique, tmp_
     append_marks(root, stream, history(stream, 20, base))
     url = served.url
     deadline = time.monotonic() + 10
-    while served.service.watermark_count(stream) < 20 and time.monotonic() < deadline:
+
+    def caught_up() -> bool:
+        """The service read both tables' appends: its history (``marks``) and its seek
+        index (``index``, appended after ``marks``) are tailed on their own."""
+        return (
+            served.service.watermark_count(stream) >= 20
+            and len(served.service.index.columns(stream)[0]) >= 20
+        )
+
+    while not caught_up() and time.monotonic() < deadline:
         time.sleep(0.05)
 
     local = SeekIndex(root)
