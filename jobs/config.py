@@ -130,17 +130,22 @@ class ControllerSettings:
         return max(1, default_parallelism)
 
     @property
-    def slot_count(self) -> int:
-        """Keys of the query's state: ``SLOTS_PER_PARTITION`` per state partition (the
-        settings must be resolved: :func:`jobs.controller_job.resolve`)."""
-        from jobs.slots import SLOTS_PER_PARTITION
-
+    def query_partitions(self) -> int:
+        """:attr:`state_partitions` of resolved settings (:func:`jobs.controller_job.resolve`)."""
         if self.state_partitions is None:
             raise JobConfigurationError(
-                "the slot count follows the state partitions, which are not resolved yet "
+                "the state partitions are not resolved yet: resolve the settings first "
                 "(jobs.controller_job.resolve)"
             )
-        return self.state_partitions * SLOTS_PER_PARTITION
+        return self.state_partitions
+
+    @property
+    def slot_count(self) -> int:
+        """Keys of the query's state: ``SLOTS_PER_PARTITION`` per state partition (the
+        settings must be resolved)."""
+        from jobs.slots import SLOTS_PER_PARTITION
+
+        return self.query_partitions * SLOTS_PER_PARTITION
 
     def workflow(self) -> WorkflowSettings:
         return WorkflowSettings(

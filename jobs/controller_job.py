@@ -222,7 +222,7 @@ BatchHandler = Any
 def start_query(spark: Any, settings: ControllerSettings, on_batch: BatchHandler) -> Any:
     """Start the controller's query (from its checkpoint if one exists); ``settings``
     resolved (:func:`resolve`)."""
-    partitions = _partitions(settings)
+    partitions = settings.query_partitions
     # As many read tasks as state partitions, not one per bucket: a task per Kafka
     # partition and batch costs its launch and consumer fetch whether or not the
     # bucket has marks (64 buckets: 64 tasks a batch). Coalescing is narrow: each task
@@ -244,12 +244,6 @@ def start_query(spark: Any, settings: ControllerSettings, on_batch: BatchHandler
         partitions,
     )
     return query
-
-
-def _partitions(settings: ControllerSettings) -> int:
-    if settings.state_partitions is None:
-        raise JobConfigurationError("resolve the settings first (jobs.controller_job.resolve)")
-    return settings.state_partitions
 
 
 WARM_UP_MARKS = 200
@@ -279,7 +273,7 @@ def warm_up(
     topic, partitions = settings.cluster.marks_topic, list(range(settings.bucket_count))
     if KafkaCommittedOffsets(settings.kafka_bootstrap).retained(topic, partitions) > 0:
         marks = marks_frame(spark, settings, max_offsets_per_trigger=WARM_UP_MARKS).coalesce(
-            _partitions(settings)
+            settings.query_partitions
         )
         if _warm_up_query(spark, settings, instance_id, "kafka", marks, batches, kafka_timeout_s):
             log.info("controller %s: warmed up on the marks topic", instance_id)
@@ -312,7 +306,7 @@ def _warm_up_query(
     """Run ``records`` through the operator into ``noop`` until ``batches`` batches ran
     (``True``) or ``timeout_s`` passed (``False``)."""
     frame = controller_operator(records, settings)
-    prepare_session(spark, _partitions(settings))
+    prepare_session(spark, settings.query_partitions)
     root = settings.checkpoint_root.rstrip("/")
     query = (
         frame.writeStream.format("noop")

@@ -152,9 +152,7 @@ class KafkaCommittedOffsets:
     def last_stable(
         self, topic: str, needed: Mapping[int, int], fresh_since_ms: int | None = None
     ) -> Mapping[int, int]:
-        now = time.monotonic()
-        for p in needed:
-            self._used[(topic, p)] = now
+        self.expect(topic, list(needed))
         known = {p: self._cache.get((topic, p), -1) for p in needed}
         if all(known[p] >= off for p, off in needed.items()):
             return known
@@ -162,6 +160,7 @@ class KafkaCommittedOffsets:
             self._read_at.get((topic, p), -1) >= fresh_since_ms for p in needed
         ):
             return known  # read after everything the caller needs was stored
+        now = time.monotonic()
         self._used = {k: t for k, t in self._used.items() if now - t < RECENT_S}
         wanted = {(topic, p) for p in needed}
         fresh: dict[tuple[str, int], int] | None = None

@@ -286,12 +286,9 @@ def _drain(job: Any, after: int, timeout_s: float = 1800) -> Drained:
     ``recentProgress`` keeps only the last 100 reports, so they are collected while polling.
     """
     from jobs.controller_job import end_offsets
-    from jobs.lookups import KafkaCommittedOffsets
 
-    settings = job.settings
-    topic = settings.cluster.marks_topic
-    parts = list(range(settings.bucket_count))
-    ends = KafkaCommittedOffsets(settings.kafka_bootstrap).query(topic, parts)
+    topic = job.settings.cluster.marks_topic
+    ends = _topic_ends(job.settings)
     seen: dict[int, tuple[int, float, float]] = {}  # batch -> rows, started (s), ms
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
