@@ -23,6 +23,7 @@ from infra import jars
 from infra.environment import Environment
 from infra.java import java_executable
 from infra.ports import HOST
+from infra.python_zygote import PRELOAD, PythonZygote
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -48,6 +49,10 @@ class SparkSettings:
     driver_memory: str = "2g"
     rocksdb_state: bool = True
     extra: dict[str, str] = field(default_factory=dict)
+    python_preload: tuple[str, ...] = PRELOAD
+    """What the warm interpreter imports that Spark's one-off driver-side Python
+    processes fork from (:mod:`infra.python_zygote`); empty: no such interpreter
+    (each such process starts Python afresh). Local masters only."""
 
 
 def spark_conf(settings: SparkSettings, env: Environment | None = None) -> dict[str, str]:
@@ -92,14 +97,28 @@ def spark_session(settings: SparkSettings, env: Environment | None = None) -> Sp
     # Python workers must run this interpreter, which has pandas and pyarrow.
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    conf = spark_conf(settings, env)
+    if settings.python_preload and conf["spark.master"].startswith("local"):
+        os.environ["PYSPARK_PYTHON"] = str(_start_zygote(settings).launcher)
     builder: Any = SparkSession.builder
-    for key, value in spark_conf(settings, env).items():
+    for key, value in conf.items():
         builder = builder.config(key, value)
     session: SparkSession = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     start_callback_server(session)
     log.info("spark session %s on %s", settings.app_name, session.sparkContext.master)
     return session
+
+
+_zygote: PythonZygote | None = None
+
+
+def _start_zygote(settings: SparkSettings) -> PythonZygote:
+    """This process's zygote (one per JVM: a session that exists keeps its executable)."""
+    global _zygote
+    if _zygote is None or not _zygote.process.alive():
+        _zygote = PythonZygote.start(settings.work_dir, settings.python_preload)
+    return _zygote
 
 
 def start_callback_server(session: SparkSession) -> None:
@@ -139,3 +158,12 @@ def stop_spark(session: SparkSession | None = None) -> None:
                 proc.kill()
         SparkContext._gateway = None
         SparkContext._jvm = None
+    stop_zygote()
+
+
+def stop_zygote() -> None:
+    """Stop this process's zygote, if one runs (:func:`stop_spark` calls it)."""
+    global _zygote
+    if _zygote is not None:
+        _zygote.stop()
+        _zygote = None

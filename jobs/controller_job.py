@@ -268,17 +268,27 @@ def warm_up(
     the output goes to Spark's ``noop`` sink: nothing is written to Kafka or Delta.
     """
     from jobs.lookups import KafkaCommittedOffsets
-    from jobs.slots import due_key
 
     topic, partitions = settings.cluster.marks_topic, list(range(settings.bucket_count))
+    rows = _due_rows(spark)
     if KafkaCommittedOffsets(settings.kafka_bootstrap).retained(topic, partitions) > 0:
         marks = marks_frame(spark, settings, max_offsets_per_trigger=WARM_UP_MARKS).coalesce(
             settings.query_partitions
         )
         if _warm_up_query(spark, settings, instance_id, "kafka", marks, batches, kafka_timeout_s):
             log.info("controller %s: warmed up on the marks topic", instance_id)
+            _warm_up_resume(spark, settings, instance_id, rows)
             return
-    rows = (
+    _warm_up_query(spark, settings, instance_id, "rate", rows, batches, 300)
+    _warm_up_resume(spark, settings, instance_id, rows)
+    log.info("controller %s: warmed up", instance_id)
+
+
+def _due_rows(spark: Any) -> Any:
+    """Due-only rows (:func:`~jobs.slots.due_key`) from Spark's ``rate`` source, one a second."""
+    from jobs.slots import due_key
+
+    return (
         spark.readStream.format("rate")
         .option("rowsPerSecond", 1)
         .load()
@@ -290,8 +300,26 @@ def warm_up(
             "CAST(NULL AS BIGINT) AS arrival",
         )
     )
-    _warm_up_query(spark, settings, instance_id, "rate", rows, batches, 300)
-    log.info("controller %s: warmed up", instance_id)
+
+
+def _warm_up_resume(spark: Any, settings: ControllerSettings, instance_id: str, rows: Any) -> None:
+    """Stop a query and start it again on its checkpoint, as a take-over does.
+
+    A take-over's first batch loads each state partition from the checkpoint's files
+    (snapshot and changelogs), code a query on a fresh checkpoint never runs: measured,
+    that load took 0.7 s of the first batch's 1.5 s in a standby warmed without it."""
+    name = "resume"
+    _delete_path(spark, f"{settings.checkpoint_root.rstrip('/')}/warm-up/{instance_id}/{name}")
+    for batches in (2, 1):
+        if not _warm_up_query(spark, settings, instance_id, name, rows, batches, 60):
+            return
+
+
+def _delete_path(spark: Any, location: str) -> None:
+    """Delete ``location`` recursively, on whatever file system Hadoop reaches it."""
+    jvm = spark.sparkContext._jvm
+    path = jvm.org.apache.hadoop.fs.Path(location)
+    path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).delete(path, True)
 
 
 def _warm_up_query(

@@ -1,0 +1,286 @@
+"""A warm Python interpreter that Spark's one-off Python processes fork from.
+
+    zygote = PythonZygote.start(work_dir)     # imports PRELOAD, then listens
+    os.environ["PYSPARK_PYTHON"] = str(zygote.launcher)   # before the session starts
+    ...
+    zygote.stop()
+
+When a streaming query with ``transformWithStateInPandas`` starts (a controller's
+take-over, every restart), Spark checks the operator's state schema by running the
+processor's ``init`` in a *new* Python process on the driver
+(``TransformWithStateInPySparkPythonPreInitRunner``): never a pooled worker, never the
+daemon. That process imports pyspark, pandas, pyarrow and the processor's module
+before it does anything: 0.7 s on a quiet machine, 1.1-1.4 s measured in a take-over.
+
+The zygote is a single-threaded process that has imported all of those once. The
+launcher script (Spark's Python executable, ``PYSPARK_PYTHON``) hands a
+``-m <one of FORKED_MODULES>`` call to :mod:`infra.zygote_client`, which passes its
+standard streams, arguments, environment and working directory over a Unix socket;
+the zygote forks, and the child runs the module as ``__main__`` with what it was
+given. Everything else (the executors' ``pyspark.daemon``) execs Python directly, as
+it would without the launcher. When no zygote answers, the client execs Python: the
+launcher never makes a call fail that would have run without it.
+
+Local masters only: on a cluster Spark's Python executable must exist on every
+executor machine, and this launcher exists on the driver's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import logging
+import os
+import runpy
+import selectors
+import shlex
+import signal
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from infra import zygote_client
+from infra.process import ManagedProcess
+
+log = logging.getLogger(__name__)
+
+FORKED_MODULES = ("pyspark.sql.streaming.transform_with_state_driver_worker",)
+"""The ``python -m`` modules run in a fork of the zygote: Spark's one-off driver-side
+workers. Executors' daemons and workers keep their own processes."""
+
+PRELOAD = ("pandas", "pyarrow", *FORKED_MODULES, "jobs.processor")
+"""Imported by the zygote before it answers: what a forked driver worker needs,
+the controller's stateful processor (``transformWithStateInPandas``) included."""
+
+_MAX_REQUEST = 16 * 1024 * 1024
+
+
+@dataclass
+class PythonZygote:
+    """A running zygote and the launcher script that uses it."""
+
+    process: ManagedProcess
+    socket_path: Path
+    launcher: Path
+    run_dir: Path
+
+    @classmethod
+    def start(cls, work_dir: Path, preload: Sequence[str] = PRELOAD) -> PythonZygote:
+        """Start a zygote (its log under ``work_dir``) and write its launcher. The zygote
+        imports ``preload`` in the background; until it listens, calls run as usual."""
+        # A Unix socket's path is limited to about 100 bytes: a short directory of its own.
+        run_dir = Path(tempfile.mkdtemp(prefix="tidemark-zygote-"))
+        socket_path = run_dir / "sock"
+        launcher = run_dir / "python"
+        write_launcher(launcher, socket_path, sys.executable)
+        repo = str(Path(__file__).resolve().parents[1])
+        path = os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH", "")) if p)
+        process = ManagedProcess(
+            "python-zygote",
+            [sys.executable, "-m", "infra.python_zygote", str(socket_path), *preload],
+            log_path=work_dir / "python-zygote.log",
+            env={**os.environ, "PYTHONPATH": path},
+        )
+        process.start()
+        return cls(process, socket_path, launcher, run_dir)
+
+    def ready(self, timeout_s: float = 30.0) -> bool:
+        """Wait until the zygote listens (tests, benchmarks); ``False`` if it did not."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and self.process.alive():
+            if self.socket_path.exists():
+                return True
+            time.sleep(0.05)
+        return self.socket_path.exists()
+
+    def stop(self) -> None:
+        self.process.stop(timeout_s=5)
+        for path in (self.socket_path, self.launcher):
+            path.unlink(missing_ok=True)
+        try:
+            self.run_dir.rmdir()
+        except OSError as exc:
+            log.debug("zygote directory %s left: %s", self.run_dir, exc)
+
+
+def write_launcher(path: Path, socket_path: Path, python: str) -> None:
+    """A ``sh`` script standing in for ``python``: ``-m`` of a forked module goes to the
+    zygote (through the client, itself a bare ``python -S -I``), anything else to Python."""
+    client = Path(zygote_client.__file__).resolve()
+    cases = "|".join(FORKED_MODULES)
+    py, sock, cl = (shlex.quote(str(p)) for p in (python, socket_path, client))
+    path.write_text(
+        "#!/bin/sh\n"
+        "# Written by tidemark (infra/python_zygote.py): Spark's Python executable.\n"
+        f'if [ "$1" = "-m" ] && [ -S {sock} ]; then\n'
+        f'  case "$2" in {cases}) exec {py} -S -I {cl} {sock} {py} "$@";; esac\n'
+        "fi\n"
+        f'exec {py} "$@"\n'
+    )
+    path.chmod(0o755)
+
+
+# --- the zygote process ----------------------------------------------------------------------
+
+
+def serve(socket_path: str, preload: Sequence[str]) -> None:
+    """Import ``preload``, listen on ``socket_path``, fork a child per request."""
+    started = time.monotonic()
+    for name in preload:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # the child imports it itself, slower
+            log.warning("zygote: %s not preloaded: %s", name, exc)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(socket_path + ".new")
+    os.rename(socket_path + ".new", socket_path)  # exists only once it listens
+    listener.listen(64)
+    log.info("zygote: ready in %.2f s (%s)", time.monotonic() - started, ", ".join(preload))
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    selector = selectors.DefaultSelector()
+    selector.register(listener, selectors.EVENT_READ, "accept")
+    selector.register(wake_r, selectors.EVENT_READ, "wake")
+    children: dict[int, socket.socket] = {}  # pid -> its client's connection
+    try:
+        while True:
+            for key, _ in selector.select(timeout=5.0):
+                if key.data == "accept":
+                    conn, _ = listener.accept()
+                    pid = _take(conn, listener, selector)
+                    if pid is None:
+                        conn.close()
+                    else:
+                        children[pid] = conn
+                        selector.register(conn, selectors.EVENT_READ, pid)
+                elif key.data == "wake":
+                    os.read(wake_r, 4096)
+                else:  # a client closed its end early (killed): stop its child
+                    pid = int(key.data)
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                    selector.unregister(children[pid])
+            _reap(children, selector)
+    finally:
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        os.unlink(socket_path)
+
+
+def _take(
+    conn: socket.socket, listener: socket.socket, selector: selectors.BaseSelector
+) -> int | None:
+    """Read one request and fork its child; the child's pid (``None``: a bad request)."""
+    conn.settimeout(10)
+    fds: list[int] = []
+    try:
+        data, fds, _, _ = socket.recv_fds(conn, 65536, 3)
+        head = zygote_client.HEADER.size
+        while len(data) < head:
+            chunk = conn.recv(head - len(data))
+            if not chunk:
+                raise ValueError("no request")
+            data += chunk
+        (size,) = zygote_client.HEADER.unpack(data[:head])
+        if size > _MAX_REQUEST:
+            raise ValueError(f"request of {size} bytes")
+        body = data[head:]
+        while len(body) < size:
+            chunk = conn.recv(size - len(body))
+            if not chunk:
+                raise ValueError("request cut short")
+            body += chunk
+        request = json.loads(body)
+        argv, env, cwd = list(request["argv"]), dict(request["env"]), str(request["cwd"])
+        if len(fds) != 3 or len(argv) < 2 or argv[0] != "-m" or argv[1] not in FORKED_MODULES:
+            raise ValueError(f"not a forked module call: {argv[:2]} with {len(fds)} streams")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        log.warning("zygote: request refused: %s", exc)
+        for fd in fds:
+            os.close(fd)
+        return None
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child; measured by the integration test
+        selector.close()
+        listener.close()
+        _become(conn, fds, argv, env, cwd)
+    for fd in fds:
+        os.close(fd)
+    conn.setblocking(True)
+    return pid
+
+
+def _become(
+    conn: socket.socket, fds: list[int], argv: list[str], env: dict[str, str], cwd: str
+) -> None:
+    """In the child: take the caller's streams, environment and directory; run the module."""
+    code = 1
+    try:
+        signal.set_wakeup_fd(-1)
+        for sig in (signal.SIGCHLD, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_DFL)
+        conn.close()
+        _die_with_zygote()
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+            os.close(fd)
+        os.environ.clear()
+        os.environ.update(env)
+        os.chdir(cwd)
+        extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path]
+        sys.path[1:1] = extra
+        sys.argv = [argv[1], *argv[2:]]
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
+
+
+def _die_with_zygote() -> None:
+    import ctypes
+
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _reap(children: dict[int, socket.socket], selector: selectors.BaseSelector) -> None:
+    """Tell each exited child's client its status."""
+    for pid in list(children):
+        try:
+            done, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            done, status = pid, 1 << 8
+        if done == 0:
+            continue
+        conn = children.pop(pid)
+        code = os.waitstatus_to_exitcode(status)
+        with contextlib.suppress(KeyError, ValueError):
+            selector.unregister(conn)
+        with contextlib.suppress(OSError):
+            conn.sendall(zygote_client.STATUS.pack(code if code >= 0 else 128 - code))
+        conn.close()
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    serve(sys.argv[1], sys.argv[2:])
