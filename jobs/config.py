@@ -92,6 +92,11 @@ class ControllerSettings:
     cores), the checkpoint's from then on (:func:`jobs.controller_job.resolve`).
     Every task costs a micro-batch its Python runner whether or not its slots
     have data, so more partitions than cores only add fixed cost per batch."""
+    balanced_slots: bool = True
+    """Slot keys that Spark's hash partitioning spreads evenly over the state partitions
+    (:func:`jobs.slots.balanced_slot_keys`); ``False``: keys ``0 .. slot_count - 1``,
+    which checkpoints started before keep (:func:`jobs.controller_job.resolve`: the
+    state is keyed by them)."""
     warm_up: bool = False
     """Run the query's plan over a few retained marks (or the operator on synthetic
     rows) and open the Delta tables before contending
@@ -146,6 +151,15 @@ class ControllerSettings:
         from jobs.slots import SLOTS_PER_PARTITION
 
         return self.query_partitions * SLOTS_PER_PARTITION
+
+    @property
+    def slot_keys(self) -> tuple[int, ...]:
+        """The key value of each slot (the settings must be resolved)."""
+        from jobs.slots import balanced_slot_keys
+
+        if self.balanced_slots:
+            return balanced_slot_keys(self.slot_count, self.query_partitions)
+        return tuple(range(self.slot_count))
 
     def workflow(self) -> WorkflowSettings:
         return WorkflowSettings(

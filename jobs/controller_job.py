@@ -106,6 +106,7 @@ def layout(settings: ControllerSettings) -> dict[str, Any]:
     return {
         "bucket_count": settings.bucket_count,
         "slot_count": settings.slot_count,
+        "slot_keys": "balanced" if settings.balanced_slots else "identity",
         "state_partitions": settings.state_partitions,
         "checkpoint": settings.checkpoint_dir,
         "delta_root": settings.delta_root,
@@ -140,14 +141,19 @@ def resolve(
     the checkpoint's once it has started (:func:`check_layout` refuses a contrary
     setting), else the settings' or Spark's default parallelism."""
     partitions: int | None = None
+    balanced = settings.balanced_slots
     if published is not None and published.get("checkpoint") == settings.checkpoint_dir:
         fixed = published.get("state_partitions")
         # a checkpoint started before the setting had one state partition per bucket
         partitions = fixed if isinstance(fixed, int) else settings.bucket_count
+        # ... and before balanced slot keys, keys 0 .. slot_count - 1
+        balanced = published.get("slot_keys") == "balanced"
+    elif _exists(spark, f"{settings.checkpoint_dir.rstrip('/')}/offsets"):
+        balanced = False  # a started checkpoint whose layout is gone: the older keys
     if partitions is None:
         parallelism = int(spark.sparkContext.defaultParallelism)
         partitions = settings.resolved_state_partitions(parallelism)
-    return dataclasses.replace(settings, state_partitions=partitions)
+    return dataclasses.replace(settings, state_partitions=partitions, balanced_slots=balanced)
 
 
 def query_name(settings: ControllerSettings) -> str:
@@ -197,7 +203,7 @@ def controller_operator(records: Any, settings: ControllerSettings) -> Any:
     from jobs.slots import slot_expression
 
     return (
-        records.withColumn("slot", expr(slot_expression(settings.slot_count)))
+        records.withColumn("slot", expr(slot_expression(settings.slot_keys)))
         .groupBy("slot")
         .transformWithStateInPandas(
             statefulProcessor=ControllerProcessor(settings.workflow()),
@@ -270,7 +276,7 @@ def warm_up(
     from jobs.lookups import KafkaCommittedOffsets
 
     topic, partitions = settings.cluster.marks_topic, list(range(settings.bucket_count))
-    rows = _due_rows(spark)
+    rows = _due_rows(spark, settings.slot_keys[0])
     if KafkaCommittedOffsets(settings.kafka_bootstrap).retained(topic, partitions) > 0:
         marks = marks_frame(spark, settings, max_offsets_per_trigger=WARM_UP_MARKS).coalesce(
             settings.query_partitions
@@ -284,8 +290,9 @@ def warm_up(
     log.info("controller %s: warmed up", instance_id)
 
 
-def _due_rows(spark: Any) -> Any:
-    """Due-only rows (:func:`~jobs.slots.due_key`) from Spark's ``rate`` source, one a second."""
+def _due_rows(spark: Any, slot: int) -> Any:
+    """Due-only rows of ``slot`` (:func:`~jobs.slots.due_key`) from Spark's ``rate``
+    source, one a second."""
     from jobs.slots import due_key
 
     return (
@@ -293,7 +300,7 @@ def _due_rows(spark: Any) -> Any:
         .option("rowsPerSecond", 1)
         .load()
         .selectExpr(
-            f"CAST('{due_key(0)}' AS BINARY) AS stream",
+            f"CAST('{due_key(slot)}' AS BINARY) AS stream",
             "CAST(NULL AS BINARY) AS value",
             "0 AS partition",
             "value AS offset",
@@ -315,11 +322,21 @@ def _warm_up_resume(spark: Any, settings: ControllerSettings, instance_id: str, 
             return
 
 
+def _hadoop_path(spark: Any, location: str) -> tuple[Any, Any]:
+    """``location``'s Hadoop file system and path (any scheme Hadoop reaches)."""
+    path = spark.sparkContext._jvm.org.apache.hadoop.fs.Path(location)
+    return path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), path
+
+
+def _exists(spark: Any, location: str) -> bool:
+    fs, path = _hadoop_path(spark, location)
+    return bool(fs.exists(path))
+
+
 def _delete_path(spark: Any, location: str) -> None:
-    """Delete ``location`` recursively, on whatever file system Hadoop reaches it."""
-    jvm = spark.sparkContext._jvm
-    path = jvm.org.apache.hadoop.fs.Path(location)
-    path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).delete(path, True)
+    """Delete ``location`` recursively."""
+    fs, path = _hadoop_path(spark, location)
+    fs.delete(path, True)
 
 
 def _warm_up_query(

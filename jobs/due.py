@@ -106,7 +106,7 @@ class DueScheduler:
 
     def sweep(self) -> None:
         """A due record for every slot now (a new leader: re-learn what is pending)."""
-        self._produce(range(self.settings.slot_count), _now_ms())
+        self._produce(self.settings.slot_keys, _now_ms())
 
     def stop(self) -> None:
         with self._cond:

@@ -45,14 +45,61 @@ DUE_PREFIX = "#due:"
 SLOT_VERSION = 2
 
 
-def slot_expression(slot_count: int) -> str:
-    """The Spark SQL expression of a record's slot (the ``stream`` column is its key, binary
-    or string: ``xxhash64`` hashes the same bytes alike)."""
+def slot_expression(keys: int | Sequence[int]) -> str:
+    """The Spark SQL expression of a record's slot key (the ``stream`` column is its key,
+    binary or string: ``xxhash64`` hashes the same bytes alike). ``keys``: the slots' key
+    values (:func:`balanced_slot_keys`), or a slot count for keys ``0 .. count - 1``."""
+    count = keys if isinstance(keys, int) else len(keys)
+    index = f"CAST(pmod(xxhash64(stream), {count}) AS INT)"
+    if not isinstance(keys, int) and list(keys) != list(range(count)):
+        index = f"element_at(array({', '.join(str(int(k)) for k in keys)}), {index} + 1)"
     return (
         f"CASE WHEN CAST(stream AS STRING) LIKE '{DUE_PREFIX}%' "
         f"THEN CAST(substring(CAST(stream AS STRING), {len(DUE_PREFIX) + 1}) AS INT) "
-        f"ELSE CAST(pmod(xxhash64(stream), {slot_count}) AS INT) END"
+        f"ELSE {index} END"
     )
+
+
+_MASK = 0xFFFFFFFF
+
+
+def _rotl(x: int, r: int) -> int:
+    return ((x << r) | (x >> (32 - r))) & _MASK
+
+
+def spark_partition(key: int, partitions: int) -> int:
+    """The partition Spark's hash partitioning gives an ``INT`` key: ``pmod(hash(key), n)``,
+    Murmur3 x86 32-bit with seed 42 (``Murmur3_x86_32.hashInt``)."""
+    k1 = (key & _MASK) * 0xCC9E2D51 & _MASK
+    k1 = _rotl(k1, 15) * 0x1B873593 & _MASK
+    h1 = _rotl(42 ^ k1, 13)
+    h1 = (h1 * 5 + 0xE6546B64) & _MASK
+    h1 ^= 4
+    h1 = ((h1 ^ (h1 >> 16)) * 0x85EBCA6B) & _MASK
+    h1 = ((h1 ^ (h1 >> 13)) * 0xC2B2AE35) & _MASK
+    h1 ^= h1 >> 16
+    signed = h1 - (1 << 32) if h1 >= 1 << 31 else h1
+    return signed % partitions
+
+
+def balanced_slot_keys(slot_count: int, partitions: int) -> tuple[int, ...]:
+    """Key values for ``slot_count`` slots that Spark's hash partitioning spreads evenly
+    over ``partitions`` state partitions: slot ``i``'s key is the smallest unused
+    non-negative integer in partition ``i % partitions``.
+
+    Keys ``0 .. slot_count - 1`` land where Murmur3 puts them: with 4 slots per
+    partition and 2 partitions, 3 and 5 -- one task had 63% of the streams and the
+    batch waited for it."""
+    keys: list[int] = []
+    candidate = {p: 0 for p in range(partitions)}
+    for i in range(slot_count):
+        want = i % partitions
+        k = candidate[want]
+        while spark_partition(k, partitions) != want:
+            k += 1
+        keys.append(k)
+        candidate[want] = k + 1
+    return tuple(keys)
 
 
 def due_key(slot: int) -> str:
@@ -129,8 +176,10 @@ __all__ = [
     "DUE_PREFIX",
     "SLOTS_PER_PARTITION",
     "SlotState",
+    "balanced_slot_keys",
     "due_key",
     "is_due_key",
     "run_slot",
     "slot_expression",
+    "spark_partition",
 ]

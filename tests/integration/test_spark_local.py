@@ -73,3 +73,27 @@ def test_new_controller_tables_keep_log_and_tombstones_for_the_log_retention(
     ensure_tables(spark, root, log_retention_s=60)
     config = DeltaTable(table_path(root, TABLES[0])).metadata().configuration
     assert config["delta.logRetentionDuration"] == "interval 600 seconds"
+
+
+def test_slot_keys_land_in_the_partitions_spark_gives_them(spark) -> None:
+    """jobs.slots.spark_partition is Spark's hash partitioning of an INT key, and the
+    controller's balanced keys put the same number of slots in every state partition."""
+    from jobs.slots import balanced_slot_keys, spark_partition
+
+    rows = spark.range(-1000, 5000).selectExpr(
+        "CAST(id AS INT) AS k", *(f"pmod(hash(CAST(id AS INT)), {n}) AS p{n}" for n in (2, 3, 64))
+    )
+    for row in rows.collect():
+        for n in (2, 3, 64):
+            assert spark_partition(row.k, n) == row[f"p{n}"], (row.k, n)
+    keys = balanced_slot_keys(8, 2)
+    # the shuffle that feeds the stateful operator: repartition by the key
+    parts = (
+        spark.createDataFrame([(k,) for k in keys], "slot INT")
+        .repartition(2, "slot")
+        .selectExpr("spark_partition_id() AS p")
+        .groupBy("p")
+        .count()
+        .collect()
+    )
+    assert sorted(r["count"] for r in parts) == [4, 4]

@@ -89,3 +89,15 @@ def test_a_started_checkpoint_decides_the_state_partitions() -> None:
     # a checkpoint from before the setting: one state partition per bucket, 4 slots each
     old = {k: v for k, v in published.items() if k != "state_partitions"}
     assert resolve(None, settings(8), old).slot_count == 32
+
+
+def test_a_started_checkpoint_keeps_its_slot_keys() -> None:
+    from jobs.controller_job import resolve
+
+    published = layout(settings(8, partitions=2))
+    assert published["slot_keys"] == "balanced"
+    resolved = resolve(None, settings(8), published)
+    assert resolved.balanced_slots and resolved.slot_keys != tuple(range(8))
+    # a checkpoint started before balanced keys: its state is keyed 0 .. slot_count - 1
+    old = {k: v for k, v in published.items() if k != "slot_keys"}
+    assert resolve(None, settings(8), old).slot_keys == tuple(range(8))
