@@ -35,8 +35,6 @@ def test_keys_zero_to_n_are_uneven_which_is_why_the_keys_are_chosen() -> None:
 
 
 def test_the_expression_maps_hash_indexes_to_the_keys() -> None:
-    assert "element_at(array(2, 0, 4, 1, 5, 3, 10, 6)" in slot_expression(
-        balanced_slot_keys(8, 2)
-    )
+    assert "element_at(array(2, 0, 4, 1, 5, 3, 10, 6)" in slot_expression(balanced_slot_keys(8, 2))
     assert "element_at" not in slot_expression(8)
     assert "element_at" not in slot_expression(tuple(range(8)))
