@@ -11,6 +11,7 @@ The Spark packages come from the jars that ``make setup`` resolved (see
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
@@ -117,6 +118,8 @@ def _start_zygote(settings: SparkSettings) -> PythonZygote:
     """This process's zygote (one per JVM: a session that exists keeps its executable)."""
     global _zygote
     if _zygote is None or not _zygote.process.alive():
+        if _zygote is None:
+            atexit.register(stop_zygote)  # its socket and launcher go too
         _zygote = PythonZygote.start(settings.work_dir, settings.python_preload)
     return _zygote
 

@@ -5,18 +5,19 @@
     slot.due(workflow)                                 # the slot's earliest due time, or None
     text = slot.to_json()
 
-The controller's query keys its ``transformWithStateInPandas`` by slot,
-``pmod(xxhash64(stream), slot_count)``, not by stream: every key costs the
-Python worker several round trips to the JVM's state server per micro-batch
-(set the key, read the value, write it), and with one key per stream those
-round trips, not the watermark logic, were most of a batch (about 4 ms per
-stream and batch on two busy cores). A slot holds the
+The controller's query keys its ``transformWithStateInPandas`` by slot (slot
+``pmod(xxhash64(stream), slot_count)``, keyed by :func:`balanced_slot_keys`),
+not by stream: every key costs the Python worker several round trips to the
+JVM's state server per micro-batch (set the key, read the value, write it),
+and with one key per stream those round trips, not the watermark logic, were
+most of a batch (about 4 ms per stream and batch on two busy cores). A slot holds the
 :class:`~jobs.workflow.StreamState` of each of its streams as plain JSON
 values; only the streams a batch touches -- new records, or a cycle due --
 are decoded and re-encoded.
 
 The slots are spread over the query's state partitions by Spark's hash
-partitioning, ``SLOTS_PER_PARTITION`` per state partition on average. A
+partitioning of their keys, which :func:`balanced_slot_keys` chooses so that
+every state partition holds ``SLOTS_PER_PARTITION`` slots. A
 record whose key is :func:`due_key` ``(slot)`` -- produced by the driver
 (:mod:`jobs.due`), never by a writer: ``#`` is not allowed in stream names
 -- goes to that slot and runs its due cycles.
@@ -37,9 +38,9 @@ from typing import Any
 from jobs.workflow import MarkInput, Output, StreamState, StreamWorkflow
 
 SLOTS_PER_PARTITION = 4
-"""Slots per state partition: enough that Spark's hash partitioning leaves few
-partitions without a slot (about 2% at 4), few enough that per-key round trips
-stay negligible and a slot's JSON stays small."""
+"""Slots per state partition: several, so that a stream's hash spreads the streams
+evenly over the slots, few enough that per-key round trips stay negligible and
+a slot's JSON stays small."""
 
 DUE_PREFIX = "#due:"
 SLOT_VERSION = 2
