@@ -58,6 +58,7 @@ PRELOAD = ("pandas", "pyarrow", *FORKED_MODULES, "jobs.processor")
 the controller's stateful processor (``transformWithStateInPandas``) included."""
 
 _MAX_REQUEST = 16 * 1024 * 1024
+_MAX_SOCKET_PATH = 100
 
 
 @dataclass
@@ -73,8 +74,15 @@ class PythonZygote:
     def start(cls, work_dir: Path, preload: Sequence[str] = PRELOAD) -> PythonZygote:
         """Start a zygote (its log under ``work_dir``) and write its launcher. The zygote
         imports ``preload`` in the background; until it listens, calls run as usual."""
-        # A Unix socket's path is limited to about 100 bytes: a short directory of its own.
-        run_dir = Path(tempfile.mkdtemp(prefix="tidemark-zygote-"))
+        # Under the work directory (gone with it, even after a kill -9), unless that makes
+        # the socket's path too long for a Unix socket (about 100 bytes): then in /tmp.
+        run_dir = work_dir / "python-zygote"
+        if len(str(run_dir / "sock")) <= _MAX_SOCKET_PATH and not _answers(run_dir / "sock"):
+            run_dir.mkdir(parents=True, exist_ok=True)
+            for stale in (run_dir / "sock", run_dir / "sock.new"):
+                stale.unlink(missing_ok=True)  # a dead zygote's
+        else:  # too long, or another process's zygote lives there
+            run_dir = Path(tempfile.mkdtemp(prefix="tidemark-zygote-"))
         socket_path = run_dir / "sock"
         launcher = run_dir / "python"
         write_launcher(launcher, socket_path, sys.executable)
@@ -106,6 +114,16 @@ class PythonZygote:
             self.run_dir.rmdir()
         except OSError as exc:
             log.debug("zygote directory %s left: %s", self.run_dir, exc)
+
+
+def _answers(socket_path: Path) -> bool:
+    """Whether a zygote listens on ``socket_path``."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(str(socket_path))
+        except OSError:
+            return False
+    return True
 
 
 def write_launcher(path: Path, socket_path: Path, python: str) -> None:

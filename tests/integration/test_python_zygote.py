@@ -153,3 +153,25 @@ def test_a_killed_caller_takes_its_child_with_it(zygote: PythonZygote) -> None:
     proc.wait(10)
     assert gone(pid), "the forked worker outlived its caller"
     conn.close()
+
+
+def test_a_work_directory_holds_one_live_zygote(tmp_path: Path) -> None:
+    (tmp_path / "python-zygote").mkdir()
+    (tmp_path / "python-zygote" / "sock").write_text("")  # a dead zygote's leftover
+    first = PythonZygote.start(tmp_path, preload=())
+    try:
+        assert first.ready(60) and first.run_dir == tmp_path / "python-zygote"
+        second = PythonZygote.start(tmp_path, preload=())  # the first one answers there
+        try:
+            assert second.ready(60) and second.run_dir != first.run_dir
+        finally:
+            second.stop()
+        assert not second.run_dir.exists()
+        jvm = FakeJvm()
+        proc, conn, pid = run_worker(first.launcher, jvm)
+        assert parent_of(pid) == first.process.pid
+        conn.close()
+        proc.communicate(timeout=30)
+    finally:
+        first.stop()
+    assert not (tmp_path / "python-zygote").exists()
