@@ -259,6 +259,9 @@ def _become(
         extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path]
         sys.path[1:1] = extra
         sys.argv = [argv[1], *argv[2:]]
+        # Run the module's code afresh as __main__ (its imports stay loaded); left in
+        # sys.modules, runpy warns that it was imported before it ran.
+        sys.modules.pop(argv[1], None)
         runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
         code = 0
     except SystemExit as exc:

@@ -261,7 +261,7 @@ def warm_up(
     settings: ControllerSettings,
     instance_id: str,
     batches: int = 3,
-    kafka_timeout_s: float = 20.0,
+    kafka_timeout_s: float = 60.0,
 ) -> None:
     """Run the controller's plan on a few batches before contending: first the real plan
     (the marks topic, coalesced, through the operator) over a few retained marks, or, when
@@ -370,6 +370,14 @@ def _warm_up_query(
             if len(ran) >= batches:
                 return True
             time.sleep(0.2)
+        log.info(
+            "controller %s: warm-up %s ran %d of %d batches in %.0f s",
+            instance_id,
+            name,
+            len(ran),
+            batches,
+            timeout_s,
+        )
         return False
     finally:
         query.stop()

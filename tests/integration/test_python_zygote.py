@@ -100,6 +100,7 @@ def test_a_driver_worker_is_a_fork_of_the_zygote_and_its_exit_is_the_callers(
     conn.close()  # the worker fails to read its command: an error, as with its own process
     out, err = proc.communicate(timeout=30)
     assert proc.returncode != 0 and b"Traceback" in err, (proc.returncode, out, err)
+    assert b"RuntimeWarning" not in err  # the module runs afresh, not over its preloaded self
     assert gone(pid)
 
 
