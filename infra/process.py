@@ -36,10 +36,15 @@ _started: list[ManagedProcess] = []
 _live_lock = threading.Lock()
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child
+def die_with_parent() -> None:  # pragma: no cover - runs in the child
+    """Have the kernel SIGKILL this process when its parent dies (Linux; else nothing)."""
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child
+    die_with_parent()
     os.setpgrp()
 
 

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from infra import zygote_client
-from infra.process import ManagedProcess
+from infra.process import ManagedProcess, die_with_parent
 
 log = logging.getLogger(__name__)
 
@@ -203,20 +203,15 @@ def _take(
     try:
         data, fds, _, _ = socket.recv_fds(conn, 65536, 3)
         head = zygote_client.HEADER.size
-        while len(data) < head:
-            chunk = conn.recv(head - len(data))
-            if not chunk:
-                raise ValueError("no request")
-            data += chunk
+        data = zygote_client.read_exactly(conn, head, data)
+        if len(data) < head:
+            raise ValueError("no request")
         (size,) = zygote_client.HEADER.unpack(data[:head])
         if size > _MAX_REQUEST:
             raise ValueError(f"request of {size} bytes")
-        body = data[head:]
-        while len(body) < size:
-            chunk = conn.recv(size - len(body))
-            if not chunk:
-                raise ValueError("request cut short")
-            body += chunk
+        body = zygote_client.read_exactly(conn, size, data[head:])
+        if len(body) < size:
+            raise ValueError("request cut short")
         request = json.loads(body)
         argv, env, cwd = list(request["argv"]), dict(request["env"]), str(request["cwd"])
         if len(fds) != 3 or len(argv) < 2 or argv[0] != "-m" or argv[1] not in FORKED_MODULES:
@@ -249,7 +244,7 @@ def _become(
         for sig in (signal.SIGCHLD, signal.SIGTERM):
             signal.signal(sig, signal.SIG_DFL)
         conn.close()
-        _die_with_zygote()
+        die_with_parent()  # the zygote
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
             os.close(fd)
@@ -275,13 +270,6 @@ def _become(
             with contextlib.suppress(Exception):
                 stream.flush()
         os._exit(code)
-
-
-def _die_with_zygote() -> None:
-    import ctypes
-
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def _reap(children: dict[int, socket.socket], selector: selectors.BaseSelector) -> None:

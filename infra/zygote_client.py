@@ -29,6 +29,17 @@ def request(argv: list[str]) -> bytes:
     return HEADER.pack(len(body)) + body
 
 
+def read_exactly(conn: socket.socket, size: int, have: bytes = b"") -> bytes:
+    """``have`` and what follows it on ``conn``, up to ``size`` bytes; shorter when the
+    other end closed first."""
+    while len(have) < size:
+        chunk = conn.recv(size - len(have))
+        if not chunk:
+            break
+        have += chunk
+    return have
+
+
 def run(sock_path: str, argv: list[str]) -> int | None:
     """The child's exit status, or ``None`` when no zygote took the request."""
     try:
@@ -39,12 +50,9 @@ def run(sock_path: str, argv: list[str]) -> int | None:
         conn.sendall(payload[sent:])
     except OSError:
         return None
-    reply = b""
-    while len(reply) < STATUS.size:
-        chunk = conn.recv(STATUS.size - len(reply))
-        if not chunk:  # the zygote died: the child's fate is unknown
-            return 1
-        reply += chunk
+    reply = read_exactly(conn, STATUS.size)
+    if len(reply) < STATUS.size:  # the zygote died: the child's fate is unknown
+        return 1
     return int(STATUS.unpack(reply)[0])
 
 

@@ -316,10 +316,15 @@ def _warm_up_resume(spark: Any, settings: ControllerSettings, instance_id: str, 
     (snapshot and changelogs), code a query on a fresh checkpoint never runs: measured,
     that load took 0.7 s of the first batch's 1.5 s in a standby warmed without it."""
     name = "resume"
-    _delete_path(spark, f"{settings.checkpoint_root.rstrip('/')}/warm-up/{instance_id}/{name}")
+    _delete_path(spark, _warm_up_checkpoint(settings, instance_id, name))
     for batches in (2, 1):
         if not _warm_up_query(spark, settings, instance_id, name, rows, batches, 60):
             return
+
+
+def _warm_up_checkpoint(settings: ControllerSettings, instance_id: str, name: str) -> str:
+    """The checkpoint of warm-up query ``name`` of this driver."""
+    return f"{settings.checkpoint_root.rstrip('/')}/warm-up/{instance_id}/{name}"
 
 
 def _hadoop_path(spark: Any, location: str) -> tuple[Any, Any]:
@@ -352,11 +357,10 @@ def _warm_up_query(
     (``True``) or ``timeout_s`` passed (``False``)."""
     frame = controller_operator(records, settings)
     prepare_session(spark, settings.query_partitions)
-    root = settings.checkpoint_root.rstrip("/")
     query = (
         frame.writeStream.format("noop")
         .queryName(f"tidemark-warm-up-{name}-{instance_id}")
-        .option("checkpointLocation", f"{root}/warm-up/{instance_id}/{name}")
+        .option("checkpointLocation", _warm_up_checkpoint(settings, instance_id, name))
         .trigger(processingTime="200 milliseconds")
         .start()
     )
