@@ -97,3 +97,18 @@ def test_slot_keys_land_in_the_partitions_spark_gives_them(spark) -> None:
         .collect()
     )
     assert sorted(r["count"] for r in parts) == [4, 4]
+
+
+def test_the_local_driver_jvm_runs_with_the_local_options(spark) -> None:
+    from infra.spark import LOCAL_JVM_OPTIONS
+
+    jvm = spark.sparkContext._jvm
+    arguments = list(
+        jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments()
+    )
+    assert set(LOCAL_JVM_OPTIONS) <= set(arguments), arguments
+    collector = {
+        bean.getName()
+        for bean in jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()
+    }
+    assert collector == {"PS Scavenge", "PS MarkSweep"}, collector

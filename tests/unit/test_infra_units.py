@@ -75,3 +75,17 @@ def test_resolve_services_option_then_environment_then_error(tmp_path) -> None:
     assert (found.kafka_bootstrap, found.zk_connect) == ("opt:9092", "env:2181")
     with _pytest.raises(ConfigurationError, match=r"postgresql.*TIDEMARK_POSTGRES_DSN"):
         resolve_services(POSTGRES, env=env)
+
+
+def test_local_drivers_get_the_jvm_options_and_cluster_drivers_keep_the_defaults(
+    tmp_path: Path,
+) -> None:
+    from infra.spark import LOCAL_JVM_OPTIONS, SparkSettings, driver_java_options
+
+    settings = SparkSettings(work_dir=tmp_path, driver_memory="3g")
+    local = driver_java_options(settings, "local[2]").split()
+    assert local[0] == f"-Dderby.system.home={tmp_path / 'derby'}"
+    assert local[1:] == [*LOCAL_JVM_OPTIONS, "-Xms3g"]
+    assert driver_java_options(settings, "spark://10.0.0.1:7077").split() == local[:1]
+    plain = SparkSettings(work_dir=tmp_path, jvm_options=())
+    assert driver_java_options(plain, "local[*]").split() == local[:1]
