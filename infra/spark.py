@@ -52,10 +52,10 @@ the same cores. With the parallel collector (no concurrent work; young pauses of
 20-30 ms every few seconds), an initial heap at its maximum, and the C1 compiler
 only (compiled quickly; little here runs hot enough for C2 to pay back), the
 freshness benchmark's median batch went from 0.77-0.85 s to 0.60-0.65 s and its
-p99 from 1.26-4.09 s (6 runs) to 1.00-1.13 s (5 runs); a query's first batch from
-15-18 s to 10-12.5 s; the capacity benchmark's marks/s rose by a third. Cluster
-masters keep Spark's defaults: there the executors do the heavy work, on more
-cores."""
+p99 from 1.26-4.09 s (6 runs) to 1.05-1.29 s (5 runs); a query's first batch from
+15-18 s to 10-12.5 s (in the capacity benchmark its plain-append baseline gained
+more than the controller). Cluster masters keep Spark's defaults: there the
+executors do the heavy work, on more cores."""
 
 
 @dataclass(frozen=True)

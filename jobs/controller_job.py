@@ -94,6 +94,16 @@ coalesced, a task reads its partitions in turn and paid up to 500 ms for each:
 buckets: 16.0 k / 18.6 k). The consumers poll only inside a batch's tasks, so
 the shorter wait costs nothing when idle."""
 
+MAX_POLL_RECORDS = 100_000
+"""Records one poll of the Kafka source's consumers may return (Kafka's default: 500):
+as many as a fetch brings (``max.partition.fetch.bytes``, 1 MiB: ~12 k marks). Spark's
+consumer follows every poll with two ``ListOffsets`` round trips to the broker (the
+partition's available range), so with 500 a task reading 12.5 k marks of a partition
+polled 25 times and waited for 50 round trips. Measured in Spark's event log, a
+100 k-mark batch's Kafka stage took 0.30 s instead of 0.63 s (8 buckets), and the
+capacity benchmark's 8-bucket rate rose from 34-44 k to 44-49 k marks/s. It adds
+no memory: a poll hands over only records the consumer has already fetched."""
+
 
 def is_local(root: str) -> bool:
     """A plain path or a ``file:`` URI (not HDFS, S3, ...)."""
@@ -177,6 +187,7 @@ def marks_frame(
         # Marks past the topic's retention are gone for every reader; keep going.
         .option("failOnDataLoss", "false")
         .option("kafka.fetch.max.wait.ms", str(FETCH_MAX_WAIT_MS))
+        .option("kafka.max.poll.records", str(MAX_POLL_RECORDS))
         .options(**spark_kafka_options())
     )
     limit = max_offsets_per_trigger or settings.max_offsets_per_trigger

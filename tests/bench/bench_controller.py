@@ -34,6 +34,7 @@ part to check that it runs (the figures then mean little).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import signal
@@ -395,6 +396,24 @@ def _topic_ends(settings: Any) -> dict[int, int]:
     return KafkaCommittedOffsets(settings.kafka_bootstrap).query(topic, parts)
 
 
+def _committed_ends(
+    settings: Any, before: dict[int, int], marks: list[tuple[bytes, bytes, int]]
+) -> dict[int, int]:
+    """The marks topic's last stable offsets once a transaction of ``marks`` is visible
+    on every partition it wrote: past its records and its commit marker. The producer's
+    commit returns before the coordinator has written every marker, so offsets read
+    right after it may still end before the transaction (the baseline read none)."""
+    counts = collections.Counter(part for _, _, part in marks)
+    deadline = time.monotonic() + 60
+    while True:
+        ends = _topic_ends(settings)
+        if all(ends.get(p, 0) >= before.get(p, 0) + n + 1 for p, n in counts.items()):
+            return ends
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the marks' transaction is not visible: {ends} after {before}")
+        time.sleep(0.05)
+
+
 def _partitions(spark: Any, settings: Any) -> int:
     """The state partitions the job's query runs on (its checkpoint is new)."""
     return int(settings.resolved_state_partitions(int(spark.sparkContext.defaultParallelism)))
@@ -433,7 +452,7 @@ def capacity(spark: Any, services: Any, root: str, work: Path) -> list[str]:
             # pre-encoded marks, well under a second): its batches measure the controller.
             before = _topic_ends(settings)
             total = _produce_marks(services, settings, backlog, at_once=True)
-            measured = (before, _topic_ends(settings))
+            measured = (before, _committed_ends(settings, before, backlog))
             results[buckets] = (_drain(job, after), total)
             phases[buckets] = _phases(job.query)
             after = _last_batch(job)
