@@ -17,9 +17,14 @@ the store).
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from controller.exceptions import ConflictError, InvalidModelError, UnknownScopeError
+from controller.exceptions import (
+    ConflictError,
+    InvalidModelError,
+    UnknownScopeError,
+    UnknownStreamError,
+)
 from controller.metadata import StreamMetadata, Versioned
 from controller.naming import split_stream
 
@@ -77,6 +82,19 @@ class MetadataStore(abc.ABC):
     def get_stream(self, stream: str) -> StreamMetadata:
         """The stream's metadata; :class:`UnknownStreamError` naming it if absent."""
         return self.read_stream(stream).metadata
+
+    def read_streams(self, streams: Sequence[str]) -> dict[str, Versioned]:
+        """Several streams' metadata and versions (one each); absent streams are left out.
+
+        A store that can ask for many records at once (ZooKeeper) overrides this so
+        that ``n`` streams cost one round trip's wait, not ``n``."""
+        found: dict[str, Versioned] = {}
+        for stream in streams:
+            try:
+                found[stream] = self.read_stream(stream)
+            except UnknownStreamError:
+                continue
+        return found
 
 
 def check_append_only(old: StreamMetadata, new: StreamMetadata) -> None:

@@ -25,13 +25,21 @@ of the same name does not see stale ones).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
+from kazoo.exceptions import (
+    BadVersionError,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+)
 from kazoo.recipe.watchers import DataWatch
 
 from controller.exceptions import (
@@ -55,6 +63,14 @@ from controller.naming import split_stream
 from controller.store import MetadataStore, StreamCallback, check_append_only, check_scope_name
 
 log = logging.getLogger(__name__)
+
+
+def _epoch_count(record: bytes) -> int:
+    """Epochs a stream record names (0 when it names none readably: its decoding says why)."""
+    try:
+        return int(json.loads(record)["current_epoch"]) + 1
+    except (ValueError, KeyError, TypeError):
+        return 0
 
 
 def _json(value: Any) -> bytes:
@@ -108,6 +124,46 @@ class ZooKeeperStore(MetadataStore):
         except NoNodeError:
             raise UnknownStreamError(stream) from None
         return Versioned(self._decode(stream, data, stat.czxid), stat.version)
+
+    def read_streams(self, streams: Sequence[str]) -> dict[str, Versioned]:
+        """Several streams at once: every record is asked for before any answer is awaited,
+        then every epoch not cached yet, so ``n`` streams wait about two round trips, not
+        ``2 n``. A record whose read fails otherwise than by being absent (a lost
+        connection) is read again on its own, with the client's retries; a malformed one
+        raises as :meth:`read_stream` does."""
+        pending = [(s, self.client.get_async(self._stream_path(s))) for s in dict.fromkeys(streams)]
+        records: dict[str, tuple[bytes, Any]] = {}
+        alone: list[str] = []
+        for stream, answer in pending:
+            try:
+                records[stream] = answer.get()
+            except NoNodeError:
+                continue
+            except KazooException:
+                alone.append(stream)
+        epochs = []
+        for stream, (data, stat) in records.items():
+            for number in range(_epoch_count(data)):
+                key = (stream, stat.czxid, number)
+                with self._cache_lock:
+                    if key in self._epochs:
+                        continue
+                epochs.append((key, self.client.get_async(self._epoch_path(stream, number))))
+        for key, answer in epochs:
+            # a failed or malformed epoch is read again by _decode, which names the problem
+            with contextlib.suppress(Exception):
+                data, _ = answer.get()
+                epoch = epoch_from_dict(json.loads(data))
+                with self._cache_lock:
+                    self._epochs[key] = epoch
+        found = {
+            stream: Versioned(self._decode(stream, data, stat.czxid), stat.version)
+            for stream, (data, stat) in records.items()
+        }
+        for stream in alone:
+            with contextlib.suppress(UnknownStreamError):
+                found[stream] = self.read_stream(stream)
+        return found
 
     # --- writing ---------------------------------------------------------------------------
 

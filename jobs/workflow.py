@@ -249,6 +249,9 @@ class StreamLookup(Protocol):
     def stream(self, stream: str, refresh: bool = False) -> StreamMetadata | None:
         """The stream's metadata, or ``None`` when there is no such stream."""
 
+    def prefetch(self, streams: Sequence[str]) -> None:
+        """Streams about to be looked up: a lookup that reads a store may read them together."""
+
 
 class CommittedOffsets(Protocol):
     """The last stable offset (``read_committed`` end) of a topic's partitions."""
@@ -302,8 +305,11 @@ class StreamWorkflow:
         return out
 
     def expect(self, streams: Iterable[str]) -> None:
-        """The streams of a call whose cuts may be checked: their partitions are asked for
-        together, so streams new to this worker cost one request between them."""
+        """The streams of a call: their metadata is read together, and the partitions of
+        their cuts are asked for together, so streams new to this worker cost a couple of
+        round trips between them."""
+        streams = list(streams)
+        self.streams.prefetch(streams)
         for stream in streams:
             meta = self.streams.stream(stream)
             if meta is not None:

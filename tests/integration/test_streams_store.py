@@ -93,6 +93,23 @@ def test_epochs_are_append_only_and_round_trip(store):
     assert store.get_stream("shop/orders") == grown
 
 
+def test_several_streams_are_read_together_as_each_alone(store):
+    """A batch read (one round trip's wait for many streams) gives what single reads give;
+    absent streams are left out, repeated names read once."""
+    v0 = store.create_stream(fresh("shop/a"))
+    store.replace_stream(scaled(v0.metadata), v0.version)  # two epochs
+    store.create_stream(fresh("shop/b", segments=3))
+    names = ["shop/b", "shop/absent", "shop/a", "shop/b"]
+    assert store.read_streams(names) == {n: store.read_stream(n) for n in ("shop/a", "shop/b")}
+    assert store.read_streams([]) == {}
+    if hasattr(store, "client"):  # ZooKeeper: a store whose epoch cache is empty reads them all
+        from controller.zk_store import ZooKeeperStore
+
+        cold = ZooKeeperStore(store.client, root="/tidemark")
+        assert cold.read_streams(names) == store.read_streams(names)
+        assert cold.get_stream("shop/a").epochs == store.get_stream("shop/a").epochs
+
+
 def test_delete_and_recreate(store):
     v0 = store.create_stream(fresh())
     v1 = store.replace_stream(scaled(v0.metadata), v0.version)
@@ -168,3 +185,26 @@ def test_bad_scope_names_are_refused(empty_store, bad):
     with pytest.raises(InvalidModelError, match="scope/name"):
         empty_store.create_scope(bad)
     assert empty_store.list_scopes() == []
+
+
+def test_a_worker_lookup_reads_the_streams_it_is_told_of_together(zk_client, zookeeper, unique):
+    """``ZooKeeperStreams.prefetch`` (a Python worker's lookup) caches what it read: the
+    streams are then answered without ZooKeeper; absent ones are still looked up."""
+    from controller.zk_store import ZooKeeperStore
+    from jobs.lookups import ZooKeeperStreams
+
+    store = ZooKeeperStore(zk_client, root="/tidemark")
+    store.create_scope("shop")
+    for name in ("shop/a", "shop/b"):
+        store.create_stream(fresh(name))
+    lookup = ZooKeeperStreams(f"{zookeeper}/tidemark-test-{unique}", "/tidemark")
+    try:
+        lookup.prefetch(["shop/a", "shop/b", "shop/absent"])
+        store.delete_stream(
+            "shop/b", store.read_stream("shop/b").version
+        )  # answered from the cache
+        assert lookup.stream("shop/a") == store.get_stream("shop/a")
+        assert lookup.stream("shop/b") == fresh("shop/b")
+        assert lookup.stream("shop/absent") is None
+    finally:
+        lookup.close()

@@ -21,9 +21,15 @@ A, B, C = "shop/a", "shop/b", "shop/c"
 class Streams:
     def __init__(self, *names: str) -> None:
         self.metas = {n: new_stream_metadata(n, StreamConfiguration(), 0) for n in names}
+        self.looked_up: list[str] = []
+        self.prefetched: list[list[str]] = []
 
     def stream(self, stream: str, refresh: bool = False) -> StreamMetadata | None:
+        self.looked_up.append(stream)
         return self.metas.get(stream)
+
+    def prefetch(self, streams: Sequence[str]) -> None:
+        self.prefetched.append(list(streams))
 
 
 class Committed:
@@ -77,6 +83,15 @@ def test_a_call_announces_its_streams_partitions_before_any_cut_is_checked() -> 
     w = StreamWorkflow(WorkflowSettings(), Streams(A, B, C), committed)
     run_slot(w, SlotState(), {B: [rec(B, "w", 20, 0)], A: [rec(A, "w", 10, 1)]}, 5_000)
     assert committed.expected == [(f"tidemark.{name.replace('/', '.')}", [0]) for name in (A, B)]
+
+
+def test_a_call_reads_its_streams_metadata_together_before_looking_any_up() -> None:
+    """So a worker new to many streams reads them in one batch, not one by one."""
+    streams = Streams(A, B, C)
+    w = StreamWorkflow(WorkflowSettings(), streams, Committed())
+    run_slot(w, SlotState(), {B: [rec(B, "w", 20, 0)], A: [rec(A, "w", 10, 1)]}, 5_000)
+    assert streams.prefetched == [[A, B]]
+    assert streams.looked_up[:2] == [A, B]  # the announcement's lookups come after it
 
 
 def test_a_stream_that_is_not_due_is_not_decoded() -> None:

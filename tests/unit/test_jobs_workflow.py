@@ -35,6 +35,9 @@ class Streams:
         self.refreshes += refresh
         return self.metas.get(stream)
 
+    def prefetch(self, streams: Sequence[str]) -> None:
+        pass
+
 
 class Committed:
     def __init__(self, stable: dict[int, int] | None = None) -> None:
