@@ -107,11 +107,16 @@ class ZooKeeperStore(MetadataStore):
                     data, _ = self.client.retry(self.client.get, self._epoch_path(stream, number))
                 except NoNodeError:
                     raise UnknownStreamError(stream, f"epoch {number} is missing") from None
-                cached = epoch_from_dict(json.loads(data))
-                with self._cache_lock:
-                    self._epochs[key] = cached
+                cached = self._remember_epoch(key, data)
             out.append(cached)
         return tuple(out)
+
+    def _remember_epoch(self, key: tuple[str, int, int], data: bytes) -> Epoch:
+        """Epoch znode ``data`` decoded and cached under ``(stream, czxid, number)``."""
+        epoch = epoch_from_dict(json.loads(data))
+        with self._cache_lock:
+            self._epochs[key] = epoch
+        return epoch
 
     def _decode(self, stream: str, data: bytes, czxid: int) -> StreamMetadata:
         raw = json.loads(data)
@@ -152,17 +157,12 @@ class ZooKeeperStore(MetadataStore):
         for key, answer in epochs:
             # a failed or malformed epoch is read again by _decode, which names the problem
             with contextlib.suppress(Exception):
-                data, _ = answer.get()
-                epoch = epoch_from_dict(json.loads(data))
-                with self._cache_lock:
-                    self._epochs[key] = epoch
+                self._remember_epoch(key, answer.get()[0])
         found = {
             stream: Versioned(self._decode(stream, data, stat.czxid), stat.version)
             for stream, (data, stat) in records.items()
         }
-        for stream in alone:
-            with contextlib.suppress(UnknownStreamError):
-                found[stream] = self.read_stream(stream)
+        found.update(super().read_streams(alone))  # one by one, with the client's retries
         return found
 
     # --- writing ---------------------------------------------------------------------------

@@ -19,8 +19,9 @@ part to check that it runs (the figures then mean little).
   the broker's work, as the baseline does); wall clock from the start of the
   first batch that reads it to the end of the last. For 8 buckets the job
   then stops, the same backlog is produced again, and the job resumes from
-  its checkpoint in the same session: that figure (first batch's planning, state stores loaded from
-  the checkpoint, new consumers) is printed beside, as a restart's cost.
+  its checkpoint in the same session: that figure (first batch's planning,
+  state stores loaded from the checkpoint, new consumers) is printed beside,
+  as a restart's cost.
   Bucket count 8, then 64 (each its own topic and checkpoint), both on the
   default state partitions (Spark's default parallelism); baseline: the
   same marks (the measured backlog's offsets) read from Kafka and appended to
@@ -448,8 +449,8 @@ def capacity(spark: Any, services: Any, root: str, work: Path) -> list[str]:
             _produce_marks(services, settings, _encode_marks(settings, range(WARMUP_ROUNDS)))
             job.process_all_available(1800)
             after = _last_batch(job)
-            # The running query meets the measured backlog as it lands (a burst of
-            # pre-encoded marks, well under a second): its batches measure the controller.
+            # The running query meets the measured backlog as it lands (pre-encoded marks in
+            # one transaction, visible at its commit): its batches measure the controller.
             before = _topic_ends(settings)
             total = _produce_marks(services, settings, backlog, at_once=True)
             measured = (before, _committed_ends(settings, before, backlog))
