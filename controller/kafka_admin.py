@@ -88,28 +88,29 @@ class StreamTopics:
             return None
         return len(found.partitions)
 
-    def create(self, topic: str, partitions: int, configs: Mapping[str, str | None]) -> None:
-        """Create ``topic``; an existing one is kept and grown to ``partitions``."""
+    def create(self, topic: str, partitions: int, configs: Mapping[str, str | None]) -> int:
+        """Create ``topic``; an existing one is kept and grown to ``partitions``. Returns
+        the partition count once the topic's metadata shows it."""
         settings = {k: v for k, v in configs.items() if v is not None}
         futures = self.admin.create_topics(
             [NewTopic(topic, num_partitions=partitions, config=settings)],
             operation_timeout=self.timeout_s,
         )
         self._wait(f"creating topic {topic!r}", futures[topic], [KafkaError.TOPIC_ALREADY_EXISTS])
-        deadline = time.monotonic() + self.timeout_s
-        while self.partition_count(topic) is None:  # metadata reaches the client a bit later
-            if time.monotonic() > deadline:
-                raise KafkaOperationError(f"topic {topic!r} did not appear after its creation")
-            time.sleep(0.05)
-        self.ensure_partitions(topic, partitions)
+        current = self._await_count(topic, 1, "did not appear after its creation")
+        return self._grow(topic, current, partitions)
 
-    def ensure_partitions(self, topic: str, count: int) -> None:
-        """Grow ``topic`` to ``count`` partitions (nothing to do when it has them)."""
+    def ensure_partitions(self, topic: str, count: int) -> int:
+        """Grow ``topic`` to ``count`` partitions (nothing to do when it has them); returns
+        its partition count."""
         current = self.partition_count(topic)
         if current is None:
             raise KafkaOperationError(f"topic {topic!r} does not exist")
+        return self._grow(topic, current, count)
+
+    def _grow(self, topic: str, current: int, count: int) -> int:
         if current >= count:
-            return
+            return current
         futures = self.admin.create_partitions(
             [NewPartitions(topic, count)], operation_timeout=self.timeout_s
         )
@@ -118,10 +119,20 @@ class StreamTopics:
             futures[topic],
             [KafkaError.INVALID_PARTITIONS],
         )
+        return self._await_count(topic, count, f"did not reach {count} partitions")
+
+    def _await_count(self, topic: str, at_least: int, failure: str) -> int:
+        """The topic's partition count once some broker's metadata shows ``at_least``. A
+        change reaches the brokers one by one, and each metadata request may ask another
+        one, so one answer that shows it does not mean the next will: callers use the
+        count returned here rather than asking again."""
         deadline = time.monotonic() + self.timeout_s
-        while (self.partition_count(topic) or 0) < count:
+        while True:
+            count = self.partition_count(topic)
+            if count is not None and count >= at_least:
+                return count
             if time.monotonic() > deadline:
-                raise KafkaOperationError(f"topic {topic!r} did not reach {count} partitions")
+                raise KafkaOperationError(f"topic {topic!r} {failure}")
             time.sleep(0.05)
 
     def alter_configs(self, topic: str, configs: Mapping[str, str | None]) -> None:
@@ -300,8 +311,7 @@ def ensure_marks_topic(
                     "partitions, or let writers create it (WriterConfig.create_marks_topic=True)"
                 )
             log.info("creating marks topic %s with %d partitions", topic, buckets)
-            topics.create(topic, buckets, MARKS_TOPIC_CONFIGS)
-            count = topics.partition_count(topic)
+            count = topics.create(topic, buckets, MARKS_TOPIC_CONFIGS)
         elif alter and topics.topic_configs(topic).get(TIMESTAMP_TYPE) != LOG_APPEND_TIME:
             log.warning("marks topic %s: setting %s=%s", topic, TIMESTAMP_TYPE, LOG_APPEND_TIME)
             topics.alter_configs(topic, MARKS_TOPIC_CONFIGS)

@@ -199,9 +199,8 @@ class StreamManager:
         self._step("create", "recorded")
         meta = v.metadata
         try:
-            self.topics.create(meta.topic, meta.partition_count(), topic_configs(config))
+            found = self.topics.create(meta.topic, meta.partition_count(), topic_configs(config))
             self.topics.alter_configs(meta.topic, topic_configs(config))
-            found = self.topics.partition_count(meta.topic)
             if found != meta.partition_count():
                 raise KafkaOperationError(
                     f"topic {meta.topic!r} has {found} partitions, stream {stream!r} expects "

@@ -327,3 +327,15 @@ def test_bad_input_is_refused_and_changes_nothing(manager, topics, kafka, stream
         manager.scale(stream, [1], [R(0.5, 1.0)])
     with pytest.raises(StreamSealedError, match="sealed"):
         manager.truncate(stream, {segment_id(1, 2): 0, segment_id(1, 3): 0, 1: 2})
+
+
+def test_topic_creation_returns_the_count_it_waited_for(topics, unique):
+    """``create`` and ``ensure_partitions`` hand back the count the metadata showed, so a
+    caller need not ask again (on a cluster the next request may reach a broker that has
+    not heard of the topic yet)."""
+    topic = f"counts-{unique}"
+    assert topics.create(topic, 2, {}) == 2
+    assert topics.create(topic, 3, {}) == 3  # an existing topic is kept and grown
+    assert topics.ensure_partitions(topic, 1) == 3  # never shrunk
+    assert topics.ensure_partitions(topic, 4) == 4
+    assert topics.partition_count(topic) == 4
