@@ -494,14 +494,15 @@ def capacity(spark: Any, services: Any, root: str, work: Path) -> list[str]:
             finally:
                 job.stop()
             baseline = _baseline(spark, services, settings, measured, work)
-    eight, sixty_four = _median_drain(results[8]), _median_drain(results[64])
+    medians = {buckets: _median_drain(runs) for buckets, runs in results.items()}
+    eight, sixty_four = medians[8], medians[64]
     ratio = eight.rate / max(baseline, 1e-9)
     spread = abs(eight.rate - sixty_four.rate) / max(eight.rate, sixty_four.rate, 1e-9)
     return (
         [
             f"capacity, {STREAMS} streams x {WRITERS} writers, {len(runs)} bursts of {total} "
             f"marks after a warm-up, {buckets} buckets on {partitions[buckets]} state "
-            f"partitions: median {_median_drain(runs).rate:,.0f} marks/s wall clock from first "
+            f"partitions: median {medians[buckets].rate:,.0f} marks/s wall clock from first "
             f"to last batch of a burst (bursts: "
             + ", ".join(f"{d.rate:,.0f}" for d in runs)
             + f"; longest batch {max(d.longest_s for d in runs):.1f} s"
