@@ -3,7 +3,8 @@
     Producer({**client_config("kafka:9093"), "acks": "all"})
     spark.readStream.format("kafka").options(**spark_kafka_options()) ...
 
-The security settings come from the environment, read here and nowhere else,
+The security settings come from the environment (names in :mod:`tidemark.environment`),
+read here and nowhere else,
 so every client of one process (writers, readers, the control plane, the
 controller job and its Spark workers, the timeline) authenticates the same way:
 
@@ -22,11 +23,10 @@ import os
 from collections.abc import Mapping
 
 from controller.exceptions import InvalidConfigurationError
-
-SECURITY_PROTOCOL = "TIDEMARK_KAFKA_SECURITY_PROTOCOL"
-SASL_MECHANISM = "TIDEMARK_KAFKA_SASL_MECHANISM"
-SASL_USERNAME = "TIDEMARK_KAFKA_SASL_USERNAME"
-SASL_PASSWORD = "TIDEMARK_KAFKA_SASL_PASSWORD"
+from tidemark.environment import KAFKA_SASL_MECHANISM as SASL_MECHANISM
+from tidemark.environment import KAFKA_SASL_PASSWORD as SASL_PASSWORD
+from tidemark.environment import KAFKA_SASL_USERNAME as SASL_USERNAME
+from tidemark.environment import KAFKA_SECURITY_PROTOCOL as SECURITY_PROTOCOL
 
 PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL", "SSL")
 MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")

@@ -1,5 +1,5 @@
 """Real services as local processes: ZooKeeper, Kafka (KRaft), Spark, PostgreSQL.
 
-Environment variables (see :mod:`infra.environment`) point everything at
+Environment variables (see :mod:`tidemark.environment`) point everything at
 existing services instead.
 """

@@ -20,8 +20,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from infra.environment import Environment
 from infra.exceptions import MissingToolError, ServiceError, SetupRequiredError
+from tidemark.environment import Environment
 
 log = logging.getLogger(__name__)
 

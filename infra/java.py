@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import shutil
 
-from infra.environment import Environment
 from infra.exceptions import MissingToolError
+from tidemark.environment import Environment
 
 
 def java_executable(env: Environment) -> str:

@@ -30,11 +30,11 @@ from pathlib import Path
 from types import TracebackType
 
 from infra import jars
-from infra.environment import Environment
 from infra.exceptions import ServiceError, ServiceTimeout
 from infra.java import jvm_argv
 from infra.ports import HOST, ensure_free, free_ports
 from infra.process import ManagedProcess, key_line
+from tidemark.environment import Environment
 
 MAIN_CLASS = "kafka.Kafka"
 STORAGE_TOOL = "kafka.tools.StorageTool"

@@ -20,10 +20,10 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from infra.environment import KAFKA_BOOTSTRAP, POSTGRES_DSN, ZK_CONNECT, Environment
 from infra.exceptions import ConfigurationError, MissingToolError, ServiceError
 from infra.ports import HOST
 from infra.process import pid_alive, stop_pid
+from tidemark.environment import KAFKA_BOOTSTRAP, POSTGRES_DSN, ZK_CONNECT, Environment
 
 log = logging.getLogger(__name__)
 
@@ -187,7 +187,7 @@ def resolve_services(
     env: Environment | None = None,
 ) -> ServicesState:
     """The services to talk to, each from its option, else the environment
-    (``infra.environment``), else the services ``tidemark up`` started.
+    (``tidemark.environment``), else the services ``tidemark up`` started.
 
     ``needed`` (of :data:`KAFKA`, :data:`ZOOKEEPER`, :data:`POSTGRES`): those that
     must be found; :class:`ConfigurationError` names the ones that are not and

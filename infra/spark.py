@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from infra import jars
-from infra.environment import Environment
 from infra.java import java_executable
 from infra.ports import HOST
 from infra.python_zygote import PRELOAD, PythonZygote
+from tidemark.environment import Environment
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -12,11 +12,11 @@ from pathlib import Path
 from types import TracebackType
 
 from infra import jars
-from infra.environment import Environment
 from infra.exceptions import ServiceTimeout
 from infra.java import jvm_argv
 from infra.ports import HOST, ensure_free, free_port
 from infra.process import ManagedProcess
+from tidemark.environment import Environment
 
 MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
 

@@ -103,9 +103,9 @@ def add_controller_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def settings_from_args(args: argparse.Namespace) -> ControllerSettings:
-    """Options, then the environment (``infra.environment``), then ``tidemark up``'s services."""
-    from infra.environment import Environment
+    """Options, then the environment (``tidemark.environment``), then ``tidemark up``'s services."""
     from infra.services import KAFKA, ZOOKEEPER, data_root, resolve_services
+    from tidemark.environment import Environment
     from tidemark.errors import ConfigurationError
 
     env = Environment.from_env()

@@ -428,8 +428,8 @@ def run_from_args(args: argparse.Namespace, spark: Any = None) -> int:
 
     from controller.naming import ClusterSettings
     from controller.zk_store import ZooKeeperStore
-    from infra.environment import Environment
     from infra.services import KAFKA, ZOOKEEPER, data_root, resolve_services
+    from tidemark.environment import Environment
 
     run = window_run_from_args(args)
     env = Environment.from_env()

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from infra.environment import Environment
 from infra.process import started_processes
+from tidemark.environment import Environment
 
 
 @pytest.fixture(scope="session")

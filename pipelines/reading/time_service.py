@@ -14,7 +14,7 @@ answers from Delta itself, so a service that is down never breaks a reader.
 Errors the service reports about the request (an unknown stream, a bad
 time) are raised as the same exceptions the local lookup raises.
 
-``TIDEMARK_TIME_SERVICE`` (named in ``infra.environment``) holds the
+``TIDEMARK_TIME_SERVICE`` (named in ``tidemark.environment``) holds the
 service's base URL, e.g. ``http://127.0.0.1:8790``.
 """
 
@@ -36,14 +36,15 @@ from controller.exceptions import UnknownStreamError
 from controller.model import Watermark
 from pipelines.reading.exceptions import InvalidTimestampError
 from pipelines.reading.seek import Found, SeekIndex, shared_index
+from tidemark.environment import TIME_SERVICE
 
 if TYPE_CHECKING:
     import ssl
 
 log = logging.getLogger(__name__)
 
-TIME_SERVICE_ENV = "TIDEMARK_TIME_SERVICE"
-"""The variable ``infra.environment`` names; read here because readers do not import infra."""
+TIME_SERVICE_ENV = TIME_SERVICE
+"""The variable ``tidemark.environment`` names; read here because readers do not import infra."""
 
 _UNREACHABLE = (OSError, httptools.HttpParserError, ValueError)
 

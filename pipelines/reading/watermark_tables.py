@@ -44,6 +44,7 @@ from schemas.tables import (
     table_path,
     watermark_from_row,
 )
+from tidemark.environment import DELTA_ROOT
 
 if TYPE_CHECKING:  # pyarrow is imported where a table is read or written
     import pyarrow as pa
@@ -64,8 +65,8 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-DELTA_ROOT_ENV = "TIDEMARK_DELTA_ROOT"
-"""The variable ``infra.environment`` names; read here only as a fallback, since
+DELTA_ROOT_ENV = DELTA_ROOT
+"""The variable ``tidemark.environment`` names; read here only as a fallback, since
 ``pipelines`` does not import ``infra``."""
 
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import tests.bench as bench_pkg
-from infra.environment import KAFKA_BOOTSTRAP, POSTGRES_DSN, ZK_CONNECT
+from tidemark.environment import KAFKA_BOOTSTRAP, POSTGRES_DSN, ZK_CONNECT
 
 LONG = frozenset({"bench_soak"})
 """Modules run only when named (``make soak``: ``python -m tests.bench bench_soak``)."""
@@ -68,9 +68,9 @@ def _broker_dir(stack: ExitStack, work: Path) -> Path:
 
 
 def _start(stack: ExitStack, work: Path) -> BenchServices:
-    from infra.environment import Environment
     from infra.kafka import KafkaCluster
     from infra.zookeeper import ZooKeeperServer
+    from tidemark.environment import Environment
 
     env = Environment.from_env()
     bootstrap = env.kafka_bootstrap or (

@@ -237,10 +237,10 @@ if __name__ == "__main__":
     import tempfile
     from contextlib import ExitStack
 
-    from infra.environment import Environment
     from infra.kafka import KafkaCluster
     from infra.zookeeper import ZooKeeperServer
     from tests.bench.__main__ import BenchServices
+    from tidemark.environment import Environment
 
     if sys.argv[1:] not in ([], ["--profile"]):
         raise SystemExit("usage: python -m tests.bench.bench_cli [--profile]")

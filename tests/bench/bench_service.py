@@ -169,8 +169,8 @@ def run(services: Any) -> list[str]:
 @contextmanager
 def _serve(work: Path, bootstrap: str, zk_connect: str, root: str, stream: str) -> Iterator[str]:
     """``tidemark serve`` in a process of its own; its URL once it lists ``stream``."""
-    from infra.environment import DELTA_ROOT, KAFKA_BOOTSTRAP, ZK_CONNECT
     from infra.ports import free_port
+    from tidemark.environment import DELTA_ROOT, KAFKA_BOOTSTRAP, ZK_CONNECT
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"

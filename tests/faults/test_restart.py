@@ -17,10 +17,10 @@ from controller.config import ScalingPolicy, StreamConfiguration
 from controller.naming import ClusterSettings
 from controller.streams import StreamManager
 from controller.zk_store import ZooKeeperStore
-from infra.environment import Environment
 from infra.process import pid_alive
 from infra.services import LocalServices
 from tests.faults.figures import report
+from tidemark.environment import Environment
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.faults]
 

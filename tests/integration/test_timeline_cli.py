@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from infra.environment import POSTGRES_DSN
 from tidemark.cli import timeline as cli
+from tidemark.environment import POSTGRES_DSN
 from tidemark.errors import TidemarkError
 
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from infra.environment import Environment
 from infra.jars import artifact_name
 from infra.ports import free_port, free_ports, is_listening
+from tidemark.environment import Environment
 
 
 def test_environment_reads_overrides_and_ignores_blanks() -> None:
@@ -65,8 +65,8 @@ def test_pipelines_exports_the_contract_names() -> None:
 def test_resolve_services_option_then_environment_then_error(tmp_path) -> None:
     import pytest as _pytest
 
-    from infra.environment import Environment
     from infra.services import KAFKA, POSTGRES, ZOOKEEPER, resolve_services
+    from tidemark.environment import Environment
     from tidemark.errors import ConfigurationError
 
     env = Environment(kafka_bootstrap="env:9092", zk_connect="env:2181", home=tmp_path)

@@ -66,8 +66,8 @@ def register(sub: Any) -> None:
 def _delta_root(args: argparse.Namespace) -> str:
     if args.delta_root:
         return str(args.delta_root)
-    from infra.environment import Environment
     from infra.services import data_root
+    from tidemark.environment import Environment
 
     return str(data_root(Environment.from_env()))
 

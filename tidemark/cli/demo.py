@@ -106,7 +106,7 @@ class Steps:
 
 
 def _default_dir() -> Path:
-    from infra.environment import Environment
+    from tidemark.environment import Environment
 
     return Environment.from_env().home / "demo" / time.strftime("%Y%m%d-%H%M%S")
 

@@ -92,8 +92,8 @@ def _time_of(args: argparse.Namespace, *, required: bool = False) -> int | None:
 
 
 def delta_root() -> str:
-    from infra.environment import Environment
     from infra.services import data_root
+    from tidemark.environment import Environment
 
     return str(data_root(Environment.from_env()))
 

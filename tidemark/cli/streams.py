@@ -28,9 +28,9 @@ from controller.config import (
 from controller.metadata import StreamMetadata, metadata_to_dict
 from controller.model import KeyRange
 from controller.naming import ClusterSettings
-from infra.environment import Environment
 from infra.services import KAFKA, ZOOKEEPER, resolve_services
 from tidemark.cli.output import add_format_option, emit, emit_rows
+from tidemark.environment import Environment
 from tidemark.errors import ConfigurationError
 
 
