@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from controller.naming import ClusterSettings
 from jobs.exceptions import JobConfigurationError
+from jobs.slot_keys import SLOTS_PER_PARTITION, balanced_slot_keys
 
 
 class CycleTrigger(enum.Enum):
@@ -94,7 +95,7 @@ class ControllerSettings:
     have data, so more partitions than cores only add fixed cost per batch."""
     balanced_slots: bool = True
     """Slot keys that Spark's hash partitioning spreads evenly over the state partitions
-    (:func:`jobs.slots.balanced_slot_keys`); ``False``: keys ``0 .. slot_count - 1``,
+    (:func:`jobs.slot_keys.balanced_slot_keys`); ``False``: keys ``0 .. slot_count - 1``,
     which checkpoints started before keep (:func:`jobs.controller_job.resolve`: the
     state is keyed by them)."""
     warm_up: bool = False
@@ -148,15 +149,11 @@ class ControllerSettings:
     def slot_count(self) -> int:
         """Keys of the query's state: ``SLOTS_PER_PARTITION`` per state partition (the
         settings must be resolved)."""
-        from jobs.slots import SLOTS_PER_PARTITION
-
         return self.query_partitions * SLOTS_PER_PARTITION
 
     @property
     def slot_keys(self) -> tuple[int, ...]:
         """The key value of each slot (the settings must be resolved)."""
-        from jobs.slots import balanced_slot_keys
-
         if self.balanced_slots:
             return balanced_slot_keys(self.slot_count, self.query_partitions)
         return tuple(range(self.slot_count))

@@ -215,7 +215,7 @@ def controller_operator(records: Any, settings: ControllerSettings) -> Any:
     from pyspark.sql.functions import expr
 
     from jobs.processor import OUTPUT_SCHEMA, ControllerProcessor
-    from jobs.slots import slot_expression
+    from jobs.slot_keys import slot_expression
 
     return (
         records.withColumn("slot", expr(slot_expression(settings.slot_keys)))
@@ -306,9 +306,9 @@ def warm_up(
 
 
 def _due_rows(spark: Any, slot: int) -> Any:
-    """Due-only rows of ``slot`` (:func:`~jobs.slots.due_key`) from Spark's ``rate``
+    """Due-only rows of ``slot`` (:func:`~jobs.slot_keys.due_key`) from Spark's ``rate``
     source, one a second."""
-    from jobs.slots import due_key
+    from jobs.slot_keys import due_key
 
     return (
         spark.readStream.format("rate")

@@ -11,7 +11,7 @@ The controller's query has no timers and runs no micro-batch without input
 falls due needs something to read. Every batch reports, per slot it touched,
 the slot's earliest due time (:class:`jobs.processor.SlotDue`); the active
 driver keeps the latest report per slot and, when one comes, produces a
-*due record* (key :func:`jobs.slots.due_key`, value the due time) to the marks
+*due record* (key :func:`jobs.slot_keys.due_key`, value the due time) to the marks
 topic. That record is the input of the next micro-batch, which runs the due
 cycles of its slot. Only slots with something pending get records: a
 controller whose writers are in step, or that has no marks, produces none
@@ -34,7 +34,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from jobs.config import ControllerSettings
-from jobs.slots import due_key
+from jobs.slot_keys import due_key
 
 log = logging.getLogger(__name__)
 

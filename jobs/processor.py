@@ -53,7 +53,8 @@ from pyspark.sql.types import (
 )
 
 from jobs.config import WorkflowSettings
-from jobs.slots import SlotState, is_due_key, run_slot
+from jobs.slot_keys import is_due_key
+from jobs.slots import SlotState, run_slot
 from jobs.workflow import Emitted, LaggardRows, MarkInput, Output, Rejected, StreamWorkflow
 from schemas.mark_input import Undecodable, decode_stream_key, printable_key
 

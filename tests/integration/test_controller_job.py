@@ -31,7 +31,7 @@ from controller.watermarks import GenerationState, Verdict, accept_mark, waterma
 from controller.zk_store import ZooKeeperStore
 from jobs.config import ControllerSettings, CycleTrigger
 from jobs.controller_job import ControllerJob
-from jobs.slots import is_due_key
+from jobs.slot_keys import is_due_key
 from jobs.tables import INDEX, REJECTED_MARKS, Reason, read_table, read_watermarks
 from jobs.workflow import parse_tick, tick_value
 from pipelines.writing.config import WriterConfig

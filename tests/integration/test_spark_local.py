@@ -76,9 +76,9 @@ def test_new_controller_tables_keep_log_and_tombstones_for_the_log_retention(
 
 
 def test_slot_keys_land_in_the_partitions_spark_gives_them(spark) -> None:
-    """jobs.slots.spark_partition is Spark's hash partitioning of an INT key, and the
+    """jobs.slot_keys.spark_partition is Spark's hash partitioning of an INT key, and the
     controller's balanced keys put the same number of slots in every state partition."""
-    from jobs.slots import balanced_slot_keys, spark_partition
+    from jobs.slot_keys import balanced_slot_keys, spark_partition
 
     rows = spark.range(-1000, 5000).selectExpr(
         "CAST(id AS INT) AS k", *(f"pmod(hash(CAST(id AS INT)), {n}) AS p{n}" for n in (2, 3, 64))

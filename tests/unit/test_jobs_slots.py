@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from controller.config import StreamConfiguration
 from controller.metadata import StreamMetadata, new_stream_metadata
 from jobs.config import CycleTrigger, WorkflowSettings
-from jobs.slots import SlotState, due_key, is_due_key, run_slot, slot_expression
+from jobs.slot_keys import due_key, is_due_key, slot_expression
+from jobs.slots import SlotState, run_slot
 from jobs.workflow import Emitted, MarkInput, StreamState, StreamWorkflow
 from schemas.records import WriterMarkRecord
 
