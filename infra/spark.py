@@ -11,7 +11,6 @@ The Spark packages come from the jars that ``make setup`` resolved (see
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import logging
 import os
@@ -23,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 from infra import jars
 from infra.java import java_executable
 from infra.ports import HOST
-from infra.python_zygote import PRELOAD, PythonZygote
 from tidemark.environment import Environment
 
 if TYPE_CHECKING:
@@ -42,20 +40,10 @@ its soft max size"). A soft limit: only partitions in use hold a consumer."""
 
 
 LOCAL_JVM_OPTIONS = ("-XX:+UseParallelGC", "-XX:TieredStopAtLevel=1")
-"""The driver JVM's options on a local master, where it runs the tasks too.
-
-On two cores the JVM's defaults cost the controller's small micro-batches (a few
-hundred marks every second) more than their work: G1's concurrent marking cycles
-(17 in 85 s, 0.3 s of a core each, with its heap kept at ~330 MB) and C2's compile
-queue (tens of seconds of a core after every start) compete with the batches for
-the same cores. With the parallel collector (no concurrent work; young pauses of
-20-30 ms every few seconds), an initial heap at its maximum, and the C1 compiler
-only (compiled quickly; little here runs hot enough for C2 to pay back), the
-freshness benchmark's median batch went from 0.77-0.85 s to 0.60-0.65 s and its
-p99 from 1.26-4.09 s (6 runs) to 1.05-1.29 s (5 runs); a query's first batch from
-15-18 s to 10-12.5 s (in the capacity benchmark its plain-append baseline gained
-more than the controller). Cluster masters keep Spark's defaults: there the
-executors do the heavy work, on more cores."""
+"""The driver JVM's options on a local master, where it runs the tasks too: the
+parallel collector and the C1 compiler only. On two cores, G1's concurrent cycles
+and C2's compile queue took the cores the controller's small micro-batches need
+(figures: ``docs/tuning.md``). Cluster masters keep Spark's defaults."""
 
 
 @dataclass(frozen=True)
@@ -67,10 +55,6 @@ class SparkSettings:
     driver_memory: str = "2g"
     rocksdb_state: bool = True
     extra: dict[str, str] = field(default_factory=dict)
-    python_preload: tuple[str, ...] = PRELOAD
-    """What the warm interpreter imports that Spark's one-off driver-side Python
-    processes fork from (:mod:`infra.python_zygote`); empty: no such interpreter
-    (each such process starts Python afresh). Local masters only."""
     jvm_options: tuple[str, ...] = LOCAL_JVM_OPTIONS
     """Options of the driver JVM on a local master (:data:`LOCAL_JVM_OPTIONS`; empty:
     the JVM's defaults). With them, its initial heap is its maximum (``driver_memory``):
@@ -121,7 +105,7 @@ def spark_conf(settings: SparkSettings, env: Environment | None = None) -> dict[
 
 
 def spark_session(settings: SparkSettings, env: Environment | None = None) -> SparkSession:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import SparkSession  # lazily: importing infra.spark loads no Spark
 
     env = env or Environment.from_env()
     java_executable(env)  # a clear error before pyspark's obscure one
@@ -129,30 +113,14 @@ def spark_session(settings: SparkSettings, env: Environment | None = None) -> Sp
     # Python workers must run this interpreter, which has pandas and pyarrow.
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    conf = spark_conf(settings, env)
-    if settings.python_preload and conf["spark.master"].startswith("local"):
-        os.environ["PYSPARK_PYTHON"] = str(_start_zygote(settings).launcher)
     builder: Any = SparkSession.builder
-    for key, value in conf.items():
+    for key, value in spark_conf(settings, env).items():
         builder = builder.config(key, value)
     session: SparkSession = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     start_callback_server(session)
     log.info("spark session %s on %s", settings.app_name, session.sparkContext.master)
     return session
-
-
-_zygote: PythonZygote | None = None
-
-
-def _start_zygote(settings: SparkSettings) -> PythonZygote:
-    """This process's zygote (one per JVM: a session that exists keeps its executable)."""
-    global _zygote
-    if _zygote is None or not _zygote.process.alive():
-        if _zygote is None:
-            atexit.register(stop_zygote)  # its socket and launcher go too
-        _zygote = PythonZygote.start(settings.work_dir, settings.python_preload)
-    return _zygote
 
 
 def start_callback_server(session: SparkSession) -> None:
@@ -165,14 +133,14 @@ def start_callback_server(session: SparkSession) -> None:
     Kafka clients by then (a benchmark's 200 writers) gets such a descriptor;
     started with the session, the socket takes a low one.
     """
-    from pyspark.java_gateway import ensure_callback_server_started
+    from pyspark.java_gateway import ensure_callback_server_started  # lazily, as above
 
     ensure_callback_server_started(session.sparkContext._gateway)  # type: ignore[no-untyped-call]
 
 
 def stop_spark(session: SparkSession | None = None) -> None:
     """Stop the session and the JVM behind it (pyspark keeps it alive otherwise)."""
-    from pyspark import SparkContext
+    from pyspark import SparkContext  # lazily, as above
     from pyspark.sql import SparkSession
 
     session = session or SparkSession.getActiveSession()
@@ -192,12 +160,3 @@ def stop_spark(session: SparkSession | None = None) -> None:
                 proc.kill()
         SparkContext._gateway = None
         SparkContext._jvm = None
-    stop_zygote()
-
-
-def stop_zygote() -> None:
-    """Stop this process's zygote, if one runs (:func:`stop_spark` calls it)."""
-    global _zygote
-    if _zygote is not None:
-        _zygote.stop()
-        _zygote = None
