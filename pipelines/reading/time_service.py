@@ -20,33 +20,30 @@ service's base URL, e.g. ``http://127.0.0.1:8790``.
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import os
-import socket
+import ssl
 import threading
 import time
 import urllib.parse
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
-
-import httptools
+from typing import Any
 
 from controller.exceptions import UnknownStreamError
 from controller.model import Watermark
 from pipelines.reading.exceptions import InvalidTimestampError
 from pipelines.reading.seek import Found, SeekIndex, shared_index
+from pipelines.reading.watermark_tables import resolve_delta_root
 from tidemark.environment import TIME_SERVICE
-
-if TYPE_CHECKING:
-    import ssl
 
 log = logging.getLogger(__name__)
 
 TIME_SERVICE_ENV = TIME_SERVICE
 """The variable ``tidemark.environment`` names; read here because readers do not import infra."""
 
-_UNREACHABLE = (OSError, httptools.HttpParserError, ValueError)
+_UNREACHABLE = (OSError, http.client.HTTPException, ValueError)
 
 
 class ServiceUnavailableError(Exception):
@@ -106,36 +103,13 @@ def watermark_from_json(stream: str, body: Mapping[str, Any] | None) -> Watermar
     return Watermark(stream, int(body["time"]), int(body["upper_time"]), cut, int(body["seq"]))
 
 
-class _Response:
-    """httptools' callbacks for one response: the body's pieces, whether the connection
-    stays open after it (known once the headers are in), and whether it ended."""
-
-    def __init__(self) -> None:
-        self.parser = httptools.HttpResponseParser(self)
-        self.body: list[bytes] = []
-        self.keep_alive = False
-        self.complete = False
-
-    def on_headers_complete(self) -> None:
-        self.keep_alive = self.parser.should_keep_alive()
-
-    def on_body(self, body: bytes) -> None:
-        self.body.append(body)
-
-    def on_message_complete(self) -> None:
-        self.complete = True
-
-
 class TimeServiceClient:
-    """A kept-alive HTTP/1.1 connection to the service (one per thread).
+    """Kept-alive HTTP connections to the service (``http.client``, one per thread).
 
-    A GET is one ``sendall`` and the answer is parsed by httptools (llhttp, the
-    parser uvicorn serves with): about half the client time ``http.client``
-    takes, whose header parsing (the ``email`` package) costs as much as the
-    service's answer. ``https://`` URLs are spoken over TLS (the default
-    context: certificates checked). An answer must carry its length
-    (``Content-Length`` or chunked, as uvicorn and HTTP/1.1 proxies send it);
-    one delimited by closing the connection counts as the service unavailable.
+    ``https://`` URLs are spoken over TLS (the default context: certificates
+    checked). A connection the server closed while idle is opened again once;
+    a service that cannot be reached, or answers with something that is not
+    the API's JSON, raises :class:`ServiceUnavailableError`.
     """
 
     def __init__(self, url: str, timeout_s: float = 2.0) -> None:
@@ -143,53 +117,39 @@ class TimeServiceClient:
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
             raise ValueError(f"{TIME_SERVICE_ENV}={url!r}: expected http://HOST:PORT")
         self.url = url.rstrip("/")
-        self._address = (parsed.hostname, parsed.port or (443 if parsed.scheme == "https" else 80))
-        self._tls: ssl.SSLContext | None = None
-        if parsed.scheme == "https":
-            import ssl  # only then: its import is most of this module's
-
-            self._tls = ssl.create_default_context()
+        self._host = parsed.hostname
+        self._port = parsed.port
+        self._tls = ssl.create_default_context() if parsed.scheme == "https" else None
         self._prefix = parsed.path.rstrip("/")
-        self._host_header = parsed.netloc.rpartition("@")[2]
         self._timeout_s = timeout_s
         self._local = threading.local()
 
-    def _socket(self) -> socket.socket:
-        sock: socket.socket | None = getattr(self._local, "sock", None)
-        if sock is None:
-            sock = socket.create_connection(self._address, timeout=self._timeout_s)
-            # The request leaves in one segment, at once (no wait for an ACK).
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if self._tls is not None:
-                sock = self._tls.wrap_socket(sock, server_hostname=self._address[0])
-            self._local.sock = sock
-        return sock
+    def _connection(self) -> http.client.HTTPConnection:
+        conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            if self._tls is None:
+                conn = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout_s)
+            else:
+                conn = http.client.HTTPSConnection(
+                    self._host, self._port, timeout=self._timeout_s, context=self._tls
+                )
+            self._local.conn = conn
+        return conn
 
-    def _exchange(self, request: bytes) -> tuple[int, bytes]:
-        """Send ``request``, read its whole response: (status, body)."""
-        sock = self._socket()
-        sock.sendall(request)
-        response = _Response()
-        while not response.complete:
-            data = sock.recv(65536)
-            if not data:
-                raise ConnectionResetError("the service closed the connection")
-            response.parser.feed_data(data)
-        if not response.keep_alive:
-            self.close()
-        return response.parser.get_status_code(), b"".join(response.body)
+    def _exchange(self, target: str) -> tuple[int, bytes]:
+        """GET ``target`` and read its whole response: (status, body)."""
+        conn = self._connection()
+        conn.request("GET", target, headers={"Accept": "application/json"})
+        response = conn.getresponse()
+        return response.status, response.read()
 
     def get(self, path: str, **params: object) -> Any:
         """GET ``path`` -> the decoded JSON; errors the service names are raised as ours."""
         query = urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
         target = f"{self._prefix}{path}" + (f"?{query}" if query else "")
-        request = (
-            f"GET {target} HTTP/1.1\r\nHost: {self._host_header}\r\n"
-            "Accept: application/json\r\n\r\n"
-        ).encode()
         for attempt in (1, 2):  # a kept-alive connection the server closed: reconnect once
             try:
-                status, payload = self._exchange(request)
+                status, payload = self._exchange(target)
                 break
             except _UNREACHABLE as exc:
                 self.close()
@@ -208,10 +168,11 @@ class TimeServiceClient:
         return body
 
     def close(self) -> None:
-        sock = getattr(self._local, "sock", None)
-        if sock is not None:
-            sock.close()
-            self._local.sock = None
+        """Close this thread's connection (the next request opens another)."""
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
 
 
 def stream_path(stream: str) -> str:
@@ -229,8 +190,6 @@ class ServiceIndex(SeekIndex):
         storage_options: Mapping[str, str] | None = None,
         retry_after_s: float = 30.0,
     ) -> None:
-        from pipelines.reading.watermark_tables import resolve_delta_root
-
         super().__init__(resolve_delta_root(delta_root), storage_options=storage_options)
         self.client = TimeServiceClient(url)
         self._retry_after_s = retry_after_s
@@ -270,8 +229,6 @@ def default_index(
     url = time_service_url(environ)
     if url is None:
         return shared_index(delta_root, storage_options)
-    from pipelines.reading.watermark_tables import resolve_delta_root
-
     key = (url, resolve_delta_root(delta_root), tuple(sorted((storage_options or {}).items())))
     with _LOCK:
         found = _SERVICE_INDEXES.get(key)

@@ -1,10 +1,8 @@
-"""The seek's hot path through ``tidemark serve``: the lookup front and the lean client.
+"""The seek's hot path through ``tidemark serve``: the start/stop routes and the client.
 
-``GET .../start|stop`` is answered by ``_LookupFront`` before Starlette routes
-it; ``HEAD`` still goes through Starlette's route, so the two must agree on
-status and headers for every request, good or bad. The service runs on
-uvicorn over an in-memory store and Delta tables under ``tmp_path``: no
-broker, no ZooKeeper.
+``GET`` and ``HEAD`` of ``.../start|stop`` must agree on status and headers for
+every request, good or bad. The service runs on uvicorn over an in-memory
+store and Delta tables under ``tmp_path``: no broker, no ZooKeeper.
 """
 
 from __future__ import annotations
@@ -79,7 +77,7 @@ def request(url, path, method="GET"):
         (f"/api/streams/{S}/start?t={BASE}&t=x", 400, "invalid_timestamp"),
     ],
 )
-def test_the_front_answers_as_the_route_does(served, path, status, error):
+def test_get_and_head_answer_alike(served, path, status, error):
     got, headers, body = request(served.url, path)
     assert got == status
     answer = json.loads(body)
@@ -90,7 +88,7 @@ def test_the_front_answers_as_the_route_does(served, path, status, error):
         assert headers[name] == head_headers[name]
 
 
-def test_the_fronts_answers_are_the_local_lookups(served, tmp_path):
+def test_the_routes_answers_are_the_local_lookups(served, tmp_path):
     local = SeekIndex(str(tmp_path))
     for t in (0, BASE - 1, BASE + 400, BASE + 5_401, BASE + 19_000, BASE + 19_001):
         _, _, body = request(served.url, f"/api/streams/{S}/start?t={t}")
@@ -116,7 +114,7 @@ def lookups_counted(url):
     return {route.decode(): float(n) for route, n in counts}
 
 
-def test_the_front_observes_every_lookup_and_passes_the_rest_on(served):
+def test_every_lookup_is_observed_and_the_rest_is_routed(served):
     before = lookups_counted(served.url)
     request(served.url, f"/api/streams/{S}/start?t={BASE}")
     request(served.url, f"/api/streams/{S}/start?t=-1")  # refused: counted too
@@ -124,7 +122,7 @@ def test_the_front_observes_every_lookup_and_passes_the_rest_on(served):
     after = lookups_counted(served.url)
     assert after["start"] - before["start"] == 2
     assert after["stop"] - before["stop"] == 1
-    # Not the front's: a POST (Starlette: 405), a longer path, an empty segment.
+    # Not a lookup: a POST (405), a longer path, an empty segment.
     assert request(served.url, f"/api/streams/{S}/start?t=5", method="POST")[0] == 405
     assert request(served.url, f"/api/streams/{S}/start/more?t=5")[0] == 404
     assert request(served.url, "/api/streams//st/start?t=5")[0] == 404
@@ -135,12 +133,12 @@ def test_the_client_keeps_its_connection_and_reconnects_once(served):
     client = TimeServiceClient(served.url)
     path = f"{stream_path(S)}/start"
     first = client.get(path, t=BASE + 5_500)
-    sock = client._local.sock
+    sock = client._local.conn.sock
     assert client.get(path, t=BASE + 5_500) == first
-    assert client._local.sock is sock  # kept alive: one connection for both
+    assert client._local.conn.sock is sock  # kept alive: one connection for both
     sock.shutdown(socket.SHUT_RDWR)  # as a server dropping an idle connection
     assert client.get(path, t=BASE + 5_500) == first
-    assert client._local.sock is not sock
+    assert client._local.conn.sock is not sock
     with pytest.raises(InvalidTimestampError):
         client.get(path, t=-1)
     client.close()

@@ -11,8 +11,8 @@ JSON API (times in milliseconds since the epoch; a stream is ``scope/name``):
   stream_cut``; null: the head) and the resolved ``stream_cut``.
 - ``GET /api/streams/{scope}/{name}/stop?t=MS`` -- where to stop
   (``complete_cut_at``): ``found``; ``stream_cut`` null while incomplete.
-  These two are a seek's hot path: a GET is answered by :class:`_LookupFront`
-  ahead of Starlette's routing (the same bodies, errors and latency histogram).
+  These two answer from memory, on the event loop; their latency is observed
+  in ``tidemark_serve_request_duration_seconds``.
 - ``GET /api/streams/{scope}/{name}/wait?t=MS&timeout_ms=N`` -- a long poll: answers
   as soon as the service's refresh sees a watermark with ``time >= t`` (at
   once when there is one), else after ``timeout_ms`` (default 30 000, at most
@@ -47,7 +47,7 @@ import asyncio
 import contextlib
 import datetime
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -55,15 +55,12 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, 
 from prometheus_client.exposition import generate_latest
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
-from starlette.datastructures import QueryParams
 from starlette.exceptions import HTTPException
-from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from controller.exceptions import UnknownStreamError
 from controller.navigation import at_or_after_head, head_cut
@@ -138,12 +135,10 @@ def build_app(service: TimeService) -> Starlette:
         registry=serve_registry,
     )
 
-    observers = {route: latency.labels(route).observe for route in ("start", "stop")}
-
     def timed(
         route: str, handler: Callable[[Request], Awaitable[Response]]
     ) -> Callable[[Request], Awaitable[Response]]:
-        observe = observers[route]
+        observe = latency.labels(route).observe
 
         async def wrapped(request: Request) -> Response:
             started = time.perf_counter()
@@ -155,34 +150,32 @@ def build_app(service: TimeService) -> Starlette:
         return wrapped
 
     # --- lookups: answered from memory, on the event loop -----------------------------------
-    # GET start/stop is answered by _LookupFront before Starlette routes it (the hot path
-    # of a seek); these routes answer what the front passes on (HEAD), with the same bodies.
 
-    def start_answer(stream: str, t: int) -> dict[str, Any]:
+    async def start_cut(request: Request) -> Response:
+        stream, t = _stream(request), _required_time(request)
         found = service.start_lookup(stream, t)
         meta = service.metadata(stream)
         cut = head_cut(meta) if found is None else at_or_after_head(found.stream_cut, meta)
-        return {
-            "stream": stream,
-            "timestamp": t,
-            "found": found_to_json(found),
-            "stream_cut": cut_to_json(cut),
-        }
-
-    def stop_answer(stream: str, t: int) -> dict[str, Any]:
-        found = service.stop_lookup(stream, t)
-        return {
-            "stream": stream,
-            "timestamp": t,
-            "found": found_to_json(found),
-            "stream_cut": None if found is None else cut_to_json(found.stream_cut),
-        }
-
-    async def start_cut(request: Request) -> Response:
-        return JSONResponse(start_answer(_stream(request), _required_time(request)))
+        return JSONResponse(
+            {
+                "stream": stream,
+                "timestamp": t,
+                "found": found_to_json(found),
+                "stream_cut": cut_to_json(cut),
+            }
+        )
 
     async def stop_cut(request: Request) -> Response:
-        return JSONResponse(stop_answer(_stream(request), _required_time(request)))
+        stream, t = _stream(request), _required_time(request)
+        found = service.stop_lookup(stream, t)
+        return JSONResponse(
+            {
+                "stream": stream,
+                "timestamp": t,
+                "found": found_to_json(found),
+                "stream_cut": None if found is None else cut_to_json(found.stream_cut),
+            }
+        )
 
     async def wait_for(request: Request) -> Response:
         stream = _stream(request)
@@ -336,22 +329,14 @@ def build_app(service: TimeService) -> Starlette:
         Route("/metrics", metrics),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
-    front = Middleware(
-        _LookupFront,
-        lookups={"start": start_answer, "stop": stop_answer},
-        observers=observers,
-    )
-    app = Starlette(routes=routes, middleware=[front], exception_handlers=_handlers())
+    app = Starlette(routes=routes, exception_handlers=_handlers())
     app.state.service = service
     return app
 
 
 def _required_time(request: Request) -> int:
-    return _required_t(request.query_params.get("t"))
-
-
-def _required_t(text: str | None) -> int:
     """The ``t`` of a start/stop/wait request, in milliseconds (``check_timestamp``)."""
+    text = request.query_params.get("t")
     if text is None:
         raise InvalidTimestampError("give the time as ?t=MS (milliseconds since the epoch)")
     return check_timestamp(text)
@@ -405,52 +390,6 @@ def _handlers() -> dict[Any, Any]:
         HTTPException,
     )
     return dict.fromkeys(refusals, handle)
-
-
-class _LookupFront:
-    """ASGI middleware answering ``GET /api/streams/{scope}/{name}/start|stop?t=MS`` itself.
-
-    A seek's one request skips Starlette's routing and ``Request``: the path is
-    matched as the routes match it (two non-empty segments), the answer and
-    any refusal (:func:`error_answer`) are the routes' own, the latency is
-    observed in the same histogram. Everything else goes on to the app.
-    """
-
-    def __init__(
-        self,
-        app: ASGIApp,
-        lookups: Mapping[str, Callable[[str, int], dict[str, Any]]],
-        observers: Mapping[str, Callable[[float], None]],
-    ) -> None:
-        self.app = app
-        self.lookups = lookups
-        self.observers = observers
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "GET":
-            parts = scope["path"].split("/")
-            if len(parts) == 6 and parts[1:3] == ["api", "streams"] and parts[3] and parts[4]:
-                lookup = self.lookups.get(parts[5])
-                if lookup is not None:
-                    response = self._answer(scope, parts, lookup)
-                    await response(scope, receive, send)
-                    return
-        await self.app(scope, receive, send)
-
-    def _answer(
-        self, scope: Scope, parts: list[str], lookup: Callable[[str, int], dict[str, Any]]
-    ) -> Response:
-        started = time.perf_counter()
-        try:
-            t = _required_t(QueryParams(scope["query_string"]).get("t"))
-            return JSONResponse(lookup(f"{parts[3]}/{parts[4]}", t))
-        except Exception as exc:
-            answer = error_answer(exc)
-            if answer is None:
-                raise
-            return JSONResponse(answer[1], status_code=answer[0])
-        finally:
-            self.observers[parts[5]](time.perf_counter() - started)
 
 
 __all__ = ["build_app"]
