@@ -102,8 +102,8 @@ class ControllerSettings:
     """Run the query's plan over a few retained marks (or the operator on synthetic
     rows) and open the Delta tables before contending
     (:func:`jobs.controller_job.warm_up`). The drivers' command line turns it on
-    (``--no-warm-up`` off): a warmed standby's watermarks were visible 6.0-7.5 s
-    after a kill -9 of the leader (see ``jobs/README.md``). Off here, for
+    (``--no-warm-up`` off), so that a standby's first batch after a take-over does
+    not pay for first-time planning (figures: ``jobs/README.md``). Off here, for
     in-process jobs (tests, the demo) that never stand by."""
 
     def __post_init__(self) -> None:

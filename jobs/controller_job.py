@@ -59,14 +59,31 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlparse
 
+from pyspark.sql import SparkSession
+from pyspark.sql.functions import expr
+
+from infra.spark import (
+    KAFKA_CONSUMER_CACHE,
+    KAFKA_CONSUMER_CACHE_SIZE,
+    SparkSettings,
+    spark_session,
+    stop_spark,
+)
 from jobs.cli_args import add_controller_arguments, settings_from_args
 from jobs.config import ControllerSettings
+from jobs.due import DueScheduler
 from jobs.exceptions import JobConfigurationError, QueryFailedError
+from jobs.lookups import KafkaCommittedOffsets
 from jobs.maintenance import MaintenanceSwitch, maintenance_switch
-from jobs.sink import DeltaSink, DeltaTables, ensure_tables
+from jobs.metrics import serve_metrics
+from jobs.processor import OUTPUT_SCHEMA, ControllerProcessor, rows_of
+from jobs.sink import DeltaSink, DeltaTables, ensure_tables, split_rows
+from jobs.slot_keys import due_key, slot_expression
+from jobs.tables import MARKS, REJECTED_MARKS
 
 log = logging.getLogger(__name__)
 
@@ -80,33 +97,24 @@ LOCAL_CHECKPOINT_FILE_MANAGER = (
 """For a checkpoint root on the local file system. Spark's default manager renames
 through Hadoop's ``FileContext``, which on a local path runs ``readlink`` in a
 forked process for every rename (offset log, commit log, state changelog); plain
-``FileSystem`` renames are atomic there and fork nothing: about 0.3 s less per
-micro-batch on two cores. Other file systems keep Spark's default."""
+``FileSystem`` renames are atomic there and fork nothing (figures: ``docs/tuning.md``).
+Other file systems keep Spark's default."""
 
 
 FETCH_MAX_WAIT_MS = 1
 """How long the broker may hold a fetch of the Kafka source's consumers with no new
-data (Kafka's default: 500 ms). A consumer sends its next fetch as soon as a poll
-returns, past what it has read; when the partition has nothing newer, the broker
-holds that fetch, and it answers a connection's requests in order, so the two
-``ListOffsets`` Spark's consumer sends after every poll (the partition's range)
-wait behind it. A coalesced task reads its partitions in turn and waits so for
-each poll of each. A Spark query reading a 100 k-mark burst from 64 partitions
-(2 tasks, no sink): 956-1415 ms at 10 ms, 317-695 ms at 0-3 ms (8 partitions:
-346-753 / 201-606 ms); 500 ms drained 64 buckets at 6.8 k marks/s against 17.3 k
-at 10 ms. Not 0: a poll that finds no visible record asks again at once, and 1 ms
-bounds how fast it asks. The consumers poll only inside a batch's tasks, so the
-short wait costs nothing when idle."""
+data (Kafka's default: 500 ms). The broker answers a connection's requests in order,
+so the two ``ListOffsets`` Spark's consumer sends after every poll wait behind a held
+fetch; a task reading many partitions waits so for each poll of each. Not 0: 1 ms
+bounds how fast an empty poll asks again. Consumers poll only inside a batch's
+tasks, so this costs nothing when idle (figures: ``docs/tuning.md``)."""
 
 MAX_POLL_RECORDS = 100_000
 """Records one poll of the Kafka source's consumers may return (Kafka's default: 500):
 as many as a fetch brings (``max.partition.fetch.bytes``, 1 MiB: ~12 k marks). Spark's
-consumer follows every poll with two ``ListOffsets`` round trips to the broker (the
-partition's available range), so with 500 a task reading 12.5 k marks of a partition
-polled 25 times and waited for 50 round trips. Measured in Spark's event log, a
-100 k-mark batch's Kafka stage took 0.30 s instead of 0.63 s (8 buckets), and the
-capacity benchmark's 8-bucket rate rose from 34-44 k to 44-49 k marks/s. It adds
-no memory: a poll hands over only records the consumer has already fetched."""
+consumer follows every poll with two ``ListOffsets`` round trips, so fewer, larger
+polls mean fewer round trips per batch. No extra memory: a poll hands over only
+records already fetched (figures: ``docs/tuning.md``)."""
 
 
 def is_local(root: str) -> bool:
@@ -212,11 +220,6 @@ def marks_frame(
 def controller_operator(records: Any, settings: ControllerSettings) -> Any:
     """The stateful part: ``records`` (:func:`marks_frame`'s columns) by slot through
     :class:`~jobs.processor.ControllerProcessor`; rows of ``OUTPUT_SCHEMA``."""
-    from pyspark.sql.functions import expr
-
-    from jobs.processor import OUTPUT_SCHEMA, ControllerProcessor
-    from jobs.slot_keys import slot_expression
-
     return (
         records.withColumn("slot", expr(slot_expression(settings.slot_keys)))
         .groupBy("slot")
@@ -288,8 +291,6 @@ def warm_up(
     shorter. The checkpoints are under ``<checkpoint root>/warm-up/<instance>``;
     the output goes to Spark's ``noop`` sink: nothing is written to Kafka or Delta.
     """
-    from jobs.lookups import KafkaCommittedOffsets
-
     topic, partitions = settings.cluster.marks_topic, list(range(settings.bucket_count))
     rows = _due_rows(spark, settings.slot_keys[0])
     if KafkaCommittedOffsets(settings.kafka_bootstrap).retained(topic, partitions) > 0:
@@ -308,8 +309,6 @@ def warm_up(
 def _due_rows(spark: Any, slot: int) -> Any:
     """Due-only rows of ``slot`` (:func:`~jobs.slot_keys.due_key`) from Spark's ``rate``
     source, one a second."""
-    from jobs.slot_keys import due_key
-
     return (
         spark.readStream.format("rate")
         .option("rowsPerSecond", 1)
@@ -328,8 +327,8 @@ def _warm_up_resume(spark: Any, settings: ControllerSettings, instance_id: str, 
     """Stop a query and start it again on its checkpoint, as a take-over does.
 
     A take-over's first batch loads each state partition from the checkpoint's files
-    (snapshot and changelogs), code a query on a fresh checkpoint never runs: measured,
-    that load took 0.7 s of the first batch's 1.5 s in a standby warmed without it."""
+    (snapshot and changelogs), code a query on a fresh checkpoint never runs; without
+    this step a warmed standby still loaded that code during its first batch."""
     name = "resume"
     _delete_path(spark, _warm_up_checkpoint(settings, instance_id, name))
     for batches in (2, 1):
@@ -413,12 +412,6 @@ class LeaderTask(Protocol):
     def close(self) -> None: ...
 
 
-def is_transient(error: Any) -> bool:
-    """A query failure that a restart from the checkpoint recovers from (see
-    :meth:`ControllerJob._wait_between_batches`)."""
-    return "scala.Option.get()" in str(error) and "null" in str(error)
-
-
 def end_offsets(progress: Mapping[str, Any] | None, topic: str) -> dict[int, int]:
     """Partition -> end offset of a progress report's batch on ``topic`` (empty: none)."""
     for source in (progress or {}).get("sources", ()):
@@ -449,8 +442,6 @@ class Batches:
     """The query's ``foreachBatch``: Delta appends, due times, progress (one per leadership)."""
 
     def __init__(self, settings: ControllerSettings, job: ControllerJob) -> None:
-        from jobs.due import DueScheduler
-
         self.sink = DeltaSink(settings.delta_root, settings.app_id, tables=job.take_tables())
         self.due = DueScheduler(settings)
         self.job = job
@@ -459,10 +450,6 @@ class Batches:
             self.sink.observer = job.metrics.batch_observer(QUERY_LABEL)
 
     def __call__(self, frame: Any, batch_id: int) -> None:
-        from jobs.processor import rows_of
-        from jobs.sink import split_rows
-        from jobs.tables import MARKS, REJECTED_MARKS
-
         started = time.monotonic()
         rows = rows_of(frame)  # runs the batch's Spark job
         collected = time.monotonic()
@@ -668,9 +655,6 @@ class ControllerJob:
                 batches.due.stop()
                 with self._lock:
                     self._query = None
-            if error is not None and is_transient(error):
-                log.warning("controller %s: query restarts after %s", self.instance_id, error)
-                continue
             if error is not None:
                 log.error("controller %s: query failed: %s", self.instance_id, error)
                 self.failures.append(str(error))
@@ -694,10 +678,7 @@ class ControllerJob:
 
         A query stopped mid-batch leaves a batch in its offset log without a
         commit, which the next leader runs again (its Delta appends are skipped
-        by their transaction identifiers): work done twice. With Spark's Kafka
-        source before 4.1.3 that re-run also failed while reporting its metrics
-        (NullPointerException in ``KafkaMicroBatchStream.metrics``) and the query
-        restarted (see :func:`is_transient`); the pinned 4.1.3 fixes that.
+        by their transaction identifiers): work done twice.
         """
         deadline = time.monotonic() + 3 * self.settings.interval_ms / 1000 + 10
         while query.isActive and time.monotonic() < deadline:
@@ -741,8 +722,6 @@ class ControllerJob:
         new data -- never, while writers keep noting: instead read every
         partition's last stable offset, then wait for a batch that reached it.
         """
-        from jobs.lookups import KafkaCommittedOffsets
-
         query = self.wait_leading(timeout_s)
         topic = self.settings.cluster.marks_topic
         partitions = list(range(self.settings.bucket_count))
@@ -754,7 +733,7 @@ class ControllerJob:
                 return
             if not query.isActive:
                 error = query.exception()
-                if error is not None and not is_transient(error):
+                if error is not None:
                     raise QueryFailedError(str(error))
                 query = self.wait_leading(max(1.0, deadline - time.monotonic()))
             if time.monotonic() > deadline:
@@ -785,8 +764,6 @@ def metrics_from_args(args: argparse.Namespace) -> Any:
     port = getattr(args, "metrics_port", None)
     if port is None:
         return None
-    from jobs.metrics import serve_metrics
-
     return serve_metrics(port)
 
 
@@ -797,10 +774,6 @@ LeaderTasks = Callable[[ControllerSettings], Sequence[LeaderTask]]
 def run_local(args: argparse.Namespace, leader_tasks: LeaderTasks | None = None) -> int:
     """``tidemark controller run``: a local Spark session (or TIDEMARK_SPARK_MASTER);
     ``leader_tasks(settings)`` run while this driver leads (the CLI: the policy loop)."""
-    from pathlib import Path
-
-    from infra.spark import SparkSettings, spark_session, stop_spark
-
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -827,10 +800,6 @@ def run_local(args: argparse.Namespace, leader_tasks: LeaderTasks | None = None)
 
 def main(argv: list[str] | None = None) -> int:
     """spark-submit entry: the session comes from spark-submit's configuration."""
-    from pyspark.sql import SparkSession
-
-    from infra.spark import KAFKA_CONSUMER_CACHE, KAFKA_CONSUMER_CACHE_SIZE
-
     parser = argparse.ArgumentParser(prog="controller_job", description=__doc__.split("\n")[0])
     add_controller_arguments(parser)
     args = parser.parse_args(argv)
