@@ -55,6 +55,9 @@ class SparkSettings:
     driver_memory: str = "2g"
     rocksdb_state: bool = True
     extra: dict[str, str] = field(default_factory=dict)
+    python: str | None = None
+    """Spark's Python executable (``PYSPARK_PYTHON``); ``None``: this interpreter, which
+    has pandas and pyarrow (e.g. :mod:`tidemark.python_zygote`'s launcher on a local master)."""
     jvm_options: tuple[str, ...] = LOCAL_JVM_OPTIONS
     """Options of the driver JVM on a local master (:data:`LOCAL_JVM_OPTIONS`; empty:
     the JVM's defaults). With them, its initial heap is its maximum (``driver_memory``):
@@ -110,8 +113,7 @@ def spark_session(settings: SparkSettings, env: Environment | None = None) -> Sp
     env = env or Environment.from_env()
     java_executable(env)  # a clear error before pyspark's obscure one
     settings.work_dir.mkdir(parents=True, exist_ok=True)
-    # Python workers must run this interpreter, which has pandas and pyarrow.
-    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_PYTHON"] = settings.python or sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     builder: Any = SparkSession.builder
     for key, value in spark_conf(settings, env).items():

@@ -771,19 +771,31 @@ LeaderTasks = Callable[[ControllerSettings], Sequence[LeaderTask]]
 """What runs beside the query while a driver leads, given the driver's settings."""
 
 
-def run_local(args: argparse.Namespace, leader_tasks: LeaderTasks | None = None) -> int:
+def driver_work_dir(settings: ControllerSettings, instance: str) -> Path:
+    """A local driver's Spark work directory: beside a local checkpoint root, else in
+    the user's home."""
+    if "://" in settings.checkpoint_root:
+        return Path.home() / ".tidemark" / "spark" / instance
+    return Path(settings.checkpoint_root).parent / "spark" / instance
+
+
+def run_local(
+    args: argparse.Namespace,
+    leader_tasks: LeaderTasks | None = None,
+    python: str | None = None,
+) -> int:
     """``tidemark controller run``: a local Spark session (or TIDEMARK_SPARK_MASTER);
-    ``leader_tasks(settings)`` run while this driver leads (the CLI: the policy loop)."""
+    ``leader_tasks(settings)`` run while this driver leads (the CLI: the policy loop);
+    ``python``: Spark's Python executable (:attr:`infra.spark.SparkSettings.python`)."""
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     settings = settings_from_args(args)
     spark = spark_session(
         SparkSettings(
-            work_dir=Path(settings.checkpoint_root).parent / "spark" / args.instance
-            if "://" not in settings.checkpoint_root
-            else Path.home() / ".tidemark" / "spark" / args.instance,
+            work_dir=driver_work_dir(settings, args.instance),
             app_name=f"tidemark-controller-{args.instance}",
+            python=python,
         )
     )
     try:

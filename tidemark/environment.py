@@ -26,6 +26,9 @@ MAVEN = "TIDEMARK_MAVEN"
 JAVA = "TIDEMARK_JAVA"
 TIME_SERVICE = "TIDEMARK_TIME_SERVICE"
 """A running `tidemark serve` (base URL): lookups ask it first, else read Delta."""
+PYTHON_ZYGOTE = "TIDEMARK_PYTHON_ZYGOTE"
+"""Any value but empty or ``0``: `tidemark controller run` on a local master forks Spark's
+driver-side Python processes from a warm interpreter (:mod:`tidemark.python_zygote`)."""
 KAFKA_SECURITY_PROTOCOL = "TIDEMARK_KAFKA_SECURITY_PROTOCOL"
 """``PLAINTEXT`` (default), ``SASL_PLAINTEXT``, ``SASL_SSL`` or ``SSL``."""
 KAFKA_SASL_MECHANISM = "TIDEMARK_KAFKA_SASL_MECHANISM"
@@ -44,6 +47,7 @@ ALL = (
     MAVEN,
     JAVA,
     TIME_SERVICE,
+    PYTHON_ZYGOTE,
     KAFKA_SECURITY_PROTOCOL,
     KAFKA_SASL_MECHANISM,
     KAFKA_SASL_USERNAME,
@@ -65,6 +69,7 @@ class Environment:
     maven: str = "mvn"
     java: str = "java"
     time_service: str | None = None
+    python_zygote: bool = False
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Environment:
@@ -86,4 +91,5 @@ class Environment:
             maven=get(MAVEN) or defaults.maven,
             java=get(JAVA) or defaults.java,
             time_service=get(TIME_SERVICE),
+            python_zygote=get(PYTHON_ZYGOTE) not in (None, "0"),
         )

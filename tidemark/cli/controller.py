@@ -18,6 +18,8 @@ from typing import Any
 
 from controller.naming import ClusterSettings
 from tidemark.cli.output import add_format_option, emit
+from tidemark.environment import Environment
+from tidemark.python_zygote import PRELOAD, PythonZygote
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +111,19 @@ def policy_tasks(args: argparse.Namespace) -> Callable[[Any], list[Any]]:
 def cmd_run(args: argparse.Namespace) -> int:
     from jobs.controller_job import run_local
 
-    return run_local(args, policy_tasks(args))
+    env = Environment.from_env()
+    if not env.python_zygote or not (env.spark_master or "local").startswith("local"):
+        return run_local(args, policy_tasks(args))
+    from jobs import processor  # lazily, as run_local: Spark only for this verb
+    from jobs.cli_args import settings_from_args
+    from jobs.controller_job import driver_work_dir
+
+    work_dir = driver_work_dir(settings_from_args(args), args.instance)
+    zygote = PythonZygote.start(work_dir, (*PRELOAD, processor.__name__))
+    try:
+        return run_local(args, policy_tasks(args), python=str(zygote.launcher))
+    finally:
+        zygote.stop()
 
 
 def register_policies(verbs: Any) -> None:
