@@ -133,8 +133,8 @@ class PositionWindow:
     range within which the answer cannot change: from the position up to
     the nearest cut offset above it of the next watermark to pass and of
     the first one wholly ahead, or just the position itself when it sits at
-    such a cut offset (an equal offset is neither before nor after, one
-    more is after: ``controller.timewindow.compare``). While the position
+    such a cut offset (an equal offset is neither before nor after on that
+    segment, one more is after: ``controller.timewindow.compare``). While the position
     stays within those ranges, with the same segments, the last window is
     returned as is -- a few comparisons per event instead of a walk over
     the watermarks.

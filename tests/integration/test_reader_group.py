@@ -249,9 +249,8 @@ def test_group_and_reader_windows(manager, store, kafka, wconfig, unique, tmp_pa
             assert group.current_time_window() == w1
             read_all(reader, idle_ms=500)
             w2 = reader.current_time_window()
-            # At the last cut's offset exactly: neither before nor after it
-            # (Pravega's rule), so the last watermark is not passed yet.
-            assert (w2.lower, w2.upper) == (BASE + 150, None)
+            # Exactly at the last cut: passed (Pravega's rule, time advances).
+            assert (w2.lower, w2.upper) == (BASE + 250, None)
 
 
 def test_bad_input_and_position_never_moved_by_a_failure(
