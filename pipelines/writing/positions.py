@@ -122,6 +122,8 @@ class GroupNote:
     position: dict[int, int] = field(default_factory=dict)
     failed: list[Any] = field(default_factory=list)
     """The delivery reports (messages) of records that were not stored."""
+    max_event_time: int | None = None
+    """Not known to the drop-in producer yet (it passes timestamps through)."""
 
 
 class DeliveryGroups:
