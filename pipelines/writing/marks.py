@@ -77,8 +77,8 @@ def to_writer_mark(record: WriterMarkRecord) -> WriterMark:
 
 
 class ReadyNote(Protocol):
-    """A noted time whose records were all reported (``SentNote``, ``PendingNote``,
-    ``GroupNote``); ``failed`` is true when one of them was not stored."""
+    """A noted time whose records were all reported (``SentNote``, ``GroupNote``);
+    ``failed`` is true when one of them was not stored."""
 
     @property
     def time(self) -> int: ...

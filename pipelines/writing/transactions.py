@@ -49,7 +49,7 @@ from pipelines.writing.exceptions import (
     TransactionTimedOutError,
     WriterConfigError,
 )
-from pipelines.writing.positions import PositionTracker, merge
+from pipelines.writing.positions import merge
 from pipelines.writing.timestamping import check_timestamp
 from pipelines.writing.writer import RoutingKey, Serializer, _routing_key_bytes, _StreamWriter
 
@@ -189,7 +189,7 @@ class TransactionalWriter(_StreamWriter):
                 self._producer.begin_transaction()
             except KafkaException as exc:
                 raise TransactionError(f"cannot begin a transaction: {exc.args[0]}") from exc
-            self._tracker = PositionTracker()
+            self._log = self._new_log()
             self._failures.clear()
             txn = Transaction(self, time.monotonic())
             self._open = txn
@@ -258,7 +258,7 @@ class TransactionalWriter(_StreamWriter):
         )
         self._producer.abort_transaction(self.config.delivery_timeout_ms / 1000)
         self._producer.begin_transaction()
-        self._tracker = PositionTracker()
+        self._log = self._new_log()
         self._failures.clear()
         txn._touched = set()
         now = self._now_ms()
@@ -282,7 +282,7 @@ class TransactionalWriter(_StreamWriter):
                 self._raise_failures()
                 if txn.elapsed_ms >= self.config.transaction_timeout_ms:
                     self._timed_out(txn)
-                position = merge(self._committed, self._tracker.position())
+                position = merge(self._committed, self._log.position())
                 if timestamp is not None:
                     mark = WriterMark(timestamp, position, max_event_time=self._max_event_time())
                     self._marks.publish(self.stream, mark, transaction_id=txn.id)

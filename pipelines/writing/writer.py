@@ -71,7 +71,6 @@ from pipelines.writing.exceptions import (
 )
 from pipelines.writing.marks import DeliveryCallback, MarkMessage, MarkPublisher, ensure_marks_topic
 from pipelines.writing.metrics import DELIVERY_FAILURES
-from pipelines.writing.positions import PositionTracker
 from pipelines.writing.sent import Record, Report, Retained, SentRecords
 from pipelines.writing.stream_view import StreamView, sealed_by
 from pipelines.writing.timestamping import (
@@ -181,37 +180,29 @@ class _StreamWriter:
 
         self._clock = SegmentClock(_policy(metadata))
         self._floors = self._clock.live_floors
-        # An event writer keeps its records, their offsets appended by one report callback
-        # per segment; a transactional writer counts reports in its tracker and replays
-        # whole transactions instead.
-        self._log = SentRecords(config.replay_window_ms, cast(_Offset, Message.offset))
+        # The records sent, their offsets appended by one report callback per segment: the
+        # position, the notes, and what a seal cut off (a transactional writer keeps those of
+        # its open transaction, and writes the whole transaction again instead).
+        self._log = self._new_log()
         self._adders: dict[int, tuple[Callable[[Record], None], Report]] = {}
-        self._tracker = PositionTracker()
-        self._retain = transactional_id is None
+        self._replays = transactional_id is None
         self._view = StreamView(store, metadata)
         self._epoch: Epoch = metadata.current_epoch()
         self._topic = metadata.topic
-        self._segment_of_partition: dict[int, int] = {}
         self._routes: dict[bytes, Segment] = {}
         self._writable = True
-        self._index_segments(metadata)
 
         settings = config.producer_settings(
             bootstrap_servers,
             client_id=f"tidemark-{writer_id or 'anonymous'}",
             transactional_id=transactional_id,
         )
-        if not self._retain:
-            settings["on_delivery"] = self._on_delivery
         settings["error_cb"] = self._on_error
         self._producer_settings = settings
         self._producer = Producer(settings)
         self._view.watch()
 
     # --- metadata -------------------------------------------------------------------------
-
-    def _index_segments(self, metadata: StreamMetadata) -> None:
-        self._segment_of_partition = {s.number: s.id for s in metadata.segments().values()}
 
     def _refresh(self) -> None:
         """Apply metadata that changed since the last write (caller holds the lock).
@@ -234,13 +225,12 @@ class _StreamWriter:
             # Per-key order: nothing may be in flight to a sealed segment when
             # its keys start going to a successor.
             self._drain(self.config.delivery_timeout_ms)
-            written = [s for s in gone if self._log.retained(s)]
+            written = [s for s in gone if self._replays and self._log.retained(s)]
             if written:
                 latest = view.await_sealed_sizes(written, self.config.delivery_timeout_ms / 1000)
         else:
             written = []
         view.applied = latest
-        self._index_segments(latest)
         self._clock.policy = _policy(latest)
         if closing:
             for seg_id in written:
@@ -316,13 +306,9 @@ class _StreamWriter:
         """Stamp and send one record; a ``replay`` (a re-send of an accepted write) is
         never refused for needing an adjustment."""
         ts = self._clock.peek(seg.id, client_ts, now_ms, refuse=not replay)
-        if self._retain:
-            add, report = self._log.appenders(seg.id)
-            self._produce(self._topic, value, key, seg.number, ts, report)
-            add((key, value, ts, now_ms))
-        else:
-            self._produce(self._topic, value, key, seg.number, ts)  # the tracker counts it
-            self._tracker.sent(seg.id)
+        add, report = self._log.appenders(seg.id)
+        self._produce(self._topic, value, key, seg.number, ts, report)
+        add((key, value, ts, now_ms))
         self._clock.advance(seg.id, ts)
 
     def _await_partitions(self, count: int) -> None:
@@ -371,15 +357,6 @@ class _StreamWriter:
         )
 
     # --- Kafka ---------------------------------------------------------------------------
-
-    def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
-        """A transactional writer's records' reports (an event writer reads its lazily)."""
-        segment = self._segment_of_partition.get(msg.partition() or 0, -1)
-        if err is None:
-            self._tracker.delivered(segment, msg.offset() or 0)
-        else:
-            self._tracker.failed(segment)
-            self._record_failure(err, msg)
 
     def _record_failure(self, err: KafkaError, msg: Message) -> None:
         self._failures.append(failed_record(msg, err))
@@ -443,9 +420,18 @@ class _StreamWriter:
                     f"{timeout_ms} ms"
                 )
 
+    def _new_log(self) -> SentRecords:
+        return SentRecords(self.config.replay_window_ms, cast(_Offset, Message.offset))
+
+    def _harvest(self) -> None:
+        """Read the delivery reports that arrived; failures are raised by the next call."""
+        for err, msg in self._log.harvest(self._now_ms()):
+            self._record_failure(err, msg)
+
     def _publish_ready(self) -> int:
         """Publish the notes whose records are all acknowledged; how many were published."""
-        return 0
+        self._harvest()
+        return self._marks.publish_ready(self.stream, self._log.ready())
 
     def _check_usable(self) -> None:
         if self._closed:
@@ -462,7 +448,8 @@ class _StreamWriter:
     def position(self) -> dict[int, int]:
         """Segment id -> next offset, for every segment with records acknowledged."""
         with self._lock:
-            return self._tracker.position()
+            self._harvest()
+            return self._log.position()
 
     def _max_event_time(self) -> int | None:
         """The highest timestamp this writer has given a record (its clock's floors), or None."""
@@ -722,21 +709,6 @@ class EventWriter(_StreamWriter):
         self._log.note(timestamp, alive, self._max_event_time())
         self._publish_ready()
         self._producer.poll(0)
-
-    def _harvest(self) -> None:
-        """Read the delivery reports that arrived; failures are raised by the next call."""
-        for err, msg in self._log.harvest(self._now_ms()):
-            self._record_failure(err, msg)
-
-    def position(self) -> dict[int, int]:
-        """Segment id -> next offset, for every segment with records acknowledged."""
-        with self._lock:
-            self._harvest()
-            return self._log.position()
-
-    def _publish_ready(self) -> int:
-        self._harvest()
-        return self._marks.publish_ready(self.stream, self._log.ready())
 
     def _note_automatically(self) -> None:
         interval_s = self.config.note_time_interval_ms / 1000
