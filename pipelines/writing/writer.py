@@ -42,7 +42,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import Any, cast
 
@@ -142,7 +142,9 @@ def _routing_key_bytes(routing_key: RoutingKey) -> bytes | None:
 
 
 class _StreamWriter:
-    """What both writers share: the stream's metadata, routing, stamping, the producer."""
+    """What both stream writers share: routing, stamping, the producer, the records sent
+    and their position (``sent``), the stream's metadata (``stream_view``) and the marks
+    (``marks.MarkPublisher``, which the drop-in producer uses too)."""
 
     def __init__(
         self,
@@ -485,8 +487,6 @@ class EventWriter(_StreamWriter):
     ) -> None:
         config = config or WriterConfig()
         if automatically_note_time is not None:
-            from dataclasses import replace
-
             config = replace(config, automatically_note_time=automatically_note_time)
         if config.automatically_note_time and writer_id is None:
             raise MissingWriterIdError("automatically_note_time needs a writer_id")
