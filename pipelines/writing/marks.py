@@ -17,17 +17,22 @@ partition count is refused, since marks would land in the wrong buckets
 :class:`MarkPublisher` is where every writer (``EventWriter``,
 ``TransactionalWriter``, ``TidemarkProducer``) applies the protocol's
 writer-side rules (``schemas/README.md``, section 5): a noted time never goes
-below the previous one, a note is published only when the records before it
-were all stored, the shutdown mark repeats the last noted time with
-``alive=False``, and each mark's delivery is counted or recorded as failed.
+below the previous one (nor, noted automatically, below an event written); a
+note is published only when the records before it were all stored; the
+shutdown mark repeats the last noted time with ``alive=False``; each mark's
+delivery is counted or recorded as failed. :func:`flush_publishing` is the
+flush that waits for records and the marks they make ready.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+from confluent_kafka import Producer
 
 from controller.kafka_admin import ensure_marks_topic
 from controller.model import WriterMark
@@ -131,6 +136,12 @@ class MarkPublisher:
                 f"time {self.last_noted}{note}"
             )
 
+    def automatic_time(self, now_ms: int, max_event_time: int | None) -> int:
+        """The time a heartbeat notes: the clock's, never below the last noted time nor
+        the highest timestamp written (a mark below an event it covers would let a
+        watermark pass that event)."""
+        return max(now_ms, self.last_noted or 0, max_event_time or 0)
+
     def publish(self, stream: str, mark: WriterMark, transaction_id: str | None = None) -> None:
         """Produce ``mark`` for ``stream`` (its records must be acknowledged already, or be
         in the same transaction)."""
@@ -193,12 +204,33 @@ class MarkPublisher:
         return callback
 
 
+def flush_publishing(
+    producer: Producer, publish_ready: Callable[[], int], timeout_s: float | None
+) -> int:
+    """Flush ``producer`` until its records and the marks they made ready are acknowledged;
+    how many messages are still in flight when ``timeout_s`` (``None``: no limit) passed.
+
+    A flush lets notes' records be acknowledged, which makes their marks ready; those
+    are published (``publish_ready`` says how many) and flushed in turn, until a flush
+    leaves nothing in flight and publishes nothing.
+    """
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while True:
+        left = producer.flush(-1 if deadline is None else max(0.0, deadline - time.monotonic()))
+        published = publish_ready()
+        if left == 0 and not published:
+            return 0
+        if deadline is not None and time.monotonic() >= deadline:
+            return left or len(producer)
+
+
 __all__ = [
     "MarkMessage",
     "MarkPublisher",
     "ProduceMark",
     "ReadyNote",
     "ensure_marks_topic",
+    "flush_publishing",
     "mark_message",
     "to_writer_mark",
 ]

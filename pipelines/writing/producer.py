@@ -113,7 +113,7 @@ from pipelines.writing.exceptions import (
     failed_record,
     raise_failures,
 )
-from pipelines.writing.marks import MarkMessage, MarkPublisher
+from pipelines.writing.marks import MarkMessage, MarkPublisher, flush_publishing
 from pipelines.writing.partitioners import DEFAULT_PARTITIONER, check_partitioner, kafka_partition
 from pipelines.writing.positions import DeliveryGroups
 from pipelines.writing.produced_counts import StatisticsReport, StatisticsReports
@@ -413,16 +413,12 @@ class TidemarkProducer:
 
     def flush(self, timeout: float = -1) -> int:
         """``Producer.flush``: records and marks; the number still in flight."""
-        deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
-        while True:
-            left_s = -1.0 if deadline is None else max(0.0, deadline - time.monotonic())
-            left = self._producer.flush(left_s)
-            with self._lock:
-                published = self._publish_ready()
-            if left == 0 and not published:
-                return 0
-            if deadline is not None and time.monotonic() >= deadline:
-                return left or len(self._producer)
+        timeout_s = None if timeout is None or timeout < 0 else timeout
+        return flush_publishing(self._producer, self._publish_ready_locked, timeout_s)
+
+    def _publish_ready_locked(self) -> int:
+        with self._lock:
+            return self._publish_ready()
 
     def __len__(self) -> int:
         return len(self._producer)
@@ -500,8 +496,7 @@ class TidemarkProducer:
         require_writable(st.name, latest.state)
         if latest.current_epoch().number != st.epoch.number:
             # Per-key order: nothing of a sealed segment may be in flight when its keys move.
-            self._producer.flush(_SCALE_TIMEOUT_S)
-            self._publish_ready()
+            flush_publishing(self._producer, self._publish_ready, _SCALE_TIMEOUT_S)
             self._check_cut_off(st, latest)
         st.apply(latest)
 

@@ -69,7 +69,14 @@ from pipelines.writing.exceptions import (
     failed_record,
     raise_failures,
 )
-from pipelines.writing.marks import DeliveryCallback, MarkMessage, MarkPublisher, ensure_marks_topic
+from pipelines.writing.heartbeat import Heartbeat
+from pipelines.writing.marks import (
+    DeliveryCallback,
+    MarkMessage,
+    MarkPublisher,
+    ensure_marks_topic,
+    flush_publishing,
+)
 from pipelines.writing.metrics import DELIVERY_FAILURES
 from pipelines.writing.sent import Record, Report, Retained, SentRecords
 from pipelines.writing.stream_view import StreamView, sealed_by
@@ -409,18 +416,13 @@ class _StreamWriter:
                 ) from exc
 
     def _drain(self, timeout_ms: int) -> None:
-        """Wait until nothing is in flight (records and marks); no errors raised here."""
-        deadline = time.monotonic() + timeout_ms / 1000
-        while True:
-            left = self._producer.flush(max(0.0, deadline - time.monotonic()))
-            published = self._publish_ready()
-            if left == 0 and not published:
-                return
-            if time.monotonic() >= deadline:
-                raise WriterTimeoutError(
-                    f"writer {self.writer_id}: {left} record(s) still in flight after "
-                    f"{timeout_ms} ms"
-                )
+        """Wait until nothing is in flight (records and marks); failures are not raised
+        here, a timeout is."""
+        left = flush_publishing(self._producer, self._publish_ready, timeout_ms / 1000)
+        if left:
+            raise WriterTimeoutError(
+                f"writer {self.writer_id}: {left} record(s) still in flight after {timeout_ms} ms"
+            )
 
     def _new_log(self) -> SentRecords:
         return SentRecords(self.config.replay_window_ms, cast(_Offset, Message.offset))
@@ -499,13 +501,10 @@ class EventWriter(_StreamWriter):
             serializer=serializer,
             clock=clock,
         )
-        self._stop = threading.Event()
-        self._auto: threading.Thread | None = None
+        self._heartbeat: Heartbeat | None = None
         if config.automatically_note_time:
-            self._auto = threading.Thread(
-                target=self._note_automatically, name=f"tidemark-note-{writer_id}", daemon=True
-            )
-            self._auto.start()
+            self._heartbeat = Heartbeat(writer_id, config.note_time_interval_ms, self._note_now)
+            self._heartbeat.start()
 
     def __enter__(self) -> EventWriter:
         return self
@@ -710,18 +709,13 @@ class EventWriter(_StreamWriter):
         self._publish_ready()
         self._producer.poll(0)
 
-    def _note_automatically(self) -> None:
-        interval_s = self.config.note_time_interval_ms / 1000
-        while not self._stop.wait(interval_s):
-            try:
-                with self._lock:
-                    if self._closed:
-                        return
-                    floors = self._clock.floors().values()
-                    now = max([self._now_ms(), self._marks.last_noted or 0, *floors])
-                    self._note(now, alive=True)
-            except Exception:
-                log.exception("writer %s: noting time automatically failed", self.writer_id)
+    def _note_now(self) -> bool:
+        """The heartbeat's tick: note the time automatically; ``False`` once closed."""
+        with self._lock:
+            if self._closed:
+                return False
+            self._note(self._marks.automatic_time(self._now_ms(), self._max_event_time()), True)
+            return True
 
     @property
     def last_noted_time(self) -> int | None:
@@ -740,9 +734,8 @@ class EventWriter(_StreamWriter):
         :class:`DeliveryError` after the writer is closed. Closing twice is
         allowed.
         """
-        self._stop.set()
-        if self._auto is not None and self._auto is not threading.current_thread():
-            self._auto.join()
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
         timeout = timeout_ms or self.config.close_timeout_ms
         with self._lock:
             if self._closed:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +16,7 @@ from controller.model import Epoch, KeyRange, Segment, WriterMark, segment_id
 from controller.naming import ClusterSettings
 from controller.states import StreamState
 from pipelines.writing.exceptions import FailedRecord, TimeWentBackwardsError
+from pipelines.writing.heartbeat import Heartbeat
 from pipelines.writing.marks import MarkMessage, MarkPublisher
 from pipelines.writing.metrics import DELIVERY_FAILURES, MARKS_SENT
 from pipelines.writing.stream_view import StreamView, sealed_by
@@ -171,3 +174,32 @@ class _StoreAnswering(MemoryStore):
 
     def get_stream(self, stream: str) -> StreamMetadata:
         return self._answer
+
+
+def test_a_heartbeat_notes_no_less_than_the_last_note_or_an_event_written() -> None:
+    pub, _ = _publisher([])
+    assert pub.automatic_time(100, None) == 100
+    pub.last_noted = 150
+    assert pub.automatic_time(100, 120) == 150
+    assert pub.automatic_time(100, 170) == 170
+
+
+def test_a_heartbeat_ticks_until_its_tick_says_closed_and_survives_an_error() -> None:
+    ticks: list[int] = []
+    done = threading.Event()
+
+    def tick() -> bool:
+        ticks.append(1)
+        if len(ticks) == 1:
+            raise RuntimeError("a failed note")  # logged; the next interval tries again
+        done.set()
+        return len(ticks) < 3
+
+    beat = Heartbeat("w1", interval_ms=1, tick=tick)
+    beat.start()
+    assert done.wait(5)
+    beat.stop()
+    assert 2 <= len(ticks) <= 3
+    stopped = len(ticks)
+    time.sleep(0.02)
+    assert len(ticks) == stopped
