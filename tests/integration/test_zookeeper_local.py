@@ -27,7 +27,7 @@ def test_ephemeral_node_disappears_when_its_session_closes(zookeeper, zk_client,
 
 
 def test_claims_name_their_owner_and_vanish_with_its_session(zookeeper, zk_client, unique) -> None:
-    from controller.claims import Claims
+    from controller.zookeeper.claims import Claims
 
     other = KazooClient(hosts=f"{zookeeper}/tidemark-test-{unique}")
     other.start(timeout=15)

@@ -37,8 +37,8 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 
 from controller.exceptions import KafkaOperationError, MarksTopicError
-from controller.kafka_client import client_config
-from controller.kafka_retry import KafkaRetry
+from controller.kafka.retry import KafkaRetry
+from controller.kafka.settings import client_config
 from controller.naming import (
     LOG_APPEND_TIME,
     MARKS_TOPIC_CONFIGS,
