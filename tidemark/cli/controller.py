@@ -18,7 +18,7 @@ import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from controller.naming import ClusterSettings
 from jobs.cli_args import add_controller_arguments
@@ -27,6 +27,9 @@ from schemas.tables import latest_laggards
 from tidemark.cli.control_plane import control_plane
 from tidemark.cli.output import add_format_option, emit, emit_rows
 from tidemark.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from controller.policy_loop import PolicySettings
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +72,7 @@ def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scale-cooldown-ms", type=int, default=120_000)
 
 
-def policy_settings(args: argparse.Namespace) -> Any:
+def policy_settings(args: argparse.Namespace) -> PolicySettings:
     """``PolicySettings`` from the options."""
     # controller.policy_loop loads kazoo and confluent_kafka (~0.1 s): only for these verbs
     from controller.policy_loop import PolicySettings
