@@ -448,10 +448,11 @@ class PolicySwitch:
                 with self._mutex:
                     if stop.is_set():
                         return
-                    self._leadership = Leadership(
+                    leadership = Leadership(
                         client, election_path(self.cluster.zk_root), self.identifier
                     )
-                self._leadership.contend(loop.run)
+                    self._leadership = leadership
+                leadership.contend(loop.run)
             finally:
                 with self._mutex:
                     self._leadership = None
