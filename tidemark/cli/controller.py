@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 from controller.naming import ClusterSettings
 from jobs.cli_args import add_controller_arguments
-from pipelines.reading.seek import stream_cut_at
 from schemas.tables import latest_laggards
 from tidemark.cli.control_plane import control_plane
 from tidemark.cli.output import add_format_option, emit, emit_rows
@@ -87,6 +86,10 @@ def policy_settings(args: argparse.Namespace) -> PolicySettings:
 def index_lookup(delta_root: str | None) -> Callable[[str, int], dict[int, int]]:
     """The policy loop's cut lookup: ``stream_cut_at`` over the index under ``delta_root``
     (``$TIDEMARK_DELTA_ROOT`` if ``None``; the table is opened on the first lookup)."""
+    # the seek index's modules load only for the policy verbs: the parser imports every
+    # verb module, and they would add ~30 ms to every `tidemark` command
+    from pipelines.reading.seek import stream_cut_at
+
     return functools.partial(stream_cut_at, delta_root=delta_root)
 
 
