@@ -52,8 +52,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from controller.index import start_cut, stop_cut
+from controller.kafka.settings import spark_source_options
 from controller.navigation import SegmentRange, ranges_between, start_or_head
 from controller.store import MetadataStore
+from controller.zookeeper.session import close_session, open_session
 from jobs.exceptions import JobConfigurationError, WindowNotCompleteError
 from jobs.tables import read_index_rows
 from jobs.window_args import WindowRun, add_window_arguments, window_run_from_args
@@ -162,8 +164,6 @@ def window_events(spark: Any, plan: WindowPlan, bootstrap_servers: str) -> Any:
     from pyspark.sql import functions as F
     from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
-    from controller.kafka_client import spark_kafka_options
-
     if not plan.ranges:
         empty = StructType(
             [
@@ -177,10 +177,9 @@ def window_events(spark: Any, plan: WindowPlan, bootstrap_servers: str) -> Any:
         return spark.createDataFrame([], empty)
     reader = (
         spark.read.format("kafka")
-        .option("kafka.bootstrap.servers", bootstrap_servers)
+        .options(**spark_source_options(bootstrap_servers))
         .option("kafka.isolation.level", "read_committed")
         .option("failOnDataLoss", "false")  # commit markers leave gaps in the offsets
-        .options(**spark_kafka_options())
     )
     for key, value in plan.kafka_options().items():
         reader = reader.option(key, value)
@@ -424,10 +423,8 @@ def run_windows(
 
 def run_from_args(args: argparse.Namespace, spark: Any = None) -> int:
     """Resolve services, start Spark (unless given or under spark-submit), run."""
-    from kazoo.client import KazooClient
-
     from controller.naming import ClusterSettings
-    from controller.zk_store import ZooKeeperStore
+    from controller.zookeeper.store import ZooKeeperStore
     from infra.services import KAFKA, ZOOKEEPER, data_root, resolve_services
     from tidemark.environment import Environment
 
@@ -435,8 +432,7 @@ def run_from_args(args: argparse.Namespace, spark: Any = None) -> int:
     env = Environment.from_env()
     found = resolve_services(KAFKA, ZOOKEEPER, kafka=args.bootstrap, zk=args.zk, env=env)
     delta_root = args.delta_root or str(data_root(env))
-    client = KazooClient(hosts=str(found.zk_connect))
-    client.start(timeout=15)
+    client = open_session(str(found.zk_connect), start_timeout_s=15)
     local = None
     try:
         store = ZooKeeperStore(client, args.zk_root or ClusterSettings().zk_root)
@@ -461,8 +457,7 @@ def run_from_args(args: argparse.Namespace, spark: Any = None) -> int:
             ),
         )
     finally:
-        client.stop()
-        client.close()
+        close_session(client)
         if local is not None:
             from infra.spark import stop_spark
 

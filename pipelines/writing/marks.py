@@ -12,7 +12,7 @@ creates it when it is missing (``WriterConfig.create_marks_topic``, the
 default), with the broker's default replication and ``LogAppendTime`` (the
 controller bounds a mark's time by its arrival); a topic with another
 partition count is refused, since marks would land in the wrong buckets
-(``controller.kafka_admin.ensure_marks_topic``, shared with the controller job).
+(``controller.kafka.admin.ensure_marks_topic``, shared with the controller job).
 
 :class:`MarkPublisher` is where every writer (``EventWriter``,
 ``TransactionalWriter``, ``TidemarkProducer``) applies the protocol's
@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 from confluent_kafka import Producer
 
-from controller.kafka_admin import ensure_marks_topic
+from controller.kafka.admin import ensure_marks_topic
 from controller.model import WriterMark
 from controller.naming import ClusterSettings, bucket_of
 from pipelines.writing.exceptions import FailedRecord, TimeWentBackwardsError, failed_record

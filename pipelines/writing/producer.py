@@ -94,7 +94,7 @@ from typing import Any, Literal
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from controller.kafka_admin import StreamTopics, ensure_marks_topic
+from controller.kafka.admin import StreamTopics, ensure_marks_topic
 from controller.metadata import StreamMetadata
 from controller.model import Epoch, WriterMark
 from controller.naming import ClusterSettings

@@ -19,7 +19,7 @@ from controller.model import KeyRange, WriterMark
 from controller.naming import ClusterSettings
 from controller.streams import StreamManager
 from controller.watermarks import GenerationState, watermark_cycle
-from controller.zk_store import ZooKeeperStore
+from controller.zookeeper.store import ZooKeeperStore
 from pipelines.reading.exceptions import (
     InvalidTimestampError,
     ReaderGroupActiveError,

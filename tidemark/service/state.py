@@ -391,7 +391,7 @@ class TimeService:
     def controller(self) -> dict[str, Any]:
         """The controller drivers alive (the leader runs every bucket) and its last batch
         (from ZooKeeper)."""
-        from controller.election import controller_view
+        from controller.zookeeper.driver import controller_view
 
         view = controller_view(self.zk_client, self.cluster.zk_root, self.cluster.marks_topic)
         members = [] if view.leader is None else [view.leader, *view.standbys]
