@@ -19,17 +19,12 @@ from typing import TYPE_CHECKING
 from pipelines.reading.watermark_tables import read_table, read_watermarks
 from schemas.arrow import ARROW_SCHEMAS, INDEX_ARROW, MARKS_ARROW, REJECTED_ARROW
 from schemas.tables import (
-    BINARY,
-    CUT,
     INDEX,
-    INT32,
-    INT64,
     LAGGARDS,
     MARKS,
     REJECTED_MARKS,
-    STRING,
-    STRINGS,
     TABLES,
+    ColumnType,
     Reason,
     cut_from_cell,
     layout,
@@ -57,12 +52,12 @@ def _spark_types() -> Mapping[str, DataType]:
 
     cut = StructType([StructField("segment", LongType()), StructField("offset", LongType())])
     return {
-        STRING: StringType(),
-        INT32: IntegerType(),
-        INT64: LongType(),
-        BINARY: BinaryType(),
-        STRINGS: ArrayType(StringType()),
-        CUT: ArrayType(cut),
+        ColumnType.STRING: StringType(),
+        ColumnType.INT32: IntegerType(),
+        ColumnType.INT64: LongType(),
+        ColumnType.BINARY: BinaryType(),
+        ColumnType.STRINGS: ArrayType(StringType()),
+        ColumnType.CUT: ArrayType(cut),
     }
 
 

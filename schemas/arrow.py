@@ -15,30 +15,17 @@ from collections.abc import Mapping
 
 import pyarrow as pa
 
-from schemas.tables import (
-    BINARY,
-    CUT,
-    INDEX,
-    INT32,
-    INT64,
-    LAGGARDS,
-    LAYOUT,
-    MARKS,
-    REJECTED_MARKS,
-    STRING,
-    STRINGS,
-    Column,
-)
+from schemas.tables import INDEX, LAGGARDS, LAYOUT, MARKS, REJECTED_MARKS, Column, ColumnType
 
 CUT_ARROW = pa.list_(pa.struct([pa.field("segment", pa.int64()), pa.field("offset", pa.int64())]))
 
 _TYPES: Mapping[str, pa.DataType] = {
-    STRING: pa.string(),
-    INT32: pa.int32(),
-    INT64: pa.int64(),
-    BINARY: pa.binary(),
-    STRINGS: pa.list_(pa.string()),
-    CUT: CUT_ARROW,
+    ColumnType.STRING: pa.string(),
+    ColumnType.INT32: pa.int32(),
+    ColumnType.INT64: pa.int64(),
+    ColumnType.BINARY: pa.binary(),
+    ColumnType.STRINGS: pa.list_(pa.string()),
+    ColumnType.CUT: CUT_ARROW,
 }
 
 

@@ -67,20 +67,28 @@ CLEAR = "clear"
 
 # --- the layout: one definition, from which the pyarrow and Spark schemas are derived -------------
 
-STRING = "string"
-INT32 = "int32"
-INT64 = "int64"
-BINARY = "binary"
-STRINGS = "list<string>"
-CUT = "list<struct<segment: int64, offset: int64>>"
-"""A stream cut: ``[{segment, offset}, ...]`` sorted by segment; Delta refuses NOT NULL
-inside arrays, so its fields are nullable."""
-TYPES = (STRING, INT32, INT64, BINARY, STRINGS, CUT)
+
+class ColumnType:
+    """The logical types of :data:`LAYOUT`'s columns (each reader or writer maps them)."""
+
+    STRING = "string"
+    INT32 = "int32"
+    INT64 = "int64"
+    BINARY = "binary"
+    STRINGS = "list<string>"
+    CUT = "list<struct<segment: int64, offset: int64>>"
+    """A stream cut: ``[{segment, offset}, ...]`` sorted by segment; Delta refuses NOT NULL
+    inside arrays, so its fields are nullable."""
+
+    ALL = (STRING, INT32, INT64, BINARY, STRINGS, CUT)
+
+
+_T = ColumnType
 
 
 @dataclass(frozen=True)
 class Column:
-    """One column of a table: its name, logical type (one of :data:`TYPES`), nullability."""
+    """One column of a table: its name, :class:`ColumnType`, nullability."""
 
     name: str
     type: str
@@ -89,38 +97,38 @@ class Column:
 
 LAYOUT: Mapping[str, tuple[Column, ...]] = {
     MARKS: (
-        Column("stream", STRING, False),
-        Column("seq", INT64, False),
-        Column("time", INT64, False),
-        Column("upper_time", INT64, False),
-        Column("stream_cut", CUT),
-        Column("writers", STRINGS),
-        Column("emitted_at", INT64),
+        Column("stream", _T.STRING, False),
+        Column("seq", _T.INT64, False),
+        Column("time", _T.INT64, False),
+        Column("upper_time", _T.INT64, False),
+        Column("stream_cut", _T.CUT),
+        Column("writers", _T.STRINGS),
+        Column("emitted_at", _T.INT64),
     ),
     INDEX: (
-        Column("stream", STRING, False),
-        Column("seq", INT64, False),
-        Column("time", INT64, False),
-        Column("upper_time_max", INT64, False),
+        Column("stream", _T.STRING, False),
+        Column("seq", _T.INT64, False),
+        Column("time", _T.INT64, False),
+        Column("upper_time_max", _T.INT64, False),
     ),
     REJECTED_MARKS: (
-        Column("stream", STRING),
-        Column("writer", STRING),
-        Column("reason", STRING, False),
-        Column("raw", BINARY),
-        Column("kafka_partition", INT32),
-        Column("kafka_offset", INT64),
-        Column("at", INT64),
+        Column("stream", _T.STRING),
+        Column("writer", _T.STRING),
+        Column("reason", _T.STRING, False),
+        Column("raw", _T.BINARY),
+        Column("kafka_partition", _T.INT32),
+        Column("kafka_offset", _T.INT64),
+        Column("at", _T.INT64),
     ),
     LAGGARDS: (
-        Column("stream", STRING, False),
-        Column("at", INT64, False),
-        Column("writer", STRING),
-        Column("kind", STRING, False),
-        Column("noted_time", INT64),
-        Column("watermark_time", INT64),
-        Column("behind_ms", INT64),
-        Column("since", INT64),
+        Column("stream", _T.STRING, False),
+        Column("at", _T.INT64, False),
+        Column("writer", _T.STRING),
+        Column("kind", _T.STRING, False),
+        Column("noted_time", _T.INT64),
+        Column("watermark_time", _T.INT64),
+        Column("behind_ms", _T.INT64),
+        Column("since", _T.INT64),
     ),
 }
 
@@ -309,13 +317,9 @@ def watermark_from_row(row: Mapping[str, Any], make: Callable[..., W]) -> W:
 
 
 __all__ = [
-    "BINARY",
     "CLEAR",
-    "CUT",
     "INDEX",
     "INDEX_COLUMNS",
-    "INT32",
-    "INT64",
     "LAGGARDS",
     "LAGGARDS_COLUMNS",
     "LAYOUT",
@@ -323,11 +327,9 @@ __all__ = [
     "MARKS_COLUMNS",
     "REJECTED_COLUMNS",
     "REJECTED_MARKS",
-    "STRING",
-    "STRINGS",
     "TABLES",
-    "TYPES",
     "Column",
+    "ColumnType",
     "LaggardLike",
     "Reason",
     "columns",
