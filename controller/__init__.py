@@ -3,5 +3,10 @@ and the watermark algorithm as pure functions.
 
 The pure core (``model``, ``watermarks``, ``timewindow``, ``index`` and the
 other modules that import no I/O library) never imports Kafka, Spark, Delta
-or ZooKeeper; the store and operation modules are adapters around it.
+or ZooKeeper. Around it: ``streams`` (stream operations), ``memory_store``,
+``policy_loop`` (retention and auto-scaling, its index lookup handed in), and
+the adapters, in two packages -- ``controller.zookeeper`` (sessions, the
+store, reader groups' znodes, claims, the one leadership recipe, the drivers'
+election) and ``controller.kafka`` (the one client-settings builder, admin,
+retry, segment sizes).
 """

@@ -7,7 +7,7 @@
     {'message.timestamp.type': 'LogAppendTime', 'message.timestamp.after.max.ms': None}
 
 Pure: frozen dataclasses, no I/O. Retention is applied by the policy loop
-(``tidemark.policy_loop``, decisions in ``controller.policies``) through
+(``controller.policy_loop``, decisions in ``controller.policies``) through
 truncation (so the truncation record stays the truth), never by Kafka's own
 ``retention.ms``. The scaling policy's ``min_segments`` is the number of
 segments a stream starts with and the floor of automatic merges; the same

@@ -10,7 +10,7 @@
     ...     rates={0: 250.0}, now_ms=60_000, cooldown_ms=10_000)
     Split(segment=0, ranges=(KeyRange(low=0.0, high=0.5), KeyRange(low=0.5, high=1.0)))
 
-Pure: functions of values; the policy loop (``tidemark.policy_loop``)
+Pure: functions of values; the policy loop (``controller.policy_loop``)
 measures, asks the index, and calls ``StreamManager.truncate`` / ``scale``.
 
 Retention (``RetentionPolicy``: ``limit`` = keep at most, ``min_limit`` =

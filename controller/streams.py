@@ -93,7 +93,7 @@ from controller.exceptions import (
     StreamNameCollisionError,
     UnknownStreamError,
 )
-from controller.kafka_admin import StreamTopics
+from controller.kafka.admin import StreamTopics
 from controller.metadata import (
     Adoption,
     PendingScale,

@@ -4,24 +4,25 @@
     >>> segments = {0: Segment(0, KeyRange(0.0, 1.0))}
     >>> compare({0: 7}, {0: 5}, segments), compare({0: 3}, {0: 5}, segments)
     (1, -1)
-    >>> compare({0: 5}, {0: 5}, segments)     # an equal offset is neither before nor after
-    0
+    >>> compare({0: 5}, {0: 5}, segments)     # exactly at the cut: time advances
+    1
     >>> marks = [Watermark("s/t", 100, 130, {0: 5}, 0), Watermark("s/t", 200, 260, {0: 9}, 1)]
     >>> tracker = WindowTracker(marks, segments)
-    >>> tracker.advance_to({0: 7})
+    >>> tracker.advance_to({0: 3})
+    TimeWindow(lower=None, upper=130)
+    >>> tracker.advance_to({0: 5})
     TimeWindow(lower=100, upper=260)
-    >>> WindowTracker(marks, segments).advance_to({0: 5})
-    TimeWindow(lower=None, upper=260)
 
 A position or stream cut maps segment id -> next offset; in a reader's
 position, ``END_OF_SEGMENT`` (-1) means the sealed segment has been read to
 its end. Only segments whose key ranges overlap are compared: a later
 segment (created in a later epoch) is ahead of an earlier one whatever the
-offsets, and within one segment the offsets decide -- strictly: a reader
-exactly at a cut's offset has neither passed it nor is it ahead, which keeps
-the upper bound as tight as Pravega's. (The fast path in
-``pipelines.reading.windows.PositionWindow`` relies on the same three-way
-order of offsets; a property test checks the two agree.)
+offsets, and within one segment the offsets decide: an equal offset is
+neither before nor after there, and a reader that is exactly at a cut (before
+nowhere, after nowhere) has passed it -- "if the reader is exactly at a mark,
+time should advance", as Pravega's ``WatermarkReaderImpl.compare`` says.
+(The fast path in ``pipelines.reading.windows.PositionWindow`` relies on the
+same three-way order of offsets; a property test checks the two agree.)
 """
 
 from __future__ import annotations
@@ -43,8 +44,9 @@ def compare(position: Position, cut: StreamCut, segments: Mapping[int, Segment])
     - it does not: each overlapping segment it holds is *before* when older
       (smaller id: an earlier epoch), *after* when newer.
 
-    -1: before somewhere and after nowhere (entirely ahead of the reader);
-    +1: after somewhere and before nowhere (passed); 0: both, or neither.
+    0: before somewhere and after somewhere; -1: before somewhere and after
+    nowhere (entirely ahead of the reader); +1 otherwise: passed, including a
+    position exactly at the cut (before nowhere, after nowhere).
     ``END_OF_SEGMENT`` (-1) ranks above every offset (a sealed segment read
     to its end). ``segments`` maps segment id -> :class:`Segment` (for key
     ranges); an id it lacks is an :class:`InvalidModelError`.
@@ -69,9 +71,7 @@ def compare(position: Position, cut: StreamCut, segments: Mapping[int, Segment])
                         after = True
         if before and after:
             return 0
-    if before:
-        return -1
-    return 1 if after else 0
+    return -1 if before else 1
 
 
 class WindowTracker:
@@ -96,8 +96,10 @@ class WindowTracker:
     def advance_to(self, position: Position) -> TimeWindow:
         """The window at ``position``: lower = ``time`` of the latest watermark it
         has passed (compare > 0), upper = ``upper_time`` of the first watermark
-        entirely ahead of it (compare < 0); ``None`` when there is none (yet).
-        An empty position has passed every watermark."""
+        entirely ahead of it (compare < 0) or, while there is none, of the latest
+        one it is partly past (compare == 0), as Pravega's reader keeps the last
+        watermark in flight; ``None`` when there is none (yet). An empty
+        position has passed every watermark."""
         upper: int | None = None
         index = 0
         while True:
@@ -113,8 +115,9 @@ class WindowTracker:
                 self._lower = mark.time
                 self._ahead.popleft()
                 continue
-            if order < 0:
+            if order <= 0:
                 upper = mark.upper_time
+            if order < 0:
                 break
             index += 1
         return TimeWindow(self._lower, upper)

@@ -12,7 +12,7 @@ Kafka's ``StandardAuthorizer`` (a principal without an ACL may do nothing), and
 ``admin`` is the one super user (brokers talk to each other as ``admin``; the
 controller listener takes SASL/PLAIN with the same credentials). The users'
 SCRAM credentials are written when the storage is formatted; ACLs are granted
-afterwards (``controller.kafka_admin.grant_tidemark_acls``).
+afterwards (``controller.kafka.admin.grant_tidemark_acls``).
 
 With three nodes, topics default to replication factor 3 with
 ``min.insync.replicas=2``; the transaction state log and the offsets topic are

@@ -1,7 +1,7 @@
 """A standalone ZooKeeper server as a local process.
 
 with ZooKeeperServer(tmp_path / "zk") as zk:
-    client = KazooClient(hosts=zk.connect_string)
+    with zookeeper_session(zk.connect_string) as client:  # controller.zookeeper.session
 """
 
 from __future__ import annotations

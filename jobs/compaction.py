@@ -42,7 +42,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipelines.reading.watermark_tables import add_actions, filesystem_path
-from schemas.tables import ARROW_SCHEMAS, REJECTED_MARKS
+from schemas.arrow import ARROW_SCHEMAS
+from schemas.tables import REJECTED_MARKS
 
 ORDER: dict[str, tuple[str, ...]] = {REJECTED_MARKS: ("at", "kafka_partition", "kafka_offset")}
 """Sort columns per table; the first is the one files are binned by."""

@@ -34,10 +34,11 @@ is not complete)::
         [--sql "SELECT count(*) AS n FROM window_events"] [--every 5m] [--wait-ms 600000]
 
 Both cuts assume well-behaved writers (noted times never below the times of
-events written before them); see ``controller.index``. The cuts come from
-the ``index``/``marks`` tables read with deltalake and searched by
-``controller.index`` -- the same answers as ``pipelines.reading.seek``'s
-``stream_cut_at`` / ``complete_cut_at``.
+events written before them); see ``controller.index``. They are looked up as
+``pipelines.reading.seek``'s ``stream_cut_at`` / ``complete_cut_at`` do (one
+:class:`~pipelines.reading.seek.SeekIndex`: the ``index`` table's statistics
+and a row group or two, one ``marks`` row group for each cut), never by
+reading the stream's whole history.
 """
 
 from __future__ import annotations
@@ -51,12 +52,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from controller.index import start_cut, stop_cut
-from controller.navigation import SegmentRange, ranges_between, start_or_head
+from controller.kafka.settings import spark_source_options
+from controller.navigation import SegmentRange, ranges_between
 from controller.store import MetadataStore
+from controller.zookeeper.session import close_session, open_session
 from jobs.exceptions import JobConfigurationError, WindowNotCompleteError
-from jobs.tables import read_index_rows
 from jobs.window_args import WindowRun, add_window_arguments, window_run_from_args
+from pipelines.reading.exceptions import StreamTimeTimeoutError
+from pipelines.reading.seek import SeekIndex, start_cut_for
 from pipelines.reading.stream_time import EXIT_NOT_YET, wait_for_time
 
 log = logging.getLogger(__name__)
@@ -134,18 +137,22 @@ def plan_window(
     delta_root: str,
     storage_options: Mapping[str, str] | None = None,
 ) -> WindowPlan:
-    """The offset ranges of [start_ms, end_ms); :class:`WindowNotCompleteError` until complete."""
+    """The offset ranges of [start_ms, end_ms); :class:`WindowNotCompleteError` until complete.
+
+    A fresh :class:`SeekIndex` looking at the tables' latest version: the cuts of
+    this one window, read from the table, not from a cache of another's.
+    """
     start = _timestamp(start_ms, "the window start")
     end = _timestamp(end_ms, "the window end")
     if end <= start:
         raise JobConfigurationError(f"a window needs start < end, got [{start}, {end})")
     meta = store.get_stream(stream)
-    rows = read_index_rows(delta_root, stream, storage_options)
-    stop = stop_cut(rows, end - 1)
+    index = SeekIndex(delta_root, storage_options=storage_options, refresh_interval_ms=0)
+    stop = index.stop(stream, end - 1)
     if stop is None:
         raise WindowNotCompleteError(stream, end - 1)
-    begin = start_or_head(start_cut(rows, start), meta)
-    ranges = ranges_between(meta.segments(), meta.sealed_sizes, begin, dict(stop))
+    begin = start_cut_for(stream, start, meta, index)
+    ranges = ranges_between(meta.segments(), meta.sealed_sizes, begin, dict(stop.stream_cut))
     return WindowPlan(stream, meta.topic, start, end, tuple(ranges))
 
 
@@ -162,8 +169,6 @@ def window_events(spark: Any, plan: WindowPlan, bootstrap_servers: str) -> Any:
     from pyspark.sql import functions as F
     from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
-    from controller.kafka_client import spark_kafka_options
-
     if not plan.ranges:
         empty = StructType(
             [
@@ -177,10 +182,9 @@ def window_events(spark: Any, plan: WindowPlan, bootstrap_servers: str) -> Any:
         return spark.createDataFrame([], empty)
     reader = (
         spark.read.format("kafka")
-        .option("kafka.bootstrap.servers", bootstrap_servers)
+        .options(**spark_source_options(bootstrap_servers))
         .option("kafka.isolation.level", "read_committed")
         .option("failOnDataLoss", "false")  # commit markers leave gaps in the offsets
-        .options(**spark_kafka_options())
     )
     for key, value in plan.kafka_options().items():
         reader = reader.option(key, value)
@@ -375,6 +379,10 @@ def run_due_windows(
 # --- the entry point: ``tidemark window run`` and ``spark-submit jobs/complete_window.py`` ---
 
 
+INDEX_LAG_ATTEMPTS = 20
+INDEX_LAG_PAUSE_S = 0.05
+
+
 def run_windows(
     spark: Any,
     run: WindowRun,
@@ -387,8 +395,6 @@ def run_windows(
     """Run ``run``'s windows in order; 0 when all are written, :data:`EXIT_NOT_YET` when
     one is not complete within ``wait_ms``. Each window waits for the watermark that
     completes it (woken by new watermarks, :func:`wait_for_time`)."""
-    from pipelines.reading.exceptions import StreamTimeTimeoutError
-
     resume = last_window_start(delta_root, run.stream, run.output) if run.every_ms else None
     for start, end in run.windows(resume):
         if run.wait_ms != 0:
@@ -402,21 +408,28 @@ def run_windows(
             except StreamTimeTimeoutError as exc:
                 log.warning("window [%d, %d) of %s: %s", start, end, run.stream, exc)
                 return EXIT_NOT_YET
-        try:
-            result = run_window(
-                spark,
-                run.stream,
-                start,
-                end,
-                store=store,
-                bootstrap_servers=bootstrap_servers,
-                delta_root=delta_root,
-                output=run.output,
-                sql=run.sql,
-            )
-        except WindowNotCompleteError as exc:
-            log.warning("%s", exc)
-            return EXIT_NOT_YET
+        # The wait saw the watermark in ``marks``; the controller job appends its ``index``
+        # row (where the plan looks) in its next commit: give it a moment after a wait.
+        attempts = 1 if run.wait_ms == 0 else INDEX_LAG_ATTEMPTS
+        for attempt in range(1, attempts + 1):
+            try:
+                result = run_window(
+                    spark,
+                    run.stream,
+                    start,
+                    end,
+                    store=store,
+                    bootstrap_servers=bootstrap_servers,
+                    delta_root=delta_root,
+                    output=run.output,
+                    sql=run.sql,
+                )
+                break
+            except WindowNotCompleteError as exc:
+                if attempt == attempts:
+                    log.warning("%s", exc)
+                    return EXIT_NOT_YET
+                time.sleep(INDEX_LAG_PAUSE_S)
         if on_result is not None:
             on_result(result)
     return 0
@@ -424,10 +437,8 @@ def run_windows(
 
 def run_from_args(args: argparse.Namespace, spark: Any = None) -> int:
     """Resolve services, start Spark (unless given or under spark-submit), run."""
-    from kazoo.client import KazooClient
-
     from controller.naming import ClusterSettings
-    from controller.zk_store import ZooKeeperStore
+    from controller.zookeeper.store import ZooKeeperStore
     from infra.services import KAFKA, ZOOKEEPER, data_root, resolve_services
     from tidemark.environment import Environment
 
@@ -435,8 +446,7 @@ def run_from_args(args: argparse.Namespace, spark: Any = None) -> int:
     env = Environment.from_env()
     found = resolve_services(KAFKA, ZOOKEEPER, kafka=args.bootstrap, zk=args.zk, env=env)
     delta_root = args.delta_root or str(data_root(env))
-    client = KazooClient(hosts=str(found.zk_connect))
-    client.start(timeout=15)
+    client = open_session(str(found.zk_connect), start_timeout_s=15)
     local = None
     try:
         store = ZooKeeperStore(client, args.zk_root or ClusterSettings().zk_root)
@@ -461,8 +471,7 @@ def run_from_args(args: argparse.Namespace, spark: Any = None) -> int:
             ),
         )
     finally:
-        client.stop()
-        client.close()
+        close_session(client)
         if local is not None:
             from infra.spark import stop_spark
 

@@ -32,7 +32,7 @@ delay, or a held cut's retry) fell due. The trigger (``--interval-ms``) only
 bounds how often a batch may start.
 
 **Active/standby.** Every driver contends in a ZooKeeper election
-(:class:`controller.election.DriverElection`); the leader runs the query,
+(:class:`controller.zookeeper.driver.DriverElection`); the leader runs the query,
 the others wait. When the leader's session ends (it died, or was cut off
 for longer than ``zk_session_timeout_ms``) a standby is elected and starts
 the query from the shared checkpoint ``<checkpoint root>/query``: same
@@ -66,6 +66,10 @@ from urllib.parse import urlparse
 from pyspark.sql import SparkSession
 from pyspark.sql.functions import expr
 
+from controller.kafka.admin import ensure_marks_topic
+from controller.kafka.settings import spark_source_options
+from controller.zookeeper.driver import DriverElection
+from controller.zookeeper.session import close_session, open_session
 from infra.spark import (
     KAFKA_CONSUMER_CACHE,
     KAFKA_CONSUMER_CACHE_SIZE,
@@ -188,11 +192,9 @@ def marks_frame(
     """Every partition's records: ``stream`` (the raw key), ``value``, ``partition``,
     ``offset``, ``arrival`` (the broker's append time in ms; null unless the topic is
     ``LogAppendTime``). ``max_offsets_per_trigger``: instead of the settings'."""
-    from controller.kafka_client import spark_kafka_options
-
     reader = (
         spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+        .options(**spark_source_options(settings.kafka_bootstrap))
         .option("subscribe", settings.cluster.marks_topic)
         .option("startingOffsets", "earliest")
         .option("kafka.isolation.level", "read_committed")
@@ -200,7 +202,6 @@ def marks_frame(
         .option("failOnDataLoss", "false")
         .option("kafka.fetch.max.wait.ms", str(FETCH_MAX_WAIT_MS))
         .option("kafka.max.poll.records", str(MAX_POLL_RECORDS))
-        .options(**spark_kafka_options())
     )
     limit = max_offsets_per_trigger or settings.max_offsets_per_trigger
     if limit is not None:
@@ -405,7 +406,7 @@ class LeaderTask(Protocol):
     """Something that runs only while this driver leads (the tables' maintenance,
     the stream policy loop): told on every change, closed when the driver stops.
     :class:`~jobs.maintenance.MaintenanceSwitch` is one; the CLI passes others
-    (``tidemark.policy_loop.PolicySwitch``) so that ``jobs`` imports nothing of them."""
+    (``controller.policy_loop.PolicySwitch``) so that ``jobs`` imports nothing of them."""
 
     def lead(self, leading: bool) -> None: ...
 
@@ -505,11 +506,6 @@ class ControllerJob:
     # --- lifecycle -------------------------------------------------------------------------
 
     def start(self) -> ControllerJob:
-        from kazoo.client import KazooClient
-
-        from controller.election import DriverElection
-        from controller.kafka_admin import ensure_marks_topic
-
         self.spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
         # Commit a small changelog per batch instead of uploading a RocksDB snapshot
         # (about 0.3-0.4 s per partition and batch); snapshots are taken in the background.
@@ -520,11 +516,9 @@ class ControllerJob:
         ensure_tables(self.spark, self.settings.delta_root)
         self._maintenance = maintenance_switch(self.settings)  # runs while this driver leads
         if self._client is None:
-            self._client = KazooClient(
-                hosts=self.settings.zk_connect,
-                timeout=self.settings.zk_session_timeout_ms / 1000,
+            self._client = open_session(
+                self.settings.zk_connect, timeout_ms=self.settings.zk_session_timeout_ms
             )
-            self._client.start(timeout=30)
         self._election = DriverElection(
             self._client,
             self.settings.cluster.zk_root,
@@ -570,8 +564,7 @@ class ControllerJob:
             except Exception:
                 log.exception("controller %s: closing %r failed", self.instance_id, task)
         if self._own_client and self._client is not None:
-            self._client.stop()
-            self._client.close()
+            close_session(self._client)
 
     def __enter__(self) -> ControllerJob:
         return self.start()

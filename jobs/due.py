@@ -33,6 +33,9 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from confluent_kafka import Producer
+
+from controller.kafka.settings import client_config
 from jobs.config import ControllerSettings
 from jobs.slot_keys import due_key
 
@@ -85,10 +88,8 @@ class DueScheduler:
         self._thread: threading.Thread | None = None
 
     def start(self) -> DueScheduler:
-        from confluent_kafka import Producer
-
         self._producer = Producer(
-            {"bootstrap.servers": self.settings.kafka_bootstrap, "linger.ms": 0, "log_level": 0}
+            {**client_config(self.settings.kafka_bootstrap), "linger.ms": 0, "log_level": 0}
         )
         self._thread = threading.Thread(target=self._run, name="due-records", daemon=True)
         self._thread.start()
@@ -96,7 +97,7 @@ class DueScheduler:
 
     def report(self, rows: Iterable[Mapping[str, Any]]) -> None:
         """A batch's output rows; its ``due`` rows replace the slots' due times."""
-        from jobs.processor import DUE
+        from jobs.processor import DUE  # pandas and pyspark: only on the driver that leads
 
         with self._cond:
             for row in rows:

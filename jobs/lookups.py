@@ -25,8 +25,14 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from controller.kafka_client import client_config
+from confluent_kafka import IsolationLevel, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
+
+from controller.exceptions import InvalidModelError, UnknownStreamError
+from controller.kafka.settings import client_config
 from controller.metadata import StreamMetadata
+from controller.zookeeper.session import close_session, open_session
+from controller.zookeeper.store import ZooKeeperStore
 from jobs.config import WorkflowSettings
 
 log = logging.getLogger(__name__)
@@ -46,26 +52,18 @@ class ZooKeeperStreams:
         self.zk_connect = zk_connect
         self.root = root
         self._client: Any = None
-        self._store: Any = None
+        self._store: ZooKeeperStore | None = None
         self._cache: dict[str, StreamMetadata] = {}
 
-    def _get_store(self) -> Any:
+    def _get_store(self) -> ZooKeeperStore:
         if self._store is None:
-            from kazoo.client import KazooClient
-
-            from controller.zk_store import ZooKeeperStore
-
-            client = KazooClient(hosts=self.zk_connect)
-            client.start(timeout=30)
-            self._client = client
-            self._store = ZooKeeperStore(client, self.root)
+            self._client = open_session(self.zk_connect)
+            self._store = ZooKeeperStore(self._client, self.root)
         return self._store
 
     def stream(self, stream: str, refresh: bool = False) -> StreamMetadata | None:
         if not refresh and stream in self._cache:
             return self._cache[stream]
-        from controller.exceptions import InvalidModelError, UnknownStreamError
-
         try:
             meta: StreamMetadata = self._get_store().get_stream(stream)
         except (UnknownStreamError, InvalidModelError):
@@ -91,8 +89,7 @@ class ZooKeeperStreams:
 
     def close(self) -> None:
         if self._client is not None:
-            self._client.stop()
-            self._client.close()
+            close_session(self._client)
             self._client = None
             self._store = None
 
@@ -129,9 +126,6 @@ class KafkaCommittedOffsets:
         """Last stable offsets (``earliest``: first offsets) of ``(topic, partition)`` keys
         in one request. A key that fails raises when ``required`` (all, or those in the
         set), else is left out."""
-        from confluent_kafka import IsolationLevel, TopicPartition
-        from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
-
         if self._admin is None:
             self._admin = AdminClient(
                 {

@@ -23,9 +23,9 @@ goes to no table: the metrics measure freshness from it.
 
 Why the pandas flavour: with a handful of slot keys per batch, a call's
 input arrives as whole pandas frames (Arrow converts them column by column
-in C) and its outputs leave as one frame per call. The row-based
+in C) and its outputs leave as one frame per call; the row-based
 ``transformWithState`` of PySpark 4.1 builds every input row from Arrow
-scalars one cell at a time -- profiled, a third of a busy worker's time.
+scalars one cell at a time.
 """
 
 from __future__ import annotations
@@ -42,21 +42,16 @@ from pyspark.sql.streaming.stateful_processor import (
     StatefulProcessorHandle,
     TimerValues,
 )
-from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
-    IntegerType,
-    LongType,
-    StringType,
-    StructField,
-    StructType,
-)
+from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
 from jobs.config import WorkflowSettings
+from jobs.lookups import worker_committed, worker_streams
 from jobs.slot_keys import is_due_key
 from jobs.slots import SlotState, run_slot
+from jobs.worker_setup import keep_zip_directories
 from jobs.workflow import Emitted, LaggardRows, MarkInput, Output, Rejected, StreamWorkflow
 from schemas.mark_input import Undecodable, decode_stream_key, printable_key
+from schemas.tables import TABLES, columns
 
 log = logging.getLogger(__name__)
 
@@ -65,36 +60,25 @@ REJECTED = "rejected"
 LAGGARD = "laggard"
 DUE = "due"
 
-ROW_SCHEMA = StructType(
-    [
-        StructField("kind", StringType(), False),
-        StructField("stream", StringType()),
-        StructField("seq", LongType()),
-        StructField("time", LongType()),
-        StructField("upper_time", LongType()),
-        StructField("upper_time_max", LongType()),
-        StructField("cut_segments", ArrayType(LongType())),
-        StructField("cut_offsets", ArrayType(LongType())),
-        StructField("writers", ArrayType(StringType())),
-        StructField("emitted_at", LongType()),
-        StructField("writer", StringType()),
-        StructField("reason", StringType()),
-        StructField("raw", BinaryType()),
-        StructField("kafka_partition", IntegerType()),
-        StructField("kafka_offset", LongType()),
-        StructField("at", LongType()),
-        StructField("slot", IntegerType()),
-        StructField("noted_at", LongType()),
-        StructField("laggard_kind", StringType()),
-        StructField("noted_time", LongType()),
-        StructField("watermark_time", LongType()),
-        StructField("behind_ms", LongType()),
-        StructField("since", LongType()),
-    ]
+_AS_FIELDS = {"stream_cut": ("cut_segments", "cut_offsets"), "kind": ("laggard_kind",)}
+"""Table columns an output row spells otherwise: the cut as two arrays (segment ids,
+offsets), a laggard's ``kind`` apart from the row's own."""
+
+COLUMNS = (
+    "kind",
+    *dict.fromkeys(
+        field
+        for table in TABLES
+        for column in columns(table)
+        for field in _AS_FIELDS.get(column, (column,))
+    ),
+    "slot",
+    "noted_at",
 )
 """The fields of an output row as the sink, the due scheduler and the metrics see it
-(:func:`rows_of`): ``kind`` says which are set."""
-COLUMNS = [f.name for f in ROW_SCHEMA.fields]
+(:func:`rows_of`): ``kind`` says which are set. They are the tables' columns
+(:data:`schemas.tables.LAYOUT`, so :func:`jobs.sink.split_rows` makes each table's rows
+from them), plus the due slot and ``noted_at`` (freshness, for the metrics)."""
 
 OUTPUT_SCHEMA = StructType(
     [
@@ -105,8 +89,7 @@ OUTPUT_SCHEMA = StructType(
 )
 """What the operator emits: a row's set fields but ``raw`` as compact JSON, and ``raw``
 (a rejected mark's bytes). Three columns, not one per field: the Python worker
-converts each output column of each call (one call per slot) to Arrow on its own,
-and with 23 columns that conversion was a third of a busy worker's time."""
+converts each output column of each call (one call per slot) to Arrow on its own."""
 OUTPUT_COLUMNS = OUTPUT_SCHEMA.fieldNames()
 
 STATE_SCHEMA = StructType([StructField("json", StringType(), False)])
@@ -167,20 +150,20 @@ def output_row(o: Emitted | Rejected | SlotDue) -> dict[str, Any]:
 
 
 def pack(row: dict[str, Any]) -> tuple[str, str, bytes | None]:
-    """A row of ``ROW_SCHEMA`` as the operator's ``(kind, row, raw)``."""
+    """A row of :data:`COLUMNS` as the operator's ``(kind, row, raw)``."""
     rest = {k: v for k, v in row.items() if v is not None and k not in ("kind", "raw")}
     return row["kind"], json.dumps(rest, separators=(",", ":")), row["raw"]
 
 
 def unpack(kind: str, packed: str, raw: bytes | None) -> dict[str, Any]:
-    """:func:`pack`'s inverse: every field of ``ROW_SCHEMA``, ``None`` where unset."""
+    """:func:`pack`'s inverse: every field of :data:`COLUMNS`, ``None`` where unset."""
     row: dict[str, Any] = dict.fromkeys(COLUMNS)
     row.update(json.loads(packed), kind=kind, raw=raw)
     return row
 
 
 def rows_of(frame: Any) -> list[dict[str, Any]]:
-    """A micro-batch of the operator's output (a Spark DataFrame) as rows of ``ROW_SCHEMA``,
+    """A micro-batch of the operator's output (a Spark DataFrame) as rows of :data:`COLUMNS`,
     collected to the driver once."""
     table = frame.toArrow()
     columns = (table.column(name).to_pylist() for name in OUTPUT_COLUMNS)
@@ -207,9 +190,6 @@ class ControllerProcessor(StatefulProcessor):
         self.settings = settings
 
     def init(self, handle: StatefulProcessorHandle) -> None:
-        from jobs.lookups import worker_committed, worker_streams
-        from jobs.worker_setup import keep_zip_directories
-
         keep_zip_directories()  # from the next task of this worker on
 
         self.handle = handle
@@ -266,7 +246,6 @@ __all__ = [
     "LAGGARD",
     "OUTPUT_SCHEMA",
     "REJECTED",
-    "ROW_SCHEMA",
     "WATERMARK",
     "ControllerProcessor",
     "SlotDue",

@@ -17,12 +17,11 @@ instance that takes a bucket over continues the same application id; a
 
 Why delta-rs and not Spark's Delta writer: the rows are already on the
 driver, and a Spark append with ``txnAppId``/``txnVersion`` runs Spark jobs
-to rebuild the table's transaction state on every commit (about 2 s per
-table on two cores, 0.7 s without the identifier); delta-rs keeps the
-table's log state in memory, reads only the commits it has not seen, and
-commits a small file in tens of milliseconds. The two write the same Delta
-protocol: the tables stay readable, writable and compactable (``OPTIMIZE``)
-by Spark.
+to rebuild the table's transaction state on every commit; delta-rs keeps the
+table's log state in memory and reads only the commits it has not seen. The
+two write the same Delta protocol: the tables stay readable, writable and
+compactable (``OPTIMIZE``) by Spark. Rows are made by :mod:`schemas.tables`,
+the schemas come from its layout.
 """
 
 from __future__ import annotations
@@ -32,18 +31,33 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import pyarrow as pa
+from deltalake import (
+    CommitProperties,
+    DeltaTable,
+    PostCommitHookProperties,
+    Transaction,
+    write_deltalake,
+)
+from deltalake.exceptions import CommitFailedError
+
+from controller.model import Watermark
 from jobs.maintenance import default_log_retention_s, retention_properties
 from jobs.processor import LAGGARD, REJECTED, WATERMARK
-from jobs.tables import (
+from jobs.tables import spark_schema
+from schemas.arrow import ARROW_SCHEMAS
+from schemas.tables import (
     INDEX,
     LAGGARDS,
+    LAGGARDS_COLUMNS,
     MARKS,
     REJECTED_MARKS,
     TABLES,
-    spark_schema,
+    index_row,
+    marks_row,
+    rejected_row,
     table_path,
 )
-from schemas.tables import ARROW_SCHEMAS
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +73,7 @@ def ensure_tables(
     A new table gets :func:`retention_properties`; the maintainer gives them
     to an existing one (the sink retries the append that races that commit).
     """
-    from delta.tables import DeltaTable
+    from delta.tables import DeltaTable as SparkDeltaTable  # delta-spark: only with Spark
 
     if log_retention_s is None:
         log_retention_s = default_log_retention_s(delta_root)
@@ -68,7 +82,7 @@ def ensure_tables(
         for attempt in range(attempts):
             try:
                 builder = (
-                    DeltaTable.createIfNotExists(spark)
+                    SparkDeltaTable.createIfNotExists(spark)
                     .location(table_path(delta_root, table))
                     .addColumns(spark_schema(table))
                 )
@@ -85,63 +99,40 @@ def ensure_tables(
 def split_rows(
     rows: Sequence[Mapping[str, Any]],
 ) -> dict[str, list[dict[str, Any]]]:
-    """A batch's output rows -> the rows of each Delta table (marks sorted by stream, seq)."""
-    marks = sorted(
+    """A batch's output rows (``jobs.processor.COLUMNS``) -> the rows of each Delta table,
+    made by :mod:`schemas.tables` (marks sorted by stream, seq)."""
+    emitted = sorted(
         (r for r in rows if r["kind"] == WATERMARK), key=lambda r: (r["stream"], r["seq"])
     )
+    marks = [(r, watermark_of(r)) for r in emitted]
     return {
-        MARKS: [
-            {
-                "stream": r["stream"],
-                "seq": r["seq"],
-                "time": r["time"],
-                "upper_time": r["upper_time"],
-                "stream_cut": [
-                    {"segment": s, "offset": o}
-                    for s, o in zip(r["cut_segments"], r["cut_offsets"], strict=True)
-                ],
-                "writers": list(r["writers"] or ()),
-                "emitted_at": r["emitted_at"],
-            }
-            for r in marks
-        ],
-        INDEX: [
-            {
-                "stream": r["stream"],
-                "seq": r["seq"],
-                "time": r["time"],
-                "upper_time_max": r["upper_time_max"],
-            }
-            for r in marks
-        ],
+        MARKS: [marks_row(w, r["writers"] or (), r["emitted_at"]) for r, w in marks],
+        INDEX: [index_row(w, r["upper_time_max"]) for r, w in marks],
         REJECTED_MARKS: [
-            {
-                "stream": r["stream"],
-                "writer": r["writer"],
-                "reason": r["reason"],
-                "raw": None if r["raw"] is None else bytes(r["raw"]),
-                "kafka_partition": r["kafka_partition"],
-                "kafka_offset": r["kafka_offset"],
-                "at": r["at"],
-            }
+            rejected_row(
+                r["stream"],
+                r["writer"],
+                r["reason"],
+                r["raw"],
+                r["kafka_partition"],
+                r["kafka_offset"],
+                r["at"],
+            )
             for r in rows
             if r["kind"] == REJECTED
         ],
         LAGGARDS: [
-            {
-                "stream": r["stream"],
-                "at": r["at"],
-                "writer": r["writer"],
-                "kind": r["laggard_kind"],
-                "noted_time": r["noted_time"],
-                "watermark_time": r["watermark_time"],
-                "behind_ms": r["behind_ms"],
-                "since": r["since"],
-            }
+            {**{c: r[c] for c in LAGGARDS_COLUMNS}, "kind": r["laggard_kind"]}
             for r in rows
             if r["kind"] == LAGGARD
         ],
     }
+
+
+def watermark_of(row: Mapping[str, Any]) -> Watermark:
+    """The watermark of an output row of kind ``watermark`` (its cut in two arrays)."""
+    cut = dict(zip(row["cut_segments"], row["cut_offsets"], strict=True))
+    return Watermark(row["stream"], row["time"], row["upper_time"], cut, row["seq"])
 
 
 class DeltaTables:
@@ -170,8 +161,6 @@ class DeltaTables:
 
     def _table(self, table: str, *, refresh: bool = True) -> Any:
         """The open table; ``refresh``: brought up to date first (lists the log)."""
-        from deltalake import DeltaTable
-
         dt = self._open.get(table)
         if dt is None:
             dt = self._open[table] = DeltaTable(
@@ -193,8 +182,6 @@ class DeltaTables:
 
     def append(self, table: str, rows: list[dict[str, Any]], app_id: str, version: int) -> bool:
         """Append ``rows`` as transaction ``(app_id, version)``; ``False``: already there."""
-        from deltalake.exceptions import CommitFailedError
-
         for attempt in range(1, self.COMMIT_ATTEMPTS + 1):
             # the first attempt trusts the handle (current after its own last commit);
             # a failed commit means someone else committed: read the log, check again
@@ -214,14 +201,6 @@ class DeltaTables:
 
     @staticmethod
     def _write(dt: Any, table: str, rows: list[dict[str, Any]], app_id: str, version: int) -> None:
-        import pyarrow as pa
-        from deltalake import (
-            CommitProperties,
-            PostCommitHookProperties,
-            Transaction,
-            write_deltalake,
-        )
-
         data = pa.Table.from_pylist(rows, schema=ARROW_SCHEMAS[table])
         write_deltalake(
             dt,
@@ -263,7 +242,7 @@ class DeltaSink:
         """The query started: its id names the transactions. The tables are brought up
         to date first: a new leader's handles predate the old leader's last commits,
         which carry the same application id, so a blind first append would fail on
-        each table and read the log anyway (1.2-1.7 s of a take-over's first batch)."""
+        each table and read the log anyway."""
         self._query_id = query_id
         try:
             self.tables.open_all(refresh=True)
@@ -296,4 +275,11 @@ class DeltaSink:
             )
 
 
-__all__ = ["DeltaSink", "DeltaTables", "ensure_tables", "retention_properties", "split_rows"]
+__all__ = [
+    "DeltaSink",
+    "DeltaTables",
+    "ensure_tables",
+    "retention_properties",
+    "split_rows",
+    "watermark_of",
+]

@@ -38,9 +38,18 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from confluent_kafka import Producer
+
+from controller.kafka.admin import ensure_marks_topic
+from controller.kafka.settings import client_config
 from controller.model import WriterMark
 from controller.naming import ClusterSettings, split_stream
+from controller.zookeeper.session import zookeeper_session
+from controller.zookeeper.store import ZooKeeperStore
 from jobs.exceptions import JobConfigurationError
+from pipelines.writing.config import WriterConfig
+from pipelines.writing.marks import mark_message
+from pipelines.writing.writer import EventWriter
 
 log = logging.getLogger(__name__)
 
@@ -102,15 +111,7 @@ def _value_bytes(value: Any, column: str) -> bytes:
 
 def write_partition(target: StreamTarget, writer: str, rows: Iterable[Any]) -> TaskReport:
     """One task's work: write ``rows`` as ``writer``, note the largest time, close."""
-    from kazoo.client import KazooClient
-
-    from controller.zk_store import ZooKeeperStore
-    from pipelines.writing.config import WriterConfig
-    from pipelines.writing.writer import EventWriter
-
-    client = KazooClient(hosts=target.zk_connect)
-    client.start(timeout=30)
-    try:
+    with zookeeper_session(target.zk_connect) as client:
         events, top = 0, None
         with EventWriter(
             writer,
@@ -128,20 +129,12 @@ def write_partition(target: StreamTarget, writer: str, rows: Iterable[Any]) -> T
             # A task with no rows notes time 0, so its close ends its registration.
             w.note_time(top if top is not None else 0)
         return TaskReport(writer, events, top)
-    finally:
-        client.stop()
-        client.close()
 
 
 def register_writers(target: StreamTarget, writers: Iterable[str]) -> None:
     """Publish a time-0 mark with an empty position for each writer (see the module doc)."""
-    from confluent_kafka import Producer
-
-    from controller.kafka_admin import ensure_marks_topic
-    from pipelines.writing.marks import mark_message
-
     ensure_marks_topic(target.kafka_bootstrap, target.cluster, create=True)
-    producer = Producer({"bootstrap.servers": target.kafka_bootstrap, "enable.idempotence": True})
+    producer = Producer({**client_config(target.kafka_bootstrap), "enable.idempotence": True})
     for wid in writers:
         msg = mark_message(target.cluster, target.stream, wid, WriterMark(0, {}))
         producer.produce(msg.topic, msg.value, msg.key, partition=msg.partition)

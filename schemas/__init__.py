@@ -18,5 +18,7 @@ bytes, its routing key as the Kafka key, its stored timestamp as the Kafka
 record timestamp; the segment is the partition.
 
 Framing and evolution: :mod:`schemas.codec`. Typed records: :mod:`schemas.records`.
+The Delta tables' layout and rows: :mod:`schemas.tables` (pyarrow schemas derived
+from it: :mod:`schemas.arrow`).
 This package imports nothing of the project except ``tidemark.errors``.
 """

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from schemas.codec import decode, encode
 from schemas.exceptions import DecodeError, EncodeError
+from schemas.tables import cut_cell
 
 WRITER_MARK = "writer_mark"
 WATERMARK = "watermark"
@@ -55,9 +56,9 @@ class WatermarkLike(Protocol):
     def seq(self) -> int: ...
 
 
-def cut_to_avro(cut: Mapping[int, int]) -> list[dict[str, int]]:
-    """``{segment: offset}`` -> ``[{"segment": s, "offset": o}, ...]`` sorted by segment."""
-    return [{"segment": s, "offset": o} for s, o in sorted(cut.items())]
+cut_to_avro = cut_cell
+"""``{segment: offset}`` -> ``[{"segment": s, "offset": o}, ...]`` sorted by segment: the
+same shape as a Delta ``stream_cut`` cell (``marks`` rows are ``watermark`` records)."""
 
 
 def cut_from_avro(items: Any) -> dict[int, int]:

@@ -5,45 +5,36 @@
     >>> MARKS_COLUMNS
     ('stream', 'seq', 'time', 'upper_time', 'stream_cut', 'writers', 'emitted_at')
 
-One definition for both sides: the Spark job (``jobs``) writes these tables
-and derives its Spark schema from here (the pyarrow schemas are in
-:mod:`schemas.arrow`, imported on first use of ``MARKS_ARROW`` etc. here);
-readers (``pipelines``) read them with deltalake. Three tables live under
-one *delta root* (a local path or an object-store URI such as
-``s3://bucket/tidemark``):
+The one definition of the tables' layout: :data:`LAYOUT` gives each table's
+columns with logical types, from which :mod:`schemas.arrow` derives the
+pyarrow schemas (readers, delta-rs appends) and ``jobs.tables`` the Spark
+schemas (table creation). Pure data: importing it needs neither pyarrow nor
+fastavro. Four tables live under one *delta root* (a local path or an
+object-store URI such as ``s3://bucket/tidemark``):
 
 - ``marks`` — one row per emitted watermark (Pravega's marks segment), the
   Avro ``watermark`` record's shape; ``stream_cut`` is
   ``array<struct<segment: bigint, offset: bigint>>`` sorted by segment.
 - ``index`` — ``stream, seq, time, upper_time_max`` (running maximum of
   ``upper_time``), searched by binary search (``controller.index``).
-- ``rejected_marks`` — the dead-letter table: ``stream, writer, reason, raw,
-  kafka_partition, kafka_offset, at``; ``reason`` is one of :class:`Reason`.
-- ``laggards`` — who holds a stream's watermark back: snapshots ``stream, at,
-  writer, kind, noted_time, watermark_time, behind_ms, since`` appended when
+- ``rejected_marks`` — the dead-letter table; ``reason`` is one of :class:`Reason`.
+- ``laggards`` — who holds a stream's watermark back: snapshots appended when
   a stream's set of laggards changes (``controller.laggards``); a snapshot
   with no laggard left is one row with ``writer`` null and kind ``clear``.
 
 ``seq`` strictly increases per stream with no gaps; rows are appended by the
 controller job only, exactly once per watermark. :func:`marks_row`,
-:func:`index_row` and :func:`watermark_from_row` are the one mapping between
-a watermark and its rows, both ways.
+:func:`index_row`, :func:`rejected_row`, :func:`laggard_rows` and
+:func:`watermark_from_row` are the one mapping between values and rows.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-if TYPE_CHECKING:  # at run time: the arrow names through __getattr__ below
-    from schemas.arrow import (
-        ARROW_SCHEMAS,
-        CUT_ARROW,
-        INDEX_ARROW,
-        LAGGARDS_ARROW,
-        MARKS_ARROW,
-        REJECTED_ARROW,
-    )
+if TYPE_CHECKING:
     from schemas.records import WatermarkLike
 
 W = TypeVar("W")
@@ -73,6 +64,92 @@ LAGGARDS = "laggards"
 TABLES = (MARKS, INDEX, REJECTED_MARKS, LAGGARDS)
 CLEAR = "clear"
 """``laggards.kind`` of the row that says a stream has no laggard any more."""
+
+# --- the layout: one definition, from which the pyarrow and Spark schemas are derived -------------
+
+
+class ColumnType:
+    """The logical types of :data:`LAYOUT`'s columns (each reader or writer maps them)."""
+
+    STRING = "string"
+    INT32 = "int32"
+    INT64 = "int64"
+    BINARY = "binary"
+    STRINGS = "list<string>"
+    CUT = "list<struct<segment: int64, offset: int64>>"
+    """A stream cut: ``[{segment, offset}, ...]`` sorted by segment; Delta refuses NOT NULL
+    inside arrays, so its fields are nullable."""
+
+    ALL = (STRING, INT32, INT64, BINARY, STRINGS, CUT)
+
+
+_T = ColumnType
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a table: its name, :class:`ColumnType`, nullability."""
+
+    name: str
+    type: str
+    nullable: bool = True
+
+
+LAYOUT: Mapping[str, tuple[Column, ...]] = {
+    MARKS: (
+        Column("stream", _T.STRING, False),
+        Column("seq", _T.INT64, False),
+        Column("time", _T.INT64, False),
+        Column("upper_time", _T.INT64, False),
+        Column("stream_cut", _T.CUT),
+        Column("writers", _T.STRINGS),
+        Column("emitted_at", _T.INT64),
+    ),
+    INDEX: (
+        Column("stream", _T.STRING, False),
+        Column("seq", _T.INT64, False),
+        Column("time", _T.INT64, False),
+        Column("upper_time_max", _T.INT64, False),
+    ),
+    REJECTED_MARKS: (
+        Column("stream", _T.STRING),
+        Column("writer", _T.STRING),
+        Column("reason", _T.STRING, False),
+        Column("raw", _T.BINARY),
+        Column("kafka_partition", _T.INT32),
+        Column("kafka_offset", _T.INT64),
+        Column("at", _T.INT64),
+    ),
+    LAGGARDS: (
+        Column("stream", _T.STRING, False),
+        Column("at", _T.INT64, False),
+        Column("writer", _T.STRING),
+        Column("kind", _T.STRING, False),
+        Column("noted_time", _T.INT64),
+        Column("watermark_time", _T.INT64),
+        Column("behind_ms", _T.INT64),
+        Column("since", _T.INT64),
+    ),
+}
+
+
+def layout(table: str) -> tuple[Column, ...]:
+    """The columns of ``table``; ``ValueError`` naming the tables for an unknown one."""
+    found = LAYOUT.get(table)
+    if found is None:
+        raise ValueError(f"unknown table {table!r}; valid: {', '.join(TABLES)}")
+    return found
+
+
+def columns(table: str) -> tuple[str, ...]:
+    """The column names of ``table``, in order."""
+    return tuple(c.name for c in layout(table))
+
+
+MARKS_COLUMNS = columns(MARKS)
+INDEX_COLUMNS = columns(INDEX)
+REJECTED_COLUMNS = columns(REJECTED_MARKS)
+LAGGARDS_COLUMNS = columns(LAGGARDS)
 
 
 class Reason:
@@ -118,29 +195,18 @@ class Reason:
     )
 
 
-MARKS_COLUMNS = ("stream", "seq", "time", "upper_time", "stream_cut", "writers", "emitted_at")
-INDEX_COLUMNS = ("stream", "seq", "time", "upper_time_max")
-
-_ARROW_NAMES = frozenset(
-    {"ARROW_SCHEMAS", "CUT_ARROW", "INDEX_ARROW", "LAGGARDS_ARROW", "MARKS_ARROW", "REJECTED_ARROW"}
-)
-
-
-def __getattr__(name: str) -> Any:
-    """The pyarrow schemas (``MARKS_ARROW``, ``ARROW_SCHEMAS``, ...) live in
-    :mod:`schemas.arrow`; imported on first use so this module needs no pyarrow."""
-    if name in _ARROW_NAMES:
-        from schemas import arrow
-
-        return getattr(arrow, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def table_path(delta_root: str, table: str) -> str:
     """``<delta root>/<table>``; the root may be a path or a URI (``s3://...``)."""
-    if table not in TABLES:
-        raise ValueError(f"unknown table {table!r}; valid: {', '.join(TABLES)}")
+    layout(table)
     return f"{str(delta_root).rstrip('/')}/{table}"
+
+
+# --- rows <-> values: the one place that knows the row layout -----------------------------------
+
+
+def cut_cell(cut: Mapping[int, int]) -> list[dict[str, int]]:
+    """``{segment id: offset}`` -> a ``stream_cut`` cell, sorted by segment."""
+    return [{"segment": s, "offset": o} for s, o in sorted(cut.items())]
 
 
 def cut_from_cell(items: Iterable[Mapping[str, int]] | None) -> dict[int, int]:
@@ -148,21 +214,16 @@ def cut_from_cell(items: Iterable[Mapping[str, int]] | None) -> dict[int, int]:
     return {int(i["segment"]): int(i["offset"]) for i in items or ()}
 
 
-# --- rows <-> watermarks: the one place that knows the row layout --------------------------------
-
-
 def marks_row(
     watermark: WatermarkLike, writers: Sequence[str] = (), emitted_at: int = 0
 ) -> dict[str, Any]:
     """A watermark as a row of ``marks``."""
-    from schemas.records import cut_to_avro  # not at import: it needs fastavro
-
     return {
         "stream": watermark.stream,
         "seq": watermark.seq,
         "time": watermark.time,
         "upper_time": watermark.upper_time,
-        "stream_cut": cut_to_avro(watermark.stream_cut),
+        "stream_cut": cut_cell(watermark.stream_cut),
         "writers": list(writers),
         "emitted_at": emitted_at,
     }
@@ -176,6 +237,27 @@ def index_row(watermark: WatermarkLike, upper_time_max: int) -> dict[str, Any]:
         "seq": watermark.seq,
         "time": watermark.time,
         "upper_time_max": upper_time_max,
+    }
+
+
+def rejected_row(
+    stream: str | None,
+    writer: str | None,
+    reason: str,
+    raw: bytes | None,
+    kafka_partition: int | None,
+    kafka_offset: int | None,
+    at: int | None,
+) -> dict[str, Any]:
+    """A refused writer mark as a row of ``rejected_marks``."""
+    return {
+        "stream": stream,
+        "writer": writer,
+        "reason": reason,
+        "raw": None if raw is None else bytes(raw),
+        "kafka_partition": kafka_partition,
+        "kafka_offset": kafka_offset,
+        "at": at,
     }
 
 
@@ -235,27 +317,30 @@ def watermark_from_row(row: Mapping[str, Any], make: Callable[..., W]) -> W:
 
 
 __all__ = [
-    "ARROW_SCHEMAS",
     "CLEAR",
-    "CUT_ARROW",
     "INDEX",
-    "INDEX_ARROW",
     "INDEX_COLUMNS",
     "LAGGARDS",
-    "LAGGARDS_ARROW",
+    "LAGGARDS_COLUMNS",
+    "LAYOUT",
     "MARKS",
-    "MARKS_ARROW",
     "MARKS_COLUMNS",
-    "REJECTED_ARROW",
+    "REJECTED_COLUMNS",
     "REJECTED_MARKS",
     "TABLES",
+    "Column",
+    "ColumnType",
     "LaggardLike",
     "Reason",
+    "columns",
+    "cut_cell",
     "cut_from_cell",
     "index_row",
     "laggard_rows",
     "latest_laggards",
+    "layout",
     "marks_row",
+    "rejected_row",
     "table_path",
     "watermark_from_row",
 ]

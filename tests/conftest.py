@@ -15,9 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from infra.process import started_processes
 from tidemark.environment import Environment
+
+# Property tests check invariants, not speed: on a loaded 2-core machine (CI runs Spark
+# beside them) one example can take far longer than hypothesis's 200 ms default deadline.
+settings.register_profile("tidemark", deadline=None)
+settings.load_profile("tidemark")
 
 
 @pytest.fixture(scope="session")

@@ -27,6 +27,7 @@ from typing import Any
 from controller.config import ScalingPolicy, StreamConfiguration
 from controller.model import KeyRange, TimeWindow, Watermark
 from controller.naming import ClusterSettings
+from controller.zookeeper.session import close_session, open_session
 
 log = logging.getLogger(__name__)
 
@@ -144,10 +145,8 @@ def run_demo(
 ) -> DemoReport:
     """The demo under ``work_dir`` (tables in ``work_dir/delta``); ``progress`` is told
     each of :data:`STEPS_SHOWN` as it starts."""
-    from kazoo.client import KazooClient
-
     from controller.streams import StreamManager
-    from controller.zk_store import ZooKeeperStore
+    from controller.zookeeper.store import ZooKeeperStore
     from jobs.config import ControllerSettings
     from jobs.controller_job import ControllerJob
     from jobs.tables import read_watermarks
@@ -158,8 +157,7 @@ def run_demo(
     cluster = demo_cluster(unique)
     stream = f"demo{unique}/sensors"
     delta_root = str(work_dir / "delta")
-    client = KazooClient(hosts=zk_connect)
-    client.start(timeout=15)
+    client = open_session(zk_connect, start_timeout_s=15)
     try:
         store = ZooKeeperStore(client, cluster.zk_root)
         env = _Env(bootstrap, store, StreamManager(store, bootstrap, cluster), cluster)
@@ -232,8 +230,7 @@ def run_demo(
         report.missed_at_or_after_seek = len(wanted) - report.events_at_or_after_seek
         return report
     finally:
-        client.stop()
-        client.close()
+        close_session(client)
 
 
 def _emitted_at(delta_root: str, stream: str) -> dict[int, int]:

@@ -9,7 +9,7 @@
 Modules: ``group`` (ReaderGroup), ``reader`` (EventReader, and ``ReaderHost``:
 what a reader needs of its group), ``offsets`` (where the group's position is
 kept: Kafka or memory), ``registry`` (who owns which segment; its ZooKeeper
-znodes are ``controller.zk_groups``), ``view`` (the group's position as a stream cut),
+znodes are ``controller.zookeeper.groups``), ``view`` (the group's position as a stream cut),
 ``seek`` (a time to a cut), ``windows`` (time windows for a position),
 ``watermark_tables`` (the Delta tables' reader), ``checkpoints`` (named,
 consistent positions of a whole group), ``balance`` (readers kept together

@@ -211,12 +211,10 @@ class SegmentClocks:
     """Each owned segment's time, advanced incrementally along the watermarks: the
     time of the latest watermark the segment's position is not behind.
 
-    Not behind, rather than past: a segment holding nothing sits at offset 0
-    in every cut, and a segment read to its end sits at the last cut's
-    offset; neither has passed those watermarks under Pravega's rule
-    (``controller.timewindow.compare``: an equal offset is neither), yet
-    both have read everything those watermarks vouch for on that segment.
-    For balancing, such a segment must not look behind.
+    Not behind (``controller.timewindow.compare`` >= 0): a segment holding
+    nothing sits at offset 0 in every cut, and a segment read to its end sits
+    at the last cut's offset; both have read everything those watermarks
+    vouch for on that segment, so for balancing neither must look behind.
     """
 
     def __init__(

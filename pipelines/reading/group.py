@@ -37,7 +37,7 @@ from types import TracebackType
 from typing import Any
 
 from controller.exceptions import UnknownStreamError
-from controller.kafka_client import client_config
+from controller.kafka.settings import client_config
 from controller.metadata import StreamMetadata
 from controller.model import Segment, StreamCut, TimeWindow
 from controller.navigation import head_cut, start_or_head

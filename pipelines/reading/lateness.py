@@ -28,9 +28,9 @@ import pyarrow as pa
 
 from controller.model import Watermark
 from pipelines.reading.watermark_tables import DeltaSource
+from schemas.arrow import LAGGARDS_ARROW
 from schemas.tables import (
     LAGGARDS,
-    LAGGARDS_ARROW,
     REJECTED_MARKS,
     LaggardLike,
     Reason,

@@ -9,7 +9,7 @@ offsets (group id = the group's name), so it outlives the process; a
 one-off read (``ReaderGroup.ephemeral_group``) keeps it in memory. Both
 speak segment ids; the Kafka one maps them to partitions of the stream's
 topic. A transient coordinator error (the group coordinator loading or
-moving) is retried by one :class:`controller.kafka_retry.KafkaRetry`.
+moving) is retried by one :class:`controller.kafka.retry.KafkaRetry`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from controller.kafka_retry import KafkaRetry
+from controller.kafka.retry import KafkaRetry
 from controller.model import segment_number
 from pipelines.reading.exceptions import ReaderError
 
@@ -148,7 +148,7 @@ class KafkaOffsets(OffsetStore):
         """Delete the Kafka consumer group (a failure is logged: nothing is lost)."""
         from confluent_kafka.admin import AdminClient
 
-        from controller.kafka_client import client_config
+        from controller.kafka.settings import client_config
 
         admin = AdminClient({**client_config(self.settings["bootstrap.servers"])})
         for future in admin.delete_consumer_groups([self.group_id]).values():

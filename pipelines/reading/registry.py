@@ -13,7 +13,7 @@ the group's checkpoints (the one being taken, the readers' acknowledgements,
 the taken ones). In ZooKeeper, the znodes
 (``<root>/readergroups/<group>``, JSON of the record, with ephemeral
 ``readers/<reader>`` and ``owners/<segment>`` claims) are the control
-plane's: ``controller.zk_groups``; this module adds the record's JSON and the
+plane's: ``controller.zookeeper.groups``; this module adds the record's JSON and the
 reading side's errors.
 
 :class:`MemoryGroupRegistry` does the same within one process (tests,
@@ -313,10 +313,10 @@ MEMORY_REGISTRY = MemoryGroupRegistry()
 
 
 class ZooKeeperGroupRegistry(GroupRegistry):
-    """The registry in ZooKeeper, through ``controller.zk_groups`` (the znodes live there)."""
+    """The registry in ZooKeeper, through ``controller.zookeeper.groups`` (its znodes)."""
 
     def __init__(self, client: Any, root: str = "/tidemark") -> None:
-        from controller.zk_groups import ZooKeeperGroups
+        from controller.zookeeper.groups import ZooKeeperGroups
 
         self.client = client
         self.groups = ZooKeeperGroups(client, root)

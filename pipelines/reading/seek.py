@@ -59,6 +59,7 @@ from controller.timestamps import check_timestamp as check_time
 from pipelines.reading.exceptions import (
     InvalidDurationError,
     StreamDeletedError,
+    WatermarksUnavailableError,
 )
 from pipelines.reading.watermark_tables import (
     INDEX,
@@ -383,8 +384,6 @@ def _extend(target: array[int], column: object) -> None:
 
 
 def _missing_mark(stream: str, seq: int) -> Exception:
-    from pipelines.reading.exceptions import WatermarksUnavailableError
-
     return WatermarksUnavailableError(
         f"stream {stream!r}: watermark {seq} is in the index table but not in marks"
     )

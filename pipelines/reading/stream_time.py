@@ -47,8 +47,14 @@ from pipelines.reading.exceptions import (
     WaitCancelledError,
 )
 from pipelines.reading.lateness import read_laggards, stale_marks
-from pipelines.reading.watermark_tables import TableTail, resolve_delta_root
-from schemas.tables import MARKS, MARKS_COLUMNS, table_path, watermark_from_row
+from pipelines.reading.time_service import (
+    ServiceUnavailableError,
+    TimeServiceClient,
+    stream_path,
+    time_service_url,
+    watermark_from_json,
+)
+from pipelines.reading.watermark_tables import MarksTail, resolve_delta_root
 
 log = logging.getLogger(__name__)
 
@@ -99,29 +105,18 @@ class DeltaWatermarkSource:
         self.storage_options = storage_options
         self.min_backoff_ms = min_backoff_ms
         self.max_backoff_ms = max_backoff_ms
-        self._tail = TableTail(
-            table_path(self.delta_root, MARKS), stream, MARKS_COLUMNS, storage_options
-        )
-        self._log_dir = _local_log_dir(table_path(self.delta_root, MARKS))
+        self._tail = MarksTail(self.delta_root, stream, storage_options)
         self._remote_delay_ms = min_backoff_ms
         """Object stores: the pause before the next read, grown while nothing comes."""
 
     def poll(self) -> list[Watermark]:
-        found = [watermark_from_row(r, Watermark) for r in self._tail.poll().to_pylist()]
+        found = self._tail.poll()
         if found:
             self._remote_delay_ms = self.min_backoff_ms
         return found
 
-    def _next_commit(self) -> str | None:
-        """The commit file of the next table version, on a local path (else None)."""
-        if self._log_dir is None:
-            return None
-        version = self._tail.source.version
-        following = 0 if version is None else version + 1
-        return os.path.join(self._log_dir, f"{following:020d}.json")
-
     def wait_for_change(self, timeout_ms: int, stop: threading.Event) -> None:
-        commit = self._next_commit()
+        commit = self._tail.next_commit_file()
         if commit is None:
             # Object store: one incremental read (the next poll) per step, the
             # steps growing while nothing new comes.
@@ -179,8 +174,6 @@ class ServiceWatermarkSource:
         slice_ms: int = 1_000,
         retry_after_s: float = 30.0,
     ) -> None:
-        from pipelines.reading.time_service import TimeServiceClient
-
         if slice_ms < 1:
             raise ReaderConfigError(f"slice_ms must be >= 1, got {slice_ms}")
         self.stream = stream
@@ -209,12 +202,6 @@ class ServiceWatermarkSource:
 
     def _ask(self, timeout_ms: int) -> bool:
         """One request (held up to ``timeout_ms``); False when the service is down."""
-        from pipelines.reading.time_service import (
-            ServiceUnavailableError,
-            stream_path,
-            watermark_from_json,
-        )
-
         try:
             body = self.client.get(
                 f"{stream_path(self.stream)}/wait", t=self.time_ms, timeout_ms=timeout_ms
@@ -260,8 +247,6 @@ def watermark_source(
 ) -> WatermarkSource:
     """The source a wait for ``time_ms`` uses by default: the time service's when
     ``TIDEMARK_TIME_SERVICE`` is set (falling back to Delta), else the ``marks`` table."""
-    from pipelines.reading.time_service import time_service_url
-
     url = time_service_url()
     if url is None:
         return DeltaWatermarkSource(delta_root, stream, storage_options=storage_options)
@@ -276,12 +261,6 @@ def _describe(row: Mapping[str, object]) -> str:
         f"{row['writer']} ({row['kind']}{since}: noted {row['noted_time']}, "
         f"{row['behind_ms']} ms behind)"
     )
-
-
-def _local_log_dir(uri: str) -> str | None:
-    if "://" in uri and not uri.startswith("file://"):
-        return None
-    return os.path.join(uri.removeprefix("file://"), "_delta_log")
 
 
 def _check_timeout(timeout_ms: object) -> int:

@@ -1,15 +1,14 @@
-"""Reading the controller's ``marks`` and ``index`` Delta tables with deltalake (no Spark).
+"""The controller's Delta tables read and appended with deltalake (no Spark).
 
-    tail = TableTail(table_path("/data/delta", MARKS), stream="shop/orders")
-    rows = tail.poll()            # new rows of the stream since the last poll (pyarrow)
+    tail = MarksTail("/data/delta", "shop/orders")
+    new = tail.poll()             # the stream's watermarks committed since the last poll
     cut = read_cut("/data/delta", "shop/orders", seq=41)
-    marks = read_watermarks("/data/delta", "shop/orders")     # list[Watermark]
+    marks = read_watermarks("/data/delta", "shop/orders", since=t)   # list[Watermark]
 
-The one deltalake reader of the tables: readers, seek, tools and the Spark
-jobs (``jobs.tables`` re-exports the readers) all read through it.
-
-Names, columns and schemas come from :mod:`schemas.tables`, the one
-definition the controller job writes by.
+The one deltalake module of the tables: readers, waits, the time service,
+seek (``pipelines.reading.seek``, the timestamp -> cut lookup) and the Spark
+jobs read through it; tests and tools append through it. Layout and rows
+come from :mod:`schemas.tables`, the definition the controller job writes by.
 
 Incremental by table version: a :class:`TableTail` keeps the ``DeltaTable``
 open, and on each poll applies only the newer log versions
@@ -19,18 +18,20 @@ statistics (min/max of ``stream`` and ``seq``) say they may hold rows of the
 stream newer than the last one read. Rows are immutable once committed and
 ``seq`` has no gaps per stream, so "new" is simply ``seq > last seq``; a
 compaction that rewrites old rows into new files costs nothing but a glance
-at the statistics.
+at the statistics. pyarrow and deltalake are imported where a table is read
+or written, so importing this module (every reader does) stays light.
 """
 
 from __future__ import annotations
 
+import datetime
 import logging
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from controller.index import IndexRow, index_rows, running_max
+from controller.index import running_max
 from controller.model import Watermark
 from pipelines.reading.exceptions import WatermarksUnavailableError
 from schemas.tables import (
@@ -38,6 +39,7 @@ from schemas.tables import (
     INDEX_COLUMNS,
     MARKS,
     MARKS_COLUMNS,
+    REJECTED_MARKS,
     cut_from_cell,
     index_row,
     marks_row,
@@ -50,19 +52,7 @@ if TYPE_CHECKING:  # pyarrow is imported where a table is read or written
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from schemas.arrow import INDEX_ARROW as INDEX_SCHEMA
-    from schemas.arrow import MARKS_ARROW as MARKS_SCHEMA
-
 log = logging.getLogger(__name__)
-
-
-def __getattr__(name: str) -> Any:
-    """``MARKS_SCHEMA`` / ``INDEX_SCHEMA``: :mod:`schemas.arrow`'s, imported on first use."""
-    if name in ("MARKS_SCHEMA", "INDEX_SCHEMA"):
-        from schemas import arrow
-
-        return arrow.MARKS_ARROW if name == "MARKS_SCHEMA" else arrow.INDEX_ARROW
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 DELTA_ROOT_ENV = DELTA_ROOT
@@ -133,7 +123,7 @@ class DeltaSource:
 
     def refresh(self) -> bool:
         """Load newer log versions; True when the version moved (or the table appeared)."""
-        from deltalake import DeltaTable
+        from deltalake import DeltaTable  # on use: importing this module stays light
         from deltalake.exceptions import TableNotFoundError
 
         if self._table is None:
@@ -155,20 +145,21 @@ class DeltaSource:
     def version(self) -> int | None:
         return None if self._table is None else int(self._table.version())
 
-    def rows(self, stream: str | None = None) -> pa.Table:
-        """Every row of the current version (optionally one stream's); empty when no table."""
-        import pyarrow as pa
+    def rows(self, stream: str | None = None, columns: Sequence[str] | None = None) -> pa.Table:
+        """Every row of the current version (optionally one stream's, only ``columns``);
+        empty when no table."""
+        import pyarrow as pa  # on use: importing this module stays light
 
         if self._table is None:
             return pa.table({})
-        import pyarrow.dataset as ds
+        import pyarrow.dataset as ds  # on use: importing this module stays light
 
         flt = None if stream is None else ds.field("stream") == stream
-        # On the calling thread: with pyarrow's scan threads a short-lived process (a CLI
-        # verb) aborted at exit now and then ("terminate called without an active
-        # exception", SIGABRT after its output: ~6 in 120 runs of `tidemark laggards`,
-        # 0 in 160 without them). These tables are small.
-        return self._table.to_pyarrow_dataset().to_table(filter=flt, use_threads=False)
+        # On the calling thread: pyarrow's scan threads made short-lived processes (CLI
+        # verbs) abort at exit now and then (SIGABRT). These tables are small.
+        return self._table.to_pyarrow_dataset().to_table(
+            columns=None if columns is None else list(columns), filter=flt, use_threads=False
+        )
 
     def files(self) -> list[DataFile]:
         """Every data file of the current version, with its min/max statistics."""
@@ -206,7 +197,7 @@ def add_actions(table: Any) -> pa.Table:
     Through the Arrow C stream: ``pa.table(...)`` would first ask whether it is
     a pandas frame, importing pandas (half a second in a fresh process).
     """
-    import pyarrow as pa
+    import pyarrow as pa  # on use: importing this module stays light
 
     return pa.RecordBatchReader.from_stream(table.get_add_actions(flatten=True)).read_all()
 
@@ -236,7 +227,7 @@ def read_files(
     (compacted files have small row groups, see ``jobs.maintenance``), and
     the rows are filtered with compute kernels, not a dataset scan.
     """
-    import pyarrow as pa
+    import pyarrow as pa  # on use: importing this module stays light
     import pyarrow.compute as pc
 
     wanted = dict(bounds or {})
@@ -270,7 +261,7 @@ def read_files(
 
 
 def _open_parquet(uri: str) -> pq.ParquetFile:
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # on use: importing this module stays light
 
     filesystem, path = filesystem_path(uri)
     return pq.ParquetFile(path if filesystem is None else filesystem.open_input_file(path))
@@ -280,7 +271,7 @@ def filesystem_path(uri: str) -> tuple[Any, str]:
     """``(pyarrow filesystem or None for a local path, path)`` of a file URI."""
     if "://" not in uri or uri.startswith("file://"):
         return None, uri.removeprefix("file://")
-    import pyarrow.fs as pafs
+    import pyarrow.fs as pafs  # on use: importing this module stays light
 
     filesystem, path = pafs.FileSystem.from_uri(uri)
     return filesystem, str(path)
@@ -304,7 +295,7 @@ class TableTail:
 
     def poll(self) -> pa.Table:
         """Rows of the stream with ``seq`` above the last one returned, in ``seq`` order."""
-        import pyarrow as pa
+        import pyarrow as pa  # on use: importing this module stays light
         import pyarrow.compute as pc
 
         if not self.source.refresh():
@@ -333,6 +324,50 @@ class TableTail:
         return rows
 
 
+class MarksTail:
+    """A stream's new ``marks`` rows, read incrementally (:class:`TableTail`): the one way
+    readers, waits and the time service follow a stream's watermarks."""
+
+    def __init__(
+        self,
+        delta_root: str,
+        stream: str,
+        storage_options: Mapping[str, str] | None = None,
+        columns: Sequence[str] = MARKS_COLUMNS,
+    ) -> None:
+        self.uri = table_path(delta_root, MARKS)
+        self.tail = TableTail(self.uri, stream, columns, storage_options)
+
+    @property
+    def last_seq(self) -> int:
+        """The ``seq`` of the last row read (-1: none yet)."""
+        return self.tail.last_seq
+
+    @property
+    def version(self) -> int | None:
+        """The table version read last (``None``: no table yet)."""
+        return self.tail.source.version
+
+    def poll_rows(self) -> list[dict[str, Any]]:
+        """The rows committed since the last poll, in ``seq`` order."""
+        return list(self.tail.poll().to_pylist())
+
+    def poll(self) -> list[Watermark]:
+        """The watermarks committed since the last poll, in ``seq`` order."""
+        return [watermark_from_row(row, Watermark) for row in self.poll_rows()]
+
+    def next_commit_file(self) -> str | None:
+        """The commit file the next table version will have, on a local path (an object
+        store: ``None``); its appearance is a cheap sign of new rows."""
+        if "://" in self.uri and not self.uri.startswith("file://"):
+            return None
+        version = self.version
+        following = 0 if version is None else version + 1
+        return os.path.join(
+            self.uri.removeprefix("file://"), "_delta_log", f"{following:020d}.json"
+        )
+
+
 def append_watermarks(
     delta_root: str,
     watermarks: Sequence[Watermark],
@@ -346,7 +381,7 @@ def append_watermarks(
     benchmarks and tools. ``previous_upper_time_max`` continues the running
     maximum of earlier rows.
     """
-    import pyarrow as pa
+    import pyarrow as pa  # pyarrow and deltalake only where a table is written
     from deltalake import write_deltalake
 
     from schemas.arrow import INDEX_ARROW, MARKS_ARROW
@@ -397,17 +432,6 @@ def read_watermarks(
     return [watermark_from_row(row, Watermark) for row in rows.to_pylist()]
 
 
-def read_index_rows(
-    delta_root: str, stream: str, storage_options: Mapping[str, str] | None = None
-) -> list[IndexRow]:
-    """``stream``'s index rows in ``seq`` order, each with its cut from ``marks``.
-
-    Reads ``marks`` alone (``upper_time_max`` is its running maximum), so the
-    rows are consistent even while the job is between its two appends.
-    """
-    return index_rows(read_watermarks(delta_root, stream, storage_options))
-
-
 def read_table(
     delta_root: str,
     table: str,
@@ -418,6 +442,59 @@ def read_table(
     source = DeltaSource(table_path(delta_root, table), storage_options)
     source.refresh()
     return list(source.rows(stream).to_pylist())
+
+
+def read_marks_as_of(
+    delta_root: str,
+    stream: str,
+    *,
+    since_ms: int = 0,
+    version: int | None = None,
+    as_of_ms: int | None = None,
+    storage_options: Mapping[str, str] | None = None,
+) -> tuple[int | None, list[dict[str, Any]]]:
+    """``stream``'s ``marks`` rows with ``time >= since_ms`` as of a table ``version`` or a
+    time ``as_of_ms`` (neither: the latest), in ``seq`` order; (version read, rows).
+    ``(None, [])`` when there is no table; :class:`WatermarksUnavailableError` when the
+    version does not exist."""
+    import pyarrow.dataset as ds  # pyarrow and deltalake only where a table is read
+    from deltalake import DeltaTable
+    from deltalake.exceptions import DeltaError, TableNotFoundError
+
+    try:
+        dt = DeltaTable(
+            table_path(delta_root, MARKS),
+            storage_options=dict(storage_options or {}) or None,
+            version=version,
+        )
+        if as_of_ms is not None:
+            dt.load_as_version(datetime.datetime.fromtimestamp(as_of_ms / 1000, datetime.UTC))
+    except TableNotFoundError:
+        return None, []
+    except (DeltaError, ValueError, OSError) as exc:
+        raise WatermarksUnavailableError(f"marks table: no such version ({exc})") from exc
+    table = dt.to_pyarrow_dataset().to_table(
+        filter=(ds.field("stream") == stream) & (ds.field("time") >= since_ms)
+    )
+    return int(dt.version()), sorted(table.to_pylist(), key=lambda r: r["seq"])
+
+
+REJECTED_SHOWN = ("stream", "writer", "reason", "kafka_partition", "kafka_offset", "at")
+"""The ``rejected_marks`` columns :func:`read_rejected` returns (not the raw bytes)."""
+
+
+def read_rejected(
+    delta_root: str,
+    stream: str | None = None,
+    limit: int = 50,
+    storage_options: Mapping[str, str] | None = None,
+) -> list[dict[str, Any]]:
+    """The latest ``limit`` rejected marks (of every stream: ``None``), newest first,
+    without their raw bytes."""
+    source = DeltaSource(table_path(delta_root, REJECTED_MARKS), storage_options)
+    source.refresh()
+    rows = source.rows(stream, REJECTED_SHOWN).to_pylist()
+    return sorted(rows, key=lambda r: r["at"] or 0, reverse=True)[:limit]
 
 
 def read_cut(
@@ -457,13 +534,13 @@ __all__ = [
     "DELTA_ROOT_ENV",
     "INDEX",
     "INDEX_COLUMNS",
-    "INDEX_SCHEMA",
     "MARKS",
     "MARKS_COLUMNS",
-    "MARKS_SCHEMA",
+    "REJECTED_SHOWN",
     "Bounds",
     "DataFile",
     "DeltaSource",
+    "MarksTail",
     "TableTail",
     "add_actions",
     "append_watermarks",
@@ -472,7 +549,8 @@ __all__ = [
     "read_cut",
     "read_cut_from",
     "read_files",
-    "read_index_rows",
+    "read_marks_as_of",
+    "read_rejected",
     "read_table",
     "read_watermarks",
     "resolve_delta_root",

@@ -20,15 +20,7 @@ from collections.abc import Callable, Iterator, Mapping, Set
 
 from controller.model import END_OF_SEGMENT, Position, Segment, TimeWindow, Watermark
 from controller.timewindow import WindowTracker, compare
-from pipelines.reading.watermark_tables import (
-    MARKS,
-    MARKS_COLUMNS,
-    TableTail,
-    read_watermarks,
-    resolve_delta_root,
-    table_path,
-)
-from schemas.tables import watermark_from_row
+from pipelines.reading.watermark_tables import MarksTail, read_watermarks, resolve_delta_root
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +45,7 @@ class WatermarkFeed:
         self.stream = stream
         self._root = root
         self._storage_options = dict(storage_options or {})
-        self._tail = TableTail(table_path(root, MARKS), stream, MARKS_COLUMNS, storage_options)
+        self._tail = MarksTail(root, stream, storage_options)
         self._interval_s = refresh_interval_ms / 1000
         self._monotonic = monotonic
         self._checked_at = float("-inf")
@@ -66,10 +58,7 @@ class WatermarkFeed:
             now = self._monotonic()
             if force or now - self._checked_at >= self._interval_s:
                 self._checked_at = now
-                rows = self._tail.poll()
-                self.watermarks.extend(
-                    watermark_from_row(row, Watermark) for row in rows.to_pylist()
-                )
+                self.watermarks.extend(self._tail.poll())
             return len(self.watermarks)
 
     def iterator(self, start: int = 0) -> FeedIterator:
@@ -133,8 +122,8 @@ class PositionWindow:
     range within which the answer cannot change: from the position up to
     the nearest cut offset above it of the next watermark to pass and of
     the first one wholly ahead, or just the position itself when it sits at
-    such a cut offset (an equal offset is neither before nor after, one
-    more is after: ``controller.timewindow.compare``). While the position
+    such a cut offset (an equal offset is neither before nor after on that
+    segment, one more is after: ``controller.timewindow.compare``). While the position
     stays within those ranges, with the same segments, the last window is
     returned as is -- a few comparisons per event instead of a walk over
     the watermarks.

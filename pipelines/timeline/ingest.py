@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-from controller.kafka_client import client_config
+from controller.kafka.settings import client_config
 from pipelines.timeline.config import IngestConfig
 from pipelines.timeline.exceptions import TimelineError
 from pipelines.timeline.store import NewMessage, TimelineStore

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
-from controller.kafka_client import client_config
+from controller.kafka.settings import client_config
 from pipelines.timeline.exceptions import InvalidMessageError, TimelineError
 from pipelines.timeline.model import check_id, check_name, check_timestamp, new_id
 from pipelines.timeline.store import Created, NewMessage, TimelineStore

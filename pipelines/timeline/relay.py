@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
-from controller.kafka_client import client_config
+from controller.kafka.settings import client_config
 from pipelines.timeline.clock import DueCondition
 from pipelines.timeline.config import ConsumerConfig, RelayConfig
 from pipelines.timeline.consumer import TimelineConsumer

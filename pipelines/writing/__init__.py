@@ -6,7 +6,10 @@
         w.note_time(1_700_000_000_000)
 
 Modules: ``writer`` (EventWriter), ``transactions`` (TransactionalWriter),
-``marks`` (writer marks on the marks topic), ``positions`` (what a writer has
-acknowledged), ``replay`` (re-sending across a scale), ``timestamping`` (S2's
-modes), ``config`` (WriterConfig) and ``exceptions``.
+``producer`` (TidemarkProducer, a drop-in ``confluent_kafka.Producer``). What
+the three share, so a rule is written once: ``marks`` (the writer-mark
+protocol: building, checking and publishing marks), ``stream_view`` (following
+the stream's metadata, what a scale seals), ``sent`` (the stream writers'
+records and positions), ``positions`` (the drop-in producer's), and
+``timestamping`` (S2's modes), ``config`` (WriterConfig), ``exceptions``.
 """

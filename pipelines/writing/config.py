@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.kafka_client import client_config
+from controller.kafka.settings import client_config
 from controller.naming import ClusterSettings
 from pipelines.writing.exceptions import WriterConfigError
 

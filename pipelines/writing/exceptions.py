@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from controller.exceptions import (
     InvalidTimestampError,
@@ -104,6 +105,23 @@ class DeliveryError(WriterError):
         super().__init__(f"{len(self.failed)} record(s) were not delivered{detail}")
 
 
+def failed_record(msg: Any, err: Any = None) -> FailedRecord:
+    """The :class:`FailedRecord` of a delivery report (``confluent_kafka.Message``);
+    ``err``: the report's error when given apart from the message."""
+    return FailedRecord(
+        msg.topic() or "", msg.partition() or 0, msg.key(), str(msg.error() if err is None else err)
+    )
+
+
+def raise_failures(failures: list[FailedRecord]) -> None:
+    """Raise :class:`DeliveryError` for ``failures`` (emptied in place: a writer's list
+    is shared with its mark publisher) when there are any."""
+    if failures:
+        failed = failures[:]
+        failures.clear()
+        raise DeliveryError(failed)
+
+
 class SharedPartitionError(WriterError):
     """``positions_from="end_offsets"`` found another producer's records in a partition.
 
@@ -170,4 +188,6 @@ __all__ = [
     "WriterConfigError",
     "WriterError",
     "WriterTimeoutError",
+    "failed_record",
+    "raise_failures",
 ]

@@ -12,17 +12,39 @@ creates it when it is missing (``WriterConfig.create_marks_topic``, the
 default), with the broker's default replication and ``LogAppendTime`` (the
 controller bounds a mark's time by its arrival); a topic with another
 partition count is refused, since marks would land in the wrong buckets
-(``controller.kafka_admin.ensure_marks_topic``, shared with the controller job).
+(``controller.kafka.admin.ensure_marks_topic``, shared with the controller job).
+
+:class:`MarkPublisher` is where every writer (``EventWriter``,
+``TransactionalWriter``, ``TidemarkProducer``) applies the protocol's
+writer-side rules (``schemas/README.md``, section 5): a noted time never goes
+below the previous one (nor, noted automatically, below an event written); a
+note is published only when the records before it were all stored; the
+shutdown mark repeats the last noted time with ``alive=False``; each mark's
+delivery is counted or recorded as failed. :func:`flush_publishing` is the
+flush that waits for records and the marks they make ready.
 """
 
 from __future__ import annotations
 
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any, Protocol
 
-from controller.kafka_admin import ensure_marks_topic
+from confluent_kafka import Producer
+
+from controller.kafka.admin import ensure_marks_topic
 from controller.model import WriterMark
 from controller.naming import ClusterSettings, bucket_of
+from pipelines.writing.exceptions import FailedRecord, TimeWentBackwardsError, failed_record
+from pipelines.writing.metrics import DELIVERY_FAILURES, MARKS_SENT
 from schemas.records import WriterMarkRecord
+
+log = logging.getLogger(__name__)
+
+DeliveryCallback = Callable[[Any, Any], None]
+"""A Kafka delivery callback: ``callback(error, message)``."""
 
 
 @dataclass(frozen=True)
@@ -59,4 +81,156 @@ def to_writer_mark(record: WriterMarkRecord) -> WriterMark:
     return WriterMark(record.time, dict(record.position), record.alive, record.max_event_time)
 
 
-__all__ = ["MarkMessage", "ensure_marks_topic", "mark_message", "to_writer_mark"]
+class ReadyNote(Protocol):
+    """A noted time whose records were all reported (``SentNote``, ``GroupNote``);
+    ``failed`` is true when one of them was not stored."""
+
+    @property
+    def time(self) -> int: ...
+    @property
+    def alive(self) -> bool: ...
+    @property
+    def position(self) -> Mapping[int, int]: ...
+    @property
+    def max_event_time(self) -> int | None: ...
+    @property
+    def failed(self) -> object: ...
+
+
+ProduceMark = Callable[[MarkMessage, DeliveryCallback], None]
+"""Produces a mark's message with its delivery callback (the writer's own producer:
+inside its open transaction, for a transactional writer)."""
+
+
+class MarkPublisher:
+    """One writer's marks: the protocol's writer-side rules, written once (module doc).
+
+    ``failures`` is the writer's list of records not stored (a mark Kafka
+    refused is added to it; the writer raises them as ``DeliveryError``);
+    ``instance`` is the token the controller binds ``writer_id`` to (``None``:
+    marks without one).
+    """
+
+    def __init__(
+        self,
+        cluster: ClusterSettings,
+        writer_id: str | None,
+        produce: ProduceMark,
+        failures: list[FailedRecord],
+        instance: str | None = None,
+    ) -> None:
+        self.cluster = cluster
+        self.writer_id = writer_id
+        self.instance = instance
+        self.last_noted: int | None = None
+        """The latest time noted (committed, for a transactional writer)."""
+        self._produce = produce
+        self._failures = failures
+        self._callbacks: dict[str, DeliveryCallback] = {}
+
+    def check_not_backwards(self, timestamp: int, what: str = "noted time", note: str = "") -> None:
+        """Refuse a noted time below the previous one (an equal one is accepted)."""
+        if self.last_noted is not None and timestamp < self.last_noted:
+            raise TimeWentBackwardsError(
+                f"writer {self.writer_id}: {what} {timestamp} is below the previous noted "
+                f"time {self.last_noted}{note}"
+            )
+
+    def automatic_time(self, now_ms: int, max_event_time: int | None) -> int:
+        """The time a heartbeat notes: the clock's, never below the last noted time nor
+        the highest timestamp written (a mark below an event it covers would let a
+        watermark pass that event)."""
+        return max(now_ms, self.last_noted or 0, max_event_time or 0)
+
+    def publish(self, stream: str, mark: WriterMark, transaction_id: str | None = None) -> None:
+        """Produce ``mark`` for ``stream`` (its records must be acknowledged already, or be
+        in the same transaction)."""
+        assert self.writer_id is not None, "a writer without an id notes no time"
+        msg = mark_message(
+            self.cluster, stream, self.writer_id, mark, transaction_id, self.instance
+        )
+        self._produce(msg, self._delivery(stream))
+
+    def publish_ready(
+        self,
+        stream: str,
+        notes: Iterable[ReadyNote],
+        segments: Callable[[Mapping[int, int]], Mapping[int, int]] = dict,
+    ) -> int:
+        """Publish each note whose records were all stored, in order; how many were.
+
+        A note with a record not stored is skipped: its position would hide the
+        gap (the writer raises the failure). ``segments`` turns a note's position
+        into segment ids (the drop-in producer's are partitions).
+        """
+        published = 0
+        for note in notes:
+            if note.failed:
+                log.warning(
+                    "writer %s: mark for time %d on %s not published: records written "
+                    "before it were not delivered",
+                    self.writer_id,
+                    note.time,
+                    stream,
+                )
+                continue
+            position = dict(segments(note.position))
+            self.publish(stream, WriterMark(note.time, position, note.alive, note.max_event_time))
+            published += 1
+        return published
+
+    def shutdown_mark(self, position: Mapping[int, int], max_event_time: int | None) -> WriterMark:
+        """The mark ``close`` sends: the last noted time, not alive (call only when time
+        was noted: a writer that never noted time was never waited for)."""
+        assert self.last_noted is not None
+        return WriterMark(self.last_noted, dict(position), False, max_event_time)
+
+    def _delivery(self, stream: str) -> DeliveryCallback:
+        """The delivery callback of ``stream``'s marks: counts them, records failures."""
+        callback = self._callbacks.get(stream)
+        if callback is None:
+            sent = MARKS_SENT.labels(stream)
+            failed = DELIVERY_FAILURES.labels(stream, "mark")
+            failures = self._failures
+
+            def callback(err: Any, msg: Any) -> None:
+                if err is None:
+                    sent.inc()
+                else:
+                    failures.append(failed_record(msg, err))
+                    failed.inc()
+
+            self._callbacks[stream] = callback
+        return callback
+
+
+def flush_publishing(
+    producer: Producer, publish_ready: Callable[[], int], timeout_s: float | None
+) -> int:
+    """Flush ``producer`` until its records and the marks they made ready are acknowledged;
+    how many messages are still in flight when ``timeout_s`` (``None``: no limit) passed.
+
+    A flush lets notes' records be acknowledged, which makes their marks ready; those
+    are published (``publish_ready`` says how many) and flushed in turn, until a flush
+    leaves nothing in flight and publishes nothing.
+    """
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while True:
+        left = producer.flush(-1 if deadline is None else max(0.0, deadline - time.monotonic()))
+        published = publish_ready()
+        if left == 0 and not published:
+            return 0
+        if deadline is not None and time.monotonic() >= deadline:
+            return left or len(producer)
+
+
+__all__ = [
+    "MarkMessage",
+    "MarkPublisher",
+    "ProduceMark",
+    "ReadyNote",
+    "ensure_marks_topic",
+    "flush_publishing",
+    "mark_message",
+    "to_writer_mark",
+]

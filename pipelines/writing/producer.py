@@ -94,7 +94,7 @@ from typing import Any, Literal
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from controller.kafka_admin import StreamTopics, ensure_marks_topic
+from controller.kafka.admin import StreamTopics, ensure_marks_topic
 from controller.metadata import StreamMetadata
 from controller.model import Epoch, WriterMark
 from controller.naming import ClusterSettings
@@ -106,16 +106,18 @@ from pipelines.writing.exceptions import (
     FailedRecord,
     MissingWriterIdError,
     SharedPartitionError,
-    TimeWentBackwardsError,
     WriterClosedError,
     WriterConfigError,
     WriterError,
     WriterTimeoutError,
+    failed_record,
+    raise_failures,
 )
-from pipelines.writing.marks import mark_message
+from pipelines.writing.marks import MarkMessage, MarkPublisher, flush_publishing
 from pipelines.writing.partitioners import DEFAULT_PARTITIONER, check_partitioner, kafka_partition
 from pipelines.writing.positions import DeliveryGroups
 from pipelines.writing.produced_counts import StatisticsReport, StatisticsReports
+from pipelines.writing.stream_view import StreamView, sealed_by
 from pipelines.writing.timestamping import check_timestamp
 
 log = logging.getLogger(__name__)
@@ -127,21 +129,30 @@ _REFUSED_KEYS = ("transactional.id",)
 
 PositionSource = Literal["reports", "end_offsets"]
 
+_SCALE_TIMEOUT_S = 30.0
+"""How long a scale may take to record its sealed sizes, and the records in flight to be
+acknowledged, before the producer routes by the new epoch."""
+
 STATS_INTERVAL_MS = 100
 """``statistics.interval.ms`` of a producer with positions from end offsets (unless the
 application sets its own): ``note_time`` waits for the next report after its flush."""
 
 
-class _Stream:
-    """One stream the producer writes: its metadata, routing and position."""
+class _Stream(StreamView):
+    """One stream the producer writes: its metadata (``applied``, ``latest``), routing and
+    position."""
 
-    def __init__(self, metadata: StreamMetadata, partitioner: str) -> None:
-        self.name = metadata.name
+    def __init__(
+        self,
+        store: MetadataStore,
+        metadata: StreamMetadata,
+        partitioner: str,
+        on_change: Callable[[], None],
+    ) -> None:
+        super().__init__(store, metadata, on_change)
         self.partitioner = partitioner
         self.topic = metadata.topic
         self.groups = DeliveryGroups(())
-        self.latest = metadata
-        self.metadata = metadata
         self.routed = metadata.adoption is None or metadata.adoption.tidemark_routing
         # Positions from end offsets:
         self.failed: dict[int, int] = {}
@@ -154,7 +165,8 @@ class _Stream:
         self.apply(metadata)
 
     def apply(self, metadata: StreamMetadata) -> None:
-        self.metadata = metadata
+        """Route by ``metadata`` from now on."""
+        self.applied = metadata
         self.segment_of = {s.number: s.id for s in metadata.segments().values()}
         self.epoch: Epoch = metadata.current_epoch()
         self.current = {s.number for s in self.epoch.segments}
@@ -230,14 +242,14 @@ class TidemarkProducer:
         self._lock = threading.RLock()
         self._closed = False
         self._failures: list[FailedRecord] = []
-        self._last_noted: int | None = None
+        self._marks = MarkPublisher(self.cluster, writer_id, self._produce_mark, self._failures)
         self._noting = False
         """Some note waits for its records: poll publishes the ready ones."""
         self._streams: dict[str, _Stream] = {}
         for name in names:
             metadata = store.get_stream(name)
             require_writable(name, metadata.state)
-            self._streams[metadata.topic] = _Stream(metadata, partitioner)
+            self._streams[metadata.topic] = _Stream(store, metadata, partitioner, self._slow)
         ensure_marks_topic(str(bootstrap), self.cluster, create=create_marks_topic)
         # A stream's records carry their own delivery callback (their group's bucket),
         # which replaces the configured one: that one is called from a chain instead.
@@ -250,9 +262,8 @@ class TidemarkProducer:
         if positions_from == "end_offsets":
             self._by_end_offsets(settings, str(bootstrap))
         self._producer = Producer(settings)
-        self._store = store
         for st in self._streams.values():
-            store.watch_stream(st.name, self._watcher(st))
+            st.watch()  # a change makes the next produce the checking one (_slow)
         if self._end_offsets is not None:
             vars(self)["poll"] = self._producer.poll  # publishes nothing in this mode
             self._fast()
@@ -292,7 +303,7 @@ class TidemarkProducer:
         if (
             self._closed
             or self._failures
-            or any(st.latest is not st.metadata for st in self._streams.values())
+            or any(st.latest is not st.applied for st in self._streams.values())
         ):
             self._slow()  # raced with _on_failed/close/a watcher: check first
 
@@ -302,7 +313,7 @@ class TidemarkProducer:
 
     def _on_failed(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None:
-            failed = _failed(msg)
+            failed = failed_record(msg)
             self._failures.append(failed)
             self._slow()
             st = self._streams.get(failed.topic)
@@ -330,7 +341,7 @@ class TidemarkProducer:
             return
         # The hot path takes no lock: a record's delivery callback is its group's C-level
         # bucket setter (see DeliveryGroups), so nothing is counted per record in Python.
-        if self._closed or self._failures or st.latest is not st.metadata:
+        if self._closed or self._failures or st.latest is not st.applied:
             with self._lock:
                 self._before_produce(st)
         if self._end_offsets is not None:
@@ -364,7 +375,7 @@ class TidemarkProducer:
 
     def _before_produce(self, st: _Stream) -> None:
         self._check()
-        if st.latest is not st.metadata:
+        if st.latest is not st.applied:
             self._refresh(st)
 
     def _send(
@@ -402,16 +413,12 @@ class TidemarkProducer:
 
     def flush(self, timeout: float = -1) -> int:
         """``Producer.flush``: records and marks; the number still in flight."""
-        deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
-        while True:
-            left_s = -1.0 if deadline is None else max(0.0, deadline - time.monotonic())
-            left = self._producer.flush(left_s)
-            with self._lock:
-                published = self._publish_ready()
-            if left == 0 and not published:
-                return 0
-            if deadline is not None and time.monotonic() >= deadline:
-                return left or len(self._producer)
+        timeout_s = None if timeout is None or timeout < 0 else timeout
+        return flush_publishing(self._producer, self._publish_ready_locked, timeout_s)
+
+    def _publish_ready_locked(self) -> int:
+        with self._lock:
+            return self._publish_ready()
 
     def __len__(self) -> int:
         return len(self._producer)
@@ -432,11 +439,7 @@ class TidemarkProducer:
         check_timestamp(timestamp, "noted time")
         with self._lock:
             self._check()
-            if self._last_noted is not None and timestamp < self._last_noted:
-                raise TimeWentBackwardsError(
-                    f"writer {self.writer_id}: noted time {timestamp} is below the previous "
-                    f"noted time {self._last_noted}"
-                )
+            self._marks.check_not_backwards(timestamp)
             self._note(timestamp, alive=True, only=stream)
 
     def close(self, timeout: float = 30.0) -> None:
@@ -453,8 +456,8 @@ class TidemarkProducer:
                     raise WriterTimeoutError(
                         f"writer {self.writer_id}: records still in flight after {timeout} s"
                     )
-                if self._last_noted is not None:
-                    self._note(self._last_noted, alive=False, only=None)
+                if self._marks.last_noted is not None:
+                    self._note(self._marks.last_noted, alive=False, only=None)
                     if self.flush(timeout):
                         raise WriterTimeoutError(
                             f"writer {self.writer_id}: no ack of the shutdown mark in {timeout} s"
@@ -476,7 +479,7 @@ class TidemarkProducer:
 
     @property
     def last_noted_time(self) -> int | None:
-        return self._last_noted
+        return self._marks.last_noted
 
     def __enter__(self) -> TidemarkProducer:
         return self
@@ -488,38 +491,24 @@ class TidemarkProducer:
 
     # --- internals ------------------------------------------------------------------------
 
-    def _watcher(self, st: _Stream) -> Callable[[StreamMetadata], None]:
-        def on_change(metadata: StreamMetadata) -> None:
-            if metadata != st.latest:  # (a watch's first call repeats what is known)
-                st.latest = metadata  # applied by the next produce, under the lock
-                self._slow()  # (positions from end offsets: the checking produce applies it)
-
-        return on_change
-
     def _refresh(self, st: _Stream) -> None:
         latest = st.latest
         require_writable(st.name, latest.state)
         if latest.current_epoch().number != st.epoch.number:
             # Per-key order: nothing of a sealed segment may be in flight when its keys move.
-            self._producer.flush(30)
-            self._publish_ready()
+            flush_publishing(self._producer, self._publish_ready, _SCALE_TIMEOUT_S)
             self._check_cut_off(st, latest)
         st.apply(latest)
 
     def _check_cut_off(self, st: _Stream, latest: StreamMetadata) -> None:
         """Records acknowledged at or beyond a sealed size are not in the stream: report them."""
-        deadline = time.monotonic() + 30
-        current = {s.id for s in latest.current_epoch().segments}
-        gone = [s.id for s in st.epoch.segments if s.id not in current]
         position = st.segment_position(st.groups.position(_offset))
-        for seg_id in gone:
-            if seg_id not in position:
-                continue
-            while seg_id not in latest.sealed_sizes and time.monotonic() < deadline:
-                time.sleep(0.02)
-                latest = self._store.get_stream(st.name)
-            size = latest.sealed_sizes.get(seg_id)
-            if size is not None and position[seg_id] > size:
+        written = [s for s in sealed_by(st.epoch, latest) if s in position]
+        if written:
+            latest = st.await_sealed_sizes(written, _SCALE_TIMEOUT_S)
+        for seg_id in written:
+            size = latest.sealed_sizes[seg_id]
+            if position[seg_id] > size:
                 self._failures.append(
                     FailedRecord(
                         st.topic,
@@ -530,13 +519,12 @@ class TidemarkProducer:
                         "produce them again",
                     )
                 )
-        st.latest = latest
 
     def _note(self, timestamp: int, alive: bool, only: str | None) -> None:
         if self._end_offsets is not None:
             self._note_at_end_offsets(self._end_offsets, timestamp, alive, only)
             return
-        self._last_noted = timestamp
+        self._marks.last_noted = timestamp
         for st in self._streams.values():
             if only is None or st.name == only:
                 st.groups.note(timestamp, alive)
@@ -548,34 +536,17 @@ class TidemarkProducer:
         waiting = False
         idle = len(self._producer) == 0
         for st in self._streams.values():
-            for note in st.groups.ready(idle, _offset):
-                if note.failed:
-                    self._failures.extend(_failed(msg) for msg in note.failed)
-                    log.warning(
-                        "writer %s: mark for time %d on %s not published: %d record(s) "
-                        "produced before it were not delivered",
-                        self.writer_id,
-                        note.time,
-                        st.name,
-                        len(note.failed),
-                    )
-                    continue
-                self._publish(st, note.time, note.position, note.alive)
-                published += 1
+            notes = st.groups.ready(idle, _offset)
+            for note in notes:
+                self._failures.extend(failed_record(msg) for msg in note.failed)
+            published += self._marks.publish_ready(st.name, notes, st.segment_position)
             waiting = waiting or st.groups.waiting
         self._noting = waiting
         return published
 
-    def _publish(self, st: _Stream, time_ms: int, position: Mapping[int, int], alive: bool) -> None:
-        """Produce ``st``'s writer mark (``position``: partition -> next offset)."""
-        msg = mark_message(
-            self.cluster,
-            st.name,
-            self.writer_id,
-            WriterMark(time_ms, st.segment_position(position), alive),
-        )
+    def _produce_mark(self, msg: MarkMessage, on_delivery: DeliveryCallback) -> None:
         self._producer.produce(
-            msg.topic, msg.value, msg.key, msg.partition, on_delivery=self._on_mark_delivery
+            msg.topic, msg.value, msg.key, msg.partition, on_delivery=on_delivery
         )
 
     def _note_at_end_offsets(
@@ -624,8 +595,9 @@ class TidemarkProducer:
             for p, end in ends.items():
                 if end > st.end_position.get(p, 0):
                     st.end_position[p] = end
-            self._publish(st, timestamp, st.end_position, alive)
-        self._last_noted = timestamp
+            mark = WriterMark(timestamp, st.segment_position(st.end_position), alive)
+            self._marks.publish(st.name, mark)
+        self._marks.last_noted = timestamp
         self._producer.poll(0)
 
     def _report_after(self, since: float, timeout_s: float, timestamp: int) -> StatisticsReport:
@@ -653,19 +625,13 @@ class TidemarkProducer:
         st.checked[p] = (end, stored)
         return (end - was_end) - (stored - was_stored)
 
-    def _on_mark_delivery(self, err: KafkaError | None, msg: Message) -> None:
-        if err is not None:
-            self._failures.append(_failed(msg))
-
     def _check(self) -> None:
         if self._closed:
             raise WriterClosedError(f"producer of writer {self.writer_id} is closed")
         self._raise_failures()
 
     def _raise_failures(self) -> None:
-        if self._failures:
-            failed, self._failures = self._failures, []
-            raise DeliveryError(failed)
+        raise_failures(self._failures)
 
 
 def _chain(report: DeliveryCallback, cb: DeliveryCallback) -> DeliveryCallback:
@@ -680,10 +646,6 @@ def _chain(report: DeliveryCallback, cb: DeliveryCallback) -> DeliveryCallback:
 
 def _offset(msg: Message) -> int:
     return msg.offset() or 0
-
-
-def _failed(msg: Message) -> FailedRecord:
-    return FailedRecord(msg.topic() or "", msg.partition() or 0, msg.key(), str(msg.error()))
 
 
 __all__ = ["DeliveryCallback", "TidemarkProducer"]

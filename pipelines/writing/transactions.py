@@ -44,14 +44,12 @@ from pipelines.writing.config import WriterConfig
 from pipelines.writing.exceptions import (
     MissingWriterIdError,
     StreamSealedError,
-    TimeWentBackwardsError,
     TransactionError,
     TransactionStateError,
     TransactionTimedOutError,
     WriterConfigError,
 )
-from pipelines.writing.marks import mark_message
-from pipelines.writing.positions import PositionTracker, merge
+from pipelines.writing.positions import merge
 from pipelines.writing.timestamping import check_timestamp
 from pipelines.writing.writer import RoutingKey, Serializer, _routing_key_bytes, _StreamWriter
 
@@ -145,7 +143,6 @@ class TransactionalWriter(_StreamWriter):
             transactional_id=self.transactional_id,
         )
         self._committed: dict[int, int] = {}
-        self._last_noted: int | None = None
         self._open: Transaction | None = None
         self._init_transactions()
 
@@ -192,7 +189,7 @@ class TransactionalWriter(_StreamWriter):
                 self._producer.begin_transaction()
             except KafkaException as exc:
                 raise TransactionError(f"cannot begin a transaction: {exc.args[0]}") from exc
-            self._tracker = PositionTracker()
+            self._log = self._new_log()
             self._failures.clear()
             txn = Transaction(self, time.monotonic())
             self._open = txn
@@ -232,7 +229,8 @@ class TransactionalWriter(_StreamWriter):
             check_timestamp(timestamp)
         with self._lock:
             self._require_open(txn)
-            if self._latest is not self._metadata or not self._writable:
+            view = self._view
+            if view.latest is not view.applied or not self._writable:
                 self._refresh()
             seg = self._segment_for(key)
             self._send(seg, key, value, timestamp, self._now_ms())
@@ -243,8 +241,8 @@ class TransactionalWriter(_StreamWriter):
     def _replay_if_sealed(self, txn: Transaction) -> None:
         """Write the transaction again when a scale sealed a segment it wrote to."""
         try:
-            self._read_metadata_now()
-            if self._latest is not self._metadata or not self._writable:
+            view = self._view
+            if view.read_now() is not view.applied or not self._writable:
                 self._refresh()
         except StreamSealedError:
             self._txn_abort(txn)
@@ -260,7 +258,7 @@ class TransactionalWriter(_StreamWriter):
         )
         self._producer.abort_transaction(self.config.delivery_timeout_ms / 1000)
         self._producer.begin_transaction()
-        self._tracker = PositionTracker()
+        self._log = self._new_log()
         self._failures.clear()
         txn._touched = set()
         now = self._now_ms()
@@ -274,14 +272,9 @@ class TransactionalWriter(_StreamWriter):
             check_timestamp(timestamp, "commit timestamp")
         with self._lock:
             self._require_open(txn)
-            if (
-                timestamp is not None
-                and self._last_noted is not None
-                and timestamp < self._last_noted
-            ):
-                raise TimeWentBackwardsError(
-                    f"writer {self.writer_id}: commit timestamp {timestamp} is below the "
-                    f"previous noted time {self._last_noted} (the transaction stays open)"
+            if timestamp is not None:
+                self._marks.check_not_backwards(
+                    timestamp, "commit timestamp", " (the transaction stays open)"
                 )
             try:
                 self._replay_if_sealed(txn)
@@ -289,18 +282,10 @@ class TransactionalWriter(_StreamWriter):
                 self._raise_failures()
                 if txn.elapsed_ms >= self.config.transaction_timeout_ms:
                     self._timed_out(txn)
-                position = merge(self._committed, self._tracker.position())
+                position = merge(self._committed, self._log.position())
                 if timestamp is not None:
-                    assert self.writer_id is not None
-                    msg = mark_message(
-                        self.config.cluster,
-                        self.stream,
-                        self.writer_id,
-                        WriterMark(timestamp, position, max_event_time=self._max_event_time()),
-                        transaction_id=txn.id,
-                        instance=self.instance,
-                    )
-                    self._produce_mark(msg)
+                    mark = WriterMark(timestamp, position, max_event_time=self._max_event_time())
+                    self._marks.publish(self.stream, mark, transaction_id=txn.id)
                 self._commit_kafka(txn)
             except TransactionTimedOutError:
                 raise
@@ -310,7 +295,7 @@ class TransactionalWriter(_StreamWriter):
                 raise
             self._committed = position
             if timestamp is not None:
-                self._last_noted = timestamp
+                self._marks.last_noted = timestamp
             self._end(txn, TransactionState.COMMITTED)
 
     def _commit_kafka(self, txn: Transaction) -> None:
@@ -354,22 +339,10 @@ class TransactionalWriter(_StreamWriter):
             try:
                 if self._open is not None:
                     self._txn_abort(self._open)
-                if self._last_noted is not None and self._fatal is None:
-                    assert self.writer_id is not None
-                    msg = mark_message(
-                        self.config.cluster,
-                        self.stream,
-                        self.writer_id,
-                        WriterMark(
-                            self._last_noted,
-                            dict(self._committed),
-                            alive=False,
-                            max_event_time=self._max_event_time(),
-                        ),
-                        instance=self.instance,
-                    )
+                if self._marks.last_noted is not None and self._fatal is None:
+                    mark = self._marks.shutdown_mark(self._committed, self._max_event_time())
                     self._producer.begin_transaction()
-                    self._produce_mark(msg)
+                    self._marks.publish(self.stream, mark)
                     self._producer.commit_transaction(self.config.close_timeout_ms / 1000)
             finally:
                 self._closed = True

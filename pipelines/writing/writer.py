@@ -42,14 +42,14 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import Any, cast
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from controller.metadata import StreamMetadata
-from controller.model import Epoch, Segment, WriterMark, segment_number
+from controller.model import Epoch, Segment, segment_number
 from controller.naming import split_stream
 from controller.navigation import key_hash, predecessors
 from controller.states import WRITABLE, require_writable
@@ -58,21 +58,28 @@ from controller.timestamps import wall_clock_ms
 from pipelines.writing.config import WriterConfig
 from pipelines.writing.exceptions import (
     AutomaticTimeError,
-    DeliveryError,
     FailedRecord,
     InvalidRoutingKeyError,
     MissingWriterIdError,
     SerializationError,
     StreamSealedError,
-    TimeWentBackwardsError,
     WriterClosedError,
     WriterError,
     WriterTimeoutError,
+    failed_record,
+    raise_failures,
 )
-from pipelines.writing.marks import MarkMessage, ensure_marks_topic, mark_message
-from pipelines.writing.metrics import DELIVERY_FAILURES, MARKS_SENT
-from pipelines.writing.positions import PositionTracker
+from pipelines.writing.heartbeat import Heartbeat
+from pipelines.writing.marks import (
+    DeliveryCallback,
+    MarkMessage,
+    MarkPublisher,
+    ensure_marks_topic,
+    flush_publishing,
+)
+from pipelines.writing.metrics import DELIVERY_FAILURES
 from pipelines.writing.sent import Record, Report, Retained, SentRecords
+from pipelines.writing.stream_view import StreamView, sealed_by
 from pipelines.writing.timestamping import (
     SegmentClock,
     TimestampPolicy,
@@ -142,7 +149,9 @@ def _routing_key_bytes(routing_key: RoutingKey) -> bytes | None:
 
 
 class _StreamWriter:
-    """What both writers share: the stream's metadata, routing, stamping, the producer."""
+    """What both stream writers share: routing, stamping, the producer, the records sent
+    and their position (``sent``), the stream's metadata (``stream_view``) and the marks
+    (``marks.MarkPublisher``, which the drop-in producer uses too)."""
 
     def __init__(
         self,
@@ -163,7 +172,6 @@ class _StreamWriter:
         self.instance = secrets.token_hex(16)
         """This writer object's token on its marks (see ``mark_message``)."""
         self.stream = stream
-        self._marks_sent = MARKS_SENT.labels(stream)
         self.config = config
         self._serializer = serializer
         self._now_ms = clock or wall_clock_ms
@@ -171,6 +179,9 @@ class _StreamWriter:
         self._closed = False
         self._failures: list[FailedRecord] = []
         self._fatal: KafkaError | None = None
+        self._marks = MarkPublisher(
+            config.cluster, writer_id, self._produce_mark, self._failures, self.instance
+        )
 
         metadata = store.get_stream(stream)
         require_writable(stream, metadata.state)
@@ -178,58 +189,29 @@ class _StreamWriter:
 
         self._clock = SegmentClock(_policy(metadata))
         self._floors = self._clock.live_floors
-        # An event writer keeps its records, their offsets appended by one report callback
-        # per segment; a transactional writer counts reports in its tracker and replays
-        # whole transactions instead.
-        self._log = SentRecords(config.replay_window_ms, cast(_Offset, Message.offset))
+        # The records sent, their offsets appended by one report callback per segment: the
+        # position, the notes, and what a seal cut off (a transactional writer keeps those of
+        # its open transaction, and writes the whole transaction again instead).
+        self._log = self._new_log()
         self._adders: dict[int, tuple[Callable[[Record], None], Report]] = {}
-        self._tracker = PositionTracker()
-        self._retain = transactional_id is None
-        self._metadata = metadata
-        self._latest = metadata
+        self._replays = transactional_id is None
+        self._view = StreamView(store, metadata)
         self._epoch: Epoch = metadata.current_epoch()
         self._topic = metadata.topic
-        self._segment_of_partition: dict[int, int] = {}
         self._routes: dict[bytes, Segment] = {}
         self._writable = True
-        self._index_segments(metadata)
 
         settings = config.producer_settings(
             bootstrap_servers,
             client_id=f"tidemark-{writer_id or 'anonymous'}",
             transactional_id=transactional_id,
         )
-        if not self._retain:
-            settings["on_delivery"] = self._on_delivery
         settings["error_cb"] = self._on_error
         self._producer_settings = settings
         self._producer = Producer(settings)
-        self._store = store
-        store.watch_stream(stream, self._on_metadata)
+        self._view.watch()
 
     # --- metadata -------------------------------------------------------------------------
-
-    def _on_metadata(self, metadata: StreamMetadata) -> None:
-        # Called from the store's thread: only hand the value over; writes apply it.
-        self._take_latest(metadata)
-
-    def _take_latest(self, metadata: StreamMetadata) -> None:
-        """Keep ``metadata`` unless it is older than what the writer has (fewer epochs): a
-        watch may deliver a change after a direct read already gave a newer one."""
-        if len(metadata.epochs) >= len(self._latest.epochs):
-            self._latest = metadata
-
-    def _read_metadata_now(self) -> None:
-        """Read the stream's metadata from the store, not waiting for the watch.
-
-        A commit uses it: a scale whose new epoch is written but whose watch
-        has not reached this writer yet must still be seen before the
-        transaction's records are committed to a segment it sealed.
-        """
-        self._take_latest(self._store.get_stream(self.stream))
-
-    def _index_segments(self, metadata: StreamMetadata) -> None:
-        self._segment_of_partition = {s.number: s.id for s in metadata.segments().values()}
 
     def _refresh(self) -> None:
         """Apply metadata that changed since the last write (caller holds the lock).
@@ -239,26 +221,25 @@ class _StreamWriter:
         writer had acknowledged at or beyond it are sent again, in order, to
         the successors (or reported failed when the whole stream was sealed).
         """
-        latest = self._latest
-        if latest is self._metadata:
+        view = self._view
+        latest = view.latest
+        if latest is view.applied:
             if not self._writable:
-                require_writable(self.stream, self._metadata.state)
+                require_writable(self.stream, latest.state)
             return
         self._writable = False
         closing = latest.state not in WRITABLE
-        current = {s.id for s in latest.current_epoch().segments}
-        gone = [s.id for s in self._epoch.segments if closing or s.id not in current]
+        gone = sealed_by(self._epoch, latest)
         if gone:
             # Per-key order: nothing may be in flight to a sealed segment when
             # its keys start going to a successor.
             self._drain(self.config.delivery_timeout_ms)
-            written = [s for s in gone if self._log.retained(s)]
+            written = [s for s in gone if self._replays and self._log.retained(s)]
             if written:
-                latest = self._await_sealed_sizes(written)
+                latest = view.await_sealed_sizes(written, self.config.delivery_timeout_ms / 1000)
         else:
             written = []
-        self._metadata = latest
-        self._index_segments(latest)
+        view.applied = latest
         self._clock.policy = _policy(latest)
         if closing:
             for seg_id in written:
@@ -322,22 +303,6 @@ class _StreamWriter:
         self._log.forget(seg_id)
         return records
 
-    def _await_sealed_sizes(self, seg_ids: Sequence[int]) -> StreamMetadata:
-        """The stream's metadata once it records the sealed sizes of ``seg_ids`` (read from
-        the store: the watch may lag behind)."""
-        deadline = time.monotonic() + self.config.delivery_timeout_ms / 1000
-        while True:
-            latest = self._latest
-            if all(s in latest.sealed_sizes for s in seg_ids):
-                return latest
-            if time.monotonic() > deadline:
-                raise WriterTimeoutError(
-                    f"stream {self.stream}: segments {list(seg_ids)} left the current epoch but "
-                    "their sealed sizes were not recorded in time (is the scale still running?)"
-                )
-            time.sleep(0.05)
-            self._read_metadata_now()
-
     def _send(
         self,
         seg: Segment,
@@ -350,13 +315,9 @@ class _StreamWriter:
         """Stamp and send one record; a ``replay`` (a re-send of an accepted write) is
         never refused for needing an adjustment."""
         ts = self._clock.peek(seg.id, client_ts, now_ms, refuse=not replay)
-        if self._retain:
-            add, report = self._log.appenders(seg.id)
-            self._produce(self._topic, value, key, seg.number, ts, report)
-            add((key, value, ts, now_ms))
-        else:
-            self._produce(self._topic, value, key, seg.number, ts)  # the tracker counts it
-            self._tracker.sent(seg.id)
+        add, report = self._log.appenders(seg.id)
+        self._produce(self._topic, value, key, seg.number, ts, report)
+        add((key, value, ts, now_ms))
         self._clock.advance(seg.id, ts)
 
     def _await_partitions(self, count: int) -> None:
@@ -406,36 +367,13 @@ class _StreamWriter:
 
     # --- Kafka ---------------------------------------------------------------------------
 
-    def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
-        """A transactional writer's records' reports (an event writer reads its lazily)."""
-        segment = self._segment_of_partition.get(msg.partition() or 0, -1)
-        if err is None:
-            self._tracker.delivered(segment, msg.offset() or 0)
-        else:
-            self._tracker.failed(segment)
-            self._record_failure(err, msg)
-
     def _record_failure(self, err: KafkaError, msg: Message) -> None:
-        self._failures.append(_failed(err, msg))
+        self._failures.append(failed_record(msg, err))
         DELIVERY_FAILURES.labels(self.stream, "event").inc()
 
-    def _on_mark_delivery(self, err: KafkaError | None, msg: Message) -> None:
-        if err is not None:
-            self._failures.append(_failed(err, msg))
-            DELIVERY_FAILURES.labels(self.stream, "mark").inc()
-        else:
-            self._marks_sent.inc()
-
-    def _produce_mark(self, msg: MarkMessage) -> None:
+    def _produce_mark(self, msg: MarkMessage, on_delivery: DeliveryCallback) -> None:
         """Produce a writer mark (inside the open transaction, for a transactional writer)."""
-        self._produce(
-            msg.topic,
-            msg.value,
-            msg.key,
-            msg.partition,
-            self._now_ms(),
-            self._on_mark_delivery,
-        )
+        self._produce(msg.topic, msg.value, msg.key, msg.partition, self._now_ms(), on_delivery)
 
     def _on_error(self, err: KafkaError) -> None:
         if err.fatal():
@@ -478,22 +416,26 @@ class _StreamWriter:
                 ) from exc
 
     def _drain(self, timeout_ms: int) -> None:
-        """Wait until nothing is in flight (records and marks); no errors raised here."""
-        deadline = time.monotonic() + timeout_ms / 1000
-        while True:
-            left = self._producer.flush(max(0.0, deadline - time.monotonic()))
-            published = self._publish_ready()
-            if left == 0 and not published:
-                return
-            if time.monotonic() >= deadline:
-                raise WriterTimeoutError(
-                    f"writer {self.writer_id}: {left} record(s) still in flight after "
-                    f"{timeout_ms} ms"
-                )
+        """Wait until nothing is in flight (records and marks); failures are not raised
+        here, a timeout is."""
+        left = flush_publishing(self._producer, self._publish_ready, timeout_ms / 1000)
+        if left:
+            raise WriterTimeoutError(
+                f"writer {self.writer_id}: {left} record(s) still in flight after {timeout_ms} ms"
+            )
+
+    def _new_log(self) -> SentRecords:
+        return SentRecords(self.config.replay_window_ms, cast(_Offset, Message.offset))
+
+    def _harvest(self) -> None:
+        """Read the delivery reports that arrived; failures are raised by the next call."""
+        for err, msg in self._log.harvest(self._now_ms()):
+            self._record_failure(err, msg)
 
     def _publish_ready(self) -> int:
         """Publish the notes whose records are all acknowledged; how many were published."""
-        return 0
+        self._harvest()
+        return self._marks.publish_ready(self.stream, self._log.ready())
 
     def _check_usable(self) -> None:
         if self._closed:
@@ -505,23 +447,18 @@ class _StreamWriter:
             )
 
     def _raise_failures(self) -> None:
-        if self._failures:
-            failed, self._failures = self._failures, []
-            raise DeliveryError(failed)
+        raise_failures(self._failures)
 
     def position(self) -> dict[int, int]:
         """Segment id -> next offset, for every segment with records acknowledged."""
         with self._lock:
-            return self._tracker.position()
+            self._harvest()
+            return self._log.position()
 
     def _max_event_time(self) -> int | None:
         """The highest timestamp this writer has given a record (its clock's floors), or None."""
         floors = self._clock.floors()
         return max(floors.values()) if floors else None
-
-
-def _failed(err: KafkaError, msg: Message) -> FailedRecord:
-    return FailedRecord(msg.topic() or "", msg.partition() or 0, msg.key(), str(err))
 
 
 def _policy(metadata: StreamMetadata) -> TimestampPolicy:
@@ -552,8 +489,6 @@ class EventWriter(_StreamWriter):
     ) -> None:
         config = config or WriterConfig()
         if automatically_note_time is not None:
-            from dataclasses import replace
-
             config = replace(config, automatically_note_time=automatically_note_time)
         if config.automatically_note_time and writer_id is None:
             raise MissingWriterIdError("automatically_note_time needs a writer_id")
@@ -566,14 +501,10 @@ class EventWriter(_StreamWriter):
             serializer=serializer,
             clock=clock,
         )
-        self._last_noted: int | None = None
-        self._stop = threading.Event()
-        self._auto: threading.Thread | None = None
+        self._heartbeat: Heartbeat | None = None
         if config.automatically_note_time:
-            self._auto = threading.Thread(
-                target=self._note_automatically, name=f"tidemark-note-{writer_id}", daemon=True
-            )
-            self._auto.start()
+            self._heartbeat = Heartbeat(writer_id, config.note_time_interval_ms, self._note_now)
+            self._heartbeat.start()
 
     def __enter__(self) -> EventWriter:
         return self
@@ -618,7 +549,8 @@ class EventWriter(_StreamWriter):
             if self._closed or self._fatal is not None or self._failures:
                 self._check_usable()
                 self._raise_failures()
-            if self._latest is not self._metadata or not self._writable:
+            view = self._view
+            if view.latest is not view.applied or not self._writable:
                 self._refresh()
             seg = self._routes.get(key) if key is not None else None
             if seg is None:
@@ -700,7 +632,8 @@ class EventWriter(_StreamWriter):
         with self._lock:
             self._check_usable()
             self._raise_failures()
-            if self._latest is not self._metadata or not self._writable:
+            view = self._view
+            if view.latest is not view.applied or not self._writable:
                 self._refresh()
             seg = self._segment_for(key)
             arrival = self._now_ms()
@@ -766,71 +699,27 @@ class EventWriter(_StreamWriter):
         with self._lock:
             self._check_usable()
             self._raise_failures()
-            if self._last_noted is not None and timestamp < self._last_noted:
-                raise TimeWentBackwardsError(
-                    f"writer {self.writer_id}: noted time {timestamp} is below the previous "
-                    f"noted time {self._last_noted}"
-                )
+            self._marks.check_not_backwards(timestamp)
             self._note(timestamp, alive=True)
 
     def _note(self, timestamp: int, alive: bool) -> None:
-        self._last_noted = timestamp
+        self._marks.last_noted = timestamp
         self._harvest()  # the note's position starts from every report that arrived
         self._log.note(timestamp, alive, self._max_event_time())
         self._publish_ready()
         self._producer.poll(0)
 
-    def _harvest(self) -> None:
-        """Read the delivery reports that arrived; failures are raised by the next call."""
-        for err, msg in self._log.harvest(self._now_ms()):
-            self._record_failure(err, msg)
-
-    def position(self) -> dict[int, int]:
-        """Segment id -> next offset, for every segment with records acknowledged."""
+    def _note_now(self) -> bool:
+        """The heartbeat's tick: note the time automatically; ``False`` once closed."""
         with self._lock:
-            self._harvest()
-            return self._log.position()
-
-    def _publish_ready(self) -> int:
-        self._harvest()
-        published = 0
-        for note in self._log.ready():
-            if note.failed:
-                log.warning(
-                    "writer %s: mark for time %d not published: records written before it "
-                    "were not delivered",
-                    self.writer_id,
-                    note.time,
-                )
-                continue
-            assert self.writer_id is not None
-            msg = mark_message(
-                self.config.cluster,
-                self.stream,
-                self.writer_id,
-                WriterMark(note.time, note.position, note.alive, note.max_event_time),
-                instance=self.instance,
-            )
-            self._produce_mark(msg)
-            published += 1
-        return published
-
-    def _note_automatically(self) -> None:
-        interval_s = self.config.note_time_interval_ms / 1000
-        while not self._stop.wait(interval_s):
-            try:
-                with self._lock:
-                    if self._closed:
-                        return
-                    floors = self._clock.floors().values()
-                    now = max([self._now_ms(), self._last_noted or 0, *floors])
-                    self._note(now, alive=True)
-            except Exception:
-                log.exception("writer %s: noting time automatically failed", self.writer_id)
+            if self._closed:
+                return False
+            self._note(self._marks.automatic_time(self._now_ms(), self._max_event_time()), True)
+            return True
 
     @property
     def last_noted_time(self) -> int | None:
-        return self._last_noted
+        return self._marks.last_noted
 
     # --- closing -------------------------------------------------------------------------
 
@@ -845,9 +734,8 @@ class EventWriter(_StreamWriter):
         :class:`DeliveryError` after the writer is closed. Closing twice is
         allowed.
         """
-        self._stop.set()
-        if self._auto is not None and self._auto is not threading.current_thread():
-            self._auto.join()
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
         timeout = timeout_ms or self.config.close_timeout_ms
         with self._lock:
             if self._closed:
@@ -856,8 +744,9 @@ class EventWriter(_StreamWriter):
                 if self._fatal is None:
                     self._drain(timeout)
                     self._apply_scales(timeout)
-                    if self.writer_id is not None and self._last_noted is not None:
-                        self._note(self._last_noted, alive=False)
+                    last_noted = self._marks.last_noted
+                    if self.writer_id is not None and last_noted is not None:
+                        self._note(last_noted, alive=False)
                         self._drain(timeout)
             finally:
                 self._closed = True
@@ -875,7 +764,7 @@ class EventWriter(_StreamWriter):
         sizes after those records.
         """
         while True:
-            self._read_metadata_now()
+            self._view.read_now()
             applied = self._epoch.number
             try:
                 self._refresh()

@@ -98,7 +98,7 @@ def prepare(services: Any) -> Prepared:
     from controller.model import Watermark
     from controller.naming import ClusterSettings
     from controller.streams import StreamManager
-    from controller.zk_store import ZooKeeperStore
+    from controller.zookeeper.store import ZooKeeperStore
     from pipelines.reading.group import ReaderGroup
     from pipelines.reading.watermark_tables import append_watermarks
     from pipelines.writing.config import WriterConfig

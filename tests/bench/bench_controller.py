@@ -141,7 +141,7 @@ def _create_streams(settings: Any, prefix: str, count: int) -> None:
     from controller.config import StreamConfiguration
     from controller.exceptions import ControllerError
     from controller.metadata import new_stream_metadata
-    from controller.zk_store import ZooKeeperStore
+    from controller.zookeeper.store import ZooKeeperStore
 
     client = KazooClient(hosts=settings.zk_connect)
     client.start(timeout=30)
@@ -208,7 +208,7 @@ def _tree_cpu_s(root_pid: int, seconds: float, every_s: float = 0.5) -> float:
 def idle(spark: Any, services: Any, root: str, work: Path) -> list[str]:
     from kazoo.client import KazooClient
 
-    from controller.election import controller_view
+    from controller.zookeeper.driver import controller_view
 
     settings = _settings(services, root, work, IDLE_BUCKETS)
     _create_streams(settings, "idle", STREAMS)
@@ -292,7 +292,7 @@ def _produce_marks(
     after the burst, had the cores to itself."""
     from confluent_kafka import Producer
 
-    from controller.kafka_admin import ensure_marks_topic
+    from controller.kafka.admin import ensure_marks_topic
 
     ensure_marks_topic(settings.kafka_bootstrap, settings.cluster)
     config: dict[str, Any] = {"bootstrap.servers": services.bootstrap, "linger.ms": 20}
@@ -546,7 +546,7 @@ def freshness(spark: Any, services: Any, root: str, work: Path) -> list[str]:
 
     from controller.config import ScalingPolicy, StreamConfiguration
     from controller.streams import StreamManager
-    from controller.zk_store import ZooKeeperStore
+    from controller.zookeeper.store import ZooKeeperStore
     from jobs.controller_job import ControllerJob
     from jobs.tables import MARKS, table_path
 

@@ -26,6 +26,7 @@ before the watches). Parts: ``latency`` (the three above), ``idle``.
 
 from __future__ import annotations
 
+import functools
 import statistics
 import threading
 import time
@@ -36,13 +37,13 @@ from controller.config import RetentionPolicy, ScalingPolicy, StreamConfiguratio
 from controller.memory_store import MemoryStore
 from controller.model import WriterMark
 from controller.naming import ClusterSettings
+from controller.policy_loop import PolicyLoop, PolicySettings
 from controller.streams import StreamManager
 from controller.watermarks import GenerationState, watermark_cycle
-from pipelines.reading.seek import SeekIndex
+from pipelines.reading.seek import SeekIndex, stream_cut_at
 from pipelines.reading.watermark_tables import append_watermarks
 from pipelines.writing.config import WriterConfig
 from pipelines.writing.writer import EventWriter
-from tidemark.policy_loop import PolicyLoop, PolicySettings
 
 INTERVAL_MS = 1_000
 REPEATS = 3
@@ -88,8 +89,9 @@ def _setup(bootstrap: str, work: Path, config: StreamConfiguration, **policy: in
     stream = f"{scope}/s"
     manager.create(stream, config)
     root = str(work / f"delta-{unique}")
-    settings = PolicySettings(interval_ms=INTERVAL_MS, delta_root=root, **policy)
-    loop = PolicyLoop(manager, settings, index=SeekIndex(root, refresh_interval_ms=0))
+    settings = PolicySettings(interval_ms=INTERVAL_MS, **policy)
+    index = SeekIndex(root, refresh_interval_ms=0)
+    loop = PolicyLoop(manager, settings, cut_at=functools.partial(stream_cut_at, index=index))
     writer = EventWriter(
         "w", stream, store=store, bootstrap_servers=bootstrap,
         config=WriterConfig(cluster=cluster, linger_ms=1),
@@ -188,7 +190,7 @@ def _idle(bootstrap: str, zk_connect: str) -> list[str]:
 
     from controller.metadata import new_stream_metadata
     from controller.states import StreamState
-    from controller.zk_store import ZooKeeperStore
+    from controller.zookeeper.store import ZooKeeperStore
 
     chroot = f"/bench-policies-{uuid.uuid4().hex[:8]}"
     setup = KazooClient(hosts=zk_connect)

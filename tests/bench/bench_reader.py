@@ -43,7 +43,8 @@ def _pct(samples_ns: list[int], q: float) -> float:
 def _write_index(root: Path, stream: str, rows: int, files: int) -> tuple[np.ndarray, np.ndarray]:
     from deltalake import write_deltalake
 
-    from pipelines.reading.watermark_tables import INDEX, INDEX_SCHEMA, table_path
+    from pipelines.reading.watermark_tables import INDEX, table_path
+    from schemas.arrow import INDEX_ARROW as INDEX_SCHEMA
 
     rng = np.random.default_rng(7)
     times = np.arange(rows, dtype=np.int64) * 10 + 1_000_000
@@ -67,7 +68,8 @@ def _write_index(root: Path, stream: str, rows: int, files: int) -> tuple[np.nda
 def _write_marks(root: Path, stream: str, times: np.ndarray, upper: np.ndarray, files: int) -> None:
     from deltalake import write_deltalake
 
-    from pipelines.reading.watermark_tables import MARKS, MARKS_SCHEMA, table_path
+    from pipelines.reading.watermark_tables import MARKS, table_path
+    from schemas.arrow import MARKS_ARROW as MARKS_SCHEMA
 
     rows = len(times)
     per = rows // files

@@ -62,7 +62,7 @@ def run(services: Any) -> list[str]:
     from controller.model import Watermark
     from controller.naming import ClusterSettings
     from controller.streams import StreamManager
-    from controller.zk_store import ZooKeeperStore
+    from controller.zookeeper.store import ZooKeeperStore
     from pipelines.reading.seek import SeekIndex
     from pipelines.reading.time_service import ServiceIndex
     from pipelines.reading.watermark_tables import append_watermarks

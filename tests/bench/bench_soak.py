@@ -175,7 +175,8 @@ def _create_tables(root: Path, log_retention_s: float) -> None:
     from deltalake import DeltaTable
 
     from jobs.maintenance import retention_properties
-    from schemas.tables import ARROW_SCHEMAS, TABLES, table_path
+    from schemas.arrow import ARROW_SCHEMAS
+    from schemas.tables import TABLES, table_path
 
     for table in TABLES:
         DeltaTable.create(

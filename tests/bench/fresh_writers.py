@@ -27,7 +27,7 @@ def main(argv: list[str]) -> int:
     from kazoo.client import KazooClient
 
     from controller.naming import ClusterSettings
-    from controller.zk_store import ZooKeeperStore
+    from controller.zookeeper.store import ZooKeeperStore
     from pipelines.writing.config import WriterConfig
     from pipelines.writing.writer import EventWriter
 

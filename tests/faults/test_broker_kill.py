@@ -14,7 +14,7 @@ from confluent_kafka.admin import AdminClient
 from controller.config import ScalingPolicy, StreamConfiguration
 from controller.naming import ClusterSettings
 from controller.streams import StreamManager
-from controller.zk_store import ZooKeeperStore
+from controller.zookeeper.store import ZooKeeperStore
 from infra.kafka import KafkaCluster
 from pipelines.writing.config import WriterConfig
 from pipelines.writing.writer import EventWriter

@@ -63,7 +63,7 @@ def test_poison_and_hostile_marks_are_rejected_rows_and_the_stream_goes_on(
     try:
         instance.wait_leading()
         assert env.store is not None
-        from controller.kafka_admin import StreamTopics
+        from controller.kafka.admin import StreamTopics
 
         topic_config = StreamTopics(kafka).topic_configs(env.cluster.marks_topic)
         assert topic_config[TIMESTAMP_TYPE] == "LogAppendTime"

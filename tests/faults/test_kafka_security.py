@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from controller.kafka_admin import StreamTopics, grant_tidemark_acls
-from controller.kafka_client import (
+from controller.kafka.admin import StreamTopics, grant_tidemark_acls
+from controller.kafka.settings import (
     SASL_PASSWORD,
     SASL_USERNAME,
     SECURITY_PROTOCOL,

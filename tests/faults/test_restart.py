@@ -16,7 +16,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from controller.config import ScalingPolicy, StreamConfiguration
 from controller.naming import ClusterSettings
 from controller.streams import StreamManager
-from controller.zk_store import ZooKeeperStore
+from controller.zookeeper.store import ZooKeeperStore
 from infra.process import pid_alive
 from infra.services import LocalServices
 from tests.faults.figures import report

@@ -11,11 +11,11 @@ from controller.exceptions import (
     StreamNameCollisionError,
     UnknownStreamError,
 )
-from controller.kafka_admin import StreamTopics
+from controller.kafka.admin import StreamTopics
 from controller.naming import topic_for
 from controller.states import StreamState
 from controller.streams import StreamManager
-from controller.zk_store import ZooKeeperStore
+from controller.zookeeper.store import ZooKeeperStore
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 ONE = StreamConfiguration(ScalingPolicy.fixed(1))

@@ -23,12 +23,12 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from controller.config import ScalingPolicy, StreamConfiguration
-from controller.election import controller_view
 from controller.model import KeyRange, Watermark, WriterMark
 from controller.naming import ClusterSettings, bucket_of
 from controller.streams import StreamManager
 from controller.watermarks import GenerationState, Verdict, accept_mark, watermark_cycle
-from controller.zk_store import ZooKeeperStore
+from controller.zookeeper.driver import controller_view
+from controller.zookeeper.store import ZooKeeperStore
 from jobs.config import ControllerSettings, CycleTrigger
 from jobs.controller_job import ControllerJob
 from jobs.slot_keys import is_due_key

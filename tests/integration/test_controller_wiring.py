@@ -14,6 +14,7 @@ from kazoo.client import KazooClient
 from prometheus_client import CollectorRegistry
 
 from controller.config import RetentionPolicy, ScalingPolicy, StreamConfiguration
+from controller.policy_loop import PolicyLoop, PolicySettings, PolicySwitch, run_when_elected
 from jobs.controller_job import ControllerJob
 from jobs.metrics import ControllerMetrics
 from jobs.tables import LAGGARDS, MARKS, read_table, read_watermarks
@@ -23,9 +24,8 @@ from pipelines.reading.seek import stream_cut_at
 from pipelines.reading.stream_time import wait_for_time
 from tests.integration.test_controller_job import controller_run_args, make_env, wait_for
 from tests.integration.test_stream_policies import stored
-from tidemark.cli.controller import policy_tasks
+from tidemark.cli.controller import index_lookup, policy_tasks
 from tidemark.cli.main import build_parser, main
-from tidemark.policy_loop import PolicyLoop, PolicySettings, PolicySwitch, run_when_elected
 
 pytestmark = [pytest.mark.integration]
 
@@ -108,17 +108,20 @@ def test_never_two_loops_act_the_switch_waits_for_a_standalone_loop(
     contends and waits; it acts once the standalone loop has left; it stops acting
     and leaves the election when its driver stops leading."""
     env = make_env(kafka, zookeeper, zk_client, unique, tmp_path, buckets=1)
-    settings = PolicySettings(interval_ms=200, delta_root=str(tmp_path / "delta"))
+    settings = PolicySettings(interval_ms=200)
+    cut_at = index_lookup(str(tmp_path / "delta"))
     client = KazooClient(hosts=env.zk_connect)
     client.start(timeout=15)
-    standalone = PolicyLoop(env.manager, settings)
+    standalone = PolicyLoop(env.manager, settings, cut_at=cut_at)
     thread = threading.Thread(
         target=run_when_elected,
         args=(client, standalone, "standalone", env.cluster.zk_root),
         daemon=True,
     )
     thread.start()
-    switch = PolicySwitch(settings, kafka, env.zk_connect, env.cluster, "controller-a")
+    switch = PolicySwitch(
+        settings, kafka, env.zk_connect, env.cluster, "controller-a", cut_at=cut_at
+    )
     try:
         election = zk_client.Election(f"{env.cluster.zk_root}/policy-loop/election")
         deadline = time.monotonic() + 30

@@ -29,7 +29,8 @@ from controller.config import ScalingPolicy, StreamConfiguration
 from controller.model import KeyRange
 from pipelines.timeline.config import TimelineConfig
 from pipelines.timeline.store import TimelineStore
-from schemas.tables import REJECTED_ARROW, REJECTED_MARKS, table_path
+from schemas.arrow import REJECTED_ARROW
+from schemas.tables import REJECTED_MARKS, table_path
 from tests.integration import test_reader_group as rg
 from tests.integration.test_time_service import append_marks
 from tidemark.service.server import RunningService

@@ -25,7 +25,7 @@ from controller.naming import ClusterSettings, bucket_of
 from controller.navigation import route
 from controller.streams import StreamManager
 from controller.watermarks import GenerationState, Verdict, accept_mark, watermark_cycle
-from controller.zk_store import ZooKeeperStore
+from controller.zookeeper.store import ZooKeeperStore
 from pipelines.reading.watermark_tables import append_watermarks
 from pipelines.writing.config import WriterConfig
 from pipelines.writing.exceptions import (

@@ -22,7 +22,8 @@ from jobs.processor import COLUMNS
 from jobs.sink import DeltaSink
 from pipelines.reading.seek import SeekIndex
 from pipelines.reading.watermark_tables import read_watermarks
-from schemas.tables import ARROW_SCHEMAS, INDEX, MARKS, REJECTED_MARKS, TABLES, table_path
+from schemas.arrow import ARROW_SCHEMAS
+from schemas.tables import INDEX, MARKS, REJECTED_MARKS, TABLES, table_path
 
 STREAMS = [f"soak/s{i}" for i in range(5)]
 

@@ -25,7 +25,7 @@ from confluent_kafka import Producer
 from controller.config import ScalingPolicy, StreamConfiguration
 from controller.naming import ClusterSettings
 from controller.streams import StreamManager
-from controller.zk_store import ZooKeeperStore
+from controller.zookeeper.store import ZooKeeperStore
 from jobs.config import ControllerSettings, CycleTrigger
 from jobs.controller_job import ControllerJob
 from jobs.tables import REJECTED_MARKS, read_table, read_watermarks

@@ -95,8 +95,8 @@ def test_read_watermarks_window_seek(cli_env, capsys, manager, store, kafka, wco
     assert code == 0
     code, out, _ = run(capsys, "window", f"g{unique}", "--format", "json")
     payload = json.loads(out)
-    # At the second watermark's cut exactly: not passed yet (an equal offset is neither).
-    assert (payload["lower"], payload["upper"]) == (BASE + 50, BASE + 250)
+    # Exactly at the second watermark's cut: passed (Pravega's rule, time advances).
+    assert (payload["lower"], payload["upper"]) == (BASE + 150, BASE + 250)
     seeked = payload["stream_cut"]
 
     # checkpoints: take one (no reader online: at once), list, reset elsewhere and back
@@ -104,8 +104,8 @@ def test_read_watermarks_window_seek(cli_env, capsys, manager, store, kafka, wco
     code, out, _ = run(capsys, "group", "checkpoint", group_name, "c1", "--format", "json")
     assert code == 0
     taken = json.loads(out)
-    assert (taken["stream_cut"], taken["lower"], taken["upper"]) == (seeked, BASE + 50, BASE + 250)
-    assert taken["watermark_seq"] == 0
+    assert (taken["stream_cut"], taken["lower"], taken["upper"]) == (seeked, BASE + 150, BASE + 250)
+    assert taken["watermark_seq"] == 1
     code, out, _ = run(capsys, "group", "checkpoints", group_name, "--format", "json")
     assert [json.loads(line)["name"] for line in out.splitlines()] == ["c1"]
     head = json.dumps({s: 0 for s in seeked})
@@ -118,7 +118,7 @@ def test_read_watermarks_window_seek(cli_env, capsys, manager, store, kafka, wco
     )
     assert code == 0 and json.loads(out)["stream_cut"] == seeked
     code, out, _ = run(capsys, "window", group_name, "--format", "json")
-    assert (json.loads(out)["lower"], json.loads(out)["stream_cut"]) == (BASE + 50, seeked)
+    assert (json.loads(out)["lower"], json.loads(out)["stream_cut"]) == (BASE + 150, seeked)
     code, _, err = run(capsys, "group", "reset", group_name, "--checkpoint", "nope")
     assert code == 1 and "no checkpoint 'nope'" in err
     code, _, err = run(capsys, "group", "checkpoint", group_name, "c1")

@@ -19,7 +19,7 @@ from controller.model import KeyRange, WriterMark
 from controller.naming import ClusterSettings
 from controller.streams import StreamManager
 from controller.watermarks import GenerationState, watermark_cycle
-from controller.zk_store import ZooKeeperStore
+from controller.zookeeper.store import ZooKeeperStore
 from pipelines.reading.exceptions import (
     InvalidTimestampError,
     ReaderGroupActiveError,
@@ -249,9 +249,8 @@ def test_group_and_reader_windows(manager, store, kafka, wconfig, unique, tmp_pa
             assert group.current_time_window() == w1
             read_all(reader, idle_ms=500)
             w2 = reader.current_time_window()
-            # At the last cut's offset exactly: neither before nor after it
-            # (Pravega's rule), so the last watermark is not passed yet.
-            assert (w2.lower, w2.upper) == (BASE + 150, None)
+            # Exactly at the last cut: passed (Pravega's rule, time advances).
+            assert (w2.lower, w2.upper) == (BASE + 250, None)
 
 
 def test_bad_input_and_position_never_moved_by_a_failure(

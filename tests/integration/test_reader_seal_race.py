@@ -27,7 +27,7 @@ import pipelines.reading.reader as reader_module
 from controller.config import ScalingPolicy, StreamConfiguration
 from controller.model import KeyRange, segment_id
 from controller.streams import StreamManager
-from controller.zk_store import ZooKeeperStore
+from controller.zookeeper.store import ZooKeeperStore
 from pipelines.reading.group import ReaderConfig, ReaderGroup
 
 SEALED = [0]

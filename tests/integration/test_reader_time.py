@@ -20,7 +20,7 @@ from collections import Counter
 from pathlib import Path
 
 from controller.navigation import key_hash
-from controller.zk_store import ZooKeeperStore
+from controller.zookeeper.store import ZooKeeperStore
 from pipelines.reading.group import ReaderConfig, ReaderGroup
 from pipelines.writing.writer import EventWriter
 from tests.integration.test_reader_group import (  # noqa: F401 (fixtures)
@@ -275,7 +275,7 @@ DOOMED = """
 import sys, time
 from kazoo.client import KazooClient
 from controller.navigation import key_hash
-from controller.zk_store import ZooKeeperStore
+from controller.zookeeper.store import ZooKeeperStore
 from pipelines.reading.group import ReaderConfig, ReaderGroup
 hosts, name, kafka, root, count = sys.argv[1:6]
 client = KazooClient(hosts=hosts, timeout=2.0)

@@ -6,6 +6,7 @@ writers' own positions (``test_reader_group.Marks``), so no Spark job runs.
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import time
@@ -15,16 +16,16 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from controller.config import RetentionPolicy, ScalingPolicy, StreamConfiguration
+from controller.kafka.segment_sizes import SegmentSizes, record_bytes
 from controller.metadata import StreamMetadata
 from controller.navigation import head_cut
-from controller.segment_sizes import SegmentSizes, record_bytes
+from controller.policy_loop import PolicyLoop, PolicySettings
 from pipelines.reading.exceptions import ReaderBehindHeadError
 from pipelines.reading.group import ReaderConfig, ReaderGroup
 from pipelines.reading.seek import SeekIndex, stream_cut_at
 from pipelines.writing.writer import EventWriter
 from tests.integration import test_reader_group as rg
 from tidemark.cli.main import main
-from tidemark.policy_loop import PolicyLoop, PolicySettings
 
 BASE = rg.BASE
 Marks = rg.Marks
@@ -117,7 +118,8 @@ def test_retention_by_time_removes_only_what_is_older_and_readers_are_told(
     index = SeekIndex(root, refresh_interval_ms=0)
     boundary = BASE + 550  # rounds 0-4 lie before it, noted up to BASE + 499
     now = boundary + limit_ms
-    loop = PolicyLoop(manager, PolicySettings(delta_root=root), index=index, clock=lambda: now)
+    cut_at = functools.partial(stream_cut_at, index=index)
+    loop = PolicyLoop(manager, PolicySettings(), cut_at=cut_at, clock=lambda: now)
     actions = loop.run_once()
     expected_cut = stream_cut_at(stream, boundary, index=index)
     assert [(a.stream, a.kind, a.cut) for a in actions] == [(stream, "truncate", expected_cut)]
@@ -185,7 +187,8 @@ def test_retention_by_size_keeps_the_stream_under_its_limit(
     marks = Marks(stream, store, root)
     index = SeekIndex(root, refresh_interval_ms=0)
     sizes = SegmentSizes(kafka, mark_every=1)  # exact counts: the cut is the tightest one
-    loop = PolicyLoop(manager, PolicySettings(delta_root=root), index=index, sizes=sizes)
+    cut_at = functools.partial(stream_cut_at, index=index)
+    loop = PolicyLoop(manager, PolicySettings(), cut_at=cut_at, sizes=sizes)
     truncations = []
     with EventWriter("a", stream, store=store, bootstrap_servers=kafka, config=wconfig) as w:
         for batch in range(4):
@@ -219,9 +222,7 @@ def test_autoscale_splits_a_hot_segment_and_merges_idle_ones_in_key_order(
     root = str(tmp_path)
     config = StreamConfiguration(ScalingPolicy.by_event_rate(40, 2, 1))
     stream = policy_stream(manager, unique, config)
-    settings_ = PolicySettings(
-        interval_ms=200, rate_window_ms=1_000, cooldown_ms=2_000, delta_root=root
-    )
+    settings_ = PolicySettings(interval_ms=200, rate_window_ms=1_000, cooldown_ms=2_000)
     loop = PolicyLoop(manager, settings_)
     keys = [f"key{i}" for i in range(16)]
     rate = {"per_s": 150.0}

@@ -16,7 +16,7 @@ import pytest
 from controller.config import ScalingPolicy, StreamConfiguration
 from controller.naming import ClusterSettings
 from controller.streams import StreamManager
-from controller.zk_store import ZooKeeperStore
+from controller.zookeeper.store import ZooKeeperStore
 from jobs.exceptions import JobConfigurationError
 from jobs.stream_writer import StreamTarget, stream_writer, write_to_stream
 from schemas.records import WriterMarkRecord

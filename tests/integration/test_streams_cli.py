@@ -78,7 +78,7 @@ def test_controller_status(cli, zk_client):
     import threading
     import time
 
-    from controller.election import DriverElection
+    from controller.zookeeper.driver import DriverElection
 
     stopping, leading = threading.Event(), threading.Event()
 

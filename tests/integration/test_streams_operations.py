@@ -15,13 +15,13 @@ from controller.exceptions import (
     UnknownScopeError,
     UnknownStreamError,
 )
-from controller.kafka_admin import StreamTopics
+from controller.kafka.admin import StreamTopics
 from controller.metadata import StreamMetadata
 from controller.model import KeyRange, segment_id
 from controller.navigation import readable_segments
 from controller.states import StreamState
 from controller.streams import StreamManager
-from controller.zk_store import ZooKeeperStore
+from controller.zookeeper.store import ZooKeeperStore
 
 R = KeyRange
 TWO = StreamConfiguration(ScalingPolicy.fixed(2))

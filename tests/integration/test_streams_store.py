@@ -28,7 +28,7 @@ from controller.store import MetadataStore
 def empty_store(request) -> MetadataStore:
     if request.param == "memory":
         return MemoryStore()
-    from controller.zk_store import ZooKeeperStore
+    from controller.zookeeper.store import ZooKeeperStore
 
     return ZooKeeperStore(request.getfixturevalue("zk_client"), root="/tidemark")
 
@@ -103,7 +103,7 @@ def test_several_streams_are_read_together_as_each_alone(store):
     assert store.read_streams(names) == {n: store.read_stream(n) for n in ("shop/a", "shop/b")}
     assert store.read_streams([]) == {}
     if hasattr(store, "client"):  # ZooKeeper: a store whose epoch cache is empty reads them all
-        from controller.zk_store import ZooKeeperStore
+        from controller.zookeeper.store import ZooKeeperStore
 
         cold = ZooKeeperStore(store.client, root="/tidemark")
         assert cold.read_streams(names) == store.read_streams(names)
@@ -190,7 +190,7 @@ def test_bad_scope_names_are_refused(empty_store, bad):
 def test_a_worker_lookup_reads_the_streams_it_is_told_of_together(zk_client, zookeeper, unique):
     """``ZooKeeperStreams.prefetch`` (a Python worker's lookup) caches what it read: the
     streams are then answered without ZooKeeper; absent ones are still looked up."""
-    from controller.zk_store import ZooKeeperStore
+    from controller.zookeeper.store import ZooKeeperStore
     from jobs.lookups import ZooKeeperStreams
 
     store = ZooKeeperStore(zk_client, root="/tidemark")

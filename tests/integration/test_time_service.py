@@ -19,7 +19,8 @@ from controller.model import KeyRange
 from pipelines.reading.group import ReaderGroup
 from pipelines.reading.seek import SeekIndex, complete_cut_at, stream_cut_at
 from pipelines.reading.time_service import TIME_SERVICE_ENV, ServiceIndex, default_index
-from schemas.tables import INDEX, INDEX_ARROW, MARKS, MARKS_ARROW, table_path
+from schemas.arrow import INDEX_ARROW, MARKS_ARROW
+from schemas.tables import INDEX, MARKS, table_path
 from tests.integration import test_reader_group as rg
 from tidemark.service.server import RunningService
 from tidemark.service.state import TimeService

@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from controller.config import ScalingPolicy, StreamConfiguration, TimestampingMode
-from controller.kafka_admin import StreamTopics
+from controller.kafka.admin import StreamTopics
 from controller.memory_store import MemoryStore
 from controller.model import KeyRange, segment_id
 from controller.naming import ClusterSettings, bucket_of

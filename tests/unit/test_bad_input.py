@@ -69,10 +69,10 @@ def test_max_future_ms_option() -> None:
     import argparse
 
     from controller.config import StreamConfiguration
-    from tidemark.cli.streams import _config_options, config_from_args
+    from tidemark.cli.stream_options import add_config_options, config_from_args
 
     parser = argparse.ArgumentParser()
-    _config_options(parser)
+    add_config_options(parser)
     base = StreamConfiguration()
 
     def config(*argv: str) -> StreamConfiguration:

@@ -12,7 +12,8 @@ from deltalake.exceptions import CommitFailedError
 
 from jobs.processor import COLUMNS, REJECTED, WATERMARK
 from jobs.sink import DeltaSink, DeltaTables, split_rows
-from schemas.tables import ARROW_SCHEMAS, INDEX, MARKS, REJECTED_MARKS, TABLES, table_path
+from schemas.arrow import ARROW_SCHEMAS
+from schemas.tables import INDEX, MARKS, REJECTED_MARKS, TABLES, table_path
 
 
 def _tables(root: Path) -> str:

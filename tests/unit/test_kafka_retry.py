@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from controller.kafka_retry import KafkaRetry
+from controller.kafka.retry import KafkaRetry
 from pipelines.reading.offsets import MemoryOffsets
 
 

@@ -305,8 +305,8 @@ def test_behind_head_table():
     ],
 )
 def test_bad_policy_settings_are_refused(kw, message):
+    from controller.policy_loop import PolicySettings
     from tidemark.errors import ConfigurationError
-    from tidemark.policy_loop import PolicySettings
 
     with pytest.raises(ConfigurationError, match=message):
         PolicySettings(**kw)

@@ -10,8 +10,8 @@ from typing import Any
 from controller.config import RetentionPolicy, ScalingPolicy, StreamConfiguration
 from controller.memory_store import MemoryStore
 from controller.metadata import Versioned, new_stream_metadata
+from controller.policy_loop import PolicyLoop, PolicySettings, has_policy
 from controller.states import StreamState
-from tidemark.policy_loop import PolicyLoop, PolicySettings, has_policy
 
 STREAMS = 1_000
 
@@ -126,11 +126,11 @@ def test_controller_run_hands_its_driver_a_policy_switch_unless_turned_off():
     import pytest
 
     from controller.naming import ClusterSettings
+    from controller.policy_loop import PolicySwitch
     from jobs.config import ControllerSettings
     from tidemark.cli.controller import policy_tasks
     from tidemark.cli.main import build_parser
     from tidemark.errors import ConfigurationError
-    from tidemark.policy_loop import PolicySwitch
 
     settings = ControllerSettings(
         kafka_bootstrap="k:9092",
@@ -145,7 +145,8 @@ def test_controller_run_hands_its_driver_a_policy_switch_unless_turned_off():
 
     (switch,) = policy_tasks(parse("--policy-interval-ms", "250"))(settings)
     assert isinstance(switch, PolicySwitch)
-    assert switch.settings.interval_ms == 250 and switch.settings.delta_root == "/data/delta"
+    assert switch.settings.interval_ms == 250
+    assert switch.cut_at is not None and switch.cut_at.keywords["delta_root"] == "/data/delta"
     assert (switch.kafka_bootstrap, switch.zk_connect) == ("k:9092", "z:2181")
     assert switch.cluster.zk_root == "/tm" and switch.identifier == "controller-a"
     assert policy_tasks(parse())(settings)[0].settings.interval_ms == 10_000  # on by default

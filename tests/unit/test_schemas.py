@@ -304,7 +304,8 @@ def test_every_truncation_is_a_decode_error(cut: int) -> None:
 
 def test_watermark_rows_round_trip() -> None:
     from controller.model import Watermark
-    from schemas.tables import MARKS_ARROW, index_row, marks_row, watermark_from_row
+    from schemas.arrow import MARKS_ARROW
+    from schemas.tables import index_row, marks_row, watermark_from_row
 
     wm = Watermark("s/t", 100, 180, {1 << 32: 7, 0: 5}, 3)
     row = marks_row(wm, writers=["w1"], emitted_at=42)

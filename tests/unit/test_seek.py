@@ -10,13 +10,9 @@ from controller.index import index_rows, start_cut, stop_cut
 from controller.model import KeyRange, Segment, Watermark, segment_id
 from pipelines.reading.exceptions import InvalidDurationError, InvalidTimestampError
 from pipelines.reading.seek import SeekIndex, check_timestamp, parse_duration, ranges_between
-from pipelines.reading.watermark_tables import (
-    INDEX_COLUMNS,
-    INDEX_SCHEMA,
-    MARKS_COLUMNS,
-    MARKS_SCHEMA,
-    append_watermarks,
-)
+from pipelines.reading.watermark_tables import INDEX_COLUMNS, MARKS_COLUMNS, append_watermarks
+from schemas.arrow import INDEX_ARROW as INDEX_SCHEMA
+from schemas.arrow import MARKS_ARROW as MARKS_SCHEMA
 
 STREAM = "s/t"
 
@@ -55,7 +51,7 @@ def test_spark_schema_of_the_job_matches_the_shared_arrow_schema(table):
     from pyspark.sql.types import ArrayType, LongType
 
     from jobs.tables import spark_schema
-    from schemas.tables import ARROW_SCHEMAS
+    from schemas.arrow import ARROW_SCHEMAS
 
     def spark_type(t):
         if isinstance(t, ArrayType):

@@ -9,7 +9,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controller.exceptions import InvalidModelError
-from controller.model import END_OF_SEGMENT, Segment, TimeWindow, Watermark, segment_id
+from controller.model import (
+    END_OF_SEGMENT,
+    KeyRange,
+    Segment,
+    TimeWindow,
+    Watermark,
+    segment_id,
+)
 from controller.timewindow import WindowTracker, compare
 from tests.unit.test_watermarks import (
     SEGMENTS,
@@ -25,15 +32,15 @@ from tests.unit.test_watermarks import (
 )
 
 COMPARE_CASES = [
-    # one segment: strictly smaller is before, strictly larger after, equal neither
-    ("equal offset is neither", {A.id: 5}, {A.id: 5}, 0),
+    # one segment: strictly smaller is before, strictly larger after; exactly at it: passed
+    ("exactly at the cut: passed", {A.id: 5}, {A.id: 5}, 1),
     ("offset past", {A.id: 6}, {A.id: 5}, 1),
     ("offset before", {A.id: 4}, {A.id: 5}, -1),
     ("read to end of sealed segment", {A.id: END_OF_SEGMENT}, {A.id: 10**9}, 1),
     ("cut at end, position not", {A.id: 10**9}, {A.id: END_OF_SEGMENT}, -1),
-    ("both at end: equal", {A.id: END_OF_SEGMENT}, {A.id: END_OF_SEGMENT}, 0),
+    ("both at end: exactly at the cut", {A.id: END_OF_SEGMENT}, {A.id: END_OF_SEGMENT}, 1),
     # two segments of one epoch
-    ("equal everywhere", {B.id: 3, C.id: 9}, {B.id: 3, C.id: 9}, 0),
+    ("equal everywhere: passed", {B.id: 3, C.id: 9}, {B.id: 3, C.id: 9}, 1),
     ("equal on one, before on the other", {B.id: 3, C.id: 2}, {B.id: 3, C.id: 9}, -1),
     ("equal on one, after on the other", {B.id: 3, C.id: 10}, {B.id: 3, C.id: 9}, 1),
     ("partly before, partly after", {B.id: 5, C.id: 1}, {B.id: 3, C.id: 4}, 0),
@@ -57,10 +64,10 @@ COMPARE_CASES = [
     ("merge successor ahead of both", {F.id: 0}, {B.id: 7, D.id: 7}, 1),
     ("split predecessors before the merge", {B.id: 7, D.id: 7}, {F.id: 0, E.id: 0}, -1),
     ("reader owning part of the key space", {E.id: 1}, {B.id: 0, D.id: 0, E.id: 3}, -1),
-    # nothing in common: neither
-    ("no shared key range", {B.id: 1}, {E.id: 3}, 0),
-    ("empty position", {}, {A.id: 3}, 0),
-    ("empty cut", {A.id: 3}, {}, 0),
+    # nothing in common: before nowhere, so time advances (Pravega returns 1)
+    ("no shared key range", {B.id: 1}, {E.id: 3}, 1),
+    ("empty position", {}, {A.id: 3}, 1),
+    ("empty cut", {A.id: 3}, {}, 1),
 ]
 
 
@@ -91,13 +98,13 @@ MARKS = [
 
 TRACK_CASES = [
     ("before the first", {A.id: 0}, TimeWindow(None, 130)),
-    ("at the first: not yet passed", {A.id: 5}, TimeWindow(None, 260)),
+    ("at the first: passed", {A.id: 5}, TimeWindow(100, 260)),
     ("between", {A.id: 7}, TimeWindow(100, 260)),
-    ("at the second", {A.id: 9}, TimeWindow(100, 310)),
+    ("at the second: passed", {A.id: 9}, TimeWindow(200, 310)),
     ("end of A", {A.id: END_OF_SEGMENT}, TimeWindow(200, 310)),
     ("on successors, equal on C: the third is ahead", {B.id: 1, C.id: 0}, TimeWindow(200, 310)),
-    ("at the third", {B.id: 2, C.id: 0}, TimeWindow(200, 450)),
-    ("mixed with the last", {B.id: 5, C.id: 2}, TimeWindow(300, None)),
+    ("at the third: passed", {B.id: 2, C.id: 0}, TimeWindow(300, 450)),
+    ("partly past the last: its upper time", {B.id: 5, C.id: 2}, TimeWindow(300, 450)),
     ("past every watermark, equal on C", {B.id: 5, C.id: 3}, TimeWindow(400, None)),
     ("empty position", {}, TimeWindow(400, None)),
 ]
@@ -112,6 +119,73 @@ def test_issue_example_upper_bound_is_pravegas():
         wm(30, 39, {B.id: 9, C.id: 9}, 2),
     ]
     assert WindowTracker(marks, SEGMENTS).advance_to({B.id: 6, C.id: 5}) == TimeWindow(10, 29)
+
+
+def test_pravega_compare_cases():
+    """``WatermarkReaderImplTest.testCompare``: s0, s1 halves of epoch 0, s2, s3 of epoch 1;
+    the cut {s1: 1, s2: 2}."""
+    s0, s1 = Segment(0, KeyRange(0.0, 0.5)), Segment(1, KeyRange(0.5, 1.0))
+    s2, s3 = (
+        Segment(segment_id(1, 2), KeyRange(0.0, 0.5)),
+        Segment(segment_id(1, 3), KeyRange(0.5, 1.0)),
+    )
+    segments = {s.id: s for s in (s0, s1, s2, s3)}
+    cut = {s1.id: 1, s2.id: 2}
+    cases = [
+        ({s1.id: 1, s2.id: 2}, 1),  # exactly at the mark: time advances
+        ({s0.id: 0, s1.id: 1}, -1),
+        ({s1.id: 0, s2.id: 1}, -1),
+        ({s1.id: 1, s2.id: 1}, -1),
+        ({s2.id: 2, s3.id: 3}, 1),
+        ({s1.id: 2, s2.id: 3}, 1),
+        ({s1.id: 1, s2.id: 3}, 1),
+        ({s0.id: 0, s3.id: 3}, 0),
+        ({s1.id: 0, s2.id: 3}, 0),
+        ({s1.id: 3, s2.id: 0}, 0),
+    ]
+    for position, expected in cases:
+        assert compare(position, cut, segments) == expected, position
+
+
+def test_pravega_window_updates():
+    """``WatermarkReaderImplTest.testUpdates``: eight marks, a reader advancing through them."""
+    s0, s1 = Segment(0, KeyRange(0.0, 0.5)), Segment(1, KeyRange(0.5, 1.0))
+    s2, s3 = (
+        Segment(segment_id(1, 2), KeyRange(0.0, 0.5)),
+        Segment(segment_id(1, 3), KeyRange(0.5, 1.0)),
+    )
+    segments = {s.id: s for s in (s0, s1, s2, s3)}
+    cuts = [
+        {s0.id: 0, s1.id: 0},
+        {s0.id: 2, s1.id: 0},
+        {s0.id: 2, s1.id: 2},
+        {s2.id: 0, s1.id: 2},
+        {s2.id: 4, s1.id: 2},
+        {s2.id: 4, s1.id: 4},
+        {s2.id: 4, s3.id: 0},
+        {s2.id: 6, s3.id: 4},
+    ]
+    marks = [wm(10 * (i + 1), 10 * (i + 1) + 9, cut, i) for i, cut in enumerate(cuts)]
+    steps = [
+        ({s0.id: 1, s1.id: 0}, TimeWindow(10, 29)),
+        ({s0.id: 3, s1.id: 0}, TimeWindow(20, 49)),
+        ({s0.id: 5, s1.id: 0}, TimeWindow(20, 49)),
+        ({s0.id: 6, s1.id: 0}, TimeWindow(20, 49)),
+        ({s0.id: 6, s1.id: 1}, TimeWindow(20, 49)),
+        ({s0.id: 6, s1.id: 3}, TimeWindow(30, 69)),
+        ({s2.id: 0, s1.id: 3}, TimeWindow(40, 69)),
+        ({s2.id: 4, s1.id: 3}, TimeWindow(50, 69)),
+        ({s2.id: 4, s1.id: 5}, TimeWindow(60, 79)),
+        ({s2.id: 4, s3.id: 1}, TimeWindow(70, 89)),
+        ({s2.id: 5, s3.id: 1}, TimeWindow(70, 89)),
+        ({s2.id: 5, s3.id: 5}, TimeWindow(70, 89)),
+        ({s2.id: 6, s3.id: 5}, TimeWindow(80, None)),
+        ({s2.id: 7, s3.id: 7}, TimeWindow(80, None)),
+    ]
+    tracker = WindowTracker(iter(marks), segments)
+    for position, expected in steps:
+        assert tracker.advance_to(position) == expected, position
+        assert WindowTracker(marks, segments).advance_to(position) == expected, position
 
 
 @pytest.mark.parametrize(
@@ -195,23 +269,23 @@ def pravega_compare(
             for mine in position:
                 if segments[mine].key_range.overlaps(segments[seg].key_range):
                     relations.add("before" if mine < seg else "after")
-    if relations == {"before"}:
-        return -1
-    if relations == {"after"}:
-        return 1
-    return 0
+    if relations == {"before", "after"}:
+        return 0
+    return -1 if "before" in relations else 1
 
 
 def brute_window(
     marks: Sequence[Watermark], position: Mapping[int, int], segments: Mapping[int, Segment]
 ) -> TimeWindow:
     """lower: time of the latest watermark passed; upper: upper time of the first
-    wholly ahead; an empty position has passed them all."""
+    wholly ahead, else of the latest partly passed; an empty position has passed them all."""
     if not position:
         return TimeWindow(marks[-1].time if marks else None, None)
     passed = [m.time for m in marks if pravega_compare(position, m.stream_cut, segments) > 0]
     ahead = [m.upper_time for m in marks if pravega_compare(position, m.stream_cut, segments) < 0]
-    return TimeWindow(passed[-1] if passed else None, ahead[0] if ahead else None)
+    partly = [m.upper_time for m in marks if pravega_compare(position, m.stream_cut, segments) == 0]
+    upper = ahead[0] if ahead else partly[-1] if partly else None
+    return TimeWindow(passed[-1] if passed else None, upper)
 
 
 def test_compare_cases_agree_with_the_definition():

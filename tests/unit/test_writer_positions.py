@@ -1,125 +1,23 @@
-"""Position tracking (transactional writer, drop-in producer), marks and writer config (pure)."""
+"""Positions of the drop-in producer, marks and writer config (pure).
+
+The event and transactional writers' positions and notes: ``test_sent_records``.
+"""
 
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from controller.model import WriterMark
 from controller.naming import ClusterSettings, bucket_of
 from pipelines.writing.config import WriterConfig
 from pipelines.writing.exceptions import WriterConfigError
 from pipelines.writing.marks import mark_message, to_writer_mark
-from pipelines.writing.positions import PositionTracker, merge
+from pipelines.writing.positions import DeliveryGroups, merge
 from schemas.records import WriterMarkRecord
-
-
-def test_segments_with_nothing_acknowledged_are_left_out() -> None:
-    t = PositionTracker()
-    t.sent(1)
-    t.sent(2)
-    t.delivered(1, 10)
-    t.failed(2)
-    assert t.position() == {1: 11}
-
-
-def test_note_with_nothing_in_flight_is_ready_at_once() -> None:
-    t = PositionTracker()
-    t.sent(1)
-    t.delivered(1, 4)
-    t.note(50)
-    [note] = t.ready()
-    assert (note.time, note.position, note.alive) == (50, {1: 5}, True)
-
-
-def test_note_excludes_records_sent_after_it() -> None:
-    t = PositionTracker()
-    t.sent(1)
-    t.note(50)
-    t.sent(1)  # after the note
-    t.delivered(1, 7)
-    t.delivered(1, 8)
-    [note] = t.ready()
-    assert note.position == {1: 8}
-    assert t.position() == {1: 9}
-
-
-def test_notes_come_out_in_order() -> None:
-    t = PositionTracker()
-    t.sent(1)
-    t.note(10)
-    t.sent(2)
-    t.note(20)
-    t.delivered(2, 0)
-    assert t.ready() == []  # the first note still waits for segment 1
-    t.delivered(1, 3)
-    assert [(n.time, n.position) for n in t.ready()] == [(10, {1: 4}), (20, {1: 4, 2: 1})]
-
-
-def test_a_failed_record_before_the_note_marks_it() -> None:
-    t = PositionTracker()
-    t.sent(1)
-    t.sent(1)
-    t.note(10)
-    t.delivered(1, 3)
-    t.failed(1)
-    [note] = t.ready()
-    assert note.failed
-    assert note.position == {1: 4}
-
-
-def test_in_flight_counts() -> None:
-    t = PositionTracker()
-    t.sent(1)
-    t.sent(2)
-    t.delivered(2, 0)
-    assert t.in_flight() == 1
-    assert t.in_flight([2]) == 0
 
 
 def test_merge_takes_the_larger_offset() -> None:
     assert merge({1: 5, 2: 3}, {2: 7, 3: 1}) == {1: 5, 2: 7, 3: 1}
-
-
-# A random run: sends to 3 segments, notes, deliveries in per-segment order.
-ops = st.lists(
-    st.one_of(
-        st.tuples(st.just("send"), st.integers(0, 2)),
-        st.tuples(st.just("deliver"), st.integers(0, 2)),
-        st.tuples(st.just("note"), st.just(0)),
-    ),
-    max_size=60,
-)
-
-
-@given(ops=ops)
-def test_each_note_has_exactly_the_records_sent_before_it(ops: list[tuple[str, int]]) -> None:
-    t = PositionTracker()
-    queued: dict[int, list[int]] = {0: [], 1: [], 2: []}  # offsets waiting for delivery
-    next_offset = {0: 0, 1: 0, 2: 0}
-    sent_before: list[dict[int, int]] = []  # per note: last offset + 1 of each segment
-    last_sent: dict[int, int] = {}
-    delivered: list = []
-    for op, seg in ops:
-        if op == "send":
-            t.sent(seg)
-            queued[seg].append(next_offset[seg])
-            last_sent[seg] = next_offset[seg] + 1
-            next_offset[seg] += 2  # offsets need not be contiguous
-        elif op == "deliver" and queued[seg]:
-            t.delivered(seg, queued[seg].pop(0))
-        elif op == "note":
-            t.note(len(sent_before))
-            sent_before.append(dict(last_sent))
-        delivered.extend(t.ready())
-    for seg in queued:
-        while queued[seg]:
-            t.delivered(seg, queued[seg].pop(0))
-    delivered.extend(t.ready())
-    assert [n.time for n in delivered] == list(range(len(sent_before)))
-    for note in delivered:
-        assert note.position == sent_before[note.time]
 
 
 # --- marks and config ---------------------------------------------------------------------------
@@ -168,8 +66,6 @@ def _off(msg: str) -> int:
 
 
 def test_groups_wait_for_a_later_report_or_idle_and_exclude_later_records() -> None:
-    from pipelines.writing.positions import DeliveryGroups
-
     g = DeliveryGroups([0, 1])
     for off in (10, 11):
         g.used[0] = True
@@ -191,8 +87,6 @@ def test_groups_wait_for_a_later_report_or_idle_and_exclude_later_records() -> N
 
 
 def test_a_group_with_a_failed_record_fails_its_note_only() -> None:
-    from pipelines.writing.positions import DeliveryGroups
-
     g = DeliveryGroups([0])
     g.used[0] = True
     g.setters[0](None, "m@5")

@@ -17,9 +17,9 @@ from typing import Any
 
 from controller.config import ScalingPolicy, StreamConfiguration
 from controller.metadata import metadata_to_dict
+from tidemark.cli.control_plane import control_plane
 from tidemark.cli.output import emit
-from tidemark.cli.streams import _summary as summary
-from tidemark.cli.streams import config_from_args, control_plane
+from tidemark.cli.stream_options import config_from_args, summary
 
 
 def register_verbs(verb: Callable[..., Any], config_options: Callable[[Any], None]) -> None:

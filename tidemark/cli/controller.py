@@ -11,15 +11,26 @@ add a verb by writing its function and appending it there.
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
+import os
+import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 from controller.naming import ClusterSettings
-from tidemark.cli.output import add_format_option, emit
+from jobs.cli_args import add_controller_arguments, settings_from_args
+from schemas.tables import latest_laggards
+from tidemark.cli.control_plane import control_plane
+from tidemark.cli.output import add_format_option, emit, emit_rows
 from tidemark.environment import Environment
+from tidemark.errors import ConfigurationError
 from tidemark.python_zygote import PRELOAD, PythonZygote
+
+if TYPE_CHECKING:
+    from controller.policy_loop import PolicySettings
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +51,6 @@ def register_status(verbs: Any) -> None:
 
 
 def register_run(verbs: Any) -> None:
-    from jobs.cli_args import add_controller_arguments
-
     parser = verbs.add_parser(
         "run",
         help="run a controller driver: it leads (runs the streaming query) or waits as standby",
@@ -64,43 +73,50 @@ def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scale-cooldown-ms", type=int, default=120_000)
 
 
-def policy_settings(args: argparse.Namespace, delta_root: str | None) -> Any:
-    """``PolicySettings`` from the options (the tables: ``delta_root``)."""
-    from tidemark.policy_loop import PolicySettings
+def policy_settings(args: argparse.Namespace) -> PolicySettings:
+    """``PolicySettings`` from the options."""
+    # controller.policy_loop loads kazoo and confluent_kafka (~0.1 s): only for these verbs
+    from controller.policy_loop import PolicySettings
 
     return PolicySettings(
         interval_ms=args.policy_interval_ms,
         rate_window_ms=args.rate_window_ms,
         cooldown_ms=args.scale_cooldown_ms,
-        delta_root=delta_root,
     )
+
+
+def index_lookup(delta_root: str | None) -> Callable[[str, int], dict[int, int]]:
+    """The policy loop's cut lookup: ``stream_cut_at`` over the index under ``delta_root``
+    (``$TIDEMARK_DELTA_ROOT`` if ``None``; the table is opened on the first lookup)."""
+    # the seek index's modules load only for the policy verbs: the parser imports every
+    # verb module, and they would add ~30 ms to every `tidemark` command
+    from pipelines.reading.seek import stream_cut_at
+
+    return functools.partial(stream_cut_at, delta_root=delta_root)
 
 
 def policy_tasks(args: argparse.Namespace) -> Callable[[Any], list[Any]]:
     """``controller run``'s leader tasks: the stream policy loop (issue 13), unless
     ``--policy-interval-ms 0``. Given the driver's ``ControllerSettings``."""
-    from tidemark.errors import ConfigurationError
-
     if args.policy_interval_ms < 0:
         raise ConfigurationError(
             f"--policy-interval-ms must be >= 0 (0: no policy loop), got {args.policy_interval_ms}"
         )
-    policies = policy_settings(args, None) if args.policy_interval_ms else None  # checks them
+    policies = policy_settings(args) if args.policy_interval_ms else None  # checks them
 
     def leader_tasks(settings: Any) -> list[Any]:
-        from dataclasses import replace
-
-        from tidemark.policy_loop import PolicySwitch
+        from controller.policy_loop import PolicySwitch  # as in policy_settings
 
         if policies is None:
             return []
         return [
             PolicySwitch(
-                replace(policies, delta_root=settings.delta_root),
+                policies,
                 settings.kafka_bootstrap,
                 settings.zk_connect,
                 settings.cluster,
                 identifier=f"controller-{args.instance}",
+                cut_at=index_lookup(settings.delta_root),
                 zk_session_timeout_ms=settings.zk_session_timeout_ms,
             )
         ]
@@ -109,13 +125,12 @@ def policy_tasks(args: argparse.Namespace) -> Callable[[Any], list[Any]]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from jobs.controller_job import run_local
+    from jobs.controller_job import run_local  # pyspark and pandas: only for this verb
 
     env = Environment.from_env()
     if not env.python_zygote or not (env.spark_master or "local").startswith("local"):
         return run_local(args, policy_tasks(args))
-    from jobs import processor  # lazily, as run_local: Spark only for this verb
-    from jobs.cli_args import settings_from_args
+    from jobs import processor  # pyspark and pandas, as run_local
     from jobs.controller_job import driver_work_dir
 
     work_dir = driver_work_dir(settings_from_args(args), args.instance)
@@ -147,16 +162,11 @@ def register_policies(verbs: Any) -> None:
 
 
 def cmd_policies(args: argparse.Namespace) -> int:
-    import os
-    import socket
+    from controller.policy_loop import PolicyLoop, run_when_elected  # as in policy_settings
 
-    from tidemark.cli.output import emit_rows
-    from tidemark.cli.streams import control_plane
-    from tidemark.policy_loop import PolicyLoop, run_when_elected
-
-    settings = policy_settings(args, args.delta_root)
+    settings = policy_settings(args)
     with control_plane() as cp:
-        loop = PolicyLoop(cp.manager, settings)
+        loop = PolicyLoop(cp.manager, settings, cut_at=index_lookup(args.delta_root))
         try:
             if args.once:
                 actions = loop.run_once()
@@ -200,8 +210,6 @@ def stream_lags(rows: Sequence[Mapping[str, Any]], now_ms: int) -> dict[str, dic
 
 def stream_laggards(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """Each stream's last snapshot of the ``laggards`` table (streams now clear left out)."""
-    from schemas.tables import latest_laggards
-
     by_stream: dict[str, list[Mapping[str, Any]]] = {}
     for row in rows:
         by_stream.setdefault(str(row["stream"]), []).append(row)
@@ -211,8 +219,6 @@ def stream_laggards(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[dict[st
 
 def describe_laggard(row: Mapping[str, Any], now_ms: int) -> str:
     """``w2 lagging since 2026-11-22T17:01:02Z (for 12.0 s), 5.0 s behind (as of 1.0 s ago)``."""
-    from datetime import UTC, datetime
-
     text = f"{row['writer']} {row['kind']}"
     since = row.get("since")
     if since is not None:
@@ -225,9 +231,8 @@ def describe_laggard(row: Mapping[str, Any], now_ms: int) -> str:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from controller.election import controller_view
-    from jobs.tables import LAGGARDS, MARKS, read_table
-    from tidemark.cli.streams import control_plane
+    from controller.zookeeper.driver import controller_view  # kazoo: as in policy_settings
+    from jobs.tables import LAGGARDS, MARKS, read_table  # pyarrow: only for this verb
 
     defaults = ClusterSettings()
     settings = ClusterSettings(

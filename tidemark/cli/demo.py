@@ -172,16 +172,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 @contextlib.contextmanager
 def _serving(services: Any, delta_root: Path, port: int, cluster: Any) -> Iterator[str]:
-    from kazoo.client import KazooClient
-
-    from controller.zk_store import ZooKeeperStore
+    # kazoo and the service's starlette/uvicorn load only for this verb (the parser
+    # imports every verb module)
+    from controller.zookeeper.session import zookeeper_session
+    from controller.zookeeper.store import ZooKeeperStore
     from tidemark.service.server import RunningService
     from tidemark.service.state import TimeService
 
     delta_root.mkdir(parents=True, exist_ok=True)
-    client = KazooClient(hosts=services.zk_connect)
-    client.start(timeout=15)
-    try:
+    with zookeeper_session(services.zk_connect, start_timeout_s=15) as client:
         service = TimeService(
             ZooKeeperStore(client, cluster.zk_root),
             client,
@@ -192,9 +191,6 @@ def _serving(services: Any, delta_root: Path, port: int, cluster: Any) -> Iterat
         )
         with RunningService(service, port=port) as running:
             yield running.url
-    finally:
-        client.stop()
-        client.close()
 
 
 def _iso(ms: int | None) -> str:

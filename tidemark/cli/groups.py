@@ -12,7 +12,9 @@ import argparse
 import json
 from typing import Any
 
+from tidemark.cli.control_plane import control_plane, service_addresses
 from tidemark.cli.output import add_format_option, emit, emit_rows
+from tidemark.cli.read import _open
 from tidemark.errors import ConfigurationError
 
 
@@ -53,8 +55,6 @@ def _describe(checkpoint: Any) -> dict[str, Any]:
 
 
 def cmd_checkpoint(args: argparse.Namespace) -> int:
-    from tidemark.cli.read import _open
-    from tidemark.cli.streams import control_plane, service_addresses
 
     kafka, _ = service_addresses()
     with control_plane() as cp, _open(args.group, cp, kafka) as group:
@@ -69,8 +69,6 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
 
 
 def cmd_checkpoints(args: argparse.Namespace) -> int:
-    from tidemark.cli.read import _open
-    from tidemark.cli.streams import control_plane, service_addresses
 
     kafka, _ = service_addresses()
     with control_plane() as cp, _open(args.group, cp, kafka) as group:
@@ -92,8 +90,6 @@ def _parse_cut(text: str) -> dict[int, int]:
 
 
 def cmd_reset(args: argparse.Namespace) -> int:
-    from tidemark.cli.read import _open
-    from tidemark.cli.streams import control_plane, service_addresses
 
     target: Any = args.checkpoint if args.checkpoint is not None else _parse_cut(args.cut)
     kafka, _ = service_addresses()

@@ -153,11 +153,11 @@ would wait for the end-of-partition notice)."""
 
 
 def cmd_read(args: argparse.Namespace) -> int:
-    from controller.kafka_admin import StreamTopics
+    from controller.kafka.admin import StreamTopics
     from controller.model import segment_number
     from pipelines.reading.group import ReaderConfig, ReaderGroup
     from pipelines.reading.seek import live_metadata, stream_cut_at
-    from tidemark.cli.streams import control_plane, service_addresses
+    from tidemark.cli.control_plane import control_plane, service_addresses
 
     since = _time_of(args)
     kafka, _ = service_addresses()
@@ -215,7 +215,7 @@ def cmd_read(args: argparse.Namespace) -> int:
 def cmd_watermarks(args: argparse.Namespace) -> int:
     from pipelines.reading.seek import live_metadata
     from pipelines.reading.windows import WatermarkFeed
-    from tidemark.cli.streams import control_plane
+    from tidemark.cli.control_plane import control_plane
 
     since = _time_of(args) or 0
     with control_plane() as cp:
@@ -245,7 +245,7 @@ def _open(name: str, cp: Any, kafka: str) -> Any:
 
 
 def cmd_window(args: argparse.Namespace) -> int:
-    from tidemark.cli.streams import control_plane, service_addresses
+    from tidemark.cli.control_plane import control_plane, service_addresses
 
     kafka, _ = service_addresses()
     with control_plane() as cp, _open(args.group, cp, kafka) as group:
@@ -274,7 +274,7 @@ def cmd_window(args: argparse.Namespace) -> int:
 
 
 def cmd_seek(args: argparse.Namespace) -> int:
-    from tidemark.cli.streams import control_plane, service_addresses
+    from tidemark.cli.control_plane import control_plane, service_addresses
 
     ts = _time_of(args, required=True)
     kafka, _ = service_addresses()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from tidemark.cli.control_plane import control_plane
 from tidemark.cli.output import add_format_option, emit
 
 
@@ -37,7 +38,6 @@ def register(sub: Any) -> None:
 
 
 def cmd_create(args: argparse.Namespace) -> int:
-    from tidemark.cli.streams import control_plane
 
     with control_plane() as cp:
         created = cp.manager.create_scope(args.scope)
@@ -47,7 +47,6 @@ def cmd_create(args: argparse.Namespace) -> int:
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
-    from tidemark.cli.streams import control_plane
 
     with control_plane() as cp:
         cp.manager.delete_scope(args.scope)
@@ -56,7 +55,6 @@ def cmd_delete(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from tidemark.cli.streams import control_plane
 
     with control_plane() as cp:
         rows = [{"scope": s, "streams": len(cp.manager.list(s))} for s in cp.manager.list_scopes()]

@@ -37,8 +37,8 @@ def register(sub: Any) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from infra.services import KAFKA, ZOOKEEPER, resolve_services
+    from tidemark.cli.control_plane import control_plane
     from tidemark.cli.read import delta_root
-    from tidemark.cli.streams import control_plane
     from tidemark.service.server import serve_forever
     from tidemark.service.state import TimeService
 

@@ -5,77 +5,25 @@
     tidemark stream describe shop/orders --format json
 
 Services come from ``TIDEMARK_KAFKA_BOOTSTRAP`` / ``TIDEMARK_ZK_CONNECT``
-(a connect string may end in a chroot), else from ``tidemark up``.
+(a connect string may end in a chroot), else from ``tidemark up``
+(:mod:`tidemark.cli.control_plane`); the configuration options are
+:mod:`tidemark.cli.stream_options`'s.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import functools
-from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
-from controller.config import (
-    RetentionPolicy,
-    RetentionType,
-    ScalingPolicy,
-    ScalingType,
-    StreamConfiguration,
-    TimestampingMode,
-)
-from controller.metadata import StreamMetadata, metadata_to_dict
+from controller.config import StreamConfiguration
+from controller.metadata import metadata_to_dict
 from controller.model import KeyRange
-from controller.naming import ClusterSettings
-from infra.services import KAFKA, ZOOKEEPER, resolve_services
+from controller.navigation import head_segments
+from tidemark.cli.adopt import register_verbs
+from tidemark.cli.control_plane import control_plane
 from tidemark.cli.output import add_format_option, emit, emit_rows
-from tidemark.environment import Environment
+from tidemark.cli.stream_options import add_config_options, config_from_args, summary
 from tidemark.errors import ConfigurationError
-
-
-@dataclass(frozen=True)
-class ControlPlane:
-    """What a control-plane verb talks to."""
-
-    client: Any  # a started KazooClient
-    store: Any  # controller.zk_store.ZooKeeperStore
-    settings: ClusterSettings
-    kafka: str
-
-    @functools.cached_property
-    def manager(self) -> Any:
-        """The stream manager (controller.streams.StreamManager), made on first use:
-        verbs that only read metadata do not import it."""
-        from controller.streams import StreamManager
-
-        return StreamManager(self.store, self.kafka, self.settings)
-
-
-def service_addresses(env: Environment | None = None) -> tuple[str, str]:
-    """(Kafka bootstrap, ZooKeeper connect): the environment's, else ``tidemark up``'s."""
-    found = resolve_services(KAFKA, ZOOKEEPER, env=env)
-    assert found.kafka_bootstrap is not None and found.zk_connect is not None
-    return found.kafka_bootstrap, found.zk_connect
-
-
-@contextlib.contextmanager
-def control_plane(settings: ClusterSettings | None = None) -> Iterator[ControlPlane]:
-    from kazoo.client import KazooClient
-
-    from controller.zk_store import ZooKeeperStore
-
-    settings = settings or ClusterSettings()
-    kafka, zk = service_addresses()
-    client = KazooClient(hosts=zk)
-    client.start(timeout=15)
-    try:
-        store = ZooKeeperStore(client, settings.zk_root)
-        yield ControlPlane(client, store, settings, kafka)
-    finally:
-        client.stop()
-        client.close()
-
 
 # --- parsing helpers ---------------------------------------------------------------------
 
@@ -119,94 +67,6 @@ def parse_cut(text: str) -> dict[int, int]:
     return cut
 
 
-def _config_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--segments", type=int, help="(minimum) number of segments")
-    parser.add_argument("--scaling", choices=[t.value for t in ScalingType])
-    parser.add_argument("--target-rate", type=int, help="events or bytes per second per segment")
-    parser.add_argument("--scale-factor", type=int)
-    parser.add_argument("--retention", choices=[t.value for t in RetentionType])
-    parser.add_argument("--retention-limit", type=int, help="ms (by-time) or bytes (by-size)")
-    parser.add_argument(
-        "--retention-min", type=int, help="keep at least this much (ms or bytes; default 0)"
-    )
-    parser.add_argument("--timestamping", choices=[m.value for m in TimestampingMode])
-    parser.add_argument("--uncapped", action=argparse.BooleanOptionalAction, default=None)
-    parser.add_argument(
-        "--aggregation-timeout-ms",
-        type=int,
-        help="drop a lagging writer after this long (default: the controller's)",
-    )
-    parser.add_argument(
-        "--first-watermark-delay-ms",
-        type=int,
-        help="wait this long after the first mark before the first watermark",
-    )
-    parser.add_argument(
-        "--refuse-adjustments",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="refuse a record whose timestamp would be capped or raised, instead of adjusting",
-    )
-    parser.add_argument(
-        "--max-future-ms",
-        help="how far ahead of its arrival a writer mark's time may be (default 1 h); "
-        "'none': no bound, for times that are not milliseconds",
-    )
-
-
-def config_from_args(args: argparse.Namespace, base: StreamConfiguration) -> StreamConfiguration:
-    """``base`` with the options given on the command line."""
-    sp, rp = base.scaling_policy, base.retention_policy
-    scaling = ScalingPolicy(
-        type=ScalingType(args.scaling) if args.scaling else sp.type,
-        target_rate=sp.target_rate if args.target_rate is None else args.target_rate,
-        scale_factor=sp.scale_factor if args.scale_factor is None else args.scale_factor,
-        min_segments=sp.min_segments if args.segments is None else args.segments,
-    )
-    rtype = RetentionType(args.retention) if args.retention else rp.type
-    limit = args.retention_limit if args.retention_limit is not None else rp.limit
-    minimum = args.retention_min if args.retention_min is not None else rp.min_limit
-    none = rtype is RetentionType.NONE
-    retention = RetentionPolicy(rtype, 0 if none else limit, 0 if none else minimum)
-    return StreamConfiguration(
-        scaling_policy=scaling,
-        retention_policy=retention,
-        timestamp_aggregation_timeout_ms=(
-            base.timestamp_aggregation_timeout_ms
-            if args.aggregation_timeout_ms is None
-            else args.aggregation_timeout_ms
-        ),
-        timestamping=(
-            TimestampingMode(args.timestamping) if args.timestamping else base.timestamping
-        ),
-        uncapped=base.uncapped if args.uncapped is None else args.uncapped,
-        first_watermark_delay_ms=(
-            base.first_watermark_delay_ms
-            if args.first_watermark_delay_ms is None
-            else args.first_watermark_delay_ms
-        ),
-        refuse_adjustments=(
-            base.refuse_adjustments
-            if getattr(args, "refuse_adjustments", None) is None
-            else args.refuse_adjustments
-        ),
-        max_future_ms=_max_future_ms(args.max_future_ms, base.max_future_ms),
-    )
-
-
-def _max_future_ms(text: str | None, base: int | None) -> int | None:
-    if text is None:
-        return base
-    if text.strip().lower() == "none":
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        raise ConfigurationError(
-            f"--max-future-ms {text!r}: expected milliseconds or 'none'"
-        ) from None
-
-
 # --- verbs -------------------------------------------------------------------------------
 
 
@@ -222,9 +82,9 @@ def register(sub: Any) -> None:
         parser.set_defaults(func=func)
         return parser
 
-    _config_options(verb("create", "create a stream (its topic, epoch 0)", cmd_create))
+    add_config_options(verb("create", "create a stream (its topic, epoch 0)", cmd_create))
     verb("describe", "epochs, segments, offsets, state, configuration", cmd_describe)
-    _config_options(verb("update", "change a stream's configuration", cmd_update))
+    add_config_options(verb("update", "change a stream's configuration", cmd_update))
     scale = verb("scale", "seal adjacent segments and replace them", cmd_scale)
     scale.add_argument("--seal", required=True, help="segment ids to seal, e.g. 0,1")
     scale.add_argument("--ranges", required=True, help="new key ranges, e.g. 0:0.25,0.25:0.5")
@@ -234,29 +94,14 @@ def register(sub: Any) -> None:
     verb("delete", "delete a sealed stream (topic and metadata)", cmd_delete)
     listing = verb("list", "list streams", cmd_list, stream_arg=False)
     listing.add_argument("scope", nargs="?", help="only this scope")
-    from tidemark.cli.adopt import register_verbs
-
-    register_verbs(verb, _config_options)
-
-
-def _summary(meta: StreamMetadata) -> list[str]:
-    cfg = meta.config
-    return [
-        f"stream   {meta.name}  (topic {meta.topic})",
-        f"state    {meta.state}",
-        f"epoch    {meta.current_epoch().number}  segments "
-        + " ".join(f"{s.id}{s.key_range}" for s in meta.current_epoch().segments),
-        f"config   scaling={cfg.scaling_policy.type}/{cfg.scaling_policy.min_segments} "
-        f"retention={cfg.retention_policy.type} timestamping={cfg.timestamping} "
-        f"uncapped={cfg.uncapped} refuse_adjustments={cfg.refuse_adjustments}",
-    ]
+    register_verbs(verb, add_config_options)
 
 
 def cmd_create(args: argparse.Namespace) -> int:
     config = config_from_args(args, StreamConfiguration())
     with control_plane() as cp:
         meta = cp.manager.create(args.stream, config)
-    emit(args, metadata_to_dict(meta), _summary(meta))
+    emit(args, metadata_to_dict(meta), summary(meta))
     return 0
 
 
@@ -264,13 +109,11 @@ def cmd_update(args: argparse.Namespace) -> int:
     with control_plane() as cp:
         current = cp.manager.describe(args.stream)
         meta = cp.manager.update(args.stream, config_from_args(args, current.config))
-    emit(args, metadata_to_dict(meta), _summary(meta))
+    emit(args, metadata_to_dict(meta), summary(meta))
     return 0
 
 
 def cmd_describe(args: argparse.Namespace) -> int:
-    from controller.navigation import head_segments
-
     with control_plane() as cp:
         meta = cp.manager.describe(args.stream)
         offsets = cp.manager.segment_offsets(args.stream)
@@ -296,7 +139,7 @@ def cmd_describe(args: argparse.Namespace) -> int:
     payload = metadata_to_dict(meta)
     payload["segments"] = segments
     payload["bucket"] = cp.manager.bucket_of(args.stream)
-    lines = _summary(meta)
+    lines = summary(meta)
     lines.append(f"bucket   {payload['bucket']}")
     for epoch in meta.epochs:
         lines.append(
@@ -320,7 +163,7 @@ def cmd_scale(args: argparse.Namespace) -> int:
     sealed, ranges = parse_ids(args.seal), parse_ranges(args.ranges)
     with control_plane() as cp:
         meta = cp.manager.scale(args.stream, sealed, ranges)
-    emit(args, metadata_to_dict(meta), _summary(meta))
+    emit(args, metadata_to_dict(meta), summary(meta))
     return 0
 
 
@@ -328,14 +171,14 @@ def cmd_truncate(args: argparse.Namespace) -> int:
     cut = parse_cut(args.cut)
     with control_plane() as cp:
         meta = cp.manager.truncate(args.stream, cut)
-    emit(args, metadata_to_dict(meta), [*_summary(meta), f"truncated at {cut}"])
+    emit(args, metadata_to_dict(meta), [*summary(meta), f"truncated at {cut}"])
     return 0
 
 
 def cmd_seal(args: argparse.Namespace) -> int:
     with control_plane() as cp:
         meta = cp.manager.seal(args.stream)
-    emit(args, metadata_to_dict(meta), _summary(meta))
+    emit(args, metadata_to_dict(meta), summary(meta))
     return 0
 
 

@@ -55,7 +55,7 @@ def cmd_write(args: argparse.Namespace) -> int:
 
     from pipelines.writing.config import WriterConfig
     from pipelines.writing.writer import EventWriter, wall_clock_ms
-    from tidemark.cli.streams import control_plane, service_addresses
+    from tidemark.cli.control_plane import control_plane, service_addresses
 
     note: int | None = None
     if args.note_time is not None:

@@ -21,28 +21,37 @@ event loop) when the stream's history gains watermarks -- no polling.
 from __future__ import annotations
 
 import asyncio
-import bisect
 import contextlib
 import logging
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, overload
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from controller.index import stop_index
 from controller.metadata import StreamMetadata
 from controller.model import Watermark
 from controller.naming import ClusterSettings
 from controller.store import MetadataStore
+from controller.zookeeper.driver import controller_view
+from pipelines.reading.exceptions import WatermarksUnavailableError
+from pipelines.reading.group import open_group
 from pipelines.reading.seek import Found, SeekIndex, check_timestamp, live_metadata
 from pipelines.reading.time_service import cut_to_json
-from pipelines.reading.watermark_tables import TableTail, read_watermarks, resolve_delta_root
-from schemas.tables import MARKS, REJECTED_MARKS, cut_from_cell, table_path
+from pipelines.reading.watermark_tables import (
+    MarksTail,
+    read_marks_as_of,
+    read_rejected,
+    read_watermarks,
+    resolve_delta_root,
+)
+from schemas.tables import cut_from_cell
 from tidemark.errors import ConfigurationError
 
 log = logging.getLogger(__name__)
@@ -67,7 +76,7 @@ class _History:
     cuts by ``seq`` (so a lookup needs no read of ``marks``)."""
 
     def __init__(self, delta_root: str, stream: str, limit: int) -> None:
-        self.tail = TableTail(table_path(delta_root, MARKS), stream, HISTORY_COLUMNS)
+        self.tail = MarksTail(delta_root, stream, columns=HISTORY_COLUMNS)
         self.points: deque[HistoryPoint] = deque(maxlen=limit)
         self.cuts: OrderedDict[int, dict[int, int]] = OrderedDict()
         self.limit = limit
@@ -75,11 +84,11 @@ class _History:
 
     def poll(self, lock: threading.RLock) -> int:
         """Read the new watermarks (then keep them, holding ``lock``); how many there were."""
-        rows = self.tail.poll()
-        if not rows.num_rows:
+        rows = self.tail.poll_rows()
+        if not rows:
             return 0
         with lock:
-            return self._keep(rows.to_pylist())
+            return self._keep(rows)
 
     def _keep(self, rows: list[dict[str, Any]]) -> int:
         for row in rows:
@@ -100,9 +109,9 @@ class _History:
         while there is none; the ``seq`` to read from Delta when it is older than the
         kept history."""
         points = self.points
-        if not points or points[-1].time < t:
+        at = stop_index(_Times(points), t)
+        if at is None:
             return None
-        at = bisect.bisect_left(points, t, key=lambda p: p.time)
         point = points[at]
         if at == 0 and self.count > len(points):
             return point.seq  # an older one, no longer kept, may reach t too
@@ -114,6 +123,25 @@ class _History:
     def _watermark(self, stream: str, point: HistoryPoint) -> Watermark:
         cut = dict(self.cuts[point.seq])
         return Watermark(stream, point.time, point.upper_time, cut, point.seq)
+
+
+class _Times(Sequence[int]):
+    """The ``time`` column of the kept history, for ``controller.index``'s search."""
+
+    def __init__(self, points: deque[HistoryPoint]) -> None:
+        self._points = points
+
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[int]: ...
+    def __getitem__(self, index: int | slice) -> int | Sequence[int]:
+        if isinstance(index, slice):
+            return [p.time for p in list(self._points)[index]]
+        return self._points[index].time
+
+    def __len__(self) -> int:
+        return len(self._points)
 
 
 class StreamWaits:
@@ -329,32 +357,21 @@ class TimeService:
     ) -> tuple[int | None, list[dict[str, Any]]]:
         """The stream's watermarks with time >= ``since_ms`` in the ``marks`` table as of a
         table ``version`` or a time ``as_of_ms`` (latest: neither); (version read, rows)."""
-        import datetime
-
-        import pyarrow.dataset as ds
-        from deltalake import DeltaTable
-        from deltalake.exceptions import DeltaError, TableNotFoundError
-
         if version is not None and as_of_ms is not None:
             raise ConfigurationError("give version or as_of, not both")
         self.metadata(stream)
         try:
-            dt = DeltaTable(
-                table_path(self.delta_root, MARKS),
-                storage_options=self.storage_options or None,
+            read, rows = read_marks_as_of(
+                self.delta_root,
+                stream,
+                since_ms=since_ms,
                 version=version,
+                as_of_ms=as_of_ms,
+                storage_options=self.storage_options,
             )
-            if as_of_ms is not None:
-                dt.load_as_version(datetime.datetime.fromtimestamp(as_of_ms / 1000, datetime.UTC))
-        except TableNotFoundError:
-            return None, []
-        except (DeltaError, ValueError, OSError) as exc:
-            raise ConfigurationError(f"marks table: no such version ({exc})") from exc
-        table = dt.to_pyarrow_dataset().to_table(
-            filter=(ds.field("stream") == stream) & (ds.field("time") >= since_ms)
-        )
-        rows = sorted(table.to_pylist(), key=lambda r: r["seq"])[-limit:]
-        return dt.version(), [
+        except WatermarksUnavailableError as exc:
+            raise ConfigurationError(str(exc)) from exc
+        return read, [
             {
                 "seq": r["seq"],
                 "time": r["time"],
@@ -363,36 +380,18 @@ class TimeService:
                 "writers": list(r["writers"] or ()),
                 "stream_cut": cut_to_json(cut_from_cell(r["stream_cut"])),
             }
-            for r in rows
+            for r in rows[-limit:]
         ]
 
     def rejected(self, stream: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
         """The latest rejected marks (all streams: None), newest first."""
-        import pyarrow.dataset as ds
-        from deltalake import DeltaTable
-        from deltalake.exceptions import TableNotFoundError
-
-        try:
-            dt = DeltaTable(
-                table_path(self.delta_root, REJECTED_MARKS),
-                storage_options=self.storage_options or None,
-            )
-        except TableNotFoundError:
-            return []
-        flt = None if stream is None else ds.field("stream") == stream
-        table = dt.to_pyarrow_dataset().to_table(
-            columns=["stream", "writer", "reason", "kafka_partition", "kafka_offset", "at"],
-            filter=flt,
-        )
-        return sorted(table.to_pylist(), key=lambda r: r["at"] or 0, reverse=True)[:limit]
+        return read_rejected(self.delta_root, stream, limit, self.storage_options)
 
     # --- other views ----------------------------------------------------------------------------
 
     def controller(self) -> dict[str, Any]:
         """The controller drivers alive (the leader runs every bucket) and its last batch
         (from ZooKeeper)."""
-        from controller.election import controller_view
-
         view = controller_view(self.zk_client, self.cluster.zk_root, self.cluster.marks_topic)
         members = [] if view.leader is None else [view.leader, *view.standbys]
         return {
@@ -406,8 +405,6 @@ class TimeService:
 
     def window(self, group_name: str) -> dict[str, Any]:
         """A reader group's committed position and its time window."""
-        from pipelines.reading.group import open_group
-
         with open_group(
             group_name,
             store=self.store,
@@ -433,9 +430,7 @@ class TimeService:
         """Per timeline, messages by status with a time in [from_ms, to_ms); None: no database."""
         if self.postgres_dsn is None:
             return None
-        from dataclasses import asdict
-
-        from pipelines.timeline.store import TimelineStore
+        from pipelines.timeline.store import TimelineStore  # psycopg: only with a database
 
         store = TimelineStore(self.postgres_dsn)
         try:

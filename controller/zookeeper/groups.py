@@ -1,4 +1,4 @@
-"""Reader groups' znodes in ZooKeeper (beside ``controller.zk_store``).
+"""Reader groups' znodes in ZooKeeper (beside ``controller.zookeeper.store``).
 
     groups = ZooKeeperGroups(client, root="/tidemark")
     groups.create("billing", b'{"stream": "shop/orders", ...}')    # False if it exists
@@ -11,7 +11,7 @@ Layout (under ``root``)::
                                           ``pipelines.reading.registry``)
     readergroups/<group>/readers/<reader> ephemeral: the reader is online
     readergroups/<group>/owners/<segment> ephemeral, data = reader name (a claim,
-                                          ``controller.claims``)
+                                          ``controller.zookeeper.claims``)
     readergroups/<group>/checkpoint-request ephemeral (the initiator's session), data =
                                           the name of the checkpoint being taken
     readergroups/<group>/checkpoint-acks/<name>/<reader>
@@ -35,7 +35,7 @@ from typing import Any
 
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
-from controller.claims import Claims
+from controller.zookeeper.claims import Claims
 
 
 class ZooKeeperGroups:

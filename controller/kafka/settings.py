@@ -1,7 +1,10 @@
 """How every tidemark Kafka client connects: bootstrap servers plus the security settings.
 
     Producer({**client_config("kafka:9093"), "acks": "all"})
-    spark.readStream.format("kafka").options(**spark_kafka_options()) ...
+    spark.readStream.format("kafka").options(**spark_source_options("kafka:9093")) ...
+
+Every Kafka client tidemark creates gets its connection settings here (the
+architecture test, ``tests/unit/test_architecture.py``, refuses them anywhere else).
 
 The security settings come from the environment (names in :mod:`tidemark.environment`),
 read here and nowhere else,
@@ -88,6 +91,14 @@ def spark_kafka_options(environ: Mapping[str, str] | None = None) -> dict[str, s
     return options
 
 
+def spark_source_options(
+    bootstrap: str, environ: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """``kafka.bootstrap.servers`` and :func:`spark_kafka_options`: a Spark Kafka source's
+    connection."""
+    return {"kafka.bootstrap.servers": bootstrap, **spark_kafka_options(environ)}
+
+
 __all__ = [
     "SASL_MECHANISM",
     "SASL_PASSWORD",
@@ -96,4 +107,5 @@ __all__ = [
     "client_config",
     "security_config",
     "spark_kafka_options",
+    "spark_source_options",
 ]

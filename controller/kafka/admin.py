@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
 
 # confluent_kafka.admin re-exports these without __all__, which mypy --strict flags.
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
@@ -37,12 +37,13 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 
 from controller.exceptions import KafkaOperationError, MarksTopicError
-from controller.kafka_client import client_config
-from controller.kafka_retry import KafkaRetry
+from controller.kafka.retry import KafkaRetry
+from controller.kafka.settings import client_config
 from controller.naming import (
     LOG_APPEND_TIME,
     MARKS_TOPIC_CONFIGS,
     TIMESTAMP_TYPE,
+    TOPIC_PREFIX,
     ClusterSettings,
 )
 
@@ -166,8 +167,6 @@ class StreamTopics:
 
     def last_stable_offsets(self, topic: str, partitions: Iterable[int]) -> dict[int, int]:
         """Each partition's last stable offset: where committed data ends (read_committed)."""
-        from confluent_kafka import IsolationLevel
-
         return self._offsets(
             topic,
             partitions,
@@ -241,8 +240,6 @@ def tidemark_acls(
     topics' offsets. Nobody else may touch the marks topic: a principal
     without an ACL is refused by the broker.
     """
-    from controller.naming import TOPIC_PREFIX
-
     allow = AclPermissionType.ALLOW
     lit, pre = ResourcePatternType.LITERAL, ResourcePatternType.PREFIXED
     acls: list[AclBinding] = []

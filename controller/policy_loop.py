@@ -1,6 +1,7 @@
 """The stream policy loop: retention and auto-scaling, acted on every interval.
 
-    loop = PolicyLoop(manager, PolicySettings(interval_ms=10_000, delta_root="/data/delta"))
+    cut_at = functools.partial(stream_cut_at, delta_root="/data/delta")  # the index's answer
+    loop = PolicyLoop(manager, PolicySettings(interval_ms=10_000), cut_at=cut_at)
     loop.run_once()                     # one pass over every stream: [PolicyAction, ...]
     handle = loop.start()               # a daemon thread (controller.periodic.Periodic)
     handle.stop()
@@ -9,17 +10,17 @@
     run_when_elected(kazoo_client, loop, identifier="c1", zk_root="/tidemark")
 
     # run by the watermark controller's leader (`tidemark controller run`)
-    switch = PolicySwitch(settings, kafka_bootstrap, zk_connect, cluster, identifier="a")
+    switch = PolicySwitch(settings, kafka_bootstrap, zk_connect, cluster, "a", cut_at=cut_at)
     ControllerJob(spark, controller_settings, "a", leader_tasks=[switch])
 
 What Pravega's stream policy manager does, here without Spark: for every
 active stream with a policy, one operation at a time (the stream's state
 machine refuses a second one anyway):
 
-1. **retention** -- by time, the cut comes from the index
-   (``stream_cut_at(now - limit)``, the watermark's guarantee: nothing
-   newer is removed); by size, the stream's bytes are counted
-   (``controller.segment_sizes``) and the cut is the watermark cut, found
+1. **retention** -- by time, the cut comes from the index (``cut_at(stream,
+   now - limit)``, the watermark's guarantee: nothing newer is removed); by
+   size, the stream's bytes are counted
+   (``controller.kafka.segment_sizes``) and the cut is the watermark cut, found
    by binary search over time, that leaves it under the limit. Then
    ``StreamManager.truncate``.
 2. **auto-scaling** -- per-segment rates over ``rate_window_ms`` (events:
@@ -28,12 +29,15 @@ machine refuses a second one anyway):
    (the manual scale machinery keeps per-key order and the watermarks).
 
 The decisions are pure functions in ``controller.policies``; this module
-only measures, asks, and acts. It imports no Spark, so ``tidemark controller
-policies`` runs it alone. ``tidemark controller run`` gives its driver a
+only measures, asks, and acts. The index lookup, :data:`CutLookup`, is handed
+in (``pipelines.reading.seek.stream_cut_at`` reads the Delta index; the
+control plane imports no reader). It imports no Spark, so ``tidemark
+controller policies`` runs it alone. ``tidemark controller run`` gives its driver a
 :class:`PolicySwitch` (a ``jobs.controller_job.LeaderTask``): while the
 driver leads, the switch contends in the same election as the standalone
 verb and runs the loop once elected, so exactly one loop acts per cluster
-(``jobs`` may not import ``tidemark``, hence the task is handed in).
+(``jobs`` may not import ``tidemark``, hence the task is handed in). Both
+contend through :class:`controller.zookeeper.leadership.Leadership`.
 
 **Idle cost.** A pass lists the streams (one ZooKeeper read per scope) and
 reads Kafka, Delta or a stream's record only for streams with a policy.
@@ -50,11 +54,14 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from kazoo.client import KazooClient
 
 from controller.config import RetentionType, ScalingType
+from controller.exceptions import InvalidConfigurationError
+from controller.kafka.segment_sizes import SegmentSizes
 from controller.metadata import StreamMetadata
 from controller.naming import ClusterSettings
 from controller.navigation import head_cut
@@ -72,11 +79,11 @@ from controller.policies import (
     time_bounds,
     time_retention_cut,
 )
-from controller.segment_sizes import SegmentSizes
 from controller.states import StreamState
 from controller.streams import StreamManager
-from pipelines.reading.seek import SeekIndex, stream_cut_at
-from pipelines.reading.watermark_tables import resolve_delta_root
+from controller.zookeeper.leadership import Leadership
+from controller.zookeeper.session import zookeeper_session
+from controller.zookeeper.store import ZooKeeperStore
 from tidemark.errors import ConfigurationError, TidemarkError
 
 log = logging.getLogger(__name__)
@@ -86,6 +93,11 @@ ELECTION_PATH = "policy-loop/election"
 
 _SEARCH_HIGH = 2**62
 """Upper end of the time searched for a by-size cut (beyond any real time)."""
+
+
+CutLookup = Callable[[str, int], Mapping[int, int]]
+"""``cut_at(stream, t)``: where to start reading ``stream`` to miss no event with time >= ``t``
+(empty: the head, or no watermark yet) -- ``stream_cut_at`` over the watermark index."""
 
 
 def wall_clock_ms() -> int:
@@ -105,9 +117,6 @@ class PolicySettings:
     rescan_ms: int = 300_000
     """Streams are known from watches; their records are read again this often (a
     safety net for a stream deleted and re-created between two passes)."""
-    delta_root: str | None = None
-    """Where the controller's Delta tables are (``$TIDEMARK_DELTA_ROOT`` if unset)."""
-    storage_options: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name, least in (
@@ -135,22 +144,28 @@ class PolicyAction:
 
 
 class PolicyLoop:
-    """Acts on every stream's retention and scaling policy, one pass per interval."""
+    """Acts on every stream's retention and scaling policy, one pass per interval.
+
+    ``cut_at`` answers retention's question (without one, a retention policy is
+    logged as not enforceable and auto-scaling still runs).
+    """
 
     def __init__(
         self,
         manager: StreamManager,
         settings: PolicySettings | None = None,
         *,
-        index: Any = None,
+        cut_at: CutLookup | None = None,
         sizes: SegmentSizes | None = None,
         clock: Callable[[], int] = wall_clock_ms,
     ) -> None:
         self.manager = manager
         self.settings = settings or PolicySettings()
         self.clock = clock
-        self._index = index
+        self.cut_at = cut_at
         self._sizes = sizes
+        self.closing = threading.Event()
+        """Set by :meth:`close`: :func:`run_when_elected` stops contending."""
         self._samples: dict[str, deque[Sample]] = {}
         self._lock = threading.Lock()
         self._known: dict[str, StreamMetadata] = {}
@@ -269,10 +284,14 @@ class PolicyLoop:
         return bytes_after(meta, cut, held)
 
     def _cut_at(self, stream: str, t: int) -> dict[int, int]:
-        """``stream_cut_at(stream, t)`` (empty: the head, or no watermark yet)."""
+        """``cut_at(stream, t)`` (empty: the head, or no watermark yet)."""
         if t < 0:
             return {}
-        return stream_cut_at(stream, t, index=self.index)
+        if self.cut_at is None:
+            raise InvalidConfigurationError(
+                f"retention of {stream}: this policy loop was given no index lookup (cut_at)"
+            )
+        return dict(self.cut_at(stream, t))
 
     # --- scaling ----------------------------------------------------------------------------
 
@@ -311,21 +330,13 @@ class PolicyLoop:
     # --- resources --------------------------------------------------------------------------
 
     @property
-    def index(self) -> Any:
-        if self._index is None:
-            self._index = SeekIndex(
-                resolve_delta_root(self.settings.delta_root),
-                storage_options=self.settings.storage_options,
-            )
-        return self._index
-
-    @property
     def sizes(self) -> SegmentSizes:
         if self._sizes is None:
             self._sizes = SegmentSizes(self.manager.topics.bootstrap)
         return self._sizes
 
     def close(self) -> None:
+        self.closing.set()
         self.periodic.stop()
         if self._sizes is not None:
             self._sizes.close()
@@ -343,7 +354,7 @@ def has_policy(meta: StreamMetadata) -> bool:
 class PolicySwitch:
     """Runs a :class:`PolicyLoop` while its controller driver leads (a ``LeaderTask``).
 
-        switch = PolicySwitch(PolicySettings(delta_root=root), kafka, zk, cluster, "a")
+        switch = PolicySwitch(PolicySettings(), kafka, zk, cluster, "a", cut_at=cut_at)
         switch.lead(True)      # contend in the policy loop's election; run once elected
         switch.lead(False)     # stop acting, leave the election (idempotent)
         switch.close()
@@ -364,10 +375,12 @@ class PolicySwitch:
         cluster: ClusterSettings,
         identifier: str,
         *,
+        cut_at: CutLookup | None = None,
         zk_session_timeout_ms: int = 10_000,
         pause_s: float = 1.0,
     ) -> None:
         self.settings = settings
+        self.cut_at = cut_at
         self.kafka_bootstrap = kafka_bootstrap
         self.zk_connect = zk_connect
         self.cluster = cluster
@@ -376,8 +389,7 @@ class PolicySwitch:
         self.pause_s = pause_s
         self._mutex = threading.Lock()
         self._stop: threading.Event | None = None
-        self._lock: Any = None
-        self._halt: threading.Event | None = None
+        self._leadership: Leadership | None = None
         self._thread: threading.Thread | None = None
         self.loop: PolicyLoop | None = None
         """The loop of the current (or last) leadership: tests read its ``actions``."""
@@ -385,8 +397,8 @@ class PolicySwitch:
     @property
     def acting(self) -> bool:
         """Whether this switch's loop holds the policy election now."""
-        lock = self._lock
-        return lock is not None and bool(lock.is_acquired)
+        leadership = self._leadership
+        return leadership is not None and leadership.leading
 
     def lead(self, leading: bool) -> None:
         with self._mutex:
@@ -402,10 +414,8 @@ class PolicySwitch:
                 return
             assert self._stop is not None
             self._stop.set()
-            if self._halt is not None:
-                self._halt.set()
-            if self._lock is not None:
-                self._lock.cancel()
+            if self._leadership is not None:
+                self._leadership.cancel()
             thread, self._thread = self._thread, None
         thread.join(timeout=60)
         log.info("policy loop %s: stopped", self.identifier)
@@ -423,54 +433,30 @@ class PolicySwitch:
             stop.wait(self.pause_s)
 
     def _session(self, stop: threading.Event) -> None:
-        from kazoo.client import KazooClient
-        from kazoo.exceptions import CancelledError
-        from kazoo.protocol.states import KazooState
-
-        from controller.zk_store import ZooKeeperStore
-
-        client = KazooClient(hosts=self.zk_connect, timeout=self.zk_session_timeout_ms / 1000)
-        client.start(timeout=30)
-        halt = threading.Event()  # this session's loop stops: lead(False), or the session
-
-        def on_connection(state: str) -> None:  # kazoo's thread: flags only
-            if state in (KazooState.SUSPENDED, KazooState.LOST):
-                halt.set()
-
-        client.add_listener(on_connection)
-        loop = PolicyLoop(
-            StreamManager(
-                ZooKeeperStore(client, self.cluster.zk_root), self.kafka_bootstrap, self.cluster
-            ),
-            self.settings,
-        )
-        self.loop = loop
-        try:
-            with self._mutex:
-                if stop.is_set():
-                    return
-                self._halt = halt
-                self._lock = client.Lock(election_path(self.cluster.zk_root), self.identifier)
+        """One session: contend, run the loop while elected (until the session is
+        SUSPENDED or LOST, or ``lead(False)``); closing it ends the loop's watches."""
+        with zookeeper_session(self.zk_connect, timeout_ms=self.zk_session_timeout_ms) as client:
+            loop = PolicyLoop(
+                StreamManager(
+                    ZooKeeperStore(client, self.cluster.zk_root), self.kafka_bootstrap, self.cluster
+                ),
+                self.settings,
+                cut_at=self.cut_at,
+            )
+            self.loop = loop
             try:
-                self._lock.acquire()
-            except CancelledError:
-                return
-            try:
-                log.info("policy loop %s: elected", self.identifier)
-                loop.run(halt)
+                with self._mutex:
+                    if stop.is_set():
+                        return
+                    leadership = Leadership(
+                        client, election_path(self.cluster.zk_root), self.identifier
+                    )
+                    self._leadership = leadership
+                leadership.contend(loop.run)
             finally:
-                try:
-                    self._lock.release()
-                except Exception as exc:  # the session is gone: so is the lock's node
-                    log.debug("policy loop %s: release: %s", self.identifier, exc)
-        finally:
-            with self._mutex:
-                self._lock = None
-                self._halt = None
-            loop.close()
-            client.remove_listener(on_connection)
-            client.stop()
-            client.close()
+                with self._mutex:
+                    self._leadership = None
+                loop.close()
 
 
 def election_path(zk_root: str) -> str:
@@ -479,19 +465,18 @@ def election_path(zk_root: str) -> str:
 
 
 def run_when_elected(
-    client: Any, loop: PolicyLoop, identifier: str, zk_root: str = "/tidemark"
+    client: KazooClient, loop: PolicyLoop, identifier: str, zk_root: str = "/tidemark"
 ) -> None:
-    """Block until this process wins the policy loop's election, then run the loop
-    in this thread (until interrupted). Every loop of a cluster uses this path."""
-    from kazoo.recipe.election import Election
-
-    election = Election(client, election_path(zk_root), identifier)
+    """Block until this process wins the policy loop's election, then run the loop in
+    this thread; contend again after losing the session, until ``loop.close()``.
+    Every loop of a cluster uses this path."""
     log.info("policy loop %s: waiting to be elected", identifier)
-    election.run(loop.run)
+    Leadership(client, election_path(zk_root), identifier).run(loop.run, loop.closing)
 
 
 __all__ = [
     "ELECTION_PATH",
+    "CutLookup",
     "PolicyAction",
     "PolicyLoop",
     "PolicySettings",

@@ -1,7 +1,7 @@
 """The metadata store in ZooKeeper, through kazoo.
 
-    client = KazooClient(hosts="127.0.0.1:2181"); client.start()
-    store = ZooKeeperStore(client, root="/tidemark")
+    with zookeeper_session("127.0.0.1:2181") as client:   # controller.zookeeper.session
+        store = ZooKeeperStore(client, root="/tidemark")
 
 Znode layout (under ``root``)::
 

@@ -1,0 +1,77 @@
+"""ZooKeeper sessions: the one place a ``KazooClient`` is created, started and closed.
+
+    with zookeeper_session("127.0.0.1:2181", timeout_ms=10_000) as client:
+        store = ZooKeeperStore(client, "/tidemark")
+
+    client = open_session(zk_connect)        # a long-lived session (a driver, a cache)
+    ...
+    close_session(client)
+
+A connect string may end in a chroot (``"zk1:2181,zk2:2181/tidemark"``); ``chroot``
+appends one. Every tidemark component that talks to ZooKeeper gets its session here,
+so the session timeout and the start timeout are set one way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+
+from kazoo.client import KazooClient
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SESSION_TIMEOUT_MS = 10_000
+"""kazoo's default: a session expires this long after its client was last heard."""
+DEFAULT_START_TIMEOUT_S = 30.0
+"""How long :func:`open_session` waits for the first connection."""
+
+
+def open_session(
+    connect: str,
+    *,
+    chroot: str | None = None,
+    timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
+    start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
+) -> KazooClient:
+    """A started client for ``connect`` (+ ``chroot``); close it with :func:`close_session`."""
+    hosts = connect if not chroot else f"{connect.rstrip('/')}/{chroot.strip('/')}"
+    client = KazooClient(hosts=hosts, timeout=timeout_ms / 1000)
+    client.start(timeout=start_timeout_s)  # on a time-out kazoo stops and closes it
+    return client
+
+
+def close_session(client: KazooClient) -> None:
+    """Stop ``client`` (its ephemeral nodes and watches end with the session) and close it."""
+    try:
+        client.stop()
+    finally:
+        client.close()
+
+
+@contextlib.contextmanager
+def zookeeper_session(
+    connect: str,
+    *,
+    chroot: str | None = None,
+    timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
+    start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
+) -> Iterator[KazooClient]:
+    """:func:`open_session` for the ``with`` block, closed when it ends."""
+    client = open_session(
+        connect, chroot=chroot, timeout_ms=timeout_ms, start_timeout_s=start_timeout_s
+    )
+    try:
+        yield client
+    finally:
+        close_session(client)
+
+
+__all__ = [
+    "DEFAULT_SESSION_TIMEOUT_MS",
+    "DEFAULT_START_TIMEOUT_S",
+    "close_session",
+    "open_session",
+    "zookeeper_session",
+]

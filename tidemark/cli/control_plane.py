@@ -1,0 +1,67 @@
+"""What the control-plane verbs talk to: a ZooKeeper session, the store, the stream manager.
+
+    with control_plane() as cp:
+        cp.manager.create("shop/orders", StreamConfiguration())
+
+Services come from ``TIDEMARK_KAFKA_BOOTSTRAP`` / ``TIDEMARK_ZK_CONNECT``
+(a connect string may end in a chroot), else from ``tidemark up``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from controller.naming import ClusterSettings
+from infra.services import KAFKA, ZOOKEEPER, resolve_services
+from tidemark.environment import Environment
+
+if TYPE_CHECKING:
+    from kazoo.client import KazooClient
+
+    from controller.streams import StreamManager
+    from controller.zookeeper.store import ZooKeeperStore
+
+
+@dataclass(frozen=True)
+class ControlPlane:
+    """What a control-plane verb talks to."""
+
+    client: KazooClient
+    store: ZooKeeperStore
+    settings: ClusterSettings
+    kafka: str
+
+    @functools.cached_property
+    def manager(self) -> StreamManager:
+        """The stream manager, made on first use (its Kafka admin client connects)."""
+        from controller.streams import StreamManager  # confluent_kafka: see control_plane
+
+        return StreamManager(self.store, self.kafka, self.settings)
+
+
+def service_addresses(env: Environment | None = None) -> tuple[str, str]:
+    """(Kafka bootstrap, ZooKeeper connect): the environment's, else ``tidemark up``'s."""
+    found = resolve_services(KAFKA, ZOOKEEPER, env=env)
+    assert found.kafka_bootstrap is not None and found.zk_connect is not None
+    return found.kafka_bootstrap, found.zk_connect
+
+
+@contextlib.contextmanager
+def control_plane(settings: ClusterSettings | None = None) -> Iterator[ControlPlane]:
+    """A ZooKeeper session and the metadata store on it, for one verb."""
+    # kazoo (and confluent_kafka, for the manager) only when a verb runs: the parser
+    # imports every verb module, and they would add ~0.1 s to every `tidemark` command.
+    from controller.zookeeper.session import zookeeper_session
+    from controller.zookeeper.store import ZooKeeperStore
+
+    settings = settings or ClusterSettings()
+    kafka, zk = service_addresses()
+    with zookeeper_session(zk, start_timeout_s=15) as client:
+        yield ControlPlane(client, ZooKeeperStore(client, settings.zk_root), settings, kafka)
+
+
+__all__ = ["ControlPlane", "control_plane", "service_addresses"]

@@ -1,0 +1,126 @@
+"""A stream's configuration on the command line (``stream create|update|adopt``), and
+the summary those verbs print.
+
+    add_config_options(parser)                       # --segments, --retention, ...
+    config = config_from_args(args, StreamConfiguration())
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from controller.config import (
+    RetentionPolicy,
+    RetentionType,
+    ScalingPolicy,
+    ScalingType,
+    StreamConfiguration,
+    TimestampingMode,
+)
+from controller.metadata import StreamMetadata
+from tidemark.errors import ConfigurationError
+
+
+def add_config_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--segments", type=int, help="(minimum) number of segments")
+    parser.add_argument("--scaling", choices=[t.value for t in ScalingType])
+    parser.add_argument("--target-rate", type=int, help="events or bytes per second per segment")
+    parser.add_argument("--scale-factor", type=int)
+    parser.add_argument("--retention", choices=[t.value for t in RetentionType])
+    parser.add_argument("--retention-limit", type=int, help="ms (by-time) or bytes (by-size)")
+    parser.add_argument(
+        "--retention-min", type=int, help="keep at least this much (ms or bytes; default 0)"
+    )
+    parser.add_argument("--timestamping", choices=[m.value for m in TimestampingMode])
+    parser.add_argument("--uncapped", action=argparse.BooleanOptionalAction, default=None)
+    parser.add_argument(
+        "--aggregation-timeout-ms",
+        type=int,
+        help="drop a lagging writer after this long (default: the controller's)",
+    )
+    parser.add_argument(
+        "--first-watermark-delay-ms",
+        type=int,
+        help="wait this long after the first mark before the first watermark",
+    )
+    parser.add_argument(
+        "--refuse-adjustments",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="refuse a record whose timestamp would be capped or raised, instead of adjusting",
+    )
+    parser.add_argument(
+        "--max-future-ms",
+        help="how far ahead of its arrival a writer mark's time may be (default 1 h); "
+        "'none': no bound, for times that are not milliseconds",
+    )
+
+
+def config_from_args(args: argparse.Namespace, base: StreamConfiguration) -> StreamConfiguration:
+    """``base`` with the options given on the command line."""
+    sp, rp = base.scaling_policy, base.retention_policy
+    scaling = ScalingPolicy(
+        type=ScalingType(args.scaling) if args.scaling else sp.type,
+        target_rate=sp.target_rate if args.target_rate is None else args.target_rate,
+        scale_factor=sp.scale_factor if args.scale_factor is None else args.scale_factor,
+        min_segments=sp.min_segments if args.segments is None else args.segments,
+    )
+    rtype = RetentionType(args.retention) if args.retention else rp.type
+    limit = args.retention_limit if args.retention_limit is not None else rp.limit
+    minimum = args.retention_min if args.retention_min is not None else rp.min_limit
+    none = rtype is RetentionType.NONE
+    retention = RetentionPolicy(rtype, 0 if none else limit, 0 if none else minimum)
+    return StreamConfiguration(
+        scaling_policy=scaling,
+        retention_policy=retention,
+        timestamp_aggregation_timeout_ms=(
+            base.timestamp_aggregation_timeout_ms
+            if args.aggregation_timeout_ms is None
+            else args.aggregation_timeout_ms
+        ),
+        timestamping=(
+            TimestampingMode(args.timestamping) if args.timestamping else base.timestamping
+        ),
+        uncapped=base.uncapped if args.uncapped is None else args.uncapped,
+        first_watermark_delay_ms=(
+            base.first_watermark_delay_ms
+            if args.first_watermark_delay_ms is None
+            else args.first_watermark_delay_ms
+        ),
+        refuse_adjustments=(
+            base.refuse_adjustments
+            if getattr(args, "refuse_adjustments", None) is None
+            else args.refuse_adjustments
+        ),
+        max_future_ms=_max_future_ms(args.max_future_ms, base.max_future_ms),
+    )
+
+
+def _max_future_ms(text: str | None, base: int | None) -> int | None:
+    if text is None:
+        return base
+    if text.strip().lower() == "none":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise ConfigurationError(
+            f"--max-future-ms {text!r}: expected milliseconds or 'none'"
+        ) from None
+
+
+def summary(meta: StreamMetadata) -> list[str]:
+    """The lines a stream verb prints about the stream it changed."""
+    cfg = meta.config
+    return [
+        f"stream   {meta.name}  (topic {meta.topic})",
+        f"state    {meta.state}",
+        f"epoch    {meta.current_epoch().number}  segments "
+        + " ".join(f"{s.id}{s.key_range}" for s in meta.current_epoch().segments),
+        f"config   scaling={cfg.scaling_policy.type}/{cfg.scaling_policy.min_segments} "
+        f"retention={cfg.retention_policy.type} timestamping={cfg.timestamping} "
+        f"uncapped={cfg.uncapped} refuse_adjustments={cfg.refuse_adjustments}",
+    ]
+
+
+__all__ = ["add_config_options", "config_from_args", "summary"]
