@@ -1,0 +1,139 @@
+"""No import cycles among tidemark's modules, imports inside functions included.
+
+A cycle hidden behind an import inside a function still ties two modules
+together: each needs the other to work. Imports under ``if TYPE_CHECKING:``
+never run and are left out. Importing ``a.b.c`` also runs ``a`` and ``a.b``
+(their ``__init__``), so those count as imported too.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("controller", "infra", "jobs", "pipelines", "schemas", "tidemark")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def project_modules() -> dict[str, Path]:
+    return {
+        module_name(path): path for package in PACKAGES for path in (ROOT / package).rglob("*.py")
+    }
+
+
+def _runtime_imports(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import statement that can run, at any depth (``TYPE_CHECKING`` blocks skipped)."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.orelse:
+                yield from _runtime_imports(child)
+            continue
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            yield node
+        yield from _runtime_imports(node)
+
+
+def imported_modules(name: str, source: str, known: Mapping[str, object]) -> set[str]:
+    """The project modules ``name`` imports (and the packages they run), itself excepted."""
+    is_package = name in known and str(known[name]).endswith("__init__.py")
+    found: set[str] = set()
+    for node in _runtime_imports(ast.parse(source)):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        else:
+            base = node.module or ""
+            if node.level:
+                anchor = name.split(".")
+                anchor = anchor[: len(anchor) - node.level + (1 if is_package else 0)]
+                base = ".".join([*anchor, base] if base else anchor)
+            targets = [base]
+            targets += [f"{base}.{alias.name}" for alias in node.names]
+        for target in targets:
+            parts = target.split(".")
+            for depth in range(1, len(parts) + 1):
+                candidate = ".".join(parts[:depth])
+                if candidate in known:
+                    found.add(candidate)
+    ancestors = {".".join(name.split(".")[:depth]) for depth in range(1, name.count(".") + 1)}
+    return found - ancestors - {name}
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = project_modules()
+    return {
+        name: imported_modules(name, path.read_text(encoding="utf-8"), modules)
+        for name, path in modules.items()
+    }
+
+
+def cycles(graph: Mapping[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for succ in graph.get(node, ()):
+            if succ not in index:
+                visit(succ)
+                low[node] = min(low[node], low[succ])
+            elif succ in on_stack:
+                low[node] = min(low[node], index[succ])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+@pytest.mark.unit
+def test_the_project_has_no_import_cycle():
+    found = cycles(import_graph())
+    assert not found, "import cycles (break them by moving the shared names down): " + "; ".join(
+        " <-> ".join(component) for component in found
+    )
+
+
+@pytest.mark.unit
+def test_a_cycle_through_an_import_inside_a_function_is_found():
+    known = {"p": "p/__init__.py", "p.a": "p/a.py", "p.b": "p/b.py", "p.c": "p/c.py"}
+    graph = {
+        "p.a": imported_modules("p.a", "from p.b import x\n", known),
+        "p.b": imported_modules("p.b", "def f():\n    from p import c\n", known),
+        "p.c": imported_modules("p.c", "import p.a\n", known),
+        "p": set(),
+    }
+    assert cycles(graph) == [["p.a", "p.b", "p.c"]]
+
+
+@pytest.mark.unit
+def test_type_checking_imports_do_not_count():
+    known = {"p.a": "p/a.py", "p.b": "p/b.py"}
+    source = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from p.b import x\n"
+    assert imported_modules("p.a", source, known) == set()
