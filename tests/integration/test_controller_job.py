@@ -410,7 +410,7 @@ def driver(env: Env, instance: str, settings: ControllerSettings) -> subprocess.
     )
 
 
-TAKE_OVER_LINES = ("warmed up", "elected", "query started", "first batch", "query restarts")
+TAKE_OVER_LINES = ("warmed up", "elected", "query started", "first batch")
 
 
 def take_over_lines(env: Env, instance: str) -> list[str]:
@@ -521,8 +521,7 @@ def test_kill_9_of_the_active_driver_a_standby_takes_over(
         f"standby leading {took_over_s or float('nan'):.1f} s and its first watermark visible "
         f"in Delta {resumed_after_s:.1f} s after kill -9 (goal {bound_s:.1f} s; that "
         f"watermark's batch clock {stamped_after_s:+.1f} s); {len(marks)} "
-        f"watermarks, seq gaps 0, regressions 0; query restarts "
-        f"{sum('query restarts' in line for line in phases)}",
+        f"watermarks, seq gaps 0, regressions 0",
     )
 
 

@@ -9,7 +9,7 @@ never run and are left out. Importing ``a.b.c`` also runs ``a`` and ``a.b``
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -137,3 +137,92 @@ def test_type_checking_imports_do_not_count():
     known = {"p.a": "p/a.py", "p.b": "p/b.py"}
     source = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from p.b import x\n"
     assert imported_modules("p.a", source, known) == set()
+
+
+PURE_CORE = frozenset(
+    f"controller.{name}"
+    for name in [
+        "admission",
+        "config",
+        "exceptions",
+        "index",
+        "laggards",
+        "metadata",
+        "model",
+        "naming",
+        "navigation",
+        "periodic",
+        "planning",
+        "policies",
+        "states",
+        "store",
+        "timestamps",
+        "timewindow",
+        "watermarks",
+    ]
+)
+"""The pure core: plain values and functions, no I/O (DESIGN.md's layout)."""
+
+LEAVES = frozenset({"tidemark", "tidemark.errors", "tidemark.environment"})
+IO_LIBRARIES = ("kazoo", "confluent_kafka", "pyspark", "delta", "deltalake", "pyarrow", "psycopg")
+
+
+def _third_party(path: Path) -> set[str]:
+    return {
+        (node.module or "") if isinstance(node, ast.ImportFrom) else alias.name
+        for node in _runtime_imports(ast.parse(path.read_text(encoding="utf-8")))
+        for alias in node.names
+    }
+
+
+def _breaks(
+    graph: Mapping[str, set[str]], module: str, allowed: Callable[[str], bool]
+) -> list[str]:
+    return [f"{module} -> {target}" for target in sorted(graph[module]) if not allowed(target)]
+
+
+@pytest.mark.unit
+def test_the_dependency_rules_hold():
+    graph = import_graph()
+    modules = project_modules()
+    broken: list[str] = []
+    for module in sorted(graph):
+        top = module.split(".")[0]
+        if module in PURE_CORE:
+            broken += _breaks(
+                graph, module, lambda t: t in PURE_CORE or t in LEAVES or t == "controller"
+            )
+            broken += [
+                f"{module} -> {lib}"
+                for lib in sorted(_third_party(modules[module]))
+                if lib.split(".")[0] in IO_LIBRARIES
+            ]
+        elif top == "controller":
+            broken += _breaks(
+                graph, module, lambda t: t.split(".")[0] == "controller" or t in LEAVES
+            )
+        elif top == "schemas":
+            broken += _breaks(graph, module, lambda t: t.split(".")[0] == "schemas" or t in LEAVES)
+        elif top == "pipelines":
+            broken += _breaks(
+                graph,
+                module,
+                lambda t: t.split(".")[0] in ("pipelines", "controller", "schemas") or t in LEAVES,
+            )
+        elif top == "infra":
+            broken += _breaks(graph, module, lambda t: t.split(".")[0] == "infra" or t in LEAVES)
+        elif module in ("tidemark.errors", "tidemark.environment"):
+            broken += _breaks(graph, module, lambda t: t == "tidemark")
+        elif top == "jobs":
+            broken += _breaks(
+                graph,
+                module,
+                lambda t: (
+                    t.split(".")[0] in ("jobs", "controller", "schemas", "pipelines")
+                    or t in LEAVES
+                    # infra.spark: one place for Spark settings; infra.services: the command
+                    # line's entry points find `tidemark up`'s services when given no address
+                    or t in ("infra", "infra.spark", "infra.services")
+                ),
+            )
+    assert not broken, "imports the design's dependency rules forbid: " + "; ".join(broken)
