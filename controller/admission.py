@@ -25,6 +25,8 @@ from __future__ import annotations
 NEGATIVE_TIME = "negative_time"
 FUTURE_TIME = "future_time"
 IMPERSONATED = "impersonated"
+RESTARTED = "restarted"
+"""Not a rejection: a new instance takes a writer id whose bound instance shut down."""
 
 DEFAULT_MAX_FUTURE_MS = 3_600_000
 """One hour, Kafka's default ``message.timestamp.after.max.ms`` (KIP-1030)."""
@@ -45,22 +47,29 @@ def check_time(time_ms: int, arrival_ms: int | None, max_future_ms: int | None) 
     return None
 
 
-def check_instance(bound: str | None, claimed: str | None) -> str | None:
-    """``impersonated`` when a writer id is bound to a live instance and a mark claims
-    another (or none); ``None`` when the mark may be accepted (and binds ``claimed``).
+def check_instance(bound: str | None, claimed: str | None, bound_alive: bool = True) -> str | None:
+    """``None`` when the mark may be accepted (and binds ``claimed``); ``restarted``
+    when the bound instance sent its shutdown mark (``bound_alive=False``) and a
+    new token claims the writer id; ``impersonated`` otherwise: another token, or
+    none, under an id bound to a live instance.
 
     A writer id is bound to the instance token of its first accepted mark, until
-    the controller forgets the writer (its shutdown mark, or its timeout): a
-    writer restarted under the same id is heard once the old instance is gone.
+    that instance shuts down or the controller forgets the writer (its timeout).
+    After the shutdown mark, the next instance is heard at once, in the same
+    micro-batch or a later one; a mark without a token never takes a bound id.
     Marks of writers older than the token (``bound is None``) bind on upgrade.
 
     >>> check_instance("a1", "a1") is None, check_instance(None, "b2") is None
     (True, True)
     >>> check_instance("a1", "b2"), check_instance("a1", None)
     ('impersonated', 'impersonated')
+    >>> check_instance("a1", "b2", bound_alive=False), check_instance("a1", None, False)
+    ('restarted', 'impersonated')
     """
     if bound is None or claimed == bound:
         return None
+    if not bound_alive and claimed is not None:
+        return RESTARTED
     return IMPERSONATED
 
 
@@ -69,6 +78,7 @@ __all__ = [
     "FUTURE_TIME",
     "IMPERSONATED",
     "NEGATIVE_TIME",
+    "RESTARTED",
     "check_instance",
     "check_time",
 ]

@@ -44,7 +44,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from controller.admission import check_instance, check_time
+from controller.admission import RESTARTED, check_instance, check_time
 from controller.laggards import Laggard
 from controller.metadata import StreamMetadata
 from controller.model import Watermark, WriterMark, segment_number
@@ -213,6 +213,11 @@ class StreamState:
             if raw.get("lg") is None
             else [Laggard(stream, *entry) for entry in raw["lg"]],
         )
+
+
+def retired_writer(writer_id: str, instance: str | None) -> str:
+    """The name a shut-down instance's last mark keeps once a new instance takes its id."""
+    return f"{writer_id} (instance {instance}, shut down)"
 
 
 def _stored(entry: Sequence[Any]) -> StoredMark:
@@ -385,9 +390,17 @@ class StreamWorkflow:
         )
         stored = state.marks.get(decoded.writer_id)
         if stored is not None:
-            impostor = check_instance(stored.instance, decoded.instance)
-            if impostor is not None:
-                return reject(impostor, decoded.writer_id)
+            verdict_of_instance = check_instance(
+                stored.instance, decoded.instance, stored.mark.alive
+            )
+            if verdict_of_instance == RESTARTED:
+                # The old instance's shutdown mark still takes part in a cycle under a
+                # name of its own (its position must reach the next cut; it is dropped
+                # once it lags, being shut down); the new instance starts afresh.
+                state.marks[retired_writer(decoded.writer_id, stored.instance)] = stored
+                stored = None
+            elif verdict_of_instance is not None:
+                return reject(verdict_of_instance, decoded.writer_id)
         verdict = accept_mark(stored.mark if stored else None, mark)
         if verdict is not Verdict.ACCEPTED:
             return reject(verdict.value, decoded.writer_id)
@@ -559,5 +572,6 @@ __all__ = [
     "StreamState",
     "StreamWorkflow",
     "parse_tick",
+    "retired_writer",
     "tick_value",
 ]

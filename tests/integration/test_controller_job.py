@@ -315,6 +315,56 @@ def test_rejected_marks_land_with_reasons_and_the_job_keeps_emitting(
     assert read_watermarks(settings.delta_root, liar) == []
 
 
+def test_a_writer_restarted_under_its_id_three_times_is_heard_at_once(
+    spark: Any, kafka: str, zookeeper: str, zk_client: Any, unique: str, work: Path
+) -> None:
+    """``w1`` closes (shutdown mark) and comes back as a new instance three times, beside a
+    steady ``w2``: first with the controller running (a micro-batch per restart), then
+    replayed from the topic's start by a fresh checkpoint (every restart in one batch).
+    Both times: no ``impersonated`` row, and the watermarks reach the last instance's time."""
+    env = make_env(kafka, zookeeper, zk_client, unique, work, buckets=1)
+    stream = f"r{unique}/s"
+    env.create(stream, 2)
+    steady = env.writer("w2", stream)
+    live = env.settings()
+    job = ControllerJob(spark, live, f"c-{unique}").start()
+    try:
+        job.wait_leading()
+        for generation in range(4):
+            w = env.writer("w1", stream)
+            for step in range(2):
+                t = 10_000 * (generation + 1) + 1_000 * step
+                w.write(b"x", routing_key=f"k{generation}")
+                w.note_time(t)
+                steady.write(b"y", routing_key="z")
+                steady.note_time(t + 500)
+                w.flush()
+                steady.flush()
+            if generation < 3:
+                w.close()
+            job.process_all_available()
+        last = 10_000 * 4 + 1_000
+        wait_for(lambda: read_watermarks(live.delta_root, stream)[-1].time >= last, job)
+    finally:
+        job.stop()
+    replay = env.settings(
+        delta_root=str(work / "replay-delta"), checkpoint_root=str(work / "replay-checkpoints")
+    )
+    job = ControllerJob(spark, replay, f"d-{unique}").start()
+    try:
+        job.wait_leading()
+        wait_for(lambda: bool(read_watermarks(replay.delta_root, stream)), job)
+        wait_for(lambda: read_watermarks(replay.delta_root, stream)[-1].time >= last, job)
+    finally:
+        job.stop()
+        w.close()
+        steady.close()
+    for settings in (live, replay):
+        rejected = read_table(settings.delta_root, REJECTED_MARKS)
+        assert [r for r in rejected if r["reason"] == Reason.IMPERSONATED] == []
+        check_sequence(read_watermarks(settings.delta_root, stream))
+
+
 HOSTILE = {
     Reason.MALFORMED_KEY,
     Reason.UNKNOWN_SCHEMA,

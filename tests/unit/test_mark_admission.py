@@ -17,7 +17,7 @@ from controller.config import ScalingPolicy, StreamConfiguration
 from controller.exceptions import InvalidConfigurationError
 from controller.metadata import new_stream_metadata
 from jobs.config import WorkflowSettings
-from jobs.workflow import MarkInput, Rejected, StreamState, StreamWorkflow
+from jobs.workflow import Emitted, MarkInput, Rejected, StreamState, StreamWorkflow, retired_writer
 from schemas.codec import MAGIC
 from schemas.mark_input import Undecodable, decode_mark, decode_stream_key, printable_key
 from schemas.records import WriterMarkRecord
@@ -199,3 +199,109 @@ def test_once_the_bound_instance_shut_down_a_new_one_takes_the_writer_id() -> No
     out = w.on_records(S, state, [as_instance("a", 300, 2, "new")], 13_000)
     assert not [o for o in out if isinstance(o, Rejected)]
     assert state.marks["a"].instance == "new"
+
+
+def restarts(rounds: int = 3) -> list[MarkInput]:
+    """Writer ``a`` on segment 0, closed and started again ``rounds`` times under its id
+    (a new instance token each time), beside writer ``z`` on segment 1, in marks-topic order."""
+    out: list[MarkInput] = []
+    offset = 0
+
+    def add(writer: str, t: int, pos: dict[int, int], instance: str, alive: bool = True) -> None:
+        nonlocal offset
+        record = WriterMarkRecord(S, writer, t, pos, alive, instance=instance)
+        out.append(MarkInput(record.encode(), 0, offset, 10_000))
+        offset += 1
+
+    for n in range(rounds + 1):
+        base = 1_000 * (n + 1)
+        add("a", base, {0: 10 * n + 5}, f"gen{n}")
+        add("z", base + 100, {1: n + 1}, "z")
+        add("a", base + 500, {0: 10 * n + 9}, f"gen{n}", alive=n == rounds)
+        add("z", base + 600, {1: n + 2}, "z")
+    return out
+
+
+def run_restarts(batches: list[list[MarkInput]], replay: bool = False):
+    w, state = workflow(), StreamState()
+    outputs = []
+    for i, batch in enumerate(batches):
+        if replay:  # the batch is run, lost, and run again on the state of the last commit
+            w.on_records(S, StreamState.from_json(S, state.to_json()), batch, 10_000 + i)
+            state = StreamState.from_json(S, state.to_json())
+        outputs += w.on_records(S, state, batch, 10_000 + i)
+    for _ in range(5):  # the controller's next cycles, with no new marks
+        outputs += w.cycle(S, state, 20_000)
+    return state, outputs
+
+
+@pytest.mark.parametrize(
+    "split",
+    ["one batch", "a batch per mark", "a batch per pair", "each batch replayed"],
+)
+def test_a_writer_restarted_under_its_id_three_times_is_heard_at_once(split: str) -> None:
+    marks = restarts(3)
+    if split == "one batch":
+        batches = [marks]
+    elif split == "a batch per pair":
+        batches = [marks[i : i + 2] for i in range(0, len(marks), 2)]
+    else:
+        batches = [[m] for m in marks]
+    state, outputs = run_restarts(batches, replay=split == "each batch replayed")
+    assert [o for o in outputs if isinstance(o, Rejected)] == []
+    emitted = [o.watermark for o in outputs if isinstance(o, Emitted)]
+    assert emitted, "watermarks continue"
+    assert [w.seq for w in emitted] == list(range(len(emitted)))
+    # the last instance's marks reach the watermark, and every cut covers the final
+    # position of each instance that shut down before it (cuts never go backwards)
+    assert emitted[-1].time >= 4_000
+    assert emitted[-1].stream_cut[0] >= 29
+    assert state.marks["a"].instance == "gen3"
+    assert set(state.marks) == {"a", "z"}  # every shut-down instance was dropped in time
+
+
+def test_a_retired_instance_takes_part_until_the_cut_holds_its_last_position() -> None:
+    """The old instance wrote on segment 0, the new one writes on segment 1: the first
+    watermark after the restart still covers the old instance's last position."""
+    w, state = workflow(), StreamState()
+
+    def at(t: int, pos: dict[int, int], instance: str, offset: int, alive: bool = True):
+        record = WriterMarkRecord(S, "a", t, pos, alive, instance=instance)
+        return MarkInput(record.encode(), 0, offset, 10_000)
+
+    batch = [at(1_000, {0: 7}, "old", 0), at(1_500, {0: 9}, "old", 1, alive=False)]
+    batch.append(at(1_200, {1: 3}, "new", 2))
+    out = w.on_records(S, state, batch, 10_000)
+    assert [o for o in out if isinstance(o, Rejected)] == []
+    (emitted,) = [o.watermark for o in out if isinstance(o, Emitted)]
+    assert (emitted.time, emitted.stream_cut) == (1_200, {0: 9, 1: 3})
+    # kept under a name of its own until a watermark passed its time, then dropped
+    assert retired_writer("a", "old") in state.marks
+    out = w.on_records(S, state, [at(1_600, {1: 4}, "new", 3)], 11_000)
+    (emitted,) = [o.watermark for o in out if isinstance(o, Emitted)]
+    assert (emitted.time, emitted.stream_cut) == (1_500, {0: 9, 1: 4})  # still bounded by it
+    out = w.on_records(S, state, [at(1_700, {1: 5}, "new", 4)], 12_000)
+    (emitted,) = [o.watermark for o in out if isinstance(o, Emitted)]
+    assert (emitted.time, emitted.stream_cut) == (1_700, {0: 9, 1: 5})
+    assert set(state.marks) == {"a"} and state.marks["a"].instance == "new"
+
+
+def test_a_second_live_instance_under_the_same_id_is_still_impersonated() -> None:
+    w, state = workflow(), StreamState()
+    out = w.on_records(
+        S,
+        state,
+        [
+            as_instance("a", 100, 1, "first"),
+            as_instance("a", 200, 2, "second"),  # the first is alive: refused
+            as_instance("a", 300, 3, "first", alive=False),
+            as_instance("a", 400, 4, None),  # no token never takes a bound id
+            as_instance("a", 500, 5, "third"),  # after the shutdown: heard
+        ],
+        10_000,
+    )
+    assert [(o.reason, o.offset) for o in out if isinstance(o, Rejected)] == [
+        (IMPERSONATED, 2),
+        (IMPERSONATED, 4),
+    ]
+    assert state.marks["a"].instance == "third"
