@@ -23,6 +23,7 @@ MAX_TIMESTAMP = 2**63 - 1
 """The largest timestamp Kafka (a Java long) can hold."""
 
 _INTEGER = re.compile(r"[+-]?\d+")
+_MAX_DIGITS = len(str(MAX_TIMESTAMP))
 
 
 def check_timestamp(value: object, what: str = "timestamp", *, parse: bool = False) -> int:
@@ -62,6 +63,9 @@ def _parsed(value: object, what: str) -> int:
         text = value.strip()
         if not _INTEGER.fullmatch(text):
             raise refuse("not an integer")
+        if len(text.lstrip("+-").lstrip("0")) > _MAX_DIGITS:
+            # int() of thousands of digits is slow or refused (Python's digit limit)
+            raise InvalidTimestampError(f"{what} {text[:24]}… is outside 0 … 2**63-1", value)
         return int(text)
     raise refuse(f"a {type(value).__name__} is not a time")
 

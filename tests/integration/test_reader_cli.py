@@ -138,21 +138,25 @@ def test_read_watermarks_window_seek(cli_env, capsys, manager, store, kafka, wco
 
 
 @pytest.mark.parametrize(
-    ("argv", "message"),
+    ("argv", "message", "exit_code"),
     [
-        (["read", "{stream}", "--timestamp", "-5"], "timestamp"),
-        (["read", "{stream}", "--timestamp", "12.5"], "timestamp"),
-        (["read", "{stream}", "--ago", "yesterday"], "duration"),
-        (["read", "nope/missing"], "unknown stream"),
-        (["window", "no-such-group"], "unknown reader group"),
-        (["seek", "no-such-group", "--timestamp", "5"], "unknown reader group"),
+        # a bad number is a usage error: exit 2, one line
+        (["read", "{stream}", "--timestamp", "-5"], "timestamp", 2),
+        (["read", "{stream}", "--timestamp", "12.5"], "timestamp", 2),
+        (["read", "{stream}", "--timestamp", "9" * 5000], "outside 0 … 2**63-1", 2),
+        (["read", "{stream}", "--ago", "yesterday"], "duration", 2),
+        (["wait", "{stream}", "--time", "9" * 5000, "--timeout-ms", "1000"], "outside", 2),
+        (["read", "nope/missing"], "unknown stream", 1),
+        (["window", "no-such-group"], "unknown reader group", 1),
+        (["seek", "no-such-group", "--timestamp", "5"], "unknown reader group", 1),
     ],
 )
-def test_bad_input_is_a_clear_error(cli_env, capsys, manager, unique, argv, message):
+def test_bad_input_is_a_clear_error(cli_env, capsys, manager, unique, argv, message, exit_code):
     stream = make_stream(manager, unique, segments=1)
     code, _, err = run(capsys, *[a.format(stream=stream) for a in argv])
-    assert code == 1
+    assert code == exit_code
     assert message in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
 def test_failed_seek_leaves_the_group_where_it_was(

@@ -88,6 +88,30 @@ def test_get_and_head_answer_alike(served, path, status, error):
         assert headers[name] == head_headers[name]
 
 
+HUGE = "9" * 5_000
+
+
+@pytest.mark.parametrize(
+    ("path", "parameter"),
+    [
+        (f"/api/streams/{S}/start?t={HUGE}", "t"),
+        (f"/api/streams/{S}/stop?t={HUGE}", "t"),
+        (f"/api/streams/{S}/wait?t={HUGE}&timeout_ms=10", "t"),
+        (f"/api/streams/{S}/start?t={2**63}", "t"),
+        (f"/api/streams/{S}/watermarks?version=99999999999999999999", "version"),
+        (f"/api/streams/{S}/watermarks?version=18446744073709551615", "version"),
+        (f"/api/streams/{S}/watermarks?version={HUGE}", "version"),
+        (f"/api/streams/{S}/watermarks?limit=-1", "limit"),
+        (f"/api/streams/{S}/watermarks?since={HUGE}", "since"),
+    ],
+)
+def test_hostile_numbers_are_a_400_naming_the_parameter(served, path, parameter):
+    got, _, body = request(served.url, path)
+    assert got == 400, body[:300]
+    detail = json.loads(body)["detail"]
+    assert detail.startswith(parameter) and len(detail) < 200
+
+
 def test_the_routes_answers_are_the_local_lookups(served, tmp_path):
     local = SeekIndex(str(tmp_path))
     for t in (0, BASE - 1, BASE + 400, BASE + 5_401, BASE + 19_000, BASE + 19_001):

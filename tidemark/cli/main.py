@@ -14,6 +14,8 @@ import logging
 import sys
 from collections.abc import Iterator
 
+from controller.exceptions import InvalidTimestampError
+from pipelines.reading.exceptions import InvalidDurationError
 from tidemark.errors import TidemarkError
 
 COMMAND_MODULES = (
@@ -94,6 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with without_pandas(args.command in LIGHT_VERBS):
             return int(args.func(args) or 0)
+    except (InvalidTimestampError, InvalidDurationError) as exc:  # a bad number: usage error
+        print(f"tidemark: error: {exc}", file=sys.stderr)
+        return 2
     except TidemarkError as exc:
         print(f"tidemark: error: {exc}", file=sys.stderr)
         return 1

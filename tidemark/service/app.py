@@ -64,8 +64,8 @@ from starlette.templating import Jinja2Templates
 
 from controller.exceptions import UnknownStreamError
 from controller.navigation import at_or_after_head, head_cut
+from controller.timestamps import check_timestamp
 from pipelines.reading.exceptions import InvalidTimestampError, UnknownReaderGroupError
-from pipelines.reading.seek import check_timestamp
 from pipelines.reading.time_service import cut_to_json, found_to_json, watermark_to_json
 from tidemark.errors import TidemarkError
 from tidemark.service.state import TimeService, stream_json, wall_ms
@@ -84,21 +84,24 @@ def _stream(request: Request) -> str:
 def _time_param(request: Request, name: str) -> int | None:
     """A time in milliseconds from the query string (``check_timestamp``'s rules)."""
     text = request.query_params.get(name)
-    return None if text is None or text == "" else check_timestamp(text)
+    return None if text is None or text == "" else check_timestamp(text, name, parse=True)
+
+
+_MAX_COUNT = 2**63 - 1
+"""The largest count or table version a request may name (a Java long, as Delta's)."""
 
 
 def _count_param(request: Request, name: str, default: int) -> int:
-    """A whole number >= 0 from the query string."""
+    """A whole number within 0 … 2**63-1 from the query string, else a 400 naming it."""
     text = request.query_params.get(name)
     if text is None or text == "":
         return default
-    try:
-        value = int(text)
-    except ValueError:
-        raise HTTPException(400, f"{name}={text!r}: not an integer") from None
-    if value < 0:
-        raise HTTPException(400, f"{name}={text!r}: negative")
-    return value
+    shown = text if len(text) <= 24 else f"{text[:24]}…"
+    if not text.isascii() or not text.strip().isdigit():
+        raise HTTPException(400, f"{name}={shown!r}: not a whole number >= 0")
+    if len(text.strip().lstrip("0")) > len(str(_MAX_COUNT)) or int(text) > _MAX_COUNT:
+        raise HTTPException(400, f"{name}={shown!r}: above 2**63-1")
+    return int(text)
 
 
 def _iso(ms: int | None) -> str:
@@ -339,7 +342,7 @@ def _required_time(request: Request) -> int:
     text = request.query_params.get("t")
     if text is None:
         raise InvalidTimestampError("give the time as ?t=MS (milliseconds since the epoch)")
-    return check_timestamp(text)
+    return check_timestamp(text, "t", parse=True)
 
 
 def _series(service: TimeService, stream: str, span_ms: int) -> dict[str, list[Any]]:
