@@ -176,8 +176,20 @@ class StreamConfiguration:
     """How far ahead of its arrival (the marks topic's broker time) a writer mark's
     time may be; a mark further ahead is rejected (``future_time``). ``None``: no
     bound, for applications whose times are not milliseconds."""
+    writers: tuple[str, ...] | None = None
+    """The writer ids whose marks the stream accepts; ``None``: any. A mark under
+    another id is rejected (``unknown_writer``), so a stray or hostile writer id
+    can neither hold the stream's watermark nor move it."""
 
     def __post_init__(self) -> None:
+        if self.writers is not None:
+            if isinstance(self.writers, str) or not all(
+                isinstance(w, str) and w for w in self.writers
+            ):
+                raise InvalidConfigurationError(
+                    f"writers must be a list of non-empty writer ids or None, got {self.writers!r}"
+                )
+            object.__setattr__(self, "writers", tuple(sorted(set(self.writers))))
         object.__setattr__(
             self, "timestamping", _choice(TimestampingMode, self.timestamping, "timestamping")
         )
@@ -225,6 +237,7 @@ class StreamConfiguration:
             "first_watermark_delay_ms": self.first_watermark_delay_ms,
             "refuse_adjustments": self.refuse_adjustments,
             "max_future_ms": self.max_future_ms,
+            "writers": None if self.writers is None else list(self.writers),
         }
 
     @classmethod
@@ -247,6 +260,7 @@ class StreamConfiguration:
                 first_watermark_delay_ms=int(raw.get("first_watermark_delay_ms", 0)),
                 refuse_adjustments=bool(raw.get("refuse_adjustments", False)),
                 max_future_ms=raw.get("max_future_ms", DEFAULT_MAX_FUTURE_MS),
+                writers=None if raw.get("writers") is None else tuple(raw["writers"]),
             )
         except TypeError as exc:
             raise InvalidConfigurationError(f"bad stream configuration {dict(raw)!r}") from exc

@@ -382,6 +382,9 @@ class StreamWorkflow:
             meta = self.streams.stream(stream, refresh=True)
             if meta is None or any(seg not in meta.segments() for seg in decoded.position):
                 return reject(Reason.UNKNOWN_SEGMENT, decoded.writer_id)
+        registered = meta.config.writers
+        if registered is not None and decoded.writer_id not in registered:
+            return reject(Reason.UNKNOWN_WRITER, decoded.writer_id)
         out_of_bounds = check_time(decoded.time, record.arrival_ms, meta.config.max_future_ms)
         if out_of_bounds is not None:
             return reject(out_of_bounds, decoded.writer_id)

@@ -179,6 +179,9 @@ class Reason:
     arrival (the marks topic's ``LogAppendTime``)."""
     IMPERSONATED = "impersonated"
     """The writer id is bound to another live writer instance (its token differs)."""
+    UNKNOWN_WRITER = "unknown_writer"
+    """The stream accepts marks only from its registered writer ids (``writers``),
+    and this one is not among them."""
 
     ALL = (
         STALE_TIME,
@@ -192,6 +195,7 @@ class Reason:
         NEGATIVE_TIME,
         FUTURE_TIME,
         IMPERSONATED,
+        UNKNOWN_WRITER,
     )
 
 

@@ -287,7 +287,7 @@ def test_rejected_marks_land_with_reasons_and_the_job_keeps_emitting(
         wait_for(
             lambda: (
                 {r["reason"] for r in read_table(settings.delta_root, REJECTED_MARKS)}
-                >= set(Reason.ALL) - HOSTILE  # those are tests/faults/test_hostile_marks.py's
+                >= set(Reason.ALL) - HOSTILE  # those are tested on their own
             ),
             instance,
         )
@@ -365,12 +365,45 @@ def test_a_writer_restarted_under_its_id_three_times_is_heard_at_once(
         check_sequence(read_watermarks(settings.delta_root, stream))
 
 
+def test_a_phantom_writer_on_a_registered_writers_stream_is_rejected_and_holds_nothing(
+    spark: Any, kafka: str, zookeeper: str, zk_client: Any, unique: str, work: Path
+) -> None:
+    """A well-formed mark under a writer id the stream does not list lands in
+    ``rejected_marks`` as ``unknown_writer``; the registered writer's watermarks go on
+    without waiting for the phantom's timeout (60 s here)."""
+    env = make_env(kafka, zookeeper, zk_client, unique, work, buckets=1)
+    stream = f"p{unique}/s"
+    env.manager.create_scope(stream.split("/")[0])
+    env.manager.create(
+        stream, StreamConfiguration(scaling_policy=ScalingPolicy.fixed(1), writers=("w1",))
+    )
+    settings = env.settings(writer_timeout_ms=60_000)
+    w = env.writer("w1", stream)
+    job = ControllerJob(spark, settings, f"c-{unique}").start()
+    try:
+        job.wait_leading()
+        produce(env, stream, WriterMarkRecord(stream, "phantom", 5, {0: 0}).encode(), 0)
+        for t in (1_000, 2_000, 3_000):
+            w.write(b"x", routing_key="k")
+            w.note_time(t)
+            w.flush()
+            job.process_all_available()
+        wait_for(lambda: read_watermarks(settings.delta_root, stream)[-1].time >= 3_000, job)
+    finally:
+        w.close()
+        job.stop()
+    rejected = read_table(settings.delta_root, REJECTED_MARKS)
+    assert [(r["writer"], r["reason"]) for r in rejected] == [("phantom", Reason.UNKNOWN_WRITER)]
+    check_sequence(read_watermarks(settings.delta_root, stream))
+
+
 HOSTILE = {
     Reason.MALFORMED_KEY,
     Reason.UNKNOWN_SCHEMA,
     Reason.NEGATIVE_TIME,
     Reason.FUTURE_TIME,
     Reason.IMPERSONATED,
+    Reason.UNKNOWN_WRITER,  # test_a_phantom_writer_on_a_registered_writers_stream_...
 }
 
 

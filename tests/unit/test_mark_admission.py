@@ -305,3 +305,25 @@ def test_a_second_live_instance_under_the_same_id_is_still_impersonated() -> Non
         (IMPERSONATED, 4),
     ]
     assert state.marks["a"].instance == "third"
+
+
+def test_a_registered_writers_stream_refuses_any_other_writer_id() -> None:
+    config = StreamConfiguration(ScalingPolicy.fixed(2), writers=("b", "a", "a"))
+    assert config.writers == ("a", "b")
+    assert StreamConfiguration.from_dict(config.to_dict()) == config
+    w = StreamWorkflow(WorkflowSettings(), Streams(new_stream_metadata(S, config, 0)), Committed())
+    state = StreamState()
+    out = w.on_records(
+        S, state, [mark("a", 1_000, 1), mark("phantom", 5, 2), mark("b", 1_200, 3)], 10_000
+    )
+    assert [(o.reason, o.writer) for o in out if isinstance(o, Rejected)] == [
+        (Reason.UNKNOWN_WRITER, "phantom")
+    ]
+    assert set(state.marks) == {"a", "b"}  # the phantom holds nothing back
+    assert [o.watermark.time for o in out if isinstance(o, Emitted)] == [1_000]
+
+
+@pytest.mark.parametrize("bad", ["a", ["a", ""], [3]])
+def test_registered_writers_must_be_ids(bad) -> None:
+    with pytest.raises(InvalidConfigurationError, match="writers must be"):
+        StreamConfiguration(writers=bad)

@@ -50,6 +50,11 @@ def add_config_options(parser: argparse.ArgumentParser) -> None:
         help="refuse a record whose timestamp would be capped or raised, instead of adjusting",
     )
     parser.add_argument(
+        "--writers",
+        metavar="ID,ID|any",
+        help="accept marks only from these writer ids (others: unknown_writer); 'any': all",
+    )
+    parser.add_argument(
         "--max-future-ms",
         help="how far ahead of its arrival a writer mark's time may be (default 1 h); "
         "'none': no bound, for times that are not milliseconds",
@@ -93,7 +98,19 @@ def config_from_args(args: argparse.Namespace, base: StreamConfiguration) -> Str
             else args.refuse_adjustments
         ),
         max_future_ms=_max_future_ms(args.max_future_ms, base.max_future_ms),
+        writers=_writers(getattr(args, "writers", None), base.writers),
     )
+
+
+def _writers(text: str | None, base: tuple[str, ...] | None) -> tuple[str, ...] | None:
+    if text is None:
+        return base
+    if text.strip().lower() == "any":
+        return None
+    ids = tuple(w.strip() for w in text.split(",") if w.strip())
+    if not ids:
+        raise ConfigurationError(f"--writers {text!r}: expected writer ids (a,b,...) or 'any'")
+    return ids
 
 
 def _max_future_ms(text: str | None, base: int | None) -> int | None:
@@ -119,7 +136,8 @@ def summary(meta: StreamMetadata) -> list[str]:
         + " ".join(f"{s.id}{s.key_range}" for s in meta.current_epoch().segments),
         f"config   scaling={cfg.scaling_policy.type}/{cfg.scaling_policy.min_segments} "
         f"retention={cfg.retention_policy.type} timestamping={cfg.timestamping} "
-        f"uncapped={cfg.uncapped} refuse_adjustments={cfg.refuse_adjustments}",
+        f"uncapped={cfg.uncapped} refuse_adjustments={cfg.refuse_adjustments} "
+        f"writers={'any' if cfg.writers is None else ','.join(cfg.writers)}",
     ]
 
 
