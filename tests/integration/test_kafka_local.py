@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 
 def _create_topic(bootstrap: str, topic: str, partitions: int = 1, rf: int = 1) -> None:
@@ -130,6 +131,19 @@ def _record_requests(lso: Any) -> list[list[tuple[str, int]]]:
     return asked
 
 
+def _await_gone(admin: AdminClient, topic: str, timeout_s: float = 30) -> None:
+    """Until the broker refuses a ListOffsets for ``topic`` (deleted)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        asked = {TopicPartition(topic, 0): OffsetSpec.latest()}
+        try:
+            admin.list_offsets(asked)[TopicPartition(topic, 0)].result(10)
+        except KafkaException:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{topic} still answers {timeout_s} s after its deletion")
+
+
 def test_last_stable_offsets_of_recent_topics_come_in_one_request(kafka: str, unique: str) -> None:
     from jobs.lookups import KafkaCommittedOffsets
 
@@ -150,6 +164,7 @@ def test_last_stable_offsets_of_recent_topics_come_in_one_request(kafka: str, un
     assert lso.last_stable(gone, {0: 1}) == {0: 1}
     admin = AdminClient({"bootstrap.servers": kafka})
     admin.delete_topics([gone])[gone].result(30)
+    _await_gone(admin, gone)  # the broker answers for a deleted topic for a moment
     write(a, 2), write(b, 3)
     asked = _record_requests(lso)
     assert lso.last_stable(a, {0: 3}) == {0: 3}
