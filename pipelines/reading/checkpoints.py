@@ -36,6 +36,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from controller.metadata import cut_from_json, cut_to_json
 from controller.model import Segment, TimeWindow
 from controller.timestamps import wall_clock_ms
 from pipelines.reading.exceptions import (
@@ -79,7 +80,7 @@ class Checkpoint:
                 "name": self.name,
                 "group": self.group,
                 "stream": self.stream,
-                "stream_cut": {str(s): o for s, o in sorted(self.stream_cut.items())},
+                "stream_cut": cut_to_json(self.stream_cut),
                 "taken_at_ms": self.taken_at_ms,
                 "lower": self.lower,
                 "upper": self.upper,
@@ -96,7 +97,7 @@ class Checkpoint:
             name=str(raw["name"]),
             group=str(raw["group"]),
             stream=str(raw["stream"]),
-            stream_cut={int(s): int(o) for s, o in raw["stream_cut"].items()},
+            stream_cut=cut_from_json(raw["stream_cut"]),
             taken_at_ms=int(raw["taken_at_ms"]),
             lower=raw.get("lower"),
             upper=raw.get("upper"),

@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from controller.metadata import cut_from_json, cut_to_json
 from pipelines.reading.exceptions import (
     DuplicateReaderError,
     ReaderConfigError,
@@ -64,7 +65,7 @@ class GroupRecord:
             {
                 "name": self.name,
                 "stream": self.stream,
-                "start_cut": {str(k): v for k, v in sorted(self.start_cut.items())},
+                "start_cut": cut_to_json(self.start_cut),
                 "created_at_ms": self.created_at_ms,
             },
             sort_keys=True,
@@ -76,7 +77,7 @@ class GroupRecord:
         return cls(
             str(raw["name"]),
             str(raw["stream"]),
-            {int(k): int(v) for k, v in raw.get("start_cut", {}).items()},
+            cut_from_json(raw.get("start_cut", {})),
             int(raw.get("created_at_ms", 0)),
         )
 
