@@ -325,12 +325,23 @@ def metadata_from_dict(raw: Mapping[str, Any]) -> StreamMetadata:
     return record_from_dict(raw, tuple(epoch_from_dict(e) for e in raw["epochs"]))
 
 
+def json_bytes(value: Mapping[str, Any]) -> bytes:
+    """A stored record's bytes: UTF-8 JSON with sorted keys (equal records, equal bytes)."""
+    return json.dumps(value, sort_keys=True).encode("utf-8")
+
+
+def json_from_bytes(data: bytes) -> dict[str, Any]:
+    """:func:`json_bytes`' inverse."""
+    raw: dict[str, Any] = json.loads(data.decode("utf-8"))
+    return raw
+
+
 def encode_metadata(meta: StreamMetadata) -> bytes:
-    return json.dumps(metadata_to_dict(meta), sort_keys=True).encode("utf-8")
+    return json_bytes(metadata_to_dict(meta))
 
 
 def decode_metadata(data: bytes) -> StreamMetadata:
-    return metadata_from_dict(json.loads(data.decode("utf-8")))
+    return metadata_from_dict(json_from_bytes(data))
 
 
 __all__ = [
@@ -348,6 +359,8 @@ __all__ = [
     "decode_metadata",
     "encode_metadata",
     "even_ranges",
+    "json_bytes",
+    "json_from_bytes",
     "metadata_from_dict",
     "metadata_to_dict",
     "new_stream_metadata",
