@@ -221,11 +221,13 @@ def epoch_from_dict(raw: Mapping[str, Any]) -> Epoch:
     )
 
 
-def _cut_to_json(cut: Mapping[int, int]) -> dict[str, int]:
+def cut_to_json(cut: Mapping[int, int]) -> dict[str, int]:
+    """A stream cut as JSON keeps it: segment ids as strings (JSON keys), in order."""
     return {str(k): int(v) for k, v in sorted(cut.items())}
 
 
-def _cut_from_json(raw: Mapping[str, Any]) -> dict[int, int]:
+def cut_from_json(raw: Mapping[str, Any]) -> dict[int, int]:
+    """:func:`cut_to_json`'s inverse."""
     return {int(k): int(v) for k, v in raw.items()}
 
 
@@ -242,7 +244,7 @@ def pending_to_dict(op: PendingOperation | None) -> dict[str, Any] | None:
                 "epoch": epoch,
             }
         case PendingTruncate(cut):
-            return {"op": "truncate", "cut": _cut_to_json(cut)}
+            return {"op": "truncate", "cut": cut_to_json(cut)}
         case PendingUpdate(config):
             return {"op": "update", "config": config.to_dict()}
         case PendingSeal():
@@ -262,7 +264,7 @@ def pending_from_dict(raw: Mapping[str, Any] | None) -> PendingOperation | None:
                 int(raw["epoch"]),
             )
         case "truncate":
-            return PendingTruncate(_cut_from_json(raw["cut"]))
+            return PendingTruncate(cut_from_json(raw["cut"]))
         case "update":
             return PendingUpdate(StreamConfiguration.from_dict(raw["config"]))
         case "seal":
@@ -278,8 +280,8 @@ def record_to_dict(meta: StreamMetadata) -> dict[str, Any]:
         "config": meta.config.to_dict(),
         "state": meta.state.value,
         "current_epoch": meta.current_epoch().number,
-        "truncation": _cut_to_json(meta.truncation),
-        "sealed_sizes": _cut_to_json(meta.sealed_sizes),
+        "truncation": cut_to_json(meta.truncation),
+        "sealed_sizes": cut_to_json(meta.sealed_sizes),
         "pending": pending_to_dict(meta.pending),
         "created_at_ms": meta.created_at_ms,
     }
@@ -298,8 +300,8 @@ def record_from_dict(raw: Mapping[str, Any], epochs: tuple[Epoch, ...]) -> Strea
         config=StreamConfiguration.from_dict(raw["config"]),
         state=StreamState(raw["state"]),
         epochs=epochs,
-        truncation=_cut_from_json(raw["truncation"]),
-        sealed_sizes=_cut_from_json(raw["sealed_sizes"]),
+        truncation=cut_from_json(raw["truncation"]),
+        sealed_sizes=cut_from_json(raw["sealed_sizes"]),
         pending=pending_from_dict(raw.get("pending")),
         created_at_ms=int(raw.get("created_at_ms", 0)),
         adoption=_adoption_from_dict(raw.get("adoption")),
@@ -323,12 +325,23 @@ def metadata_from_dict(raw: Mapping[str, Any]) -> StreamMetadata:
     return record_from_dict(raw, tuple(epoch_from_dict(e) for e in raw["epochs"]))
 
 
+def json_bytes(value: Mapping[str, Any]) -> bytes:
+    """A stored record's bytes: UTF-8 JSON with sorted keys (equal records, equal bytes)."""
+    return json.dumps(value, sort_keys=True).encode("utf-8")
+
+
+def json_from_bytes(data: bytes) -> dict[str, Any]:
+    """:func:`json_bytes`' inverse."""
+    raw: dict[str, Any] = json.loads(data.decode("utf-8"))
+    return raw
+
+
 def encode_metadata(meta: StreamMetadata) -> bytes:
-    return json.dumps(metadata_to_dict(meta), sort_keys=True).encode("utf-8")
+    return json_bytes(metadata_to_dict(meta))
 
 
 def decode_metadata(data: bytes) -> StreamMetadata:
-    return metadata_from_dict(json.loads(data.decode("utf-8")))
+    return metadata_from_dict(json_from_bytes(data))
 
 
 __all__ = [
@@ -341,9 +354,13 @@ __all__ = [
     "StreamMetadata",
     "Versioned",
     "adopted_stream_metadata",
+    "cut_from_json",
+    "cut_to_json",
     "decode_metadata",
     "encode_metadata",
     "even_ranges",
+    "json_bytes",
+    "json_from_bytes",
     "metadata_from_dict",
     "metadata_to_dict",
     "new_stream_metadata",

@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import Any
 
 from controller.exceptions import InvalidConfigurationError
 from tidemark.environment import KAFKA_SASL_MECHANISM as SASL_MECHANISM
 from tidemark.environment import KAFKA_SASL_PASSWORD as SASL_PASSWORD
 from tidemark.environment import KAFKA_SASL_USERNAME as SASL_USERNAME
 from tidemark.environment import KAFKA_SECURITY_PROTOCOL as SECURITY_PROTOCOL
+from tidemark.errors import ConfigurationError
 
 PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL", "SSL")
 MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")
@@ -74,6 +76,25 @@ def client_config(bootstrap: str, environ: Mapping[str, str] | None = None) -> d
     return {"bootstrap.servers": bootstrap, **security_config(environ)}
 
 
+def checked_overrides(
+    overrides: Mapping[str, Any],
+    reserved: frozenset[str],
+    *,
+    what: str,
+    error: type[ConfigurationError],
+    hint: str = "",
+) -> dict[str, Any]:
+    """A copy of a client's ``overrides`` (librdkafka settings a user adds), refused with
+    ``error`` when they set a key of ``reserved``: one tidemark sets itself and relies on.
+    ``what`` names the option in the message, ``hint`` is added at its end."""
+    taken = sorted(reserved & set(overrides))
+    if taken:
+        raise error(
+            f"{what} may not set {taken}; tidemark sets {', '.join(sorted(reserved))} itself{hint}"
+        )
+    return dict(overrides)
+
+
 def spark_kafka_options(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The same settings as options of Spark's Kafka source (``kafka.``-prefixed, Java JAAS)."""
     config = security_config(environ)
@@ -104,6 +125,7 @@ __all__ = [
     "SASL_PASSWORD",
     "SASL_USERNAME",
     "SECURITY_PROTOCOL",
+    "checked_overrides",
     "client_config",
     "security_config",
     "spark_kafka_options",

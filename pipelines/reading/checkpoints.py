@@ -29,13 +29,13 @@ timeout (:class:`CheckpointTimeoutError`; nothing is recorded).
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from controller.metadata import cut_from_json, cut_to_json, json_bytes, json_from_bytes
 from controller.model import Segment, TimeWindow
 from controller.timestamps import wall_clock_ms
 from pipelines.reading.exceptions import (
@@ -74,29 +74,28 @@ class Checkpoint:
     readers: tuple[str, ...] = field(default_factory=tuple)
 
     def to_json(self) -> bytes:
-        return json.dumps(
+        return json_bytes(
             {
                 "name": self.name,
                 "group": self.group,
                 "stream": self.stream,
-                "stream_cut": {str(s): o for s, o in sorted(self.stream_cut.items())},
+                "stream_cut": cut_to_json(self.stream_cut),
                 "taken_at_ms": self.taken_at_ms,
                 "lower": self.lower,
                 "upper": self.upper,
                 "watermark_seq": self.watermark_seq,
                 "readers": list(self.readers),
-            },
-            sort_keys=True,
-        ).encode("utf-8")
+            }
+        )
 
     @classmethod
     def from_json(cls, data: bytes) -> Checkpoint:
-        raw: dict[str, Any] = json.loads(data.decode("utf-8"))
+        raw = json_from_bytes(data)
         return cls(
             name=str(raw["name"]),
             group=str(raw["group"]),
             stream=str(raw["stream"]),
-            stream_cut={int(s): int(o) for s, o in raw["stream_cut"].items()},
+            stream_cut=cut_from_json(raw["stream_cut"]),
             taken_at_ms=int(raw["taken_at_ms"]),
             lower=raw.get("lower"),
             upper=raw.get("upper"),
@@ -106,8 +105,7 @@ class Checkpoint:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (for the CLI)."""
-        out: dict[str, Any] = json.loads(self.to_json())
-        return out
+        return json_from_bytes(self.to_json())
 
 
 class CheckpointHost(Protocol):

@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from controller.durations import check_durations_ms
+from controller.kafka.settings import checked_overrides
 from pipelines.reading.exceptions import ReaderConfigError
 
 RESERVED_CONSUMER_KEYS = frozenset(
@@ -65,34 +67,35 @@ class ReaderConfig:
     def __post_init__(self) -> None:
         if self.balance not in ("even", "time"):
             raise ReaderConfigError(f"balance must be 'even' or 'time', got {self.balance!r}")
-        if type(self.lag_ms) is not int or self.lag_ms < 0:
-            raise ReaderConfigError(f"lag_ms must be an int >= 0 (ms), got {self.lag_ms!r}")
+        check_durations_ms(
+            self,
+            (
+                "lag_ms",
+                "rebalance_interval_ms",
+                "metadata_interval_ms",
+                "commit_interval_ms",
+                "window_refresh_interval_ms",
+            ),
+            minimum=0,
+            error=ReaderConfigError,
+        )
         if self.max_drift_ms is not None and (
             type(self.max_drift_ms) is not int or self.max_drift_ms < 0
         ):
             raise ReaderConfigError(
                 f"max_drift_ms must be None or an int >= 0 (ms), got {self.max_drift_ms!r}"
             )
-        for name in (
-            "rebalance_interval_ms",
-            "metadata_interval_ms",
-            "commit_interval_ms",
-            "window_refresh_interval_ms",
-        ):
-            value = getattr(self, name)
-            if type(value) is not int or value < 0:
-                raise ReaderConfigError(f"{name} must be an int >= 0 (ms), got {value!r}")
         if type(self.kafka_timeout_ms) is not int or self.kafka_timeout_ms < 1:
             raise ReaderConfigError(
                 f"kafka_timeout_ms must be an int >= 1, got {self.kafka_timeout_ms!r}"
             )
-        reserved = sorted(RESERVED_CONSUMER_KEYS & set(self.consumer_overrides))
-        if reserved:
-            raise ReaderConfigError(
-                f"consumer_overrides may not set {reserved}; tidemark sets "
-                f"{', '.join(sorted(RESERVED_CONSUMER_KEYS))} itself"
-            )
-        object.__setattr__(self, "consumer_overrides", dict(self.consumer_overrides))
+        overrides = checked_overrides(
+            self.consumer_overrides,
+            RESERVED_CONSUMER_KEYS,
+            what="consumer_overrides",
+            error=ReaderConfigError,
+        )
+        object.__setattr__(self, "consumer_overrides", overrides)
 
 
 __all__ = ["RESERVED_CONSUMER_KEYS", "ReaderConfig"]

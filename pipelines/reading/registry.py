@@ -23,13 +23,13 @@ single-process applications on the in-memory metadata store).
 from __future__ import annotations
 
 import abc
-import json
 import re
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from controller.metadata import cut_from_json, cut_to_json, json_bytes, json_from_bytes
 from pipelines.reading.exceptions import (
     DuplicateReaderError,
     ReaderConfigError,
@@ -60,23 +60,22 @@ class GroupRecord:
     created_at_ms: int = 0
 
     def to_json(self) -> bytes:
-        return json.dumps(
+        return json_bytes(
             {
                 "name": self.name,
                 "stream": self.stream,
-                "start_cut": {str(k): v for k, v in sorted(self.start_cut.items())},
+                "start_cut": cut_to_json(self.start_cut),
                 "created_at_ms": self.created_at_ms,
-            },
-            sort_keys=True,
-        ).encode("utf-8")
+            }
+        )
 
     @classmethod
     def from_json(cls, data: bytes) -> GroupRecord:
-        raw: dict[str, Any] = json.loads(data.decode("utf-8"))
+        raw = json_from_bytes(data)
         return cls(
             str(raw["name"]),
             str(raw["stream"]),
-            {int(k): int(v) for k, v in raw.get("start_cut", {}).items()},
+            cut_from_json(raw.get("start_cut", {})),
             int(raw.get("created_at_ms", 0)),
         )
 

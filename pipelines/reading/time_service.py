@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from controller.exceptions import UnknownStreamError
+from controller.metadata import cut_from_json, cut_to_json
 from controller.model import Watermark
 from pipelines.reading.exceptions import InvalidTimestampError
 from pipelines.reading.seek import Found, SeekIndex, shared_index
@@ -54,15 +55,6 @@ def time_service_url(environ: Mapping[str, str] | None = None) -> str | None:
     """The configured service URL, ``None`` when unset or empty."""
     env = os.environ if environ is None else environ
     return env.get(TIME_SERVICE_ENV, "").strip() or None
-
-
-def cut_to_json(cut: Mapping[int, int]) -> dict[str, int]:
-    """A stream cut as the service writes it: segment ids as strings, in order."""
-    return {str(s): o for s, o in sorted(cut.items())}
-
-
-def cut_from_json(body: Mapping[str, Any]) -> dict[int, int]:
-    return {int(s): int(o) for s, o in body.items()}
 
 
 def found_from_json(body: Mapping[str, Any] | None) -> Found | None:

@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.kafka.settings import client_config
+from controller.durations import check_durations_ms
+from controller.kafka.settings import checked_overrides, client_config
 from controller.naming import ClusterSettings
 from pipelines.writing.exceptions import WriterConfigError
 
@@ -72,16 +73,18 @@ class WriterConfig:
     producer_overrides: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for name in (
-            "note_time_interval_ms",
-            "delivery_timeout_ms",
-            "transaction_timeout_ms",
-            "close_timeout_ms",
-            "replay_window_ms",
-        ):
-            value = getattr(self, name)
-            if type(value) is not int or value < 1:
-                raise WriterConfigError(f"{name} must be an int >= 1 (ms), got {value!r}")
+        check_durations_ms(
+            self,
+            (
+                "note_time_interval_ms",
+                "delivery_timeout_ms",
+                "transaction_timeout_ms",
+                "close_timeout_ms",
+                "replay_window_ms",
+            ),
+            minimum=1,
+            error=WriterConfigError,
+        )
         if type(self.linger_ms) is not int or self.linger_ms < 0:
             raise WriterConfigError(f"linger_ms must be an int >= 0, got {self.linger_ms!r}")
         if self.transaction_timeout_ms < 1_000:
@@ -89,14 +92,14 @@ class WriterConfig:
                 f"transaction_timeout_ms must be >= 1000 (Kafka's minimum), "
                 f"got {self.transaction_timeout_ms}"
             )
-        reserved = sorted(RESERVED_PRODUCER_KEYS & set(self.producer_overrides))
-        if reserved:
-            raise WriterConfigError(
-                f"producer_overrides may not set {reserved}; tidemark sets "
-                f"{', '.join(sorted(RESERVED_PRODUCER_KEYS))} itself "
-                "(use the WriterConfig fields for the timeouts)"
-            )
-        object.__setattr__(self, "producer_overrides", dict(self.producer_overrides))
+        overrides = checked_overrides(
+            self.producer_overrides,
+            RESERVED_PRODUCER_KEYS,
+            what="producer_overrides",
+            error=WriterConfigError,
+            hint=" (use the WriterConfig fields for the timeouts)",
+        )
+        object.__setattr__(self, "producer_overrides", overrides)
 
     def producer_settings(
         self, bootstrap_servers: str, client_id: str, transactional_id: str | None = None

@@ -33,7 +33,6 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -161,14 +160,6 @@ class TransactionalWriter(_StreamWriter):
         self._producer = Producer(self._producer_settings)
         self._fatal = None
         self._init_transactions()
-
-    def __enter__(self) -> TransactionalWriter:
-        return self
-
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     @property
     def committed_position(self) -> dict[int, int]:

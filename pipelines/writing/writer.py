@@ -44,7 +44,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from types import TracebackType
-from typing import Any, cast
+from typing import Any, Self, cast
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
@@ -460,6 +460,18 @@ class _StreamWriter:
         floors = self._clock.floors()
         return max(floors.values()) if floors else None
 
+    def close(self) -> None:
+        """Flush and release the producer (each writer says how)."""
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
 
 def _policy(metadata: StreamMetadata) -> TimestampPolicy:
     cfg = metadata.config
@@ -505,14 +517,6 @@ class EventWriter(_StreamWriter):
         if config.automatically_note_time:
             self._heartbeat = Heartbeat(writer_id, config.note_time_interval_ms, self._note_now)
             self._heartbeat.start()
-
-    def __enter__(self) -> EventWriter:
-        return self
-
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     # --- writing -------------------------------------------------------------------------
 
