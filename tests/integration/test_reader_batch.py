@@ -16,7 +16,7 @@ from pipelines.reading.exceptions import ReaderClosedError, ReaderConfigError
 from pipelines.reading.group import ReaderGroup
 from pipelines.writing.writer import EventWriter
 from tests.integration import test_reader_group as reading
-from tests.integration.test_reader_group import BASE, Marks, group_kw, make_stream
+from tests.integration.test_reader_group import BASE, Marks, group_kw, make_stream, write_rounds
 
 # The reader tests' fixtures, shared.
 settings, store, manager, wconfig = (
@@ -100,11 +100,7 @@ def test_batch_window_and_position_at_its_end(manager, store, kafka, wconfig, un
     stream = make_stream(manager, unique, segments=1)
     marks = Marks(stream, store, root)
     with EventWriter("w", stream, store=store, bootstrap_servers=kafka, config=wconfig) as w:
-        for rnd in range(3):
-            for j in range(5):
-                w.write(b"x", routing_key="k", timestamp=BASE + rnd * 100 + j)
-            marks.note(w, BASE + rnd * 100 + 50)
-            marks.cycle()
+        write_rounds(marks, ((w, 0),), rounds=3, per_round=5, noted_ms=50)
     group = ReaderGroup.create(f"g{unique}", stream, **group_kw(store, kafka, root))
     with group, group.reader("r") as reader:
         assert reader.read_next(timeout_ms=5_000).offset == 0  # mixed with read_next

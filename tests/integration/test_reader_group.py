@@ -90,6 +90,26 @@ class Marks:
         return cycle.watermark
 
 
+def write_rounds(marks, skews, rounds, per_round, event=None, step_ms=1, noted_ms=99):
+    """``rounds`` rounds 100 ms apart: each writer of ``skews`` ((writer, skew ms) pairs)
+    writes ``per_round`` events ``step_ms`` apart from ``BASE + round * 100 + skew``, then
+    each notes that start + ``noted_ms`` and a watermark cycle runs. ``event(writer, j, ts)``
+    gives an event's (body, routing key), ``(b"x", "k")`` if not given. Returns the events'
+    (ts, j), in the order written."""
+    written = []
+    for rnd in range(rounds):
+        for writer, skew in skews:
+            for j in range(per_round):
+                ts = BASE + rnd * 100 + skew + j * step_ms
+                body, key = (b"x", "k") if event is None else event(writer, j, ts)
+                writer.write(body, routing_key=key, timestamp=ts)
+                written.append((ts, j))
+        for writer, skew in skews:
+            marks.note(writer, BASE + rnd * 100 + skew + noted_ms)
+        marks.cycle()
+    return written
+
+
 def read_all(reader, idle_ms=800, first_ms=5_000):
     """Events until ``idle_ms`` pass without one; the first read may wait ``first_ms``
     (a new reader's consumer fetches metadata and its first batch, slow on busy cores)."""
@@ -149,22 +169,18 @@ def test_from_time_loses_nothing_with_writers_ahead(
     root = str(tmp_path)
     stream = make_stream(manager, unique)
     marks = Marks(stream, store, root)
-    written = []
+
+    def event(writer, j, ts):
+        key = f"{writer.writer_id}-{j % 3}"
+        return f"{key}@{ts}".encode(), key
+
     with (
         EventWriter("a", stream, store=store, bootstrap_servers=kafka, config=wconfig) as a,
         EventWriter("b", stream, store=store, bootstrap_servers=kafka, config=wconfig) as b,
     ):
-        for rnd in range(8):
-            for writer, skew in ((a, 0), (b, 700)):
-                for j in range(6):
-                    ts = BASE + rnd * 100 + skew + j * 15
-                    key = f"{writer.writer_id}-{j % 3}"
-                    writer.write(f"{key}@{ts}".encode(), routing_key=key, timestamp=ts)
-                    written.append(ts)
-            for writer, skew in ((a, 0), (b, 700)):
-                # noted time >= every event written so far; the next round runs ahead of it
-                marks.note(writer, BASE + rnd * 100 + skew + 99)
-            marks.cycle()
+        # each noted time >= every event written so far; the next round runs ahead of it
+        rounds = write_rounds(marks, ((a, 0), (b, 700)), 8, 6, event, step_ms=15)
+        written = [ts for ts, _ in rounds]
         for writer, skew in ((a, 0), (b, 700)):  # ahead of the last note, after every mark
             writer.write(b"tail", routing_key="tail", timestamp=BASE + 900 + skew)
             written.append(BASE + 900 + skew)
@@ -231,11 +247,7 @@ def test_group_and_reader_windows(manager, store, kafka, wconfig, unique, tmp_pa
     stream = make_stream(manager, unique, segments=1)
     marks = Marks(stream, store, root)
     with EventWriter("w", stream, store=store, bootstrap_servers=kafka, config=wconfig) as w:
-        for rnd in range(3):
-            for j in range(5):
-                w.write(b"x", routing_key="k", timestamp=BASE + rnd * 100 + j)
-            marks.note(w, BASE + rnd * 100 + 50)
-            marks.cycle()
+        write_rounds(marks, ((w, 0),), rounds=3, per_round=5, noted_ms=50)
     group = ReaderGroup.create(f"g{unique}", stream, **group_kw(store, kafka, root))
     with group:
         window = group.current_time_window()
