@@ -110,6 +110,16 @@ def write_rounds(marks, skews, rounds, per_round, event=None, step_ms=1, noted_m
     return written
 
 
+def three_rounds_group(manager, store, kafka, wconfig, unique, root):
+    """A new group on a new one-segment stream holding three rounds of five events, each
+    round noted at its start + 50 ms and followed by a watermark (the window tests' data)."""
+    stream = make_stream(manager, unique, segments=1)
+    marks = Marks(stream, store, root)
+    with EventWriter("w", stream, store=store, bootstrap_servers=kafka, config=wconfig) as w:
+        write_rounds(marks, ((w, 0),), rounds=3, per_round=5, noted_ms=50)
+    return ReaderGroup.create(f"g{unique}", stream, **group_kw(store, kafka, root))
+
+
 def read_all(reader, idle_ms=800, first_ms=5_000):
     """Events until ``idle_ms`` pass without one; the first read may wait ``first_ms``
     (a new reader's consumer fetches metadata and its first batch, slow on busy cores)."""
@@ -244,11 +254,7 @@ def test_readers_follow_scaling_in_key_order(manager, store, kafka, wconfig, uni
 
 def test_group_and_reader_windows(manager, store, kafka, wconfig, unique, tmp_path):
     root = str(tmp_path)
-    stream = make_stream(manager, unique, segments=1)
-    marks = Marks(stream, store, root)
-    with EventWriter("w", stream, store=store, bootstrap_servers=kafka, config=wconfig) as w:
-        write_rounds(marks, ((w, 0),), rounds=3, per_round=5, noted_ms=50)
-    group = ReaderGroup.create(f"g{unique}", stream, **group_kw(store, kafka, root))
+    group = three_rounds_group(manager, store, kafka, wconfig, unique, root)
     with group:
         window = group.current_time_window()
         assert (window.lower, window.upper) == (None, BASE + 50)
