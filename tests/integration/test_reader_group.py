@@ -155,6 +155,23 @@ def read_along(
         errors.append(exc)
 
 
+def write_along(writer, keys, sent, stop, pause_s, each=None):
+    """A writer thread's loop, ``read_along``'s counterpart: ``key:n`` events round robin
+    over ``keys`` (``n`` counted per key in ``sent``, the i-th at ``BASE + i``) until
+    ``stop`` is set, ``pause_s()`` seconds apart; ``each(i)`` runs after the i-th event.
+    Returns how many were written."""
+    i = 0
+    while not stop.is_set():
+        key = keys[i % len(keys)]
+        writer.write(f"{key}:{sent[key]}".encode(), routing_key=key, timestamp=BASE + i)
+        sent[key] += 1
+        i += 1
+        if each is not None:
+            each(i)
+        time.sleep(pause_s())
+    return i
+
+
 def group_kw(store, kafka, root, config=FAST):
     return {"store": store, "bootstrap_servers": kafka, "delta_root": root, "config": config}
 

@@ -231,13 +231,7 @@ def test_autoscale_splits_a_hot_segment_and_merges_idle_ones_in_key_order(
 
     def write() -> None:
         with EventWriter("w", stream, store=store, bootstrap_servers=kafka, config=wconfig) as w:
-            i = 0
-            while not stop.is_set():
-                key = keys[i % len(keys)]
-                w.write(f"{key}:{sent[key]}".encode(), routing_key=key, timestamp=BASE + i)
-                sent[key] += 1
-                i += 1
-                time.sleep(1 / rate["per_s"])
+            rg.write_along(w, keys, sent, stop, lambda: 1 / rate["per_s"])
 
     group = ReaderGroup(
         f"g{unique}",
