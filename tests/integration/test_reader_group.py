@@ -90,14 +90,14 @@ class Marks:
         return cycle.watermark
 
 
-def write_rounds(marks, skews, rounds, per_round, event=None, step_ms=1, noted_ms=99):
-    """``rounds`` rounds 100 ms apart: each writer of ``skews`` ((writer, skew ms) pairs)
-    writes ``per_round`` events ``step_ms`` apart from ``BASE + round * 100 + skew``, then
-    each notes that start + ``noted_ms`` and a watermark cycle runs. ``event(writer, j, ts)``
-    gives an event's (body, routing key), ``(b"x", "k")`` if not given. Returns the events'
-    (ts, j), in the order written."""
+def write_rounds(marks, skews, rounds, per_round, event=None, step_ms=1, noted_ms=99, first=0):
+    """``rounds`` rounds 100 ms apart, from round ``first``: each writer of ``skews``
+    ((writer, skew ms) pairs) writes ``per_round`` events ``step_ms`` apart from
+    ``BASE + round * 100 + skew``, then each notes that start + ``noted_ms`` and a watermark
+    cycle runs. ``event(writer, j, ts)`` gives an event's (body, routing key), ``(b"x", "k")``
+    if not given. Returns the events' (ts, j), in the order written."""
     written = []
-    for rnd in range(rounds):
+    for rnd in range(first, first + rounds):
         for writer, skew in skews:
             for j in range(per_round):
                 ts = BASE + rnd * 100 + skew + j * step_ms
