@@ -43,6 +43,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tests.bench.percentile import percentile
+
 SECOND = 1_000
 BASE_TS = 1_700_000_000_000
 SEGMENTS = 4
@@ -186,11 +188,6 @@ def _create_tables(root: Path, log_retention_s: float) -> None:
         )
 
 
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def run(services: Any) -> list[str]:
     from jobs.maintenance import Maintainer, MaintenanceSettings
     from jobs.sink import DeltaSink
@@ -261,7 +258,7 @@ def run(services: Any) -> list[str]:
         f"  Kafka offsets_for_times, {PARTITIONS} partitions: p50 {statistics.median(kafka):.1f} ms"
         f"  max {max(kafka):.1f} ms",
         f"  append (marks+index[+rejected]) p50 first {WINDOW}: {statistics.median(head):.1f} ms,"
-        f" last {WINDOW}: {statistics.median(tail):.1f} ms (p99 {_pct(tail, 0.99):.1f} ms),"
+        f" last {WINDOW}: {statistics.median(tail):.1f} ms (p99 {percentile(tail, 0.99):.1f} ms),"
         f" ratio {append_ratio:.2f}x  [goal <= 1.5x]",
     ]
     for table, (files, live, disk, log_commits) in tables.items():

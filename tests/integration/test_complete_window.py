@@ -12,6 +12,7 @@ from tests.integration import test_reader_group as rg
 BASE = rg.BASE
 Marks = rg.Marks
 make_stream = rg.make_stream
+write_rounds = rg.write_rounds
 # the shared fixtures
 manager, settings, store, wconfig = rg.manager, rg.settings, rg.store, rg.wconfig
 
@@ -24,20 +25,19 @@ def test_complete_windows_aggregate_exactly_their_events(
     root = str(tmp_path)
     stream = make_stream(manager, unique)
     marks = Marks(stream, store, root)
-    written = []
     with (
         EventWriter("a", stream, store=store, bootstrap_servers=kafka, config=wconfig) as a,
         EventWriter("b", stream, store=store, bootstrap_servers=kafka, config=wconfig) as b,
     ):
-        for rnd in range(6):
-            for writer, skew in ((a, 0), (b, 150)):
-                for j in range(4):
-                    ts = BASE + rnd * 100 + skew + j * 20
-                    writer.write(b"x" * (j + 1), routing_key=f"k{j}", timestamp=ts)
-                    written.append((ts, j + 1))
-            for writer, skew in ((a, 0), (b, 150)):
-                marks.note(writer, BASE + rnd * 100 + skew + 99)
-            marks.cycle()
+        rounds = write_rounds(
+            marks,
+            ((a, 0), (b, 150)),
+            rounds=6,
+            per_round=4,
+            event=lambda writer, j, ts: (b"x" * (j + 1), f"k{j}"),
+            step_ms=20,
+        )
+    written = [(ts, j + 1) for ts, j in rounds]  # (time, size)
     # A window past every watermark is not complete: refused, nothing written.
     with pytest.raises(WindowNotCompleteError):
         plan_window(stream, BASE + 500, BASE + 700, store=store, delta_root=root)

@@ -16,7 +16,12 @@ from pipelines.reading.exceptions import ReaderClosedError, ReaderConfigError
 from pipelines.reading.group import ReaderGroup
 from pipelines.writing.writer import EventWriter
 from tests.integration import test_reader_group as reading
-from tests.integration.test_reader_group import BASE, Marks, group_kw, make_stream
+from tests.integration.test_reader_group import (
+    BASE,
+    group_kw,
+    make_stream,
+    three_rounds_group,
+)
 
 # The reader tests' fixtures, shared.
 settings, store, manager, wconfig = (
@@ -97,15 +102,7 @@ def test_batches_keep_key_order_across_a_scale_and_lose_nothing(
 
 def test_batch_window_and_position_at_its_end(manager, store, kafka, wconfig, unique, tmp_path):
     root = str(tmp_path)
-    stream = make_stream(manager, unique, segments=1)
-    marks = Marks(stream, store, root)
-    with EventWriter("w", stream, store=store, bootstrap_servers=kafka, config=wconfig) as w:
-        for rnd in range(3):
-            for j in range(5):
-                w.write(b"x", routing_key="k", timestamp=BASE + rnd * 100 + j)
-            marks.note(w, BASE + rnd * 100 + 50)
-            marks.cycle()
-    group = ReaderGroup.create(f"g{unique}", stream, **group_kw(store, kafka, root))
+    group = three_rounds_group(manager, store, kafka, wconfig, unique, root)
     with group, group.reader("r") as reader:
         assert reader.read_next(timeout_ms=5_000).offset == 0  # mixed with read_next
         got = [0]

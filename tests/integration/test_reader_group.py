@@ -90,6 +90,36 @@ class Marks:
         return cycle.watermark
 
 
+def write_rounds(marks, skews, rounds, per_round, event=None, step_ms=1, noted_ms=99, first=0):
+    """``rounds`` rounds 100 ms apart, from round ``first``: each writer of ``skews``
+    ((writer, skew ms) pairs) writes ``per_round`` events ``step_ms`` apart from
+    ``BASE + round * 100 + skew``, then each notes that start + ``noted_ms`` and a watermark
+    cycle runs. ``event(writer, j, ts)`` gives an event's (body, routing key), ``(b"x", "k")``
+    if not given. Returns the events' (ts, j), in the order written."""
+    written = []
+    for rnd in range(first, first + rounds):
+        for writer, skew in skews:
+            for j in range(per_round):
+                ts = BASE + rnd * 100 + skew + j * step_ms
+                body, key = (b"x", "k") if event is None else event(writer, j, ts)
+                writer.write(body, routing_key=key, timestamp=ts)
+                written.append((ts, j))
+        for writer, skew in skews:
+            marks.note(writer, BASE + rnd * 100 + skew + noted_ms)
+        marks.cycle()
+    return written
+
+
+def three_rounds_group(manager, store, kafka, wconfig, unique, root):
+    """A new group on a new one-segment stream holding three rounds of five events, each
+    round noted at its start + 50 ms and followed by a watermark (the window tests' data)."""
+    stream = make_stream(manager, unique, segments=1)
+    marks = Marks(stream, store, root)
+    with EventWriter("w", stream, store=store, bootstrap_servers=kafka, config=wconfig) as w:
+        write_rounds(marks, ((w, 0),), rounds=3, per_round=5, noted_ms=50)
+    return ReaderGroup.create(f"g{unique}", stream, **group_kw(store, kafka, root))
+
+
 def read_all(reader, idle_ms=800, first_ms=5_000):
     """Events until ``idle_ms`` pass without one; the first read may wait ``first_ms``
     (a new reader's consumer fetches metadata and its first batch, slow on busy cores)."""
@@ -125,6 +155,23 @@ def read_along(
         errors.append(exc)
 
 
+def write_along(writer, keys, sent, stop, pause_s, each=None):
+    """A writer thread's loop, ``read_along``'s counterpart: ``key:n`` events round robin
+    over ``keys`` (``n`` counted per key in ``sent``, the i-th at ``BASE + i``) until
+    ``stop`` is set, ``pause_s()`` seconds apart; ``each(i)`` runs after the i-th event.
+    Returns how many were written."""
+    i = 0
+    while not stop.is_set():
+        key = keys[i % len(keys)]
+        writer.write(f"{key}:{sent[key]}".encode(), routing_key=key, timestamp=BASE + i)
+        sent[key] += 1
+        i += 1
+        if each is not None:
+            each(i)
+        time.sleep(pause_s())
+    return i
+
+
 def group_kw(store, kafka, root, config=FAST):
     return {"store": store, "bootstrap_servers": kafka, "delta_root": root, "config": config}
 
@@ -149,22 +196,18 @@ def test_from_time_loses_nothing_with_writers_ahead(
     root = str(tmp_path)
     stream = make_stream(manager, unique)
     marks = Marks(stream, store, root)
-    written = []
+
+    def event(writer, j, ts):
+        key = f"{writer.writer_id}-{j % 3}"
+        return f"{key}@{ts}".encode(), key
+
     with (
         EventWriter("a", stream, store=store, bootstrap_servers=kafka, config=wconfig) as a,
         EventWriter("b", stream, store=store, bootstrap_servers=kafka, config=wconfig) as b,
     ):
-        for rnd in range(8):
-            for writer, skew in ((a, 0), (b, 700)):
-                for j in range(6):
-                    ts = BASE + rnd * 100 + skew + j * 15
-                    key = f"{writer.writer_id}-{j % 3}"
-                    writer.write(f"{key}@{ts}".encode(), routing_key=key, timestamp=ts)
-                    written.append(ts)
-            for writer, skew in ((a, 0), (b, 700)):
-                # noted time >= every event written so far; the next round runs ahead of it
-                marks.note(writer, BASE + rnd * 100 + skew + 99)
-            marks.cycle()
+        # each noted time >= every event written so far; the next round runs ahead of it
+        rounds = write_rounds(marks, ((a, 0), (b, 700)), 8, 6, event, step_ms=15)
+        written = [ts for ts, _ in rounds]
         for writer, skew in ((a, 0), (b, 700)):  # ahead of the last note, after every mark
             writer.write(b"tail", routing_key="tail", timestamp=BASE + 900 + skew)
             written.append(BASE + 900 + skew)
@@ -228,15 +271,7 @@ def test_readers_follow_scaling_in_key_order(manager, store, kafka, wconfig, uni
 
 def test_group_and_reader_windows(manager, store, kafka, wconfig, unique, tmp_path):
     root = str(tmp_path)
-    stream = make_stream(manager, unique, segments=1)
-    marks = Marks(stream, store, root)
-    with EventWriter("w", stream, store=store, bootstrap_servers=kafka, config=wconfig) as w:
-        for rnd in range(3):
-            for j in range(5):
-                w.write(b"x", routing_key="k", timestamp=BASE + rnd * 100 + j)
-            marks.note(w, BASE + rnd * 100 + 50)
-            marks.cycle()
-    group = ReaderGroup.create(f"g{unique}", stream, **group_kw(store, kafka, root))
+    group = three_rounds_group(manager, store, kafka, wconfig, unique, root)
     with group:
         window = group.current_time_window()
         assert (window.lower, window.upper) == (None, BASE + 50)

@@ -68,6 +68,14 @@ def fill(stream, store, kafka, wconfig, root, rounds):
     return marks
 
 
+def filled_stream(manager, store, kafka, wconfig, root, unique, rounds, segments):
+    """A new stream of ``segments`` segments, ``fill``-ed with ``rounds`` rounds: its name
+    and how many events it holds."""
+    stream = make_stream(manager, unique, segments=segments)
+    fill(stream, store, kafka, wconfig, root, rounds)
+    return stream, rounds * KEYS
+
+
 class Readers:
     """Reader threads of one group; ``delays`` (seconds slept after each event) by name."""
 
@@ -171,9 +179,7 @@ def test_time_rebalancing_moves_the_group_lower_bound_faster(
     segments to the fast reader and the group's lower bound advances faster."""
     root = str(tmp_path)
     rounds = 40
-    stream = make_stream(manager, unique, segments=4)
-    fill(stream, store, kafka, wconfig, root, rounds)
-    total = rounds * KEYS
+    stream, total = filled_stream(manager, store, kafka, wconfig, root, unique, rounds, 4)
     seconds = 6.0
     # and a short prefetch queue (both runs): a segment a reader takes over is read
     # at once, not after the backlog already queued for its other segments
@@ -196,9 +202,7 @@ def test_alignment_keeps_readers_within_max_drift(manager, store, kafka, wconfig
     lower bound and resumes them as the slow reader catches up."""
     root = str(tmp_path)
     rounds = 60
-    stream = make_stream(manager, unique, segments=4)
-    fill(stream, store, kafka, wconfig, root, rounds)
-    total = rounds * KEYS
+    stream, total = filled_stream(manager, store, kafka, wconfig, root, unique, rounds, 4)
     _, free = lower_bound_after("free", stream, store, kafka, root, 4.0, total, rounds, unique)
     _, aligned = lower_bound_after(
         "aligned", stream, store, kafka, root, 4.0, total, rounds, unique, max_drift_ms=500
@@ -222,9 +226,7 @@ def test_checkpoint_with_readers_online_then_reset(
 ):
     root = str(tmp_path)
     rounds = 30
-    stream = make_stream(manager, unique, segments=2)
-    fill(stream, store, kafka, wconfig, root, rounds)
-    total = rounds * KEYS
+    stream, total = filled_stream(manager, store, kafka, wconfig, root, unique, rounds, 2)
     name = f"cp{unique}"
     group = ReaderGroup(name, stream, **kw(store, kafka, root))
     with group:
@@ -305,9 +307,7 @@ def test_a_reader_that_dies_hands_its_segments_on(
     group's window never goes backwards."""
     root = str(tmp_path)
     rounds = 30
-    stream = make_stream(manager, unique, segments=2)
-    fill(stream, store, kafka, wconfig, root, rounds)
-    total = rounds * KEYS
+    stream, total = filled_stream(manager, store, kafka, wconfig, root, unique, rounds, 2)
     name = f"die{unique}"
     ReaderGroup(name, stream, **kw(store, kafka, root)).close()
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}

@@ -43,6 +43,13 @@ def policy_stream(manager, unique: str, config: StreamConfiguration) -> str:
     return stream
 
 
+def retained_stream(manager, store, unique: str, root: str, retention: RetentionPolicy):
+    """A new two-segment stream kept by ``retention``, and the ``Marks`` of its watermarks."""
+    config = StreamConfiguration(ScalingPolicy.fixed(2), retention_policy=retention)
+    stream = policy_stream(manager, unique, config)
+    return stream, Marks(stream, store, root)
+
+
 def stored(kafka: str, meta: StreamMetadata) -> list[tuple[int, int, bytes, int]]:
     """Every record Kafka still holds: (partition, offset, value, bytes)."""
     consumer = Consumer(
@@ -77,17 +84,16 @@ def stored(kafka: str, meta: StreamMetadata) -> list[tuple[int, int, bytes, int]
 def write_rounds(
     writer, marks, rounds: int, per_round: int, *, size: int = 0, first: int = 0
 ) -> list[int]:
-    """``rounds`` rounds of events at BASE + round*100 + j*10, a note and a watermark after each."""
-    times = []
-    for rnd in range(first, first + rounds):
-        for j in range(per_round):
-            ts = BASE + rnd * 100 + j * 10
-            body = f"{ts}".encode().ljust(size, b".")
-            writer.write(body, routing_key=f"k{j % 4}", timestamp=ts)
-            times.append(ts)
-        marks.note(writer, BASE + rnd * 100 + 99)
-        assert marks.cycle() is not None
-    return times
+    """``rounds`` rounds of events at BASE + round*100 + j*10 (bodies: their time, padded to
+    ``size`` bytes), a note and a watermark after each (``rg.write_rounds``); their times."""
+    emitted = len(marks.emitted)
+
+    def event(_writer, j: int, ts: int) -> tuple[bytes, str]:
+        return f"{ts}".encode().ljust(size, b"."), f"k{j % 4}"
+
+    written = rg.write_rounds(marks, ((writer, 0),), rounds, per_round, event, 10, first=first)
+    assert len(marks.emitted) == emitted + rounds  # a watermark after every round
+    return [ts for ts, _ in written]
 
 
 def test_retention_by_time_removes_only_what_is_older_and_readers_are_told(
@@ -95,11 +101,7 @@ def test_retention_by_time_removes_only_what_is_older_and_readers_are_told(
 ):
     root = str(tmp_path)
     limit_ms = 60_000
-    config = StreamConfiguration(
-        ScalingPolicy.fixed(2), retention_policy=RetentionPolicy.by_time(limit_ms)
-    )
-    stream = policy_stream(manager, unique, config)
-    marks = Marks(stream, store, root)
+    stream, marks = retained_stream(manager, store, unique, root, RetentionPolicy.by_time(limit_ms))
     with EventWriter("a", stream, store=store, bootstrap_servers=kafka, config=wconfig) as w:
         written = write_rounds(w, marks, rounds=10, per_round=8)
         w.write(str(BASE + 5_000).encode(), routing_key="tail", timestamp=BASE + 5_000)
@@ -180,11 +182,7 @@ def test_retention_by_size_keeps_the_stream_under_its_limit(
 ):
     root = str(tmp_path)
     limit = 3_000
-    config = StreamConfiguration(
-        ScalingPolicy.fixed(2), retention_policy=RetentionPolicy.by_size(limit)
-    )
-    stream = policy_stream(manager, unique, config)
-    marks = Marks(stream, store, root)
+    stream, marks = retained_stream(manager, store, unique, root, RetentionPolicy.by_size(limit))
     index = SeekIndex(root, refresh_interval_ms=0)
     sizes = SegmentSizes(kafka, mark_every=1)  # exact counts: the cut is the tightest one
     cut_at = functools.partial(stream_cut_at, index=index)
@@ -231,13 +229,7 @@ def test_autoscale_splits_a_hot_segment_and_merges_idle_ones_in_key_order(
 
     def write() -> None:
         with EventWriter("w", stream, store=store, bootstrap_servers=kafka, config=wconfig) as w:
-            i = 0
-            while not stop.is_set():
-                key = keys[i % len(keys)]
-                w.write(f"{key}:{sent[key]}".encode(), routing_key=key, timestamp=BASE + i)
-                sent[key] += 1
-                i += 1
-                time.sleep(1 / rate["per_s"])
+            rg.write_along(w, keys, sent, stop, lambda: 1 / rate["per_s"])
 
     group = ReaderGroup(
         f"g{unique}",

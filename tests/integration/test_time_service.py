@@ -37,13 +37,16 @@ def append_marks(root, stream, marks, emitted_step_ms=1_000, top=None):
     for _, _, upper, _ in marks:
         top = upper if top is None else max(top, upper)
         maxima.append(top)
+    keys = {  # the columns both tables key their rows by
+        "stream": [stream] * len(marks),
+        "seq": [m[0] for m in marks],
+        "time": [m[1] for m in marks],
+    }
     write_deltalake(
         table_path(root, MARKS),
         pa.table(
             {
-                "stream": [stream] * len(marks),
-                "seq": [m[0] for m in marks],
-                "time": [m[1] for m in marks],
+                **keys,
                 "upper_time": [m[2] for m in marks],
                 "stream_cut": [
                     [{"segment": s, "offset": o} for s, o in sorted(m[3].items())] for m in marks
@@ -57,15 +60,7 @@ def append_marks(root, stream, marks, emitted_step_ms=1_000, top=None):
     )
     write_deltalake(
         table_path(root, INDEX),
-        pa.table(
-            {
-                "stream": [stream] * len(marks),
-                "seq": [m[0] for m in marks],
-                "time": [m[1] for m in marks],
-                "upper_time_max": maxima,
-            },
-            schema=INDEX_ARROW,
-        ),
+        pa.table({**keys, "upper_time_max": maxima}, schema=INDEX_ARROW),
         mode="append",
     )
     return top

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
@@ -112,20 +113,29 @@ def marks(
     return [WriterMarkRecord.decode(m.value()) for m in msgs if m.key() == stream.encode()]
 
 
-@pytest.fixture
-def writer_factory(store: MemoryStore, kafka: str, config: WriterConfig) -> Iterator:
+def made_writers(
+    cls: type, store: MemoryStore, kafka: str, config: WriterConfig, default_id: str, **close: int
+) -> Iterator:
+    """Yields ``make(stream, writer_id=default_id, **kw)``, which builds a ``cls`` writer
+    (with ``config`` unless given); every one made is closed after the test, whatever
+    state the test left it in."""
     made: list = []
 
-    def make(stream: str, writer_id: str | None = "w1", **kw: object) -> EventWriter:
+    def make(stream: str, writer_id: str | None = default_id, **kw: object) -> Any:
         kw.setdefault("config", config)
-        w = EventWriter(writer_id, stream, store=store, bootstrap_servers=kafka, **kw)  # type: ignore[arg-type]
+        w = cls(writer_id, stream, store=store, bootstrap_servers=kafka, **kw)
         made.append(w)
         return w
 
     yield make
     for w in made:
         with contextlib.suppress(Exception):
-            w.close(timeout_ms=5_000)
+            w.close(**close)
+
+
+@pytest.fixture
+def writer_factory(store: MemoryStore, kafka: str, config: WriterConfig) -> Iterator:
+    yield from made_writers(EventWriter, store, kafka, config, "w1", timeout_ms=5_000)
 
 
 # --- positions and marks ------------------------------------------------------------------------
@@ -338,18 +348,7 @@ def test_scale_keeps_per_key_order_and_timestamps(kafka, manager, unique, writer
 
 @pytest.fixture
 def txn_writer(store, kafka, config) -> Iterator:
-    made: list = []
-
-    def make(stream: str, writer_id: str = "t1", **kw: object) -> TransactionalWriter:
-        kw.setdefault("config", config)
-        w = TransactionalWriter(writer_id, stream, store=store, bootstrap_servers=kafka, **kw)  # type: ignore[arg-type]
-        made.append(w)
-        return w
-
-    yield make
-    for w in made:
-        with contextlib.suppress(Exception):
-            w.close()
+    yield from made_writers(TransactionalWriter, store, kafka, config, "t1")
 
 
 def test_commit_mark_is_visible_exactly_with_the_data(kafka, manager, unique, txn_writer, settings):

@@ -105,20 +105,17 @@ def test_every_event_is_read_when_the_writer_closes_soon_after_a_merge(
     stop, started = threading.Event(), threading.Event()
     errors: list[BaseException] = []
 
+    def started_at_20(i: int) -> None:
+        if i == 20:
+            started.set()
+
     def write() -> None:
         try:
             with EventWriter(
                 "w", stream, store=watched, bootstrap_servers=kafka, config=wconfig
             ) as w:
-                i = 0
-                while not stop.is_set():
-                    key = KEYS[i % len(KEYS)]
-                    w.write(f"{key}:{sent[key]}".encode(), routing_key=key, timestamp=BASE + i)
-                    sent[key] += 1
-                    i += 1
-                    if i == 20:
-                        started.set()
-                    time.sleep(0.01)  # ~100 events/s: some land around the seal
+                # ~100 events/s: some land around the seal
+                i = rg.write_along(w, KEYS, sent, stop, lambda: 0.01, each=started_at_20)
                 w.note_time(BASE + i)
         except BaseException as exc:  # the test fails on it below
             errors.append(exc)

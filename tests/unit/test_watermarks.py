@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import pytest
 from hypothesis import given, settings
@@ -431,19 +431,8 @@ def scenarios(draw: st.DrawFn):
 def test_properties_of_emitted_watermarks(scenario):
     epochs, steps = scenario
     segments = {seg.id: seg for epoch in epochs for seg in epoch.segments}
-    marks: dict[str, WriterMark] = {}
-    state = GenerationState()
-    now_ms = 0
-    for step in steps:
-        if step[0] == "note":
-            _, writer, new = step
-            if accept_mark(marks.get(writer), new) is Verdict.ACCEPTED:
-                marks[writer] = new
-            continue
-        _, elapsed, timeout_ms = step
-        now_ms += elapsed
+    for marks, state, out in scenario_cycles(epochs, steps):
         previous = state.previous
-        out = watermark_cycle(STREAM, marks, state, epochs, now_ms, timeout_ms)
         taking_part = {w: m for w, m in marks.items() if previous is None or m.time > previous.time}
         mark_ = out.watermark
         if mark_ is not None:
@@ -464,9 +453,6 @@ def test_properties_of_emitted_watermarks(scenario):
         assert out.removed <= marks.keys()
         assert not out.removed & out.state.lagging_since.keys()
         assert out.state.lagging_since.keys() <= marks.keys() - taking_part.keys()
-        for writer in out.removed:
-            del marks[writer]
-        state = out.state
 
 
 @settings(max_examples=200, deadline=None)
@@ -485,12 +471,14 @@ def test_upper_bound_is_order_free_and_never_behind(data):
         assert not_behind(cut, pos, segments)
 
 
-def emitted_watermarks(epochs: Sequence[Epoch], steps) -> list[Watermark]:
-    """Run a scenario's steps the way the controller job does; the watermarks, in order."""
+def scenario_cycles(
+    epochs: Sequence[Epoch], steps
+) -> Iterator[tuple[Mapping[str, WriterMark], GenerationState, Cycle]]:
+    """Run a scenario's steps the way the controller job does: per cycle, the marks and
+    state it ran on and its result (the writers it removed are dropped after the yield)."""
     marks: dict[str, WriterMark] = {}
     state = GenerationState()
     now_ms = 0
-    out: list[Watermark] = []
     for step in steps:
         if step[0] == "note":
             _, writer, new = step
@@ -499,12 +487,19 @@ def emitted_watermarks(epochs: Sequence[Epoch], steps) -> list[Watermark]:
             continue
         now_ms += step[1]
         result = watermark_cycle(STREAM, marks, state, epochs, now_ms, step[2])
+        yield marks, state, result
         for writer in result.removed:
             del marks[writer]
         state = result.state
-        if result.watermark is not None:
-            out.append(result.watermark)
-    return out
+
+
+def emitted_watermarks(epochs: Sequence[Epoch], steps) -> list[Watermark]:
+    """Run a scenario's steps the way the controller job does; the watermarks, in order."""
+    return [
+        result.watermark
+        for _, _, result in scenario_cycles(epochs, steps)
+        if result.watermark is not None
+    ]
 
 
 def test_upper_time_covers_events_that_ran_ahead_of_the_noted_time():
