@@ -215,6 +215,13 @@ class StreamState:
         )
 
 
+def _shut_down_at_watermark(state: StreamState) -> bool:
+    previous = state.generation.previous
+    return previous is not None and any(
+        not s.mark.alive and s.mark.time <= previous.time for s in state.marks.values()
+    )
+
+
 def retired_writer(writer_id: str, instance: str | None) -> str:
     """The name a shut-down instance's last mark keeps once a new instance takes its id."""
     return f"{writer_id} (instance {instance}, shut down)"
@@ -421,6 +428,13 @@ class StreamWorkflow:
         sets ``state.due_ms`` to when waiting can next change the outcome. Then the
         stream's laggards, when they changed since the last recorded snapshot."""
         out = self._cycle(stream, state, now_ms)
+        for _ in range(len(state.marks)):
+            if not (out and isinstance(out[-1], Emitted) and _shut_down_at_watermark(state)):
+                break
+            # A shut-down writer that bounded this watermark is dropped by the next cycle,
+            # which may emit again at once (a retired instance in a replayed batch): run it
+            # now rather than wait for the stream's next mark.
+            out += self._cycle(stream, state, now_ms)
         found = laggards_of(stream, state, now_ms, self.settings.laggard_threshold_ms)
         rows = laggard_update(stream, found, state.laggards, now_ms)
         if rows is not None:
