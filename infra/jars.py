@@ -100,6 +100,7 @@ def artifact_name(jar: str) -> str:
 
 def spark_extra_jars(env: Environment | None = None) -> list[str]:
     """The Spark packages' jars minus the artifacts pyspark already ships."""
+    # pyspark: only a Spark session needs this; Kafka and ZooKeeper use this module too
     import pyspark
 
     shipped = {

@@ -233,6 +233,7 @@ class PostgresServer:
 
     def wait_ready(self, timeout_s: float) -> None:
         """Ready when a psycopg connection to the ``postgres`` database succeeds."""
+        # psycopg: only a started PostgreSQL needs the driver
         import psycopg
 
         deadline = time.monotonic() + timeout_s
@@ -252,6 +253,7 @@ class PostgresServer:
         )
 
     def _ensure_database(self) -> None:
+        # psycopg: as above
         import psycopg
 
         with psycopg.connect(self.admin_dsn, autocommit=True) as conn:

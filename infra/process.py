@@ -23,6 +23,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -169,8 +170,6 @@ def key_line(output: str, limit: int = 400) -> str:
 
 def stop_pid(pid: int, timeout_s: float = 15.0) -> bool:
     """Stop a process we only know by pid (``tidemark down``). True if it was running."""
-    import time
-
     try:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:

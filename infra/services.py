@@ -78,9 +78,10 @@ class LocalServices:
         return None
 
     def up(self) -> ServicesState:
+        # the service classes: only up() needs them, and tidemark --help imports this module
         from infra.kafka import KafkaCluster
-        from infra.postgres import PostgresServer
-        from infra.zookeeper import ZooKeeperServer
+        from infra.postgres import PostgresServer  # as above
+        from infra.zookeeper import ZooKeeperServer  # as above
 
         current = self.running()
         if current is not None:
@@ -239,8 +240,9 @@ def connected_services(
     else:
         yield found
         return
+    # the service classes: as in LocalServices.up
     from infra.kafka import KafkaCluster
-    from infra.zookeeper import ZooKeeperServer
+    from infra.zookeeper import ZooKeeperServer  # as above
 
     with contextlib.ExitStack() as stack:
         if work_dir is None:

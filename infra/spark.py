@@ -143,7 +143,7 @@ def start_callback_server(session: SparkSession) -> None:
 def stop_spark(session: SparkSession | None = None) -> None:
     """Stop the session and the JVM behind it (pyspark keeps it alive otherwise)."""
     from pyspark import SparkContext  # lazily, as above
-    from pyspark.sql import SparkSession
+    from pyspark.sql import SparkSession  # lazily, as above
 
     session = session or SparkSession.getActiveSession()
     if session is not None:

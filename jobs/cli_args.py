@@ -12,8 +12,11 @@ import argparse
 
 from controller.exceptions import InvalidModelError
 from controller.naming import ClusterSettings, check_instance_id
+from infra.services import KAFKA, ZOOKEEPER, data_root, resolve_services
 from jobs.config import ControllerSettings, CycleTrigger
 from jobs.exceptions import JobConfigurationError
+from tidemark.environment import Environment
+from tidemark.errors import ConfigurationError
 
 
 def instance_id(text: str) -> str:
@@ -104,10 +107,6 @@ def add_controller_arguments(parser: argparse.ArgumentParser) -> None:
 
 def settings_from_args(args: argparse.Namespace) -> ControllerSettings:
     """Options, then the environment (``tidemark.environment``), then ``tidemark up``'s services."""
-    from infra.services import KAFKA, ZOOKEEPER, data_root, resolve_services
-    from tidemark.environment import Environment
-    from tidemark.errors import ConfigurationError
-
     env = Environment.from_env()
     try:
         found = resolve_services(KAFKA, ZOOKEEPER, kafka=args.bootstrap, zk=args.zk, env=env)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 from jobs.maintenance import (
@@ -85,8 +86,6 @@ def main(argv: list[str] | None = None) -> int:
 def launched_by_spark_submit() -> bool:
     """spark-submit starts the Python driver from its JVM and names the gateway port
     (used by ``jobs.complete_window``)."""
-    import os
-
     return bool(os.environ.get("PYSPARK_GATEWAY_PORT"))
 
 

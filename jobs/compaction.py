@@ -31,6 +31,7 @@ delta-rs read the result.
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
 from collections.abc import Sequence
@@ -40,6 +41,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from deltalake import PostCommitHookProperties
+from deltalake.transaction import AddAction, RemoveAction
 
 from pipelines.reading.watermark_tables import add_actions, filesystem_path
 from schemas.arrow import ARROW_SCHEMAS
@@ -114,9 +117,6 @@ def compact_in_time_order(
 ) -> tuple[int, int]:
     """Rewrite the small files of ``dt`` (the open table named ``table``) in time order;
     ``(files removed, files added)``. One commit for all bins."""
-    from deltalake import PostCommitHookProperties
-    from deltalake.transaction import AddAction, RemoveAction
-
     files = small_files(dt, table, target_bytes)
     first = [f for f in files if f.size < target_bytes // TIER]
     second = [f for f in files if f.size >= target_bytes // TIER]
@@ -163,8 +163,6 @@ def _write(uri: str, rows: pa.Table, row_group_rows: int) -> int:
         rows, path, filesystem=filesystem, row_group_size=row_group_rows, compression="snappy"
     )
     if filesystem is None:
-        import os
-
         return os.path.getsize(path)
     return int(filesystem.get_file_info(path).size)
 
@@ -173,8 +171,6 @@ def _delete(uri: str) -> None:
     filesystem, path = filesystem_path(uri)
     try:
         if filesystem is None:
-            import os
-
             os.remove(path)
         else:
             filesystem.delete_file(path)

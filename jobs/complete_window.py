@@ -50,17 +50,31 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from tempfile import mkdtemp
 from typing import Any
 
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
+
 from controller.kafka.settings import spark_source_options
+from controller.naming import ClusterSettings
 from controller.navigation import SegmentRange, ranges_between
 from controller.store import MetadataStore
 from controller.zookeeper.session import close_session, open_session
+from controller.zookeeper.store import ZooKeeperStore
+from infra.services import KAFKA, ZOOKEEPER, data_root, resolve_services
+from infra.spark import SparkSettings, spark_session, stop_spark
+from jobs.compact_index import launched_by_spark_submit
 from jobs.exceptions import JobConfigurationError, WindowNotCompleteError
 from jobs.window_args import WindowRun, add_window_arguments, window_run_from_args
 from pipelines.reading.exceptions import StreamTimeTimeoutError
 from pipelines.reading.seek import SeekIndex, start_cut_for
 from pipelines.reading.stream_time import EXIT_NOT_YET, wait_for_time
+from tidemark.environment import Environment
+from tidemark.errors import TidemarkError
 
 log = logging.getLogger(__name__)
 
@@ -166,8 +180,9 @@ EVENTS_VIEW = "window_events"
 def window_events(spark: Any, plan: WindowPlan, bootstrap_servers: str) -> Any:
     """The window's records: the plan's offset ranges from Kafka (read_committed), those
     with time in [start, end); columns ``key, value, ts, segment, offset``."""
+    # pyspark: only the Spark steps load it; planning a window needs none
     from pyspark.sql import functions as F
-    from pyspark.sql.types import BinaryType, LongType, StructField, StructType
+    from pyspark.sql.types import BinaryType, LongType, StructField, StructType  # as above
 
     if not plan.ranges:
         empty = StructType(
@@ -200,6 +215,7 @@ def window_events(spark: Any, plan: WindowPlan, bootstrap_servers: str) -> Any:
 
 def query_window(spark: Any, plan: WindowPlan, bootstrap_servers: str, sql: str) -> Any:
     """``sql`` over the view ``window_events``, with ``stream, window_start, window_end``."""
+    # pyspark: only the Spark steps load it; planning a window needs none
     from pyspark.sql import functions as F
 
     window_events(spark, plan, bootstrap_servers).createOrReplaceTempView(EVENTS_VIEW)
@@ -230,6 +246,7 @@ def write_window(frame: Any, stream: str, window_start: int, output: str) -> Non
 
 def aggregate(spark: Any, plan: WindowPlan, bootstrap_servers: str) -> WindowResult:
     """Read the plan's ranges from Kafka (read_committed) and aggregate [start, end)."""
+    # pyspark: only the Spark steps load it; planning a window needs none
     from pyspark.sql import functions as F
 
     now = int(time.time() * 1000)
@@ -261,6 +278,7 @@ def write_result(
 ) -> None:
     """Write the row, idempotently (:func:`write_window`); ``output`` defaults to
     ``<delta root>/window_aggregates``."""
+    # pyspark: only the Spark steps load it; planning a window needs none
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
     schema = StructType(
@@ -317,11 +335,6 @@ def run_window(
 
 def last_window_start(delta_root: str, stream: str, output: str | None = None) -> int | None:
     """The start of the last window written for ``stream`` to ``output``, if any."""
-    import pyarrow.compute as pc
-    import pyarrow.dataset as ds
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
-
     try:
         table = DeltaTable(output or output_path(delta_root))
     except TableNotFoundError:
@@ -437,11 +450,6 @@ def run_windows(
 
 def run_from_args(args: argparse.Namespace, spark: Any = None) -> int:
     """Resolve services, start Spark (unless given or under spark-submit), run."""
-    from controller.naming import ClusterSettings
-    from controller.zookeeper.store import ZooKeeperStore
-    from infra.services import KAFKA, ZOOKEEPER, data_root, resolve_services
-    from tidemark.environment import Environment
-
     run = window_run_from_args(args)
     env = Environment.from_env()
     found = resolve_services(KAFKA, ZOOKEEPER, kafka=args.bootstrap, zk=args.zk, env=env)
@@ -473,23 +481,16 @@ def run_from_args(args: argparse.Namespace, spark: Any = None) -> int:
     finally:
         close_session(client)
         if local is not None:
-            from infra.spark import stop_spark
-
             stop_spark(local)
 
 
 def _spark() -> tuple[Any, Any]:
     """(session, the local session to stop afterwards or None under spark-submit)."""
-    from jobs.compact_index import launched_by_spark_submit
-
     if launched_by_spark_submit():
+        # pyspark: as in window_events
         from pyspark.sql import SparkSession
 
         return SparkSession.builder.appName("tidemark-window-run").getOrCreate(), None
-    from pathlib import Path
-    from tempfile import mkdtemp
-
-    from infra.spark import SparkSettings, spark_session
 
     session = spark_session(
         SparkSettings(work_dir=Path(mkdtemp(prefix="tidemark-window-")), app_name="window-run")
@@ -498,8 +499,6 @@ def _spark() -> tuple[Any, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tidemark.errors import TidemarkError
-
     parser = argparse.ArgumentParser(prog="complete_window", description=__doc__.split("\n")[0])
     add_window_arguments(parser)
     args = parser.parse_args(argv)

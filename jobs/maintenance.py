@@ -55,10 +55,15 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from jobs.compaction import TIER
+from deltalake import DeltaTable
+from deltalake.exceptions import CommitFailedError, TableNotFoundError
+
+from jobs.compaction import TIER, compact_in_time_order
+from jobs.exceptions import JobConfigurationError
+from pipelines.reading.watermark_tables import add_actions
 from schemas.tables import TABLES, table_path
 
 log = logging.getLogger(__name__)
@@ -129,8 +134,6 @@ class MaintenanceSettings:
     storage_options: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        from jobs.exceptions import JobConfigurationError
-
         if not str(self.delta_root).strip():
             raise JobConfigurationError("no delta root: pass the directory or URI of the tables")
         if self.compact_min_files < 2:
@@ -332,8 +335,6 @@ class Maintainer:
 
     def state(self, table: str) -> TableState:
         """The table's current :class:`TableState` (files and sizes from the log)."""
-        from pipelines.reading.watermark_tables import add_actions
-
         dt = self._table(table)
         if dt is None:
             return TableState(-1, 0, 0, 0, 0, None, None)
@@ -354,9 +355,6 @@ class Maintainer:
 
     def _table(self, table: str) -> Any:
         """The open table, brought up to date; ``None`` while it does not exist."""
-        from deltalake import DeltaTable
-        from deltalake.exceptions import TableNotFoundError
-
         dt = self._open.get(table)
         if dt is None:
             try:
@@ -373,7 +371,6 @@ class Maintainer:
 
     def _compact(self, table: str) -> tuple[int, int]:
         """Rewrite the small files in time order; a failed commit is retried on the new version."""
-        from jobs.compaction import compact_in_time_order
 
         def attempt() -> tuple[int, int]:
             return compact_in_time_order(
@@ -428,8 +425,6 @@ class Maintainer:
     def _retrying(
         self, table: str, what: str, action: Callable[[], tuple[int, int]]
     ) -> tuple[int, int]:
-        from deltalake.exceptions import CommitFailedError
-
         delay = 0.05
         for attempt in range(1, self.settings.commit_attempts + 1):
             try:
@@ -488,8 +483,6 @@ def maintenance_switch(settings: Any) -> MaintenanceSwitch:
 
 
 def _with(report: PassReport, **changes: Any) -> PassReport:
-    from dataclasses import replace
-
     return replace(report, **changes)
 
 

@@ -45,7 +45,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -220,8 +220,6 @@ def shared_metrics() -> ControllerMetrics:
 
 def serve_metrics(port: int, addr: str = "0.0.0.0") -> ControllerMetrics:
     """Serve the default registry on ``addr:port`` (a daemon thread); the shared metrics."""
-    from prometheus_client import start_http_server
-
     start_http_server(port, addr)
     return shared_metrics()
 

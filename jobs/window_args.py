@@ -11,6 +11,7 @@ import argparse
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from controller.timestamps import check_timestamp
 from jobs.exceptions import JobConfigurationError
 
 
@@ -77,7 +78,7 @@ def add_window_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def window_run_from_args(args: argparse.Namespace) -> WindowRun:
-    from controller.timestamps import check_timestamp
+    # pipelines.reading.seek: off tidemark --help, whose parser takes these arguments
     from pipelines.reading.seek import parse_duration
 
     every = None if args.every is None else parse_duration(args.every)

@@ -27,7 +27,14 @@ from typing import Any
 from controller.config import ScalingPolicy, StreamConfiguration
 from controller.model import KeyRange, TimeWindow, Watermark
 from controller.naming import ClusterSettings
+from controller.streams import StreamManager
 from controller.zookeeper.session import close_session, open_session
+from controller.zookeeper.store import ZooKeeperStore
+from jobs.config import ControllerSettings
+from pipelines.reading.group import ReaderGroup
+from pipelines.reading.seek import complete_cut_at, stream_cut_at
+from pipelines.writing.config import WriterConfig
+from pipelines.writing.writer import EventWriter
 
 log = logging.getLogger(__name__)
 
@@ -73,9 +80,6 @@ def _write_history(
     env: Any, stream: str, base_ms: int
 ) -> tuple[int, int, list[int], list[tuple[int, int]]]:
     """Three writers, a scale at half time, one writer shutting down; (events, last time)."""
-    from pipelines.writing.config import WriterConfig
-    from pipelines.writing.writer import EventWriter
-
     writers = {
         name: EventWriter(
             name,
@@ -145,13 +149,9 @@ def run_demo(
 ) -> DemoReport:
     """The demo under ``work_dir`` (tables in ``work_dir/delta``); ``progress`` is told
     each of :data:`STEPS_SHOWN` as it starts."""
-    from controller.streams import StreamManager
-    from controller.zookeeper.store import ZooKeeperStore
-    from jobs.config import ControllerSettings
+    # pyspark and pandas: the chart imports this module for DemoReport and needs neither
     from jobs.controller_job import ControllerJob
-    from jobs.tables import read_watermarks
-    from pipelines.reading.group import ReaderGroup
-    from pipelines.reading.seek import complete_cut_at, stream_cut_at
+    from jobs.tables import read_watermarks  # pyarrow: as above
 
     unique = unique or new_unique()
     cluster = demo_cluster(unique)
@@ -234,6 +234,7 @@ def run_demo(
 
 
 def _emitted_at(delta_root: str, stream: str) -> dict[int, int]:
+    # pyarrow: as in run_demo
     from jobs.tables import MARKS, read_table
 
     return {int(r["seq"]): int(r["emitted_at"]) for r in read_table(delta_root, MARKS, stream)}

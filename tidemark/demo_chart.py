@@ -17,10 +17,11 @@ from tidemark.demo import DemoReport
 
 
 def write_chart(report: DemoReport, path: Path) -> Path:
+    # matplotlib (the demo extra): only writing a chart loads it
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # as above
 
     if not report.events:
         raise ValueError("the demo wrote no events: nothing to chart")

@@ -48,6 +48,7 @@ from pipelines.reading.exceptions import (
     ReaderClosedError,
     ReaderConfigError,
     ReaderGroupActiveError,
+    ReaderGroupExistsError,
     StreamDeletedError,
     UnknownCheckpointError,
     UnknownReaderGroupError,
@@ -69,6 +70,7 @@ from pipelines.reading.seek import (
     start_cut_for,
     wall_clock_ms,
 )
+from pipelines.reading.time_service import default_index
 from pipelines.reading.view import GroupView, cut_commits, group_view, sizes_pending
 from pipelines.reading.windows import WatermarkFeed, reader_position, window_at
 
@@ -129,8 +131,6 @@ class ReaderGroup:
                 self.registry.create(_record)
                 created = True
         if stream is not None and stream != _record.stream:
-            from pipelines.reading.exceptions import ReaderGroupExistsError
-
             raise ReaderGroupExistsError(self.name, _record.stream)
         self.record = _record
         self.stream = _record.stream
@@ -179,8 +179,6 @@ class ReaderGroup:
             raise ReaderConfigError("give from_time or start_cut, not both")
         meta = live_metadata(store, stream)
         if from_time is not None:
-            from pipelines.reading.time_service import default_index
-
             # the running time service when one is configured, else Delta
             idx = index or default_index(delta_root, storage_options)
             cut = start_cut_for(stream, check_timestamp(from_time), meta, idx)
@@ -281,8 +279,6 @@ class ReaderGroup:
             raise ReaderConfigError("seek needs a timestamp or a cut (one of them)")
         meta = self._metadata()
         if timestamp is not None:
-            from pipelines.reading.time_service import default_index
-
             idx = default_index(self.delta_root, self.storage_options)
             target = start_cut_for(self.stream, check_timestamp(timestamp), meta, idx)
         else:

@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 import pyarrow as pa
+from deltalake import write_deltalake
 
 from controller.model import Watermark
 from pipelines.reading.watermark_tables import DeltaSource
@@ -100,8 +101,6 @@ def append_laggards(
     storage_options: Mapping[str, str] | None = None,
 ) -> None:
     """Append one snapshot (the controller's sink does this in production; tools, tests)."""
-    from deltalake import write_deltalake
-
     rows = pa.Table.from_pylist(laggard_rows(stream, at, laggards), schema=LAGGARDS_ARROW)
     write_deltalake(
         table_path(delta_root, LAGGARDS),

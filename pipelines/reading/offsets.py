@@ -21,8 +21,10 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from controller.kafka.retry import KafkaRetry
+from controller.kafka.settings import client_config
 from controller.model import segment_number
 from pipelines.reading.exceptions import ReaderError
 
@@ -146,10 +148,6 @@ class KafkaOffsets(OffsetStore):
 
     def forget(self) -> None:
         """Delete the Kafka consumer group (a failure is logged: nothing is lost)."""
-        from confluent_kafka.admin import AdminClient
-
-        from controller.kafka.settings import client_config
-
         admin = AdminClient({**client_config(self.settings["bootstrap.servers"])})
         for future in admin.delete_consumer_groups([self.group_id]).values():
             try:

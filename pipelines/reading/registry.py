@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from controller.metadata import cut_from_json, cut_to_json, json_bytes, json_from_bytes
+from controller.zookeeper.groups import ZooKeeperGroups
 from pipelines.reading.exceptions import (
     DuplicateReaderError,
     ReaderConfigError,
@@ -315,8 +316,6 @@ class ZooKeeperGroupRegistry(GroupRegistry):
     """The registry in ZooKeeper, through ``controller.zookeeper.groups`` (its znodes)."""
 
     def __init__(self, client: Any, root: str = "/tidemark") -> None:
-        from controller.zookeeper.groups import ZooKeeperGroups
-
         self.client = client
         self.groups = ZooKeeperGroups(client, root)
         self.base = self.groups.base

@@ -124,7 +124,7 @@ class DeltaSource:
     def refresh(self) -> bool:
         """Load newer log versions; True when the version moved (or the table appeared)."""
         from deltalake import DeltaTable  # on use: importing this module stays light
-        from deltalake.exceptions import TableNotFoundError
+        from deltalake.exceptions import TableNotFoundError  # as above
 
         if self._table is None:
             try:
@@ -228,7 +228,7 @@ def read_files(
     the rows are filtered with compute kernels, not a dataset scan.
     """
     import pyarrow as pa  # on use: importing this module stays light
-    import pyarrow.compute as pc
+    import pyarrow.compute as pc  # as above
 
     wanted = dict(bounds or {})
     if min_seq is not None:
@@ -296,7 +296,7 @@ class TableTail:
     def poll(self) -> pa.Table:
         """Rows of the stream with ``seq`` above the last one returned, in ``seq`` order."""
         import pyarrow as pa  # on use: importing this module stays light
-        import pyarrow.compute as pc
+        import pyarrow.compute as pc  # as above
 
         if not self.source.refresh():
             return pa.table({c: [] for c in self.columns})
@@ -382,9 +382,9 @@ def append_watermarks(
     maximum of earlier rows.
     """
     import pyarrow as pa  # pyarrow and deltalake only where a table is written
-    from deltalake import write_deltalake
+    from deltalake import write_deltalake  # as above
 
-    from schemas.arrow import INDEX_ARROW, MARKS_ARROW
+    from schemas.arrow import INDEX_ARROW, MARKS_ARROW  # pyarrow: its Arrow schemas, as above
 
     if not watermarks:
         return
@@ -458,8 +458,8 @@ def read_marks_as_of(
     ``(None, [])`` when there is no table; :class:`WatermarksUnavailableError` when the
     version does not exist."""
     import pyarrow.dataset as ds  # pyarrow and deltalake only where a table is read
-    from deltalake import DeltaTable
-    from deltalake.exceptions import DeltaError, TableNotFoundError
+    from deltalake import DeltaTable  # as above
+    from deltalake.exceptions import DeltaError, TableNotFoundError  # as above
 
     try:
         dt = DeltaTable(

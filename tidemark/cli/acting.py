@@ -24,7 +24,10 @@ import argparse
 import sys
 from typing import Any
 
+from infra.services import data_root
+from jobs.window_args import add_window_arguments
 from tidemark.cli.output import add_format_option, emit, emit_rows
+from tidemark.environment import Environment
 
 
 def register(sub: Any) -> None:
@@ -49,7 +52,6 @@ def register(sub: Any) -> None:
         description="Reads exactly the records between the window's two cuts and writes "
         "the result idempotently. Exit 75 while the window is not complete.",
     )
-    from jobs.window_args import add_window_arguments
 
     add_window_arguments(window)
     window.set_defaults(func=cmd_window_run)
@@ -66,15 +68,14 @@ def register(sub: Any) -> None:
 def _delta_root(args: argparse.Namespace) -> str:
     if args.delta_root:
         return str(args.delta_root)
-    from infra.services import data_root
-    from tidemark.environment import Environment
 
     return str(data_root(Environment.from_env()))
 
 
 def cmd_wait(args: argparse.Namespace) -> int:
+    # pyarrow, deltalake: off tidemark --help (the parser imports every verb module)
     from pipelines.reading.exceptions import StreamTimeTimeoutError
-    from pipelines.reading.stream_time import EXIT_NOT_YET, wait_for_time
+    from pipelines.reading.stream_time import EXIT_NOT_YET, wait_for_time  # as above
 
     try:
         mark = wait_for_time(args.stream, args.time, args.timeout_ms, delta_root=_delta_root(args))
@@ -90,12 +91,14 @@ def cmd_wait(args: argparse.Namespace) -> int:
 
 
 def cmd_window_run(args: argparse.Namespace) -> int:
+    # pyspark: only this verb runs a Spark job
     from jobs.complete_window import run_from_args
 
     return run_from_args(args)
 
 
 def cmd_laggards(args: argparse.Namespace) -> int:
+    # pyarrow and deltalake: only this verb reads the marks table
     from pipelines.reading.lateness import lateness_rows
 
     rows = lateness_rows(_delta_root(args), args.stream)

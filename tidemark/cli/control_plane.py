@@ -56,7 +56,7 @@ def control_plane(settings: ClusterSettings | None = None) -> Iterator[ControlPl
     # kazoo (and confluent_kafka, for the manager) only when a verb runs: the parser
     # imports every verb module, and they would add ~0.1 s to every `tidemark` command.
     from controller.zookeeper.session import zookeeper_session
-    from controller.zookeeper.store import ZooKeeperStore
+    from controller.zookeeper.store import ZooKeeperStore  # as above
 
     settings = settings or ClusterSettings()
     kafka, zk = service_addresses()

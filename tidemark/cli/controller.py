@@ -131,7 +131,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not env.python_zygote or not (env.spark_master or "local").startswith("local"):
         return run_local(args, policy_tasks(args))
     from jobs import processor  # pyspark and pandas, as run_local
-    from jobs.controller_job import driver_work_dir
+    from jobs.controller_job import driver_work_dir  # as above
 
     work_dir = driver_work_dir(settings_from_args(args), args.instance)
     zygote = PythonZygote.start(work_dir, (*PRELOAD, processor.__name__))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime
 import json
 import os
 import signal
@@ -25,7 +26,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TextIO
 
+from infra.services import connected_services
 from tidemark.cli.output import add_format_option
+from tidemark.environment import Environment
 
 
 def register(sub: Any) -> None:
@@ -73,6 +76,7 @@ class Steps:
     """One line per step with a spinner while it runs and its time once done (rich)."""
 
     def __init__(self, console: Any) -> None:
+        # rich (the demo extra): only this verb loads it
         from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
         self.progress = Progress(
@@ -106,18 +110,17 @@ class Steps:
 
 
 def _default_dir() -> Path:
-    from tidemark.environment import Environment
-
     return Environment.from_env().home / "demo" / time.strftime("%Y%m%d-%H%M%S")
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    # rich: as in Steps
     from rich.console import Console
 
-    from infra.services import connected_services
+    # Spark settings, kazoo, matplotlib: off tidemark --help (the parser imports every verb module)
     from infra.spark import SparkSettings, spark_session, stop_spark
-    from tidemark.demo import demo_cluster, new_unique, run_demo
-    from tidemark.demo_chart import write_chart
+    from tidemark.demo import demo_cluster, new_unique, run_demo  # as above
+    from tidemark.demo_chart import write_chart  # as above
 
     demo_dir: Path = (args.dir or _default_dir()).expanduser().resolve()
     log_path = demo_dir / "logs" / "demo.log"
@@ -175,9 +178,9 @@ def _serving(services: Any, delta_root: Path, port: int, cluster: Any) -> Iterat
     # kazoo and the service's starlette/uvicorn load only for this verb (the parser
     # imports every verb module)
     from controller.zookeeper.session import zookeeper_session
-    from controller.zookeeper.store import ZooKeeperStore
-    from tidemark.service.server import RunningService
-    from tidemark.service.state import TimeService
+    from controller.zookeeper.store import ZooKeeperStore  # as above
+    from tidemark.service.server import RunningService  # as above
+    from tidemark.service.state import TimeService  # as above
 
     delta_root.mkdir(parents=True, exist_ok=True)
     with zookeeper_session(services.zk_connect, start_timeout_s=15) as client:
@@ -194,8 +197,6 @@ def _serving(services: Any, delta_root: Path, port: int, cluster: Any) -> Iterat
 
 
 def _iso(ms: int | None) -> str:
-    import datetime
-
     if ms is None:
         return "-"
     stamp = datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC)
@@ -203,6 +204,7 @@ def _iso(ms: int | None) -> str:
 
 
 def _print_result(console: Any, report: Any, chart: Path) -> None:
+    # rich: as in Steps
     from rich.table import Table
 
     console.print(

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 
 from controller.exceptions import InvalidTimestampError
 from pipelines.reading.exceptions import InvalidDurationError
+from tidemark.cli.acting import rewrite_alias
 from tidemark.errors import TidemarkError
 
 COMMAND_MODULES = (
@@ -85,8 +86,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tidemark.cli.acting import rewrite_alias
-
     parser = build_parser()
     args = parser.parse_args(rewrite_alias(list(sys.argv[1:] if argv is None else argv)))
     logging.basicConfig(

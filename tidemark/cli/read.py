@@ -27,8 +27,13 @@ import base64
 import time
 from typing import Any
 
+from controller.model import segment_number
+from infra.services import data_root
 from jobs.cli_args import positive_int
+from schemas.tables import MARKS, table_path
+from tidemark.cli.control_plane import control_plane, service_addresses
 from tidemark.cli.output import add_format_option, emit, emit_rows
+from tidemark.environment import Environment
 from tidemark.errors import ConfigurationError
 
 
@@ -77,6 +82,7 @@ def register(sub: Any) -> None:
 
 
 def _time_of(args: argparse.Namespace, *, required: bool = False) -> int | None:
+    # pipelines.reading.seek: off tidemark --help (the parser imports every verb module)
     from pipelines.reading.seek import check_timestamp, parse_duration, wall_clock_ms
 
     if args.timestamp is not None:
@@ -92,17 +98,13 @@ def _time_of(args: argparse.Namespace, *, required: bool = False) -> int | None:
 
 
 def delta_root() -> str:
-    from infra.services import data_root
-    from tidemark.environment import Environment
-
     return str(data_root(Environment.from_env()))
 
 
 def _require_tables(root: str) -> None:
     """Refuse a delta root the controller never wrote to (rather than print nothing)."""
+    # deltalake: only the verbs that read the tables load it
     from deltalake import DeltaTable
-
-    from schemas.tables import MARKS, table_path
 
     if not DeltaTable.is_deltatable(table_path(root, MARKS)):
         raise ConfigurationError(
@@ -132,8 +134,6 @@ def at_committed_end(reader: Any, ends: dict[int, int]) -> bool:
     An owned segment is at its end when the next offset to return reached it -- known
     without asking Kafka again -- or, when transaction markers sit just below the
     end (no record carries their offsets), when Kafka said so (end of partition)."""
-    from controller.model import segment_number
-
     view = reader.group.view()
     position = {s: o for s, o in reader.position().items() if o >= 0}
     for seg in view.readable:
@@ -153,11 +153,10 @@ would wait for the end-of-partition notice)."""
 
 
 def cmd_read(args: argparse.Namespace) -> int:
+    # confluent_kafka: off tidemark --help (the parser imports every verb module)
     from controller.kafka.admin import StreamTopics
-    from controller.model import segment_number
-    from pipelines.reading.group import ReaderConfig, ReaderGroup
-    from pipelines.reading.seek import live_metadata, stream_cut_at
-    from tidemark.cli.control_plane import control_plane, service_addresses
+    from pipelines.reading.group import ReaderConfig, ReaderGroup  # confluent_kafka: as above
+    from pipelines.reading.seek import live_metadata, stream_cut_at  # as _time_of
 
     since = _time_of(args)
     kafka, _ = service_addresses()
@@ -166,6 +165,7 @@ def cmd_read(args: argparse.Namespace) -> int:
         meta = live_metadata(cp.store, args.stream)
         cut = None
         if since is not None:
+            # the time service's HTTP client: only a read from a time loads it
             from pipelines.reading.time_service import default_index
 
             index = default_index(root)
@@ -213,9 +213,9 @@ def cmd_read(args: argparse.Namespace) -> int:
 
 
 def cmd_watermarks(args: argparse.Namespace) -> int:
+    # seek and the watermark feed: off tidemark --help (the parser imports every verb module)
     from pipelines.reading.seek import live_metadata
-    from pipelines.reading.windows import WatermarkFeed
-    from tidemark.cli.control_plane import control_plane
+    from pipelines.reading.windows import WatermarkFeed  # as above
 
     since = _time_of(args) or 0
     with control_plane() as cp:
@@ -239,14 +239,13 @@ def cmd_watermarks(args: argparse.Namespace) -> int:
 
 
 def _open(name: str, cp: Any, kafka: str) -> Any:
+    # confluent_kafka: off tidemark --help (the parser imports every verb module)
     from pipelines.reading.group import open_group
 
     return open_group(name, store=cp.store, bootstrap_servers=kafka, delta_root=delta_root())
 
 
 def cmd_window(args: argparse.Namespace) -> int:
-    from tidemark.cli.control_plane import control_plane, service_addresses
-
     kafka, _ = service_addresses()
     with control_plane() as cp, _open(args.group, cp, kafka) as group:
         window = group.current_time_window()
@@ -274,8 +273,6 @@ def cmd_window(args: argparse.Namespace) -> int:
 
 
 def cmd_seek(args: argparse.Namespace) -> int:
-    from tidemark.cli.control_plane import control_plane, service_addresses
-
     ts = _time_of(args, required=True)
     kafka, _ = service_addresses()
     with control_plane() as cp, _open(args.group, cp, kafka) as group:

@@ -15,6 +15,9 @@ import dataclasses
 from typing import Any
 
 from controller.naming import ClusterSettings
+from infra.services import KAFKA, ZOOKEEPER, resolve_services
+from tidemark.cli.control_plane import control_plane
+from tidemark.cli.read import delta_root
 
 DEFAULT_PORT = 8790
 
@@ -36,11 +39,9 @@ def register(sub: Any) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from infra.services import KAFKA, ZOOKEEPER, resolve_services
-    from tidemark.cli.control_plane import control_plane
-    from tidemark.cli.read import delta_root
+    # starlette and uvicorn (the serve extra): only this verb loads them
     from tidemark.service.server import serve_forever
-    from tidemark.service.state import TimeService
+    from tidemark.service.state import TimeService  # kazoo, confluent_kafka: as above
 
     settings = ClusterSettings()
     if args.bucket_count:

@@ -12,10 +12,12 @@ shutdown mark. Services: as for ``tidemark stream``.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Iterator
 from typing import Any
 
+from tidemark.cli.control_plane import control_plane, service_addresses
 from tidemark.cli.output import add_format_option, emit
 from tidemark.errors import ConfigurationError
 
@@ -51,11 +53,9 @@ def _events(args: argparse.Namespace) -> Iterator[tuple[str | None, bytes]]:
 
 
 def cmd_write(args: argparse.Namespace) -> int:
-    import os
-
+    # confluent_kafka, fastavro: off tidemark --help (the parser imports every verb module)
     from pipelines.writing.config import WriterConfig
-    from pipelines.writing.writer import EventWriter, wall_clock_ms
-    from tidemark.cli.control_plane import control_plane, service_addresses
+    from pipelines.writing.writer import EventWriter, wall_clock_ms  # as above
 
     note: int | None = None
     if args.note_time is not None:
