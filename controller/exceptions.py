@@ -141,6 +141,11 @@ class KafkaOperationError(ControllerError):
     """Kafka refused an admin operation; the message carries Kafka's error."""
 
 
+class ZooKeeperUnavailableError(ControllerError):
+    """ZooKeeper did not answer (stopped, unreachable, or the session is being
+    re-established); check that the ensemble named by the connect string is up."""
+
+
 class AdoptionError(ControllerError):
     """An adopt or release request does not fit the stream or topic; the message says why.
 
@@ -172,4 +177,5 @@ __all__ = [
     "StreamSealedError",
     "UnknownScopeError",
     "UnknownStreamError",
+    "ZooKeeperUnavailableError",
 ]

@@ -27,8 +27,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+from kazoo.handlers.threading import KazooTimeoutError
 
+from controller.exceptions import ZooKeeperUnavailableError
 from controller.zookeeper.leadership import LeaderFunction, Leadership, contenders
 
 
@@ -98,14 +100,24 @@ class ControllerView:
 
 
 def controller_view(client: KazooClient, root: str, marks_topic: str) -> ControllerView:
+    """The drivers and the leader's last published state; :class:`ZooKeeperUnavailableError`
+    when ZooKeeper does not answer."""
     path = job_path(root, marks_topic)
-    found = contenders(client, f"{path}/election")
-    return ControllerView(
-        leader=found[0] if found else None,
-        standbys=tuple(found[1:]),
-        layout=read_json(client, f"{path}/layout"),
-        progress=read_json(client, f"{path}/progress"),
-    )
+    try:
+        if not client.connected:  # a request now would wait for the session to come back
+            raise KazooException("not connected")
+        found = contenders(client, f"{path}/election")
+        return ControllerView(
+            leader=found[0] if found else None,
+            standbys=tuple(found[1:]),
+            layout=read_json(client, f"{path}/layout"),
+            progress=read_json(client, f"{path}/progress"),
+        )
+    except (KazooException, KazooTimeoutError) as exc:
+        hosts = ",".join(f"{host}:{port}" for host, port in client.hosts)
+        raise ZooKeeperUnavailableError(
+            f"ZooKeeper at {hosts} did not answer ({type(exc).__name__}): is it running?"
+        ) from exc
 
 
 __all__ = [

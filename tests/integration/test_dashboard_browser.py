@@ -200,3 +200,21 @@ def test_dashboard_shows_stream_segments_and_lag_chart(
             assert el.find_element(By.CSS_SELECTOR, ".uplot canvas").size["width"] > 300
         rows = page.find_elements(By.CSS_SELECTOR, "table.watermarks tr")
         assert len(rows) == 21  # header + the latest 20
+
+
+def test_the_dashboard_of_an_empty_system_says_what_is_missing(browser, zk_client, kafka, tmp_path):
+    """No streams, no Delta tables, no controller, and a database that does not answer:
+    the page renders in the browser and names each missing piece."""
+    from selenium.webdriver.common.by import By
+
+    from tests.integration.test_service_empty_system import free_port, serve
+
+    dead = f"postgresql://tidemark@127.0.0.1:{free_port()}/none"
+    with serve(zk_client, tmp_path / "delta", kafka, dead) as running:
+        browser.get(running.url + "/")
+        assert "500" not in browser.title
+        text = browser.find_element(By.TAG_NAME, "body").text
+        assert "Streams" in text and "Controller" in text
+        assert "(none running)" in text  # no controller yet
+        timelines = browser.find_element(By.CSS_SELECTOR, "#timelines").text
+        assert "postgresql is unavailable" in timelines

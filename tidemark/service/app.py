@@ -68,7 +68,7 @@ from controller.timestamps import check_timestamp
 from pipelines.reading.exceptions import InvalidTimestampError, UnknownReaderGroupError
 from pipelines.reading.time_service import cut_to_json, found_to_json, watermark_to_json
 from tidemark.errors import TidemarkError
-from tidemark.service.state import TimeService, stream_json, wall_ms
+from tidemark.service.state import ServiceUnavailableError, TimeService, stream_json, wall_ms
 
 HERE = Path(__file__).parent
 HOUR_MS = 3_600_000
@@ -278,9 +278,13 @@ def build_app(service: TimeService) -> Starlette:
             rows.append(info)
         try:
             controller_view: dict[str, Any] | None = service.controller()
-        except Exception as exc:  # ZooKeeper trouble: show it, keep the page
+        except ServiceUnavailableError as exc:  # show it, keep the page
             controller_view = {"error": str(exc)}
-        counts = service.timeline_counts(now - from_min * 60_000, now - to_min * 60_000)
+        timelines_error = None
+        try:
+            counts = service.timeline_counts(now - from_min * 60_000, now - to_min * 60_000)
+        except ServiceUnavailableError as exc:
+            counts, timelines_error = None, str(exc)
         return templates.TemplateResponse(
             request,
             "index.html",
@@ -290,6 +294,7 @@ def build_app(service: TimeService) -> Starlette:
                 "controller": controller_view,
                 "rejected": service.rejected(None, 20),
                 "timelines": counts,
+                "timelines_error": timelines_error,
                 "from_min": from_min,
                 "to_min": to_min,
                 "refresh_error": service.last_refresh_error,
@@ -364,6 +369,8 @@ def error_answer(exc: Exception) -> tuple[int, dict[str, Any]] | None:
         return 404, {"error": "unknown_stream", "stream": exc.stream, "detail": str(exc)}
     if isinstance(exc, UnknownReaderGroupError):
         return 404, {"error": "unknown_reader_group", "detail": str(exc)}
+    if isinstance(exc, ServiceUnavailableError):
+        return 503, {"error": "service_unavailable", "service": exc.service, "detail": str(exc)}
     if isinstance(exc, InvalidTimestampError):
         return 400, {"error": "invalid_timestamp", "detail": str(exc)}
     if isinstance(exc, TidemarkError):
@@ -389,6 +396,7 @@ def _handlers() -> dict[Any, Any]:
         UnknownStreamError,
         UnknownReaderGroupError,
         InvalidTimestampError,
+        ServiceUnavailableError,
         TidemarkError,
         HTTPException,
     )

@@ -34,6 +34,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from controller.exceptions import ZooKeeperUnavailableError
 from controller.index import stop_index
 from controller.metadata import StreamMetadata
 from controller.model import Watermark
@@ -52,7 +53,7 @@ from pipelines.reading.watermark_tables import (
     resolve_delta_root,
 )
 from schemas.tables import cut_from_cell
-from tidemark.errors import ConfigurationError
+from tidemark.errors import ConfigurationError, TidemarkError
 
 log = logging.getLogger(__name__)
 
@@ -181,6 +182,18 @@ class StreamWaits:
         self.closing = True
         for stream in list(self._events):
             self._wake(stream)
+
+
+ZOOKEEPER, POSTGRESQL, DELTA = "zookeeper", "postgresql", "delta"
+
+
+class ServiceUnavailableError(TidemarkError):
+    """A service a request needs does not answer; ``service`` names it (``zookeeper``,
+    ``postgresql``, ``delta``): start it, or check the address the service was given."""
+
+    def __init__(self, service: str, detail: str) -> None:
+        super().__init__(f"{service} is unavailable: {detail}")
+        self.service = service
 
 
 class TimeService:
@@ -392,7 +405,10 @@ class TimeService:
     def controller(self) -> dict[str, Any]:
         """The controller drivers alive (the leader runs every bucket) and its last batch
         (from ZooKeeper)."""
-        view = controller_view(self.zk_client, self.cluster.zk_root, self.cluster.marks_topic)
+        try:
+            view = controller_view(self.zk_client, self.cluster.zk_root, self.cluster.marks_topic)
+        except ZooKeeperUnavailableError as exc:
+            raise ServiceUnavailableError(ZOOKEEPER, str(exc)) from exc
         members = [] if view.leader is None else [view.leader, *view.standbys]
         return {
             "leader": view.leader,
@@ -430,14 +446,23 @@ class TimeService:
         """Per timeline, messages by status with a time in [from_ms, to_ms); None: no database."""
         if self.postgres_dsn is None:
             return None
-        from pipelines.timeline.store import TimelineStore  # psycopg: only with a database
+        import psycopg  # only with a database (the timeline extra)
 
-        store = TimelineStore(self.postgres_dsn)
+        from pipelines.timeline.exceptions import TimelineError
+        from pipelines.timeline.store import TimelineStore
+
         try:
+            store = TimelineStore(self.postgres_dsn)
+        except TimelineError as exc:
+            raise ServiceUnavailableError(POSTGRESQL, str(exc)) from exc
+        try:
+            store.migrate()  # an empty database gets the schema from whoever first needs it
             return [
                 {"timeline": t.name, **asdict(store.count(t.name, from_ms, to_ms))}
                 for t in store.timelines()
             ]
+        except psycopg.OperationalError as exc:
+            raise ServiceUnavailableError(POSTGRESQL, str(exc)) from exc
         finally:
             store.close()
 
