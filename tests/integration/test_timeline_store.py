@@ -79,6 +79,7 @@ def test_bad_input_is_refused_naming_the_rule_and_message_unchanged(store, tl):
     now = store.now_ms()
     store.create(tl, b"body", timestamp_ms=now - 1, producer_group="owner", id="m")
     leased = store.lease_one(tl, "m", "c1", lease_ms=HOUR)
+    token = leased.token
     before = _snapshot(store, tl, "m")
     cases = [
         (
@@ -98,10 +99,13 @@ def test_bad_input_is_refused_naming_the_rule_and_message_unchanged(store, tl):
             lambda: store.create(tl, b"x" * 65, timestamp_ms=now, producer_group="g", id="big"),
         ),
         (TimeInPastError, lambda: store.lease_one(tl, "m", "c1", lease_ms=0)),
-        (TimeInPastError, lambda: store.extend(tl, "m", "c1", until_ms=now - 10)),
-        (NotHolderError, lambda: store.extend(tl, "m", "c2", until_ms=now + 2 * HOUR)),
-        (NotHolderError, lambda: store.release(tl, "m", "c2")),
-        (NotHolderError, lambda: store.delete(tl, "m", consumer="c2")),
+        (TimeInPastError, lambda: store.extend(tl, "m", "c1", until_ms=now - 10, token=token)),
+        (
+            NotHolderError,
+            lambda: store.extend(tl, "m", "c2", until_ms=now + 2 * HOUR, token=token),
+        ),
+        (NotHolderError, lambda: store.release(tl, "m", "c2", token=token)),
+        (NotHolderError, lambda: store.delete(tl, "m", consumer="c2", token=token)),
         (NotOwnerError, lambda: store.delete(tl, "m", producer_group="intruder")),
         (LeasedError, lambda: store.delete(tl, "m", producer_group="owner")),
         (NotOwnerError, lambda: store.move(tl, "m", "intruder", timestamp_ms=now)),
@@ -110,7 +114,12 @@ def test_bad_input_is_refused_naming_the_rule_and_message_unchanged(store, tl):
         (
             StaleVersionError,
             lambda: store.extend(
-                tl, "m", "c1", until_ms=now + 2 * HOUR, version=leased.message.version - 1
+                tl,
+                "m",
+                "c1",
+                until_ms=now + 2 * HOUR,
+                token=token,
+                version=leased.message.version - 1,
             ),
         ),
         (MessageNotFoundError, lambda: store.lease_one(tl, "ghost", "c1", lease_ms=10)),
@@ -135,24 +144,26 @@ def test_lease_extend_release_cycle_bumps_versions(store, tl):
     assert lease.message.timestamp_ms == lease.leased_at_ms + 60_000
     assert lease.message.version == 2
     assert lease.message.status(store.now_ms()) is Status.PROCESSING
-    extended = store.extend(tl, "j", "c1", until_ms=now + HOUR, version=2)
+    extended = store.extend(tl, "j", "c1", until_ms=now + HOUR, token=lease.token, version=2)
     assert (extended.timestamp_ms, extended.version) == (now + HOUR, 3)
-    released = store.release(tl, "j", "c1", at_ms=now + 2 * HOUR)
+    released = store.release(tl, "j", "c1", token=lease.token, at_ms=now + 2 * HOUR)
     assert released.lock_consumer is None and released.timestamp_ms == now + 2 * HOUR
     assert released.status(store.now_ms()) is Status.WAITING
     moved = store.move(tl, "j", "g", timestamp_ms=now - 1)
     assert moved.status(store.now_ms()) is Status.AVAILABLE
     # Release without a time: available at once.
-    store.lease_one(tl, "j", "c2", lease_ms=60_000)
-    assert store.release(tl, "j", "c2").status(store.now_ms()) is Status.AVAILABLE
+    again = store.lease_one(tl, "j", "c2", lease_ms=60_000)
+    assert again.token and again.token != lease.token
+    released = store.release(tl, "j", "c2", token=again.token)
+    assert released.status(store.now_ms()) is Status.AVAILABLE
 
 
 def test_lost_lease_is_available_again(store, tl):
     store.create(tl, b"x", timestamp_ms=0, producer_group="g", id="x")
-    store.lease_one(tl, "x", "c1", lease_ms=50)
+    lost = store.lease_one(tl, "x", "c1", lease_ms=50)
     time.sleep(0.1)
     with pytest.raises(LeaseExpiredError):
-        store.extend(tl, "x", "c1", until_ms=store.now_ms() + HOUR)
+        store.extend(tl, "x", "c1", until_ms=store.now_ms() + HOUR, token=lost.token)
     assert store.lease_one(tl, "x", "c2", lease_ms=HOUR).message.lock_consumer == "c2"
 
 
@@ -176,11 +187,12 @@ def test_delete_marks_and_purge_removes_in_batches(store, tl):
 
 def test_delete_by_holder_and_batch_ack(store, tl):
     store.create_many(tl, [NewMessage(b"x", 0, "g", f"h{i}") for i in range(3)])
-    leases = store.lease(tl, "c1", lease_ms=HOUR, limit=10)
-    assert sorted(lease.message.id for lease in leases) == ["h0", "h1", "h2"]
-    store.delete(tl, "h0", consumer="c1")
-    assert store.delete_leased(tl, "c2", ["h1"]) == []
-    assert sorted(store.delete_leased(tl, "c1", ["h0", "h1", "h2"])) == ["h1", "h2"]
+    leases = sorted(store.lease(tl, "c1", lease_ms=HOUR, limit=10), key=lambda x: x.message.id)
+    assert [lease.message.id for lease in leases] == ["h0", "h1", "h2"]
+    assert len({lease.token for lease in leases}) == 3  # one token per lease
+    store.delete(tl, "h0", consumer="c1", token=leases[0].token)
+    assert store.delete_leased(tl, "c2", leases[1:2]) == []
+    assert sorted(store.delete_leased(tl, "c1", leases)) == ["h1", "h2"]
 
 
 def test_counts_by_time_range(store, tl):
