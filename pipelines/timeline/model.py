@@ -145,14 +145,28 @@ def new_id(now_ms: int | None = None) -> str:
     return "".join(reversed(chars))
 
 
-def new_token() -> str:
-    """An unguessable lease token (192 random bits); the store keeps only its hash."""
+def new_token_base() -> str:
+    """The secret of one lease call (192 random bits): its n-th lease's token is ``<base>.<n>``.
+
+    One secret per call, not per lease, keeps a batch as cheap as before; the
+    leases of a batch go to one holder, who can tell their tokens apart anyway.
+    """
     return secrets.token_urlsafe(24)
 
 
+def lease_token(base: str, n: int) -> str:
+    return f"{base}.{n}"
+
+
+def base_hash(base: str) -> str:
+    return hashlib.sha256(base.encode("ascii")).hexdigest()
+
+
 def token_hash(token: str) -> str:
-    """What the store keeps of a token: its SHA-256, hex (a leaked table grants nothing)."""
-    return hashlib.sha256(token.encode("ascii")).hexdigest()
+    """What the store keeps of a token: the SHA-256 (hex) of its secret, then ``.<n>``
+    (a leaked table grants nothing)."""
+    base, _, n = token.rpartition(".")
+    return f"{base_hash(base)}.{n}"
 
 
 def bucket_of(message_id: str, buckets: int) -> int:

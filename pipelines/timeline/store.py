@@ -82,6 +82,7 @@ from pipelines.timeline.model import (
     Lease,
     Message,
     Op,
+    base_hash,
     bucket_of,
     check_id,
     check_lease,
@@ -89,8 +90,9 @@ from pipelines.timeline.model import (
     check_timestamp,
     check_token,
     explain_refusal,
+    lease_token,
     new_id,
-    new_token,
+    new_token_base,
     token_hash,
 )
 
@@ -522,7 +524,7 @@ class TimelineStore:
             raise InvalidMessageError(f"limit must be positive, got {limit}", timeline)
         config = self.timeline(timeline)
         chosen = list(range(config.buckets)) if buckets is None else list(buckets)
-        tokens = [new_token() for _ in range(limit)]
+        base = new_token_base()
         due, horizon = self._due_clause()
         # The oldest due rows of each bucket, locked, skipping rows another consumer
         # is leasing: one index range scan per bucket, forced by LATERAL, so the
@@ -530,7 +532,7 @@ class TimelineStore:
         # Each bucket gives at most ``per_bucket`` (twice its fair share): close
         # to oldest-first overall without locking buckets x limit rows. The update
         # joins on the whole key of either index (the row is locked, so unchanged),
-        # so no plan has to scan. Row ``n`` of the batch gets token ``n``'s hash.
+        # so no plan has to scan. Row ``n`` of the batch gets token ``<base>.<n>``.
         per_bucket = min(limit, 2 * -(-limit // max(1, len(chosen))))
         sql = f"""
             WITH due AS (
@@ -549,7 +551,7 @@ class TimelineStore:
             )
             UPDATE timeline_messages AS m
             SET lock_consumer = %(c)s, ts = {NOW_MS} + %(lease)s, version = m.version + 1,
-                due_stream = NULL, lease_token = (%(hashes)s::TEXT[])[due.n::INT]
+                due_stream = NULL, lease_token = %(base_hash)s || '.' || due.n::TEXT
             FROM due
             WHERE m.timeline = due.timeline AND m.id = due.id
               AND m.bucket = due.bucket AND m.ts = due.ts
@@ -565,10 +567,10 @@ class TimelineStore:
                 "c": consumer,
                 "lease": lease_ms,
                 "horizon": horizon,
-                "hashes": [token_hash(t) for t in tokens],
+                "base_hash": base_hash(base),
             },
         )
-        leases = [_lease(r, tokens[int(r[_N + 3]) - 1]) for r in rows]
+        leases = [_lease(r, lease_token(base, int(r[_N + 3]))) for r in rows]
         leases.sort(key=lambda lease: lease.due_ms)
         return leases
 
@@ -590,7 +592,7 @@ class TimelineStore:
                 f"a lease of {lease_ms} ms would end in the past", timeline, message_id
             )
         due, horizon = self._due_clause()
-        token = new_token()
+        token = lease_token(new_token_base(), 1)
         sql = f"""
             WITH due AS (
                 SELECT m.timeline, m.id, m.ts, m.due_stream FROM timeline_messages AS m
@@ -803,14 +805,18 @@ class TimelineStore:
         rows = self._all(
             f"""UPDATE timeline_messages AS m
                 SET deleted_at_ms = {NOW_MS}, version = m.version + 1, lease_token = NULL
-                FROM unnest(%(ids)s::TEXT[], %(hashes)s::TEXT[]) AS k (id, hash)
-                WHERE m.timeline = %(t)s AND m.id = k.id AND m.lease_token = k.hash
+                WHERE m.timeline = %(t)s AND m.id = ANY(%(ids)s)
+                  AND m.id || ' ' || m.lease_token = ANY(%(pairs)s)
                   AND m.deleted_at_ms IS NULL AND m.lock_consumer = %(c)s AND m.ts > {NOW_MS}
                 RETURNING m.id""",
             {
                 "t": timeline,
                 "ids": [lease.message.id for lease in leases],
-                "hashes": hashes,
+                # "<id> <hash>": a hash holds no space, so each message matches its
+                # own token only; the id list keeps the primary key lookup.
+                "pairs": [
+                    f"{lease.message.id} {h}" for lease, h in zip(leases, hashes, strict=True)
+                ],
                 "c": consumer,
             },
         )

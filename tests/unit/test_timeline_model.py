@@ -34,8 +34,9 @@ from pipelines.timeline.model import (
     check_timestamp,
     check_token,
     explain_refusal,
+    lease_token,
     new_id,
-    new_token,
+    new_token_base,
     token_hash,
 )
 from pipelines.timeline.wire import ScheduledMessage, decode_scheduled, encode_scheduled
@@ -133,12 +134,16 @@ def test_bad_tokens_are_refused(bad):
 
 
 def test_tokens_are_unguessable_and_kept_as_hashes():
-    tokens = {new_token() for _ in range(1_000)}
-    assert len(tokens) == 1_000
-    token = tokens.pop()
-    check_token(token)
-    assert len(token) >= 32 and token_hash(token) != token and len(token_hash(token)) == 64
-    assert token_hash(token) == token_hash(str(token))
+    bases = {new_token_base() for _ in range(1_000)}
+    assert len(bases) == 1_000
+    base = bases.pop()
+    tokens = [lease_token(base, n) for n in (1, 2)]
+    for token in tokens:
+        check_token(token)
+        assert len(token) >= 32 and base not in token_hash(token)
+    hashes = [token_hash(t) for t in tokens]
+    assert hashes[0] != hashes[1] and len(hashes[0].partition(".")[0]) == 64
+    assert token_hash(lease_token(bases.pop(), 1)) != hashes[0]
 
 
 def test_a_lease_longer_than_366_days_is_refused_naming_the_rule():
