@@ -20,15 +20,20 @@ message due before the planned wake-up ends the sleep at once. LISTEN/NOTIFY
 is only that optimisation; CockroachDB has none, and there the ``max_idle_ms``
 fallback bounds how late a message created during a sleep can be delivered.
 
-A consumer that restarts with the same ``consumer_id`` first gets back its
-leases that are still live.
+Every lease carries its token (:attr:`~pipelines.timeline.model.Lease.token`);
+``ack``, ``extend`` and ``release`` present it. A consumer that restarts with
+the same ``consumer_id`` does not get its earlier leases back (a name is not a
+capability, and the tokens died with the process): they are delivered again
+when they lapse, as after any crash.
 
 Event-time messages wait for a stream's watermark. A consumer given a
 ``stream_clock`` (:class:`~pipelines.timeline.clock.StreamClock`) records the
 times of the streams its timeline's messages wait for in the store before it
 leases (at most every ``stream_refresh_ms``), and while such messages wait it
 sleeps no longer than that. The lease statement itself compares each
-message's time with its stream's recorded time, atomically.
+message's time with its stream's recorded time, atomically. A time behind the
+recorded one (another consumer read a later watermark first) is refused by
+the store and skipped here.
 """
 
 from __future__ import annotations
@@ -39,13 +44,18 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import TracebackType
 
 import psycopg
 
 from pipelines.timeline.clock import ClockDrift, DueCondition, StreamClock
 from pipelines.timeline.config import ConsumerConfig
+from pipelines.timeline.exceptions import (
+    InvalidMessageError,
+    StreamTimeAheadError,
+    StreamTimeBackwardsError,
+)
 from pipelines.timeline.metrics import CLOCK_DRIFT, DELIVERED, DUE_TO_DELIVERY_LAG
 from pipelines.timeline.model import Lease, Message
 from pipelines.timeline.store import NOTIFY_CHANNEL, TimelineStore
@@ -195,12 +205,12 @@ class TimelineConsumer:
             self._waker = Waker(dsn, timeline)
         self._mine: list[int] = []
         self._last_heartbeat = 0.0
-        self._restored: list[Lease] = self.store.leases_of(timeline, config.consumer_id)
-        if self._restored:
+        earlier = self.store.leases_of(timeline, config.consumer_id)
+        if earlier:
             log.info(
-                "%s: regained %d live leases on %r",
+                "%s: %d leases of an earlier run on %r return when they lapse",
                 config.consumer_id,
-                len(self._restored),
+                len(earlier),
                 timeline,
             )
         self._heartbeat(force=True)
@@ -241,17 +251,20 @@ class TimelineConsumer:
         self._streams_waiting = bool(waiting)
         for stream in waiting:
             found = self.stream_clock.stream_time_ms(stream)
-            if found is not None:
+            if found is None:
+                continue
+            try:
                 self.store.advance_stream_time(stream, found)
+            except StreamTimeBackwardsError as exc:
+                log.debug("%s: %s", self.consumer_id, exc)  # a later watermark is recorded
+            except StreamTimeAheadError as exc:
+                log.warning("%s: %s", self.consumer_id, exc)
 
     def poll(self, timeout_ms: int = 1_000, limit: int | None = None) -> list[Lease]:
         """Leases on messages that are due, waiting up to ``timeout_ms`` for some to be due.
 
         Returns early with what it got; empty after ``timeout_ms`` with nothing due.
         """
-        if self._restored:
-            restored, self._restored = self._restored, []
-            return restored
         batch = limit or self.config.batch_size
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
@@ -297,18 +310,22 @@ class TimelineConsumer:
 
     def ack(self, leases: Sequence[Lease]) -> list[str]:
         """Delete messages this consumer holds (done with them); returns the ids deleted."""
-        return self.store.delete_leased(
-            self.timeline, self.consumer_id, [lease.message.id for lease in leases]
-        )
+        return self.store.delete_leased(self.timeline, self.consumer_id, leases)
 
     def extend(self, lease: Lease, until_ms: int) -> Lease:
         message = self.store.extend(
-            self.timeline, lease.message.id, self.consumer_id, until_ms=until_ms
+            self.timeline,
+            lease.message.id,
+            self.consumer_id,
+            until_ms=until_ms,
+            token=_token(lease),
         )
-        return Lease(message, lease.due_ms, lease.leased_at_ms)
+        return replace(lease, message=message)
 
     def release(self, lease: Lease, at_ms: int | None = None) -> Message:
-        return self.store.release(self.timeline, lease.message.id, self.consumer_id, at_ms=at_ms)
+        return self.store.release(
+            self.timeline, lease.message.id, self.consumer_id, token=_token(lease), at_ms=at_ms
+        )
 
     def close(self, leave: bool = True) -> None:
         """Stop; ``leave`` removes it from the members at once (else its heartbeat expires)."""
@@ -327,3 +344,11 @@ class TimelineConsumer:
         self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def _token(lease: Lease) -> str:
+    if lease.token is None:
+        raise InvalidMessageError(
+            "a lease without its token cannot be acted on", lease.message.timeline, lease.message.id
+        )
+    return lease.token

@@ -81,6 +81,19 @@ class NotHolderError(TimelineError, PermissionError):
     rule = "not-holder"
 
 
+class LeaseTokenError(NotHolderError):
+    """The lease token does not match the message's live lease (a newer lease replaced it,
+    or it was never yours); only the holder of the current token may act on a lease."""
+
+    rule = "lease-token"
+
+
+class LeaseTooLongError(InvalidMessageError):
+    """A lease or an extension would end more than 366 days after the database's now."""
+
+    rule = "lease-too-long"
+
+
 class LeaseExpiredError(TimelineError):
     """The lease ended (the database's now passed it); the message is available again."""
 
@@ -105,6 +118,31 @@ class NotWaitingError(TimelineError):
     rule = "not-waiting"
 
 
+class StreamTimeBackwardsError(TimelineError, ValueError):
+    """A stream's recorded time only moves forward; the time given is behind it."""
+
+    rule = "stream-time-backwards"
+
+
+class StreamTimeAheadError(TimelineError, ValueError):
+    """A stream time ahead of the database's clock by more than the allowed lead is refused:
+    watermarks are times of events already written, not of the future."""
+
+    rule = "stream-time-ahead"
+
+
+class StoreUnavailableError(TimelineError):
+    """The database could not be reached or dropped the connection; retry later."""
+
+    rule = "store-unavailable"
+
+
+class TimelineDatabaseError(TimelineError):
+    """The database refused a statement for a reason no other rule names (see the message)."""
+
+    rule = "database-error"
+
+
 class ConcurrentChangeError(TimelineError):
     """The message changed between the refused statement and its explanation; retry."""
 
@@ -118,6 +156,8 @@ __all__ = [
     "DuplicateIdError",
     "InvalidMessageError",
     "LeaseExpiredError",
+    "LeaseTokenError",
+    "LeaseTooLongError",
     "LeasedError",
     "MessageNotFoundError",
     "NotAvailableError",
@@ -125,8 +165,12 @@ __all__ = [
     "NotOwnerError",
     "NotWaitingError",
     "StaleVersionError",
+    "StoreUnavailableError",
+    "StreamTimeAheadError",
+    "StreamTimeBackwardsError",
     "TimeInPastError",
     "TimelineConflictError",
+    "TimelineDatabaseError",
     "TimelineError",
     "UnknownTimelineError",
 ]

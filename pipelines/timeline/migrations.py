@@ -18,6 +18,10 @@ Tables:
 - ``timeline_stream_times`` (migration 2): the latest watermark time known
   per stream, only ever raised; a message with ``due_stream`` set is due when
   its ``ts`` (an event time) is at or below its stream's time here.
+- ``timeline_messages.lease_token`` (migration 3): the hash of the current
+  lease's token (:func:`model.token_hash`), the capability that extend,
+  release and delete by the holder must present. Leases taken before the upgrade have none: nobody
+  can act on them, and they come back when they lapse.
 """
 
 from __future__ import annotations
@@ -99,6 +103,11 @@ MIGRATIONS: tuple[Migration, ...] = (
                 updated_at_ms BIGINT NOT NULL
             )""",
         ),
+    ),
+    Migration(
+        3,
+        "lease tokens: the hash of the current lease's capability",
+        ("ALTER TABLE timeline_messages ADD COLUMN IF NOT EXISTS lease_token TEXT",),
     ),
 )
 

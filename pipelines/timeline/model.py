@@ -16,7 +16,9 @@ calls it after the atomic statement changed nothing.
 from __future__ import annotations
 
 import enum
+import hashlib
 import os
+import secrets
 import time
 import zlib
 from dataclasses import dataclass
@@ -26,6 +28,8 @@ from pipelines.timeline.exceptions import (
     InvalidMessageError,
     LeasedError,
     LeaseExpiredError,
+    LeaseTokenError,
+    LeaseTooLongError,
     MessageNotFoundError,
     NotAvailableError,
     NotHolderError,
@@ -40,7 +44,10 @@ MAX_ID_CHARS = 200
 MAX_NAME_CHARS = 200
 MAX_TIMESTAMP_MS = 2**62
 MAX_LEASE_MS = 366 * 86_400_000
-"""The longest lease: a consumer that needs longer extends it."""
+"""The longest lease, and the farthest an extension may reach past the database's now."""
+MAX_TOKEN_CHARS = 100
+MAX_STREAM_TIME_LEAD_MS = 300_000
+"""How far a recorded stream time may be ahead of the database's clock (clock skew)."""
 
 
 class Status(enum.Enum):
@@ -105,6 +112,9 @@ class Lease:
     leased_at_ms: int
     due_stream: str | None = None
     """The stream whose watermark made it due (``due_ms`` is then an event time)."""
+    token: str | None = None
+    """The capability to extend, release or delete under this lease (None: not known here,
+    e.g. a lease listed by :meth:`TimelineStore.leases_of`)."""
 
     @property
     def until_ms(self) -> int:
@@ -135,29 +145,71 @@ def new_id(now_ms: int | None = None) -> str:
     return "".join(reversed(chars))
 
 
+def new_token_base() -> str:
+    """The secret of one lease call (192 random bits): its n-th lease's token is ``<base>.<n>``.
+
+    One secret per call, not per lease, keeps a batch as cheap as before; the
+    leases of a batch go to one holder, who can tell their tokens apart anyway.
+    """
+    return secrets.token_urlsafe(24)
+
+
+def lease_token(base: str, n: int) -> str:
+    return f"{base}.{n}"
+
+
+def base_hash(base: str) -> str:
+    return hashlib.sha256(base.encode("ascii")).hexdigest()
+
+
+def token_hash(token: str) -> str:
+    """What the store keeps of a token: the SHA-256 (hex) of its secret, then ``.<n>``
+    (a leaked table grants nothing)."""
+    base, _, n = token.rpartition(".")
+    return f"{base_hash(base)}.{n}"
+
+
 def bucket_of(message_id: str, buckets: int) -> int:
     """The bucket a message id falls in (stable across processes and versions)."""
     return zlib.crc32(message_id.encode()) % buckets
 
 
+def check_text(what: str, value: str, limit: int = MAX_NAME_CHARS) -> None:
+    """A name, id or token: 1..``limit`` characters PostgreSQL text can hold as UTF-8.
+
+    NUL and lone surrogates are refused here, naming the rule, rather than by the
+    driver or the database with an error of their own.
+    """
+    if not isinstance(value, str) or not value or len(value) > limit:
+        raise InvalidMessageError(f"{what} must be 1..{limit} characters, got {value!r}")
+    if "\x00" in value:
+        raise InvalidMessageError(f"{what} must not contain NUL characters: {value!r}")
+    if any("\ud800" <= c <= "\udfff" for c in value):
+        raise InvalidMessageError(f"{what} must be valid Unicode (a lone surrogate): {value!r}")
+
+
 def check_name(what: str, value: str) -> None:
-    if not isinstance(value, str) or not value or len(value) > MAX_NAME_CHARS:
-        raise InvalidMessageError(f"{what} must be 1..{MAX_NAME_CHARS} characters, got {value!r}")
+    check_text(what, value)
     if any(ord(c) < 32 for c in value):
         raise InvalidMessageError(f"{what} must not contain control characters: {value!r}")
 
 
 def check_id(message_id: str) -> None:
-    if not isinstance(message_id, str) or not message_id or len(message_id) > MAX_ID_CHARS:
-        raise InvalidMessageError(f"id must be 1..{MAX_ID_CHARS} characters, got {message_id!r}")
-    if "\x00" in message_id:  # PostgreSQL text cannot hold NUL
-        raise InvalidMessageError(f"id must not contain NUL characters: {message_id!r}")
+    check_text("id", message_id, MAX_ID_CHARS)
+
+
+def check_token(token: str) -> None:
+    check_text("lease token", token, MAX_TOKEN_CHARS)
+    if not token.isascii():
+        raise InvalidMessageError(f"a lease token is ASCII, got {token!r}")
 
 
 def check_lease(lease_ms: int) -> None:
     """A lease lasts 1 ms .. :data:`MAX_LEASE_MS` (checked before the database is asked)."""
-    if isinstance(lease_ms, bool) or not isinstance(lease_ms, int) or lease_ms > MAX_LEASE_MS:
-        raise InvalidMessageError(
+    if isinstance(lease_ms, bool) or not isinstance(lease_ms, int):
+        raise InvalidMessageError(f"a lease lasts an integer of ms, got {lease_ms!r}")
+    if lease_ms > MAX_LEASE_MS:
+        raise LeaseTooLongError(
             f"a lease lasts at most {MAX_LEASE_MS} ms (366 days), got {lease_ms!r}"
         )
 
@@ -176,9 +228,11 @@ def explain_refusal(
     expected_version: int | None = None,
     target_ms: int | None = None,
     stream_time_ms: int | None = None,
+    token_matches: bool = True,
 ) -> TimelineError:
     """Why ``op`` by ``actor`` was refused, given the message as it is at ``now_ms``
-    (and its ``due_stream``'s time, for an event-time message)."""
+    (and its ``due_stream``'s time, for an event-time message; ``token_matches``:
+    whether the lease token given is the message's current one)."""
     if message is None or message.deleted:
         return MessageNotFoundError("no such message", None, None)
     timeline, mid = message.timeline, message.id
@@ -213,9 +267,23 @@ def explain_refusal(
             return NotHolderError(
                 f"{where} is not leased to {actor!r} ({holder} holds it)", timeline, mid
             )
+        if not token_matches:
+            return LeaseTokenError(
+                f"the lease token given is not the current one of {mid!r} (a newer lease "
+                "replaced it, or it was never this consumer's)",
+                timeline,
+                mid,
+            )
         if status is not Status.PROCESSING:
             return LeaseExpiredError(
                 f"the lease of {actor!r} on {mid!r} ended at {message.timestamp_ms} (now {now_ms})",
+                timeline,
+                mid,
+            )
+        if op is Op.EXTEND and target_ms is not None and target_ms > now_ms + MAX_LEASE_MS:
+            return LeaseTooLongError(
+                f"extend of {mid!r} to {target_ms} is more than {MAX_LEASE_MS} ms (366 days) "
+                f"after the database's now {now_ms}",
                 timeline,
                 mid,
             )

@@ -6,7 +6,7 @@
         store.create("reminders", b"hi", timestamp_ms=t, producer_group="app")
         for lease in store.lease("reminders", "worker-1", lease_ms=30_000):
             ...
-            store.delete("reminders", lease.message.id, consumer="worker-1")
+            store.delete("reminders", lease.message.id, consumer="worker-1", token=lease.token)
 
 Each operation is **one** SQL statement whose ``WHERE`` holds the whole
 condition, evaluated with the database's ``now()``; when it changes nothing,
@@ -16,6 +16,29 @@ run (``FOR UPDATE SKIP LOCKED``, ``ON CONFLICT``, ``UPDATE ... FROM``,
 partial indexes); serialization failures (SQLSTATE 40001, CockroachDB's
 retry error) are retried. ``LISTEN/NOTIFY`` is used only to wake consumers
 early on PostgreSQL; CockroachDB has none, and nothing depends on it.
+
+Leases are capabilities, as SQS receipt handles are: each lease carries an
+unguessable token (:attr:`model.Lease.token`) of which the table keeps only
+the hash; extend, release and delete by the holder must present it, checked
+in the same statement, and a new lease of the message replaces it. A
+consumer's name alone no longer acts on its leases. An extension reaches at
+most :data:`model.MAX_LEASE_MS` past the database's now, as a lease does.
+
+Stream times (:meth:`TimelineStore.advance_stream_time`) only move forward,
+and never further than :data:`model.MAX_STREAM_TIME_LEAD_MS` past the
+database's clock: a watermark is the time of events already written, so a
+time beyond that is a bug or an attack that would make every event-time
+message due for good. Either refusal is an error, not a silent no-op.
+Recording them is the consumers' job (from their ``stream_clock``, fed by the
+controller's watermarks); a deployment where clients must not record stream
+times at all grants ``UPDATE`` on ``timeline_stream_times`` only to the
+consumers' database role, the one check an API on a shared database cannot
+make.
+
+Every failure reaches the caller as a :class:`~exceptions.TimelineError`
+naming its rule: inputs PostgreSQL text cannot hold (NUL, lone surrogates)
+are refused before the database is asked, and any database error left is
+mapped (:meth:`TimelineStore._run`).
 
 A store holds one connection and serialises its calls; give each thread or
 consumer its own store.
@@ -38,27 +61,39 @@ from pipelines.timeline.clock import NOW_MS, ClockDrift, DatabaseClock, DueCondi
 from pipelines.timeline.config import TimelineConfig
 from pipelines.timeline.exceptions import (
     BodyTooLargeError,
+    ConcurrentChangeError,
     DuplicateIdError,
     InvalidMessageError,
     MessageNotFoundError,
+    StoreUnavailableError,
+    StreamTimeAheadError,
+    StreamTimeBackwardsError,
     TimeInPastError,
     TimelineConflictError,
+    TimelineDatabaseError,
     TimelineError,
     UnknownTimelineError,
 )
 from pipelines.timeline.migrations import apply_migrations
 from pipelines.timeline.model import (
+    MAX_LEASE_MS,
+    MAX_STREAM_TIME_LEAD_MS,
     Counts,
     Lease,
     Message,
     Op,
+    base_hash,
     bucket_of,
     check_id,
     check_lease,
     check_name,
     check_timestamp,
+    check_token,
     explain_refusal,
+    lease_token,
     new_id,
+    new_token_base,
+    token_hash,
 )
 
 log = logging.getLogger(__name__)
@@ -74,6 +109,8 @@ _COLS = (
 _N = 10  # columns in _COLS: what a row holds after them starts here
 _M_COLS = ", ".join(f"m.{c.strip()}" for c in _COLS.split(","))
 _VERSION_OK = "(%(version)s::BIGINT IS NULL OR m.version = %(version)s::BIGINT)"
+# A live lease of consumer %(a)s whose token hashes to %(h)s.
+_HOLDER = f"m.lock_consumer = %(a)s AND m.lease_token = %(h)s AND m.ts > {NOW_MS}"
 
 
 @dataclass(frozen=True)
@@ -132,7 +169,7 @@ class TimelineStore:
                 dsn, autocommit=True, connect_timeout=connect_timeout_s
             )
         except psycopg.OperationalError as exc:
-            raise TimelineError(f"cannot connect to the timeline store: {exc}") from exc
+            raise StoreUnavailableError(f"cannot connect to the timeline store: {exc}") from exc
         self._lock = threading.Lock()
         self._timelines: dict[str, TimelineConfig] = {}
         row = self._one("SELECT version()", {})
@@ -143,17 +180,30 @@ class TimelineStore:
     # -- plumbing -----------------------------------------------------------
 
     def _run(self, fn: Callable[[psycopg.Connection[Row]], T]) -> T:
-        """Run ``fn`` on the connection, retrying serialization failures."""
+        """Run ``fn`` on the connection, retrying serialization failures.
+
+        Whatever the driver or the database raises leaves as a TimelineError
+        naming a rule: the inputs are checked first, so these are the cases no
+        check foresaw.
+        """
         delay_s = 0.005
         with self._lock:
             for attempt in range(self.retries + 1):
                 try:
                     return fn(self._conn)
-                except psycopg.errors.SerializationFailure:
+                except psycopg.errors.SerializationFailure as exc:
                     if attempt == self.retries:
-                        raise
+                        raise ConcurrentChangeError(
+                            f"still conflicting after {self.retries} retries: {exc}"
+                        ) from exc
                     time.sleep(delay_s)
                     delay_s = min(delay_s * 2, 0.5)
+                except (psycopg.DataError, UnicodeEncodeError) as exc:
+                    raise InvalidMessageError(f"the database cannot hold a value: {exc}") from exc
+                except psycopg.OperationalError as exc:
+                    raise StoreUnavailableError(f"the timeline store failed: {exc}") from exc
+                except psycopg.Error as exc:
+                    raise TimelineDatabaseError(f"the timeline store refused: {exc}") from exc
         raise AssertionError("unreachable")
 
     def _one(self, sql: str, params: dict[str, Any]) -> Row | None:
@@ -382,6 +432,7 @@ class TimelineStore:
     # -- reads ------------------------------------------------------------------
 
     def get(self, timeline: str, message_id: str, include_deleted: bool = False) -> Message | None:
+        _check_message(timeline, message_id)
         row = self._one(
             f"SELECT {_COLS} FROM timeline_messages WHERE timeline = %(t)s AND id = %(id)s",
             {"t": timeline, "id": message_id},
@@ -391,14 +442,17 @@ class TimelineStore:
         message = _message(row)
         return message if include_deleted or not message.deleted else None
 
-    def _get_with_now(self, timeline: str, message_id: str) -> tuple[Message | None, int]:
+    def _get_with_now(
+        self, timeline: str, message_id: str
+    ) -> tuple[Message | None, int, str | None]:
+        """The message (None: not there), the database's now, and the lease token's hash."""
         row = self._one(
-            f"SELECT {NOW_MS}, {_COLS} FROM (SELECT 1) AS one "
+            f"SELECT {NOW_MS}, lease_token, {_COLS} FROM (SELECT 1) AS one "
             "LEFT JOIN timeline_messages ON timeline = %(t)s AND id = %(id)s",
             {"t": timeline, "id": message_id},
         )
         assert row is not None
-        return (None if row[2] is None else _message(row[1:])), int(row[0])
+        return (None if row[3] is None else _message(row[2:])), int(row[0]), row[1]
 
     def _refused(
         self,
@@ -408,9 +462,10 @@ class TimelineStore:
         actor: str,
         version: int | None,
         target_ms: int | None = None,
+        token: str | None = None,
     ) -> TimelineError:
         self.timeline(timeline)  # an unknown timeline is the first reason
-        message, now = self._get_with_now(timeline, message_id)
+        message, now, stored_hash = self._get_with_now(timeline, message_id)
         stream_time = None
         if message is not None and message.due_stream is not None:
             stream_time = self.stream_times([message.due_stream]).get(message.due_stream)
@@ -422,6 +477,7 @@ class TimelineStore:
             expected_version=version,
             target_ms=target_ms,
             stream_time_ms=stream_time,
+            token_matches=token is None or stored_hash == token_hash(token),
         )
         if isinstance(error, MessageNotFoundError):
             error = MessageNotFoundError(
@@ -468,6 +524,7 @@ class TimelineStore:
             raise InvalidMessageError(f"limit must be positive, got {limit}", timeline)
         config = self.timeline(timeline)
         chosen = list(range(config.buckets)) if buckets is None else list(buckets)
+        base = new_token_base()
         due, horizon = self._due_clause()
         # The oldest due rows of each bucket, locked, skipping rows another consumer
         # is leasing: one index range scan per bucket, forced by LATERAL, so the
@@ -475,11 +532,12 @@ class TimelineStore:
         # Each bucket gives at most ``per_bucket`` (twice its fair share): close
         # to oldest-first overall without locking buckets x limit rows. The update
         # joins on the whole key of either index (the row is locked, so unchanged),
-        # so no plan has to scan.
+        # so no plan has to scan. Row ``n`` of the batch gets token ``<base>.<n>``.
         per_bucket = min(limit, 2 * -(-limit // max(1, len(chosen))))
         sql = f"""
             WITH due AS (
-                SELECT x.timeline, x.id, x.bucket, x.ts, x.due_stream
+                SELECT x.timeline, x.id, x.bucket, x.ts, x.due_stream,
+                       row_number() OVER (ORDER BY x.ts) AS n
                 FROM unnest(%(buckets)s::INT[]) AS b (bucket),
                 LATERAL (
                     SELECT m.timeline, m.id, m.bucket, m.ts, m.due_stream
@@ -493,12 +551,12 @@ class TimelineStore:
             )
             UPDATE timeline_messages AS m
             SET lock_consumer = %(c)s, ts = {NOW_MS} + %(lease)s, version = m.version + 1,
-                due_stream = NULL
+                due_stream = NULL, lease_token = %(base_hash)s || '.' || due.n::TEXT
             FROM due
             WHERE m.timeline = due.timeline AND m.id = due.id
               AND m.bucket = due.bucket AND m.ts = due.ts
               AND m.deleted_at_ms IS NULL AND {due}
-            RETURNING {_M_COLS}, due.ts, {NOW_MS}, due.due_stream"""
+            RETURNING {_M_COLS}, due.ts, {NOW_MS}, due.due_stream, due.n"""
         rows = self._all(
             sql,
             {
@@ -509,9 +567,10 @@ class TimelineStore:
                 "c": consumer,
                 "lease": lease_ms,
                 "horizon": horizon,
+                "base_hash": base_hash(base),
             },
         )
-        leases = [_lease(r) for r in rows]
+        leases = [_lease(r, lease_token(base, int(r[_N + 3]))) for r in rows]
         leases.sort(key=lambda lease: lease.due_ms)
         return leases
 
@@ -525,6 +584,7 @@ class TimelineStore:
         version: int | None = None,
     ) -> Lease:
         """Lease one message by id: it must be available (due, no live lease)."""
+        _check_message(timeline, message_id)
         check_name("consumer", consumer)
         check_lease(lease_ms)
         if lease_ms <= 0:
@@ -532,6 +592,7 @@ class TimelineStore:
                 f"a lease of {lease_ms} ms would end in the past", timeline, message_id
             )
         due, horizon = self._due_clause()
+        token = lease_token(new_token_base(), 1)
         sql = f"""
             WITH due AS (
                 SELECT m.timeline, m.id, m.ts, m.due_stream FROM timeline_messages AS m
@@ -541,7 +602,7 @@ class TimelineStore:
             )
             UPDATE timeline_messages AS m
             SET lock_consumer = %(c)s, ts = {NOW_MS} + %(lease)s, version = m.version + 1,
-                due_stream = NULL
+                due_stream = NULL, lease_token = %(hash)s
             FROM due
             WHERE m.timeline = due.timeline AND m.id = due.id
               AND m.deleted_at_ms IS NULL AND {due} AND {_VERSION_OK}
@@ -555,11 +616,12 @@ class TimelineStore:
                 "lease": lease_ms,
                 "version": version,
                 "horizon": horizon,
+                "hash": token_hash(token),
             },
         )
         if row is None:
             raise self._refused(Op.LEASE, timeline, message_id, consumer, version)
-        return _lease(row)
+        return _lease(row, token)
 
     def _update_one(
         self,
@@ -571,18 +633,28 @@ class TimelineStore:
         condition: str,
         version: int | None,
         target_ms: int | None = None,
+        token: str | None = None,
     ) -> Message:
+        """One guarded update; ``%(h)s`` in ``condition`` is the hash of ``token``."""
+        _check_message(timeline, message_id)
+        if token is not None:
+            check_token(token)
         sql = f"""
             UPDATE timeline_messages AS m SET {set_sql}, version = m.version + 1
             WHERE m.timeline = %(t)s AND m.id = %(id)s AND m.deleted_at_ms IS NULL
               AND {condition} AND {_VERSION_OK}
             RETURNING {_M_COLS}"""
-        row = self._one(
-            sql,
-            {"t": timeline, "id": message_id, "a": actor, "version": version, "target": target_ms},
-        )
+        params = {
+            "t": timeline,
+            "id": message_id,
+            "a": actor,
+            "version": version,
+            "target": target_ms,
+            "h": None if token is None else token_hash(token),
+        }
+        row = self._one(sql, params)
         if row is None:
-            raise self._refused(op, timeline, message_id, actor, version, target_ms)
+            raise self._refused(op, timeline, message_id, actor, version, target_ms, token)
         return _message(row)
 
     def extend(
@@ -592,9 +664,14 @@ class TimelineStore:
         consumer: str,
         *,
         until_ms: int,
+        token: str,
         version: int | None = None,
     ) -> Message:
-        """Move the end of a live lease held by ``consumer`` to ``until_ms`` (in the future)."""
+        """Move the end of the live lease ``token`` names to ``until_ms``.
+
+        ``until_ms`` is in the future and at most :data:`MAX_LEASE_MS` past the
+        database's now, the bound of a lease.
+        """
         check_timestamp("until_ms", until_ms)
         return self._update_one(
             Op.EXTEND,
@@ -602,9 +679,11 @@ class TimelineStore:
             message_id,
             consumer,
             "ts = %(target)s",
-            f"m.lock_consumer = %(a)s AND m.ts > {NOW_MS} AND %(target)s::BIGINT > {NOW_MS}",
+            f"{_HOLDER} AND %(target)s::BIGINT > {NOW_MS} "
+            f"AND %(target)s::BIGINT <= {NOW_MS} + {MAX_LEASE_MS}",
             version,
             until_ms,
+            token,
         )
 
     def release(
@@ -613,10 +692,12 @@ class TimelineStore:
         message_id: str,
         consumer: str,
         *,
+        token: str,
         at_ms: int | None = None,
         version: int | None = None,
     ) -> Message:
-        """Give a live lease back: the message returns to the timeline at ``at_ms`` (or now)."""
+        """Give the live lease ``token`` names back: the message is due again at ``at_ms``
+        (or now), and the token is spent."""
         if at_ms is not None:
             check_timestamp("at_ms", at_ms)
         return self._update_one(
@@ -624,11 +705,12 @@ class TimelineStore:
             timeline,
             message_id,
             consumer,
-            f"ts = COALESCE(%(target)s::BIGINT, {NOW_MS}), lock_consumer = NULL",
-            f"m.lock_consumer = %(a)s AND m.ts > {NOW_MS} "
-            f"AND (%(target)s::BIGINT IS NULL OR %(target)s::BIGINT >= {NOW_MS})",
+            f"ts = COALESCE(%(target)s::BIGINT, {NOW_MS}), lock_consumer = NULL, "
+            "lease_token = NULL",
+            f"{_HOLDER} AND (%(target)s::BIGINT IS NULL OR %(target)s::BIGINT >= {NOW_MS})",
             version,
             at_ms,
+            token,
         )
 
     def move(
@@ -641,6 +723,7 @@ class TimelineStore:
         version: int | None = None,
     ) -> Message:
         """The owner changes the timestamp of a waiting message (future, not leased)."""
+        check_name("producer_group", producer_group)
         check_timestamp("timestamp_ms", timestamp_ms)
         return self._update_one(
             Op.MOVE,
@@ -660,12 +743,13 @@ class TimelineStore:
         *,
         producer_group: str | None = None,
         consumer: str | None = None,
+        token: str | None = None,
         version: int | None = None,
     ) -> Message:
         """Mark deleted, by its owner (unless leased) or by the holder of a live lease.
 
-        Give exactly one of ``producer_group`` and ``consumer``. The row is
-        removed later by :meth:`purge`.
+        Give exactly one of ``producer_group`` and ``consumer``; the holder also
+        gives the lease's ``token``. The row is removed later by :meth:`purge`.
         """
         if (producer_group is None) == (consumer is None):
             raise InvalidMessageError(
@@ -674,16 +758,22 @@ class TimelineStore:
                 message_id,
             )
         if consumer is not None:
+            if token is None:
+                raise InvalidMessageError(
+                    "delete by the lease holder needs the lease's token", timeline, message_id
+                )
             return self._update_one(
                 Op.DELETE_BY_HOLDER,
                 timeline,
                 message_id,
                 consumer,
-                f"deleted_at_ms = {NOW_MS}",
-                f"m.lock_consumer = %(a)s AND m.ts > {NOW_MS}",
+                f"deleted_at_ms = {NOW_MS}, lease_token = NULL",
+                _HOLDER,
                 version,
+                token=token,
             )
         assert producer_group is not None
+        check_name("producer_group", producer_group)
         return self._update_one(
             Op.DELETE_BY_OWNER,
             timeline,
@@ -694,25 +784,52 @@ class TimelineStore:
             version,
         )
 
-    def delete_leased(self, timeline: str, consumer: str, ids: Sequence[str]) -> list[str]:
+    def delete_leased(self, timeline: str, consumer: str, leases: Sequence[Lease]) -> list[str]:
         """Delete many messages under live leases of ``consumer``; returns the ids deleted.
 
-        The ids left out were not (or no longer) leased to ``consumer``.
+        Each lease must carry its token. The ids left out were not (or no
+        longer) leased to ``consumer`` under that token.
         """
-        if not ids:
+        if not leases:
             return []
+        check_name("timeline", timeline)
+        check_name("consumer", consumer)
+        hashes = []
+        for lease in leases:
+            if lease.token is None:
+                raise InvalidMessageError(
+                    "a lease without its token cannot be acted on", timeline, lease.message.id
+                )
+            check_token(lease.token)
+            hashes.append(token_hash(lease.token))
         rows = self._all(
             f"""UPDATE timeline_messages AS m
-                SET deleted_at_ms = {NOW_MS}, version = m.version + 1
-                WHERE m.timeline = %(t)s AND m.id = ANY(%(ids)s) AND m.deleted_at_ms IS NULL
-                  AND m.lock_consumer = %(c)s AND m.ts > {NOW_MS}
+                SET deleted_at_ms = {NOW_MS}, version = m.version + 1, lease_token = NULL
+                WHERE m.timeline = %(t)s AND m.id = ANY(%(ids)s)
+                  AND m.id || ' ' || m.lease_token = ANY(%(pairs)s)
+                  AND m.deleted_at_ms IS NULL AND m.lock_consumer = %(c)s AND m.ts > {NOW_MS}
                 RETURNING m.id""",
-            {"t": timeline, "ids": list(ids), "c": consumer},
+            {
+                "t": timeline,
+                "ids": [lease.message.id for lease in leases],
+                # "<id> <hash>": a hash holds no space, so each message matches its
+                # own token only; the id list keeps the primary key lookup.
+                "pairs": [
+                    f"{lease.message.id} {h}" for lease, h in zip(leases, hashes, strict=True)
+                ],
+                "c": consumer,
+            },
         )
         return [r[0] for r in rows]
 
     def leases_of(self, timeline: str, consumer: str) -> list[Lease]:
-        """The live leases ``consumer`` holds (a restarted consumer takes them back)."""
+        """The live leases held under the name ``consumer``, without their tokens.
+
+        For inspection: a name is not a capability, so these leases cannot be
+        extended, released or deleted with what this returns.
+        """
+        check_name("timeline", timeline)
+        check_name("consumer", consumer)
         rows = self._all(
             f"""SELECT {_M_COLS}, {NOW_MS} FROM timeline_messages AS m
                 WHERE m.timeline = %(t)s AND m.lock_consumer = %(c)s
@@ -729,6 +846,7 @@ class TimelineStore:
         the end of the lease, when they become available again. Event-time
         messages do not: their time is a stream's, not the clock's.
         """
+        check_name("timeline", timeline)
         row = self._one(
             f"""SELECT min(x.ts), {NOW_MS} FROM unnest(%(buckets)s::INT[]) AS b (bucket),
                 LATERAL (
@@ -745,28 +863,48 @@ class TimelineStore:
     # -- stream times (event-time messages) -------------------------------------
 
     def advance_stream_time(self, stream: str, time_ms: int) -> int:
-        """Record that ``stream``'s watermark reached ``time_ms``; never moves back.
+        """Record that ``stream``'s watermark reached ``time_ms``; returns the recorded time.
 
-        Returns the stream's time after the call. Feed it only watermark times
-        (``wait_for_time``, a watermark source): a message due at stream time T
-        is handed out as soon as a time >= T is recorded here.
+        Feed it only watermark times (``wait_for_time``, a watermark source): a
+        message due at stream time T is handed out as soon as a time >= T is
+        recorded here. Refused, in the same statement, with
+        :class:`StreamTimeBackwardsError` when ``time_ms`` is behind the
+        recorded time (the same time again is a no-op) and with
+        :class:`StreamTimeAheadError` when it is more than
+        :data:`MAX_STREAM_TIME_LEAD_MS` past the database's now.
         """
         check_name("stream", stream)
         check_timestamp("time_ms", time_ms)
+        params = {"s": stream, "t": time_ms, "lead": MAX_STREAM_TIME_LEAD_MS}
         row = self._one(
             f"""INSERT INTO timeline_stream_times (stream, time_ms, updated_at_ms)
-                VALUES (%(s)s, %(t)s, {NOW_MS})
+                SELECT %(s)s, %(t)s, {NOW_MS} WHERE %(t)s::BIGINT <= {NOW_MS} + %(lead)s
                 ON CONFLICT (stream) DO UPDATE
-                SET time_ms = greatest(timeline_stream_times.time_ms, excluded.time_ms),
-                    updated_at_ms = excluded.updated_at_ms
+                SET time_ms = excluded.time_ms, updated_at_ms = excluded.updated_at_ms
+                WHERE timeline_stream_times.time_ms <= excluded.time_ms
                 RETURNING time_ms""",
-            {"s": stream, "t": time_ms},
+            params,
         )
-        assert row is not None
-        return int(row[0])
+        if row is not None:
+            return int(row[0])
+        now = self.now_ms()
+        if time_ms > now + MAX_STREAM_TIME_LEAD_MS:
+            raise StreamTimeAheadError(
+                f"stream {stream!r}: time {time_ms} is more than {MAX_STREAM_TIME_LEAD_MS} ms "
+                f"past the database's now {now}; a watermark never is"
+            )
+        recorded = self.stream_times([stream]).get(stream)
+        if recorded is not None and recorded > time_ms:
+            raise StreamTimeBackwardsError(
+                f"stream {stream!r}: time {time_ms} is behind the recorded {recorded}; "
+                "stream time only moves forward"
+            )
+        raise ConcurrentChangeError(f"stream {stream!r}: time changed concurrently; retry")
 
     def stream_times(self, streams: Sequence[str]) -> dict[str, int]:
         """The recorded time of each of ``streams`` that has one."""
+        for stream in streams:
+            check_name("stream", stream)
         rows = self._all(
             "SELECT stream, time_ms FROM timeline_stream_times WHERE stream = ANY(%(s)s)",
             {"s": list(streams)},
@@ -775,6 +913,7 @@ class TimelineStore:
 
     def waiting_streams(self, timeline: str) -> dict[str, int]:
         """Streams that event-time messages of ``timeline`` wait for -> the earliest time."""
+        check_name("timeline", timeline)
         rows = self._all(
             """SELECT m.due_stream, min(m.ts) FROM timeline_messages AS m
                WHERE m.timeline = %(t)s AND m.due_stream IS NOT NULL
@@ -830,19 +969,29 @@ class TimelineStore:
 
     def heartbeat(self, timeline: str, consumer: str, ttl_ms: int) -> list[str]:
         """Record ``consumer`` as alive; returns the live consumers, sorted."""
+        check_name("timeline", timeline)
+        check_name("consumer", consumer)
         rows = self._run(lambda c: _heartbeat(c, {"t": timeline, "c": consumer, "ttl": ttl_ms}))
         return [r[0] for r in rows]
 
     def leave(self, timeline: str, consumer: str) -> None:
+        check_name("timeline", timeline)
+        check_name("consumer", consumer)
         self._exec(
             "DELETE FROM timeline_consumers WHERE timeline = %(t)s AND consumer_id = %(c)s",
             {"t": timeline, "c": consumer},
         )
 
 
-def _lease(row: Row) -> Lease:
+def _lease(row: Row, token: str) -> Lease:
     """A row of a lease statement: the message's columns, then due ts, now, due stream."""
-    return Lease(_message(row), int(row[_N]), int(row[_N + 1]), row[_N + 2])
+    return Lease(_message(row), int(row[_N]), int(row[_N + 1]), row[_N + 2], token)
+
+
+def _check_message(timeline: str, message_id: str) -> None:
+    """The names of a message, checked before they reach the database."""
+    check_name("timeline", timeline)
+    check_id(message_id)
 
 
 def _heartbeat(conn: psycopg.Connection[Row], params: dict[str, Any]) -> list[Row]:

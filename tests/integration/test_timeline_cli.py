@@ -40,11 +40,20 @@ def test_cli_round_trip(capsys, unique):
     assert (counts["available"], counts["waiting"]) == (1, 1)
     (leased,) = run(capsys, "lease", name, "--consumer", "c1", "--duration-ms", "60000")
     assert (leased["id"], leased["lock_consumer"], leased["body"]) == ("a", "c1", "hi")
-    extended = run(capsys, "extend", name, "a", "--consumer", "c1", "--by-ms", "120000")[0]
+    token = leased["token"]
+    with pytest.raises(TidemarkError, match=r"\[lease-token\]"):
+        run(capsys, "extend", name, "a", "--consumer", "c1", "--token", "guess", "--by-ms", "1")
+    extended = run(
+        capsys, "extend", name, "a", "--consumer", "c1", "--token", token, "--by-ms", "120000"
+    )[0]
     assert extended["version"] == leased["version"] + 1
-    assert run(capsys, "release", name, "a", "--consumer", "c1")[0]["lock_consumer"] is None
-    run(capsys, "lease", name, "--consumer", "c2", "--id", "a")
-    assert run(capsys, "delete", name, "a", "--consumer", "c2")[0]["deleted"]
+    released = run(capsys, "release", name, "a", "--consumer", "c1", "--token", token)
+    assert released[0]["lock_consumer"] is None
+    (again,) = run(capsys, "lease", name, "--consumer", "c2", "--id", "a")
+    with pytest.raises(TidemarkError, match=r"\[lease-token\]"):
+        run(capsys, "delete", name, "a", "--consumer", "c2", "--token", token)
+    deleted = run(capsys, "delete", name, "a", "--consumer", "c2", "--token", again["token"])
+    assert deleted[0]["deleted"]
     assert run(capsys, "delete", name, "b", "--group", "g")[0]["deleted"]
     assert run(capsys, "count", name)[0]["total"] == 0
 

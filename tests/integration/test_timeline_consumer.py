@@ -77,17 +77,22 @@ def test_notification_wakes_a_sleeping_consumer(postgres, tl):
         assert result and result[0] - sent < 0.5
 
 
-def test_restart_with_same_id_regains_live_leases(postgres, tl):
+def test_restart_with_same_id_gets_its_leases_again_when_they_lapse(postgres, tl):
+    """A name is not a capability: the earlier leases come back only when they lapse."""
     with TimelineProducer(postgres, tl, "g") as producer:
         producer.put_many([(b"x", 0, f"r{i}") for i in range(3)])
-    first = TimelineConsumer(postgres, tl, ConsumerConfig("worker", lease_ms=60_000))
+    first = TimelineConsumer(postgres, tl, ConsumerConfig("worker", lease_ms=1_000))
     got = first.poll(timeout_ms=1_000)
     assert len(got) == 3
     first.close(leave=False)  # as a crash would: no release, no ack
-    with TimelineConsumer(postgres, tl, ConsumerConfig("worker", lease_ms=60_000)) as again:
-        regained = again.poll(timeout_ms=100)
+    config = ConsumerConfig("worker", lease_ms=60_000, use_notify=False, max_idle_ms=200)
+    with TimelineConsumer(postgres, tl, config) as again:
+        assert again.poll(timeout_ms=100) == []  # still leased, and not by these tokens
+        regained = again.poll(timeout_ms=3_000, limit=10)
         assert sorted(lease.message.id for lease in regained) == ["r0", "r1", "r2"]
-        assert again.ack(regained) and again.poll(timeout_ms=50) == []
+        assert again.ack(got) == []  # the crashed run's tokens are spent
+        assert sorted(again.ack(regained)) == ["r0", "r1", "r2"]
+        assert again.poll(timeout_ms=50) == []
     with TimelineConsumer(postgres, tl, ConsumerConfig("other")) as other:
         assert other.poll(timeout_ms=50) == []
 

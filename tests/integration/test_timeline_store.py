@@ -1,11 +1,19 @@
-"""The timeline store against a real PostgreSQL: operations, states, refusals, counts."""
+"""The timeline store against a real PostgreSQL: operations, states, refusals, counts.
+
+Leases are capabilities (issue 31, item 5): without the lease's token no one
+extends, releases or deletes; extensions and stream times are bounded; text
+PostgreSQL cannot hold is refused naming the rule, never as a driver error.
+"""
 
 from __future__ import annotations
 
 import time
 
+import psycopg
 import pytest
+from psycopg.conninfo import make_conninfo
 
+from pipelines.timeline import migrations
 from pipelines.timeline.config import TimelineConfig
 from pipelines.timeline.exceptions import (
     BodyTooLargeError,
@@ -13,19 +21,24 @@ from pipelines.timeline.exceptions import (
     InvalidMessageError,
     LeasedError,
     LeaseExpiredError,
+    LeaseTokenError,
+    LeaseTooLongError,
     MessageNotFoundError,
     NotAvailableError,
     NotHolderError,
     NotOwnerError,
     NotWaitingError,
     StaleVersionError,
+    StreamTimeAheadError,
+    StreamTimeBackwardsError,
     TimeInPastError,
     TimelineConflictError,
     TimelineError,
     UnknownTimelineError,
 )
-from pipelines.timeline.model import Status
+from pipelines.timeline.model import MAX_LEASE_MS, MAX_STREAM_TIME_LEAD_MS, Lease, Status
 from pipelines.timeline.store import NewMessage, TimelineStore
+from tidemark.errors import TidemarkError
 
 HOUR = 3_600_000
 
@@ -79,6 +92,7 @@ def test_bad_input_is_refused_naming_the_rule_and_message_unchanged(store, tl):
     now = store.now_ms()
     store.create(tl, b"body", timestamp_ms=now - 1, producer_group="owner", id="m")
     leased = store.lease_one(tl, "m", "c1", lease_ms=HOUR)
+    token = leased.token
     before = _snapshot(store, tl, "m")
     cases = [
         (
@@ -98,10 +112,13 @@ def test_bad_input_is_refused_naming_the_rule_and_message_unchanged(store, tl):
             lambda: store.create(tl, b"x" * 65, timestamp_ms=now, producer_group="g", id="big"),
         ),
         (TimeInPastError, lambda: store.lease_one(tl, "m", "c1", lease_ms=0)),
-        (TimeInPastError, lambda: store.extend(tl, "m", "c1", until_ms=now - 10)),
-        (NotHolderError, lambda: store.extend(tl, "m", "c2", until_ms=now + 2 * HOUR)),
-        (NotHolderError, lambda: store.release(tl, "m", "c2")),
-        (NotHolderError, lambda: store.delete(tl, "m", consumer="c2")),
+        (TimeInPastError, lambda: store.extend(tl, "m", "c1", until_ms=now - 10, token=token)),
+        (
+            NotHolderError,
+            lambda: store.extend(tl, "m", "c2", until_ms=now + 2 * HOUR, token=token),
+        ),
+        (NotHolderError, lambda: store.release(tl, "m", "c2", token=token)),
+        (NotHolderError, lambda: store.delete(tl, "m", consumer="c2", token=token)),
         (NotOwnerError, lambda: store.delete(tl, "m", producer_group="intruder")),
         (LeasedError, lambda: store.delete(tl, "m", producer_group="owner")),
         (NotOwnerError, lambda: store.move(tl, "m", "intruder", timestamp_ms=now)),
@@ -110,7 +127,12 @@ def test_bad_input_is_refused_naming_the_rule_and_message_unchanged(store, tl):
         (
             StaleVersionError,
             lambda: store.extend(
-                tl, "m", "c1", until_ms=now + 2 * HOUR, version=leased.message.version - 1
+                tl,
+                "m",
+                "c1",
+                until_ms=now + 2 * HOUR,
+                token=token,
+                version=leased.message.version - 1,
             ),
         ),
         (MessageNotFoundError, lambda: store.lease_one(tl, "ghost", "c1", lease_ms=10)),
@@ -135,24 +157,26 @@ def test_lease_extend_release_cycle_bumps_versions(store, tl):
     assert lease.message.timestamp_ms == lease.leased_at_ms + 60_000
     assert lease.message.version == 2
     assert lease.message.status(store.now_ms()) is Status.PROCESSING
-    extended = store.extend(tl, "j", "c1", until_ms=now + HOUR, version=2)
+    extended = store.extend(tl, "j", "c1", until_ms=now + HOUR, token=lease.token, version=2)
     assert (extended.timestamp_ms, extended.version) == (now + HOUR, 3)
-    released = store.release(tl, "j", "c1", at_ms=now + 2 * HOUR)
+    released = store.release(tl, "j", "c1", token=lease.token, at_ms=now + 2 * HOUR)
     assert released.lock_consumer is None and released.timestamp_ms == now + 2 * HOUR
     assert released.status(store.now_ms()) is Status.WAITING
     moved = store.move(tl, "j", "g", timestamp_ms=now - 1)
     assert moved.status(store.now_ms()) is Status.AVAILABLE
     # Release without a time: available at once.
-    store.lease_one(tl, "j", "c2", lease_ms=60_000)
-    assert store.release(tl, "j", "c2").status(store.now_ms()) is Status.AVAILABLE
+    again = store.lease_one(tl, "j", "c2", lease_ms=60_000)
+    assert again.token and again.token != lease.token
+    released = store.release(tl, "j", "c2", token=again.token)
+    assert released.status(store.now_ms()) is Status.AVAILABLE
 
 
 def test_lost_lease_is_available_again(store, tl):
     store.create(tl, b"x", timestamp_ms=0, producer_group="g", id="x")
-    store.lease_one(tl, "x", "c1", lease_ms=50)
+    lost = store.lease_one(tl, "x", "c1", lease_ms=50)
     time.sleep(0.1)
     with pytest.raises(LeaseExpiredError):
-        store.extend(tl, "x", "c1", until_ms=store.now_ms() + HOUR)
+        store.extend(tl, "x", "c1", until_ms=store.now_ms() + HOUR, token=lost.token)
     assert store.lease_one(tl, "x", "c2", lease_ms=HOUR).message.lock_consumer == "c2"
 
 
@@ -176,11 +200,12 @@ def test_delete_marks_and_purge_removes_in_batches(store, tl):
 
 def test_delete_by_holder_and_batch_ack(store, tl):
     store.create_many(tl, [NewMessage(b"x", 0, "g", f"h{i}") for i in range(3)])
-    leases = store.lease(tl, "c1", lease_ms=HOUR, limit=10)
-    assert sorted(lease.message.id for lease in leases) == ["h0", "h1", "h2"]
-    store.delete(tl, "h0", consumer="c1")
-    assert store.delete_leased(tl, "c2", ["h1"]) == []
-    assert sorted(store.delete_leased(tl, "c1", ["h0", "h1", "h2"])) == ["h1", "h2"]
+    leases = sorted(store.lease(tl, "c1", lease_ms=HOUR, limit=10), key=lambda x: x.message.id)
+    assert [lease.message.id for lease in leases] == ["h0", "h1", "h2"]
+    assert len({lease.token for lease in leases}) == 3  # one token per lease
+    store.delete(tl, "h0", consumer="c1", token=leases[0].token)
+    assert store.delete_leased(tl, "c2", leases[1:2]) == []
+    assert sorted(store.delete_leased(tl, "c1", leases)) == ["h1", "h2"]
 
 
 def test_counts_by_time_range(store, tl):
@@ -219,3 +244,175 @@ def test_lease_takes_only_due_messages_in_due_order(store, tl):
 def test_clock_drift_is_small_on_one_machine(store):
     drift = store.clock_drift()
     assert abs(drift.drift_ms) < 1_000 + drift.rtt_ms
+
+
+def _refused(error, call):
+    with pytest.raises(error) as info:
+        call()
+    assert isinstance(info.value, TimelineError)
+    assert str(info.value).startswith(f"[{error.rule}]"), str(info.value)
+
+
+def test_a_consumer_without_the_lease_token_cannot_extend_release_or_delete(store, tl):
+    store.create(tl, b"x", timestamp_ms=0, producer_group="g", id="m")
+    (lease,) = store.lease(tl, "c1", lease_ms=HOUR)
+    assert lease.token
+    before = store.get(tl, "m")
+    now = store.now_ms()
+    guessed = "A" * len(lease.token)
+    # The holder's name with a wrong token: refused, whoever calls.
+    for token in (guessed, lease.token[:-1]):
+        _refused(
+            LeaseTokenError,
+            lambda t=token: store.extend(tl, "m", "c1", until_ms=now + 2 * HOUR, token=t),
+        )
+        _refused(LeaseTokenError, lambda t=token: store.release(tl, "m", "c1", token=t))
+        _refused(LeaseTokenError, lambda t=token: store.delete(tl, "m", consumer="c1", token=t))
+        forged = Lease(lease.message, lease.due_ms, lease.leased_at_ms, token=token)
+        assert store.delete_leased(tl, "c1", [forged]) == []
+    # The name alone (no token) is not enough either.
+    _refused(InvalidMessageError, lambda: store.delete(tl, "m", consumer="c1"))
+    with pytest.raises(InvalidMessageError):
+        store.delete_leased(tl, "c1", store.leases_of(tl, "c1"))
+    assert [x.token for x in store.leases_of(tl, "c1")] == [None]
+    # The right token under another name: still the holder's lease only.
+    _refused(NotHolderError, lambda: store.release(tl, "m", "c2", token=lease.token))
+    assert store.get(tl, "m") == before
+    # The holder's token works.
+    assert store.delete_leased(tl, "c1", [lease]) == ["m"]
+
+
+def test_a_new_lease_invalidates_the_old_token(store, tl):
+    store.create(tl, b"x", timestamp_ms=0, producer_group="g", id="m")
+    old = store.lease_one(tl, "m", "c1", lease_ms=50)
+    time.sleep(0.1)  # the lease lapses; the same name leases it again
+    new = store.lease_one(tl, "m", "c1", lease_ms=HOUR)
+    assert new.token != old.token
+    _refused(LeaseTokenError, lambda: store.release(tl, "m", "c1", token=old.token))
+    _refused(LeaseTokenError, lambda: store.delete(tl, "m", consumer="c1", token=old.token))
+    assert store.get(tl, "m").lock_consumer == "c1"
+    released = store.release(tl, "m", "c1", token=new.token)
+    assert released.lock_consumer is None
+    # A released lease's token is spent.
+    _refused(NotHolderError, lambda: store.delete(tl, "m", consumer="c1", token=new.token))
+
+
+def test_batch_leases_carry_one_token_each(store, tl):
+    store.create_many(tl, [])
+    for i in range(5):
+        store.create(tl, b"x", timestamp_ms=i, producer_group="g", id=f"b{i}")
+    leases = store.lease(tl, "c1", lease_ms=HOUR, limit=3) + store.lease(tl, "c1", lease_ms=HOUR)
+    assert len(leases) == 5 and len({x.token for x in leases}) == 5
+    # Each token opens its own message only.
+    swapped = [
+        Lease(a.message, a.due_ms, a.leased_at_ms, token=b.token)
+        for a, b in zip(leases, leases[1:] + leases[:1], strict=True)
+    ]
+    assert store.delete_leased(tl, "c1", swapped) == []
+    assert sorted(store.delete_leased(tl, "c1", leases)) == [f"b{i}" for i in range(5)]
+
+
+def test_extend_has_the_bound_of_a_lease(store, tl):
+    store.create(tl, b"x", timestamp_ms=0, producer_group="g", id="m")
+    lease = store.lease_one(tl, "m", "c1", lease_ms=HOUR)
+    before = store.get(tl, "m")
+    for until in (2**62 - 1, store.now_ms() + MAX_LEASE_MS + HOUR):
+        _refused(
+            LeaseTooLongError,
+            lambda u=until: store.extend(tl, "m", "c1", until_ms=u, token=lease.token),
+        )
+    assert store.get(tl, "m") == before
+    _refused(LeaseTooLongError, lambda: store.lease_one(tl, "m", "c1", lease_ms=MAX_LEASE_MS + 1))
+    longest = store.extend(
+        tl, "m", "c1", until_ms=store.now_ms() + MAX_LEASE_MS - 60_000, token=lease.token
+    )
+    assert longest.timestamp_ms > before.timestamp_ms
+
+
+def test_stream_time_moves_only_forward_and_never_far_past_the_clock(store, unique):
+    stream = f"s{unique}/orders"
+    now = store.now_ms()
+    _refused(StreamTimeAheadError, lambda: store.advance_stream_time(stream, 2**62 - 1))
+    _refused(
+        StreamTimeAheadError,
+        lambda: store.advance_stream_time(stream, now + MAX_STREAM_TIME_LEAD_MS + HOUR),
+    )
+    assert store.stream_times([stream]) == {}
+    assert store.advance_stream_time(stream, now - 1_000) == now - 1_000
+    assert store.advance_stream_time(stream, now - 1_000) == now - 1_000  # the same: no-op
+    _refused(StreamTimeBackwardsError, lambda: store.advance_stream_time(stream, now - 2_000))
+    _refused(StreamTimeAheadError, lambda: store.advance_stream_time(stream, 2**62 - 1))
+    assert store.stream_times([stream]) == {stream: now - 1_000}
+    assert store.advance_stream_time(stream, now) == now
+
+
+@pytest.mark.parametrize("bad", ["nul\x00name", "lone\ud800surrogate"])
+def test_text_postgresql_cannot_hold_is_refused_naming_the_rule(store, tl, bad):
+    store.create(tl, b"x", timestamp_ms=0, producer_group="g", id="m")
+    lease = store.lease_one(tl, "m", "c1", lease_ms=HOUR)
+    now = store.now_ms()
+    calls = [
+        lambda: store.get(bad, "m"),
+        lambda: store.get(tl, bad),
+        lambda: store.create(bad, b"x", timestamp_ms=0, producer_group="g"),
+        lambda: store.create(tl, b"x", timestamp_ms=0, producer_group="g", id=bad),
+        lambda: store.create(tl, b"x", timestamp_ms=0, producer_group=bad),
+        lambda: store.lease(bad, "c1", lease_ms=HOUR),
+        lambda: store.lease_one(tl, bad, "c1", lease_ms=HOUR),
+        lambda: store.extend(bad, "m", "c1", until_ms=now + HOUR, token=lease.token),
+        lambda: store.extend(tl, "m", "c1", until_ms=now + HOUR, token=bad),
+        lambda: store.release(tl, bad, "c1", token=lease.token),
+        lambda: store.delete(tl, "m", consumer=bad, token=lease.token),
+        lambda: store.delete(tl, bad, producer_group="g"),
+        lambda: store.move(tl, "m", bad, timestamp_ms=now),
+        lambda: store.leases_of(tl, bad),
+        lambda: store.count(bad),
+        lambda: store.advance_stream_time(bad, 1),
+        lambda: store.stream_times([bad]),
+        lambda: store.heartbeat(bad, "c1", 1_000),
+    ]
+    for call in calls:
+        with pytest.raises(InvalidMessageError) as info:
+            call()
+        assert isinstance(info.value, TidemarkError)
+        assert str(info.value).startswith("[invalid-input]"), str(info.value)
+    assert store.get(tl, "m").lock_consumer == "c1"
+
+
+def test_a_value_the_database_refuses_is_a_timeline_error(store, tl):
+    """What no check foresaw still reaches the caller as a TidemarkError naming a rule."""
+    with pytest.raises(InvalidMessageError, match=r"^\[invalid-input\] the database"):
+        store.count(tl, from_ms=2**70)
+
+
+def test_migration_3_upgrades_an_existing_schema(postgres, unique, monkeypatch):
+    schema = f"upgrade_{unique}"
+    with psycopg.connect(postgres, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    try:
+        dsn = make_conninfo(postgres, options=f"-csearch_path={schema}")
+        with monkeypatch.context() as patch:  # the code of before migration 3
+            patch.setattr(migrations, "MIGRATIONS", migrations.MIGRATIONS[:2])
+            with TimelineStore(dsn) as old:
+                assert old.migrate() == [1, 2]
+                old.create_timeline(TimelineConfig("up", buckets=1))
+                old._exec(
+                    "INSERT INTO timeline_messages (timeline, id, bucket, ts, body, "
+                    "producer_group, lock_consumer, version, created_at_ms) "
+                    "VALUES ('up', 'held', 0, %(until)s, 'x', 'g', 'c1', 2, 0)",
+                    {"until": old.now_ms() + HOUR},
+                )
+        with TimelineStore(dsn) as store:
+            assert store.migrate() == [3]
+            assert store.migrate() == []
+            # A lease taken before the upgrade has no token: nobody can act on it.
+            _refused(
+                LeaseTokenError,
+                lambda: store.release("up", "held", "c1", token="x" * 32),
+            )
+            store.create("up", b"y", timestamp_ms=0, producer_group="g", id="new")
+            (lease,) = store.lease("up", "c2", lease_ms=HOUR)
+            assert store.delete_leased("up", "c2", [lease]) == ["new"]
+    finally:
+        with psycopg.connect(postgres, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")

@@ -10,7 +10,11 @@ from pipelines.reading.watermark_tables import append_watermarks
 from pipelines.timeline.clock import WatermarkHorizon
 from pipelines.timeline.config import ConsumerConfig, TimelineConfig
 from pipelines.timeline.consumer import TimelineConsumer
-from pipelines.timeline.exceptions import InvalidMessageError, NotAvailableError
+from pipelines.timeline.exceptions import (
+    InvalidMessageError,
+    NotAvailableError,
+    StreamTimeBackwardsError,
+)
 from pipelines.timeline.model import Status
 from pipelines.timeline.producer import TimelineProducer
 from pipelines.timeline.store import TimelineStore
@@ -74,8 +78,10 @@ def test_leased_only_after_the_watermark_passes(postgres, tl, unique, tmp_path):
         assert other.ack([again]) == ["report"]
         assert consumer.metrics().lag_max_ms < 60_000  # event-time leases add no lag
 
-        # Stream time never goes back.
-        assert producer.store.advance_stream_time(stream, T - 500) == T
+        # Stream time never goes back, and saying so is an error, not a no-op.
+        with pytest.raises(StreamTimeBackwardsError, match=r"\[stream-time-backwards\]"):
+            producer.store.advance_stream_time(stream, T - 500)
+        assert producer.store.stream_times([stream]) == {stream: T}
 
 
 def test_a_whole_timeline_on_one_stream_s_time(postgres, tl, unique, tmp_path):

@@ -12,6 +12,8 @@ from pipelines.timeline.exceptions import (
     InvalidMessageError,
     LeasedError,
     LeaseExpiredError,
+    LeaseTokenError,
+    LeaseTooLongError,
     MessageNotFoundError,
     NotAvailableError,
     NotHolderError,
@@ -21,14 +23,21 @@ from pipelines.timeline.exceptions import (
     TimeInPastError,
 )
 from pipelines.timeline.model import (
+    MAX_LEASE_MS,
     Message,
     Op,
     Status,
     bucket_of,
     check_id,
+    check_lease,
+    check_name,
     check_timestamp,
+    check_token,
     explain_refusal,
+    lease_token,
     new_id,
+    new_token_base,
+    token_hash,
 )
 from pipelines.timeline.wire import ScheduledMessage, decode_scheduled, encode_scheduled
 
@@ -103,10 +112,62 @@ def test_buckets_are_stable_and_spread():
     assert min(counts) > 800
 
 
-@pytest.mark.parametrize("bad", ["", "x" * 201, 5])
+@pytest.mark.parametrize("bad", ["", "x" * 201, 5, "a\x00b", "a\ud800b"])
 def test_bad_ids_are_refused(bad):
     with pytest.raises(InvalidMessageError):
         check_id(bad)
+
+
+@pytest.mark.parametrize(
+    ("bad", "said"), [("tl\x00", "NUL"), ("tl\udfff", "lone surrogate"), ("a\tb", "control")]
+)
+def test_names_postgresql_cannot_hold_are_refused_naming_why(bad, said):
+    with pytest.raises(InvalidMessageError, match=said) as info:
+        check_name("timeline", bad)
+    assert str(info.value).startswith("[invalid-input]")
+
+
+@pytest.mark.parametrize("bad", ["", "é" * 3, "x" * 101, "\ud800", None])
+def test_bad_tokens_are_refused(bad):
+    with pytest.raises(InvalidMessageError):
+        check_token(bad)
+
+
+def test_tokens_are_unguessable_and_kept_as_hashes():
+    bases = {new_token_base() for _ in range(1_000)}
+    assert len(bases) == 1_000
+    base = bases.pop()
+    tokens = [lease_token(base, n) for n in (1, 2)]
+    for token in tokens:
+        check_token(token)
+        assert len(token) >= 32 and base not in token_hash(token)
+    hashes = [token_hash(t) for t in tokens]
+    assert hashes[0] != hashes[1] and len(hashes[0].partition(".")[0]) == 64
+    assert token_hash(lease_token(bases.pop(), 1)) != hashes[0]
+
+
+def test_a_lease_longer_than_366_days_is_refused_naming_the_rule():
+    check_lease(MAX_LEASE_MS)
+    with pytest.raises(LeaseTooLongError, match=r"^\[lease-too-long\]"):
+        check_lease(MAX_LEASE_MS + 1)
+
+
+def test_refusals_of_a_holder_with_the_wrong_token_or_too_far_an_extension():
+    leased = msg(NOW + 5, holder="c1")
+    wrong = explain_refusal(Op.EXTEND, leased, NOW, actor="c1", token_matches=False)
+    assert type(wrong) is LeaseTokenError and isinstance(wrong, NotHolderError)
+    assert str(wrong).startswith("[lease-token]")
+    for op in (Op.RELEASE, Op.DELETE_BY_HOLDER):
+        assert type(explain_refusal(op, leased, NOW, actor="c1", token_matches=False)) is (
+            LeaseTokenError
+        )
+    # Another holder is named as such, whatever the token.
+    other = explain_refusal(Op.EXTEND, leased, NOW, actor="c2", token_matches=False)
+    assert type(other) is NotHolderError
+    far = explain_refusal(Op.EXTEND, leased, NOW, actor="c1", target_ms=NOW + MAX_LEASE_MS + 1)
+    assert type(far) is LeaseTooLongError
+    at_bound = explain_refusal(Op.EXTEND, leased, NOW, actor="c1", target_ms=NOW + MAX_LEASE_MS)
+    assert type(at_bound) is ConcurrentChangeError
 
 
 @pytest.mark.parametrize("bad", [-1, 2**62, 1.5, True, "7"])

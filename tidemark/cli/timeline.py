@@ -4,13 +4,16 @@
     tidemark timeline put reminders --group app --in-ms 60000 --body "hello" --id hello-1
     tidemark timeline put reports --group app --stream shop/orders --stream-time 1700000000000 \
         --body "close the books"
-    tidemark timeline lease reminders --consumer me --duration-ms 30000
+    tidemark timeline lease reminders --consumer me --duration-ms 30000   # prints each token
+    tidemark timeline extend reminders hello-1 --consumer me --token TOKEN --by-ms 60000
+    tidemark timeline delete reminders hello-1 --consumer me --token TOKEN
     tidemark timeline count reminders --format json
     tidemark timeline relay reminders --consumer relay-1 --topic due-reminders
     tidemark timeline purge --keep-deleted-ms 3600000 --every-ms 60000
 
 The store is TIDEMARK_POSTGRES_DSN, else the PostgreSQL that ``tidemark up``
-started. The schema is created or upgraded on first use.
+started. The schema is created or upgraded on first use. A lease's token is
+its capability: extend, release and delete as holder need ``--token``.
 """
 
 from __future__ import annotations
@@ -93,6 +96,7 @@ def register(sub: Any) -> None:
     p = verb("extend", "extend a live lease", cmd_extend)
     p.add_argument("id")
     p.add_argument("--consumer", required=True)
+    p.add_argument("--token", required=True, help="the lease's token (printed by lease)")
     until = p.add_mutually_exclusive_group(required=True)
     until.add_argument("--until-ms", type=int, help="new end of the lease, UTC ms")
     until.add_argument("--by-ms", type=int, help="new end = database now + this")
@@ -101,6 +105,7 @@ def register(sub: Any) -> None:
     p = verb("release", "give a lease back (due again now, or at --at-ms)", cmd_release)
     p.add_argument("id")
     p.add_argument("--consumer", required=True)
+    p.add_argument("--token", required=True, help="the lease's token (printed by lease)")
     p.add_argument("--at-ms", type=int)
     p.add_argument("--expected-version", type=int)
 
@@ -109,6 +114,7 @@ def register(sub: Any) -> None:
     who = p.add_mutually_exclusive_group(required=True)
     who.add_argument("--group")
     who.add_argument("--consumer")
+    p.add_argument("--token", help="with --consumer: the lease's token (printed by lease)")
     p.add_argument("--expected-version", type=int)
 
     p = verb("count", "count messages by status, optionally in [--from-ms, --to-ms)", cmd_count)
@@ -189,7 +195,12 @@ def cmd_lease(args: argparse.Namespace) -> int:
     emit_rows(
         args,
         [
-            {**_message_row(lease.message), "due_ms": lease.due_ms, "until_ms": lease.until_ms}
+            {
+                **_message_row(lease.message),
+                "due_ms": lease.due_ms,
+                "until_ms": lease.until_ms,
+                "token": lease.token,
+            }
             for lease in leases
         ],
     )
@@ -200,7 +211,12 @@ def cmd_extend(args: argparse.Namespace) -> int:
     with _store() as store:
         until = args.until_ms if args.until_ms is not None else store.now_ms() + args.by_ms
         m = store.extend(
-            args.timeline, args.id, args.consumer, until_ms=until, version=args.expected_version
+            args.timeline,
+            args.id,
+            args.consumer,
+            until_ms=until,
+            token=args.token,
+            version=args.expected_version,
         )
     emit(args, _message_row(m), f"{m.id} leased to {m.lock_consumer} until {m.timestamp_ms}")
     return 0
@@ -209,19 +225,27 @@ def cmd_extend(args: argparse.Namespace) -> int:
 def cmd_release(args: argparse.Namespace) -> int:
     with _store() as store:
         m = store.release(
-            args.timeline, args.id, args.consumer, at_ms=args.at_ms, version=args.expected_version
+            args.timeline,
+            args.id,
+            args.consumer,
+            token=args.token,
+            at_ms=args.at_ms,
+            version=args.expected_version,
         )
     emit(args, _message_row(m), f"{m.id} back on the timeline at {m.timestamp_ms}")
     return 0
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
+    if (args.consumer is None) != (args.token is None):
+        raise ConfigurationError("--consumer and --token go together (the holder's delete)")
     with _store() as store:
         m = store.delete(
             args.timeline,
             args.id,
             producer_group=args.group,
             consumer=args.consumer,
+            token=args.token,
             version=args.expected_version,
         )
     emit(args, _message_row(m), f"{m.id} deleted")
