@@ -20,7 +20,6 @@ the query and return, which gives up the leadership).
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
 from controller.exceptions import ZooKeeperUnavailableError
+from controller.metadata import json_bytes, json_from_bytes
 from controller.zookeeper.leadership import LeaderFunction, Leadership, contenders
 
 
@@ -70,7 +70,7 @@ class DriverElection:
 
 
 def write_json(client: KazooClient, path: str, data: Mapping[str, Any]) -> None:
-    raw = json.dumps(data, sort_keys=True).encode()
+    raw = json_bytes(data)
     try:
         client.set(path, raw)
     except NoNodeError:
@@ -85,7 +85,7 @@ def read_json(client: KazooClient, path: str) -> dict[str, Any] | None:
         raw, _ = client.get(path)
     except NoNodeError:
         return None
-    found = json.loads(raw) if raw else None
+    found = json_from_bytes(raw) if raw else None
     return found if isinstance(found, dict) else None
 
 

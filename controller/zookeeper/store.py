@@ -26,7 +26,6 @@ of the same name does not see stale ones).
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import threading
 from collections.abc import Sequence
@@ -55,6 +54,8 @@ from controller.metadata import (
     Versioned,
     epoch_from_dict,
     epoch_to_dict,
+    json_bytes,
+    json_from_bytes,
     record_from_dict,
     record_to_dict,
 )
@@ -68,13 +69,9 @@ log = logging.getLogger(__name__)
 def _epoch_count(record: bytes) -> int:
     """Epochs a stream record names (0 when it names none readably: its decoding says why)."""
     try:
-        return int(json.loads(record)["current_epoch"]) + 1
+        return int(json_from_bytes(record)["current_epoch"]) + 1
     except (ValueError, KeyError, TypeError):
         return 0
-
-
-def _json(value: Any) -> bytes:
-    return json.dumps(value, sort_keys=True).encode("utf-8")
 
 
 class ZooKeeperStore(MetadataStore):
@@ -113,13 +110,13 @@ class ZooKeeperStore(MetadataStore):
 
     def _remember_epoch(self, key: tuple[str, int, int], data: bytes) -> Epoch:
         """Epoch znode ``data`` decoded and cached under ``(stream, czxid, number)``."""
-        epoch = epoch_from_dict(json.loads(data))
+        epoch = epoch_from_dict(json_from_bytes(data))
         with self._cache_lock:
             self._epochs[key] = epoch
         return epoch
 
     def _decode(self, stream: str, data: bytes, czxid: int) -> StreamMetadata:
-        raw = json.loads(data)
+        raw = json_from_bytes(data)
         epochs = self._epochs_of(stream, czxid, int(raw["current_epoch"]) + 1)
         return record_from_dict(raw, epochs)
 
@@ -188,10 +185,12 @@ class ZooKeeperStore(MetadataStore):
     def create_stream(self, metadata: StreamMetadata) -> Versioned:
         path = self._stream_path(metadata.name)
         tx = self.client.transaction()
-        tx.create(path, _json(record_to_dict(metadata)))
+        tx.create(path, json_bytes(record_to_dict(metadata)))
         tx.create(f"{path}/epochs", b"")
         for epoch in metadata.epochs:
-            tx.create(self._epoch_path(metadata.name, epoch.number), _json(epoch_to_dict(epoch)))
+            tx.create(
+                self._epoch_path(metadata.name, epoch.number), json_bytes(epoch_to_dict(epoch))
+            )
         results = tx.commit()
         if isinstance(results[0], NodeExistsError):
             raise StreamExistsError(metadata.name)
@@ -208,8 +207,10 @@ class ZooKeeperStore(MetadataStore):
         path = self._stream_path(metadata.name)
         tx = self.client.transaction()
         for epoch in metadata.epochs[len(current.metadata.epochs) :]:
-            tx.create(self._epoch_path(metadata.name, epoch.number), _json(epoch_to_dict(epoch)))
-        tx.set_data(path, _json(record_to_dict(metadata)), version=expected_version)
+            tx.create(
+                self._epoch_path(metadata.name, epoch.number), json_bytes(epoch_to_dict(epoch))
+            )
+        tx.set_data(path, json_bytes(record_to_dict(metadata)), version=expected_version)
         results = tx.commit()
         if any(isinstance(r, BadVersionError | NodeExistsError) for r in results):
             found = self._version_or_none(path)

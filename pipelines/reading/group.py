@@ -33,9 +33,9 @@ import logging
 import threading
 import uuid
 from collections.abc import Iterable, Mapping
-from types import TracebackType
 from typing import Any
 
+from controller.closing import Closing
 from controller.exceptions import UnknownStreamError
 from controller.kafka.settings import client_config
 from controller.metadata import StreamMetadata
@@ -85,7 +85,7 @@ ran at ~165 k events/s against ~730 k/s with 0 (10-100: 480-650 k/s; same
 CPU per event) -- 200 000 records of 256 B on 4 segments, load 3."""
 
 
-class ReaderGroup:
+class ReaderGroup(Closing):
     """A named group of readers sharing one position on one stream.
 
     ``ReaderGroup(name, stream, ...)`` opens the group, creating it at the
@@ -462,17 +462,6 @@ class ReaderGroup:
         for reader in list(self._readers.values()):
             reader.close()
         self.offsets.close()
-
-    def __enter__(self) -> ReaderGroup:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 def _checked_cut(cut: Mapping[Any, Any]) -> dict[int, int]:

@@ -55,11 +55,11 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass
 from operator import attrgetter
-from types import TracebackType
 from typing import Any, NamedTuple, Protocol
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
+from controller.closing import Closing
 from controller.model import Segment, TimeWindow, segment_number
 from pipelines.reading.balance import SegmentClocks, TimePolicy
 from pipelines.reading.checkpoints import POLL_S, CheckpointParticipation
@@ -349,7 +349,7 @@ class ReaderHost(Protocol):
     def detach(self, reader: EventReader) -> None: ...
 
 
-class EventReader:
+class EventReader(Closing):
     """Created by :meth:`ReaderGroup.reader`; not thread-safe (one thread reads)."""
 
     def __init__(self, group: ReaderHost, name: str) -> None:
@@ -1050,17 +1050,6 @@ class EventReader:
             self.group.registry.leave(self.group.name, self.name)
             self.group.detach(self)
             self._consumer.close()
-
-    def __enter__(self) -> EventReader:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 __all__ = ["FETCH_SIZE", "EventBatch", "EventRead", "EventReader", "ReaderHost"]

@@ -426,6 +426,21 @@ def start_cut_for(
     return start_or_head(None if found is None else found.stream_cut, meta)
 
 
+def _lookup(
+    stream: str,
+    timestamp: object,
+    delta_root: str | None,
+    store: MetadataStore | None,
+    index: SeekIndex | None,
+    storage_options: Mapping[str, str] | None,
+) -> tuple[int, StreamMetadata | None, SeekIndex]:
+    """What :func:`stream_cut_at` and :func:`complete_cut_at` check and open alike: the
+    timestamp, the stream (it must exist when a ``store`` is given) and the index."""
+    ts = check_timestamp(timestamp)
+    meta = None if store is None else live_metadata(store, stream)
+    return ts, meta, index or shared_index(delta_root, storage_options)
+
+
 def stream_cut_at(
     stream: str,
     timestamp: object,
@@ -442,10 +457,9 @@ def stream_cut_at(
     a cut behind the truncation point is moved up to it; without one, an
     empty cut stands for "the head".
     """
-    ts = check_timestamp(timestamp)
-    idx = index or shared_index(delta_root, storage_options)
-    if store is not None:
-        return start_cut_for(stream, ts, live_metadata(store, stream), idx)
+    ts, meta, idx = _lookup(stream, timestamp, delta_root, store, index, storage_options)
+    if meta is not None:
+        return start_cut_for(stream, ts, meta, idx)
     found = idx.start(stream, ts)
     return {} if found is None else dict(found.stream_cut)
 
@@ -463,10 +477,7 @@ def complete_cut_at(
 
     ``None`` while no watermark has reached ``timestamp`` (the data is not complete).
     """
-    ts = check_timestamp(timestamp)
-    if store is not None:
-        live_metadata(store, stream)
-    idx = index or shared_index(delta_root, storage_options)
+    ts, _, idx = _lookup(stream, timestamp, delta_root, store, index, storage_options)
     found = idx.stop(stream, ts)
     return None if found is None else dict(found.stream_cut)
 

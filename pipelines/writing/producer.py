@@ -89,11 +89,11 @@ import random
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from types import TracebackType
 from typing import Any, Literal
 
 from confluent_kafka import KafkaError, Message, Producer
 
+from controller.closing import Closing
 from controller.kafka.admin import StreamTopics, ensure_marks_topic
 from controller.metadata import StreamMetadata
 from controller.model import Epoch, WriterMark
@@ -192,7 +192,7 @@ class _Stream(StreamView):
         return number
 
 
-class TidemarkProducer:
+class TidemarkProducer(Closing):
     """``confluent_kafka.Producer`` plus ``note_time`` and ``close`` (see the module doc).
 
     ``config`` is the producer's librdkafka settings, as given to ``Producer``
@@ -480,14 +480,6 @@ class TidemarkProducer:
     @property
     def last_noted_time(self) -> int | None:
         return self._marks.last_noted
-
-    def __enter__(self) -> TidemarkProducer:
-        return self
-
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     # --- internals ------------------------------------------------------------------------
 

@@ -43,11 +43,11 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from types import TracebackType
-from typing import Any, Self, cast
+from typing import Any, cast
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
+from controller.closing import Closing
 from controller.metadata import StreamMetadata
 from controller.model import Epoch, Segment, segment_number
 from controller.naming import split_stream
@@ -148,7 +148,7 @@ def _routing_key_bytes(routing_key: RoutingKey) -> bytes | None:
     )
 
 
-class _StreamWriter:
+class _StreamWriter(Closing):
     """What both stream writers share: routing, stamping, the producer, the records sent
     and their position (``sent``), the stream's metadata (``stream_view``) and the marks
     (``marks.MarkPublisher``, which the drop-in producer uses too)."""
@@ -459,18 +459,6 @@ class _StreamWriter:
         """The highest timestamp this writer has given a record (its clock's floors), or None."""
         floors = self._clock.floors()
         return max(floors.values()) if floors else None
-
-    def close(self) -> None:
-        """Flush and release the producer (each writer says how)."""
-        raise NotImplementedError
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
 
 def _policy(metadata: StreamMetadata) -> TimestampPolicy:

@@ -56,19 +56,18 @@ def register_run(verbs: Any) -> None:
         help="run a controller driver: it leads (runs the streaming query) or waits as standby",
     )
     add_controller_arguments(parser)
-    parser.add_argument(
-        "--policy-interval-ms",
-        type=int,
-        default=10_000,
-        help="while leading, act on stream policies (retention, auto-scaling) this often; "
-        "0 turns the policy loop off (then run `tidemark controller policies` elsewhere)",
+    add_policy_arguments(
+        parser,
+        interval_help="while leading, act on stream policies (retention, auto-scaling) this "
+        "often; 0 turns the policy loop off (then run `tidemark controller policies` elsewhere)",
     )
-    add_policy_arguments(parser)
     parser.set_defaults(func=cmd_run)
 
 
-def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
-    """What the policy loop measures over (``controller run`` and ``controller policies``)."""
+def add_policy_arguments(parser: argparse.ArgumentParser, interval_help: str | None = None) -> None:
+    """The options :func:`policy_settings` reads: how often the policy loop acts and what it
+    measures over (``controller run`` and ``controller policies``)."""
+    parser.add_argument("--policy-interval-ms", type=int, default=10_000, help=interval_help)
     parser.add_argument("--rate-window-ms", type=int, default=60_000)
     parser.add_argument("--scale-cooldown-ms", type=int, default=120_000)
 
@@ -149,7 +148,6 @@ def register_policies(verbs: Any) -> None:
         "acts per cluster: loops contend in a ZooKeeper election, the others wait.",
     )
     parser.add_argument("--instance", default=None, help="this loop's name in the election")
-    parser.add_argument("--policy-interval-ms", type=int, default=10_000)
     add_policy_arguments(parser)
     parser.add_argument(
         "--delta-root", default=None, help="the controller's tables (default $TIDEMARK_DELTA_ROOT)"

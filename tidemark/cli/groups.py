@@ -12,6 +12,7 @@ import argparse
 import json
 from typing import Any
 
+from controller.metadata import cut_from_json, cut_to_json
 from tidemark.cli.control_plane import control_plane, service_addresses
 from tidemark.cli.output import add_format_option, emit, emit_rows
 from tidemark.cli.read import _open
@@ -82,7 +83,7 @@ def _parse_cut(text: str) -> dict[int, int]:
         raw = json.loads(text)
         if not isinstance(raw, dict):
             raise ValueError("not an object")
-        return {int(s): int(o) for s, o in raw.items()}
+        return cut_from_json(raw)
     except (ValueError, TypeError) as exc:
         raise ConfigurationError(
             f'--cut must be a JSON object {{"segment id": offset}}, got {text!r} ({exc})'
@@ -97,7 +98,7 @@ def cmd_reset(args: argparse.Namespace) -> int:
         cut = group.reset_to(target)
     emit(
         args,
-        {"group": args.group, "stream_cut": {str(s): o for s, o in cut.items()}},
+        {"group": args.group, "stream_cut": cut_to_json(cut)},
         f"group {args.group} reset to {cut}",
     )
     return 0

@@ -27,6 +27,7 @@ import base64
 import time
 from typing import Any
 
+from controller.metadata import cut_to_json
 from controller.model import segment_number
 from infra.services import data_root
 from jobs.cli_args import positive_int
@@ -230,7 +231,7 @@ def cmd_watermarks(args: argparse.Namespace) -> int:
                 "seq": m.seq,
                 "time": m.time,
                 "upper_time": m.upper_time,
-                "stream_cut": {str(s): o for s, o in sorted(m.stream_cut.items())},
+                "stream_cut": cut_to_json(m.stream_cut),
             }
             for m in marks
         ],
@@ -256,7 +257,7 @@ def cmd_window(args: argparse.Namespace) -> int:
         "stream": group.stream,
         "lower": window.lower,
         "upper": window.upper,
-        "stream_cut": {str(s): o for s, o in cut.items()},
+        "stream_cut": cut_to_json(cut),
         "readers": readers,
     }
     emit(
@@ -279,7 +280,7 @@ def cmd_seek(args: argparse.Namespace) -> int:
         cut = group.seek(ts)
     emit(
         args,
-        {"group": args.group, "timestamp": ts, "stream_cut": {str(s): o for s, o in cut.items()}},
+        {"group": args.group, "timestamp": ts, "stream_cut": cut_to_json(cut)},
         f"group {args.group} moved to {cut} (time {ts})",
     )
     return 0
