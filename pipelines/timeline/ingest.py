@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
+from confluent_kafka import Consumer, Producer
+
 from controller.kafka.settings import client_config
 from pipelines.timeline.config import IngestConfig
 from pipelines.timeline.exceptions import TimelineError
@@ -53,7 +55,6 @@ class TimelineIngester:
         config: IngestConfig,
         dead_letter_topic: str | None = None,
     ) -> None:
-        from confluent_kafka import Consumer, Producer
 
         self.config = config
         self.store = TimelineStore(dsn)

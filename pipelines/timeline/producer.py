@@ -21,6 +21,8 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
+from confluent_kafka import Producer
+
 from controller.kafka.settings import client_config
 from pipelines.timeline.exceptions import InvalidMessageError, TimelineError
 from pipelines.timeline.model import check_id, check_name, check_timestamp, new_id
@@ -131,7 +133,6 @@ class KafkaTimelineProducer:
         producer_group: str,
         config: dict[str, Any] | None = None,
     ) -> None:
-        from confluent_kafka import Producer
 
         check_name("timeline", timeline)
         check_name("producer_group", producer_group)

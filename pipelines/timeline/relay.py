@@ -28,6 +28,8 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
+from confluent_kafka import Producer
+
 from controller.kafka.settings import client_config
 from pipelines.timeline.clock import DueCondition
 from pipelines.timeline.config import ConsumerConfig, RelayConfig
@@ -48,7 +50,6 @@ class TimelineRelay:
         consumer: ConsumerConfig,
         due: DueCondition | None = None,
     ) -> None:
-        from confluent_kafka import Producer
 
         if consumer.lease_ms <= config.flush_timeout_ms:
             raise ConfigurationError(

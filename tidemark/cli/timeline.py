@@ -43,6 +43,7 @@ def _bootstrap(given: str | None) -> str:
 
 @contextmanager
 def _store() -> Iterator[Any]:
+    # the timeline package loads psycopg: only its verbs pay for it, not --help
     from pipelines.timeline.store import TimelineStore
 
     with TimelineStore(_dsn()) as store:
@@ -141,6 +142,7 @@ def register(sub: Any) -> None:
 
 
 def cmd_create(args: argparse.Namespace) -> int:
+    # the timeline package loads psycopg: only its verbs pay for it, not --help
     from pipelines.timeline.config import TimelineConfig
 
     with _store() as store:
@@ -265,7 +267,10 @@ def cmd_count(args: argparse.Namespace) -> int:
 
 
 def cmd_relay(args: argparse.Namespace) -> int:
+    # the timeline package loads psycopg: only its verbs pay for it, not --help
     from pipelines.timeline.config import ConsumerConfig, RelayConfig
+
+    # the timeline package loads psycopg: only its verbs pay for it, not --help
     from pipelines.timeline.relay import TimelineRelay
 
     dsn = _dsn()
@@ -301,6 +306,7 @@ def cmd_relay(args: argparse.Namespace) -> int:
 
 
 def cmd_purge(args: argparse.Namespace) -> int:
+    # the timeline package loads psycopg: only its verbs pay for it, not --help
     from pipelines.timeline.housekeeping import PurgeLoop, PurgeSettings
 
     settings = PurgeSettings(
