@@ -103,9 +103,9 @@ def controller_view(client: KazooClient, root: str, marks_topic: str) -> Control
     """The drivers and the leader's last published state; :class:`ZooKeeperUnavailableError`
     when ZooKeeper does not answer."""
     path = job_path(root, marks_topic)
+    if not client.connected:  # a request now would wait for the session to come back
+        raise _unavailable(client, "not connected")
     try:
-        if not client.connected:  # a request now would wait for the session to come back
-            raise KazooException("not connected")
         found = contenders(client, f"{path}/election")
         return ControllerView(
             leader=found[0] if found else None,
@@ -114,10 +114,12 @@ def controller_view(client: KazooClient, root: str, marks_topic: str) -> Control
             progress=read_json(client, f"{path}/progress"),
         )
     except (KazooException, KazooTimeoutError) as exc:
-        hosts = ",".join(f"{host}:{port}" for host, port in client.hosts)
-        raise ZooKeeperUnavailableError(
-            f"ZooKeeper at {hosts} did not answer ({type(exc).__name__}): is it running?"
-        ) from exc
+        raise _unavailable(client, type(exc).__name__) from exc
+
+
+def _unavailable(client: KazooClient, why: str) -> ZooKeeperUnavailableError:
+    hosts = ",".join(f"{host}:{port}" for host, port in client.hosts)
+    return ZooKeeperUnavailableError(f"ZooKeeper at {hosts} did not answer ({why}): is it running?")
 
 
 __all__ = [

@@ -184,12 +184,12 @@ class StreamWaits:
             self._wake(stream)
 
 
-ZOOKEEPER, POSTGRESQL, DELTA = "zookeeper", "postgresql", "delta"
+ZOOKEEPER, POSTGRESQL = "zookeeper", "postgresql"
 
 
 class ServiceUnavailableError(TidemarkError):
     """A service a request needs does not answer; ``service`` names it (``zookeeper``,
-    ``postgresql``, ``delta``): start it, or check the address the service was given."""
+    ``postgresql``): start it, or check the address the service was given."""
 
     def __init__(self, service: str, detail: str) -> None:
         super().__init__(f"{service} is unavailable: {detail}")
