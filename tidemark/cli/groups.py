@@ -1,5 +1,7 @@
-"""``tidemark group checkpoint | checkpoints | reset``: reader-group checkpoints.
+"""``tidemark group list | describe | checkpoint | checkpoints | reset``: reader groups.
 
+tidemark group list --format json                     # every group with its lag
+tidemark group describe billing                       # lag in records and in time, readers
 tidemark group checkpoint billing before-migration   # waits for online readers
 tidemark group checkpoints billing --format json
 tidemark group reset billing --checkpoint before-migration   # no reader online
@@ -13,6 +15,7 @@ import json
 from typing import Any
 
 from controller.metadata import cut_from_json, cut_to_json
+from controller.timestamps import wall_clock_ms
 from tidemark.cli.control_plane import control_plane, service_addresses
 from tidemark.cli.output import add_format_option, emit, emit_rows
 from tidemark.cli.read import _open
@@ -20,8 +23,17 @@ from tidemark.errors import ConfigurationError
 
 
 def register(sub: Any) -> None:
-    group = sub.add_parser("group", help="reader groups: checkpoints and reset")
+    group = sub.add_parser("group", help="reader groups: lag, checkpoints and reset")
     verbs = group.add_subparsers(dest="group_command", metavar="VERB", required=True)
+
+    listing = verbs.add_parser("list", help="every reader group with its lag (records, time)")
+    add_format_option(listing)
+    listing.set_defaults(func=cmd_list)
+
+    describe = verbs.add_parser("describe", help="a group's lag in records and time, its readers")
+    describe.add_argument("group", help="reader group name")
+    add_format_option(describe)
+    describe.set_defaults(func=cmd_describe)
 
     take = verbs.add_parser(
         "checkpoint", help="take a named checkpoint of a group (online readers must be reading)"
@@ -34,10 +46,10 @@ def register(sub: Any) -> None:
     add_format_option(take)
     take.set_defaults(func=cmd_checkpoint)
 
-    listing = verbs.add_parser("checkpoints", help="list a group's checkpoints")
-    listing.add_argument("group", help="reader group name")
-    add_format_option(listing)
-    listing.set_defaults(func=cmd_checkpoints)
+    checkpoints = verbs.add_parser("checkpoints", help="list a group's checkpoints")
+    checkpoints.add_argument("group", help="reader group name")
+    add_format_option(checkpoints)
+    checkpoints.set_defaults(func=cmd_checkpoints)
 
     reset = verbs.add_parser(
         "reset", help="move a group to a checkpoint or a stream cut (no reader online)"
@@ -48,6 +60,58 @@ def register(sub: Any) -> None:
     target.add_argument("--cut", help='a stream cut as JSON: {"segment id": offset, ...}')
     add_format_option(reset)
     reset.set_defaults(func=cmd_reset)
+
+
+def _lag_row(lag: Any, now_ms: int) -> dict[str, Any]:
+    return {
+        "group": lag.group,
+        "stream": lag.stream,
+        "lag_records": lag.records,
+        "time": lag.time,
+        "lag_ms": lag.time_lag_ms(now_ms),
+        "readers": lag.readers,
+    }
+
+
+def _lags(names: list[str]) -> list[dict[str, Any]]:
+    # confluent_kafka: off tidemark --help (the parser imports every verb module)
+    from controller.kafka.admin import StreamTopics
+    from pipelines.reading.lag import group_lag
+    from pipelines.reading.registry import registry_for
+
+    kafka, _ = service_addresses()
+    topics = StreamTopics(kafka)
+    rows = []
+    with control_plane() as cp:
+        if not names:
+            names = registry_for(cp.store).names()
+        for name in names:
+            with _open(name, cp, kafka) as group:
+                rows.append(_lag_row(group_lag(group, topics), wall_clock_ms()))
+    return rows
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    emit_rows(args, _lags([]))
+    return 0
+
+
+def cmd_describe(args: argparse.Namespace) -> int:
+    (row,) = _lags([args.group])
+    lag_ms = (
+        "unknown (no watermark at its position yet)"
+        if row["lag_ms"] is None
+        else (f"{row['lag_ms']} ms behind the wall clock (time {row['time']})")
+    )
+    emit(
+        args,
+        row,
+        [
+            f"group {row['group']} on stream {row['stream']}: {row['readers']} reader(s) online",
+            f"  lag: {row['lag_records']} record(s); in time: {lag_ms}",
+        ],
+    )
+    return 0
 
 
 def _describe(checkpoint: Any) -> dict[str, Any]:
