@@ -54,6 +54,7 @@ from pipelines.reading.watermark_tables import (
 )
 from schemas.tables import cut_from_cell
 from tidemark.errors import ConfigurationError, TidemarkError
+from tidemark.service.group_metrics import GroupLagCollector
 
 log = logging.getLogger(__name__)
 
@@ -238,6 +239,7 @@ class TimeService:
         self.last_refresh_error: str | None = None
         self.registry = CollectorRegistry()
         self.registry.register(_StreamCollector(self))
+        self.registry.register(GroupLagCollector(store, bootstrap_servers, self.delta_root))
         self.waits = StreamWaits()
 
     # --- lifecycle ----------------------------------------------------------------------------
