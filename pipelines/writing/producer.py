@@ -113,6 +113,7 @@ from pipelines.writing.exceptions import (
     failed_record,
     raise_failures,
 )
+from pipelines.writing.headers import checked_headers
 from pipelines.writing.marks import MarkMessage, MarkPublisher, flush_publishing
 from pipelines.writing.partitioners import DEFAULT_PARTITIONER, check_partitioner, kafka_partition
 from pipelines.writing.positions import DeliveryGroups
@@ -344,6 +345,8 @@ class TidemarkProducer(Closing):
         if self._closed or self._failures or st.latest is not st.applied:
             with self._lock:
                 self._before_produce(st)
+        if headers is not None:  # as Producer takes them, a bad one named (writing.headers)
+            headers = checked_headers(headers, as_producer=True)
         if self._end_offsets is not None:
             # Positions from end offsets: checked, so the wrapped producer's own produce
             # takes the next records again (no report per record: failures only).
