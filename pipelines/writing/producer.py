@@ -365,15 +365,13 @@ class TidemarkProducer(Closing):
             )
         groups = st.groups
         cb = on_delivery or callback or self._user_delivery
-        if cb is None and not timestamp and headers is None:
-            self._producer.produce(
-                topic, value, key, partition, on_delivery=groups.setters[partition]
-            )
-        else:
+        if cb is None:
             report = groups.setters[partition]
-            if cb is not None:
-                report = _chain(report, cb)
-            self._send(topic, value, key, partition, report, timestamp, headers)
+        else:  # the group's report, then the application's callback: made once, looked up
+            report = groups.with_callback[partition].get(cb) or groups.reporting_to(partition, cb)
+        # Positional (keywords cost a dict per call): ..., on_delivery, callback, timestamp,
+        # headers.
+        self._producer.produce(topic, value, key, partition, report, None, timestamp, headers)
         groups.used[partition] = True
 
     def _before_produce(self, st: _Stream) -> None:
@@ -391,20 +389,7 @@ class TidemarkProducer(Closing):
         timestamp: int,
         headers: Any,
     ) -> None:
-        if cb is None:
-            self._producer.produce(
-                topic, value, key, partition, timestamp=timestamp, headers=headers
-            )
-        else:
-            self._producer.produce(
-                topic,
-                value,
-                key,
-                partition,
-                on_delivery=cb,
-                timestamp=timestamp,
-                headers=headers,
-            )
+        self._producer.produce(topic, value, key, partition, cb, None, timestamp, headers)
 
     def poll(self, timeout: float = -1) -> int:
         """``Producer.poll``; also publishes the marks whose records are all acknowledged."""
@@ -627,16 +612,6 @@ class TidemarkProducer(Closing):
 
     def _raise_failures(self) -> None:
         raise_failures(self._failures)
-
-
-def _chain(report: DeliveryCallback, cb: DeliveryCallback) -> DeliveryCallback:
-    """Both callbacks for one record: its group's bucket, then the application's."""
-
-    def both(err: KafkaError | None, msg: Message) -> None:
-        report(err, msg)
-        cb(err, msg)
-
-    return both
 
 
 def _offset(msg: Message) -> int:
