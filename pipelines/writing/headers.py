@@ -48,6 +48,14 @@ def checked_headers(headers: Headers | None, *, as_producer: bool = False) -> Ka
     """
     if headers is None:
         return None
+    if type(headers) is list:  # the common case, checked cheaply: (str, bytes) tuples
+        for item in headers:
+            if type(item) is not tuple or len(item) != 2:
+                break
+            if type(item[0]) is not str or type(item[1]) is not bytes:
+                break
+        else:
+            return headers[:] or None  # a copy: the writer keeps it for a replay
     if isinstance(headers, Mapping):
         items: Sequence[object] = list(headers.items())
     elif isinstance(headers, Sequence) and not isinstance(headers, str | bytes):
