@@ -109,6 +109,19 @@ class RecordAck:
     adjusted: bool
 
 
+class _EndField:
+    """A field of a batch's first or last record (``BatchAck.first_offset`` and the like)."""
+
+    def __init__(self, index: int, field: str) -> None:
+        self.index, self.field = index, field
+
+    def __get__(self, ack: BatchAck | None, owner: type | None = None) -> int:
+        if ack is None:
+            raise AttributeError(f"{self.field} of a BatchAck's record {self.index}")
+        value: int = getattr(ack.records[self.index], self.field)
+        return value
+
+
 @dataclass(frozen=True)
 class BatchAck:
     """What ``write_batch`` stored, in order, all on ``segment_id``."""
@@ -116,21 +129,10 @@ class BatchAck:
     segment_id: int
     records: tuple[RecordAck, ...]
 
-    @property
-    def first_offset(self) -> int:
-        return self.records[0].offset
-
-    @property
-    def last_offset(self) -> int:
-        return self.records[-1].offset
-
-    @property
-    def first_timestamp(self) -> int:
-        return self.records[0].timestamp
-
-    @property
-    def last_timestamp(self) -> int:
-        return self.records[-1].timestamp
+    first_offset = _EndField(0, "offset")
+    last_offset = _EndField(-1, "offset")
+    first_timestamp = _EndField(0, "timestamp")
+    last_timestamp = _EndField(-1, "timestamp")
 
     @property
     def adjusted(self) -> tuple[bool, ...]:

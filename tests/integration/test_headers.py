@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from typing import Any
 
 import pytest
@@ -51,6 +52,16 @@ def _headers_of(i: int) -> Headers:
     return (*RICH, ("n", str(i).encode()))
 
 
+def dropin(stream: str, store: Any, kafka: str, wconfig: Any) -> TidemarkProducer:
+    return TidemarkProducer(
+        {"bootstrap.servers": kafka},
+        stream=stream,
+        writer_id="p",
+        store=store,
+        cluster=wconfig.cluster,
+    )
+
+
 def write_with_every_python_producer(stream: str, store: Any, kafka: str, wconfig: Any) -> dict:
     """Body -> headers written: EventWriter (pairs and mapping), a transaction, the drop-in."""
     written: dict[bytes, Headers] = {}
@@ -73,13 +84,7 @@ def write_with_every_python_producer(stream: str, store: Any, kafka: str, wconfi
             txn.write(body, f"k{i}", timestamp=BASE + 10 + i, headers=list(written[body]))
         txn.commit(BASE + 20)
     topic = store.get_stream(stream).topic
-    producer = TidemarkProducer(
-        {"bootstrap.servers": kafka},
-        stream=stream,
-        writer_id="p",
-        store=store,
-        cluster=wconfig.cluster,
-    )
+    producer = dropin(stream, store, kafka, wconfig)
     for i in range(4):
         body = f"dropin-{i}".encode()
         written[body] = _headers_of(i)
@@ -161,13 +166,7 @@ def test_bad_headers_are_named_and_nothing_is_sent(
             txn.write(b"x", "k", headers=headers)
         txn.commit()
         assert tw.committed_position == {}
-    producer = TidemarkProducer(
-        {"bootstrap.servers": kafka},
-        stream=stream,
-        writer_id="p",
-        store=store,
-        cluster=wconfig.cluster,
-    )
+    producer = dropin(stream, store, kafka, wconfig)
     if "value must be bytes, got str" not in named:  # Producer takes text values
         with pytest.raises(InvalidHeaderError, match=_literal(named.split(": value")[0])):
             producer.produce(topic, b"x", b"k", headers=headers)
@@ -177,8 +176,6 @@ def test_bad_headers_are_named_and_nothing_is_sent(
 
 
 def _literal(text: str) -> str:
-    import re
-
     return re.escape(text)
 
 
