@@ -267,7 +267,10 @@ class TidemarkProducer(Closing):
             st.watch()  # a change makes the next produce the checking one (_slow)
         if self._end_offsets is not None:
             vars(self)["poll"] = self._producer.poll  # publishes nothing in this mode
-            self._fast()
+            self._fast_produce: Callable[..., None] = self._producer.produce
+        else:
+            self._fast_produce = self._routed_produce()
+        self._fast()
 
     def _by_end_offsets(self, settings: dict[str, Any], bootstrap: str) -> None:
         """Set up positions from end offsets: failed records' reports only (module doc)."""
@@ -298,9 +301,10 @@ class TidemarkProducer(Closing):
             st.checked = {p: (end, 0) for p, end in ends.items()}
 
     def _fast(self) -> None:
-        """Positions from end offsets: ``produce`` is the wrapped producer's own (C) method,
-        unless a failure, a close or a metadata change waits for the checking one."""
-        vars(self)["produce"] = self._producer.produce
+        """``produce`` is the fast one (``_fast_produce``: with positions from end offsets
+        the wrapped producer's own C method, else ``_routed_produce``), unless a failure, a
+        close or a metadata change waits for the checking one (the class's)."""
+        vars(self)["produce"] = self._fast_produce
         if (
             self._closed
             or self._failures
@@ -311,6 +315,51 @@ class TidemarkProducer(Closing):
     def _slow(self) -> None:
         """The next ``produce`` is the class's: it checks (and raises) first."""
         vars(self).pop("produce", None)
+
+    def _routed_produce(self) -> Callable[..., None]:
+        """The default mode's ``produce`` while nothing waits to be checked (``_fast``).
+
+        The class's method cut to what the usual record needs -- its partition and
+        its group's report -- with what it reads held in closure cells (an attribute
+        load per name costs more than the rest: see ``tests/bench/bench_producer``).
+        A record to another topic, with an explicit partition or with headers, or
+        any failure not raised yet (a mark's comes without ``_slow``), goes through
+        the class's method.
+        """
+        streams = self._streams
+        failures = self._failures
+        send = self._producer.produce
+        user_delivery = self._user_delivery
+        checked = TidemarkProducer.produce
+
+        def produce(
+            topic: str,
+            value: Any = None,
+            key: Any = None,
+            partition: int = -1,
+            on_delivery: DeliveryCallback | None = None,
+            timestamp: int = 0,
+            headers: Any = None,
+            callback: DeliveryCallback | None = None,
+        ) -> None:
+            st = streams.get(topic)
+            if st is None or partition >= 0 or headers is not None or failures:
+                given = (topic, value, key, partition, on_delivery, timestamp, headers, callback)
+                return checked(self, *given)
+            partition = st.routes.get(key, -1) if key is not None else -1
+            if partition < 0:
+                partition = st.partition_for(key)
+            groups = st.groups
+            cb = on_delivery or callback or user_delivery
+            report = (
+                groups.setters[partition]
+                if cb is None
+                else groups.with_callback[partition].get(cb) or groups.reporting_to(partition, cb)
+            )
+            send(topic, value, key, partition, report, None, timestamp, None)
+            groups.used[partition] = True
+
+        return produce
 
     def _on_failed(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None:
@@ -373,6 +422,8 @@ class TidemarkProducer(Closing):
         # headers.
         self._producer.produce(topic, value, key, partition, report, None, timestamp, headers)
         groups.used[partition] = True
+        if vars(self).get("produce") is not self._fast_produce:
+            self._fast()  # checked: the fast one takes the next records again
 
     def _before_produce(self, st: _Stream) -> None:
         self._check()
