@@ -35,6 +35,16 @@ segment's recorded size) are reported as :class:`DeliveryError` by the
 next call, for the application to produce again; ``EventWriter`` re-sends
 them by itself.
 
+Per record, in the default mode: while nothing waits to be checked (a failure,
+a close, a metadata change), ``produce`` is a closure set on the instance
+(``_routed_produce``: the partition, the group's report, one positional call)
+and ``poll``, while no note waits, the wrapped producer's own method; the
+class's methods check, publish, and hand them back. A record with the
+application's delivery callback gets its group's report followed by that
+callback, a function made once per group and callback
+(``DeliveryGroups.reporting_to``). Headers are checked as ``Producer`` takes
+them (:mod:`pipelines.writing.headers`; a name that is not text is refused).
+
 Positions from end offsets (opt-in, ``positions_from="end_offsets"``; one
 argument more: ``TidemarkProducer(conf, ..., positions_from="end_offsets")``):
 the per-record delivery reports cost about 1 µs a record in confluent-kafka
@@ -244,8 +254,6 @@ class TidemarkProducer(Closing):
         self._closed = False
         self._failures: list[FailedRecord] = []
         self._marks = MarkPublisher(self.cluster, writer_id, self._produce_mark, self._failures)
-        self._noting = False
-        """Some note waits for its records: poll publishes the ready ones."""
         self._streams: dict[str, _Stream] = {}
         for name in names:
             metadata = store.get_stream(name)
@@ -265,8 +273,9 @@ class TidemarkProducer(Closing):
         self._producer = Producer(settings)
         for st in self._streams.values():
             st.watch()  # a change makes the next produce the checking one (_slow)
+        # poll is the wrapped C method while no note waits (_publish_ready).
+        vars(self)["poll"] = self._producer.poll
         if self._end_offsets is not None:
-            vars(self)["poll"] = self._producer.poll  # publishes nothing in this mode
             self._fast_produce: Callable[..., None] = self._producer.produce
         else:
             self._fast_produce = self._routed_produce()
@@ -443,11 +452,13 @@ class TidemarkProducer(Closing):
         self._producer.produce(topic, value, key, partition, cb, None, timestamp, headers)
 
     def poll(self, timeout: float = -1) -> int:
-        """``Producer.poll``; also publishes the marks whose records are all acknowledged."""
+        """``Producer.poll``; also publishes the marks whose records are all acknowledged.
+
+        While no note waits, ``poll`` is the wrapped producer's own method, set on the
+        instance (``_publish_ready``); this one runs while a note waits."""
         served = self._producer.poll(timeout)
-        if self._noting:
-            with self._lock:
-                self._publish_ready()
+        with self._lock:
+            self._publish_ready()
         return served
 
     def flush(self, timeout: float = -1) -> int:
@@ -572,7 +583,10 @@ class TidemarkProducer(Closing):
                 self._failures.extend(failed_record(msg) for msg in note.failed)
             published += self._marks.publish_ready(st.name, notes, st.segment_position)
             waiting = waiting or st.groups.waiting
-        self._noting = waiting
+        if waiting:  # poll publishes the notes as their records are acknowledged
+            vars(self).pop("poll", None)
+        else:
+            vars(self)["poll"] = self._producer.poll
         return published
 
     def _produce_mark(self, msg: MarkMessage, on_delivery: DeliveryCallback) -> None:
