@@ -48,6 +48,19 @@ def _read_all(bootstrap, topic, expect, timeout_s=20.0):
     return got
 
 
+def _relay(postgres, kafka, tl, target, consumer, expect, timeout_s=20.0):
+    """Relay until ``expect`` messages went (or ``timeout_s`` passed); how many went."""
+    relay = TimelineRelay(
+        postgres, kafka, tl, RelayConfig(target, flush_timeout_ms=10_000), consumer
+    )
+    relayed = 0
+    deadline = time.monotonic() + timeout_s
+    while relayed < expect and time.monotonic() < deadline:
+        relayed += relay.run_once(timeout_ms=200)
+    relay.close()
+    return relayed
+
+
 @pytest.fixture
 def tl(postgres, unique):
     with TimelineStore(postgres) as store:
@@ -109,19 +122,8 @@ def test_relay_produces_due_messages_then_deletes_them(postgres, kafka, tl, uniq
             [NewMessage(f"due{i}".encode(), now - 10, "app", f"d{i}") for i in range(30)]
             + [NewMessage(b"later", now + 3_600_000, "app", "later")],
         )
-    relay = TimelineRelay(
-        postgres,
-        kafka,
-        tl,
-        RelayConfig(target, flush_timeout_ms=10_000),
-        ConsumerConfig(f"relay-{unique}", lease_ms=20_000, batch_size=8),
-    )
-    relayed = 0
-    deadline = time.monotonic() + 20
-    while relayed < 30 and time.monotonic() < deadline:
-        relayed += relay.run_once(timeout_ms=200)
-    relay.close()
-    assert relayed == 30
+    consumer = ConsumerConfig(f"relay-{unique}", lease_ms=20_000, batch_size=8)
+    assert _relay(postgres, kafka, tl, target, consumer, 30) == 30
     out = _read_all(kafka, target, 30)
     assert sorted(m.key().decode() for m in out) == sorted(f"d{i}" for i in range(30))
     first = next(m for m in out if m.key() == b"d0")
@@ -195,18 +197,7 @@ def test_the_relay_delivers_a_messages_own_headers_byte_identical(postgres, kafk
             direct.put(b"x", timestamp_ms=due, headers=[("k", "text")])
     with TimelineStore(postgres) as store:
         assert store.get(tl, "k1").headers == tuple(given)
-    relay = TimelineRelay(
-        postgres,
-        kafka,
-        tl,
-        RelayConfig(target, flush_timeout_ms=10_000),
-        ConsumerConfig(f"relay-{unique}", lease_ms=20_000),
-    )
-    relayed = 0
-    deadline = time.monotonic() + 20
-    while relayed < 3 and time.monotonic() < deadline:
-        relayed += relay.run_once(timeout_ms=200)
-    relay.close()
+    assert _relay(postgres, kafka, tl, target, ConsumerConfig(f"relay-{unique}"), 3) == 3
     out = {m.key(): m.headers() for m in _read_all(kafka, target, 3)}
     own = {k: [h for h in v if not h[0].startswith("tidemark-")] for k, v in out.items()}
     assert own == {b"k1": given, b"k2": [], b"s1": given[:2]}
