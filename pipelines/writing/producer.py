@@ -312,7 +312,10 @@ class TidemarkProducer(Closing):
     def _fast(self) -> None:
         """``produce`` is the fast one (``_fast_produce``: with positions from end offsets
         the wrapped producer's own C method, else ``_routed_produce``), unless a failure, a
-        close or a metadata change waits for the checking one (the class's)."""
+        close or a metadata change waits for the checking one (the class's), or a subclass
+        has a ``produce`` of its own."""
+        if type(self).produce is not TidemarkProducer.produce:
+            return
         vars(self)["produce"] = self._fast_produce
         if (
             self._closed
