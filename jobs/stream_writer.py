@@ -10,7 +10,9 @@ the stable id ``<job_id>/<batch_id>/<partition>``: a re-run of the same
 batch (a retried task, a restarted query) is the same writer to the
 controller. A task writes its rows (``value_col`` as the event, bytes or
 text; ``key_col`` as the routing key; ``time_col`` as the event time in
-ms, or a timestamp column), notes the maximum event time it wrote, and
+ms, or a timestamp column; ``headers_col``, when the DataFrame has it, as the
+Kafka headers, typed as Spark's Kafka sink takes them:
+``array<struct<key: string, value: binary>>``), notes the maximum event time it wrote, and
 closes (the shutdown mark), so the job's output gets watermarks with no
 extra code.
 
@@ -35,7 +37,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from confluent_kafka import Producer
@@ -66,6 +68,8 @@ class StreamTarget:
     key_col: str | None = "key"
     time_col: str = "event_time"
     linger_ms: int = 5
+    headers_col: str | None = "headers"
+    """Optional: used when the DataFrame has it (``None``: never)."""
 
     def __post_init__(self) -> None:
         split_stream(self.stream)
@@ -109,6 +113,20 @@ def _value_bytes(value: Any, column: str) -> bytes:
     raise JobConfigurationError(f"column {column!r} must be binary or string, got {value!r}")
 
 
+def _headers(row: Any, column: str) -> list[tuple[str, bytes]] | None:
+    """A row's headers column (Spark's Kafka sink type) as Kafka headers."""
+    entries = row[column]
+    if entries is None:
+        return None
+    try:
+        return [(h["key"], _value_bytes(h["value"], f"{column}.value")) for h in entries]
+    except (TypeError, KeyError, ValueError) as exc:
+        raise JobConfigurationError(
+            f"column {column!r} must be array<struct<key: string, value: binary>> "
+            f"(as Spark's Kafka sink takes), got {entries!r}"
+        ) from exc
+
+
 def write_partition(target: StreamTarget, writer: str, rows: Iterable[Any]) -> TaskReport:
     """One task's work: write ``rows`` as ``writer``, note the largest time, close."""
     with zookeeper_session(target.zk_connect) as client:
@@ -123,7 +141,13 @@ def write_partition(target: StreamTarget, writer: str, rows: Iterable[Any]) -> T
             for row in rows:
                 ts = event_time_ms(row[target.time_col])
                 key = row[target.key_col] if target.key_col is not None else None
-                w.write(_value_bytes(row[target.value_col], target.value_col), key, timestamp=ts)
+                headers = _headers(row, target.headers_col) if target.headers_col else None
+                w.write(
+                    _value_bytes(row[target.value_col], target.value_col),
+                    key,
+                    timestamp=ts,
+                    headers=headers,
+                )
                 events += 1
                 top = ts if top is None else max(top, ts)
             # A task with no rows notes time 0, so its close ends its registration.
@@ -158,7 +182,11 @@ def write_to_stream(
             f"the DataFrame has no column(s) {missing}; it has {df.columns} "
             "(set StreamTarget.value_col / key_col / time_col)"
         )
-    columns = [c for c in (target.value_col, target.key_col, target.time_col) if c]
+    if target.headers_col is not None and target.headers_col not in df.columns:
+        target = replace(target, headers_col=None)
+    columns = [
+        c for c in (target.value_col, target.key_col, target.time_col, target.headers_col) if c
+    ]
     rdd = df.select(*columns).rdd
     if register:
         register_writers(

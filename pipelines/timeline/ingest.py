@@ -110,7 +110,11 @@ class TimelineIngester:
                 (
                     raw,
                     NewMessage(
-                        message.body, message.timestamp_ms, message.producer_group, message.id
+                        message.body,
+                        message.timestamp_ms,
+                        message.producer_group,
+                        message.id,
+                        headers=raw.headers(),  # the record's, kept for the relay
                     ),
                 )
             )

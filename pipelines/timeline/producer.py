@@ -25,7 +25,7 @@ from confluent_kafka import Producer
 
 from controller.kafka.settings import client_config
 from pipelines.timeline.exceptions import InvalidMessageError, TimelineError
-from pipelines.timeline.model import check_id, check_name, check_timestamp, new_id
+from pipelines.timeline.model import check_headers, check_id, check_name, check_timestamp, new_id
 from pipelines.timeline.store import Created, NewMessage, TimelineStore
 from pipelines.timeline.wire import ScheduledMessage, encode_scheduled
 
@@ -73,10 +73,12 @@ class TimelineProducer:
         delay_ms: int | None = None,
         id: str | None = None,
         due_at_stream_time: tuple[str, int] | None = None,
+        headers: Any = None,
     ) -> Created:
         """Schedule ``body`` at a wall-clock time (``timestamp_ms`` / ``delay_ms``) or
         once a stream's watermark reaches an event time (``due_at_stream_time=(stream,
-        t)``: every event of the stream with time <= t has been written)."""
+        t)``: every event of the stream with time <= t has been written). ``headers``:
+        Kafka headers the relay delivers with it (``model.check_headers``)."""
         return self.store.create(
             self.timeline,
             body,
@@ -84,6 +86,7 @@ class TimelineProducer:
             producer_group=self.producer_group,
             id=new_id() if id is None else id,
             due_stream=None if due_at_stream_time is None else due_at_stream_time[0],
+            headers=headers,
         )
 
     def put_many(self, items: Sequence[tuple[bytes, int, str | None]]) -> list[Created]:
@@ -162,10 +165,14 @@ class KafkaTimelineProducer:
         timestamp_ms: int | None = None,
         delay_ms: int | None = None,
         id: str | None = None,
+        headers: Any = None,
     ) -> str:
-        """Queue one message; returns its id. :meth:`flush` waits for the broker's acks."""
+        """Queue one message; returns its id. :meth:`flush` waits for the broker's acks.
+        ``headers`` go as the record's Kafka headers; the ingester stores them and the
+        relay delivers them."""
         message_id = new_id() if id is None else id
         check_id(message_id)
+        kafka_headers: list[tuple[str, str | bytes | None]] = [*check_headers(headers)]
         when = _when(timestamp_ms, delay_ms)
         check_timestamp("timestamp_ms", when)
         data = encode_scheduled(
@@ -174,7 +181,11 @@ class KafkaTimelineProducer:
         while True:
             try:
                 self._producer.produce(
-                    self.topic, value=data, key=message_id.encode(), on_delivery=self._on_delivery
+                    self.topic,
+                    value=data,
+                    key=message_id.encode(),
+                    on_delivery=self._on_delivery,
+                    headers=kafka_headers or None,
                 )
                 break
             except BufferError:

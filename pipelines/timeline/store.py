@@ -84,11 +84,14 @@ from pipelines.timeline.model import (
     Op,
     base_hash,
     bucket_of,
+    check_headers,
     check_id,
     check_lease,
     check_name,
     check_timestamp,
     check_token,
+    decode_headers,
+    encode_headers,
     explain_refusal,
     lease_token,
     new_id,
@@ -104,9 +107,9 @@ Row = tuple[Any, ...]
 NOTIFY_CHANNEL = "tidemark_timeline"
 _COLS = (
     "timeline, id, ts, body, producer_group, lock_consumer, bucket, version, deleted_at_ms, "
-    "due_stream"
+    "due_stream, headers"
 )
-_N = 10  # columns in _COLS: what a row holds after them starts here
+_N = 11  # columns in _COLS: what a row holds after them starts here
 _M_COLS = ", ".join(f"m.{c.strip()}" for c in _COLS.split(","))
 _VERSION_OK = "(%(version)s::BIGINT IS NULL OR m.version = %(version)s::BIGINT)"
 # A live lease of consumer %(a)s whose token hashes to %(h)s.
@@ -123,6 +126,8 @@ class NewMessage:
     id: str | None = None
     due_stream: str | None = None
     """Due when this stream's watermark reaches ``timestamp_ms`` (an event time)."""
+    headers: Any = None
+    """Kafka headers the relay delivers with the body (``model.check_headers``)."""
 
 
 @dataclass(frozen=True)
@@ -148,6 +153,7 @@ def _message(row: Sequence[Any]) -> Message:
         version=int(row[7]),
         deleted=row[8] is not None,
         due_stream=row[9],
+        headers=decode_headers(row[10]),
     )
 
 
@@ -298,9 +304,9 @@ class TimelineStore:
             ), ins AS (
                 INSERT INTO timeline_messages
                     (timeline, id, bucket, ts, body, producer_group, lock_consumer, version,
-                     created_at_ms, due_stream)
+                     created_at_ms, due_stream, headers)
                 SELECT %(timeline)s, %(id)s, %(bucket)s, %(ts)s, %(body)s, %(group)s, NULL, 1,
-                       {NOW_MS}, %(due_stream)s
+                       {NOW_MS}, %(due_stream)s, %(headers)s
                 FROM t WHERE octet_length(%(body)s) <= t.max_body_bytes
                 ON CONFLICT (timeline, id) DO NOTHING
                 RETURNING {_COLS}
@@ -334,6 +340,7 @@ class TimelineStore:
             "body": body,
             "group": new.producer_group,
             "due_stream": new.due_stream,
+            "headers": encode_headers(check_headers(new.headers)),
         }
 
     def _settle(self, params: dict[str, Any], row: Row | None) -> Created:
@@ -367,6 +374,7 @@ class TimelineStore:
         producer_group: str,
         id: str | None = None,
         due_stream: str | None = None,
+        headers: Any = None,
     ) -> Created:
         """Create a message; a retry with the same id, body and group is a no-op success.
 
@@ -377,7 +385,7 @@ class TimelineStore:
         delivered message back.
         """
         params = self._prepare(
-            timeline, NewMessage(body, timestamp_ms, producer_group, id, due_stream)
+            timeline, NewMessage(body, timestamp_ms, producer_group, id, due_stream, headers)
         )
         sql = self._insert_sql(self.supports_notify and self.notify)
         return self._settle(params, self._one(sql, params))

@@ -80,6 +80,13 @@ class SerializationError(WriterError, TypeError):
     """An event is not bytes and the writer has no serializer (or the serializer failed)."""
 
 
+class InvalidHeaderError(WriterError, TypeError):
+    """A Kafka header is not a ``(str name, bytes value)`` pair; the message names it.
+
+    Nothing of the write was sent. A text value goes as ``value.encode()``.
+    """
+
+
 @dataclass(frozen=True)
 class FailedRecord:
     """One record Kafka did not store: where it was going, its key, and Kafka's error."""
@@ -171,6 +178,7 @@ __all__ = [
     "AutomaticTimeError",
     "DeliveryError",
     "FailedRecord",
+    "InvalidHeaderError",
     "InvalidRoutingKeyError",
     "InvalidTimestampError",
     "MarksTopicError",

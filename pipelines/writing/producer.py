@@ -35,6 +35,16 @@ segment's recorded size) are reported as :class:`DeliveryError` by the
 next call, for the application to produce again; ``EventWriter`` re-sends
 them by itself.
 
+Per record, in the default mode: while nothing waits to be checked (a failure,
+a close, a metadata change), ``produce`` is a closure set on the instance
+(``_routed_produce``: the partition, the group's report, one positional call)
+and ``poll``, while no note waits, the wrapped producer's own method; the
+class's methods check, publish, and hand them back. A record with the
+application's delivery callback gets its group's report followed by that
+callback, a function made once per group and callback
+(``DeliveryGroups.reporting_to``). Headers are checked as ``Producer`` takes
+them (:mod:`pipelines.writing.headers`; a name that is not text is refused).
+
 Positions from end offsets (opt-in, ``positions_from="end_offsets"``; one
 argument more: ``TidemarkProducer(conf, ..., positions_from="end_offsets")``):
 the per-record delivery reports cost about 1 µs a record in confluent-kafka
@@ -113,6 +123,7 @@ from pipelines.writing.exceptions import (
     failed_record,
     raise_failures,
 )
+from pipelines.writing.headers import checked_headers
 from pipelines.writing.marks import MarkMessage, MarkPublisher, flush_publishing
 from pipelines.writing.partitioners import DEFAULT_PARTITIONER, check_partitioner, kafka_partition
 from pipelines.writing.positions import DeliveryGroups
@@ -243,8 +254,6 @@ class TidemarkProducer(Closing):
         self._closed = False
         self._failures: list[FailedRecord] = []
         self._marks = MarkPublisher(self.cluster, writer_id, self._produce_mark, self._failures)
-        self._noting = False
-        """Some note waits for its records: poll publishes the ready ones."""
         self._streams: dict[str, _Stream] = {}
         for name in names:
             metadata = store.get_stream(name)
@@ -264,9 +273,13 @@ class TidemarkProducer(Closing):
         self._producer = Producer(settings)
         for st in self._streams.values():
             st.watch()  # a change makes the next produce the checking one (_slow)
+        # poll is the wrapped C method while no note waits (_publish_ready).
+        vars(self)["poll"] = self._producer.poll
         if self._end_offsets is not None:
-            vars(self)["poll"] = self._producer.poll  # publishes nothing in this mode
-            self._fast()
+            self._fast_produce: Callable[..., None] = self._producer.produce
+        else:
+            self._fast_produce = self._routed_produce()
+        self._fast()
 
     def _by_end_offsets(self, settings: dict[str, Any], bootstrap: str) -> None:
         """Set up positions from end offsets: failed records' reports only (module doc)."""
@@ -297,9 +310,13 @@ class TidemarkProducer(Closing):
             st.checked = {p: (end, 0) for p, end in ends.items()}
 
     def _fast(self) -> None:
-        """Positions from end offsets: ``produce`` is the wrapped producer's own (C) method,
-        unless a failure, a close or a metadata change waits for the checking one."""
-        vars(self)["produce"] = self._producer.produce
+        """``produce`` is the fast one (``_fast_produce``: with positions from end offsets
+        the wrapped producer's own C method, else ``_routed_produce``), unless a failure, a
+        close or a metadata change waits for the checking one (the class's), or a subclass
+        has a ``produce`` of its own."""
+        if type(self).produce is not TidemarkProducer.produce:
+            return
+        vars(self)["produce"] = self._fast_produce
         if (
             self._closed
             or self._failures
@@ -310,6 +327,51 @@ class TidemarkProducer(Closing):
     def _slow(self) -> None:
         """The next ``produce`` is the class's: it checks (and raises) first."""
         vars(self).pop("produce", None)
+
+    def _routed_produce(self) -> Callable[..., None]:
+        """The default mode's ``produce`` while nothing waits to be checked (``_fast``).
+
+        The class's method cut to what the usual record needs -- its partition and
+        its group's report -- with what it reads held in closure cells (an attribute
+        load per name costs more than the rest: see ``tests/bench/bench_producer``).
+        A record to another topic, with an explicit partition or with headers, or
+        any failure not raised yet (a mark's comes without ``_slow``), goes through
+        the class's method.
+        """
+        streams = self._streams
+        failures = self._failures
+        send = self._producer.produce
+        user_delivery = self._user_delivery
+        checked = TidemarkProducer.produce
+
+        def produce(
+            topic: str,
+            value: Any = None,
+            key: Any = None,
+            partition: int = -1,
+            on_delivery: DeliveryCallback | None = None,
+            timestamp: int = 0,
+            headers: Any = None,
+            callback: DeliveryCallback | None = None,
+        ) -> None:
+            st = streams.get(topic)
+            if st is None or partition >= 0 or headers is not None or failures:
+                given = (topic, value, key, partition, on_delivery, timestamp, headers, callback)
+                return checked(self, *given)
+            partition = st.routes.get(key, -1) if key is not None else -1
+            if partition < 0:
+                partition = st.partition_for(key)
+            groups = st.groups
+            cb = on_delivery or callback or user_delivery
+            report = (
+                groups.setters[partition]
+                if cb is None
+                else groups.with_callback[partition].get(cb) or groups.reporting_to(partition, cb)
+            )
+            send(topic, value, key, partition, report, None, timestamp, None)
+            groups.used[partition] = True
+
+        return produce
 
     def _on_failed(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None:
@@ -344,6 +406,8 @@ class TidemarkProducer(Closing):
         if self._closed or self._failures or st.latest is not st.applied:
             with self._lock:
                 self._before_produce(st)
+        if headers is not None:  # as Producer takes them, a bad one named (writing.headers)
+            headers = checked_headers(headers, as_producer=True)
         if self._end_offsets is not None:
             # Positions from end offsets: checked, so the wrapped producer's own produce
             # takes the next records again (no report per record: failures only).
@@ -362,16 +426,16 @@ class TidemarkProducer(Closing):
             )
         groups = st.groups
         cb = on_delivery or callback or self._user_delivery
-        if cb is None and not timestamp and headers is None:
-            self._producer.produce(
-                topic, value, key, partition, on_delivery=groups.setters[partition]
-            )
-        else:
+        if cb is None:
             report = groups.setters[partition]
-            if cb is not None:
-                report = _chain(report, cb)
-            self._send(topic, value, key, partition, report, timestamp, headers)
+        else:  # the group's report, then the application's callback: made once, looked up
+            report = groups.with_callback[partition].get(cb) or groups.reporting_to(partition, cb)
+        # Positional (keywords cost a dict per call): ..., on_delivery, callback, timestamp,
+        # headers.
+        self._producer.produce(topic, value, key, partition, report, None, timestamp, headers)
         groups.used[partition] = True
+        if vars(self).get("produce") is not self._fast_produce:
+            self._fast()  # checked: the fast one takes the next records again
 
     def _before_produce(self, st: _Stream) -> None:
         self._check()
@@ -388,27 +452,16 @@ class TidemarkProducer(Closing):
         timestamp: int,
         headers: Any,
     ) -> None:
-        if cb is None:
-            self._producer.produce(
-                topic, value, key, partition, timestamp=timestamp, headers=headers
-            )
-        else:
-            self._producer.produce(
-                topic,
-                value,
-                key,
-                partition,
-                on_delivery=cb,
-                timestamp=timestamp,
-                headers=headers,
-            )
+        self._producer.produce(topic, value, key, partition, cb, None, timestamp, headers)
 
     def poll(self, timeout: float = -1) -> int:
-        """``Producer.poll``; also publishes the marks whose records are all acknowledged."""
+        """``Producer.poll``; also publishes the marks whose records are all acknowledged.
+
+        While no note waits, ``poll`` is the wrapped producer's own method, set on the
+        instance (``_publish_ready``); this one runs while a note waits."""
         served = self._producer.poll(timeout)
-        if self._noting:
-            with self._lock:
-                self._publish_ready()
+        with self._lock:
+            self._publish_ready()
         return served
 
     def flush(self, timeout: float = -1) -> int:
@@ -533,7 +586,10 @@ class TidemarkProducer(Closing):
                 self._failures.extend(failed_record(msg) for msg in note.failed)
             published += self._marks.publish_ready(st.name, notes, st.segment_position)
             waiting = waiting or st.groups.waiting
-        self._noting = waiting
+        if waiting:  # poll publishes the notes as their records are acknowledged
+            vars(self).pop("poll", None)
+        else:
+            vars(self)["poll"] = self._producer.poll
         return published
 
     def _produce_mark(self, msg: MarkMessage, on_delivery: DeliveryCallback) -> None:
@@ -624,16 +680,6 @@ class TidemarkProducer(Closing):
 
     def _raise_failures(self) -> None:
         raise_failures(self._failures)
-
-
-def _chain(report: DeliveryCallback, cb: DeliveryCallback) -> DeliveryCallback:
-    """Both callbacks for one record: its group's bucket, then the application's."""
-
-    def both(err: KafkaError | None, msg: Message) -> None:
-        report(err, msg)
-        cb(err, msg)
-
-    return both
 
 
 def _offset(msg: Message) -> int:

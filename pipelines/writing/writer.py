@@ -69,6 +69,7 @@ from pipelines.writing.exceptions import (
     failed_record,
     raise_failures,
 )
+from pipelines.writing.headers import Headers, KafkaHeaders, checked_headers
 from pipelines.writing.heartbeat import Heartbeat
 from pipelines.writing.marks import (
     DeliveryCallback,
@@ -108,6 +109,19 @@ class RecordAck:
     adjusted: bool
 
 
+class _EndField:
+    """A field of a batch's first or last record (``BatchAck.first_offset`` and the like)."""
+
+    def __init__(self, index: int, field: str) -> None:
+        self.index, self.field = index, field
+
+    def __get__(self, ack: BatchAck | None, owner: type | None = None) -> int:
+        if ack is None:
+            raise AttributeError(f"{self.field} of a BatchAck's record {self.index}")
+        value: int = getattr(ack.records[self.index], self.field)
+        return value
+
+
 @dataclass(frozen=True)
 class BatchAck:
     """What ``write_batch`` stored, in order, all on ``segment_id``."""
@@ -115,21 +129,10 @@ class BatchAck:
     segment_id: int
     records: tuple[RecordAck, ...]
 
-    @property
-    def first_offset(self) -> int:
-        return self.records[0].offset
-
-    @property
-    def last_offset(self) -> int:
-        return self.records[-1].offset
-
-    @property
-    def first_timestamp(self) -> int:
-        return self.records[0].timestamp
-
-    @property
-    def last_timestamp(self) -> int:
-        return self.records[-1].timestamp
+    first_offset = _EndField(0, "offset")
+    last_offset = _EndField(-1, "offset")
+    first_timestamp = _EndField(0, "timestamp")
+    last_timestamp = _EndField(-1, "timestamp")
 
     @property
     def adjusted(self) -> tuple[bool, ...]:
@@ -283,7 +286,13 @@ class _StreamWriter(Closing):
                 now = self._now_ms()
                 for rec in resend:
                     self._send(
-                        self._segment_for(rec.key), rec.key, rec.value, rec.timestamp, now, True
+                        self._segment_for(rec.key),
+                        rec.key,
+                        rec.value,
+                        rec.timestamp,
+                        now,
+                        rec.headers,
+                        replay=True,
                     )
         self._writable = True
 
@@ -310,14 +319,16 @@ class _StreamWriter(Closing):
         value: bytes,
         client_ts: int | None,
         now_ms: int,
+        headers: KafkaHeaders | None = None,
+        *,
         replay: bool = False,
     ) -> None:
-        """Stamp and send one record; a ``replay`` (a re-send of an accepted write) is
-        never refused for needing an adjustment."""
+        """Stamp and send one record (``headers`` checked already); a ``replay`` (a
+        re-send of an accepted write) is never refused for needing an adjustment."""
         ts = self._clock.peek(seg.id, client_ts, now_ms, refuse=not replay)
         add, report = self._log.appenders(seg.id)
-        self._produce(self._topic, value, key, seg.number, ts, report)
-        add((key, value, ts, now_ms))
+        self._produce(self._topic, value, key, seg.number, ts, report, headers)
+        add((key, value, ts, now_ms, headers))
         self._clock.advance(seg.id, ts)
 
     def _await_partitions(self, count: int) -> None:
@@ -390,22 +401,15 @@ class _StreamWriter(Closing):
         partition: int,
         timestamp: int,
         on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
+        headers: KafkaHeaders | None = None,
     ) -> None:
         while True:
             try:
-                if on_delivery is None:
-                    self._producer.produce(
-                        topic, value, key, partition=partition, timestamp=timestamp
-                    )
-                else:
-                    self._producer.produce(
-                        topic,
-                        value,
-                        key,
-                        partition=partition,
-                        timestamp=timestamp,
-                        on_delivery=on_delivery,
-                    )
+                # Positional: topic, value, key, partition, on_delivery, callback,
+                # timestamp, headers (None: no callback, no headers).
+                self._producer.produce(
+                    topic, value, key, partition, on_delivery, None, timestamp, headers
+                )
                 return
             except BufferError:
                 # The local queue is full: serve delivery reports, then retry.
@@ -514,11 +518,14 @@ class EventWriter(_StreamWriter):
         routing_key: RoutingKey,
         timestamp: int | None = None,
         on_ack: Callable[[RecordAck], None] | None = None,
+        headers: Headers | None = None,
     ) -> int:
         """Send ``event`` to the segment owning ``routing_key`` (``None``: any segment).
 
         ``event`` is bytes, or anything the writer's serializer takes;
-        ``timestamp`` is milliseconds, used as the stream's timestamping rules say.
+        ``timestamp`` is milliseconds, used as the stream's timestamping rules say;
+        ``headers``, Kafka headers: ``(name, value)`` pairs or a mapping, names
+        ``str``, values ``bytes`` (:mod:`pipelines.writing.headers`).
         Returns the timestamp the record is stored with (in ``arrival`` mode the
         broker's append time replaces it), once Kafka has the record queued;
         ``flush`` waits for it. ``on_ack(RecordAck)`` is called when Kafka has
@@ -537,6 +544,7 @@ class EventWriter(_StreamWriter):
             key = _routing_key_bytes(routing_key)
         if timestamp is not None:
             check_timestamp(timestamp)
+        kafka_headers = checked_headers(headers) if headers is not None else None
         with self._lock:
             if self._closed or self._fatal is not None or self._failures:
                 self._check_usable()
@@ -557,15 +565,24 @@ class EventWriter(_StreamWriter):
                 add = self._adders[seg_id] = self._log.appenders(seg_id)
             if on_ack is None:
                 try:
-                    self._producer.produce(self._topic, event, key, number, add[1], None, ts)
+                    self._producer.produce(
+                        self._topic, event, key, number, add[1], None, ts, kafka_headers
+                    )
                 except (BufferError, KafkaException):
-                    self._produce(self._topic, event, key, number, ts, add[1])
+                    self._produce(self._topic, event, key, number, ts, add[1], kafka_headers)
             else:
                 self._produce(
-                    self._topic, event, key, number, ts, self._acking(on_ack, timestamp, add[1])
+                    self._topic,
+                    event,
+                    key,
+                    number,
+                    ts,
+                    self._acking(on_ack, timestamp, add[1]),
+                    kafka_headers,
                 )
             self._floors[seg_id] = ts  # self._clock.advance, inlined (peek gave ts >= floor)
-            add[0]((key, event, ts, now))  # kept for replay, its offset comes with the report
+            # Kept for replay, its offset comes with the report.
+            add[0]((key, event, ts, now, kafka_headers))
             # Reports are taken in when some arrived (poll served them) or a note waits.
             if self._producer.poll(0) or self._log.waiting:
                 self._publish_ready()
@@ -639,7 +656,7 @@ class EventWriter(_StreamWriter):
                 add, into = self._log.appenders(seg.id)
                 self._produce(self._topic, value, key, seg.number, ts, on_delivery(i, into))
                 self._clock.advance(seg.id, ts)
-                add((key, value, ts, arrival))
+                add((key, value, ts, arrival, None))
             deadline = time.monotonic() + self.config.delivery_timeout_ms / 1000 + 5
             while reported[0] < len(values):
                 if time.monotonic() > deadline:

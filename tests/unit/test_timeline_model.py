@@ -28,11 +28,14 @@ from pipelines.timeline.model import (
     Op,
     Status,
     bucket_of,
+    check_headers,
     check_id,
     check_lease,
     check_name,
     check_timestamp,
     check_token,
+    decode_headers,
+    encode_headers,
     explain_refusal,
     lease_token,
     new_id,
@@ -217,3 +220,21 @@ def test_bad_settings_are_refused(make):
 def test_wire_round_trip():
     message = ScheduledMessage("m-1", 1_700_000_000_000, b"\x00\xff", "grp", "tl")
     assert decode_scheduled(encode_scheduled(message)) == message
+
+
+def test_message_headers_are_checked_and_kept_byte_for_byte() -> None:
+    given = (("trace-id", b"ab"), ("hop", b""), ("hop", b"\xff\x00"))
+    assert check_headers(list(given)) == given
+    assert check_headers({"k": bytearray(b"v")}) == (("k", b"v"),)
+    assert check_headers(None) == () and encode_headers(()) is None
+    assert decode_headers(encode_headers(given)) == given and decode_headers(None) == ()
+    for bad, named in [
+        ([("tidemark-id", b"x")], "header 0 ('tidemark-id'): names starting 'tidemark-'"),
+        ([("k", "text")], "header 0 ('k'): value must be bytes, got str"),
+        ([("", b"x")], "header 0 name must be 1..200 characters"),
+        ([("k",)], "header 0: must be a (name, value) pair"),
+        ("k=v", "headers must be (name, value) pairs or a mapping, got str"),
+    ]:
+        with pytest.raises(InvalidMessageError) as caught:
+            check_headers(bad)
+        assert named in str(caught.value)

@@ -10,7 +10,9 @@
 >= t lies before it for well-behaved writers) and prints the events with
 timestamp >= t, one JSON object per line with ``--format json``: segment,
 partition, offset, timestamp, key, body (UTF-8, else base64 with
-``"body_encoding": "base64"``). It stops after ``--count`` events, or at
+``"body_encoding": "base64"``), and headers, in order, as
+``[{"name": ..., "value": ...}]`` (each value UTF-8 text, else base64 with
+``"value_encoding": "base64"``; a null value is ``null``). It stops after ``--count`` events, or at
 the end of the data committed when it started (the segments' last stable
 offsets, read in one request before reading), or -- a safety net -- when
 nothing arrives for ``--wait-ms``. It commits nothing anywhere. With
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import base64
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from controller.metadata import cut_to_json
@@ -114,11 +117,20 @@ def _require_tables(root: str) -> None:
         )
 
 
-def _body(value: bytes) -> dict[str, Any]:
+def _text(field: str, value: bytes | None) -> dict[str, Any]:
+    """``{field: value}``, the value as text when it is UTF-8, else base64 with
+    ``field_encoding: base64`` beside it (``None`` stays ``null``)."""
+    if value is None:
+        return {field: None}
     try:
-        return {"body": value.decode("utf-8")}
+        return {field: value.decode("utf-8")}
     except UnicodeDecodeError:
-        return {"body": base64.b64encode(value).decode("ascii"), "body_encoding": "base64"}
+        return {field: base64.b64encode(value).decode("ascii"), f"{field}_encoding": "base64"}
+
+
+def _headers(headers: Sequence[tuple[str, bytes | None]]) -> list[dict[str, Any]]:
+    """Kafka headers in order: ``{"name": ..., "value": ...}`` each, the value as ``_text``."""
+    return [{"name": name, **_text("value", value)} for name, value in headers]
 
 
 def _key(value: bytes | None) -> str | None:
@@ -206,8 +218,10 @@ def cmd_read(args: argparse.Namespace) -> int:
                     "offset": event.offset,
                     "timestamp": event.timestamp,
                     "key": _key(event.routing_key),
-                    **_body(event.body),
+                    **_text("body", event.body),
                 }
+                if event.headers or args.format == "json":
+                    row["headers"] = _headers(event.headers)
                 emit_rows(args, [row])
                 printed += 1
     return 0
