@@ -26,13 +26,15 @@ from typing import Any
 
 from infra.services import data_root
 from jobs.window_args import add_window_arguments
-from tidemark.cli.output import add_format_option, emit, emit_rows
+from tidemark.cli.output import add_verb, emit, emit_rows
 from tidemark.environment import Environment
 
 
 def register(sub: Any) -> None:
-    wait = sub.add_parser(
+    wait = add_verb(
+        sub,
         "wait",
+        cmd_wait,
         help="wait until a stream's watermark reaches a time (exit 75 on timeout)",
         description="Exit 0 and print the first watermark with time >= T; exit 75 when "
         "the timeout passes first, naming the writers that hold the stream back.",
@@ -43,26 +45,26 @@ def register(sub: Any) -> None:
         "--timeout-ms", type=int, default=60_000, help="give up after this long (default 60000)"
     )
     wait.add_argument("--delta-root", default=None, help="the controller's tables")
-    add_format_option(wait)
-    wait.set_defaults(func=cmd_wait)
 
-    window = sub.add_parser(
+    window = add_verb(
+        sub,
         "window-run",
+        cmd_window_run,
+        formatted=False,
         help="run a complete window with Spark (also: tidemark window run ...)",
         description="Reads exactly the records between the window's two cuts and writes "
         "the result idempotently. Exit 75 while the window is not complete.",
     )
-
     add_window_arguments(window)
-    window.set_defaults(func=cmd_window_run)
 
-    lag = sub.add_parser(
-        "laggards", help="writers holding a stream's watermark back, and stale marks"
+    lag = add_verb(
+        sub,
+        "laggards",
+        cmd_laggards,
+        help="writers holding a stream's watermark back, and stale marks",
     )
     lag.add_argument("stream", help="scope/name")
     lag.add_argument("--delta-root", default=None, help="the controller's tables")
-    add_format_option(lag)
-    lag.set_defaults(func=cmd_laggards)
 
 
 def _delta_root(args: argparse.Namespace) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 
 from controller.metadata import cut_from_json, cut_to_json
 from tidemark.cli.control_plane import control_plane, service_addresses
-from tidemark.cli.output import add_format_option, emit, emit_rows
+from tidemark.cli.output import add_verb, emit, emit_rows
 from tidemark.cli.read import _open
 from tidemark.errors import ConfigurationError
 
@@ -23,31 +23,31 @@ def register(sub: Any) -> None:
     group = sub.add_parser("group", help="reader groups: checkpoints and reset")
     verbs = group.add_subparsers(dest="group_command", metavar="VERB", required=True)
 
-    take = verbs.add_parser(
-        "checkpoint", help="take a named checkpoint of a group (online readers must be reading)"
+    take = add_verb(
+        verbs,
+        "checkpoint",
+        cmd_checkpoint,
+        help="take a named checkpoint of a group (online readers must be reading)",
     )
     take.add_argument("group", help="reader group name")
     take.add_argument("name", help="checkpoint name")
     take.add_argument(
         "--timeout-ms", type=int, default=30_000, help="wait this long for the readers"
     )
-    add_format_option(take)
-    take.set_defaults(func=cmd_checkpoint)
 
-    listing = verbs.add_parser("checkpoints", help="list a group's checkpoints")
+    listing = add_verb(verbs, "checkpoints", cmd_checkpoints, help="list a group's checkpoints")
     listing.add_argument("group", help="reader group name")
-    add_format_option(listing)
-    listing.set_defaults(func=cmd_checkpoints)
 
-    reset = verbs.add_parser(
-        "reset", help="move a group to a checkpoint or a stream cut (no reader online)"
+    reset = add_verb(
+        verbs,
+        "reset",
+        cmd_reset,
+        help="move a group to a checkpoint or a stream cut (no reader online)",
     )
     reset.add_argument("group", help="reader group name")
     target = reset.add_mutually_exclusive_group(required=True)
     target.add_argument("--checkpoint", help="a checkpoint's name")
     target.add_argument("--cut", help='a stream cut as JSON: {"segment id": offset, ...}')
-    add_format_option(reset)
-    reset.set_defaults(func=cmd_reset)
 
 
 def _describe(checkpoint: Any) -> dict[str, Any]:

@@ -1,11 +1,15 @@
-"""Printing results as text for people or JSON for scripts."""
+"""Printing results as text for people or JSON for scripts, and the verbs that do.
+
+create = add_verb(verbs, "create", cmd_create, help="create a scope")
+create.add_argument("scope")   # runs cmd_create(args); --format text|json
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 
@@ -13,6 +17,24 @@ def add_format_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--format", choices=("text", "json"), default="text", help="output format (default text)"
     )
+
+
+def add_verb(
+    verbs: Any,
+    name: str,
+    func: Callable[[argparse.Namespace], int],
+    *,
+    formatted: bool = True,
+    **parser_options: Any,
+) -> argparse.ArgumentParser:
+    """A verb ``name`` under ``verbs`` (argparse sub-parsers) that runs ``func(args)``,
+    with ``--format`` unless ``formatted`` is False; ``parser_options`` (``help``,
+    ``description``) go to ``add_parser``. The caller adds the verb's own arguments."""
+    parser: argparse.ArgumentParser = verbs.add_parser(name, **parser_options)
+    if formatted:
+        add_format_option(parser)
+    parser.set_defaults(func=func)
+    return parser
 
 
 def emit(args: argparse.Namespace, payload: Any, text: str | Iterable[str]) -> None:

@@ -33,7 +33,7 @@ from infra.services import data_root
 from jobs.cli_args import positive_int
 from schemas.tables import MARKS, table_path
 from tidemark.cli.control_plane import control_plane, service_addresses
-from tidemark.cli.output import add_format_option, emit, emit_rows
+from tidemark.cli.output import add_verb, emit, emit_rows
 from tidemark.environment import Environment
 from tidemark.errors import ConfigurationError
 
@@ -50,7 +50,7 @@ def _add_time_options(parser: argparse.ArgumentParser, *, since: bool = False) -
 
 
 def register(sub: Any) -> None:
-    read = sub.add_parser("read", help="read a stream from a time (or its head)")
+    read = add_verb(sub, "read", cmd_read, help="read a stream from a time (or its head)")
     read.add_argument("stream", help="scope/name")
     _add_time_options(read)
     read.add_argument("--count", type=positive_int, default=None, help="stop after N events")
@@ -61,25 +61,17 @@ def register(sub: Any) -> None:
         help="read stops at the end of the data committed when it started; it also "
         "stops when nothing arrives for this long (default 5000)",
     )
-    add_format_option(read)
-    read.set_defaults(func=cmd_read)
 
-    marks = sub.add_parser("watermarks", help="list a stream's watermarks")
+    marks = add_verb(sub, "watermarks", cmd_watermarks, help="list a stream's watermarks")
     marks.add_argument("stream", help="scope/name")
     _add_time_options(marks, since=True)
-    add_format_option(marks)
-    marks.set_defaults(func=cmd_watermarks)
 
-    window = sub.add_parser("window", help="a reader group's position and time window")
+    window = add_verb(sub, "window", cmd_window, help="a reader group's position and time window")
     window.add_argument("group", help="reader group name")
-    add_format_option(window)
-    window.set_defaults(func=cmd_window)
 
-    seek = sub.add_parser("seek", help="move a reader group to a time (no reader online)")
+    seek = add_verb(sub, "seek", cmd_seek, help="move a reader group to a time (no reader online)")
     seek.add_argument("group", help="reader group name")
     _add_time_options(seek)
-    add_format_option(seek)
-    seek.set_defaults(func=cmd_seek)
 
 
 def _time_of(args: argparse.Namespace, *, required: bool = False) -> int | None:
