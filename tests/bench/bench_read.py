@@ -44,6 +44,7 @@ from controller.naming import ClusterSettings
 from controller.streams import StreamManager
 from pipelines.reading.group import FETCH_QUEUE_BACKOFF_MS, ReaderGroup
 from pipelines.reading.reader import FETCH_SIZE
+from tests.bench.load import produce_all
 
 EVENTS = 200_000
 PAYLOAD_BYTES = 256
@@ -57,16 +58,8 @@ def _write(bootstrap: str, topic: str) -> None:
     producer = Producer(
         {"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True}
     )
-    payload = b"x" * PAYLOAD_BYTES
-    for i in range(EVENTS):
-        while True:
-            try:
-                producer.produce(topic, payload, b"key-%d" % (i % 64), partition=i % SEGMENTS)
-                break
-            except BufferError:
-                producer.poll(0.05)
-        producer.poll(0)
-    producer.flush(60)
+    routes = ((b"key-%d" % (i % 64), i % SEGMENTS) for i in range(EVENTS))
+    produce_all(producer, topic, b"x" * PAYLOAD_BYTES, routes)
 
 
 def _bare(bootstrap: str, topic: str) -> Consumer:
