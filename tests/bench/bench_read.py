@@ -58,8 +58,9 @@ def _write(bootstrap: str, topic: str) -> None:
     producer = Producer(
         {"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True}
     )
-    routes = ((b"key-%d" % (i % 64), i % SEGMENTS) for i in range(EVENTS))
-    produce_all(producer, topic, b"x" * PAYLOAD_BYTES, routes)
+    payload = b"x" * PAYLOAD_BYTES
+    records = ((payload, b"key-%d" % (i % 64), i % SEGMENTS) for i in range(EVENTS))
+    produce_all(producer, topic, records)
 
 
 def _bare(bootstrap: str, topic: str) -> Consumer:

@@ -35,9 +35,9 @@ def _raw(
     producer = Producer(
         {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5}
     )
-    routes = [(keys[i % KEYS], parts[i % KEYS]) for i in range(EVENTS)]
+    records = [(payload, keys[i % KEYS], parts[i % KEYS]) for i in range(EVENTS)]
     started, cpu = time.perf_counter(), time.thread_time()
-    produce_all(producer, topic, payload, routes)
+    produce_all(producer, topic, records)
     return EVENTS / (time.perf_counter() - started), (time.thread_time() - cpu) / EVENTS * 1e6
 
 

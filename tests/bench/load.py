@@ -1,6 +1,6 @@
 """Writing a benchmark's records with a bare ``confluent_kafka`` producer.
 
-produce_all(producer, topic, b"x" * 256, [(b"key-0", 0), (b"key-1", 1)])
+produce_all(producer, topic, [(b"event", b"key-0", 0), (b"event", b"key-1", 1)])
 """
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ from typing import Any
 
 
 def produce_all(
-    producer: Any, topic: str, payload: bytes, routes: Iterable[tuple[bytes, int]]
+    producer: Any, topic: str, records: Iterable[tuple[bytes | None, bytes | None, int]]
 ) -> None:
-    """Produce ``payload`` once per ``(key, partition)`` of ``routes`` and flush; while the
-    producer's local queue is full, serve its callbacks and try again (nothing dropped)."""
-    for key, partition in routes:
+    """Produce each ``(value, key, partition)`` of ``records`` to ``topic`` and flush; while
+    the producer's local queue is full, serve its callbacks and try again (nothing dropped)."""
+    for value, key, partition in records:
         while True:
             try:
-                producer.produce(topic, payload, key, partition=partition)
+                producer.produce(topic, value, key, partition=partition)
                 break
             except BufferError:
                 producer.poll(0.05)
