@@ -13,9 +13,8 @@ import json
 from typing import Any
 
 from controller.metadata import cut_from_json, cut_to_json
-from tidemark.cli.control_plane import control_plane, service_addresses
 from tidemark.cli.output import add_verb, emit, emit_rows
-from tidemark.cli.read import _open
+from tidemark.cli.read import reader_group
 from tidemark.errors import ConfigurationError
 
 
@@ -56,9 +55,7 @@ def _describe(checkpoint: Any) -> dict[str, Any]:
 
 
 def cmd_checkpoint(args: argparse.Namespace) -> int:
-
-    kafka, _ = service_addresses()
-    with control_plane() as cp, _open(args.group, cp, kafka) as group:
+    with reader_group(args.group) as group:
         taken = group.initiate_checkpoint(args.name, timeout_ms=args.timeout_ms).result()
     emit(
         args,
@@ -70,9 +67,7 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
 
 
 def cmd_checkpoints(args: argparse.Namespace) -> int:
-
-    kafka, _ = service_addresses()
-    with control_plane() as cp, _open(args.group, cp, kafka) as group:
+    with reader_group(args.group) as group:
         found = group.checkpoints()
     emit_rows(args, [_describe(c) for c in found])
     return 0
@@ -91,10 +86,8 @@ def _parse_cut(text: str) -> dict[int, int]:
 
 
 def cmd_reset(args: argparse.Namespace) -> int:
-
     target: Any = args.checkpoint if args.checkpoint is not None else _parse_cut(args.cut)
-    kafka, _ = service_addresses()
-    with control_plane() as cp, _open(args.group, cp, kafka) as group:
+    with reader_group(args.group) as group:
         cut = group.reset_to(target)
     emit(
         args,

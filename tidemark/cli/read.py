@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from controller.metadata import cut_to_json
@@ -231,16 +233,22 @@ def cmd_watermarks(args: argparse.Namespace) -> int:
     return 0
 
 
-def _open(name: str, cp: Any, kafka: str) -> Any:
+@contextlib.contextmanager
+def reader_group(name: str) -> Iterator[Any]:
+    """The reader group ``name`` on the configured services, open for a ``with`` block."""
     # confluent_kafka: off tidemark --help (the parser imports every verb module)
     from pipelines.reading.group import open_group
 
-    return open_group(name, store=cp.store, bootstrap_servers=kafka, delta_root=delta_root())
+    kafka, _ = service_addresses()
+    with (
+        control_plane() as cp,
+        open_group(name, store=cp.store, bootstrap_servers=kafka, delta_root=delta_root()) as group,
+    ):
+        yield group
 
 
 def cmd_window(args: argparse.Namespace) -> int:
-    kafka, _ = service_addresses()
-    with control_plane() as cp, _open(args.group, cp, kafka) as group:
+    with reader_group(args.group) as group:
         window = group.current_time_window()
         cut = group.stream_cut()
         readers = group.online_readers()
@@ -267,8 +275,7 @@ def cmd_window(args: argparse.Namespace) -> int:
 
 def cmd_seek(args: argparse.Namespace) -> int:
     ts = _time_of(args, required=True)
-    kafka, _ = service_addresses()
-    with control_plane() as cp, _open(args.group, cp, kafka) as group:
+    with reader_group(args.group) as group:
         cut = group.seek(ts)
     emit(
         args,

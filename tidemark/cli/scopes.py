@@ -30,7 +30,6 @@ def register(sub: Any) -> None:
 
 
 def cmd_create(args: argparse.Namespace) -> int:
-
     with control_plane() as cp:
         created = cp.manager.create_scope(args.scope)
     text = f"created scope {args.scope}" if created else f"scope {args.scope} exists already"
@@ -39,7 +38,6 @@ def cmd_create(args: argparse.Namespace) -> int:
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
-
     with control_plane() as cp:
         cp.manager.delete_scope(args.scope)
     emit(args, {"deleted": args.scope}, f"deleted scope {args.scope}")
@@ -47,7 +45,6 @@ def cmd_delete(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-
     with control_plane() as cp:
         rows = [{"scope": s, "streams": len(cp.manager.list(s))} for s in cp.manager.list_scopes()]
     emit(
