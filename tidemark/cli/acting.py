@@ -35,11 +35,11 @@ def register(sub: Any) -> None:
         sub,
         "wait",
         cmd_wait,
-        help="wait until a stream's watermark reaches a time (exit 75 on timeout)",
+        "wait until a stream's watermark reaches a time (exit 75 on timeout)",
         description="Exit 0 and print the first watermark with time >= T; exit 75 when "
         "the timeout passes first, naming the writers that hold the stream back.",
+        on="stream",
     )
-    wait.add_argument("stream", help="scope/name")
     wait.add_argument("--time", required=True, metavar="MS", help="the stream time T (ms)")
     wait.add_argument(
         "--timeout-ms", type=int, default=60_000, help="give up after this long (default 60000)"
@@ -50,8 +50,8 @@ def register(sub: Any) -> None:
         sub,
         "window-run",
         cmd_window_run,
+        "run a complete window with Spark (also: tidemark window run ...)",
         formatted=False,
-        help="run a complete window with Spark (also: tidemark window run ...)",
         description="Reads exactly the records between the window's two cuts and writes "
         "the result idempotently. Exit 75 while the window is not complete.",
     )
@@ -61,9 +61,9 @@ def register(sub: Any) -> None:
         sub,
         "laggards",
         cmd_laggards,
-        help="writers holding a stream's watermark back, and stale marks",
+        "writers holding a stream's watermark back, and stale marks",
+        on="stream",
     )
-    lag.add_argument("stream", help="scope/name")
     lag.add_argument("--delta-root", default=None, help="the controller's tables")
 
 

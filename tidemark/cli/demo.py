@@ -36,7 +36,7 @@ def register(sub: Any) -> None:
         sub,
         "demo",
         cmd_demo,
-        help="writers -> Spark controller -> Delta watermarks -> readers, end to end",
+        "writers -> Spark controller -> Delta watermarks -> readers, end to end",
     )
     demo.add_argument(
         "--dir", type=Path, default=None, help="the demo's directory (default ~/.tidemark/demo/…)"

@@ -26,24 +26,23 @@ def register(sub: Any) -> None:
         verbs,
         "checkpoint",
         cmd_checkpoint,
-        help="take a named checkpoint of a group (online readers must be reading)",
+        "take a named checkpoint of a group (online readers must be reading)",
+        on="group",
     )
-    take.add_argument("group", help="reader group name")
     take.add_argument("name", help="checkpoint name")
     take.add_argument(
         "--timeout-ms", type=int, default=30_000, help="wait this long for the readers"
     )
 
-    listing = add_verb(verbs, "checkpoints", cmd_checkpoints, help="list a group's checkpoints")
-    listing.add_argument("group", help="reader group name")
+    add_verb(verbs, "checkpoints", cmd_checkpoints, "list a group's checkpoints", on="group")
 
     reset = add_verb(
         verbs,
         "reset",
         cmd_reset,
-        help="move a group to a checkpoint or a stream cut (no reader online)",
+        "move a group to a checkpoint or a stream cut (no reader online)",
+        on="group",
     )
-    reset.add_argument("group", help="reader group name")
     target = reset.add_mutually_exclusive_group(required=True)
     target.add_argument("--checkpoint", help="a checkpoint's name")
     target.add_argument("--cut", help='a stream cut as JSON: {"segment id": offset, ...}')

@@ -52,8 +52,7 @@ def _add_time_options(parser: argparse.ArgumentParser, *, since: bool = False) -
 
 
 def register(sub: Any) -> None:
-    read = add_verb(sub, "read", cmd_read, help="read a stream from a time (or its head)")
-    read.add_argument("stream", help="scope/name")
+    read = add_verb(sub, "read", cmd_read, "read a stream from a time (or its head)", on="stream")
     _add_time_options(read)
     read.add_argument("--count", type=positive_int, default=None, help="stop after N events")
     read.add_argument(
@@ -64,15 +63,14 @@ def register(sub: Any) -> None:
         "stops when nothing arrives for this long (default 5000)",
     )
 
-    marks = add_verb(sub, "watermarks", cmd_watermarks, help="list a stream's watermarks")
-    marks.add_argument("stream", help="scope/name")
+    marks = add_verb(sub, "watermarks", cmd_watermarks, "list a stream's watermarks", on="stream")
     _add_time_options(marks, since=True)
 
-    window = add_verb(sub, "window", cmd_window, help="a reader group's position and time window")
-    window.add_argument("group", help="reader group name")
+    add_verb(sub, "window", cmd_window, "a reader group's position and time window", on="group")
 
-    seek = add_verb(sub, "seek", cmd_seek, help="move a reader group to a time (no reader online)")
-    seek.add_argument("group", help="reader group name")
+    seek = add_verb(
+        sub, "seek", cmd_seek, "move a reader group to a time (no reader online)", on="group"
+    )
     _add_time_options(seek)
 
 

@@ -22,11 +22,9 @@ def register(sub: Any) -> None:
     group = sub.add_parser("scope", help="create, list, delete scopes (streams live in a scope)")
     verbs = group.add_subparsers(dest="scope_command", metavar="VERB", required=True)
 
-    create = add_verb(verbs, "create", cmd_create, help="create a scope")
-    create.add_argument("scope", help="the scope's name")
-    delete = add_verb(verbs, "delete", cmd_delete, help="delete an empty scope")
-    delete.add_argument("scope", help="the scope's name")
-    add_verb(verbs, "list", cmd_list, help="list scopes and how many streams each holds")
+    add_verb(verbs, "create", cmd_create, "create a scope", on="scope")
+    add_verb(verbs, "delete", cmd_delete, "delete an empty scope", on="scope")
+    add_verb(verbs, "list", cmd_list, "list scopes and how many streams each holds")
 
 
 def cmd_create(args: argparse.Namespace) -> int:

@@ -28,8 +28,8 @@ def register(sub: Any) -> None:
         sub,
         "serve",
         cmd_serve,
+        "the time service: JSON API, /metrics and a dashboard",
         formatted=False,
-        help="the time service: JSON API, /metrics and a dashboard",
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
     serve.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}")

@@ -10,9 +10,9 @@ from tidemark.cli.output import add_verb, emit
 
 
 def register(sub: Any) -> None:
-    add_verb(sub, "up", cmd_up, help="start ZooKeeper and Kafka locally in the background")
-    add_verb(sub, "down", cmd_down, formatted=False, help="stop the services `tidemark up` started")
-    add_verb(sub, "status", cmd_status, help="show the local services")
+    add_verb(sub, "up", cmd_up, "start ZooKeeper and Kafka locally in the background")
+    add_verb(sub, "down", cmd_down, "stop the services `tidemark up` started", formatted=False)
+    add_verb(sub, "status", cmd_status, "show the local services")
 
 
 def cmd_up(args: argparse.Namespace) -> int:

@@ -75,10 +75,7 @@ def register(sub: Any) -> None:
     verbs = group.add_subparsers(dest="stream_command", metavar="VERB", required=True)
 
     def verb(name: str, help_text: str, func: Any, stream_arg: bool = True) -> Any:
-        parser = add_verb(verbs, name, func, help=help_text)
-        if stream_arg:
-            parser.add_argument("stream", help="scope/name")
-        return parser
+        return add_verb(verbs, name, func, help_text, on="stream" if stream_arg else None)
 
     add_config_options(verb("create", "create a stream (its topic, epoch 0)", cmd_create))
     verb("describe", "epochs, segments, offsets, state, configuration", cmd_describe)

@@ -62,9 +62,7 @@ def register(sub: Any) -> None:
     verbs = timeline.add_subparsers(dest="verb", metavar="VERB", required=True)
 
     def verb(name: str, help: str, func: Any) -> argparse.ArgumentParser:
-        parser = add_verb(verbs, name, func, help=help)
-        parser.add_argument("timeline", help="timeline name")
-        return parser
+        return add_verb(verbs, name, func, help, on="timeline")
 
     p = verb("create", "create a timeline (again with the same settings: no-op)", cmd_create)
     p.add_argument("--buckets", type=int, default=16)
@@ -132,7 +130,7 @@ def register(sub: Any) -> None:
         verbs,
         "purge",
         cmd_purge,
-        help="remove deleted messages (of every timeline) in batches, once or every N ms",
+        "remove deleted messages (of every timeline) in batches, once or every N ms",
     )
     p.add_argument("--keep-deleted-ms", type=int, default=3_600_000)
     p.add_argument("--batch-size", type=int, default=1_000)

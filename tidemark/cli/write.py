@@ -24,9 +24,8 @@ from tidemark.errors import ConfigurationError
 
 def register(sub: Any) -> None:
     write = add_verb(
-        sub, "write", cmd_write, help="write events to a stream (arguments or stdin lines)"
+        sub, "write", cmd_write, "write events to a stream (arguments or stdin lines)", on="stream"
     )
-    write.add_argument("stream", help="scope/name")
     write.add_argument("events", nargs="*", help="events; none: read lines from stdin")
     write.add_argument("--key", default=None, help="routing key of every event")
     write.add_argument(
