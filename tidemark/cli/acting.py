@@ -44,7 +44,7 @@ def register(sub: Any) -> None:
     wait.add_argument(
         "--timeout-ms", type=int, default=60_000, help="give up after this long (default 60000)"
     )
-    wait.add_argument("--delta-root", default=None, help="the controller's tables")
+    _add_delta_root(wait)
 
     window = add_verb(
         sub,
@@ -64,13 +64,17 @@ def register(sub: Any) -> None:
         "writers holding a stream's watermark back, and stale marks",
         on="stream",
     )
-    lag.add_argument("--delta-root", default=None, help="the controller's tables")
+    _add_delta_root(lag)
+
+
+def _add_delta_root(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--delta-root", default=None, help="the controller's tables")
 
 
 def _delta_root(args: argparse.Namespace) -> str:
+    """``--delta-root``, else the tables under the local data root."""
     if args.delta_root:
         return str(args.delta_root)
-
     return str(data_root(Environment.from_env()))
 
 
