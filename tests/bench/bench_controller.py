@@ -313,6 +313,9 @@ def _produce_marks(
 
 @dataclass(frozen=True)
 class Drained:
+    """The batches that drained a burst: rows read, batch count, wall time from the
+    first batch's start to the last one's end, and the longest batch."""
+
     rows: int
     batches: int
     wall_s: float
