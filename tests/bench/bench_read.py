@@ -44,10 +44,8 @@ from controller.naming import ClusterSettings
 from controller.streams import StreamManager
 from pipelines.reading.group import FETCH_QUEUE_BACKOFF_MS, ReaderGroup
 from pipelines.reading.reader import FETCH_SIZE
-from tests.bench.load import produce_all
+from tests.bench.load import EVENTS, PAYLOAD_BYTES, produce_all
 
-EVENTS = 200_000
-PAYLOAD_BYTES = 256
 SEGMENTS = 4
 ROUNDS = 3
 BIG = 512

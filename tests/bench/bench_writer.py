@@ -20,10 +20,8 @@ from controller.navigation import route
 from controller.streams import StreamManager
 from pipelines.writing.config import WriterConfig
 from pipelines.writing.writer import EventWriter
-from tests.bench.load import produce_all
+from tests.bench.load import EVENTS, PAYLOAD_BYTES, produce_all
 
-EVENTS = 200_000
-PAYLOAD_BYTES = 256
 KEYS = 64
 ROUNDS = 2
 NOTES = 200

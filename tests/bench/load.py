@@ -1,4 +1,4 @@
-"""Writing a benchmark's records with a bare ``confluent_kafka`` producer.
+"""The throughput benchmarks' load, and writing it with a bare ``confluent_kafka`` producer.
 
 produce_all(producer, topic, [(b"event", b"key-0", 0), (b"event", b"key-1", 1)])
 """
@@ -7,6 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
+
+EVENTS = 200_000
+PAYLOAD_BYTES = 256
+"""Each throughput run writes or reads ``EVENTS`` records of ``PAYLOAD_BYTES`` bytes."""
 
 
 def produce_all(
