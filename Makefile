@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.tidemark-installed
 
 .DEFAULT_GOAL := help
-.PHONY: help setup browser demo test test-faults test-unit lint bench soak up down status clean
+.PHONY: help setup browser promtool demo test test-faults test-unit lint bench soak up down status clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	@touch $@
 
-setup: $(STAMP) browser ## create .venv, install pinned packages, resolve Kafka/ZooKeeper/Spark jars with Maven
+setup: $(STAMP) browser promtool ## create .venv, install pinned packages, resolve Kafka/ZooKeeper/Spark jars with Maven
 	$(PY) -m infra.jars resolve
 
 # The dashboard's browser test drives Debian's chromium through chromium-driver.
@@ -26,6 +26,14 @@ browser: ## install Debian's chromium and chromium-driver where missing (apt-get
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; \
 	else echo "the browser test needs chromium and chromium-driver: install them (apt-get, as root)" >&2; fi
+
+# The alert rules' tests (ops/prometheus) run Debian's promtool.
+promtool: ## install Debian's prometheus package (promtool) where missing (apt-get, as root)
+	@if command -v promtool >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null \
+		|| { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; }; \
+	else echo "the alert rules' tests need promtool: install Debian's prometheus package (apt-get, as root)" >&2; fi
 
 demo: setup ## start local services, run the pipeline end to end, print the result
 	$(PY) -m tidemark.cli.main demo

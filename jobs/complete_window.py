@@ -72,6 +72,7 @@ from jobs.exceptions import JobConfigurationError, WindowNotCompleteError
 from jobs.window_args import WindowRun, add_window_arguments, window_run_from_args
 from pipelines.reading.exceptions import StreamTimeTimeoutError
 from pipelines.reading.seek import SeekIndex, start_cut_for
+from pipelines.reading.spark_source import EARLIEST, PartitionRange, spark_offsets
 from pipelines.reading.stream_time import EXIT_NOT_YET, wait_for_time
 from tidemark.environment import Environment
 from tidemark.errors import TidemarkError
@@ -104,20 +105,13 @@ class WindowPlan:
 
     def kafka_options(self) -> dict[str, str]:
         """The Spark Kafka source's ``assign``, ``startingOffsets``, ``endingOffsets``."""
-        parts = [r.segment.number for r in self.ranges]
+        ranges = [
+            PartitionRange(r.segment.number, EARLIEST if r.start is None else r.start, r.end)
+            for r in self.ranges
+        ]
         return {
-            "assign": json.dumps({self.topic: parts}),
-            "startingOffsets": json.dumps(
-                {
-                    self.topic: {
-                        str(r.segment.number): -2 if r.start is None else r.start
-                        for r in self.ranges
-                    }
-                }
-            ),
-            "endingOffsets": json.dumps(
-                {self.topic: {str(r.segment.number): r.end for r in self.ranges}}
-            ),
+            "assign": json.dumps({self.topic: [r.partition for r in ranges]}),
+            **spark_offsets(self.topic, ranges),
         }
 
 

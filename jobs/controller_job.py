@@ -575,7 +575,12 @@ class ControllerJob:
     # --- while leading ---------------------------------------------------------------------
 
     def _tasks(self) -> list[LeaderTask]:
-        return [*([] if self._maintenance is None else [self._maintenance]), *self.leader_tasks]
+        metrics = [] if self.metrics is None else [self.metrics]  # its leader gauge
+        return [
+            *([] if self._maintenance is None else [self._maintenance]),
+            *metrics,
+            *self.leader_tasks,
+        ]
 
     def _lead(self, lost: threading.Event) -> None:
         """While leading: the query, the tables' maintenance (issue 19) and the other

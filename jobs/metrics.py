@@ -30,7 +30,9 @@ The metrics, with their labels (``stream`` = ``scope/name``, ``bucket`` =
 - ``tidemark_controller_batch_duration_seconds{bucket}`` (histogram) --
   the stateful stage and the Delta appends of one micro-batch, as timed by
   the sink;
-- ``tidemark_controller_batches_total{bucket}`` (counter).
+- ``tidemark_controller_batches_total{bucket}`` (counter);
+- ``tidemark_controller_leader`` (gauge) -- 1 while this driver leads (runs the
+  query), 0 while it stands by: the sum over the drivers is 1 in a healthy cluster.
 
 The hook into the job is deliberately small: the query's ``foreachBatch``
 (:class:`~jobs.controller_job.Batches`) calls its :class:`~jobs.sink.DeltaSink`'s
@@ -45,7 +47,14 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import (
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    start_http_server,
+)
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -133,9 +142,22 @@ class ControllerMetrics:
             "bucket",
         )
         self.batches = counter("batches", "Micro-batches run.", "bucket")
+        self.leader = Gauge(
+            f"{PREFIX}_leader",
+            "1 while this driver leads (runs the query), 0 while it stands by.",
+            registry=registry,
+        )
+        self.leader.set(0)
         self._lock = threading.Lock()
         self._rejected_by_batch: dict[tuple[int | str, int], int] = {}
         self._progressed: dict[int | str, int] = {}
+
+    def lead(self, leading: bool) -> None:
+        """A leader task of the controller job: the ``leader`` gauge follows the election."""
+        self.leader.set(1 if leading else 0)
+
+    def close(self) -> None:
+        self.leader.set(0)
 
     def batch_observer(self, bucket: int | str) -> BatchObserver:
         """The sink's hook for ``bucket``: ``observer(rows, batch_id, duration_s)``."""

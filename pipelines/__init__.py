@@ -2,6 +2,7 @@
 
     from pipelines import EventWriter, TransactionalWriter, ReaderGroup
     from pipelines import stream_cut_at, complete_cut_at
+    from pipelines import kafka_source_options   # Spark's Kafka source by time
 
 Three parts that share nothing: ``pipelines.writing`` (writers, marks,
 timestamping), ``pipelines.reading`` (readers, reader groups, windows, seek)
@@ -27,6 +28,7 @@ _EXPORTS = {
     "stream_cut_at": "pipelines.reading.seek",
     "complete_cut_at": "pipelines.reading.seek",
     "SeekIndex": "pipelines.reading.seek",
+    "kafka_source_options": "pipelines.reading.spark_source",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -63,6 +63,13 @@ class ZooKeeperGroups:
             return False
         return True
 
+    def names(self) -> list[str]:
+        """Every group's name, sorted."""
+        try:
+            return sorted(self.client.get_children(self.base))
+        except NoNodeError:
+            return []
+
     def get(self, group: str) -> bytes | None:
         try:
             data, _ = self.client.get(self._group(group))

@@ -120,6 +120,26 @@ class WatermarksUnavailableError(ReaderError):
     """The watermark tables cannot be read (missing delta root, unreadable table)."""
 
 
+class StreamNotCompleteError(ReaderError):
+    """No watermark of the stream has reached the time yet: the data up to it is not
+    complete. Ask again once the controller has emitted a watermark at or after it."""
+
+    def __init__(self, stream: str, time_ms: int) -> None:
+        self.stream = stream
+        self.time_ms = time_ms
+        super().__init__(
+            f"stream {stream!r}: no watermark has reached time {time_ms} yet; "
+            "the data up to it is not complete"
+        )
+
+
+class InvalidTimeRangeError(ReaderError, ValueError):
+    """A time range whose end is not after its start."""
+
+    def __init__(self, start_ms: int, end_ms: int) -> None:
+        super().__init__(f"the end time {end_ms} must be after the start time {start_ms}")
+
+
 # --- waiting for stream time (pipelines.reading.stream_time) ----------------------------
 
 

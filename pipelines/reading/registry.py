@@ -96,6 +96,10 @@ class GroupRegistry(abc.ABC):
         """The group's record; :class:`UnknownReaderGroupError` if there is none."""
 
     @abc.abstractmethod
+    def names(self) -> list[str]:
+        """Every group's name, sorted."""
+
+    @abc.abstractmethod
     def replace(self, record: GroupRecord) -> None:
         """Overwrite an existing group's record."""
 
@@ -192,6 +196,10 @@ class MemoryGroupRegistry(GroupRegistry):
             if found is not None:
                 raise ReaderGroupExistsError(record.name, found.stream)
             self._groups[record.name] = record
+
+    def names(self) -> list[str]:
+        with self._lock:
+            return sorted(self._groups)
 
     def get(self, group: str) -> GroupRecord:
         with self._lock:
@@ -323,6 +331,9 @@ class ZooKeeperGroupRegistry(GroupRegistry):
     def create(self, record: GroupRecord) -> None:
         if not self.groups.create(check_name("reader group", record.name), record.to_json()):
             raise ReaderGroupExistsError(record.name, self.get(record.name).stream)
+
+    def names(self) -> list[str]:
+        return self.groups.names()
 
     def get(self, group: str) -> GroupRecord:
         data = self.groups.get(check_name("reader group", group))

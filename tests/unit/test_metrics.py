@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, generate_latest
 
+from jobs.config import ControllerSettings
+from jobs.controller_job import ControllerJob
 from jobs.metrics import ControllerMetrics
 
 
@@ -150,3 +152,18 @@ def test_freshness_is_measured_from_the_note_when_the_mark_time_is_known():
     assert _value(registry, "tidemark_controller_freshness_seconds_sum", {"stream": "a/s"}) == 2.0
     # no mark timestamp (a topic not in LogAppendTime): from the cycle
     assert _value(registry, "tidemark_controller_freshness_seconds_sum", {"stream": "b/s"}) == 0.5
+
+
+def test_the_leader_gauge_follows_the_election_as_a_leader_task():
+    registry = CollectorRegistry()
+    metrics = ControllerMetrics(registry)
+    job = ControllerJob(None, ControllerSettings("k:1", "z:2", "/d", "/c"), "c1", metrics=metrics)
+    assert metrics in job._tasks()  # told of every change of leadership
+    assert registry.get_sample_value("tidemark_controller_leader") == 0
+    metrics.lead(True)
+    assert registry.get_sample_value("tidemark_controller_leader") == 1
+    metrics.lead(False)
+    assert registry.get_sample_value("tidemark_controller_leader") == 0
+    metrics.lead(True)
+    metrics.close()
+    assert registry.get_sample_value("tidemark_controller_leader") == 0

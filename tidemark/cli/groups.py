@@ -1,5 +1,7 @@
-"""``tidemark group checkpoint | checkpoints | reset``: reader-group checkpoints.
+"""``tidemark group list | describe | checkpoint | checkpoints | reset``: reader groups.
 
+tidemark group list --format json                     # every group with its lag
+tidemark group describe billing                       # lag in records and in time, readers
 tidemark group checkpoint billing before-migration   # waits for online readers
 tidemark group checkpoints billing --format json
 tidemark group reset billing --checkpoint before-migration   # no reader online
@@ -13,14 +15,25 @@ import json
 from typing import Any
 
 from controller.metadata import cut_from_json, cut_to_json
+from controller.timestamps import wall_clock_ms
+from tidemark.cli.control_plane import control_plane
 from tidemark.cli.output import add_verb, emit, emit_rows
 from tidemark.cli.read import reader_group
 from tidemark.errors import ConfigurationError
 
 
 def register(sub: Any) -> None:
-    group = sub.add_parser("group", help="reader groups: checkpoints and reset")
+    group = sub.add_parser("group", help="reader groups: lag, checkpoints and reset")
     verbs = group.add_subparsers(dest="group_command", metavar="VERB", required=True)
+
+    add_verb(verbs, "list", cmd_list, "every reader group with its lag (records, time)")
+    add_verb(
+        verbs,
+        "describe",
+        cmd_describe,
+        "a group's lag in records and time, its readers",
+        on="group",
+    )
 
     take = add_verb(
         verbs,
@@ -46,6 +59,57 @@ def register(sub: Any) -> None:
     target = reset.add_mutually_exclusive_group(required=True)
     target.add_argument("--checkpoint", help="a checkpoint's name")
     target.add_argument("--cut", help='a stream cut as JSON: {"segment id": offset, ...}')
+
+
+def _lag_row(lag: Any, now_ms: int) -> dict[str, Any]:
+    return {
+        "group": lag.group,
+        "stream": lag.stream,
+        "lag_records": lag.records,
+        "time": lag.time,
+        "lag_ms": lag.time_lag_ms(now_ms),
+        "readers": lag.readers,
+    }
+
+
+def _lags(names: list[str]) -> list[dict[str, Any]]:
+    # confluent_kafka: off tidemark --help (the parser imports every verb module)
+    from controller.kafka.admin import StreamTopics
+    from pipelines.reading.lag import group_lag
+    from pipelines.reading.registry import registry_for
+
+    rows = []
+    with control_plane() as cp:
+        topics = StreamTopics(cp.kafka)
+        if not names:
+            names = registry_for(cp.store).names()
+        for name in names:
+            with reader_group(name, cp) as group:
+                rows.append(_lag_row(group_lag(group, topics), wall_clock_ms()))
+    return rows
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    emit_rows(args, _lags([]))
+    return 0
+
+
+def cmd_describe(args: argparse.Namespace) -> int:
+    (row,) = _lags([args.group])
+    lag_ms = (
+        "unknown (no watermark at its position yet)"
+        if row["lag_ms"] is None
+        else (f"{row['lag_ms']} ms behind the wall clock (time {row['time']})")
+    )
+    emit(
+        args,
+        row,
+        [
+            f"group {row['group']} on stream {row['stream']}: {row['readers']} reader(s) online",
+            f"  lag: {row['lag_records']} record(s); in time: {lag_ms}",
+        ],
+    )
+    return 0
 
 
 def _describe(checkpoint: Any) -> dict[str, Any]:

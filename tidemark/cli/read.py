@@ -34,7 +34,7 @@ from controller.model import segment_number
 from infra.services import data_root
 from jobs.cli_args import positive_int
 from schemas.tables import MARKS, table_path
-from tidemark.cli.control_plane import control_plane, service_addresses
+from tidemark.cli.control_plane import ControlPlane, control_plane, service_addresses
 from tidemark.cli.output import add_verb, emit, emit_rows
 from tidemark.environment import Environment
 from tidemark.errors import ConfigurationError
@@ -232,17 +232,17 @@ def cmd_watermarks(args: argparse.Namespace) -> int:
 
 
 @contextlib.contextmanager
-def reader_group(name: str) -> Iterator[Any]:
-    """The reader group ``name`` on the configured services, open for a ``with`` block."""
+def reader_group(name: str, plane: ControlPlane | None = None) -> Iterator[Any]:
+    """The reader group ``name``, open for a ``with`` block: on ``plane`` when given,
+    else on a control plane of its own."""
     # confluent_kafka: off tidemark --help (the parser imports every verb module)
     from pipelines.reading.group import open_group
 
-    kafka, _ = service_addresses()
-    with (
-        control_plane() as cp,
-        open_group(name, store=cp.store, bootstrap_servers=kafka, delta_root=delta_root()) as group,
-    ):
-        yield group
+    with contextlib.ExitStack() as stack:
+        cp = plane if plane is not None else stack.enter_context(control_plane())
+        yield stack.enter_context(
+            open_group(name, store=cp.store, bootstrap_servers=cp.kafka, delta_root=delta_root())
+        )
 
 
 def cmd_window(args: argparse.Namespace) -> int:
