@@ -14,14 +14,18 @@ PAYLOAD_BYTES = 256
 
 
 def produce_all(
-    producer: Any, topic: str, records: Iterable[tuple[bytes | None, bytes | None, int]]
+    producer: Any,
+    topic: str,
+    records: Iterable[tuple[bytes | None, bytes | None, int]],
+    headers: list[tuple[str, bytes]] | None = None,
 ) -> None:
-    """Produce each ``(value, key, partition)`` of ``records`` to ``topic`` and flush; while
-    the producer's local queue is full, serve its callbacks and try again (nothing dropped)."""
+    """Produce each ``(value, key, partition)`` of ``records`` to ``topic`` (each with
+    ``headers``) and flush; while the producer's local queue is full, serve its
+    callbacks and try again (nothing dropped)."""
     for value, key, partition in records:
         while True:
             try:
-                producer.produce(topic, value, key, partition=partition)
+                producer.produce(topic, value, key, partition=partition, headers=headers)
                 break
             except BufferError:
                 producer.poll(0.05)
