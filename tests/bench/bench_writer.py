@@ -22,9 +22,8 @@ from controller.navigation import route
 from controller.streams import StreamManager
 from pipelines.writing.config import WriterConfig
 from pipelines.writing.writer import EventWriter
+from tests.bench.load import EVENTS, PAYLOAD_BYTES, produce_all
 
-EVENTS = 200_000
-PAYLOAD_BYTES = 256
 KEYS = 64
 ROUNDS = 2
 NOTES = 200
@@ -46,17 +45,9 @@ def _raw(
     producer = Producer(
         {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5}
     )
+    records = [(payload, keys[i % KEYS], parts[i % KEYS]) for i in range(EVENTS)]
     started, cpu = time.perf_counter(), time.thread_time()
-    for i in range(EVENTS):
-        k = i % KEYS
-        while True:
-            try:
-                producer.produce(topic, payload, keys[k], partition=parts[k], headers=headers)
-                break
-            except BufferError:
-                producer.poll(0.05)
-        producer.poll(0)
-    producer.flush(60)
+    produce_all(producer, topic, records, headers=headers)
     return EVENTS / (time.perf_counter() - started), (time.thread_time() - cpu) / EVENTS * 1e6
 
 

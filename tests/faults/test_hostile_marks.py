@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,8 +20,9 @@ from jobs.controller_job import ControllerJob
 from jobs.tables import REJECTED_MARKS, Reason, read_table, read_watermarks
 from schemas.codec import MAGIC
 from schemas.records import WriterMarkRecord
+from tests.controller_env import Env
 from tests.faults.figures import report
-from tests.integration.test_controller_job import check_sequence, make_env, wait_for
+from tests.integration.test_controller_job import check_sequence, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow, pytest.mark.faults]
 
@@ -30,9 +30,9 @@ YEAR_MS = 365 * 86_400_000
 
 
 def test_poison_and_hostile_marks_are_rejected_rows_and_the_stream_goes_on(
-    spark: Any, kafka: str, zookeeper: str, zk_client: Any, unique: str, tmp_path: Path
+    spark: Any, controller_env: Env, kafka: str, unique: str
 ) -> None:
-    env = make_env(kafka, zookeeper, zk_client, unique, tmp_path, buckets=1)
+    env = controller_env
     stream = f"h{unique}/orders"
     env.create(stream, 1)
     settings = env.settings()

@@ -32,9 +32,7 @@ from pipelines.timeline.store import TimelineStore
 from schemas.arrow import REJECTED_ARROW
 from schemas.tables import REJECTED_MARKS, table_path
 from tests.integration import test_reader_group as rg
-from tests.integration.test_time_service import append_marks
-from tidemark.service.server import RunningService
-from tidemark.service.state import TimeService
+from tests.integration.test_time_service import append_marks, serving
 
 manager, settings, store = rg.manager, rg.settings, rg.store
 
@@ -133,16 +131,9 @@ def test_dashboard_shows_stream_segments_and_lag_chart(
         )
     timelines.close()
 
-    service = TimeService(
-        store,
-        zk_client,
-        root,
-        bootstrap_servers=kafka,
-        cluster=settings,
-        postgres_dsn=postgres,
-        refresh_ms=100,
-    )
-    with RunningService(service) as running:
+    with serving(
+        store, zk_client, root, kafka, settings, postgres_dsn=postgres, refresh_ms=100
+    ) as running:
         browser.get(running.url + "/")
         wait = WebDriverWait(browser, 30)
         card = wait.until(

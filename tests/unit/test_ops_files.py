@@ -10,6 +10,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry
+
+from jobs.metrics import ControllerMetrics
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "ops" / "prometheus" / "tidemark-alerts.yml"
@@ -35,18 +38,13 @@ def _promtool(*args: str) -> str:
 
 
 def _exported_metrics() -> set[str]:
-    """Every metric family name the code declares (literal or ``{PREFIX}_`` names)."""
-    names: set[str] = set()
-    for path in [
-        *ROOT.glob("jobs/*.py"),
-        *ROOT.glob("pipelines/**/*.py"),
-        *ROOT.glob("tidemark/**/*.py"),
-    ]:
-        text = path.read_text()
-        prefix = re.search(r'^PREFIX = "(tidemark_[a-z_]+)"', text, re.M)
-        names.update(re.findall(r'"(tidemark_[a-z0-9_]+)"', text))
-        if prefix:
-            names.update(prefix[1] + m for m in re.findall(r'f"\{PREFIX\}(_[a-z0-9_]+)"', text))
+    """Every metric family tidemark declares: the controller's from its own registry,
+    the others (module-level or made at scrape time) by their literal names."""
+    registry = CollectorRegistry()
+    ControllerMetrics(registry)
+    names = {family.name for family in registry.collect()}
+    for path in [*ROOT.glob("pipelines/**/*.py"), *ROOT.glob("tidemark/**/*.py")]:
+        names.update(re.findall(r'"(tidemark_[a-z0-9_]+)"', path.read_text()))
     return names
 
 

@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from controller.metadata import cut_to_json
@@ -35,8 +36,8 @@ from controller.model import segment_number
 from infra.services import data_root
 from jobs.cli_args import positive_int
 from schemas.tables import MARKS, table_path
-from tidemark.cli.control_plane import control_plane, service_addresses
-from tidemark.cli.output import add_format_option, emit, emit_rows
+from tidemark.cli.control_plane import ControlPlane, control_plane, service_addresses
+from tidemark.cli.output import add_verb, emit, emit_rows
 from tidemark.environment import Environment
 from tidemark.errors import ConfigurationError
 
@@ -53,8 +54,7 @@ def _add_time_options(parser: argparse.ArgumentParser, *, since: bool = False) -
 
 
 def register(sub: Any) -> None:
-    read = sub.add_parser("read", help="read a stream from a time (or its head)")
-    read.add_argument("stream", help="scope/name")
+    read = add_verb(sub, "read", cmd_read, "read a stream from a time (or its head)", on="stream")
     _add_time_options(read)
     read.add_argument("--count", type=positive_int, default=None, help="stop after N events")
     read.add_argument(
@@ -64,25 +64,16 @@ def register(sub: Any) -> None:
         help="read stops at the end of the data committed when it started; it also "
         "stops when nothing arrives for this long (default 5000)",
     )
-    add_format_option(read)
-    read.set_defaults(func=cmd_read)
 
-    marks = sub.add_parser("watermarks", help="list a stream's watermarks")
-    marks.add_argument("stream", help="scope/name")
+    marks = add_verb(sub, "watermarks", cmd_watermarks, "list a stream's watermarks", on="stream")
     _add_time_options(marks, since=True)
-    add_format_option(marks)
-    marks.set_defaults(func=cmd_watermarks)
 
-    window = sub.add_parser("window", help="a reader group's position and time window")
-    window.add_argument("group", help="reader group name")
-    add_format_option(window)
-    window.set_defaults(func=cmd_window)
+    add_verb(sub, "window", cmd_window, "a reader group's position and time window", on="group")
 
-    seek = sub.add_parser("seek", help="move a reader group to a time (no reader online)")
-    seek.add_argument("group", help="reader group name")
+    seek = add_verb(
+        sub, "seek", cmd_seek, "move a reader group to a time (no reader online)", on="group"
+    )
     _add_time_options(seek)
-    add_format_option(seek)
-    seek.set_defaults(func=cmd_seek)
 
 
 def _time_of(args: argparse.Namespace, *, required: bool = False) -> int | None:
@@ -253,16 +244,22 @@ def cmd_watermarks(args: argparse.Namespace) -> int:
     return 0
 
 
-def _open(name: str, cp: Any, kafka: str) -> Any:
+@contextlib.contextmanager
+def reader_group(name: str, plane: ControlPlane | None = None) -> Iterator[Any]:
+    """The reader group ``name``, open for a ``with`` block: on ``plane`` when given,
+    else on a control plane of its own."""
     # confluent_kafka: off tidemark --help (the parser imports every verb module)
     from pipelines.reading.group import open_group
 
-    return open_group(name, store=cp.store, bootstrap_servers=kafka, delta_root=delta_root())
+    with contextlib.ExitStack() as stack:
+        cp = plane if plane is not None else stack.enter_context(control_plane())
+        yield stack.enter_context(
+            open_group(name, store=cp.store, bootstrap_servers=cp.kafka, delta_root=delta_root())
+        )
 
 
 def cmd_window(args: argparse.Namespace) -> int:
-    kafka, _ = service_addresses()
-    with control_plane() as cp, _open(args.group, cp, kafka) as group:
+    with reader_group(args.group) as group:
         window = group.current_time_window()
         cut = group.stream_cut()
         readers = group.online_readers()
@@ -289,8 +286,7 @@ def cmd_window(args: argparse.Namespace) -> int:
 
 def cmd_seek(args: argparse.Namespace) -> int:
     ts = _time_of(args, required=True)
-    kafka, _ = service_addresses()
-    with control_plane() as cp, _open(args.group, cp, kafka) as group:
+    with reader_group(args.group) as group:
         cut = group.seek(ts)
     emit(
         args,
