@@ -151,6 +151,17 @@ def _message(row: Sequence[Any]) -> Message:
     )
 
 
+def database_error(exc: psycopg.Error | UnicodeEncodeError) -> TimelineError:
+    """The :class:`TimelineError` naming the rule a driver or database error broke: a
+    value the database cannot hold, the store not answering, or anything else it refused.
+    """
+    if isinstance(exc, psycopg.DataError | UnicodeEncodeError):
+        return InvalidMessageError(f"the database cannot hold a value: {exc}")
+    if isinstance(exc, psycopg.OperationalError):
+        return StoreUnavailableError(f"the timeline store failed: {exc}")
+    return TimelineDatabaseError(f"the timeline store refused: {exc}")
+
+
 class TimelineStore:
     def __init__(
         self,
@@ -198,12 +209,8 @@ class TimelineStore:
                         ) from exc
                     time.sleep(delay_s)
                     delay_s = min(delay_s * 2, 0.5)
-                except (psycopg.DataError, UnicodeEncodeError) as exc:
-                    raise InvalidMessageError(f"the database cannot hold a value: {exc}") from exc
-                except psycopg.OperationalError as exc:
-                    raise StoreUnavailableError(f"the timeline store failed: {exc}") from exc
-                except psycopg.Error as exc:
-                    raise TimelineDatabaseError(f"the timeline store refused: {exc}") from exc
+                except (psycopg.Error, UnicodeEncodeError) as exc:
+                    raise database_error(exc) from exc
         raise AssertionError("unreachable")
 
     def _one(self, sql: str, params: dict[str, Any]) -> Row | None:
