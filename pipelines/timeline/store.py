@@ -23,6 +23,11 @@ the hash; extend, release and delete by the holder must present it, checked
 in the same statement, and a new lease of the message replaces it. A
 consumer's name alone no longer acts on its leases. An extension reaches at
 most :data:`model.MAX_LEASE_MS` past the database's now, as a lease does.
+While a lease is live the message is the holder's, as an SQS message in
+flight is its receipt handle's: the producer group's delete is refused with
+:class:`~exceptions.LeasedError` naming the holder and the lease's end (its
+move with ``NotWaitingError``); once the lease is given back or has ended the
+message is the group's again, and the old token opens nothing.
 
 Stream times (:meth:`TimelineStore.advance_stream_time`) only move forward,
 and never further than :data:`model.MAX_STREAM_TIME_LEAD_MS` past the
@@ -753,7 +758,8 @@ class TimelineStore:
         token: str | None = None,
         version: int | None = None,
     ) -> Message:
-        """Mark deleted, by its owner (unless leased) or by the holder of a live lease.
+        """Mark deleted, by its owner (refused while a lease is live: ``LeasedError``) or
+        by the holder of a live lease.
 
         Give exactly one of ``producer_group`` and ``consumer``; the holder also
         gives the lease's ``token``. The row is removed later by :meth:`purge`.
