@@ -81,6 +81,9 @@ class ControllerSettings:
     writer_timeout_ms: int = 60_000
     lso_hold_ms: int = 30_000
     trigger: CycleTrigger = CycleTrigger.TIMERS
+    laggard_threshold_ms: int = WorkflowSettings.laggard_threshold_ms
+    """:attr:`WorkflowSettings.laggard_threshold_ms` (0: a writer at the watermark is named
+    in the first cycle it lags, within one interval)."""
     max_offsets_per_trigger: int | None = None
     zk_session_timeout_ms: int = 10_000
     """The driver's ZooKeeper session: a standby takes over this long after the
@@ -164,6 +167,7 @@ class ControllerSettings:
             writer_timeout_ms=self.writer_timeout_ms,
             lso_hold_ms=self.lso_hold_ms,
             trigger=self.trigger,
+            laggard_threshold_ms=self.laggard_threshold_ms,
             kafka_bootstrap=self.kafka_bootstrap,
             zk_connect=self.zk_connect,
             zk_root=self.cluster.zk_root,

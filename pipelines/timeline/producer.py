@@ -19,7 +19,7 @@ import logging
 import time
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from confluent_kafka import Producer
 
@@ -30,6 +30,8 @@ from pipelines.timeline.store import Created, NewMessage, TimelineStore
 from pipelines.timeline.wire import ScheduledMessage, encode_scheduled
 
 log = logging.getLogger(__name__)
+
+R = TypeVar("R")
 
 
 def _when(
@@ -55,15 +57,11 @@ def _when(
     return timestamp_ms
 
 
-class TimelineProducer:
-    """Writes to the store directly (one SQL statement per message or per batch)."""
+class _Scheduling(Generic[R]):
+    """``put`` as both producers offer it: one time, one id, then :meth:`_schedule`."""
 
-    def __init__(self, dsn: str, timeline: str, producer_group: str, notify: bool = True) -> None:
-        check_name("producer_group", producer_group)
-        self.timeline = timeline
-        self.producer_group = producer_group
-        self.store = TimelineStore(dsn, notify=notify)
-        self.store.timeline(timeline)  # fail early on an unknown timeline
+    timeline: str
+    producer_group: str
 
     def put(
         self,
@@ -74,18 +72,54 @@ class TimelineProducer:
         id: str | None = None,
         due_at_stream_time: tuple[str, int] | None = None,
         headers: Any = None,
-    ) -> Created:
+    ) -> R:
         """Schedule ``body`` at a wall-clock time (``timestamp_ms`` / ``delay_ms``) or
         once a stream's watermark reaches an event time (``due_at_stream_time=(stream,
-        t)``: every event of the stream with time <= t has been written). ``headers``:
+        t)``: every event of the stream with time <= t has been written). Without
+        ``id``, a time-sortable one is made here, before any attempt. ``headers``:
         Kafka headers the relay delivers with it (``model.check_headers``)."""
+        when = _when(timestamp_ms, delay_ms, due_at_stream_time)
+        stream = None if due_at_stream_time is None else due_at_stream_time[0]
+        message_id = new_id() if id is None else id
+        return self._schedule(body, message_id, when, stream, check_headers(headers))
+
+    def _schedule(
+        self,
+        body: bytes,
+        message_id: str,
+        timestamp_ms: int,
+        due_stream: str | None,
+        headers: tuple[tuple[str, bytes], ...],
+    ) -> R:
+        raise NotImplementedError
+
+
+class TimelineProducer(_Scheduling[Created]):
+    """Writes to the store directly (one SQL statement per message or per batch);
+    :meth:`put` returns the stored message."""
+
+    def __init__(self, dsn: str, timeline: str, producer_group: str, notify: bool = True) -> None:
+        check_name("producer_group", producer_group)
+        self.timeline = timeline
+        self.producer_group = producer_group
+        self.store = TimelineStore(dsn, notify=notify)
+        self.store.timeline(timeline)  # fail early on an unknown timeline
+
+    def _schedule(
+        self,
+        body: bytes,
+        message_id: str,
+        timestamp_ms: int,
+        due_stream: str | None,
+        headers: tuple[tuple[str, bytes], ...],
+    ) -> Created:
         return self.store.create(
             self.timeline,
             body,
-            timestamp_ms=_when(timestamp_ms, delay_ms, due_at_stream_time),
+            timestamp_ms=timestamp_ms,
             producer_group=self.producer_group,
-            id=new_id() if id is None else id,
-            due_stream=None if due_at_stream_time is None else due_at_stream_time[0],
+            id=message_id,
+            due_stream=due_stream,
             headers=headers,
         )
 
@@ -125,8 +159,9 @@ class TimelineProducer:
         self.close()
 
 
-class KafkaTimelineProducer:
-    """Publishes scheduled messages to a Kafka topic (key = id) for the ingester."""
+class KafkaTimelineProducer(_Scheduling[str]):
+    """Publishes scheduled messages to a Kafka topic (key = id) for the ingester;
+    :meth:`put` queues one and returns its id (:meth:`flush` waits for the acks)."""
 
     def __init__(
         self,
@@ -158,25 +193,30 @@ class KafkaTimelineProducer:
         if err is not None:
             self._errors.append(f"{msg.key()!r}: {err}")
 
-    def put(
+    def _schedule(
         self,
         body: bytes,
-        *,
-        timestamp_ms: int | None = None,
-        delay_ms: int | None = None,
-        id: str | None = None,
-        headers: Any = None,
+        message_id: str,
+        timestamp_ms: int,
+        due_stream: str | None,
+        headers: tuple[tuple[str, bytes], ...],
     ) -> str:
         """Queue one message; returns its id. :meth:`flush` waits for the broker's acks.
         ``headers`` go as the record's Kafka headers; the ingester stores them and the
         relay delivers them."""
-        message_id = new_id() if id is None else id
+        if due_stream is not None:
+            raise InvalidMessageError(
+                "a scheduled_message record carries no stream: put event-time messages "
+                "(due_at_stream_time) with TimelineProducer",
+                self.timeline,
+                message_id,
+            )
         check_id(message_id)
-        kafka_headers: list[tuple[str, str | bytes | None]] = [*check_headers(headers)]
-        when = _when(timestamp_ms, delay_ms)
-        check_timestamp("timestamp_ms", when)
+        check_timestamp("timestamp_ms", timestamp_ms)
         data = encode_scheduled(
-            ScheduledMessage(message_id, when, bytes(body), self.producer_group, self.timeline)
+            ScheduledMessage(
+                message_id, timestamp_ms, bytes(body), self.producer_group, self.timeline
+            )
         )
         while True:
             try:
@@ -185,7 +225,7 @@ class KafkaTimelineProducer:
                     value=data,
                     key=message_id.encode(),
                     on_delivery=self._on_delivery,
-                    headers=kafka_headers or None,
+                    headers=list(headers) or None,
                 )
                 break
             except BufferError:

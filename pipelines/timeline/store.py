@@ -23,6 +23,11 @@ the hash; extend, release and delete by the holder must present it, checked
 in the same statement, and a new lease of the message replaces it. A
 consumer's name alone no longer acts on its leases. An extension reaches at
 most :data:`model.MAX_LEASE_MS` past the database's now, as a lease does.
+While a lease is live the message is the holder's, as an SQS message in
+flight is its receipt handle's: the producer group's delete is refused with
+:class:`~exceptions.LeasedError` naming the holder and the lease's end (its
+move with ``NotWaitingError``); once the lease is given back or has ended the
+message is the group's again, and the old token opens nothing.
 
 Stream times (:meth:`TimelineStore.advance_stream_time`) only move forward,
 and never further than :data:`model.MAX_STREAM_TIME_LEAD_MS` past the
@@ -157,6 +162,17 @@ def _message(row: Sequence[Any]) -> Message:
     )
 
 
+def database_error(exc: psycopg.Error | UnicodeEncodeError) -> TimelineError:
+    """The :class:`TimelineError` naming the rule a driver or database error broke: a
+    value the database cannot hold, the store not answering, or anything else it refused.
+    """
+    if isinstance(exc, psycopg.DataError | UnicodeEncodeError):
+        return InvalidMessageError(f"the database cannot hold a value: {exc}")
+    if isinstance(exc, psycopg.OperationalError):
+        return StoreUnavailableError(f"the timeline store failed: {exc}")
+    return TimelineDatabaseError(f"the timeline store refused: {exc}")
+
+
 class TimelineStore:
     def __init__(
         self,
@@ -204,12 +220,8 @@ class TimelineStore:
                         ) from exc
                     time.sleep(delay_s)
                     delay_s = min(delay_s * 2, 0.5)
-                except (psycopg.DataError, UnicodeEncodeError) as exc:
-                    raise InvalidMessageError(f"the database cannot hold a value: {exc}") from exc
-                except psycopg.OperationalError as exc:
-                    raise StoreUnavailableError(f"the timeline store failed: {exc}") from exc
-                except psycopg.Error as exc:
-                    raise TimelineDatabaseError(f"the timeline store refused: {exc}") from exc
+                except (psycopg.Error, UnicodeEncodeError) as exc:
+                    raise database_error(exc) from exc
         raise AssertionError("unreachable")
 
     def _one(self, sql: str, params: dict[str, Any]) -> Row | None:
@@ -754,7 +766,8 @@ class TimelineStore:
         token: str | None = None,
         version: int | None = None,
     ) -> Message:
-        """Mark deleted, by its owner (unless leased) or by the holder of a live lease.
+        """Mark deleted, by its owner (refused while a lease is live: ``LeasedError``) or
+        by the holder of a live lease.
 
         Give exactly one of ``producer_group`` and ``consumer``; the holder also
         gives the lease's ``token``. The row is removed later by :meth:`purge`.

@@ -209,7 +209,8 @@ def test_a_lagging_writer_is_in_the_laggard_table_status_and_timeout_then_cleare
         assert (shown["writer"], shown["kind"], shown["behind_ms"]) == ("w2", "lagging", 4_000)
         assert main(argv) == 0
         text = capsys.readouterr().out
-        assert "held back by w2 lagging since" in text and "4.0 s behind" in text
+        assert f"held back by w2 (instance {w2.instance}) lagging since" in text
+        assert "4.0 s behind" in text
 
         # w2 catches up, w1 goes on: the watermark moves to 7 000, a clear row;
         # freshness from the newer of the two notes

@@ -1,8 +1,11 @@
 """The timeline store against a real PostgreSQL: operations, states, refusals, counts.
 
 Leases are capabilities (issue 31, item 5): without the lease's token no one
-extends, releases or deletes; extensions and stream times are bounded; text
-PostgreSQL cannot hold is refused naming the rule, never as a driver error.
+extends, releases or deletes; a message under a live lease is the holder's, so
+its producer group can neither delete nor move it until the lease ends or is
+given back; extensions and stream times are bounded; text PostgreSQL cannot
+hold, and any other database error, is refused naming the rule, never as a
+driver error.
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ from psycopg.conninfo import make_conninfo
 from pipelines.timeline import exceptions as errors
 from pipelines.timeline import migrations
 from pipelines.timeline.config import TimelineConfig
+from pipelines.timeline.consumer import Waker
 from pipelines.timeline.model import MAX_LEASE_MS, MAX_STREAM_TIME_LEAD_MS, Lease, Status
+from pipelines.timeline.producer import TimelineProducer
 from pipelines.timeline.store import NewMessage, TimelineStore
 from tidemark.errors import TidemarkError
 
@@ -268,6 +273,46 @@ def test_a_consumer_without_the_lease_token_cannot_extend_release_or_delete(stor
     assert store.get(tl, "m") == before
     # The holder's token works.
     assert store.delete_leased(tl, "c1", [lease]) == ["m"]
+
+
+def test_a_producer_cannot_delete_or_move_a_message_under_a_live_lease(postgres, store, tl):
+    """The rule for the owner (issue 31, item 5), as SQS's for a message in flight: while
+    a lease is live the message is the holder's -- the producer group's delete is
+    refused naming the lease (holder, end), and changes nothing; the holder deletes
+    with its token. Once the lease is given back or has ended, it is the group's again,
+    and the old token opens nothing."""
+    with TimelineProducer(postgres, tl, "owner") as producer:
+        for mid in ("a", "b", "c"):
+            producer.put(b"x", timestamp_ms=0, id=mid)
+        held = store.lease_one(tl, "a", "c1", lease_ms=HOUR)
+        with pytest.raises(errors.LeasedError, match=r"leased to 'c1' until \d+; only the holder"):
+            producer.delete("a")
+        _refused(errors.NotWaitingError, lambda: producer.move("a", store.now_ms() + HOUR))
+        assert store.get(tl, "a") == held.message
+        assert store.delete_leased(tl, "c1", [held]) == ["a"]
+
+        given_back = store.lease_one(tl, "b", "c1", lease_ms=HOUR)
+        store.release(tl, "b", "c1", token=given_back.token)
+        producer.delete("b")
+        assert store.get(tl, "b") is None
+
+        lapsed = store.lease_one(tl, "c", "c1", lease_ms=50)
+        time.sleep(0.1)
+        producer.delete("c")
+        _refused(
+            errors.MessageNotFoundError,
+            lambda: store.delete(tl, "c", consumer="c1", token=lapsed.token),
+        )
+
+
+def test_a_database_that_does_not_answer_is_a_timeline_error(postgres, tl):
+    """The consumer's LISTEN connection maps driver errors as the store does."""
+    with pytest.raises(errors.StoreUnavailableError, match=r"^\[store-unavailable\]"):
+        Waker("postgresql://127.0.0.1:1/nowhere?connect_timeout=2", tl)
+    waker = Waker(postgres, tl)
+    waker.close()
+    with pytest.raises(errors.TimelineError):
+        waker.wait(10, None)  # on a closed connection
 
 
 def test_a_new_lease_invalidates_the_old_token(store, tl):

@@ -212,3 +212,17 @@ def test_message_headers_are_checked_and_kept_byte_for_byte() -> None:
         with pytest.raises(errors.InvalidMessageError) as caught:
             model.check_headers(bad)
         assert named in str(caught.value)
+
+
+def test_the_kafka_producer_refuses_an_event_time_message_naming_the_other_producer():
+    """Both producers share ``put``; the scheduled_message record has no stream field, so
+    an event-time message through Kafka is refused before anything is queued."""
+    from pipelines.timeline.exceptions import InvalidMessageError
+    from pipelines.timeline.producer import KafkaTimelineProducer
+
+    producer = KafkaTimelineProducer("127.0.0.1:1", "timeline-in", "reminders", "signup")
+    with pytest.raises(InvalidMessageError, match="with TimelineProducer"):
+        producer.put(b"x", due_at_stream_time=("shop/orders", 5), id="m1")
+    with pytest.raises(InvalidMessageError, match="exactly one of"):
+        producer.put(b"x", timestamp_ms=5, delay_ms=5)
+    producer.close()  # nothing queued: returns at once
