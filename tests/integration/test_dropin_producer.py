@@ -446,10 +446,12 @@ def end_offsets(kafka: str, topic: str, partitions: int) -> dict[int, int]:
 def test_positions_from_end_offsets_run_no_python_per_record(
     kafka: str, manager: StreamManager, store: Any, cluster: ClusterSettings, unique: str
 ) -> None:
-    """positions_from="end_offsets": ``produce`` and ``poll`` are the wrapped producer's
-    own methods (no Python frame per record); the records per partition come from
-    librdkafka's statistics; a failed record makes the next ``produce`` raise, a closed
-    producer too; the application's own ``stats_cb`` still runs."""
+    """positions_from="end_offsets" on an ``arrival`` stream (the broker stamps: issue 30
+    has the drop-in stamp every other stream's records in Python): ``produce`` and
+    ``poll`` are the wrapped producer's own methods (no Python frame per record); the
+    records per partition come from librdkafka's statistics; a failed record makes the
+    next ``produce`` raise, a closed producer too; the application's own ``stats_cb``
+    still runs."""
     stream = f"f{unique}/orders"
     stats: list[str] = []
     conf = {
@@ -460,7 +462,13 @@ def test_positions_from_end_offsets_run_no_python_per_record(
         "stats_cb": stats.append,
     }
     topic, producer = by_end_offsets(
-        kafka, manager, cluster, stream, 3, conf, {"max.message.bytes": "2000"}
+        kafka,
+        manager,
+        cluster,
+        stream,
+        3,
+        conf,
+        {"max.message.bytes": "2000", "message.timestamp.type": "LogAppendTime"},
     )
     segs = {s.number: s.id for s in store.get_stream(stream).current_epoch().segments}
     called: list[str] = []
