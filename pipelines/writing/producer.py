@@ -377,8 +377,11 @@ class TidemarkProducer(Closing):
         return all(st.clock.policy.uses_broker_time for st in self._streams.values())
 
     def _slow(self) -> None:
-        """The next ``produce`` is the class's: it checks (and raises) first."""
-        vars(self).pop("produce", None)
+        """Positions from end offsets: the next ``produce`` is the class's, which checks
+        (and raises) first. (In the default mode ``produce`` always checks; one set on the
+        instance there is the locking one of automatic note time, which stays.)"""
+        if self._end_offsets is not None:
+            vars(self).pop("produce", None)
 
     def _on_failed(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None:
