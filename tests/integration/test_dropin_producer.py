@@ -579,6 +579,10 @@ def test_an_idle_dropin_noting_time_automatically_keeps_the_watermark_moving(
         idle.note_time(1)
     once = idle.produce(topic, b"once", "k")
     assert idle.flush(10) == 0
+    # a metadata change (seen by the store's watch) keeps produce the locking one
+    manager.update(stream, StreamConfiguration(ScalingPolicy.fixed(1), first_watermark_delay_ms=1))
+    time.sleep(0.5)
+    assert "produce" in vars(idle)  # the heartbeat's lock (set on the instance)
     idle_since = int(time.time() * 1000)
     noted = []
     with EventWriter(
