@@ -31,7 +31,7 @@ class GroupNote:
     failed: list[Any] = field(default_factory=list)
     """The delivery reports (messages) of records that were not stored."""
     max_event_time: int | None = None
-    """Not known to the drop-in producer yet (it passes timestamps through)."""
+    """The highest timestamp among the records sent before the note (the mark's)."""
 
 
 class DeliveryGroups:
@@ -113,12 +113,13 @@ class DeliveryGroups:
                     out[p] = offset(msg) + 1
         return out
 
-    def note(self, time: int, alive: bool = True) -> GroupNote:
-        """Close every written partition's group: the note covers what was sent so far."""
+    def note(self, time: int, alive: bool = True, max_event_time: int | None = None) -> GroupNote:
+        """Close every written partition's group: the note covers what was sent so far
+        (``max_event_time``: the highest timestamp among those records)."""
         closed = {p: self._open[p] for p, used in self.used.items() if used}
         for p in closed:
             self._open_group(p)
-        pending = GroupNote(time, alive, closed)
+        pending = GroupNote(time, alive, closed, max_event_time=max_event_time)
         self._pending.append(pending)
         return pending
 

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import logging
 import random
-import secrets
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -51,7 +50,7 @@ from controller.closing import Closing
 from controller.metadata import StreamMetadata
 from controller.model import Epoch, Segment, segment_number
 from controller.naming import split_stream
-from controller.navigation import key_hash, predecessors
+from controller.navigation import key_hash
 from controller.states import WRITABLE, require_writable
 from controller.store import MetadataStore
 from controller.timestamps import wall_clock_ms
@@ -77,6 +76,7 @@ from pipelines.writing.marks import (
     MarkPublisher,
     ensure_marks_topic,
     flush_publishing,
+    instance_token,
 )
 from pipelines.writing.metrics import DELIVERY_FAILURES
 from pipelines.writing.sent import Record, Report, Retained, SentRecords
@@ -167,13 +167,14 @@ class _StreamWriter(Closing):
         serializer: Serializer | None,
         clock: Callable[[], int] | None,
         transactional_id: str | None = None,
+        instance: str | None = None,
     ) -> None:
         if writer_id is not None and (not isinstance(writer_id, str) or not writer_id.strip()):
             raise MissingWriterIdError(f"writer_id must be a non-empty string, got {writer_id!r}")
         split_stream(stream)
         self.writer_id = writer_id
-        self.instance = secrets.token_hex(16)
-        """This writer object's token on its marks (see ``mark_message``)."""
+        self.instance = instance_token(instance)
+        """This writer object's token on its marks (see ``marks.instance_token``)."""
         self.stream = stream
         self.config = config
         self._serializer = serializer
@@ -190,7 +191,7 @@ class _StreamWriter(Closing):
         require_writable(stream, metadata.state)
         ensure_marks_topic(bootstrap_servers, config.cluster, create=config.create_marks_topic)
 
-        self._clock = SegmentClock(_policy(metadata))
+        self._clock = SegmentClock(TimestampPolicy.of(metadata))
         self._floors = self._clock.live_floors
         # The records sent, their offsets appended by one report callback per segment: the
         # position, the notes, and what a seal cut off (a transactional writer keeps those of
@@ -243,7 +244,7 @@ class _StreamWriter(Closing):
         else:
             written = []
         view.applied = latest
-        self._clock.policy = _policy(latest)
+        self._clock.policy = TimestampPolicy.of(latest)
         if closing:
             for seg_id in written:
                 for rec in self._cut_off(seg_id, latest):
@@ -266,11 +267,7 @@ class _StreamWriter(Closing):
                 self._epoch.number,
                 new_epoch.number,
             )
-            for epoch in latest.epochs[self._epoch.number + 1 :]:
-                for seg in epoch.segments:
-                    if seg.epoch == epoch.number:
-                        preds = predecessors(latest.epochs, seg.id)
-                        self._clock.inherit(seg.id, (p.id for p in preds))
+            self._clock.follow(latest.epochs, self._epoch.number)
             self._await_partitions(latest.partition_count())
             self._epoch = new_epoch
             self._routes.clear()
@@ -461,13 +458,7 @@ class _StreamWriter(Closing):
 
     def _max_event_time(self) -> int | None:
         """The highest timestamp this writer has given a record (its clock's floors), or None."""
-        floors = self._clock.floors()
-        return max(floors.values()) if floors else None
-
-
-def _policy(metadata: StreamMetadata) -> TimestampPolicy:
-    cfg = metadata.config
-    return TimestampPolicy(cfg.timestamping, cfg.uncapped, cfg.refuse_adjustments)
+        return self._clock.highest()
 
 
 class EventWriter(_StreamWriter):
@@ -475,7 +466,9 @@ class EventWriter(_StreamWriter):
 
     ``writer_id`` names this writer to the controller (one noted time per
     id; reuse the id when a writer restarts). A writer without one may write
-    but not note time. Not safe to share between processes; safe between
+    but not note time. ``instance``: the token on its marks (default: a new
+    one; given only to carry on a registration made under it, as the Spark
+    writer job does). Not safe to share between processes; safe between
     threads.
     """
 
@@ -490,6 +483,7 @@ class EventWriter(_StreamWriter):
         serializer: Serializer | None = None,
         automatically_note_time: bool | None = None,
         clock: Callable[[], int] | None = None,
+        instance: str | None = None,
     ) -> None:
         config = config or WriterConfig()
         if automatically_note_time is not None:
@@ -504,6 +498,7 @@ class EventWriter(_StreamWriter):
             config=config,
             serializer=serializer,
             clock=clock,
+            instance=instance,
         )
         self._heartbeat: Heartbeat | None = None
         if config.automatically_note_time:
@@ -733,7 +728,8 @@ class EventWriter(_StreamWriter):
     # --- closing -------------------------------------------------------------------------
 
     def close(self, timeout_ms: int | None = None) -> None:
-        """Flush, publish the shutdown mark (when time was ever noted), and stop.
+        """Flush, publish the shutdown mark (when time was ever noted, or is noted
+        automatically: then at the automatic time of the close), and stop.
 
         Before the mark, a scale the store records but the writer has not applied
         yet is applied (records its seal cut off are sent again to the successors),
@@ -753,7 +749,9 @@ class EventWriter(_StreamWriter):
                 if self._fatal is None:
                     self._drain(timeout)
                     self._apply_scales(timeout)
-                    last_noted = self._marks.last_noted
+                    last_noted = self._marks.closing_time(
+                        self._heartbeat is not None, self._now_ms(), self._max_event_time()
+                    )
                     if self.writer_id is not None and last_noted is not None:
                         self._note(last_noted, alive=False)
                         self._drain(timeout)
