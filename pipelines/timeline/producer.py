@@ -81,16 +81,13 @@ class _Scheduling(Generic[R]):
         when = _when(timestamp_ms, delay_ms, due_at_stream_time)
         stream = None if due_at_stream_time is None else due_at_stream_time[0]
         message_id = new_id() if id is None else id
-        return self._schedule(body, message_id, when, stream, check_headers(headers))
+        new = NewMessage(
+            body, when, self.producer_group, message_id, stream, check_headers(headers)
+        )
+        return self._schedule(new)
 
-    def _schedule(
-        self,
-        body: bytes,
-        message_id: str,
-        timestamp_ms: int,
-        due_stream: str | None,
-        headers: tuple[tuple[str, bytes], ...],
-    ) -> R:
+    def _schedule(self, new: NewMessage) -> R:
+        """Send ``new`` (its id, time and headers set and checked by :meth:`put`)."""
         raise NotImplementedError
 
 
@@ -105,22 +102,15 @@ class TimelineProducer(_Scheduling[Created]):
         self.store = TimelineStore(dsn, notify=notify)
         self.store.timeline(timeline)  # fail early on an unknown timeline
 
-    def _schedule(
-        self,
-        body: bytes,
-        message_id: str,
-        timestamp_ms: int,
-        due_stream: str | None,
-        headers: tuple[tuple[str, bytes], ...],
-    ) -> Created:
+    def _schedule(self, new: NewMessage) -> Created:
         return self.store.create(
             self.timeline,
-            body,
-            timestamp_ms=timestamp_ms,
-            producer_group=self.producer_group,
-            id=message_id,
-            due_stream=due_stream,
-            headers=headers,
+            new.body,
+            timestamp_ms=new.timestamp_ms,
+            producer_group=new.producer_group,
+            id=new.id,
+            due_stream=new.due_stream,
+            headers=new.headers,
         )
 
     def put_many(self, items: Sequence[tuple[bytes, int, str | None]]) -> list[Created]:
@@ -193,18 +183,12 @@ class KafkaTimelineProducer(_Scheduling[str]):
         if err is not None:
             self._errors.append(f"{msg.key()!r}: {err}")
 
-    def _schedule(
-        self,
-        body: bytes,
-        message_id: str,
-        timestamp_ms: int,
-        due_stream: str | None,
-        headers: tuple[tuple[str, bytes], ...],
-    ) -> str:
+    def _schedule(self, new: NewMessage) -> str:
         """Queue one message; returns its id. :meth:`flush` waits for the broker's acks.
         ``headers`` go as the record's Kafka headers; the ingester stores them and the
         relay delivers them."""
-        if due_stream is not None:
+        message_id, timestamp_ms = str(new.id), new.timestamp_ms
+        if new.due_stream is not None:
             raise InvalidMessageError(
                 "a scheduled_message record carries no stream: put event-time messages "
                 "(due_at_stream_time) with TimelineProducer",
@@ -215,7 +199,7 @@ class KafkaTimelineProducer(_Scheduling[str]):
         check_timestamp("timestamp_ms", timestamp_ms)
         data = encode_scheduled(
             ScheduledMessage(
-                message_id, timestamp_ms, bytes(body), self.producer_group, self.timeline
+                message_id, timestamp_ms, bytes(new.body), self.producer_group, self.timeline
             )
         )
         while True:
@@ -225,7 +209,7 @@ class KafkaTimelineProducer(_Scheduling[str]):
                     value=data,
                     key=message_id.encode(),
                     on_delivery=self._on_delivery,
-                    headers=list(headers) or None,
+                    headers=list(new.headers) or None,
                 )
                 break
             except BufferError:
