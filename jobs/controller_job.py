@@ -513,7 +513,7 @@ class ControllerJob:
         if is_local(self.settings.checkpoint_root):
             self.spark.conf.set(CHECKPOINT_FILE_MANAGER, LOCAL_CHECKPOINT_FILE_MANAGER)
         ensure_marks_topic(self.settings.kafka_bootstrap, self.settings.cluster, alter=True)
-        ensure_tables(self.spark, self.settings.delta_root)
+        ensure_tables(self.settings.delta_root)
         self._maintenance = maintenance_switch(self.settings)  # runs while this driver leads
         if self._client is None:
             self._client = open_session(
@@ -533,7 +533,7 @@ class ControllerJob:
         return self
 
     def _run(self) -> None:
-        if self.settings.warm_up:
+        if self.settings.warm_up and self._standing_by():
             try:
                 published = self._election.read("layout")
                 warm_up(self.spark, resolve(self.spark, self.settings, published), self.instance_id)
@@ -545,6 +545,19 @@ class ControllerJob:
             except Exception:  # only the first batches get slower
                 log.exception("controller %s: warm-up failed", self.instance_id)
         self._election.run(self._lead, self._stopping)
+
+    def _standing_by(self) -> bool:
+        """Whether another driver leads: only a standby warms up. The first driver leads
+        at once (its first batches pay for first-time planning, but a warm-up before
+        contending delayed a new system's first watermark by half a minute)."""
+        try:
+            leader = self._election.leader()
+        except Exception as exc:  # ZooKeeper busy: warm up, as a standby would
+            log.warning("controller %s: no leader known (%s)", self.instance_id, exc)
+            return True
+        if leader is None:
+            log.info("controller %s: no driver leads; contending without warm-up", self.instance_id)
+        return leader is not None
 
     def take_tables(self) -> DeltaTables | None:
         """The tables the warm-up opened, once (``None``: the sink opens its own)."""

@@ -1,0 +1,70 @@
+"""Start-up: the README tour's steps, timed from `tidemark controller run` to the first
+watermark, on an empty system (no driver to take over from: the first leads at once,
+without the warm-up a standby runs)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.faults.figures import report
+from tests.integration.test_controller_job import TAKE_OVER_LINES, driver, make_env
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
+
+FIRST_WATERMARK_S = 20.0
+"""Issue 29's bound on this machine (2 cores)."""
+START_UP_LINES = ("spark session", "no driver leads", *TAKE_OVER_LINES)
+"""The driver log's lines that time a start-up."""
+
+
+def tidemark_wait(stream: str, time_ms: int, delta_root: str) -> subprocess.CompletedProcess[str]:
+    """The tour's `tidemark wait STREAM --time T` step (exit 0: a watermark reached T)."""
+    argv = [sys.executable, "-m", "tidemark.cli.main", "wait", stream, "--time", str(time_ms)]
+    argv += ["--timeout-ms", "120000", "--delta-root", delta_root]
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": root}
+    return subprocess.run(argv, capture_output=True, text=True, timeout=180, env=env, check=False)
+
+
+def test_controller_run_to_the_first_watermark_within_20_s(
+    kafka: str, zookeeper: str, zk_client: Any, unique: str, tmp_path: Path
+) -> None:
+    env = make_env(kafka, zookeeper, zk_client, unique, tmp_path, buckets=2)
+    stream = f"t{unique}/orders"
+    env.create(stream, 2)
+    settings = env.settings(writer_timeout_ms=10_000)
+    started = time.monotonic()
+    print(f"controller run started at {time.strftime('%H:%M:%S')}")
+    process = driver(env, "c1", settings)  # `controller run`, warm-up on (its default)
+    try:
+        with env.writer("w1", stream) as writer:
+            writer.write(b"one", routing_key="a")
+            writer.write(b"two", routing_key="b")
+            noted = time.time_ns() // 1_000_000
+            writer.note_time(noted)
+        waited = tidemark_wait(stream, noted, settings.delta_root)
+        took_s = time.monotonic() - started
+        assert waited.returncode == 0, (waited.stdout, waited.stderr)
+        assert f"{stream} reached {noted}" in waited.stdout
+        assert process.poll() is None, "the driver exited"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(120)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+    log = (env.work / "driver-c1.log").read_text(errors="replace").splitlines()
+    lines = [line for line in log if any(k in line for k in START_UP_LINES)]
+    print(*lines, sep="\n")
+    print(f"controller run to first watermark: {took_s:.1f} s")
+    report("controller-start-up", f"`controller run` to the first watermark {took_s:.1f} s")
+    assert not any("warmed up" in line for line in lines), "the first driver warmed up"
+    assert took_s <= FIRST_WATERMARK_S, f"first watermark after {took_s:.1f} s"
