@@ -444,7 +444,9 @@ class Batches:
 
     def __init__(self, settings: ControllerSettings, job: ControllerJob) -> None:
         self.sink = DeltaSink(settings.delta_root, settings.app_id, tables=job.take_tables())
-        self.due = DueScheduler(settings)
+        self.due = DueScheduler(
+            settings, on_failed=None if job.metrics is None else job.metrics.due_failed.inc
+        )
         self.job = job
         self.last: dict[str, Any] | None = None
         if job.metrics is not None:  # --- metrics hook (jobs.metrics) ---

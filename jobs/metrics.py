@@ -30,7 +30,9 @@ The metrics, with their labels (``stream`` = ``scope/name``, ``bucket`` =
 - ``tidemark_controller_batch_duration_seconds{bucket}`` (histogram) --
   the stateful stage and the Delta appends of one micro-batch, as timed by
   the sink;
-- ``tidemark_controller_batches_total{bucket}`` (counter).
+- ``tidemark_controller_batches_total{bucket}`` (counter);
+- ``tidemark_controller_due_records_failed_total`` (counter) -- due records
+  Kafka did not acknowledge (:mod:`jobs.due`: each is produced again).
 
 The hook into the job is deliberately small: the query's ``foreachBatch``
 (:class:`~jobs.controller_job.Batches`) calls its :class:`~jobs.sink.DeltaSink`'s
@@ -133,6 +135,11 @@ class ControllerMetrics:
         )
         self.batches = Counter(
             f"{PREFIX}_batches", "Micro-batches run.", ["bucket"], registry=registry
+        )
+        self.due_failed = Counter(
+            f"{PREFIX}_due_records_failed",
+            "Due records Kafka did not acknowledge (each is produced again).",
+            registry=registry,
         )
         self._lock = threading.Lock()
         self._rejected_by_batch: dict[tuple[int | str, int], int] = {}
