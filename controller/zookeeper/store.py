@@ -290,15 +290,20 @@ class ZooKeeperStore(MetadataStore):
 
     def watch_once(self, streams: Iterable[str], on_change: Callable[[str], None]) -> None:
         """``on_change(stream)`` once, at the next change of each stream's record (an
-        update, a scale, its deletion or creation) or when the session's watches are reset.
-        The requests are sent without waiting for answers: ``n`` streams cost no round
-        trip. Watch again after reading the stream anew (ZooKeeper watches fire once)."""
+        update, a scale, its deletion or creation), when the session's watches are reset,
+        or when the watch could not be set (no watch: treat it as changed). The requests
+        are sent without waiting for answers: ``n`` streams cost no round trip. Watch
+        again after reading the stream anew (ZooKeeper watches fire once)."""
         for stream in streams:
 
             def fired(event: Any, stream: str = stream) -> None:
                 on_change(stream)
 
-            self.client.exists_async(self._stream_path(stream), watch=fired)
+            def answered(result: Any, stream: str = stream) -> None:
+                if not result.successful():
+                    on_change(stream)
+
+            self.client.exists_async(self._stream_path(stream), watch=fired).rawlink(answered)
 
 
 __all__ = ["ZooKeeperStore"]
