@@ -67,7 +67,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.functions import expr
 
 from controller.kafka.admin import ensure_marks_topic
-from controller.kafka.settings import spark_source_options
+from controller.kafka.settings import forwarded_environment, spark_source_options
 from controller.zookeeper.driver import DriverElection
 from controller.zookeeper.session import close_session, open_session
 from infra.spark import (
@@ -827,8 +827,11 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     settings = settings_from_args(args)
+    builder = SparkSession.builder
+    for name, value in forwarded_environment().items():  # executors build Kafka clients too
+        builder = builder.config(f"spark.executorEnv.{name}", value)
     spark = (
-        SparkSession.builder.appName(f"tidemark-controller-{args.instance}")
+        builder.appName(f"tidemark-controller-{args.instance}")
         .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
         .config(
             "spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog"
