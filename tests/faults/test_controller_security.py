@@ -6,9 +6,6 @@ refuses is counted and produced again, never dropped."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -34,7 +31,7 @@ from pipelines.writing.config import WriterConfig
 from pipelines.writing.writer import EventWriter
 from tests.faults.figures import report
 from tests.faults.test_kafka_security import as_user, consume_all, produce_one
-from tests.integration.test_controller_job import Env, Noter, driver
+from tests.integration.test_controller_job import Env, Noter, driver, stop_drivers
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.faults, pytest.mark.spark]
 
@@ -148,16 +145,11 @@ def test_the_controller_runs_with_its_own_principal_and_the_controller_acls(
             read, error = consume_all(bootstrap, cluster.marks_topic)
             assert read == [] and error is not None
         finally:
-            for noter in noters:
+            for noter in noters:  # most stopped already
                 noter.halt.set()
-            for noter in noters:
                 noter.join(10)
                 noter.writer.close()
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(120)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
+            stop_drivers([process])
             log = (tmp_path / "driver-c1.log").read_text(errors="replace").splitlines()
             print("--- driver", *log[-30:], sep="\n")
     assert all(noter.error is None for noter in noters), [n.error for n in noters]

@@ -5,7 +5,6 @@ without the warm-up a standby runs)."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -15,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.faults.figures import report
-from tests.integration.test_controller_job import TAKE_OVER_LINES, driver, make_env
+from tests.integration.test_controller_job import TAKE_OVER_LINES, driver, make_env, stop_drivers
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
 
@@ -56,11 +55,7 @@ def test_controller_run_to_the_first_watermark_within_20_s(
         assert f"{stream} reached {noted}" in waited.stdout
         assert process.poll() is None, "the driver exited"
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(120)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
+        stop_drivers([process])
     log = (env.work / "driver-c1.log").read_text(errors="replace").splitlines()
     lines = [line for line in log if any(k in line for k in START_UP_LINES)]
     print(*lines, sep="\n")
