@@ -181,6 +181,7 @@ def test_a_due_record_kafka_refuses_is_counted_and_produced_again(
             delta_root=str(tmp_path / "delta"),
             checkpoint_root=str(tmp_path / "checkpoints"),
             cluster=cluster,
+            state_partitions=1,
         )
         scheduler = DueScheduler(settings, on_failed=metrics.due_failed.inc).start()
         try:
