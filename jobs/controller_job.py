@@ -52,6 +52,7 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import importlib
 import json
 import logging
 import signal
@@ -402,6 +403,25 @@ def _warm_up_query(
         query.stop()
 
 
+def _import_processor(_: object) -> None:
+    importlib.import_module("jobs.processor")  # pandas, pyarrow, pyspark's worker side
+
+
+def start_python_workers(spark: Any, count: int) -> None:
+    """Start ``count`` Python workers (one per task slot) with the operator's modules
+    imported, in the background (a job of ``count`` tasks): a first leader's query starts meanwhile,
+    and its first batch finds them idle (Spark reuses Python workers) instead of
+    starting its own."""
+
+    def run() -> None:
+        try:
+            spark.sparkContext.parallelize(range(count), count).foreach(_import_processor)
+        except Exception as exc:  # only the first batch gets slower
+            log.info("Python workers not started ahead: %s", exc)
+
+    threading.Thread(target=run, name="python-workers", daemon=True).start()
+
+
 class LeaderTask(Protocol):
     """Something that runs only while this driver leads (the tables' maintenance,
     the stream policy loop): told on every change, closed when the driver stops.
@@ -535,7 +555,9 @@ class ControllerJob:
         return self
 
     def _run(self) -> None:
-        if self.settings.warm_up and self._standing_by():
+        if not self._standing_by():
+            start_python_workers(self.spark, int(self.spark.sparkContext.defaultParallelism))
+        elif self.settings.warm_up:
             try:
                 published = self._election.read("layout")
                 warm_up(self.spark, resolve(self.spark, self.settings, published), self.instance_id)
