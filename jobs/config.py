@@ -103,11 +103,12 @@ class ControllerSettings:
     state is keyed by them)."""
     warm_up: bool = False
     """Run the query's plan over a few retained marks (or the operator on synthetic
-    rows) and open the Delta tables before contending
-    (:func:`jobs.controller_job.warm_up`). The drivers' command line turns it on
-    (``--no-warm-up`` off), so that a standby's first batch after a take-over does
-    not pay for first-time planning (figures: ``jobs/README.md``). Off here, for
-    in-process jobs (tests, the demo) that never stand by."""
+    rows) and open the Delta tables before contending, when another driver leads
+    (:func:`jobs.controller_job.warm_up`; the first driver leads at once). The
+    drivers' command line turns it on (``--no-warm-up`` off), so that a standby's
+    first batch after a take-over does not pay for first-time planning (figures:
+    ``jobs/README.md``). Off here, for in-process jobs (tests, the demo) that never
+    stand by."""
 
     def __post_init__(self) -> None:
         for name in ("kafka_bootstrap", "zk_connect", "delta_root", "checkpoint_root"):

@@ -32,7 +32,9 @@ The metrics, with their labels (``stream`` = ``scope/name``, ``bucket`` =
   the sink;
 - ``tidemark_controller_batches_total{bucket}`` (counter);
 - ``tidemark_controller_leader`` (gauge) -- 1 while this driver leads (runs the
-  query), 0 while it stands by: the sum over the drivers is 1 in a healthy cluster.
+  query), 0 while it stands by: the sum over the drivers is 1 in a healthy cluster;
+- ``tidemark_controller_due_records_failed_total`` (counter) -- due records
+  Kafka did not acknowledge (:mod:`jobs.due`: each is produced again).
 
 The hook into the job is deliberately small: the query's ``foreachBatch``
 (:class:`~jobs.controller_job.Batches`) calls its :class:`~jobs.sink.DeltaSink`'s
@@ -148,6 +150,9 @@ class ControllerMetrics:
             registry=registry,
         )
         self.leader.set(0)
+        self.due_failed = counter(
+            "due_records_failed", "Due records Kafka did not acknowledge (each is produced again)."
+        )
         self._lock = threading.Lock()
         self._rejected_by_batch: dict[tuple[int | str, int], int] = {}
         self._progressed: dict[int | str, int] = {}

@@ -51,7 +51,6 @@ from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from controller.model import Watermark
 from jobs.maintenance import default_log_retention_s, retention_properties
 from jobs.processor import LAGGARD, REJECTED, WATERMARK
-from jobs.tables import spark_schema
 from schemas.arrow import ARROW_SCHEMAS
 from schemas.tables import (
     INDEX,
@@ -70,38 +69,36 @@ log = logging.getLogger(__name__)
 
 
 def ensure_tables(
-    spark: Any,
     delta_root: str,
+    storage_options: Mapping[str, str] | None = None,
     attempts: int = 5,
     log_retention_s: float | None = None,
 ) -> None:
-    """Create the tables if missing (plain Delta: readable by delta-rs).
+    """Create the tables if missing (plain Delta, with delta-rs as the appends: no Spark
+    job, so a new controller does not wait for a cold JVM's first Delta commands).
 
     A new table gets :func:`retention_properties`; the maintainer gives them
     to an existing one (the sink retries the append that races that commit).
     """
-    from delta.tables import DeltaTable as SparkDeltaTable  # delta-spark: only with Spark
-
     if log_retention_s is None:
         log_retention_s = default_log_retention_s(delta_root)
-    properties = retention_properties(log_retention_s)
+    properties: dict[str, str | None] = {**retention_properties(log_retention_s)}
     for table in TABLES:
         for attempt in range(attempts):
             try:
-                builder = (
-                    SparkDeltaTable.createIfNotExists(spark)
-                    .location(table_path(delta_root, table))
-                    .addColumns(spark_schema(table))
+                DeltaTable.create(
+                    table_path(delta_root, table),
+                    schema=ARROW_SCHEMAS[table],
+                    mode="ignore",
+                    configuration=properties,
+                    storage_options=dict(storage_options) if storage_options else None,
                 )
-                for key, value in properties.items():
-                    builder = builder.property(key, value)
-                builder.execute()
                 break
             except Exception as exc:  # a concurrent creator won the race: look again
                 if attempt == attempts - 1:
                     raise
                 log.info("creating table %s raced (%s); retrying", table, exc)
-    evolve_tables(delta_root, attempts=attempts)
+    evolve_tables(delta_root, storage_options, attempts=attempts)
 
 
 def missing_columns(delta_root: str, table: str, storage_options: Mapping[str, str]) -> list[str]:

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -442,6 +442,19 @@ def driver(env: Env, instance: str, settings: ControllerSettings) -> subprocess.
     )
 
 
+def stop_drivers(processes: Iterable[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM to each running driver, then wait; kill -9 a driver that did not stop."""
+    processes = list(processes)
+    for p in processes:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in processes:
+        try:
+            p.wait(120)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+
+
 TAKE_OVER_LINES = ("warmed up", "elected", "query started", "first batch")
 
 
@@ -525,14 +538,7 @@ def test_kill_9_of_the_active_driver_a_standby_takes_over(
         for n in noters:
             n.join(10)
             n.writer.close()
-        for p in drivers.values():
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in drivers.values():
-            try:
-                p.wait(120)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
+        stop_drivers(drivers.values())
         for name in drivers:  # shown when the test fails
             lines = (env.work / f"driver-{name}.log").read_text(errors="replace").splitlines()
             print(f"--- driver {name}", *lines[-40:], sep="\n")

@@ -64,13 +64,13 @@ def test_new_controller_tables_keep_log_and_tombstones_for_the_log_retention(
     from schemas.tables import TABLES, table_path
 
     root = str(tmp_path / "delta")
-    ensure_tables(spark, root, log_retention_s=600)
+    ensure_tables(root, log_retention_s=600)
     for table in TABLES:
         config = DeltaTable(table_path(root, table)).metadata().configuration
         assert config["delta.logRetentionDuration"] == "interval 600 seconds", table
         assert config["delta.deletedFileRetentionDuration"] == "interval 600 seconds", table
     # an existing table is left as it is (the maintainer sets its properties)
-    ensure_tables(spark, root, log_retention_s=60)
+    ensure_tables(root, log_retention_s=60)
     config = DeltaTable(table_path(root, TABLES[0])).metadata().configuration
     assert config["delta.logRetentionDuration"] == "interval 600 seconds"
 
@@ -97,7 +97,7 @@ def test_the_controllers_start_adds_new_columns_to_a_laggards_table_written_befo
     )
     row = {"stream": "s/a", "at": 5, "writer": "w1", "kind": "lagging", "noted_time": 3}
     write_deltalake(table_path(root, LAGGARDS), pa.Table.from_pylist([row], schema=old))
-    ensure_tables(spark, root, log_retention_s=600)
+    ensure_tables(root, log_retention_s=600)
     table = DeltaTable(table_path(root, LAGGARDS))
     assert [f.name for f in table.schema().fields] == ARROW_SCHEMAS[LAGGARDS].names
     (back,) = table.to_pyarrow_table().to_pylist()
