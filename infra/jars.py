@@ -3,7 +3,8 @@
     python -m infra.jars resolve     # make setup runs this; quick when done
     classpath("kafka")               # -> list of jar paths in ~/.m2
 
-Each group (``kafka``, ``zookeeper``, ``spark``) is a small pom under
+Each group (``kafka``, ``zookeeper``, ``spark``, ``s3proxy``: the object store of the
+deployment tests, ``s3a``: Spark's ``s3a://`` file system) is a small pom under
 ``infra/maven/``. Maven resolves it into the user's Maven repository and
 writes the classpath to the tidemark cache, in a file named after a hash of
 the pom, so a changed pom is resolved again and nothing is fetched at test
@@ -26,7 +27,7 @@ from tidemark.environment import Environment
 log = logging.getLogger(__name__)
 
 MAVEN_DIR = Path(__file__).resolve().parent / "maven"
-GROUPS = ("kafka", "zookeeper", "spark")
+GROUPS = ("kafka", "zookeeper", "spark", "s3proxy", "s3a")
 _VERSIONED_JAR = re.compile(r"^(?P<artifact>.+?)-\d[\w.\-]*\.jar$")
 
 
