@@ -25,6 +25,7 @@ from infra.process import ManagedProcess
 from tidemark.environment import Environment
 
 MAIN_CLASS = "org.gaul.s3proxy.Main"
+LOGBACK_CONF = Path(__file__).resolve().parent / "conf" / "s3proxy-logback.xml"
 REGION = "us-east-1"
 
 READER_ENVIRONMENT = (
@@ -91,7 +92,11 @@ class S3Proxy:
             "--properties",
             str(conf),
             heap_mb=256,
-            jvm_options=("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"),
+            jvm_options=(
+                f"-Dlogback.configurationFile={LOGBACK_CONF}",
+                "-XX:+UseSerialGC",
+                "-XX:TieredStopAtLevel=1",
+            ),
         )
 
     def start(self, timeout_s: float = 60.0) -> S3Proxy:
