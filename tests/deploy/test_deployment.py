@@ -15,6 +15,7 @@ import itertools
 import json
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -26,7 +27,9 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from controller.config import ScalingPolicy, StreamConfiguration
 from controller.kafka.settings import client_config
+from controller.metadata import cut_from_json
 from controller.model import Watermark, WriterMark
+from controller.naming import topic_for
 from controller.streams import StreamManager
 from controller.zookeeper.driver import controller_view
 from controller.zookeeper.session import zookeeper_session
@@ -37,6 +40,7 @@ from pipelines.reading.seek import stream_cut_at
 from pipelines.reading.watermark_tables import read_watermarks
 from pipelines.writing.config import WriterConfig
 from pipelines.writing.marks import mark_message
+from pipelines.writing.producer import TidemarkProducer
 from pipelines.writing.writer import EventWriter
 from tests.deploy.deployment import ROOT, Deployment, wait_until
 from tests.faults.figures import report
@@ -83,19 +87,30 @@ class Running:
 
 
 class Noter:
-    """A writer (its own principal, ``writer``) that writes and notes time every 0.2 s."""
+    """A writer (principal ``writer``) that writes and notes time every 0.2 s: an
+    ``EventWriter``, or with ``drop_in`` the drop-in ``TidemarkProducer``."""
 
-    def __init__(self, deployment: Deployment, store: ZooKeeperStore, writer_id: str) -> None:
-        import threading
-
+    def __init__(
+        self, deployment: Deployment, store: ZooKeeperStore, writer_id: str, drop_in: bool = False
+    ) -> None:
         with deployment.as_user("writer"):
-            self.writer = EventWriter(
-                writer_id,
-                STREAM,
-                store=store,
-                bootstrap_servers=deployment.bootstrap,
-                config=WriterConfig(cluster=deployment.cluster, linger_ms=1),
-            )
+            if drop_in:
+                self.writer: Any = TidemarkProducer(
+                    {**client_config(deployment.bootstrap), "linger.ms": 1},
+                    writer_id=writer_id,
+                    store=store,
+                    stream=STREAM,
+                    create_marks_topic=False,
+                )
+            else:
+                self.writer = EventWriter(
+                    writer_id,
+                    STREAM,
+                    store=store,
+                    bootstrap_servers=deployment.bootstrap,
+                    config=WriterConfig(cluster=deployment.cluster, linger_ms=1),
+                )
+        self.drop_in = drop_in
         self.halt = threading.Event()
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -105,9 +120,12 @@ class Noter:
         try:
             while not self.halt.is_set():
                 now = time.time_ns() // 1_000_000
-                self.writer.write(b"e", routing_key=f"k{now}", timestamp=now)
-                self.writer.note_time(now)
+                if self.drop_in:
+                    self.writer.produce(topic_for(STREAM), b"e", f"k{now}".encode(), timestamp=now)
+                else:
+                    self.writer.write(b"e", routing_key=f"k{now}", timestamp=now)
                 self.writer.flush()
+                self.writer.note_time(now)
                 self.halt.wait(0.2)
         except BaseException as exc:  # reported by the test
             self.error = exc
@@ -129,7 +147,10 @@ def running(deployment: Deployment) -> Iterator[Running]:
         deployment.submit_controller("a", "--no-warm-up")
         state = Running(deployment, zk, [])
         wait_until(lambda: state.leader() == "a", START_S, "driver a leads", *state.drivers_alive())
-        state.noters = [Noter(deployment, store, f"w{i}") for i in range(2)]
+        state.noters = [
+            Noter(deployment, store, "event-writer"),
+            Noter(deployment, store, "drop-in", drop_in=True),
+        ]
         wait_until(
             lambda: len(state.watermarks()) >= 3,
             START_S,
@@ -210,7 +231,7 @@ def test_readers_answer_from_the_object_store(running: Running) -> None:
         wait_until(lambda: answered() is not None, 60, "tidemark serve answers", serve)
         found = answered()
         assert found["found"] is not None, found
-        assert {int(k): v for k, v in found["stream_cut"].items()} == cut or found["stream_cut"]
+        assert cut_from_json(found["stream_cut"]) == cut, (found, cut)
     finally:
         serve.stop()
 
