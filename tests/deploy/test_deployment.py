@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -219,13 +220,15 @@ def test_readers_answer_from_the_object_store(running: Running) -> None:
     )
     serve.start()
     try:
-        url = f"http://127.0.0.1:{port}/api/streams/{STREAM}/start?timestamp={at}"
+        url = f"http://127.0.0.1:{port}/api/streams/{STREAM}/start?t={at}"
 
         def answered() -> Any:
             try:
                 with urllib.request.urlopen(url, timeout=5) as answer:
                     return json.load(answer)
-            except OSError:
+            except urllib.error.HTTPError as exc:
+                raise AssertionError(f"{url}: {exc.code} {exc.read()[:500]!r}") from exc
+            except OSError:  # not listening yet
                 return None
 
         wait_until(lambda: answered() is not None, 60, "tidemark serve answers", serve)
