@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.tidemark-installed
 
 .DEFAULT_GOAL := help
-.PHONY: help setup browser promtool demo test test-faults test-unit lint bench soak up down status clean
+.PHONY: help setup browser promtool demo test test-faults test-deploy test-unit lint bench soak up down status clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -43,6 +43,9 @@ test: setup ## the whole suite (unit, integration, spark) against real local ser
 
 test-faults: setup ## the fault suite: broker/controller/ZooKeeper faults, hostile input, restarts; prints figures
 	$(PY) -m pytest -q -m faults
+
+test-deploy: setup ## the deployment tests: Spark standalone, secured Kafka, ZooKeeper ensemble, S3 store (docs/deploying.md)
+	$(PY) -m pytest -q -m deploy
 
 test-unit: setup ## the fast tests only
 	$(PY) -m pytest -q -m unit

@@ -1,9 +1,11 @@
 """JVM artifacts: resolved by Maven at setup time, read as classpaths at run time.
 
     python -m infra.jars resolve     # make setup runs this; quick when done
+    python -m infra.jars spark-jars s3a   # what spark-submit --jars takes (docs/deploying.md)
     classpath("kafka")               # -> list of jar paths in ~/.m2
 
-Each group (``kafka``, ``zookeeper``, ``spark``) is a small pom under
+Each group (``kafka``, ``zookeeper``, ``spark``, ``s3proxy``: the object store of the
+deployment tests, ``s3a``: Spark's ``s3a://`` file system) is a small pom under
 ``infra/maven/``. Maven resolves it into the user's Maven repository and
 writes the classpath to the tidemark cache, in a file named after a hash of
 the pom, so a changed pom is resolved again and nothing is fetched at test
@@ -26,7 +28,7 @@ from tidemark.environment import Environment
 log = logging.getLogger(__name__)
 
 MAVEN_DIR = Path(__file__).resolve().parent / "maven"
-GROUPS = ("kafka", "zookeeper", "spark")
+GROUPS = ("kafka", "zookeeper", "spark", "s3proxy", "s3a")
 _VERSIONED_JAR = re.compile(r"^(?P<artifact>.+?)-\d[\w.\-]*\.jar$")
 
 
@@ -98,24 +100,35 @@ def artifact_name(jar: str) -> str:
     return match.group("artifact") if match else name
 
 
-def spark_extra_jars(env: Environment | None = None) -> list[str]:
-    """The Spark packages' jars minus the artifacts pyspark already ships."""
+def spark_extra_jars(
+    env: Environment | None = None, groups: tuple[str, ...] = ("spark",)
+) -> list[str]:
+    """The jars of ``groups`` (the Spark packages; with ``s3a``, also Spark's ``s3a://``
+    file system) minus the artifacts pyspark already ships."""
     # pyspark: only a Spark session needs this; Kafka and ZooKeeper use this module too
     import pyspark
 
     shipped = {
         artifact_name(j.name) for j in (Path(pyspark.__file__).parent / "jars").glob("*.jar")
     }
-    return [j for j in classpath("spark", env) if artifact_name(j) not in shipped]
+    found = [j for group in groups for j in classpath(group, env)]
+    return list(dict.fromkeys(j for j in found if artifact_name(j) not in shipped))
+
+
+USAGE = """usage: python -m infra.jars resolve
+       python -m infra.jars spark-jars [s3a]   # spark-submit --jars, comma-separated"""
 
 
 def main(argv: list[str]) -> int:
-    if argv[:1] != ["resolve"]:
-        print("usage: python -m infra.jars resolve", file=sys.stderr)
-        return 2
-    logging.basicConfig(level=logging.INFO)
-    resolve()
-    return 0
+    if argv[:1] == ["resolve"]:
+        logging.basicConfig(level=logging.INFO)
+        resolve()
+        return 0
+    if argv[:1] == ["spark-jars"] and set(argv[1:]) <= {"s3a"}:
+        print(",".join(spark_extra_jars(groups=("spark", *argv[1:]))))
+        return 0
+    print(USAGE, file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ sized to the broker count, so transactions work on either size.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import subprocess
 import time
 import uuid
@@ -302,6 +303,16 @@ class KafkaCluster:
 
     def stop_node(self, node_id: int) -> None:
         self.nodes[node_id - 1].process.stop()
+
+    def start_node(self, node_id: int, timeout_s: float = 90.0) -> None:
+        """Start node ``node_id`` again after :meth:`stop_node` (same ports, same data) and
+        wait until the metadata lists every broker."""
+        node = self.nodes[node_id - 1]
+        old = node.process
+        process = ManagedProcess(old.name, old.argv, old.log_path, tie_to_owner=old.tie_to_owner)
+        self.nodes[node_id - 1] = dataclasses.replace(node, process=process)
+        process.start()
+        self.wait_ready(timeout_s)
 
     def stop(self) -> None:
         """Stop every node at once: one by one, the last would wait for a lost quorum."""

@@ -170,9 +170,11 @@ def _pid(pid: int | None) -> int:
     return pid
 
 
-def data_root(env: Environment) -> Path:
-    """Where Delta tables live by default: TIDEMARK_DELTA_ROOT or ~/.tidemark/delta."""
-    return Path(env.delta_root) if env.delta_root else env.home / "delta"
+def data_root(env: Environment) -> str:
+    """Where Delta tables live by default: TIDEMARK_DELTA_ROOT or ~/.tidemark/delta.
+    A string, not a ``Path``: the root may be a URI (``s3a://lake/tidemark``), which a
+    ``Path`` would mangle (``s3a:/lake/tidemark``)."""
+    return env.delta_root if env.delta_root else str(env.home / "delta")
 
 
 KAFKA = "kafka"

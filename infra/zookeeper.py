@@ -1,24 +1,45 @@
-"""A standalone ZooKeeper server as a local process.
+"""ZooKeeper as local processes: a standalone server, or a three-node ensemble.
 
 with ZooKeeperServer(tmp_path / "zk") as zk:
     with zookeeper_session(zk.connect_string) as client:  # controller.zookeeper.session
+
+with ZooKeeperEnsemble(tmp_path / "zk", size=3) as zk:   # a quorum, as deployed
+    zk.restart_node(2)                                  # one node down and back
 """
 
 from __future__ import annotations
 
 import socket
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
 from infra import jars
 from infra.exceptions import ServiceTimeout
 from infra.java import jvm_argv
-from infra.ports import HOST, ensure_free, free_port
+from infra.ports import HOST, ensure_free, free_port, free_ports
 from infra.process import ManagedProcess
 from tidemark.environment import Environment
 
 MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
+QUORUM_MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+
+
+@dataclass(frozen=True)
+class QuorumPeer:
+    """One ensemble member's id and ports: clients, followers, leader election."""
+
+    server_id: int
+    client_port: int
+    peer_port: int
+    election_port: int
+
+    def line(self) -> str:
+        return (
+            f"server.{self.server_id}={HOST}:{self.peer_port}:{self.election_port};"
+            f"{HOST}:{self.client_port}"
+        )
 
 
 class ZooKeeperServer:
@@ -28,12 +49,22 @@ class ZooKeeperServer:
         port: int | None = None,
         env: Environment | None = None,
         tie_to_owner: bool = True,
+        quorum: tuple[QuorumPeer, ...] = (),
+        server_id: int = 0,
     ) -> None:
+        """``quorum`` (with this server's ``server_id`` among them): an ensemble member."""
         self.env = env or Environment.from_env()
         self.data_dir = data_dir
+        self.quorum = quorum
+        self.server_id = server_id
         self.port = port or free_port()
-        self.process = ManagedProcess(
-            "zookeeper", self._argv(), data_dir / "zookeeper.log", tie_to_owner=tie_to_owner
+        self.tie_to_owner = tie_to_owner
+        self.process = self._process()
+
+    def _process(self) -> ManagedProcess:
+        name = f"zookeeper-{self.server_id}" if self.quorum else "zookeeper"
+        return ManagedProcess(
+            name, self._argv(), self.data_dir / "zookeeper.log", tie_to_owner=self.tie_to_owner
         )
 
     @property
@@ -43,9 +74,20 @@ class ZooKeeperServer:
     def _argv(self) -> list[str]:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         conf = self.data_dir / "zoo.cfg"
+        ensemble: list[str] = []
+        if self.quorum:
+            (self.data_dir / "data").mkdir(exist_ok=True)
+            (self.data_dir / "data" / "myid").write_text(f"{self.server_id}\n")
+            ensemble = [
+                "initLimit=20",
+                "syncLimit=10",
+                "standaloneEnabled=false",
+                *(peer.line() for peer in self.quorum),
+            ]
         conf.write_text(
             "\n".join(
                 [
+                    *ensemble,
                     "tickTime=500",
                     "minSessionTimeout=1000",
                     "maxSessionTimeout=60000",
@@ -62,24 +104,29 @@ class ZooKeeperServer:
         return jvm_argv(
             self.env,
             jars.classpath("zookeeper", self.env),
-            MAIN_CLASS,
+            QUORUM_MAIN_CLASS if self.quorum else MAIN_CLASS,
             str(conf),
             heap_mb=256,
             jvm_options=("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"),
         )
 
     def start(self, timeout_s: float = 60.0) -> ZooKeeperServer:
+        """Start (again after :meth:`stop`, over the same data); ``timeout_s=0``: no wait."""
         ensure_free(self.port, "zookeeper")
+        if self.process.pid is not None:
+            self.process = self._process()
         self.process.start()
-        self.wait_ready(timeout_s)
+        if timeout_s:
+            self.wait_ready(timeout_s)
         return self
 
     def wait_ready(self, timeout_s: float) -> None:
-        """Ready when the server answers ``ruok`` with ``imok``."""
+        """Ready when the server answers ``ruok`` with ``imok`` (an ensemble member: when
+        ``srvr`` names its mode, leader or follower, i.e. it serves in a quorum)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             self.process.check_alive()
-            if ruok(HOST, self.port):
+            if serving(HOST, self.port) if self.quorum else ruok(HOST, self.port):
                 return
             time.sleep(0.2)
         raise ServiceTimeout(
@@ -99,6 +146,16 @@ class ZooKeeperServer:
         self.stop()
 
 
+def serving(host: str, port: int) -> bool:
+    """True when the server at ``host:port`` serves clients as part of a quorum."""
+    try:
+        with socket.create_connection((host, port), timeout=1) as sock:
+            sock.sendall(b"srvr")
+            return b"Mode: " in sock.recv(4096)
+    except OSError:
+        return False
+
+
 def ruok(host: str, port: int) -> bool:
     try:
         with socket.create_connection((host, port), timeout=1) as sock:
@@ -106,3 +163,58 @@ def ruok(host: str, port: int) -> bool:
             return sock.recv(16) == b"imok"
     except OSError:
         return False
+
+
+class ZooKeeperEnsemble:
+    """``size`` servers in one quorum on 127.0.0.1 (three: one may be down)."""
+
+    def __init__(self, data_dir: Path, size: int = 3, env: Environment | None = None) -> None:
+        if size < 3 or size % 2 == 0:
+            raise ValueError(f"an ensemble has an odd size of 3 or more, got {size}")
+        ports = free_ports(3 * size)
+        peers = tuple(
+            QuorumPeer(i + 1, ports[3 * i], ports[3 * i + 1], ports[3 * i + 2]) for i in range(size)
+        )
+        self.servers = [
+            ZooKeeperServer(
+                data_dir / f"node-{p.server_id}",
+                port=p.client_port,
+                env=env,
+                quorum=peers,
+                server_id=p.server_id,
+            )
+            for p in peers
+        ]
+
+    @property
+    def connect_string(self) -> str:
+        return ",".join(s.connect_string for s in self.servers)
+
+    def start(self, timeout_s: float = 90.0) -> ZooKeeperEnsemble:
+        """Start every member at once (none serves before a quorum is up), then wait."""
+        for server in self.servers:
+            server.start(timeout_s=0)
+        for server in self.servers:
+            server.wait_ready(timeout_s)
+        return self
+
+    def restart_node(self, server_id: int, down_s: float = 0.0, timeout_s: float = 60.0) -> None:
+        """Stop member ``server_id``, leave it down ``down_s``, start it and wait for it."""
+        server = self.servers[server_id - 1]
+        server.stop()
+        time.sleep(down_s)
+        server.start(timeout_s)
+
+    def stop(self) -> None:
+        for server in self.servers:
+            server.process.terminate()
+        for server in self.servers:
+            server.stop()
+
+    def __enter__(self) -> ZooKeeperEnsemble:
+        return self.start()
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()

@@ -268,13 +268,21 @@ def _open_parquet(uri: str) -> pq.ParquetFile:
 
 
 def filesystem_path(uri: str) -> tuple[Any, str]:
-    """``(pyarrow filesystem or None for a local path, path)`` of a file URI."""
+    """``(pyarrow filesystem or None for a local path, path)`` of a file URI.
+
+    An object-store URI (``s3://``, ``s3a://``, ``gs://``, ``abfss://``, ...) is opened
+    through delta-rs's own store, rooted at the bucket, so it takes the schemes and
+    the settings (the ``AWS_*`` variables, for instance) that delta-rs does; pyarrow's
+    own file systems know neither ``s3a://`` nor an S3 endpoint from the environment."""
     if "://" not in uri or uri.startswith("file://"):
         return None, uri.removeprefix("file://")
     import pyarrow.fs as pafs  # on use: importing this module stays light
+    from deltalake.fs import DeltaStorageHandler  # as above
 
-    filesystem, path = pafs.FileSystem.from_uri(uri)
-    return filesystem, str(path)
+    scheme, _, rest = uri.partition("://")
+    bucket, _, key = rest.partition("/")
+    handler = DeltaStorageHandler(f"{scheme}://{bucket}")
+    return pafs.PyFileSystem(handler), key
 
 
 class TableTail:

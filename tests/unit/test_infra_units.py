@@ -89,3 +89,32 @@ def test_local_drivers_get_the_jvm_options_and_cluster_drivers_keep_the_defaults
     assert driver_java_options(settings, "spark://10.0.0.1:7077").split() == local[:1]
     plain = SparkSettings(work_dir=tmp_path, jvm_options=())
     assert driver_java_options(plain, "local[*]").split() == local[:1]
+
+
+def test_data_root_keeps_an_object_store_uri_intact() -> None:
+    from infra.services import data_root
+
+    env = Environment.from_env({"TIDEMARK_DELTA_ROOT": "s3a://lake/tidemark"})
+    assert data_root(env) == "s3a://lake/tidemark"
+    assert data_root(Environment.from_env({"TIDEMARK_HOME": "/srv/tm"})) == "/srv/tm/delta"
+
+
+def test_an_ensemble_member_names_every_peer_and_its_own_id(tmp_path: Path) -> None:
+    from infra.zookeeper import QuorumPeer, ZooKeeperEnsemble
+
+    with pytest.raises(ValueError, match="odd size"):
+        ZooKeeperEnsemble(tmp_path / "even", size=2)
+    peer = QuorumPeer(2, 2181, 2888, 3888)
+    assert peer.line() == "server.2=127.0.0.1:2888:3888;127.0.0.1:2181"
+
+
+def test_the_s3a_settings_name_the_store_path_style_over_http(tmp_path: Path) -> None:
+    from infra.s3proxy import READER_ENVIRONMENT, S3Proxy, bucket_path
+
+    s3 = S3Proxy.__new__(S3Proxy)
+    s3.port, s3.access_key, s3.secret_key = 9000, "k", "s"
+    conf = s3.hadoop_conf()
+    assert conf["spark.hadoop.fs.s3a.endpoint"] == "http://127.0.0.1:9000"
+    assert conf["spark.hadoop.fs.s3a.path.style.access"] == "true"
+    assert set(s3.reader_environment()) == set(READER_ENVIRONMENT)
+    assert bucket_path("lake", "/tidemark") == "s3a://lake/tidemark"

@@ -1,0 +1,169 @@
+"""An S3-protocol object store as a local process: s3proxy on its file-system backend.
+
+    with S3Proxy(tmp_path / "s3", buckets=("lake",)) as s3:
+        DeltaTable("s3://lake/tidemark/marks", storage_options=s3.storage_options())
+        spark_conf(...) | s3.hadoop_conf()            # s3a:// for Spark
+
+s3proxy (``org.gaul:s3proxy``, Maven Central) is a real S3 server: requests are
+signed (AWS signature v2 or v4) and answered over HTTP, and jclouds'
+``filesystem`` provider keeps each bucket as a directory under the data
+directory. It stands in for S3 or MinIO: the clients (Hadoop's ``s3a``,
+delta-rs) are configured exactly as for those, with an endpoint, path-style
+addressing and plain HTTP. :meth:`S3Proxy.stop` and :meth:`S3Proxy.start`
+again over the same directory is an outage the clients must ride out.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import TracebackType
+
+from infra import jars
+from infra.java import jvm_argv
+from infra.ports import HOST, ensure_free, free_port, wait_listening
+from infra.process import ManagedProcess
+from tidemark.environment import Environment
+
+MAIN_CLASS = "org.gaul.s3proxy.Main"
+LOGBACK_CONF = Path(__file__).resolve().parent / "conf" / "s3proxy-logback.xml"
+REGION = "us-east-1"
+
+READER_ENVIRONMENT = (
+    "AWS_ENDPOINT_URL",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_REGION",
+    "AWS_ALLOW_HTTP",
+    "AWS_S3_ALLOW_UNSAFE_RENAME",
+)
+"""The AWS variables delta-rs (``deltalake``) reads when a table's options name none:
+how a process that only reads or writes Delta (the controller's sink, ``tidemark read``,
+``serve``) reaches the store. They are AWS's names, not tidemark's."""
+
+
+class S3Proxy:
+    """One s3proxy server on 127.0.0.1 with a fixed access key; ``buckets`` made at start."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        buckets: tuple[str, ...] = ("lake",),
+        port: int | None = None,
+        access_key: str = "tidemark",
+        secret_key: str = "tidemark-secret",
+        env: Environment | None = None,
+    ) -> None:
+        self.env = env or Environment.from_env()
+        self.data_dir = data_dir
+        self.buckets = buckets
+        self.port = port or free_port()
+        self.access_key = access_key
+        self.secret_key = secret_key
+        self.process = self._process()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    def _process(self) -> ManagedProcess:
+        return ManagedProcess("s3proxy", self._argv(), self.data_dir / "s3proxy.log")
+
+    def _argv(self) -> list[str]:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        conf = self.data_dir / "s3proxy.properties"
+        conf.write_text(
+            "\n".join(
+                [
+                    f"s3proxy.endpoint={self.endpoint}",
+                    "s3proxy.authorization=aws-v2-or-v4",
+                    f"s3proxy.identity={self.access_key}",
+                    f"s3proxy.credential={self.secret_key}",
+                    "s3proxy.ignore-unknown-headers=true",
+                    "jclouds.provider=filesystem",
+                    f"jclouds.filesystem.basedir={self.data_dir / 'buckets'}",
+                    "",
+                ]
+            )
+        )
+        return jvm_argv(
+            self.env,
+            jars.classpath("s3proxy", self.env),
+            MAIN_CLASS,
+            "--properties",
+            str(conf),
+            heap_mb=256,
+            jvm_options=(
+                f"-Dlogback.configurationFile={LOGBACK_CONF}",
+                "-XX:+UseSerialGC",
+                "-XX:TieredStopAtLevel=1",
+            ),
+        )
+
+    def start(self, timeout_s: float = 60.0) -> S3Proxy:
+        """Start (or start again after :meth:`stop`) over the same data directory."""
+        ensure_free(self.port, "s3proxy")
+        for bucket in self.buckets:
+            (self.data_dir / "buckets" / bucket).mkdir(parents=True, exist_ok=True)
+        if self.process.pid is not None:
+            self.process = self._process()
+        self.process.start()
+        wait_listening(self.port, timeout_s, "s3proxy")
+        self.process.check_alive()
+        return self
+
+    def stop(self) -> None:
+        self.process.stop()
+
+    def storage_options(self) -> dict[str, str]:
+        """delta-rs (object_store) options for the tables on this store."""
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ACCESS_KEY_ID": self.access_key,
+            "AWS_SECRET_ACCESS_KEY": self.secret_key,
+            "AWS_REGION": REGION,
+            "AWS_ALLOW_HTTP": "true",
+            # One writer at a time (the leading driver), so no lock service is needed.
+            "AWS_S3_ALLOW_UNSAFE_RENAME": "true",
+        }
+
+    def reader_environment(self) -> dict[str, str]:
+        """:meth:`storage_options` as environment variables (:data:`READER_ENVIRONMENT`)."""
+        options = self.storage_options()
+        return {name: options[name] for name in READER_ENVIRONMENT}
+
+    def hadoop_conf(self) -> dict[str, str]:
+        """Spark settings for ``s3a://`` on this store (Hadoop's S3A connector)."""
+        prefix = "spark.hadoop.fs.s3a."
+        return {
+            prefix + "endpoint": self.endpoint,
+            prefix + "endpoint.region": REGION,
+            prefix + "path.style.access": "true",
+            prefix + "connection.ssl.enabled": "false",
+            prefix + "access.key": self.access_key,
+            prefix + "secret.key": self.secret_key,
+            prefix + "aws.credentials.provider": (
+                "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"
+            ),
+            # Retry long enough to ride out a short outage of the store.
+            prefix + "attempts.maximum": "10",
+            prefix + "retry.limit": "10",
+            prefix + "retry.interval": "1s",
+            prefix + "connection.establish.timeout": "5s",
+            prefix + "connection.timeout": "10s",
+        }
+
+    def __enter__(self) -> S3Proxy:
+        return self.start()
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+def bucket_path(bucket: str, key: str = "", scheme: str = "s3a") -> str:
+    """``s3a://bucket/key``: the URI of ``key`` in ``bucket``."""
+    return f"{scheme}://{bucket}/{key.lstrip('/')}" if key else f"{scheme}://{bucket}"
+
+
+__all__ = ["READER_ENVIRONMENT", "S3Proxy", "bucket_path"]

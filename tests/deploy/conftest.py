@@ -1,0 +1,35 @@
+"""The ``deploy`` tests share one deployment-shaped environment (tests/deploy/deployment.py)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from tests.deploy.deployment import Deployment
+
+
+@pytest.fixture(scope="session")
+def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    """The services, and this process's delta-rs pointed at the object store (readers
+    take the ``AWS_*`` variables, as a deployed reader does)."""
+    with Deployment.start(tmp_path_factory.mktemp("deployment")) as started:
+        saved = {k: os.environ.get(k) for k in started.s3.reader_environment()}
+        os.environ.update(started.s3.reader_environment())
+        try:
+            yield started
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test under tests/deploy is `deploy` (and `slow`)."""
+    for item in items:
+        if "/tests/deploy/" in str(item.path):
+            item.add_marker(pytest.mark.deploy)
+            item.add_marker(pytest.mark.slow)

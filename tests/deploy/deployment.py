@@ -1,0 +1,251 @@
+"""The deployment-shaped environment the ``deploy`` tests run on, from local processes.
+
+    with Deployment.start(tmp) as d:
+        d.submit_controller("a")          # spark-submit, as docs/deploying.md shows
+        with d.as_user("writer"): EventWriter(...)
+
+Three ZooKeeper nodes in one ensemble, three Kafka brokers with SASL/SCRAM and
+ACLs (one principal per role, plus ``mallory`` with none), s3proxy as the
+object store holding the Delta tables and the controller's checkpoint, and a
+Spark standalone master with two workers. Everything binds 127.0.0.1 on free
+ports, keeps its data under ``tmp`` and is stopped when the block ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from controller.kafka.admin import ensure_marks_topic, grant_tidemark_acls
+from controller.kafka.settings import SASL_PASSWORD, SASL_USERNAME, SECURITY_PROTOCOL
+from controller.naming import ClusterSettings
+from infra import jars
+from infra.kafka import KafkaCluster, KafkaSecurity
+from infra.process import ManagedProcess
+from infra.s3proxy import S3Proxy, bucket_path
+from infra.spark_cluster import SparkCluster, spark_home
+from infra.zookeeper import ZooKeeperEnsemble
+from tidemark.environment import DELTA_ROOT, KAFKA_BOOTSTRAP, ZK_CONNECT
+
+ROOT = Path(__file__).resolve().parents[2]
+USERS = {
+    "writer": "writer-pw",
+    "controller": "controller-pw",
+    "reader": "reader-pw",
+    "mallory": "mallory-pw",
+}
+ADMIN_PASSWORD = "admin-pw"
+BUCKET = "lake"
+
+SUBMIT_CONF = {
+    # What docs/deploying.md passes to spark-submit besides the jars and the store.
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    "spark.sql.streaming.stateStore.providerClass": (
+        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+    ),
+    # Small, for a 2-core machine running the whole deployment.
+    "spark.driver.memory": "1g",
+    "spark.executor.memory": "512m",
+    "spark.executor.cores": "1",
+    "spark.ui.enabled": "false",
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+}
+
+
+@dataclass
+class Deployment:
+    tmp: Path
+    zookeeper: ZooKeeperEnsemble
+    kafka: KafkaCluster
+    s3: S3Proxy
+    spark: SparkCluster
+    cluster: ClusterSettings = field(default_factory=ClusterSettings)
+    drivers: dict[str, ManagedProcess] = field(default_factory=dict)
+
+    @classmethod
+    def start(cls, tmp: Path) -> Deployment:
+        """Start every service (in parallel where they do not depend on each other)."""
+        zookeeper = ZooKeeperEnsemble(tmp / "zookeeper")
+        kafka = KafkaCluster(
+            tmp / "kafka",
+            brokers=3,
+            heap_mb=384,
+            security=KafkaSecurity(ADMIN_PASSWORD, USERS),
+        )
+        s3 = S3Proxy(tmp / "s3", buckets=(BUCKET,))
+        spark = SparkCluster(tmp / "spark", workers=2, cores=1, memory="1g")
+        deployment = cls(tmp, zookeeper, kafka, s3, spark)
+        with contextlib.ExitStack() as stack:
+            stack.callback(deployment.stop)
+            zookeeper.start()
+            s3.start()
+            kafka.start()
+            spark.start()
+            deployment._grant()
+            stack.pop_all()
+        return deployment
+
+    def _grant(self) -> None:
+        with self.as_user("admin"):
+            ensure_marks_topic(self.bootstrap, self.cluster, create=True)
+            grant_tidemark_acls(
+                self.kafka.client_config(),
+                self.cluster.marks_topic,
+                writers=["writer"],
+                controllers=["controller"],
+            )
+
+    @property
+    def bootstrap(self) -> str:
+        return self.kafka.bootstrap_servers
+
+    @property
+    def delta_root(self) -> str:
+        return bucket_path(BUCKET, "tidemark")
+
+    @property
+    def checkpoint_root(self) -> str:
+        """A file system every driver reaches (one machine here; HDFS or NFS on many).
+
+        Not the object store: Spark's checkpoint lists a directory right after making
+        it, and s3proxy's listings leave out the empty "directory" markers that S3A
+        makes, so S3A reports the new directory missing (docs/deploying.md)."""
+        return str(self.tmp / "checkpoints")
+
+    def principal_env(self, user: str) -> dict[str, str]:
+        """What an operator sets for a tidemark process running as ``user``."""
+        passwords = {"admin": ADMIN_PASSWORD, **USERS}
+        return {
+            SECURITY_PROTOCOL: "SASL_PLAINTEXT",
+            SASL_USERNAME: user,
+            SASL_PASSWORD: passwords[user],
+        }
+
+    def process_env(self, user: str) -> dict[str, str]:
+        """A tidemark process's environment: services, principal, the store's credentials."""
+        return {
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            KAFKA_BOOTSTRAP: self.bootstrap,
+            ZK_CONNECT: self.zookeeper.connect_string,
+            DELTA_ROOT: self.delta_root,
+            **self.principal_env(user),
+            **self.s3.reader_environment(),
+        }
+
+    @contextlib.contextmanager
+    def as_user(self, user: str) -> Iterator[None]:
+        """Clients built inside the block (in this process) connect as ``user``."""
+        saved = {name: os.environ.get(name) for name in self.principal_env(user)}
+        os.environ.update(self.principal_env(user))
+        try:
+            yield
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+
+    def submit_argv(self, instance: str, *options: str) -> list[str]:
+        """``spark-submit jobs/controller_job.py`` as docs/deploying.md shows it."""
+        conf = {
+            **SUBMIT_CONF,
+            **self.s3.hadoop_conf(),
+            "spark.pyspark.python": sys.executable,
+            "spark.executorEnv.PYTHONPATH": str(ROOT),
+            # The executors' Python workers are Kafka clients too (jobs.lookups).
+            **{f"spark.executorEnv.{k}": v for k, v in self.principal_env("controller").items()},
+        }
+        return [
+            str(spark_home() / "bin" / "spark-submit"),
+            "--master",
+            self.spark.master_url,
+            "--jars",
+            ",".join(jars.spark_extra_jars(groups=("spark", "s3a"))),
+            *(arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")),
+            str(ROOT / "jobs" / "controller_job.py"),
+            "--instance",
+            instance,
+            "--bootstrap",
+            self.bootstrap,
+            "--zk",
+            self.zookeeper.connect_string,
+            "--interval-ms",
+            "1000",
+            "--zk-session-timeout-ms",
+            "4000",
+            "--delta-root",
+            self.delta_root,
+            "--checkpoint-root",
+            self.checkpoint_root,
+            *options,
+        ]
+
+    def submit_controller(self, instance: str, *options: str) -> ManagedProcess:
+        """A controller driver (client mode: the driver runs here, executors on the workers)."""
+        env = {
+            **self.process_env("controller"),
+            "SPARK_HOME": str(spark_home()),
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "PYSPARK_PYTHON": sys.executable,
+            "PYSPARK_DRIVER_PYTHON": sys.executable,
+        }
+        proc = ManagedProcess(
+            f"driver-{instance}",
+            self.submit_argv(instance, *options),
+            self.tmp / f"driver-{instance}.log",
+            env=env,
+            cwd=ROOT,
+        )
+        proc.start()
+        self.drivers[instance] = proc
+        return proc
+
+    def kill_driver(self, instance: str) -> None:
+        """kill -9 of a driver and its JVM (its process group): a crashed machine."""
+        proc = self.drivers[instance]
+        pid = proc.pid
+        proc.kill()
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, 9)
+
+    def stop(self) -> None:
+        for proc in self.drivers.values():
+            proc.terminate()
+        for instance, proc in self.drivers.items():
+            proc.stop(timeout_s=30)
+            self.kill_driver(instance)
+        for service in (self.spark, self.kafka, self.s3, self.zookeeper):
+            with contextlib.suppress(Exception):
+                service.stop()
+
+    def __enter__(self) -> Deployment:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+def wait_until(condition: Any, timeout_s: float, what: str, *alive: ManagedProcess) -> float:
+    """Poll ``condition`` until true; the seconds it took. Fails when a process exits."""
+    started = time.monotonic()
+    while not condition():
+        for proc in alive:
+            proc.check_alive()
+        if time.monotonic() - started > timeout_s:
+            raise AssertionError(f"{what}: not within {timeout_s:.0f} s")
+        time.sleep(0.3)
+    return time.monotonic() - started

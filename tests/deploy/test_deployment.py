@@ -1,0 +1,334 @@
+"""tidemark run the way a team deploys it, end to end (docs/deploying.md).
+
+The controller is submitted with ``spark-submit`` to a Spark standalone cluster
+(two workers), its Delta tables and checkpoint on an S3 store (``s3a://``); Kafka
+has three brokers with SASL/SCRAM and ACLs, each client its own principal; the
+metadata lives in a three-node ZooKeeper ensemble. Two drivers stand in
+active/standby. The tests run in file order on one running system: first what
+works, then the faults, each followed by a check that nothing was lost or went
+backwards (``seq`` without gaps or duplicates, cuts never backwards).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+
+from controller.config import ScalingPolicy, StreamConfiguration
+from controller.kafka.settings import client_config
+from controller.metadata import cut_from_json
+from controller.model import Watermark, WriterMark
+from controller.naming import topic_for
+from controller.streams import StreamManager
+from controller.zookeeper.driver import controller_view
+from controller.zookeeper.session import zookeeper_session
+from controller.zookeeper.store import ZooKeeperStore
+from infra.ports import free_port
+from infra.process import ManagedProcess
+from pipelines.reading.seek import stream_cut_at
+from pipelines.reading.watermark_tables import read_watermarks
+from pipelines.writing.config import WriterConfig
+from pipelines.writing.marks import mark_message
+from pipelines.writing.producer import TidemarkProducer
+from pipelines.writing.writer import EventWriter
+from tests.deploy.deployment import ROOT, Deployment, wait_until
+from tests.faults.figures import report
+
+STREAM = "deploy/orders"
+START_S = 240  # a driver's first watermark: spark-submit, executors, Python workers, on 2 cores
+RECOVERY_S = 120
+TIDEMARK = (sys.executable, "-m", "tidemark.cli.main")
+
+
+@dataclass
+class Running:
+    """The system under test: a leading driver, a standby, writers noting time."""
+
+    deployment: Deployment
+    client: Any  # kazoo, as admin sees ZooKeeper
+    noters: list[Any]
+
+    def watermarks(self) -> list[Watermark]:
+        try:
+            return read_watermarks(
+                self.deployment.delta_root, STREAM, self.deployment.s3.storage_options()
+            )
+        except Exception:  # no table yet, or the store is down
+            return []
+
+    def leader(self) -> str | None:
+        view = controller_view(
+            self.client, self.deployment.cluster.zk_root, self.deployment.cluster.marks_topic
+        )
+        return view.leader
+
+    def drivers_alive(self) -> list[ManagedProcess]:
+        return [p for p in self.deployment.drivers.values() if p.alive()]
+
+    def wait_more_watermarks(self, count: int, timeout_s: float) -> float:
+        """Seconds until ``count`` watermarks past the present one are in Delta."""
+        last = max((m.seq for m in self.watermarks()), default=-1)
+        return wait_until(
+            lambda: max((m.seq for m in self.watermarks()), default=-1) >= last + count,
+            timeout_s,
+            f"{count} more watermarks",
+        )
+
+
+class Noter:
+    """A writer (principal ``writer``) that writes and notes time every 0.2 s: an
+    ``EventWriter``, or with ``drop_in`` the drop-in ``TidemarkProducer``."""
+
+    def __init__(
+        self, deployment: Deployment, store: ZooKeeperStore, writer_id: str, drop_in: bool = False
+    ) -> None:
+        with deployment.as_user("writer"):
+            if drop_in:
+                self.writer: Any = TidemarkProducer(
+                    {**client_config(deployment.bootstrap), "linger.ms": 1},
+                    writer_id=writer_id,
+                    store=store,
+                    stream=STREAM,
+                    create_marks_topic=False,
+                )
+            else:
+                self.writer = EventWriter(
+                    writer_id,
+                    STREAM,
+                    store=store,
+                    bootstrap_servers=deployment.bootstrap,
+                    config=WriterConfig(cluster=deployment.cluster, linger_ms=1),
+                )
+        self.drop_in = drop_in
+        self.halt = threading.Event()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self.halt.is_set():
+                now = time.time_ns() // 1_000_000
+                if self.drop_in:
+                    self.writer.produce(topic_for(STREAM), b"e", f"k{now}".encode(), timestamp=now)
+                else:
+                    self.writer.write(b"e", routing_key=f"k{now}", timestamp=now)
+                self.writer.flush()
+                self.writer.note_time(now)
+                self.halt.wait(0.2)
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.thread.join(30)
+        self.writer.close()
+
+
+@pytest.fixture(scope="module")
+def running(deployment: Deployment) -> Iterator[Running]:
+    with deployment.as_user("admin"), zookeeper_session(deployment.zookeeper.connect_string) as zk:
+        store = ZooKeeperStore(zk, deployment.cluster.zk_root)
+        manager = StreamManager(store, deployment.bootstrap, deployment.cluster)
+        manager.create_scope(STREAM.split("/")[0])
+        manager.create(STREAM, StreamConfiguration(scaling_policy=ScalingPolicy.fixed(2)))
+        submitted = time.monotonic()
+        deployment.submit_controller("a", "--no-warm-up")
+        state = Running(deployment, zk, [])
+        wait_until(lambda: state.leader() == "a", START_S, "driver a leads", *state.drivers_alive())
+        state.noters = [
+            Noter(deployment, store, "event-writer"),
+            Noter(deployment, store, "drop-in", drop_in=True),
+        ]
+        wait_until(
+            lambda: len(state.watermarks()) >= 3,
+            START_S,
+            "watermarks in Delta on the object store",
+            *state.drivers_alive(),
+        )
+        report(
+            "deploy-start",
+            f"spark-submit to 3 watermarks in s3a Delta: {time.monotonic() - submitted:.1f} s",
+        )
+        deployment.submit_controller("b", "--no-warm-up")
+        try:
+            yield state
+        finally:
+            for noter in state.noters:
+                noter.stop()
+            for name, proc in deployment.drivers.items():
+                print(f"--- driver {name}", proc.log_tail(40), sep="\n")
+
+
+def check_sequence(marks: list[Watermark]) -> None:
+    """``seq`` 0..n-1 (no gap, no duplicate); times and cuts never go backwards."""
+    assert [m.seq for m in marks] == list(range(len(marks))), "seq gaps or duplicates"
+    for prev, new in itertools.pairwise(marks):
+        assert new.time > prev.time, (prev, new)
+        back = {s: o for s, o in prev.stream_cut.items() if new.stream_cut.get(s, o) < o}
+        assert not back, f"cut went backwards on {back}: {prev} -> {new}"
+
+
+def test_watermarks_reach_delta_on_the_object_store(running: Running) -> None:
+    d = running.deployment
+    marks = running.watermarks()
+    check_sequence(marks)
+    lake = d.s3.data_dir / "buckets" / "lake" / "tidemark"
+    assert (lake / "marks" / "_delta_log").is_dir(), "the marks table is not on the store"
+    assert (lake / "index" / "_delta_log").is_dir(), "the index table is not on the store"
+    assert running.leader() == "a"
+
+
+def test_readers_answer_from_the_object_store(running: Running) -> None:
+    """``stream_cut_at``, ``tidemark read --ago`` and ``tidemark serve``'s seek, each from
+    the tables on s3, each as the ``reader`` principal."""
+    d = running.deployment
+    marks = running.watermarks()
+    at = marks[len(marks) // 2].time
+    cut = stream_cut_at(STREAM, at, delta_root=d.delta_root, storage_options=d.s3.storage_options())
+    assert cut, "no start cut from the index on s3"
+    env = d.process_env("admin")
+    read = subprocess.run(
+        [*TIDEMARK, "read", STREAM, "--ago", "1h", "--count", "3", "--format", "json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert read.returncode == 0, read.stderr[-2000:]
+    assert len(read.stdout.splitlines()) == 3, read.stdout
+    port = free_port()
+    serve = ManagedProcess(
+        "serve",
+        [*TIDEMARK, "serve", "--port", str(port)],
+        d.tmp / "serve.log",
+        env=env,
+        cwd=ROOT,
+    )
+    serve.start()
+    try:
+        url = f"http://127.0.0.1:{port}/api/streams/{STREAM}/start?t={at}"
+
+        def answered() -> Any:
+            try:
+                with urllib.request.urlopen(url, timeout=5) as answer:
+                    return json.load(answer)
+            except urllib.error.HTTPError as exc:
+                raise AssertionError(f"{url}: {exc.code} {exc.read()[:500]!r}") from exc
+            except OSError:  # not listening yet
+                return None
+
+        wait_until(lambda: answered() is not None, 60, "tidemark serve answers", serve)
+        found = answered()
+        assert found["found"] is not None, found
+        assert cut_from_json(found["stream_cut"]) == cut, (found, cut)
+    finally:
+        serve.stop()
+
+
+def test_a_principal_without_acls_cannot_write_or_read_marks(running: Running) -> None:
+    d = running.deployment
+    topic = d.cluster.marks_topic
+    with d.as_user("mallory"):
+        config = client_config(d.bootstrap)
+    delivered: list[Any] = []
+    producer = Producer({**config, "log_level": 0, "message.timeout.ms": 8_000})
+    mark = mark_message(d.cluster, STREAM, "w-mallory", WriterMark(2**40, {0: 10**9}))
+    producer.produce(
+        topic,
+        value=mark.value,
+        key=mark.key,
+        partition=mark.partition,
+        on_delivery=lambda e, m: delivered.append(e),
+    )
+    producer.flush(15)
+    assert delivered and delivered[0] is not None, "mallory wrote a mark"
+    assert delivered[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, delivered[0]
+    consumer = Consumer({**config, "group.id": "mallory", "log_level": 0})
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        error = None
+        deadline = time.monotonic() + 15
+        while error is None and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None:
+                assert msg.error() is not None, "mallory read a mark"
+                error = msg.error()
+        assert error is not None and error.code() in (
+            KafkaError.TOPIC_AUTHORIZATION_FAILED,
+            KafkaError.GROUP_AUTHORIZATION_FAILED,
+        ), error
+    finally:
+        consumer.close()
+
+
+def recovered(running: Running, fault: str, started: float) -> None:
+    """Wait for three more watermarks after a fault; report the time since it began."""
+    running.wait_more_watermarks(3, RECOVERY_S)
+    took_s = time.monotonic() - started
+    check_sequence(running.watermarks())
+    assert all(n.error is None for n in running.noters), [n.error for n in running.noters]
+    print(f"{fault}: watermarks flowing again {took_s:.1f} s after it began")
+    report(f"deploy-{fault}", f"3 watermarks after {took_s:.1f} s; seq gaps 0, regressions 0")
+
+
+def test_kill_9_of_a_spark_worker(running: Running) -> None:
+    """The worker and its executor die; the query's tasks rerun on the other worker."""
+    cluster = running.deployment.spark
+    started = time.monotonic()
+    cluster.kill_worker(1)
+    recovered(running, "spark-worker-kill-9", started)
+    cluster.start_worker(1)
+
+
+def test_the_object_store_down_for_10_s(running: Running) -> None:
+    s3 = running.deployment.s3
+    started = time.monotonic()
+    s3.stop()
+    time.sleep(10)
+    s3.start()
+    recovered(running, "object-store-down-10s", started)
+    print(f"driver {running.leader()} leads after the outage")
+
+
+def test_one_zookeeper_node_restarted(running: Running) -> None:
+    started = time.monotonic()
+    running.deployment.zookeeper.restart_node(1, down_s=5)
+    recovered(running, "zookeeper-node-restart", started)
+
+
+def test_one_broker_restarted(running: Running) -> None:
+    kafka = running.deployment.kafka
+    started = time.monotonic()
+    kafka.stop_node(2)
+    time.sleep(5)
+    kafka.start_node(2)
+    recovered(running, "broker-restart", started)
+
+
+def test_kill_9_of_the_leading_driver_the_standby_leads(running: Running) -> None:
+    d = running.deployment
+    leader = running.leader()
+    assert leader in ("a", "b"), leader
+    standby = "b" if leader == "a" else "a"
+    wait_until(lambda: d.drivers[standby].alive(), 5, f"driver {standby} runs")
+    started = time.monotonic()
+    d.kill_driver(leader)
+    wait_until(
+        lambda: running.leader() == standby, RECOVERY_S, "the standby leads", d.drivers[standby]
+    )
+    print(f"standby leading {time.monotonic() - started:.1f} s after kill -9")
+    recovered(running, "leading-driver-kill-9", started)
