@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -200,6 +201,8 @@ class DeltaTables:
     """
 
     COMMIT_ATTEMPTS = 3
+    STORE_OUTAGE_S = 120.0
+    """How long an append waits for a store that does not answer before it fails."""
 
     def __init__(self, delta_root: str, storage_options: Mapping[str, str] | None = None) -> None:
         self.delta_root = delta_root
@@ -228,11 +231,37 @@ class DeltaTables:
         return None if version is None else int(version)
 
     def append(self, table: str, rows: list[dict[str, Any]], app_id: str, version: int) -> bool:
-        """Append ``rows`` as transaction ``(app_id, version)``; ``False``: already there."""
+        """Append ``rows`` as transaction ``(app_id, version)``; ``False``: already there.
+
+        A store that does not answer (``OSError``: an object store restarting, a reset
+        connection) is waited for, up to :attr:`STORE_OUTAGE_S`, reading the log again
+        before each try, so a commit that landed before its answer was lost is not
+        written twice; then the error goes to the query (and the leadership)."""
+        deadline = time.monotonic() + self.STORE_OUTAGE_S
+        delay = 0.5
+        while True:
+            try:
+                return self._append(table, rows, app_id, version, refresh=delay > 0.5)
+            except OSError as exc:
+                if time.monotonic() + delay > deadline:
+                    raise
+                log.warning(
+                    "%s: the store did not take batch %d (%s); trying again in %.1f s",
+                    table,
+                    version,
+                    exc,
+                    delay,
+                )
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    def _append(
+        self, table: str, rows: list[dict[str, Any]], app_id: str, version: int, refresh: bool
+    ) -> bool:
         for attempt in range(1, self.COMMIT_ATTEMPTS + 1):
             # the first attempt trusts the handle (current after its own last commit);
             # a failed commit means someone else committed: read the log, check again
-            dt = self._table(table, refresh=attempt > 1)
+            dt = self._table(table, refresh=refresh or attempt > 1)
             done = dt.transaction_version(app_id)
             if done is not None and int(done) >= version:
                 log.info("%s: batch %d of %s already committed; skipped", table, version, app_id)
