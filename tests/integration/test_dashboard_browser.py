@@ -6,7 +6,7 @@ its segments (a scaled stream: sealed and active ones), a *rendered* lag
 chart (uPlot draws on a canvas), the rejected marks with their reason, the
 timeline counts, and a link to the stream's page with its two charts. The
 screenshot goes to ``tmp_path``; with ``TIDEMARK_SCREENSHOT_DIR`` set (a
-test-only variable) also there -- ``docs/dashboard.png`` in the README
+test-only variable) also there -- ``docs/dashboard.png`` (on the HTTP API page of docs/)
 comes from this test.
 
 `make setup` installs ``chromium`` and ``chromium-driver`` with apt; nothing
