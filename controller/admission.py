@@ -51,22 +51,28 @@ def check_instance(bound: str | None, claimed: str | None, bound_alive: bool = T
     """``None`` when the mark may be accepted (and binds ``claimed``); ``restarted``
     when the bound instance sent its shutdown mark (``bound_alive=False``) and a
     new token claims the writer id; ``impersonated`` otherwise: another token, or
-    none, under an id bound to a live instance.
+    none, under an id held by a live instance.
 
-    A writer id is bound to the instance token of its first accepted mark, until
-    that instance shuts down or the controller forgets the writer (its timeout).
-    After the shutdown mark, the next instance is heard at once, in the same
-    micro-batch or a later one; a mark without a token never takes a bound id.
-    Marks of writers older than the token (``bound is None``) bind on upgrade.
+    A writer id is held by the token of its first accepted mark -- or by "no
+    token" when that mark had none (a v1 writer) -- until that instance shuts down
+    or the controller forgets the writer (its timeout). While it lives, a mark
+    with another token is refused, and so is a mark without one under an id held
+    by a token: nobody takes over a live writer's id, whichever marks it sends.
+    After the shutdown mark, the first mark with a new token is heard at once, in
+    the same micro-batch or a later one; a mark without a token never takes an
+    id held by a token. Marks without a token cannot be told apart: any of them
+    is heard under an id no token holds.
 
-    >>> check_instance("a1", "a1") is None, check_instance(None, "b2") is None
+    >>> check_instance("a1", "a1") is None, check_instance(None, None) is None
     (True, True)
-    >>> check_instance("a1", "b2"), check_instance("a1", None)
-    ('impersonated', 'impersonated')
-    >>> check_instance("a1", "b2", bound_alive=False), check_instance("a1", None, False)
-    ('restarted', 'impersonated')
+    >>> check_instance("a1", "b2"), check_instance("a1", None), check_instance(None, "b2")
+    ('impersonated', 'impersonated', 'impersonated')
+    >>> check_instance("a1", "b2", bound_alive=False), check_instance(None, "b2", False)
+    ('restarted', 'restarted')
+    >>> check_instance("a1", None, bound_alive=False)
+    'impersonated'
     """
-    if bound is None or claimed == bound:
+    if claimed == bound:
         return None
     if not bound_alive and claimed is not None:
         return RESTARTED

@@ -22,11 +22,15 @@ Two kinds of writer keep a watermark from advancing:
   state keeps no history of who was slowest.
 
 For both, ``behind_ms`` = the fastest writer's noted time - its own: how far
-the stream's time would move if it caught up.
+the stream's time would move if it caught up. Each laggard also says *who*
+it is (issue 31, item 4), from the caller's :class:`WriterSeen`: the writer
+instance bound to the id (its token), when that instance's first mark was
+accepted, and when its last one arrived -- so an operator tells a stalled
+writer from a restarted one, or from a phantom id that appeared a moment ago.
 
 A snapshot is what one cycle sees; :func:`changed` says whether a new
 snapshot differs from the last one recorded (only then is it worth a row):
-who, of which kind, since when -- not how far behind, nor a lagging
+who (id and instance), of which kind, since when -- not how far behind, nor a lagging
 writer's new (still lagging) time, which change with every mark and would
 make a row per cycle.
 """
@@ -45,6 +49,18 @@ KINDS = (LAGGING, SLOWEST)
 
 
 @dataclass(frozen=True)
+class WriterSeen:
+    """Who a writer id is now: its bound instance and when the controller saw it."""
+
+    instance: str | None = None
+    """The instance token of the writer bound to the id (``None``: a v1 writer)."""
+    first_seen_ms: int | None = None
+    """When this instance's first mark was accepted."""
+    last_seen_ms: int | None = None
+    """When its latest accepted mark reached the broker (the marks topic's append time)."""
+
+
+@dataclass(frozen=True)
 class Laggard:
     """One writer holding ``stream``'s watermark back, as seen at ``at_ms``."""
 
@@ -56,12 +72,17 @@ class Laggard:
     behind_ms: int
     since_ms: int | None
     at_ms: int
+    instance: str | None = None
+    first_seen_ms: int | None = None
+    last_seen_ms: int | None = None
 
     def describe(self) -> str:
         since = "" if self.since_ms is None else f" since {self.since_ms}"
+        instance = "" if self.instance is None else f" instance {self.instance}"
         return (
-            f"{self.writer} ({self.kind}{since}: noted {self.noted_time}, "
-            f"{self.behind_ms} ms behind)"
+            f"{self.writer}{instance} ({self.kind}{since}: noted {self.noted_time}, "
+            f"{self.behind_ms} ms behind, first seen {self.first_seen_ms}, "
+            f"last seen {self.last_seen_ms})"
         )
 
 
@@ -71,6 +92,7 @@ def laggards(
     state: GenerationState,
     now_ms: int,
     threshold_ms: int = 0,
+    seen: Mapping[str, WriterSeen] | None = None,
 ) -> list[Laggard]:
     """The writers holding ``stream`` back after a cycle, most behind first.
 
@@ -81,23 +103,33 @@ def laggards(
     watermark made of its time, until it notes again) is named once it has
     lagged that long, one *below* it at once; a slowest writer once it is
     that far behind the fastest (writers in step take turns being slowest).
+    ``seen`` says who each writer id is (missing: unknown).
     """
+    seen = seen or {}
     previous = state.previous
     wm_time = None if previous is None else previous.time
+
+    def laggard(writer: str, kind: str, behind_ms: int, since_ms: int | None) -> Laggard:
+        who = seen.get(writer, WriterSeen())
+        return Laggard(
+            stream,
+            writer,
+            kind,
+            marks[writer].time,
+            wm_time,
+            behind_ms,
+            since_ms,
+            now_ms,
+            who.instance,
+            who.first_seen_ms,
+            who.last_seen_ms,
+        )
+
     if not marks:
         return []
     high = max(m.time for m in marks.values())
     lagging = [
-        Laggard(
-            stream,
-            writer,
-            LAGGING,
-            marks[writer].time,
-            wm_time,
-            high - marks[writer].time,
-            since,
-            now_ms,
-        )
+        laggard(writer, LAGGING, high - marks[writer].time, since)
         for writer, since in state.lagging_since.items()
         if writer in marks
     ]
@@ -117,19 +149,18 @@ def laggards(
     if low == high or high - low < threshold_ms:
         return []
     return [
-        Laggard(stream, w, SLOWEST, m.time, wm_time, high - low, None, now_ms)
-        for w, m in sorted(alive.items())
-        if m.time == low
+        laggard(w, SLOWEST, high - low, None) for w, m in sorted(alive.items()) if m.time == low
     ]
 
 
 def changed(before: Sequence[Laggard], after: Sequence[Laggard]) -> bool:
-    """True when the set of laggards, their kind or the start of their lagging differ."""
+    """True when the set of laggards (id and instance), their kind or the start of their
+    lagging differ."""
 
-    def key(xs: Sequence[Laggard]) -> set[tuple[str, str, int | None]]:
-        return {(x.writer, x.kind, x.since_ms) for x in xs}
+    def key(xs: Sequence[Laggard]) -> set[tuple[str, str | None, str, int | None]]:
+        return {(x.writer, x.instance, x.kind, x.since_ms) for x in xs}
 
     return key(before) != key(after)
 
 
-__all__ = ["KINDS", "LAGGING", "SLOWEST", "Laggard", "changed", "laggards"]
+__all__ = ["KINDS", "LAGGING", "SLOWEST", "Laggard", "WriterSeen", "changed", "laggards"]

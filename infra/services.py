@@ -30,6 +30,9 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ServiceRecord:
+    """One process ``up`` started and left running: its name, pid, the address clients
+    connect to and its log file (kept in ``services.json`` for ``status`` and ``down``)."""
+
     name: str
     pid: int
     address: str
@@ -38,6 +41,8 @@ class ServiceRecord:
 
 @dataclass
 class ServicesState:
+    """What ``services.json`` under ``TIDEMARK_HOME`` holds: the addresses and processes."""
+
     kafka_bootstrap: str | None = None
     zk_connect: str | None = None
     postgres_dsn: str | None = None

@@ -94,8 +94,8 @@ def add_controller_arguments(parser: argparse.ArgumentParser) -> None:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="run the query's plan over a few retained marks (or synthetic rows) before "
-        "contending, so a standby takes over with Python workers, code, Kafka source and "
-        "Delta tables warm (on by default; --no-warm-up)",
+        "contending when another driver leads, so a standby takes over with Python workers, "
+        "code, Kafka source and Delta tables warm (on by default; --no-warm-up)",
     )
     parser.add_argument(
         "--metrics-port",

@@ -81,6 +81,9 @@ class ControllerSettings:
     writer_timeout_ms: int = 60_000
     lso_hold_ms: int = 30_000
     trigger: CycleTrigger = CycleTrigger.TIMERS
+    laggard_threshold_ms: int = WorkflowSettings.laggard_threshold_ms
+    """:attr:`WorkflowSettings.laggard_threshold_ms` (0: a writer at the watermark is named
+    in the first cycle it lags, within one interval)."""
     max_offsets_per_trigger: int | None = None
     zk_session_timeout_ms: int = 10_000
     """The driver's ZooKeeper session: a standby takes over this long after the
@@ -100,11 +103,12 @@ class ControllerSettings:
     state is keyed by them)."""
     warm_up: bool = False
     """Run the query's plan over a few retained marks (or the operator on synthetic
-    rows) and open the Delta tables before contending
-    (:func:`jobs.controller_job.warm_up`). The drivers' command line turns it on
-    (``--no-warm-up`` off), so that a standby's first batch after a take-over does
-    not pay for first-time planning (figures: ``jobs/README.md``). Off here, for
-    in-process jobs (tests, the demo) that never stand by."""
+    rows) and open the Delta tables before contending, when another driver leads
+    (:func:`jobs.controller_job.warm_up`; the first driver leads at once). The
+    drivers' command line turns it on (``--no-warm-up`` off), so that a standby's
+    first batch after a take-over does not pay for first-time planning (figures:
+    ``jobs/README.md``). Off here, for in-process jobs (tests, the demo) that never
+    stand by."""
 
     def __post_init__(self) -> None:
         for name in ("kafka_bootstrap", "zk_connect", "delta_root", "checkpoint_root"):
@@ -164,6 +168,7 @@ class ControllerSettings:
             writer_timeout_ms=self.writer_timeout_ms,
             lso_hold_ms=self.lso_hold_ms,
             trigger=self.trigger,
+            laggard_threshold_ms=self.laggard_threshold_ms,
             kafka_bootstrap=self.kafka_bootstrap,
             zk_connect=self.zk_connect,
             zk_root=self.cluster.zk_root,

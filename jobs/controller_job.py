@@ -52,6 +52,7 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import importlib
 import json
 import logging
 import signal
@@ -67,7 +68,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.functions import expr
 
 from controller.kafka.admin import ensure_marks_topic
-from controller.kafka.settings import spark_source_options
+from controller.kafka.settings import forwarded_environment, spark_source_options
 from controller.zookeeper.driver import DriverElection
 from controller.zookeeper.session import close_session, open_session
 from infra.spark import (
@@ -402,6 +403,25 @@ def _warm_up_query(
         query.stop()
 
 
+def _import_processor(_: object) -> None:
+    importlib.import_module("jobs.processor")  # pandas, pyarrow, pyspark's worker side
+
+
+def start_python_workers(spark: Any, count: int) -> None:
+    """Start ``count`` Python workers (one per task slot) with the operator's modules
+    imported, in the background (a job of ``count`` tasks): a first leader's query starts meanwhile,
+    and its first batch finds them idle (Spark reuses Python workers) instead of
+    starting its own."""
+
+    def run() -> None:
+        try:
+            spark.sparkContext.parallelize(range(count), count).foreach(_import_processor)
+        except Exception as exc:  # only the first batch gets slower
+            log.info("Python workers not started ahead: %s", exc)
+
+    threading.Thread(target=run, name="python-workers", daemon=True).start()
+
+
 class LeaderTask(Protocol):
     """Something that runs only while this driver leads (the tables' maintenance,
     the stream policy loop): told on every change, closed when the driver stops.
@@ -444,7 +464,9 @@ class Batches:
 
     def __init__(self, settings: ControllerSettings, job: ControllerJob) -> None:
         self.sink = DeltaSink(settings.delta_root, settings.app_id, tables=job.take_tables())
-        self.due = DueScheduler(settings)
+        self.due = DueScheduler(
+            settings, on_failed=None if job.metrics is None else job.metrics.due_failed.inc
+        )
         self.job = job
         self.last: dict[str, Any] | None = None
         if job.metrics is not None:  # --- metrics hook (jobs.metrics) ---
@@ -513,7 +535,7 @@ class ControllerJob:
         if is_local(self.settings.checkpoint_root):
             self.spark.conf.set(CHECKPOINT_FILE_MANAGER, LOCAL_CHECKPOINT_FILE_MANAGER)
         ensure_marks_topic(self.settings.kafka_bootstrap, self.settings.cluster, alter=True)
-        ensure_tables(self.spark, self.settings.delta_root)
+        ensure_tables(self.settings.delta_root)
         self._maintenance = maintenance_switch(self.settings)  # runs while this driver leads
         if self._client is None:
             self._client = open_session(
@@ -533,7 +555,9 @@ class ControllerJob:
         return self
 
     def _run(self) -> None:
-        if self.settings.warm_up:
+        if not self._standing_by():
+            start_python_workers(self.spark, int(self.spark.sparkContext.defaultParallelism))
+        elif self.settings.warm_up:
             try:
                 published = self._election.read("layout")
                 warm_up(self.spark, resolve(self.spark, self.settings, published), self.instance_id)
@@ -545,6 +569,19 @@ class ControllerJob:
             except Exception:  # only the first batches get slower
                 log.exception("controller %s: warm-up failed", self.instance_id)
         self._election.run(self._lead, self._stopping)
+
+    def _standing_by(self) -> bool:
+        """Whether another driver leads: only a standby warms up. The first driver leads
+        at once (its first batches pay for first-time planning, but a warm-up before
+        contending delayed a new system's first watermark by half a minute)."""
+        try:
+            leader = self._election.leader()
+        except Exception as exc:  # ZooKeeper busy: warm up, as a standby would
+            log.warning("controller %s: no leader known (%s)", self.instance_id, exc)
+            return True
+        if leader is None:
+            log.info("controller %s: no driver leads; contending without warm-up", self.instance_id)
+        return leader is not None
 
     def take_tables(self) -> DeltaTables | None:
         """The tables the warm-up opened, once (``None``: the sink opens its own)."""
@@ -817,8 +854,11 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     settings = settings_from_args(args)
+    builder = SparkSession.builder
+    for name, value in forwarded_environment().items():  # executors build Kafka clients too
+        builder = builder.config(f"spark.executorEnv.{name}", value)
     spark = (
-        SparkSession.builder.appName(f"tidemark-controller-{args.instance}")
+        builder.appName(f"tidemark-controller-{args.instance}")
         .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
         .config(
             "spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog"

@@ -21,7 +21,10 @@ Due records are hints, not state: one too many runs a check that finds
 nothing due; one lost (the driver died before producing it) is made up by
 :meth:`DueScheduler.sweep`, which a new leader runs once on start: a due
 record for every slot, so the first batch reports every pending due time
-again.
+again. One Kafka does not acknowledge (a broker down, an ACL missing: the
+controller's principal needs WRITE on the marks topic) is logged, counted
+(``on_failed``: the ``tidemark_controller_due_records_failed`` metric) and
+produced again after a back-off, never dropped.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import heapq
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from confluent_kafka import Producer
@@ -40,6 +43,12 @@ from jobs.config import ControllerSettings
 from jobs.slot_keys import due_key
 
 log = logging.getLogger(__name__)
+
+RETRY_MS = (500, 30_000)
+"""A failed due record is produced again after the first, doubled per failure in a row
+up to the second."""
+DELIVERY_TIMEOUT_MS = 10_000
+"""How long Kafka has to acknowledge a due record before it counts as failed."""
 
 
 class DueTimes:
@@ -78,10 +87,18 @@ class DueTimes:
 class DueScheduler:
     """The active driver's thread producing due records at their time."""
 
-    def __init__(self, settings: ControllerSettings) -> None:
+    def __init__(
+        self, settings: ControllerSettings, on_failed: Callable[[int], None] | None = None
+    ) -> None:
         self.settings = settings
+        self.on_failed = on_failed
+        """Told how many due records of a round failed (the metric)."""
         self.times = DueTimes()
         self.produced = 0
+        """Due records Kafka acknowledged."""
+        self.failed = 0
+        """Due records Kafka did not acknowledge (each produced again later)."""
+        self._failures_in_row = 0
         self._cond = threading.Condition()
         self._stopping = False
         self._producer: Any = None
@@ -89,7 +106,12 @@ class DueScheduler:
 
     def start(self) -> DueScheduler:
         self._producer = Producer(
-            {**client_config(self.settings.kafka_bootstrap), "linger.ms": 0, "log_level": 0}
+            {
+                **client_config(self.settings.kafka_bootstrap),
+                "linger.ms": 0,
+                "log_level": 0,
+                "message.timeout.ms": DELIVERY_TIMEOUT_MS,
+            }
         )
         self._thread = threading.Thread(target=self._run, name="due-records", daemon=True)
         self._thread.start()
@@ -115,8 +137,8 @@ class DueScheduler:
             self._cond.notify()
         if self._thread is not None:
             self._thread.join(timeout=10)
-        if self._producer is not None:
-            self._producer.flush(10)
+        if self._producer is not None and self._producer.flush(10):
+            log.warning("due records unacknowledged at stop: the next leader's sweep redoes them")
 
     def _run(self) -> None:
         while True:
@@ -129,20 +151,64 @@ class DueScheduler:
                     nxt = self.times.next_due()
                     self._cond.wait(None if nxt is None else max(0.001, (nxt - now) / 1000))
                     continue
-            try:
-                self._produce(slots, now)
-            except Exception:  # Kafka down: the next leader's sweep makes up for it
-                log.exception("due records for slots %s", slots)
+            self._produce(slots, now)
 
     def _produce(self, slots: Iterable[int], now_ms: int) -> None:
+        """Produce a due record per slot and wait for Kafka's answers; the slots whose
+        record failed are due again after the back-off."""
         topic, partitions = self.settings.cluster.marks_topic, self.settings.bucket_count
         value = str(now_ms).encode()
+        failed: dict[int, str] = {}
+
+        def delivered(slot: int) -> Callable[[Any, Any], None]:
+            def on_delivery(error: Any, message: Any) -> None:
+                if error is not None:
+                    failed[slot] = str(error)
+
+            return on_delivery
+
+        sent: list[int] = []
         for slot in slots:
-            self._producer.produce(
-                topic, value, due_key(slot).encode(), partition=slot % partitions
-            )
-            self.produced += 1
-        self._producer.flush(30)
+            try:
+                self._producer.produce(
+                    topic,
+                    value,
+                    due_key(slot).encode(),
+                    partition=slot % partitions,
+                    on_delivery=delivered(slot),
+                )
+                sent.append(slot)
+            except Exception as exc:  # the local queue is full, the client is closed, ...
+                failed[slot] = str(exc)
+        if self._producer.flush(DELIVERY_TIMEOUT_MS / 1000 + 5):
+            failed.update({slot: "no answer from Kafka" for slot in sent if slot not in failed})
+        self.produced += len(sent) - len(set(sent) & set(failed))
+        if failed:
+            self._retry_later(failed)
+        else:
+            self._failures_in_row = 0
+
+    def _retry_later(self, failed: Mapping[int, str]) -> None:
+        self.failed += len(failed)
+        self._failures_in_row += 1
+        first, most = RETRY_MS
+        delay = min(most, first * 2 ** min(self._failures_in_row - 1, 16))
+        reasons = sorted(set(failed.values()))
+        log.warning(
+            "%d due record(s) of slots %s not acknowledged (%s); producing them again in %d ms",
+            len(failed),
+            sorted(failed),
+            "; ".join(reasons),
+            delay,
+        )
+        if self.on_failed is not None:
+            self.on_failed(len(failed))
+        with self._cond:
+            retry_at = _now_ms() + delay
+            for slot in failed:
+                pending = self.times.pending().get(slot)
+                self.times.report(slot, retry_at if pending is None else min(pending, retry_at))
+            self._cond.notify()
 
 
 def _now_ms() -> int:

@@ -6,9 +6,12 @@
     lso.last_stable("tidemark.shop.orders", {0: 17})
 
 Both are built once per worker process (Spark reuses Python workers) and keep
-their connections. Epoch records are immutable, so cached metadata stays
-right for every segment it names; it is read again only when a mark names a
-segment it does not know (a scale happened) or the stream is not known yet.
+their connections. Cached metadata is dropped when its stream's record
+changes (a ZooKeeper watch per cached stream, set before it is read): a
+``tidemark stream update`` of the writer timeout, start-up delay or time
+bounds reaches the next batch that meets the stream. It is also read again
+when a mark names a segment it does not know (a scale the watch has not told
+yet) or the stream is not known yet.
 Last stable offsets only grow, so a cached value at or above what a cut
 needs answers without asking Kafka; so does one read after the caller's
 records were stored (``fresh_since_ms``: the micro-batch's timestamp).
@@ -46,7 +49,8 @@ RECENT_S = 60.0
 
 
 class ZooKeeperStreams:
-    """:class:`jobs.workflow.StreamLookup` over the ZooKeeper metadata store, cached."""
+    """:class:`jobs.workflow.StreamLookup` over the ZooKeeper metadata store, cached while
+    unchanged (see the module docstring)."""
 
     def __init__(self, zk_connect: str, root: str) -> None:
         self.zk_connect = zk_connect
@@ -54,6 +58,12 @@ class ZooKeeperStreams:
         self._client: Any = None
         self._store: ZooKeeperStore | None = None
         self._cache: dict[str, StreamMetadata] = {}
+        self._watched: set[str] = set()
+        """Streams with a watch set that has not fired: only their reads are cached."""
+        self._lock = threading.Lock()
+        """Guards both against the watches (the session's thread)."""
+        self.changes = 0
+        """Cached streams dropped because their record changed (for tests)."""
 
     def _get_store(self) -> ZooKeeperStore:
         if self._store is None:
@@ -61,37 +71,69 @@ class ZooKeeperStreams:
             self._store = ZooKeeperStore(self._client, self.root)
         return self._store
 
+    def _watch(self, streams: Sequence[str]) -> None:
+        """A watch on each of ``streams`` not watched yet (before reading them: a change
+        after the read then always fires)."""
+        with self._lock:
+            new = [s for s in streams if s not in self._watched]
+            self._watched.update(new)
+        if new:
+            self._get_store().watch_once(new, self._changed)
+
+    def _changed(self, stream: str) -> None:
+        with self._lock:
+            self._watched.discard(stream)
+            if self._cache.pop(stream, None) is not None:
+                self.changes += 1
+
+    def _remember(self, stream: str, meta: StreamMetadata) -> None:
+        """Cache ``meta`` unless the stream's watch fired since it was set: the read may
+        predate the change, so the next lookup reads (and watches) again."""
+        with self._lock:
+            if stream in self._watched:
+                self._cache[stream] = meta
+
     def stream(self, stream: str, refresh: bool = False) -> StreamMetadata | None:
-        if not refresh and stream in self._cache:
-            return self._cache[stream]
+        if not refresh:
+            with self._lock:
+                cached = self._cache.get(stream)
+            if cached is not None:
+                return cached
+        self._watch([stream])
         try:
             meta: StreamMetadata = self._get_store().get_stream(stream)
         except (UnknownStreamError, InvalidModelError):
-            self._cache.pop(stream, None)
+            with self._lock:
+                self._cache.pop(stream, None)
             return None
-        self._cache[stream] = meta
+        self._remember(stream, meta)
         return meta
 
     def prefetch(self, streams: Sequence[str]) -> None:
         """Read the streams not cached yet together (:meth:`ZooKeeperStore.read_streams`):
         a worker new to a thousand streams waited for two round trips per stream, one
         after the other, in its first batches. Any failure leaves them to :meth:`stream`."""
-        missing = [s for s in streams if s not in self._cache]
+        with self._lock:
+            missing = [s for s in streams if s not in self._cache]
         if len(missing) < 2:
             return
         try:
+            self._watch(missing)
             found = self._get_store().read_streams(missing)
         except Exception as exc:  # each is looked up on its own, with its own errors
             log.debug("prefetching %d streams failed: %s", len(missing), exc)
             return
         for stream, versioned in found.items():
-            self._cache[stream] = versioned.metadata
+            self._remember(stream, versioned.metadata)
 
     def close(self) -> None:
         if self._client is not None:
             close_session(self._client)
             self._client = None
             self._store = None
+        with self._lock:
+            self._cache.clear()
+            self._watched.clear()
 
 
 class KafkaCommittedOffsets:

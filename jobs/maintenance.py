@@ -190,6 +190,9 @@ class TableState:
 
 @dataclass(frozen=True)
 class Plan:
+    """What :func:`plan` decided for one table: compact its small files, write a
+    checkpoint (then trim the log), vacuum removed files -- in that order."""
+
     compact: bool
     checkpoint: bool
     vacuum: bool

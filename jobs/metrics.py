@@ -32,7 +32,9 @@ The metrics, with their labels (``stream`` = ``scope/name``, ``bucket`` =
   the sink;
 - ``tidemark_controller_batches_total{bucket}`` (counter);
 - ``tidemark_controller_leader`` (gauge) -- 1 while this driver leads (runs the
-  query), 0 while it stands by: the sum over the drivers is 1 in a healthy cluster.
+  query), 0 while it stands by: the sum over the drivers is 1 in a healthy cluster;
+- ``tidemark_controller_due_records_failed_total`` (counter) -- due records
+  Kafka did not acknowledge (:mod:`jobs.due`: each is produced again).
 
 The hook into the job is deliberately small: the query's ``foreachBatch``
 (:class:`~jobs.controller_job.Batches`) calls its :class:`~jobs.sink.DeltaSink`'s
@@ -110,45 +112,47 @@ class ControllerMetrics:
         self._clock_ms = clock_ms
         self.latest = _Latest(clock_ms)
         registry.register(self.latest)
-        self.freshness = Histogram(
-            f"{PREFIX}_freshness_seconds",
+
+        def counter(name: str, documentation: str, *labels: str) -> Counter:
+            return Counter(f"{PREFIX}_{name}", documentation, labels, registry=registry)
+
+        def latency(name: str, documentation: str, *labels: str) -> Histogram:
+            return Histogram(
+                f"{PREFIX}_{name}",
+                documentation,
+                labels,
+                buckets=_LATENCY_BUCKETS,
+                registry=registry,
+            )
+
+        self.freshness = latency(
+            "freshness_seconds",
             "From the newest note a watermark was made of (its mark's Kafka timestamp) "
             "to the watermark's commit in Delta.",
-            ["stream"],
-            buckets=_LATENCY_BUCKETS,
-            registry=registry,
+            "stream",
         )
-        self.watermarks = Counter(
-            f"{PREFIX}_watermarks", "Watermarks written.", ["stream"], registry=registry
+        self.watermarks = counter("watermarks", "Watermarks written.", "stream")
+        self.rejected = counter(
+            "marks_rejected", "Writer marks refused, by reason.", "stream", "reason"
         )
-        self.rejected = Counter(
-            f"{PREFIX}_marks_rejected",
-            "Writer marks refused, by reason.",
-            ["stream", "reason"],
-            registry=registry,
+        self.accepted = counter(
+            "marks_accepted", "Marks read by a bucket's batches minus the rejected ones.", "bucket"
         )
-        self.accepted = Counter(
-            f"{PREFIX}_marks_accepted",
-            "Marks read by a bucket's batches minus the rejected ones.",
-            ["bucket"],
-            registry=registry,
-        )
-        self.batch_duration = Histogram(
-            f"{PREFIX}_batch_duration_seconds",
+        self.batch_duration = latency(
+            "batch_duration_seconds",
             "One micro-batch: the stateful stage and the Delta appends.",
-            ["bucket"],
-            buckets=_LATENCY_BUCKETS,
-            registry=registry,
+            "bucket",
         )
-        self.batches = Counter(
-            f"{PREFIX}_batches", "Micro-batches run.", ["bucket"], registry=registry
-        )
+        self.batches = counter("batches", "Micro-batches run.", "bucket")
         self.leader = Gauge(
             f"{PREFIX}_leader",
             "1 while this driver leads (runs the query), 0 while it stands by.",
             registry=registry,
         )
         self.leader.set(0)
+        self.due_failed = counter(
+            "due_records_failed", "Due records Kafka did not acknowledge (each is produced again)."
+        )
         self._lock = threading.Lock()
         self._rejected_by_batch: dict[tuple[int | str, int], int] = {}
         self._progressed: dict[int | str, int] = {}

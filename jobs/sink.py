@@ -22,6 +22,12 @@ table's log state in memory and reads only the commits it has not seen. The
 two write the same Delta protocol: the tables stay readable, writable and
 compactable (``OPTIMIZE``) by Spark. Rows are made by :mod:`schemas.tables`,
 the schemas come from its layout.
+
+A table written before a column joined the layout (``laggards.instance``,
+``first_seen``, ``last_seen``) gets it when the controller starts
+(:func:`evolve_tables`, called by :func:`ensure_tables`): one ``ADD COLUMN``
+commit, nullable, so the rows already there read as null in it and every
+reader (delta-rs or Spark) sees one schema; no data file is rewritten.
 """
 
 from __future__ import annotations
@@ -36,15 +42,15 @@ from deltalake import (
     CommitProperties,
     DeltaTable,
     PostCommitHookProperties,
+    Schema,
     Transaction,
     write_deltalake,
 )
-from deltalake.exceptions import CommitFailedError
+from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from controller.model import Watermark
 from jobs.maintenance import default_log_retention_s, retention_properties
 from jobs.processor import LAGGARD, REJECTED, WATERMARK
-from jobs.tables import spark_schema
 from schemas.arrow import ARROW_SCHEMAS
 from schemas.tables import (
     INDEX,
@@ -63,37 +69,78 @@ log = logging.getLogger(__name__)
 
 
 def ensure_tables(
-    spark: Any,
     delta_root: str,
+    storage_options: Mapping[str, str] | None = None,
     attempts: int = 5,
     log_retention_s: float | None = None,
 ) -> None:
-    """Create the tables if missing (plain Delta: readable by delta-rs).
+    """Create the tables if missing (plain Delta, with delta-rs as the appends: no Spark
+    job, so a new controller does not wait for a cold JVM's first Delta commands).
 
     A new table gets :func:`retention_properties`; the maintainer gives them
     to an existing one (the sink retries the append that races that commit).
     """
-    from delta.tables import DeltaTable as SparkDeltaTable  # delta-spark: only with Spark
-
     if log_retention_s is None:
         log_retention_s = default_log_retention_s(delta_root)
-    properties = retention_properties(log_retention_s)
+    properties: dict[str, str | None] = {**retention_properties(log_retention_s)}
     for table in TABLES:
         for attempt in range(attempts):
             try:
-                builder = (
-                    SparkDeltaTable.createIfNotExists(spark)
-                    .location(table_path(delta_root, table))
-                    .addColumns(spark_schema(table))
+                DeltaTable.create(
+                    table_path(delta_root, table),
+                    schema=ARROW_SCHEMAS[table],
+                    mode="ignore",
+                    configuration=properties,
+                    storage_options=dict(storage_options) if storage_options else None,
                 )
-                for key, value in properties.items():
-                    builder = builder.property(key, value)
-                builder.execute()
                 break
             except Exception as exc:  # a concurrent creator won the race: look again
                 if attempt == attempts - 1:
                     raise
                 log.info("creating table %s raced (%s); retrying", table, exc)
+    evolve_tables(delta_root, storage_options, attempts=attempts)
+
+
+def missing_columns(delta_root: str, table: str, storage_options: Mapping[str, str]) -> list[str]:
+    """The columns of ``table``'s layout its Delta table lacks (none when there is no table)."""
+    try:
+        dt = DeltaTable(
+            table_path(delta_root, table), storage_options=dict(storage_options) or None
+        )
+    except TableNotFoundError:
+        return []
+    present = {field.name for field in dt.schema().fields}
+    return [name for name in ARROW_SCHEMAS[table].names if name not in present]
+
+
+def evolve_tables(
+    delta_root: str, storage_options: Mapping[str, str] | None = None, attempts: int = 5
+) -> dict[str, list[str]]:
+    """Add to each existing table the layout's columns it lacks; returns what was added.
+
+    Only nullable columns are ever added to the layout, so rows written before
+    read as null there. Two controllers starting at once may both try: the one
+    whose commit fails looks again and finds the columns there.
+    """
+    options = dict(storage_options or {})
+    added: dict[str, list[str]] = {}
+    for table in TABLES:
+        for attempt in range(attempts):
+            missing = missing_columns(delta_root, table, options)
+            if not missing:
+                break
+            fields = [ARROW_SCHEMAS[table].field(name) for name in missing]
+            try:
+                dt = DeltaTable(table_path(delta_root, table), storage_options=options or None)
+                dt.alter.add_columns(list(Schema.from_arrow(pa.schema(fields)).fields))
+                added[table] = missing
+                log.info("table %s: added columns %s", table, ", ".join(missing))
+                break
+            except Exception as exc:  # a concurrent evolver committed first: look again
+                if attempt == attempts - 1:
+                    raise
+                log.info("adding columns to %s raced (%s); retrying", table, exc)
+    return added
 
 
 def split_rows(
@@ -279,6 +326,8 @@ __all__ = [
     "DeltaSink",
     "DeltaTables",
     "ensure_tables",
+    "evolve_tables",
+    "missing_columns",
     "retention_properties",
     "split_rows",
     "watermark_of",

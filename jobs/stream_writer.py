@@ -10,9 +10,32 @@ the stable id ``<job_id>/<batch_id>/<partition>``: a re-run of the same
 batch (a retried task, a restarted query) is the same writer to the
 controller. A task writes its rows (``value_col`` as the event, bytes or
 text; ``key_col`` as the routing key; ``time_col`` as the event time in
-ms, or a timestamp column), notes the maximum event time it wrote, and
+ms, or a timestamp column; ``headers_col``, when the DataFrame has it, as the
+Kafka headers, typed as Spark's Kafka sink takes them:
+``array<struct<key: string, value: binary>>``), notes the maximum timestamp it stored, and
 closes (the shutdown mark), so the job's output gets watermarks with no
-extra code.
+extra code. Its marks are ``EventWriter``'s: the instance token, the
+position, ``max_event_time``, the shutdown mark.
+
+Timestamps follow the stream's timestamping rules as for any writer
+(:mod:`pipelines.writing.timestamping`): a null event time is "none
+given" (the arrival time on a ``client-prefer`` stream); a
+``client-require`` stream refuses the job before anything is sent when
+a row's time is null (:class:`MissingTimestampError`); under
+``refuse_adjustments`` a task fails at the first row whose time would be
+adjusted (:class:`TimestampAdjustmentError`; its earlier rows are
+written). ``StreamTarget(automatically_note_time=True)`` makes each task
+note the time every ``note_time_interval_ms`` while it writes (a slow
+task keeps the stream's watermark moving) and close at the time of its
+end instead of noting its largest timestamp.
+
+One run of ``write_to_stream`` is one writer *instance* to the
+controller: the driver draws an instance token, registers the tasks'
+writers under it and hands it to the tasks, so a retried task is heard
+at once. A later run of the same batch (a restarted query) is a new
+instance: heard at once where the earlier run's tasks closed, after the
+stream's writer timeout where they died (``schemas/README.md``,
+``instance``).
 
 Before the tasks start, the driver *registers* every task's writer with a
 mark at time 0 and an empty position (``register=True``, the default).
@@ -35,28 +58,38 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from confluent_kafka import Producer
 
+from controller.config import TimestampingMode
 from controller.kafka.admin import ensure_marks_topic
 from controller.kafka.settings import client_config
+from controller.metadata import StreamMetadata
 from controller.model import WriterMark
 from controller.naming import ClusterSettings, split_stream
 from controller.zookeeper.session import zookeeper_session
 from controller.zookeeper.store import ZooKeeperStore
 from jobs.exceptions import JobConfigurationError
 from pipelines.writing.config import WriterConfig
-from pipelines.writing.marks import mark_message
+from pipelines.writing.exceptions import MissingTimestampError
+from pipelines.writing.marks import instance_token, mark_message
 from pipelines.writing.writer import EventWriter
 
 log = logging.getLogger(__name__)
 
+_REGISTRATION_TIMEOUT_S = 30
+
 
 @dataclass(frozen=True)
 class StreamTarget:
-    """Where a job writes: the stream, the services, and the columns it takes."""
+    """Where a job writes: the stream, the services, the columns it takes, and how its
+    tasks' writers talk to Kafka and note time.
+
+    ``automatically_note_time`` / ``note_time_interval_ms``: as ``WriterConfig``'s,
+    for each task's writer (see the module doc).
+    """
 
     stream: str
     kafka_bootstrap: str
@@ -66,11 +99,30 @@ class StreamTarget:
     key_col: str | None = "key"
     time_col: str = "event_time"
     linger_ms: int = 5
+    headers_col: str | None = "headers"
+    """Optional: used when the DataFrame has it (``None``: never)."""
+    automatically_note_time: bool = False
+    note_time_interval_ms: int = 1_000
 
     def __post_init__(self) -> None:
         split_stream(self.stream)
         if not self.kafka_bootstrap or not self.zk_connect:
             raise JobConfigurationError("StreamTarget needs kafka_bootstrap and zk_connect")
+        self.writer_config()  # checks the writer settings on the driver
+
+    def writer_config(self) -> WriterConfig:
+        """The settings of each task's ``EventWriter``."""
+        return WriterConfig(
+            cluster=self.cluster,
+            linger_ms=self.linger_ms,
+            automatically_note_time=self.automatically_note_time,
+            note_time_interval_ms=self.note_time_interval_ms,
+        )
+
+    def metadata(self) -> StreamMetadata:
+        """The stream's metadata, read from the store."""
+        with zookeeper_session(self.zk_connect) as client:
+            return ZooKeeperStore(client, self.cluster.zk_root).get_stream(self.stream)
 
 
 @dataclass(frozen=True)
@@ -87,10 +139,13 @@ def writer_id(job_id: str, batch_id: int, partition: int) -> str:
     return f"{job_id}/{batch_id}/{partition}"
 
 
-def event_time_ms(value: Any) -> int:
+def event_time_ms(value: Any) -> int | None:
     """A row's event time as integer ms: an int, or a datetime (a naive one is local
-    time, as PySpark returns timestamp columns)."""
-    if isinstance(value, bool) or value is None:
+    time, as PySpark returns timestamp columns); ``None`` for a null (none given: the
+    stream's timestamping decides)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
         raise JobConfigurationError(f"event time must be ms or a timestamp, got {value!r}")
     if isinstance(value, int):
         return value
@@ -109,8 +164,25 @@ def _value_bytes(value: Any, column: str) -> bytes:
     raise JobConfigurationError(f"column {column!r} must be binary or string, got {value!r}")
 
 
-def write_partition(target: StreamTarget, writer: str, rows: Iterable[Any]) -> TaskReport:
-    """One task's work: write ``rows`` as ``writer``, note the largest time, close."""
+def _headers(row: Any, column: str) -> list[tuple[str, bytes]] | None:
+    """A row's headers column (Spark's Kafka sink type) as Kafka headers."""
+    entries = row[column]
+    if entries is None:
+        return None
+    try:
+        return [(h["key"], _value_bytes(h["value"], f"{column}.value")) for h in entries]
+    except (TypeError, KeyError, ValueError) as exc:
+        raise JobConfigurationError(
+            f"column {column!r} must be array<struct<key: string, value: binary>> "
+            f"(as Spark's Kafka sink takes), got {entries!r}"
+        ) from exc
+
+
+def write_partition(
+    target: StreamTarget, writer: str, rows: Iterable[Any], instance: str | None = None
+) -> TaskReport:
+    """One task's work: write ``rows`` as ``writer`` (instance token ``instance``: the one
+    its registration carries), note the largest timestamp stored, close."""
     with zookeeper_session(target.zk_connect) as client:
         events, top = 0, None
         with EventWriter(
@@ -118,30 +190,50 @@ def write_partition(target: StreamTarget, writer: str, rows: Iterable[Any]) -> T
             target.stream,
             store=ZooKeeperStore(client, target.cluster.zk_root),
             bootstrap_servers=target.kafka_bootstrap,
-            config=WriterConfig(cluster=target.cluster, linger_ms=target.linger_ms),
+            config=target.writer_config(),
+            instance=instance,
         ) as w:
             for row in rows:
-                ts = event_time_ms(row[target.time_col])
+                given = event_time_ms(row[target.time_col])
                 key = row[target.key_col] if target.key_col is not None else None
-                w.write(_value_bytes(row[target.value_col], target.value_col), key, timestamp=ts)
+                value = _value_bytes(row[target.value_col], target.value_col)
+                headers = _headers(row, target.headers_col) if target.headers_col else None
+                ts = w.write(value, key, timestamp=given, headers=headers)
                 events += 1
                 top = ts if top is None else max(top, ts)
-            # A task with no rows notes time 0, so its close ends its registration.
-            w.note_time(top if top is not None else 0)
+            if not target.automatically_note_time:  # else close notes the time of its end
+                # A task with no rows notes time 0, so its close ends its registration.
+                w.note_time(top if top is not None else 0)
         return TaskReport(writer, events, top)
 
 
-def register_writers(target: StreamTarget, writers: Iterable[str]) -> None:
-    """Publish a time-0 mark with an empty position for each writer (see the module doc)."""
+def register_writers(
+    target: StreamTarget, writers: Iterable[str], instance: str | None = None
+) -> str:
+    """Publish a time-0 mark with an empty position for each writer (see the module doc),
+    under the instance token ``instance`` (a new one unless given); the token."""
+    token = instance_token(instance)
     ensure_marks_topic(target.kafka_bootstrap, target.cluster, create=True)
     producer = Producer({**client_config(target.kafka_bootstrap), "enable.idempotence": True})
     for wid in writers:
-        msg = mark_message(target.cluster, target.stream, wid, WriterMark(0, {}))
+        mark = WriterMark(0, {})
+        msg = mark_message(target.cluster, target.stream, wid, mark, instance=token)
         producer.produce(msg.topic, msg.value, msg.key, partition=msg.partition)
-    if producer.flush(30):
+    if producer.flush(_REGISTRATION_TIMEOUT_S):
         raise JobConfigurationError(
-            f"marks topic {target.cluster.marks_topic!r}: registrations not acknowledged in 30 s"
+            f"marks topic {target.cluster.marks_topic!r}: registrations not acknowledged in "
+            f"{_REGISTRATION_TIMEOUT_S} s"
         )
+    return token
+
+
+def require_times(df: Any, target: StreamTarget, metadata: StreamMetadata) -> None:
+    """On a ``client-require`` stream, refuse the job before anything is sent when a row's
+    event time is null (every task would write the rows before it, then fail)."""
+    if metadata.config.timestamping is not TimestampingMode.CLIENT_REQUIRE:
+        return
+    if df.where(df[target.time_col].isNull()).limit(1).count():
+        raise MissingTimestampError(target.stream, f"a row whose {target.time_col!r} is null")
 
 
 def write_to_stream(
@@ -158,15 +250,18 @@ def write_to_stream(
             f"the DataFrame has no column(s) {missing}; it has {df.columns} "
             "(set StreamTarget.value_col / key_col / time_col)"
         )
-    columns = [c for c in (target.value_col, target.key_col, target.time_col) if c]
+    if target.headers_col is not None and target.headers_col not in df.columns:
+        target = replace(target, headers_col=None)
+    columns = [
+        c for c in (target.value_col, target.key_col, target.time_col, target.headers_col) if c
+    ]
+    require_times(df, target, target.metadata())
     rdd = df.select(*columns).rdd
-    if register:
-        register_writers(
-            target, [writer_id(job_id, batch_id, p) for p in range(rdd.getNumPartitions())]
-        )
+    writers = [writer_id(job_id, batch_id, p) for p in range(rdd.getNumPartitions())]
+    instance = register_writers(target, writers) if register else instance_token()
 
     def task(partition: int, rows: Iterator[Any]) -> Iterator[TaskReport]:
-        yield write_partition(target, writer_id(job_id, batch_id, partition), rows)
+        yield write_partition(target, writer_id(job_id, batch_id, partition), rows, instance)
 
     reports: list[TaskReport] = rdd.mapPartitionsWithIndex(task).collect()
     log.info(
@@ -196,6 +291,7 @@ __all__ = [
     "TaskReport",
     "event_time_ms",
     "register_writers",
+    "require_times",
     "stream_writer",
     "write_partition",
     "write_to_stream",

@@ -100,6 +100,8 @@ class StoredMark:
     """The writer instance the writer id is bound to (``None``: a v1 writer)."""
     arrival_ms: int | None = None
     """The mark's Kafka timestamp (``LogAppendTime``: when the note reached the broker)."""
+    first_seen_ms: int | None = None
+    """When this instance's first mark was accepted (its arrival, else the batch time)."""
 
 
 @dataclass(frozen=True)
@@ -166,6 +168,7 @@ class StreamState:
                     s.instance,
                     s.mark.max_event_time,
                     s.arrival_ms,
+                    s.first_seen_ms,
                 ]
                 for w, s in self.marks.items()
             },
@@ -180,7 +183,10 @@ class StreamState:
             "lg": None
             if self.laggards is None
             else [
-                [x.writer, x.kind, x.noted_time, x.watermark_time, x.behind_ms, x.since_ms, x.at_ms]
+                [
+                    *(x.writer, x.kind, x.noted_time, x.watermark_time, x.behind_ms),
+                    *(x.since_ms, x.at_ms, x.instance, x.first_seen_ms, x.last_seen_ms),
+                ]
                 for x in self.laggards
             ],
         }
@@ -228,12 +234,10 @@ def retired_writer(writer_id: str, instance: str | None) -> str:
 
 
 def _stored(entry: Sequence[Any]) -> StoredMark:
-    """``[time, position, alive, partition, offset, instance, max_event_time, arrival]``;
-    older state has five or seven items (the missing ones ``None``)."""
+    """``[time, position, alive, partition, offset, instance, max_event_time, arrival,
+    first_seen]``; older state has five, seven or eight items (the missing ones ``None``)."""
     t, pos, alive, p, o = entry[:5]
-    instance = entry[5] if len(entry) > 5 else None
-    top = entry[6] if len(entry) > 6 else None
-    arrival = entry[7] if len(entry) > 7 else None
+    instance, top, arrival, first_seen = [*entry[5:9], None, None, None, None][:4]
     mark = WriterMark(int(t), _cut(pos), bool(alive), None if top is None else int(top))
     return StoredMark(
         mark,
@@ -241,6 +245,7 @@ def _stored(entry: Sequence[Any]) -> StoredMark:
         int(o),
         None if instance is None else str(instance),
         None if arrival is None else int(arrival),
+        None if first_seen is None else int(first_seen),
     )
 
 
@@ -414,8 +419,14 @@ class StreamWorkflow:
         verdict = accept_mark(stored.mark if stored else None, mark)
         if verdict is not Verdict.ACCEPTED:
             return reject(verdict.value, decoded.writer_id)
+        first_seen = now_ms if record.arrival_ms is None else record.arrival_ms
         state.marks[decoded.writer_id] = StoredMark(
-            mark, record.partition, record.offset, decoded.instance, record.arrival_ms
+            mark,
+            record.partition,
+            record.offset,
+            decoded.instance,
+            record.arrival_ms,
+            first_seen if stored is None else stored.first_seen_ms,
         )
         if state.first_mark_ms is None:
             state.first_mark_ms = now_ms

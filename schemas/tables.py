@@ -21,6 +21,12 @@ object-store URI such as ``s3://bucket/tidemark``):
 - ``laggards`` — who holds a stream's watermark back: snapshots appended when
   a stream's set of laggards changes (``controller.laggards``); a snapshot
   with no laggard left is one row with ``writer`` null and kind ``clear``.
+  Each row names the writer: id, ``instance`` token, ``first_seen`` (its
+  first accepted mark) and ``last_seen`` (its latest mark's arrival).
+
+A column added to :data:`LAYOUT` later is nullable, and the controller adds
+it to an existing table when it starts (``jobs.sink.evolve_tables``): rows
+written before read as null there.
 
 ``seq`` strictly increases per stream with no gaps; rows are appended by the
 controller job only, exactly once per watermark. :func:`marks_row`,
@@ -55,6 +61,12 @@ class LaggardLike(Protocol):
     def behind_ms(self) -> int: ...
     @property
     def since_ms(self) -> int | None: ...
+    @property
+    def instance(self) -> str | None: ...
+    @property
+    def first_seen_ms(self) -> int | None: ...
+    @property
+    def last_seen_ms(self) -> int | None: ...
 
 
 MARKS = "marks"
@@ -129,6 +141,9 @@ LAYOUT: Mapping[str, tuple[Column, ...]] = {
         Column("watermark_time", _T.INT64),
         Column("behind_ms", _T.INT64),
         Column("since", _T.INT64),
+        Column("instance", _T.STRING),
+        Column("first_seen", _T.INT64),
+        Column("last_seen", _T.INT64),
     ),
 }
 
@@ -269,18 +284,7 @@ def laggard_rows(stream: str, at: int, laggards: Sequence[LaggardLike]) -> list[
     """One snapshot of ``stream``'s laggards as rows of ``laggards`` (a ``clear`` row
     when there is none)."""
     if not laggards:
-        return [
-            {
-                "stream": stream,
-                "at": at,
-                "writer": None,
-                "kind": CLEAR,
-                "noted_time": None,
-                "watermark_time": None,
-                "behind_ms": None,
-                "since": None,
-            }
-        ]
+        return [{**dict.fromkeys(LAGGARDS_COLUMNS), "stream": stream, "at": at, "kind": CLEAR}]
     return [
         {
             "stream": stream,
@@ -291,21 +295,40 @@ def laggard_rows(stream: str, at: int, laggards: Sequence[LaggardLike]) -> list[
             "watermark_time": x.watermark_time,
             "behind_ms": x.behind_ms,
             "since": x.since_ms,
+            "instance": x.instance,
+            "first_seen": x.first_seen_ms,
+            "last_seen": x.last_seen_ms,
         }
         for x in laggards
     ]
 
 
 def latest_laggards(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The last snapshot among one stream's ``laggards`` rows (empty when it is ``clear``)."""
+    """The last snapshot among one stream's ``laggards`` rows (empty when it is ``clear``);
+    each row with every column of the layout (``None`` where a table written before
+    the column existed has none)."""
     rows = list(rows)
     if not rows:
         return []
     at = max(int(r["at"]) for r in rows)
     return sorted(
-        (dict(r) for r in rows if int(r["at"]) == at and r["kind"] != CLEAR),
+        (
+            {c: r.get(c) for c in LAGGARDS_COLUMNS}
+            for r in rows
+            if int(r["at"]) == at and r["kind"] != CLEAR
+        ),
         key=lambda r: (-(r["behind_ms"] or 0), str(r["writer"])),
     )
+
+
+def laggards_by_stream(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Each stream's last snapshot among ``laggards`` rows of many streams (a stream
+    whose last snapshot is ``clear`` is left out)."""
+    by_stream: dict[str, list[Mapping[str, Any]]] = {}
+    for row in rows:
+        by_stream.setdefault(str(row["stream"]), []).append(row)
+    found = {stream: latest_laggards(rs) for stream, rs in sorted(by_stream.items())}
+    return {stream: lags for stream, lags in found.items() if lags}
 
 
 def watermark_from_row(row: Mapping[str, Any], make: Callable[..., W]) -> W:
@@ -341,6 +364,7 @@ __all__ = [
     "cut_from_cell",
     "index_row",
     "laggard_rows",
+    "laggards_by_stream",
     "latest_laggards",
     "layout",
     "marks_row",

@@ -12,13 +12,16 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from hypothesis import settings
 
 from infra.process import started_processes
 from tidemark.environment import Environment
+
+if TYPE_CHECKING:
+    from tests.controller_env import Env as ControllerEnv
 
 # Property tests check invariants, not speed: on a loaded 2-core machine (CI runs Spark
 # beside them) one example can take far longer than hypothesis's 200 ms default deadline.
@@ -108,6 +111,17 @@ def zk_client(zookeeper: str, unique: str) -> Iterator[Any]:
     root.delete(f"/tidemark-test-{unique}", recursive=True)
     root.stop()
     root.close()
+
+
+@pytest.fixture
+def controller_env(
+    kafka: str, zookeeper: str, zk_client: Any, unique: str, tmp_path: Path
+) -> ControllerEnv:
+    """A one-bucket controller's settings, store and stream manager, in ``tmp_path``."""
+    # the controller's settings and writers load confluent_kafka: not for unit runs
+    from tests.controller_env import make_env
+
+    return make_env(kafka, zookeeper, zk_client, unique, tmp_path, buckets=1)
 
 
 @pytest.hookimpl(wrapper=True)

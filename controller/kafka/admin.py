@@ -22,9 +22,6 @@ from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPar
 
 # confluent_kafka.admin re-exports these without __all__, which mypy --strict flags.
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
-    AclBinding,
-    AclOperation,
-    AclPermissionType,
     AdminClient,
     AlterConfigOpType,
     ConfigEntry,
@@ -32,18 +29,17 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     NewPartitions,
     NewTopic,
     OffsetSpec,
-    ResourcePatternType,
     ResourceType,
 )
 
 from controller.exceptions import KafkaOperationError, MarksTopicError
+from controller.kafka.acls import grant_tidemark_acls, tidemark_acls  # their old home
 from controller.kafka.retry import KafkaRetry
 from controller.kafka.settings import client_config
 from controller.naming import (
     LOG_APPEND_TIME,
     MARKS_TOPIC_CONFIGS,
     TIMESTAMP_TYPE,
-    TOPIC_PREFIX,
     ClusterSettings,
 )
 
@@ -227,57 +223,6 @@ class StreamTopics:
     def delete(self, topic: str) -> None:
         futures = self.admin.delete_topics([topic], operation_timeout=self.timeout_s)
         self._wait(f"deleting topic {topic!r}", futures[topic], [KafkaError.UNKNOWN_TOPIC_OR_PART])
-
-
-def tidemark_acls(
-    marks_topic: str, writers: Iterable[str], controllers: Iterable[str]
-) -> list[AclBinding]:
-    """The ACLs of a secured cluster (principals are SASL user names).
-
-    Writers may produce to the marks topic and to every stream topic
-    (``tidemark.`` prefix), idempotently and in transactions; controllers may
-    read the marks topic (with any consumer group) and look up the stream
-    topics' offsets. Nobody else may touch the marks topic: a principal
-    without an ACL is refused by the broker.
-    """
-    allow = AclPermissionType.ALLOW
-    lit, pre = ResourcePatternType.LITERAL, ResourcePatternType.PREFIXED
-    acls: list[AclBinding] = []
-
-    def grant(rtype: Any, name: str, pattern: Any, who: str, ops: Iterable[Any]) -> None:
-        for op in ops:
-            acls.append(AclBinding(rtype, name, pattern, f"User:{who}", "*", op, allow))
-
-    topic, write, read = ResourceType.TOPIC, AclOperation.WRITE, AclOperation.READ
-    describe = AclOperation.DESCRIBE
-    for who in writers:
-        grant(topic, marks_topic, lit, who, (write, describe))
-        grant(topic, TOPIC_PREFIX, pre, who, (write, describe))
-        grant(ResourceType.BROKER, "kafka-cluster", lit, who, (AclOperation.IDEMPOTENT_WRITE,))
-        grant(ResourceType.TRANSACTIONAL_ID, "tidemark:", pre, who, (write, describe))
-    for who in controllers:
-        grant(topic, marks_topic, lit, who, (read, describe, AclOperation.DESCRIBE_CONFIGS))
-        grant(topic, TOPIC_PREFIX, pre, who, (describe,))
-        grant(ResourceType.GROUP, "*", lit, who, (read, describe))
-    return acls
-
-
-def grant_tidemark_acls(
-    admin_config: Mapping[str, Any],
-    marks_topic: str,
-    writers: Iterable[str],
-    controllers: Iterable[str],
-    timeout_s: float = DEFAULT_TIMEOUT_S,
-) -> None:
-    """Create :func:`tidemark_acls` with an admin (super user) client's settings."""
-    admin = AdminClient({**admin_config, "log_level": 0})
-    for binding, future in admin.create_acls(
-        tidemark_acls(marks_topic, writers, controllers), request_timeout=timeout_s
-    ).items():
-        try:
-            future.result(timeout=timeout_s)
-        except KafkaException as exc:
-            raise KafkaOperationError(f"granting {binding}: {exc.args[0]}") from exc
 
 
 _checked_marks: set[tuple[str, str, int, bool]] = set()

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection
+from dataclasses import KW_ONLY, dataclass
 from typing import TypeVar
 
 from confluent_kafka import KafkaError, KafkaException
@@ -24,6 +25,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+@dataclass(frozen=True)
 class KafkaRetry:
     """``retry(call)``: ``call()``, again after a back-off while the error is retryable.
 
@@ -32,26 +34,15 @@ class KafkaRetry:
     and is multiplied by ``backoff`` up to ``max_delay_s``.
     """
 
-    def __init__(
-        self,
-        codes: Iterable[int],
-        *,
-        timeout_s: float,
-        honour_retriable: bool = False,
-        delay_s: float = 0.05,
-        max_delay_s: float = 1.0,
-        backoff: float = 2.0,
-        sleep: Callable[[float], None] = time.sleep,
-        monotonic: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.codes = frozenset(codes)
-        self.timeout_s = timeout_s
-        self.honour_retriable = honour_retriable
-        self.delay_s = delay_s
-        self.max_delay_s = max_delay_s
-        self.backoff = backoff
-        self.sleep = sleep
-        self.monotonic = monotonic
+    codes: Collection[int]
+    _: KW_ONLY
+    timeout_s: float
+    honour_retriable: bool = False
+    delay_s: float = 0.05
+    max_delay_s: float = 1.0
+    backoff: float = 2.0
+    sleep: Callable[[float], None] = time.sleep
+    monotonic: Callable[[], float] = time.monotonic
 
     def retryable(self, exc: KafkaException) -> bool:
         err = exc.args[0] if exc.args else None

@@ -17,7 +17,8 @@ controller job and its Spark workers, the timeline) authenticates the same way:
   ``SCRAM-SHA-256`` or ``PLAIN``;
 - ``TIDEMARK_KAFKA_SASL_USERNAME`` / ``TIDEMARK_KAFKA_SASL_PASSWORD``: the principal.
 
-On a cluster, set them for the Spark executors too (``spark.executorEnv.*``).
+On a cluster the Spark executors need them too (``spark.executorEnv.*``: the
+controller job's ``spark-submit`` entry forwards them, :func:`forwarded_environment`).
 """
 
 from __future__ import annotations
@@ -69,6 +70,14 @@ def security_config(environ: Mapping[str, str] | None = None) -> dict[str, str]:
             {"sasl.mechanism": mechanism, "sasl.username": user, "sasl.password": password}
         )
     return config
+
+
+def forwarded_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The security variables that are set, to give a cluster's executors
+    (``spark.executorEnv.<name>``): their Python workers build clients here too."""
+    env = os.environ if environ is None else environ
+    names = (SECURITY_PROTOCOL, SASL_MECHANISM, SASL_USERNAME, SASL_PASSWORD)
+    return {name: env[name] for name in names if env.get(name, "").strip()}
 
 
 def client_config(bootstrap: str, environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -127,6 +136,7 @@ __all__ = [
     "SECURITY_PROTOCOL",
     "checked_overrides",
     "client_config",
+    "forwarded_environment",
     "security_config",
     "spark_kafka_options",
     "spark_source_options",

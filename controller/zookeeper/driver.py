@@ -51,6 +51,11 @@ class DriverElection:
     def leading(self) -> bool:
         return self._leadership.leading
 
+    def leader(self) -> str | None:
+        """The driver that leads now (``None``: none; this one may lead at once)."""
+        found = contenders(self.client, f"{self.path}/election")
+        return found[0] if found else None
+
     def run(self, lead: LeaderFunction, stopping: threading.Event, pause_s: float = 1.0) -> None:
         """Contend, lead when elected, contend again after losing; until ``stopping``."""
         self._leadership.run(lead, stopping, pause_s)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from kazoo.client import KazooClient
@@ -287,6 +287,23 @@ class ZooKeeperStore(MetadataStore):
             return None
 
         DataWatch(self.client, path, on_data)
+
+    def watch_once(self, streams: Iterable[str], on_change: Callable[[str], None]) -> None:
+        """``on_change(stream)`` once, at the next change of each stream's record (an
+        update, a scale, its deletion or creation), when the session's watches are reset,
+        or when the watch could not be set (no watch: treat it as changed). The requests
+        are sent without waiting for answers: ``n`` streams cost no round trip. Watch
+        again after reading the stream anew (ZooKeeper watches fire once)."""
+        for stream in streams:
+
+            def fired(event: Any, stream: str = stream) -> None:
+                on_change(stream)
+
+            def answered(result: Any, stream: str = stream) -> None:
+                if not result.successful():
+                    on_change(stream)
+
+            self.client.exists_async(self._stream_path(stream), watch=fired).rawlink(answered)
 
 
 __all__ = ["ZooKeeperStore"]

@@ -42,7 +42,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from controller.exceptions import InvalidModelError
 from controller.model import Segment
@@ -265,30 +265,22 @@ class SegmentClocks:
         return out
 
 
+@dataclass
 class TimePolicy:
     """A reader's side of both policies: report, plan ownership, choose segments to pause."""
 
-    def __init__(
-        self,
-        config: ReaderConfig,
-        registry: GroupRegistry,
-        group: str,
-        reader: str,
-        clocks: SegmentClocks,
-        monotonic: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.config = config
-        self._registry = registry
-        self._group = group
-        self._reader = reader
-        self._clocks = clocks
-        self._monotonic = monotonic
-        self._taken_at: dict[int, float] = {}
-        self.reports: dict[str, ReaderReport] = {}
-        self.segment_times: dict[int, int | None] = {}
-        """Every owned segment's time (alignment pauses by these)."""
-        self.settled_times: dict[int, int | None] = {}
-        """Those of segments held longer than the settling time (balance by these)."""
+    config: ReaderConfig
+    registry: GroupRegistry
+    group: str
+    reader: str
+    clocks: SegmentClocks
+    monotonic: Callable[[], float] = time.monotonic
+    reports: dict[str, ReaderReport] = field(default_factory=dict, init=False)
+    segment_times: dict[int, int | None] = field(default_factory=dict, init=False)
+    """Every owned segment's time (alignment pauses by these)."""
+    settled_times: dict[int, int | None] = field(default_factory=dict, init=False)
+    """Those of segments held longer than the settling time (balance by these)."""
+    _taken_at: dict[int, float] = field(default_factory=dict, init=False)
 
     @property
     def active(self) -> bool:
@@ -298,8 +290,8 @@ class TimePolicy:
         """Compute this reader's segment times, report them, read everyone's reports."""
         if not self.active:
             return
-        self.segment_times = self._clocks.times(offsets)
-        now = self._monotonic()
+        self.segment_times = self.clocks.times(offsets)
+        now = self.monotonic()
         settle_s = SETTLE_INTERVALS * self.config.rebalance_interval_ms / 1000
         for seg in [s for s in self._taken_at if s not in offsets]:
             del self._taken_at[seg]
@@ -314,10 +306,10 @@ class TimePolicy:
             reader_time(self.segment_times),
             len(self.segment_times),
         )
-        self._registry.report(self._group, self._reader, mine.to_bytes())
+        self.registry.report(self.group, self.reader, mine.to_bytes())
         reports = {}
-        for name, data in self._registry.reports(self._group).items():
-            found = mine if name == self._reader else ReaderReport.from_bytes(data)
+        for name, data in self.registry.reports(self.group).items():
+            found = mine if name == self.reader else ReaderReport.from_bytes(data)
             if found is not None:
                 reports[name] = found
         self.reports = reports
@@ -326,9 +318,9 @@ class TimePolicy:
         self, readers: Sequence[str], readable: Sequence[int], owners: Mapping[int, str]
     ) -> Plan:
         if self.config.balance != TIME:
-            return plan_ownership(self._reader, readers, readable, owners)
+            return plan_ownership(self.reader, readers, readable, owners)
         return plan_by_time(
-            self._reader,
+            self.reader,
             readers,
             readable,
             owners,
@@ -339,7 +331,7 @@ class TimePolicy:
 
     def took(self, segments: Iterable[int]) -> None:
         """This reader took ``segments`` just now (they settle before they count)."""
-        now = self._monotonic()
+        now = self.monotonic()
         for seg in segments:
             self._taken_at[seg] = now
 
@@ -347,7 +339,7 @@ class TimePolicy:
         """Owned segments to hold back (alignment); empty when alignment is off."""
         if self.config.max_drift_ms is None:
             return frozenset()
-        lower = group_lower(self.reports, self._clocks.first_time())
+        lower = group_lower(self.reports, self.clocks.first_time())
         return drifting(self.segment_times, lower, self.config.max_drift_ms)
 
 

@@ -40,7 +40,7 @@ from controller.exceptions import UnknownStreamError
 from controller.kafka.settings import client_config
 from controller.metadata import StreamMetadata
 from controller.model import Segment, StreamCut, TimeWindow
-from controller.navigation import head_cut, start_or_head
+from controller.navigation import head_cut
 from controller.store import MetadataStore
 from pipelines.reading.checkpoints import Checkpoint, PendingCheckpoint, load_checkpoint
 from pipelines.reading.config import RESERVED_CONSUMER_KEYS, ReaderConfig
@@ -170,10 +170,12 @@ class ReaderGroup(Closing):
         registry: GroupRegistry | None = None,
         storage_options: Mapping[str, str] | None = None,
         index: SeekIndex | None = None,
+        ephemeral: bool = False,
     ) -> ReaderGroup:
         """A new group on ``stream``, positioned at ``from_time`` (``stream_cut_at``),
         at ``start_cut``, or at the head; :class:`ReaderGroupExistsError` if the name
-        is taken. Every reader starts from that one cut."""
+        is taken. Every reader starts from that one cut. ``ephemeral``: the position
+        lives in memory, not in Kafka (see :meth:`ephemeral_group`)."""
         check_name("reader group", name)
         if from_time is not None and start_cut is not None:
             raise ReaderConfigError("give from_time or start_cut, not both")
@@ -199,6 +201,7 @@ class ReaderGroup(Closing):
                 config=config,
                 registry=reg,
                 storage_options=storage_options,
+                ephemeral=ephemeral,
                 _record=record,
             )
             group._commit_cut(meta, cut)
@@ -219,23 +222,18 @@ class ReaderGroup(Closing):
         delta_root: str | None = None,
         config: ReaderConfig | None = None,
     ) -> ReaderGroup:
-        """A private, unregistered group whose position lives in memory (for one-off reads)."""
-        name = f"tidemark-read-{uuid.uuid4().hex[:12]}"
-        meta = live_metadata(store, stream)
-        cut = start_or_head(start_cut, meta)
-        record = _new_record(name, stream, cut)
-        registry = MemoryGroupRegistry()
-        registry.create(record)
-        return cls(
-            name,
+        """A private, unregistered group whose position lives in memory (for one-off reads):
+        :meth:`create` with a registry and offsets of this process alone."""
+        return cls.create(
+            f"tidemark-read-{uuid.uuid4().hex[:12]}",
             stream,
+            start_cut=start_cut or None,
+            config=config,
             store=store,
             bootstrap_servers=bootstrap_servers,
             delta_root=delta_root,
-            config=config,
-            registry=registry,
+            registry=MemoryGroupRegistry(),
             ephemeral=True,
-            _record=record,
         )
 
     # --- readers ----------------------------------------------------------------------------

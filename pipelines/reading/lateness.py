@@ -82,6 +82,9 @@ def lateness_rows(
             "behind_ms": r["behind_ms"],
             "since": r["since"],
             "at": r["at"],
+            "instance": r["instance"],
+            "first_seen": r["first_seen"],
+            "last_seen": r["last_seen"],
         }
         for r in read_laggards(delta_root, stream, storage_options)
     ]

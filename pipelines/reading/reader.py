@@ -77,9 +77,14 @@ from pipelines.reading.windows import PositionWindow, WatermarkFeed, reader_posi
 log = logging.getLogger(__name__)
 
 
+Headers = tuple[tuple[str, bytes | None], ...]
+"""A record's Kafka headers, ``(name, value)`` in the order written (a name may repeat)."""
+
+
 @dataclass(frozen=True)
 class EventRead:
-    """One event: where it was (segment id, partition, offset), its timestamp and body."""
+    """One event: where it was (segment id, partition, offset), its timestamp and body,
+    its routing key and Kafka headers as written (byte for byte; ``()`` for none)."""
 
     stream: str
     segment: int
@@ -87,6 +92,7 @@ class EventRead:
     timestamp: int
     body: bytes
     routing_key: bytes | None = None
+    headers: Headers = ()
 
     @property
     def partition(self) -> int:
@@ -133,6 +139,8 @@ def _events_of(
             fields["timestamp"] = msg.timestamp()[1]
             fields["body"] = msg.value() or b""
             fields["routing_key"] = msg.key()
+            headers = msg.headers()
+            fields["headers"] = () if headers is None else tuple(headers)
             append(event)
     return items, records_at
 
@@ -732,7 +740,16 @@ class EventReader(Closing):
             self._eof.discard(seg_id)
         self._offsets[seg_id] = offset + 1
         _, timestamp = msg.timestamp()
-        return EventRead(self._stream, seg_id, offset, timestamp, msg.value() or b"", msg.key())
+        headers = msg.headers()
+        return EventRead(
+            self._stream,
+            seg_id,
+            offset,
+            timestamp,
+            msg.value() or b"",
+            msg.key(),
+            () if headers is None else tuple(headers),
+        )
 
     def _on_error(self, msg: Any) -> None:
         err = msg.error()
@@ -1052,4 +1069,4 @@ class EventReader(Closing):
             self._consumer.close()
 
 
-__all__ = ["FETCH_SIZE", "EventBatch", "EventRead", "EventReader", "ReaderHost"]
+__all__ = ["FETCH_SIZE", "EventBatch", "EventRead", "EventReader", "Headers", "ReaderHost"]

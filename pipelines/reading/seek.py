@@ -47,6 +47,7 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TypedDict, Unpack
 
 from controller.index import start_index, stop_index
 from controller.metadata import StreamMetadata
@@ -426,30 +427,32 @@ def start_cut_for(
     return start_or_head(None if found is None else found.stream_cut, meta)
 
 
+class Lookup(TypedDict, total=False):
+    """Where :func:`stream_cut_at` and :func:`complete_cut_at` look (keywords, all optional):
+    ``index`` (else the shared index of ``delta_root`` with ``storage_options``) and
+    ``store`` (then the stream must exist, and its head bounds the answer)."""
+
+    delta_root: str | None
+    store: MetadataStore | None
+    index: SeekIndex | None
+    storage_options: Mapping[str, str] | None
+
+
 def _lookup(
-    stream: str,
-    timestamp: object,
-    delta_root: str | None,
-    store: MetadataStore | None,
-    index: SeekIndex | None,
-    storage_options: Mapping[str, str] | None,
+    stream: str, timestamp: object, where: Lookup
 ) -> tuple[int, StreamMetadata | None, SeekIndex]:
     """What :func:`stream_cut_at` and :func:`complete_cut_at` check and open alike: the
     timestamp, the stream (it must exist when a ``store`` is given) and the index."""
     ts = check_timestamp(timestamp)
+    store = where.get("store")
     meta = None if store is None else live_metadata(store, stream)
-    return ts, meta, index or shared_index(delta_root, storage_options)
+    index = where.get("index") or shared_index(
+        where.get("delta_root"), where.get("storage_options")
+    )
+    return ts, meta, index
 
 
-def stream_cut_at(
-    stream: str,
-    timestamp: object,
-    *,
-    delta_root: str | None = None,
-    store: MetadataStore | None = None,
-    index: SeekIndex | None = None,
-    storage_options: Mapping[str, str] | None = None,
-) -> dict[int, int]:
+def stream_cut_at(stream: str, timestamp: object, **where: Unpack[Lookup]) -> dict[int, int]:
     """Where to start reading ``stream`` so that no event with time >= ``timestamp`` is skipped.
 
     With a ``store`` the stream is checked to exist and the head is the
@@ -457,7 +460,7 @@ def stream_cut_at(
     a cut behind the truncation point is moved up to it; without one, an
     empty cut stands for "the head".
     """
-    ts, meta, idx = _lookup(stream, timestamp, delta_root, store, index, storage_options)
+    ts, meta, idx = _lookup(stream, timestamp, where)
     if meta is not None:
         return start_cut_for(stream, ts, meta, idx)
     found = idx.start(stream, ts)
@@ -465,25 +468,20 @@ def stream_cut_at(
 
 
 def complete_cut_at(
-    stream: str,
-    timestamp: object,
-    *,
-    delta_root: str | None = None,
-    store: MetadataStore | None = None,
-    index: SeekIndex | None = None,
-    storage_options: Mapping[str, str] | None = None,
+    stream: str, timestamp: object, **where: Unpack[Lookup]
 ) -> dict[int, int] | None:
     """Where to stop reading ``stream`` to have every event with time <= ``timestamp``.
 
     ``None`` while no watermark has reached ``timestamp`` (the data is not complete).
     """
-    ts, _, idx = _lookup(stream, timestamp, delta_root, store, index, storage_options)
+    ts, _, idx = _lookup(stream, timestamp, where)
     found = idx.stop(stream, ts)
     return None if found is None else dict(found.stream_cut)
 
 
 __all__ = [
     "Found",
+    "Lookup",
     "SeekIndex",
     "SegmentRange",
     "at_or_after_head",

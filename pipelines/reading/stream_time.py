@@ -37,7 +37,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Protocol
+from typing import Protocol, TypedDict, Unpack
 
 from controller.model import Watermark
 from controller.timestamps import check_timestamp, wall_clock_ms
@@ -269,15 +269,22 @@ def _check_timeout(timeout_ms: object) -> int:
     return timeout_ms
 
 
+class WaitSource(TypedDict, total=False):
+    """Where :func:`wait_for_time` watches (keywords, all optional): ``source``, else
+    :func:`watermark_source` of ``delta_root`` with ``storage_options``."""
+
+    delta_root: str | None
+    source: WatermarkSource | None
+    storage_options: Mapping[str, str] | None
+
+
 def wait_for_time(
     stream: str,
     time_ms: object,
     timeout_ms: int,
     *,
-    delta_root: str | None = None,
-    source: WatermarkSource | None = None,
-    storage_options: Mapping[str, str] | None = None,
     stop: threading.Event | None = None,
+    **where: Unpack[WaitSource],
 ) -> Watermark:
     """The first watermark of ``stream`` with ``time >= time_ms``.
 
@@ -288,8 +295,12 @@ def wait_for_time(
     """
     target = check_timestamp(time_ms, "time", parse=True)
     timeout = _check_timeout(timeout_ms)
+    source = where.get("source")
     feed = source or watermark_source(
-        stream, target, delta_root=delta_root, storage_options=storage_options
+        stream,
+        target,
+        delta_root=where.get("delta_root"),
+        storage_options=where.get("storage_options"),
     )
     try:
         return _wait(stream, target, timeout, feed, stop or threading.Event())
@@ -317,27 +328,14 @@ def _wait(
 
 
 async def wait_for_time_async(
-    stream: str,
-    time_ms: object,
-    timeout_ms: int,
-    *,
-    delta_root: str | None = None,
-    source: WatermarkSource | None = None,
-    storage_options: Mapping[str, str] | None = None,
+    stream: str, time_ms: object, timeout_ms: int, **where: Unpack[WaitSource]
 ) -> Watermark:
     """:func:`wait_for_time` for asyncio: runs in a worker thread; cancelling the
     awaiting task stops the wait at its next wake-up (at most one backoff step)."""
     stop = threading.Event()
     try:
         return await asyncio.to_thread(
-            wait_for_time,
-            stream,
-            time_ms,
-            timeout_ms,
-            delta_root=delta_root,
-            source=source,
-            storage_options=storage_options,
-            stop=stop,
+            wait_for_time, stream, time_ms, timeout_ms, stop=stop, **where
         )
     finally:
         stop.set()
@@ -435,6 +433,7 @@ __all__ = [
     "LatestStreamTimes",
     "ServiceWatermarkSource",
     "StreamTimeTrigger",
+    "WaitSource",
     "WatermarkSource",
     "on_stream_time",
     "wait_for_time",

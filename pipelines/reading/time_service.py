@@ -33,7 +33,7 @@ from typing import Any
 
 from controller.exceptions import UnknownStreamError
 from controller.metadata import cut_from_json, cut_to_json
-from controller.model import Watermark
+from controller.model import StreamCut, Watermark
 from pipelines.reading.exceptions import InvalidTimestampError
 from pipelines.reading.seek import Found, SeekIndex, shared_index
 from pipelines.reading.watermark_tables import resolve_delta_root
@@ -66,25 +66,25 @@ def found_from_json(body: Mapping[str, Any] | None) -> Found | None:
 
 
 def found_to_json(found: Found | None) -> dict[str, Any] | None:
+    """:class:`Found` -> a ``found`` object of the service's answers."""
     if found is None:
         return None
-    return {
-        "seq": found.seq,
-        "time": found.time,
-        "upper_time_max": found.upper_time_max,
-        "stream_cut": cut_to_json(found.stream_cut),
-    }
+    return _mark_json(found.seq, found.time, found.stream_cut, upper_time_max=found.upper_time_max)
 
 
 def watermark_to_json(watermark: Watermark | None) -> dict[str, Any] | None:
+    """:class:`Watermark` -> a ``watermark`` object of the service's answers (no stream)."""
     if watermark is None:
         return None
-    return {
-        "seq": watermark.seq,
-        "time": watermark.time,
-        "upper_time": watermark.upper_time,
-        "stream_cut": cut_to_json(watermark.stream_cut),
-    }
+    return _mark_json(
+        watermark.seq, watermark.time, watermark.stream_cut, upper_time=watermark.upper_time
+    )
+
+
+def _mark_json(seq: int, time_ms: int, cut: StreamCut, **upper: int) -> dict[str, Any]:
+    """The JSON of a watermark in an answer: its ``seq``, ``time``, one upper time
+    (``upper_time`` or the running ``upper_time_max``) and ``stream_cut``."""
+    return {"seq": seq, "time": time_ms, **upper, "stream_cut": cut_to_json(cut)}
 
 
 def watermark_from_json(stream: str, body: Mapping[str, Any] | None) -> Watermark | None:

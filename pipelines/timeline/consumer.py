@@ -58,7 +58,7 @@ from pipelines.timeline.exceptions import (
 )
 from pipelines.timeline.metrics import CLOCK_DRIFT, DELIVERED, DUE_TO_DELIVERY_LAG
 from pipelines.timeline.model import Lease, Message
-from pipelines.timeline.store import NOTIFY_CHANNEL, TimelineStore
+from pipelines.timeline.store import NOTIFY_CHANNEL, TimelineStore, database_error
 
 log = logging.getLogger(__name__)
 
@@ -153,12 +153,19 @@ class _Metrics:
 
 
 class Waker:
-    """LISTEN on PostgreSQL: wait until a message due before a deadline is created."""
+    """LISTEN on PostgreSQL: wait until a message due before a deadline is created.
+
+    A database error leaves as the store's would (:func:`~store.database_error`): a
+    :class:`~exceptions.TimelineError` naming the rule, never a driver's own.
+    """
 
     def __init__(self, dsn: str, timeline: str) -> None:
         self.timeline = timeline
-        self._conn = psycopg.connect(dsn, autocommit=True)
-        self._conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+        try:
+            self._conn = psycopg.connect(dsn, autocommit=True)
+            self._conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+        except psycopg.Error as exc:
+            raise database_error(exc) from exc
 
     def wait(self, delay_ms: int, wake_at_ms: int | None) -> bool:
         """Sleep up to ``delay_ms``; True when woken early by a message due by ``wake_at_ms``."""
@@ -168,8 +175,11 @@ class Waker:
             if remaining <= 0:
                 return False
             # Always exhaust the generator: an abandoned one keeps the connection's lock.
-            notes = list(self._conn.notifies(timeout=remaining, stop_after=1))
-            notes += self._conn.notifies(timeout=0.001)
+            try:
+                notes = list(self._conn.notifies(timeout=remaining, stop_after=1))
+                notes += self._conn.notifies(timeout=0.001)
+            except psycopg.Error as exc:
+                raise database_error(exc) from exc
             for note in notes:
                 ts_text, _, timeline = note.payload.partition(" ")
                 if timeline == self.timeline and (

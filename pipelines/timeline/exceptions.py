@@ -7,13 +7,20 @@ name for scripts; the message says what to do.
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 from tidemark.errors import ConfigurationError, TidemarkError
 
 
 class TimelineError(TidemarkError):
     """Root of the timeline's errors."""
 
-    rule = "timeline"
+    rule: ClassVar[str] = "timeline"
+
+    def __init_subclass__(cls, rule: str, **kwargs: Any) -> None:
+        """Each subclass names its rule in its header: ``class X(TimelineError, rule="x")``."""
+        super().__init_subclass__(**kwargs)
+        cls.rule = rule
 
     def __init__(self, message: str, timeline: str | None = None, message_id: str | None = None):
         super().__init__(f"[{self.rule}] {message}")
@@ -21,132 +28,90 @@ class TimelineError(TidemarkError):
         self.message_id = message_id
 
 
-class UnknownTimelineError(TimelineError, LookupError):
+class UnknownTimelineError(TimelineError, LookupError, rule="unknown-timeline"):
     """No timeline of that name: create it first (``tidemark timeline create``)."""
 
-    rule = "unknown-timeline"
 
-
-class TimelineConflictError(TimelineError):
+class TimelineConflictError(TimelineError, rule="timeline-settings-differ"):
     """A timeline of that name exists with other settings; pick another name."""
 
-    rule = "timeline-settings-differ"
 
-
-class MessageNotFoundError(TimelineError, LookupError):
+class MessageNotFoundError(TimelineError, LookupError, rule="message-not-found"):
     """No such message (never created, or deleted)."""
 
-    rule = "message-not-found"
 
-
-class DuplicateIdError(TimelineError):
+class DuplicateIdError(TimelineError, rule="duplicate-id"):
     """The id exists with a different body or producer group; ids are never reused."""
 
-    rule = "duplicate-id"
 
-
-class BodyTooLargeError(TimelineError, ValueError):
+class BodyTooLargeError(TimelineError, ValueError, rule="body-too-large"):
     """The body exceeds the timeline's ``max_body_bytes``; store a reference instead."""
 
-    rule = "body-too-large"
 
-
-class InvalidMessageError(TimelineError, ValueError):
+class InvalidMessageError(TimelineError, ValueError, rule="invalid-input"):
     """An id, timestamp or argument is malformed; the message says which."""
 
-    rule = "invalid-input"
 
-
-class TimeInPastError(TimelineError, ValueError):
+class TimeInPastError(TimelineError, ValueError, rule="time-in-past"):
     """A lease, extension or release would end at or before the database's now."""
 
-    rule = "time-in-past"
 
-
-class StaleVersionError(TimelineError):
+class StaleVersionError(TimelineError, rule="stale-version"):
     """The message changed since the version you hold; read it again and retry."""
 
-    rule = "stale-version"
 
-
-class NotOwnerError(TimelineError, PermissionError):
+class NotOwnerError(TimelineError, PermissionError, rule="not-owner"):
     """Only the producer group that created a message may delete or move it."""
 
-    rule = "not-owner"
 
-
-class NotHolderError(TimelineError, PermissionError):
+class NotHolderError(TimelineError, PermissionError, rule="not-holder"):
     """The message is not leased to this consumer (another holds it, or nobody)."""
 
-    rule = "not-holder"
 
-
-class LeaseTokenError(NotHolderError):
+class LeaseTokenError(NotHolderError, rule="lease-token"):
     """The lease token does not match the message's live lease (a newer lease replaced it,
     or it was never yours); only the holder of the current token may act on a lease."""
 
-    rule = "lease-token"
 
-
-class LeaseTooLongError(InvalidMessageError):
+class LeaseTooLongError(InvalidMessageError, rule="lease-too-long"):
     """A lease or an extension would end more than 366 days after the database's now."""
 
-    rule = "lease-too-long"
 
-
-class LeaseExpiredError(TimelineError):
+class LeaseExpiredError(TimelineError, rule="lease-expired"):
     """The lease ended (the database's now passed it); the message is available again."""
 
-    rule = "lease-expired"
 
-
-class NotAvailableError(TimelineError):
+class NotAvailableError(TimelineError, rule="not-available"):
     """The message cannot be leased now: it is not due yet, or someone holds a live lease."""
 
-    rule = "not-available"
 
-
-class LeasedError(TimelineError):
+class LeasedError(TimelineError, rule="leased"):
     """The message is being processed under a live lease; its owner cannot change it now."""
 
-    rule = "leased"
 
-
-class NotWaitingError(TimelineError):
+class NotWaitingError(TimelineError, rule="not-waiting"):
     """Only a waiting message (future, not leased) can be moved."""
 
-    rule = "not-waiting"
 
-
-class StreamTimeBackwardsError(TimelineError, ValueError):
+class StreamTimeBackwardsError(TimelineError, ValueError, rule="stream-time-backwards"):
     """A stream's recorded time only moves forward; the time given is behind it."""
 
-    rule = "stream-time-backwards"
 
-
-class StreamTimeAheadError(TimelineError, ValueError):
+class StreamTimeAheadError(TimelineError, ValueError, rule="stream-time-ahead"):
     """A stream time ahead of the database's clock by more than the allowed lead is refused:
     watermarks are times of events already written, not of the future."""
 
-    rule = "stream-time-ahead"
 
-
-class StoreUnavailableError(TimelineError):
+class StoreUnavailableError(TimelineError, rule="store-unavailable"):
     """The database could not be reached or dropped the connection; retry later."""
 
-    rule = "store-unavailable"
 
-
-class TimelineDatabaseError(TimelineError):
+class TimelineDatabaseError(TimelineError, rule="database-error"):
     """The database refused a statement for a reason no other rule names (see the message)."""
 
-    rule = "database-error"
 
-
-class ConcurrentChangeError(TimelineError):
+class ConcurrentChangeError(TimelineError, rule="concurrent-change"):
     """The message changed between the refused statement and its explanation; retry."""
-
-    rule = "concurrent-change"
 
 
 __all__ = [

@@ -39,7 +39,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class IngestStats:
-    """One batch: records read, messages created, idempotent repeats, records refused."""
+    """One batch: records read, messages created, idempotent repeats (ids the store
+    already held) and records refused (logged; sent to the dead-letter topic if any)."""
 
     read: int
     created: int
@@ -110,7 +111,11 @@ class TimelineIngester:
                 (
                     raw,
                     NewMessage(
-                        message.body, message.timestamp_ms, message.producer_group, message.id
+                        message.body,
+                        message.timestamp_ms,
+                        message.producer_group,
+                        message.id,
+                        headers=raw.headers(),  # the record's, kept for the relay
                     ),
                 )
             )

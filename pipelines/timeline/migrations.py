@@ -22,6 +22,8 @@ Tables:
   lease's token (:func:`model.token_hash`), the capability that extend,
   release and delete by the holder must present. Leases taken before the upgrade have none: nobody
   can act on them, and they come back when they lapse.
+- ``timeline_messages.headers`` (migration 4): a message's Kafka headers
+  (:func:`model.encode_headers`; NULL: none), delivered by the relay.
 """
 
 from __future__ import annotations
@@ -108,6 +110,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         3,
         "lease tokens: the hash of the current lease's capability",
         ("ALTER TABLE timeline_messages ADD COLUMN IF NOT EXISTS lease_token TEXT",),
+    ),
+    Migration(
+        4,
+        "message headers: the Kafka headers the relay delivers",
+        ("ALTER TABLE timeline_messages ADD COLUMN IF NOT EXISTS headers BYTEA",),
     ),
 )
 

@@ -15,8 +15,10 @@ calls it after the atomic statement changed nothing.
 
 from __future__ import annotations
 
+import base64
 import enum
 import hashlib
+import json
 import os
 import secrets
 import time
@@ -83,6 +85,8 @@ class Message:
     due_stream: str | None = None
     """Set while the message waits for this stream's watermark to reach ``timestamp_ms``
     (an event time); its first lease clears it."""
+    headers: Headers = ()
+    """Kafka headers the relay delivers with the body (:func:`check_headers`)."""
 
     def status(self, now_ms: int, stream_time_ms: int | None = None) -> Status:
         """``stream_time_ms``: the watermark time of ``due_stream`` (unknown: waiting)."""
@@ -212,6 +216,59 @@ def check_lease(lease_ms: int) -> None:
         raise LeaseTooLongError(
             f"a lease lasts at most {MAX_LEASE_MS} ms (366 days), got {lease_ms!r}"
         )
+
+
+Headers = tuple[tuple[str, bytes], ...]
+"""A message's Kafka headers: ``(name, value)`` pairs, in order, names may repeat."""
+
+RESERVED_HEADER_PREFIX = "tidemark-"
+"""The relay's own headers (``tidemark-id`` ...) start with this; a message's may not."""
+
+
+def check_headers(headers: object) -> Headers:
+    """A message's headers, checked: ``(str, bytes)`` pairs (a mapping: its items), no
+    name starting ``tidemark-`` (the relay's own), a name as :func:`check_name` wants.
+
+    >>> check_headers({"trace-id": b"ab"})
+    (('trace-id', b'ab'),)
+    """
+    if headers is None:
+        return ()
+    items = list(headers.items()) if isinstance(headers, dict) else headers
+    if not isinstance(items, list | tuple):
+        raise InvalidMessageError(
+            f"headers must be (name, value) pairs or a mapping, got {type(headers).__name__}"
+        )
+    out = []
+    for i, item in enumerate(items):
+        if not isinstance(item, tuple | list) or len(item) != 2:
+            raise InvalidMessageError(f"header {i}: must be a (name, value) pair, got {item!r}")
+        name, value = item
+        check_name(f"header {i} name", name)
+        if name.startswith(RESERVED_HEADER_PREFIX):
+            raise InvalidMessageError(
+                f"header {i} ({name!r}): names starting {RESERVED_HEADER_PREFIX!r} are the "
+                "relay's own (tidemark-id, tidemark-timeline, ...)"
+            )
+        if not isinstance(value, bytes | bytearray | memoryview):
+            raise InvalidMessageError(
+                f"header {i} ({name!r}): value must be bytes, got {type(value).__name__}"
+            )
+        out.append((name, bytes(value)))
+    return tuple(out)
+
+
+def encode_headers(headers: Headers) -> bytes | None:
+    """As the store keeps them: JSON ``[[name, base64 value], ...]`` (None: no headers)."""
+    if not headers:
+        return None
+    return json.dumps([[n, base64.b64encode(v).decode("ascii")] for n, v in headers]).encode()
+
+
+def decode_headers(data: bytes | memoryview | None) -> Headers:
+    if data is None:
+        return ()
+    return tuple((n, base64.b64decode(v)) for n, v in json.loads(bytes(data)))
 
 
 def check_timestamp(what: str, value: int) -> None:

@@ -19,17 +19,19 @@ import logging
 import time
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from confluent_kafka import Producer
 
 from controller.kafka.settings import client_config
 from pipelines.timeline.exceptions import InvalidMessageError, TimelineError
-from pipelines.timeline.model import check_id, check_name, check_timestamp, new_id
+from pipelines.timeline.model import check_headers, check_id, check_name, check_timestamp, new_id
 from pipelines.timeline.store import Created, NewMessage, TimelineStore
 from pipelines.timeline.wire import ScheduledMessage, encode_scheduled
 
 log = logging.getLogger(__name__)
+
+R = TypeVar("R")
 
 
 def _when(
@@ -55,15 +57,11 @@ def _when(
     return timestamp_ms
 
 
-class TimelineProducer:
-    """Writes to the store directly (one SQL statement per message or per batch)."""
+class _Scheduling(Generic[R]):
+    """``put`` as both producers offer it: one time, one id, then :meth:`_schedule`."""
 
-    def __init__(self, dsn: str, timeline: str, producer_group: str, notify: bool = True) -> None:
-        check_name("producer_group", producer_group)
-        self.timeline = timeline
-        self.producer_group = producer_group
-        self.store = TimelineStore(dsn, notify=notify)
-        self.store.timeline(timeline)  # fail early on an unknown timeline
+    timeline: str
+    producer_group: str
 
     def put(
         self,
@@ -73,17 +71,46 @@ class TimelineProducer:
         delay_ms: int | None = None,
         id: str | None = None,
         due_at_stream_time: tuple[str, int] | None = None,
-    ) -> Created:
+        headers: Any = None,
+    ) -> R:
         """Schedule ``body`` at a wall-clock time (``timestamp_ms`` / ``delay_ms``) or
         once a stream's watermark reaches an event time (``due_at_stream_time=(stream,
-        t)``: every event of the stream with time <= t has been written)."""
+        t)``: every event of the stream with time <= t has been written). Without
+        ``id``, a time-sortable one is made here, before any attempt. ``headers``:
+        Kafka headers the relay delivers with it (``model.check_headers``)."""
+        when = _when(timestamp_ms, delay_ms, due_at_stream_time)
+        stream = None if due_at_stream_time is None else due_at_stream_time[0]
+        message_id = new_id() if id is None else id
+        new = NewMessage(
+            body, when, self.producer_group, message_id, stream, check_headers(headers)
+        )
+        return self._schedule(new)
+
+    def _schedule(self, new: NewMessage) -> R:
+        """Send ``new`` (its id, time and headers set and checked by :meth:`put`)."""
+        raise NotImplementedError
+
+
+class TimelineProducer(_Scheduling[Created]):
+    """Writes to the store directly (one SQL statement per message or per batch);
+    :meth:`put` returns the stored message."""
+
+    def __init__(self, dsn: str, timeline: str, producer_group: str, notify: bool = True) -> None:
+        check_name("producer_group", producer_group)
+        self.timeline = timeline
+        self.producer_group = producer_group
+        self.store = TimelineStore(dsn, notify=notify)
+        self.store.timeline(timeline)  # fail early on an unknown timeline
+
+    def _schedule(self, new: NewMessage) -> Created:
         return self.store.create(
             self.timeline,
-            body,
-            timestamp_ms=_when(timestamp_ms, delay_ms, due_at_stream_time),
-            producer_group=self.producer_group,
-            id=new_id() if id is None else id,
-            due_stream=None if due_at_stream_time is None else due_at_stream_time[0],
+            new.body,
+            timestamp_ms=new.timestamp_ms,
+            producer_group=new.producer_group,
+            id=new.id,
+            due_stream=new.due_stream,
+            headers=new.headers,
         )
 
     def put_many(self, items: Sequence[tuple[bytes, int, str | None]]) -> list[Created]:
@@ -122,8 +149,9 @@ class TimelineProducer:
         self.close()
 
 
-class KafkaTimelineProducer:
-    """Publishes scheduled messages to a Kafka topic (key = id) for the ingester."""
+class KafkaTimelineProducer(_Scheduling[str]):
+    """Publishes scheduled messages to a Kafka topic (key = id) for the ingester;
+    :meth:`put` queues one and returns its id (:meth:`flush` waits for the acks)."""
 
     def __init__(
         self,
@@ -155,26 +183,33 @@ class KafkaTimelineProducer:
         if err is not None:
             self._errors.append(f"{msg.key()!r}: {err}")
 
-    def put(
-        self,
-        body: bytes,
-        *,
-        timestamp_ms: int | None = None,
-        delay_ms: int | None = None,
-        id: str | None = None,
-    ) -> str:
-        """Queue one message; returns its id. :meth:`flush` waits for the broker's acks."""
-        message_id = new_id() if id is None else id
+    def _schedule(self, new: NewMessage) -> str:
+        """Queue one message; returns its id. :meth:`flush` waits for the broker's acks.
+        ``headers`` go as the record's Kafka headers; the ingester stores them and the
+        relay delivers them."""
+        message_id, timestamp_ms = str(new.id), new.timestamp_ms
+        if new.due_stream is not None:
+            raise InvalidMessageError(
+                "a scheduled_message record carries no stream: put event-time messages "
+                "(due_at_stream_time) with TimelineProducer",
+                self.timeline,
+                message_id,
+            )
         check_id(message_id)
-        when = _when(timestamp_ms, delay_ms)
-        check_timestamp("timestamp_ms", when)
+        check_timestamp("timestamp_ms", timestamp_ms)
         data = encode_scheduled(
-            ScheduledMessage(message_id, when, bytes(body), self.producer_group, self.timeline)
+            ScheduledMessage(
+                message_id, timestamp_ms, bytes(new.body), self.producer_group, self.timeline
+            )
         )
         while True:
             try:
                 self._producer.produce(
-                    self.topic, value=data, key=message_id.encode(), on_delivery=self._on_delivery
+                    self.topic,
+                    value=data,
+                    key=message_id.encode(),
+                    on_delivery=self._on_delivery,
+                    headers=list(new.headers) or None,
                 )
                 break
             except BufferError:

@@ -5,12 +5,13 @@
     relay.run_once(timeout_ms=1_000)
 
 The "time buffer between two queues". For each batch of leases: produce
-every message to ``target_topic`` (key = message id, value = body, headers
-``tidemark-timeline``, ``tidemark-id``, ``tidemark-timestamp``,
-``tidemark-producer-group``) with an idempotent producer and ``acks=all``;
-wait for the broker's acknowledgements; only then delete the acknowledged
-messages (as lease holder). A message whose produce failed is left leased
-and comes back when its lease lapses.
+every message to ``target_topic`` (key = message id, value = body, headers:
+the message's own, as given when it was scheduled, then ``tidemark-timeline``,
+``tidemark-id``, ``tidemark-timestamp``, ``tidemark-producer-group``) with an
+idempotent producer and ``acks=all``; wait for the broker's
+acknowledgements; only then delete the acknowledged messages (as lease
+holder). A message whose produce failed is left leased and comes back when
+its lease lapses.
 
 Guarantee: **at-least-once, duplicates only by id.** No message is deleted
 before the target topic has it, so none is lost. A crash after the produce
@@ -93,6 +94,7 @@ class TimelineRelay:
                         key=m.id.encode(),
                         value=m.body,
                         headers=[
+                            *m.headers,
                             ("tidemark-timeline", m.timeline.encode()),
                             ("tidemark-id", m.id.encode()),
                             ("tidemark-timestamp", str(lease.due_ms).encode()),

@@ -23,6 +23,11 @@ the hash; extend, release and delete by the holder must present it, checked
 in the same statement, and a new lease of the message replaces it. A
 consumer's name alone no longer acts on its leases. An extension reaches at
 most :data:`model.MAX_LEASE_MS` past the database's now, as a lease does.
+While a lease is live the message is the holder's, as an SQS message in
+flight is its receipt handle's: the producer group's delete is refused with
+:class:`~exceptions.LeasedError` naming the holder and the lease's end (its
+move with ``NotWaitingError``); once the lease is given back or has ended the
+message is the group's again, and the old token opens nothing.
 
 Stream times (:meth:`TimelineStore.advance_stream_time`) only move forward,
 and never further than :data:`model.MAX_STREAM_TIME_LEAD_MS` past the
@@ -84,11 +89,14 @@ from pipelines.timeline.model import (
     Op,
     base_hash,
     bucket_of,
+    check_headers,
     check_id,
     check_lease,
     check_name,
     check_timestamp,
     check_token,
+    decode_headers,
+    encode_headers,
     explain_refusal,
     lease_token,
     new_id,
@@ -104,9 +112,9 @@ Row = tuple[Any, ...]
 NOTIFY_CHANNEL = "tidemark_timeline"
 _COLS = (
     "timeline, id, ts, body, producer_group, lock_consumer, bucket, version, deleted_at_ms, "
-    "due_stream"
+    "due_stream, headers"
 )
-_N = 10  # columns in _COLS: what a row holds after them starts here
+_N = 11  # columns in _COLS: what a row holds after them starts here
 _M_COLS = ", ".join(f"m.{c.strip()}" for c in _COLS.split(","))
 _VERSION_OK = "(%(version)s::BIGINT IS NULL OR m.version = %(version)s::BIGINT)"
 # A live lease of consumer %(a)s whose token hashes to %(h)s.
@@ -123,6 +131,8 @@ class NewMessage:
     id: str | None = None
     due_stream: str | None = None
     """Due when this stream's watermark reaches ``timestamp_ms`` (an event time)."""
+    headers: Any = None
+    """Kafka headers the relay delivers with the body (``model.check_headers``)."""
 
 
 @dataclass(frozen=True)
@@ -148,7 +158,19 @@ def _message(row: Sequence[Any]) -> Message:
         version=int(row[7]),
         deleted=row[8] is not None,
         due_stream=row[9],
+        headers=decode_headers(row[10]),
     )
+
+
+def database_error(exc: psycopg.Error | UnicodeEncodeError) -> TimelineError:
+    """The :class:`TimelineError` naming the rule a driver or database error broke: a
+    value the database cannot hold, the store not answering, or anything else it refused.
+    """
+    if isinstance(exc, psycopg.DataError | UnicodeEncodeError):
+        return InvalidMessageError(f"the database cannot hold a value: {exc}")
+    if isinstance(exc, psycopg.OperationalError):
+        return StoreUnavailableError(f"the timeline store failed: {exc}")
+    return TimelineDatabaseError(f"the timeline store refused: {exc}")
 
 
 class TimelineStore:
@@ -198,12 +220,8 @@ class TimelineStore:
                         ) from exc
                     time.sleep(delay_s)
                     delay_s = min(delay_s * 2, 0.5)
-                except (psycopg.DataError, UnicodeEncodeError) as exc:
-                    raise InvalidMessageError(f"the database cannot hold a value: {exc}") from exc
-                except psycopg.OperationalError as exc:
-                    raise StoreUnavailableError(f"the timeline store failed: {exc}") from exc
-                except psycopg.Error as exc:
-                    raise TimelineDatabaseError(f"the timeline store refused: {exc}") from exc
+                except (psycopg.Error, UnicodeEncodeError) as exc:
+                    raise database_error(exc) from exc
         raise AssertionError("unreachable")
 
     def _one(self, sql: str, params: dict[str, Any]) -> Row | None:
@@ -298,9 +316,9 @@ class TimelineStore:
             ), ins AS (
                 INSERT INTO timeline_messages
                     (timeline, id, bucket, ts, body, producer_group, lock_consumer, version,
-                     created_at_ms, due_stream)
+                     created_at_ms, due_stream, headers)
                 SELECT %(timeline)s, %(id)s, %(bucket)s, %(ts)s, %(body)s, %(group)s, NULL, 1,
-                       {NOW_MS}, %(due_stream)s
+                       {NOW_MS}, %(due_stream)s, %(headers)s
                 FROM t WHERE octet_length(%(body)s) <= t.max_body_bytes
                 ON CONFLICT (timeline, id) DO NOTHING
                 RETURNING {_COLS}
@@ -334,6 +352,7 @@ class TimelineStore:
             "body": body,
             "group": new.producer_group,
             "due_stream": new.due_stream,
+            "headers": encode_headers(check_headers(new.headers)),
         }
 
     def _settle(self, params: dict[str, Any], row: Row | None) -> Created:
@@ -367,6 +386,7 @@ class TimelineStore:
         producer_group: str,
         id: str | None = None,
         due_stream: str | None = None,
+        headers: Any = None,
     ) -> Created:
         """Create a message; a retry with the same id, body and group is a no-op success.
 
@@ -377,7 +397,7 @@ class TimelineStore:
         delivered message back.
         """
         params = self._prepare(
-            timeline, NewMessage(body, timestamp_ms, producer_group, id, due_stream)
+            timeline, NewMessage(body, timestamp_ms, producer_group, id, due_stream, headers)
         )
         sql = self._insert_sql(self.supports_notify and self.notify)
         return self._settle(params, self._one(sql, params))
@@ -746,7 +766,8 @@ class TimelineStore:
         token: str | None = None,
         version: int | None = None,
     ) -> Message:
-        """Mark deleted, by its owner (unless leased) or by the holder of a live lease.
+        """Mark deleted, by its owner (refused while a lease is live: ``LeasedError``) or
+        by the holder of a live lease.
 
         Give exactly one of ``producer_group`` and ``consumer``; the holder also
         gives the lease's ``token``. The row is removed later by :meth:`purge`.

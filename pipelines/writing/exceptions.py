@@ -45,7 +45,16 @@ class WriterClosedError(WriterError):
 
 
 class MissingTimestampError(InvalidTimestampError, WriterError):
-    """The stream's timestamping is ``client-require`` and a record came without one."""
+    """The stream's timestamping is ``client-require`` and a record came without one.
+    Nothing of the write was sent; write it again with a timestamp."""
+
+    def __init__(self, stream: str | None = None, which: str = "this one") -> None:
+        self.stream = stream
+        named = f"stream {stream}" if stream else "the stream"
+        super().__init__(
+            f"{named} has timestamping client-require: every record needs a timestamp, "
+            f"and {which} has none; nothing was sent"
+        )
 
 
 class TimestampAdjustmentError(InvalidTimestampError, WriterError):
@@ -54,12 +63,15 @@ class TimestampAdjustmentError(InvalidTimestampError, WriterError):
     the arrival time. Nothing of the write was sent; write it with a timestamp at or
     above ``stored``, or turn the setting off to have it adjusted."""
 
-    def __init__(self, given: int, stored: int, index: int | None = None) -> None:
-        self.given, self.stored, self.index = given, stored, index
+    def __init__(
+        self, given: int, stored: int, index: int | None = None, stream: str | None = None
+    ) -> None:
+        self.given, self.stored, self.index, self.stream = given, stored, index, stream
         where = "" if index is None else f"timestamps[{index}]: "
         why = "the segment's previous timestamp" if stored > given else "the arrival time (cap)"
+        which = f"stream {stream}" if stream else "the stream"
         super().__init__(
-            f"{where}timestamp {given} would be stored as {stored} ({why}); the stream "
+            f"{where}timestamp {given} would be stored as {stored} ({why}); {which} "
             "refuses adjusted timestamps (refuse_adjustments), so nothing was written"
         )
 
@@ -78,6 +90,13 @@ class AutomaticTimeError(WriterError):
 
 class SerializationError(WriterError, TypeError):
     """An event is not bytes and the writer has no serializer (or the serializer failed)."""
+
+
+class InvalidHeaderError(WriterError, TypeError):
+    """A Kafka header is not a ``(str name, bytes value)`` pair; the message names it.
+
+    Nothing of the write was sent. A text value goes as ``value.encode()``.
+    """
 
 
 @dataclass(frozen=True)
@@ -171,6 +190,7 @@ __all__ = [
     "AutomaticTimeError",
     "DeliveryError",
     "FailedRecord",
+    "InvalidHeaderError",
     "InvalidRoutingKeyError",
     "InvalidTimestampError",
     "MarksTopicError",

@@ -15,18 +15,22 @@ partition count is refused, since marks would land in the wrong buckets
 (``controller.kafka.admin.ensure_marks_topic``, shared with the controller job).
 
 :class:`MarkPublisher` is where every writer (``EventWriter``,
-``TransactionalWriter``, ``TidemarkProducer``) applies the protocol's
-writer-side rules (``schemas/README.md``, section 5): a noted time never goes
-below the previous one (nor, noted automatically, below an event written); a
-note is published only when the records before it were all stored; the
-shutdown mark repeats the last noted time with ``alive=False``; each mark's
-delivery is counted or recorded as failed. :func:`flush_publishing` is the
-flush that waits for records and the marks they make ready.
+``TransactionalWriter``, ``TidemarkProducer``, the Spark writer's tasks) applies
+the protocol's writer-side rules (``schemas/README.md``, sections 4 and 5):
+every mark carries the writer instance's token (:func:`instance_token`, one
+per writer object) and the highest timestamp written (``max_event_time``); a
+noted time never goes below the previous one (nor, noted automatically, below
+an event written); a note is published only when the records before it were
+all stored; the shutdown mark repeats the last noted time with
+``alive=False``; each mark's delivery is counted or recorded as failed.
+:func:`flush_publishing` is the flush that waits for records and the marks
+they make ready.
 """
 
 from __future__ import annotations
 
 import logging
+import secrets
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -37,7 +41,12 @@ from confluent_kafka import Producer
 from controller.kafka.admin import ensure_marks_topic
 from controller.model import WriterMark
 from controller.naming import ClusterSettings, bucket_of
-from pipelines.writing.exceptions import FailedRecord, TimeWentBackwardsError, failed_record
+from pipelines.writing.exceptions import (
+    FailedRecord,
+    TimeWentBackwardsError,
+    WriterConfigError,
+    failed_record,
+)
 from pipelines.writing.metrics import DELIVERY_FAILURES, MARKS_SENT
 from schemas.records import WriterMarkRecord
 
@@ -45,6 +54,18 @@ log = logging.getLogger(__name__)
 
 DeliveryCallback = Callable[[Any, Any], None]
 """A Kafka delivery callback: ``callback(error, message)``."""
+
+
+def instance_token(given: str | None = None) -> str:
+    """The token naming one running writer instance on all its marks: ``given`` (checked),
+    else a new random one. The controller binds a writer id to the token of its first
+    accepted mark and refuses marks of any other (``impersonated``) while that instance
+    lives (``controller.admission.check_instance``)."""
+    if given is None:
+        return secrets.token_hex(16)
+    if not isinstance(given, str) or not given.strip():
+        raise WriterConfigError(f"instance must be a non-empty string, got {given!r}")
+    return given
 
 
 @dataclass(frozen=True)
@@ -107,8 +128,8 @@ class MarkPublisher:
 
     ``failures`` is the writer's list of records not stored (a mark Kafka
     refused is added to it; the writer raises them as ``DeliveryError``);
-    ``instance`` is the token the controller binds ``writer_id`` to (``None``:
-    marks without one).
+    ``instance`` is the token the controller binds ``writer_id`` to
+    (:func:`instance_token`: a new one unless given).
     """
 
     def __init__(
@@ -121,7 +142,7 @@ class MarkPublisher:
     ) -> None:
         self.cluster = cluster
         self.writer_id = writer_id
-        self.instance = instance
+        self.instance = instance_token(instance)
         self.last_noted: int | None = None
         """The latest time noted (committed, for a transactional writer)."""
         self._produce = produce
@@ -141,6 +162,15 @@ class MarkPublisher:
         the highest timestamp written (a mark below an event it covers would let a
         watermark pass that event)."""
         return max(now_ms, self.last_noted or 0, max_event_time or 0)
+
+    def closing_time(self, automatic: bool, now_ms: int, max_event_time: int | None) -> int | None:
+        """The time of the shutdown mark ``close`` sends: the last noted time (``None``:
+        none was, and no mark is sent); a writer noting time automatically notes once more
+        (:meth:`automatic_time`), so it ends with a shutdown mark even before its first
+        tick -- a registration under its id (the Spark writer's) must not outlive it."""
+        if automatic:
+            return self.automatic_time(now_ms, max_event_time)
+        return self.last_noted
 
     def publish(self, stream: str, mark: WriterMark, transaction_id: str | None = None) -> None:
         """Produce ``mark`` for ``stream`` (its records must be acknowledged already, or be
@@ -231,6 +261,7 @@ __all__ = [
     "ReadyNote",
     "ensure_marks_topic",
     "flush_publishing",
+    "instance_token",
     "mark_message",
     "to_writer_mark",
 ]

@@ -15,6 +15,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+_CALLBACKS_KEPT = 16
+"""Reports with an application callback kept per partition (per-record lambdas are never
+looked up again: past this many, the kept ones are dropped)."""
+
 
 @dataclass
 class GroupNote:
@@ -27,7 +31,7 @@ class GroupNote:
     failed: list[Any] = field(default_factory=list)
     """The delivery reports (messages) of records that were not stored."""
     max_event_time: int | None = None
-    """Not known to the drop-in producer yet (it passes timestamps through)."""
+    """The highest timestamp among the records sent before the note (the mark's)."""
 
 
 class DeliveryGroups:
@@ -58,6 +62,9 @@ class DeliveryGroups:
         self._open: dict[int, dict[Any, Any]] = {}
         self.setters: dict[int, Callable[[Any, Any], None]] = {}
         self.used: dict[int, bool] = {}
+        self.with_callback: dict[int, dict[Any, Callable[[Any, Any], None]]] = {}
+        """Partition -> the application's callback -> ``reporting_to(p, cb)`` (the
+        producer's hot path looks a report up here before making one)."""
         self._chains: dict[int, list[dict[Any, Any]]] = {}
         self._next: dict[int, int] = {}
         self._pending: list[GroupNote] = []
@@ -73,7 +80,24 @@ class DeliveryGroups:
         self._open[p] = bucket
         self.setters[p] = bucket.__setitem__
         self.used[p] = False
+        self.with_callback[p] = {}
         self._chains.setdefault(p, []).append(bucket)
+
+    def reporting_to(self, p: int, cb: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
+        """A delivery callback for a record of partition ``p`` that the application also
+        wants reported to ``cb``: the open group's setter, then ``cb``. Made once per
+        group and callback (kept in ``with_callback``), not per record."""
+        made = self.with_callback[p]
+        if len(made) >= _CALLBACKS_KEPT:
+            made.clear()
+        into = self.setters[p]
+
+        def report(err: Any, msg: Any) -> None:
+            into(err, msg)
+            cb(err, msg)
+
+        made[cb] = report
+        return report
 
     @property
     def waiting(self) -> bool:
@@ -89,12 +113,13 @@ class DeliveryGroups:
                     out[p] = offset(msg) + 1
         return out
 
-    def note(self, time: int, alive: bool = True) -> GroupNote:
-        """Close every written partition's group: the note covers what was sent so far."""
+    def note(self, time: int, alive: bool = True, max_event_time: int | None = None) -> GroupNote:
+        """Close every written partition's group: the note covers what was sent so far
+        (``max_event_time``: the highest timestamp among those records)."""
         closed = {p: self._open[p] for p, used in self.used.items() if used}
         for p in closed:
             self._open_group(p)
-        pending = GroupNote(time, alive, closed)
+        pending = GroupNote(time, alive, closed, max_event_time=max_event_time)
         self._pending.append(pending)
         return pending
 

@@ -13,7 +13,22 @@ through), and per-message or configured ``on_delivery`` callbacks are still
 called. In addition the producer folds its delivery reports into a
 position per stream (:mod:`pipelines.writing.positions`), and ``note_time``
 publishes a writer mark per stream, following ``schemas/README.md``, once
-every record produced before it is acknowledged.
+every record produced before it is acknowledged: with this producer object's
+instance token and the highest timestamp it sent (``max_event_time``), as
+``EventWriter``'s marks. ``automatically_note_time=True`` notes the time
+every ``note_time_interval_ms`` from a background thread instead (the
+heartbeat, :mod:`pipelines.writing.heartbeat`), so an idle producer keeps its
+streams' watermarks moving.
+
+Timestamps: a record of a stream is stamped by the stream's timestamping
+rules (:mod:`pipelines.writing.timestamping`, as ``EventWriter``'s records):
+``timestamp=0`` means "none given", as for ``Producer``; ``client-require``
+refuses such a record (:class:`MissingTimestampError`, nothing sent);
+``arrival`` lets the broker stamp it; a capped stream lowers a timestamp
+later than the producer's clock to it; a timestamp below the segment's
+previous one is raised to it, or refused under ``refuse_adjustments``
+(:class:`TimestampAdjustmentError`). ``produce`` returns the timestamp sent,
+and the delivery report's ``msg.timestamp()`` is the one stored.
 
 Which records count: those produced to the topic of one of the producer's
 ``stream`` (or ``streams``); records to other topics pass through untouched.
@@ -35,14 +50,28 @@ segment's recorded size) are reported as :class:`DeliveryError` by the
 next call, for the application to produce again; ``EventWriter`` re-sends
 them by itself.
 
+Per record, in the default mode: while nothing waits to be checked (a failure,
+a close, a metadata change), ``produce`` is a closure set on the instance
+(``_routed_produce``: the partition, the group's report, one positional call)
+and ``poll``, while no note waits, the wrapped producer's own method; the
+class's methods check, publish, and hand them back. A record with the
+application's delivery callback gets its group's report followed by that
+callback, a function made once per group and callback
+(``DeliveryGroups.reporting_to``). Headers are checked as ``Producer`` takes
+them (:mod:`pipelines.writing.headers`; a name that is not text is refused).
+
 Positions from end offsets (opt-in, ``positions_from="end_offsets"``; one
 argument more: ``TidemarkProducer(conf, ..., positions_from="end_offsets")``):
 the per-record delivery reports cost about 1 µs a record in confluent-kafka
 even when the callback is C code (a ``Message`` object per report), and the
-wrapper's Python frame more. In this mode the producer's ``produce`` and
-``poll`` *are* the wrapped producer's own methods (set on the instance): no
-Python runs per record. Kafka's ``partitioner`` places the records, as the
-bare producer would. Kafka reports failed records only
+wrapper's Python frame more. In this mode no delivery report is made per
+record, and on streams whose timestamping is ``arrival`` (the broker stamps:
+nothing to do per record) the producer's ``produce`` and ``poll`` *are* the
+wrapped producer's own methods (set on the instance): no Python runs per
+record, Kafka's ``partitioner`` places the records, as the bare producer
+would, and ``produce`` returns ``None``. On other streams ``produce`` stays
+the Python method that stamps each record (and computes its partition as
+the ``partitioner`` would). Kafka reports failed records only
 (``delivery.report.only.error``: a Python call per *failure*); the records
 produced per partition come from librdkafka's statistics
 (:mod:`pipelines.writing.produced_counts`; ``statistics.interval.ms`` is
@@ -77,13 +106,12 @@ not reported) and is refused, and so are streams tidemark routes (they can
 scale, and re-sending what a seal cut off needs each record's offset): the
 mode is for topics adopted without tidemark routing.
 
-Timestamps are passed through as given (Kafka's own rules apply); the S2
-timestamping of :mod:`pipelines.writing.timestamping` is ``EventWriter``'s.
 Transactions are not wrapped: use ``TransactionalWriter``.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import threading
@@ -101,7 +129,9 @@ from controller.naming import ClusterSettings
 from controller.navigation import key_hash
 from controller.states import require_writable
 from controller.store import MetadataStore
+from controller.timestamps import wall_clock_ms
 from pipelines.writing.exceptions import (
+    AutomaticTimeError,
     DeliveryError,
     FailedRecord,
     MissingWriterIdError,
@@ -113,12 +143,14 @@ from pipelines.writing.exceptions import (
     failed_record,
     raise_failures,
 )
+from pipelines.writing.headers import checked_headers
+from pipelines.writing.heartbeat import Heartbeat
 from pipelines.writing.marks import MarkMessage, MarkPublisher, flush_publishing
 from pipelines.writing.partitioners import DEFAULT_PARTITIONER, check_partitioner, kafka_partition
 from pipelines.writing.positions import DeliveryGroups
 from pipelines.writing.produced_counts import StatisticsReport, StatisticsReports
 from pipelines.writing.stream_view import StreamView, sealed_by
-from pipelines.writing.timestamping import check_timestamp
+from pipelines.writing.timestamping import SegmentClock, TimestampPolicy, check_timestamp
 
 log = logging.getLogger(__name__)
 
@@ -139,8 +171,8 @@ application sets its own): ``note_time`` waits for the next report after its flu
 
 
 class _Stream(StreamView):
-    """One stream the producer writes: its metadata (``applied``, ``latest``), routing and
-    position."""
+    """One stream the producer writes: its metadata (``applied``, ``latest``), routing,
+    timestamps (``clock``: the stream's rules, floors per segment) and position."""
 
     def __init__(
         self,
@@ -154,6 +186,9 @@ class _Stream(StreamView):
         self.topic = metadata.topic
         self.groups = DeliveryGroups(())
         self.routed = metadata.adoption is None or metadata.adoption.tidemark_routing
+        self.clock = SegmentClock(TimestampPolicy.of(metadata))
+        self.floors = self.clock.live_floors
+        self.epoch: Epoch = metadata.current_epoch()
         # Positions from end offsets:
         self.failed: dict[int, int] = {}
         """Partition -> this producer's records Kafka reported as not stored."""
@@ -165,10 +200,12 @@ class _Stream(StreamView):
         self.apply(metadata)
 
     def apply(self, metadata: StreamMetadata) -> None:
-        """Route by ``metadata`` from now on."""
+        """Route and stamp by ``metadata`` from now on."""
         self.applied = metadata
         self.segment_of = {s.number: s.id for s in metadata.segments().values()}
-        self.epoch: Epoch = metadata.current_epoch()
+        self.clock.policy = TimestampPolicy.of(metadata)
+        self.clock.follow(metadata.epochs, self.epoch.number)
+        self.epoch = metadata.current_epoch()
         self.current = {s.number for s in self.epoch.segments}
         self.routes: dict[Any, int] = {}
         self.groups.add_partitions(self.segment_of)
@@ -203,6 +240,9 @@ class TidemarkProducer(Closing):
     default) or ``"end_offsets"`` (see the module doc: as fast as the bare
     producer, ``note_time`` flushes and waits for a statistics report, for
     partitions this producer writes alone).
+    ``automatically_note_time``: note the time every ``note_time_interval_ms``
+    from a background thread, as ``EventWriter`` does (``note_time`` then
+    raises); ``produce``, ``poll`` and ``flush`` then take the producer's lock.
     """
 
     def __init__(
@@ -216,10 +256,22 @@ class TidemarkProducer(Closing):
         cluster: ClusterSettings | None = None,
         create_marks_topic: bool = True,
         positions_from: PositionSource = "reports",
+        automatically_note_time: bool = False,
+        note_time_interval_ms: int = 1_000,
     ) -> None:
         if positions_from not in ("reports", "end_offsets"):
             raise WriterConfigError(
                 f"positions_from must be 'reports' or 'end_offsets', got {positions_from!r}"
+            )
+        if type(note_time_interval_ms) is not int or note_time_interval_ms < 1:
+            raise WriterConfigError(
+                f"note_time_interval_ms must be an int >= 1, got {note_time_interval_ms!r}"
+            )
+        if automatically_note_time and positions_from == "end_offsets":
+            raise WriterConfigError(
+                "automatically_note_time needs positions_from='reports': with end offsets a "
+                "note counts the records produced before it, so it must run on the thread "
+                "that produces, not on a timer's"
             )
         if not isinstance(writer_id, str) or not writer_id.strip():
             raise MissingWriterIdError(f"writer_id must be a non-empty string, got {writer_id!r}")
@@ -243,6 +295,8 @@ class TidemarkProducer(Closing):
         self._closed = False
         self._failures: list[FailedRecord] = []
         self._marks = MarkPublisher(self.cluster, writer_id, self._produce_mark, self._failures)
+        self.instance = self._marks.instance
+        """This producer object's token on its marks (``marks.instance_token``)."""
         self._noting = False
         """Some note waits for its records: poll publishes the ready ones."""
         self._streams: dict[str, _Stream] = {}
@@ -250,6 +304,7 @@ class TidemarkProducer(Closing):
             metadata = store.get_stream(name)
             require_writable(name, metadata.state)
             self._streams[metadata.topic] = _Stream(store, metadata, partitioner, self._slow)
+        self._broker_stamps = self._all_broker_stamped()
         ensure_marks_topic(str(bootstrap), self.cluster, create=create_marks_topic)
         # A stream's records carry their own delivery callback (their group's bucket),
         # which replaces the configured one: that one is called from a chain instead.
@@ -266,7 +321,32 @@ class TidemarkProducer(Closing):
             st.watch()  # a change makes the next produce the checking one (_slow)
         if self._end_offsets is not None:
             vars(self)["poll"] = self._producer.poll  # publishes nothing in this mode
+        self._heartbeat: Heartbeat | None = None
+        # produce, fast: the wrapped C method where the broker stamps (end offsets mode),
+        # else the routed closure; none with automatic note time (its produce locks).
+        self._fast_produce: Callable[..., Any] | None = None
+        if automatically_note_time:
+            # The timer's notes close delivery groups that produce, poll and flush fill:
+            # those take the lock too, so a note sees every record on one side of it.
+            for name in ("produce", "poll", "flush"):
+                vars(self)[name] = self._locked(getattr(self, name))
+            self._heartbeat = Heartbeat(writer_id, note_time_interval_ms, self._note_now)
+            self._heartbeat.start()
+        else:
+            self._fast_produce = (
+                self._producer.produce if self._end_offsets is not None else self._routed_produce()
+            )
             self._fast()
+
+    def _locked(self, method: Callable[..., Any]) -> Callable[..., Any]:
+        lock = self._lock
+
+        @functools.wraps(method)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            with lock:
+                return method(*args, **kwargs)
+
+        return call
 
     def _by_end_offsets(self, settings: dict[str, Any], bootstrap: str) -> None:
         """Set up positions from end offsets: failed records' reports only (module doc)."""
@@ -297,9 +377,16 @@ class TidemarkProducer(Closing):
             st.checked = {p: (end, 0) for p, end in ends.items()}
 
     def _fast(self) -> None:
-        """Positions from end offsets: ``produce`` is the wrapped producer's own (C) method,
-        unless a failure, a close or a metadata change waits for the checking one."""
-        vars(self)["produce"] = self._producer.produce
+        """``produce`` is the fast one (``_fast_produce``: with positions from end offsets the
+        wrapped producer's own C method, only when every stream takes the broker's append
+        time; else ``_routed_produce``), unless a failure, a close or a metadata change waits
+        for the checking one (the class's), a subclass has a ``produce`` of its own, or
+        automatic note time locks it."""
+        if self._fast_produce is None or type(self).produce is not TidemarkProducer.produce:
+            return
+        if self._end_offsets is not None and not self._broker_stamps:
+            return  # the streams' timestamping rules run in Python, record by record
+        vars(self)["produce"] = self._fast_produce
         if (
             self._closed
             or self._failures
@@ -307,9 +394,66 @@ class TidemarkProducer(Closing):
         ):
             self._slow()  # raced with _on_failed/close/a watcher: check first
 
+    def _all_broker_stamped(self) -> bool:
+        """Every stream takes the broker's append time: no record needs stamping here."""
+        return all(st.clock.policy.uses_broker_time for st in self._streams.values())
+
     def _slow(self) -> None:
-        """The next ``produce`` is the class's: it checks (and raises) first."""
-        vars(self).pop("produce", None)
+        """The next ``produce`` is the class's, which checks (and raises) first. (With
+        automatic note time the one set on the instance is the locking one, which stays.)"""
+        if self._fast_produce is not None:
+            vars(self).pop("produce", None)
+
+    def _routed_produce(self) -> Callable[..., int | None]:
+        """The default mode's ``produce`` while nothing waits to be checked (``_fast``).
+
+        The class's method cut to what the usual record needs -- its partition and
+        its group's report -- with what it reads held in closure cells (an attribute
+        load per name costs more than the rest: see ``tests/bench/bench_producer``).
+        A record to another topic, with an explicit partition or with headers, or
+        any failure not raised yet (a mark's comes without ``_slow``), goes through
+        the class's method.
+        """
+        streams = self._streams
+        failures = self._failures
+        send = self._producer.produce
+        user_delivery = self._user_delivery
+        checked = TidemarkProducer.produce
+
+        def produce(
+            topic: str,
+            value: Any = None,
+            key: Any = None,
+            partition: int = -1,
+            on_delivery: DeliveryCallback | None = None,
+            timestamp: int = 0,
+            headers: Any = None,
+            callback: DeliveryCallback | None = None,
+        ) -> int | None:
+            st = streams.get(topic)
+            if st is None or partition >= 0 or headers is not None or failures:
+                given = (topic, value, key, partition, on_delivery, timestamp, headers, callback)
+                return checked(self, *given)
+            partition = st.routes.get(key, -1) if key is not None else -1
+            if partition < 0:
+                partition = st.partition_for(key)
+            seg = st.segment_of[partition]
+            if timestamp:
+                check_timestamp(timestamp)
+            ts = st.clock.peek(seg, timestamp or None, wall_clock_ms())
+            groups = st.groups
+            cb = on_delivery or callback or user_delivery
+            report = (
+                groups.setters[partition]
+                if cb is None
+                else groups.with_callback[partition].get(cb) or groups.reporting_to(partition, cb)
+            )
+            send(topic, value, key, partition, report, None, ts, None)
+            st.floors[seg] = ts  # the clock's advance (peek gave ts >= the floor)
+            groups.used[partition] = True
+            return ts
+
+        return produce
 
     def _on_failed(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None:
@@ -332,24 +476,27 @@ class TidemarkProducer(Closing):
         timestamp: int = 0,
         headers: Any = None,
         callback: DeliveryCallback | None = None,
-    ) -> None:
-        """``Producer.produce``; on a stream's topic the record also counts for its position."""
+    ) -> int | None:
+        """``Producer.produce``; on a stream's topic the record is stamped by the stream's
+        timestamping rules (``timestamp=0``: none given, as for ``Producer``) and counts for
+        its position. Returns the timestamp the record is sent with (``None`` for another
+        topic); the delivery report's ``msg.timestamp()`` is the stored one.
+
+        Raises :class:`MissingTimestampError` (``client-require``) or
+        :class:`TimestampAdjustmentError` (``refuse_adjustments``) instead of sending.
+        """
         st = self._streams.get(topic)
         if st is None:
             # Another topic: untouched (a configured callback runs as configured).
             self._send(topic, value, key, partition, on_delivery or callback, timestamp, headers)
-            return
+            return None
         # The hot path takes no lock: a record's delivery callback is its group's C-level
         # bucket setter (see DeliveryGroups), so nothing is counted per record in Python.
         if self._closed or self._failures or st.latest is not st.applied:
             with self._lock:
                 self._before_produce(st)
-        if self._end_offsets is not None:
-            # Positions from end offsets: checked, so the wrapped producer's own produce
-            # takes the next records again (no report per record: failures only).
-            self._send(topic, value, key, partition, on_delivery or callback, timestamp, headers)
-            self._fast()
-            return
+        if headers is not None:  # as Producer takes them, a bad one named (writing.headers)
+            headers = checked_headers(headers, as_producer=True)
         if partition < 0:
             # A key's partition is computed once (random ones never cached).
             partition = st.routes.get(key, -1) if key is not None else -1
@@ -360,23 +507,42 @@ class TidemarkProducer(Closing):
                 f"partition {partition} of {topic} is not a current segment of stream "
                 f"{st.name} (current: {sorted(st.current)}); leave partition unset"
             )
+        seg = st.segment_of.get(partition)
+        if seg is None:
+            raise WriterError(
+                f"partition {partition} of {topic} is not a segment of stream {st.name} "
+                f"(segments: partitions {sorted(st.segment_of)})"
+            )
+        if timestamp:
+            check_timestamp(timestamp)
+        ts = st.clock.peek(seg, timestamp or None, wall_clock_ms())
+        if self._end_offsets is not None:
+            # Positions from end offsets: checked, so the wrapped producer's own produce
+            # takes the next records again when no stamping is needed (failures only).
+            self._send(topic, value, key, partition, on_delivery or callback, ts, headers)
+            st.floors[seg] = ts  # the clock's advance (peek gave ts >= the floor)
+            self._fast()
+            return ts
         groups = st.groups
         cb = on_delivery or callback or self._user_delivery
-        if cb is None and not timestamp and headers is None:
-            self._producer.produce(
-                topic, value, key, partition, on_delivery=groups.setters[partition]
-            )
-        else:
+        if cb is None:
             report = groups.setters[partition]
-            if cb is not None:
-                report = _chain(report, cb)
-            self._send(topic, value, key, partition, report, timestamp, headers)
+        else:  # the group's report, then the application's callback: made once, looked up
+            report = groups.with_callback[partition].get(cb) or groups.reporting_to(partition, cb)
+        # Positional (keywords cost a dict per call): ..., on_delivery, callback, timestamp,
+        # headers.
+        self._producer.produce(topic, value, key, partition, report, None, ts, headers)
+        st.floors[seg] = ts  # the clock's advance (peek gave ts >= the floor)
         groups.used[partition] = True
+        if self._fast_produce is not None and vars(self).get("produce") is not self._fast_produce:
+            self._fast()  # checked: the fast one takes the next records again
+        return ts
 
     def _before_produce(self, st: _Stream) -> None:
         self._check()
         if st.latest is not st.applied:
             self._refresh(st)
+            self._broker_stamps = self._all_broker_stamped()
 
     def _send(
         self,
@@ -388,23 +554,12 @@ class TidemarkProducer(Closing):
         timestamp: int,
         headers: Any,
     ) -> None:
-        if cb is None:
-            self._producer.produce(
-                topic, value, key, partition, timestamp=timestamp, headers=headers
-            )
-        else:
-            self._producer.produce(
-                topic,
-                value,
-                key,
-                partition,
-                on_delivery=cb,
-                timestamp=timestamp,
-                headers=headers,
-            )
+        self._producer.produce(topic, value, key, partition, cb, None, timestamp, headers)
 
     def poll(self, timeout: float = -1) -> int:
-        """``Producer.poll``; also publishes the marks whose records are all acknowledged."""
+        """``Producer.poll``; also publishes the marks whose records are all acknowledged.
+
+        (With positions from end offsets ``poll`` is the wrapped producer's own method.)"""
         served = self._producer.poll(timeout)
         if self._noting:
             with self._lock:
@@ -436,18 +591,41 @@ class TidemarkProducer(Closing):
         ``positions_from="end_offsets"`` it flushes first, then publishes).
         ``timestamp`` may repeat the previous noted time, never go below it.
         """
+        if self._heartbeat is not None:
+            raise AutomaticTimeError(
+                f"producer of writer {self.writer_id} notes time automatically "
+                "(automatically_note_time=True); note_time is not available"
+            )
         check_timestamp(timestamp, "noted time")
         with self._lock:
             self._check()
             self._marks.check_not_backwards(timestamp)
             self._note(timestamp, alive=True, only=stream)
 
+    def _note_now(self) -> bool:
+        """The heartbeat's tick: note the time automatically; ``False`` once closed."""
+        with self._lock:
+            if self._closed:
+                return False
+            self._note(self._marks.automatic_time(wall_clock_ms(), self._max_event_time()))
+            return True
+
+    def _max_event_time(self) -> int | None:
+        """The highest timestamp this producer sent a record of its streams with, or None."""
+        return max(
+            (t for st in self._streams.values() if (t := st.clock.highest()) is not None),
+            default=None,
+        )
+
     def close(self, timeout: float = 30.0) -> None:
-        """Flush, publish the shutdown mark (when time was ever noted), flush again.
+        """Flush, publish the shutdown mark (when time was ever noted, or is noted
+        automatically: then at the automatic time of the close), flush again.
 
         Raises :class:`DeliveryError` for records Kafka did not store, after
         closing. Closing twice is allowed.
         """
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
         with self._lock:
             if self._closed:
                 return
@@ -456,8 +634,11 @@ class TidemarkProducer(Closing):
                     raise WriterTimeoutError(
                         f"writer {self.writer_id}: records still in flight after {timeout} s"
                     )
-                if self._marks.last_noted is not None:
-                    self._note(self._marks.last_noted, alive=False, only=None)
+                last = self._marks.closing_time(
+                    self._heartbeat is not None, wall_clock_ms(), self._max_event_time()
+                )
+                if last is not None:
+                    self._note(last, alive=False)
                     if self.flush(timeout):
                         raise WriterTimeoutError(
                             f"writer {self.writer_id}: no ack of the shutdown mark in {timeout} s"
@@ -512,14 +693,14 @@ class TidemarkProducer(Closing):
                     )
                 )
 
-    def _note(self, timestamp: int, alive: bool, only: str | None) -> None:
+    def _note(self, timestamp: int, alive: bool = True, only: str | None = None) -> None:
         if self._end_offsets is not None:
             self._note_at_end_offsets(self._end_offsets, timestamp, alive, only)
             return
         self._marks.last_noted = timestamp
         for st in self._streams.values():
             if only is None or st.name == only:
-                st.groups.note(timestamp, alive)
+                st.groups.note(timestamp, alive, st.clock.highest())
         self._publish_ready()
         self._producer.poll(0)
 
@@ -533,7 +714,7 @@ class TidemarkProducer(Closing):
                 self._failures.extend(failed_record(msg) for msg in note.failed)
             published += self._marks.publish_ready(st.name, notes, st.segment_position)
             waiting = waiting or st.groups.waiting
-        self._noting = waiting
+        self._noting = waiting  # poll publishes the notes as their records are acknowledged
         return published
 
     def _produce_mark(self, msg: MarkMessage, on_delivery: DeliveryCallback) -> None:
@@ -552,6 +733,7 @@ class TidemarkProducer(Closing):
                 f"time {timestamp} not noted"
             )
         self._raise_failures()  # a record before the note was not stored: no mark
+        flushed_ms = wall_clock_ms()  # every record before the note is stored by now
         report = self._report_after(time.monotonic(), topics.timeout_s, timestamp)
         for st in self._streams.values():
             if only is not None and st.name != only:
@@ -587,7 +769,11 @@ class TidemarkProducer(Closing):
             for p, end in ends.items():
                 if end > st.end_position.get(p, 0):
                     st.end_position[p] = end
-            mark = WriterMark(timestamp, st.segment_position(st.end_position), alive)
+            top = st.clock.highest()
+            if st.clock.policy.uses_broker_time and stored:
+                # Sent unstamped (the broker's append time): none later than the flush's end.
+                top = max(top or 0, flushed_ms)
+            mark = WriterMark(timestamp, st.segment_position(st.end_position), alive, top)
             self._marks.publish(st.name, mark)
         self._marks.last_noted = timestamp
         self._producer.poll(0)
@@ -624,16 +810,6 @@ class TidemarkProducer(Closing):
 
     def _raise_failures(self) -> None:
         raise_failures(self._failures)
-
-
-def _chain(report: DeliveryCallback, cb: DeliveryCallback) -> DeliveryCallback:
-    """Both callbacks for one record: its group's bucket, then the application's."""
-
-    def both(err: KafkaError | None, msg: Message) -> None:
-        report(err, msg)
-        cb(err, msg)
-
-    return both
 
 
 def _offset(msg: Message) -> int:

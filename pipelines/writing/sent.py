@@ -2,7 +2,7 @@
 
     >>> log = SentRecords(window_ms=1_000, offset=lambda m: m)  # a message is its offset
     >>> add, report = log.appenders(7)
-    >>> add((b"k", b"v1", 100, 0)); add((b"k", b"v2", 101, 0))
+    >>> add((b"k", b"v1", 100, 0, None)); add((b"k", b"v2", 101, 0, None))
     >>> note = log.note(500)
     >>> report(None, 40); log.harvest(0), log.ready()     # Kafka reported the first one
     ([], [])
@@ -45,8 +45,10 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any
 
-Record = tuple[bytes | None, bytes, int, int]
-"""(key, value, timestamp, sent_ms)"""
+from pipelines.writing.headers import KafkaHeaders
+
+Record = tuple[bytes | None, bytes, int, int, KafkaHeaders | None]
+"""(key, value, timestamp, sent_ms, headers)"""
 Report = Callable[[Any, Any], None]
 """A delivery callback: ``report(error, message)``."""
 
@@ -61,6 +63,7 @@ class Retained:
     value: bytes
     timestamp: int
     offset: int
+    headers: KafkaHeaders | None = None
 
 
 @dataclass
@@ -143,7 +146,7 @@ class SentRecords:
 
     def appenders(self, segment: int) -> tuple[Callable[[Record], None], Report]:
         """For a writer's hot path: append a record sent to ``segment`` (key, value,
-        timestamp, now_ms), and the report callback to produce it with."""
+        timestamp, now_ms, headers), and the report callback to produce it with."""
         seg = self._segment(segment)
         return seg.records.append, seg.report
 
@@ -251,8 +254,8 @@ class SentRecords:
                 continue  # not stored: already reported as failed
             if off < sealed_size:
                 break
-            key, value, ts, _ = seg.records[i]
-            out.append(Retained(key, value, ts, off))
+            key, value, ts, _, headers = seg.records[i]
+            out.append(Retained(key, value, ts, off, headers))
         out.reverse()
         return out
 

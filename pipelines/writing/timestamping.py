@@ -21,28 +21,41 @@ A stream with ``refuse_adjustments`` (S2's opt-out) refuses, with
 :class:`TimestampAdjustmentError`, a record whose timestamp steps 2 or 3
 would change, instead of changing it; nothing of that write is sent.
 
-"Arrival time" is the writer's clock when ``write`` is called (milliseconds).
-A stamp is *adjusted* when the writer gave a timestamp and the stored one
-differs from it. Nothing here is monotonic across writers: see the README.
+"Arrival time" is the writer's clock when ``write`` (or ``produce``) is called
+(milliseconds). A stamp is *adjusted* when the writer gave a timestamp and the
+stored one differs from it. Nothing here is monotonic across writers: see the
+README. Every tidemark producer stamps through here: ``EventWriter``,
+``TransactionalWriter``, ``TidemarkProducer`` and the Spark writer's tasks.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from controller.config import TimestampingMode
+from controller.metadata import StreamMetadata
+from controller.model import Epoch
+from controller.navigation import predecessors
 from controller.timestamps import MAX_TIMESTAMP, check_timestamp
 from pipelines.writing.exceptions import MissingTimestampError, TimestampAdjustmentError
 
 
 @dataclass(frozen=True)
 class TimestampPolicy:
-    """A stream's timestamping mode and whether client timestamps are capped."""
+    """A stream's timestamping mode and whether client timestamps are capped; ``stream``
+    names the stream in the errors of a refused record."""
 
     mode: TimestampingMode = TimestampingMode.CLIENT_PREFER
     uncapped: bool = False
     refuse_adjustments: bool = False
+    stream: str | None = None
+
+    @classmethod
+    def of(cls, metadata: StreamMetadata) -> TimestampPolicy:
+        """The policy ``metadata``'s configuration sets for its stream."""
+        cfg = metadata.config
+        return cls(cfg.timestamping, cfg.uncapped, cfg.refuse_adjustments, metadata.name)
 
     @property
     def uses_broker_time(self) -> bool:
@@ -63,9 +76,7 @@ def choose(policy: TimestampPolicy, client_ts: int | None, arrival_ms: int) -> i
         return arrival_ms
     if client_ts is None:
         if policy.mode is TimestampingMode.CLIENT_REQUIRE:
-            raise MissingTimestampError(
-                "the stream's timestamping is client-require: every record needs a timestamp"
-            )
+            raise MissingTimestampError(policy.stream)
         return arrival_ms
     if not policy.uncapped and client_ts > arrival_ms:
         return arrival_ms
@@ -91,7 +102,7 @@ def refuse_adjusted(
         return
     for i, (client_ts, ts) in enumerate(zip(given, stored, strict=True)):
         if client_ts is not None and ts != client_ts:
-            raise TimestampAdjustmentError(client_ts, ts, i)
+            raise TimestampAdjustmentError(client_ts, ts, i, policy.stream)
 
 
 def monotonic(timestamps: Iterable[int], floor: int | None = None) -> list[int]:
@@ -142,7 +153,7 @@ class SegmentClock:
         if floor is not None and ts < floor:
             ts = floor
         if ts != client_ts and client_ts is not None and refuse and self.policy.refuse_adjustments:
-            raise TimestampAdjustmentError(client_ts, ts)
+            raise TimestampAdjustmentError(client_ts, ts, stream=self.policy.stream)
         return ts
 
     def advance(self, segment: int, timestamp: int) -> None:
@@ -157,11 +168,23 @@ class SegmentClock:
         self._floors[segment] = result.timestamp
         return result
 
+    def highest(self) -> int | None:
+        """The highest timestamp sent on any segment (a mark's ``max_event_time``), or None."""
+        return max(self._floors.values()) if self._floors else None
+
     def inherit(self, successor: int, predecessors: Iterable[int]) -> None:
         """Start ``successor`` from the highest floor among ``predecessors``."""
         known = [self._floors[p] for p in predecessors if p in self._floors]
         if known:
             self._floors[successor] = max([*known, self._floors.get(successor, 0)])
+
+    def follow(self, epochs: Sequence[Epoch], applied: int) -> None:
+        """A scale: every segment new in an epoch after ``applied`` starts from the highest
+        floor of its predecessors, so a key's timestamps never go down across it."""
+        for epoch in epochs[applied + 1 :]:
+            for seg in epoch.segments:
+                if seg.epoch == epoch.number:
+                    self.inherit(seg.id, (p.id for p in predecessors(epochs, seg.id)))
 
 
 __all__ = [

@@ -48,6 +48,7 @@ from pipelines.writing.exceptions import (
     TransactionTimedOutError,
     WriterConfigError,
 )
+from pipelines.writing.headers import Headers, KafkaHeaders, checked_headers
 from pipelines.writing.positions import merge
 from pipelines.writing.timestamping import check_timestamp
 from pipelines.writing.writer import RoutingKey, Serializer, _routing_key_bytes, _StreamWriter
@@ -72,6 +73,7 @@ class _Pending:
     key: bytes | None
     value: bytes
     timestamp: int | None
+    headers: KafkaHeaders | None
 
 
 class Transaction:
@@ -85,9 +87,16 @@ class Transaction:
         self._records: list[_Pending] = []
         self._touched: set[int] = set()
 
-    def write(self, event: Any, routing_key: RoutingKey, timestamp: int | None = None) -> None:
-        """Write ``event`` in this transaction (invisible to readers until commit)."""
-        self._writer._txn_write(self, event, routing_key, timestamp)
+    def write(
+        self,
+        event: Any,
+        routing_key: RoutingKey,
+        timestamp: int | None = None,
+        headers: Headers | None = None,
+    ) -> None:
+        """Write ``event`` in this transaction (invisible to readers until commit), with
+        Kafka ``headers`` as ``EventWriter.write`` takes them."""
+        self._writer._txn_write(self, event, routing_key, timestamp, headers)
 
     def commit(self, timestamp: int | None = None) -> None:
         """Commit; with ``timestamp``, the writer mark is committed with the records."""
@@ -212,20 +221,26 @@ class TransactionalWriter(_StreamWriter):
         self._failures.clear()
 
     def _txn_write(
-        self, txn: Transaction, event: Any, routing_key: RoutingKey, timestamp: int | None
+        self,
+        txn: Transaction,
+        event: Any,
+        routing_key: RoutingKey,
+        timestamp: int | None,
+        headers: Headers | None,
     ) -> None:
         value = self._value(event)
         key = _routing_key_bytes(routing_key)
         if timestamp is not None:
             check_timestamp(timestamp)
+        kafka_headers = checked_headers(headers)
         with self._lock:
             self._require_open(txn)
             view = self._view
             if view.latest is not view.applied or not self._writable:
                 self._refresh()
             seg = self._segment_for(key)
-            self._send(seg, key, value, timestamp, self._now_ms())
-            txn._records.append(_Pending(key, value, timestamp))
+            self._send(seg, key, value, timestamp, self._now_ms(), kafka_headers)
+            txn._records.append(_Pending(key, value, timestamp, kafka_headers))
             txn._touched.add(seg.id)
             self._producer.poll(0)
 
@@ -255,7 +270,7 @@ class TransactionalWriter(_StreamWriter):
         now = self._now_ms()
         for rec in txn._records:
             seg = self._segment_for(rec.key)
-            self._send(seg, rec.key, rec.value, rec.timestamp, now, replay=True)
+            self._send(seg, rec.key, rec.value, rec.timestamp, now, rec.headers, replay=True)
             txn._touched.add(seg.id)
 
     def _txn_commit(self, txn: Transaction, timestamp: int | None) -> None:

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import logging
 import random
-import secrets
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -51,7 +50,7 @@ from controller.closing import Closing
 from controller.metadata import StreamMetadata
 from controller.model import Epoch, Segment, segment_number
 from controller.naming import split_stream
-from controller.navigation import key_hash, predecessors
+from controller.navigation import key_hash
 from controller.states import WRITABLE, require_writable
 from controller.store import MetadataStore
 from controller.timestamps import wall_clock_ms
@@ -69,6 +68,7 @@ from pipelines.writing.exceptions import (
     failed_record,
     raise_failures,
 )
+from pipelines.writing.headers import Headers, KafkaHeaders, checked_headers
 from pipelines.writing.heartbeat import Heartbeat
 from pipelines.writing.marks import (
     DeliveryCallback,
@@ -76,6 +76,7 @@ from pipelines.writing.marks import (
     MarkPublisher,
     ensure_marks_topic,
     flush_publishing,
+    instance_token,
 )
 from pipelines.writing.metrics import DELIVERY_FAILURES
 from pipelines.writing.sent import Record, Report, Retained, SentRecords
@@ -108,6 +109,19 @@ class RecordAck:
     adjusted: bool
 
 
+class _EndField:
+    """A field of a batch's first or last record (``BatchAck.first_offset`` and the like)."""
+
+    def __init__(self, index: int, field: str) -> None:
+        self.index, self.field = index, field
+
+    def __get__(self, ack: BatchAck | None, owner: type | None = None) -> int:
+        if ack is None:
+            raise AttributeError(f"{self.field} of a BatchAck's record {self.index}")
+        value: int = getattr(ack.records[self.index], self.field)
+        return value
+
+
 @dataclass(frozen=True)
 class BatchAck:
     """What ``write_batch`` stored, in order, all on ``segment_id``."""
@@ -115,21 +129,10 @@ class BatchAck:
     segment_id: int
     records: tuple[RecordAck, ...]
 
-    @property
-    def first_offset(self) -> int:
-        return self.records[0].offset
-
-    @property
-    def last_offset(self) -> int:
-        return self.records[-1].offset
-
-    @property
-    def first_timestamp(self) -> int:
-        return self.records[0].timestamp
-
-    @property
-    def last_timestamp(self) -> int:
-        return self.records[-1].timestamp
+    first_offset = _EndField(0, "offset")
+    last_offset = _EndField(-1, "offset")
+    first_timestamp = _EndField(0, "timestamp")
+    last_timestamp = _EndField(-1, "timestamp")
 
     @property
     def adjusted(self) -> tuple[bool, ...]:
@@ -164,13 +167,14 @@ class _StreamWriter(Closing):
         serializer: Serializer | None,
         clock: Callable[[], int] | None,
         transactional_id: str | None = None,
+        instance: str | None = None,
     ) -> None:
         if writer_id is not None and (not isinstance(writer_id, str) or not writer_id.strip()):
             raise MissingWriterIdError(f"writer_id must be a non-empty string, got {writer_id!r}")
         split_stream(stream)
         self.writer_id = writer_id
-        self.instance = secrets.token_hex(16)
-        """This writer object's token on its marks (see ``mark_message``)."""
+        self.instance = instance_token(instance)
+        """This writer object's token on its marks (see ``marks.instance_token``)."""
         self.stream = stream
         self.config = config
         self._serializer = serializer
@@ -187,7 +191,7 @@ class _StreamWriter(Closing):
         require_writable(stream, metadata.state)
         ensure_marks_topic(bootstrap_servers, config.cluster, create=config.create_marks_topic)
 
-        self._clock = SegmentClock(_policy(metadata))
+        self._clock = SegmentClock(TimestampPolicy.of(metadata))
         self._floors = self._clock.live_floors
         # The records sent, their offsets appended by one report callback per segment: the
         # position, the notes, and what a seal cut off (a transactional writer keeps those of
@@ -240,7 +244,7 @@ class _StreamWriter(Closing):
         else:
             written = []
         view.applied = latest
-        self._clock.policy = _policy(latest)
+        self._clock.policy = TimestampPolicy.of(latest)
         if closing:
             for seg_id in written:
                 for rec in self._cut_off(seg_id, latest):
@@ -263,11 +267,7 @@ class _StreamWriter(Closing):
                 self._epoch.number,
                 new_epoch.number,
             )
-            for epoch in latest.epochs[self._epoch.number + 1 :]:
-                for seg in epoch.segments:
-                    if seg.epoch == epoch.number:
-                        preds = predecessors(latest.epochs, seg.id)
-                        self._clock.inherit(seg.id, (p.id for p in preds))
+            self._clock.follow(latest.epochs, self._epoch.number)
             self._await_partitions(latest.partition_count())
             self._epoch = new_epoch
             self._routes.clear()
@@ -283,7 +283,13 @@ class _StreamWriter(Closing):
                 now = self._now_ms()
                 for rec in resend:
                     self._send(
-                        self._segment_for(rec.key), rec.key, rec.value, rec.timestamp, now, True
+                        self._segment_for(rec.key),
+                        rec.key,
+                        rec.value,
+                        rec.timestamp,
+                        now,
+                        rec.headers,
+                        replay=True,
                     )
         self._writable = True
 
@@ -310,14 +316,16 @@ class _StreamWriter(Closing):
         value: bytes,
         client_ts: int | None,
         now_ms: int,
+        headers: KafkaHeaders | None = None,
+        *,
         replay: bool = False,
     ) -> None:
-        """Stamp and send one record; a ``replay`` (a re-send of an accepted write) is
-        never refused for needing an adjustment."""
+        """Stamp and send one record (``headers`` checked already); a ``replay`` (a
+        re-send of an accepted write) is never refused for needing an adjustment."""
         ts = self._clock.peek(seg.id, client_ts, now_ms, refuse=not replay)
         add, report = self._log.appenders(seg.id)
-        self._produce(self._topic, value, key, seg.number, ts, report)
-        add((key, value, ts, now_ms))
+        self._produce(self._topic, value, key, seg.number, ts, report, headers)
+        add((key, value, ts, now_ms, headers))
         self._clock.advance(seg.id, ts)
 
     def _await_partitions(self, count: int) -> None:
@@ -390,22 +398,15 @@ class _StreamWriter(Closing):
         partition: int,
         timestamp: int,
         on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
+        headers: KafkaHeaders | None = None,
     ) -> None:
         while True:
             try:
-                if on_delivery is None:
-                    self._producer.produce(
-                        topic, value, key, partition=partition, timestamp=timestamp
-                    )
-                else:
-                    self._producer.produce(
-                        topic,
-                        value,
-                        key,
-                        partition=partition,
-                        timestamp=timestamp,
-                        on_delivery=on_delivery,
-                    )
+                # Positional: topic, value, key, partition, on_delivery, callback,
+                # timestamp, headers (None: no callback, no headers).
+                self._producer.produce(
+                    topic, value, key, partition, on_delivery, None, timestamp, headers
+                )
                 return
             except BufferError:
                 # The local queue is full: serve delivery reports, then retry.
@@ -457,13 +458,7 @@ class _StreamWriter(Closing):
 
     def _max_event_time(self) -> int | None:
         """The highest timestamp this writer has given a record (its clock's floors), or None."""
-        floors = self._clock.floors()
-        return max(floors.values()) if floors else None
-
-
-def _policy(metadata: StreamMetadata) -> TimestampPolicy:
-    cfg = metadata.config
-    return TimestampPolicy(cfg.timestamping, cfg.uncapped, cfg.refuse_adjustments)
+        return self._clock.highest()
 
 
 class EventWriter(_StreamWriter):
@@ -471,7 +466,9 @@ class EventWriter(_StreamWriter):
 
     ``writer_id`` names this writer to the controller (one noted time per
     id; reuse the id when a writer restarts). A writer without one may write
-    but not note time. Not safe to share between processes; safe between
+    but not note time. ``instance``: the token on its marks (default: a new
+    one; given only to carry on a registration made under it, as the Spark
+    writer job does). Not safe to share between processes; safe between
     threads.
     """
 
@@ -486,6 +483,7 @@ class EventWriter(_StreamWriter):
         serializer: Serializer | None = None,
         automatically_note_time: bool | None = None,
         clock: Callable[[], int] | None = None,
+        instance: str | None = None,
     ) -> None:
         config = config or WriterConfig()
         if automatically_note_time is not None:
@@ -500,6 +498,7 @@ class EventWriter(_StreamWriter):
             config=config,
             serializer=serializer,
             clock=clock,
+            instance=instance,
         )
         self._heartbeat: Heartbeat | None = None
         if config.automatically_note_time:
@@ -514,11 +513,14 @@ class EventWriter(_StreamWriter):
         routing_key: RoutingKey,
         timestamp: int | None = None,
         on_ack: Callable[[RecordAck], None] | None = None,
+        headers: Headers | None = None,
     ) -> int:
         """Send ``event`` to the segment owning ``routing_key`` (``None``: any segment).
 
         ``event`` is bytes, or anything the writer's serializer takes;
-        ``timestamp`` is milliseconds, used as the stream's timestamping rules say.
+        ``timestamp`` is milliseconds, used as the stream's timestamping rules say;
+        ``headers``, Kafka headers: ``(name, value)`` pairs or a mapping, names
+        ``str``, values ``bytes`` (:mod:`pipelines.writing.headers`).
         Returns the timestamp the record is stored with (in ``arrival`` mode the
         broker's append time replaces it), once Kafka has the record queued;
         ``flush`` waits for it. ``on_ack(RecordAck)`` is called when Kafka has
@@ -537,6 +539,7 @@ class EventWriter(_StreamWriter):
             key = _routing_key_bytes(routing_key)
         if timestamp is not None:
             check_timestamp(timestamp)
+        kafka_headers = checked_headers(headers) if headers is not None else None
         with self._lock:
             if self._closed or self._fatal is not None or self._failures:
                 self._check_usable()
@@ -557,15 +560,24 @@ class EventWriter(_StreamWriter):
                 add = self._adders[seg_id] = self._log.appenders(seg_id)
             if on_ack is None:
                 try:
-                    self._producer.produce(self._topic, event, key, number, add[1], None, ts)
+                    self._producer.produce(
+                        self._topic, event, key, number, add[1], None, ts, kafka_headers
+                    )
                 except (BufferError, KafkaException):
-                    self._produce(self._topic, event, key, number, ts, add[1])
+                    self._produce(self._topic, event, key, number, ts, add[1], kafka_headers)
             else:
                 self._produce(
-                    self._topic, event, key, number, ts, self._acking(on_ack, timestamp, add[1])
+                    self._topic,
+                    event,
+                    key,
+                    number,
+                    ts,
+                    self._acking(on_ack, timestamp, add[1]),
+                    kafka_headers,
                 )
             self._floors[seg_id] = ts  # self._clock.advance, inlined (peek gave ts >= floor)
-            add[0]((key, event, ts, now))  # kept for replay, its offset comes with the report
+            # Kept for replay, its offset comes with the report.
+            add[0]((key, event, ts, now, kafka_headers))
             # Reports are taken in when some arrived (poll served them) or a note waits.
             if self._producer.poll(0) or self._log.waiting:
                 self._publish_ready()
@@ -639,7 +651,7 @@ class EventWriter(_StreamWriter):
                 add, into = self._log.appenders(seg.id)
                 self._produce(self._topic, value, key, seg.number, ts, on_delivery(i, into))
                 self._clock.advance(seg.id, ts)
-                add((key, value, ts, arrival))
+                add((key, value, ts, arrival, None))
             deadline = time.monotonic() + self.config.delivery_timeout_ms / 1000 + 5
             while reported[0] < len(values):
                 if time.monotonic() > deadline:
@@ -716,7 +728,8 @@ class EventWriter(_StreamWriter):
     # --- closing -------------------------------------------------------------------------
 
     def close(self, timeout_ms: int | None = None) -> None:
-        """Flush, publish the shutdown mark (when time was ever noted), and stop.
+        """Flush, publish the shutdown mark (when time was ever noted, or is noted
+        automatically: then at the automatic time of the close), and stop.
 
         Before the mark, a scale the store records but the writer has not applied
         yet is applied (records its seal cut off are sent again to the successors),
@@ -736,7 +749,9 @@ class EventWriter(_StreamWriter):
                 if self._fatal is None:
                     self._drain(timeout)
                     self._apply_scales(timeout)
-                    last_noted = self._marks.last_noted
+                    last_noted = self._marks.closing_time(
+                        self._heartbeat is not None, self._now_ms(), self._max_event_time()
+                    )
                     if self.writer_id is not None and last_noted is not None:
                         self._note(last_noted, alive=False)
                         self._drain(timeout)

@@ -55,6 +55,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from tests.bench.load import produce_all
+
 QUICK = os.environ.get("TIDEMARK_BENCH_QUICK") == "1"
 STREAMS = 200 if QUICK else 1_000
 WRITERS = 20
@@ -302,14 +304,7 @@ def _produce_marks(
     if at_once:
         producer.init_transactions(60)
         producer.begin_transaction()
-    topic = settings.cluster.marks_topic
-    for value, key, part in marks:
-        while True:
-            try:
-                producer.produce(topic, value, key, partition=part)
-                break
-            except BufferError:
-                producer.poll(0.05)
+    produce_all(producer, settings.cluster.marks_topic, marks)
     if at_once:
         producer.commit_transaction(120)
     assert producer.flush(60) == 0
@@ -318,6 +313,9 @@ def _produce_marks(
 
 @dataclass(frozen=True)
 class Drained:
+    """The batches that drained a burst: rows read, batch count, wall time from the
+    first batch's start to the last one's end, and the longest batch."""
+
     rows: int
     batches: int
     wall_s: float

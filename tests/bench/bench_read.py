@@ -44,9 +44,8 @@ from controller.naming import ClusterSettings
 from controller.streams import StreamManager
 from pipelines.reading.group import FETCH_QUEUE_BACKOFF_MS, ReaderGroup
 from pipelines.reading.reader import FETCH_SIZE
+from tests.bench.load import EVENTS, PAYLOAD_BYTES, produce_all
 
-EVENTS = 200_000
-PAYLOAD_BYTES = 256
 SEGMENTS = 4
 ROUNDS = 3
 BIG = 512
@@ -58,15 +57,8 @@ def _write(bootstrap: str, topic: str) -> None:
         {"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True}
     )
     payload = b"x" * PAYLOAD_BYTES
-    for i in range(EVENTS):
-        while True:
-            try:
-                producer.produce(topic, payload, b"key-%d" % (i % 64), partition=i % SEGMENTS)
-                break
-            except BufferError:
-                producer.poll(0.05)
-        producer.poll(0)
-    producer.flush(60)
+    records = ((payload, b"key-%d" % (i % 64), i % SEGMENTS) for i in range(EVENTS))
+    produce_all(producer, topic, records)
 
 
 def _bare(bootstrap: str, topic: str) -> Consumer:

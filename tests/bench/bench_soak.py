@@ -171,26 +171,9 @@ def _cli_watermarks(root: Path, services: Any, stream: str, since: int) -> tuple
     return wall, len(rows)
 
 
-def _create_tables(root: Path, log_retention_s: float) -> None:
-    """Plain Delta tables with the controller's schemas and properties (``ensure_tables``
-    without Spark)."""
-    from deltalake import DeltaTable
-
-    from jobs.maintenance import retention_properties
-    from schemas.arrow import ARROW_SCHEMAS
-    from schemas.tables import TABLES, table_path
-
-    for table in TABLES:
-        DeltaTable.create(
-            table_path(str(root), table),
-            schema=ARROW_SCHEMAS[table],
-            configuration=retention_properties(log_retention_s),
-        )
-
-
 def run(services: Any) -> list[str]:
     from jobs.maintenance import Maintainer, MaintenanceSettings
-    from jobs.sink import DeltaSink
+    from jobs.sink import DeltaSink, ensure_tables
     from tests.bench.kafka_baseline import PARTITIONS, timed_topic
 
     commits = _env_int("TIDEMARK_SOAK_COMMITS", 10_000)
@@ -198,7 +181,7 @@ def run(services: Any) -> list[str]:
     probes = _env_int("TIDEMARK_SOAK_PROBES", 11)
     log_retention_s = _env_int("TIDEMARK_SOAK_LOG_RETENTION_S", 32)
     root = Path(services.work_dir) / "soak-delta"
-    _create_tables(root, log_retention_s)
+    ensure_tables(str(root), log_retention_s=log_retention_s)
     streams = [f"soak/s{i:03d}" for i in range(stream_count)]
     sink = DeltaSink(str(root), "tidemark-soak")
     sink.bind("query-1")

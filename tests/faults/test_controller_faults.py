@@ -5,15 +5,15 @@ duplicate or regression in ``seq``."""
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from jobs.controller_job import ControllerJob
 from jobs.tables import read_watermarks
+from tests.controller_env import Env
 from tests.faults.figures import report
-from tests.integration.test_controller_job import Noter, check_sequence, make_env, wait_for
+from tests.integration.test_controller_job import Noter, check_sequence, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow, pytest.mark.faults]
 
@@ -31,10 +31,8 @@ def expire_session(client: Any, hosts: str) -> None:
     twin.close()
 
 
-def test_zookeeper_session_expiry_under_load(
-    spark: Any, kafka: str, zookeeper: str, zk_client: Any, unique: str, tmp_path: Path
-) -> None:
-    env = make_env(kafka, zookeeper, zk_client, unique, tmp_path, buckets=1)
+def test_zookeeper_session_expiry_under_load(spark: Any, controller_env: Env, unique: str) -> None:
+    env = controller_env
     stream = f"z{unique}/orders"
     env.create(stream, 2)
     settings = env.settings()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,10 +18,12 @@ from confluent_kafka import Producer
 from controller.naming import TIMESTAMP_TYPE
 from jobs.controller_job import ControllerJob
 from jobs.tables import REJECTED_MARKS, Reason, read_table, read_watermarks
+from pipelines.writing.producer import TidemarkProducer
 from schemas.codec import MAGIC
 from schemas.records import WriterMarkRecord
+from tests.controller_env import Env
 from tests.faults.figures import report
-from tests.integration.test_controller_job import check_sequence, make_env, wait_for
+from tests.integration.test_controller_job import check_sequence, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow, pytest.mark.faults]
 
@@ -30,9 +31,9 @@ YEAR_MS = 365 * 86_400_000
 
 
 def test_poison_and_hostile_marks_are_rejected_rows_and_the_stream_goes_on(
-    spark: Any, kafka: str, zookeeper: str, zk_client: Any, unique: str, tmp_path: Path
+    spark: Any, controller_env: Env, kafka: str, unique: str
 ) -> None:
-    env = make_env(kafka, zookeeper, zk_client, unique, tmp_path, buckets=1)
+    env = controller_env
     stream = f"h{unique}/orders"
     env.create(stream, 1)
     settings = env.settings()
@@ -100,4 +101,62 @@ def test_poison_and_hostile_marks_are_rejected_rows_and_the_stream_goes_on(
     assert bad_key["stream"] == "\\xff\\xfe" + stream
     check_sequence(marks)
     assert marks[-1].time == now + 5  # the forged future mark did not move w1
+    assert instance.failures == []
+
+
+def test_forged_marks_cannot_take_over_a_dropin_writers_id(
+    spark: Any, controller_env: Env, kafka: str, unique: str
+) -> None:
+    """Issue 30: the drop-in producer's marks carry its instance token, so a mark under its
+    writer id with another token, or with none, is ``impersonated`` (before, its marks had
+    no token and a forged token took the id); the watermark never follows the forger."""
+    env = controller_env
+    stream = f"d{unique}/orders"
+    env.create(stream, 1)
+    settings = env.settings()
+    assert env.store is not None
+    topic = env.store.get_stream(stream).topic
+    app = TidemarkProducer(
+        {"bootstrap.servers": kafka, "linger.ms": 1},
+        stream=stream,
+        writer_id="app",
+        store=env.store,
+        cluster=env.cluster,
+    )
+    now = int(time.time() * 1000)
+    app.produce(topic, b"e0", "k", timestamp=now)
+    app.note_time(now)
+    assert app.flush(10) == 0
+    forged = [
+        WriterMarkRecord(stream, "app", now + 60_000, {0: 1}, instance="forger").encode(),
+        WriterMarkRecord(stream, "app", now + 60_000, {0: 1}).encode(),  # no token (v1 alike)
+    ]
+    instance = ControllerJob(spark, settings, f"c-{unique}").start()
+    try:
+        instance.wait_leading()
+        wait_for(lambda: len(read_watermarks(settings.delta_root, stream)) >= 1, instance)
+        producer = Producer({"bootstrap.servers": kafka})
+        for value in forged:
+            producer.produce(env.cluster.marks_topic, value=value, key=stream.encode(), partition=0)
+        assert producer.flush(10) == 0
+        for i in range(1, 4):
+            app.produce(topic, f"e{i}".encode(), "k", timestamp=now + i)
+            app.note_time(now + i)
+            assert app.flush(10) == 0
+            instance.process_all_available()
+        wait_for(lambda: len(read_table(settings.delta_root, REJECTED_MARKS)) >= 2, instance)
+        wait_for(lambda: read_watermarks(settings.delta_root, stream)[-1].time >= now + 3, instance)
+    finally:
+        app.close()
+        instance.stop()
+    rejected = read_table(settings.delta_root, REJECTED_MARKS)
+    assert sorted((r["writer"], r["reason"]) for r in rejected) == [
+        ("app", Reason.IMPERSONATED),
+        ("app", Reason.IMPERSONATED),
+    ]
+    assert {r["raw"] for r in rejected} == set(forged)
+    marks = read_watermarks(settings.delta_root, stream)
+    check_sequence(marks)
+    assert [m.time for m in marks][-1] == now + 3  # never the forged now + 60 s
+    assert max(m.time for m in marks) == now + 3
     assert instance.failures == []

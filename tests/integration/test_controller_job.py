@@ -14,8 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,75 +24,19 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from controller.config import ScalingPolicy, StreamConfiguration
 from controller.model import KeyRange, Watermark, WriterMark
 from controller.naming import ClusterSettings, bucket_of
-from controller.streams import StreamManager
 from controller.watermarks import GenerationState, Verdict, accept_mark, watermark_cycle
 from controller.zookeeper.driver import controller_view
-from controller.zookeeper.store import ZooKeeperStore
 from jobs.config import ControllerSettings, CycleTrigger
 from jobs.controller_job import ControllerJob
 from jobs.slot_keys import is_due_key
 from jobs.tables import INDEX, REJECTED_MARKS, Reason, read_table, read_watermarks
 from jobs.workflow import parse_tick, tick_value
-from pipelines.writing.config import WriterConfig
 from pipelines.writing.writer import EventWriter
 from schemas.records import WriterMarkRecord
+from tests.controller_env import Env, make_env
 from tests.faults.figures import report
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
-
-
-@dataclass
-class Env:
-    kafka: str
-    zk_connect: str  # with the test's chroot
-    store: ZooKeeperStore
-    manager: StreamManager
-    cluster: ClusterSettings
-    work: Path
-    unique: str
-
-    def settings(self, **overrides: Any) -> ControllerSettings:
-        base: dict[str, Any] = {
-            "kafka_bootstrap": self.kafka,
-            "zk_connect": self.zk_connect,
-            "delta_root": str(self.work / "delta"),
-            "checkpoint_root": str(self.work / "checkpoints"),
-            "cluster": self.cluster,
-            "interval_ms": 1000,
-            "writer_timeout_ms": 10_000,
-            "warm_up": False,
-        }
-        base.update(overrides)
-        return ControllerSettings(**base)
-
-    def writer(self, writer_id: str, stream: str) -> EventWriter:
-        return EventWriter(
-            writer_id,
-            stream,
-            store=self.store,
-            bootstrap_servers=self.kafka,
-            config=WriterConfig(cluster=self.cluster, linger_ms=1),
-        )
-
-    def create(self, stream: str, segments: int) -> None:
-        self.manager.create_scope(stream.split("/")[0])
-        self.manager.create(
-            stream, StreamConfiguration(scaling_policy=ScalingPolicy.fixed(segments))
-        )
-
-
-def make_env(kafka: str, zookeeper: str, zk_client: Any, unique: str, work: Path, buckets: int):
-    cluster = ClusterSettings(marks_topic=f"marks-{unique}", bucket_count=buckets)
-    store = ZooKeeperStore(zk_client, cluster.zk_root)
-    return Env(
-        kafka=kafka,
-        zk_connect=f"{zookeeper}/tidemark-test-{unique}",
-        store=store,
-        manager=StreamManager(store, kafka, cluster),
-        cluster=cluster,
-        work=work,
-        unique=unique,
-    )
 
 
 def stream_in_bucket(prefix: str, bucket: int, buckets: int) -> str:
@@ -161,10 +104,8 @@ def work(tmp_path: Path) -> Path:
 # --- 1. deterministic: the table equals watermark_cycle over the same marks --------------------
 
 
-def test_marks_table_equals_watermark_cycle(
-    spark: Any, kafka: str, zookeeper: str, zk_client: Any, unique: str, work: Path
-) -> None:
-    env = make_env(kafka, zookeeper, zk_client, unique, work, buckets=1)
+def test_marks_table_equals_watermark_cycle(spark: Any, controller_env: Env, unique: str) -> None:
+    env = controller_env
     stream = f"t{unique}/orders"
     env.create(stream, 2)
     settings = env.settings(trigger=CycleTrigger.TICKS, writer_timeout_ms=2_000)
@@ -257,9 +198,9 @@ def test_marks_table_equals_watermark_cycle(
 
 
 def test_rejected_marks_land_with_reasons_and_the_job_keeps_emitting(
-    spark: Any, kafka: str, zookeeper: str, zk_client: Any, unique: str, work: Path
+    spark: Any, controller_env: Env, unique: str
 ) -> None:
-    env = make_env(kafka, zookeeper, zk_client, unique, work, buckets=1)
+    env = controller_env
     good, liar = f"g{unique}/good", f"g{unique}/liar"
     env.create(good, 1)
     env.create(liar, 1)
@@ -324,13 +265,13 @@ def test_rejected_marks_land_with_reasons_and_the_job_keeps_emitting(
 
 
 def test_a_writer_restarted_under_its_id_three_times_is_heard_at_once(
-    spark: Any, kafka: str, zookeeper: str, zk_client: Any, unique: str, work: Path
+    spark: Any, controller_env: Env, unique: str, work: Path
 ) -> None:
     """``w1`` closes (shutdown mark) and comes back as a new instance three times, beside a
     steady ``w2``: first with the controller running (a micro-batch per restart), then
     replayed from the topic's start by a fresh checkpoint (every restart in one batch).
     Both times: no ``impersonated`` row, and the watermarks reach the last instance's time."""
-    env = make_env(kafka, zookeeper, zk_client, unique, work, buckets=1)
+    env = controller_env
     stream = f"r{unique}/s"
     env.create(stream, 2)
     steady = env.writer("w2", stream)
@@ -374,12 +315,12 @@ def test_a_writer_restarted_under_its_id_three_times_is_heard_at_once(
 
 
 def test_a_phantom_writer_on_a_registered_writers_stream_is_rejected_and_holds_nothing(
-    spark: Any, kafka: str, zookeeper: str, zk_client: Any, unique: str, work: Path
+    spark: Any, controller_env: Env, unique: str
 ) -> None:
     """A well-formed mark under a writer id the stream does not list lands in
     ``rejected_marks`` as ``unknown_writer``; the registered writer's watermarks go on
     without waiting for the phantom's timeout (60 s here)."""
-    env = make_env(kafka, zookeeper, zk_client, unique, work, buckets=1)
+    env = controller_env
     stream = f"p{unique}/s"
     env.manager.create_scope(stream.split("/")[0])
     env.manager.create(
@@ -501,6 +442,19 @@ def driver(env: Env, instance: str, settings: ControllerSettings) -> subprocess.
     )
 
 
+def stop_drivers(processes: Iterable[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM to each running driver, then wait; kill -9 a driver that did not stop."""
+    processes = list(processes)
+    for p in processes:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in processes:
+        try:
+            p.wait(120)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+
+
 TAKE_OVER_LINES = ("warmed up", "elected", "query started", "first batch")
 
 
@@ -584,14 +538,7 @@ def test_kill_9_of_the_active_driver_a_standby_takes_over(
         for n in noters:
             n.join(10)
             n.writer.close()
-        for p in drivers.values():
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in drivers.values():
-            try:
-                p.wait(120)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
+        stop_drivers(drivers.values())
         for name in drivers:  # shown when the test fails
             lines = (env.work / f"driver-{name}.log").read_text(errors="replace").splitlines()
             print(f"--- driver {name}", *lines[-40:], sep="\n")

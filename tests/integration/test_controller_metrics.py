@@ -9,13 +9,13 @@ from jobs.controller_job import ControllerJob
 from jobs.metrics import ControllerMetrics
 from jobs.tables import REJECTED_MARKS, read_table, read_watermarks
 from schemas.records import WriterMarkRecord
-from tests.integration.test_controller_job import make_env, produce, wait_for
+from tests.integration.test_controller_job import produce, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
 
 
-def test_metrics_match_the_tables(spark, kafka, zookeeper, zk_client, unique, tmp_path):
-    env = make_env(kafka, zookeeper, zk_client, unique, tmp_path, buckets=1)
+def test_metrics_match_the_tables(spark, controller_env, unique):
+    env = controller_env
     stream = f"m{unique}/s"
     env.create(stream, 1)
     settings = env.settings()

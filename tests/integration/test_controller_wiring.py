@@ -22,7 +22,7 @@ from pipelines.reading.exceptions import StreamTimeTimeoutError
 from pipelines.reading.lateness import read_laggards
 from pipelines.reading.seek import stream_cut_at
 from pipelines.reading.stream_time import wait_for_time
-from tests.integration.test_controller_job import controller_run_args, make_env, wait_for
+from tests.integration.test_controller_job import controller_run_args, wait_for
 from tests.integration.test_stream_policies import stored
 from tidemark.cli.controller import index_lookup, policy_tasks
 from tidemark.cli.main import build_parser, main
@@ -45,9 +45,9 @@ def run_args(env: Any, *extra: str) -> Any:
 @pytest.mark.spark
 @pytest.mark.slow
 def test_controller_run_truncates_a_by_time_stream_without_controller_policies(
-    spark, kafka, zookeeper, zk_client, unique, tmp_path
+    spark, controller_env, kafka, unique
 ):
-    env = make_env(kafka, zookeeper, zk_client, unique, tmp_path, buckets=1)
+    env = controller_env
     stream = f"r{unique}/s"
     limit_ms = 600_000  # the new data stays within it however slow the test runs
     env.manager.create_scope(f"r{unique}")
@@ -102,12 +102,12 @@ def test_controller_run_truncates_a_by_time_stream_without_controller_policies(
 
 
 def test_never_two_loops_act_the_switch_waits_for_a_standalone_loop(
-    kafka, zookeeper, zk_client, unique, tmp_path
+    controller_env, kafka, zk_client, unique, tmp_path
 ):
     """A standalone ``controller policies`` holds the election: the leader's switch
     contends and waits; it acts once the standalone loop has left; it stops acting
     and leaves the election when its driver stops leading."""
-    env = make_env(kafka, zookeeper, zk_client, unique, tmp_path, buckets=1)
+    env = controller_env
     settings = PolicySettings(interval_ms=200)
     cut_at = index_lookup(str(tmp_path / "delta"))
     client = KazooClient(hosts=env.zk_connect)
@@ -159,9 +159,9 @@ def visible(delta_root: str, stream: str, t: int) -> bool:
 @pytest.mark.spark
 @pytest.mark.slow
 def test_a_lagging_writer_is_in_the_laggard_table_status_and_timeout_then_cleared(
-    spark, kafka, zookeeper, zk_client, unique, tmp_path, monkeypatch, capsys
+    spark, controller_env, kafka, unique, monkeypatch, capsys
 ):
-    env = make_env(kafka, zookeeper, zk_client, unique, tmp_path, buckets=1)
+    env = controller_env
     stream = f"l{unique}/s"
     env.create(stream, 1)
     settings = env.settings(writer_timeout_ms=600_000)  # w2 lags, is never dropped
@@ -209,7 +209,8 @@ def test_a_lagging_writer_is_in_the_laggard_table_status_and_timeout_then_cleare
         assert (shown["writer"], shown["kind"], shown["behind_ms"]) == ("w2", "lagging", 4_000)
         assert main(argv) == 0
         text = capsys.readouterr().out
-        assert "held back by w2 lagging since" in text and "4.0 s behind" in text
+        assert f"held back by w2 (instance {w2.instance}) lagging since" in text
+        assert "4.0 s behind" in text
 
         # w2 catches up, w1 goes on: the watermark moves to 7 000, a clear row;
         # freshness from the newer of the two notes

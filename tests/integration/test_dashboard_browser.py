@@ -4,6 +4,7 @@ Against real services (ZooKeeper, Kafka, PostgreSQL, Delta tables written
 the way the controller's sink writes them): the page must list the stream,
 its segments (a scaled stream: sealed and active ones), a *rendered* lag
 chart (uPlot draws on a canvas), the rejected marks with their reason, the
+writer holding the stream back (id, instance, first and last seen), the
 timeline counts, and a link to the stream's page with its two charts. The
 screenshot goes to ``tmp_path``; with ``TIDEMARK_SCREENSHOT_DIR`` set (a
 test-only variable) also there -- ``docs/dashboard.png`` (on the HTTP API page of docs/)
@@ -26,15 +27,15 @@ import pytest
 from deltalake import write_deltalake
 
 from controller.config import ScalingPolicy, StreamConfiguration
+from controller.laggards import LAGGING, Laggard
 from controller.model import KeyRange
+from pipelines.reading.lateness import append_laggards
 from pipelines.timeline.config import TimelineConfig
 from pipelines.timeline.store import TimelineStore
 from schemas.arrow import REJECTED_ARROW
 from schemas.tables import REJECTED_MARKS, table_path
 from tests.integration import test_reader_group as rg
-from tests.integration.test_time_service import append_marks
-from tidemark.service.server import RunningService
-from tidemark.service.state import TimeService
+from tests.integration.test_time_service import append_marks, serving
 
 manager, settings, store = rg.manager, rg.settings, rg.store
 
@@ -123,6 +124,11 @@ def test_dashboard_shows_stream_segments_and_lag_chart(
     now = int(time.time() * 1000)
     append_marks(root, stream, demo_history(stream, now), emitted_step_ms=60_000)
     write_rejected(root, stream)
+    holder = Laggard(
+        stream, "sensor-3", LAGGING, now - 90_000, now - 60_000, 75_000, now - 50_000, now,
+        "9f3c2a", now - 3_600_000, now - 45_000,
+    )  # fmt: skip
+    append_laggards(root, stream, now, [holder])
     timelines = TimelineStore(postgres)
     timelines.migrate()
     timeline = f"reminders_{unique}"
@@ -133,16 +139,9 @@ def test_dashboard_shows_stream_segments_and_lag_chart(
         )
     timelines.close()
 
-    service = TimeService(
-        store,
-        zk_client,
-        root,
-        bootstrap_servers=kafka,
-        cluster=settings,
-        postgres_dsn=postgres,
-        refresh_ms=100,
-    )
-    with RunningService(service) as running:
+    with serving(
+        store, zk_client, root, kafka, settings, postgres_dsn=postgres, refresh_ms=100
+    ) as running:
         browser.get(running.url + "/")
         wait = WebDriverWait(browser, 30)
         card = wait.until(
@@ -180,6 +179,13 @@ def test_dashboard_shows_stream_segments_and_lag_chart(
         assert drawn, "no red (lag series) pixel on the chart's canvas"
         reasons = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#rejected .reason")]
         assert {"stale_time", "regressed_position"} <= set(reasons)
+        (held,) = card.find_elements(By.CSS_SELECTOR, "table.laggards tr.laggard")
+        cells = {
+            name: held.find_element(By.CSS_SELECTOR, f".{name}").text
+            for name in ("writer", "instance", "kind", "first-seen", "last-seen")
+        }
+        assert cells["writer"] == "sensor-3" and cells["instance"] == "9f3c2a"
+        assert cells["kind"] == "lagging" and cells["first-seen"] and cells["last-seen"] != "-"
         timeline_rows = browser.find_element(By.CSS_SELECTOR, "#timelines").text
         assert timeline in timeline_rows
 
@@ -200,6 +206,8 @@ def test_dashboard_shows_stream_segments_and_lag_chart(
             assert el.find_element(By.CSS_SELECTOR, ".uplot canvas").size["width"] > 300
         rows = page.find_elements(By.CSS_SELECTOR, "table.watermarks tr")
         assert len(rows) == 21  # header + the latest 20
+        holders = page.find_elements(By.CSS_SELECTOR, "table.laggards tr.laggard .writer")
+        assert [e.text for e in holders] == ["sensor-3"]
 
 
 def test_the_dashboard_of_an_empty_system_says_what_is_missing(browser, zk_client, kafka, tmp_path):

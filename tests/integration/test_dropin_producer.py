@@ -18,7 +18,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from controller.config import StreamConfiguration
+from controller.config import ScalingPolicy, StreamConfiguration
 from controller.exceptions import AdoptionError
 from controller.model import KeyRange, Watermark, WriterMark
 from controller.naming import ClusterSettings, bucket_of
@@ -29,6 +29,7 @@ from controller.zookeeper.store import ZooKeeperStore
 from pipelines.reading.watermark_tables import append_watermarks
 from pipelines.writing.config import WriterConfig
 from pipelines.writing.exceptions import (
+    AutomaticTimeError,
     DeliveryError,
     SharedPartitionError,
     WriterClosedError,
@@ -446,10 +447,12 @@ def end_offsets(kafka: str, topic: str, partitions: int) -> dict[int, int]:
 def test_positions_from_end_offsets_run_no_python_per_record(
     kafka: str, manager: StreamManager, store: Any, cluster: ClusterSettings, unique: str
 ) -> None:
-    """positions_from="end_offsets": ``produce`` and ``poll`` are the wrapped producer's
-    own methods (no Python frame per record); the records per partition come from
-    librdkafka's statistics; a failed record makes the next ``produce`` raise, a closed
-    producer too; the application's own ``stats_cb`` still runs."""
+    """positions_from="end_offsets" on an ``arrival`` stream (the broker stamps: issue 30
+    has the drop-in stamp every other stream's records in Python): ``produce`` and
+    ``poll`` are the wrapped producer's own methods (no Python frame per record); the
+    records per partition come from librdkafka's statistics; a failed record makes the
+    next ``produce`` raise, a closed producer too; the application's own ``stats_cb``
+    still runs."""
     stream = f"f{unique}/orders"
     stats: list[str] = []
     conf = {
@@ -460,7 +463,13 @@ def test_positions_from_end_offsets_run_no_python_per_record(
         "stats_cb": stats.append,
     }
     topic, producer = by_end_offsets(
-        kafka, manager, cluster, stream, 3, conf, {"max.message.bytes": "2000"}
+        kafka,
+        manager,
+        cluster,
+        stream,
+        3,
+        conf,
+        {"max.message.bytes": "2000", "message.timestamp.type": "LogAppendTime"},
     )
     segs = {s.number: s.id for s in store.get_stream(stream).current_epoch().segments}
     called: list[str] = []
@@ -544,3 +553,60 @@ def test_positions_from_end_offsets_shared_partition_by_statistics(
     segs = {s.number: s.id for s in store.get_stream(stream).current_epoch().segments}
     assert producer.position(stream) == {segs[0]: 5, segs[1]: 7}
     producer.close()
+
+
+def test_an_idle_dropin_noting_time_automatically_keeps_the_watermark_moving(
+    kafka: str, manager: StreamManager, store: Any, cluster: ClusterSettings, unique: str
+) -> None:
+    """Issue 30: a drop-in producer with ``automatically_note_time`` writes once, then idles
+    while an ``EventWriter`` writes on: its heartbeat marks (one instance token, the one
+    record's time as ``max_event_time``) keep following the clock, so the stream's
+    watermark follows the busy writer instead of stopping at the idle one's last note."""
+    stream = f"i{unique}/orders"
+    manager.create_scope(f"i{unique}")
+    manager.create(stream, StreamConfiguration(ScalingPolicy.fixed(1)))
+    topic = store.get_stream(stream).topic
+    idle = TidemarkProducer(
+        {"bootstrap.servers": kafka, "linger.ms": 1},
+        stream=stream,
+        writer_id="idle",
+        store=store,
+        cluster=cluster,
+        automatically_note_time=True,
+        note_time_interval_ms=100,
+    )
+    with pytest.raises(AutomaticTimeError):
+        idle.note_time(1)
+    once = idle.produce(topic, b"once", "k")
+    assert idle.flush(10) == 0
+    # a metadata change (seen by the store's watch) keeps produce the locking one
+    manager.update(stream, StreamConfiguration(ScalingPolicy.fixed(1), first_watermark_delay_ms=1))
+    time.sleep(0.5)
+    assert "produce" in vars(idle)  # the heartbeat's lock (set on the instance)
+    idle_since = int(time.time() * 1000)
+    noted = []
+    with EventWriter(
+        "busy",
+        stream,
+        store=store,
+        bootstrap_servers=kafka,
+        config=WriterConfig(cluster=cluster, linger_ms=1),
+    ) as busy:
+        for i in range(12):
+            t = int(time.time() * 1000)
+            busy.write(b"e%d" % i, routing_key="k", timestamp=t)
+            busy.note_time(t)
+            busy.flush()
+            noted.append(t)
+            time.sleep(0.1)
+        idle.close()
+    marks = [m for m in marks_of(kafka, cluster, stream) if m.writer_id == "idle"]
+    assert len(marks) >= 5, [(m.time, m.alive) for m in marks]
+    assert {m.instance for m in marks} == {idle.instance}
+    assert [m.time for m in marks] == sorted(m.time for m in marks)
+    # (a tick before the one record, on a slow machine, knew of no timestamp yet)
+    assert {m.max_event_time for m in marks} <= {None, once} and marks[-1].max_event_time == once
+    assert marks[-1].alive is False and all(m.alive for m in marks[:-1])
+    watermarks = watermarks_of(kafka, cluster, stream, store.get_stream(stream).epochs)
+    moved = [w.time for w in watermarks if w.time > idle_since]
+    assert len(moved) >= 3 and moved[-1] >= noted[-3], (idle_since, moved, noted)

@@ -7,12 +7,14 @@ import json
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
+from prometheus_client import CollectorRegistry
 
 from controller.timestamps import wall_clock_ms
 from pipelines.reading.group import ReaderGroup
 from pipelines.writing.writer import EventWriter
 from tests.integration import test_reader_group as rg
 from tests.integration.test_reader_cli import cli_env, run
+from tidemark.service.group_metrics import GroupLagCollector
 
 Marks = rg.Marks
 make_stream = rg.make_stream
@@ -79,6 +81,14 @@ def test_group_list_and_describe_give_lag_in_records_and_time(
 
         code, out, _ = run(capsys, "group", "describe", name)
         assert "lag: 18 record(s)" in out
+
+        # The time service's metrics say the same (tidemark serve's /metrics).
+        registry = CollectorRegistry()
+        registry.register(GroupLagCollector(store, kafka, root))
+        labels = {"group": name, "stream": stream}
+        assert registry.get_sample_value("tidemark_reader_group_lag_records", labels) == 18
+        behind = registry.get_sample_value("tidemark_reader_group_time_lag_seconds", labels)
+        assert abs(behind * 1000 - (wall_clock_ms() - window.lower)) < 60_000
     group.close()
     code, _, err = run(capsys, "group", "describe", f"nope{unique}")
     assert code == 1 and f"nope{unique}" in err

@@ -10,18 +10,26 @@ controller job does (``append_watermarks``). Then, for many timestamps
 
 The same marks without ``max_event_time`` (what a v1 writer sends) give
 cuts that do skip such events: the test shows the difference can be seen.
+The writers are ``EventWriter`` objects, or drop-in producers (issue 30:
+their marks carry ``max_event_time`` too).
 """
 
 # ruff: noqa: F811  (the fixtures imported from test_reader_group are redefined as arguments)
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
 
 from controller.watermarks import GenerationState, watermark_cycle
 from pipelines.reading.group import ReaderGroup
 from pipelines.reading.seek import SeekIndex, stream_cut_at
 from pipelines.reading.watermark_tables import append_watermarks
 from pipelines.writing.marks import to_writer_mark
+from pipelines.writing.producer import TidemarkProducer
 from pipelines.writing.writer import EventWriter
 from tests.integration.test_reader_group import (  # noqa: F401 (fixtures)
     BASE,
@@ -60,21 +68,61 @@ def fold(stream, store, root, rounds_of_marks, *, strip_max=False):
     return emitted
 
 
+class DropIn:
+    """A drop-in producer seen as an ``EventWriter``: ``write``, ``note_time``, ``flush``."""
+
+    def __init__(self, producer: TidemarkProducer, topic: str, writer_id: str) -> None:
+        self.producer, self.topic, self.writer_id = producer, topic, writer_id
+
+    def write(self, value: bytes, routing_key: str, timestamp: int) -> None:
+        self.producer.produce(self.topic, value, routing_key, timestamp=timestamp)
+        self.producer.poll(0)
+
+    def note_time(self, timestamp: int) -> None:
+        self.producer.note_time(timestamp)
+
+    def flush(self) -> None:
+        assert self.producer.flush(30) == 0
+
+
+@contextlib.contextmanager
+def writers(kind, stream, store, kafka, settings, wconfig) -> Iterator[tuple[Any, Any]]:
+    """Writers ``a`` and ``b`` of ``kind`` on ``stream``, closed on the way out."""
+    with contextlib.ExitStack() as stack:
+        made = []
+        for wid in ("a", "b"):
+            if kind == "EventWriter":
+                made.append(
+                    stack.enter_context(
+                        EventWriter(
+                            wid, stream, store=store, bootstrap_servers=kafka, config=wconfig
+                        )
+                    )
+                )
+            else:
+                conf = {"bootstrap.servers": kafka, "linger.ms": 1, "enable.idempotence": True}
+                p = stack.enter_context(
+                    TidemarkProducer(
+                        conf, stream=stream, writer_id=wid, store=store, cluster=settings
+                    )
+                )
+                made.append(DropIn(p, store.get_stream(stream).topic, wid))
+        yield made[0], made[1]
+
+
 def skipped(events, cut, ts):
     """Events with time >= ts that lie before ``cut``: a reader starting there never sees them."""
     return [(seg, off, t) for seg, off, t in events if t >= ts and off < cut.get(seg, 0)]
 
 
+@pytest.mark.parametrize("kind", ["EventWriter", "TidemarkProducer"])
 def test_stream_cut_at_never_skips_events_that_ran_ahead(
-    manager, store, kafka, settings, wconfig, unique, tmp_path
+    manager, store, kafka, settings, wconfig, unique, tmp_path, kind
 ):
     stream = make_stream(manager, unique)
     rounds_of_marks = []
     seen = 0
-    with (
-        EventWriter("a", stream, store=store, bootstrap_servers=kafka, config=wconfig) as a,
-        EventWriter("b", stream, store=store, bootstrap_servers=kafka, config=wconfig) as b,
-    ):
+    with writers(kind, stream, store, kafka, settings, wconfig) as (a, b):
         for rnd in range(ROUNDS):
             for writer, skew in ((a, 0), (b, 30)):
                 noted = BASE + rnd * STEP_MS + skew

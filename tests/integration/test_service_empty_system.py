@@ -35,6 +35,8 @@ EMPTY_ROUTES = [
     ("/", 200),
     ("/api/streams", 200),
     ("/api/rejected", 200),
+    ("/api/laggards", 200),
+    ("/api/laggards?stream=no/such", 200),
     ("/api/controller", 200),
     ("/api/timelines", 200),
     ("/metrics", 200),
@@ -58,6 +60,7 @@ STREAM_ROUTES = [
     "/api/streams/{stream}/watermarks",
     "/api/streams/{stream}/history",
     "/api/rejected",
+    "/api/laggards?stream={stream}",
 ]
 
 

@@ -64,15 +64,45 @@ def test_new_controller_tables_keep_log_and_tombstones_for_the_log_retention(
     from schemas.tables import TABLES, table_path
 
     root = str(tmp_path / "delta")
-    ensure_tables(spark, root, log_retention_s=600)
+    ensure_tables(root, log_retention_s=600)
     for table in TABLES:
         config = DeltaTable(table_path(root, table)).metadata().configuration
         assert config["delta.logRetentionDuration"] == "interval 600 seconds", table
         assert config["delta.deletedFileRetentionDuration"] == "interval 600 seconds", table
     # an existing table is left as it is (the maintainer sets its properties)
-    ensure_tables(spark, root, log_retention_s=60)
+    ensure_tables(root, log_retention_s=60)
     config = DeltaTable(table_path(root, TABLES[0])).metadata().configuration
     assert config["delta.logRetentionDuration"] == "interval 600 seconds"
+
+
+def test_the_controllers_start_adds_new_columns_to_a_laggards_table_written_before(
+    spark, tmp_path
+) -> None:
+    """A ``laggards`` table from before ``instance``, ``first_seen``, ``last_seen``:
+    Spark's create-if-not-exists leaves it, and the start adds the columns (issue 31)."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from jobs.sink import ensure_tables
+    from schemas.arrow import ARROW_SCHEMAS
+    from schemas.tables import LAGGARDS, table_path
+
+    root = str(tmp_path / "delta")
+    old = pa.schema(
+        [
+            f
+            for f in ARROW_SCHEMAS[LAGGARDS]
+            if f.name not in ("instance", "first_seen", "last_seen")
+        ]
+    )
+    row = {"stream": "s/a", "at": 5, "writer": "w1", "kind": "lagging", "noted_time": 3}
+    write_deltalake(table_path(root, LAGGARDS), pa.Table.from_pylist([row], schema=old))
+    ensure_tables(root, log_retention_s=600)
+    table = DeltaTable(table_path(root, LAGGARDS))
+    assert [f.name for f in table.schema().fields] == ARROW_SCHEMAS[LAGGARDS].names
+    (back,) = table.to_pyarrow_table().to_pylist()
+    assert back["noted_time"] == 3 and back["instance"] is None
+    assert spark.read.format("delta").load(table_path(root, LAGGARDS)).count() == 1
 
 
 def test_slot_keys_land_in_the_partitions_spark_gives_them(spark) -> None:

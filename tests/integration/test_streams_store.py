@@ -189,7 +189,8 @@ def test_bad_scope_names_are_refused(empty_store, bad):
 
 def test_a_worker_lookup_reads_the_streams_it_is_told_of_together(zk_client, zookeeper, unique):
     """``ZooKeeperStreams.prefetch`` (a Python worker's lookup) caches what it read: the
-    streams are then answered without ZooKeeper; absent ones are still looked up."""
+    streams are then answered without ZooKeeper; absent ones are still looked up. A
+    change of a cached stream (an update, its deletion) drops it from the cache."""
     from controller.zookeeper.store import ZooKeeperStore
     from jobs.lookups import ZooKeeperStreams
 
@@ -200,11 +201,22 @@ def test_a_worker_lookup_reads_the_streams_it_is_told_of_together(zk_client, zoo
     lookup = ZooKeeperStreams(f"{zookeeper}/tidemark-test-{unique}", "/tidemark")
     try:
         lookup.prefetch(["shop/a", "shop/b", "shop/absent"])
-        store.delete_stream(
-            "shop/b", store.read_stream("shop/b").version
-        )  # answered from the cache
         assert lookup.stream("shop/a") == store.get_stream("shop/a")
-        assert lookup.stream("shop/b") == fresh("shop/b")
+        assert lookup.stream("shop/b") is lookup.stream("shop/b")  # the cached object
         assert lookup.stream("shop/absent") is None
+
+        current = store.read_stream("shop/a")
+        config = StreamConfiguration(ScalingPolicy.fixed(2), timestamp_aggregation_timeout_ms=5)
+        store.replace_stream(current.metadata.with_changes(config=config), current.version)
+        store.delete_stream("shop/b", store.read_stream("shop/b").version)
+        wait_for(lambda: lookup.changes == 2)
+        assert lookup.stream("shop/a").config == config
+        assert lookup.stream("shop/b") is None
+        store.create_stream(fresh("shop/absent"))  # watched while absent: read anew
+        assert lookup.stream("shop/absent") == fresh("shop/absent")
+        current = store.read_stream("shop/a")  # watched again after the re-read
+        store.replace_stream(current.metadata.with_changes(config=fresh().config), current.version)
+        wait_for(lambda: lookup.changes == 3)
+        assert lookup.stream("shop/a").config == fresh().config
     finally:
         lookup.close()

@@ -92,12 +92,19 @@ def get_json(url, path):
     return status, json.loads(body)
 
 
+def serving(store, zk_client, root, kafka, settings, **options):
+    """The time service over the tables under ``root``, to run in a ``with`` block;
+    ``options`` go to :class:`TimeService` (``refresh_ms`` 50 unless given)."""
+    options.setdefault("refresh_ms", 50)
+    service = TimeService(
+        store, zk_client, root, bootstrap_servers=kafka, cluster=settings, **options
+    )
+    return RunningService(service)
+
+
 @pytest.fixture
 def served(store, zk_client, kafka, tmp_path, settings):
-    service = TimeService(
-        store, zk_client, str(tmp_path), bootstrap_servers=kafka, cluster=settings, refresh_ms=50
-    )
-    with RunningService(service) as running:
+    with serving(store, zk_client, str(tmp_path), kafka, settings) as running:
         yield running
 
 
@@ -447,16 +454,7 @@ def test_wait_for_a_time_older_than_the_kept_history(
     stream = make_stream(manager, unique, segments=1)
     base = int(time.time() * 1000) - 60_000
     append_marks(root, stream, history(stream, 10, base, segments=(0,)))
-    service = TimeService(
-        store,
-        zk_client,
-        root,
-        bootstrap_servers=kafka,
-        cluster=settings,
-        refresh_ms=50,
-        history_limit=3,
-    )
-    with RunningService(service) as running:
+    with serving(store, zk_client, root, kafka, settings, history_limit=3) as running:
         status, body = get_json(running.url, f"/api/streams/{stream}/wait?t={base + 1_500}")
         assert status == 200 and body["reached"] is True
         assert body["watermark"]["seq"] == 2

@@ -48,6 +48,19 @@ def _read_all(bootstrap, topic, expect, timeout_s=20.0):
     return got
 
 
+def _relay(postgres, kafka, tl, target, consumer, expect, timeout_s=20.0):
+    """Relay until ``expect`` messages went (or ``timeout_s`` passed); how many went."""
+    relay = TimelineRelay(
+        postgres, kafka, tl, RelayConfig(target, flush_timeout_ms=10_000), consumer
+    )
+    relayed = 0
+    deadline = time.monotonic() + timeout_s
+    while relayed < expect and time.monotonic() < deadline:
+        relayed += relay.run_once(timeout_ms=200)
+    relay.close()
+    return relayed
+
+
 @pytest.fixture
 def tl(postgres, unique):
     with TimelineStore(postgres) as store:
@@ -109,19 +122,8 @@ def test_relay_produces_due_messages_then_deletes_them(postgres, kafka, tl, uniq
             [NewMessage(f"due{i}".encode(), now - 10, "app", f"d{i}") for i in range(30)]
             + [NewMessage(b"later", now + 3_600_000, "app", "later")],
         )
-    relay = TimelineRelay(
-        postgres,
-        kafka,
-        tl,
-        RelayConfig(target, flush_timeout_ms=10_000),
-        ConsumerConfig(f"relay-{unique}", lease_ms=20_000, batch_size=8),
-    )
-    relayed = 0
-    deadline = time.monotonic() + 20
-    while relayed < 30 and time.monotonic() < deadline:
-        relayed += relay.run_once(timeout_ms=200)
-    relay.close()
-    assert relayed == 30
+    consumer = ConsumerConfig(f"relay-{unique}", lease_ms=20_000, batch_size=8)
+    assert _relay(postgres, kafka, tl, target, consumer, 30) == 30
     out = _read_all(kafka, target, 30)
     assert sorted(m.key().decode() for m in out) == sorted(f"d{i}" for i in range(30))
     first = next(m for m in out if m.key() == b"d0")
@@ -165,3 +167,43 @@ def test_relay_crash_before_delete_redelivers_with_the_same_id(postgres, kafka, 
     second.close()
     out = _read_all(kafka, target, 2)
     assert [m.key() for m in out] == [b"dup", b"dup"]
+
+
+def test_the_relay_delivers_a_messages_own_headers_byte_identical(postgres, kafka, tl, unique):
+    """Headers given to either producer (through Kafka and the ingester, or straight to
+    the store) come out of the relay as given, before the relay's own."""
+    from pipelines.timeline.exceptions import InvalidMessageError
+    from pipelines.timeline.producer import TimelineProducer
+
+    source, target = f"th-in-{unique}", f"th-out-{unique}"
+    _topics(kafka, source, target)
+    given = [("trace-id", b"4bf92f35"), ("hop", b"a"), ("hop", b""), ("bin", b"\xff\x00\xc3")]
+    with TimelineStore(postgres) as store:
+        due = store.now_ms() - 10
+    with KafkaTimelineProducer(kafka, source, tl, "app") as producer:
+        producer.put(b"via-kafka", timestamp_ms=due, id="k1", headers=given)
+        producer.put(b"none", timestamp_ms=due, id="k2")
+        with pytest.raises(InvalidMessageError, match="'tidemark-id'"):
+            producer.put(b"x", timestamp_ms=due, headers=[("tidemark-id", b"forged")])
+    ingester = TimelineIngester(postgres, kafka, IngestConfig(source, f"ingest-{unique}"))
+    deadline = time.monotonic() + 30
+    stored = 0
+    while stored < 2 and time.monotonic() < deadline:
+        stored += ingester.run_once(timeout_ms=500).created
+    ingester.close()
+    with TimelineProducer(postgres, tl, "app") as direct:
+        direct.put(b"direct", timestamp_ms=due, id="s1", headers=dict(given[:2]))
+        with pytest.raises(InvalidMessageError, match=r"header 0 \('k'\): value must be bytes"):
+            direct.put(b"x", timestamp_ms=due, headers=[("k", "text")])
+    with TimelineStore(postgres) as store:
+        assert store.get(tl, "k1").headers == tuple(given)
+    assert _relay(postgres, kafka, tl, target, ConsumerConfig(f"relay-{unique}"), 3) == 3
+    out = {m.key(): m.headers() for m in _read_all(kafka, target, 3)}
+    own = {k: [h for h in v if not h[0].startswith("tidemark-")] for k, v in out.items()}
+    assert own == {b"k1": given, b"k2": [], b"s1": given[:2]}
+    assert [h[0] for h in out[b"k1"][len(given) :]] == [
+        "tidemark-timeline",
+        "tidemark-id",
+        "tidemark-timestamp",
+        "tidemark-producer-group",
+    ]

@@ -1,8 +1,11 @@
 """The timeline store against a real PostgreSQL: operations, states, refusals, counts.
 
 Leases are capabilities (issue 31, item 5): without the lease's token no one
-extends, releases or deletes; extensions and stream times are bounded; text
-PostgreSQL cannot hold is refused naming the rule, never as a driver error.
+extends, releases or deletes; a message under a live lease is the holder's, so
+its producer group can neither delete nor move it until the lease ends or is
+given back; extensions and stream times are bounded; text PostgreSQL cannot
+hold, and any other database error, is refused naming the rule, never as a
+driver error.
 """
 
 from __future__ import annotations
@@ -13,30 +16,12 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
+from pipelines.timeline import exceptions as errors
 from pipelines.timeline import migrations
 from pipelines.timeline.config import TimelineConfig
-from pipelines.timeline.exceptions import (
-    BodyTooLargeError,
-    DuplicateIdError,
-    InvalidMessageError,
-    LeasedError,
-    LeaseExpiredError,
-    LeaseTokenError,
-    LeaseTooLongError,
-    MessageNotFoundError,
-    NotAvailableError,
-    NotHolderError,
-    NotOwnerError,
-    NotWaitingError,
-    StaleVersionError,
-    StreamTimeAheadError,
-    StreamTimeBackwardsError,
-    TimeInPastError,
-    TimelineConflictError,
-    TimelineError,
-    UnknownTimelineError,
-)
+from pipelines.timeline.consumer import Waker
 from pipelines.timeline.model import MAX_LEASE_MS, MAX_STREAM_TIME_LEAD_MS, Lease, Status
+from pipelines.timeline.producer import TimelineProducer
 from pipelines.timeline.store import NewMessage, TimelineStore
 from tidemark.errors import TidemarkError
 
@@ -64,7 +49,7 @@ def test_create_timeline_is_idempotent_and_conflicts_are_refused(store, unique):
     config = TimelineConfig(f"t-{unique}", buckets=8)
     assert store.create_timeline(config) == config
     assert store.create_timeline(config) == config
-    with pytest.raises(TimelineConflictError):
+    with pytest.raises(errors.TimelineConflictError):
         store.create_timeline(TimelineConfig(f"t-{unique}", buckets=9))
 
 
@@ -96,36 +81,39 @@ def test_bad_input_is_refused_naming_the_rule_and_message_unchanged(store, tl):
     before = _snapshot(store, tl, "m")
     cases = [
         (
-            UnknownTimelineError,
+            errors.UnknownTimelineError,
             lambda: store.create("nope-" + tl, b"x", timestamp_ms=0, producer_group="g"),
         ),
         (
-            DuplicateIdError,
+            errors.DuplicateIdError,
             lambda: store.create(tl, b"other", timestamp_ms=now, producer_group="owner", id="m"),
         ),
         (
-            DuplicateIdError,
+            errors.DuplicateIdError,
             lambda: store.create(tl, b"body", timestamp_ms=now, producer_group="someone", id="m"),
         ),
         (
-            BodyTooLargeError,
+            errors.BodyTooLargeError,
             lambda: store.create(tl, b"x" * 65, timestamp_ms=now, producer_group="g", id="big"),
         ),
-        (TimeInPastError, lambda: store.lease_one(tl, "m", "c1", lease_ms=0)),
-        (TimeInPastError, lambda: store.extend(tl, "m", "c1", until_ms=now - 10, token=token)),
+        (errors.TimeInPastError, lambda: store.lease_one(tl, "m", "c1", lease_ms=0)),
         (
-            NotHolderError,
+            errors.TimeInPastError,
+            lambda: store.extend(tl, "m", "c1", until_ms=now - 10, token=token),
+        ),
+        (
+            errors.NotHolderError,
             lambda: store.extend(tl, "m", "c2", until_ms=now + 2 * HOUR, token=token),
         ),
-        (NotHolderError, lambda: store.release(tl, "m", "c2", token=token)),
-        (NotHolderError, lambda: store.delete(tl, "m", consumer="c2", token=token)),
-        (NotOwnerError, lambda: store.delete(tl, "m", producer_group="intruder")),
-        (LeasedError, lambda: store.delete(tl, "m", producer_group="owner")),
-        (NotOwnerError, lambda: store.move(tl, "m", "intruder", timestamp_ms=now)),
-        (NotWaitingError, lambda: store.move(tl, "m", "owner", timestamp_ms=now)),
-        (NotAvailableError, lambda: store.lease_one(tl, "m", "c2", lease_ms=HOUR)),
+        (errors.NotHolderError, lambda: store.release(tl, "m", "c2", token=token)),
+        (errors.NotHolderError, lambda: store.delete(tl, "m", consumer="c2", token=token)),
+        (errors.NotOwnerError, lambda: store.delete(tl, "m", producer_group="intruder")),
+        (errors.LeasedError, lambda: store.delete(tl, "m", producer_group="owner")),
+        (errors.NotOwnerError, lambda: store.move(tl, "m", "intruder", timestamp_ms=now)),
+        (errors.NotWaitingError, lambda: store.move(tl, "m", "owner", timestamp_ms=now)),
+        (errors.NotAvailableError, lambda: store.lease_one(tl, "m", "c2", lease_ms=HOUR)),
         (
-            StaleVersionError,
+            errors.StaleVersionError,
             lambda: store.extend(
                 tl,
                 "m",
@@ -135,14 +123,17 @@ def test_bad_input_is_refused_naming_the_rule_and_message_unchanged(store, tl):
                 version=leased.message.version - 1,
             ),
         ),
-        (MessageNotFoundError, lambda: store.lease_one(tl, "ghost", "c1", lease_ms=10)),
-        (InvalidMessageError, lambda: store.create(tl, b"x", timestamp_ms=-5, producer_group="g")),
-        (InvalidMessageError, lambda: store.delete(tl, "m")),
+        (errors.MessageNotFoundError, lambda: store.lease_one(tl, "ghost", "c1", lease_ms=10)),
+        (
+            errors.InvalidMessageError,
+            lambda: store.create(tl, b"x", timestamp_ms=-5, producer_group="g"),
+        ),
+        (errors.InvalidMessageError, lambda: store.delete(tl, "m")),
     ]
     for error, call in cases:
         with pytest.raises(error) as info:
             call()
-        assert isinstance(info.value, TimelineError)
+        assert isinstance(info.value, errors.TimelineError)
         assert str(info.value).startswith(f"[{error.rule}]"), str(info.value)
         assert _snapshot(store, tl, "m") == before, error
     assert store.get(tl, "big") is None
@@ -175,7 +166,7 @@ def test_lost_lease_is_available_again(store, tl):
     store.create(tl, b"x", timestamp_ms=0, producer_group="g", id="x")
     lost = store.lease_one(tl, "x", "c1", lease_ms=50)
     time.sleep(0.1)
-    with pytest.raises(LeaseExpiredError):
+    with pytest.raises(errors.LeaseExpiredError):
         store.extend(tl, "x", "c1", until_ms=store.now_ms() + HOUR, token=lost.token)
     assert store.lease_one(tl, "x", "c2", lease_ms=HOUR).message.lock_consumer == "c2"
 
@@ -190,7 +181,7 @@ def test_delete_marks_and_purge_removes_in_batches(store, tl):
     # A replayed create of a deleted id is a no-op; the message stays deleted.
     again = store.create(tl, b"x", timestamp_ms=now + HOUR, producer_group="g", id="d0")
     assert not again.new and again.message.deleted
-    with pytest.raises(MessageNotFoundError):
+    with pytest.raises(errors.MessageNotFoundError):
         store.delete(tl, "d0", producer_group="g")
     assert store.purge(keep_deleted_ms=HOUR) == 0
     time.sleep(0.01)
@@ -220,7 +211,7 @@ def test_counts_by_time_range(store, tl):
     assert (counts.total, counts.available, counts.waiting, counts.processing) == (7, 2, 4, 1)
     assert store.count(tl, from_ms=now + HOUR, to_ms=now + HOUR + 2).waiting == 2
     assert store.count(tl, to_ms=now).total == 2
-    with pytest.raises(UnknownTimelineError):
+    with pytest.raises(errors.UnknownTimelineError):
         store.count("missing-" + tl)
 
 
@@ -249,7 +240,7 @@ def test_clock_drift_is_small_on_one_machine(store):
 def _refused(error, call):
     with pytest.raises(error) as info:
         call()
-    assert isinstance(info.value, TimelineError)
+    assert isinstance(info.value, errors.TimelineError)
     assert str(info.value).startswith(f"[{error.rule}]"), str(info.value)
 
 
@@ -263,23 +254,65 @@ def test_a_consumer_without_the_lease_token_cannot_extend_release_or_delete(stor
     # The holder's name with a wrong token: refused, whoever calls.
     for token in (guessed, lease.token[:-1]):
         _refused(
-            LeaseTokenError,
+            errors.LeaseTokenError,
             lambda t=token: store.extend(tl, "m", "c1", until_ms=now + 2 * HOUR, token=t),
         )
-        _refused(LeaseTokenError, lambda t=token: store.release(tl, "m", "c1", token=t))
-        _refused(LeaseTokenError, lambda t=token: store.delete(tl, "m", consumer="c1", token=t))
+        _refused(errors.LeaseTokenError, lambda t=token: store.release(tl, "m", "c1", token=t))
+        _refused(
+            errors.LeaseTokenError, lambda t=token: store.delete(tl, "m", consumer="c1", token=t)
+        )
         forged = Lease(lease.message, lease.due_ms, lease.leased_at_ms, token=token)
         assert store.delete_leased(tl, "c1", [forged]) == []
     # The name alone (no token) is not enough either.
-    _refused(InvalidMessageError, lambda: store.delete(tl, "m", consumer="c1"))
-    with pytest.raises(InvalidMessageError):
+    _refused(errors.InvalidMessageError, lambda: store.delete(tl, "m", consumer="c1"))
+    with pytest.raises(errors.InvalidMessageError):
         store.delete_leased(tl, "c1", store.leases_of(tl, "c1"))
     assert [x.token for x in store.leases_of(tl, "c1")] == [None]
     # The right token under another name: still the holder's lease only.
-    _refused(NotHolderError, lambda: store.release(tl, "m", "c2", token=lease.token))
+    _refused(errors.NotHolderError, lambda: store.release(tl, "m", "c2", token=lease.token))
     assert store.get(tl, "m") == before
     # The holder's token works.
     assert store.delete_leased(tl, "c1", [lease]) == ["m"]
+
+
+def test_a_producer_cannot_delete_or_move_a_message_under_a_live_lease(postgres, store, tl):
+    """The rule for the owner (issue 31, item 5), as SQS's for a message in flight: while
+    a lease is live the message is the holder's -- the producer group's delete is
+    refused naming the lease (holder, end), and changes nothing; the holder deletes
+    with its token. Once the lease is given back or has ended, it is the group's again,
+    and the old token opens nothing."""
+    with TimelineProducer(postgres, tl, "owner") as producer:
+        for mid in ("a", "b", "c"):
+            producer.put(b"x", timestamp_ms=0, id=mid)
+        held = store.lease_one(tl, "a", "c1", lease_ms=HOUR)
+        with pytest.raises(errors.LeasedError, match=r"leased to 'c1' until \d+; only the holder"):
+            producer.delete("a")
+        _refused(errors.NotWaitingError, lambda: producer.move("a", store.now_ms() + HOUR))
+        assert store.get(tl, "a") == held.message
+        assert store.delete_leased(tl, "c1", [held]) == ["a"]
+
+        given_back = store.lease_one(tl, "b", "c1", lease_ms=HOUR)
+        store.release(tl, "b", "c1", token=given_back.token)
+        producer.delete("b")
+        assert store.get(tl, "b") is None
+
+        lapsed = store.lease_one(tl, "c", "c1", lease_ms=50)
+        time.sleep(0.1)
+        producer.delete("c")
+        _refused(
+            errors.MessageNotFoundError,
+            lambda: store.delete(tl, "c", consumer="c1", token=lapsed.token),
+        )
+
+
+def test_a_database_that_does_not_answer_is_a_timeline_error(postgres, tl):
+    """The consumer's LISTEN connection maps driver errors as the store does."""
+    with pytest.raises(errors.StoreUnavailableError, match=r"^\[store-unavailable\]"):
+        Waker("postgresql://127.0.0.1:1/nowhere?connect_timeout=2", tl)
+    waker = Waker(postgres, tl)
+    waker.close()
+    with pytest.raises(errors.TimelineError):
+        waker.wait(10, None)  # on a closed connection
 
 
 def test_a_new_lease_invalidates_the_old_token(store, tl):
@@ -288,13 +321,13 @@ def test_a_new_lease_invalidates_the_old_token(store, tl):
     time.sleep(0.1)  # the lease lapses; the same name leases it again
     new = store.lease_one(tl, "m", "c1", lease_ms=HOUR)
     assert new.token != old.token
-    _refused(LeaseTokenError, lambda: store.release(tl, "m", "c1", token=old.token))
-    _refused(LeaseTokenError, lambda: store.delete(tl, "m", consumer="c1", token=old.token))
+    _refused(errors.LeaseTokenError, lambda: store.release(tl, "m", "c1", token=old.token))
+    _refused(errors.LeaseTokenError, lambda: store.delete(tl, "m", consumer="c1", token=old.token))
     assert store.get(tl, "m").lock_consumer == "c1"
     released = store.release(tl, "m", "c1", token=new.token)
     assert released.lock_consumer is None
     # A released lease's token is spent.
-    _refused(NotHolderError, lambda: store.delete(tl, "m", consumer="c1", token=new.token))
+    _refused(errors.NotHolderError, lambda: store.delete(tl, "m", consumer="c1", token=new.token))
 
 
 def test_batch_leases_carry_one_token_each(store, tl):
@@ -318,11 +351,13 @@ def test_extend_has_the_bound_of_a_lease(store, tl):
     before = store.get(tl, "m")
     for until in (2**62 - 1, store.now_ms() + MAX_LEASE_MS + HOUR):
         _refused(
-            LeaseTooLongError,
+            errors.LeaseTooLongError,
             lambda u=until: store.extend(tl, "m", "c1", until_ms=u, token=lease.token),
         )
     assert store.get(tl, "m") == before
-    _refused(LeaseTooLongError, lambda: store.lease_one(tl, "m", "c1", lease_ms=MAX_LEASE_MS + 1))
+    _refused(
+        errors.LeaseTooLongError, lambda: store.lease_one(tl, "m", "c1", lease_ms=MAX_LEASE_MS + 1)
+    )
     longest = store.extend(
         tl, "m", "c1", until_ms=store.now_ms() + MAX_LEASE_MS - 60_000, token=lease.token
     )
@@ -332,16 +367,18 @@ def test_extend_has_the_bound_of_a_lease(store, tl):
 def test_stream_time_moves_only_forward_and_never_far_past_the_clock(store, unique):
     stream = f"s{unique}/orders"
     now = store.now_ms()
-    _refused(StreamTimeAheadError, lambda: store.advance_stream_time(stream, 2**62 - 1))
+    _refused(errors.StreamTimeAheadError, lambda: store.advance_stream_time(stream, 2**62 - 1))
     _refused(
-        StreamTimeAheadError,
+        errors.StreamTimeAheadError,
         lambda: store.advance_stream_time(stream, now + MAX_STREAM_TIME_LEAD_MS + HOUR),
     )
     assert store.stream_times([stream]) == {}
     assert store.advance_stream_time(stream, now - 1_000) == now - 1_000
     assert store.advance_stream_time(stream, now - 1_000) == now - 1_000  # the same: no-op
-    _refused(StreamTimeBackwardsError, lambda: store.advance_stream_time(stream, now - 2_000))
-    _refused(StreamTimeAheadError, lambda: store.advance_stream_time(stream, 2**62 - 1))
+    _refused(
+        errors.StreamTimeBackwardsError, lambda: store.advance_stream_time(stream, now - 2_000)
+    )
+    _refused(errors.StreamTimeAheadError, lambda: store.advance_stream_time(stream, 2**62 - 1))
     assert store.stream_times([stream]) == {stream: now - 1_000}
     assert store.advance_stream_time(stream, now) == now
 
@@ -372,7 +409,7 @@ def test_text_postgresql_cannot_hold_is_refused_naming_the_rule(store, tl, bad):
         lambda: store.heartbeat(bad, "c1", 1_000),
     ]
     for call in calls:
-        with pytest.raises(InvalidMessageError) as info:
+        with pytest.raises(errors.InvalidMessageError) as info:
             call()
         assert isinstance(info.value, TidemarkError)
         assert str(info.value).startswith("[invalid-input]"), str(info.value)
@@ -381,7 +418,7 @@ def test_text_postgresql_cannot_hold_is_refused_naming_the_rule(store, tl, bad):
 
 def test_a_value_the_database_refuses_is_a_timeline_error(store, tl):
     """What no check foresaw still reaches the caller as a TidemarkError naming a rule."""
-    with pytest.raises(InvalidMessageError, match=r"^\[invalid-input\] the database"):
+    with pytest.raises(errors.InvalidMessageError, match=r"^\[invalid-input\] the database"):
         store.count(tl, from_ms=2**70)
 
 
@@ -403,11 +440,12 @@ def test_migration_3_upgrades_an_existing_schema(postgres, unique, monkeypatch):
                     {"until": old.now_ms() + HOUR},
                 )
         with TimelineStore(dsn) as store:
-            assert store.migrate() == [3]
+            assert store.migrate() == [3, 4]  # 4: message headers (issue 30)
             assert store.migrate() == []
+            assert store.get("up", "held").headers == ()  # a message from before: none
             # A lease taken before the upgrade has no token: nobody can act on it.
             _refused(
-                LeaseTokenError,
+                errors.LeaseTokenError,
                 lambda: store.release("up", "held", "c1", token="x" * 32),
             )
             store.create("up", b"y", timestamp_ms=0, producer_group="g", id="new")

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controller.laggards import LAGGING, SLOWEST, Laggard, changed, laggards
+from controller.laggards import LAGGING, SLOWEST, Laggard, WriterSeen, changed, laggards
 from controller.model import Watermark, WriterMark
 from controller.watermarks import GenerationState, watermark_cycle
 from jobs.exceptions import JobConfigurationError
@@ -37,6 +37,19 @@ def test_a_lagging_writer_is_named_with_since_and_distance():
     marks = {"a": WriterMark(2_000, {0: 9}), "b": WriterMark(1_000, {0: 5})}
     found = laggards(S, marks, GenerationState(wm(1_000), {"b": 77}), now_ms=500)
     assert found == [Laggard(S, "b", LAGGING, 1_000, 1_000, 1_000, 77, 500)]
+
+
+def test_a_laggard_says_who_it_is_when_the_caller_knows():
+    """Issue 31, item 4: instance, first and last seen come from ``seen``; a writer the
+    caller knows nothing of is still named, its identity unknown."""
+    marks = {"a": WriterMark(2_000, {0: 9}), "b": WriterMark(900, {0: 5}), "c": WriterMark(900, {})}
+    seen = {"b": WriterSeen("b-7", 100, 450), "a": WriterSeen("a-1", 1, 2)}
+    found = laggards(S, marks, GenerationState(wm(1_000), {"b": 77, "c": 80}), 500, seen=seen)
+    assert found == [
+        Laggard(S, "b", LAGGING, 900, 1_000, 1_100, 77, 500, "b-7", 100, 450),
+        Laggard(S, "c", LAGGING, 900, 1_000, 1_100, 80, 500),
+    ]
+    assert "b-7" in found[0].describe() and "first seen 100" in found[0].describe()
 
 
 def test_without_lagging_the_slowest_writers_are_named():
@@ -86,6 +99,10 @@ def test_changed_ignores_distance_but_not_membership():
     assert not changed([a], [Laggard(S, "a", LAGGING, 1, 2, 99, 4, 600)])
     assert changed([a], [])
     assert changed([a], [Laggard(S, "a", SLOWEST, 1, 2, 3, None, 5)])
+    # a new instance under the same id, lagging since the same cycle: another writer
+    restarted = Laggard(S, "a", LAGGING, 1, 2, 3, 4, 5, instance="a-2")
+    assert changed([a], [restarted])
+    assert not changed([restarted], [Laggard(S, "a", LAGGING, 1, 2, 3, 4, 9, "a-2", 1, 8)])
 
 
 def test_laggard_rows_round_trip_and_clear():

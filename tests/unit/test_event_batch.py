@@ -19,12 +19,14 @@ records = st.lists(
         st.integers(0, 2**41),
         st.none() | st.binary(max_size=8),
         st.none() | st.binary(max_size=4),
+        st.none()
+        | st.lists(st.tuples(st.sampled_from(["a", "b"]), st.none() | st.binary(max_size=4))),
     ),
     max_size=30,
 )
 
 
-def _message(partition: int, offset: int, timestamp: int, value, key) -> Message:
+def _message(partition: int, offset: int, timestamp: int, value, key, headers=None) -> Message:
     return Message(
         topic="t",
         partition=partition,
@@ -32,6 +34,7 @@ def _message(partition: int, offset: int, timestamp: int, value, key) -> Message
         timestamp=(1, timestamp),
         value=value,
         key=key,
+        headers=headers,
     )
 
 
@@ -44,8 +47,8 @@ def test_a_batch_of_records_makes_the_events_read_next_would(rows):
     msgs = [_message(*row) for row in rows]
     batch = EventBatch._of_records(msgs, SEGMENT_OF, "s/x", {7: 1}, _window)
     expected = tuple(
-        EventRead("s/x", SEGMENT_OF[p], offset, ts, value or b"", key)
-        for p, offset, ts, value, key in rows
+        EventRead("s/x", SEGMENT_OF[p], offset, ts, value or b"", key, tuple(headers or ()))
+        for p, offset, ts, value, key, headers in rows
     )
     assert len(batch) == len(rows)
     assert batch.values() == [e.body for e in expected]  # before any event is made

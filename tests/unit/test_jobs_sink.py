@@ -153,7 +153,7 @@ def test_laggard_snapshots_go_to_their_table_in_the_batch_once(tmp_path: Path) -
     from jobs.workflow import LaggardRows
     from schemas.tables import LAGGARDS, laggard_rows
 
-    lag = Laggard("a", "w2", LAGGING, 100, 150, 900, 40, 77)
+    lag = Laggard("a", "w2", LAGGING, 100, 150, 900, 40, 77, "inst-1", 20, 70)
     rows = [
         *output_rows(LaggardRows("a", tuple(laggard_rows("a", 77, [lag])))),
         *output_rows(LaggardRows("b", tuple(laggard_rows("b", 78, [])))),
@@ -169,6 +169,9 @@ def test_laggard_snapshots_go_to_their_table_in_the_batch_once(tmp_path: Path) -
             "watermark_time": 150,
             "behind_ms": 900,
             "since": 40,
+            "instance": "inst-1",
+            "first_seen": 20,
+            "last_seen": 70,
         },
         {
             "stream": "b",
@@ -179,6 +182,9 @@ def test_laggard_snapshots_go_to_their_table_in_the_batch_once(tmp_path: Path) -
             "watermark_time": None,
             "behind_ms": None,
             "since": None,
+            "instance": None,
+            "first_seen": None,
+            "last_seen": None,
         },
     ]
     root = _tables(tmp_path)
@@ -188,6 +194,47 @@ def test_laggard_snapshots_go_to_their_table_in_the_batch_once(tmp_path: Path) -
     sink.write(rows, 4)  # the batch re-run
     assert sorted(r["stream"] for r in rows_of(root, LAGGARDS)) == ["a", "b"]
     assert DeltaTables(root).committed_version(LAGGARDS, "app/q1") == 4
+
+
+def test_a_laggards_table_from_before_the_writer_columns_gets_them_and_keeps_its_rows(
+    tmp_path: Path,
+) -> None:
+    """A table written before ``instance``, ``first_seen`` and ``last_seen`` joined the
+    layout: the controller's start adds them (one commit, nullable); its rows read as
+    null there, and the sink appends the new rows after it."""
+    from controller.laggards import LAGGING, Laggard
+    from jobs.processor import output_rows
+    from jobs.sink import evolve_tables, missing_columns
+    from jobs.workflow import LaggardRows
+    from schemas.tables import LAGGARDS, laggard_rows
+
+    root = str(tmp_path)  # the other tables do not exist: nothing to evolve there
+    new = ("instance", "first_seen", "last_seen")
+    path = table_path(root, LAGGARDS)
+    old_schema = pa.schema([f for f in ARROW_SCHEMAS[LAGGARDS] if f.name not in new])
+    DeltaTable.create(path, schema=old_schema)
+    old_row = {"stream": "a", "at": 5, "writer": "w1", "kind": LAGGING, "noted_time": 3}
+    write_deltalake(path, pa.Table.from_pylist([old_row], schema=old_schema), mode="append")
+    assert missing_columns(root, LAGGARDS, {}) == list(new)
+
+    assert evolve_tables(root) == {LAGGARDS: list(new)}
+    assert evolve_tables(root) == {}  # once only
+    assert [f.name for f in DeltaTable(path).schema().fields] == ARROW_SCHEMAS[LAGGARDS].names
+    lag = Laggard("a", "w2", LAGGING, 100, 150, 900, 40, 77, "inst-1", 20, 70)
+    sink = DeltaSink(root, "app")
+    sink.bind("q1")
+    sink.write(output_rows(LaggardRows("a", tuple(laggard_rows("a", 77, [lag])))), 0)
+    found = {r["writer"]: r for r in rows_of(root, LAGGARDS)}
+    assert (found["w1"]["noted_time"], found["w1"]["instance"], found["w1"]["first_seen"]) == (
+        3,
+        None,
+        None,
+    )
+    assert (found["w2"]["instance"], found["w2"]["first_seen"], found["w2"]["last_seen"]) == (
+        "inst-1",
+        20,
+        70,
+    )
 
 
 def test_the_operator_output_packs_and_unpacks_every_kind_of_row() -> None:

@@ -290,3 +290,42 @@ def test_a_writer_only_slowest_is_recorded_once_far_enough_behind() -> None:
     # a moves on but stays slowest: no new row
     out = w.on_records(S, state, [rec("a", 180, {0: 3}, 4)], 3_000)
     assert not [o for o in out if isinstance(o, LaggardRows)]
+
+
+def test_a_laggard_is_named_with_its_instance_and_first_and_last_seen() -> None:
+    """Issue 31, item 4: the row that names a writer holding the stream says who it is --
+    the instance token bound to the id, when that instance's first mark arrived, when
+    its latest did -- and a restart under the same id is a new row with a new first seen."""
+
+    def mark(
+        writer: str, t: int, offset: int, instance: str, arrival: int, alive: bool = True
+    ) -> MarkInput:
+        record = WriterMarkRecord(
+            S, writer, t, {0 if writer == "a" else 1: offset}, alive, instance=instance
+        )
+        return MarkInput(record.encode(), 0, offset, arrival_ms=arrival)
+
+    w, state = wf(laggard_threshold_ms=0), StreamState()
+    w.on_records(S, state, [mark("a", 100, 1, "a-1", 900), mark("b", 100, 1, "b-1", 950)], 1_000)
+    w.on_records(S, state, [mark("b", 100, 2, "b-1", 1_500)], 1_600)  # b notes the same time
+    out = w.on_records(S, state, [mark("a", 200, 3, "a-1", 1_900)], 2_000)
+    (rows,) = [o for o in out if isinstance(o, LaggardRows)]
+    assert [
+        (r["writer"], r["instance"], r["noted_time"], r["first_seen"], r["last_seen"], r["since"])
+        for r in rows.rows
+    ] == [("b", "b-1", 100, 950, 1_500, 1_600)]
+    back = StreamState.from_json(S, state.to_json())
+    assert back.marks["b"].first_seen_ms == 950 and back.laggards == state.laggards
+    # b shuts down (the watermark moves on to a's 200) and comes back as a new
+    # instance below it: named anew, its first seen the new instance's
+    w.on_records(S, state, [mark("b", 100, 4, "b-1", 2_100, alive=False)], 2_200)
+    out = w.on_records(S, state, [mark("b", 150, 5, "b-2", 2_400)], 2_500)
+    (rows,) = [o for o in out if isinstance(o, LaggardRows)]
+    assert [(r["writer"], r["instance"], r["first_seen"], r["last_seen"]) for r in rows.rows] == [
+        ("b", "b-2", 2_400, 2_400),
+        ("a", "a-1", 900, 1_900),  # at the watermark: named too, with a threshold of 0
+    ]
+    # state from before first_seen was kept loads as unknown
+    old = state.to_raw()
+    old["marks"] = {k: v[:8] for k, v in old["marks"].items()}
+    assert StreamState.from_raw(S, old).marks["b"].first_seen_ms is None

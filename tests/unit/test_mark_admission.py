@@ -307,6 +307,31 @@ def test_a_second_live_instance_under_the_same_id_is_still_impersonated() -> Non
     assert state.marks["a"].instance == "third"
 
 
+def test_a_live_writer_without_a_token_is_not_taken_over_by_one() -> None:
+    """Issue 30: an id first heard without a token (a v1 writer) is held by "no token"
+    while it lives: a forged token is impersonated, not bound; after the shutdown mark a
+    new instance (with a token) is heard at once."""
+    w, state = workflow(), StreamState()
+    out = w.on_records(
+        S,
+        state,
+        [
+            as_instance("a", 100, 1, None),
+            as_instance("a", 9_000, 2, "forged"),  # would have bound the id before
+            as_instance("a", 200, 3, None),  # the tokenless writer goes on
+            as_instance("a", 200, 3, None, alive=False),
+            as_instance("a", 300, 4, "upgraded"),  # after the shutdown: heard
+            as_instance("a", 400, 5, None),  # and a token, once bound, is needed
+        ],
+        10_000,
+    )
+    assert [(o.reason, o.offset) for o in out if isinstance(o, Rejected)] == [
+        (IMPERSONATED, 2),
+        (IMPERSONATED, 5),
+    ]
+    assert (state.marks["a"].mark.time, state.marks["a"].instance) == (300, "upgraded")
+
+
 def test_a_registered_writers_stream_refuses_any_other_writer_id() -> None:
     config = StreamConfiguration(ScalingPolicy.fixed(2), writers=("b", "a", "a"))
     assert config.writers == ("a", "b")

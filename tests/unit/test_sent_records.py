@@ -31,7 +31,7 @@ class Sent:
 
 def _send(log: SentRecords, seg: int, value: bytes, now_ms: int = 0) -> Sent:
     add, report = log.appenders(seg)
-    add((b"k", value, 100, now_ms))
+    add((b"k", value, 100, now_ms, None))
     return Sent(report)
 
 

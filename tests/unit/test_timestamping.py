@@ -6,8 +6,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from controller.config import ScalingPolicy, StreamConfiguration
 from controller.config import TimestampingMode as Mode
-from pipelines.writing.exceptions import InvalidTimestampError, MissingTimestampError
+from controller.metadata import new_stream_metadata
+from controller.model import Epoch, KeyRange, Segment, segment_id
+from pipelines.writing.exceptions import (
+    InvalidTimestampError,
+    MissingTimestampError,
+    TimestampAdjustmentError,
+)
 from pipelines.writing.timestamping import (
     MAX_TIMESTAMP,
     SegmentClock,
@@ -157,3 +164,42 @@ def test_properties(policy: TimestampPolicy, records: list[tuple[int | None, int
         assert got.adjusted == (client is not None and got.timestamp != client)
         if client is not None and policy.mode is not Mode.ARRIVAL and got.timestamp > client:
             assert got.timestamp == clock.floor(seg)
+
+
+def test_the_policy_of_a_stream_names_it_in_every_refusal() -> None:
+    config = StreamConfiguration(
+        ScalingPolicy.fixed(1), timestamping=Mode.CLIENT_REQUIRE, refuse_adjustments=True
+    )
+    policy = TimestampPolicy.of(new_stream_metadata("shop/orders", config, now_ms=0))
+    assert policy == TimestampPolicy(Mode.CLIENT_REQUIRE, False, True, "shop/orders")
+    clock = SegmentClock(policy)
+    with pytest.raises(
+        MissingTimestampError, match="stream shop/orders has timestamping client-require"
+    ):
+        clock.peek(0, None, 1_000)
+    clock.advance(0, 1_000)
+    with pytest.raises(TimestampAdjustmentError, match=r"900 would be stored as 1000.*shop/orders"):
+        clock.peek(0, 900, 2_000)
+
+
+def test_after_a_scale_successors_start_from_their_predecessors_floors() -> None:
+    epochs = (
+        Epoch(0, (Segment(0, KeyRange(0.0, 0.5)), Segment(1, KeyRange(0.5, 1.0)))),
+        Epoch(
+            1,
+            (
+                Segment(0, KeyRange(0.0, 0.5)),
+                Segment(segment_id(1, 2), KeyRange(0.5, 0.75)),
+                Segment(segment_id(1, 3), KeyRange(0.75, 1.0)),
+            ),
+        ),
+    )
+    clock = SegmentClock(UNCAPPED)
+    assert clock.highest() is None
+    clock.advance(0, 500)
+    clock.advance(1, 900)
+    clock.follow(epochs, applied=0)
+    assert clock.floors() == {0: 500, 1: 900, segment_id(1, 2): 900, segment_id(1, 3): 900}
+    assert clock.highest() == 900
+    clock.follow(epochs, applied=1)  # nothing newer: unchanged
+    assert clock.highest() == 900

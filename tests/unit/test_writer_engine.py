@@ -15,10 +15,11 @@ from controller.metadata import StreamMetadata, new_stream_metadata
 from controller.model import Epoch, KeyRange, Segment, WriterMark, segment_id
 from controller.naming import ClusterSettings
 from controller.states import StreamState
-from pipelines.writing.exceptions import FailedRecord, TimeWentBackwardsError
+from pipelines.writing.exceptions import FailedRecord, TimeWentBackwardsError, WriterConfigError
 from pipelines.writing.heartbeat import Heartbeat
-from pipelines.writing.marks import MarkMessage, MarkPublisher
+from pipelines.writing.marks import MarkMessage, MarkPublisher, instance_token
 from pipelines.writing.metrics import DELIVERY_FAILURES, MARKS_SENT
+from pipelines.writing.positions import DeliveryGroups
 from pipelines.writing.stream_view import StreamView, sealed_by
 from schemas.records import WriterMarkRecord
 
@@ -203,3 +204,35 @@ def test_a_heartbeat_ticks_until_its_tick_says_closed_and_survives_an_error() ->
     stopped = len(ticks)
     time.sleep(0.02)
     assert len(ticks) == stopped
+
+
+def test_every_mark_carries_the_instance_token_a_new_one_unless_given() -> None:
+    pub, sink = _publisher([], instance=None)
+    pub.last_noted = 5
+    pub.publish("s/x", WriterMark(5, {0: 1}))
+    pub.publish("s/x", pub.shutdown_mark({0: 1}, None))
+    (token,) = {m.instance for m in sink.marks()}
+    assert token == pub.instance and len(token) == 32 and int(token, 16) >= 0
+    assert _publisher([], instance=None)[0].instance != token  # one per writer object
+    assert instance_token("driver-run-7") == "driver-run-7"
+    for bad in ("", " ", 7):
+        with pytest.raises(WriterConfigError, match="instance must be a non-empty string"):
+            instance_token(bad)  # type: ignore[arg-type]
+
+
+def test_the_shutdown_time_of_a_writer_noting_time_automatically_is_its_close() -> None:
+    pub, _ = _publisher([])
+    assert pub.closing_time(False, 1_000, 900) is None  # nothing noted: no shutdown mark
+    pub.last_noted = 500
+    assert pub.closing_time(False, 1_000, 900) == 500
+    assert pub.closing_time(True, 1_000, 900) == 1_000  # noted once more, at the close
+    assert pub.closing_time(True, 1_000, 1_200) == 1_200  # never below an event written
+
+
+def test_a_note_carries_the_highest_timestamp_of_the_records_before_it() -> None:
+    groups = DeliveryGroups([0])
+    groups.used[0] = True
+    groups.setters[0](None, "msg@4")
+    groups.note(100, max_event_time=130)
+    (note,) = groups.ready(idle=True, offset=lambda m: int(m[4:]))
+    assert (note.time, note.position, note.max_event_time) == (100, {0: 5}, 130)

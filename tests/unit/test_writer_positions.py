@@ -98,3 +98,26 @@ def test_a_group_with_a_failed_record_fails_its_note_only() -> None:
     assert g.ready(idle=True, offset=_off) == [first, second]
     assert first.failed == ["m@-1"] and second.failed == []
     assert second.position == {0: 8}
+
+
+def test_a_report_with_the_applications_callback_is_made_once_per_group() -> None:
+    g = DeliveryGroups([0])
+    heard: list[str] = []
+
+    def app(err: object, msg: str) -> None:
+        heard.append(msg)
+
+    first = g.reporting_to(0, app)
+    assert g.with_callback[0].get(app) is first  # the hot path finds it
+    g.used[0] = True
+    first(None, "m@4")
+    note = g.note(100)
+    assert g.with_callback[0] == {}  # a new group: a new report
+    second = g.reporting_to(0, app)
+    g.used[0] = True
+    second(None, "m@5")
+    assert heard == ["m@4", "m@5"]
+    assert g.ready(idle=False, offset=_off) == [note] and note.position == {0: 5}
+    for _ in range(40):  # a new callback per record (lambdas): the kept ones stay few
+        g.reporting_to(0, lambda err, msg: None)
+    assert len(g.with_callback[0]) <= 16

@@ -26,49 +26,55 @@ from typing import Any
 
 from infra.services import data_root
 from jobs.window_args import add_window_arguments
-from tidemark.cli.output import add_format_option, emit, emit_rows
+from tidemark.cli.output import add_verb, emit, emit_rows
 from tidemark.environment import Environment
 
 
 def register(sub: Any) -> None:
-    wait = sub.add_parser(
+    wait = add_verb(
+        sub,
         "wait",
-        help="wait until a stream's watermark reaches a time (exit 75 on timeout)",
+        cmd_wait,
+        "wait until a stream's watermark reaches a time (exit 75 on timeout)",
         description="Exit 0 and print the first watermark with time >= T; exit 75 when "
         "the timeout passes first, naming the writers that hold the stream back.",
+        on="stream",
     )
-    wait.add_argument("stream", help="scope/name")
     wait.add_argument("--time", required=True, metavar="MS", help="the stream time T (ms)")
     wait.add_argument(
         "--timeout-ms", type=int, default=60_000, help="give up after this long (default 60000)"
     )
-    wait.add_argument("--delta-root", default=None, help="the controller's tables")
-    add_format_option(wait)
-    wait.set_defaults(func=cmd_wait)
+    _add_delta_root(wait)
 
-    window = sub.add_parser(
+    window = add_verb(
+        sub,
         "window-run",
-        help="run a complete window with Spark (also: tidemark window run ...)",
+        cmd_window_run,
+        "run a complete window with Spark (also: tidemark window run ...)",
+        formatted=False,
         description="Reads exactly the records between the window's two cuts and writes "
         "the result idempotently. Exit 75 while the window is not complete.",
     )
-
     add_window_arguments(window)
-    window.set_defaults(func=cmd_window_run)
 
-    lag = sub.add_parser(
-        "laggards", help="writers holding a stream's watermark back, and stale marks"
+    lag = add_verb(
+        sub,
+        "laggards",
+        cmd_laggards,
+        "writers holding a stream's watermark back, and stale marks",
+        on="stream",
     )
-    lag.add_argument("stream", help="scope/name")
-    lag.add_argument("--delta-root", default=None, help="the controller's tables")
-    add_format_option(lag)
-    lag.set_defaults(func=cmd_laggards)
+    _add_delta_root(lag)
+
+
+def _add_delta_root(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--delta-root", default=None, help="the controller's tables")
 
 
 def _delta_root(args: argparse.Namespace) -> str:
+    """``--delta-root``, else the tables under the local data root."""
     if args.delta_root:
         return str(args.delta_root)
-
     return str(data_root(Environment.from_env()))
 
 

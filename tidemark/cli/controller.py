@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from controller.naming import ClusterSettings
 from jobs.cli_args import add_controller_arguments, settings_from_args
-from schemas.tables import latest_laggards
+from schemas.tables import laggards_by_stream
 from tidemark.cli.control_plane import control_plane
 from tidemark.cli.output import add_format_option, emit, emit_rows
 from tidemark.environment import Environment
@@ -206,25 +206,30 @@ def stream_lags(rows: Sequence[Mapping[str, Any]], now_ms: int) -> dict[str, dic
     }
 
 
-def stream_laggards(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """Each stream's last snapshot of the ``laggards`` table (streams now clear left out)."""
-    by_stream: dict[str, list[Mapping[str, Any]]] = {}
-    for row in rows:
-        by_stream.setdefault(str(row["stream"]), []).append(row)
-    found = {stream: latest_laggards(rs) for stream, rs in sorted(by_stream.items())}
-    return {stream: lags for stream, lags in found.items() if lags}
+def _utc(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def describe_laggard(row: Mapping[str, Any], now_ms: int) -> str:
-    """``w2 lagging since 2026-11-22T17:01:02Z (for 12.0 s), 5.0 s behind (as of 1.0 s ago)``."""
-    text = f"{row['writer']} {row['kind']}"
+    """``w2 (instance 9f3c) lagging since 2026-11-22T17:01:02Z (for 12.0 s), 5.0 s behind,
+    noted 1700000000000, first seen 2026-11-22T16:58:40Z, last seen 0.4 s ago (as of 1.0 s
+    ago)``; a table from before the writer's instance and times leaves them out."""
+    text = f"{row['writer']}"
+    if row.get("instance") is not None:
+        text += f" (instance {row['instance']})"
+    text += f" {row['kind']}"
     since = row.get("since")
     if since is not None:
-        at = datetime.fromtimestamp(int(since) / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        text += f" since {at} (for {(now_ms - int(since)) / 1000:.1f} s)"
+        text += f" since {_utc(int(since))} (for {(now_ms - int(since)) / 1000:.1f} s)"
     behind = row.get("behind_ms")
     if behind is not None:
         text += f", {int(behind) / 1000:.1f} s behind"
+    if row.get("noted_time") is not None:
+        text += f", noted {row['noted_time']}"
+    if row.get("first_seen") is not None:
+        text += f", first seen {_utc(int(row['first_seen']))}"
+    if row.get("last_seen") is not None:
+        text += f", last seen {(now_ms - int(row['last_seen'])) / 1000:.1f} s ago"
     return text + f" (as of {(now_ms - int(row['at'])) / 1000:.1f} s ago)"
 
 
@@ -250,7 +255,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         except Exception as exc:  # no table yet: nothing emitted
             delta_error = str(exc)
         try:
-            laggards = stream_laggards(read_table(delta_root, LAGGARDS))
+            laggards = laggards_by_stream(read_table(delta_root, LAGGARDS))
         except Exception as exc:  # a controller from before the laggards table
             log.debug("no laggards under %s: %s", delta_root, exc)
     progress = view.progress

@@ -27,13 +27,16 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from infra.services import connected_services
-from tidemark.cli.output import add_format_option
+from tidemark.cli.output import add_verb
 from tidemark.environment import Environment
 
 
 def register(sub: Any) -> None:
-    demo = sub.add_parser(
-        "demo", help="writers -> Spark controller -> Delta watermarks -> readers, end to end"
+    demo = add_verb(
+        sub,
+        "demo",
+        cmd_demo,
+        "writers -> Spark controller -> Delta watermarks -> readers, end to end",
     )
     demo.add_argument(
         "--dir", type=Path, default=None, help="the demo's directory (default ~/.tidemark/demo/…)"
@@ -44,8 +47,6 @@ def register(sub: Any) -> None:
         help="run the time service and dashboard during the demo and after it, until Ctrl-C",
     )
     demo.add_argument("--port", type=int, default=0, help="dashboard port with --serve (0: free)")
-    add_format_option(demo)
-    demo.set_defaults(func=cmd_demo)
 
 
 @contextlib.contextmanager

@@ -16,9 +16,9 @@ from typing import Any
 
 from controller.metadata import cut_from_json, cut_to_json
 from controller.timestamps import wall_clock_ms
-from tidemark.cli.control_plane import control_plane, service_addresses
-from tidemark.cli.output import add_format_option, emit, emit_rows
-from tidemark.cli.read import _open
+from tidemark.cli.control_plane import control_plane
+from tidemark.cli.output import add_verb, emit, emit_rows
+from tidemark.cli.read import reader_group
 from tidemark.errors import ConfigurationError
 
 
@@ -26,40 +26,39 @@ def register(sub: Any) -> None:
     group = sub.add_parser("group", help="reader groups: lag, checkpoints and reset")
     verbs = group.add_subparsers(dest="group_command", metavar="VERB", required=True)
 
-    listing = verbs.add_parser("list", help="every reader group with its lag (records, time)")
-    add_format_option(listing)
-    listing.set_defaults(func=cmd_list)
-
-    describe = verbs.add_parser("describe", help="a group's lag in records and time, its readers")
-    describe.add_argument("group", help="reader group name")
-    add_format_option(describe)
-    describe.set_defaults(func=cmd_describe)
-
-    take = verbs.add_parser(
-        "checkpoint", help="take a named checkpoint of a group (online readers must be reading)"
+    add_verb(verbs, "list", cmd_list, "every reader group with its lag (records, time)")
+    add_verb(
+        verbs,
+        "describe",
+        cmd_describe,
+        "a group's lag in records and time, its readers",
+        on="group",
     )
-    take.add_argument("group", help="reader group name")
+
+    take = add_verb(
+        verbs,
+        "checkpoint",
+        cmd_checkpoint,
+        "take a named checkpoint of a group (online readers must be reading)",
+        on="group",
+    )
     take.add_argument("name", help="checkpoint name")
     take.add_argument(
         "--timeout-ms", type=int, default=30_000, help="wait this long for the readers"
     )
-    add_format_option(take)
-    take.set_defaults(func=cmd_checkpoint)
 
-    checkpoints = verbs.add_parser("checkpoints", help="list a group's checkpoints")
-    checkpoints.add_argument("group", help="reader group name")
-    add_format_option(checkpoints)
-    checkpoints.set_defaults(func=cmd_checkpoints)
+    add_verb(verbs, "checkpoints", cmd_checkpoints, "list a group's checkpoints", on="group")
 
-    reset = verbs.add_parser(
-        "reset", help="move a group to a checkpoint or a stream cut (no reader online)"
+    reset = add_verb(
+        verbs,
+        "reset",
+        cmd_reset,
+        "move a group to a checkpoint or a stream cut (no reader online)",
+        on="group",
     )
-    reset.add_argument("group", help="reader group name")
     target = reset.add_mutually_exclusive_group(required=True)
     target.add_argument("--checkpoint", help="a checkpoint's name")
     target.add_argument("--cut", help='a stream cut as JSON: {"segment id": offset, ...}')
-    add_format_option(reset)
-    reset.set_defaults(func=cmd_reset)
 
 
 def _lag_row(lag: Any, now_ms: int) -> dict[str, Any]:
@@ -79,14 +78,13 @@ def _lags(names: list[str]) -> list[dict[str, Any]]:
     from pipelines.reading.lag import group_lag
     from pipelines.reading.registry import registry_for
 
-    kafka, _ = service_addresses()
-    topics = StreamTopics(kafka)
     rows = []
     with control_plane() as cp:
+        topics = StreamTopics(cp.kafka)
         if not names:
             names = registry_for(cp.store).names()
         for name in names:
-            with _open(name, cp, kafka) as group:
+            with reader_group(name, cp) as group:
                 rows.append(_lag_row(group_lag(group, topics), wall_clock_ms()))
     return rows
 
@@ -120,9 +118,7 @@ def _describe(checkpoint: Any) -> dict[str, Any]:
 
 
 def cmd_checkpoint(args: argparse.Namespace) -> int:
-
-    kafka, _ = service_addresses()
-    with control_plane() as cp, _open(args.group, cp, kafka) as group:
+    with reader_group(args.group) as group:
         taken = group.initiate_checkpoint(args.name, timeout_ms=args.timeout_ms).result()
     emit(
         args,
@@ -134,9 +130,7 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
 
 
 def cmd_checkpoints(args: argparse.Namespace) -> int:
-
-    kafka, _ = service_addresses()
-    with control_plane() as cp, _open(args.group, cp, kafka) as group:
+    with reader_group(args.group) as group:
         found = group.checkpoints()
     emit_rows(args, [_describe(c) for c in found])
     return 0
@@ -155,10 +149,8 @@ def _parse_cut(text: str) -> dict[int, int]:
 
 
 def cmd_reset(args: argparse.Namespace) -> int:
-
     target: Any = args.checkpoint if args.checkpoint is not None else _parse_cut(args.cut)
-    kafka, _ = service_addresses()
-    with control_plane() as cp, _open(args.group, cp, kafka) as group:
+    with reader_group(args.group) as group:
         cut = group.reset_to(target)
     emit(
         args,

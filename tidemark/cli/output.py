@@ -1,11 +1,15 @@
-"""Printing results as text for people or JSON for scripts."""
+"""Printing results as text for people or JSON for scripts, and the verbs that do.
+
+create = add_verb(verbs, "create", cmd_create, "create a scope")
+create.add_argument("scope")   # runs cmd_create(args); --format text|json
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 
@@ -13,6 +17,39 @@ def add_format_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--format", choices=("text", "json"), default="text", help="output format (default text)"
     )
+
+
+OPERANDS = {
+    "stream": "scope/name",
+    "group": "reader group name",
+    "scope": "the scope's name",
+    "timeline": "timeline name",
+}
+"""The things verbs act on, each a first positional argument with one help text."""
+
+
+def add_verb(
+    verbs: Any,
+    name: str,
+    func: Callable[[argparse.Namespace], int],
+    help: str,
+    *,
+    on: str | None = None,
+    formatted: bool = True,
+    **parser_options: Any,
+) -> argparse.ArgumentParser:
+    """A verb ``name`` under ``verbs`` (argparse sub-parsers) that runs ``func(args)``,
+    listed with ``help``; its first argument is the operand ``on`` (one of
+    :data:`OPERANDS`) when given, and it has ``--format`` unless ``formatted`` is
+    False. Other ``parser_options`` (``description``) go to ``add_parser``; the
+    caller adds the verb's own arguments."""
+    parser: argparse.ArgumentParser = verbs.add_parser(name, help=help, **parser_options)
+    if on is not None:
+        parser.add_argument(on, help=OPERANDS[on])
+    if formatted:
+        add_format_option(parser)
+    parser.set_defaults(func=func)
+    return parser
 
 
 def emit(args: argparse.Namespace, payload: Any, text: str | Iterable[str]) -> None:

@@ -10,7 +10,9 @@
 >= t lies before it for well-behaved writers) and prints the events with
 timestamp >= t, one JSON object per line with ``--format json``: segment,
 partition, offset, timestamp, key, body (UTF-8, else base64 with
-``"body_encoding": "base64"``). It stops after ``--count`` events, or at
+``"body_encoding": "base64"``), and headers, in order, as
+``[{"name": ..., "value": ...}]`` (each value UTF-8 text, else base64 with
+``"value_encoding": "base64"``; a null value is ``null``). It stops after ``--count`` events, or at
 the end of the data committed when it started (the segments' last stable
 offsets, read in one request before reading), or -- a safety net -- when
 nothing arrives for ``--wait-ms``. It commits nothing anywhere. With
@@ -24,7 +26,9 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import time
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from controller.metadata import cut_to_json
@@ -32,8 +36,8 @@ from controller.model import segment_number
 from infra.services import data_root
 from jobs.cli_args import positive_int
 from schemas.tables import MARKS, table_path
-from tidemark.cli.control_plane import control_plane, service_addresses
-from tidemark.cli.output import add_format_option, emit, emit_rows
+from tidemark.cli.control_plane import ControlPlane, control_plane, service_addresses
+from tidemark.cli.output import add_verb, emit, emit_rows
 from tidemark.environment import Environment
 from tidemark.errors import ConfigurationError
 
@@ -50,8 +54,7 @@ def _add_time_options(parser: argparse.ArgumentParser, *, since: bool = False) -
 
 
 def register(sub: Any) -> None:
-    read = sub.add_parser("read", help="read a stream from a time (or its head)")
-    read.add_argument("stream", help="scope/name")
+    read = add_verb(sub, "read", cmd_read, "read a stream from a time (or its head)", on="stream")
     _add_time_options(read)
     read.add_argument("--count", type=positive_int, default=None, help="stop after N events")
     read.add_argument(
@@ -61,25 +64,16 @@ def register(sub: Any) -> None:
         help="read stops at the end of the data committed when it started; it also "
         "stops when nothing arrives for this long (default 5000)",
     )
-    add_format_option(read)
-    read.set_defaults(func=cmd_read)
 
-    marks = sub.add_parser("watermarks", help="list a stream's watermarks")
-    marks.add_argument("stream", help="scope/name")
+    marks = add_verb(sub, "watermarks", cmd_watermarks, "list a stream's watermarks", on="stream")
     _add_time_options(marks, since=True)
-    add_format_option(marks)
-    marks.set_defaults(func=cmd_watermarks)
 
-    window = sub.add_parser("window", help="a reader group's position and time window")
-    window.add_argument("group", help="reader group name")
-    add_format_option(window)
-    window.set_defaults(func=cmd_window)
+    add_verb(sub, "window", cmd_window, "a reader group's position and time window", on="group")
 
-    seek = sub.add_parser("seek", help="move a reader group to a time (no reader online)")
-    seek.add_argument("group", help="reader group name")
+    seek = add_verb(
+        sub, "seek", cmd_seek, "move a reader group to a time (no reader online)", on="group"
+    )
     _add_time_options(seek)
-    add_format_option(seek)
-    seek.set_defaults(func=cmd_seek)
 
 
 def _time_of(args: argparse.Namespace, *, required: bool = False) -> int | None:
@@ -114,11 +108,20 @@ def _require_tables(root: str) -> None:
         )
 
 
-def _body(value: bytes) -> dict[str, Any]:
+def _text(field: str, value: bytes | None) -> dict[str, Any]:
+    """``{field: value}``, the value as text when it is UTF-8, else base64 with
+    ``field_encoding: base64`` beside it (``None`` stays ``null``)."""
+    if value is None:
+        return {field: None}
     try:
-        return {"body": value.decode("utf-8")}
+        return {field: value.decode("utf-8")}
     except UnicodeDecodeError:
-        return {"body": base64.b64encode(value).decode("ascii"), "body_encoding": "base64"}
+        return {field: base64.b64encode(value).decode("ascii"), f"{field}_encoding": "base64"}
+
+
+def _headers(headers: Sequence[tuple[str, bytes | None]]) -> list[dict[str, Any]]:
+    """Kafka headers in order: ``{"name": ..., "value": ...}`` each, the value as ``_text``."""
+    return [{"name": name, **_text("value", value)} for name, value in headers]
 
 
 def _key(value: bytes | None) -> str | None:
@@ -206,8 +209,10 @@ def cmd_read(args: argparse.Namespace) -> int:
                     "offset": event.offset,
                     "timestamp": event.timestamp,
                     "key": _key(event.routing_key),
-                    **_body(event.body),
+                    **_text("body", event.body),
                 }
+                if event.headers or args.format == "json":
+                    row["headers"] = _headers(event.headers)
                 emit_rows(args, [row])
                 printed += 1
     return 0
@@ -239,16 +244,22 @@ def cmd_watermarks(args: argparse.Namespace) -> int:
     return 0
 
 
-def _open(name: str, cp: Any, kafka: str) -> Any:
+@contextlib.contextmanager
+def reader_group(name: str, plane: ControlPlane | None = None) -> Iterator[Any]:
+    """The reader group ``name``, open for a ``with`` block: on ``plane`` when given,
+    else on a control plane of its own."""
     # confluent_kafka: off tidemark --help (the parser imports every verb module)
     from pipelines.reading.group import open_group
 
-    return open_group(name, store=cp.store, bootstrap_servers=kafka, delta_root=delta_root())
+    with contextlib.ExitStack() as stack:
+        cp = plane if plane is not None else stack.enter_context(control_plane())
+        yield stack.enter_context(
+            open_group(name, store=cp.store, bootstrap_servers=cp.kafka, delta_root=delta_root())
+        )
 
 
 def cmd_window(args: argparse.Namespace) -> int:
-    kafka, _ = service_addresses()
-    with control_plane() as cp, _open(args.group, cp, kafka) as group:
+    with reader_group(args.group) as group:
         window = group.current_time_window()
         cut = group.stream_cut()
         readers = group.online_readers()
@@ -275,8 +286,7 @@ def cmd_window(args: argparse.Namespace) -> int:
 
 def cmd_seek(args: argparse.Namespace) -> int:
     ts = _time_of(args, required=True)
-    kafka, _ = service_addresses()
-    with control_plane() as cp, _open(args.group, cp, kafka) as group:
+    with reader_group(args.group) as group:
         cut = group.seek(ts)
     emit(
         args,

@@ -15,30 +15,19 @@ import argparse
 from typing import Any
 
 from tidemark.cli.control_plane import control_plane
-from tidemark.cli.output import add_format_option, emit
+from tidemark.cli.output import add_verb, emit
 
 
 def register(sub: Any) -> None:
     group = sub.add_parser("scope", help="create, list, delete scopes (streams live in a scope)")
     verbs = group.add_subparsers(dest="scope_command", metavar="VERB", required=True)
 
-    create = verbs.add_parser("create", help="create a scope")
-    create.add_argument("scope", help="the scope's name")
-    add_format_option(create)
-    create.set_defaults(func=cmd_create)
-
-    delete = verbs.add_parser("delete", help="delete an empty scope")
-    delete.add_argument("scope", help="the scope's name")
-    add_format_option(delete)
-    delete.set_defaults(func=cmd_delete)
-
-    listing = verbs.add_parser("list", help="list scopes and how many streams each holds")
-    add_format_option(listing)
-    listing.set_defaults(func=cmd_list)
+    add_verb(verbs, "create", cmd_create, "create a scope", on="scope")
+    add_verb(verbs, "delete", cmd_delete, "delete an empty scope", on="scope")
+    add_verb(verbs, "list", cmd_list, "list scopes and how many streams each holds")
 
 
 def cmd_create(args: argparse.Namespace) -> int:
-
     with control_plane() as cp:
         created = cp.manager.create_scope(args.scope)
     text = f"created scope {args.scope}" if created else f"scope {args.scope} exists already"
@@ -47,7 +36,6 @@ def cmd_create(args: argparse.Namespace) -> int:
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
-
     with control_plane() as cp:
         cp.manager.delete_scope(args.scope)
     emit(args, {"deleted": args.scope}, f"deleted scope {args.scope}")
@@ -55,7 +43,6 @@ def cmd_delete(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-
     with control_plane() as cp:
         rows = [{"scope": s, "streams": len(cp.manager.list(s))} for s in cp.manager.list_scopes()]
     emit(

@@ -17,13 +17,20 @@ from typing import Any
 from controller.naming import ClusterSettings
 from infra.services import KAFKA, ZOOKEEPER, resolve_services
 from tidemark.cli.control_plane import control_plane
+from tidemark.cli.output import add_verb
 from tidemark.cli.read import delta_root
 
 DEFAULT_PORT = 8790
 
 
 def register(sub: Any) -> None:
-    serve = sub.add_parser("serve", help="the time service: JSON API, /metrics and a dashboard")
+    serve = add_verb(
+        sub,
+        "serve",
+        cmd_serve,
+        "the time service: JSON API, /metrics and a dashboard",
+        formatted=False,
+    )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
     serve.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}")
     serve.add_argument(
@@ -35,7 +42,6 @@ def register(sub: Any) -> None:
         default=None,
         help="the controller's bucket count (for the dashboard's bucket owners)",
     )
-    serve.set_defaults(func=cmd_serve)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

@@ -6,18 +6,13 @@ import argparse
 from typing import Any
 
 from infra.services import LocalServices
-from tidemark.cli.output import add_format_option, emit
+from tidemark.cli.output import add_verb, emit
 
 
 def register(sub: Any) -> None:
-    up = sub.add_parser("up", help="start ZooKeeper and Kafka locally in the background")
-    add_format_option(up)
-    up.set_defaults(func=cmd_up)
-    down = sub.add_parser("down", help="stop the services `tidemark up` started")
-    down.set_defaults(func=cmd_down)
-    status = sub.add_parser("status", help="show the local services")
-    add_format_option(status)
-    status.set_defaults(func=cmd_status)
+    add_verb(sub, "up", cmd_up, "start ZooKeeper and Kafka locally in the background")
+    add_verb(sub, "down", cmd_down, "stop the services `tidemark up` started", formatted=False)
+    add_verb(sub, "status", cmd_status, "show the local services")
 
 
 def cmd_up(args: argparse.Namespace) -> int:

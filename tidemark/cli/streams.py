@@ -21,7 +21,7 @@ from controller.model import KeyRange
 from controller.navigation import head_segments
 from tidemark.cli.adopt import register_verbs
 from tidemark.cli.control_plane import control_plane
-from tidemark.cli.output import add_format_option, emit, emit_rows
+from tidemark.cli.output import add_verb, emit, emit_rows
 from tidemark.cli.stream_options import add_config_options, config_from_args, summary
 from tidemark.errors import ConfigurationError
 
@@ -75,12 +75,7 @@ def register(sub: Any) -> None:
     verbs = group.add_subparsers(dest="stream_command", metavar="VERB", required=True)
 
     def verb(name: str, help_text: str, func: Any, stream_arg: bool = True) -> Any:
-        parser = verbs.add_parser(name, help=help_text)
-        if stream_arg:
-            parser.add_argument("stream", help="scope/name")
-        add_format_option(parser)
-        parser.set_defaults(func=func)
-        return parser
+        return add_verb(verbs, name, func, help_text, on="stream" if stream_arg else None)
 
     add_config_options(verb("create", "create a stream (its topic, epoch 0)", cmd_create))
     verb("describe", "epochs, segments, offsets, state, configuration", cmd_describe)

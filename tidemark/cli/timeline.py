@@ -28,7 +28,7 @@ from dataclasses import asdict
 from typing import Any
 
 from infra.services import KAFKA, POSTGRES, resolve_services
-from tidemark.cli.output import add_format_option, emit, emit_rows
+from tidemark.cli.output import add_verb, emit, emit_rows
 from tidemark.errors import ConfigurationError
 
 
@@ -62,11 +62,7 @@ def register(sub: Any) -> None:
     verbs = timeline.add_subparsers(dest="verb", metavar="VERB", required=True)
 
     def verb(name: str, help: str, func: Any) -> argparse.ArgumentParser:
-        parser: argparse.ArgumentParser = verbs.add_parser(name, help=help)
-        parser.add_argument("timeline", help="timeline name")
-        add_format_option(parser)
-        parser.set_defaults(func=func)
-        return parser
+        return add_verb(verbs, name, func, help, on="timeline")
 
     p = verb("create", "create a timeline (again with the same settings: no-op)", cmd_create)
     p.add_argument("--buckets", type=int, default=16)
@@ -130,15 +126,16 @@ def register(sub: Any) -> None:
     p.add_argument("--duration-s", type=float, help="stop after this long (default: Ctrl-C)")
     p.add_argument("--max-messages", type=int, help="stop after relaying this many")
 
-    p = verbs.add_parser(
-        "purge", help="remove deleted messages (of every timeline) in batches, once or every N ms"
+    p = add_verb(
+        verbs,
+        "purge",
+        cmd_purge,
+        "remove deleted messages (of every timeline) in batches, once or every N ms",
     )
     p.add_argument("--keep-deleted-ms", type=int, default=3_600_000)
     p.add_argument("--batch-size", type=int, default=1_000)
     p.add_argument("--every-ms", type=int, help="purge on this schedule until Ctrl-C / SIGTERM")
     p.add_argument("--duration-s", type=float, help="with --every-ms: stop after this long")
-    add_format_option(p)
-    p.set_defaults(func=cmd_purge)
 
 
 def cmd_create(args: argparse.Namespace) -> int:

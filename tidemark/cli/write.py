@@ -18,13 +18,14 @@ from collections.abc import Iterator
 from typing import Any
 
 from tidemark.cli.control_plane import control_plane, service_addresses
-from tidemark.cli.output import add_format_option, emit
+from tidemark.cli.output import add_verb, emit
 from tidemark.errors import ConfigurationError
 
 
 def register(sub: Any) -> None:
-    write = sub.add_parser("write", help="write events to a stream (arguments or stdin lines)")
-    write.add_argument("stream", help="scope/name")
+    write = add_verb(
+        sub, "write", cmd_write, "write events to a stream (arguments or stdin lines)", on="stream"
+    )
     write.add_argument("events", nargs="*", help="events; none: read lines from stdin")
     write.add_argument("--key", default=None, help="routing key of every event")
     write.add_argument(
@@ -33,8 +34,6 @@ def register(sub: Any) -> None:
     write.add_argument("--timestamp", type=int, default=None, help="timestamp (ms) of every event")
     write.add_argument("--writer-id", default=None, help="writer id (default cli-<pid>)")
     write.add_argument("--note-time", default=None, help="note this time (ms, or 'now') at the end")
-    add_format_option(write)
-    write.set_defaults(func=cmd_write)
 
 
 def _events(args: argparse.Namespace) -> Iterator[tuple[str | None, bytes]]:

@@ -26,6 +26,11 @@ JSON API (times in milliseconds since the epoch; a stream is ``scope/name``):
 - ``GET /api/streams/{scope}/{name}/history?minutes=60`` -- the charts' data:
   per emitted watermark, its time, upper time and lag.
 - ``GET /api/rejected?stream=S&limit=N`` -- the latest rejected marks and reasons.
+- ``GET /api/laggards?stream=S`` -- per stream (one: ``stream``), the writers that
+  hold its watermark back: ``writer``, ``instance``, ``kind`` (``lagging`` or
+  ``slowest``), ``noted_time``, ``since``, ``behind_ms``, ``first_seen``,
+  ``last_seen``, and ``at`` (the controller cycle that saw it); streams nobody
+  holds back are left out.
 - ``GET /api/groups/{group}/window`` -- a reader group's cut, time window, readers.
 - ``GET /api/controller`` -- the leading and standby controller drivers, the last batch.
 - ``GET /api/timelines?from_ms=&to_ms=`` -- per timeline, messages by status
@@ -243,6 +248,9 @@ def build_app(service: TimeService) -> Starlette:
         stream = request.query_params.get("stream") or None
         return JSONResponse(service.rejected(stream, _count_param(request, "limit", 50)))
 
+    def laggards(request: Request) -> Response:
+        return JSONResponse(service.laggards(request.query_params.get("stream") or None))
+
     def window(request: Request) -> Response:
         return JSONResponse(service.window(request.path_params["group"]))
 
@@ -272,9 +280,11 @@ def build_app(service: TimeService) -> Starlette:
         from_min = _count_param(request, "from_min", 60)
         to_min = _count_param(request, "to_min", 0)
         rows = []
+        held = service.laggards()
         for meta in service.streams():
             info = stream_json(meta, service.latest(meta.name), now)
             info["series"] = _series(service, meta.name, HOUR_MS)
+            info["laggards"] = held.get(meta.name, [])
             rows.append(info)
         try:
             controller_view: dict[str, Any] | None = service.controller()
@@ -316,6 +326,7 @@ def build_app(service: TimeService) -> Starlette:
                 "series": _series(service, stream, HOUR_MS),
                 "recent": list(reversed(recent)),
                 "rejected": service.rejected(stream, 20),
+                "laggards": service.laggards(stream).get(stream, []),
             },
         )
 
@@ -331,6 +342,7 @@ def build_app(service: TimeService) -> Starlette:
         Route(f"{api}/watermarks", watermarks),
         Route(f"{api}/history", history),
         Route("/api/rejected", rejected),
+        Route("/api/laggards", laggards),
         Route("/api/groups/{group}/window", window),
         Route("/api/controller", controller),
         Route("/api/timelines", timelines),

@@ -49,11 +49,13 @@ from pipelines.reading.watermark_tables import (
     MarksTail,
     read_marks_as_of,
     read_rejected,
+    read_table,
     read_watermarks,
     resolve_delta_root,
 )
-from schemas.tables import cut_from_cell
+from schemas.tables import LAGGARDS, cut_from_cell, laggards_by_stream
 from tidemark.errors import ConfigurationError, TidemarkError
+from tidemark.service.group_metrics import GroupLagCollector
 
 log = logging.getLogger(__name__)
 
@@ -238,6 +240,7 @@ class TimeService:
         self.last_refresh_error: str | None = None
         self.registry = CollectorRegistry()
         self.registry.register(_StreamCollector(self))
+        self.registry.register(GroupLagCollector(store, bootstrap_servers, self.delta_root))
         self.waits = StreamWaits()
 
     # --- lifecycle ----------------------------------------------------------------------------
@@ -399,6 +402,14 @@ class TimeService:
     def rejected(self, stream: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
         """The latest rejected marks (all streams: None), newest first."""
         return read_rejected(self.delta_root, stream, limit, self.storage_options)
+
+    def laggards(self, stream: str | None = None) -> dict[str, list[dict[str, Any]]]:
+        """Per stream (all: None), the writers holding its watermark back -- id, instance,
+        noted time, first and last seen -- from the last snapshot in ``laggards``;
+        streams nobody holds back are left out."""
+        return laggards_by_stream(
+            read_table(self.delta_root, LAGGARDS, stream, self.storage_options)
+        )
 
     # --- other views ----------------------------------------------------------------------------
 
