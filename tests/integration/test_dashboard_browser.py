@@ -7,7 +7,7 @@ chart (uPlot draws on a canvas), the rejected marks with their reason, the
 writer holding the stream back (id, instance, first and last seen), the
 timeline counts, and a link to the stream's page with its two charts. The
 screenshot goes to ``tmp_path``; with ``TIDEMARK_SCREENSHOT_DIR`` set (a
-test-only variable) also there -- ``docs/dashboard.png`` in the README
+test-only variable) also there -- ``docs/dashboard.png`` (on the HTTP API page of docs/)
 comes from this test.
 
 `make setup` installs ``chromium`` and ``chromium-driver`` with apt; nothing

@@ -1,7 +1,8 @@
-"""Spark reads a stream by time (``pipelines.kafka_source_options``): the README's recipes
-on real Kafka, ZooKeeper, Spark and Delta -- a batch job reading exactly one complete hour
-of a stream scaled midway, a Structured Streaming query starting at a time, and pandas
-reading the ``marks`` table through ``deltalake`` (no Spark, no ZooKeeper)."""
+"""Spark reads a stream by time (``pipelines.kafka_source_options``): the recipes of
+``docs/guides/spark-by-time.md`` on real Kafka, ZooKeeper, Spark and Delta -- a batch job
+reading exactly one complete hour of a stream scaled midway, a Structured Streaming query
+starting at a time, and pandas reading the ``marks`` table through ``deltalake`` (no Spark,
+no ZooKeeper)."""
 
 from __future__ import annotations
 
