@@ -45,8 +45,9 @@ import threading
 import time
 from array import array
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import overload
 
 from controller.index import start_index, stop_index
 from controller.metadata import StreamMetadata
@@ -441,7 +442,8 @@ def _lookup(
     return ts, meta, index or shared_index(delta_root, storage_options)
 
 
-def stream_cut_at(
+@overload
+def stream_cut_at(  # type: ignore[overload-overlap]  # (a str is a Sequence[str])
     stream: str,
     timestamp: object,
     *,
@@ -449,14 +451,49 @@ def stream_cut_at(
     store: MetadataStore | None = None,
     index: SeekIndex | None = None,
     storage_options: Mapping[str, str] | None = None,
-) -> dict[int, int]:
+) -> dict[int, int]: ...
+
+
+@overload
+def stream_cut_at(
+    stream: Sequence[str],
+    timestamp: object,
+    *,
+    delta_root: str | None = None,
+    store: MetadataStore | None = None,
+    index: SeekIndex | None = None,
+    storage_options: Mapping[str, str] | None = None,
+) -> dict[str, dict[int, int]]: ...
+
+
+def stream_cut_at(
+    stream: str | Sequence[str],
+    timestamp: object,
+    *,
+    delta_root: str | None = None,
+    store: MetadataStore | None = None,
+    index: SeekIndex | None = None,
+    storage_options: Mapping[str, str] | None = None,
+) -> dict[int, int] | dict[str, dict[int, int]]:
     """Where to start reading ``stream`` so that no event with time >= ``timestamp`` is skipped.
 
     With a ``store`` the stream is checked to exist and the head is the
     stream's head cut (its truncation point, else epoch 0 at offset 0), and
     a cut behind the truncation point is moved up to it; without one, an
-    empty cut stands for "the head".
+    empty cut stands for "the head". A list of streams gives ``{stream: cut}``
+    (:func:`pipelines.reading.streams.start_cuts`).
     """
+    if not isinstance(stream, str):
+        from pipelines.reading.streams import start_cuts  # (it builds on this module)
+
+        return start_cuts(
+            stream,
+            timestamp,
+            delta_root=delta_root,
+            store=store,
+            index=index,
+            storage_options=storage_options,
+        )
     ts, meta, idx = _lookup(stream, timestamp, delta_root, store, index, storage_options)
     if meta is not None:
         return start_cut_for(stream, ts, meta, idx)
@@ -464,7 +501,8 @@ def stream_cut_at(
     return {} if found is None else dict(found.stream_cut)
 
 
-def complete_cut_at(
+@overload
+def complete_cut_at(  # type: ignore[overload-overlap]  # (a str is a Sequence[str])
     stream: str,
     timestamp: object,
     *,
@@ -472,11 +510,47 @@ def complete_cut_at(
     store: MetadataStore | None = None,
     index: SeekIndex | None = None,
     storage_options: Mapping[str, str] | None = None,
-) -> dict[int, int] | None:
+) -> dict[int, int] | None: ...
+
+
+@overload
+def complete_cut_at(
+    stream: Sequence[str],
+    timestamp: object,
+    *,
+    delta_root: str | None = None,
+    store: MetadataStore | None = None,
+    index: SeekIndex | None = None,
+    storage_options: Mapping[str, str] | None = None,
+) -> dict[str, dict[int, int]] | None: ...
+
+
+def complete_cut_at(
+    stream: str | Sequence[str],
+    timestamp: object,
+    *,
+    delta_root: str | None = None,
+    store: MetadataStore | None = None,
+    index: SeekIndex | None = None,
+    storage_options: Mapping[str, str] | None = None,
+) -> dict[int, int] | dict[str, dict[int, int]] | None:
     """Where to stop reading ``stream`` to have every event with time <= ``timestamp``.
 
     ``None`` while no watermark has reached ``timestamp`` (the data is not complete).
+    A list of streams gives ``{stream: cut}`` once every one is complete
+    (:func:`pipelines.reading.streams.complete_cuts`).
     """
+    if not isinstance(stream, str):
+        from pipelines.reading.streams import complete_cuts  # (it builds on this module)
+
+        return complete_cuts(
+            stream,
+            timestamp,
+            delta_root=delta_root,
+            store=store,
+            index=index,
+            storage_options=storage_options,
+        )
     ts, _, idx = _lookup(stream, timestamp, delta_root, store, index, storage_options)
     found = idx.stop(stream, ts)
     return None if found is None else dict(found.stream_cut)

@@ -37,7 +37,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Protocol
+from typing import Protocol, overload
 
 from controller.model import Watermark
 from controller.timestamps import check_timestamp, wall_clock_ms
@@ -269,7 +269,8 @@ def _check_timeout(timeout_ms: object) -> int:
     return timeout_ms
 
 
-def wait_for_time(
+@overload
+def wait_for_time(  # type: ignore[overload-overlap]  # (a str is a Sequence[str])
     stream: str,
     time_ms: object,
     timeout_ms: int,
@@ -278,14 +279,54 @@ def wait_for_time(
     source: WatermarkSource | None = None,
     storage_options: Mapping[str, str] | None = None,
     stop: threading.Event | None = None,
-) -> Watermark:
+) -> Watermark: ...
+
+
+@overload
+def wait_for_time(
+    stream: Sequence[str],
+    time_ms: object,
+    timeout_ms: int,
+    *,
+    delta_root: str | None = None,
+    source: None = None,
+    storage_options: Mapping[str, str] | None = None,
+    stop: threading.Event | None = None,
+) -> dict[str, Watermark]: ...
+
+
+def wait_for_time(
+    stream: str | Sequence[str],
+    time_ms: object,
+    timeout_ms: int,
+    *,
+    delta_root: str | None = None,
+    source: WatermarkSource | None = None,
+    storage_options: Mapping[str, str] | None = None,
+    stop: threading.Event | None = None,
+) -> Watermark | dict[str, Watermark]:
     """The first watermark of ``stream`` with ``time >= time_ms``.
 
     Raises :class:`StreamTimeTimeoutError` after ``timeout_ms`` (0: look once),
     :class:`WaitCancelledError` when ``stop`` is set first. ``source`` defaults
     to :func:`watermark_source`: the time service where ``TIDEMARK_TIME_SERVICE``
     is set, else the ``marks`` table under ``delta_root`` (or ``$TIDEMARK_DELTA_ROOT``).
+    A list of streams gives ``{stream: watermark}`` once every one has passed
+    ``time_ms`` (:func:`pipelines.reading.streams.wait_for_streams`).
     """
+    if not isinstance(stream, str):
+        if source is not None:
+            raise ReaderConfigError("a wait on several streams takes no source")
+        from pipelines.reading.streams import wait_for_streams  # (it builds on this module)
+
+        return wait_for_streams(
+            stream,
+            time_ms,
+            timeout_ms,
+            delta_root=delta_root,
+            storage_options=storage_options,
+            stop=stop,
+        )
     target = check_timestamp(time_ms, "time", parse=True)
     timeout = _check_timeout(timeout_ms)
     feed = source or watermark_source(

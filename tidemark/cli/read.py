@@ -2,6 +2,7 @@
 
     tidemark read shop/orders --ago 1h --count 10 --format json
     tidemark read shop/orders --timestamp 1700000000000
+    tidemark read shop/orders shop/payments --ago 10m --format json   # merged by time
     tidemark watermarks shop/orders --since 1700000000000 --format json
     tidemark window billing
     tidemark seek billing --timestamp 1700000000000
@@ -50,8 +51,10 @@ def _add_time_options(parser: argparse.ArgumentParser, *, since: bool = False) -
 
 
 def register(sub: Any) -> None:
-    read = sub.add_parser("read", help="read a stream from a time (or its head)")
-    read.add_argument("stream", help="scope/name")
+    read = sub.add_parser(
+        "read", help="read a stream from a time (or its head); several: merged by time"
+    )
+    read.add_argument("stream", nargs="+", help="scope/name (several: merged in time order)")
     _add_time_options(read)
     read.add_argument("--count", type=positive_int, default=None, help="stop after N events")
     read.add_argument(
@@ -127,6 +130,18 @@ def _key(value: bytes | None) -> str | None:
     return value.decode("utf-8", errors="backslashreplace")
 
 
+def event_row(event: Any) -> dict[str, Any]:
+    """One event as ``read`` prints it."""
+    return {
+        "segment": event.segment,
+        "partition": event.partition,
+        "offset": event.offset,
+        "timestamp": event.timestamp,
+        "key": _key(event.routing_key),
+        **_body(event.body),
+    }
+
+
 def at_committed_end(reader: Any, ends: dict[int, int]) -> bool:
     """True when the reader has read everything committed up to ``ends`` (a snapshot of
     the last stable offsets): each readable segment it owns is read to its end, and
@@ -159,24 +174,29 @@ def cmd_read(args: argparse.Namespace) -> int:
     from pipelines.reading.group import ReaderConfig, ReaderGroup  # confluent_kafka: as above
     from pipelines.reading.seek import live_metadata, stream_cut_at  # as _time_of
 
+    if len(args.stream) > 1:
+        from tidemark.cli.merged import read_merged  # (loads the merge only when asked)
+
+        return read_merged(args, _time_of(args))
+    stream = args.stream[0]
     since = _time_of(args)
     kafka, _ = service_addresses()
     root = delta_root()
     with control_plane() as cp:
-        meta = live_metadata(cp.store, args.stream)
+        meta = live_metadata(cp.store, stream)
         cut = None
         if since is not None:
             # the time service's HTTP client: only a read from a time loads it
             from pipelines.reading.time_service import default_index
 
             index = default_index(root)
-            cut = stream_cut_at(args.stream, since, delta_root=root, store=cp.store, index=index)
+            cut = stream_cut_at(stream, since, delta_root=root, store=cp.store, index=index)
         # Where committed data ends now: read to there and stop, no timeout to wait out.
         ends = StreamTopics(kafka).last_stable_offsets(
             meta.topic, sorted({segment_number(s) for s in meta.segments()})
         )
         group = ReaderGroup.ephemeral_group(
-            args.stream,
+            stream,
             cut,
             store=cp.store,
             bootstrap_servers=kafka,
@@ -200,15 +220,7 @@ def cmd_read(args: argparse.Namespace) -> int:
                 idle_since = time.monotonic()
                 if since is not None and event.timestamp < since:
                     continue
-                row: dict[str, Any] = {
-                    "segment": event.segment,
-                    "partition": event.partition,
-                    "offset": event.offset,
-                    "timestamp": event.timestamp,
-                    "key": _key(event.routing_key),
-                    **_body(event.body),
-                }
-                emit_rows(args, [row])
+                emit_rows(args, [event_row(event)])
                 printed += 1
     return 0
 
