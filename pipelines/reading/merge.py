@@ -44,8 +44,8 @@ from pipelines.reading.config import ReaderConfig
 from pipelines.reading.exceptions import ReaderConfigError
 from pipelines.reading.group import ReaderGroup
 from pipelines.reading.reader import EventRead, EventReader
-from pipelines.reading.seek import SeekIndex, check_timestamp
-from pipelines.reading.streams import check_streams, start_cuts
+from pipelines.reading.seek import SeekIndex, check_timestamp, stream_cut_at
+from pipelines.reading.streams import check_streams
 
 log = logging.getLogger(__name__)
 
@@ -168,14 +168,14 @@ def merged_reader(
 ) -> Iterator[TimeMerge]:
     """A :class:`TimeMerge` over ``streams`` from ``from_time`` (None: their heads), each read
     by a private reader group kept in memory (nothing committed anywhere), starting at
-    the stream's start cut for ``from_time`` (:func:`~pipelines.reading.streams.start_cuts`).
+    the stream's start cut for ``from_time`` (:func:`~pipelines.reading.seek.stream_cut_at`).
     """
     names = check_streams(streams)
     start = None if from_time is None else check_timestamp(from_time)
     cuts = (
         {}
         if start is None
-        else start_cuts(names, start, delta_root=delta_root, store=store, index=index)
+        else stream_cut_at(names, start, delta_root=delta_root, store=store, index=index)
     )
     with ExitStack() as stack:
         readers = []

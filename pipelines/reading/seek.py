@@ -62,6 +62,7 @@ from pipelines.reading.exceptions import (
     StreamDeletedError,
     WatermarksUnavailableError,
 )
+from pipelines.reading.streams import all_complete, check_streams, each_stream
 from pipelines.reading.watermark_tables import (
     INDEX,
     INDEX_COLUMNS,
@@ -481,18 +482,12 @@ def stream_cut_at(
     stream's head cut (its truncation point, else epoch 0 at offset 0), and
     a cut behind the truncation point is moved up to it; without one, an
     empty cut stands for "the head". A list of streams gives ``{stream: cut}``
-    (:func:`pipelines.reading.streams.start_cuts`).
+    (:func:`pipelines.reading.streams.each_stream`).
     """
     if not isinstance(stream, str):
-        from pipelines.reading.streams import start_cuts  # (it builds on this module)
-
-        return start_cuts(
-            stream,
-            timestamp,
-            delta_root=delta_root,
-            store=store,
-            index=index,
-            storage_options=storage_options,
+        ts, idx = check_timestamp(timestamp), index or shared_index(delta_root, storage_options)
+        return each_stream(
+            check_streams(stream), lambda s: stream_cut_at(s, ts, store=store, index=idx)
         )
     ts, meta, idx = _lookup(stream, timestamp, delta_root, store, index, storage_options)
     if meta is not None:
@@ -538,18 +533,12 @@ def complete_cut_at(
 
     ``None`` while no watermark has reached ``timestamp`` (the data is not complete).
     A list of streams gives ``{stream: cut}`` once every one is complete
-    (:func:`pipelines.reading.streams.complete_cuts`).
+    (:func:`pipelines.reading.streams.all_complete`).
     """
     if not isinstance(stream, str):
-        from pipelines.reading.streams import complete_cuts  # (it builds on this module)
-
-        return complete_cuts(
-            stream,
-            timestamp,
-            delta_root=delta_root,
-            store=store,
-            index=index,
-            storage_options=storage_options,
+        ts, idx = check_timestamp(timestamp), index or shared_index(delta_root, storage_options)
+        return all_complete(
+            check_streams(stream), lambda s: complete_cut_at(s, ts, store=store, index=idx)
         )
     ts, _, idx = _lookup(stream, timestamp, delta_root, store, index, storage_options)
     found = idx.stop(stream, ts)

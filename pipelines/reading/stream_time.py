@@ -47,6 +47,7 @@ from pipelines.reading.exceptions import (
     WaitCancelledError,
 )
 from pipelines.reading.lateness import read_laggards, stale_marks
+from pipelines.reading.streams import check_streams, wait_for_all
 from pipelines.reading.time_service import (
     ServiceUnavailableError,
     TimeServiceClient,
@@ -312,21 +313,19 @@ def wait_for_time(
     to :func:`watermark_source`: the time service where ``TIDEMARK_TIME_SERVICE``
     is set, else the ``marks`` table under ``delta_root`` (or ``$TIDEMARK_DELTA_ROOT``).
     A list of streams gives ``{stream: watermark}`` once every one has passed
-    ``time_ms`` (:func:`pipelines.reading.streams.wait_for_streams`).
+    ``time_ms`` (:func:`pipelines.reading.streams.wait_for_all`).
     """
     if not isinstance(stream, str):
         if source is not None:
             raise ReaderConfigError("a wait on several streams takes no source")
-        from pipelines.reading.streams import wait_for_streams  # (it builds on this module)
+        names, at = check_streams(stream), check_timestamp(time_ms, "time", parse=True)
 
-        return wait_for_streams(
-            stream,
-            time_ms,
-            timeout_ms,
-            delta_root=delta_root,
-            storage_options=storage_options,
-            stop=stop,
-        )
+        def wait_one(one: str, left_ms: int) -> Watermark:
+            return wait_for_time(
+                one, at, left_ms, delta_root=delta_root, storage_options=storage_options, stop=stop
+            )
+
+        return wait_for_all(names, at, _check_timeout(timeout_ms), wait_one)
     target = check_timestamp(time_ms, "time", parse=True)
     timeout = _check_timeout(timeout_ms)
     feed = source or watermark_source(

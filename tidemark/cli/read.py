@@ -17,6 +17,11 @@ offsets, read in one request before reading), or -- a safety net -- when
 nothing arrives for ``--wait-ms``. It commits nothing anywhere. With
 ``TIDEMARK_TIME_SERVICE`` set, the start cut comes from ``tidemark serve``.
 
+Given several streams, ``read`` merges them by time: each starts at its own cut,
+a record is printed once every stream's watermark has passed its time, each row
+names its ``stream``, and records that came late are counted on stderr
+(``pipelines.reading.merge``).
+
 Services come from ``TIDEMARK_KAFKA_BOOTSTRAP`` / ``TIDEMARK_ZK_CONNECT`` /
 ``TIDEMARK_DELTA_ROOT``, else from ``tidemark up``.
 """
@@ -25,7 +30,9 @@ from __future__ import annotations
 
 import argparse
 import base64
+import sys
 import time
+from itertools import islice
 from typing import Any
 
 from controller.metadata import cut_to_json
@@ -175,9 +182,7 @@ def cmd_read(args: argparse.Namespace) -> int:
     from pipelines.reading.seek import live_metadata, stream_cut_at  # as _time_of
 
     if len(args.stream) > 1:
-        from tidemark.cli.merged import read_merged  # (loads the merge only when asked)
-
-        return read_merged(args, _time_of(args))
+        return _read_merged(args, _time_of(args))
     stream = args.stream[0]
     since = _time_of(args)
     kafka, _ = service_addresses()
@@ -222,6 +227,73 @@ def cmd_read(args: argparse.Namespace) -> int:
                     continue
                 emit_rows(args, [event_row(event)])
                 printed += 1
+    return 0
+
+
+def _read_merged(args: argparse.Namespace, since: int | None) -> int:
+    """Several streams merged by time (``pipelines.reading.merge``); each row names its
+    ``stream``. Ends as a read of one stream does, then prints what was held back, in
+    order; late records (below a time already printed) are printed and counted."""
+    # confluent_kafka, deltalake: off tidemark --help (the parser imports every verb module)
+    from controller.kafka.admin import StreamTopics
+    from pipelines.reading.config import ReaderConfig
+    from pipelines.reading.merge import merged_reader
+    from pipelines.reading.seek import live_metadata
+    from pipelines.reading.streams import check_streams
+
+    names = check_streams(args.stream)
+    kafka, _ = service_addresses()
+    root = delta_root()
+    index = None
+    if since is not None:
+        # the time service's HTTP client: only a read from a time loads it
+        from pipelines.reading.time_service import default_index
+
+        index = default_index(root)
+    with control_plane() as cp:
+        # Where committed data ends now, on every stream: read to there and stop.
+        topics = StreamTopics(kafka)
+        ends = {}
+        for name in names:
+            meta = live_metadata(cp.store, name)
+            parts = sorted({segment_number(s) for s in meta.segments()})
+            ends[name] = topics.last_stable_offsets(meta.topic, parts)
+        config = ReaderConfig(
+            rebalance_interval_ms=20, consumer_overrides={"fetch.wait.max.ms": READ_FETCH_WAIT_MS}
+        )
+        with merged_reader(
+            names,
+            since,
+            store=cp.store,
+            bootstrap_servers=kafka,
+            delta_root=root,
+            config=config,
+            index=index,
+        ) as merged:
+            printed = 0
+            idle_since = time.monotonic()
+            left = None if args.count is None else args.count
+            while left is None or printed < left:
+                held = merged.held
+                out = merged.poll(timeout_ms=20)
+                done = all(
+                    at_committed_end(r, ends[n]) for r, n in zip(merged.readers, names, strict=True)
+                )
+                if done:
+                    out += merged.flush()
+                elif out or held != merged.held:
+                    idle_since = time.monotonic()
+                elif (time.monotonic() - idle_since) * 1000 >= args.wait_ms:
+                    out += merged.flush()  # the safety net: something below an end never came
+                    done = True
+                room = None if left is None else left - printed
+                rows = [{"stream": e.stream, **event_row(e)} for e in islice(out, room)]
+                emit_rows(args, rows)
+                printed += len(rows)
+                if done:
+                    break
+            if merged.late:
+                print(f"tidemark: {merged.late} record(s) came late", file=sys.stderr)
     return 0
 
 
