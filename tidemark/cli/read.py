@@ -258,8 +258,12 @@ def _read_merged(args: argparse.Namespace, since: int | None) -> int:
             meta = live_metadata(cp.store, name)
             parts = sorted({segment_number(s) for s in meta.segments()})
             ends[name] = topics.last_stable_offsets(meta.topic, parts)
+        # commit_interval_ms=0: the (in-memory) position is committed at every call, so a
+        # sealed segment read to its end lets its successors in before the end check.
         config = ReaderConfig(
-            rebalance_interval_ms=20, consumer_overrides={"fetch.wait.max.ms": READ_FETCH_WAIT_MS}
+            rebalance_interval_ms=20,
+            commit_interval_ms=0,
+            consumer_overrides={"fetch.wait.max.ms": READ_FETCH_WAIT_MS},
         )
         with merged_reader(
             names,
