@@ -280,12 +280,15 @@ def _read_merged(args: argparse.Namespace, since: int | None) -> int:
             while left is None or printed < left:
                 held = merged.held
                 out = merged.poll(timeout_ms=20)
-                done = all(
+                # At the end only after a call that read nothing (as read_next's None): that
+                # call finished the sealed segments read to their end and let successors in.
+                came = held != merged.held + len(out)
+                done = not came and all(
                     at_committed_end(r, ends[n]) for r, n in zip(merged.readers, names, strict=True)
                 )
                 if done:
                     out += merged.flush()
-                elif out or held != merged.held:
+                elif came:
                     idle_since = time.monotonic()
                 elif (time.monotonic() - idle_since) * 1000 >= args.wait_ms:
                     out += merged.flush()  # the safety net: something below an end never came
