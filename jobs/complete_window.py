@@ -33,6 +33,13 @@ is not complete)::
         --from 1700000000000 --to 1700000300000 --output s3a://lake/orders_5m \
         [--sql "SELECT count(*) AS n FROM window_events"] [--every 5m] [--wait-ms 600000]
 
+Several streams (``tidemark window run shop/orders shop/payments --from T1 --to T2``):
+a window runs once it is complete on **every** stream (one wait on all of them,
+then each stream's own two cuts, :func:`plan_window`); without ``sql`` each stream
+gets its row of aggregates, with ``sql`` the view ``window_events`` holds every
+stream's records with a ``stream`` column, and the query's rows are written under
+the stream name ``"s1+s2"`` (:func:`joint_name`) -- a join of two streams by time.
+
 Both cuts assume well-behaved writers (noted times never below the times of
 events written before them); see ``controller.index``. They are looked up as
 ``pipelines.reading.seek``'s ``stream_cut_at`` / ``complete_cut_at`` do (one
@@ -207,18 +214,36 @@ def window_events(spark: Any, plan: WindowPlan, bootstrap_servers: str) -> Any:
     return frame.where((F.col("ts") >= plan.start_ms) & (F.col("ts") < plan.end_ms))
 
 
-def query_window(spark: Any, plan: WindowPlan, bootstrap_servers: str, sql: str) -> Any:
-    """``sql`` over the view ``window_events``, with ``stream, window_start, window_end``."""
+def query_window(
+    spark: Any, plan: WindowPlan | Sequence[WindowPlan], bootstrap_servers: str, sql: str
+) -> Any:
+    """``sql`` over the view ``window_events``, with ``stream, window_start, window_end``.
+
+    Several plans (one window on several streams): the view holds all their records
+    and a column ``stream`` naming each record's stream."""
     # pyspark: only the Spark steps load it; planning a window needs none
     from pyspark.sql import functions as F
 
-    window_events(spark, plan, bootstrap_servers).createOrReplaceTempView(EVENTS_VIEW)
+    plans = [plan] if isinstance(plan, WindowPlan) else list(plan)
+    if len(plans) == 1:
+        events = window_events(spark, plans[0], bootstrap_servers)
+    else:
+        frames = [
+            window_events(spark, p, bootstrap_servers).withColumn("stream", F.lit(p.stream))
+            for p in plans
+        ]
+        events = frames[0]
+        for frame in frames[1:]:
+            events = events.unionByName(frame)
+    events.createOrReplaceTempView(EVENTS_VIEW)
+    plan = plans[0]
+    name = plan.stream if len(plans) == 1 else joint_name([p.stream for p in plans])
     try:
         result = spark.sql(sql)
     except Exception as exc:
         raise JobConfigurationError(f"the window query failed: {exc}") from exc
     return result.select(
-        F.lit(plan.stream).alias("stream"),
+        F.lit(name).alias("stream"),
         F.lit(plan.start_ms).cast("long").alias("window_start"),
         F.lit(plan.end_ms).cast("long").alias("window_end"),
         *[F.col(f"`{c}`") for c in result.columns],
@@ -308,23 +333,56 @@ def run_window(
     the query's rows are written instead; the returned aggregates are then not computed
     (``events`` = -1)."""
     plan = plan_window(stream, start_ms, end_ms, store=store, delta_root=delta_root)
-    log.info(
-        "window [%d, %d) of %s: %s",
-        plan.start_ms,
-        plan.end_ms,
-        stream,
-        [(r.segment.id, r.start, r.end) for r in plan.ranges],
-    )
-    if sql is not None:
-        target = output or output_path(delta_root)
-        write_window(
-            query_window(spark, plan, bootstrap_servers, sql), stream, plan.start_ms, target
+    return run_plans(
+        spark,
+        [plan],
+        bootstrap_servers=bootstrap_servers,
+        delta_root=delta_root,
+        output=output,
+        sql=sql,
+    )[0]
+
+
+def joint_name(streams: Sequence[str]) -> str:
+    """The ``stream`` value of a query's rows over several streams: their names joined by +."""
+    return "+".join(streams)
+
+
+def run_plans(
+    spark: Any,
+    plans: Sequence[WindowPlan],
+    *,
+    bootstrap_servers: str,
+    delta_root: str,
+    output: str | None = None,
+    sql: str | None = None,
+) -> list[WindowResult]:
+    """Read, aggregate and write one window, planned (so complete) on every stream.
+
+    Without ``sql``, one row of aggregates per stream. With ``sql``, one query over
+    the view ``window_events`` -- with several plans, every stream's records, a
+    ``stream`` column naming each -- whose rows are written under the stream
+    name :func:`joint_name` (the returned aggregates are then not computed:
+    ``events`` = -1)."""
+    for plan in plans:
+        log.info(
+            "window [%d, %d) of %s: %s",
+            plan.start_ms,
+            plan.end_ms,
+            plan.stream,
+            [(r.segment.id, r.start, r.end) for r in plan.ranges],
         )
-        now = int(time.time() * 1000)
-        return WindowResult(stream, plan.start_ms, plan.end_ms, -1, -1, -1, None, None, now)
-    result = aggregate(spark, plan, bootstrap_servers)
-    write_result(spark, result, delta_root, output)
-    return result
+    if sql is None:
+        results = [aggregate(spark, plan, bootstrap_servers) for plan in plans]
+        for result in results:
+            write_result(spark, result, delta_root, output)
+        return results
+    first = plans[0]
+    name = first.stream if len(plans) == 1 else joint_name([p.stream for p in plans])
+    target = output or output_path(delta_root)
+    write_window(query_window(spark, plans, bootstrap_servers, sql), name, first.start_ms, target)
+    now = int(time.time() * 1000)
+    return [WindowResult(name, first.start_ms, first.end_ms, -1, -1, -1, None, None, now)]
 
 
 def last_window_start(delta_root: str, stream: str, output: str | None = None) -> int | None:
@@ -402,44 +460,55 @@ def run_windows(
     """Run ``run``'s windows in order; 0 when all are written, :data:`EXIT_NOT_YET` when
     one is not complete within ``wait_ms``. Each window waits for the watermark that
     completes it (woken by new watermarks, :func:`wait_for_time`)."""
-    resume = last_window_start(delta_root, run.stream, run.output) if run.every_ms else None
+    resume = _resume_after(run, delta_root) if run.every_ms else None
+    waited: str | list[str] = list(run.streams) if run.also else run.stream
     for start, end in run.windows(resume):
         if run.wait_ms != 0:
             try:
                 wait_for_time(
-                    run.stream,
+                    waited,
                     end - 1,
                     2**31 if run.wait_ms is None else run.wait_ms,
                     delta_root=delta_root,
                 )
             except StreamTimeTimeoutError as exc:
-                log.warning("window [%d, %d) of %s: %s", start, end, run.stream, exc)
+                log.warning("window [%d, %d) of %s: %s", start, end, run.streams, exc)
                 return EXIT_NOT_YET
         # The wait saw the watermark in ``marks``; the controller job appends its ``index``
         # row (where the plan looks) in its next commit: give it a moment after a wait.
         attempts = 1 if run.wait_ms == 0 else INDEX_LAG_ATTEMPTS
         for attempt in range(1, attempts + 1):
             try:
-                result = run_window(
-                    spark,
-                    run.stream,
-                    start,
-                    end,
-                    store=store,
-                    bootstrap_servers=bootstrap_servers,
-                    delta_root=delta_root,
-                    output=run.output,
-                    sql=run.sql,
-                )
+                plans = [
+                    plan_window(s, start, end, store=store, delta_root=delta_root)
+                    for s in run.streams
+                ]
                 break
             except WindowNotCompleteError as exc:
                 if attempt == attempts:
                     log.warning("%s", exc)
                     return EXIT_NOT_YET
                 time.sleep(INDEX_LAG_PAUSE_S)
+        results = run_plans(
+            spark,
+            plans,
+            bootstrap_servers=bootstrap_servers,
+            delta_root=delta_root,
+            output=run.output,
+            sql=run.sql,
+        )
         if on_result is not None:
-            on_result(result)
+            for result in results:
+                on_result(result)
     return 0
+
+
+def _resume_after(run: WindowRun, delta_root: str) -> int | None:
+    """The start of the last window written by ``run`` on every stream (rows per stream;
+    a query over several streams writes its rows under their :func:`joint_name`)."""
+    names = [joint_name(run.streams)] if run.also and run.sql else run.streams
+    starts = [last_window_start(delta_root, name, run.output) for name in names]
+    return None if any(s is None for s in starts) else min(s for s in starts if s is not None)
 
 
 def run_from_args(args: argparse.Namespace, spark: Any = None) -> int:
@@ -514,6 +583,7 @@ __all__ = [
     "WindowRun",
     "add_window_arguments",
     "aggregate",
+    "joint_name",
     "last_window_start",
     "main",
     "output_path",
@@ -521,6 +591,7 @@ __all__ = [
     "query_window",
     "run_due_windows",
     "run_from_args",
+    "run_plans",
     "run_window",
     "run_windows",
     "window_events",

@@ -28,8 +28,16 @@ class WindowRun:
     sql: str | None
     wait_ms: int | None
     """How long to wait for a window to be complete; None: forever; 0: not at all."""
+    also: tuple[str, ...] = ()
+    """More streams: each window runs once it is complete on every one of them."""
+
+    @property
+    def streams(self) -> tuple[str, ...]:
+        return (self.stream, *self.also)
 
     def __post_init__(self) -> None:
+        if len(set(self.streams)) < len(self.streams):
+            raise JobConfigurationError(f"each stream may be named once, got {self.streams}")
         if self.every_ms is None and self.end_ms is None:
             raise JobConfigurationError("give --to T2 (one window) or --every SIZE (a loop)")
         if self.every_ms is not None and self.every_ms < 1:
@@ -56,7 +64,9 @@ class WindowRun:
 
 
 def add_window_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("stream", help="scope/name")
+    parser.add_argument(
+        "stream", nargs="+", help="scope/name (several: each window once complete on all)"
+    )
     parser.add_argument("--from", dest="start", required=True, help="window start T1 (ms)")
     parser.add_argument("--to", dest="end", default=None, help="window end T2 (ms, exclusive)")
     parser.add_argument("--output", required=True, help="the result's Delta table (path or URI)")
@@ -83,8 +93,10 @@ def window_run_from_args(args: argparse.Namespace) -> WindowRun:
 
     every = None if args.every is None else parse_duration(args.every)
     wait = args.wait_ms if args.wait_ms is not None else (None if every is not None else 0)
+    first, *more = [args.stream] if isinstance(args.stream, str) else args.stream
     return WindowRun(
-        stream=args.stream,
+        stream=first,
+        also=tuple(more),
         start_ms=check_timestamp(args.start, "--from", parse=True),
         end_ms=None if args.end is None else check_timestamp(args.end, "--to", parse=True),
         every_ms=every,

@@ -10,7 +10,7 @@ The stream's own refusal comes from the control plane and is re-exported:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from controller.exceptions import InvalidTimestampError, UnknownStreamError
@@ -166,6 +166,32 @@ class StreamTimeTimeoutError(ReaderError, TimeoutError):
         super().__init__(f"stream {stream!r} has not reached time {time_ms}: {at}, {who}")
 
 
+class StreamsTimeTimeoutError(StreamTimeTimeoutError):
+    """Not every one of several streams reached the time before the timeout.
+
+    ``behind`` maps each stream still short of the time to its latest watermark
+    (``None``: none yet); ``holding`` lists the writers holding them back, each
+    prefixed with its stream (``"shop/orders: w1 (lagging ...)"``); ``stream``
+    is the first stream behind. Wait again, or look at those writers.
+    """
+
+    def __init__(
+        self, time_ms: int, behind: Mapping[str, Any], holding: Mapping[str, Sequence[str]]
+    ) -> None:
+        self.streams = list(behind)
+        self.behind = dict(behind)
+        self.stream = self.streams[0]
+        self.time_ms = time_ms
+        self.last = behind[self.stream]
+        self.holding = [f"{s}: {who}" for s in self.streams for who in holding.get(s, ())]
+        parts = []
+        for s, last in behind.items():
+            at = "no watermark yet" if last is None else f"at {last.time}"
+            who = "; ".join(holding.get(s, ())) or "no writer is known to hold it back"
+            parts.append(f"{s!r} ({at}, held back by: {who})")
+        ReaderError.__init__(self, f"streams not at time {time_ms}: " + ", ".join(parts))
+
+
 class WaitCancelledError(ReaderError):
     """A wait for stream time was cancelled before the time was reached."""
 
@@ -226,6 +252,7 @@ __all__ = [
     "ReaderGroupExistsError",
     "StreamDeletedError",
     "StreamTimeTimeoutError",
+    "StreamsTimeTimeoutError",
     "UnknownCheckpointError",
     "UnknownReaderGroupError",
     "UnknownStreamError",

@@ -45,9 +45,9 @@ import threading
 import time
 from array import array
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypedDict, Unpack
+from typing import TypedDict, Unpack, overload
 
 from controller.index import start_index, stop_index
 from controller.metadata import StreamMetadata
@@ -62,6 +62,7 @@ from pipelines.reading.exceptions import (
     StreamDeletedError,
     WatermarksUnavailableError,
 )
+from pipelines.reading.streams import all_complete, check_streams, each_stream
 from pipelines.reading.watermark_tables import (
     INDEX,
     INDEX_COLUMNS,
@@ -452,14 +453,34 @@ def _lookup(
     return ts, meta, index
 
 
-def stream_cut_at(stream: str, timestamp: object, **where: Unpack[Lookup]) -> dict[int, int]:
+@overload
+def stream_cut_at(  # type: ignore[overload-overlap]  # (a str is a Sequence[str])
+    stream: str, timestamp: object, **where: Unpack[Lookup]
+) -> dict[int, int]: ...
+
+
+@overload
+def stream_cut_at(
+    stream: Sequence[str], timestamp: object, **where: Unpack[Lookup]
+) -> dict[str, dict[int, int]]: ...
+
+
+def stream_cut_at(
+    stream: str | Sequence[str], timestamp: object, **where: Unpack[Lookup]
+) -> dict[int, int] | dict[str, dict[int, int]]:
     """Where to start reading ``stream`` so that no event with time >= ``timestamp`` is skipped.
 
     With a ``store`` the stream is checked to exist and the head is the
     stream's head cut (its truncation point, else epoch 0 at offset 0), and
     a cut behind the truncation point is moved up to it; without one, an
-    empty cut stands for "the head".
+    empty cut stands for "the head". A list of streams gives ``{stream: cut}``
+    (:func:`pipelines.reading.streams.each_stream`).
     """
+    if not isinstance(stream, str):
+        ts, store, idx = _joint(timestamp, where)
+        return each_stream(
+            check_streams(stream), lambda s: stream_cut_at(s, ts, store=store, index=idx)
+        )
     ts, meta, idx = _lookup(stream, timestamp, where)
     if meta is not None:
         return start_cut_for(stream, ts, meta, idx)
@@ -467,16 +488,43 @@ def stream_cut_at(stream: str, timestamp: object, **where: Unpack[Lookup]) -> di
     return {} if found is None else dict(found.stream_cut)
 
 
-def complete_cut_at(
+@overload
+def complete_cut_at(  # type: ignore[overload-overlap]  # (a str is a Sequence[str])
     stream: str, timestamp: object, **where: Unpack[Lookup]
-) -> dict[int, int] | None:
+) -> dict[int, int] | None: ...
+
+
+@overload
+def complete_cut_at(
+    stream: Sequence[str], timestamp: object, **where: Unpack[Lookup]
+) -> dict[str, dict[int, int]] | None: ...
+
+
+def complete_cut_at(
+    stream: str | Sequence[str], timestamp: object, **where: Unpack[Lookup]
+) -> dict[int, int] | dict[str, dict[int, int]] | None:
     """Where to stop reading ``stream`` to have every event with time <= ``timestamp``.
 
     ``None`` while no watermark has reached ``timestamp`` (the data is not complete).
+    A list of streams gives ``{stream: cut}`` once every one is complete
+    (:func:`pipelines.reading.streams.all_complete`).
     """
+    if not isinstance(stream, str):
+        ts, store, idx = _joint(timestamp, where)
+        return all_complete(
+            check_streams(stream), lambda s: complete_cut_at(s, ts, store=store, index=idx)
+        )
     ts, _, idx = _lookup(stream, timestamp, where)
     found = idx.stop(stream, ts)
     return None if found is None else dict(found.stream_cut)
+
+
+def _joint(timestamp: object, where: Lookup) -> tuple[int, MetadataStore | None, SeekIndex]:
+    """A joint lookup's checked time, store and one index shared by its streams."""
+    index = where.get("index") or shared_index(
+        where.get("delta_root"), where.get("storage_options")
+    )
+    return check_timestamp(timestamp), where.get("store"), index
 
 
 __all__ = [

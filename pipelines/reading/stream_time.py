@@ -37,7 +37,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Protocol, TypedDict, Unpack
+from typing import Protocol, TypedDict, Unpack, overload
 
 from controller.model import Watermark
 from controller.timestamps import check_timestamp, wall_clock_ms
@@ -47,6 +47,7 @@ from pipelines.reading.exceptions import (
     WaitCancelledError,
 )
 from pipelines.reading.lateness import read_laggards, stale_marks
+from pipelines.reading.streams import check_streams, wait_for_all
 from pipelines.reading.time_service import (
     ServiceUnavailableError,
     TimeServiceClient,
@@ -278,21 +279,57 @@ class WaitSource(TypedDict, total=False):
     storage_options: Mapping[str, str] | None
 
 
-def wait_for_time(
+@overload
+def wait_for_time(  # type: ignore[overload-overlap]  # (a str is a Sequence[str])
     stream: str,
     time_ms: object,
     timeout_ms: int,
     *,
     stop: threading.Event | None = None,
     **where: Unpack[WaitSource],
-) -> Watermark:
+) -> Watermark: ...
+
+
+@overload
+def wait_for_time(
+    stream: Sequence[str],
+    time_ms: object,
+    timeout_ms: int,
+    *,
+    stop: threading.Event | None = None,
+    **where: Unpack[WaitSource],
+) -> dict[str, Watermark]: ...
+
+
+def wait_for_time(
+    stream: str | Sequence[str],
+    time_ms: object,
+    timeout_ms: int,
+    *,
+    stop: threading.Event | None = None,
+    **where: Unpack[WaitSource],
+) -> Watermark | dict[str, Watermark]:
     """The first watermark of ``stream`` with ``time >= time_ms``.
 
     Raises :class:`StreamTimeTimeoutError` after ``timeout_ms`` (0: look once),
     :class:`WaitCancelledError` when ``stop`` is set first. ``source`` defaults
     to :func:`watermark_source`: the time service where ``TIDEMARK_TIME_SERVICE``
     is set, else the ``marks`` table under ``delta_root`` (or ``$TIDEMARK_DELTA_ROOT``).
+    A list of streams gives ``{stream: watermark}`` once every one has passed
+    ``time_ms`` (:func:`pipelines.reading.streams.wait_for_all`).
     """
+    if not isinstance(stream, str):
+        if where.get("source") is not None:
+            raise ReaderConfigError("a wait on several streams takes no source")
+        names, at = check_streams(stream), check_timestamp(time_ms, "time", parse=True)
+        delta_root, storage_options = where.get("delta_root"), where.get("storage_options")
+
+        def wait_one(one: str, left_ms: int) -> Watermark:
+            return wait_for_time(
+                one, at, left_ms, delta_root=delta_root, storage_options=storage_options, stop=stop
+            )
+
+        return wait_for_all(names, at, _check_timeout(timeout_ms), wait_one)
     target = check_timestamp(time_ms, "time", parse=True)
     timeout = _check_timeout(timeout_ms)
     source = where.get("source")
@@ -335,7 +372,7 @@ async def wait_for_time_async(
     stop = threading.Event()
     try:
         return await asyncio.to_thread(
-            wait_for_time, stream, time_ms, timeout_ms, stop=stop, **where
+            lambda: wait_for_time(stream, time_ms, timeout_ms, stop=stop, **where)
         )
     finally:
         stop.set()

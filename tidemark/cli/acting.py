@@ -1,6 +1,7 @@
 """``tidemark wait | window run | laggards``: acting when a stream's time passes T.
 
     tidemark wait shop/orders --time 1700000000000 --timeout-ms 60000
+    tidemark wait shop/orders shop/payments --time 1700000000000   # both past T
     tidemark window run shop/orders --from 1700000000000 --to 1700000300000 \\
         --output /data/lake/orders_5m [--sql "SELECT count(*) AS n FROM window_events"]
     tidemark window run shop/orders --from 1700000000000 --every 5m --output /data/lake/o5m
@@ -38,8 +39,8 @@ def register(sub: Any) -> None:
         "wait until a stream's watermark reaches a time (exit 75 on timeout)",
         description="Exit 0 and print the first watermark with time >= T; exit 75 when "
         "the timeout passes first, naming the writers that hold the stream back.",
-        on="stream",
     )
+    wait.add_argument("stream", nargs="+", help="scope/name (several: wait for all of them)")
     wait.add_argument("--time", required=True, metavar="MS", help="the stream time T (ms)")
     wait.add_argument(
         "--timeout-ms", type=int, default=60_000, help="give up after this long (default 60000)"
@@ -83,15 +84,26 @@ def cmd_wait(args: argparse.Namespace) -> int:
     from pipelines.reading.exceptions import StreamTimeTimeoutError
     from pipelines.reading.stream_time import EXIT_NOT_YET, wait_for_time  # as above
 
+    streams = args.stream[0] if len(args.stream) == 1 else args.stream
     try:
-        mark = wait_for_time(args.stream, args.time, args.timeout_ms, delta_root=_delta_root(args))
+        found = wait_for_time(streams, args.time, args.timeout_ms, delta_root=_delta_root(args))
     except StreamTimeTimeoutError as exc:
         print(f"tidemark: {exc}", file=sys.stderr)
         return EXIT_NOT_YET
+    marks = found.values() if isinstance(found, dict) else [found]
+    rows = [
+        {"stream": m.stream, "seq": m.seq, "time": m.time, "upper_time": m.upper_time}
+        for m in marks
+    ]
+    if len(rows) > 1:
+        emit_rows(args, rows)
+        return 0
+    mark = rows[0]
     emit(
         args,
-        {"stream": mark.stream, "seq": mark.seq, "time": mark.time, "upper_time": mark.upper_time},
-        f"{mark.stream} reached {mark.time} (watermark {mark.seq}, upper {mark.upper_time})",
+        mark,
+        f"{mark['stream']} reached {mark['time']} (watermark {mark['seq']}, "
+        f"upper {mark['upper_time']})",
     )
     return 0
 

@@ -2,6 +2,7 @@
 
     tidemark read shop/orders --ago 1h --count 10 --format json
     tidemark read shop/orders --timestamp 1700000000000
+    tidemark read shop/orders shop/payments --ago 10m --format json   # merged by time
     tidemark watermarks shop/orders --since 1700000000000 --format json
     tidemark window billing
     tidemark seek billing --timestamp 1700000000000
@@ -18,6 +19,11 @@ offsets, read in one request before reading), or -- a safety net -- when
 nothing arrives for ``--wait-ms``. It commits nothing anywhere. With
 ``TIDEMARK_TIME_SERVICE`` set, the start cut comes from ``tidemark serve``.
 
+Given several streams, ``read`` merges them by time: each starts at its own cut,
+a record is printed once every stream's watermark has passed its time, each row
+names its ``stream``, and records that came late are counted on stderr
+(``pipelines.reading.merge``).
+
 Services come from ``TIDEMARK_KAFKA_BOOTSTRAP`` / ``TIDEMARK_ZK_CONNECT`` /
 ``TIDEMARK_DELTA_ROOT``, else from ``tidemark up``.
 """
@@ -27,8 +33,10 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import sys
 import time
 from collections.abc import Iterator, Sequence
+from itertools import islice
 from typing import Any
 
 from controller.metadata import cut_to_json
@@ -54,7 +62,10 @@ def _add_time_options(parser: argparse.ArgumentParser, *, since: bool = False) -
 
 
 def register(sub: Any) -> None:
-    read = add_verb(sub, "read", cmd_read, "read a stream from a time (or its head)", on="stream")
+    read = add_verb(
+        sub, "read", cmd_read, "read a stream from a time (or its head); several: merged by time"
+    )
+    read.add_argument("stream", nargs="+", help="scope/name (several: merged in time order)")
     _add_time_options(read)
     read.add_argument("--count", type=positive_int, default=None, help="stop after N events")
     read.add_argument(
@@ -130,6 +141,22 @@ def _key(value: bytes | None) -> str | None:
     return value.decode("utf-8", errors="backslashreplace")
 
 
+def event_row(event: Any, with_headers: bool = False) -> dict[str, Any]:
+    """One event as ``read`` prints it (its headers when it has some, or ``with_headers``:
+    JSON output always names them)."""
+    row: dict[str, Any] = {
+        "segment": event.segment,
+        "partition": event.partition,
+        "offset": event.offset,
+        "timestamp": event.timestamp,
+        "key": _key(event.routing_key),
+        **_text("body", event.body),
+    }
+    if event.headers or with_headers:
+        row["headers"] = _headers(event.headers)
+    return row
+
+
 def at_committed_end(reader: Any, ends: dict[int, int]) -> bool:
     """True when the reader has read everything committed up to ``ends`` (a snapshot of
     the last stable offsets): each readable segment it owns is read to its end, and
@@ -162,24 +189,27 @@ def cmd_read(args: argparse.Namespace) -> int:
     from pipelines.reading.group import ReaderConfig, ReaderGroup  # confluent_kafka: as above
     from pipelines.reading.seek import live_metadata, stream_cut_at  # as _time_of
 
+    if len(args.stream) > 1:
+        return _read_merged(args, _time_of(args))
+    stream = args.stream[0]
     since = _time_of(args)
     kafka, _ = service_addresses()
     root = delta_root()
     with control_plane() as cp:
-        meta = live_metadata(cp.store, args.stream)
+        meta = live_metadata(cp.store, stream)
         cut = None
         if since is not None:
             # the time service's HTTP client: only a read from a time loads it
             from pipelines.reading.time_service import default_index
 
             index = default_index(root)
-            cut = stream_cut_at(args.stream, since, delta_root=root, store=cp.store, index=index)
+            cut = stream_cut_at(stream, since, delta_root=root, store=cp.store, index=index)
         # Where committed data ends now: read to there and stop, no timeout to wait out.
         ends = StreamTopics(kafka).last_stable_offsets(
             meta.topic, sorted({segment_number(s) for s in meta.segments()})
         )
         group = ReaderGroup.ephemeral_group(
-            args.stream,
+            stream,
             cut,
             store=cp.store,
             bootstrap_servers=kafka,
@@ -203,18 +233,85 @@ def cmd_read(args: argparse.Namespace) -> int:
                 idle_since = time.monotonic()
                 if since is not None and event.timestamp < since:
                     continue
-                row: dict[str, Any] = {
-                    "segment": event.segment,
-                    "partition": event.partition,
-                    "offset": event.offset,
-                    "timestamp": event.timestamp,
-                    "key": _key(event.routing_key),
-                    **_text("body", event.body),
-                }
-                if event.headers or args.format == "json":
-                    row["headers"] = _headers(event.headers)
-                emit_rows(args, [row])
+                emit_rows(args, [event_row(event, args.format == "json")])
                 printed += 1
+    return 0
+
+
+def _read_merged(args: argparse.Namespace, since: int | None) -> int:
+    """Several streams merged by time (``pipelines.reading.merge``); each row names its
+    ``stream``. Ends as a read of one stream does, then prints what was held back, in
+    order; late records (below a time already printed) are printed and counted."""
+    # confluent_kafka, deltalake: off tidemark --help (the parser imports every verb module)
+    from controller.kafka.admin import StreamTopics
+    from pipelines.reading.config import ReaderConfig
+    from pipelines.reading.merge import merged_reader
+    from pipelines.reading.seek import live_metadata
+    from pipelines.reading.streams import check_streams
+
+    names = check_streams(args.stream)
+    kafka, _ = service_addresses()
+    root = delta_root()
+    index = None
+    if since is not None:
+        # the time service's HTTP client: only a read from a time loads it
+        from pipelines.reading.time_service import default_index
+
+        index = default_index(root)
+    with control_plane() as cp:
+        # Where committed data ends now, on every stream: read to there and stop.
+        topics = StreamTopics(kafka)
+        ends = {}
+        for name in names:
+            meta = live_metadata(cp.store, name)
+            parts = sorted({segment_number(s) for s in meta.segments()})
+            ends[name] = topics.last_stable_offsets(meta.topic, parts)
+        # commit_interval_ms=0: the (in-memory) position is committed at every call, so a
+        # sealed segment read to its end lets its successors in before the end check.
+        config = ReaderConfig(
+            rebalance_interval_ms=20,
+            commit_interval_ms=0,
+            consumer_overrides={"fetch.wait.max.ms": READ_FETCH_WAIT_MS},
+        )
+        with merged_reader(
+            names,
+            since,
+            store=cp.store,
+            bootstrap_servers=kafka,
+            delta_root=root,
+            config=config,
+            index=index,
+        ) as merged:
+            printed = 0
+            idle_since = time.monotonic()
+            left = None if args.count is None else args.count
+            while left is None or printed < left:
+                held = merged.held
+                out = merged.poll(timeout_ms=20)
+                # At the end only after a call that read nothing (as read_next's None): that
+                # call finished the sealed segments read to their end and let successors in.
+                came = held != merged.held + len(out)
+                done = not came and all(
+                    at_committed_end(r, ends[n]) for r, n in zip(merged.readers, names, strict=True)
+                )
+                if done:
+                    out += merged.flush()
+                elif came:
+                    idle_since = time.monotonic()
+                elif (time.monotonic() - idle_since) * 1000 >= args.wait_ms:
+                    out += merged.flush()  # the safety net: something below an end never came
+                    done = True
+                room = None if left is None else left - printed
+                rows = [
+                    {"stream": e.stream, **event_row(e, args.format == "json")}
+                    for e in islice(out, room)
+                ]
+                emit_rows(args, rows)
+                printed += len(rows)
+                if done:
+                    break
+            if merged.late:
+                print(f"tidemark: {merged.late} record(s) came late", file=sys.stderr)
     return 0
 
 

@@ -1,0 +1,198 @@
+"""Several streams read as one, in event-time order: release a record once every stream
+has passed its time.
+
+    with merged_reader(["shop/orders", "shop/payments"], from_time=t, store=store,
+                       bootstrap_servers=kafka, delta_root="/data/delta") as merged:
+        for event in merged.events(idle_ms=2_000):
+            print(event.stream, event.timestamp, event.body)
+        print(merged.late, "late records")
+
+:class:`TimeMerge` reads each stream with its own reader (``read_batch``) and
+holds the records back until they are safe to hand out. A reader's time
+window lower bound is the time of the latest watermark whose cut it has
+passed: every record of that stream with a time at or below it has been read
+(for well-behaved writers). A record is released once its time is at or below
+the **smallest** lower bound over all streams, so no stream can still bring
+an earlier one: the merged output is in timestamp order (ties in no set
+order). A stream without a watermark holds everything back; :meth:`flush`
+hands out what is held, in order, at the end of a bounded read (everything
+committed was read, so the order is exact there too).
+
+Late records: a record read with a time below the latest time already
+released (a writer whose events run behind the times it noted) is not
+dropped: it is released with the next records, so it appears out of order,
+and is counted in :attr:`TimeMerge.late`. Records before ``from_time`` are
+skipped (the start cuts are as coarse as the watermarks).
+
+The readers are any :class:`~pipelines.reading.reader.EventReader`\\ s, one per
+stream (a reader group's readers will do as well as the private groups
+:func:`merged_reader` opens).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from bisect import bisect_right
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from itertools import chain
+from operator import attrgetter
+
+from controller.store import MetadataStore
+from pipelines.reading.config import ReaderConfig
+from pipelines.reading.exceptions import ReaderConfigError
+from pipelines.reading.group import ReaderGroup
+from pipelines.reading.reader import EventRead, EventReader
+from pipelines.reading.seek import SeekIndex, check_timestamp, stream_cut_at
+from pipelines.reading.streams import check_streams
+
+log = logging.getLogger(__name__)
+
+_time_of = attrgetter("timestamp")
+
+
+class TimeMerge:
+    """The records of several readers (one per stream) in timestamp order.
+
+    :meth:`poll` reads a batch from each reader and returns the records now
+    safe to release; :meth:`flush` returns the rest; :meth:`events` iterates.
+    ``late`` counts records read below the time already released;
+    ``released_time`` is the largest time released so far.
+    """
+
+    def __init__(
+        self,
+        readers: Sequence[EventReader],
+        *,
+        from_time: int | None = None,
+        batch_size: int = 1_000,
+    ) -> None:
+        if not readers:
+            raise ReaderConfigError("a merge needs at least one reader")
+        if type(batch_size) is not int or batch_size < 1:
+            raise ReaderConfigError(f"batch_size must be an int >= 1, got {batch_size!r}")
+        self.readers = list(readers)
+        self.from_time = from_time
+        self.batch_size = batch_size
+        self.late = 0
+        self.released_time: int | None = None
+        self._pending: list[list[EventRead]] = [[] for _ in self.readers]
+        self._bounds: list[int | None] = [None] * len(self.readers)
+
+    def poll(self, timeout_ms: float = 100) -> list[EventRead]:
+        """One batch from each reader (waiting at most ``timeout_ms`` over all of them);
+        the records whose time every stream has now passed, in timestamp order."""
+        wait_ms = max(0.0, timeout_ms) / len(self.readers)
+        for i, reader in enumerate(self.readers):
+            batch = reader.read_batch(self.batch_size, timeout_ms=wait_ms)
+            if len(batch):
+                self._take(i, batch.events)
+                self._bounds[i] = batch.window.lower
+            else:
+                self._bounds[i] = reader.current_time_window().lower
+        bound = self._bound()
+        return [] if bound is None else self._release(bound)
+
+    def flush(self) -> list[EventRead]:
+        """Every record held back, in timestamp order (at the end of a bounded read)."""
+        return self._release(None)
+
+    def events(self, *, idle_ms: float | None = None, poll_ms: float = 100) -> Iterator[EventRead]:
+        """The merged records as they become safe; with ``idle_ms``, once no reader has
+        brought anything for that long, the records held back (:meth:`flush`) and the end."""
+        idle_since = time.monotonic()
+        while True:
+            before = self.held
+            released = self.poll(poll_ms)
+            if released or self.held != before:
+                idle_since = time.monotonic()
+            yield from released
+            if idle_ms is not None and (time.monotonic() - idle_since) * 1000 >= idle_ms:
+                yield from self.flush()
+                return
+
+    @property
+    def held(self) -> int:
+        """How many records are held back (read, not yet safe to release)."""
+        return sum(len(p) for p in self._pending)
+
+    def _take(self, i: int, events: Sequence[EventRead]) -> None:
+        start, released = self.from_time, self.released_time
+        kept = events if start is None else [e for e in events if e.timestamp >= start]
+        if released is not None:
+            late = sum(1 for e in kept if e.timestamp < released)
+            if late:
+                self.late += late
+                log.debug("%d late record(s) on %s (below %d)", late, kept[0].stream, released)
+        self._pending[i].extend(kept)
+
+    def _bound(self) -> int | None:
+        """The smallest lower bound over the streams; None while any stream has none."""
+        if any(b is None for b in self._bounds):
+            return None
+        return min(b for b in self._bounds if b is not None)
+
+    def _release(self, bound: int | None) -> list[EventRead]:
+        """The held records with time <= ``bound`` (None: all of them), merged by time."""
+        flush = bound is None
+        runs: list[list[EventRead]] = []
+        for pending in self._pending:
+            if not pending:
+                continue
+            pending.sort(key=_time_of)  # (sorted runs plus one new batch: near-linear)
+            cut = len(pending) if flush else bisect_right(pending, bound, key=_time_of)
+            if cut:
+                runs.append(pending[:cut])
+                del pending[:cut]
+        if not runs:
+            return []
+        # Sorting the joined runs merges them (timsort finds the sorted runs) in C.
+        out = runs[0] if len(runs) == 1 else sorted(chain.from_iterable(runs), key=_time_of)
+        last = out[-1].timestamp
+        if self.released_time is None or last > self.released_time:
+            self.released_time = last
+        return out
+
+
+@contextmanager
+def merged_reader(
+    streams: Sequence[str],
+    from_time: object = None,
+    *,
+    store: MetadataStore,
+    bootstrap_servers: str,
+    delta_root: str | None = None,
+    config: ReaderConfig | None = None,
+    index: SeekIndex | None = None,
+    batch_size: int = 1_000,
+) -> Iterator[TimeMerge]:
+    """A :class:`TimeMerge` over ``streams`` from ``from_time`` (None: their heads), each read
+    by a private reader group kept in memory (nothing committed anywhere), starting at
+    the stream's start cut for ``from_time`` (:func:`~pipelines.reading.seek.stream_cut_at`).
+    """
+    names = check_streams(streams)
+    start = None if from_time is None else check_timestamp(from_time)
+    cuts = (
+        {}
+        if start is None
+        else stream_cut_at(names, start, delta_root=delta_root, store=store, index=index)
+    )
+    with ExitStack() as stack:
+        readers = []
+        for name in names:
+            group = stack.enter_context(
+                ReaderGroup.ephemeral_group(
+                    name,
+                    cuts.get(name),
+                    store=store,
+                    bootstrap_servers=bootstrap_servers,
+                    delta_root=delta_root,
+                    config=config,
+                )
+            )
+            readers.append(stack.enter_context(group.reader("merge")))
+        yield TimeMerge(readers, from_time=start, batch_size=batch_size)
+
+
+__all__ = ["TimeMerge", "merged_reader"]

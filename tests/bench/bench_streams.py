@@ -1,0 +1,154 @@
+"""Time across streams: the event-time merge and joint cuts, against one stream at a time.
+
+``run(services)``: ``STREAMS`` one-segment streams of ``EVENTS`` records each
+(timestamps 1 ms apart, the streams' times interleaved), a watermark every
+``MARK_EVERY`` records in a Delta ``marks``/``index`` table. Best of ``ROUNDS``:
+
+- the merged read of 2 and of 8 streams (``TimeMerge``: every record released in
+  time order) vs reading the same streams one after the other with
+  ``read_batch`` [goal >= 0.7];
+- a warm joint ``stream_cut_at`` of 8 streams vs one stream's [goal <= 8x].
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Producer
+
+from controller.config import ScalingPolicy, StreamConfiguration
+from controller.memory_store import MemoryStore
+from controller.model import Watermark, segment_id
+from controller.naming import ClusterSettings
+from controller.streams import StreamManager
+from pipelines.reading.group import ReaderGroup
+from pipelines.reading.merge import TimeMerge
+from pipelines.reading.seek import SeekIndex, stream_cut_at
+from pipelines.reading.watermark_tables import append_watermarks
+
+STREAMS = 8
+EVENTS = 25_000
+MARK_EVERY = 1_000
+ROUNDS = 3
+BASE = 1_700_000_000_000
+LOOKUPS = 2_000
+
+
+def _write(bootstrap: str, topics: list[str]) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+    payload = b"x" * 100
+    for i in range(EVENTS):
+        for n, topic in enumerate(topics):
+            ts = BASE + i * len(topics) + n
+            while True:
+                try:
+                    producer.produce(topic, payload, b"k", partition=0, timestamp=ts)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+        producer.poll(0)
+    producer.flush(60)
+
+
+def _marks(root: str, streams: list[str]) -> None:
+    seg = segment_id(0, 0)
+    for n, stream in enumerate(streams):
+        marks = []
+        for seq, end in enumerate(range(MARK_EVERY, EVENTS + 1, MARK_EVERY)):
+            at = BASE + (end - 1) * len(streams) + n
+            marks.append(Watermark(stream, at, at, {seg: end}, seq))
+        append_watermarks(root, marks)
+
+
+def _groups(store: Any, bootstrap: str, root: str, streams: list[str]) -> list[ReaderGroup]:
+    return [
+        ReaderGroup.ephemeral_group(
+            s, None, store=store, bootstrap_servers=bootstrap, delta_root=root
+        )
+        for s in streams
+    ]
+
+
+def one_after_another(store: Any, bootstrap: str, root: str, streams: list[str]) -> float:
+    total = 0
+    started = time.perf_counter()
+    for group in _groups(store, bootstrap, root, streams):
+        with group, group.reader("r") as reader:
+            got = 0
+            while got < EVENTS:
+                got += len(reader.read_batch(timeout_ms=1_000))
+            total += got
+    return total / (time.perf_counter() - started)
+
+
+def merged(store: Any, bootstrap: str, root: str, streams: list[str]) -> float:
+    groups = _groups(store, bootstrap, root, streams)
+    readers = [g.reader("r") for g in groups]
+    try:
+        merge = TimeMerge(readers)
+        want, got, last = EVENTS * len(streams), 0, -1
+        started = time.perf_counter()
+        while got < want:
+            out = merge.poll(timeout_ms=100)
+            if merge.held + got + len(out) >= want and not out:
+                out = merge.flush()
+            for event in out:
+                assert event.timestamp >= last, "out of order"
+                last = event.timestamp
+            got += len(out)
+        assert merge.late == 0
+        return got / (time.perf_counter() - started)
+    finally:
+        for reader in readers:
+            reader.close()
+        for group in groups:
+            group.close()
+
+
+def cuts(root: str, streams: list[str]) -> tuple[float, float]:
+    """Microseconds per warm lookup: one stream, all of them jointly."""
+    index = SeekIndex(root, warm_after=0)
+    t = BASE + EVENTS * len(streams) // 2
+    stream_cut_at(streams, t, index=index)  # warm: columns loaded, cuts cached
+    started = time.perf_counter()
+    for _ in range(LOOKUPS):
+        stream_cut_at(streams[0], t, index=index)
+    one = (time.perf_counter() - started) / LOOKUPS * 1e6
+    started = time.perf_counter()
+    for _ in range(LOOKUPS):
+        stream_cut_at(streams, t, index=index)
+    joint = (time.perf_counter() - started) / LOOKUPS * 1e6
+    return one, joint
+
+
+def run(services: Any) -> list[str]:
+    bootstrap = services.bootstrap
+    unique = uuid.uuid4().hex[:8]
+    root = str(Path(services.work_dir) / f"bench-streams-{unique}")
+    store = MemoryStore()
+    store.create_scope(f"bench{unique}")
+    manager = StreamManager(store, bootstrap, ClusterSettings(marks_topic=f"m-{unique}"))
+    lines = [f"{EVENTS:,} records a stream, a watermark every {MARK_EVERY:,}, best of {ROUNDS}"]
+    for count in (2, STREAMS):
+        streams = [f"bench{unique}/s{count}x{n}" for n in range(count)]
+        topics = [
+            manager.create(s, StreamConfiguration(ScalingPolicy.fixed(1))).topic for s in streams
+        ]
+        _write(bootstrap, topics)
+        _marks(root, streams)
+        base = max(one_after_another(store, bootstrap, root, streams) for _ in range(ROUNDS))
+        ours = max(merged(store, bootstrap, root, streams) for _ in range(ROUNDS))
+        lines.append(
+            f"  {count} streams: merged {ours:,.0f}/s vs read_batch one after another"
+            f" {base:,.0f}/s: {ours / base:.2f}  [goal >= 0.7]"
+        )
+        if count == STREAMS:
+            one, joint = cuts(root, streams)
+            lines.append(
+                f"  warm stream_cut_at: 1 stream {one:.1f} us, {count} streams {joint:.1f} us:"
+                f" {joint / one:.1f}x  [goal <= {count}x]"
+            )
+    return lines

@@ -1,0 +1,214 @@
+"""Time across two streams on real Kafka, ZooKeeper, Delta (and Spark for window run).
+
+Stream A is written by a writer whose clock is right, stream B by one whose clock
+runs 5 s ahead; B is scaled from one segment to two midway. Watermarks come from
+``watermark_cycle`` over the writers' own positions (``Marks``, as in
+test_reader_group), so no controller job is needed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+import time
+
+import pytest
+
+from controller.laggards import laggards
+from controller.model import KeyRange
+from pipelines.reading.exceptions import ReaderConfigError, StreamsTimeTimeoutError
+from pipelines.reading.group import ReaderGroup
+from pipelines.reading.lateness import append_laggards
+from pipelines.reading.merge import merged_reader
+from pipelines.reading.seek import SeekIndex, complete_cut_at, stream_cut_at
+from pipelines.reading.stream_time import EXIT_NOT_YET, wait_for_time
+from pipelines.writing.writer import EventWriter
+from tests.integration import test_reader_group as rg
+from tidemark.cli.main import main
+
+BASE = rg.BASE
+SKEW_MS = 5_000
+ROUND_MS = 200
+ROUNDS = 40
+PER_ROUND = 5
+manager, settings, store, wconfig = rg.manager, rg.settings, rg.store, rg.wconfig
+
+
+def write_round(marks, writer, rnd, skew, written, tag):
+    """``PER_ROUND`` events from ``BASE + rnd * ROUND_MS + skew`` on keys k0..k4, a note at
+    the round's end and a watermark cycle; (time, body) pairs go to ``written``."""
+    start = BASE + rnd * ROUND_MS + skew
+    for j in range(PER_ROUND):
+        body = f"{tag}:{rnd}:{j}".encode()
+        writer.write(body, routing_key=f"k{j}", timestamp=start + j * 10)
+        written.append((start + j * 10, body))
+    marks.note(writer, start + ROUND_MS - 1)
+    marks.cycle()
+
+
+@pytest.fixture
+def two_streams(manager, store, kafka, wconfig, unique, tmp_path):
+    """(root, A, B, written) with A's rounds 0..ROUNDS-1 and B's rounds 0..ROUNDS-1 (B 5 s
+    ahead, scaled at round ROUNDS // 2); the writers stay open: (marks, writer) per stream."""
+    root = str(tmp_path / "delta")
+    a = rg.make_stream(manager, f"{unique}a", segments=2)
+    b = rg.make_stream(manager, f"{unique}b", segments=1)
+    marks = {a: rg.Marks(a, store, root), b: rg.Marks(b, store, root)}
+    written: dict[str, list[tuple[int, bytes]]] = {a: [], b: []}
+    with (
+        EventWriter("wa", a, store=store, bootstrap_servers=kafka, config=wconfig) as wa,
+        EventWriter("wb", b, store=store, bootstrap_servers=kafka, config=wconfig) as wb,
+    ):
+        for rnd in range(ROUNDS):
+            if rnd == ROUNDS // 2:
+                wb.flush()
+                manager.scale(b, [0], [KeyRange(0.0, 0.5), KeyRange(0.5, 1.0)])
+            write_round(marks[a], wa, rnd, 0, written[a], "a")
+            write_round(marks[b], wb, rnd, SKEW_MS, written[b], "b")
+        yield root, a, b, written, marks, {a: wa, b: wb}
+
+
+def read_from(stream, cut, store, kafka, root):
+    """Every body of ``stream`` from ``cut`` on (a private group, read until idle)."""
+    group = ReaderGroup.ephemeral_group(
+        stream, cut, store=store, bootstrap_servers=kafka, delta_root=root, config=rg.FAST
+    )
+    with group, group.reader("r") as reader:
+        return {e.body for e in rg.read_all(reader, idle_ms=500)}
+
+
+def test_joint_cuts_miss_nothing_and_complete_only_on_both(two_streams, store, kafka):
+    root, a, b, written, _, _ = two_streams
+    index = SeekIndex(root)
+    assert len(store.get_stream(b).segments()) == 3  # scaled midway
+    for t in (BASE + 1_000, BASE + ROUNDS // 2 * ROUND_MS + SKEW_MS + 50, BASE + 7_000):
+        cuts = stream_cut_at([a, b], t, store=store, index=index)
+        assert list(cuts) == [a, b]
+        assert cuts[a] == stream_cut_at(a, t, store=store, index=index)  # each its own
+        for stream, cut in cuts.items():
+            wanted = {body for ts, body in written[stream] if ts >= t}
+            assert wanted <= read_from(stream, cut, store, kafka, root), (stream, t)
+    # A's watermarks end at BASE + 7999, B's at BASE + 12999: complete on both up to
+    # the smaller only.
+    last_a = BASE + ROUNDS * ROUND_MS - 1
+    ends = complete_cut_at([a, b], last_a, index=index)
+    assert ends is not None and set(ends) == {a, b}
+    assert ends[b] == complete_cut_at(b, last_a, index=index)
+    assert complete_cut_at([a, b], last_a + 1, index=index) is None
+    assert complete_cut_at(b, last_a + 1, index=index) is not None
+    with pytest.raises(ReaderConfigError, match="repeated"):
+        stream_cut_at([a, a], BASE, index=index)
+    with pytest.raises(ReaderConfigError, match="at least one"):
+        complete_cut_at([], BASE, index=index)
+
+
+def test_wait_for_both_returns_after_the_slower_and_names_its_laggard(
+    two_streams, store, kafka, wconfig, capsys
+):
+    root, a, b, written, marks, writers = two_streams
+    target = BASE + ROUNDS * ROUND_MS + 500  # B is past it already; A is not
+    with pytest.raises(StreamsTimeTimeoutError) as err:
+        wait_for_time([a, b], target, 0, delta_root=root)
+    assert err.value.streams == [a] and err.value.last.time == BASE + ROUNDS * ROUND_MS - 1
+
+    def later():
+        time.sleep(1.0)
+        for rnd in range(ROUNDS, ROUNDS + 4):
+            write_round(marks[a], writers[a], rnd, 0, written[a], "a")
+
+    thread = threading.Thread(target=later)
+    started = time.monotonic()
+    thread.start()
+    got = wait_for_time([a, b], target, 30_000, delta_root=root)
+    waited = time.monotonic() - started
+    thread.join()
+    assert waited >= 0.9  # not before A passed the time
+    assert got[a].time >= target and got[b].time >= target
+
+    # A second writer on A falls behind: A is held back, and the timeout names it.
+    with EventWriter("slow", a, store=store, bootstrap_servers=kafka, config=wconfig) as slow:
+        slow.write(b"s", routing_key="k0", timestamp=target)
+        marks[a].note(slow, target + 10)
+        write_round(marks[a], writers[a], ROUNDS + 4, 0, written[a], "a")
+        write_round(marks[a], writers[a], ROUNDS + 5, 0, written[a], "a")
+        found = laggards(a, marks[a].marks, marks[a].state, now_ms=int(time.time() * 1000))
+        append_laggards(root, a, int(time.time() * 1000), found)
+        late = BASE + (ROUNDS + 6) * ROUND_MS
+        with pytest.raises(StreamsTimeTimeoutError) as err:
+            wait_for_time([a, b], late, 300, delta_root=root)
+        assert err.value.streams == [a]
+        assert err.value.holding[0].startswith(f"{a}: slow (lagging")
+        code = main(
+            ["wait", a, b, "--time", str(late), "--timeout-ms", "200", "--delta-root", root]
+        )
+        assert code == EXIT_NOT_YET
+        assert "slow (lagging" in capsys.readouterr().err
+    assert (
+        main(["wait", a, b, "--time", str(target), "--delta-root", root, "--format", "json"]) == 0
+    )
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["stream"] for r in rows] == [a, b] and all(r["time"] >= target for r in rows)
+
+
+def test_merged_read_is_in_time_order_and_complete(
+    two_streams, store, kafka, zookeeper, unique, monkeypatch, capsys
+):
+    root, a, b, written, _, _ = two_streams
+    since = BASE + 3_000
+    with merged_reader(
+        [a, b], since, store=store, bootstrap_servers=kafka, delta_root=root, config=rg.FAST
+    ) as merged:
+        got = list(merged.events(idle_ms=1_500))
+        assert merged.late == 0 and merged.held == 0
+    times = [e.timestamp for e in got]
+    assert times == sorted(times)
+    expected = {(s, body) for s in (a, b) for ts, body in written[s] if ts >= since}
+    assert {(e.stream, e.body) for e in got} == expected and len(got) == len(expected)
+
+    monkeypatch.setenv("TIDEMARK_KAFKA_BOOTSTRAP", kafka)
+    monkeypatch.setenv("TIDEMARK_ZK_CONNECT", f"{zookeeper}/tidemark-test-{unique}")
+    monkeypatch.setenv("TIDEMARK_DELTA_ROOT", root)
+    assert main(["read", a, b, "--timestamp", str(since), "--format", "json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["timestamp"] for r in rows] == sorted(r["timestamp"] for r in rows)
+    assert {(r["stream"], r["body"].encode()) for r in rows} == expected
+    assert len(rows) == len(expected)
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_window_run_over_both_runs_once_after_both_are_complete(
+    two_streams, spark, store, kafka, zookeeper, unique, tmp_path
+):
+    from deltalake import DeltaTable
+
+    from jobs.complete_window import run_from_args
+    from jobs.window_args import add_window_arguments
+
+    root, a, b, written, _, _ = two_streams
+    parser = argparse.ArgumentParser()
+    add_window_arguments(parser)
+    common = ["--delta-root", root, "--bootstrap", kafka, "--zk"]
+    common += [f"{zookeeper}/tidemark-test-{unique}", "--zk-root", "/tidemark"]
+    out = str(tmp_path / "joined")
+    query = (
+        "SELECT stream AS source, count(*) AS n, min(ts) AS lo FROM window_events GROUP BY stream"
+    )
+
+    def run(start, end, *more):
+        argv = [a, b, "--from", str(start), "--to", str(end), "--output", out, *more]
+        return run_from_args(parser.parse_args([*argv, *common]), spark=spark)
+
+    # B is complete to BASE + 12999, A only to BASE + 7999: a window past A's time waits.
+    assert run(BASE + 7_000, BASE + 9_000) == EXIT_NOT_YET
+    assert not (tmp_path / "joined").exists()
+    start, end = BASE + 5_000, BASE + 8_000
+    assert run(start, end, "--sql", query) == 0
+    rows = DeltaTable(out).to_pyarrow_table().to_pylist()
+    got = {r["source"]: (r["n"], r["lo"], r["stream"], r["window_start"]) for r in rows}
+    for s in (a, b):
+        inside = [ts for ts, _ in written[s] if start <= ts < end]
+        assert got[s] == (len(inside), min(inside), f"{a}+{b}", start)
+    assert run(start, end, "--sql", query) == 0  # again: the same one result
+    assert len(DeltaTable(out).to_pyarrow_table().to_pylist()) == 2

@@ -1,0 +1,85 @@
+"""The event-time merge's release rule, over in-memory readers (pipelines.reading.merge)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from controller.model import TimeWindow
+from pipelines.reading.exceptions import ReaderConfigError
+from pipelines.reading.merge import TimeMerge
+from pipelines.reading.reader import EventRead
+
+pytestmark = pytest.mark.unit
+
+
+@dataclass
+class Batch:
+    events: tuple[EventRead, ...]
+    window: TimeWindow
+
+    def __len__(self) -> int:
+        return len(self.events)
+
+
+@dataclass
+class ScriptedReader:
+    """Hands out one scripted batch per call: (event times, lower bound after them)."""
+
+    stream: str
+    script: list[tuple[list[int], int | None]]
+    lower: int | None = None
+    offset: int = field(default=0)
+
+    def read_batch(self, max_events: int, timeout_ms: float | None = None) -> Batch:
+        if not self.script:
+            return Batch((), TimeWindow(self.lower, None))
+        times, self.lower = self.script.pop(0)
+        events = []
+        for t in times:
+            events.append(EventRead(self.stream, 0, self.offset, t, b""))
+            self.offset += 1
+        return Batch(tuple(events), TimeWindow(self.lower, None))
+
+    def current_time_window(self) -> TimeWindow:
+        return TimeWindow(self.lower, None)
+
+
+def times(events):
+    return [(e.stream, e.timestamp) for e in events]
+
+
+def test_records_wait_for_every_stream_then_come_in_time_order():
+    a = ScriptedReader("a", [([10, 20, 30], 20), ([40, 50], 50)])
+    b = ScriptedReader("b", [([5, 25], None), ([35], 40)])
+    merge = TimeMerge([a, b])  # type: ignore[list-item]
+    assert merge.poll(0) == []  # b has no watermark yet: everything held
+    assert merge.held == 5
+    assert times(merge.poll(0)) == [
+        ("b", 5),
+        ("a", 10),
+        ("a", 20),
+        ("b", 25),
+        ("a", 30),
+        ("b", 35),
+        ("a", 40),
+    ]
+    assert times(merge.flush()) == [("a", 50)]
+    assert merge.late == 0 and merge.held == 0 and merge.released_time == 50
+
+
+def test_late_records_are_released_counted_and_never_dropped():
+    a = ScriptedReader("a", [([10, 20], 20), ([15, 30], 30)])
+    b = ScriptedReader("b", [([12], 40), ([], 40)])
+    merge = TimeMerge([a, b], from_time=11)  # type: ignore[list-item]
+    assert times(merge.poll(0)) == [("b", 12), ("a", 20)]  # 10 is before from_time
+    assert times(merge.poll(0)) == [("a", 15), ("a", 30)]
+    assert merge.late == 1
+
+
+def test_a_merge_needs_readers_and_a_sane_batch_size():
+    with pytest.raises(ReaderConfigError, match="at least one reader"):
+        TimeMerge([])
+    with pytest.raises(ReaderConfigError, match="batch_size"):
+        TimeMerge([ScriptedReader("a", [])], batch_size=0)  # type: ignore[list-item]
