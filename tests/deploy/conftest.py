@@ -10,10 +10,11 @@ import pytest
 from tests.deploy.deployment import Deployment
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     """The services, and this process's delta-rs pointed at the object store (readers
-    take the ``AWS_*`` variables, as a deployed reader does)."""
+    take the ``AWS_*`` variables, as a deployed reader does). Module-scoped: its dozen
+    JVMs stop as soon as the deployment tests end, not with the whole suite."""
     with Deployment.start(tmp_path_factory.mktemp("deployment")) as started:
         saved = {k: os.environ.get(k) for k in started.s3.reader_environment()}
         os.environ.update(started.s3.reader_environment())
