@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
 
-from tests.deploy.deployment import Deployment
+from tests.deploy.deployment import Deployment, environment
 
 
 @pytest.fixture(scope="module")
@@ -15,17 +14,11 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
     """The services, and this process's delta-rs pointed at the object store (readers
     take the ``AWS_*`` variables, as a deployed reader does). Module-scoped: its dozen
     JVMs stop as soon as the deployment tests end, not with the whole suite."""
-    with Deployment.start(tmp_path_factory.mktemp("deployment")) as started:
-        saved = {k: os.environ.get(k) for k in started.s3.reader_environment()}
-        os.environ.update(started.s3.reader_environment())
-        try:
-            yield started
-        finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
+    with (
+        Deployment.start(tmp_path_factory.mktemp("deployment")) as started,
+        environment(started.s3.reader_environment()),
+    ):
+        yield started
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

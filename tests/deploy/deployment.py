@@ -17,7 +17,7 @@ import contextlib
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -59,6 +59,21 @@ SUBMIT_CONF = {
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
 }
+
+
+@contextlib.contextmanager
+def environment(values: Mapping[str, str]) -> Iterator[None]:
+    """This process's environment with ``values`` set inside the block, as it was after."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 @dataclass
@@ -142,19 +157,9 @@ class Deployment:
             **self.s3.reader_environment(),
         }
 
-    @contextlib.contextmanager
-    def as_user(self, user: str) -> Iterator[None]:
+    def as_user(self, user: str) -> contextlib.AbstractContextManager[None]:
         """Clients built inside the block (in this process) connect as ``user``."""
-        saved = {name: os.environ.get(name) for name in self.principal_env(user)}
-        os.environ.update(self.principal_env(user))
-        try:
-            yield
-        finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
+        return environment(self.principal_env(user))
 
     def submit_argv(self, instance: str, *options: str) -> list[str]:
         """``spark-submit jobs/controller_job.py`` as docs/deploying.md shows it."""
