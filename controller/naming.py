@@ -34,14 +34,24 @@ MARKS_TOPIC_CONFIGS: Mapping[str, str] = MappingProxyType({TIMESTAMP_TYPE: LOG_A
 the controller bounds the mark's time by (a writer cannot forge it)."""
 
 
+def is_stream_name(stream: str) -> bool:
+    """Whether ``stream`` is a valid ``scope/name`` (:func:`split_stream` without the error).
+
+    >>> is_stream_name("shop/orders"), is_stream_name("")
+    (True, False)
+    """
+    scope, sep, name = stream.partition("/")
+    return bool(sep and _PART.match(scope) and _PART.match(name))
+
+
 def split_stream(stream: str) -> tuple[str, str]:
     """``"scope/name"`` -> ``("scope", "name")``, or a clear error."""
-    scope, sep, name = stream.partition("/")
-    if not sep or not _PART.match(scope) or not _PART.match(name):
+    if not is_stream_name(stream):
         raise InvalidModelError(
             f"stream {stream!r} must be 'scope/name', each part 1-100 of [A-Za-z0-9_-] "
             "starting with a letter or digit"
         )
+    scope, _, name = stream.partition("/")
     return scope, name
 
 

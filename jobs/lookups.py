@@ -34,6 +34,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-d
 from controller.exceptions import InvalidModelError, UnknownStreamError
 from controller.kafka.settings import client_config
 from controller.metadata import StreamMetadata
+from controller.naming import is_stream_name
 from controller.zookeeper.session import close_session, open_session
 from controller.zookeeper.store import ZooKeeperStore
 from jobs.config import WorkflowSettings
@@ -73,12 +74,19 @@ class ZooKeeperStreams:
 
     def _watch(self, streams: Sequence[str]) -> None:
         """A watch on each of ``streams`` not watched yet (before reading them: a change
-        after the read then always fires)."""
+        after the read then always fires). A name that is no stream (a hostile mark's key)
+        is not watched: it is rejected later, and must not cost the valid names their watch."""
         with self._lock:
-            new = [s for s in streams if s not in self._watched]
+            new = [s for s in streams if s not in self._watched and is_stream_name(s)]
             self._watched.update(new)
-        if new:
+        if not new:
+            return
+        try:
             self._get_store().watch_once(new, self._changed)
+        except BaseException:
+            with self._lock:  # not watched after all: nothing of theirs may be cached
+                self._watched.difference_update(new)
+            raise
 
     def _changed(self, stream: str) -> None:
         with self._lock:
@@ -114,7 +122,7 @@ class ZooKeeperStreams:
         a worker new to a thousand streams waited for two round trips per stream, one
         after the other, in its first batches. Any failure leaves them to :meth:`stream`."""
         with self._lock:
-            missing = [s for s in streams if s not in self._cache]
+            missing = [s for s in streams if s not in self._cache and is_stream_name(s)]
         if len(missing) < 2:
             return
         try:
