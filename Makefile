@@ -3,40 +3,64 @@ PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.tidemark-installed
+DEMO_STAMP := $(VENV)/.tidemark-demo-installed
 
 .DEFAULT_GOAL := help
-.PHONY: help setup browser promtool demo test test-faults test-deploy test-unit lint bench soak up down status clean
+.PHONY: help setup setup-demo browser promtool demo test test-faults test-deploy test-unit lint bench soak up down status clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
-	@command -v $(PYTHON) >/dev/null || { echo "tidemark needs $(PYTHON) on PATH" >&2; exit 1; }
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+# What pip, apt-get and Maven print goes to $(SETUP_LOG); the terminal shows one line a
+# step, and the log's end when a step fails.
+SETUP_LOG := $(VENV)/setup.log
+quietly = $(1) >>$(SETUP_LOG) 2>&1 || { echo "failed: $(1)" >&2; echo "--- the end of $(SETUP_LOG):" >&2; tail -n 60 $(SETUP_LOG) >&2; exit 1; }
+
+$(VENV)/pyvenv.cfg:
+	@command -v $(PYTHON) >/dev/null || { echo "tidemark needs $(PYTHON) (3.11-3.13) on PATH, or make ... PYTHON=/path/to/python" >&2; exit 1; }
+	@echo "setup: creating $(VENV) with $$($(PYTHON) --version) (log: $(SETUP_LOG))"
+	@$(PYTHON) -m venv $(VENV)
+	@$(call quietly,$(PY) -m pip install --upgrade pip)
+
+# The demo's packages only: the core, Spark, the dashboard, rich and matplotlib.
+$(DEMO_STAMP): pyproject.toml constraints.txt | $(VENV)/pyvenv.cfg
+	@echo "setup: installing the demo's Python packages (pinned in constraints.txt; first use takes a minute or two)"
+	@$(call quietly,$(PY) -m pip install -e '.[demo]' -c constraints.txt)
 	@touch $@
 
-setup: $(STAMP) browser promtool ## create .venv, install pinned packages, resolve Kafka/ZooKeeper/Spark jars with Maven
-	$(PY) -m infra.jars resolve
+# Everything: every extra and the dev tools.
+$(STAMP): pyproject.toml constraints.txt | $(VENV)/pyvenv.cfg
+	@echo "setup: installing the Python packages, dev tools included (pinned in constraints.txt)"
+	@$(call quietly,$(PY) -m pip install -e '.[dev]' -c constraints.txt)
+	@touch $@ $(DEMO_STAMP)
+
+setup: $(STAMP) browser promtool ## create .venv with every extra and the dev tools; chromium, promtool; resolve the jars
+	@$(PY) -m infra.jars resolve
+
+setup-demo: $(DEMO_STAMP) ## what make demo needs: the demo's packages and the Kafka/ZooKeeper/Spark jars
+	@$(PY) -m infra.jars resolve kafka zookeeper spark
 
 # The dashboard's browser test drives Debian's chromium through chromium-driver.
-browser: ## install Debian's chromium and chromium-driver where missing (apt-get, as root)
+browser: | $(VENV)/pyvenv.cfg ## install Debian's chromium and chromium-driver where missing (apt-get, as root)
 	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; \
+		echo "setup: installing chromium and chromium-driver (apt-get) for the browser test"; \
+		$(call quietly,apt-get update -qq); \
+		$(call quietly,env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver); \
 	else echo "the browser test needs chromium and chromium-driver: install them (apt-get, as root)" >&2; fi
 
 # The alert rules' tests (ops/prometheus) run Debian's promtool.
-promtool: ## install Debian's prometheus package (promtool) where missing (apt-get, as root)
+promtool: | $(VENV)/pyvenv.cfg ## install Debian's prometheus package (promtool) where missing (apt-get, as root)
 	@if command -v promtool >/dev/null; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null \
-		|| { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; }; \
+		echo "setup: installing promtool (apt-get: Debian's prometheus package) for the alert rules' tests"; \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >>$(SETUP_LOG) 2>&1 \
+		|| { $(call quietly,apt-get update -qq); \
+		$(call quietly,env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus); }; \
 	else echo "the alert rules' tests need promtool: install Debian's prometheus package (apt-get, as root)" >&2; fi
 
-demo: setup ## start local services, run the pipeline end to end, print the result
-	$(PY) -m tidemark.cli.main demo
+demo: setup-demo ## start local services, run the pipeline end to end, print the result
+	@$(PY) -m tidemark.cli.main demo
 
 test: setup ## the whole suite (unit, integration, spark) against real local services
 	$(PY) -m pytest -q

@@ -1,6 +1,7 @@
 """JVM artifacts: resolved by Maven at setup time, read as classpaths at run time.
 
     python -m infra.jars resolve     # make setup runs this; quick when done
+    python -m infra.jars resolve kafka zookeeper spark   # make demo: only these groups
     python -m infra.jars spark-jars s3a   # what spark-submit --jars takes (docs/deploying.md)
     classpath("kafka")               # -> list of jar paths in ~/.m2
 
@@ -68,7 +69,7 @@ def resolve(env: Environment | None = None, groups: tuple[str, ...] = GROUPS) ->
             "dependency:build-classpath",
             f"-Dmdep.outputFile={target}",
         ]
-        print(f"resolving {group} jars with Maven ...", file=sys.stderr)
+        log.info("resolving the %s jars with Maven (first use only)", group)
         done = subprocess.run(argv, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             target.unlink(missing_ok=True)
@@ -115,14 +116,14 @@ def spark_extra_jars(
     return list(dict.fromkeys(j for j in found if artifact_name(j) not in shipped))
 
 
-USAGE = """usage: python -m infra.jars resolve
+USAGE = f"""usage: python -m infra.jars resolve [GROUP ...]   # groups: {" ".join(GROUPS)}
        python -m infra.jars spark-jars [s3a]   # spark-submit --jars, comma-separated"""
 
 
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["resolve"]:
-        logging.basicConfig(level=logging.INFO)
-        resolve()
+    if argv[:1] == ["resolve"] and set(argv[1:]) <= set(GROUPS):
+        logging.basicConfig(level=logging.INFO, format="setup: %(message)s")
+        resolve(groups=tuple(argv[1:]) or GROUPS)
         return 0
     if argv[:1] == ["spark-jars"] and set(argv[1:]) <= {"s3a"}:
         print(",".join(spark_extra_jars(groups=("spark", *argv[1:]))))
