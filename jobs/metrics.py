@@ -1,19 +1,16 @@
 """Prometheus metrics of the watermark controller (``prometheus_client``).
 
     metrics = ControllerMetrics()                       # the default registry
-    sink.observer = metrics.batch_observer(bucket=3)    # the hook: after each batch's appends
-    metrics.observe_query(3, query)                     # from the instance's loop
+    sink.observer = metrics.batch_observer("all")    # the hook: after each batch's appends
+    metrics.observe_query("all", query)              # from the instance's loop
     start_http_server(9464)      # or `tidemark controller run --metrics-port 9464`
 
-The metrics, with their labels (``stream`` = ``scope/name``, ``bucket`` =
-``all`` for the controller job's one query, which runs every bucket;
-``reason`` = a ``rejected_marks`` reason):
+The metrics, with their labels (``stream`` = ``scope/name``, ``reason`` = a
+``rejected_marks`` reason). The job runs every bucket in one query, so the
+per-query families carry no label; a stream's watermark lag is the time
+service's ``tidemark_stream_watermark_lag_seconds`` (it reads every stream's
+watermarks from Delta, this process only the ones it wrote since it started):
 
-- ``tidemark_controller_watermark_lag_seconds{stream}`` (gauge) -- wall
-  clock now minus the time of the stream's latest watermark, computed when
-  scraped (it grows while no watermark comes);
-- ``tidemark_controller_watermark_time_seconds{stream}`` (gauge) -- the
-  time of that watermark;
 - ``tidemark_controller_freshness_seconds{stream}`` (histogram) -- from
   the note to the watermark being visible: from the Kafka timestamp of the
   newest writer mark the watermark was made of (the marks topic is
@@ -24,17 +21,17 @@ The metrics, with their labels (``stream`` = ``scope/name``, ``bucket`` =
   (``emitted_at``) instead;
 - ``tidemark_controller_watermarks_total{stream}`` (counter) -- watermarks written;
 - ``tidemark_controller_marks_rejected_total{stream,reason}`` (counter);
-- ``tidemark_controller_marks_accepted_total{bucket}`` (counter) -- marks
-  read by the bucket's batches minus the ones rejected (Spark's progress
-  reports input rows per query, not per stream);
-- ``tidemark_controller_batch_duration_seconds{bucket}`` (histogram) --
-  the stateful stage and the Delta appends of one micro-batch, as timed by
-  the sink;
-- ``tidemark_controller_batches_total{bucket}`` (counter);
+- ``tidemark_controller_marks_accepted_total`` (counter) -- marks read by the
+  query's batches minus the ones rejected (Spark's progress reports input rows
+  per query, not per stream);
+- ``tidemark_controller_batch_duration_seconds`` (histogram) -- the stateful
+  stage and the Delta appends of one micro-batch, as timed by the sink;
+- ``tidemark_controller_batches_total`` (counter);
 - ``tidemark_controller_leader`` (gauge) -- 1 while this driver leads (runs the
   query), 0 while it stands by: the sum over the drivers is 1 in a healthy cluster;
 - ``tidemark_controller_due_records_failed_total`` (counter) -- due records
-  Kafka did not acknowledge (:mod:`jobs.due`: each is produced again).
+  Kafka did not acknowledge (:mod:`jobs.due`: each is produced again);
+- ``tidemark_build_info{version,python}`` (gauge, 1) -- :mod:`pipelines.build_info`.
 
 The hook into the job is deliberately small: the query's ``foreachBatch``
 (:class:`~jobs.controller_job.Batches`) calls its :class:`~jobs.sink.DeltaSink`'s
@@ -46,7 +43,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from prometheus_client import (
@@ -57,48 +54,14 @@ from prometheus_client import (
     Histogram,
     start_http_server,
 )
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import Collector
+
+from pipelines.build_info import register_build_info
 
 PREFIX = "tidemark_controller"
 
 BatchObserver = Callable[[Sequence[Mapping[str, Any]], int, float], None]
 
 _LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
-
-
-class _Latest(Collector):
-    """Per stream, the latest watermark time; lag is computed at scrape time."""
-
-    def __init__(self, clock_ms: Callable[[], int]) -> None:
-        self._clock_ms = clock_ms
-        self._times: dict[str, int] = {}
-        self._lock = threading.Lock()
-
-    def update(self, stream: str, time_ms: int) -> None:
-        with self._lock:
-            if time_ms > self._times.get(stream, -1):
-                self._times[stream] = time_ms
-
-    def collect(self) -> Iterable[GaugeMetricFamily]:
-        with self._lock:
-            times = dict(self._times)
-        now = self._clock_ms()
-        lag = GaugeMetricFamily(
-            f"{PREFIX}_watermark_lag_seconds",
-            "Wall clock now minus the time of the stream's latest watermark.",
-            labels=["stream"],
-        )
-        at = GaugeMetricFamily(
-            f"{PREFIX}_watermark_time_seconds",
-            "Time of the stream's latest watermark (seconds since the epoch).",
-            labels=["stream"],
-        )
-        for stream, t in sorted(times.items()):
-            lag.add_metric([stream], max(0, now - t) / 1000)
-            at.add_metric([stream], t / 1000)
-        yield lag
-        yield at
 
 
 class ControllerMetrics:
@@ -110,8 +73,7 @@ class ControllerMetrics:
         clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
     ) -> None:
         self._clock_ms = clock_ms
-        self.latest = _Latest(clock_ms)
-        registry.register(self.latest)
+        register_build_info(registry)
 
         def counter(name: str, documentation: str, *labels: str) -> Counter:
             return Counter(f"{PREFIX}_{name}", documentation, labels, registry=registry)
@@ -136,14 +98,13 @@ class ControllerMetrics:
             "marks_rejected", "Writer marks refused, by reason.", "stream", "reason"
         )
         self.accepted = counter(
-            "marks_accepted", "Marks read by a bucket's batches minus the rejected ones.", "bucket"
+            "marks_accepted", "Marks read by the query's batches minus the rejected ones."
         )
         self.batch_duration = latency(
             "batch_duration_seconds",
             "One micro-batch: the stateful stage and the Delta appends.",
-            "bucket",
         )
-        self.batches = counter("batches", "Micro-batches run.", "bucket")
+        self.batches = counter("batches", "Micro-batches run.")
         self.leader = Gauge(
             f"{PREFIX}_leader",
             "1 while this driver leads (runs the query), 0 while it stands by.",
@@ -165,7 +126,8 @@ class ControllerMetrics:
         self.leader.set(0)
 
     def batch_observer(self, bucket: int | str) -> BatchObserver:
-        """The sink's hook for ``bucket``: ``observer(rows, batch_id, duration_s)``."""
+        """The sink's hook for the query ``bucket`` (the key that pairs its batches with
+        their progress reports; no label): ``observer(rows, batch_id, duration_s)``."""
 
         def observe(rows: Sequence[Mapping[str, Any]], batch_id: int, duration_s: float) -> None:
             self.observe_batch(bucket, rows, batch_id, duration_s)
@@ -176,16 +138,14 @@ class ControllerMetrics:
         self, bucket: int | str, rows: Sequence[Mapping[str, Any]], batch_id: int, duration_s: float
     ) -> None:
         """One written batch: its output rows (``jobs.processor.OUTPUT_SCHEMA``)."""
-        label = str(bucket)
         now = self._clock_ms()
-        self.batches.labels(label).inc()
-        self.batch_duration.labels(label).observe(duration_s)
+        self.batches.inc()
+        self.batch_duration.observe(duration_s)
         rejected = 0
         for row in rows:
             stream = str(row.get("stream") or "")
             if row.get("kind") == "watermark":
                 self.watermarks.labels(stream).inc()
-                self.latest.update(stream, int(row["time"]))
                 since = row.get("noted_at") or row.get("emitted_at")
                 if since:
                     self.freshness.labels(stream).observe(max(0, now - int(since)) / 1000)
@@ -228,7 +188,7 @@ class ControllerMetrics:
             rejected = self._rejected_by_batch.pop((bucket, batch_id), 0)
         read = int(progress.get("numInputRows") or 0)
         if read > rejected:
-            self.accepted.labels(str(bucket)).inc(read - rejected)
+            self.accepted.inc(read - rejected)
 
 
 _SHARED: ControllerMetrics | None = None

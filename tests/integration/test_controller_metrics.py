@@ -49,15 +49,11 @@ def test_metrics_match_the_tables(spark, controller_env, unique):
 
     marks = read_watermarks(settings.delta_root, stream)
     assert value("tidemark_controller_watermarks_total", stream=stream) == len(marks)
-    assert value("tidemark_controller_watermark_time_seconds", stream=stream) == (
-        marks[-1].time / 1000
-    )
-    assert value("tidemark_controller_watermark_lag_seconds", stream=stream) > 0
     assert (
         value("tidemark_controller_marks_rejected_total", stream=stream, reason="stale_time") == 1
     )
     assert value("tidemark_controller_freshness_seconds_count", stream=stream) == len(marks)
-    batches = value("tidemark_controller_batches_total", bucket="all")
+    batches = value("tidemark_controller_batches_total")
     assert batches >= 3
-    assert value("tidemark_controller_batch_duration_seconds_count", bucket="all") == batches
-    assert value("tidemark_controller_marks_accepted_total", bucket="all") >= 3
+    assert value("tidemark_controller_batch_duration_seconds_count") == batches
+    assert value("tidemark_controller_marks_accepted_total") >= 3

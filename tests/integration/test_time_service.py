@@ -155,6 +155,7 @@ def test_api_answers_like_the_local_lookups(served, store, manager, unique, tmp_
     assert f'tidemark_stream_watermark_lag_seconds{{stream="{stream}"}}' in text
     assert f'tidemark_stream_active_segments{{stream="{stream}"}} 2.0' in text
     assert "tidemark_serve_request_duration_seconds_count" in text
+    assert text.count("# TYPE tidemark_build_info gauge") == 1
 
     status, html = get(url, "/")
     assert status == 200 and stream.encode() in html

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import platform
+
 from prometheus_client import CollectorRegistry, generate_latest
 
+import tidemark
 from jobs.config import ControllerSettings
 from jobs.controller_job import ControllerJob
 from jobs.metrics import ControllerMetrics
+from pipelines.build_info import register_build_info
 
 
 def _value(registry, name, labels=None):
@@ -45,10 +49,11 @@ def test_controller_metrics_from_batches_and_progress():
         7,
         0.25,
     )
-    now[0] = 101_000
-    assert _value(registry, "tidemark_controller_watermark_lag_seconds", {"stream": "a/s"}) == 6.0
-    assert _value(registry, "tidemark_controller_watermark_lag_seconds", {"stream": "b/s"}) == 41.0
-    assert _value(registry, "tidemark_controller_watermark_time_seconds", {"stream": "a/s"}) == 95.0
+    # the stream's lag is the time service's (tidemark_stream_watermark_lag_seconds) only
+    assert (
+        registry.get_sample_value("tidemark_controller_watermark_lag_seconds", {"stream": "a/s"})
+        is None
+    )
     assert _value(registry, "tidemark_controller_watermarks_total", {"stream": "a/s"}) == 2
     assert (
         _value(
@@ -62,17 +67,16 @@ def test_controller_metrics_from_batches_and_progress():
     assert _value(registry, "tidemark_controller_freshness_seconds_sum", {"stream": "a/s"}) == (
         0.5 + 0.2
     )
-    assert _value(registry, "tidemark_controller_batches_total", {"bucket": "3"}) == 1
-    assert _value(registry, "tidemark_controller_batch_duration_seconds_sum", {"bucket": "3"}) == (
-        0.25
-    )
+    # one query runs every bucket: the per-query families carry no (constant) label
+    assert _value(registry, "tidemark_controller_batches_total") == 1
+    assert _value(registry, "tidemark_controller_batch_duration_seconds_sum") == 0.25
     # progress of batch 7 read 10 marks, 3 of them rejected: 7 accepted, counted once
     metrics.observe_progress(3, {"batchId": 7, "numInputRows": 10})
     metrics.observe_progress(3, {"batchId": 7, "numInputRows": 10})
     metrics.observe_progress(3, None)
-    assert _value(registry, "tidemark_controller_marks_accepted_total", {"bucket": "3"}) == 7
+    assert _value(registry, "tidemark_controller_marks_accepted_total", {}) == 7
     metrics.observe_progress(3, {"batchId": 8, "numInputRows": 4})  # no rejects seen for 8
-    assert _value(registry, "tidemark_controller_marks_accepted_total", {"bucket": "3"}) == 11
+    assert _value(registry, "tidemark_controller_marks_accepted_total", {}) == 11
 
 
 def test_an_idle_progress_report_does_not_hide_the_batch_that_takes_its_id():
@@ -84,17 +88,17 @@ def test_an_idle_progress_report_does_not_hide_the_batch_that_takes_its_id():
     metrics.observe_progress(
         "all", {"batchId": 5, "numInputRows": 6, "durationMs": {"addBatch": 120}}
     )
-    assert _value(registry, "tidemark_controller_marks_accepted_total", {"bucket": "all"}) == 6
+    assert _value(registry, "tidemark_controller_marks_accepted_total", {}) == 6
 
 
-def test_an_older_watermark_never_moves_the_lag_back():
+def test_build_info_names_the_version_once_per_registry():
     registry = CollectorRegistry()
-    metrics = ControllerMetrics(registry, clock_ms=lambda: 10_000)
-    metrics.observe_batch(0, [watermark_row("a/s", 5, 9_000, 0)], 1, 0.1)
-    metrics.observe_batch(0, [watermark_row("a/s", 4, 8_000, 0)], 2, 0.1)  # a replayed batch
-    assert _value(registry, "tidemark_controller_watermark_lag_seconds", {"stream": "a/s"}) == 1.0
+    ControllerMetrics(registry)
+    register_build_info(registry)  # a second exporter in the same process: no duplicate
     text = generate_latest(registry).decode()
-    assert "# TYPE tidemark_controller_watermark_lag_seconds gauge" in text
+    assert text.count("# TYPE tidemark_build_info gauge") == 1
+    labels = {"version": tidemark.__version__, "python": platform.python_version()}
+    assert registry.get_sample_value("tidemark_build_info", labels) == 1
 
 
 def test_timeline_consumer_metrics_are_exported():
@@ -140,7 +144,7 @@ def test_batches_missed_between_two_looks_are_counted_from_recent_progress():
     query.finish(2, 3)  # two batches since the last look
     metrics.observe_query(0, query)
     metrics.observe_query(0, query)  # nothing new
-    assert _value(registry, "tidemark_controller_marks_accepted_total", {"bucket": "0"}) == 10
+    assert _value(registry, "tidemark_controller_marks_accepted_total", {}) == 10
 
 
 def test_freshness_is_measured_from_the_note_when_the_mark_time_is_known():

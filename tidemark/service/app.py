@@ -35,8 +35,8 @@ JSON API (times in milliseconds since the epoch; a stream is ``scope/name``):
 - ``GET /api/controller`` -- the leading and standby controller drivers, the last batch.
 - ``GET /api/timelines?from_ms=&to_ms=`` -- per timeline, messages by status
   with a time in the range (needs the timeline database).
-- ``GET /metrics`` -- Prometheus text: ``tidemark_stream_*``,
-  ``tidemark_serve_*`` and the process's default registry.
+- ``GET /metrics`` -- Prometheus text: ``tidemark_stream_*``, ``tidemark_reader_group_*``,
+  ``tidemark_serve_*`` and the process's default registry (``tidemark_build_info``).
 
 Errors are JSON too: ``{"error": "unknown_stream", ...}`` (404),
 ``{"error": "invalid_timestamp", ...}`` (400), ``{"error": "<ExceptionName>",
@@ -70,6 +70,7 @@ from starlette.templating import Jinja2Templates
 from controller.exceptions import UnknownStreamError
 from controller.navigation import at_or_after_head, head_cut
 from controller.timestamps import check_timestamp
+from pipelines.build_info import register_build_info
 from pipelines.reading.exceptions import InvalidTimestampError, UnknownReaderGroupError
 from pipelines.reading.time_service import cut_to_json, found_to_json, watermark_to_json
 from tidemark.errors import TidemarkError
@@ -135,6 +136,7 @@ def build_app(service: TimeService) -> Starlette:
     templates.env.filters["iso"] = _iso
     templates.env.filters["duration"] = _duration
     serve_registry = CollectorRegistry()
+    register_build_info(REGISTRY)  # there, not here: a controller in this process adds it too
     latency = Histogram(
         "tidemark_serve_request_duration_seconds",
         "Time to answer an API request, by route.",

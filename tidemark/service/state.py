@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, overload
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from controller.exceptions import ZooKeeperUnavailableError
@@ -516,7 +516,12 @@ def stream_json(meta: StreamMetadata, latest: HistoryPoint | None, now_ms: int) 
 
 
 class _StreamCollector(Collector):
-    """``tidemark_stream_*``: what the service sees of each stream, computed when scraped."""
+    """``tidemark_stream_*``: what the service sees of each stream, computed when scraped.
+
+    The one home of a stream's watermark lag and time: the service reads every stream's
+    watermarks from Delta (the controller only knows those it wrote since it started).
+    Watermarks written are counted by the controller (``tidemark_controller_watermarks_total``).
+    """
 
     def __init__(self, service: TimeService) -> None:
         self.service = service
@@ -539,11 +544,6 @@ class _StreamCollector(Collector):
         epoch = GaugeMetricFamily(
             "tidemark_stream_epoch", "The stream's current epoch.", labels=["stream"]
         )
-        count = CounterMetricFamily(
-            "tidemark_stream_watermarks",
-            "Watermarks the service has seen in the marks table.",
-            labels=["stream"],
-        )
         for meta in self.service.streams():
             name = meta.name
             latest = self.service.latest(name)
@@ -552,8 +552,7 @@ class _StreamCollector(Collector):
                 at.add_metric([name], latest.time / 1000)
             segments.add_metric([name], len(meta.current_epoch().segments))
             epoch.add_metric([name], meta.current_epoch().number)
-            count.add_metric([name], self.service.watermark_count(name))
-        yield from (lag, at, segments, epoch, count)
+        yield from (lag, at, segments, epoch)
 
 
 __all__ = ["HistoryPoint", "StreamWaits", "TimeService", "stream_json", "wall_ms"]
