@@ -1,0 +1,98 @@
+"""Each install (the core, and each extra) in a fresh virtualenv, without the others.
+
+A writer-only or reader-only user installs ``tidemark`` and gets neither Spark,
+pandas, PostgreSQL nor the web stack; each extra brings what its entry points
+import, and nothing of the other extras. The wheel is built once from this tree
+and installed with ``constraints.txt`` (what ``make setup`` pins), from pip's
+cache, by the suite's own pip (``pip --python``: the venvs carry no pip).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+HEAVY = ("pyspark", "delta", "pandas", "psycopg", "starlette", "uvicorn", "jinja2", "rich")
+
+# extra -> (modules its users import, heavy packages it brings)
+INSTALLS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "": (
+        (
+            "pipelines.writing.writer",
+            "pipelines.writing.producer",
+            "pipelines.reading.group",
+            "pipelines.reading.seek",
+            "pipelines.reading.watermark_tables",
+            "tidemark.cli.main",
+        ),
+        (),
+    ),
+    "spark": (
+        ("jobs.controller_job", "jobs.processor", "infra.spark"),
+        ("pyspark", "delta", "pandas"),
+    ),
+    "timeline": (("pipelines.timeline", "pipelines.timeline.store"), ("psycopg",)),
+    "serve": (
+        ("tidemark.service.app", "tidemark.service.server"),
+        ("starlette", "uvicorn", "jinja2"),
+    ),
+}
+
+CHECK = textwrap.dedent(
+    """
+    import importlib, importlib.util, json, sys
+    modules, heavy = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+    for name in modules:
+        importlib.import_module(name)
+    print(json.dumps(sorted(h for h in heavy if importlib.util.find_spec(h) is not None)))
+    """
+)
+
+pytestmark = pytest.mark.slow
+
+
+def _run(*argv: str, cwd: Path) -> str:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, f"{' '.join(argv)}:\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    _run(
+        sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(ROOT), cwd=out
+    )
+    (found,) = out.glob("tidemark-*.whl")
+    return found
+
+
+@pytest.mark.parametrize("extra", list(INSTALLS), ids=lambda e: e or "core")
+def test_an_install_imports_its_entry_points_and_pulls_nothing_else(
+    extra: str, wheel: Path, tmp_path: Path
+) -> None:
+    modules, brought = INSTALLS[extra]
+    venv = tmp_path / "venv"
+    _run(sys.executable, "-m", "venv", "--without-pip", str(venv), cwd=tmp_path)
+    python = venv / "bin" / "python"
+    requirement = (
+        f"tidemark[{extra}] @ {wheel.as_uri()}" if extra else f"tidemark @ {wheel.as_uri()}"
+    )
+    _run(
+        sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-compile",
+        "-c", str(ROOT / "constraints.txt"), requirement,
+        cwd=tmp_path,
+    )  # fmt: skip
+    # from tmp_path, without PYTHONPATH: the installed wheel, not this tree
+    present = json.loads(
+        _run(str(python), "-c", CHECK, json.dumps(modules), json.dumps(HEAVY), cwd=tmp_path)
+    )
+    assert present == sorted(brought), f"tidemark[{extra}] installs {present}"
