@@ -4,8 +4,11 @@ Against real services (ZooKeeper, Kafka, PostgreSQL, Delta tables written
 the way the controller's sink writes them): the page must list the stream,
 its segments (a scaled stream: sealed and active ones), a *rendered* lag
 chart (uPlot draws on a canvas), the rejected marks with their reason, the
-writer holding the stream back (id, instance, first and last seen), the
-timeline counts, and a link to the stream's page with its two charts. The
+writer holding the stream back (id, instance, first and last seen) on the
+stream and in the page's "held back" list, a reader group with its lag, the
+controller's last batch, the timeline counts, and a link to the stream's page
+with its two charts. With 1 000 streams the page shows one page of them, and
+the search and the page links reach any one. The
 screenshot goes to ``tmp_path``; with ``TIDEMARK_SCREENSHOT_DIR`` set (a
 test-only variable) also there -- ``docs/dashboard.png`` (on the HTTP API page of docs/)
 comes from this test.
@@ -28,16 +31,21 @@ from deltalake import write_deltalake
 
 from controller.config import ScalingPolicy, StreamConfiguration
 from controller.laggards import LAGGING, Laggard
+from controller.memory_store import MemoryStore
+from controller.metadata import new_stream_metadata
 from controller.model import KeyRange
+from controller.zookeeper.driver import job_path, write_json
+from pipelines.reading.group import ReaderGroup
 from pipelines.reading.lateness import append_laggards
 from pipelines.timeline.config import TimelineConfig
 from pipelines.timeline.store import TimelineStore
+from pipelines.writing.writer import EventWriter
 from schemas.arrow import REJECTED_ARROW
 from schemas.tables import REJECTED_MARKS, table_path
 from tests.integration import test_reader_group as rg
 from tests.integration.test_time_service import append_marks, serving
 
-manager, settings, store = rg.manager, rg.settings, rg.store
+manager, settings, store, wconfig = rg.manager, rg.settings, rg.store, rg.wconfig
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -110,7 +118,7 @@ def write_rejected(root, stream):
 
 
 def test_dashboard_shows_stream_segments_and_lag_chart(
-    browser, store, zk_client, manager, kafka, postgres, unique, tmp_path, settings
+    browser, store, zk_client, manager, kafka, postgres, unique, tmp_path, settings, wconfig
 ):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
@@ -138,6 +146,14 @@ def test_dashboard_shows_stream_segments_and_lag_chart(
             timeline, b"hello", timestamp_ms=now - 60_000 + i * 30_000, producer_group="signup"
         )
     timelines.close()
+    with EventWriter("sensor-1", stream, store=store, bootstrap_servers=kafka, config=wconfig) as w:
+        for i in range(7):
+            w.write(b"reading", f"k{i}", timestamp=now - 10_000 + i)
+    group = f"alerts{unique}"
+    ReaderGroup.create(group, stream, **rg.group_kw(store, kafka, root)).close()  # read nothing
+    batch = {"leader": "driver-a", "batch_id": 4711, "at_ms": now - 2_000, "watermarks": 12,
+             "rejected": 1, "write_ms": 340, "spark_ms": 200, "delta_ms": 140}  # fmt: skip
+    write_json(zk_client, f"{job_path(settings.zk_root, settings.marks_topic)}/progress", batch)
 
     with serving(
         store, zk_client, root, kafka, settings, postgres_dsn=postgres, refresh_ms=100
@@ -188,6 +204,17 @@ def test_dashboard_shows_stream_segments_and_lag_chart(
         assert cells["kind"] == "lagging" and cells["first-seen"] and cells["last-seen"] != "-"
         timeline_rows = browser.find_element(By.CSS_SELECTOR, "#timelines").text
         assert timeline in timeline_rows
+        # what an operator asks first: who holds it back, which group lags, the last batch
+        (top,) = browser.find_elements(By.CSS_SELECTOR, "#held-back tr.laggard")
+        assert top.find_element(By.CSS_SELECTOR, ".writer").text == "sensor-3"
+        assert stream in top.text
+        row = browser.find_element(By.CSS_SELECTOR, f'#groups tr.group[data-group="{group}"]')
+        assert row.find_element(By.CSS_SELECTOR, ".records").text == "7"
+        assert row.find_element(By.CSS_SELECTOR, ".time-lag").text == "no time yet"
+        last = browser.find_element(By.CSS_SELECTOR, "#controller table.last-batch")
+        assert last.find_element(By.CSS_SELECTOR, ".batch-id").text == "4711"
+        assert last.find_element(By.CSS_SELECTOR, ".watermarks").text == "12"
+        assert "driver-a" in last.text and "340 ms" in last.text
 
         shot = tmp_path / "dashboard.png"
         browser.save_screenshot(str(shot))
@@ -208,6 +235,51 @@ def test_dashboard_shows_stream_segments_and_lag_chart(
         assert len(rows) == 21  # header + the latest 20
         holders = page.find_elements(By.CSS_SELECTOR, "table.laggards tr.laggard .writer")
         assert [e.text for e in holders] == ["sensor-3"]
+
+
+def test_a_thousand_streams_a_page_at_a_time_with_search(browser, zk_client, kafka, tmp_path):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from tidemark.service.listing import PAGE_SIZE
+    from tidemark.service.server import RunningService
+    from tidemark.service.state import TimeService
+
+    many = MemoryStore()  # metadata only: no topic is needed to list a stream
+    for scope in ("shop", "iot"):
+        many.create_scope(scope)
+    names = [f"{'shop' if i % 2 else 'iot'}/s{i:04d}" for i in range(1000)]
+    for name in names:
+        many.create_stream(new_stream_metadata(name, StreamConfiguration(), now_ms=0))
+    service = TimeService(many, zk_client, str(tmp_path / "delta"), bootstrap_servers=kafka)
+    with RunningService(service) as running:
+        started = time.monotonic()
+        browser.get(running.url + "/?sort=name")
+        loaded_s = time.monotonic() - started
+        cards = browser.find_elements(By.CSS_SELECTOR, "article.stream")
+        assert len(cards) == PAGE_SIZE
+        assert cards[0].get_attribute("data-stream") == "iot/s0000"
+        assert "page 1 of 40" in browser.find_element(By.CSS_SELECTOR, ".pager").text
+        assert "1000 of 1000" in browser.find_element(By.CSS_SELECTOR, "#streams h2").text
+        print(f"dashboard with 1 000 streams: first page loaded in {loaded_s:.2f} s")
+
+        browser.find_element(By.CSS_SELECTOR, ".pager a.next").click()
+        WebDriverWait(browser, 30).until(ec.url_contains("page=2"))
+        cards = browser.find_elements(By.CSS_SELECTOR, "article.stream")
+        assert cards[0].get_attribute("data-stream") == sorted(names)[PAGE_SIZE]
+
+        search = browser.find_element(By.CSS_SELECTOR, "#stream-search input[name=q]")
+        search.clear()
+        search.send_keys("shop/s09")
+        browser.find_element(By.CSS_SELECTOR, "#stream-search button").click()
+        WebDriverWait(browser, 30).until(ec.url_contains("q=shop"))
+        shown = [
+            e.get_attribute("data-stream")
+            for e in browser.find_elements(By.CSS_SELECTOR, "article.stream")
+        ]
+        assert shown == sorted(n for n in names if n.startswith("shop/s09"))[:PAGE_SIZE]
+        assert "50 of 1000" in browser.find_element(By.CSS_SELECTOR, "#streams h2").text
 
 
 def test_the_dashboard_of_an_empty_system_says_what_is_missing(browser, zk_client, kafka, tmp_path):

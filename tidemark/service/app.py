@@ -43,7 +43,10 @@ Errors are JSON too: ``{"error": "unknown_stream", ...}`` (404),
 "detail": ...}`` (400) for any other refused input.
 
 Dashboard (server-rendered HTML; charts by the vendored uPlot, no network
-needed): ``/`` and ``/streams/{scope}/{name}``.
+needed): ``/`` and ``/streams/{scope}/{name}``. ``/`` shows the writers holding
+watermarks back (laggards), reader groups with their lag, the controller's
+drivers and last batch, and the streams a page at a time (``?q=`` searches names,
+``?sort=lag|name``, ``?page=``; :mod:`tidemark.service.listing`).
 """
 
 from __future__ import annotations
@@ -74,6 +77,7 @@ from pipelines.build_info import register_build_info
 from pipelines.reading.exceptions import InvalidTimestampError, UnknownReaderGroupError
 from pipelines.reading.time_service import cut_to_json, found_to_json, watermark_to_json
 from tidemark.errors import TidemarkError
+from tidemark.service.listing import held_back, page_of_streams
 from tidemark.service.state import ServiceUnavailableError, TimeService, stream_json, wall_ms
 
 HERE = Path(__file__).parent
@@ -281,17 +285,28 @@ def build_app(service: TimeService) -> Starlette:
         now = wall_ms()
         from_min = _count_param(request, "from_min", 60)
         to_min = _count_param(request, "to_min", 0)
-        rows = []
+        query = request.query_params.get("q", "")
+        order = request.query_params.get("sort", "lag")
         held = service.laggards()
-        for meta in service.streams():
-            info = stream_json(meta, service.latest(meta.name), now)
-            info["series"] = _series(service, meta.name, HOUR_MS)
-            info["laggards"] = held.get(meta.name, [])
-            rows.append(info)
+        page = page_of_streams(
+            [stream_json(m, service.latest(m.name), now) for m in service.streams()],
+            query=query,
+            order=order,
+            page=_count_param(request, "page", 1),
+        )
+        for info in page.items:  # charts for the page shown only
+            info["series"] = _series(service, info["stream"], HOUR_MS)
+            info["laggards"] = held.get(info["stream"], [])
+        held_rows, held_total = held_back(held)
         try:
             controller_view: dict[str, Any] | None = service.controller()
         except ServiceUnavailableError as exc:  # show it, keep the page
             controller_view = {"error": str(exc)}
+        groups, groups_error = None, None
+        try:
+            groups = service.group_lags(now)
+        except ServiceUnavailableError as exc:
+            groups_error = str(exc)
         timelines_error = None
         try:
             counts = service.timeline_counts(now - from_min * 60_000, now - to_min * 60_000)
@@ -302,7 +317,13 @@ def build_app(service: TimeService) -> Starlette:
             "index.html",
             {
                 "now": now,
-                "streams": rows,
+                "page": page,
+                "query": query,
+                "order": order,
+                "held": held_rows,
+                "held_total": held_total,
+                "groups": groups,
+                "groups_error": groups_error,
                 "controller": controller_view,
                 "rejected": service.rejected(None, 20),
                 "timelines": counts,

@@ -186,7 +186,7 @@ class StreamWaits:
             self._wake(stream)
 
 
-ZOOKEEPER, POSTGRESQL = "zookeeper", "postgresql"
+ZOOKEEPER, POSTGRESQL, KAFKA = "zookeeper", "postgresql", "kafka"
 
 
 class ServiceUnavailableError(TidemarkError):
@@ -240,7 +240,8 @@ class TimeService:
         self.last_refresh_error: str | None = None
         self.registry = CollectorRegistry()
         self.registry.register(_StreamCollector(self))
-        self.registry.register(GroupLagCollector(store, bootstrap_servers, self.delta_root))
+        self.group_lag = GroupLagCollector(store, bootstrap_servers, self.delta_root)
+        self.registry.register(self.group_lag)
         self.waits = StreamWaits()
 
     # --- lifecycle ----------------------------------------------------------------------------
@@ -412,6 +413,19 @@ class TimeService:
         )
 
     # --- other views ----------------------------------------------------------------------------
+
+    def group_lags(self, now_ms: int) -> list[dict[str, Any]]:
+        """Every reader group's lag in records and in time (the metrics' cached figures),
+        the furthest behind in time first; groups with no time yet first of all."""
+        try:
+            lags = self.group_lag.lags()
+        except TidemarkError as exc:  # Kafka's end offsets: the broker does not answer
+            raise ServiceUnavailableError(KAFKA, str(exc)) from exc
+        rows = [{**asdict(g), "time_lag_ms": g.time_lag_ms(now_ms)} for g in lags]
+        rows.sort(
+            key=lambda r: (r["time_lag_ms"] is not None, -(r["time_lag_ms"] or 0), r["group"])
+        )
+        return rows
 
     def controller(self) -> dict[str, Any]:
         """The controller drivers alive (the leader runs every bucket) and its last batch
