@@ -417,6 +417,9 @@ class TimeService:
     def group_lags(self, now_ms: int) -> list[dict[str, Any]]:
         """Every reader group's lag in records and in time (the metrics' cached figures),
         the furthest behind in time first; groups with no time yet first of all."""
+        if self.zk_client is not None and not self.zk_client.connected:
+            # the groups are listed from ZooKeeper: asking now would wait for the session
+            raise ServiceUnavailableError(ZOOKEEPER, "not connected (reader groups live there)")
         try:
             lags = self.group_lag.lags()
         except TidemarkError as exc:  # Kafka's end offsets: the broker does not answer
