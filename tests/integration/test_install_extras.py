@@ -4,7 +4,8 @@ A writer-only or reader-only user installs ``tidemark`` and gets neither Spark,
 pandas, PostgreSQL nor the web stack; each extra brings what its entry points
 import, and nothing of the other extras. The wheel is built once from this tree
 and installed with ``constraints.txt`` (what ``make setup`` pins), from pip's
-cache, by the suite's own pip (``pip --python``: the venvs carry no pip).
+cache, by the suite's own pip (``pip --python``: the venvs carry no pip), the four
+installs side by side (~35 s in all).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -65,23 +67,10 @@ def _run(*argv: str, cwd: Path) -> str:
     return done.stdout
 
 
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
-    _run(
-        sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(ROOT), cwd=out
-    )
-    (found,) = out.glob("tidemark-*.whl")
-    return found
-
-
-@pytest.mark.parametrize("extra", list(INSTALLS), ids=lambda e: e or "core")
-def test_an_install_imports_its_entry_points_and_pulls_nothing_else(
-    extra: str, wheel: Path, tmp_path: Path
-) -> None:
-    modules, brought = INSTALLS[extra]
-    venv = tmp_path / "venv"
-    _run(sys.executable, "-m", "venv", "--without-pip", str(venv), cwd=tmp_path)
+def _install(extra: str, wheel: Path, where: Path) -> Path:
+    """A fresh venv under ``where`` with ``tidemark[extra]`` from ``wheel``; its python."""
+    venv = where / (extra or "core")
+    _run(sys.executable, "-m", "venv", "--without-pip", str(venv), cwd=where)
     python = venv / "bin" / "python"
     requirement = (
         f"tidemark[{extra}] @ {wheel.as_uri()}" if extra else f"tidemark @ {wheel.as_uri()}"
@@ -89,10 +78,31 @@ def test_an_install_imports_its_entry_points_and_pulls_nothing_else(
     _run(
         sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-compile",
         "-c", str(ROOT / "constraints.txt"), requirement,
-        cwd=tmp_path,
+        cwd=where,
     )  # fmt: skip
+    return python
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Every install's python; the installs run side by side (mostly unpacking wheels)."""
+    where = tmp_path_factory.mktemp("installs")
+    _run(
+        sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(where), str(ROOT),
+        cwd=where,
+    )  # fmt: skip
+    (wheel,) = where.glob("tidemark-*.whl")
+    with ThreadPoolExecutor(len(INSTALLS)) as pool:
+        pythons = pool.map(lambda extra: _install(extra, wheel, where), INSTALLS)
+        return dict(zip(INSTALLS, pythons, strict=True))
+
+
+@pytest.mark.parametrize("extra", list(INSTALLS), ids=lambda e: e or "core")
+def test_an_install_imports_its_entry_points_and_pulls_nothing_else(
+    extra: str, installed: dict[str, Path], tmp_path: Path
+) -> None:
+    modules, brought = INSTALLS[extra]
     # from tmp_path, without PYTHONPATH: the installed wheel, not this tree
-    present = json.loads(
-        _run(str(python), "-c", CHECK, json.dumps(modules), json.dumps(HEAVY), cwd=tmp_path)
-    )
+    check = [str(installed[extra]), "-c", CHECK, json.dumps(modules), json.dumps(HEAVY)]
+    present = json.loads(_run(*check, cwd=tmp_path))
     assert present == sorted(brought), f"tidemark[{extra}] installs {present}"
