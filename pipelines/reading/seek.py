@@ -341,7 +341,7 @@ class SeekIndex:
             groups = sorted(
                 (
                     g
-                    for g in f.row_groups()
+                    for g in f.row_groups(("stream", "seq", column))
                     if g.may_hold("stream", stream, stream) and g.may_hold(column, low, high)
                 ),
                 key=order,
