@@ -136,8 +136,9 @@ class PositionWindow:
         self._last: Position | None = None
         self._window = TimeWindow(None, None)
         self._ranges: dict[int, range] | None = None
-        self._one: tuple[int, int, int] | None = None
-        """(segment, low, high) when the ranges name one segment."""
+        self._seg: int | None = None
+        """The one segment the ranges name (None: several, or none); _low, _high: its range."""
+        self._low = self._high = 0
         self._settled = False
         """True when new watermarks cannot change the window (one is wholly ahead)."""
         self._known = 0
@@ -146,13 +147,24 @@ class PositionWindow:
         """Forget the progress (after the position moved backwards or lost segments)."""
         self._tracker = None
         self._ranges = None
-        self._one = None
+        self._seg = None
 
     def at(self, position: Position) -> TimeWindow:
-        one = self._one
-        if one is not None:  # one segment (a reader of one partition): one chained comparison
-            seg, low, high = one
-            stable = low <= position.get(seg, -1) < high and len(position) == 1
+        seg = self._seg
+        if (  # one segment, no watermark can change the window: one chained comparison
+            seg is not None
+            and self._low <= position.get(seg, -1) < self._high
+            and len(position) == 1
+            and self._settled
+        ):
+            return self._window
+        return self._checked(position)
+
+    def _checked(self, position: Position) -> TimeWindow:
+        """The window when :meth:`at`'s shortest path does not apply."""
+        seg = self._seg
+        if seg is not None:
+            stable = self._low <= position.get(seg, -1) < self._high and len(position) == 1
         else:
             stable = self._within(position)
         if stable and (self._settled or self._feed.refresh() == self._known):
@@ -181,10 +193,10 @@ class PositionWindow:
         self._known = len(self._feed.watermarks)
         ranges = _stable_ranges(position, window, tracker)
         self._ranges = ranges
-        self._one = None
+        self._seg = None
         if ranges is not None and len(ranges) == 1:
-            ((seg, stable),) = ranges.items()
-            self._one = (seg, stable.start, stable.stop)
+            ((self._seg, stable),) = ranges.items()
+            self._low, self._high = stable.start, stable.stop
         self._settled = tracker.first_ahead is not None
         return window
 
