@@ -395,8 +395,7 @@ def test_a_wait_is_woken_by_the_tail_not_the_refresh(
     marks = history(stream, 4, base)
     top = append_marks(root, stream, marks[:2])
     with serving(store, zk_client, root, kafka, settings, refresh_ms=60_000) as running:
-        status, body = get_json(running.url, f"/api/streams/{stream}/wait?t={base}&timeout_ms=0")
-        assert (status, body["reached"]) == (200, True)  # read on first use
+        assert running.service.waits.waited() == []
         answered = {}
 
         def wait() -> None:
@@ -406,7 +405,10 @@ def test_a_wait_is_woken_by_the_tail_not_the_refresh(
 
         waiter = threading.Thread(target=wait, daemon=True)
         waiter.start()
-        time.sleep(0.3)
+        deadline = time.monotonic() + 10
+        while stream not in running.service.waits.waited():  # the request is held
+            assert time.monotonic() < deadline, "the wait never reached the service"
+            time.sleep(0.01)
         assert waiter.is_alive()
         appended = time.monotonic()
         append_marks(root, stream, marks[2:], top=top)
