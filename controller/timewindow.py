@@ -51,17 +51,20 @@ def compare(position: Position, cut: StreamCut, segments: Mapping[int, Segment])
     to its end). ``segments`` maps segment id -> :class:`Segment` (for key
     ranges); an id it lacks is an :class:`InvalidModelError`.
     """
-    held = [(_segment(segments, seg), seg) for seg in position]
+    held: list[tuple[Segment, int]] | None = None  # looked up only when a cut segment is not held
     before = after = False
     for cut_id, cut_offset in cut.items():
         offset = position.get(cut_id)
         if offset is not None:
-            order = _offset_order(offset, cut_offset)
-            if order < 0:
-                before = True
-            elif order > 0:
+            if offset == cut_offset:
+                continue
+            if offset == END_OF_SEGMENT or (cut_offset != END_OF_SEGMENT and offset > cut_offset):
                 after = True
+            else:
+                before = True
         else:
+            if held is None:
+                held = [(_segment(segments, seg), seg) for seg in position]
             cut_seg = _segment(segments, cut_id)
             for seg, seg_id in held:
                 if seg.overlaps(cut_seg):
@@ -92,6 +95,10 @@ class WindowTracker:
         self._lower: int | None = None
         self._ahead: deque[Watermark] = deque()
         """Watermarks read but not yet passed, in ``seq`` order."""
+        self.next_to_pass: Watermark | None = None
+        """After :meth:`advance_to`: the first watermark not passed (None: all read are)."""
+        self.first_ahead: Watermark | None = None
+        """After :meth:`advance_to`: the first watermark wholly ahead (the upper bound's)."""
 
     def advance_to(self, position: Position) -> TimeWindow:
         """The window at ``position``: lower = ``time`` of the latest watermark it
@@ -101,6 +108,7 @@ class WindowTracker:
         watermark in flight; ``None`` when there is none (yet). An empty
         position has passed every watermark."""
         upper: int | None = None
+        self.first_ahead = None
         index = 0
         while True:
             if index == len(self._ahead):
@@ -118,20 +126,11 @@ class WindowTracker:
             if order <= 0:
                 upper = mark.upper_time
             if order < 0:
+                self.first_ahead = mark
                 break
             index += 1
+        self.next_to_pass = self._ahead[0] if self._ahead else None
         return TimeWindow(self._lower, upper)
-
-
-def _offset_order(offset: int, cut_offset: int) -> int:
-    """-1, 0, +1 as ``offset`` is below, at, above ``cut_offset``; ``END_OF_SEGMENT`` is highest."""
-    if offset == cut_offset:
-        return 0
-    if offset == END_OF_SEGMENT:
-        return 1
-    if cut_offset == END_OF_SEGMENT:
-        return -1
-    return -1 if offset < cut_offset else 1
 
 
 def _segment(segments: Mapping[int, Segment], seg: int) -> Segment:

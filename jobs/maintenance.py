@@ -15,7 +15,8 @@ the table's file count and sizes what to do:
   ``target_file_bytes / TIER`` (or they add up to that much), or as many
   wait between that and the target:
   :mod:`jobs.compaction` rewrites them, sorted by time, into files of up to
-  ``target_file_bytes`` with row groups of ``row_group_rows`` rows -- one
+  ``target_file_bytes`` with row groups of ``row_group_rows`` rows
+  (``marks_row_group_rows`` for ``marks``, whose rows carry a cut each) -- one
   ``dataChange=false`` commit: readers at an older version keep reading
   their files, the rows do not change. Files that reached the target are
   never rewritten again, so the table holds about
@@ -64,13 +65,16 @@ from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from jobs.compaction import TIER, compact_in_time_order
 from jobs.exceptions import JobConfigurationError
 from pipelines.reading.watermark_tables import add_actions
-from schemas.tables import TABLES, table_path
+from schemas.tables import MARKS, TABLES, table_path
 
 log = logging.getLogger(__name__)
 
 MIB = 1024 * 1024
 DEFAULT_TARGET_FILE_BYTES = 16 * MIB
 DEFAULT_ROW_GROUP_ROWS = 8192
+DEFAULT_MARKS_ROW_GROUP_ROWS = 1024
+"""A cold lookup decodes a whole ``marks`` row group for one cut, and each row carries a
+cut of every segment: smaller groups than the index's keep that read small."""
 DEFAULT_TIME_TRAVEL_HOURS = 168
 LOCAL_LOG_RETENTION_S = 900.0
 """Log kept on a local file system, where every open and commit lists all of it."""
@@ -120,6 +124,8 @@ class MaintenanceSettings:
     """Size compaction aims at; a file this large is left alone."""
     row_group_rows: int = DEFAULT_ROW_GROUP_ROWS
     """Rows per Parquet row group in compacted files (what one lookup reads at least)."""
+    marks_row_group_rows: int = DEFAULT_MARKS_ROW_GROUP_ROWS
+    """The same for ``marks`` (a lookup reads one of its row groups for one cut)."""
     checkpoint_every: int = 20
     """Checkpoint once this many commits were added since the last checkpoint."""
     time_travel_hours: int = DEFAULT_TIME_TRAVEL_HOURS
@@ -143,6 +149,7 @@ class MaintenanceSettings:
         small = {
             "target_file_bytes": self.target_file_bytes,
             "row_group_rows": self.row_group_rows,
+            "marks_row_group_rows": self.marks_row_group_rows,
             "checkpoint_every": self.checkpoint_every,
             "commit_attempts": self.commit_attempts,
         }
@@ -380,7 +387,9 @@ class Maintainer:
                 self._table(table),
                 table,
                 target_bytes=self.settings.target_file_bytes,
-                row_group_rows=self.settings.row_group_rows,
+                row_group_rows=self.settings.marks_row_group_rows
+                if table == MARKS
+                else self.settings.row_group_rows,
                 min_files=self.settings.compact_min_files,
             )
 
@@ -501,6 +510,7 @@ def table_files(
 
 
 __all__ = [
+    "DEFAULT_MARKS_ROW_GROUP_ROWS",
     "DEFAULT_ROW_GROUP_ROWS",
     "DEFAULT_TARGET_FILE_BYTES",
     "DEFAULT_TIME_TRAVEL_HOURS",

@@ -27,6 +27,8 @@ from __future__ import annotations
 import datetime
 import logging
 import os
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -90,16 +92,20 @@ class DataFile:
             return False
         return not (high is not None and lo is not None and lo > high)
 
-    def row_groups(self) -> list[DataFile]:
-        """The file's row groups, each with the min/max its Parquet footer records."""
-        return _row_groups(self.uri, _open_parquet(self.uri).metadata)
+    def row_groups(self, columns: Sequence[str] | None = None) -> list[DataFile]:
+        """The file's row groups, each with the min/max its Parquet footer records (of
+        ``columns`` only, when given: a compacted file has hundreds of groups)."""
+        return _row_groups(self.uri, _open_parquet(self.uri).metadata, columns)
 
 
-def _row_groups(uri: str, metadata: pq.FileMetaData) -> list[DataFile]:
+def _row_groups(
+    uri: str, metadata: pq.FileMetaData, only: Sequence[str] | None = None
+) -> list[DataFile]:
     columns = {
         metadata.schema.column(i).path: i
         for i in range(metadata.num_columns)
         if "." not in metadata.schema.column(i).path
+        and (only is None or metadata.schema.column(i).path in only)
     }
     groups = []
     for g in range(metadata.num_row_groups):
@@ -238,13 +244,13 @@ def read_files(
     tables = []
     for f in files:
         parquet = _open_parquet(f.uri)
-        groups = [
-            g.group
-            for g in (_row_groups(f.uri, parquet.metadata) if f.group is None else [f])
-            if g.group is not None
-            and g.may_hold("stream", stream, stream)
-            and all(g.may_hold(c, low, high) for c, (low, high) in wanted.items())
-        ]
+        checks = {**wanted, "stream": (stream, stream)}
+        if f.group is None:
+            groups = _groups_holding(parquet.metadata, checks)
+        elif all(f.may_hold(c, low, high) for c, (low, high) in checks.items()):
+            groups = [f.group]
+        else:
+            groups = []
         if not groups:
             continue
         rows = parquet.read_row_groups(groups, columns=needed)
@@ -260,11 +266,50 @@ def read_files(
     return pa.concat_tables(tables).sort_by("seq")
 
 
+def _groups_holding(metadata: pq.FileMetaData, checks: Mapping[str, tuple[Any, Any]]) -> list[int]:
+    """The row groups whose statistics may hold a row with every column of ``checks``
+    within its inclusive ``(low, high)``; each group's statistics are looked at only
+    until one column rules it out (a compacted file has hundreds of groups)."""
+    index = {metadata.schema.column(i).path: i for i in range(metadata.num_columns)}
+    columns = [(index[c], low, high) for c, (low, high) in checks.items() if c in index]
+    found = []
+    for g in range(metadata.num_row_groups):
+        group = metadata.row_group(g)
+        for i, low, high in columns:
+            stats = group.column(i).statistics
+            if stats is None or not stats.has_min_max:
+                continue
+            if (low is not None and stats.max < low) or (high is not None and stats.min > high):
+                break
+        else:
+            found.append(g)
+    return found
+
+
 def _open_parquet(uri: str) -> pq.ParquetFile:
+    """The file, its footer parsed once per process (a Delta data file never changes:
+    a lookup that picks a row group and then reads it parses the footer once)."""
     import pyarrow.parquet as pq  # on use: importing this module stays light
 
     filesystem, path = filesystem_path(uri)
-    return pq.ParquetFile(path if filesystem is None else filesystem.open_input_file(path))
+    source = path if filesystem is None else filesystem.open_input_file(path)
+    with _FOOTERS_LOCK:
+        metadata = _FOOTERS.get(uri)
+        if metadata is not None:
+            _FOOTERS.move_to_end(uri)
+    if metadata is not None:
+        return pq.ParquetFile(source, metadata=metadata)
+    opened = pq.ParquetFile(source)
+    with _FOOTERS_LOCK:
+        _FOOTERS[uri] = opened.metadata
+        if len(_FOOTERS) > _FOOTERS_KEPT:
+            _FOOTERS.popitem(last=False)
+    return opened
+
+
+_FOOTERS: OrderedDict[str, pq.FileMetaData] = OrderedDict()
+_FOOTERS_KEPT = 64
+_FOOTERS_LOCK = threading.Lock()
 
 
 def filesystem_path(uri: str) -> tuple[Any, str]:

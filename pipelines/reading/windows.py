@@ -12,14 +12,13 @@ dry, which is what ``WindowTracker`` needs to keep up with a live stream.
 
 from __future__ import annotations
 
-import bisect
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Set
 
 from controller.model import END_OF_SEGMENT, Position, Segment, TimeWindow, Watermark
-from controller.timewindow import WindowTracker, compare
+from controller.timewindow import WindowTracker
 from pipelines.reading.watermark_tables import MarksTail, read_watermarks, resolve_delta_root
 
 log = logging.getLogger(__name__)
@@ -118,15 +117,16 @@ def reader_position(
 class PositionWindow:
     """Time windows along one moving position, rebuilt when the position jumps back.
 
-    Fast path: after each full resolution it notes, per segment, the offset
-    range within which the answer cannot change: from the position up to
-    the nearest cut offset above it of the next watermark to pass and of
-    the first one wholly ahead, or just the position itself when it sits at
-    such a cut offset (an equal offset is neither before nor after on that
-    segment, one more is after: ``controller.timewindow.compare``). While the position
-    stays within those ranges, with the same segments, the last window is
-    returned as is -- a few comparisons per event instead of a walk over
-    the watermarks.
+    Fast path: after each full resolution it keeps, per segment of the
+    position, the range of offsets within which the answer cannot change:
+    from the position up to the nearest offset of the bounding watermarks'
+    cuts above it (the next watermark to pass and the first one wholly
+    ahead), or just the position itself when it sits at such a cut offset
+    (an equal offset is neither before nor after on that segment, one more
+    is after: ``controller.timewindow.compare``). While every segment's
+    offset stays in its range the last window is returned as is -- one
+    range test per segment of the position per event (a chained comparison
+    when the position holds one segment).
     """
 
     def __init__(self, feed: WatermarkFeed, segments: Callable[[], Mapping[int, Segment]]) -> None:
@@ -135,84 +135,101 @@ class PositionWindow:
         self._tracker: WindowTracker | None = None
         self._last: Position | None = None
         self._window = TimeWindow(None, None)
-        self._limits: dict[int, tuple[int, int]] | None = None
-        self._open_ended = True
+        self._ranges: dict[int, range] | None = None
+        self._seg: int | None = None
+        """The one segment the ranges name (None: several, or none); _low, _high: its range."""
+        self._low = self._high = 0
+        self._settled = False
+        """True when new watermarks cannot change the window (one is wholly ahead)."""
         self._known = 0
 
     def reset(self) -> None:
         """Forget the progress (after the position moved backwards or lost segments)."""
         self._tracker = None
-        self._limits = None
+        self._ranges = None
+        self._seg = None
 
     def at(self, position: Position) -> TimeWindow:
-        limits = self._limits
-        if limits is not None and len(position) == len(limits):
-            for seg, offset in position.items():
-                bounds = limits.get(seg)
-                if bounds is None or not bounds[0] <= offset < bounds[1]:
-                    break
-            else:
-                if not self._open_ended or self._feed.refresh() == self._known:
-                    return self._window
+        seg = self._seg
+        if (  # one segment, no watermark can change the window: one chained comparison
+            seg is not None
+            and self._low <= position.get(seg, -1) < self._high
+            and len(position) == 1
+            and self._settled
+        ):
+            return self._window
+        return self._checked(position)
+
+    def _checked(self, position: Position) -> TimeWindow:
+        """The window when :meth:`at`'s shortest path does not apply."""
+        seg = self._seg
+        if seg is not None:
+            stable = self._low <= position.get(seg, -1) < self._high and len(position) == 1
+        else:
+            stable = self._within(position)
+        if stable and (self._settled or self._feed.refresh() == self._known):
+            return self._window
         return self._resolve(position)
 
+    def _within(self, position: Position) -> bool:
+        """True when every offset of ``position`` lies in its segment's stable range."""
+        ranges = self._ranges
+        if ranges is None or len(position) != len(ranges):
+            return False
+        for seg, offset in position.items():
+            stable = ranges.get(seg)
+            if stable is None or offset not in stable:
+                return False
+        return True
+
     def _resolve(self, position: Position) -> TimeWindow:
-        if self._tracker is None or not _forward(self._last, position):
-            self._tracker = WindowTracker(self._feed.iterator(), _LiveSegments(self._segments))
+        tracker = self._tracker
+        if tracker is None or not _forward(self._last, position):
+            tracker = WindowTracker(self._feed.iterator(), _LiveSegments(self._segments))
+            self._tracker = tracker
         self._last = dict(position)
-        window = self._tracker.advance_to(position)
+        window = tracker.advance_to(position)
         self._window = window
-        self._limits = self._stable_ranges(position, window)
+        self._known = len(self._feed.watermarks)
+        ranges = _stable_ranges(position, window, tracker)
+        self._ranges = ranges
+        self._seg = None
+        if ranges is not None and len(ranges) == 1:
+            ((self._seg, stable),) = ranges.items()
+            self._low, self._high = stable.start, stable.stop
+        self._settled = tracker.first_ahead is not None
         return window
 
-    def _stable_ranges(
-        self, position: Position, window: TimeWindow
-    ) -> dict[int, tuple[int, int]] | None:
-        """Per segment, [offset, nearest relevant cut offset) -- or None (no fast path)."""
-        watermarks = self._feed.watermarks
-        self._known = len(watermarks)
-        if any(offset < 0 for offset in position.values()):
-            return None
-        start = 0
-        if window.lower is not None:
-            found = bisect.bisect_left(watermarks, window.lower, key=_time)
-            if found >= len(watermarks) or watermarks[found].time != window.lower:
-                return None
-            start = found + 1
-        relevant = watermarks[start : start + 1]  # the next watermark to pass
-        self._open_ended = window.upper is None
-        if window.upper is not None:
-            segments = _LiveSegments(self._segments)
-            for index in range(start, len(watermarks)):
-                watermark = watermarks[index]
-                if compare(position, watermark.stream_cut, segments) < 0:
-                    relevant.append(watermark)  # the first wholly ahead: the upper bound
-                    break
-            else:
-                return None
-        limits: dict[int, tuple[int, int]] = {}
-        for seg, offset in position.items():
-            high = _NO_LIMIT
-            for watermark in relevant:
-                cut_offset = watermark.stream_cut.get(seg)
-                if cut_offset is not None:
-                    if cut_offset < 0:
-                        return None
-                    if cut_offset > offset:
-                        high = min(high, cut_offset)
-                    elif cut_offset == offset:
-                        # At the cut's offset the segment is neither before nor
-                        # after it (Pravega's rule); one further, it is after.
-                        high = min(high, offset + 1)
-            limits[seg] = (offset, high)
-        return limits
+
+def _stable_ranges(
+    position: Position, window: TimeWindow, tracker: WindowTracker
+) -> dict[int, range] | None:
+    """Per segment, range(offset, nearest bounding cut offset) -- or None (no fast path)."""
+    if window.upper is not None and tracker.first_ahead is None:
+        return None  # the upper bound is a partly passed watermark's: resolve every time
+    bounding = [tracker.next_to_pass, tracker.first_ahead]
+    cuts = [w.stream_cut for w in bounding if w is not None]
+    ranges: dict[int, range] = {}
+    for seg, offset in position.items():
+        if offset < 0:
+            return None  # read to its end: rare, resolved every time
+        high = _NO_LIMIT
+        for cut in cuts:
+            cut_offset = cut.get(seg)
+            if cut_offset is not None:
+                if cut_offset < 0:
+                    return None
+                if cut_offset > offset:
+                    high = min(high, cut_offset)
+                elif cut_offset == offset:
+                    # At the cut's offset the segment is neither before nor
+                    # after it (Pravega's rule); one further, it is after.
+                    high = min(high, offset + 1)
+        ranges[seg] = range(offset, high)
+    return ranges
 
 
 _NO_LIMIT = 2**63
-
-
-def _time(watermark: Watermark) -> int:
-    return watermark.time
 
 
 def _forward(before: Position | None, after: Position) -> bool:

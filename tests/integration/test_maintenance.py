@@ -319,13 +319,18 @@ def test_lookups_on_compacted_tables_match_the_pure_search(tmp_path: Path) -> No
             )
         sink.write(rows, b)
         if b % 20 == 19:
-            Maintainer(settings(root, row_group_rows=3)).run_once(force=True)
+            Maintainer(settings(root, row_group_rows=3, marks_row_group_rows=3)).run_once(
+                force=True
+            )
     import pyarrow.parquet as pq
     from deltalake import DeltaTable
 
     uris = DeltaTable(table_path(root, INDEX)).file_uris()
     groups = [pq.ParquetFile(u.removeprefix("file://")).metadata.num_row_groups for u in uris]
     assert max(groups) > 10, groups  # the walk over row groups is exercised
+    uris = DeltaTable(table_path(root, MARKS)).file_uris()
+    groups = [pq.ParquetFile(u.removeprefix("file://")).metadata.num_row_groups for u in uris]
+    assert max(groups) > 10, groups  # and the cut's row group picked among many
     assert_time_ordered(table_path(root, INDEX))
     for name, written in marks.items():
         expected = index_rows(written)

@@ -7,6 +7,7 @@ writes them (with ``emitted_at``), on a real stream in ZooKeeper and Kafka.
 from __future__ import annotations
 
 import json
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -381,6 +382,42 @@ def test_wait_for_time_is_woken_by_the_service(
     assert main(["wait", stream, "--time", str(base + 6_500), "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["seq"] == 7
     assert deltas == []
+
+
+def test_a_wait_is_woken_by_the_tail_not_the_refresh(
+    store, zk_client, kafka, settings, manager, unique, tmp_path
+):
+    """With the refresh a minute away, a long poll still returns as soon as the
+    watermark's commit lands: the service's tail thread watches the next commit file
+    of a stream someone waits on and reads it at once (issue 35 item 3)."""
+    root = str(tmp_path)
+    stream = make_stream(manager, unique, segments=2)
+    base = int(time.time() * 1000) - 60_000
+    marks = history(stream, 4, base)
+    top = append_marks(root, stream, marks[:2])
+    with serving(store, zk_client, root, kafka, settings, refresh_ms=60_000) as running:
+        assert running.service.waits.waited() == []
+        answered = {}
+
+        def wait() -> None:
+            path = f"/api/streams/{stream}/wait?t={base + 3_000}&timeout_ms=20000"
+            answered["body"] = get_json(running.url, path)[1]
+            answered["at"] = time.monotonic()
+
+        waiter = threading.Thread(target=wait, daemon=True)
+        waiter.start()
+        deadline = time.monotonic() + 10
+        while stream not in running.service.waits.waited():  # the request is held
+            assert time.monotonic() < deadline, "the wait never reached the service"
+            time.sleep(0.01)
+        assert waiter.is_alive()
+        appended = time.monotonic()
+        append_marks(root, stream, marks[2:], top=top)
+        waiter.join(15)
+        body = answered["body"]
+        assert body["reached"] and body["watermark"]["seq"] == 3
+        assert answered["at"] - appended < 5  # the refresh would take a minute
+        assert running.service.refreshes == 1  # only the start's: the tail read it
 
 
 def test_wait_times_out_cleanly_through_the_service(served, manager, unique, tmp_path, monkeypatch):

@@ -167,3 +167,28 @@ def test_fast_path_agrees_with_a_fresh_tracker(steps, gaps):
         pa_, pb = pa_ + da, pb + db
         position = {A.id: pa_, B.id: pb}
         assert window.at(position) == WindowTracker(marks, segs).advance_to(position)
+
+
+@given(
+    gaps=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3)), min_size=1, max_size=8),
+    order=st.lists(st.booleans(), min_size=1, max_size=60),
+    one=st.booleans(),
+)
+def test_fast_path_equals_the_reference_at_every_offset(gaps, order, one):
+    """One offset at a time (so every cut offset is visited exactly, then one past it),
+    on one segment or two: ``PositionWindow.at`` equals a fresh ``WindowTracker``."""
+    from controller.timewindow import WindowTracker
+
+    segs = {A.id: A} if one else {A.id: A, B.id: B}
+    marks, a, b = [], 0, 0
+    for i, (da, db) in enumerate(gaps):
+        a, b = a + da, b + db
+        cut = {A.id: a} if one else {A.id: a, B.id: b}
+        marks.append(Watermark("s/x", 10 * (i + 1), 10 * (i + 1) + 7, cut, i))
+    window = PositionWindow(_ListFeed(marks), lambda: segs)
+    position = {seg: 0 for seg in segs}
+    for on_a in [None, *order]:
+        if on_a is not None:
+            seg = A.id if on_a or one else B.id
+            position = {**position, seg: position[seg] + 1}
+        assert window.at(position) == WindowTracker(marks, segs).advance_to(position), position

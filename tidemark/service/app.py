@@ -14,7 +14,7 @@ JSON API (times in milliseconds since the epoch; a stream is ``scope/name``):
   These two answer from memory, on the event loop; their latency is observed
   in ``tidemark_serve_request_duration_seconds``.
 - ``GET /api/streams/{scope}/{name}/wait?t=MS&timeout_ms=N`` -- a long poll: answers
-  as soon as the service's refresh sees a watermark with ``time >= t`` (at
+  as soon as the service's tail reads a watermark with ``time >= t`` (at
   once when there is one), else after ``timeout_ms`` (default 30 000, at most
   :data:`MAX_WAIT_MS`): ``reached``, ``watermark`` (the first with
   ``time >= t``: ``seq, time, upper_time, stream_cut``; null when not

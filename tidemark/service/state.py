@@ -14,8 +14,12 @@ charts. A lookup therefore never touches Delta while the stream is known;
 a stream created since the last refresh is read on first use.
 
 Waits for stream time (``GET .../wait``) sleep on :class:`StreamWaits`: one
-``asyncio.Event`` per stream, set from the refresh thread (through the
-event loop) when the stream's history gains watermarks -- no polling.
+``asyncio.Event`` per stream, set (through the event loop) when the stream's
+history gains watermarks. While anyone waits, a second thread, the tail,
+watches the ``marks`` table's next commit file for each stream waited on
+(a stat every ``tail_ms``) and reads the new version at once, so a waiter
+wakes when the commit lands, not at the next refresh. (A table on an object
+store, which has no cheap stat, is read by the refresh alone.)
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import threading
 import time
 from collections import OrderedDict, deque
@@ -159,13 +164,20 @@ class StreamWaits:
         self._events: dict[str, asyncio.Event] = {}
         self.closing = False
         """Set when the server shuts down: waiters answer at once."""
+        self.arrived = threading.Event()
+        """Set when a waiter takes an event (the tail thread starts watching)."""
 
     def event(self, stream: str) -> asyncio.Event:
         self._loop = asyncio.get_running_loop()
         found = self._events.get(stream)
         if found is None:
             found = self._events[stream] = asyncio.Event()
+            self.arrived.set()
         return found
+
+    def waited(self) -> list[str]:
+        """The streams someone may be waiting on (any thread)."""
+        return list(self._events)
 
     def changed(self, stream: str) -> None:
         loop = self._loop
@@ -211,11 +223,14 @@ class TimeService:
         cluster: ClusterSettings | None = None,
         postgres_dsn: str | None = None,
         refresh_ms: int = 500,
+        tail_ms: int = 10,
         history_limit: int = 20_000,
         storage_options: Mapping[str, str] | None = None,
     ) -> None:
         if refresh_ms < 10:
             raise ConfigurationError(f"refresh_ms must be >= 10, got {refresh_ms}")
+        if tail_ms < 1:
+            raise ConfigurationError(f"tail_ms must be >= 1, got {tail_ms}")
         self.store = store
         self.zk_client = zk_client
         self.delta_root = resolve_delta_root(delta_root)
@@ -223,6 +238,7 @@ class TimeService:
         self.cluster = cluster or ClusterSettings()
         self.postgres_dsn = postgres_dsn
         self.refresh_s = refresh_ms / 1000
+        self.tail_s = tail_ms / 1000
         self.storage_options = dict(storage_options or {})
         # Lookups never refresh on their own while the thread keeps up (5 intervals).
         self.index = SeekIndex(
@@ -234,8 +250,11 @@ class TimeService:
         self._lock = threading.RLock()
         self._meta: dict[str, StreamMetadata] = {}
         self._history: dict[str, _History] = {}
+        self._polling = threading.Lock()
+        """Held while a history reads its tail (the refresh and the tail thread both do)."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._tail_thread: threading.Thread | None = None
         self.refreshes = 0
         self.last_refresh_error: str | None = None
         self.registry = CollectorRegistry()
@@ -250,12 +269,18 @@ class TimeService:
         self.refresh_all()
         self._thread = threading.Thread(target=self._loop, name="tidemark-serve", daemon=True)
         self._thread.start()
+        self._tail_thread = threading.Thread(
+            target=self._tail_loop, name="tidemark-serve-tail", daemon=True
+        )
+        self._tail_thread.start()
         return self
 
     def close(self) -> None:
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        self.waits.arrived.set()
+        for thread in (self._thread, self._tail_thread):
+            if thread is not None:
+                thread.join(timeout=10)
 
     def _loop(self) -> None:
         while not self._stop.wait(self.refresh_s):
@@ -265,6 +290,36 @@ class TimeService:
             except Exception as exc:  # keep serving what we have; say why on the dashboard
                 self.last_refresh_error = f"{type(exc).__name__}: {exc}"
                 log.warning("refresh failed: %s", exc)
+
+    def _tail_loop(self) -> None:
+        """Read a waited-on stream's new watermarks as soon as their commit file exists."""
+        while not self._stop.is_set():
+            waited = self.waits.waited()
+            if not waited:  # nobody waits: sleep until someone does
+                self.waits.arrived.wait(1.0)
+                self.waits.arrived.clear()
+                continue
+            try:
+                for name in waited:
+                    self._tail_stream(name)
+            except Exception as exc:  # the refresh reads it again; say why in the log
+                log.warning("tail of marks failed: %s", exc)
+            self._stop.wait(self.tail_s)
+
+    def _tail_stream(self, name: str) -> None:
+        with self._lock:
+            history = self._history.get(name)
+        if history is None:
+            return
+        commit = history.tail.next_commit_file()
+        if commit is None or not os.path.exists(commit):
+            return  # no new version (an object store: left to the refresh, one read per turn)
+        if self._poll_history(history):
+            self.waits.changed(name)
+
+    def _poll_history(self, history: _History) -> int:
+        with self._polling:
+            return history.poll(self._lock)
 
     def refresh_all(self) -> None:
         names = self.store.list_streams()
@@ -284,7 +339,7 @@ class TimeService:
             if history is None:
                 history = self._history[name] = _History(self.delta_root, name, self._history_limit)
         self.index.refresh(name, force=True)
-        if history.poll(self._lock):
+        if self._poll_history(history):
             self.waits.changed(name)
         return meta
 
