@@ -13,6 +13,8 @@ znodes are ``controller.zookeeper.groups``), ``view`` (the group's position as a
 ``seek`` (a time to a cut), ``windows`` (time windows for a position),
 ``watermark_tables`` (the Delta tables' reader), ``checkpoints`` (named,
 consistent positions of a whole group), ``balance`` (readers kept together
-in time: ownership by time, alignment), ``config`` (ReaderConfig) and
-``exceptions``.
+in time: ownership by time, alignment), ``streams`` (the joint rules over
+several streams), ``streams_group`` (reader groups over several streams),
+``merge`` (several streams in event-time order), ``config`` (ReaderConfig)
+and ``exceptions``.
 """

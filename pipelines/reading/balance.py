@@ -21,7 +21,10 @@ Two policies beside the default even split (``view.plan_ownership``):
 - **Alignment** (``max_drift_ms``, as Flink's watermark alignment): a reader
   pauses each of its segments whose time is more than ``max_drift_ms`` ahead
   of the group's lower bound (the lowest time any reader reports) and
-  resumes it once the group has caught up. Pausing only stops fetching; the
+  resumes it once the group has caught up. In a group over several streams
+  (``pipelines.reading.streams_group``) the lower bound is taken over the
+  readers of every stream's member group (``peers``), so a stream running
+  ahead of the slowest one pauses. Pausing only stops fetching; the
   position stays where the returned events put it, so nothing is lost or
   read twice. A reader behind every watermark counts as being at the first
   one. Pausing is decided at rebalance ticks, so a reader may run ahead by
@@ -68,17 +71,20 @@ class ReaderReport:
     """What a reader reports at each rebalance.
 
     ``time``/``segments``: over its *settled* segments (balance by time);
-    ``lowest``/``owned``: over every segment it holds (alignment).
+    ``lowest``/``owned``: over every segment it holds (alignment); ``floor``:
+    its stream's first watermark time, where a reader behind every watermark
+    counts (readers of other streams compare against it).
     """
 
     time: int | None
     segments: int
     lowest: int | None = None
     owned: int = 0
+    floor: int | None = None
 
     def to_bytes(self) -> bytes:
         raw = {"time": self.time, "segments": self.segments}
-        raw.update(lowest=self.lowest, owned=self.owned)
+        raw.update(lowest=self.lowest, owned=self.owned, floor=self.floor)
         return json.dumps(raw).encode("utf-8")
 
     @classmethod
@@ -91,6 +97,7 @@ class ReaderReport:
                 int(raw["segments"]),
                 _opt_int(raw.get("lowest")),
                 int(raw.get("owned", 0)),
+                _opt_int(raw.get("floor")),
             )
         except (ValueError, KeyError, TypeError):
             return None
@@ -127,10 +134,13 @@ def lagging(reports: Mapping[str, ReaderReport], lag_ms: int) -> frozenset[str]:
 def group_lower(reports: Mapping[str, ReaderReport], floor: int | None = None) -> int | None:
     """The lowest time among readers holding segments (``lowest``, every segment held).
 
-    A reader behind every watermark counts as ``floor`` (the first watermark's
-    time: it is somewhere before it); with no ``floor`` the bound is unknown."""
+    A reader behind every watermark counts as the first watermark's time (it
+    is somewhere before it): its report's own ``floor``, else ``floor``; with
+    neither the bound is unknown."""
     times = [
-        rep.lowest if rep.lowest is not None else floor for rep in reports.values() if rep.owned
+        rep.lowest if rep.lowest is not None else rep.floor if rep.floor is not None else floor
+        for rep in reports.values()
+        if rep.owned
     ]
     if not times or any(t is None for t in times):
         return None
@@ -275,6 +285,9 @@ class TimePolicy:
     reader: str
     clocks: SegmentClocks
     monotonic: Callable[[], float] = time.monotonic
+    peers: Sequence[str] = ()
+    """Other groups whose readers count in the lower bound alignment pauses by (the
+    member groups of the other streams of a group over several streams)."""
     reports: dict[str, ReaderReport] = field(default_factory=dict, init=False)
     segment_times: dict[int, int | None] = field(default_factory=dict, init=False)
     """Every owned segment's time (alignment pauses by these)."""
@@ -305,6 +318,7 @@ class TimePolicy:
             len(self.settled_times),
             reader_time(self.segment_times),
             len(self.segment_times),
+            self.clocks.first_time() if self.peers else None,
         )
         self.registry.report(self.group, self.reader, mine.to_bytes())
         reports = {}
@@ -340,6 +354,11 @@ class TimePolicy:
         if self.config.max_drift_ms is None:
             return frozenset()
         lower = group_lower(self.reports, self.clocks.first_time())
+        for peer in self.peers:
+            found = [ReaderReport.from_bytes(d) for d in self.registry.reports(peer).values()]
+            peer_lower = group_lower({str(i): r for i, r in enumerate(found) if r is not None})
+            if lower is not None and peer_lower is not None:
+                lower = min(lower, peer_lower)
         return drifting(self.segment_times, lower, self.config.max_drift_ms)
 
 

@@ -25,6 +25,10 @@ Nothing with time >= ``t`` lies before it (for well-behaved writers).
 
 A failed call never moves the position: names, stream, timestamp and cut are
 all checked before anything is committed.
+
+``ReaderGroup.create(name, streams=[...], from_time=t)`` makes a group over
+several streams instead (``pipelines.reading.streams_group``): one member
+group per stream, readers reading them all.
 """
 
 from __future__ import annotations
@@ -32,8 +36,8 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Required, TypedDict, Unpack, overload
 
 from controller.closing import Closing
 from controller.exceptions import UnknownStreamError
@@ -70,6 +74,7 @@ from pipelines.reading.seek import (
     start_cut_for,
     wall_clock_ms,
 )
+from pipelines.reading.streams_group import MemberGroup, StreamsReaderGroup
 from pipelines.reading.time_service import default_index
 from pipelines.reading.view import GroupView, cut_commits, group_view, sizes_pending
 from pipelines.reading.windows import WatermarkFeed, reader_position, window_at
@@ -83,6 +88,20 @@ before fetching it again, even when the reader has emptied the queue meanwhile:
 with the default, ``read_next`` over a backlog stalled ~150 ms at a time and
 ran at ~165 k events/s against ~730 k/s with 0 (10-100: 480-650 k/s; same
 CPU per event) -- 200 000 records of 256 B on 4 segments, load 3."""
+
+
+class GroupPlace(TypedDict, total=False):
+    """The keywords both kinds of :meth:`ReaderGroup.create` take (``store`` and
+    ``bootstrap_servers`` required): where the group lives and where it starts."""
+
+    store: Required[MetadataStore]
+    bootstrap_servers: Required[str]
+    delta_root: str | None
+    from_time: object
+    config: ReaderConfig | None
+    registry: GroupRegistry | None
+    storage_options: Mapping[str, str] | None
+    index: SeekIndex | None
 
 
 class ReaderGroup(Closing):
@@ -120,6 +139,9 @@ class ReaderGroup(Closing):
         self._readers: dict[str, EventReader] = {}
         self._feed: WatermarkFeed | None = None
         self._closed = False
+        self.peers: tuple[str, ...] = ()
+        """Member groups of the other streams, when this one is a member of a group
+        over several streams (their readers count in alignment's lower bound)."""
         created = False
         if _record is None:
             try:
@@ -130,6 +152,11 @@ class ReaderGroup(Closing):
                 _record = _new_record(self.name, stream, head_cut(live_metadata(store, stream)))
                 self.registry.create(_record)
                 created = True
+        if _record.streams:
+            raise ReaderConfigError(
+                f"reader group {self.name!r} reads several streams ({_record.stream}): "
+                "open it with open_streams_group"
+            )
         if stream is not None and stream != _record.stream:
             raise ReaderGroupExistsError(self.name, _record.stream)
         self.record = _record
@@ -155,12 +182,31 @@ class ReaderGroup(Closing):
 
     # --- creating ---------------------------------------------------------------------------
 
+    @overload
     @classmethod
     def create(
         cls,
         name: str,
         stream: str,
         *,
+        start_cut: StreamCut | None = None,
+        ephemeral: bool = False,
+        **where: Unpack[GroupPlace],
+    ) -> ReaderGroup: ...
+
+    @overload
+    @classmethod
+    def create(
+        cls, name: str, stream: None = None, *, streams: Sequence[str], **where: Unpack[GroupPlace]
+    ) -> StreamsReaderGroup: ...
+
+    @classmethod
+    def create(
+        cls,
+        name: str,
+        stream: str | None = None,
+        *,
+        streams: Sequence[str] | None = None,
         store: MetadataStore,
         bootstrap_servers: str,
         delta_root: str | None = None,
@@ -171,12 +217,35 @@ class ReaderGroup(Closing):
         storage_options: Mapping[str, str] | None = None,
         index: SeekIndex | None = None,
         ephemeral: bool = False,
-    ) -> ReaderGroup:
+    ) -> ReaderGroup | StreamsReaderGroup:
         """A new group on ``stream``, positioned at ``from_time`` (``stream_cut_at``),
         at ``start_cut``, or at the head; :class:`ReaderGroupExistsError` if the name
         is taken. Every reader starts from that one cut. ``ephemeral``: the position
-        lives in memory, not in Kafka (see :meth:`ephemeral_group`)."""
+        lives in memory, not in Kafka (see :meth:`ephemeral_group`).
+
+        ``streams=[...]`` instead of ``stream``: a group over those streams
+        (:class:`~pipelines.reading.streams_group.StreamsReaderGroup`), each at its
+        own ``stream_cut_at(from_time)`` or head (``start_cut`` and ``ephemeral``
+        are for one stream)."""
         check_name("reader group", name)
+        if (stream is None) == (streams is None):
+            raise ReaderConfigError("give a stream or streams=[...] (one of them)")
+        if streams is not None:
+            if start_cut is not None or ephemeral:
+                raise ReaderConfigError("start_cut and ephemeral are for a one-stream group")
+            reg = registry or registry_for(store)
+            return StreamsReaderGroup.create(
+                name,
+                streams,
+                store=store,
+                registry=reg,
+                member=_members(store, bootstrap_servers, delta_root, config, reg, storage_options),
+                from_time=from_time,
+                delta_root=delta_root,
+                storage_options=storage_options,
+                index=index,
+            )
+        assert stream is not None
         if from_time is not None and start_cut is not None:
             raise ReaderConfigError("give from_time or start_cut, not both")
         meta = live_metadata(store, stream)
@@ -497,4 +566,54 @@ def open_group(
     )
 
 
-__all__ = ["RESERVED_CONSUMER_KEYS", "ReaderConfig", "ReaderGroup", "open_group"]
+def open_streams_group(
+    name: str,
+    *,
+    store: MetadataStore,
+    bootstrap_servers: str,
+    delta_root: str | None = None,
+    config: ReaderConfig | None = None,
+    registry: GroupRegistry | None = None,
+    storage_options: Mapping[str, str] | None = None,
+) -> StreamsReaderGroup:
+    """An existing group over several streams (:class:`UnknownReaderGroupError` otherwise)."""
+    reg = registry or registry_for(store)
+    return StreamsReaderGroup.open(
+        name, reg, _members(store, bootstrap_servers, delta_root, config, reg, storage_options)
+    )
+
+
+def _members(
+    store: MetadataStore,
+    bootstrap_servers: str,
+    delta_root: str | None,
+    config: ReaderConfig | None,
+    registry: GroupRegistry,
+    storage_options: Mapping[str, str] | None,
+) -> MemberGroup:
+    """How a group over several streams makes (at a cut) or opens its member groups."""
+
+    def member(name: str, stream: str, cut: StreamCut | None) -> ReaderGroup:
+        kw: dict[str, Any] = {
+            "store": store,
+            "bootstrap_servers": bootstrap_servers,
+            "delta_root": delta_root,
+            "config": config,
+            "registry": registry,
+            "storage_options": storage_options,
+        }
+        if cut is None:
+            return ReaderGroup(name, stream, **kw)
+        return ReaderGroup.create(name, stream, start_cut=cut, **kw)
+
+    return member
+
+
+__all__ = [
+    "RESERVED_CONSUMER_KEYS",
+    "ReaderConfig",
+    "ReaderGroup",
+    "StreamsReaderGroup",
+    "open_group",
+    "open_streams_group",
+]

@@ -342,6 +342,8 @@ class ReaderHost(Protocol):
     topic: str
     config: ReaderConfig
     registry: GroupRegistry
+    peers: tuple[str, ...]
+    """Groups of the other streams read together with this one (alignment counts them)."""
 
     def consumer_settings(self, client_id: str) -> dict[str, Any]: ...
     def view(self) -> GroupView: ...
@@ -410,6 +412,7 @@ class EventReader(Closing):
             group.name,
             name,
             SegmentClocks(group.watermark_feed, group.segments),
+            peers=group.peers,
         )
         group.registry.join(group.name, name)
         try:

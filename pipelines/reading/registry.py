@@ -53,22 +53,29 @@ def check_name(kind: str, name: object) -> str:
 
 @dataclass(frozen=True)
 class GroupRecord:
-    """A reader group: its stream, and the cut it was started (or last moved) at."""
+    """A reader group: its stream, and the cut it was started (or last moved) at.
+
+    A group over several streams (``pipelines.reading.streams_group``) is
+    recorded with its ``streams`` (``stream`` then lists them, for messages);
+    each stream is read by a member group of its own.
+    """
 
     name: str
     stream: str
     start_cut: Mapping[int, int] = field(default_factory=dict)
     created_at_ms: int = 0
+    streams: tuple[str, ...] = ()
 
     def to_json(self) -> bytes:
-        return json_bytes(
-            {
-                "name": self.name,
-                "stream": self.stream,
-                "start_cut": cut_to_json(self.start_cut),
-                "created_at_ms": self.created_at_ms,
-            }
-        )
+        raw: dict[str, object] = {
+            "name": self.name,
+            "stream": self.stream,
+            "start_cut": cut_to_json(self.start_cut),
+            "created_at_ms": self.created_at_ms,
+        }
+        if self.streams:
+            raw["streams"] = list(self.streams)
+        return json_bytes(raw)
 
     @classmethod
     def from_json(cls, data: bytes) -> GroupRecord:
@@ -78,6 +85,7 @@ class GroupRecord:
             str(raw["stream"]),
             cut_from_json(raw.get("start_cut", {})),
             int(raw.get("created_at_ms", 0)),
+            tuple(str(s) for s in raw.get("streams", ())),
         )
 
     def moved_to(self, cut: Mapping[int, int]) -> GroupRecord:

@@ -500,9 +500,16 @@ def stream_cut_at(
     if not isinstance(stream, str):
         ts, store, idx = _joint(timestamp, where)
         return each_stream(
-            check_streams(stream), lambda s: stream_cut_at(s, ts, store=store, index=idx)
+            check_streams(stream),
+            lambda s: _start_at(s, ts, None if store is None else live_metadata(store, s), idx),
         )
     ts, meta, idx = _lookup(stream, timestamp, where)
+    return _start_at(stream, ts, meta, idx)
+
+
+def _start_at(stream: str, ts: int, meta: StreamMetadata | None, idx: SeekIndex) -> dict[int, int]:
+    """:func:`stream_cut_at` for one stream once its inputs are checked (a joint lookup
+    checks the time and opens the index once for all its streams)."""
     if meta is not None:
         return start_cut_for(stream, ts, meta, idx)
     found = idx.start(stream, ts)

@@ -22,10 +22,10 @@ still short of ``t`` and the writers holding it back.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
 
-from controller.model import Watermark
+from controller.model import TimeWindow, Watermark
 from pipelines.reading.exceptions import (
     ReaderConfigError,
     StreamsTimeTimeoutError,
@@ -69,6 +69,19 @@ def all_complete(streams: Sequence[str], answer: Callable[[str], T | None]) -> d
     return found
 
 
+def joint_window(windows: Iterable[TimeWindow]) -> TimeWindow:
+    """The time window of several streams read together: lower = the smallest lower
+    bound (everything before it has been read on every stream), upper = the largest
+    upper bound; either ``None`` when any stream's is unknown (or there is none)."""
+    found = list(windows)
+    lowers = [w.lower for w in found]
+    uppers = [w.upper for w in found]
+    return TimeWindow(
+        None if not found or None in lowers else min(t for t in lowers if t is not None),
+        None if not found or None in uppers else max(t for t in uppers if t is not None),
+    )
+
+
 def wait_for_all(
     streams: Sequence[str],
     time_ms: int,
@@ -99,4 +112,4 @@ def wait_for_all(
     return reached
 
 
-__all__ = ["all_complete", "check_streams", "each_stream", "wait_for_all"]
+__all__ = ["all_complete", "check_streams", "each_stream", "joint_window", "wait_for_all"]

@@ -9,6 +9,7 @@ test_reader_group), so no controller job is needed.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import threading
 import time
@@ -16,9 +17,9 @@ import time
 import pytest
 
 from controller.laggards import laggards
-from controller.model import KeyRange
+from controller.model import KeyRange, TimeWindow
 from pipelines.reading.exceptions import ReaderConfigError, StreamsTimeTimeoutError
-from pipelines.reading.group import ReaderGroup
+from pipelines.reading.group import ReaderGroup, open_streams_group
 from pipelines.reading.lateness import append_laggards
 from pipelines.reading.merge import merged_reader
 from pipelines.reading.seek import SeekIndex, complete_cut_at, stream_cut_at
@@ -174,6 +175,99 @@ def test_merged_read_is_in_time_order_and_complete(
     assert [r["timestamp"] for r in rows] == sorted(r["timestamp"] for r in rows)
     assert {(r["stream"], r["body"].encode()) for r in rows} == expected
     assert len(rows) == len(expected)
+
+
+def check_joint(joint, windows, marks):
+    """The joint window is the streams' (lowest lower, highest upper), never above any."""
+    lowers = [w.lower for w in windows.values()]
+    assert joint.lower == (None if None in lowers else min(lowers))
+    for stream, window in windows.items():
+        if joint.lower is not None:
+            assert joint.lower <= window.lower <= marks[stream].emitted[-1].time
+
+
+def test_reader_group_over_both_shares_checkpoints_and_resets(two_streams, store, kafka, unique):
+    root, a, b, written, marks, _ = two_streams
+    since = BASE + 3_000
+    expected = {(s, body) for s in (a, b) for ts, body in written[s] if ts >= since}
+    kw = {"store": store, "bootstrap_servers": kafka, "delta_root": root}
+    group = ReaderGroup.create(f"g{unique}", streams=[a, b], from_time=since, config=rg.FAST, **kw)
+    assert group.streams == [a, b]
+    with pytest.raises(ReaderConfigError, match="several streams"):
+        ReaderGroup(f"g{unique}", **kw)
+    with open_streams_group(f"g{unique}", **kw) as opened:
+        assert opened.streams == [a, b] and opened.stream_cuts() == group.stream_cuts()
+    with group:
+        readers = {"r1": group.reader("r1"), "r2": group.reader("r2")}
+        got: list[tuple[str, str, int, bytes]] = []
+        after: set[tuple[str, bytes]] = set()
+        pending = checkpoint = None
+        idle = turns = 0
+        while idle < 30:
+            turns += 1
+            idle += 1
+            for name, reader in readers.items():
+                event = reader.read_next(50)
+                if event is not None:
+                    idle = 0
+                    got.append((name, event.stream, event.timestamp, event.body))
+                    if checkpoint is not None:
+                        after.add((event.stream, event.body))
+            if pending is None and len(got) >= len(expected) // 2:
+                pending = group.initiate_checkpoint("c1", timeout_ms=20_000)
+            elif pending is not None and checkpoint is None and pending.done():
+                checkpoint = pending.result()
+            if turns % 10 == 0:
+                check_joint(group.current_time_window(), group.time_windows(), marks)
+                for reader in readers.values():
+                    check_joint(reader.current_time_window(), reader.time_windows(), marks)
+        for reader in readers.values():
+            reader.close()
+        read = [(s, body) for _, s, ts, body in got if ts >= since]
+        assert set(read) == expected and len(read) == len(expected)  # none lost, none twice
+        assert {s for _, s, _, _ in got} == {a, b}
+        assert {name for name, _, _, _ in got} == {"r1", "r2"}  # segments shared
+        assert checkpoint is not None and after
+        assert set(checkpoint.stream_cuts) == {a, b}
+        check_joint(
+            checkpoint.window,
+            {s: TimeWindow(c.lower, c.upper) for s, c in checkpoint.checkpoints.items()},
+            marks,
+        )
+        assert [c.name for c in group.checkpoints()] == ["c1"]
+        assert group.reset_to("c1") == checkpoint.stream_cuts
+        with group.reader("again") as reader:
+            again = {(e.stream, e.body) for e in rg.read_all(reader, idle_ms=1_000)}
+        assert after <= again  # everything after the checkpoint is read again
+        group.delete()
+
+
+def test_reader_group_over_both_holds_back_the_stream_ahead(two_streams, store, kafka, unique):
+    root, a, b, written, _, _ = two_streams
+    since = BASE + 3_000
+    config = dataclasses.replace(rg.FAST, max_drift_ms=1_000)
+    group = ReaderGroup.create(
+        f"d{unique}",
+        streams=[a, b],
+        from_time=since,
+        config=config,
+        store=store,
+        bootstrap_servers=kafka,
+        delta_root=root,
+    )
+    got = []
+    with group, group.reader("r") as reader:
+        # ~2 ms an event, so that pausing (decided every 50 ms) is not outrun by a
+        # reader that would take all of B's 200 events between two ticks
+        while (event := reader.read_next(1_500 if got else 5_000)) is not None:
+            got.append(event)
+            time.sleep(0.002)
+    by_stream = {s: {e.body for e in got if e.stream == s} for s in (a, b)}
+    assert {body for ts, body in written[a] if ts >= since} <= by_stream[a]
+    # B runs 5 s ahead: its segments pause 1 s past A's last watermark (BASE + 7999),
+    # give or take what one tick reads; B's last 10 rounds stay unread
+    assert {body for ts, body in written[b] if ts >= BASE + 11_000}.isdisjoint(by_stream[b])
+    assert max(e.timestamp for e in got if e.stream == b) > BASE + 7_999  # B did move
 
 
 @pytest.mark.spark

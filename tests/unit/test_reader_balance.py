@@ -252,3 +252,37 @@ def test_segment_clocks_count_a_segment_at_a_cut_offset_as_not_behind():
     assert clocks.times({0: 6}) == {0: 200}
     assert clocks.times({0: 1}) == {0: None}  # moved back (taken again): from scratch
     assert clocks.first_time() == 100
+
+
+def test_alignment_across_streams_counts_the_readers_of_the_peer_groups():
+    """A member group's reader pauses segments running ahead of the slowest reader of
+    any stream read with it (peers); a peer behind every watermark counts at its
+    own stream's first watermark (its report's floor)."""
+    from controller.model import Watermark
+    from pipelines.reading.balance import SegmentClocks, TimePolicy
+
+    seg = Segment(0, KeyRange(0.0, 1.0))
+    marks = [Watermark("s/b", t, t + 10, {0: i + 1}, i) for i, t in enumerate((5_000, 9_000))]
+
+    class Feed:
+        watermarks = marks
+
+        def refresh(self, *, force=False):
+            return len(marks)
+
+    registry = MemoryGroupRegistry()
+    registry.join("g.1", "r")
+    config = ReaderConfig(max_drift_ms=1_000)
+    clocks = SegmentClocks(lambda: Feed(), lambda: {0: seg})  # type: ignore[arg-type,return-value]
+    policy = TimePolicy(config, registry, "g.1", "r", clocks, peers=("g.0",))
+    policy.observe({0: 2})  # at B's 9 000
+    assert ReaderReport.from_bytes(registry.reports("g.1")["r"]).floor == 5_000
+    assert policy.to_pause() == frozenset()  # peer group has no reader: own bound only
+    registry.join("g.0", "a")
+    registry.report("g.0", "a", ReaderReport(None, 0, 7_000, 1).to_bytes())
+    assert policy.to_pause() == {0}  # 9 000 runs 2 s ahead of stream A's 7 000
+    registry.report("g.0", "a", ReaderReport(None, 0, 8_500, 1).to_bytes())
+    assert policy.to_pause() == frozenset()
+    registry.report("g.0", "a", ReaderReport(None, 0, None, 1, floor=100).to_bytes())
+    assert policy.to_pause() == {0}  # behind A's first watermark (100)
+    assert group_lower({"x": ReaderReport(None, 0, None, 1, floor=100)}, floor=50) == 100

@@ -85,6 +85,7 @@ class Host:
     name = "g"
     stream = "s/x"
     topic = "t"
+    peers = ()
 
     def __init__(self) -> None:
         self.config = ReaderConfig()

@@ -69,3 +69,29 @@ def test_a_joint_wait_names_every_stream_behind_and_its_writers():
     assert isinstance(err.value, StreamTimeTimeoutError)
     assert "'b' (at 40, held back by: w-b)" in str(err.value)
     assert waits[2] == ("c", 0)  # after one timed out, the rest are looked at once
+
+
+@pytest.mark.parametrize(
+    ("windows", "expected"),
+    [
+        ([(100, 300), (50, 400)], (50, 400)),
+        ([(100, 300), (None, 400)], (None, 400)),
+        ([(100, None), (50, 400)], (50, None)),
+        ([], (None, None)),
+    ],
+)
+def test_the_joint_window_is_never_above_any_streams_lower_bound(windows, expected):
+    from controller.model import TimeWindow
+    from pipelines.reading.streams import joint_window
+
+    assert joint_window(TimeWindow(lo, up) for lo, up in windows) == TimeWindow(*expected)
+
+
+def test_a_group_record_over_several_streams_round_trips():
+    from pipelines.reading.registry import GroupRecord
+
+    record = GroupRecord("g", "s/a, s/b", {}, 5, ("s/a", "s/b"))
+    assert GroupRecord.from_json(record.to_json()) == record
+    one = GroupRecord("g", "s/a", {0: 3}, 5)
+    assert b"streams" not in one.to_json()  # one stream: the record as before
+    assert GroupRecord.from_json(one.to_json()) == one

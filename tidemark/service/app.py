@@ -21,6 +21,11 @@ JSON API (times in milliseconds since the epoch; a stream is ``scope/name``):
   reached) and ``latest`` (the stream's latest watermark, null: none yet).
   A waiting request holds no thread: it sleeps on the stream's
   ``asyncio.Event`` (:class:`~tidemark.service.state.StreamWaits`).
+- ``GET /api/start|stop|wait?stream=A&stream=B&t=MS`` -- the same three questions
+  for several streams at once (``tidemark.service.joint``): ``streams`` holds each
+  one's answer; ``stop`` gives cuts only once all are complete; ``wait``
+  answers once every stream passed ``t``, else names those ``behind`` and the
+  writers holding them back.
 - ``GET /api/streams/{scope}/{name}/watermarks?since=MS&version=N&as_of=MS&limit=N``
   -- watermarks from ``marks`` as of a table version or a time (Delta time travel).
 - ``GET /api/streams/{scope}/{name}/history?minutes=60`` -- the charts' data:
@@ -77,6 +82,7 @@ from pipelines.build_info import register_build_info
 from pipelines.reading.exceptions import InvalidTimestampError, UnknownReaderGroupError
 from pipelines.reading.time_service import cut_to_json, found_to_json, watermark_to_json
 from tidemark.errors import TidemarkError
+from tidemark.service.joint import joint_start, joint_stop, joint_wait, streams_param
 from tidemark.service.listing import held_back, page_of_streams
 from tidemark.service.state import ServiceUnavailableError, TimeService, stream_json, wall_ms
 
@@ -271,6 +277,24 @@ def build_app(service: TimeService) -> Starlette:
             raise HTTPException(404, "no timeline database configured (TIDEMARK_POSTGRES_DSN)")
         return JSONResponse(counts)
 
+    # --- several streams at once (tidemark.service.joint) -------------------------------------
+
+    async def joint_start_cut(request: Request) -> Response:
+        streams = streams_param(request.query_params.getlist("stream"))
+        return JSONResponse(joint_start(service, streams, _required_time(request)))
+
+    async def joint_stop_cut(request: Request) -> Response:
+        streams = streams_param(request.query_params.getlist("stream"))
+        return JSONResponse(joint_stop(service, streams, _required_time(request)))
+
+    async def joint_wait_for(request: Request) -> Response:
+        streams = streams_param(request.query_params.getlist("stream"))
+        t = _required_time(request)
+        timeout_ms = _count_param(request, "timeout_ms", DEFAULT_WAIT_MS)
+        if timeout_ms > MAX_WAIT_MS:
+            raise HTTPException(400, f"timeout_ms={timeout_ms}: at most {MAX_WAIT_MS}")
+        return JSONResponse(await joint_wait(service, streams, t, timeout_ms))
+
     def metrics(request: Request) -> Response:
         body = (
             generate_latest(service.registry)
@@ -364,6 +388,9 @@ def build_app(service: TimeService) -> Starlette:
         Route(f"{api}/wait", wait_for),
         Route(f"{api}/watermarks", watermarks),
         Route(f"{api}/history", history),
+        Route("/api/start", timed("joint_start", joint_start_cut)),
+        Route("/api/stop", timed("joint_stop", joint_stop_cut)),
+        Route("/api/wait", joint_wait_for),
         Route("/api/rejected", rejected),
         Route("/api/laggards", laggards),
         Route("/api/groups/{group}/window", window),
