@@ -7,10 +7,11 @@ with RunningService(service, port=0) as running:   # port 0: a free one
 from __future__ import annotations
 
 import logging
+import signal
 import socket
 import threading
 import time
-from types import TracebackType
+from types import FrameType, TracebackType
 
 import uvicorn
 
@@ -32,6 +33,12 @@ class _Server(uvicorn.Server):
     def __init__(self, service: TimeService, sock: socket.socket) -> None:
         super().__init__(_config(service, sock))
         self._waits = service.waits
+        self.stopped_by: int | None = None
+        """The signal that stopped the server (uvicorn's handler), if one did."""
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self.stopped_by = sig
+        super().handle_exit(sig, frame)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         self._waits.close()
@@ -72,10 +79,15 @@ def _bind(host: str, port: int) -> socket.socket:
 
 
 def serve_forever(service: TimeService, host: str, port: int) -> None:
-    """Serve until interrupted (uvicorn handles SIGINT/SIGTERM)."""
+    """Serve until interrupted (uvicorn handles SIGINT/SIGTERM). Ctrl-C ends in
+    ``KeyboardInterrupt`` (the CLI's exit status 130) every time: uvicorn re-raises the
+    signal inside asyncio's runner, whose own SIGINT handler only cancels a task that may
+    already be finishing, so the process sometimes ended as if nothing had happened."""
     sock = _bind(host, port)
     server = _Server(service, sock)
     server.run(sockets=[sock])
+    if server.stopped_by == signal.SIGINT:
+        raise KeyboardInterrupt
 
 
 class RunningService:
