@@ -63,7 +63,7 @@ demo: setup-demo ## start local services, run the pipeline end to end, print the
 	@$(PY) -m tidemark.cli.main demo
 
 test: setup ## the whole suite (unit, integration, spark) against real local services
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=30
 
 test-faults: setup ## the fault suite: broker/controller/ZooKeeper faults, hostile input, restarts; prints figures
 	$(PY) -m pytest -q -m faults
