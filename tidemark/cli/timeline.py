@@ -9,6 +9,7 @@
     tidemark timeline delete reminders hello-1 --consumer me --token TOKEN
     tidemark timeline count reminders --format json
     tidemark timeline relay reminders --consumer relay-1 --topic due-reminders
+    tidemark timeline ingest --from orders --to orders-delayed --delay 2h   # a time buffer
     tidemark timeline purge --keep-deleted-ms 3600000 --every-ms 60000
 
 The store is TIDEMARK_POSTGRES_DSN, else the PostgreSQL that ``tidemark up``
@@ -125,6 +126,28 @@ def register(sub: Any) -> None:
     p.add_argument("--lease-ms", type=int, default=60_000)
     p.add_argument("--duration-s", type=float, help="stop after this long (default: Ctrl-C)")
     p.add_argument("--max-messages", type=int, help="stop after relaying this many")
+
+    p = add_verb(
+        verbs,
+        "ingest",
+        cmd_ingest,
+        "a time buffer: hold any records of one topic, produce them to another when due",
+    )
+    p.add_argument("--from", dest="source", required=True, help="source Kafka topic")
+    p.add_argument("--to", dest="target", required=True, help="target Kafka topic")
+    due = p.add_mutually_exclusive_group(required=True)
+    due.add_argument("--delay", help="due this long after it is stored (2h, 90s, 1h30m)")
+    due.add_argument("--at-header", metavar="NAME", help="due at the UTC ms in this header")
+    due.add_argument(
+        "--until-stream-time",
+        metavar="STREAM",
+        help="due once this stream's watermark reaches the record's timestamp",
+    )
+    p.add_argument("--timeline", help="the timeline holding them (default buffer.FROM.TO)")
+    p.add_argument("--consumer", default="buffer", help="relay name: one process per name")
+    p.add_argument("--bootstrap", help="Kafka bootstrap servers")
+    p.add_argument("--batch-size", type=int, default=1_000)
+    p.add_argument("--duration-s", type=float, help="stop after this long (default: Ctrl-C)")
 
     p = add_verb(
         verbs,
@@ -300,6 +323,49 @@ def cmd_relay(args: argparse.Namespace) -> int:
         + (f"; {failed} refused by Kafka (see the log)" if failed else ""),
     )
     return 1 if failed and not relayed else 0
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    # the timeline package loads psycopg: only its verbs pay for it, not --help
+    from pipelines.reading.seek import parse_duration
+    from pipelines.timeline.buffer import TimelineBuffer
+    from pipelines.timeline.config import BufferConfig, DueRule
+
+    config = BufferConfig(
+        args.source,
+        args.target,
+        DueRule(
+            delay_ms=None if args.delay is None else parse_duration(args.delay),
+            at_header=args.at_header,
+            until_stream_time=args.until_stream_time,
+        ),
+        timeline=args.timeline or "",
+        consumer_id=args.consumer,
+        batch_size=args.batch_size,
+    )
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    timer = None if args.duration_s is None else threading.Timer(args.duration_s, stop.set)
+    try:
+        with TimelineBuffer(_dsn(), _bootstrap(args.bootstrap), config) as buffer:
+            if timer is not None:
+                timer.start()
+            try:
+                buffer.run(stop)
+            except KeyboardInterrupt:
+                stop.set()
+            read, relayed = buffer.ingest.read, buffer.relay.relayed
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if timer is not None:
+            timer.cancel()
+    emit(
+        args,
+        {"timeline": config.timeline, "read": read, "relayed": relayed},
+        f"buffer {config.timeline}: read {read} records from {args.source}, "
+        f"relayed {relayed} to {args.target}",
+    )
+    return 0
 
 
 def cmd_purge(args: argparse.Namespace) -> int:
