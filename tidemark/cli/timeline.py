@@ -15,6 +15,9 @@
 The store is TIDEMARK_POSTGRES_DSN, else the PostgreSQL that ``tidemark up``
 started. The schema is created or upgraded on first use. A lease's token is
 its capability: extend, release and delete as holder need ``--token``.
+Event-time messages (``--stream-time``) fall due for ``lease``, ``relay`` and
+``ingest`` once the stream's watermark in TIDEMARK_DELTA_ROOT's ``marks``
+table passes their time.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from typing import Any
 
 from infra.services import KAFKA, POSTGRES, resolve_services
 from tidemark.cli.output import add_verb, emit, emit_rows
+from tidemark.environment import Environment
 from tidemark.errors import ConfigurationError
 
 
@@ -50,6 +54,17 @@ def _store() -> Iterator[Any]:
     with TimelineStore(_dsn()) as store:
         store.migrate()
         yield store
+
+
+def _stream_clock() -> Any:
+    """Stream times for event-time messages: the ``marks`` table under TIDEMARK_DELTA_ROOT
+    (None when it is not set: such messages wait)."""
+    if not Environment.from_env().delta_root:
+        return None
+    # the reading side loads deltalake: only the verbs that lease pay for it
+    from pipelines.reading.stream_time import LatestStreamTimes
+
+    return LatestStreamTimes()
 
 
 def _message_row(message: Any) -> dict[str, Any]:
@@ -200,6 +215,12 @@ def cmd_put(args: argparse.Namespace) -> int:
 
 def cmd_lease(args: argparse.Namespace) -> int:
     with _store() as store:
+        clock = _stream_clock()
+        if clock is not None:
+            # the timeline package loads psycopg: only its verbs pay for it, not --help
+            from pipelines.timeline.consumer import feed_stream_times
+
+            feed_stream_times(store, args.timeline, clock, args.consumer)
         if args.id:
             leases = [
                 store.lease_one(
@@ -306,6 +327,7 @@ def cmd_relay(args: argparse.Namespace) -> int:
             args.timeline,
             RelayConfig(args.topic),
             ConsumerConfig(args.consumer, lease_ms=args.lease_ms),
+            stream_clock=_stream_clock(),
         ) as relay:
             while not stop.is_set():
                 if deadline is not None and time.monotonic() >= deadline:
@@ -347,7 +369,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     timer = None if args.duration_s is None else threading.Timer(args.duration_s, stop.set)
     try:
-        with TimelineBuffer(_dsn(), _bootstrap(args.bootstrap), config) as buffer:
+        with TimelineBuffer(_dsn(), _bootstrap(args.bootstrap), config, _stream_clock()) as buffer:
             if timer is not None:
                 timer.start()
             try:
