@@ -59,6 +59,7 @@ from pipelines.timeline.clock import StreamClock
 from pipelines.timeline.config import BufferConfig, ConsumerConfig, TimelineConfig
 from pipelines.timeline.consumer import TimelineConsumer
 from pipelines.timeline.exceptions import InvalidMessageError, TimelineError
+from pipelines.timeline.metrics import CREATED, RELAYED, record_drift
 from pipelines.timeline.model import Lease, base_hash, bucket_of
 from pipelines.timeline.record import KafkaRecord, decode_record, encode_record
 from pipelines.timeline.store import TimelineStore
@@ -90,6 +91,8 @@ class BufferIngest:
         self.store = TimelineStore(dsn)
         ensure_timeline(self.store, config)
         self.buckets = self.store.timeline(config.timeline).buckets
+        record_drift(config.timeline, self.store.clock_drift().drift_ms)
+        self._created = CREATED.labels(config.timeline)
         self.stored = 0
         self.read = 0
         self.late_headers = 0
@@ -165,7 +168,7 @@ class BufferIngest:
             next_offsets[raw.partition()] = raw.offset() + 1
         if not next_offsets:
             return 0
-        self.stored += self.store.transaction(
+        stored = self.store.transaction(
             lambda c: store_batch(
                 c,
                 self.config.timeline,
@@ -176,6 +179,8 @@ class BufferIngest:
                 self.store.supports_notify,
             )
         )
+        self.stored += stored
+        self._created.inc(stored)
         self.read += len(rows.ids)
         return len(rows.ids)
 
@@ -301,6 +306,7 @@ class BufferRelay:
             return 0
         deleted = self.consumer.ack(leases)
         self.relayed += len(deleted)
+        RELAYED.labels(self.config.timeline).inc(len(deleted))
         return len(deleted)
 
     def close(self) -> None:

@@ -40,6 +40,7 @@ from pipelines.timeline.clock import DueCondition, StreamClock
 from pipelines.timeline.config import ConsumerConfig, RelayConfig
 from pipelines.timeline.consumer import TimelineConsumer
 from pipelines.timeline.exceptions import ConfigurationError
+from pipelines.timeline.metrics import RELAYED
 from pipelines.timeline.model import Lease
 
 log = logging.getLogger(__name__)
@@ -137,6 +138,7 @@ class TimelineRelay:
                 len(delivered) - len(deleted),
             )
         self.relayed += len(deleted)
+        RELAYED.labels(self.timeline).inc(len(deleted))
         return len(deleted)
 
     def run(self, stop: threading.Event) -> None:

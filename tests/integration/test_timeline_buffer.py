@@ -70,9 +70,7 @@ def _wait(until, timeout_s: float) -> None:
 
 
 @pytest.mark.timeout(300)
-def test_buffer_holds_every_record_once_byte_for_byte_through_two_kills(
-    kafka, postgres, unique
-):
+def test_buffer_holds_every_record_once_byte_for_byte_through_two_kills(kafka, postgres, unique):
     source, target = f"buf-in-{unique}", f"buf-out-{unique}"
     _topics(kafka, source, target)
     producer = Producer({"bootstrap.servers": kafka, "linger.ms": 20, "acks": "all"})
@@ -123,3 +121,20 @@ def test_buffer_holds_every_record_once_byte_for_byte_through_two_kills(
     for key, value, headers, timestamp_ms, arrived_ms in reader.got:
         assert (value, headers, timestamp_ms) == sent[key]
         assert arrived_ms >= timestamp_ms + DELAY_MS, (key, arrived_ms - timestamp_ms)
+
+
+def test_buffer_ingest_exports_its_clock_drift(kafka, postgres, unique):
+    from prometheus_client import REGISTRY
+
+    from pipelines.timeline.buffer import BufferIngest
+    from pipelines.timeline.config import BufferConfig, DueRule
+
+    source = f"drift-{unique}"
+    _topics(kafka, source)
+    config = BufferConfig(source, f"{source}-out", DueRule(delay_ms=1))
+    ingest = BufferIngest(postgres, kafka, config)
+    ingest.close()
+    drift = REGISTRY.get_sample_value(
+        "tidemark_timeline_clock_drift_seconds", {"timeline": config.timeline}
+    )
+    assert drift is not None and abs(drift) < 5

@@ -67,6 +67,41 @@ def _stream_clock() -> Any:
     return LatestStreamTimes()
 
 
+def _add_host_options(p: argparse.ArgumentParser, purge: bool = True) -> None:
+    """A long-running timeline process: its metrics port and, by default, the purge."""
+    p.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
+    if purge:
+        p.add_argument("--no-purge", action="store_true", help="do not purge deleted messages here")
+        p.add_argument("--purge-every-ms", type=int, default=60_000)
+        p.add_argument("--keep-deleted-ms", type=int, default=3_600_000)
+
+
+@contextmanager
+def _host(args: argparse.Namespace, dsn: str) -> Iterator[Any]:
+    """Serve ``--metrics-port``; run the purge of deleted messages on its schedule unless
+    ``--no-purge`` (yields the purge loop, or None)."""
+    if args.metrics_port is not None:
+        from prometheus_client import start_http_server
+
+        start_http_server(args.metrics_port)
+    if getattr(args, "no_purge", True):
+        yield None
+        return
+    # the timeline package loads psycopg: only its verbs pay for it, not --help
+    from pipelines.timeline.housekeeping import PurgeLoop, PurgeSettings
+    from pipelines.timeline.store import TimelineStore
+
+    with TimelineStore(dsn) as store:
+        loop = PurgeLoop(
+            store, PurgeSettings(args.purge_every_ms, keep_deleted_ms=args.keep_deleted_ms)
+        )
+        loop.start()
+        try:
+            yield loop
+        finally:
+            loop.stop()
+
+
 def _message_row(message: Any) -> dict[str, Any]:
     row = asdict(message)
     row["body"] = message.body.decode("utf-8", errors="replace")
@@ -141,6 +176,7 @@ def register(sub: Any) -> None:
     p.add_argument("--lease-ms", type=int, default=60_000)
     p.add_argument("--duration-s", type=float, help="stop after this long (default: Ctrl-C)")
     p.add_argument("--max-messages", type=int, help="stop after relaying this many")
+    _add_host_options(p)
 
     p = add_verb(
         verbs,
@@ -163,6 +199,7 @@ def register(sub: Any) -> None:
     p.add_argument("--bootstrap", help="Kafka bootstrap servers")
     p.add_argument("--batch-size", type=int, default=1_000)
     p.add_argument("--duration-s", type=float, help="stop after this long (default: Ctrl-C)")
+    _add_host_options(p)
 
     p = add_verb(
         verbs,
@@ -174,6 +211,7 @@ def register(sub: Any) -> None:
     p.add_argument("--batch-size", type=int, default=1_000)
     p.add_argument("--every-ms", type=int, help="purge on this schedule until Ctrl-C / SIGTERM")
     p.add_argument("--duration-s", type=float, help="with --every-ms: stop after this long")
+    _add_host_options(p, purge=False)
 
 
 def cmd_create(args: argparse.Namespace) -> int:
@@ -321,14 +359,17 @@ def cmd_relay(args: argparse.Namespace) -> int:
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     deadline = None if args.duration_s is None else time.monotonic() + args.duration_s
     try:
-        with TimelineRelay(
-            dsn,
-            _bootstrap(args.bootstrap),
-            args.timeline,
-            RelayConfig(args.topic),
-            ConsumerConfig(args.consumer, lease_ms=args.lease_ms),
-            stream_clock=_stream_clock(),
-        ) as relay:
+        with (
+            _host(args, dsn) as purge,
+            TimelineRelay(
+                dsn,
+                _bootstrap(args.bootstrap),
+                args.timeline,
+                RelayConfig(args.topic),
+                ConsumerConfig(args.consumer, lease_ms=args.lease_ms),
+                stream_clock=_stream_clock(),
+            ) as relay,
+        ):
             while not stop.is_set():
                 if deadline is not None and time.monotonic() >= deadline:
                     break
@@ -336,11 +377,12 @@ def cmd_relay(args: argparse.Namespace) -> int:
                     break
                 relay.run_once(timeout_ms=500)
             relayed, failed = relay.relayed, relay.failed
+            purged = None if purge is None else purge.purged
     finally:
         signal.signal(signal.SIGTERM, previous)
     emit(
         args,
-        {"relayed": relayed, "failed": failed},
+        {"relayed": relayed, "failed": failed, "purged": purged},
         f"relayed {relayed} messages to {args.topic}"
         + (f"; {failed} refused by Kafka (see the log)" if failed else ""),
     )
@@ -369,7 +411,11 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     timer = None if args.duration_s is None else threading.Timer(args.duration_s, stop.set)
     try:
-        with TimelineBuffer(_dsn(), _bootstrap(args.bootstrap), config, _stream_clock()) as buffer:
+        dsn = _dsn()
+        with (
+            _host(args, dsn) as purge,
+            TimelineBuffer(dsn, _bootstrap(args.bootstrap), config, _stream_clock()) as buffer,
+        ):
             if timer is not None:
                 timer.start()
             try:
@@ -377,13 +423,14 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             except KeyboardInterrupt:
                 stop.set()
             read, relayed = buffer.ingest.read, buffer.relay.relayed
+            purged = None if purge is None else purge.purged
     finally:
         signal.signal(signal.SIGTERM, previous)
         if timer is not None:
             timer.cancel()
     emit(
         args,
-        {"timeline": config.timeline, "read": read, "relayed": relayed},
+        {"timeline": config.timeline, "read": read, "relayed": relayed, "purged": purged},
         f"buffer {config.timeline}: read {read} records from {args.source}, "
         f"relayed {relayed} to {args.target}",
     )
@@ -399,7 +446,7 @@ def cmd_purge(args: argparse.Namespace) -> int:
         keep_deleted_ms=args.keep_deleted_ms,
         batch_size=args.batch_size,
     )
-    with _store() as store:
+    with _host(args, _dsn()), _store() as store:
         loop = PurgeLoop(store, settings)
         if args.every_ms is None:
             loop.run_once()
