@@ -102,6 +102,22 @@ def _host(args: argparse.Namespace, dsn: str) -> Iterator[Any]:
             loop.stop()
 
 
+@contextmanager
+def _until_stopped(duration_s: float | None) -> Iterator[threading.Event]:
+    """An event set by SIGTERM, or after ``duration_s`` when given."""
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    timer = None if duration_s is None else threading.Timer(duration_s, stop.set)
+    if timer is not None:
+        timer.start()
+    try:
+        yield stop
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if timer is not None:
+            timer.cancel()
+
+
 def _message_row(message: Any) -> dict[str, Any]:
     row = asdict(message)
     row["body"] = message.body.decode("utf-8", errors="replace")
@@ -407,27 +423,18 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         consumer_id=args.consumer,
         batch_size=args.batch_size,
     )
-    stop = threading.Event()
-    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    timer = None if args.duration_s is None else threading.Timer(args.duration_s, stop.set)
-    try:
-        dsn = _dsn()
-        with (
-            _host(args, dsn) as purge,
-            TimelineBuffer(dsn, _bootstrap(args.bootstrap), config, _stream_clock()) as buffer,
-        ):
-            if timer is not None:
-                timer.start()
-            try:
-                buffer.run(stop)
-            except KeyboardInterrupt:
-                stop.set()
-            read, relayed = buffer.ingest.read, buffer.relay.relayed
-            purged = None if purge is None else purge.purged
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        if timer is not None:
-            timer.cancel()
+    dsn = _dsn()
+    with (
+        _until_stopped(args.duration_s) as stop,
+        _host(args, dsn) as purge,
+        TimelineBuffer(dsn, _bootstrap(args.bootstrap), config, _stream_clock()) as buffer,
+    ):
+        try:
+            buffer.run(stop)
+        except KeyboardInterrupt:
+            stop.set()
+        read, relayed = buffer.ingest.read, buffer.relay.relayed
+        purged = None if purge is None else purge.purged
     emit(
         args,
         {"timeline": config.timeline, "read": read, "relayed": relayed, "purged": purged},
@@ -451,18 +458,8 @@ def cmd_purge(args: argparse.Namespace) -> int:
         if args.every_ms is None:
             loop.run_once()
         else:
-            stop = threading.Event()
-            previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
-            timer = None
-            if args.duration_s is not None:
-                timer = threading.Timer(args.duration_s, stop.set)
-                timer.start()
-            try:
+            with _until_stopped(args.duration_s) as stop:
                 loop.periodic.run(stop)
-            finally:
-                signal.signal(signal.SIGTERM, previous)
-                if timer is not None:
-                    timer.cancel()
     emit(
         args,
         {"purged": loop.purged, "passes": loop.passes},
