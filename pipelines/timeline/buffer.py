@@ -11,8 +11,8 @@ produced to the target topic when due (:class:`~.config.DueRule`).
 Exactly once, from source offsets to the target topic, whatever is killed when:
 
 - **in** (:class:`BufferIngest`): a batch of records and the next source
-  offsets are written in one database transaction; on (re)assignment the
-  consumer seeks to the stored offsets, so a record is stored once or, after a
+  offsets are written in one database transaction; at start the consumer
+  is assigned every source partition at its stored offset, so a record is stored once or, after a
   crash before the commit, read again. Ids are ``<partition>:<offset>@<topic>``,
   so even a second reader of the same offsets adds nothing.
 - **out** (:class:`BufferRelay`): each batch of leases is produced in one Kafka
@@ -110,21 +110,27 @@ class BufferIngest:
                 "log_level": 3,
             }
         )
-        self._consumer.subscribe([config.source_topic], on_assign=self._on_assign)
+        self._assign()
 
-    def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
-        stored = self.store.transaction(
-            lambda c: load_offsets(c, self.config.timeline, self.config.source_topic)
-        )
-        for p in partitions:
-            p.offset = stored.get(p.partition, OFFSET_BEGINNING)
+    def _assign(self) -> None:
+        """Read every partition of the source from its stored offset. Assigned, not
+        subscribed: the offsets live in the database, and a restart after a kill -9
+        does not wait for the dead member to leave a consumer group."""
+        topic = self.config.source_topic
+        found = self._consumer.list_topics(topic, timeout=30).topics.get(topic)
+        if found is None or found.error is not None or not found.partitions:
+            raise TimelineError(f"buffer {self.config.timeline}: no source topic {topic!r}")
+        stored = self.store.transaction(lambda c: load_offsets(c, self.config.timeline, topic))
+        partitions = [
+            TopicPartition(topic, p, stored.get(p, OFFSET_BEGINNING)) for p in found.partitions
+        ]
         log.info(
             "buffer %s: reading %s from %s",
             self.config.timeline,
-            self.config.source_topic,
+            topic,
             {p.partition: p.offset for p in partitions},
         )
-        consumer.assign(partitions)
+        self._consumer.assign(partitions)
 
     def _due(self, record: KafkaRecord) -> tuple[int, bool, str | None]:
         """(time, relative to the database's now, stream) of one record."""
