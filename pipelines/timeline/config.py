@@ -106,3 +106,89 @@ class RelayConfig:
                 "1-249 of [A-Za-z0-9._-], not '.' or '..'"
             )
         _positive("flush_timeout_ms", self.flush_timeout_ms)
+
+
+@dataclass(frozen=True)
+class DueRule:
+    """When a buffered record falls due: exactly one of
+
+    - ``delay_ms``: that long after it is stored (the database's now() + delay);
+    - ``at_header``: at the time (UTC ms, decimal ASCII) in this header of the record;
+    - ``until_stream_time``: once this stream's watermark reaches the record's timestamp.
+    """
+
+    delay_ms: int | None = None
+    at_header: str | None = None
+    until_stream_time: str | None = None
+
+    def __post_init__(self) -> None:
+        given = [
+            name
+            for name in ("delay_ms", "at_header", "until_stream_time")
+            if getattr(self, name) is not None
+        ]
+        if len(given) != 1:
+            raise ConfigurationError(
+                "a buffer needs exactly one of delay, at-header and until-stream-time, "
+                f"got {given or 'none'}"
+            )
+        if self.delay_ms is not None and (
+            isinstance(self.delay_ms, bool)
+            or not isinstance(self.delay_ms, int)
+            or self.delay_ms < 0
+        ):
+            raise ConfigurationError(f"delay_ms must be an integer >= 0, got {self.delay_ms!r}")
+        if self.at_header is not None:
+            _name("at_header", self.at_header)
+        if self.until_stream_time is not None:
+            _name("until_stream_time", self.until_stream_time)
+
+
+def _topic(name: str, value: str) -> None:
+    _name(name, value)
+    if not _TOPIC.match(value) or value in (".", ".."):
+        raise ConfigurationError(
+            f"{name} {value!r} is not a Kafka topic name: 1-249 of [A-Za-z0-9._-], not '.' or '..'"
+        )
+
+
+@dataclass(frozen=True)
+class BufferConfig:
+    """A time buffer between two topics (:mod:`pipelines.timeline.buffer`).
+
+    ``timeline`` defaults to ``buffer.<source>.<target>``; ``consumer_id``
+    names the relay (and its Kafka transactional id): run one process per id.
+    """
+
+    source_topic: str
+    target_topic: str
+    due: DueRule
+    timeline: str = ""
+    consumer_id: str = "buffer"
+    batch_size: int = 1_000
+    lease_ms: int = 60_000
+    flush_timeout_ms: int = 10_000
+    buckets: int = 16
+
+    def __post_init__(self) -> None:
+        _topic("source topic", self.source_topic)
+        _topic("target topic", self.target_topic)
+        if self.source_topic == self.target_topic:
+            raise ConfigurationError(
+                f"source and target are both {self.source_topic!r}: a buffer would feed itself"
+            )
+        if not self.timeline:
+            object.__setattr__(
+                self, "timeline", f"buffer.{self.source_topic}.{self.target_topic}"[:MAX_NAME_CHARS]
+            )
+        _name("timeline", self.timeline)
+        _name("consumer_id", self.consumer_id)
+        _positive("batch_size", self.batch_size, 10_000)
+        _positive("lease_ms", self.lease_ms, MAX_LEASE_MS)
+        _positive("flush_timeout_ms", self.flush_timeout_ms)
+        _positive("buckets", self.buckets, 4096)
+        if self.lease_ms <= self.flush_timeout_ms:
+            raise ConfigurationError(
+                f"lease_ms ({self.lease_ms}) must exceed flush_timeout_ms "
+                f"({self.flush_timeout_ms}), or leases lapse while the relay waits for acks"
+            )

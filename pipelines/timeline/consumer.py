@@ -81,6 +81,29 @@ def wake_delay_ms(next_due_ms: int | None, now_ms: int, max_idle_ms: int) -> int
     return max(0, min(next_due_ms - now_ms, max_idle_ms))
 
 
+def feed_stream_times(
+    store: TimelineStore, timeline: str, clock: StreamClock, who: str = "timeline"
+) -> bool:
+    """Record in the store the watermark times of the streams ``timeline``'s event-time
+    messages wait for, as ``clock`` knows them; True when any message waits.
+
+    A time behind the recorded one (another process read a later watermark
+    first) is refused by the store and skipped here.
+    """
+    waiting = store.waiting_streams(timeline)
+    for stream in waiting:
+        found = clock.stream_time_ms(stream)
+        if found is None:
+            continue
+        try:
+            store.advance_stream_time(stream, found)
+        except StreamTimeBackwardsError as exc:
+            log.debug("%s: %s", who, exc)  # a later watermark is recorded
+        except StreamTimeAheadError as exc:
+            log.warning("%s: %s", who, exc)
+    return bool(waiting)
+
+
 def percentile(values: Sequence[float], q: float) -> float:
     """The ``q``-quantile (0..1) by nearest rank; 0.0 for no values."""
     if not values:
@@ -257,18 +280,9 @@ class TimelineConsumer:
         if (now - self._streams_checked) * 1000 < self.stream_refresh_ms:
             return
         self._streams_checked = now
-        waiting = self.store.waiting_streams(self.timeline)
-        self._streams_waiting = bool(waiting)
-        for stream in waiting:
-            found = self.stream_clock.stream_time_ms(stream)
-            if found is None:
-                continue
-            try:
-                self.store.advance_stream_time(stream, found)
-            except StreamTimeBackwardsError as exc:
-                log.debug("%s: %s", self.consumer_id, exc)  # a later watermark is recorded
-            except StreamTimeAheadError as exc:
-                log.warning("%s: %s", self.consumer_id, exc)
+        self._streams_waiting = feed_stream_times(
+            self.store, self.timeline, self.stream_clock, self.consumer_id
+        )
 
     def poll(self, timeout_ms: int = 1_000, limit: int | None = None) -> list[Lease]:
         """Leases on messages that are due, waiting up to ``timeout_ms`` for some to be due.

@@ -18,6 +18,7 @@ import logging
 from dataclasses import dataclass
 
 from controller.periodic import Periodic
+from pipelines.timeline.metrics import PURGED
 from pipelines.timeline.store import TimelineStore
 from tidemark.errors import ConfigurationError
 
@@ -55,6 +56,7 @@ class PurgeLoop:
     def run_once(self) -> int:
         removed = self.store.purge(self.settings.keep_deleted_ms, self.settings.batch_size)
         self.purged += removed
+        PURGED.inc(removed)
         self.passes += 1
         if removed:
             log.info("timeline purge: %d deleted messages removed", removed)

@@ -30,6 +30,7 @@ from confluent_kafka import Consumer, Producer
 from controller.kafka.settings import client_config
 from pipelines.timeline.config import IngestConfig
 from pipelines.timeline.exceptions import TimelineError
+from pipelines.timeline.metrics import CREATED, record_drift
 from pipelines.timeline.store import NewMessage, TimelineStore
 from pipelines.timeline.wire import decode_scheduled
 from schemas.exceptions import DecodeError
@@ -59,6 +60,7 @@ class TimelineIngester:
 
         self.config = config
         self.store = TimelineStore(dsn)
+        record_drift(f"ingest:{config.topic}", self.store.clock_drift().drift_ms)
         self.dead_letter_topic = dead_letter_topic
         self._consumer = Consumer(
             {
@@ -130,6 +132,7 @@ class TimelineIngester:
                     rejected += 1
                 elif result.new:
                     created += 1
+                    CREATED.labels(timeline).inc()
                 else:
                     repeated += 1
         if self._dead_letters is not None:

@@ -116,6 +116,21 @@ MIGRATIONS: tuple[Migration, ...] = (
         "message headers: the Kafka headers the relay delivers",
         ("ALTER TABLE timeline_messages ADD COLUMN IF NOT EXISTS headers BYTEA",),
     ),
+    Migration(
+        5,
+        "buffer source offsets: the next offset of each source partition, per timeline",
+        (
+            # Written in the transaction that stores the records read up to it,
+            # so a restarted buffer reads on from exactly there.
+            """CREATE TABLE IF NOT EXISTS timeline_source_offsets (
+                timeline TEXT NOT NULL,
+                topic TEXT NOT NULL,
+                part INT NOT NULL,
+                next_offset BIGINT NOT NULL,
+                PRIMARY KEY (timeline, topic, part)
+            )""",
+        ),
+    ),
 )
 
 _LEDGER = """CREATE TABLE IF NOT EXISTS timeline_schema_migrations (

@@ -154,8 +154,13 @@ def new_token_base() -> str:
 
     One secret per call, not per lease, keeps a batch as cheap as before; the
     leases of a batch go to one holder, who can tell their tokens apart anyway.
+    Never starting with ``-``: a token on a command line (``--token T``) must not
+    read as an option (1 in 64 did, and ``timeline delete --token`` refused it).
     """
-    return secrets.token_urlsafe(24)
+    while True:
+        base = secrets.token_urlsafe(24)
+        if not base.startswith("-"):
+            return base
 
 
 def lease_token(base: str, n: int) -> str:

@@ -7,6 +7,10 @@
         kp.put(b"say hello", timestamp_ms=t, id=f"hello-{user}")
         kp.flush()
 
+A ``delay_ms`` counts from the database's clock with :class:`TimelineProducer`
+(one clock for every timeline process); :class:`KafkaTimelineProducer` has
+no database, so there it counts from this client's clock.
+
 A natural id (``id=``) makes publishing idempotent: a retry with the same id
 and body is a no-op. Without one, a time-sortable id is generated **before**
 the first attempt, so retries of one call still share it. Through Kafka, the
@@ -17,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
@@ -25,6 +29,7 @@ from confluent_kafka import Producer
 
 from controller.kafka.settings import client_config
 from pipelines.timeline.exceptions import InvalidMessageError, TimelineError
+from pipelines.timeline.metrics import CREATED, record_drift
 from pipelines.timeline.model import check_headers, check_id, check_name, check_timestamp, new_id
 from pipelines.timeline.store import Created, NewMessage, TimelineStore
 from pipelines.timeline.wire import ScheduledMessage, encode_scheduled
@@ -37,7 +42,8 @@ R = TypeVar("R")
 def _when(
     timestamp_ms: int | None,
     delay_ms: int | None,
-    due_at_stream_time: tuple[str, int] | None = None,
+    due_at_stream_time: tuple[str, int] | None,
+    now_ms: Callable[[], int],
 ) -> int:
     given = sum(x is not None for x in (timestamp_ms, delay_ms, due_at_stream_time))
     if given != 1:
@@ -51,8 +57,7 @@ def _when(
             )
         return due_at_stream_time[1]
     if delay_ms is not None:
-        # A delay is relative to this client's clock; drift is the producer's to watch.
-        return int(time.time() * 1000) + delay_ms
+        return now_ms() + delay_ms
     assert timestamp_ms is not None
     return timestamp_ms
 
@@ -78,13 +83,17 @@ class _Scheduling(Generic[R]):
         t)``: every event of the stream with time <= t has been written). Without
         ``id``, a time-sortable one is made here, before any attempt. ``headers``:
         Kafka headers the relay delivers with it (``model.check_headers``)."""
-        when = _when(timestamp_ms, delay_ms, due_at_stream_time)
+        when = _when(timestamp_ms, delay_ms, due_at_stream_time, self._now_ms)
         stream = None if due_at_stream_time is None else due_at_stream_time[0]
         message_id = new_id() if id is None else id
         new = NewMessage(
             body, when, self.producer_group, message_id, stream, check_headers(headers)
         )
         return self._schedule(new)
+
+    def _now_ms(self) -> int:
+        """What a ``delay_ms`` counts from: this client's clock, unless a database is near."""
+        return int(time.time() * 1000)
 
     def _schedule(self, new: NewMessage) -> R:
         """Send ``new`` (its id, time and headers set and checked by :meth:`put`)."""
@@ -101,8 +110,20 @@ class TimelineProducer(_Scheduling[Created]):
         self.producer_group = producer_group
         self.store = TimelineStore(dsn, notify=notify)
         self.store.timeline(timeline)  # fail early on an unknown timeline
+        record_drift(timeline, self.store.clock_drift().drift_ms)
+        self._created = CREATED.labels(timeline)
+
+    def _now_ms(self) -> int:
+        """One clock: a delay counts from the database's now(), as every condition does."""
+        return self.store.now_ms()
 
     def _schedule(self, new: NewMessage) -> Created:
+        created = self._create(new)
+        if created.new:
+            self._created.inc()
+        return created
+
+    def _create(self, new: NewMessage) -> Created:
         return self.store.create(
             self.timeline,
             new.body,
@@ -115,13 +136,15 @@ class TimelineProducer(_Scheduling[Created]):
 
     def put_many(self, items: Sequence[tuple[bytes, int, str | None]]) -> list[Created]:
         """``(body, timestamp_ms, id or None)`` each, in one round trip."""
-        return self.store.create_many(
+        created = self.store.create_many(
             self.timeline,
             [
                 NewMessage(body, ts, self.producer_group, new_id() if mid is None else mid)
                 for body, ts, mid in items
             ],
         )
+        self._created.inc(sum(c.new for c in created))
+        return created
 
     def delete(self, message_id: str, version: int | None = None) -> None:
         self.store.delete(

@@ -19,6 +19,10 @@ and before the delete, or a lease lapsing during a slow produce, sends a
 message again after its lease ends, with the same key and ``tidemark-id``;
 consumers of the target topic deduplicate by that id. The lease must outlast
 the flush (checked): ``lease_ms > flush_timeout_ms``.
+
+Event-time messages fall due when their stream's watermark passes their
+time: give a ``stream_clock`` (the CLI gives the Delta ``marks`` table's,
+``LatestStreamTimes``) and the relay records those times before it leases.
 """
 
 from __future__ import annotations
@@ -32,10 +36,11 @@ from typing import Any
 from confluent_kafka import Producer
 
 from controller.kafka.settings import client_config
-from pipelines.timeline.clock import DueCondition
+from pipelines.timeline.clock import DueCondition, StreamClock
 from pipelines.timeline.config import ConsumerConfig, RelayConfig
 from pipelines.timeline.consumer import TimelineConsumer
 from pipelines.timeline.exceptions import ConfigurationError
+from pipelines.timeline.metrics import RELAYED
 from pipelines.timeline.model import Lease
 
 log = logging.getLogger(__name__)
@@ -50,6 +55,7 @@ class TimelineRelay:
         config: RelayConfig,
         consumer: ConsumerConfig,
         due: DueCondition | None = None,
+        stream_clock: StreamClock | None = None,
     ) -> None:
 
         if consumer.lease_ms <= config.flush_timeout_ms:
@@ -59,7 +65,9 @@ class TimelineRelay:
             )
         self.config = config
         self.timeline = timeline
-        self.consumer = TimelineConsumer(dsn, timeline, consumer, due=due)
+        self.consumer = TimelineConsumer(
+            dsn, timeline, consumer, due=due, stream_clock=stream_clock
+        )
         self._producer = Producer(
             {
                 **client_config(bootstrap),
@@ -130,6 +138,7 @@ class TimelineRelay:
                 len(delivered) - len(deleted),
             )
         self.relayed += len(deleted)
+        RELAYED.labels(self.timeline).inc(len(deleted))
         return len(deleted)
 
     def run(self, stop: threading.Event) -> None:

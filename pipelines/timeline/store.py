@@ -224,6 +224,16 @@ class TimelineStore:
                     raise database_error(exc) from exc
         raise AssertionError("unreachable")
 
+    def transaction(self, fn: Callable[[psycopg.Connection[Row]], T]) -> T:
+        """Run ``fn`` in one database transaction (retried whole on a serialization
+        failure): all its statements take effect, or none."""
+
+        def run(conn: psycopg.Connection[Row]) -> T:
+            with conn.transaction():
+                return fn(conn)
+
+        return self._run(run)
+
     def _one(self, sql: str, params: dict[str, Any]) -> Row | None:
         return self._run(lambda c: c.execute(sql, params).fetchone())
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 import pytest
 
@@ -77,6 +78,9 @@ def test_cli_relay(capsys, unique, kafka):
     run(capsys, "create", name)
     for i in range(3):
         run(capsys, "put", name, "--group", "g", "--body", f"m{i}", "--in-ms", "0")
+    run(capsys, "put", name, "--group", "g", "--id", "gone", "--body", "x", "--in-ms", "9999")
+    run(capsys, "delete", name, "gone", "--group", "g")
+    # The relay host purges deleted messages on its schedule without being asked.
     result = run(
         capsys,
         "relay",
@@ -87,12 +91,30 @@ def test_cli_relay(capsys, unique, kafka):
         "r",
         "--bootstrap",
         kafka,
-        "--max-messages",
-        "3",
         "--duration-s",
-        "20",
+        "1.5",
+        "--purge-every-ms",
+        "100",
+        "--keep-deleted-ms",
+        "0",
     )
-    assert result == [{"relayed": 3, "failed": 0}]
+    assert result[0]["relayed"] == 3 and result[0]["failed"] == 0
+    assert result[0]["purged"] >= 1
+    from prometheus_client import REGISTRY
+
+    from pipelines.timeline.producer import TimelineProducer
+    from pipelines.timeline.store import TimelineStore
+
+    with TimelineStore(os.environ[POSTGRES_DSN]) as store:
+        assert store.get(name, "gone", include_deleted=True) is None
+    drift = "tidemark_timeline_clock_drift_seconds"
+    assert REGISTRY.get_sample_value(drift, {"timeline": name}) is not None  # the relay's
+    other = f"cli-p-{unique}"
+    run(capsys, "create", other)
+    with TimelineProducer(os.environ[POSTGRES_DSN], other, "g"):
+        assert REGISTRY.get_sample_value(drift, {"timeline": other}) is not None
+    with pytest.raises(SystemExit):  # --no-purge turns it off; --metrics-port is there
+        run(capsys, "relay", name, "--topic", topic, "--consumer", "r", "--no-purge", "--bad")
 
 
 def test_purge_verb_once_and_on_a_schedule(capsys, unique, postgres):

@@ -109,3 +109,64 @@ def test_bad_stream_times_are_refused(postgres, tl, kwargs):
         with pytest.raises(InvalidMessageError):
             producer.put(b"x", **kwargs)
         assert producer.store.count(tl).total == 0
+
+
+def test_event_time_messages_fall_due_in_the_relay_and_for_cli_lease(
+    postgres, kafka, tl, unique, tmp_path, monkeypatch, capsys
+):
+    """From the shell and the relay, an event-time message is handed out once the
+    stream's watermark (the Delta ``marks`` table) passes its time, not before."""
+    import argparse
+    import json
+
+    from confluent_kafka import Consumer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from pipelines.timeline.config import RelayConfig
+    from pipelines.timeline.relay import TimelineRelay
+    from tidemark.cli import timeline as cli
+    from tidemark.environment import DELTA_ROOT, POSTGRES_DSN
+
+    root, stream = str(tmp_path), f"r{unique}/orders"
+    monkeypatch.setenv(DELTA_ROOT, root)
+    monkeypatch.setenv(POSTGRES_DSN, postgres)
+    target = f"evt-out-{unique}"
+    admin = AdminClient({"bootstrap.servers": kafka})
+    admin.create_topics([NewTopic(target, 1, 1)])[target].result(30)
+    with TimelineProducer(postgres, tl, "g") as producer:
+        producer.put(b"relayed", due_at_stream_time=(stream, T), id="relayed")
+        producer.put(b"leased", due_at_stream_time=(stream, T + 1), id="leased")
+
+    def lease_from_the_shell():
+        parser = argparse.ArgumentParser(prog="tidemark")
+        cli.register(parser.add_subparsers(dest="command", required=True))
+        args = parser.parse_args(["timeline", "lease", tl, "--consumer", "sh", "--format", "json"])
+        assert args.func(args) == 0
+        return [json.loads(line)["id"] for line in capsys.readouterr().out.splitlines() if line]
+
+    relay = TimelineRelay(
+        postgres,
+        kafka,
+        tl,
+        RelayConfig(target),
+        ConsumerConfig("relay", lease_ms=60_000, max_idle_ms=100),
+        stream_clock=cli._stream_clock(),
+    )
+    try:
+        assert relay.run_once(timeout_ms=300) == 0  # no watermark yet
+        append_watermarks(root, [Watermark(stream, T - 1, T - 1, {0: 1}, 0)])
+        assert relay.run_once(timeout_ms=300) == 0
+        assert lease_from_the_shell() == []
+        append_watermarks(root, [Watermark(stream, T, T, {0: 2}, 1)])
+        assert relay.run_once(timeout_ms=3_000) == 1  # T reached: "relayed", not "leased"
+        append_watermarks(root, [Watermark(stream, T + 1, T + 1, {0: 3}, 2)])
+        assert lease_from_the_shell() == ["leased"]
+    finally:
+        relay.close()
+    reader = Consumer(
+        {"bootstrap.servers": kafka, "group.id": f"c-{unique}", "auto.offset.reset": "earliest"}
+    )
+    reader.subscribe([target])
+    got = [m for m in reader.consume(10, 10) if m.error() is None]
+    reader.close()
+    assert [m.value() for m in got] == [b"relayed"]

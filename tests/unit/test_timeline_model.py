@@ -226,3 +226,9 @@ def test_the_kafka_producer_refuses_an_event_time_message_naming_the_other_produ
     with pytest.raises(InvalidMessageError, match="exactly one of"):
         producer.put(b"x", timestamp_ms=5, delay_ms=5)
     producer.close()  # nothing queued: returns at once
+
+
+def test_a_lease_token_never_reads_as_a_command_line_option():
+    from pipelines.timeline.model import new_token_base
+
+    assert not any(new_token_base().startswith("-") for _ in range(2_000))

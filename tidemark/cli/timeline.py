@@ -9,11 +9,15 @@
     tidemark timeline delete reminders hello-1 --consumer me --token TOKEN
     tidemark timeline count reminders --format json
     tidemark timeline relay reminders --consumer relay-1 --topic due-reminders
+    tidemark timeline ingest --from orders --to orders-delayed --delay 2h   # a time buffer
     tidemark timeline purge --keep-deleted-ms 3600000 --every-ms 60000
 
 The store is TIDEMARK_POSTGRES_DSN, else the PostgreSQL that ``tidemark up``
 started. The schema is created or upgraded on first use. A lease's token is
 its capability: extend, release and delete as holder need ``--token``.
+Event-time messages (``--stream-time``) fall due for ``lease``, ``relay`` and
+``ingest`` once the stream's watermark in TIDEMARK_DELTA_ROOT's ``marks``
+table passes their time.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from typing import Any
 
 from infra.services import KAFKA, POSTGRES, resolve_services
 from tidemark.cli.output import add_verb, emit, emit_rows
+from tidemark.environment import Environment
 from tidemark.errors import ConfigurationError
 
 
@@ -49,6 +54,68 @@ def _store() -> Iterator[Any]:
     with TimelineStore(_dsn()) as store:
         store.migrate()
         yield store
+
+
+def _stream_clock() -> Any:
+    """Stream times for event-time messages: the ``marks`` table under TIDEMARK_DELTA_ROOT
+    (None when it is not set: such messages wait)."""
+    if not Environment.from_env().delta_root:
+        return None
+    # the reading side loads deltalake: only the verbs that lease pay for it
+    from pipelines.reading.stream_time import LatestStreamTimes
+
+    return LatestStreamTimes()
+
+
+def _add_host_options(p: argparse.ArgumentParser, purge: bool = True) -> None:
+    """A long-running timeline process: its metrics port and, by default, the purge."""
+    p.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
+    if purge:
+        p.add_argument("--no-purge", action="store_true", help="do not purge deleted messages here")
+        p.add_argument("--purge-every-ms", type=int, default=60_000)
+        p.add_argument("--keep-deleted-ms", type=int, default=3_600_000)
+
+
+@contextmanager
+def _host(args: argparse.Namespace, dsn: str) -> Iterator[Any]:
+    """Serve ``--metrics-port``; run the purge of deleted messages on its schedule unless
+    ``--no-purge`` (yields the purge loop, or None)."""
+    if args.metrics_port is not None:
+        from prometheus_client import start_http_server
+
+        start_http_server(args.metrics_port)
+    if getattr(args, "no_purge", True):
+        yield None
+        return
+    # the timeline package loads psycopg: only its verbs pay for it, not --help
+    from pipelines.timeline.housekeeping import PurgeLoop, PurgeSettings
+    from pipelines.timeline.store import TimelineStore
+
+    with TimelineStore(dsn) as store:
+        loop = PurgeLoop(
+            store, PurgeSettings(args.purge_every_ms, keep_deleted_ms=args.keep_deleted_ms)
+        )
+        loop.start()
+        try:
+            yield loop
+        finally:
+            loop.stop()
+
+
+@contextmanager
+def _until_stopped(duration_s: float | None) -> Iterator[threading.Event]:
+    """An event set by SIGTERM, or after ``duration_s`` when given."""
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    timer = None if duration_s is None else threading.Timer(duration_s, stop.set)
+    if timer is not None:
+        timer.start()
+    try:
+        yield stop
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if timer is not None:
+            timer.cancel()
 
 
 def _message_row(message: Any) -> dict[str, Any]:
@@ -125,6 +192,30 @@ def register(sub: Any) -> None:
     p.add_argument("--lease-ms", type=int, default=60_000)
     p.add_argument("--duration-s", type=float, help="stop after this long (default: Ctrl-C)")
     p.add_argument("--max-messages", type=int, help="stop after relaying this many")
+    _add_host_options(p)
+
+    p = add_verb(
+        verbs,
+        "ingest",
+        cmd_ingest,
+        "a time buffer: hold any records of one topic, produce them to another when due",
+    )
+    p.add_argument("--from", dest="source", required=True, help="source Kafka topic")
+    p.add_argument("--to", dest="target", required=True, help="target Kafka topic")
+    due = p.add_mutually_exclusive_group(required=True)
+    due.add_argument("--delay", help="due this long after it is stored (2h, 90s, 1h30m)")
+    due.add_argument("--at-header", metavar="NAME", help="due at the UTC ms in this header")
+    due.add_argument(
+        "--until-stream-time",
+        metavar="STREAM",
+        help="due once this stream's watermark reaches the record's timestamp",
+    )
+    p.add_argument("--timeline", help="the timeline holding them (default buffer.FROM.TO)")
+    p.add_argument("--consumer", default="buffer", help="relay name: one process per name")
+    p.add_argument("--bootstrap", help="Kafka bootstrap servers")
+    p.add_argument("--batch-size", type=int, default=1_000)
+    p.add_argument("--duration-s", type=float, help="stop after this long (default: Ctrl-C)")
+    _add_host_options(p)
 
     p = add_verb(
         verbs,
@@ -136,6 +227,7 @@ def register(sub: Any) -> None:
     p.add_argument("--batch-size", type=int, default=1_000)
     p.add_argument("--every-ms", type=int, help="purge on this schedule until Ctrl-C / SIGTERM")
     p.add_argument("--duration-s", type=float, help="with --every-ms: stop after this long")
+    _add_host_options(p, purge=False)
 
 
 def cmd_create(args: argparse.Namespace) -> int:
@@ -177,6 +269,12 @@ def cmd_put(args: argparse.Namespace) -> int:
 
 def cmd_lease(args: argparse.Namespace) -> int:
     with _store() as store:
+        clock = _stream_clock()
+        if clock is not None:
+            # the timeline package loads psycopg: only its verbs pay for it, not --help
+            from pipelines.timeline.consumer import feed_stream_times
+
+            feed_stream_times(store, args.timeline, clock, args.consumer)
         if args.id:
             leases = [
                 store.lease_one(
@@ -277,13 +375,17 @@ def cmd_relay(args: argparse.Namespace) -> int:
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     deadline = None if args.duration_s is None else time.monotonic() + args.duration_s
     try:
-        with TimelineRelay(
-            dsn,
-            _bootstrap(args.bootstrap),
-            args.timeline,
-            RelayConfig(args.topic),
-            ConsumerConfig(args.consumer, lease_ms=args.lease_ms),
-        ) as relay:
+        with (
+            _host(args, dsn) as purge,
+            TimelineRelay(
+                dsn,
+                _bootstrap(args.bootstrap),
+                args.timeline,
+                RelayConfig(args.topic),
+                ConsumerConfig(args.consumer, lease_ms=args.lease_ms),
+                stream_clock=_stream_clock(),
+            ) as relay,
+        ):
             while not stop.is_set():
                 if deadline is not None and time.monotonic() >= deadline:
                     break
@@ -291,15 +393,55 @@ def cmd_relay(args: argparse.Namespace) -> int:
                     break
                 relay.run_once(timeout_ms=500)
             relayed, failed = relay.relayed, relay.failed
+            purged = None if purge is None else purge.purged
     finally:
         signal.signal(signal.SIGTERM, previous)
     emit(
         args,
-        {"relayed": relayed, "failed": failed},
+        {"relayed": relayed, "failed": failed, "purged": purged},
         f"relayed {relayed} messages to {args.topic}"
         + (f"; {failed} refused by Kafka (see the log)" if failed else ""),
     )
     return 1 if failed and not relayed else 0
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    # the timeline package loads psycopg: only its verbs pay for it, not --help
+    from pipelines.reading.seek import parse_duration
+    from pipelines.timeline.buffer import TimelineBuffer
+    from pipelines.timeline.config import BufferConfig, DueRule
+
+    config = BufferConfig(
+        args.source,
+        args.target,
+        DueRule(
+            delay_ms=None if args.delay is None else parse_duration(args.delay),
+            at_header=args.at_header,
+            until_stream_time=args.until_stream_time,
+        ),
+        timeline=args.timeline or "",
+        consumer_id=args.consumer,
+        batch_size=args.batch_size,
+    )
+    dsn = _dsn()
+    with (
+        _until_stopped(args.duration_s) as stop,
+        _host(args, dsn) as purge,
+        TimelineBuffer(dsn, _bootstrap(args.bootstrap), config, _stream_clock()) as buffer,
+    ):
+        try:
+            buffer.run(stop)
+        except KeyboardInterrupt:
+            stop.set()
+        read, relayed = buffer.ingest.read, buffer.relay.relayed
+        purged = None if purge is None else purge.purged
+    emit(
+        args,
+        {"timeline": config.timeline, "read": read, "relayed": relayed, "purged": purged},
+        f"buffer {config.timeline}: read {read} records from {args.source}, "
+        f"relayed {relayed} to {args.target}",
+    )
+    return 0
 
 
 def cmd_purge(args: argparse.Namespace) -> int:
@@ -311,23 +453,13 @@ def cmd_purge(args: argparse.Namespace) -> int:
         keep_deleted_ms=args.keep_deleted_ms,
         batch_size=args.batch_size,
     )
-    with _store() as store:
+    with _host(args, _dsn()), _store() as store:
         loop = PurgeLoop(store, settings)
         if args.every_ms is None:
             loop.run_once()
         else:
-            stop = threading.Event()
-            previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
-            timer = None
-            if args.duration_s is not None:
-                timer = threading.Timer(args.duration_s, stop.set)
-                timer.start()
-            try:
+            with _until_stopped(args.duration_s) as stop:
                 loop.periodic.run(stop)
-            finally:
-                signal.signal(signal.SIGTERM, previous)
-                if timer is not None:
-                    timer.cancel()
     emit(
         args,
         {"purged": loop.purged, "passes": loop.passes},

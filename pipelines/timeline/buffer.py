@@ -1,0 +1,376 @@
+"""The timeline as a time buffer between two Kafka topics, exactly once.
+
+    config = BufferConfig("orders", "orders-delayed", DueRule(delay_ms=7_200_000))
+    with TimelineBuffer(dsn, bootstrap, config) as buffer:
+        buffer.run(stop)                      # ingest and relay, until stop is set
+
+Any record of the source topic (key, value, headers, timestamp: kept byte for
+byte, :mod:`.record`) is held on the timeline ``config.timeline`` and
+produced to the target topic when due (:class:`~.config.DueRule`).
+
+Exactly once, from source offsets to the target topic, whatever is killed when:
+
+- **in** (:class:`BufferIngest`): a batch of records and the next source
+  offsets are written in one database transaction; at start the consumer
+  is assigned every source partition at its stored offset, so a record is stored once or, after a
+  crash before the commit, read again. Ids are ``<partition>:<offset>@<topic>``,
+  so even a second reader of the same offsets adds nothing.
+- **out** (:class:`BufferRelay`): each batch of leases is produced in one Kafka
+  transaction (``transactional.id`` = the relay's name) together with an offset
+  commit of the relay's own group whose metadata holds the hash of the batch's
+  lease secret; then the batch is deleted from the store. A relay that starts
+  (again) fences its predecessor (``init_transactions``), reads that metadata,
+  deletes the batch it names if still there (committed to Kafka, not yet
+  deleted), and gives back the rest of its earlier leases (their transaction
+  was aborted): nothing is sent twice, nothing is left behind.
+
+Back-pressure: the ingest reads a batch only after the database has
+committed the previous one, and the Kafka consumer prefetches little, so a
+slow database slows reading, and the backlog stays in the source topic.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
+
+from controller.kafka.settings import client_config
+from pipelines.timeline.buffer_sql import (
+    BufferedRows,
+    finish_batches,
+    load_offsets,
+    release_all,
+    store_batch,
+)
+from pipelines.timeline.clock import StreamClock
+from pipelines.timeline.config import BufferConfig, ConsumerConfig, TimelineConfig
+from pipelines.timeline.consumer import TimelineConsumer
+from pipelines.timeline.exceptions import InvalidMessageError, TimelineError
+from pipelines.timeline.metrics import CREATED, RELAYED, record_drift
+from pipelines.timeline.model import Lease, base_hash, bucket_of
+from pipelines.timeline.record import KafkaRecord, decode_record, encode_record
+from pipelines.timeline.store import TimelineStore
+
+log = logging.getLogger(__name__)
+
+PRODUCER_GROUP = "buffer"
+"""The producer group of buffered messages."""
+MAX_BUFFER_BODY_BYTES = 64 << 20
+
+
+def record_id(topic: str, partition: int, offset: int) -> str:
+    """The message id of a source record: unique per timeline, at most 200 characters."""
+    name = topic if len(topic) <= 150 else hashlib.sha256(topic.encode()).hexdigest()
+    return f"{partition}:{offset}@{name}"
+
+
+def ensure_timeline(store: TimelineStore, config: BufferConfig) -> None:
+    """Create the buffer's timeline (bodies up to 64 MiB: a record and its envelope)."""
+    store.migrate()
+    store.create_timeline(TimelineConfig(config.timeline, config.buckets, MAX_BUFFER_BODY_BYTES))
+
+
+class BufferIngest:
+    """Source topic -> store: records and source offsets in one transaction per batch."""
+
+    def __init__(self, dsn: str, bootstrap: str, config: BufferConfig) -> None:
+        self.config = config
+        self.store = TimelineStore(dsn)
+        ensure_timeline(self.store, config)
+        self.buckets = self.store.timeline(config.timeline).buckets
+        record_drift(config.timeline, self.store.clock_drift().drift_ms)
+        self._created = CREATED.labels(config.timeline)
+        self.stored = 0
+        self.read = 0
+        self.late_headers = 0
+        """Records whose due header was missing or no time: due at once (logged)."""
+        self._consumer = Consumer(
+            {
+                **client_config(bootstrap),
+                "group.id": f"tidemark-buffer.{config.timeline}",
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "auto.offset.reset": "earliest",
+                "isolation.level": "read_committed",
+                # Little read-ahead: the backlog waits in Kafka, not in this process.
+                "queued.max.messages.kbytes": 4_096,
+                "log_level": 3,
+            }
+        )
+        self._assign()
+
+    def _assign(self) -> None:
+        """Read every partition of the source from its stored offset. Assigned, not
+        subscribed: the offsets live in the database, and a restart after a kill -9
+        does not wait for the dead member to leave a consumer group."""
+        topic = self.config.source_topic
+        found = self._consumer.list_topics(topic, timeout=30).topics.get(topic)
+        if found is None or found.error is not None or not found.partitions:
+            raise TimelineError(f"buffer {self.config.timeline}: no source topic {topic!r}")
+        stored = self.store.transaction(lambda c: load_offsets(c, self.config.timeline, topic))
+        partitions = [
+            TopicPartition(topic, p, stored.get(p, OFFSET_BEGINNING)) for p in found.partitions
+        ]
+        log.info(
+            "buffer %s: reading %s from %s",
+            self.config.timeline,
+            topic,
+            {p.partition: p.offset for p in partitions},
+        )
+        self._consumer.assign(partitions)
+
+    def _due(self, record: KafkaRecord) -> tuple[int, bool, str | None]:
+        """(time, relative to the database's now, stream) of one record."""
+        rule = self.config.due
+        if rule.delay_ms is not None:
+            return rule.delay_ms, True, None
+        if rule.until_stream_time is not None:
+            return record.timestamp_ms, False, rule.until_stream_time
+        for name, value in record.headers:
+            if name == rule.at_header and value is not None and value.strip().isdigit():
+                return int(value), False, None
+        self.late_headers += 1
+        log.warning(
+            "buffer %s: a record without a time in header %r is due at once",
+            self.config.timeline,
+            rule.at_header,
+        )
+        return 0, True, None
+
+    def run_once(self, timeout_ms: int = 200) -> int:
+        """Read one batch (waiting up to ``timeout_ms``) and store it; returns records read."""
+        records: list[Any] = self._consumer.consume(self.config.batch_size, timeout_ms / 1000)
+        rows = BufferedRows([], [], [], [], [], [])
+        next_offsets: dict[int, int] = {}
+        for raw in records:
+            error = raw.error()
+            if error is not None:
+                if error.code() != KafkaError._PARTITION_EOF:
+                    log.warning("buffer %s: consumer error %s", self.config.timeline, error)
+                continue
+            _kind, timestamp_ms = raw.timestamp()
+            record = KafkaRecord(raw.key(), raw.value(), tuple(raw.headers() or ()), timestamp_ms)
+            ts, relative, stream = self._due(record)
+            message_id = record_id(raw.topic(), raw.partition(), raw.offset())
+            rows.ids.append(message_id)
+            rows.buckets.append(bucket_of(message_id, self.buckets))
+            rows.ts.append(ts)
+            rows.relative.append(relative)
+            rows.bodies.append(encode_record(record))
+            rows.streams.append(stream)
+            next_offsets[raw.partition()] = raw.offset() + 1
+        if not next_offsets:
+            return 0
+        stored = self.store.transaction(
+            lambda c: store_batch(
+                c,
+                self.config.timeline,
+                PRODUCER_GROUP,
+                rows,
+                self.config.source_topic,
+                next_offsets,
+                self.store.supports_notify,
+            )
+        )
+        self.stored += stored
+        self._created.inc(stored)
+        self.read += len(rows.ids)
+        return len(rows.ids)
+
+    def close(self) -> None:
+        try:
+            self._consumer.close()
+        finally:
+            self.store.close()
+
+
+def _secret_hash(lease: Lease) -> str:
+    """The stored hash of the secret of the lease call that made ``lease``."""
+    if lease.token is None:
+        raise InvalidMessageError("a lease without its token", lease.message.timeline)
+    return base_hash(lease.token.rpartition(".")[0])
+
+
+class BufferRelay:
+    """Store -> target topic: each batch in one Kafka transaction, then deleted."""
+
+    def __init__(
+        self,
+        dsn: str,
+        bootstrap: str,
+        config: BufferConfig,
+        stream_clock: StreamClock | None = None,
+    ) -> None:
+        self.config = config
+        name = f"tidemark-buffer.{config.timeline}.{config.consumer_id}"
+        with TimelineStore(dsn) as store:
+            ensure_timeline(store, config)
+        self._producer = Producer(
+            {
+                **client_config(bootstrap),
+                "transactional.id": name,
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 5,
+                "log_level": 3,
+            }
+        )
+        self._group = Consumer(
+            {**client_config(bootstrap), "group.id": name, "enable.auto.commit": False}
+        )
+        self._marker = TopicPartition(config.target_topic, 0)
+        self._timeout_s = config.flush_timeout_ms / 1000
+        self._producer.init_transactions(self._timeout_s)  # fences an earlier run
+        self.consumer = TimelineConsumer(
+            dsn,
+            config.timeline,
+            ConsumerConfig(
+                config.consumer_id, lease_ms=config.lease_ms, batch_size=config.batch_size
+            ),
+            stream_clock=stream_clock,
+        )
+        self.relayed = 0
+        self._sequence = self._recover()
+
+    def _recover(self) -> int:
+        """Finish the batch the last committed transaction names; give back the rest."""
+        (last,) = self._group.committed([self._marker], self._timeout_s)
+        hashes = [h for h in (last.metadata or "").split(",") if h]
+        timeline, me = self.config.timeline, self.config.consumer_id
+        finished = self.consumer.store.transaction(
+            lambda c: finish_batches(c, timeline, me, hashes)
+        )
+        released = self.consumer.store.transaction(lambda c: release_all(c, timeline, me))
+        if finished or released:
+            log.info(
+                "buffer %s: %d delivered before a restart deleted, %d leases given back",
+                timeline,
+                finished,
+                released,
+            )
+        return max(last.offset, 0)
+
+    def _produce(self, leases: Sequence[Lease]) -> None:
+        for lease in leases:
+            record = decode_record(lease.message.body)
+            while True:
+                try:
+                    self._producer.produce(
+                        self.config.target_topic,
+                        key=record.key,
+                        value=record.value,
+                        headers=list(record.headers),
+                        timestamp=record.timestamp_ms,
+                    )
+                    break
+                except BufferError:
+                    self._producer.poll(0.05)
+
+    def run_once(self, timeout_ms: int = 200) -> int:
+        """Relay one batch of due messages (waiting up to ``timeout_ms``); returns how many."""
+        leases = self.consumer.poll(timeout_ms=timeout_ms)
+        if not leases:
+            return 0
+        hashes = sorted({_secret_hash(lease) for lease in leases})
+        self._producer.begin_transaction()
+        try:
+            self._produce(leases)
+            self._sequence += 1
+            marker = TopicPartition(
+                self.config.target_topic, 0, self._sequence, metadata=",".join(hashes)
+            )
+            self._producer.send_offsets_to_transaction(
+                [marker], self._group.consumer_group_metadata(), self._timeout_s
+            )
+            self._producer.commit_transaction(self._timeout_s)
+        except KafkaException as exc:
+            error = exc.args[0]
+            if not error.txn_requires_abort():
+                raise TimelineError(f"buffer {self.config.timeline}: {error}") from exc
+            log.warning(
+                "buffer %s: transaction aborted (%s); its %d messages return at once",
+                self.config.timeline,
+                error,
+                len(leases),
+            )
+            self._producer.abort_transaction(self._timeout_s)
+            timeline, me = self.config.timeline, self.config.consumer_id
+            self.consumer.store.transaction(lambda c: release_all(c, timeline, me))
+            return 0
+        deleted = self.consumer.ack(leases)
+        self.relayed += len(deleted)
+        RELAYED.labels(self.config.timeline).inc(len(deleted))
+        return len(deleted)
+
+    def close(self) -> None:
+        try:
+            self._group.close()
+        finally:
+            self.consumer.close()
+
+
+class TimelineBuffer:
+    """Ingest and relay of one buffer, each in its own thread with its own connection."""
+
+    def __init__(
+        self,
+        dsn: str,
+        bootstrap: str,
+        config: BufferConfig,
+        stream_clock: StreamClock | None = None,
+    ) -> None:
+        self.config = config
+        self.ingest = BufferIngest(dsn, bootstrap, config)
+        self.relay = BufferRelay(dsn, bootstrap, config, stream_clock)
+        self.errors: list[BaseException] = []
+
+    def _loop(self, step: Any, stop: threading.Event) -> None:
+        try:
+            while not stop.is_set():
+                step()
+        except BaseException as exc:  # the other half stops too; run() raises it
+            self.errors.append(exc)
+            stop.set()
+
+    def run(self, stop: threading.Event) -> None:
+        """Ingest and relay until ``stop`` is set; raises the first failure of either."""
+        threads = [
+            threading.Thread(target=self._loop, args=(step, stop), name=name, daemon=True)
+            for name, step in (
+                ("tidemark-buffer-in", self.ingest.run_once),
+                ("tidemark-buffer-out", self.relay.run_once),
+            )
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if self.errors:
+            raise self.errors[0]
+
+    def close(self) -> None:
+        try:
+            self.ingest.close()
+        finally:
+            self.relay.close()
+
+    def __enter__(self) -> TimelineBuffer:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
