@@ -74,11 +74,22 @@ def without_pandas(active: bool = True) -> Iterator[None]:
             sys.meta_path.remove(_Blocked)
 
 
+def _version() -> str:
+    """The installed distribution's version (``unknown`` when run from an uninstalled tree)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("tidemark")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tidemark", description="Time for Kafka streams: watermarks, windows, seek."
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    parser.add_argument("--version", action="version", version=f"tidemark {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
