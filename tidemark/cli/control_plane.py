@@ -17,13 +17,27 @@ from typing import TYPE_CHECKING
 
 from controller.naming import ClusterSettings
 from infra.services import KAFKA, ZOOKEEPER, resolve_services
-from tidemark.environment import Environment
+from tidemark.environment import ZK_CONNECT, Environment
+from tidemark.errors import TidemarkError
 
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
 
     from controller.streams import StreamManager
     from controller.zookeeper.store import ZooKeeperStore
+
+
+ZK_START_TIMEOUT_S = 10.0
+"""How long a verb waits for its ZooKeeper session before it reports ZooKeeper down."""
+
+
+class ServiceUnavailableError(TidemarkError):
+    """A service a verb needs does not answer: one line naming the service, its address
+    and what to check (``tidemark`` prints it and exits 1, no traceback)."""
+
+    def __init__(self, service: str, address: str, check: str) -> None:
+        self.service, self.address = service, address
+        super().__init__(f"{service} at {address} does not answer: {check}")
 
 
 @dataclass(frozen=True)
@@ -55,13 +69,24 @@ def control_plane(settings: ClusterSettings | None = None) -> Iterator[ControlPl
     """A ZooKeeper session and the metadata store on it, for one verb."""
     # kazoo (and confluent_kafka, for the manager) only when a verb runs: the parser
     # imports every verb module, and they would add ~0.1 s to every `tidemark` command.
+    from kazoo.handlers.threading import KazooTimeoutError
+
     from controller.zookeeper.session import zookeeper_session
     from controller.zookeeper.store import ZooKeeperStore  # as above
 
     settings = settings or ClusterSettings()
     kafka, zk = service_addresses()
-    with zookeeper_session(zk, start_timeout_s=15) as client:
+    with contextlib.ExitStack() as stack:
+        try:
+            client = stack.enter_context(zookeeper_session(zk, start_timeout_s=ZK_START_TIMEOUT_S))
+        except KazooTimeoutError:
+            raise ServiceUnavailableError(
+                "ZooKeeper",
+                zk,
+                f"no session within {ZK_START_TIMEOUT_S:g} s; check that ZooKeeper runs there "
+                f"(tidemark status, tidemark up) and that {ZK_CONNECT} names it",
+            ) from None
         yield ControlPlane(client, ZooKeeperStore(client, settings.zk_root), settings, kafka)
 
 
-__all__ = ["ControlPlane", "control_plane", "service_addresses"]
+__all__ = ["ControlPlane", "ServiceUnavailableError", "control_plane", "service_addresses"]
