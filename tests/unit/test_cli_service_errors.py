@@ -30,5 +30,14 @@ def test_a_stopped_zookeeper_is_one_line(
     assert main(["scope", "list"]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
-    assert f"ZooKeeper at {address} does not answer" in err
+    assert f"ZooKeeper is unavailable: {address} gave no session" in err
     assert "TIDEMARK_ZK_CONNECT" in err
+
+
+def test_topic_offsets_name_partitions_not_segment_ids() -> None:
+    """A successor segment (epoch 1, number 0) is partition 0 of the stream's topic."""
+    from controller.model import segment_id
+    from tidemark.service.app import topic_offsets
+
+    cut = {segment_id(1, 1): 7, segment_id(1, 0): 5}
+    assert topic_offsets("t", cut) == {"t": {"0": 5, "1": 7}}

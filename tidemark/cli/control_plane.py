@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from controller.naming import ClusterSettings
 from infra.services import KAFKA, ZOOKEEPER, resolve_services
 from tidemark.environment import ZK_CONNECT, Environment
-from tidemark.errors import TidemarkError
+from tidemark.errors import ServiceUnavailableError
 
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
@@ -29,15 +29,6 @@ if TYPE_CHECKING:
 
 ZK_START_TIMEOUT_S = 10.0
 """How long a verb waits for its ZooKeeper session before it reports ZooKeeper down."""
-
-
-class ServiceUnavailableError(TidemarkError):
-    """A service a verb needs does not answer: one line naming the service, its address
-    and what to check (``tidemark`` prints it and exits 1, no traceback)."""
-
-    def __init__(self, service: str, address: str, check: str) -> None:
-        self.service, self.address = service, address
-        super().__init__(f"{service} at {address} does not answer: {check}")
 
 
 @dataclass(frozen=True)
@@ -82,11 +73,10 @@ def control_plane(settings: ClusterSettings | None = None) -> Iterator[ControlPl
         except KazooTimeoutError:
             raise ServiceUnavailableError(
                 "ZooKeeper",
-                zk,
-                f"no session within {ZK_START_TIMEOUT_S:g} s; check that ZooKeeper runs there "
-                f"(tidemark status, tidemark up) and that {ZK_CONNECT} names it",
+                f"{zk} gave no session within {ZK_START_TIMEOUT_S:g} s; check that ZooKeeper "
+                f"runs there (tidemark status, tidemark up) and that {ZK_CONNECT} names it",
             ) from None
         yield ControlPlane(client, ZooKeeperStore(client, settings.zk_root), settings, kafka)
 
 
-__all__ = ["ControlPlane", "ServiceUnavailableError", "control_plane", "service_addresses"]
+__all__ = ["ControlPlane", "control_plane", "service_addresses"]
