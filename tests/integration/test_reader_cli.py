@@ -271,3 +271,21 @@ def test_read_until_and_follow(cli_env, capsys, manager, store, kafka, wconfig, 
     assert bodies == sorted(
         [f"e{r}{j}" for r in range(3) for j in range(4)] + [f"late{j}" for j in range(4)]
     )
+
+
+def test_a_stopped_broker_is_one_line(cli_env, capsys, manager, unique, monkeypatch):
+    """The stream is in ZooKeeper, but Kafka at the given address does not answer (a
+    port nothing listens on): one line naming Kafka, the address and what to check."""
+    import socket
+
+    import tidemark.cli.control_plane as control_plane_module
+
+    stream = make_stream(manager, unique, segments=1)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        stopped = f"127.0.0.1:{s.getsockname()[1]}"
+    monkeypatch.setattr(control_plane_module, "KAFKA_TIMEOUT_S", 1.0)
+    code, out, err = run(capsys, "--bootstrap", stopped, "read", stream)
+    assert code == 1 and out == ""
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert f"Kafka is unavailable: {stopped} gave no answer" in err and "--bootstrap" in err

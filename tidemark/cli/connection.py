@@ -14,25 +14,11 @@ import contextlib
 import os
 from collections.abc import Iterator
 
-from tidemark.environment import (
-    KAFKA_BOOTSTRAP,
-    KAFKA_SASL_MECHANISM,
-    KAFKA_SASL_PASSWORD,
-    KAFKA_SASL_USERNAME,
-    KAFKA_SECURITY_PROTOCOL,
-    ZK_CONNECT,
-)
+from controller.kafka.settings import CLIENT_PROPERTY_VARIABLES
+from tidemark.environment import KAFKA_BOOTSTRAP, ZK_CONNECT
 from tidemark.errors import ConfigurationError
 
-CLIENT_PROPERTIES = {
-    "bootstrap.servers": KAFKA_BOOTSTRAP,
-    "security.protocol": KAFKA_SECURITY_PROTOCOL,
-    "sasl.mechanism": KAFKA_SASL_MECHANISM,
-    "sasl.mechanisms": KAFKA_SASL_MECHANISM,
-    "sasl.username": KAFKA_SASL_USERNAME,
-    "sasl.password": KAFKA_SASL_PASSWORD,
-}
-"""Kafka client property -> the environment variable that carries it."""
+CLIENT_PROPERTIES = CLIENT_PROPERTY_VARIABLES
 
 
 def add_connection_flags(parser: argparse.ArgumentParser) -> None:

@@ -17,12 +17,13 @@ from typing import TYPE_CHECKING
 
 from controller.naming import ClusterSettings
 from infra.services import KAFKA, ZOOKEEPER, resolve_services
-from tidemark.environment import ZK_CONNECT, Environment
+from tidemark.environment import KAFKA_BOOTSTRAP, ZK_CONNECT, Environment
 from tidemark.errors import ServiceUnavailableError
 
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
 
+    from controller.kafka.admin import StreamTopics
     from controller.streams import StreamManager
     from controller.zookeeper.store import ZooKeeperStore
 
@@ -46,6 +47,32 @@ class ControlPlane:
         from controller.streams import StreamManager  # confluent_kafka: see control_plane
 
         return StreamManager(self.store, self.kafka, self.settings)
+
+
+KAFKA_TIMEOUT_S = 30.0
+"""How long a verb's Kafka admin request waits before it reports Kafka down."""
+
+
+def kafka_topics(kafka: str) -> StreamTopics:
+    """A Kafka admin client on ``kafka``: use it inside :func:`kafka_answers`."""
+    from controller.kafka.admin import StreamTopics  # confluent_kafka: see control_plane
+
+    return StreamTopics(kafka, timeout_s=KAFKA_TIMEOUT_S)
+
+
+@contextlib.contextmanager
+def kafka_answers(kafka: str) -> Iterator[None]:
+    """Within the block, Kafka not answering (a stopped broker: the admin request times
+    out) is one :class:`ServiceUnavailableError` naming the address and what to check."""
+    try:
+        yield
+    except TimeoutError:
+        raise ServiceUnavailableError(
+            "Kafka",
+            f"{kafka} gave no answer within {KAFKA_TIMEOUT_S:g} s; check that the brokers run "
+            f"there (tidemark status, tidemark up) and that {KAFKA_BOOTSTRAP} or --bootstrap "
+            "names them",
+        ) from None
 
 
 def service_addresses(env: Environment | None = None) -> tuple[str, str]:
@@ -79,4 +106,4 @@ def control_plane(settings: ClusterSettings | None = None) -> Iterator[ControlPl
         yield ControlPlane(client, ZooKeeperStore(client, settings.zk_root), settings, kafka)
 
 
-__all__ = ["ControlPlane", "control_plane", "service_addresses"]
+__all__ = ["ControlPlane", "control_plane", "kafka_answers", "kafka_topics", "service_addresses"]

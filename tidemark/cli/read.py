@@ -48,7 +48,13 @@ from controller.model import segment_number
 from infra.services import data_root
 from jobs.cli_args import positive_int
 from schemas.tables import MARKS, table_path
-from tidemark.cli.control_plane import ControlPlane, control_plane, service_addresses
+from tidemark.cli.control_plane import (
+    ControlPlane,
+    control_plane,
+    kafka_answers,
+    kafka_topics,
+    service_addresses,
+)
 from tidemark.cli.output import add_verb, emit, emit_rows
 from tidemark.cli.times import TIME_HELP, parse_ago, parse_time
 from tidemark.environment import Environment
@@ -200,7 +206,6 @@ would wait for the end-of-partition notice)."""
 
 def cmd_read(args: argparse.Namespace) -> int:
     # confluent_kafka: off tidemark --help (the parser imports every verb module)
-    from controller.kafka.admin import StreamTopics
     from pipelines.reading.group import ReaderConfig, ReaderGroup  # confluent_kafka: as above
     from pipelines.reading.seek import live_metadata, stream_cut_at  # as _time_of
 
@@ -225,9 +230,10 @@ def cmd_read(args: argparse.Namespace) -> int:
             index = default_index(root)
             cut = stream_cut_at(stream, since, delta_root=root, store=cp.store, index=index)
         # Where committed data ends now: read to there and stop, no timeout to wait out.
-        ends = StreamTopics(kafka).last_stable_offsets(
-            meta.topic, sorted({segment_number(s) for s in meta.segments()})
-        )
+        with kafka_answers(kafka):
+            ends = kafka_topics(kafka).last_stable_offsets(
+                meta.topic, sorted({segment_number(s) for s in meta.segments()})
+            )
         group = ReaderGroup.ephemeral_group(
             stream,
             cut,
@@ -280,7 +286,6 @@ def _read_merged(args: argparse.Namespace, since: int | None) -> int:
     ``stream``. Ends as a read of one stream does, then prints what was held back, in
     order; late records (below a time already printed) are printed and counted."""
     # confluent_kafka, deltalake: off tidemark --help (the parser imports every verb module)
-    from controller.kafka.admin import StreamTopics
     from pipelines.reading.config import ReaderConfig
     from pipelines.reading.merge import merged_reader
     from pipelines.reading.seek import live_metadata
@@ -297,12 +302,13 @@ def _read_merged(args: argparse.Namespace, since: int | None) -> int:
         index = default_index(root)
     with control_plane() as cp:
         # Where committed data ends now, on every stream: read to there and stop.
-        topics = StreamTopics(kafka)
+        topics = kafka_topics(kafka)
         ends = {}
         for name in names:
             meta = live_metadata(cp.store, name)
             parts = sorted({segment_number(s) for s in meta.segments()})
-            ends[name] = topics.last_stable_offsets(meta.topic, parts)
+            with kafka_answers(kafka):
+                ends[name] = topics.last_stable_offsets(meta.topic, parts)
         # commit_interval_ms=0: the (in-memory) position is committed at every call, so a
         # sealed segment read to its end lets its successors in before the end check.
         config = ReaderConfig(
