@@ -60,9 +60,9 @@ def run_fresh(*argv):
     return done.returncode, done.stdout, loaded.removeprefix("LOADED ")
 
 
-def test_read_watermarks_window_seek(cli_env, capsys, manager, store, kafka, wconfig, unique):
-    root = cli_env
-    stream = make_stream(manager, unique, segments=2)
+def write_three_rounds(stream, store, root, kafka, wconfig):
+    """12 events e00..e23 at BASE + round * 100 + j, a watermark at BASE + round * 100 + 50
+    after each round of four."""
     marks = Marks(stream, store, root)
     with EventWriter("w", stream, store=store, bootstrap_servers=kafka, config=wconfig) as w:
         for rnd in range(3):
@@ -70,6 +70,12 @@ def test_read_watermarks_window_seek(cli_env, capsys, manager, store, kafka, wco
                 w.write(f"e{rnd}{j}".encode(), routing_key=f"k{j}", timestamp=BASE + rnd * 100 + j)
             marks.note(w, BASE + rnd * 100 + 50)
             marks.cycle()
+
+
+def test_read_watermarks_window_seek(cli_env, capsys, manager, store, kafka, wconfig, unique):
+    root = cli_env
+    stream = make_stream(manager, unique, segments=2)
+    write_three_rounds(stream, store, root, kafka, wconfig)
 
     code, out, _ = run(capsys, "read", stream, "--format", "json", "--wait-ms", "1500")
     assert code == 0
@@ -231,13 +237,7 @@ def test_read_until_and_follow(cli_env, capsys, manager, store, kafka, wconfig, 
     import sys
 
     stream = make_stream(manager, unique, segments=2)
-    marks = Marks(stream, store, cli_env)
-    with EventWriter("w", stream, store=store, bootstrap_servers=kafka, config=wconfig) as w:
-        for rnd in range(3):
-            for j in range(4):
-                w.write(f"e{rnd}{j}".encode(), routing_key=f"k{j}", timestamp=BASE + rnd * 100 + j)
-            marks.note(w, BASE + rnd * 100 + 50)
-            marks.cycle()
+    write_three_rounds(stream, store, cli_env, kafka, wconfig)
 
     code, out, _ = run(
         capsys, "read", stream, "--from", _iso(BASE + 150), "--until", _iso(BASE + 202),
