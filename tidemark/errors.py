@@ -15,3 +15,12 @@ class TidemarkError(Exception):
 
 class ConfigurationError(TidemarkError, ValueError):
     """A setting or argument is invalid; the message names it and the valid choices."""
+
+
+class ServiceUnavailableError(TidemarkError):
+    """A service a request needs does not answer; ``service`` names it (``zookeeper``,
+    ``postgresql``): start it, or check the address the service was given."""
+
+    def __init__(self, service: str, detail: str) -> None:
+        super().__init__(f"{service} is unavailable: {detail}")
+        self.service = service

@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from controller.exceptions import InvalidConfigurationError
+from tidemark.environment import KAFKA_BOOTSTRAP
 from tidemark.environment import KAFKA_SASL_MECHANISM as SASL_MECHANISM
 from tidemark.environment import KAFKA_SASL_PASSWORD as SASL_PASSWORD
 from tidemark.environment import KAFKA_SASL_USERNAME as SASL_USERNAME
@@ -36,6 +37,17 @@ from tidemark.errors import ConfigurationError
 
 PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL", "SSL")
 MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")
+
+CLIENT_PROPERTY_VARIABLES = {
+    "bootstrap.servers": KAFKA_BOOTSTRAP,
+    "security.protocol": SECURITY_PROTOCOL,
+    "sasl.mechanism": SASL_MECHANISM,
+    "sasl.mechanisms": SASL_MECHANISM,
+    "sasl.username": SASL_USERNAME,
+    "sasl.password": SASL_PASSWORD,
+}
+"""Kafka client property -> the environment variable that carries it (this module reads
+all but the bootstrap): what ``tidemark -X key=value`` may set."""
 
 _JAAS_MODULES = {
     "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",

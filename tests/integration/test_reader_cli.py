@@ -60,9 +60,9 @@ def run_fresh(*argv):
     return done.returncode, done.stdout, loaded.removeprefix("LOADED ")
 
 
-def test_read_watermarks_window_seek(cli_env, capsys, manager, store, kafka, wconfig, unique):
-    root = cli_env
-    stream = make_stream(manager, unique, segments=2)
+def write_three_rounds(stream, store, root, kafka, wconfig):
+    """12 events e00..e23 at BASE + round * 100 + j, a watermark at BASE + round * 100 + 50
+    after each round of four."""
     marks = Marks(stream, store, root)
     with EventWriter("w", stream, store=store, bootstrap_servers=kafka, config=wconfig) as w:
         for rnd in range(3):
@@ -70,6 +70,12 @@ def test_read_watermarks_window_seek(cli_env, capsys, manager, store, kafka, wco
                 w.write(f"e{rnd}{j}".encode(), routing_key=f"k{j}", timestamp=BASE + rnd * 100 + j)
             marks.note(w, BASE + rnd * 100 + 50)
             marks.cycle()
+
+
+def test_read_watermarks_window_seek(cli_env, capsys, manager, store, kafka, wconfig, unique):
+    root = cli_env
+    stream = make_stream(manager, unique, segments=2)
+    write_three_rounds(stream, store, root, kafka, wconfig)
 
     code, out, _ = run(capsys, "read", stream, "--format", "json", "--wait-ms", "1500")
     assert code == 0
@@ -214,3 +220,72 @@ def test_read_stops_at_the_end_of_committed_data(
     bodies = sorted(json.loads(line)["body"] for line in out.splitlines())
     assert bodies == sorted([f"a{j}" for j in range(6)] + [f"b{j}" for j in range(6)])
     assert elapsed < 30, f"read waited {elapsed:.1f} s: it did not see the end of the data"
+
+
+def _iso(ms: int) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+
+
+def test_read_until_and_follow(cli_env, capsys, manager, store, kafka, wconfig, unique):
+    """``--from``/``--until`` in ISO-8601 select [from, until); ``--follow`` prints what
+    arrives after the end and stops on SIGINT with exit 0, every row written printed."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    stream = make_stream(manager, unique, segments=2)
+    write_three_rounds(stream, store, cli_env, kafka, wconfig)
+
+    code, out, _ = run(
+        capsys, "read", stream, "--from", _iso(BASE + 150), "--until", _iso(BASE + 202),
+        "--format", "json",
+    )  # fmt: skip
+    assert code == 0
+    assert sorted(json.loads(r)["timestamp"] for r in out.splitlines()) == [BASE + 200, BASE + 201]
+
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "tidemark.cli.main", "read", stream, "--follow", "--format", "json"],
+        env=dict(os.environ, PYTHONPATH=os.getcwd()),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert follower.stdout is not None
+        rows = [json.loads(follower.stdout.readline()) for _ in range(12)]  # the data so far
+        with EventWriter("w2", stream, store=store, bootstrap_servers=kafka, config=wconfig) as w:
+            for j in range(4):
+                w.write(f"late{j}".encode(), routing_key=f"k{j}", timestamp=BASE + 400 + j)
+        rows += [json.loads(follower.stdout.readline()) for _ in range(4)]  # after the end
+        follower.send_signal(signal.SIGINT)
+        out, err = follower.communicate(timeout=60)
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+    assert follower.returncode == 0, err[-2000:]
+    assert out == "" and "Traceback" not in err
+    bodies = sorted(r["body"] for r in rows)
+    assert bodies == sorted(
+        [f"e{r}{j}" for r in range(3) for j in range(4)] + [f"late{j}" for j in range(4)]
+    )
+
+
+def test_a_stopped_broker_is_one_line(cli_env, capsys, manager, unique, monkeypatch):
+    """The stream is in ZooKeeper, but Kafka at the given address does not answer (a
+    port nothing listens on): one line naming Kafka, the address and what to check."""
+    import socket
+
+    import tidemark.cli.control_plane as control_plane_module
+
+    stream = make_stream(manager, unique, segments=1)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        stopped = f"127.0.0.1:{s.getsockname()[1]}"
+    monkeypatch.setattr(control_plane_module, "KAFKA_TIMEOUT_S", 1.0)
+    code, out, err = run(capsys, "--bootstrap", stopped, "read", stream)
+    assert code == 1 and out == ""
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert f"Kafka is unavailable: {stopped} gave no answer" in err and "--bootstrap" in err

@@ -132,7 +132,8 @@ def test_scope_verbs_and_their_bad_inputs(cli, unique):
     cli("scope", "create", other)
     cli("stream", "create", f"{scope}/s")
     out, _ = cli("scope", "list", "--format", "json")
-    assert json.loads(out) == [{"scope": scope, "streams": 1}, {"scope": other, "streams": 0}]
+    rows = [json.loads(line) for line in out.splitlines()]  # JSON lines, as every list
+    assert rows == [{"scope": scope, "streams": 1}, {"scope": other, "streams": 0}]
 
     _, err = cli("scope", "delete", scope, expect=1)
     assert f"scope '{scope}' holds 1 stream(s) ({scope}/s)" in err and "delete them" in err
@@ -150,7 +151,7 @@ def test_scope_verbs_and_their_bad_inputs(cli, unique):
     out, _ = cli("scope", "delete", scope)
     assert f"deleted scope {scope}" in out
     out, _ = cli("scope", "list", "--format", "json")
-    assert json.loads(out) == [{"scope": other, "streams": 0}]
+    assert [json.loads(line) for line in out.splitlines()] == [{"scope": other, "streams": 0}]
 
 
 def test_retention_limits_on_the_command_line(cli, unique):

@@ -17,6 +17,7 @@ import pytest
 from deltalake import write_deltalake
 
 from controller.model import KeyRange
+from controller.naming import topic_for
 from pipelines.reading.group import ReaderGroup
 from pipelines.reading.seek import SeekIndex, complete_cut_at, stream_cut_at
 from pipelines.reading.time_service import TIME_SERVICE_ENV, ServiceIndex, default_index
@@ -136,10 +137,13 @@ def test_api_answers_like_the_local_lookups(served, store, manager, unique, tmp_
         assert {int(s): o for s, o in body["stream_cut"].items()} == stream_cut_at(
             stream, t, delta_root=root, store=store, index=local
         )
+        # the same cut as Spark's startingOffsets: {topic: {partition: offset}}
+        assert body["offsets"] == {topic_for(stream): body["stream_cut"]}
         status, body = get_json(url, f"/api/streams/{stream}/stop?t={t}")
         expected = complete_cut_at(stream, t, delta_root=root, index=local)
         got = body["stream_cut"]
         assert (None if got is None else {int(s): o for s, o in got.items()}) == expected
+        assert body["offsets"] == (None if got is None else {topic_for(stream): got})
 
     status, streams = get_json(url, "/api/streams")
     mine = next(s for s in streams if s["stream"] == stream)

@@ -28,6 +28,7 @@ from typing import Any
 from infra.services import data_root
 from jobs.window_args import add_window_arguments
 from tidemark.cli.output import add_verb, emit, emit_rows
+from tidemark.cli.times import TIME_HELP, parse_time
 from tidemark.environment import Environment
 
 
@@ -41,7 +42,9 @@ def register(sub: Any) -> None:
         "the timeout passes first, naming the writers that hold the stream back.",
     )
     wait.add_argument("stream", nargs="+", help="scope/name (several: wait for all of them)")
-    wait.add_argument("--time", required=True, metavar="MS", help="the stream time T (ms)")
+    wait.add_argument(
+        "--time", required=True, metavar="TIME", help=f"the stream time T: {TIME_HELP}"
+    )
     wait.add_argument(
         "--timeout-ms", type=int, default=60_000, help="give up after this long (default 60000)"
     )
@@ -86,7 +89,9 @@ def cmd_wait(args: argparse.Namespace) -> int:
 
     streams = args.stream[0] if len(args.stream) == 1 else args.stream
     try:
-        found = wait_for_time(streams, args.time, args.timeout_ms, delta_root=_delta_root(args))
+        found = wait_for_time(
+            streams, parse_time(args.time, "--time"), args.timeout_ms, delta_root=_delta_root(args)
+        )
     except StreamTimeTimeoutError as exc:
         print(f"tidemark: {exc}", file=sys.stderr)
         return EXIT_NOT_YET

@@ -17,13 +17,19 @@ from typing import TYPE_CHECKING
 
 from controller.naming import ClusterSettings
 from infra.services import KAFKA, ZOOKEEPER, resolve_services
-from tidemark.environment import Environment
+from tidemark.environment import KAFKA_BOOTSTRAP, ZK_CONNECT, Environment
+from tidemark.errors import ServiceUnavailableError
 
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
 
+    from controller.kafka.admin import StreamTopics
     from controller.streams import StreamManager
     from controller.zookeeper.store import ZooKeeperStore
+
+
+ZK_START_TIMEOUT_S = 10.0
+"""How long a verb waits for its ZooKeeper session before it reports ZooKeeper down."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +49,32 @@ class ControlPlane:
         return StreamManager(self.store, self.kafka, self.settings)
 
 
+KAFKA_TIMEOUT_S = 30.0
+"""How long a verb's Kafka admin request waits before it reports Kafka down."""
+
+
+def kafka_topics(kafka: str) -> StreamTopics:
+    """A Kafka admin client on ``kafka``: use it inside :func:`kafka_answers`."""
+    from controller.kafka.admin import StreamTopics  # confluent_kafka: see control_plane
+
+    return StreamTopics(kafka, timeout_s=KAFKA_TIMEOUT_S)
+
+
+@contextlib.contextmanager
+def kafka_answers(kafka: str) -> Iterator[None]:
+    """Within the block, Kafka not answering (a stopped broker: the admin request times
+    out) is one :class:`ServiceUnavailableError` naming the address and what to check."""
+    try:
+        yield
+    except TimeoutError:
+        raise ServiceUnavailableError(
+            "Kafka",
+            f"{kafka} gave no answer within {KAFKA_TIMEOUT_S:g} s; check that the brokers run "
+            f"there (tidemark status, tidemark up) and that {KAFKA_BOOTSTRAP} or --bootstrap "
+            "names them",
+        ) from None
+
+
 def service_addresses(env: Environment | None = None) -> tuple[str, str]:
     """(Kafka bootstrap, ZooKeeper connect): the environment's, else ``tidemark up``'s."""
     found = resolve_services(KAFKA, ZOOKEEPER, env=env)
@@ -55,13 +87,23 @@ def control_plane(settings: ClusterSettings | None = None) -> Iterator[ControlPl
     """A ZooKeeper session and the metadata store on it, for one verb."""
     # kazoo (and confluent_kafka, for the manager) only when a verb runs: the parser
     # imports every verb module, and they would add ~0.1 s to every `tidemark` command.
+    from kazoo.handlers.threading import KazooTimeoutError
+
     from controller.zookeeper.session import zookeeper_session
     from controller.zookeeper.store import ZooKeeperStore  # as above
 
     settings = settings or ClusterSettings()
     kafka, zk = service_addresses()
-    with zookeeper_session(zk, start_timeout_s=15) as client:
+    with contextlib.ExitStack() as stack:
+        try:
+            client = stack.enter_context(zookeeper_session(zk, start_timeout_s=ZK_START_TIMEOUT_S))
+        except KazooTimeoutError:
+            raise ServiceUnavailableError(
+                "ZooKeeper",
+                f"{zk} gave no session within {ZK_START_TIMEOUT_S:g} s; check that ZooKeeper "
+                f"runs there (tidemark status, tidemark up) and that {ZK_CONNECT} names it",
+            ) from None
         yield ControlPlane(client, ZooKeeperStore(client, settings.zk_root), settings, kafka)
 
 
-__all__ = ["ControlPlane", "control_plane", "service_addresses"]
+__all__ = ["ControlPlane", "control_plane", "kafka_answers", "kafka_topics", "service_addresses"]

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from controller.exceptions import InvalidTimestampError
 from pipelines.reading.exceptions import InvalidDurationError
 from tidemark.cli.acting import rewrite_alias
+from tidemark.cli.connection import add_connection_flags, connection_environment
 from tidemark.errors import TidemarkError
 
 COMMAND_MODULES = (
@@ -74,11 +75,23 @@ def without_pandas(active: bool = True) -> Iterator[None]:
             sys.meta_path.remove(_Blocked)
 
 
+def _version() -> str:
+    """The installed distribution's version (``unknown`` when run from an uninstalled tree)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("tidemark")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tidemark", description="Time for Kafka streams: watermarks, windows, seek."
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    parser.add_argument("--version", action="version", version=f"tidemark {_version()}")
+    add_connection_flags(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
@@ -93,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
-        with without_pandas(args.command in LIGHT_VERBS):
+        with connection_environment(args), without_pandas(args.command in LIGHT_VERBS):
             return int(args.func(args) or 0)
     except (InvalidTimestampError, InvalidDurationError) as exc:  # a bad number: usage error
         print(f"tidemark: error: {exc}", file=sys.stderr)

@@ -1,6 +1,8 @@
 """``tidemark read | watermarks | window | seek``: reading streams by time (S2-like).
 
     tidemark read shop/orders --ago 1h --count 10 --format json
+    tidemark read shop/orders --from 2026-11-27T01:00:00Z --until 2026-11-27T02:00:00Z
+    tidemark read shop/orders --ago 5m --follow      # until Ctrl-C (exit 0)
     tidemark read shop/orders --timestamp 1700000000000
     tidemark read shop/orders shop/payments --ago 10m --format json   # merged by time
     tidemark watermarks shop/orders --since 1700000000000 --format json
@@ -16,7 +18,9 @@ partition, offset, timestamp, key, body (UTF-8, else base64 with
 ``"value_encoding": "base64"``; a null value is ``null``). It stops after ``--count`` events, or at
 the end of the data committed when it started (the segments' last stable
 offsets, read in one request before reading), or -- a safety net -- when
-nothing arrives for ``--wait-ms``. It commits nothing anywhere. With
+nothing arrives for ``--wait-ms``; ``--until T`` leaves out events at or after T;
+``--follow`` never stops at the end, only on Ctrl-C (SIGINT, exit 0). It commits
+nothing anywhere. Times take one syntax (``tidemark.cli.times``). With
 ``TIDEMARK_TIME_SERVICE`` set, the start cut comes from ``tidemark serve``.
 
 Given several streams, ``read`` merges them by time: each starts at its own cut,
@@ -44,21 +48,33 @@ from controller.model import segment_number
 from infra.services import data_root
 from jobs.cli_args import positive_int
 from schemas.tables import MARKS, table_path
-from tidemark.cli.control_plane import ControlPlane, control_plane, service_addresses
+from tidemark.cli.control_plane import (
+    ControlPlane,
+    control_plane,
+    kafka_answers,
+    kafka_topics,
+    service_addresses,
+)
 from tidemark.cli.output import add_verb, emit, emit_rows
+from tidemark.cli.times import TIME_HELP, parse_ago, parse_time
 from tidemark.environment import Environment
 from tidemark.errors import ConfigurationError
 
 
 def _add_time_options(parser: argparse.ArgumentParser, *, since: bool = False) -> None:
     group = parser.add_mutually_exclusive_group(required=False)
+    # --timestamp and --since: both names kept (scripts rely on them), one syntax
     group.add_argument(
+        "--from",
         "--since" if since else "--timestamp",
+        *(("--timestamp",) if since else ("--since",)),
         dest="timestamp",
-        metavar="MS",
-        help="a time in milliseconds since the epoch",
+        metavar="TIME",
+        help=f"from this time: {TIME_HELP}",
     )
-    group.add_argument("--ago", metavar="DURATION", help="a time this long ago: 90s, 15m, 1h, 2d")
+    group.add_argument(
+        "--ago", metavar="DURATION", help="a time this long ago: 500ms, 90s, 15m, 2h, 1h30m, 2d"
+    )
 
 
 def register(sub: Any) -> None:
@@ -68,6 +84,17 @@ def register(sub: Any) -> None:
     read.add_argument("stream", nargs="+", help="scope/name (several: merged in time order)")
     _add_time_options(read)
     read.add_argument("--count", type=positive_int, default=None, help="stop after N events")
+    read.add_argument(
+        "--until",
+        metavar="TIME",
+        help=f"stop before the first event at or after this time: {TIME_HELP}",
+    )
+    read.add_argument(
+        "--follow",
+        action="store_true",
+        help="keep reading new events until Ctrl-C (SIGINT; exit 0) instead of stopping "
+        "at the end of the committed data",
+    )
     read.add_argument(
         "--wait-ms",
         type=positive_int,
@@ -88,18 +115,12 @@ def register(sub: Any) -> None:
 
 
 def _time_of(args: argparse.Namespace, *, required: bool = False) -> int | None:
-    # pipelines.reading.seek: off tidemark --help (the parser imports every verb module)
-    from pipelines.reading.seek import check_timestamp, parse_duration, wall_clock_ms
-
     if args.timestamp is not None:
-        return check_timestamp(args.timestamp)
+        return parse_time(args.timestamp, "--from")
     if args.ago is not None:
-        at = wall_clock_ms() - parse_duration(args.ago)
-        if at < 0:
-            raise ConfigurationError(f"--ago {args.ago}: that is before 1970 (time 0)")
-        return at
+        return parse_ago(args.ago)
     if required:
-        raise ConfigurationError("give --timestamp MS or --ago DURATION")
+        raise ConfigurationError("give --timestamp TIME or --ago DURATION")
     return None
 
 
@@ -185,14 +206,18 @@ would wait for the end-of-partition notice)."""
 
 def cmd_read(args: argparse.Namespace) -> int:
     # confluent_kafka: off tidemark --help (the parser imports every verb module)
-    from controller.kafka.admin import StreamTopics
     from pipelines.reading.group import ReaderConfig, ReaderGroup  # confluent_kafka: as above
     from pipelines.reading.seek import live_metadata, stream_cut_at  # as _time_of
 
     if len(args.stream) > 1:
+        if args.until is not None or args.follow:
+            raise ConfigurationError("--until and --follow read one stream (give one)")
         return _read_merged(args, _time_of(args))
     stream = args.stream[0]
     since = _time_of(args)
+    until = None if args.until is None else parse_time(args.until, "--until")
+    if until is not None and since is not None and until <= since:
+        raise ConfigurationError(f"--until {args.until} is not after the start time ({since})")
     kafka, _ = service_addresses()
     root = delta_root()
     with control_plane() as cp:
@@ -205,9 +230,10 @@ def cmd_read(args: argparse.Namespace) -> int:
             index = default_index(root)
             cut = stream_cut_at(stream, since, delta_root=root, store=cp.store, index=index)
         # Where committed data ends now: read to there and stop, no timeout to wait out.
-        ends = StreamTopics(kafka).last_stable_offsets(
-            meta.topic, sorted({segment_number(s) for s in meta.segments()})
-        )
+        with kafka_answers(kafka):
+            ends = kafka_topics(kafka).last_stable_offsets(
+                meta.topic, sorted({segment_number(s) for s in meta.segments()})
+            )
         group = ReaderGroup.ephemeral_group(
             stream,
             cut,
@@ -221,10 +247,12 @@ def cmd_read(args: argparse.Namespace) -> int:
         )
         printed = 0
         idle_since = time.monotonic()
-        with group, group.reader("cli") as reader:
+        with group, group.reader("cli") as reader, _until_interrupted(args.follow):
             while args.count is None or printed < args.count:
                 event = reader.read_next(timeout_ms=min(args.wait_ms, 20))
                 if event is None:
+                    if args.follow:
+                        continue
                     if at_committed_end(reader, ends):
                         break
                     if (time.monotonic() - idle_since) * 1000 >= args.wait_ms:
@@ -233,9 +261,24 @@ def cmd_read(args: argparse.Namespace) -> int:
                 idle_since = time.monotonic()
                 if since is not None and event.timestamp < since:
                     continue
+                if until is not None and event.timestamp >= until:
+                    continue
                 emit_rows(args, [event_row(event, args.format == "json")])
+                sys.stdout.flush()  # a follower's rows are out before the next wait
                 printed += 1
     return 0
+
+
+@contextlib.contextmanager
+def _until_interrupted(follow: bool) -> Iterator[None]:
+    """With ``--follow``, Ctrl-C (SIGINT) ends the read normally (exit 0): every row
+    read was printed and flushed, and the reader group is ephemeral (it commits nothing),
+    so stopping there loses nothing."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        if not follow:
+            raise
 
 
 def _read_merged(args: argparse.Namespace, since: int | None) -> int:
@@ -243,7 +286,6 @@ def _read_merged(args: argparse.Namespace, since: int | None) -> int:
     ``stream``. Ends as a read of one stream does, then prints what was held back, in
     order; late records (below a time already printed) are printed and counted."""
     # confluent_kafka, deltalake: off tidemark --help (the parser imports every verb module)
-    from controller.kafka.admin import StreamTopics
     from pipelines.reading.config import ReaderConfig
     from pipelines.reading.merge import merged_reader
     from pipelines.reading.seek import live_metadata
@@ -260,12 +302,13 @@ def _read_merged(args: argparse.Namespace, since: int | None) -> int:
         index = default_index(root)
     with control_plane() as cp:
         # Where committed data ends now, on every stream: read to there and stop.
-        topics = StreamTopics(kafka)
+        topics = kafka_topics(kafka)
         ends = {}
         for name in names:
             meta = live_metadata(cp.store, name)
             parts = sorted({segment_number(s) for s in meta.segments()})
-            ends[name] = topics.last_stable_offsets(meta.topic, parts)
+            with kafka_answers(kafka):
+                ends[name] = topics.last_stable_offsets(meta.topic, parts)
         # commit_interval_ms=0: the (in-memory) position is committed at every call, so a
         # sealed segment read to its end lets its successors in before the end check.
         config = ReaderConfig(

@@ -17,8 +17,10 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+from controller.exceptions import InvalidTimestampError
 from tidemark.cli.control_plane import control_plane, service_addresses
 from tidemark.cli.output import add_verb, emit
+from tidemark.cli.times import TIME_HELP, parse_time
 from tidemark.errors import ConfigurationError
 
 
@@ -31,9 +33,13 @@ def register(sub: Any) -> None:
     write.add_argument(
         "--key-separator", default=None, help="split each line into KEY<SEP>EVENT (e.g. '\\t')"
     )
-    write.add_argument("--timestamp", type=int, default=None, help="timestamp (ms) of every event")
+    write.add_argument(
+        "--timestamp", default=None, metavar="TIME", help=f"of every event: {TIME_HELP}"
+    )
     write.add_argument("--writer-id", default=None, help="writer id (default cli-<pid>)")
-    write.add_argument("--note-time", default=None, help="note this time (ms, or 'now') at the end")
+    write.add_argument(
+        "--note-time", default=None, metavar="TIME", help=f"note this time at the end: {TIME_HELP}"
+    )
 
 
 def _events(args: argparse.Namespace) -> Iterator[tuple[str | None, bytes]]:
@@ -61,16 +67,11 @@ def cmd_write(args: argparse.Namespace) -> int:
         if args.note_time == "now":
             note = -1
         else:
-            try:
-                note = int(args.note_time)
-            except ValueError:
-                raise ConfigurationError(
-                    f"--note-time {args.note_time!r}: expected milliseconds or 'now'"
-                ) from None
-            if not 0 <= note < 2**63:  # checked before anything is written
-                raise ConfigurationError(
-                    f"--note-time {args.note_time!r}: a time is milliseconds in [0, 2^63)"
-                )
+            try:  # checked before anything is written
+                note = parse_time(args.note_time, "--note-time")
+            except InvalidTimestampError as exc:
+                raise ConfigurationError(str(exc)) from None
+    timestamp = None if args.timestamp is None else parse_time(args.timestamp, "--timestamp")
     kafka, _ = service_addresses()
     writer_id = args.writer_id or f"cli-{os.getpid()}"
     count = 0
@@ -84,7 +85,7 @@ def cmd_write(args: argparse.Namespace) -> int:
         )
         try:
             for key, event in _events(args):
-                writer.write(event, key, timestamp=args.timestamp)
+                writer.write(event, key, timestamp=timestamp)
                 count += 1
             if note is not None:
                 writer.note_time(wall_clock_ms() if note == -1 else note)

@@ -11,6 +11,8 @@ JSON API (times in milliseconds since the epoch; a stream is ``scope/name``):
   stream_cut``; null: the head) and the resolved ``stream_cut``.
 - ``GET /api/streams/{scope}/{name}/stop?t=MS`` -- where to stop
   (``complete_cut_at``): ``found``; ``stream_cut`` null while incomplete.
+  Both also give ``offsets``, the cut as ``{topic: {partition: offset}}``
+  (Spark's ``startingOffsets``/``endingOffsets`` JSON).
   These two answer from memory, on the event loop; their latency is observed
   in ``tidemark_serve_request_duration_seconds``.
 - ``GET /api/streams/{scope}/{name}/wait?t=MS&timeout_ms=N`` -- a long poll: answers
@@ -60,7 +62,7 @@ import asyncio
 import contextlib
 import datetime
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -76,15 +78,16 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from controller.exceptions import UnknownStreamError
+from controller.model import segment_number
 from controller.navigation import at_or_after_head, head_cut
 from controller.timestamps import check_timestamp
 from pipelines.build_info import register_build_info
 from pipelines.reading.exceptions import InvalidTimestampError, UnknownReaderGroupError
 from pipelines.reading.time_service import cut_to_json, found_to_json, watermark_to_json
-from tidemark.errors import TidemarkError
+from tidemark.errors import ServiceUnavailableError, TidemarkError
 from tidemark.service.joint import joint_start, joint_stop, joint_wait, streams_param
 from tidemark.service.listing import held_back, page_of_streams
-from tidemark.service.state import ServiceUnavailableError, TimeService, stream_json, wall_ms
+from tidemark.service.state import TimeService, stream_json, wall_ms
 
 HERE = Path(__file__).parent
 HOUR_MS = 3_600_000
@@ -182,18 +185,21 @@ def build_app(service: TimeService) -> Starlette:
                 "timestamp": t,
                 "found": found_to_json(found),
                 "stream_cut": cut_to_json(cut),
+                "offsets": topic_offsets(meta.topic, cut),
             }
         )
 
     async def stop_cut(request: Request) -> Response:
         stream, t = _stream(request), _required_time(request)
         found = service.stop_lookup(stream, t)
+        topic = service.metadata(stream).topic
         return JSONResponse(
             {
                 "stream": stream,
                 "timestamp": t,
                 "found": found_to_json(found),
                 "stream_cut": None if found is None else cut_to_json(found.stream_cut),
+                "offsets": None if found is None else topic_offsets(topic, found.stream_cut),
             }
         )
 
@@ -402,6 +408,12 @@ def build_app(service: TimeService) -> Starlette:
     app = Starlette(routes=routes, exception_handlers=_handlers())
     app.state.service = service
     return app
+
+
+def topic_offsets(topic: str, cut: Mapping[int, int]) -> dict[str, dict[str, int]]:
+    """A stream cut as Spark's Kafka source takes ``startingOffsets``/``endingOffsets``:
+    ``{topic: {partition: offset}}`` (a segment is its topic's partition ``number``)."""
+    return {topic: {str(segment_number(seg)): offset for seg, offset in sorted(cut.items())}}
 
 
 def _required_time(request: Request) -> int:

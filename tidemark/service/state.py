@@ -59,7 +59,7 @@ from pipelines.reading.watermark_tables import (
     resolve_delta_root,
 )
 from schemas.tables import LAGGARDS, cut_from_cell, laggards_by_stream
-from tidemark.errors import ConfigurationError, TidemarkError
+from tidemark.errors import ConfigurationError, ServiceUnavailableError, TidemarkError
 from tidemark.service.group_metrics import GroupLagCollector
 
 log = logging.getLogger(__name__)
@@ -199,15 +199,6 @@ class StreamWaits:
 
 
 ZOOKEEPER, POSTGRESQL, KAFKA = "zookeeper", "postgresql", "kafka"
-
-
-class ServiceUnavailableError(TidemarkError):
-    """A service a request needs does not answer; ``service`` names it (``zookeeper``,
-    ``postgresql``): start it, or check the address the service was given."""
-
-    def __init__(self, service: str, detail: str) -> None:
-        super().__init__(f"{service} is unavailable: {detail}")
-        self.service = service
 
 
 class TimeService:

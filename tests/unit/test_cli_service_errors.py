@@ -1,0 +1,78 @@
+"""A service that does not answer is one line on stderr naming the service, its address
+and what to check (exit 1, no traceback) -- here a stopped ZooKeeper: a port nothing
+listens on."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+
+import tidemark.cli.control_plane as control_plane_module
+from tidemark.cli.main import main
+
+pytestmark = pytest.mark.unit
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_a_stopped_zookeeper_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    address = f"127.0.0.1:{_closed_port()}"
+    monkeypatch.setenv("TIDEMARK_ZK_CONNECT", address)
+    monkeypatch.setenv("TIDEMARK_KAFKA_BOOTSTRAP", f"127.0.0.1:{_closed_port()}")
+    monkeypatch.setattr(control_plane_module, "ZK_START_TIMEOUT_S", 1.0)
+    assert main(["scope", "list"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert f"ZooKeeper is unavailable: {address} gave no session" in err
+    assert "TIDEMARK_ZK_CONNECT" in err
+
+
+def test_topic_offsets_name_partitions_not_segment_ids() -> None:
+    """A successor segment (epoch 1, number 0) is partition 0 of the stream's topic."""
+    from controller.model import segment_id
+    from tidemark.service.app import topic_offsets
+
+    cut = {segment_id(1, 1): 7, segment_id(1, 0): 5}
+    assert topic_offsets("t", cut) == {"t": {"0": 5, "1": 7}}
+
+
+def test_the_zk_flag_wins_over_the_environment_for_one_command(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    flagged = f"127.0.0.1:{_closed_port()}"
+    monkeypatch.setenv("TIDEMARK_ZK_CONNECT", "127.0.0.1:1")
+    monkeypatch.setattr(control_plane_module, "ZK_START_TIMEOUT_S", 1.0)
+    assert main(["--zk", flagged, "--bootstrap", "127.0.0.1:2", "scope", "list"]) == 1
+    assert f"ZooKeeper is unavailable: {flagged} gave no session" in capsys.readouterr().err
+    assert os.environ["TIDEMARK_ZK_CONNECT"] == "127.0.0.1:1"  # restored after the command
+
+
+@pytest.mark.parametrize(
+    ("flag", "said"),
+    [("acks=all", "-X acks: not a property"), ("security.protocol", "give KEY=VALUE")],
+)
+def test_a_bad_client_property_is_refused_by_name(
+    flag: str, said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["-X", flag, "scope", "list"]) == 1
+    assert said in capsys.readouterr().err
+
+
+def test_a_client_property_reaches_the_environment_while_the_verb_runs() -> None:
+    import argparse
+
+    from tidemark.cli.connection import connection_environment
+
+    args = argparse.Namespace(client_properties=["sasl.username=alice"], bootstrap=None, zk=None)
+    before = os.environ.get("TIDEMARK_KAFKA_SASL_USERNAME")
+    with connection_environment(args):
+        assert os.environ["TIDEMARK_KAFKA_SASL_USERNAME"] == "alice"
+    assert os.environ.get("TIDEMARK_KAFKA_SASL_USERNAME") == before

@@ -1,0 +1,74 @@
+"""Global connection flags: ``tidemark --bootstrap B --zk Z -X key=value VERB ...``.
+
+They stand beside the environment variables (``tidemark.environment`` names them) and
+win over them for this one command: each flag sets its variable while the verb runs,
+so every verb and every library call below it sees one source of settings. ``-X``
+takes the Kafka client properties tidemark passes on (:data:`CLIENT_PROPERTIES`); any
+other key is refused, naming those it knows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+from collections.abc import Iterator
+
+from controller.kafka.settings import CLIENT_PROPERTY_VARIABLES
+from tidemark.environment import KAFKA_BOOTSTRAP, ZK_CONNECT
+from tidemark.errors import ConfigurationError
+
+CLIENT_PROPERTIES = CLIENT_PROPERTY_VARIABLES
+
+
+def add_connection_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--bootstrap", metavar="HOST:PORT,...", help=f"Kafka (else ${KAFKA_BOOTSTRAP})"
+    )
+    parser.add_argument(
+        "--zk", metavar="HOST:PORT[/chroot]", help=f"ZooKeeper (else ${ZK_CONNECT})"
+    )
+    parser.add_argument(
+        "-X",
+        dest="client_properties",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        help=f"a Kafka client property: {', '.join(sorted(CLIENT_PROPERTIES))}",
+    )
+
+
+def connection_settings(args: argparse.Namespace) -> dict[str, str]:
+    """The environment variables the flags set (checked: nothing runs on a bad ``-X``)."""
+    settings: dict[str, str] = {}
+    for item in args.client_properties:
+        key, sep, value = item.partition("=")
+        if not sep or not value:
+            raise ConfigurationError(f"-X {item!r}: give KEY=VALUE (e.g. -X security.protocol=SSL)")
+        if key.strip() not in CLIENT_PROPERTIES:
+            known = ", ".join(sorted(CLIENT_PROPERTIES))
+            raise ConfigurationError(
+                f"-X {key.strip()}: not a property tidemark passes on ({known})"
+            )
+        settings[CLIENT_PROPERTIES[key.strip()]] = value.strip()
+    if args.bootstrap:
+        settings[KAFKA_BOOTSTRAP] = args.bootstrap
+    if args.zk:
+        settings[ZK_CONNECT] = args.zk
+    return settings
+
+
+@contextlib.contextmanager
+def connection_environment(args: argparse.Namespace) -> Iterator[None]:
+    """Within the block, the flags' settings are in ``os.environ``; restored after."""
+    settings = connection_settings(args)
+    saved = {name: os.environ.get(name) for name in settings}
+    os.environ.update(settings)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
