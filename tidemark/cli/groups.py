@@ -11,15 +11,14 @@ tidemark group reset billing --cut '{"0": 120, "1": 98}'
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
-from controller.metadata import cut_from_json, cut_to_json
+from controller.metadata import cut_to_json
 from controller.timestamps import wall_clock_ms
 from tidemark.cli.control_plane import control_plane
+from tidemark.cli.cuts import CUT_HELP, format_cut, parse_cut
 from tidemark.cli.output import add_verb, emit, emit_rows
 from tidemark.cli.read import reader_group
-from tidemark.errors import ConfigurationError
 
 
 def register(sub: Any) -> None:
@@ -58,7 +57,7 @@ def register(sub: Any) -> None:
     )
     target = reset.add_mutually_exclusive_group(required=True)
     target.add_argument("--checkpoint", help="a checkpoint's name")
-    target.add_argument("--cut", help='a stream cut as JSON: {"segment id": offset, ...}')
+    target.add_argument("--cut", help=f"a stream cut: {CUT_HELP}")
 
 
 def _lag_row(lag: Any, now_ms: int) -> dict[str, Any]:
@@ -136,25 +135,13 @@ def cmd_checkpoints(args: argparse.Namespace) -> int:
     return 0
 
 
-def _parse_cut(text: str) -> dict[int, int]:
-    try:
-        raw = json.loads(text)
-        if not isinstance(raw, dict):
-            raise ValueError("not an object")
-        return cut_from_json(raw)
-    except (ValueError, TypeError) as exc:
-        raise ConfigurationError(
-            f'--cut must be a JSON object {{"segment id": offset}}, got {text!r} ({exc})'
-        ) from exc
-
-
 def cmd_reset(args: argparse.Namespace) -> int:
-    target: Any = args.checkpoint if args.checkpoint is not None else _parse_cut(args.cut)
+    target: Any = args.checkpoint if args.checkpoint is not None else parse_cut(args.cut)
     with reader_group(args.group) as group:
         cut = group.reset_to(target)
     emit(
         args,
         {"group": args.group, "stream_cut": cut_to_json(cut)},
-        f"group {args.group} reset to {cut}",
+        f"group {args.group} reset to {format_cut(cut)}",
     )
     return 0

@@ -21,6 +21,7 @@ from controller.model import KeyRange
 from controller.navigation import head_segments
 from tidemark.cli.adopt import register_verbs
 from tidemark.cli.control_plane import control_plane
+from tidemark.cli.cuts import CUT_HELP, parse_cut
 from tidemark.cli.output import add_verb, emit, emit_rows
 from tidemark.cli.stream_options import add_config_options, config_from_args, summary
 from tidemark.errors import ConfigurationError
@@ -51,22 +52,6 @@ def parse_ranges(text: str) -> list[KeyRange]:
     return out
 
 
-def parse_cut(text: str) -> dict[int, int]:
-    """``"4294967297=10,1=0"`` -> {segment id: offset}."""
-    cut = {}
-    for part in text.split(","):
-        seg, sep, off = part.partition("=")
-        try:
-            if not sep:
-                raise ValueError(part)
-            cut[int(seg)] = int(off)
-        except ValueError:
-            raise ConfigurationError(
-                f"--cut {text!r}: expected segment=offset pairs like 0=10,1=0"
-            ) from None
-    return cut
-
-
 # --- verbs -------------------------------------------------------------------------------
 
 
@@ -84,7 +69,7 @@ def register(sub: Any) -> None:
     scale.add_argument("--seal", required=True, help="segment ids to seal, e.g. 0,1")
     scale.add_argument("--ranges", required=True, help="new key ranges, e.g. 0:0.25,0.25:0.5")
     truncate = verb("truncate", "delete everything before a stream cut", cmd_truncate)
-    truncate.add_argument("--cut", required=True, help="segment=offset pairs, e.g. 0=10,1=4")
+    truncate.add_argument("--cut", required=True, help=CUT_HELP)
     verb("seal", "seal a stream: no more writes", cmd_seal)
     verb("delete", "delete a sealed stream (topic and metadata)", cmd_delete)
     listing = verb("list", "list streams", cmd_list, stream_arg=False)
