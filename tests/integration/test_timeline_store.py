@@ -63,6 +63,33 @@ def test_create_is_idempotent_by_id(store, tl):
     assert first.message.status(store.now_ms()) is Status.WAITING
 
 
+def test_a_batch_create_settles_each_message_on_its_own(store, tl):
+    """The batch path (COPY into a staging table on PostgreSQL): per message new,
+    retry, conflict or refusal, in order; nothing of a refused message stored."""
+    now = store.now_ms()
+    store.create(tl, b"old", timestamp_ms=now + HOUR, producer_group="g", id="b-old")
+    results = store.try_create_many(
+        tl,
+        [
+            NewMessage(b"one", now + HOUR, "g", "b-1", headers=[("h", b"\x00v")]),
+            NewMessage(b"old", now + HOUR, "g", "b-old"),
+            NewMessage(b"one", now + HOUR, "g", "b-1"),
+            NewMessage(b"two", now + HOUR, "g", "b-1"),
+            NewMessage(b"x" * 65, now + HOUR, "g", "b-big"),
+            NewMessage(b"other", now + HOUR, "g", "b-old"),
+        ],
+    )
+    new, retry, same, clash, big, old_clash = results
+    assert new.new and new.message.headers == (("h", b"\x00v"),)
+    assert not retry.new and retry.message.body == b"old"
+    assert not same.new and same.message.id == "b-1"
+    assert isinstance(clash, errors.DuplicateIdError) and clash.message_id == "b-1"
+    assert isinstance(big, errors.BodyTooLargeError) and big.message_id == "b-big"
+    assert isinstance(old_clash, errors.DuplicateIdError)
+    assert store.get(tl, "b-big") is None
+    assert store.count(tl).total == 2
+
+
 def test_generated_ids(store, tl):
     created = store.create(tl, b"x", timestamp_ms=0, producer_group="g")
     assert len(created.message.id) == 26
