@@ -40,7 +40,7 @@ USERS = {
     "controller": "controller-pw",
     "reader": "reader-pw",
     "mallory": "mallory-pw",
-    "spark-writer": "spark-writer-pw",  # a Spark writer job's principal (writer role)
+    "sparkjob": "sparkjob-pw",  # a Spark writer job's principal (writer role)
 }
 ADMIN_PASSWORD = "admin-pw"
 BUCKET = "lake"
@@ -119,7 +119,7 @@ class Deployment:
             grant_tidemark_acls(
                 self.kafka.client_config(),
                 self.cluster.marks_topic,
-                writers=["writer", "spark-writer"],
+                writers=["writer", "sparkjob"],
                 controllers=["controller"],
             )
 

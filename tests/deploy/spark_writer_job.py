@@ -5,8 +5,10 @@ as its own principal).
     spark-submit ... tests/deploy/spark_writer_job.py deploy/orders --bootstrap B --zk Z \\
         --job-id nightly --rows 200 --partitions 2
 
-Its rows' keys start with ``<job-id>-`` and their event times are the submit time;
-the tasks' reports are printed as one JSON line, the last on stdout.
+Its rows' keys start with ``<job-id>-``; their event times are null (none given: each
+task stamps the arrival time, after the job registered its writers, so no watermark
+emitted before can pass them). The tasks' reports are printed as one JSON line, the
+last on stdout.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import time
 
 from pyspark.sql import SparkSession
 
@@ -32,8 +33,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     spark = SparkSession.builder.appName(f"spark-writer-{args.job_id}").getOrCreate()
     try:
-        now = time.time_ns() // 1_000_000
-        rows = [(f"{args.job_id}-{i}", f"event-{i}", now) for i in range(args.rows)]
+        rows = [(f"{args.job_id}-{i}", f"event-{i}", None) for i in range(args.rows)]
         df = spark.createDataFrame(rows, "key string, value string, event_time long")
         target = StreamTarget(args.stream, args.bootstrap, args.zk)
         reports = write_to_stream(
