@@ -38,6 +38,10 @@ def parse(value: bytes) -> tuple[str, int]:
     return writer, int(number)
 
 
+def writer_config(d: Deployment) -> WriterConfig:
+    return WriterConfig(cluster=d.cluster, linger_ms=1)
+
+
 class Client:
     """A thread doing ``step`` until stopped; errors during faults are counted, not fatal."""
 
@@ -104,7 +108,7 @@ class Writer(Client):
                     stream,
                     store=store,
                     bootstrap_servers=d.bootstrap,
-                    config=WriterConfig(cluster=d.cluster, linger_ms=1),
+                    config=writer_config(d),
                 )
         self.drop_in = drop_in
 
@@ -112,18 +116,25 @@ class Writer(Client):
         number, self.number = self.number, self.number + 1
         now = time.time_ns() // 1_000_000
         if self.drop_in:
+            # Producer's way: flush returns what is still in flight, errors go to the callback
+            errors: list[object] = []
             self.writer.produce(
                 topic_for(self.stream),
                 body(self.name, number),
                 f"k{number}".encode(),
                 timestamp=now,
+                on_delivery=lambda err, msg: errors.append(err),
             )
+            if self.writer.flush(30) or errors != [None]:
+                raise RuntimeError(f"event {number} not acknowledged: {errors}")
         else:
             self.writer.write(body(self.name, number), routing_key=f"k{number}", timestamp=now)
-        self.writer.flush()
+            self.writer.flush()
         self.history.written.append(Written(self.name, number, now, self.history.tick()))
         self.writer.note_time(now)
-        self.writer.flush()
+        in_flight = self.writer.flush(30) if self.drop_in else self.writer.flush()
+        if in_flight:  # the drop-in's count; EventWriter.flush raises instead
+            raise RuntimeError(f"the note of {now} still in flight")
         self.history.noted.append(Noted(self.name, now, self.history.tick()))
 
     def close(self) -> None:
@@ -146,7 +157,7 @@ class TransactionWriter(Client):
                 stream,
                 store=store,
                 bootstrap_servers=d.bootstrap,
-                config=WriterConfig(cluster=d.cluster, linger_ms=1),
+                config=writer_config(d),
             )
 
     def step(self) -> None:
