@@ -89,6 +89,13 @@ def test_a_note_after_the_watermark_was_seen_binds_nothing() -> None:
     assert check(h) == []
 
 
+def test_a_watermark_seen_before_every_writer_noted_binds_nothing() -> None:
+    h = sound()
+    h.noted.append(Noted("t", 15, at=8))  # t noted only after the watermarks were seen
+    h.observed[1] = Observed(mark(1, 20, {0: 1, 1: 1}), at=7)
+    assert check(h) == []
+
+
 def test_a_cut_past_committed_data() -> None:
     h = sound()
     h.observed.append(Observed(mark(2, 25, {0: 9, 1: 1}), at=11))
