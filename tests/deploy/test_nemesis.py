@@ -158,10 +158,15 @@ def history(deployment: Deployment, seed: int) -> Iterator[History]:
                 if time.monotonic() >= ends:
                     break
                 nemesis.run(step)
-                watcher.more(1, f"step {number} healed: watermarks flow again")
-        finally:
-            for client in clients[:3]:
+                watcher.more(1, f"step {number} ({', '.join(map(str, step.faults))}) healed")
+        except AssertionError as exc:  # the system did not recover: no history to check
+            for client in clients:
                 client.stop()
+            group.close()
+            raise AssertionError(f"seed {seed}: {exc}") from exc
+        for client in clients[:3]:
+            client.stop()
+        try:
             # the last watermarks cover the last notes, the reader reaches the end
             watcher.more(3, "the last watermarks")
             stored(deployment, group, history)
@@ -171,13 +176,10 @@ def history(deployment: Deployment, seed: int) -> Iterator[History]:
                 SETTLE_S,
                 "the group read everything",
             )
+        finally:
             clients[3].stop()
             group.close()
-            print(
-                "nemesis failures survived by clients:",
-                {c.name: c.failures for c in clients},
-                flush=True,
-            )
+        print("nemesis failures survived by clients:", {c.name: c.failures for c in clients})
         yield history
 
 
