@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.tidemark-installed
 DEMO_STAMP := $(VENV)/.tidemark-demo-installed
 
 .DEFAULT_GOAL := help
-.PHONY: help setup setup-demo browser promtool demo test test-faults test-deploy test-unit lint bench soak up down status clean
+.PHONY: help setup setup-demo browser promtool demo test test-faults test-deploy test-unit nemesis lint bench soak up down status clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -70,6 +70,12 @@ test-faults: setup ## the fault suite: broker/controller/ZooKeeper faults, hosti
 
 test-deploy: setup ## the deployment tests: Spark standalone, secured Kafka, ZooKeeper ensemble, S3 store (docs/deploying.md)
 	$(PY) -m pytest -q -m deploy
+
+# SECONDS of faults (default 1800); SEED replays a schedule (default: a new one, printed).
+NEMESIS_SECONDS ?= 1800
+nemesis: setup ## the nemesis, longer: make nemesis SECONDS=1800 SEED=<seed> (docs/operations/tests.md)
+	TIDEMARK_NEMESIS_SECONDS=$(or $(SECONDS),$(NEMESIS_SECONDS)) TIDEMARK_NEMESIS_SEED=$(SEED) \
+		$(PY) -m pytest -q -s -p no:cacheprovider tests/deploy/test_nemesis.py
 
 test-unit: setup ## the fast tests only
 	$(PY) -m pytest -q -m unit

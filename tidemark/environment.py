@@ -35,6 +35,10 @@ KAFKA_SASL_MECHANISM = "TIDEMARK_KAFKA_SASL_MECHANISM"
 """``SCRAM-SHA-512`` (default with SASL), ``SCRAM-SHA-256`` or ``PLAIN``."""
 KAFKA_SASL_USERNAME = "TIDEMARK_KAFKA_SASL_USERNAME"
 KAFKA_SASL_PASSWORD = "TIDEMARK_KAFKA_SASL_PASSWORD"
+NEMESIS_SEED = "TIDEMARK_NEMESIS_SEED"
+"""The nemesis test's seed (tests/deploy/test_nemesis.py): set, it replays that schedule."""
+NEMESIS_SECONDS = "TIDEMARK_NEMESIS_SECONDS"
+"""How long the nemesis test injects faults (default 300)."""
 
 ALL = (
     KAFKA_BOOTSTRAP,

@@ -1,0 +1,192 @@
+"""A Jepsen-style nemesis on the deployed shape (issue 29 item 5).
+
+On its own deployment (3 SASL brokers, a ZooKeeper ensemble, Spark standalone with two
+workers, s3proxy, two controller drivers), writers of each kind write numbered events
+and note time and a reader group reads, while a seeded schedule kills and restarts
+brokers, ZooKeeper nodes, Spark workers, the leading driver and the object store. Then
+the checker (tests/deploy/nemesis/checker.py) holds the run's history against what is
+in Kafka and Delta. The seed is printed; ``TIDEMARK_NEMESIS_SEED`` replays it and
+``TIDEMARK_NEMESIS_SECONDS`` sets how long faults go on (``make nemesis``).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from controller.config import ScalingPolicy, StreamConfiguration
+from controller.kafka.settings import client_config
+from controller.naming import topic_for
+from controller.streams import StreamManager
+from controller.zookeeper.driver import controller_view
+from controller.zookeeper.session import zookeeper_session
+from controller.zookeeper.store import ZooKeeperStore
+from pipelines.reading.group import ReaderGroup
+from pipelines.reading.watermark_tables import read_watermarks
+from tests.deploy.deployment import Deployment, wait_until
+from tests.deploy.nemesis.checker import check
+from tests.deploy.nemesis.clients import GroupReader, TransactionWriter, Writer, parse
+from tests.deploy.nemesis.history import History, Observed, Read, Stored
+from tests.deploy.nemesis.schedule import Nemesis, plan
+from tidemark.environment import NEMESIS_SECONDS, NEMESIS_SEED
+
+STREAM = "nemesis/events"
+START_S = 240
+SETTLE_S = 120
+
+
+@pytest.fixture(scope="module")
+def seed() -> int:
+    chosen = int(os.environ.get(NEMESIS_SEED) or random.SystemRandom().randrange(2**31))
+    print(f"\nnemesis seed {chosen} (replay: {NEMESIS_SEED}={chosen})", flush=True)
+    return chosen
+
+
+class Watcher:
+    """Notes each watermark the first time it is seen in Delta."""
+
+    def __init__(self, d: Deployment, history: History) -> None:
+        self.d = d
+        self.history = history
+        self.seen: set[int] = set()
+
+    def poll(self) -> int:
+        try:
+            marks = read_watermarks(self.d.delta_root, STREAM, self.d.s3.storage_options())
+        except Exception:  # no table yet, or the store is down
+            return len(self.seen)
+        at = self.history.tick()
+        for m in marks:
+            if m.seq not in self.seen:
+                self.seen.add(m.seq)
+                self.history.observed.append(Observed(m, at))
+        return len(self.seen)
+
+    def more(self, count: int, what: str) -> None:
+        """Wait for ``count`` watermarks more than seen now."""
+        seen = self.poll()
+        wait_until(lambda: self.poll() >= seen + count, SETTLE_S, what)
+
+
+def stored(d: Deployment, group: ReaderGroup, history: History) -> None:
+    """Everything in the stream's topic, read committed, and each segment's end."""
+    with d.as_user("admin"):
+        config = client_config(d.bootstrap)
+    consumer = Consumer(
+        {
+            **config,
+            "group.id": "nemesis-check",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "log_level": 0,
+        }
+    )
+    topic = topic_for(STREAM)
+    try:
+        partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
+        ends = {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
+            for p in partitions
+        }
+        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+        positions = dict.fromkeys(partitions, 0)
+        deadline = time.monotonic() + 120
+        while any(positions[p] < ends[p] for p in partitions) and time.monotonic() < deadline:
+            msg = consumer.poll(1.0)
+            if msg is None:
+                # past an aborted transaction's last record the position is its end
+                for tp in consumer.position([TopicPartition(topic, p) for p in partitions]):
+                    positions[tp.partition] = max(positions[tp.partition], tp.offset)
+                continue
+            assert msg.error() is None, msg.error()
+            partition, offset, value = msg.partition(), msg.offset(), msg.value()
+            assert partition is not None and offset is not None and value is not None
+            positions[partition] = offset + 1
+            writer, number = parse(value)
+            history.stored.append(Stored(writer, number, group.segment_of(partition), offset))
+    finally:
+        consumer.close()
+    history.ends.update({group.segment_of(p): end for p, end in ends.items()})
+
+
+@pytest.fixture(scope="module")
+def history(deployment: Deployment, seed: int) -> Iterator[History]:
+    history = History()
+    seconds = float(os.environ.get(NEMESIS_SECONDS) or 300)
+    with deployment.as_user("admin"), zookeeper_session(deployment.zookeeper.connect_string) as zk:
+        store = ZooKeeperStore(zk, deployment.cluster.zk_root)
+        manager = StreamManager(store, deployment.bootstrap, deployment.cluster)
+        manager.create_scope(STREAM.split("/")[0])
+        manager.create(STREAM, StreamConfiguration(scaling_policy=ScalingPolicy.fixed(2)))
+
+        def leader() -> str | None:
+            view = controller_view(zk, deployment.cluster.zk_root, deployment.cluster.marks_topic)
+            return view.leader
+
+        deployment.submit_controller("a", "--no-warm-up")
+        watcher = Watcher(deployment, history)
+        wait_until(lambda: leader() == "a", START_S, "driver a leads", *deployment.drivers.values())
+        group = ReaderGroup.create(
+            "nemesis",
+            STREAM,
+            store=store,
+            bootstrap_servers=deployment.bootstrap,
+            delta_root=deployment.delta_root,
+            storage_options=deployment.s3.storage_options(),
+        )
+        clients = [
+            Writer(deployment, store, STREAM, "event-writer", history),
+            Writer(deployment, store, STREAM, "drop-in", history, drop_in=True),
+            TransactionWriter(deployment, store, STREAM, "transactional", history),
+            GroupReader(group, history),
+        ]
+        for client in clients:
+            client.start()
+        wait_until(
+            lambda: watcher.poll() >= 3, START_S, "watermarks in Delta", deployment.drivers["a"]
+        )
+        deployment.submit_controller("b", "--no-warm-up")
+        nemesis = Nemesis(deployment, leader)
+        ends = time.monotonic() + seconds
+        try:
+            for number, step in enumerate(plan(seed, 1000)):
+                if time.monotonic() >= ends:
+                    break
+                nemesis.run(step)
+                watcher.more(1, f"step {number} ({', '.join(map(str, step.faults))}) healed")
+        except AssertionError as exc:  # the system did not recover: no history to check
+            for client in clients:
+                client.stop()
+            group.close()
+            raise AssertionError(f"seed {seed}: {exc}") from exc
+        for client in clients[:3]:
+            client.stop()
+        try:
+            # the last watermarks cover the last notes, the reader reaches the end
+            watcher.more(3, "the last watermarks")
+            stored(deployment, group, history)
+            wanted = len({s.id for s in history.stored})
+            wait_until(
+                lambda: len({r.id for r in history.reads if isinstance(r, Read)}) >= wanted,
+                SETTLE_S,
+                "the group read everything",
+            )
+        finally:
+            clients[3].stop()
+            group.close()
+        print("nemesis failures survived by clients:", {c.name: c.failures for c in clients})
+        yield history
+
+
+def test_no_invariant_broken_under_the_nemesis(history: History, seed: int) -> None:
+    found = check(history)
+    print(
+        f"nemesis: {len(history.written)} events acknowledged or aborted, "
+        f"{len(history.observed)} watermarks, {len(history.reads)} reads"
+    )
+    assert not found, f"seed {seed}:\n" + "\n".join(map(str, found))
