@@ -19,5 +19,5 @@ def test_pairs_and_json_parse_alike_and_print_as_pairs():
     "text", ["", "0", "0=", "=1", "a=1", "0=-1", "-1=0", "0=1,0=2", "[1]", '{"0": "1"}', "{0: 1}"]
 )
 def test_a_bad_cut_names_the_flag_and_the_syntax(text):
-    with pytest.raises(ConfigurationError, match="--cut .*segment=offset pairs"):
+    with pytest.raises(ConfigurationError, match=r"--cut .*segment=offset pairs"):
         parse_cut(text)
