@@ -312,6 +312,18 @@ class _StreamWriter(Closing):
         self._log.forget(seg_id)
         return records
 
+    def _checked_headers(self, headers: Headers | None) -> KafkaHeaders | None:
+        """``checked_headers(headers)``; headers equal to the last ones given (the same
+        object, as a caller passing one constant list does) reuse their checked copy: it is
+        shared by the records kept for a replay, which nothing changes."""
+        if headers is None:
+            return None
+        if headers is self._headers_given and headers == self._headers_kept:
+            return self._headers_kept
+        kept = self._headers_kept = checked_headers(headers)
+        self._headers_given = headers
+        return kept
+
     def _send(
         self,
         seg: Segment,
@@ -542,13 +554,12 @@ class EventWriter(_StreamWriter):
             key = _routing_key_bytes(routing_key)
         if timestamp is not None:
             check_timestamp(timestamp)
-        if headers is None:
+        if headers is None:  # self._checked_headers, inlined
             kafka_headers = None
         elif headers is self._headers_given and headers == self._headers_kept:
-            kafka_headers = self._headers_kept  # the same headers again: checked, kept (shared)
+            kafka_headers = self._headers_kept
         else:
-            kafka_headers = self._headers_kept = checked_headers(headers)
-            self._headers_given = headers
+            kafka_headers = self._checked_headers(headers)
         with self._lock:
             if self._closed or self._fatal is not None or self._failures:
                 self._check_usable()
