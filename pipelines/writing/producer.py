@@ -438,9 +438,16 @@ class TidemarkProducer(Closing):
             if partition < 0:
                 partition = st.partition_for(key)
             seg = st.segment_of[partition]
-            if timestamp:
-                check_timestamp(timestamp)
-            ts = st.clock.peek(seg, timestamp or None, wall_clock_ms())
+            clock = st.clock
+            if not timestamp and clock.arrival_stamps:
+                ts = wall_clock_ms()  # the clock's peek for a record given no timestamp, inlined
+                floor = st.floors.get(seg)
+                if floor is not None and floor > ts:
+                    ts = floor
+            else:
+                if timestamp:
+                    check_timestamp(timestamp)
+                ts = clock.peek(seg, timestamp or None, wall_clock_ms())
             groups = st.groups
             cb = on_delivery or callback or user_delivery
             report = (

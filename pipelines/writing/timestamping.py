@@ -119,11 +119,23 @@ class SegmentClock:
     """One writer's timestamp floors, per segment; applies :func:`stamp` and remembers."""
 
     def __init__(self, policy: TimestampPolicy) -> None:
+        self.arrival_stamps = False
+        """Whether a record given no timestamp takes its arrival time (every mode but
+        ``client-require``): the writers' hot path then stamps inline, without :meth:`peek`."""
         self.policy = policy
         self._floors: dict[int, int] = {}
         self.live_floors = self._floors
         """The floors themselves (not a copy): a writer's hot path stores a stamp it just
         sent, as returned by :meth:`peek` (never below the floor), in it directly."""
+
+    @property
+    def policy(self) -> TimestampPolicy:
+        return self._policy
+
+    @policy.setter
+    def policy(self, policy: TimestampPolicy) -> None:
+        self._policy = policy
+        self.arrival_stamps = policy.mode is not TimestampingMode.CLIENT_REQUIRE
 
     def floor(self, segment: int) -> int | None:
         return self._floors.get(segment)

@@ -48,7 +48,7 @@ from pipelines.writing.exceptions import (
     TransactionTimedOutError,
     WriterConfigError,
 )
-from pipelines.writing.headers import Headers, KafkaHeaders, checked_headers
+from pipelines.writing.headers import Headers, KafkaHeaders
 from pipelines.writing.positions import merge
 from pipelines.writing.timestamping import check_timestamp
 from pipelines.writing.writer import RoutingKey, Serializer, _routing_key_bytes, _StreamWriter
@@ -232,7 +232,7 @@ class TransactionalWriter(_StreamWriter):
         key = _routing_key_bytes(routing_key)
         if timestamp is not None:
             check_timestamp(timestamp)
-        kafka_headers = checked_headers(headers)
+        kafka_headers = self._checked_headers(headers)
         with self._lock:
             self._require_open(txn)
             view = self._view

@@ -204,6 +204,9 @@ class _StreamWriter(Closing):
         self._topic = metadata.topic
         self._routes: dict[bytes, Segment] = {}
         self._writable = True
+        # The headers last given to ``write`` and their checked copy, reused while equal.
+        self._headers_given: object = None
+        self._headers_kept: KafkaHeaders | None = None
 
         settings = config.producer_settings(
             bootstrap_servers,
@@ -308,6 +311,18 @@ class _StreamWriter(Closing):
         records = self._log.cut_off(seg_id, size)
         self._log.forget(seg_id)
         return records
+
+    def _checked_headers(self, headers: Headers | None) -> KafkaHeaders | None:
+        """``checked_headers(headers)``; headers equal to the last ones given (the same
+        object, as a caller passing one constant list does) reuse their checked copy: it is
+        shared by the records kept for a replay, which nothing changes."""
+        if headers is None:
+            return None
+        if headers is self._headers_given and headers == self._headers_kept:
+            return self._headers_kept
+        kept = self._headers_kept = checked_headers(headers)
+        self._headers_given = headers
+        return kept
 
     def _send(
         self,
@@ -539,7 +554,12 @@ class EventWriter(_StreamWriter):
             key = _routing_key_bytes(routing_key)
         if timestamp is not None:
             check_timestamp(timestamp)
-        kafka_headers = checked_headers(headers) if headers is not None else None
+        if headers is None:  # self._checked_headers, inlined
+            kafka_headers = None
+        elif headers is self._headers_given and headers == self._headers_kept:
+            kafka_headers = self._headers_kept
+        else:
+            kafka_headers = self._checked_headers(headers)
         with self._lock:
             if self._closed or self._fatal is not None or self._failures:
                 self._check_usable()
@@ -553,7 +573,13 @@ class EventWriter(_StreamWriter):
             now = self._now_ms()
             seg_id = seg.id
             number = seg_id & 0xFFFFFFFF  # segment_number, inlined
-            ts = self._clock.peek(seg_id, timestamp, now)
+            if timestamp is None and self._clock.arrival_stamps:
+                ts = now  # self._clock.peek's rule for a record given no timestamp, inlined
+                floor = self._floors.get(seg_id)
+                if floor is not None and floor > ts:
+                    ts = floor
+            else:
+                ts = self._clock.peek(seg_id, timestamp, now)
             # The segment's report callback appends the record's offset to the sent log.
             add = self._adders.get(seg_id)
             if add is None:

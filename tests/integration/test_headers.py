@@ -175,6 +175,30 @@ def test_bad_headers_are_named_and_nothing_is_sent(
     producer.close()
 
 
+def test_headers_changed_in_place_are_checked_again(
+    manager, store, kafka, wconfig, unique, tmp_path
+):
+    """EventWriter.write reuses its checked copy of headers equal to the last ones: a list
+    given again after a change in place is checked again, and a record keeps its own."""
+    stream = make_stream(manager, unique, segments=1)
+    headers: list[Any] = [("trace-id", b"1")]
+    with EventWriter("w", stream, store=store, bootstrap_servers=kafka, config=wconfig) as w:
+        w.write(b"a", "k", headers=headers)
+        headers[0] = ("trace-id", "text")
+        with pytest.raises(InvalidHeaderError, match=_literal("value must be bytes, got str")):
+            w.write(b"x", "k", headers=headers)
+        headers[0] = ("trace-id", b"2")
+        w.write(b"b", "k", headers=headers)
+        w.flush()
+    group = ReaderGroup.create(f"g{unique}", stream, **group_kw(store, kafka, str(tmp_path)))
+    with group, group.reader("r") as reader:
+        events = read_all(reader)
+    assert [(e.body, e.headers) for e in events] == [
+        (b"a", (("trace-id", b"1"),)),
+        (b"b", (("trace-id", b"2"),)),
+    ]
+
+
 def _literal(text: str) -> str:
     return re.escape(text)
 
