@@ -10,8 +10,9 @@ test suite) at an existing service instead of starting a local process.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -97,3 +98,19 @@ class Environment:
             time_service=get(TIME_SERVICE),
             python_zygote=get(PYTHON_ZYGOTE) not in (None, "0"),
         )
+
+
+@contextlib.contextmanager
+def overridden(values: Mapping[str, str]) -> Iterator[None]:
+    """This process's environment with ``values`` set inside the block, as it was after
+    (the CLI's connection flags, a test acting as another principal)."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

@@ -6,7 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.deploy.deployment import Deployment, environment
+from tests.deploy.deployment import Deployment
+from tidemark.environment import overridden
 
 
 @pytest.fixture(scope="module")
@@ -16,7 +17,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
     JVMs stop as soon as the deployment tests end, not with the whole suite."""
     with (
         Deployment.start(tmp_path_factory.mktemp("deployment")) as started,
-        environment(started.s3.reader_environment()),
+        overridden(started.s3.reader_environment()),
     ):
         yield started
 

@@ -17,7 +17,6 @@ import contextlib
 import os
 import sys
 import time
-from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -32,7 +31,7 @@ from infra.process import ManagedProcess
 from infra.s3proxy import S3Proxy, bucket_path
 from infra.spark_cluster import SparkCluster, spark_home
 from infra.zookeeper import ZooKeeperEnsemble
-from tidemark.environment import DELTA_ROOT, KAFKA_BOOTSTRAP, ZK_CONNECT
+from tidemark.environment import DELTA_ROOT, KAFKA_BOOTSTRAP, ZK_CONNECT, overridden
 
 ROOT = Path(__file__).resolve().parents[2]
 USERS = {
@@ -63,21 +62,6 @@ SUBMIT_CONF = {
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
 }
-
-
-@contextlib.contextmanager
-def environment(values: Mapping[str, str]) -> Iterator[None]:
-    """This process's environment with ``values`` set inside the block, as it was after."""
-    saved = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 @dataclass
@@ -163,7 +147,7 @@ class Deployment:
 
     def as_user(self, user: str) -> contextlib.AbstractContextManager[None]:
         """Clients built inside the block (in this process) connect as ``user``."""
-        return environment(self.principal_env(user))
+        return overridden(self.principal_env(user))
 
     def spark_submit_argv(self, user: str, script: Path, *args: str) -> list[str]:
         """``spark-submit <script> <args>`` to the standalone cluster as ``user``: the jars,

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 from collections.abc import Iterator
 
 from controller.kafka.settings import CLIENT_PROPERTY_VARIABLES
-from tidemark.environment import KAFKA_BOOTSTRAP, ZK_CONNECT
+from tidemark.environment import KAFKA_BOOTSTRAP, ZK_CONNECT, overridden
 from tidemark.errors import ConfigurationError
 
 CLIENT_PROPERTIES = CLIENT_PROPERTY_VARIABLES
@@ -61,14 +60,5 @@ def connection_settings(args: argparse.Namespace) -> dict[str, str]:
 @contextlib.contextmanager
 def connection_environment(args: argparse.Namespace) -> Iterator[None]:
     """Within the block, the flags' settings are in ``os.environ``; restored after."""
-    settings = connection_settings(args)
-    saved = {name: os.environ.get(name) for name in settings}
-    os.environ.update(settings)
-    try:
+    with overridden(connection_settings(args)):
         yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
