@@ -538,32 +538,6 @@ def capacity(spark: Any, services: Any, root: str, work: Path) -> list[str]:
 
 
 def freshness(spark: Any, services: Any, root: str, work: Path) -> list[str]:
-    settings = _settings(services, root, work, FRESH_BUCKETS, interval_ms=1000, warm_up=False)
-    samples, phases = fresh_marks(spark, services, settings)
-    lags = [visible - at for visible, at in samples]
-    if not lags:
-        return ["freshness: no watermark became visible"]
-    p50, p99 = _pct(lags, 50), _pct(lags, 99)
-    return [
-        f"freshness at a 1 s interval, {FRESH_BUCKETS} buckets on "
-        f"{_partitions(spark, settings)} state partitions, {FRESH_STREAMS} streams x 2 "
-        f"writers noting every 200 ms: p50 {p50:.0f} ms, p99 {p99:.0f} ms over {len(lags)} "
-        f"watermarks (goal p99 <= 1500 ms: {'met' if p99 <= 1500 else 'NOT met'}); "
-        f"mean {statistics.mean(lags):.0f} ms",
-        f"  batch phases, median ms of the last batches: {phases}",
-    ]
-
-
-def fresh_marks(
-    spark: Any,
-    services: Any,
-    settings: Any,
-    during: tuple[float, Callable[[], None]] | None = None,
-) -> tuple[list[tuple[float, int]], str]:
-    """Freshness's run: ``FRESH_STREAMS`` streams x 2 writers noting every 200 ms under
-    a controller job; each watermark (after the warm-up) as ``(wall ms when first
-    visible in Delta, its time)``, and the query's batch phases. ``during = (s, act)``:
-    ``act()`` once, ``s`` seconds into the measured window (a fault)."""
     import pyarrow.parquet as pq
     from deltalake import DeltaTable
     from kazoo.client import KazooClient
@@ -574,6 +548,7 @@ def fresh_marks(
     from jobs.controller_job import ControllerJob
     from jobs.tables import MARKS, table_path
 
+    settings = _settings(services, root, work, FRESH_BUCKETS, interval_ms=1000, warm_up=False)
     client = KazooClient(hosts=settings.zk_connect)
     client.start(timeout=30)
     store = ZooKeeperStore(client, settings.cluster.zk_root)
@@ -584,7 +559,7 @@ def fresh_marks(
         manager.create(s, StreamConfiguration(scaling_policy=ScalingPolicy.fixed(1)))
     job = ControllerJob(spark, settings, "fresh").start()
     seen: dict[tuple[str, int], float] = {}
-    samples: list[tuple[float, int]] = []
+    lags: list[float] = []
     noter: subprocess.Popen[str] | None = None
     try:
         job.wait_leading(600)
@@ -612,9 +587,6 @@ def fresh_marks(
         version = dt.version()
         read: set[str] = set()  # data files already read: a tailing reader reads new ones
         while time.monotonic() < end:
-            if during is not None and time.monotonic() >= warmup_until + during[0]:
-                during[1]()
-                during = None
             dt.update_incremental()
             if dt.version() != version:
                 version = dt.version()
@@ -628,7 +600,7 @@ def fresh_marks(
                         if key not in seen:
                             seen[key] = visible
                             if time.monotonic() > warmup_until:
-                                samples.append((visible, r["time"]))
+                                lags.append(visible - r["time"])
             time.sleep(0.05)
         phases = _phases(job.query)
     finally:
@@ -637,7 +609,17 @@ def fresh_marks(
         job.stop()
         client.stop()
         client.close()
-    return samples, phases
+    if not lags:
+        return ["freshness: no watermark became visible"]
+    p50, p99 = _pct(lags, 50), _pct(lags, 99)
+    return [
+        f"freshness at a 1 s interval, {FRESH_BUCKETS} buckets on "
+        f"{_partitions(spark, settings)} state partitions, {FRESH_STREAMS} streams x 2 "
+        f"writers noting every 200 ms: p50 {p50:.0f} ms, p99 {p99:.0f} ms over {len(lags)} "
+        f"watermarks (goal p99 <= 1500 ms: {'met' if p99 <= 1500 else 'NOT met'}); "
+        f"mean {statistics.mean(lags):.0f} ms",
+        f"  batch phases, median ms of the last batches: {phases}",
+    ]
 
 
 def _phases(query: Any) -> str:
