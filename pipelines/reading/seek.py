@@ -158,8 +158,6 @@ class SeekIndex:
         self._index = DeltaSource(table_path(self.delta_root, INDEX), self.storage_options)
         self._warm_after = warm_after
         self._cold_lookups: dict[str, int] = {}
-        self._marks_opening: threading.Thread | None = None
-        """``marks`` being opened beside a first cold lookup's index search (``_cold``)."""
 
     # -- warm path ----------------------------------------------------------------------------
 
@@ -227,13 +225,6 @@ class SeekIndex:
                 self._cold_lookups.pop(stream, None)
                 return False
             self._cold_lookups[stream] = asked
-            if self._marks.version is None and self._marks_opening is None:
-                # The answer's cut comes from marks: open it on a thread (deltalake
-                # releases the GIL) while this one opens and searches the index.
-                self._marks_opening = threading.Thread(
-                    target=_open_quietly, args=(self._marks,), daemon=True
-                )
-                self._marks_opening.start()
             return True
 
     def _found(self, stream: str, index: int | None) -> Found | None:
@@ -257,11 +248,7 @@ class SeekIndex:
             if cached is not None:
                 self._cuts.move_to_end(key)
                 return cached
-            opening, self._marks_opening = self._marks_opening, None
-            if opening is not None:
-                opening.join()
-            if opening is None or self._marks.version is None:
-                self._marks.refresh()  # (opened just now: current enough for this lookup)
+            self._marks.refresh()
             found = read_cut_from(self._marks, stream, seq, at)
             if found is None:
                 raise _missing_mark(stream, seq)
@@ -379,14 +366,6 @@ class SeekIndex:
         """:meth:`start` without the in-memory index: statistics, one row group, one cut."""
         found = self._found_row(stream, self._cold_start_row(stream, t))
         return None if found is None else found.stream_cut
-
-
-def _open_quietly(source: DeltaSource) -> None:
-    """Open a table ahead of use; a failure is raised again by the user's own refresh."""
-    try:
-        source.refresh()
-    except Exception as exc:
-        log.debug("opening %s ahead of use: %s", source.uri, exc)
 
 
 @dataclass(frozen=True)

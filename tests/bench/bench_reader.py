@@ -166,8 +166,7 @@ def _cold_lookups(
     for _ in range(COLD_LOOKUPS):
         t = rng.randrange(int(upper[0]), int(upper[-1]))
         a = time.perf_counter()
-        found = SeekIndex(str(root)).start(stream, t)  # a fresh index: its first lookup is cold
-        cut = None if found is None else found.stream_cut
+        cut = SeekIndex(str(root)).cold_start_cut(stream, t)
         b = time.perf_counter()
         kafka.append(topic.lookup(topic.base_ts + rng.randrange(0, 20_000)))
         assert cut is not None and len(cut) == PARTITIONS
