@@ -6,8 +6,9 @@
 
 Three ZooKeeper nodes in one ensemble, three Kafka brokers with SASL/SCRAM and
 ACLs (one principal per role, plus ``mallory`` with none), s3proxy as the
-object store holding the Delta tables and the controller's checkpoint, and a
-Spark standalone master with two workers. Everything binds 127.0.0.1 on free
+object store holding the Delta tables (the controller's checkpoint on a local
+directory both drivers reach, see ``checkpoint_root``), and a Spark standalone
+master with two workers. Everything binds 127.0.0.1 on free
 ports, keeps its data under ``tmp`` and is stopped when the block ends.
 """
 
