@@ -30,6 +30,7 @@ timeout (:class:`CheckpointTimeoutError`; nothing is recorded).
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -121,7 +122,17 @@ class CheckpointHost(Protocol):
 
 
 class PendingCheckpoint:
-    """A checkpoint being taken; :meth:`done` moves it on, :meth:`result` waits for it."""
+    """A checkpoint being taken; :meth:`done` moves it on, :meth:`result` waits for it.
+
+    It also moves on by itself, as Pravega's checkpoint future does: a daemon
+    thread takes it once every online reader has acknowledged, or withdraws
+    the request at the timeout. An initiator that never waits (or the reader
+    thread itself, which cannot wait: it must read to acknowledge) does not
+    hold the group still for ever.
+    """
+
+    DRIVE_S = 0.05
+    """How often the background thread looks at the acknowledgements."""
 
     def __init__(
         self,
@@ -136,12 +147,18 @@ class PendingCheckpoint:
         self._monotonic = monotonic
         self._deadline = monotonic() + timeout_ms / 1000
         self._result: Checkpoint | None = None
+        self._error: CheckpointTimeoutError | CheckpointExistsError | None = None
+        self._lock = threading.Lock()
+        self._over = threading.Event()
         registry = group.registry
         if registry.checkpoint(group.name, name) is not None:
             raise CheckpointExistsError(group.name, name)
         if not registry.request_checkpoint(group.name, name):
             raise CheckpointInProgressError(group.name, registry.checkpoint_request(group.name))
         log.info("reader group %s: checkpoint %s requested", group.name, name)
+        threading.Thread(
+            target=self._drive, name=f"checkpoint-{group.name}-{name}", daemon=True
+        ).start()
 
     def missing(self) -> list[str]:
         """Online readers that have not acknowledged yet."""
@@ -153,16 +170,29 @@ class PendingCheckpoint:
         """True once taken; takes it when every online reader has acknowledged.
 
         :class:`CheckpointTimeoutError` after the timeout (the request is withdrawn)."""
-        if self._result is not None:
-            return True
-        missing = self.missing()
-        if not missing:
-            self._result = self._take()
-            return True
-        if self._monotonic() >= self._deadline:
-            self.group.registry.end_checkpoint_request(self.group.name, self.name)
-            raise CheckpointTimeoutError(self.group.name, self.name, missing)
-        return False
+        with self._lock:
+            if self._result is not None:
+                return True
+            if self._error is not None:
+                raise self._error
+            if self._over.is_set():  # cancelled
+                return False
+            missing = self.missing()
+            if not missing:
+                try:
+                    self._result = self._take()
+                except CheckpointExistsError as exc:  # taken meanwhile under this name
+                    self._error = exc
+                    raise
+                finally:
+                    self._over.set()
+                return True
+            if self._monotonic() >= self._deadline:
+                self._over.set()
+                self._error = CheckpointTimeoutError(self.group.name, self.name, missing)
+                self.group.registry.end_checkpoint_request(self.group.name, self.name)
+                raise self._error
+            return False
 
     def result(self, timeout_ms: int | None = None) -> Checkpoint:
         """Wait (at most ``timeout_ms`` more, or until the checkpoint's timeout) and return it."""
@@ -176,8 +206,10 @@ class PendingCheckpoint:
 
     def cancel(self) -> None:
         """Withdraw the request (the readers carry on); nothing is recorded."""
-        if self._result is None:
-            self.group.registry.end_checkpoint_request(self.group.name, self.name)
+        with self._lock:
+            if self._result is None:
+                self._over.set()
+                self.group.registry.end_checkpoint_request(self.group.name, self.name)
 
     def _take(self) -> Checkpoint:
         group, registry = self.group, self.group.registry
@@ -202,6 +234,35 @@ class PendingCheckpoint:
             registry.end_checkpoint_request(group.name, self.name)
         log.info("reader group %s: checkpoint %s at %s", group.name, self.name, checkpoint)
         return checkpoint
+
+    def _drive(self) -> None:
+        """The background thread: :meth:`done` until taken, timed out or cancelled. A
+        registry error (ZooKeeper away) is tried again; past the deadline the request
+        is withdrawn as soon as the registry answers."""
+        while not self._over.wait(self.DRIVE_S):
+            try:
+                self.done()
+            except (CheckpointTimeoutError, CheckpointExistsError):
+                return
+            except Exception as exc:  # the registry may come back before the deadline
+                log.debug("reader group %s: checkpoint %s: %s", self.group.name, self.name, exc)
+                if self._monotonic() >= self._deadline:
+                    self._withdraw_late()
+                    return
+
+    def _withdraw_late(self) -> None:
+        while True:
+            try:
+                self.cancel()
+                return
+            except Exception as exc:  # keep trying: a standing request holds the readers
+                log.warning(
+                    "reader group %s: checkpoint %s timed out; withdrawing it: %s",
+                    self.group.name,
+                    self.name,
+                    exc,
+                )
+                time.sleep(1.0)
 
 
 def _window_and_seq(group: CheckpointHost, view: GroupView) -> tuple[TimeWindow, int | None]:

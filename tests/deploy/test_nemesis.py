@@ -114,6 +114,32 @@ def stored(d: Deployment, group: ReaderGroup, history: History) -> None:
     history.ends.update({group.segment_of(p): end for p, end in ends.items()})
 
 
+def unread(history: History, reader: GroupReader) -> str:
+    """What the group has not read, per segment, and the reader's state: for a report."""
+    read = {r.id for r in history.reads if isinstance(r, Read)}
+    lines = []
+    for seg in sorted({s.segment for s in history.stored}):
+        stored_here = [s for s in history.stored if s.segment == seg]
+        missing = sorted(s.offset for s in stored_here if s.id not in read)
+        last_read = max(
+            (r.offset for r in history.reads if isinstance(r, Read) and r.segment == seg),
+            default=None,
+        )
+        lines.append(
+            f"segment {seg}: stored {len(stored_here)} (end {history.ends.get(seg)}), "
+            f"unread {len(missing)} {missing[:3]}..{missing[-3:]}, last offset read {last_read}"
+        )
+    try:
+        view = reader.group.view()
+        lines.append(f"group view: {view}")
+    except Exception as exc:  # the report must not hide the failure
+        lines.append(f"group view: {exc!r}")
+    lines.append(f"reader position: {reader.reader.position()}")
+    lines.append(f"reader failures: {reader.failures}, last: {reader.errors}")
+    lines.append(f"reader thread alive: {reader.thread.is_alive()}")
+    return "\n".join(lines)
+
+
 @pytest.fixture(scope="module")
 def history(deployment: Deployment, seed: int) -> Iterator[History]:
     history = History()
@@ -139,11 +165,12 @@ def history(deployment: Deployment, seed: int) -> Iterator[History]:
             delta_root=deployment.delta_root,
             storage_options=deployment.s3.storage_options(),
         )
+        reader = GroupReader(group, history)
         clients = [
             Writer(deployment, store, STREAM, "event-writer", history),
             Writer(deployment, store, STREAM, "drop-in", history, drop_in=True),
             TransactionWriter(deployment, store, STREAM, "transactional", history),
-            GroupReader(group, history),
+            reader,
         ]
         for client in clients:
             client.start()
@@ -171,11 +198,14 @@ def history(deployment: Deployment, seed: int) -> Iterator[History]:
             watcher.more(3, "the last watermarks")
             stored(deployment, group, history)
             wanted = len({s.id for s in history.stored})
-            wait_until(
-                lambda: len({r.id for r in history.reads if isinstance(r, Read)}) >= wanted,
-                SETTLE_S,
-                "the group read everything",
-            )
+            try:
+                wait_until(
+                    lambda: len({r.id for r in history.reads if isinstance(r, Read)}) >= wanted,
+                    SETTLE_S,
+                    "the group read everything",
+                )
+            except AssertionError as exc:
+                raise AssertionError(f"seed {seed}: {exc}\n{unread(history, reader)}") from exc
         finally:
             clients[3].stop()
             group.close()

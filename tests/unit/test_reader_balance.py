@@ -3,6 +3,8 @@ protocol over the in-memory registry (no broker)."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from controller.model import KeyRange, Segment
@@ -226,6 +228,45 @@ def test_a_reader_that_never_acknowledges_times_the_checkpoint_out():
     # a reader that left needs no acknowledgement
     registry.leave("g", "stuck")
     assert PendingCheckpoint(Host(registry, {0: 1}), "c2", timeout_ms=500).result().readers == ()
+
+
+def _eventually(condition, timeout_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def test_a_checkpoint_nobody_waits_for_is_taken_by_itself():
+    """The initiator never calls done()/result() (a reader thread that initiates
+    cannot: it must read to acknowledge): once every reader has acknowledged, the
+    checkpoint is taken and the readers carry on."""
+    registry = MemoryGroupRegistry()
+    registry.join("g", "r1")
+    r1 = CheckpointParticipation(registry, "g", "r1", lambda: None)
+    pending = PendingCheckpoint(Host(registry, {0: 3}), "c1", timeout_ms=10_000)
+    assert r1.holding()
+    assert _eventually(lambda: registry.checkpoint("g", "c1") is not None)
+    assert _eventually(lambda: not r1.holding())
+    assert pending.done() and pending.result().stream_cut == {0: 3}
+
+
+def test_a_checkpoint_nobody_waits_for_is_withdrawn_at_its_timeout():
+    registry = MemoryGroupRegistry()
+    registry.join("g", "stuck")
+    clock = [0.0]
+    pending = PendingCheckpoint(
+        Host(registry, {0: 1}), "c1", timeout_ms=500, monotonic=lambda: clock[0]
+    )
+    time.sleep(0.2)
+    assert registry.checkpoint_request("g") == "c1"  # before the timeout it stands
+    clock[0] = 1.0
+    assert _eventually(lambda: registry.checkpoint_request("g") is None)
+    assert registry.checkpoint_names("g") == []
+    with pytest.raises(CheckpointTimeoutError, match="stuck"):
+        pending.done()
 
 
 def test_segment_clocks_count_a_segment_at_a_cut_offset_as_not_behind():

@@ -50,6 +50,7 @@ class Client:
         self.history = history
         self.halt = threading.Event()
         self.failures = 0
+        self.errors: list[str] = []  # the last few, for a failure's report
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> None:
@@ -67,6 +68,7 @@ class Client:
                 self.step()
             except Exception as exc:  # a fault is on: the next step tries again
                 self.failures += 1
+                self.errors = [*self.errors[-4:], f"{type(exc).__name__}: {exc}"]
                 log.info("%s: %s", self.name, exc)
                 self.halt.wait(1.0)
             self.halt.wait(PAUSE_S)
