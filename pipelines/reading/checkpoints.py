@@ -19,12 +19,14 @@ event each reader reads):
    event before it was returned by some reader before its acknowledgement,
    none after it was. The cut, the time window at it and the seq of the
    latest watermark it has passed are written in **one** write (atomic),
-   then the request is withdrawn and the readers carry on.
+   then the request is withdrawn and the readers carry on. The initiator's
+   :class:`PendingCheckpoint` does this by itself on a background thread (a
+   caller need not wait), or withdraws the request at its timeout.
 
 A checkpoint is durable where the registry is (ZooKeeper beside a
 ``ZooKeeperStore``; the process's memory for the in-memory store). A reader
-that never calls ``read_next`` holds a checkpoint up until the initiator's
-timeout (:class:`CheckpointTimeoutError`; nothing is recorded).
+that never calls ``read_next`` holds a checkpoint up until its timeout
+(:class:`CheckpointTimeoutError`; nothing is recorded).
 """
 
 from __future__ import annotations
