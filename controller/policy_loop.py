@@ -435,7 +435,8 @@ class PolicySwitch:
 
     def _session(self, stop: threading.Event) -> None:
         """One session: contend, run the loop while elected (until the session is
-        LOST or SUSPENDED past the grace, or ``lead(False)``); closing it ends the loop's watches."""
+        LOST or SUSPENDED past the grace, or ``lead(False)``); closing it ends the
+        loop's watches."""
         with zookeeper_session(self.zk_connect, timeout_ms=self.zk_session_timeout_ms) as client:
             loop = PolicyLoop(
                 StreamManager(
