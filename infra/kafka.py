@@ -29,13 +29,12 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 
 from infra import jars
 from infra.exceptions import ServiceError, ServiceTimeout
 from infra.java import jvm_argv
 from infra.ports import HOST, ensure_free, free_ports
-from infra.process import ManagedProcess, key_line
+from infra.process import ManagedProcess, Service, key_line
 from tidemark.environment import Environment
 
 MAIN_CLASS = "kafka.Kafka"
@@ -103,7 +102,7 @@ def existing_cluster_id(data_dir: Path) -> str | None:
     return None
 
 
-class KafkaCluster:
+class KafkaCluster(Service):
     def __init__(
         self,
         data_dir: Path,
@@ -320,11 +319,3 @@ class KafkaCluster:
             node.process.terminate()
         for node in self.nodes:
             node.process.stop(timeout_s=10)
-
-    def __enter__(self) -> KafkaCluster:
-        return self.start()
-
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()

@@ -42,11 +42,10 @@ import stat
 import subprocess
 import time
 from pathlib import Path
-from types import TracebackType
 
 from infra.exceptions import MissingToolError, ServiceError, ServiceTimeout
 from infra.ports import HOST, ensure_free, free_port
-from infra.process import ManagedProcess
+from infra.process import ManagedProcess, Service
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +111,7 @@ def _allow_traversal(path: Path) -> None:
             parent.chmod(mode | stat.S_IXOTH)
 
 
-class PostgresServer:
+class PostgresServer(Service):
     """One PostgreSQL cluster under ``data_dir``: ``pgdata/`` and ``postgres.log``."""
 
     def __init__(
@@ -268,11 +267,3 @@ class PostgresServer:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGINT)
         self.process.stop(timeout_s=timeout_s)
-
-    def __enter__(self) -> PostgresServer:
-        return self.start()
-
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()

@@ -24,8 +24,10 @@ import subprocess
 import sys
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Self
 
 from infra.exceptions import ServiceError
 
@@ -150,6 +152,26 @@ class ManagedProcess:
 
 
 _KEY_MARKERS = ("Exception", "Error", "ERROR", "FATAL", "error:", "refused", "failed")
+
+
+class Service(ABC):
+    """A local service a ``with`` block starts and stops (ZooKeeper, Kafka, PostgreSQL,
+    the S3 proxy, a Spark cluster): ``with KafkaCluster(...) as kafka:`` calls
+    :meth:`start` with its default timeout on the way in, :meth:`stop` on the way out."""
+
+    @abstractmethod
+    def start(self) -> Self:
+        """Start the service, wait until it answers, and return it."""
+
+    @abstractmethod
+    def stop(self) -> None:
+        """Stop the service (its processes)."""
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
 
 def key_line(output: str, limit: int = 400) -> str:

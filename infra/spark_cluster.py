@@ -21,12 +21,11 @@ import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
 from infra.exceptions import ServiceError, ServiceTimeout
 from infra.java import java_executable
 from infra.ports import HOST, ensure_free, free_ports, wait_listening
-from infra.process import ManagedProcess
+from infra.process import ManagedProcess, Service
 from tidemark.environment import Environment
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
@@ -48,7 +47,7 @@ class SparkWorker:
     process: ManagedProcess
 
 
-class SparkCluster:
+class SparkCluster(Service):
     """A master and ``workers`` workers on 127.0.0.1, each offering ``cores`` and ``memory``."""
 
     def __init__(
@@ -198,14 +197,6 @@ class SparkCluster:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(pid, signal.SIGKILL)
         self.master.stop(timeout_s=10)
-
-    def __enter__(self) -> SparkCluster:
-        return self.start()
-
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
 
 __all__ = ["SparkCluster", "spark_home"]

@@ -13,13 +13,12 @@ import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
 from infra import jars
 from infra.exceptions import ServiceTimeout
 from infra.java import jvm_argv
 from infra.ports import HOST, ensure_free, free_port, free_ports
-from infra.process import ManagedProcess
+from infra.process import ManagedProcess, Service
 from tidemark.environment import Environment
 
 MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
@@ -42,7 +41,7 @@ class QuorumPeer:
         )
 
 
-class ZooKeeperServer:
+class ZooKeeperServer(Service):
     def __init__(
         self,
         data_dir: Path,
@@ -137,14 +136,6 @@ class ZooKeeperServer:
     def stop(self) -> None:
         self.process.stop()
 
-    def __enter__(self) -> ZooKeeperServer:
-        return self.start()
-
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
-
 
 def serving(host: str, port: int) -> bool:
     """True when the server at ``host:port`` serves clients as part of a quorum."""
@@ -165,7 +156,7 @@ def ruok(host: str, port: int) -> bool:
         return False
 
 
-class ZooKeeperEnsemble:
+class ZooKeeperEnsemble(Service):
     """``size`` servers in one quorum on 127.0.0.1 (three: one may be down)."""
 
     def __init__(self, data_dir: Path, size: int = 3, env: Environment | None = None) -> None:
@@ -210,11 +201,3 @@ class ZooKeeperEnsemble:
             server.process.terminate()
         for server in self.servers:
             server.stop()
-
-    def __enter__(self) -> ZooKeeperEnsemble:
-        return self.start()
-
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
