@@ -364,7 +364,8 @@ class PolicySwitch:
     contends there too (same path, :data:`ELECTION_PATH`) and never two
     loops act at once. It has its own ZooKeeper session (closed when the
     driver stops leading, which also ends its watches); when that session is
-    SUSPENDED or LOST the loop stops at once and contends again.
+    LOST, or SUSPENDED past the leadership's grace, the loop stops and
+    contends again.
     """
 
     def __init__(
@@ -434,7 +435,7 @@ class PolicySwitch:
 
     def _session(self, stop: threading.Event) -> None:
         """One session: contend, run the loop while elected (until the session is
-        SUSPENDED or LOST, or ``lead(False)``); closing it ends the loop's watches."""
+        LOST or SUSPENDED past the grace, or ``lead(False)``); closing it ends the loop's watches."""
         with zookeeper_session(self.zk_connect, timeout_ms=self.zk_session_timeout_ms) as client:
             loop = PolicyLoop(
                 StreamManager(

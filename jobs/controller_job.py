@@ -37,8 +37,10 @@ the others wait. When the leader's session ends (it died, or was cut off
 for longer than ``zk_session_timeout_ms``) a standby is elected and starts
 the query from the shared checkpoint ``<checkpoint root>/query``: same
 offsets, same state, same query id (hence the same Delta appId), the next
-batch id. A leader that loses its connection (SUSPENDED) stops its query at
-once, before its session can expire. Should a cut-off leader still run a
+batch id. A leader that loses its connection (SUSPENDED) keeps its query for a
+quarter of the session timeout while kazoo reconnects to another ZooKeeper
+node within the same session; still disconnected then, it stops the query,
+before its session can expire. Should a cut-off leader still run a
 batch, the checkpoint fences it: both queries would write the same batch id
 to the offset log, Spark refuses the second ("concurrent update to the
 log"); the Delta appends of a batch both ran carry the same transaction

@@ -10,11 +10,19 @@ The one leadership recipe of the control plane: the controller drivers'
 election (:mod:`controller.zookeeper.driver`) and the policy loop's
 (:mod:`controller.policy_loop`) both use it. kazoo's ``Election`` is a lock
 whose nodes are ephemeral, so a leader's lock goes with its session. The
-leader's function gets an event ``lost``, set when the connection is
-SUSPENDED (the session may be expiring) or LOST, or on :meth:`cancel`; it must
-then stop acting and return, which gives the leadership up. A standby is
+leader's function gets an event ``lost``, set when the session is LOST, when
+the connection stays SUSPENDED longer than a grace, or on :meth:`cancel`; it
+must then stop acting and return, which gives the leadership up. A standby is
 elected only once the previous leader's node is gone: after its function
 returned, or after its session expired.
+
+The grace (a quarter of the session timeout by default) lets a leader ride
+out the loss of the one ZooKeeper node it was connected to: kazoo moves to
+another node of the ensemble within the same session, whose nodes (the
+leader's lock among them) live on, so nothing changes hands. It is short
+enough to be safe: kazoo notices a silent server after two thirds of the
+session timeout, so a session cannot have expired before a third has passed
+since SUSPENDED; the leader stops well before any standby can be elected.
 """
 
 from __future__ import annotations
@@ -39,17 +47,30 @@ LeaderFunction = Callable[[threading.Event], None]
 class Leadership:
     """One contender, ``identifier``, in the election at ``path``; see the module docstring."""
 
-    def __init__(self, client: KazooClient, path: str, identifier: str) -> None:
+    def __init__(
+        self,
+        client: KazooClient,
+        path: str,
+        identifier: str,
+        *,
+        suspended_grace_s: float | None = None,
+    ) -> None:
         if not identifier or "/" in identifier:
             raise InvalidModelError(f"identifier {identifier!r} must be non-empty, without '/'")
+        if suspended_grace_s is not None and suspended_grace_s < 0:
+            raise InvalidModelError(f"suspended_grace_s must be >= 0, got {suspended_grace_s}")
         self.client = client
         self.path = path
         self.identifier = identifier
+        self.suspended_grace_s = (
+            default_suspended_grace_s(client) if suspended_grace_s is None else suspended_grace_s
+        )
         self._mutex = threading.Lock()
         self._election: Any = None
         self._cancelled = False
         self._lost = threading.Event()
         self._leading = threading.Event()
+        self._suspension: threading.Timer | None = None
 
     @property
     def leading(self) -> bool:
@@ -73,6 +94,7 @@ class Leadership:
             log.warning("%s at %s: election interrupted: %s", self.identifier, self.path, exc)
         finally:
             self.client.remove_listener(self._on_connection)
+            self._end_suspension()
 
     def run(self, lead: LeaderFunction, stopping: threading.Event, pause_s: float = 1.0) -> None:
         """:meth:`contend` again after each term (or while disconnected, wait) until
@@ -92,6 +114,8 @@ class Leadership:
 
     def _lead(self, lead: LeaderFunction) -> None:
         log.info("%s at %s: elected", self.identifier, self.path)
+        if self.client.connected and not self._cancelled:
+            self._lost.clear()  # a blip while standing by is no reason to stop at once
         self._leading.set()
         try:
             lead(self._lost)
@@ -100,9 +124,54 @@ class Leadership:
             log.info("%s at %s: no longer leading", self.identifier, self.path)
 
     def _on_connection(self, state: str) -> None:
-        # kazoo's connection thread: flags only, no ZooKeeper calls.
-        if state in (KazooState.SUSPENDED, KazooState.LOST):
+        # kazoo's connection thread: flags and a timer only, no ZooKeeper calls.
+        if state == KazooState.LOST:
+            self._end_suspension()
             self._lost.set()
+        elif state == KazooState.SUSPENDED:
+            if self.suspended_grace_s == 0:
+                self._lost.set()
+                return
+            log.warning(
+                "%s at %s: ZooKeeper connection suspended; still leading for %.1f s while"
+                " kazoo reconnects within the session",
+                self.identifier,
+                self.path,
+                self.suspended_grace_s,
+            )
+            timer = threading.Timer(self.suspended_grace_s, self._suspended_too_long)
+            timer.daemon = True
+            with self._mutex:
+                previous, self._suspension = self._suspension, timer
+            if previous is not None:
+                previous.cancel()
+            timer.start()
+        elif state == KazooState.CONNECTED and self._end_suspension():
+            log.info("%s at %s: reconnected within the session", self.identifier, self.path)
+
+    def _suspended_too_long(self) -> None:
+        if self.client.state != KazooState.CONNECTED:
+            log.warning(
+                "%s at %s: still disconnected after %.1f s; giving the leadership up",
+                self.identifier,
+                self.path,
+                self.suspended_grace_s,
+            )
+            self._lost.set()
+
+    def _end_suspension(self) -> bool:
+        """Cancel a pending suspension timer; whether there was one."""
+        with self._mutex:
+            timer, self._suspension = self._suspension, None
+        if timer is None:
+            return False
+        timer.cancel()
+        return True
+
+
+def default_suspended_grace_s(client: KazooClient) -> float:
+    """A quarter of ``client``'s session timeout (see the module docstring)."""
+    return float(getattr(client, "_session_timeout", 10_000)) / 4000.0
 
 
 def contenders(client: KazooClient, path: str) -> list[str]:
@@ -113,4 +182,4 @@ def contenders(client: KazooClient, path: str) -> list[str]:
         return []
 
 
-__all__ = ["LeaderFunction", "Leadership", "contenders"]
+__all__ = ["LeaderFunction", "Leadership", "contenders", "default_suspended_grace_s"]

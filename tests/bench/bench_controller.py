@@ -538,6 +538,32 @@ def capacity(spark: Any, services: Any, root: str, work: Path) -> list[str]:
 
 
 def freshness(spark: Any, services: Any, root: str, work: Path) -> list[str]:
+    settings = _settings(services, root, work, FRESH_BUCKETS, interval_ms=1000, warm_up=False)
+    samples, phases = fresh_marks(spark, services, settings)
+    lags = [visible - at for visible, at in samples]
+    if not lags:
+        return ["freshness: no watermark became visible"]
+    p50, p99 = _pct(lags, 50), _pct(lags, 99)
+    return [
+        f"freshness at a 1 s interval, {FRESH_BUCKETS} buckets on "
+        f"{_partitions(spark, settings)} state partitions, {FRESH_STREAMS} streams x 2 "
+        f"writers noting every 200 ms: p50 {p50:.0f} ms, p99 {p99:.0f} ms over {len(lags)} "
+        f"watermarks (goal p99 <= 1500 ms: {'met' if p99 <= 1500 else 'NOT met'}); "
+        f"mean {statistics.mean(lags):.0f} ms",
+        f"  batch phases, median ms of the last batches: {phases}",
+    ]
+
+
+def fresh_marks(
+    spark: Any,
+    services: Any,
+    settings: Any,
+    during: tuple[float, Callable[[], None]] | None = None,
+) -> tuple[list[tuple[float, int]], str]:
+    """Freshness's run: ``FRESH_STREAMS`` streams x 2 writers noting every 200 ms under
+    a controller job; each watermark (after the warm-up) as ``(wall ms when first
+    visible in Delta, its time)``, and the query's batch phases. ``during = (s, act)``:
+    ``act()`` once, ``s`` seconds into the measured window (a fault)."""
     import pyarrow.parquet as pq
     from deltalake import DeltaTable
     from kazoo.client import KazooClient
@@ -548,7 +574,6 @@ def freshness(spark: Any, services: Any, root: str, work: Path) -> list[str]:
     from jobs.controller_job import ControllerJob
     from jobs.tables import MARKS, table_path
 
-    settings = _settings(services, root, work, FRESH_BUCKETS, interval_ms=1000, warm_up=False)
     client = KazooClient(hosts=settings.zk_connect)
     client.start(timeout=30)
     store = ZooKeeperStore(client, settings.cluster.zk_root)
@@ -559,7 +584,7 @@ def freshness(spark: Any, services: Any, root: str, work: Path) -> list[str]:
         manager.create(s, StreamConfiguration(scaling_policy=ScalingPolicy.fixed(1)))
     job = ControllerJob(spark, settings, "fresh").start()
     seen: dict[tuple[str, int], float] = {}
-    lags: list[float] = []
+    samples: list[tuple[float, int]] = []
     noter: subprocess.Popen[str] | None = None
     try:
         job.wait_leading(600)
@@ -587,6 +612,9 @@ def freshness(spark: Any, services: Any, root: str, work: Path) -> list[str]:
         version = dt.version()
         read: set[str] = set()  # data files already read: a tailing reader reads new ones
         while time.monotonic() < end:
+            if during is not None and time.monotonic() >= warmup_until + during[0]:
+                during[1]()
+                during = None
             dt.update_incremental()
             if dt.version() != version:
                 version = dt.version()
@@ -600,7 +628,7 @@ def freshness(spark: Any, services: Any, root: str, work: Path) -> list[str]:
                         if key not in seen:
                             seen[key] = visible
                             if time.monotonic() > warmup_until:
-                                lags.append(visible - r["time"])
+                                samples.append((visible, r["time"]))
             time.sleep(0.05)
         phases = _phases(job.query)
     finally:
@@ -609,17 +637,7 @@ def freshness(spark: Any, services: Any, root: str, work: Path) -> list[str]:
         job.stop()
         client.stop()
         client.close()
-    if not lags:
-        return ["freshness: no watermark became visible"]
-    p50, p99 = _pct(lags, 50), _pct(lags, 99)
-    return [
-        f"freshness at a 1 s interval, {FRESH_BUCKETS} buckets on "
-        f"{_partitions(spark, settings)} state partitions, {FRESH_STREAMS} streams x 2 "
-        f"writers noting every 200 ms: p50 {p50:.0f} ms, p99 {p99:.0f} ms over {len(lags)} "
-        f"watermarks (goal p99 <= 1500 ms: {'met' if p99 <= 1500 else 'NOT met'}); "
-        f"mean {statistics.mean(lags):.0f} ms",
-        f"  batch phases, median ms of the last batches: {phases}",
-    ]
+    return samples, phases
 
 
 def _phases(query: Any) -> str:

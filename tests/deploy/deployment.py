@@ -39,6 +39,7 @@ USERS = {
     "controller": "controller-pw",
     "reader": "reader-pw",
     "mallory": "mallory-pw",
+    "sparkjob": "sparkjob-pw",  # a Spark writer job's principal (writer role)
 }
 ADMIN_PASSWORD = "admin-pw"
 BUCKET = "lake"
@@ -54,6 +55,9 @@ SUBMIT_CONF = {
     "spark.driver.memory": "1g",
     "spark.executor.memory": "512m",
     "spark.executor.cores": "1",
+    # Each application takes two cores of the workers' six, as teams sharing a cluster
+    # cap theirs: the leader, its standby and a Spark writer job each get executors.
+    "spark.cores.max": "2",
     "spark.ui.enabled": "false",
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
@@ -81,7 +85,7 @@ class Deployment:
             security=KafkaSecurity(ADMIN_PASSWORD, USERS),
         )
         s3 = S3Proxy(tmp / "s3", buckets=(BUCKET,))
-        spark = SparkCluster(tmp / "spark", workers=2, cores=1, memory="1g")
+        spark = SparkCluster(tmp / "spark", workers=2, cores=3, memory="2g")
         deployment = cls(tmp, zookeeper, kafka, s3, spark)
         with contextlib.ExitStack() as stack:
             stack.callback(deployment.stop)
@@ -99,7 +103,7 @@ class Deployment:
             grant_tidemark_acls(
                 self.kafka.client_config(),
                 self.cluster.marks_topic,
-                writers=["writer"],
+                writers=["writer", "sparkjob"],
                 controllers=["controller"],
             )
 
@@ -145,15 +149,17 @@ class Deployment:
         """Clients built inside the block (in this process) connect as ``user``."""
         return overridden(self.principal_env(user))
 
-    def submit_argv(self, instance: str, *options: str) -> list[str]:
-        """``spark-submit jobs/controller_job.py`` as docs/deploying.md shows it."""
+    def spark_submit_argv(self, user: str, script: Path, *args: str) -> list[str]:
+        """``spark-submit <script> <args>`` to the standalone cluster as ``user``: the jars,
+        the store's settings, and the principal handed to the executors' Python workers."""
         conf = {
             **SUBMIT_CONF,
             **self.s3.hadoop_conf(),
             "spark.pyspark.python": sys.executable,
             "spark.executorEnv.PYTHONPATH": str(ROOT),
-            # The executors' Python workers are Kafka clients too (jobs.lookups).
-            **{f"spark.executorEnv.{k}": v for k, v in self.principal_env("controller").items()},
+            # The executors' Python workers are Kafka clients too (jobs.lookups, the
+            # tasks of a Spark writer job).
+            **{f"spark.executorEnv.{k}": v for k, v in self.principal_env(user).items()},
         }
         return [
             str(spark_home() / "bin" / "spark-submit"),
@@ -162,7 +168,25 @@ class Deployment:
             "--jars",
             ",".join(jars.spark_extra_jars(groups=("spark", "s3a"))),
             *(arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")),
-            str(ROOT / "jobs" / "controller_job.py"),
+            str(script),
+            *args,
+        ]
+
+    def submit_env(self, user: str) -> dict[str, str]:
+        """A spark-submit driver's environment (client mode: the driver runs here)."""
+        return {
+            **self.process_env(user),
+            "SPARK_HOME": str(spark_home()),
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "PYSPARK_PYTHON": sys.executable,
+            "PYSPARK_DRIVER_PYTHON": sys.executable,
+        }
+
+    def submit_argv(self, instance: str, *options: str) -> list[str]:
+        """``spark-submit jobs/controller_job.py`` as docs/deploying.md shows it."""
+        return self.spark_submit_argv(
+            "controller",
+            ROOT / "jobs" / "controller_job.py",
             "--instance",
             instance,
             "--bootstrap",
@@ -178,22 +202,15 @@ class Deployment:
             "--checkpoint-root",
             self.checkpoint_root,
             *options,
-        ]
+        )
 
     def submit_controller(self, instance: str, *options: str) -> ManagedProcess:
         """A controller driver (client mode: the driver runs here, executors on the workers)."""
-        env = {
-            **self.process_env("controller"),
-            "SPARK_HOME": str(spark_home()),
-            "SPARK_LOCAL_IP": "127.0.0.1",
-            "PYSPARK_PYTHON": sys.executable,
-            "PYSPARK_DRIVER_PYTHON": sys.executable,
-        }
         proc = ManagedProcess(
             f"driver-{instance}",
             self.submit_argv(instance, *options),
             self.tmp / f"driver-{instance}.log",
-            env=env,
+            env=self.submit_env("controller"),
             cwd=ROOT,
         )
         proc.start()

@@ -21,12 +21,15 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from controller.config import ScalingPolicy, StreamConfiguration
+from controller.config import RetentionPolicy, ScalingPolicy, StreamConfiguration
+from controller.exceptions import KafkaOperationError
+from controller.kafka.admin import StreamTopics
 from controller.kafka.settings import client_config
 from controller.metadata import cut_from_json
 from controller.model import Watermark, WriterMark
@@ -58,10 +61,14 @@ class Running:
     client: Any  # kazoo, as admin sees ZooKeeper
     noters: list[Any]
 
-    def watermarks(self) -> list[Watermark]:
+    @property
+    def store(self) -> ZooKeeperStore:
+        return ZooKeeperStore(self.client, self.deployment.cluster.zk_root)
+
+    def watermarks(self, stream: str = STREAM) -> list[Watermark]:
         try:
             return read_watermarks(
-                self.deployment.delta_root, STREAM, self.deployment.s3.storage_options()
+                self.deployment.delta_root, stream, self.deployment.s3.storage_options()
             )
         except Exception:  # no table yet, or the store is down
             return []
@@ -86,14 +93,23 @@ class Running:
 
 
 class Noter:
-    """A writer (principal ``writer``) that writes and notes time every 0.2 s: an
-    ``EventWriter``, or with ``drop_in`` the drop-in ``TidemarkProducer``."""
+    """A writer (principal ``writer``) that writes ``per_round`` events and notes time every
+    0.2 s: an ``EventWriter``, or with ``drop_in`` the drop-in ``TidemarkProducer``."""
 
     def __init__(
-        self, deployment: Deployment, store: ZooKeeperStore, writer_id: str, drop_in: bool = False
+        self,
+        deployment: Deployment,
+        store: ZooKeeperStore,
+        writer_id: str,
+        drop_in: bool = False,
+        stream: str = STREAM,
+        per_round: int = 1,
     ) -> None:
-        self.writer = open_writer(deployment, store, STREAM, writer_id, drop_in=drop_in)
+        self.writer = open_writer(deployment, store, stream, writer_id, drop_in=drop_in)
         self.drop_in = drop_in
+        self.stream = stream
+        self.per_round = per_round
+        self.noted = -1  # the last time noted
         self.halt = threading.Event()
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -103,19 +119,28 @@ class Noter:
         try:
             while not self.halt.is_set():
                 now = time.time_ns() // 1_000_000
-                if self.drop_in:
-                    self.writer.produce(topic_for(STREAM), b"e", f"k{now}".encode(), timestamp=now)
-                else:
-                    self.writer.write(b"e", routing_key=f"k{now}", timestamp=now)
+                for i in range(self.per_round):
+                    key = f"k{now}-{i}"
+                    if self.drop_in:
+                        self.writer.produce(
+                            topic_for(self.stream), b"e", key.encode(), timestamp=now
+                        )
+                    else:
+                        self.writer.write(b"e", routing_key=key, timestamp=now)
                 self.writer.flush()
                 self.writer.note_time(now)
+                self.noted = now
                 self.halt.wait(0.2)
         except BaseException as exc:  # reported by the test
             self.error = exc
 
-    def stop(self) -> None:
+    def silence(self) -> None:
+        """Stop writing and noting, without closing: a writer that hangs."""
         self.halt.set()
         self.thread.join(30)
+
+    def stop(self) -> None:
+        self.silence()
         self.writer.close()
 
 
@@ -255,6 +280,227 @@ def test_a_principal_without_acls_cannot_write_or_read_marks(running: Running) -
         ), error
     finally:
         consumer.close()
+
+
+def stream_records(d: Deployment, stream: str) -> list[tuple[int, int, bytes, int]]:
+    """Every record of ``stream``'s topic, read as ``admin``: (partition, offset, key, time)."""
+    with d.as_user("admin"):
+        config = client_config(d.bootstrap)
+    topic = topic_for(stream)
+    consumer = Consumer({**config, "group.id": "deploy-check", "log_level": 0})
+    out: list[tuple[int, int, bytes, int]] = []
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        for p in sorted(partitions):
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            if high == low:
+                continue
+            consumer.assign([TopicPartition(topic, p, low)])
+            last = low - 1
+            while last < high - 1:
+                msg = consumer.poll(5)
+                assert msg is not None, f"{topic}[{p}] ended before offset {high - 1}"
+                if msg.error():
+                    continue
+                offset = msg.offset()
+                assert offset is not None
+                out.append((p, offset, msg.key() or b"", msg.timestamp()[1]))
+                last = offset
+    finally:
+        consumer.close()
+    return out
+
+
+def admin_cli(d: Deployment, *argv: str, timeout_s: float = 120) -> str:
+    """``tidemark <argv>`` as ``admin``; its stdout (fails on a non-zero exit)."""
+    done = subprocess.run(
+        [*TIDEMARK, *argv],
+        env=d.process_env("admin"),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, f"tidemark {' '.join(argv)}: {done.stderr[-3000:]}"
+    return done.stdout
+
+
+def test_a_spark_writer_job_notes_time_and_watermarks_cover_its_events(running: Running) -> None:
+    """``jobs.stream_writer`` submitted to the cluster as its own principal: each task
+    registers, writes, notes its time and closes; every watermark at or past the job's
+    largest time covers each of its events."""
+    d = running.deployment
+    argv = d.spark_submit_argv(
+        "sparkjob",
+        ROOT / "tests" / "deploy" / "spark_writer_job.py",
+        STREAM,
+        "--bootstrap",
+        d.bootstrap,
+        "--zk",
+        d.zookeeper.connect_string,
+        "--job-id",
+        "nightly",
+        "--rows",
+        "200",
+    )
+    started = time.monotonic()
+    job = subprocess.run(
+        argv, env=d.submit_env("sparkjob"), capture_output=True, text=True, timeout=300
+    )
+    assert job.returncode == 0, job.stderr[-3000:]
+    took_s = time.monotonic() - started
+    reports = json.loads(job.stdout.splitlines()[-1])
+    assert sorted(r["writer_id"] for r in reports) == ["nightly/1/0", "nightly/1/1"], reports
+    assert sum(r["events"] for r in reports) == 200
+    job_max = max(r["max_time"] for r in reports)
+    wait_until(
+        lambda: max((m.time for m in running.watermarks()), default=-1) >= job_max,
+        RECOVERY_S,
+        "a watermark past the job's events",
+    )
+    written = [(p, o) for p, o, key, _ in stream_records(d, STREAM) if key.startswith(b"nightly-")]
+    assert len(written) == 200, "the job's events in Kafka"
+    marks = running.watermarks()
+    check_sequence(marks)
+    for mark in (m for m in marks if m.time >= job_max):
+        missed = [(p, o) for p, o in written if mark.stream_cut.get(p, 0) <= o]
+        assert not missed, f"watermark {mark.seq} at {mark.time} misses job events {missed[:5]}"
+    report("deploy-spark-writer", f"200 events, 2 tasks, submitted to covered in {took_s:.0f} s")
+
+
+def test_window_run_answers_from_the_object_store(running: Running, tmp_path: Path) -> None:
+    """``tidemark window run`` over a complete window: exactly the stream's records
+    whose time lies in it, counted from Kafka."""
+    d = running.deployment
+    marks = running.watermarks()
+    start, end = marks[0].time, marks[-2].time
+    out = admin_cli(
+        d,
+        "window",
+        "run",
+        STREAM,
+        "--from",
+        str(start),
+        "--to",
+        str(end),
+        "--output",
+        str(tmp_path / "window"),
+        timeout_s=300,
+    )
+    result = json.loads(out.splitlines()[-1])
+    inside = [t for *_, t in stream_records(d, STREAM) if start <= t < end]
+    assert (result["window_start"], result["events"]) == (start, len(inside)), result
+
+
+POLICY_STREAM = "deploy/policies"
+
+
+def test_retention_and_autoscaling_act_as_the_controller_not_as_a_writer(
+    running: Running,
+) -> None:
+    """``tidemark controller policies`` as the controller's principal splits a hot
+    stream and truncates what its retention lets go; a writer's principal may do
+    neither."""
+    d = running.deployment
+    store = running.store
+    manager = StreamManager(store, d.bootstrap, d.cluster)
+    config = StreamConfiguration(
+        ScalingPolicy.by_event_rate(40, 2, 1), retention_policy=RetentionPolicy.by_time(8_000)
+    )
+    with d.as_user("admin"):
+        manager.create(POLICY_STREAM, config)
+    noter = Noter(d, store, "policy-writer", stream=POLICY_STREAM, per_round=20)
+    policies = ManagedProcess(
+        "policies",
+        [
+            *TIDEMARK,
+            "controller",
+            "policies",
+            "--instance",
+            "deployed",
+            "--policy-interval-ms",
+            "1000",
+            "--rate-window-ms",
+            "2000",
+            "--scale-cooldown-ms",
+            "60000",  # one split: a scale cut short by stopping the loop blocks writers
+            "--delta-root",
+            d.delta_root,
+        ],
+        d.tmp / "policies.log",
+        env=d.process_env("controller"),
+        cwd=ROOT,
+    )
+    policies.start()
+    try:
+        wait_until(
+            lambda: (
+                len(store.get_stream(POLICY_STREAM).epochs) > 1
+                and store.get_stream(POLICY_STREAM).truncation is not None
+            ),
+            RECOVERY_S,
+            "the policy loop split and truncated the stream",
+            policies,
+        )
+    finally:
+        noter.stop()  # before the loop stops: a writer closing waits for a scale to finish
+        policies.stop()
+        print("--- policies", policies.log_tail(20), sep="\n")
+    assert noter.error is None, noter.error
+    meta = store.get_stream(POLICY_STREAM)
+    truncation = dict(meta.truncation or {})
+    assert any(truncation.values()), truncation
+    with d.as_user("admin"):  # a client keeps the principal it was first used as
+        starts = StreamTopics(d.bootstrap).start_offsets(meta.topic, list(truncation))
+    assert all(starts[s] >= o for s, o in truncation.items()), (starts, truncation)
+    with d.as_user("writer"):
+        topics = StreamTopics(d.bootstrap, timeout_s=10)
+        with pytest.raises(KafkaOperationError, match="AUTHORIZATION"):
+            topics.ensure_partitions(meta.topic, 16)
+        with pytest.raises(KafkaOperationError, match="AUTHORIZATION"):
+            topics.delete_records(meta.topic, {0: max(truncation.values())})
+    check_sequence(running.watermarks(POLICY_STREAM))
+    report(
+        "deploy-policies",
+        f"policy loop as controller: {len(meta.epochs) - 1} scale(s), truncated to "
+        f"{truncation}; a writer could do neither",
+    )
+
+
+LIVE_STREAM = "deploy/live"
+
+
+def test_a_writer_timeout_update_applies_without_restart(running: Running) -> None:
+    """A silent writer holds the stream under a 10 min timeout; ``tidemark stream update``
+    to 1 s drops it in the running controller (no restart): the watermark moves on."""
+    d = running.deployment
+    store = running.store
+    config = StreamConfiguration(ScalingPolicy.fixed(1), timestamp_aggregation_timeout_ms=600_000)
+    with d.as_user("admin"):
+        StreamManager(store, d.bootstrap, d.cluster).create(LIVE_STREAM, config)
+    noters = [Noter(d, store, w, stream=LIVE_STREAM) for w in ("live-1", "live-2")]
+    try:
+        wait_until(lambda: len(running.watermarks(LIVE_STREAM)) >= 2, RECOVERY_S, "watermarks")
+        noters[1].silence()
+        silent_at = noters[1].noted
+        time.sleep(5)  # five intervals: under a 10 min timeout the silent writer holds
+        held = running.watermarks(LIVE_STREAM)
+        assert max(m.time for m in held) <= silent_at, "a 10 min timeout dropped the writer"
+        admin_cli(d, "stream", "update", LIVE_STREAM, "--aggregation-timeout-ms", "1000")
+        updated = time.monotonic()
+        took_s = wait_until(
+            lambda: max(m.time for m in running.watermarks(LIVE_STREAM)) > silent_at,
+            60,
+            "the watermark passes the silent writer after the update",
+            *running.drivers_alive(),
+        )
+        print(f"timeout update applied {time.monotonic() - updated:.1f} s after it")
+    finally:
+        for noter in noters:
+            noter.stop()
+    assert all(n.error is None for n in noters), [n.error for n in noters]
+    check_sequence(running.watermarks(LIVE_STREAM))
+    report("deploy-live-timeout", f"stream update of the timeout applied in {took_s:.1f} s")
 
 
 def recovered(running: Running, fault: str, started: float) -> None:
