@@ -40,12 +40,11 @@ import shutil
 import signal
 import stat
 import subprocess
-import time
 from pathlib import Path
 
 from infra.exceptions import MissingToolError, ServiceError, ServiceTimeout
 from infra.ports import HOST, ensure_free, free_port
-from infra.process import ManagedProcess, Service
+from infra.process import ManagedProcess, Service, wait_for
 
 log = logging.getLogger(__name__)
 
@@ -235,21 +234,22 @@ class PostgresServer(Service):
         # psycopg: only a started PostgreSQL needs the driver
         import psycopg
 
-        deadline = time.monotonic() + timeout_s
-        last: Exception | None = None
-        while time.monotonic() < deadline:
-            self.process.check_alive()
+        last: list[Exception] = []
+
+        def answers() -> bool:
             try:
                 with psycopg.connect(self.admin_dsn, connect_timeout=2) as conn:
                     conn.execute("SELECT 1")
-                return
+                return True
             except psycopg.OperationalError as exc:
-                last = exc
-            time.sleep(0.1)
-        raise ServiceTimeout(
-            f"postgres on {HOST}:{self.port} did not accept a connection in {timeout_s:.0f} s "
-            f"({last}); see {self.process.log_path}"
-        )
+                last[:] = [exc]
+                return False
+
+        if not wait_for(answers, timeout_s, 0.1, self.process):
+            raise ServiceTimeout(
+                f"postgres on {HOST}:{self.port} did not accept a connection in {timeout_s:.0f} s "
+                f"({last[0] if last else None}); see {self.process.log_path}"
+            )
 
     def _ensure_database(self) -> None:
         # psycopg: as above

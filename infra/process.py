@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Self
 
@@ -174,6 +174,22 @@ class Service(ABC):
         self.stop()
 
 
+def wait_for(
+    ready: Callable[[], bool], timeout_s: float, poll_s: float, *watched: ManagedProcess
+) -> bool:
+    """Ask ``ready`` every ``poll_s`` until it says yes (True) or ``timeout_s`` has passed
+    (False: the caller says what did not come up). A ``watched`` process that exited
+    raises at once (:meth:`ManagedProcess.check_alive`) instead of waiting the timeout out."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for process in watched:
+            process.check_alive()
+        if ready():
+            return True
+        time.sleep(poll_s)
+    return False
+
+
 def key_line(output: str, limit: int = 400) -> str:
     """The line of a service's output that says what went wrong, shortened to ``limit``.
 
@@ -196,11 +212,8 @@ def stop_pid(pid: int, timeout_s: float = 15.0) -> bool:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
         return False
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if not pid_alive(pid):
-            return True
-        time.sleep(0.1)
+    if wait_for(lambda: not pid_alive(pid), timeout_s, 0.1):
+        return True
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
     return True

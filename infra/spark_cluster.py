@@ -17,7 +17,6 @@ import contextlib
 import json
 import os
 import signal
-import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +24,7 @@ from pathlib import Path
 from infra.exceptions import ServiceError, ServiceTimeout
 from infra.java import java_executable
 from infra.ports import HOST, ensure_free, free_ports, wait_listening
-from infra.process import ManagedProcess, Service
+from infra.process import ManagedProcess, Service, wait_for
 from tidemark.environment import Environment
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
@@ -176,17 +175,17 @@ class SparkCluster(Service):
         return [str(w["id"]) for w in workers if w.get("state") == "ALIVE"]
 
     def wait_workers(self, count: int, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            self.master.check_alive()
+
+        def alive() -> bool:
             with contextlib.suppress(ServiceError):
-                if len(self.alive_workers()) >= count:
-                    return
-            time.sleep(0.5)
-        raise ServiceTimeout(
-            f"spark-master {self.master_url}: fewer than {count} workers alive after "
-            f"{timeout_s:.0f} s; see {self.data_dir}"
-        )
+                return len(self.alive_workers()) >= count
+            return False
+
+        if not wait_for(alive, timeout_s, 0.5, self.master):
+            raise ServiceTimeout(
+                f"spark-master {self.master_url}: fewer than {count} workers alive after "
+                f"{timeout_s:.0f} s; see {self.data_dir}"
+            )
 
     def stop(self) -> None:
         """Stop the workers (and their executors), then the master."""

@@ -18,7 +18,7 @@ from infra import jars
 from infra.exceptions import ServiceTimeout
 from infra.java import jvm_argv
 from infra.ports import HOST, ensure_free, free_port, free_ports
-from infra.process import ManagedProcess, Service
+from infra.process import ManagedProcess, Service, wait_for
 from tidemark.environment import Environment
 
 MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
@@ -122,16 +122,12 @@ class ZooKeeperServer(Service):
     def wait_ready(self, timeout_s: float) -> None:
         """Ready when the server answers ``ruok`` with ``imok`` (an ensemble member: when
         ``srvr`` names its mode, leader or follower, i.e. it serves in a quorum)."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            self.process.check_alive()
-            if serving(HOST, self.port) if self.quorum else ruok(HOST, self.port):
-                return
-            time.sleep(0.2)
-        raise ServiceTimeout(
-            f"zookeeper on {self.connect_string} did not answer in {timeout_s:.0f} s; "
-            f"see {self.process.log_path}"
-        )
+        probe = serving if self.quorum else ruok
+        if not wait_for(lambda: probe(HOST, self.port), timeout_s, 0.2, self.process):
+            raise ServiceTimeout(
+                f"zookeeper on {self.connect_string} did not answer in {timeout_s:.0f} s; "
+                f"see {self.process.log_path}"
+            )
 
     def stop(self) -> None:
         self.process.stop()
