@@ -1,4 +1,5 @@
-"""A base for the objects a ``with`` block closes (readers, groups, writers, producers).
+"""A base for the objects a ``with`` block closes (readers, groups, writers, producers,
+the timeline's store and clients).
 
 ``with x:`` gives ``x`` back and calls ``x.close()`` on the way out, whatever
 raised. It lives in ``controller`` as the one package every part of ``pipelines``

@@ -24,18 +24,16 @@ from __future__ import annotations
 import base64
 import dataclasses
 import subprocess
-import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 
 from infra import jars
 from infra.exceptions import ServiceError, ServiceTimeout
 from infra.java import jvm_argv
 from infra.ports import HOST, ensure_free, free_ports
-from infra.process import ManagedProcess, key_line
+from infra.process import ManagedProcess, Service, key_line, wait_for
 from tidemark.environment import Environment
 
 MAIN_CLASS = "kafka.Kafka"
@@ -103,7 +101,7 @@ def existing_cluster_id(data_dir: Path) -> str | None:
     return None
 
 
-class KafkaCluster:
+class KafkaCluster(Service):
     def __init__(
         self,
         data_dir: Path,
@@ -286,20 +284,18 @@ class KafkaCluster:
         from confluent_kafka.admin import AdminClient
 
         admin = AdminClient({**self.client_config(), "log_level": 0})
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            for node in self.nodes:
-                node.process.check_alive()
+
+        def listed() -> bool:
             try:
-                if len(admin.list_topics(timeout=2).brokers) == self.size:
-                    return
+                return len(admin.list_topics(timeout=2).brokers) == self.size
             except Exception:
-                pass
-            time.sleep(0.3)
-        raise ServiceTimeout(
-            f"kafka ({self.bootstrap_servers}) did not list {self.size} brokers in "
-            f"{timeout_s:.0f} s; see {', '.join(str(n.process.log_path) for n in self.nodes)}"
-        )
+                return False
+
+        if not wait_for(listed, timeout_s, 0.3, *(n.process for n in self.nodes)):
+            raise ServiceTimeout(
+                f"kafka ({self.bootstrap_servers}) did not list {self.size} brokers in "
+                f"{timeout_s:.0f} s; see {', '.join(str(n.process.log_path) for n in self.nodes)}"
+            )
 
     def stop_node(self, node_id: int) -> None:
         self.nodes[node_id - 1].process.stop()
@@ -320,11 +316,3 @@ class KafkaCluster:
             node.process.terminate()
         for node in self.nodes:
             node.process.stop(timeout_s=10)
-
-    def __enter__(self) -> KafkaCluster:
-        return self.start()
-
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import socket
-import time
 
 from infra.exceptions import ServiceError
+from infra.process import wait_for
 
 HOST = "127.0.0.1"
 
@@ -47,9 +47,5 @@ def ensure_free(port: int, service: str) -> None:
 
 
 def wait_listening(port: int, timeout_s: float, service: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if is_listening(port):
-            return
-        time.sleep(0.1)
-    raise ServiceError(f"{service}: nothing listens on {HOST}:{port} after {timeout_s:.0f} s")
+    if not wait_for(lambda: is_listening(port), timeout_s, 0.1):
+        raise ServiceError(f"{service}: nothing listens on {HOST}:{port} after {timeout_s:.0f} s")

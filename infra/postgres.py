@@ -40,13 +40,11 @@ import shutil
 import signal
 import stat
 import subprocess
-import time
 from pathlib import Path
-from types import TracebackType
 
 from infra.exceptions import MissingToolError, ServiceError, ServiceTimeout
 from infra.ports import HOST, ensure_free, free_port
-from infra.process import ManagedProcess
+from infra.process import ManagedProcess, Service, wait_for
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +110,7 @@ def _allow_traversal(path: Path) -> None:
             parent.chmod(mode | stat.S_IXOTH)
 
 
-class PostgresServer:
+class PostgresServer(Service):
     """One PostgreSQL cluster under ``data_dir``: ``pgdata/`` and ``postgres.log``."""
 
     def __init__(
@@ -236,21 +234,22 @@ class PostgresServer:
         # psycopg: only a started PostgreSQL needs the driver
         import psycopg
 
-        deadline = time.monotonic() + timeout_s
-        last: Exception | None = None
-        while time.monotonic() < deadline:
-            self.process.check_alive()
+        last: list[Exception] = []
+
+        def answers() -> bool:
             try:
                 with psycopg.connect(self.admin_dsn, connect_timeout=2) as conn:
                     conn.execute("SELECT 1")
-                return
+                return True
             except psycopg.OperationalError as exc:
-                last = exc
-            time.sleep(0.1)
-        raise ServiceTimeout(
-            f"postgres on {HOST}:{self.port} did not accept a connection in {timeout_s:.0f} s "
-            f"({last}); see {self.process.log_path}"
-        )
+                last[:] = [exc]
+                return False
+
+        if not wait_for(answers, timeout_s, 0.1, self.process):
+            raise ServiceTimeout(
+                f"postgres on {HOST}:{self.port} did not accept a connection in {timeout_s:.0f} s "
+                f"({last[0] if last else None}); see {self.process.log_path}"
+            )
 
     def _ensure_database(self) -> None:
         # psycopg: as above
@@ -268,11 +267,3 @@ class PostgresServer:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGINT)
         self.process.stop(timeout_s=timeout_s)
-
-    def __enter__(self) -> PostgresServer:
-        return self.start()
-
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()

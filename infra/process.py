@@ -24,8 +24,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Self
 
 from infra.exceptions import ServiceError
 
@@ -152,6 +154,42 @@ class ManagedProcess:
 _KEY_MARKERS = ("Exception", "Error", "ERROR", "FATAL", "error:", "refused", "failed")
 
 
+class Service(ABC):
+    """A local service a ``with`` block starts and stops (ZooKeeper, Kafka, PostgreSQL,
+    the S3 proxy, a Spark cluster): ``with KafkaCluster(...) as kafka:`` calls
+    :meth:`start` with its default timeout on the way in, :meth:`stop` on the way out."""
+
+    @abstractmethod
+    def start(self) -> Self:
+        """Start the service, wait until it answers, and return it."""
+
+    @abstractmethod
+    def stop(self) -> None:
+        """Stop the service (its processes)."""
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def wait_for(
+    ready: Callable[[], bool], timeout_s: float, poll_s: float, *watched: ManagedProcess
+) -> bool:
+    """Ask ``ready`` every ``poll_s`` until it says yes (True) or ``timeout_s`` has passed
+    (False: the caller says what did not come up). A ``watched`` process that exited
+    raises at once (:meth:`ManagedProcess.check_alive`) instead of waiting the timeout out."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for process in watched:
+            process.check_alive()
+        if ready():
+            return True
+        time.sleep(poll_s)
+    return False
+
+
 def key_line(output: str, limit: int = 400) -> str:
     """The line of a service's output that says what went wrong, shortened to ``limit``.
 
@@ -174,11 +212,8 @@ def stop_pid(pid: int, timeout_s: float = 15.0) -> bool:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
         return False
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if not pid_alive(pid):
-            return True
-        time.sleep(0.1)
+    if wait_for(lambda: not pid_alive(pid), timeout_s, 0.1):
+        return True
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
     return True

@@ -16,12 +16,11 @@ again over the same directory is an outage the clients must ride out.
 from __future__ import annotations
 
 from pathlib import Path
-from types import TracebackType
 
 from infra import jars
 from infra.java import jvm_argv
 from infra.ports import HOST, ensure_free, free_port, wait_listening
-from infra.process import ManagedProcess
+from infra.process import ManagedProcess, Service
 from tidemark.environment import Environment
 
 MAIN_CLASS = "org.gaul.s3proxy.Main"
@@ -41,7 +40,7 @@ how a process that only reads or writes Delta (the controller's sink, ``tidemark
 ``serve``) reaches the store. They are AWS's names, not tidemark's."""
 
 
-class S3Proxy:
+class S3Proxy(Service):
     """One s3proxy server on 127.0.0.1 with a fixed access key; ``buckets`` made at start."""
 
     def __init__(
@@ -151,14 +150,6 @@ class S3Proxy:
             prefix + "connection.establish.timeout": "5s",
             prefix + "connection.timeout": "10s",
         }
-
-    def __enter__(self) -> S3Proxy:
-        return self.start()
-
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
 
 def bucket_path(bucket: str, key: str = "", scheme: str = "s3a") -> str:

@@ -17,16 +17,14 @@ import contextlib
 import json
 import os
 import signal
-import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
 from infra.exceptions import ServiceError, ServiceTimeout
 from infra.java import java_executable
 from infra.ports import HOST, ensure_free, free_ports, wait_listening
-from infra.process import ManagedProcess
+from infra.process import ManagedProcess, Service, wait_for
 from tidemark.environment import Environment
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
@@ -48,7 +46,7 @@ class SparkWorker:
     process: ManagedProcess
 
 
-class SparkCluster:
+class SparkCluster(Service):
     """A master and ``workers`` workers on 127.0.0.1, each offering ``cores`` and ``memory``."""
 
     def __init__(
@@ -177,17 +175,17 @@ class SparkCluster:
         return [str(w["id"]) for w in workers if w.get("state") == "ALIVE"]
 
     def wait_workers(self, count: int, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            self.master.check_alive()
+
+        def alive() -> bool:
             with contextlib.suppress(ServiceError):
-                if len(self.alive_workers()) >= count:
-                    return
-            time.sleep(0.5)
-        raise ServiceTimeout(
-            f"spark-master {self.master_url}: fewer than {count} workers alive after "
-            f"{timeout_s:.0f} s; see {self.data_dir}"
-        )
+                return len(self.alive_workers()) >= count
+            return False
+
+        if not wait_for(alive, timeout_s, 0.5, self.master):
+            raise ServiceTimeout(
+                f"spark-master {self.master_url}: fewer than {count} workers alive after "
+                f"{timeout_s:.0f} s; see {self.data_dir}"
+            )
 
     def stop(self) -> None:
         """Stop the workers (and their executors), then the master."""
@@ -198,14 +196,6 @@ class SparkCluster:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(pid, signal.SIGKILL)
         self.master.stop(timeout_s=10)
-
-    def __enter__(self) -> SparkCluster:
-        return self.start()
-
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
 
 __all__ = ["SparkCluster", "spark_home"]

@@ -13,13 +13,12 @@ import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
 from infra import jars
 from infra.exceptions import ServiceTimeout
 from infra.java import jvm_argv
 from infra.ports import HOST, ensure_free, free_port, free_ports
-from infra.process import ManagedProcess
+from infra.process import ManagedProcess, Service, wait_for
 from tidemark.environment import Environment
 
 MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
@@ -42,7 +41,7 @@ class QuorumPeer:
         )
 
 
-class ZooKeeperServer:
+class ZooKeeperServer(Service):
     def __init__(
         self,
         data_dir: Path,
@@ -123,27 +122,15 @@ class ZooKeeperServer:
     def wait_ready(self, timeout_s: float) -> None:
         """Ready when the server answers ``ruok`` with ``imok`` (an ensemble member: when
         ``srvr`` names its mode, leader or follower, i.e. it serves in a quorum)."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            self.process.check_alive()
-            if serving(HOST, self.port) if self.quorum else ruok(HOST, self.port):
-                return
-            time.sleep(0.2)
-        raise ServiceTimeout(
-            f"zookeeper on {self.connect_string} did not answer in {timeout_s:.0f} s; "
-            f"see {self.process.log_path}"
-        )
+        probe = serving if self.quorum else ruok
+        if not wait_for(lambda: probe(HOST, self.port), timeout_s, 0.2, self.process):
+            raise ServiceTimeout(
+                f"zookeeper on {self.connect_string} did not answer in {timeout_s:.0f} s; "
+                f"see {self.process.log_path}"
+            )
 
     def stop(self) -> None:
         self.process.stop()
-
-    def __enter__(self) -> ZooKeeperServer:
-        return self.start()
-
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
 
 def serving(host: str, port: int) -> bool:
@@ -165,7 +152,7 @@ def ruok(host: str, port: int) -> bool:
         return False
 
 
-class ZooKeeperEnsemble:
+class ZooKeeperEnsemble(Service):
     """``size`` servers in one quorum on 127.0.0.1 (three: one may be down)."""
 
     def __init__(self, data_dir: Path, size: int = 3, env: Environment | None = None) -> None:
@@ -210,11 +197,3 @@ class ZooKeeperEnsemble:
             server.process.terminate()
         for server in self.servers:
             server.stop()
-
-    def __enter__(self) -> ZooKeeperEnsemble:
-        return self.start()
-
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()

@@ -51,7 +51,7 @@ from jobs.slots import SlotState, run_slot
 from jobs.worker_setup import keep_zip_directories
 from jobs.workflow import Emitted, LaggardRows, MarkInput, Output, Rejected, StreamWorkflow
 from schemas.mark_input import Undecodable, decode_stream_key, printable_key
-from schemas.tables import TABLES, columns
+from schemas.tables import TABLES, columns, rejected_row
 
 log = logging.getLogger(__name__)
 
@@ -137,14 +137,8 @@ def output_row(o: Emitted | Rejected | SlotDue) -> dict[str, Any]:
         )
     else:
         row.update(
+            rejected_row(o.stream, o.writer, o.reason, o.raw, o.partition, o.offset, o.at),
             kind=REJECTED,
-            stream=o.stream,
-            writer=o.writer,
-            reason=o.reason,
-            raw=o.raw,
-            kafka_partition=o.partition,
-            kafka_offset=o.offset,
-            at=o.at,
         )
     return row
 

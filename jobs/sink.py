@@ -58,6 +58,7 @@ from schemas.tables import (
     LAGGARDS,
     LAGGARDS_COLUMNS,
     MARKS,
+    REJECTED_COLUMNS,
     REJECTED_MARKS,
     TABLES,
     index_row,
@@ -157,15 +158,7 @@ def split_rows(
         MARKS: [marks_row(w, r["writers"] or (), r["emitted_at"]) for r, w in marks],
         INDEX: [index_row(w, r["upper_time_max"]) for r, w in marks],
         REJECTED_MARKS: [
-            rejected_row(
-                r["stream"],
-                r["writer"],
-                r["reason"],
-                r["raw"],
-                r["kafka_partition"],
-                r["kafka_offset"],
-                r["at"],
-            )
+            rejected_row(**{c: r[c] for c in REJECTED_COLUMNS})
             for r in rows
             if r["kind"] == REJECTED
         ],

@@ -90,17 +90,24 @@ ran at ~165 k events/s against ~730 k/s with 0 (10-100: 480-650 k/s; same
 CPU per event) -- 200 000 records of 256 B on 4 segments, load 3."""
 
 
-class GroupPlace(TypedDict, total=False):
-    """The keywords both kinds of :meth:`ReaderGroup.create` take (``store`` and
-    ``bootstrap_servers`` required): where the group lives and where it starts."""
+class GroupHome(TypedDict, total=False):
+    """Where a group lives (``store`` and ``bootstrap_servers`` required): the keywords
+    every way of opening a group takes, written once for :func:`open_group`,
+    :func:`open_streams_group` and the member groups of a group over several streams."""
 
     store: Required[MetadataStore]
     bootstrap_servers: Required[str]
     delta_root: str | None
-    from_time: object
     config: ReaderConfig | None
     registry: GroupRegistry | None
     storage_options: Mapping[str, str] | None
+
+
+class GroupPlace(GroupHome, total=False):
+    """The keywords both kinds of :meth:`ReaderGroup.create` take: where the group
+    lives and where it starts."""
+
+    from_time: object
     index: SeekIndex | None
 
 
@@ -230,16 +237,24 @@ class ReaderGroup(Closing):
         check_name("reader group", name)
         if (stream is None) == (streams is None):
             raise ReaderConfigError("give a stream or streams=[...] (one of them)")
+        reg = registry or registry_for(store)
+        home = GroupHome(
+            store=store,
+            bootstrap_servers=bootstrap_servers,
+            delta_root=delta_root,
+            config=config,
+            registry=reg,
+            storage_options=storage_options,
+        )
         if streams is not None:
             if start_cut is not None or ephemeral:
                 raise ReaderConfigError("start_cut and ephemeral are for a one-stream group")
-            reg = registry or registry_for(store)
             return StreamsReaderGroup.create(
                 name,
                 streams,
                 store=store,
                 registry=reg,
-                member=_members(store, bootstrap_servers, delta_root, config, reg, storage_options),
+                member=_members(home),
                 from_time=from_time,
                 delta_root=delta_root,
                 storage_options=storage_options,
@@ -257,22 +272,10 @@ class ReaderGroup(Closing):
             cut = at_or_after_head(start_cut, meta)
         else:
             cut = head_cut(meta)
-        reg = registry or registry_for(store)
         record = _new_record(name, stream, cut)
         reg.create(record)
         try:
-            group = cls(
-                name,
-                stream,
-                store=store,
-                bootstrap_servers=bootstrap_servers,
-                delta_root=delta_root,
-                config=config,
-                registry=reg,
-                storage_options=storage_options,
-                ephemeral=ephemeral,
-                _record=record,
-            )
+            group = cls(name, stream, ephemeral=ephemeral, _record=record, **home)
             group._commit_cut(meta, cut)
         except BaseException:
             reg.delete(name)
@@ -546,65 +549,25 @@ def _new_record(name: str, stream: str, cut: StreamCut) -> GroupRecord:
     return GroupRecord(name, stream, dict(cut), wall_clock_ms())
 
 
-def open_group(
-    name: str,
-    *,
-    store: MetadataStore,
-    bootstrap_servers: str,
-    delta_root: str | None = None,
-    config: ReaderConfig | None = None,
-    registry: GroupRegistry | None = None,
-) -> ReaderGroup:
+def open_group(name: str, **home: Unpack[GroupHome]) -> ReaderGroup:
     """An existing group (:class:`UnknownReaderGroupError` otherwise)."""
-    return ReaderGroup(
-        name,
-        store=store,
-        bootstrap_servers=bootstrap_servers,
-        delta_root=delta_root,
-        config=config,
-        registry=registry,
-    )
+    return ReaderGroup(name, **home)
 
 
-def open_streams_group(
-    name: str,
-    *,
-    store: MetadataStore,
-    bootstrap_servers: str,
-    delta_root: str | None = None,
-    config: ReaderConfig | None = None,
-    registry: GroupRegistry | None = None,
-    storage_options: Mapping[str, str] | None = None,
-) -> StreamsReaderGroup:
+def open_streams_group(name: str, **home: Unpack[GroupHome]) -> StreamsReaderGroup:
     """An existing group over several streams (:class:`UnknownReaderGroupError` otherwise)."""
-    reg = registry or registry_for(store)
-    return StreamsReaderGroup.open(
-        name, reg, _members(store, bootstrap_servers, delta_root, config, reg, storage_options)
-    )
+    registry = home.get("registry") or registry_for(home["store"])
+    return StreamsReaderGroup.open(name, registry, _members({**home, "registry": registry}))
 
 
-def _members(
-    store: MetadataStore,
-    bootstrap_servers: str,
-    delta_root: str | None,
-    config: ReaderConfig | None,
-    registry: GroupRegistry,
-    storage_options: Mapping[str, str] | None,
-) -> MemberGroup:
-    """How a group over several streams makes (at a cut) or opens its member groups."""
+def _members(home: GroupHome) -> MemberGroup:
+    """How a group over several streams makes (at a cut) or opens its member groups
+    (``home``'s registry given, so that every member shares it)."""
 
     def member(name: str, stream: str, cut: StreamCut | None) -> ReaderGroup:
-        kw: dict[str, Any] = {
-            "store": store,
-            "bootstrap_servers": bootstrap_servers,
-            "delta_root": delta_root,
-            "config": config,
-            "registry": registry,
-            "storage_options": storage_options,
-        }
         if cut is None:
-            return ReaderGroup(name, stream, **kw)
-        return ReaderGroup.create(name, stream, start_cut=cut, **kw)
+            return ReaderGroup(name, stream, **home)
+        return ReaderGroup.create(name, stream, start_cut=cut, **home)
 
     return member
 

@@ -35,7 +35,6 @@ import hashlib
 import logging
 import threading
 from collections.abc import Sequence
-from types import TracebackType
 from typing import Any
 
 from confluent_kafka import (
@@ -47,6 +46,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from controller.closing import Closing
 from controller.kafka.settings import client_config
 from pipelines.timeline.buffer_sql import (
     BufferedRows,
@@ -322,7 +322,7 @@ class BufferRelay:
             self.consumer.close()
 
 
-class TimelineBuffer:
+class TimelineBuffer(Closing):
     """Ingest and relay of one buffer, each in its own thread with its own connection."""
 
     def __init__(
@@ -366,11 +366,3 @@ class TimelineBuffer:
             self.ingest.close()
         finally:
             self.relay.close()
-
-    def __enter__(self) -> TimelineBuffer:
-        return self
-
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()

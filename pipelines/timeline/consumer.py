@@ -45,10 +45,10 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from types import TracebackType
 
 import psycopg
 
+from controller.closing import Closing
 from pipelines.timeline.clock import ClockDrift, DueCondition, StreamClock
 from pipelines.timeline.config import ConsumerConfig
 from pipelines.timeline.exceptions import (
@@ -214,7 +214,7 @@ class Waker:
         self._conn.close()
 
 
-class TimelineConsumer:
+class TimelineConsumer(Closing):
     def __init__(
         self,
         dsn: str,
@@ -360,14 +360,6 @@ class TimelineConsumer:
             if self._waker is not None:
                 self._waker.close()
             self.store.close()
-
-    def __enter__(self) -> TimelineConsumer:
-        return self
-
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
 
 def _token(lease: Lease) -> str:

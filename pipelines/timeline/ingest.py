@@ -22,11 +22,11 @@ import logging
 import threading
 from collections import defaultdict
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any
 
 from confluent_kafka import Consumer, Producer
 
+from controller.closing import Closing
 from controller.kafka.settings import client_config
 from pipelines.timeline.config import IngestConfig
 from pipelines.timeline.exceptions import TimelineError
@@ -49,7 +49,7 @@ class IngestStats:
     rejected: int
 
 
-class TimelineIngester:
+class TimelineIngester(Closing):
     def __init__(
         self,
         dsn: str,
@@ -149,11 +149,3 @@ class TimelineIngester:
             self._consumer.close()
         finally:
             self.store.close()
-
-    def __enter__(self) -> TimelineIngester:
-        return self
-
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()

@@ -27,6 +27,7 @@ from typing import Any, Generic, TypeVar
 
 from confluent_kafka import Producer
 
+from controller.closing import Closing
 from controller.kafka.settings import client_config
 from pipelines.timeline.exceptions import InvalidMessageError, TimelineError
 from pipelines.timeline.metrics import CREATED, record_drift
@@ -100,7 +101,7 @@ class _Scheduling(Generic[R]):
         raise NotImplementedError
 
 
-class TimelineProducer(_Scheduling[Created]):
+class TimelineProducer(_Scheduling[Created], Closing):
     """Writes to the store directly (one SQL statement per message or per batch);
     :meth:`put` returns the stored message."""
 
@@ -162,14 +163,6 @@ class TimelineProducer(_Scheduling[Created]):
 
     def close(self) -> None:
         self.store.close()
-
-    def __enter__(self) -> TimelineProducer:
-        return self
-
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
 
 class KafkaTimelineProducer(_Scheduling[str]):

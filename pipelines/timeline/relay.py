@@ -30,11 +30,11 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
-from types import TracebackType
 from typing import Any
 
 from confluent_kafka import Producer
 
+from controller.closing import Closing
 from controller.kafka.settings import client_config
 from pipelines.timeline.clock import DueCondition, StreamClock
 from pipelines.timeline.config import ConsumerConfig, RelayConfig
@@ -46,7 +46,7 @@ from pipelines.timeline.model import Lease
 log = logging.getLogger(__name__)
 
 
-class TimelineRelay:
+class TimelineRelay(Closing):
     def __init__(
         self,
         dsn: str,
@@ -150,11 +150,3 @@ class TimelineRelay:
             self._producer.flush(self.config.flush_timeout_ms / 1000)
         finally:
             self.consumer.close()
-
-    def __enter__(self) -> TimelineRelay:
-        return self
-
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()

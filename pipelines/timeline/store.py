@@ -56,12 +56,12 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any, TypeVar
 
 import psycopg
 import psycopg.errors
 
+from controller.closing import Closing
 from pipelines.timeline.clock import NOW_MS, ClockDrift, DatabaseClock, DueCondition
 from pipelines.timeline.config import TimelineConfig
 from pipelines.timeline.exceptions import (
@@ -173,7 +173,7 @@ def database_error(exc: psycopg.Error | UnicodeEncodeError) -> TimelineError:
     return TimelineDatabaseError(f"the timeline store refused: {exc}")
 
 
-class TimelineStore:
+class TimelineStore(Closing):
     def __init__(
         self,
         dsn: str,
@@ -246,14 +246,6 @@ class TimelineStore:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
-
-    def __enter__(self) -> TimelineStore:
-        return self
-
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     def migrate(self) -> list[int]:
         """Create or upgrade the schema; returns the migration versions applied."""

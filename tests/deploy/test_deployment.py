@@ -42,11 +42,9 @@ from infra.ports import free_port
 from infra.process import ManagedProcess
 from pipelines.reading.seek import stream_cut_at
 from pipelines.reading.watermark_tables import read_watermarks
-from pipelines.writing.config import WriterConfig
 from pipelines.writing.marks import mark_message
-from pipelines.writing.producer import TidemarkProducer
-from pipelines.writing.writer import EventWriter
 from tests.deploy.deployment import ROOT, Deployment, wait_until
+from tests.deploy.writers import open_writer
 from tests.faults.figures import report
 
 STREAM = "deploy/orders"
@@ -107,23 +105,7 @@ class Noter:
         stream: str = STREAM,
         per_round: int = 1,
     ) -> None:
-        with deployment.as_user("writer"):
-            if drop_in:
-                self.writer: Any = TidemarkProducer(
-                    {**client_config(deployment.bootstrap), "linger.ms": 1},
-                    writer_id=writer_id,
-                    store=store,
-                    stream=stream,
-                    create_marks_topic=False,
-                )
-            else:
-                self.writer = EventWriter(
-                    writer_id,
-                    stream,
-                    store=store,
-                    bootstrap_servers=deployment.bootstrap,
-                    config=WriterConfig(cluster=deployment.cluster, linger_ms=1),
-                )
+        self.writer = open_writer(deployment, store, stream, writer_id, drop_in=drop_in)
         self.drop_in = drop_in
         self.stream = stream
         self.per_round = per_round

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 
@@ -69,3 +69,17 @@ def emit_rows(args: argparse.Namespace, rows: Iterable[Mapping[str, Any]]) -> No
         else:
             sys.stdout.write(" ".join(f"{k}={v}" for k, v in row.items()) + "\n")
     sys.stdout.flush()
+
+
+def emit_list(
+    args: argparse.Namespace,
+    rows: Sequence[Mapping[str, Any]],
+    line: Callable[[Mapping[str, Any]], str],
+    empty: str,
+) -> None:
+    """A list verb's answer: JSON lines with ``--format json`` (as every list: stream
+    list, read, ...), else ``line(row)`` a row, or ``empty`` when there is none."""
+    if getattr(args, "format", "text") == "json":
+        emit_rows(args, rows)
+    else:
+        print("\n".join(line(r) for r in rows) or empty)

@@ -15,7 +15,7 @@ import argparse
 from typing import Any
 
 from tidemark.cli.control_plane import control_plane
-from tidemark.cli.output import add_verb, emit, emit_rows
+from tidemark.cli.output import add_verb, emit, emit_list
 
 
 def register(sub: Any) -> None:
@@ -45,8 +45,5 @@ def cmd_delete(args: argparse.Namespace) -> int:
 def cmd_list(args: argparse.Namespace) -> int:
     with control_plane() as cp:
         rows = [{"scope": s, "streams": len(cp.manager.list(s))} for s in cp.manager.list_scopes()]
-    if args.format == "json":  # JSON lines, as every list (stream list, read, ...)
-        emit_rows(args, rows)
-    else:
-        print("\n".join(f"{r['scope']:<40} {r['streams']} stream(s)" for r in rows) or "no scopes")
+    emit_list(args, rows, lambda r: f"{r['scope']:<40} {r['streams']} stream(s)", "no scopes")
     return 0

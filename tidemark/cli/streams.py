@@ -22,7 +22,7 @@ from controller.navigation import head_segments
 from tidemark.cli.adopt import register_verbs
 from tidemark.cli.control_plane import control_plane
 from tidemark.cli.cuts import CUT_HELP, parse_cut
-from tidemark.cli.output import add_verb, emit, emit_rows
+from tidemark.cli.output import add_verb, emit, emit_list
 from tidemark.cli.stream_options import add_config_options, config_from_args, summary
 from tidemark.errors import ConfigurationError
 
@@ -173,8 +173,5 @@ def cmd_list(args: argparse.Namespace) -> int:
     with control_plane() as cp:
         names = cp.manager.list(args.scope)
         rows = [{"stream": n, "state": str(cp.store.get_stream(n).state)} for n in names]
-    if args.format == "json":
-        emit_rows(args, rows)
-    else:
-        emit(args, rows, [f"{r['stream']:<40} {r['state']}" for r in rows] or ["no streams"])
+    emit_list(args, rows, lambda r: f"{r['stream']:<40} {r['state']}", "no streams")
     return 0

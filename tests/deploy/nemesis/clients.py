@@ -12,18 +12,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
 
-from controller.kafka.settings import client_config
 from controller.naming import topic_for
 from controller.store import MetadataStore
 from pipelines.reading.group import ReaderGroup
-from pipelines.writing.config import WriterConfig
-from pipelines.writing.producer import TidemarkProducer
-from pipelines.writing.transactions import TransactionalWriter
-from pipelines.writing.writer import EventWriter
 from tests.deploy.deployment import Deployment
 from tests.deploy.nemesis.history import History, Noted, Read, Written
+from tests.deploy.writers import open_writer
 
 log = logging.getLogger(__name__)
 PAUSE_S = 0.2
@@ -36,10 +31,6 @@ def body(writer: str, number: int) -> bytes:
 def parse(value: bytes) -> tuple[str, int]:
     writer, number = value.decode().rsplit(":", 1)
     return writer, int(number)
-
-
-def writer_config(d: Deployment) -> WriterConfig:
-    return WriterConfig(cluster=d.cluster, linger_ms=1)
 
 
 class Client:
@@ -95,23 +86,7 @@ class Writer(Client):
         super().__init__(name, history)
         self.stream = stream
         self.number = 0
-        with d.as_user("writer"):
-            if drop_in:
-                self.writer: Any = TidemarkProducer(
-                    {**client_config(d.bootstrap), "linger.ms": 1},
-                    writer_id=name,
-                    store=store,
-                    stream=stream,
-                    create_marks_topic=False,
-                )
-            else:
-                self.writer = EventWriter(
-                    name,
-                    stream,
-                    store=store,
-                    bootstrap_servers=d.bootstrap,
-                    config=writer_config(d),
-                )
+        self.writer = open_writer(d, store, stream, name, drop_in=drop_in)
         self.drop_in = drop_in
 
     def step(self) -> None:
@@ -153,14 +128,7 @@ class TransactionWriter(Client):
         super().__init__(name, history)
         self.number = 0
         self.transactions = 0
-        with d.as_user("writer"):
-            self.writer = TransactionalWriter(
-                name,
-                stream,
-                store=store,
-                bootstrap_servers=d.bootstrap,
-                config=writer_config(d),
-            )
+        self.writer = open_writer(d, store, stream, name, transactional=True)
 
     def step(self) -> None:
         now = time.time_ns() // 1_000_000

@@ -17,18 +17,24 @@ EventId = tuple[str, int]  # (writer, number)
 
 
 @dataclass(frozen=True)
-class Written:
-    """An event its writer had acknowledged (``committed``) or deliberately aborted."""
+class Event:
+    """One of the events the nemesis's writers write: ``writer:number``."""
 
     writer: str
     number: int
-    time: int
-    at: int
-    committed: bool = True
 
     @property
     def id(self) -> EventId:
         return (self.writer, self.number)
+
+
+@dataclass(frozen=True)
+class Written(Event):
+    """An event its writer had acknowledged (``committed``) or deliberately aborted."""
+
+    time: int
+    at: int
+    committed: bool = True
 
 
 @dataclass(frozen=True)
@@ -49,32 +55,20 @@ class Observed:
 
 
 @dataclass(frozen=True)
-class Stored:
+class Stored(Event):
     """An event found in Kafka afterwards, read committed, at (segment, offset)."""
 
-    writer: str
-    number: int
     segment: int
     offset: int
-
-    @property
-    def id(self) -> EventId:
-        return (self.writer, self.number)
 
 
 @dataclass(frozen=True)
-class Read:
+class Read(Event):
     """The reader group handed out this event."""
 
-    writer: str
-    number: int
     segment: int
     offset: int
     at: int
-
-    @property
-    def id(self) -> EventId:
-        return (self.writer, self.number)
 
 
 @dataclass(frozen=True)

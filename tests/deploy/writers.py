@@ -1,0 +1,49 @@
+"""The deployed-shape tests' writers: each kind built one way, as principal ``writer``.
+
+    writer = open_writer(deployment, store, "shop/orders", "w1", drop_in=True)
+
+An ``EventWriter`` (default), a ``TransactionalWriter`` or the drop-in
+``TidemarkProducer``, all with a 1 ms linger and the deployment's cluster settings,
+so the deployment test's noters and the nemesis's clients write alike.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from controller.kafka.settings import client_config
+from controller.store import MetadataStore
+from pipelines.writing.config import WriterConfig
+from pipelines.writing.producer import TidemarkProducer
+from pipelines.writing.transactions import TransactionalWriter
+from pipelines.writing.writer import EventWriter
+from tests.deploy.deployment import Deployment
+
+
+def open_writer(
+    d: Deployment,
+    store: MetadataStore,
+    stream: str,
+    writer_id: str,
+    *,
+    drop_in: bool = False,
+    transactional: bool = False,
+) -> Any:
+    """A writer of ``stream`` named ``writer_id``, connected as principal ``writer``."""
+    with d.as_user("writer"):
+        if drop_in:
+            return TidemarkProducer(
+                {**client_config(d.bootstrap), "linger.ms": 1},
+                writer_id=writer_id,
+                store=store,
+                stream=stream,
+                create_marks_topic=False,
+            )
+        kind = TransactionalWriter if transactional else EventWriter
+        return kind(
+            writer_id,
+            stream,
+            store=store,
+            bootstrap_servers=d.bootstrap,
+            config=WriterConfig(cluster=d.cluster, linger_ms=1),
+        )
