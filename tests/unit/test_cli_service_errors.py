@@ -11,6 +11,7 @@ import pytest
 
 import tidemark.cli.control_plane as control_plane_module
 from tidemark.cli.main import main
+from tidemark.cli.service_errors import EXIT_UNAVAILABLE
 
 pytestmark = pytest.mark.unit
 
@@ -28,7 +29,7 @@ def test_a_stopped_zookeeper_is_one_line(
     monkeypatch.setenv("TIDEMARK_ZK_CONNECT", address)
     monkeypatch.setenv("TIDEMARK_KAFKA_BOOTSTRAP", f"127.0.0.1:{_closed_port()}")
     monkeypatch.setattr(control_plane_module, "ZK_START_TIMEOUT_S", 1.0)
-    assert main(["scope", "list"]) == 1
+    assert main(["scope", "list"]) == EXIT_UNAVAILABLE
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
     assert f"ZooKeeper is unavailable: {address} gave no session" in err
@@ -50,7 +51,8 @@ def test_the_zk_flag_wins_over_the_environment_for_one_command(
     flagged = f"127.0.0.1:{_closed_port()}"
     monkeypatch.setenv("TIDEMARK_ZK_CONNECT", "127.0.0.1:1")
     monkeypatch.setattr(control_plane_module, "ZK_START_TIMEOUT_S", 1.0)
-    assert main(["--zk", flagged, "--bootstrap", "127.0.0.1:2", "scope", "list"]) == 1
+    argv = ["--zk", flagged, "--bootstrap", "127.0.0.1:2", "scope", "list"]
+    assert main(argv) == EXIT_UNAVAILABLE
     assert f"ZooKeeper is unavailable: {flagged} gave no session" in capsys.readouterr().err
     assert os.environ["TIDEMARK_ZK_CONNECT"] == "127.0.0.1:1"  # restored after the command
 
@@ -76,3 +78,51 @@ def test_a_client_property_reaches_the_environment_while_the_verb_runs() -> None
     with connection_environment(args):
         assert os.environ["TIDEMARK_KAFKA_SASL_USERNAME"] == "alice"
     assert os.environ.get("TIDEMARK_KAFKA_SASL_USERNAME") == before
+
+
+def test_a_stopped_postgresql_is_one_line_without_the_password(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    port = _closed_port()
+    monkeypatch.setenv("TIDEMARK_POSTGRES_DSN", f"postgresql://alice:s3cret@127.0.0.1:{port}/db")
+    assert main(["timeline", "count", "reminders"]) == EXIT_UNAVAILABLE
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err and "s3cret" not in err
+    assert f"PostgreSQL is unavailable: 127.0.0.1:{port}/db did not answer" in err
+    assert "TIDEMARK_POSTGRES_DSN" in err
+
+
+def test_the_time_service_not_answering_is_named_with_its_url(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import argparse
+
+    from pipelines.reading.time_service import ServiceUnavailableError
+    from tidemark.cli.service_errors import named
+
+    monkeypatch.setenv("TIDEMARK_TIME_SERVICE", "http://127.0.0.1:9")
+    try:
+        raise RuntimeError("lookup failed") from ServiceUnavailableError("refused")
+    except RuntimeError as exc:
+        error = named(exc, argparse.Namespace())
+    assert error is not None
+    assert str(error).startswith("the time service is unavailable: http://127.0.0.1:9 did not")
+    assert named(ValueError("not a service"), argparse.Namespace()) is None
+
+
+def test_an_error_of_several_lines_is_printed_as_one(capsys: pytest.CaptureFixture[str]) -> None:
+    from tidemark.cli.main import _say
+    from tidemark.errors import TidemarkError
+
+    _say(TidemarkError("first\n\tsecond"))
+    assert capsys.readouterr().err == "tidemark: error: first second\n"
+
+
+def test_a_bad_service_timeout_is_refused_by_name(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("TIDEMARK_SERVICE_TIMEOUT_MS", "soon")
+    monkeypatch.setenv("TIDEMARK_ZK_CONNECT", f"127.0.0.1:{_closed_port()}")
+    monkeypatch.setenv("TIDEMARK_KAFKA_BOOTSTRAP", f"127.0.0.1:{_closed_port()}")
+    assert main(["scope", "list"]) == 1
+    assert "TIDEMARK_SERVICE_TIMEOUT_MS='soon'" in capsys.readouterr().err
