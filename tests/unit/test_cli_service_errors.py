@@ -73,7 +73,9 @@ def test_a_client_property_reaches_the_environment_while_the_verb_runs() -> None
 
     from tidemark.cli.connection import connection_environment
 
-    args = argparse.Namespace(client_properties=["sasl.username=alice"], bootstrap=None, zk=None)
+    args = argparse.Namespace(
+        client_properties=["sasl.username=alice"], connect_bootstrap=None, connect_zk=None
+    )
     before = os.environ.get("TIDEMARK_KAFKA_SASL_USERNAME")
     with connection_environment(args):
         assert os.environ["TIDEMARK_KAFKA_SASL_USERNAME"] == "alice"
@@ -126,3 +128,16 @@ def test_a_bad_service_timeout_is_refused_by_name(
     monkeypatch.setenv("TIDEMARK_KAFKA_BOOTSTRAP", f"127.0.0.1:{_closed_port()}")
     assert main(["scope", "list"]) == 1
     assert "TIDEMARK_SERVICE_TIMEOUT_MS='soon'" in capsys.readouterr().err
+
+
+def test_the_bootstrap_flag_reaches_a_verb_with_a_bootstrap_option_of_its_own() -> None:
+    """``tidemark --bootstrap B timeline relay ...``: the relay's own ``--bootstrap``
+    (not given) must not drop the global one."""
+    from tidemark.cli.connection import connection_settings
+    from tidemark.cli.main import build_parser
+
+    argv = ["--bootstrap", "k1:9092", "--zk", "z1:2181", "timeline", "relay", "tl"]
+    args = build_parser().parse_args([*argv, "--topic", "t", "--consumer", "c"])
+    settings = connection_settings(args)
+    assert settings["TIDEMARK_KAFKA_BOOTSTRAP"] == "k1:9092"
+    assert settings["TIDEMARK_ZK_CONNECT"] == "z1:2181"
