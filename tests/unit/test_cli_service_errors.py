@@ -90,7 +90,7 @@ def test_a_stopped_postgresql_is_one_line_without_the_password(
     assert main(["timeline", "count", "reminders"]) == EXIT_UNAVAILABLE
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err and "s3cret" not in err
-    assert f"PostgreSQL is unavailable: 127.0.0.1:{port}/db did not answer" in err
+    assert f"PostgreSQL is unavailable: 127.0.0.1:{port}/db refused or did not answer" in err
     assert "TIDEMARK_POSTGRES_DSN" in err
 
 

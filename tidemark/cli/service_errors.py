@@ -103,11 +103,14 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0].strip()
 
 
-def _configured(service: str, given: str | None = None) -> str:
-    """The address this command used for ``service``: its flag, the environment, or
-    ``tidemark up``'s; ``(none given)`` when there is none."""
+def _configured(service: str, args: argparse.Namespace) -> str:
+    """The address this command used for ``service``: the verb's own flag (``controller
+    run --zk``, ``timeline relay --bootstrap``), else the environment (where the global
+    flags put theirs), else ``tidemark up``'s; ``(none given)`` when there is none."""
     try:
-        found = resolve_services(service, kafka=given)
+        found = resolve_services(
+            service, kafka=getattr(args, "bootstrap", None), zk=getattr(args, "zk", None)
+        )
     except TidemarkError:
         return "(none given)"
     address = {
@@ -171,13 +174,15 @@ def named(exc: BaseException, args: argparse.Namespace) -> ServiceUnavailableErr
             return cause
         what = f"did not answer ({_first_line(cause)})"
         if _zookeeper_down(cause):
-            return ZOOKEEPER_SERVICE.unavailable(_configured(ZOOKEEPER), what)
+            return ZOOKEEPER_SERVICE.unavailable(_configured(ZOOKEEPER, args), what)
         if _kafka_down(cause):
-            given = getattr(args, "bootstrap", None)
-            return KAFKA_SERVICE.unavailable(_configured(KAFKA, given), what)
+            return KAFKA_SERVICE.unavailable(_configured(KAFKA, args), what)
         if _postgres_down(cause):
-            dsn = _configured(POSTGRES)
-            return POSTGRESQL_SERVICE.unavailable(_postgres_address(dsn), what)
+            # an OperationalError may also be a refusal (a wrong password): say both
+            address = _postgres_address(_configured(POSTGRES, args))
+            return POSTGRESQL_SERVICE.unavailable(
+                address, f"refused or did not answer ({_first_line(cause)})"
+            )
         if _time_service_down(cause):
             url = os.environ.get(TIME_SERVICE, "").strip() or "(none given)"
             return TIME_SERVICE_SERVICE.unavailable(url, what)
