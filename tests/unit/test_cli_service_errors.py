@@ -141,3 +141,21 @@ def test_the_bootstrap_flag_reaches_a_verb_with_a_bootstrap_option_of_its_own() 
     settings = connection_settings(args)
     assert settings["TIDEMARK_KAFKA_BOOTSTRAP"] == "k1:9092"
     assert settings["TIDEMARK_ZK_CONNECT"] == "z1:2181"
+
+
+def test_a_kafka_admin_request_timing_out_names_kafka(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bare TimeoutError from an admin request's future (``stream describe`` or
+    ``stream delete`` with the broker stopped) is Kafka not answering."""
+    import argparse
+
+    from controller.kafka.admin import StreamTopics
+    from tidemark.cli.service_errors import named
+
+    address = f"127.0.0.1:{_closed_port()}"
+    monkeypatch.setenv("TIDEMARK_KAFKA_BOOTSTRAP", address)
+    with pytest.raises(TimeoutError) as raised:
+        StreamTopics(address, timeout_s=0.5).delete("orders")
+    error = named(raised.value, argparse.Namespace())
+    assert error is not None
+    assert str(error).startswith(f"Kafka is unavailable: {address} gave no answer in time")
+    assert named(TimeoutError(), argparse.Namespace()) is None  # not from a Kafka client

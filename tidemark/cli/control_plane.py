@@ -52,7 +52,7 @@ class ControlPlane:
         """The stream manager, made on first use (its Kafka admin client connects)."""
         from controller.streams import StreamManager  # confluent_kafka: see control_plane
 
-        return StreamManager(self.store, self.kafka, self.settings)
+        return StreamManager(self.store, self.kafka, self.settings, topics=kafka_topics(self.kafka))
 
 
 KAFKA_TIMEOUT_S = 30.0

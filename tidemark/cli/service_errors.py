@@ -84,6 +84,8 @@ TIME_SERVICE_SERVICE = Service(
     "the time service", "tidemark serve runs there", f"{TIME_SERVICE} names it"
 )
 
+# where a time-out means Kafka did not answer
+_KAFKA_CLIENTS = ("confluent_kafka", "controller.kafka", "pipelines.writing")
 # librdkafka's codes for "no broker answered" (the rest are Kafka refusing a request)
 _KAFKA_DOWN_CODES = ("_TRANSPORT", "_ALL_BROKERS_DOWN", "_TIMED_OUT", "_RESOLVE", "_MSG_TIMED_OUT")
 
@@ -147,7 +149,19 @@ def _zookeeper_down(exc: BaseException) -> bool:
     return bool(kinds) and isinstance(exc, kinds)
 
 
+def _raised_in(exc: BaseException, packages: tuple[str, ...]) -> bool:
+    """Whether a frame of ``exc``'s traceback runs code of one of ``packages``."""
+    tb = exc.__traceback__
+    while tb is not None:
+        if str(tb.tb_frame.f_globals.get("__name__", "")).startswith(packages):
+            return True
+        tb = tb.tb_next
+    return False
+
+
 def _kafka_down(exc: BaseException) -> bool:
+    if isinstance(exc, TimeoutError) and _raised_in(exc, _KAFKA_CLIENTS):
+        return True  # an admin request's future, a writer's flush: no broker answered
     kafka = sys.modules.get("confluent_kafka")
     if kafka is None or not isinstance(exc, kafka.KafkaException) or not exc.args:
         return False
@@ -173,6 +187,8 @@ def named(exc: BaseException, args: argparse.Namespace) -> ServiceUnavailableErr
         if isinstance(cause, ServiceUnavailableError):
             return cause
         what = f"did not answer ({_first_line(cause)})"
+        if isinstance(cause, TimeoutError) and not str(cause):
+            what = "gave no answer in time"
         if _zookeeper_down(cause):
             return ZOOKEEPER_SERVICE.unavailable(_configured(ZOOKEEPER, args), what)
         if _kafka_down(cause):
