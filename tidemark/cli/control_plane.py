@@ -109,4 +109,12 @@ def control_plane(settings: ClusterSettings | None = None) -> Iterator[ControlPl
         yield ControlPlane(client, ZooKeeperStore(client, settings.zk_root), settings, kafka)
 
 
-__all__ = ["ControlPlane", "control_plane", "kafka_answers", "kafka_topics", "service_addresses"]
+__all__ = [
+    "KAFKA_TIMEOUT_S",
+    "ZK_START_TIMEOUT_S",
+    "ControlPlane",
+    "control_plane",
+    "kafka_answers",
+    "kafka_topics",
+    "service_addresses",
+]

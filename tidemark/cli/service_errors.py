@@ -162,6 +162,10 @@ def _raised_in(exc: BaseException, packages: tuple[str, ...]) -> bool:
 def _kafka_down(exc: BaseException) -> bool:
     if isinstance(exc, TimeoutError) and _raised_in(exc, _KAFKA_CLIENTS):
         return True  # an admin request's future, a writer's flush: no broker answered
+    writing = sys.modules.get("pipelines.writing.exceptions")
+    if writing is not None and isinstance(exc, writing.DeliveryError):
+        # every record timed out in the producer's queue: no broker took them
+        return bool(exc.failed) and all("_MSG_TIMED_OUT" in f.error for f in exc.failed)
     kafka = sys.modules.get("confluent_kafka")
     if kafka is None or not isinstance(exc, kafka.KafkaException) or not exc.args:
         return False
