@@ -159,3 +159,18 @@ def test_a_kafka_admin_request_timing_out_names_kafka(monkeypatch: pytest.Monkey
     assert error is not None
     assert str(error).startswith(f"Kafka is unavailable: {address} gave no answer in time")
     assert named(TimeoutError(), argparse.Namespace()) is None  # not from a Kafka client
+
+
+def test_records_timing_out_in_the_producer_name_kafka(monkeypatch: pytest.MonkeyPatch) -> None:
+    import argparse
+
+    from pipelines.writing.exceptions import DeliveryError, FailedRecord
+    from tidemark.cli.service_errors import named
+
+    monkeypatch.setenv("TIDEMARK_KAFKA_BOOTSTRAP", "127.0.0.1:9")
+    timed_out = 'KafkaError{code=_MSG_TIMED_OUT,val=-192,str="Local: Message timed out"}'
+    error = named(DeliveryError([FailedRecord("t", 0, None, timed_out)]), argparse.Namespace())
+    assert error is not None and str(error).startswith("Kafka is unavailable: 127.0.0.1:9 ")
+    refused = 'KafkaError{code=MSG_SIZE_TOO_LARGE,val=10,str="Broker: Message size too large"}'
+    too_large = DeliveryError([FailedRecord("t", 0, None, refused)])
+    assert named(too_large, argparse.Namespace()) is None  # Kafka answered: it refused
