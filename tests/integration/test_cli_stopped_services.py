@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,10 +26,12 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 WAIT_MS = 3000
+BOUND_S = 15.0
 
 
 def run_all(env: dict[str, str], *commands: Sequence[str]) -> list[tuple[int, str, str]]:
-    """Run the commands side by side; (exit code, stdout, stderr) of each, in order."""
+    """Run the commands side by side; (exit code, stdout, stderr) of each, in order. The
+    service waits are ``WAIT_MS``: each command must be done well within ``BOUND_S``."""
     full = {
         **os.environ,
         "PYTHONPATH": str(ROOT),
@@ -46,9 +49,12 @@ def run_all(env: dict[str, str], *commands: Sequence[str]) -> list[tuple[int, st
         )
         for argv in commands
     ]
+    started = time.monotonic()
     results = []
-    for proc in procs:
+    for argv, proc in zip(commands, procs, strict=True):
         out, err = proc.communicate(timeout=120)
+        took_s = time.monotonic() - started
+        assert took_s < BOUND_S, f"{argv} took {took_s:.1f} s: {err}"
         results.append((proc.returncode, out, err))
     return results
 
