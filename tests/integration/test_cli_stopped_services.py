@@ -120,7 +120,6 @@ def test_a_stopped_broker(
         env,
         ["read", stream, "--wait-ms", "1000"],
         ["stream", "create", f"s{unique}/payments"],
-        ["write", stream, "one"],
     ):
         assert_one_line(result, EXIT_UNAVAILABLE, *said)
 

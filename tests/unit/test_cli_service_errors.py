@@ -108,7 +108,7 @@ def test_the_time_service_not_answering_is_named_with_its_url(
     except RuntimeError as exc:
         error = named(exc, argparse.Namespace())
     assert error is not None
-    assert str(error).startswith("the time service is unavailable: http://127.0.0.1:9 did not")
+    assert str(error).startswith("the time service is unavailable: http://127.0.0.1:9 gave no")
     assert named(ValueError("not a service"), argparse.Namespace()) is None
 
 

@@ -190,7 +190,7 @@ def named(exc: BaseException, args: argparse.Namespace) -> ServiceUnavailableErr
     for cause in _chain(exc):
         if isinstance(cause, ServiceUnavailableError):
             return cause
-        what = f"did not answer ({_first_line(cause)})"
+        what = f"gave no answer ({_first_line(cause)})"
         if isinstance(cause, TimeoutError) and not str(cause):
             what = "gave no answer in time"
         if _zookeeper_down(cause):
