@@ -30,7 +30,7 @@ from tidemark.environment import (
     TIME_SERVICE,
     ZK_CONNECT,
 )
-from tidemark.errors import ServiceUnavailableError, TidemarkError
+from tidemark.errors import ConfigurationError, ServiceUnavailableError, TidemarkError
 
 EXIT_UNAVAILABLE = 69
 """A service did not answer (sysexits' EX_UNAVAILABLE): retrying later may succeed."""
@@ -46,7 +46,7 @@ def service_timeout_s(default_s: float) -> float:
     except ValueError:
         value = 0
     if value <= 0:
-        raise TidemarkError(f"{SERVICE_TIMEOUT_MS}={raw!r}: give a positive number of ms")
+        raise ConfigurationError(f"{SERVICE_TIMEOUT_MS}={raw!r}: give a positive number of ms")
     return value / 1000
 
 
