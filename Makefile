@@ -1,6 +1,18 @@
 # tidemark — `make help` lists the targets.
 PYTHON ?= python3.11
-VENV   := .venv
+VENV   ?= .venv
+
+# `make test PYTHON=python3.13` beside a .venv made with another Python would run that
+# other one: refuse, naming both (make clean, or a venv of its own with VENV=).
+ifeq ($(origin PYTHON),command line)
+pyversion = $(shell $(1) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+VENV_VERSION := $(if $(wildcard $(VENV)/bin/python),$(call pyversion,$(VENV)/bin/python))
+ifneq ($(VENV_VERSION),)
+ifneq ($(VENV_VERSION),$(call pyversion,$(PYTHON)))
+$(error $(VENV) is Python $(VENV_VERSION), not $(PYTHON): remove it (make clean) or give a venv of its own, e.g. VENV=.venv-$(call pyversion,$(PYTHON)))
+endif
+endif
+endif
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.tidemark-installed
 DEMO_STAMP := $(VENV)/.tidemark-demo-installed

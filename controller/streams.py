@@ -133,9 +133,10 @@ class StreamManager:
         clock: Callable[[], int] = wall_clock_ms,
         seal_drain_ms: int = 200,
         step_hook: StepHook | None = None,
+        topics: StreamTopics | None = None,
     ) -> None:
         self.store = store
-        self.topics = StreamTopics(kafka_bootstrap)
+        self.topics = topics or StreamTopics(kafka_bootstrap)
         self.settings = settings or ClusterSettings()
         self.clock = clock
         self.seal_drain_ms = seal_drain_ms

@@ -36,6 +36,9 @@ KAFKA_SASL_MECHANISM = "TIDEMARK_KAFKA_SASL_MECHANISM"
 """``SCRAM-SHA-512`` (default with SASL), ``SCRAM-SHA-256`` or ``PLAIN``."""
 KAFKA_SASL_USERNAME = "TIDEMARK_KAFKA_SASL_USERNAME"
 KAFKA_SASL_PASSWORD = "TIDEMARK_KAFKA_SASL_PASSWORD"
+SERVICE_TIMEOUT_MS = "TIDEMARK_SERVICE_TIMEOUT_MS"
+"""How long a CLI verb waits for ZooKeeper's session or Kafka's answer before it reports the
+service unavailable (default 10 s for ZooKeeper, 30 s for Kafka)."""
 NEMESIS_SEED = "TIDEMARK_NEMESIS_SEED"
 """The nemesis test's seed (tests/deploy/test_nemesis.py): set, it replays that schedule."""
 NEMESIS_SECONDS = "TIDEMARK_NEMESIS_SECONDS"
@@ -57,6 +60,7 @@ ALL = (
     KAFKA_SASL_MECHANISM,
     KAFKA_SASL_USERNAME,
     KAFKA_SASL_PASSWORD,
+    SERVICE_TIMEOUT_MS,
 )
 
 

@@ -286,6 +286,6 @@ def test_a_stopped_broker_is_one_line(cli_env, capsys, manager, unique, monkeypa
         stopped = f"127.0.0.1:{s.getsockname()[1]}"
     monkeypatch.setattr(control_plane_module, "KAFKA_TIMEOUT_S", 1.0)
     code, out, err = run(capsys, "--bootstrap", stopped, "read", stream)
-    assert code == 1 and out == ""
+    assert code == 69 and out == ""
     assert err.count("\n") == 1 and "Traceback" not in err
     assert f"Kafka is unavailable: {stopped} gave no answer" in err and "--bootstrap" in err

@@ -123,8 +123,11 @@ def cmd_window_run(args: argparse.Namespace) -> int:
 def cmd_laggards(args: argparse.Namespace) -> int:
     # pyarrow and deltalake: only this verb reads the marks table
     from pipelines.reading.lateness import lateness_rows
+    from tidemark.cli.read import require_tables
 
-    rows = lateness_rows(_delta_root(args), args.stream)
+    root = _delta_root(args)
+    require_tables(root)  # else a wrong root would say "no writer holds it back"
+    rows = lateness_rows(root, args.stream)
     if not rows and args.format != "json":
         print(f"{args.stream}: no writer holds the watermark back; no stale marks")
         return 0

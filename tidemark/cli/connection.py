@@ -21,11 +21,19 @@ CLIENT_PROPERTIES = CLIENT_PROPERTY_VARIABLES
 
 
 def add_connection_flags(parser: argparse.ArgumentParser) -> None:
+    # dests of their own: a verb's own --bootstrap/--zk (timeline relay, controller run)
+    # sets args.bootstrap/args.zk to None when not given, which would drop these
     parser.add_argument(
-        "--bootstrap", metavar="HOST:PORT,...", help=f"Kafka (else ${KAFKA_BOOTSTRAP})"
+        "--bootstrap",
+        dest="connect_bootstrap",
+        metavar="HOST:PORT,...",
+        help=f"Kafka (else ${KAFKA_BOOTSTRAP})",
     )
     parser.add_argument(
-        "--zk", metavar="HOST:PORT[/chroot]", help=f"ZooKeeper (else ${ZK_CONNECT})"
+        "--zk",
+        dest="connect_zk",
+        metavar="HOST:PORT[/chroot]",
+        help=f"ZooKeeper (else ${ZK_CONNECT})",
     )
     parser.add_argument(
         "-X",
@@ -50,10 +58,10 @@ def connection_settings(args: argparse.Namespace) -> dict[str, str]:
                 f"-X {key.strip()}: not a property tidemark passes on ({known})"
             )
         settings[CLIENT_PROPERTIES[key.strip()]] = value.strip()
-    if args.bootstrap:
-        settings[KAFKA_BOOTSTRAP] = args.bootstrap
-    if args.zk:
-        settings[ZK_CONNECT] = args.zk
+    if args.connect_bootstrap:
+        settings[KAFKA_BOOTSTRAP] = args.connect_bootstrap
+    if args.connect_zk:
+        settings[ZK_CONNECT] = args.connect_zk
     return settings
 
 

@@ -17,8 +17,13 @@ from typing import TYPE_CHECKING
 
 from controller.naming import ClusterSettings
 from infra.services import KAFKA, ZOOKEEPER, resolve_services
-from tidemark.environment import KAFKA_BOOTSTRAP, ZK_CONNECT, Environment
-from tidemark.errors import ServiceUnavailableError
+from tidemark.cli.service_errors import (
+    KAFKA_SERVICE,
+    ZOOKEEPER_SERVICE,
+    quiet,
+    service_timeout_s,
+)
+from tidemark.environment import Environment
 
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
@@ -29,7 +34,8 @@ if TYPE_CHECKING:
 
 
 ZK_START_TIMEOUT_S = 10.0
-"""How long a verb waits for its ZooKeeper session before it reports ZooKeeper down."""
+"""How long a verb waits for its ZooKeeper session before it reports ZooKeeper down
+(``TIDEMARK_SERVICE_TIMEOUT_MS`` overrides it)."""
 
 
 @dataclass(frozen=True)
@@ -46,18 +52,19 @@ class ControlPlane:
         """The stream manager, made on first use (its Kafka admin client connects)."""
         from controller.streams import StreamManager  # confluent_kafka: see control_plane
 
-        return StreamManager(self.store, self.kafka, self.settings)
+        return StreamManager(self.store, self.kafka, self.settings, topics=kafka_topics(self.kafka))
 
 
 KAFKA_TIMEOUT_S = 30.0
-"""How long a verb's Kafka admin request waits before it reports Kafka down."""
+"""How long a verb's Kafka admin request waits before it reports Kafka down
+(``TIDEMARK_SERVICE_TIMEOUT_MS`` overrides it)."""
 
 
 def kafka_topics(kafka: str) -> StreamTopics:
     """A Kafka admin client on ``kafka``: use it inside :func:`kafka_answers`."""
     from controller.kafka.admin import StreamTopics  # confluent_kafka: see control_plane
 
-    return StreamTopics(kafka, timeout_s=KAFKA_TIMEOUT_S)
+    return StreamTopics(kafka, timeout_s=service_timeout_s(KAFKA_TIMEOUT_S))
 
 
 @contextlib.contextmanager
@@ -67,12 +74,8 @@ def kafka_answers(kafka: str) -> Iterator[None]:
     try:
         yield
     except TimeoutError:
-        raise ServiceUnavailableError(
-            "Kafka",
-            f"{kafka} gave no answer within {KAFKA_TIMEOUT_S:g} s; check that the brokers run "
-            f"there (tidemark status, tidemark up) and that {KAFKA_BOOTSTRAP} or --bootstrap "
-            "names them",
-        ) from None
+        waited_s = service_timeout_s(KAFKA_TIMEOUT_S)
+        raise KAFKA_SERVICE.unavailable(kafka, f"gave no answer within {waited_s:g} s") from None
 
 
 def service_addresses(env: Environment | None = None) -> tuple[str, str]:
@@ -95,15 +98,23 @@ def control_plane(settings: ClusterSettings | None = None) -> Iterator[ControlPl
     settings = settings or ClusterSettings()
     kafka, zk = service_addresses()
     with contextlib.ExitStack() as stack:
+        waited_s = service_timeout_s(ZK_START_TIMEOUT_S)
         try:
-            client = stack.enter_context(zookeeper_session(zk, start_timeout_s=ZK_START_TIMEOUT_S))
+            with quiet("kazoo"):
+                client = stack.enter_context(zookeeper_session(zk, start_timeout_s=waited_s))
         except KazooTimeoutError:
-            raise ServiceUnavailableError(
-                "ZooKeeper",
-                f"{zk} gave no session within {ZK_START_TIMEOUT_S:g} s; check that ZooKeeper "
-                f"runs there (tidemark status, tidemark up) and that {ZK_CONNECT} names it",
+            raise ZOOKEEPER_SERVICE.unavailable(
+                zk, f"gave no session within {waited_s:g} s"
             ) from None
         yield ControlPlane(client, ZooKeeperStore(client, settings.zk_root), settings, kafka)
 
 
-__all__ = ["ControlPlane", "control_plane", "kafka_answers", "kafka_topics", "service_addresses"]
+__all__ = [
+    "KAFKA_TIMEOUT_S",
+    "ZK_START_TIMEOUT_S",
+    "ControlPlane",
+    "control_plane",
+    "kafka_answers",
+    "kafka_topics",
+    "service_addresses",
+]

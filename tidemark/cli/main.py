@@ -18,7 +18,8 @@ from controller.exceptions import InvalidTimestampError
 from pipelines.reading.exceptions import InvalidDurationError
 from tidemark.cli.acting import rewrite_alias
 from tidemark.cli.connection import add_connection_flags, connection_environment
-from tidemark.errors import TidemarkError
+from tidemark.cli.service_errors import EXIT_UNAVAILABLE, named_services
+from tidemark.errors import ServiceUnavailableError, TidemarkError
 
 COMMAND_MODULES = (
     "tidemark.cli.services",
@@ -98,6 +99,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _say(exc: BaseException) -> None:
+    """The error as one line on stderr (a library's message may span several)."""
+    text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+    print(f"tidemark: error: {text}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(rewrite_alias(list(sys.argv[1:] if argv is None else argv)))
@@ -106,13 +113,20 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
-        with connection_environment(args), without_pandas(args.command in LIGHT_VERBS):
+        with (
+            connection_environment(args),
+            without_pandas(args.command in LIGHT_VERBS),
+            named_services(args),  # inside: the addresses are this command's
+        ):
             return int(args.func(args) or 0)
     except (InvalidTimestampError, InvalidDurationError) as exc:  # a bad number: usage error
-        print(f"tidemark: error: {exc}", file=sys.stderr)
+        _say(exc)
         return 2
+    except ServiceUnavailableError as exc:
+        _say(exc)
+        return EXIT_UNAVAILABLE
     except TidemarkError as exc:
-        print(f"tidemark: error: {exc}", file=sys.stderr)
+        _say(exc)
         return 1
     except KeyboardInterrupt:
         return 130

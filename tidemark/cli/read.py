@@ -128,7 +128,7 @@ def delta_root() -> str:
     return str(data_root(Environment.from_env()))
 
 
-def _require_tables(root: str) -> None:
+def require_tables(root: str) -> None:
     """Refuse a delta root the controller never wrote to (rather than print nothing)."""
     # deltalake: only the verbs that read the tables load it
     from deltalake import DeltaTable
@@ -367,7 +367,7 @@ def cmd_watermarks(args: argparse.Namespace) -> int:
     with control_plane() as cp:
         live_metadata(cp.store, args.stream)
     root = delta_root()
-    _require_tables(root)
+    require_tables(root)
     marks = WatermarkFeed(root, args.stream).since(since)
     emit_rows(
         args,

@@ -18,8 +18,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from controller.exceptions import InvalidTimestampError
-from tidemark.cli.control_plane import control_plane, service_addresses
+from tidemark.cli.control_plane import KAFKA_TIMEOUT_S, control_plane, service_addresses
 from tidemark.cli.output import add_verb, emit
+from tidemark.cli.service_errors import quiet, service_timeout_s
 from tidemark.cli.times import TIME_HELP, parse_time
 from tidemark.errors import ConfigurationError
 
@@ -73,15 +74,20 @@ def cmd_write(args: argparse.Namespace) -> int:
                 raise ConfigurationError(str(exc)) from None
     timestamp = None if args.timestamp is None else parse_time(args.timestamp, "--timestamp")
     kafka, _ = service_addresses()
+    wait_ms = int(service_timeout_s(KAFKA_TIMEOUT_S) * 1000)
     writer_id = args.writer_id or f"cli-{os.getpid()}"
     count = 0
-    with control_plane() as plane:
+    # librdkafka's retries (a broker not answering yet) stay off stderr; -v shows them
+    with control_plane() as plane, quiet("pipelines.kafka"):
         writer = EventWriter(
             writer_id,
             args.stream,
             store=plane.store,
             bootstrap_servers=kafka,
-            config=WriterConfig(cluster=plane.settings),
+            # acknowledged within the CLI's Kafka wait, else Kafka is reported unavailable
+            config=WriterConfig(
+                cluster=plane.settings, delivery_timeout_ms=wait_ms, close_timeout_ms=wait_ms
+            ),
         )
         try:
             for key, event in _events(args):

@@ -1,0 +1,161 @@
+"""Each service really stopped, each verb run as a user runs it: exit 69 and one line
+naming the service, its address and what to check -- never a traceback.
+
+A ZooKeeper, a Kafka broker and a PostgreSQL of their own are started, used once (so
+the address is known to have answered), stopped, and the verbs run against them at
+once, each in its own process (``TIDEMARK_SERVICE_TIMEOUT_MS`` keeps the waits short).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tidemark.cli.service_errors import EXIT_UNAVAILABLE
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+WAIT_MS = 3000
+BOUND_S = 15.0
+
+
+def run_all(env: dict[str, str], *commands: Sequence[str]) -> list[tuple[int, str, str]]:
+    """Run the commands side by side; (exit code, stdout, stderr) of each, in order. The
+    service waits are ``WAIT_MS``: each command must be done well within ``BOUND_S``."""
+    full = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "TIDEMARK_SERVICE_TIMEOUT_MS": str(WAIT_MS),
+        **env,
+    }
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "tidemark.cli.main", *argv],
+            env=full,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for argv in commands
+    ]
+    started = time.monotonic()
+    results = []
+    for argv, proc in zip(commands, procs, strict=True):
+        out, err = proc.communicate(timeout=120)
+        took_s = time.monotonic() - started
+        assert took_s < BOUND_S, f"{argv} took {took_s:.1f} s: {err}"
+        results.append((proc.returncode, out, err))
+    return results
+
+
+def assert_one_line(result: tuple[int, str, str], code: int, *said: str) -> None:
+    returned, _, err = result
+    assert returned == code, err
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    for part in said:
+        assert part in lines[0], lines[0]
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> dict[str, str]:
+    """No `tidemark up` state and no addresses from the caller's environment."""
+    return {
+        "TIDEMARK_HOME": str(tmp_path / "home"),
+        "TIDEMARK_TIME_SERVICE": "",
+        "TIDEMARK_POSTGRES_DSN": "",
+    }
+
+
+def test_a_stopped_zookeeper(tmp_path: Path, home: dict[str, str], unique: str) -> None:
+    from infra.zookeeper import ZooKeeperServer
+
+    server = ZooKeeperServer(tmp_path / "zookeeper").start()
+    env = {**home, "TIDEMARK_ZK_CONNECT": server.connect_string}
+    env["TIDEMARK_KAFKA_BOOTSTRAP"] = "127.0.0.1:9"  # not reached: ZooKeeper fails first
+    try:
+        ((created, _, err),) = run_all(env, ["scope", "create", f"s{unique}"])
+        assert created == 0, err
+    finally:
+        server.stop()
+    said = (f"ZooKeeper is unavailable: {server.connect_string}", "TIDEMARK_ZK_CONNECT")
+    for result in run_all(
+        env, ["scope", "list"], ["stream", "describe", f"s{unique}/a"], ["group", "list"]
+    ):
+        assert_one_line(result, EXIT_UNAVAILABLE, *said)
+
+
+def test_a_stopped_broker(
+    tmp_path: Path, home: dict[str, str], zookeeper: str, zk_client: Any, unique: str
+) -> None:
+    from infra.kafka import KafkaCluster
+
+    cluster = KafkaCluster(tmp_path / "kafka", brokers=1).start()
+    stream = f"s{unique}/orders"
+    env = {
+        **home,
+        "TIDEMARK_ZK_CONNECT": f"{zookeeper}/tidemark-test-{unique}",
+        "TIDEMARK_KAFKA_BOOTSTRAP": cluster.bootstrap_servers,
+    }
+    try:
+        for argv in (["scope", "create", f"s{unique}"], ["stream", "create", stream]):
+            ((code, _, err),) = run_all(env, argv)
+            assert code == 0, err
+    finally:
+        cluster.stop()
+    said = (f"Kafka is unavailable: {cluster.bootstrap_servers}", "--bootstrap")
+    for result in run_all(
+        env,
+        ["read", stream, "--wait-ms", "1000"],
+        ["stream", "create", f"s{unique}/payments"],
+    ):
+        assert_one_line(result, EXIT_UNAVAILABLE, *said)
+
+
+@pytest.fixture
+def stopped_postgres(home: dict[str, str]) -> Iterator[tuple[Any, dict[str, str]]]:
+    """A PostgreSQL that answered once (a timeline made in it), then stopped."""
+    from infra.postgres import PostgresServer
+
+    # under the system's temporary directory: see tests/conftest.py's postgres fixture
+    root = Path(tempfile.mkdtemp(prefix="tidemark-postgres-"))
+    try:
+        server = PostgresServer(root, durable=False).start()
+        env = {**home, "TIDEMARK_POSTGRES_DSN": server.dsn}
+        try:
+            ((created, _, err),) = run_all(env, ["timeline", "create", "reminders"])
+            assert created == 0, err
+        finally:
+            server.stop()
+        yield server, env
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_stopped_postgresql(stopped_postgres: tuple[Any, dict[str, str]]) -> None:
+    server, env = stopped_postgres
+    said = (f"PostgreSQL is unavailable: 127.0.0.1:{server.port}/", "TIDEMARK_POSTGRES_DSN")
+    for result in run_all(
+        env,
+        ["timeline", "count", "reminders"],
+        ["timeline", "put", "reminders", "--group", "g", "--body", "b", "--in-ms", "10"],
+    ):
+        assert_one_line(result, EXIT_UNAVAILABLE, *said)
+
+
+def test_a_missing_delta_table(tmp_path: Path, home: dict[str, str]) -> None:
+    root = tmp_path / "no-tables"
+    (result,) = run_all(home, ["laggards", "shop/orders", "--delta-root", str(root)])
+    assert_one_line(result, 1, f"no watermark tables under {root}")
