@@ -419,6 +419,7 @@ class TidemarkProducer(Closing):
         send = self._producer.produce
         user_delivery = self._user_delivery
         checked = TidemarkProducer.produce
+        time_ns = time.time_ns
 
         def produce(
             topic: str,
@@ -440,7 +441,8 @@ class TidemarkProducer(Closing):
             seg = st.segment_of[partition]
             clock = st.clock
             if not timestamp and clock.arrival_stamps:
-                ts = wall_clock_ms()  # the clock's peek for a record given no timestamp, inlined
+                # the clock's peek for a record given no timestamp, and wall_clock_ms, inlined
+                ts = time_ns() // 1_000_000
                 floor = st.floors.get(seg)
                 if floor is not None and floor > ts:
                     ts = floor

@@ -47,7 +47,11 @@ from typing import Any
 
 from pipelines.writing.headers import KafkaHeaders
 
-Record = tuple[bytes | None, bytes, int, int, KafkaHeaders | None]
+KeptHeaders = tuple[tuple[str, str | bytes | None], ...]
+"""A record's headers as the log keeps them: a tuple, so that the record (a tuple of
+bytes, ints and these) holds no list, and the garbage collector stops tracking it after
+one young collection instead of walking every kept record at each older one."""
+Record = tuple[bytes | None, bytes, int, int, KeptHeaders | None]
 """(key, value, timestamp, sent_ms, headers)"""
 Report = Callable[[Any, Any], None]
 """A delivery callback: ``report(error, message)``."""
@@ -255,7 +259,7 @@ class SentRecords:
             if off < sealed_size:
                 break
             key, value, ts, _, headers = seg.records[i]
-            out.append(Retained(key, value, ts, off, headers))
+            out.append(Retained(key, value, ts, off, list(headers) if headers else None))
         out.reverse()
         return out
 
@@ -278,4 +282,4 @@ class SentRecords:
         return list(self._segments)
 
 
-__all__ = ["Record", "Report", "Retained", "SentNote", "SentRecords"]
+__all__ = ["KeptHeaders", "Record", "Report", "Retained", "SentNote", "SentRecords"]

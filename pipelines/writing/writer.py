@@ -79,7 +79,7 @@ from pipelines.writing.marks import (
     instance_token,
 )
 from pipelines.writing.metrics import DELIVERY_FAILURES
-from pipelines.writing.sent import Record, Report, Retained, SentRecords
+from pipelines.writing.sent import KeptHeaders, Record, Report, Retained, SentRecords
 from pipelines.writing.stream_view import StreamView, sealed_by
 from pipelines.writing.timestamping import (
     SegmentClock,
@@ -98,6 +98,10 @@ RoutingKey = str | bytes | None
 _ROUTE_CACHE_SIZE = 65_536
 
 _Offset = Callable[[Message], int]
+
+_Lane = tuple[int, int, Callable[[Record], None], Report]
+"""Where ``write`` sends a key's records: segment id, partition, and the segment's
+sent-log appenders (append a record, the report callback)."""
 
 
 @dataclass(frozen=True)
@@ -179,6 +183,8 @@ class _StreamWriter(Closing):
         self.config = config
         self._serializer = serializer
         self._now_ms = clock or wall_clock_ms
+        self._wall_clock = clock is None
+        """The default clock: the hot path reads ``time_ns`` itself (no call)."""
         self._lock = threading.RLock()
         self._closed = False
         self._failures: list[FailedRecord] = []
@@ -197,16 +203,19 @@ class _StreamWriter(Closing):
         # position, the notes, and what a seal cut off (a transactional writer keeps those of
         # its open transaction, and writes the whole transaction again instead).
         self._log = self._new_log()
-        self._adders: dict[int, tuple[Callable[[Record], None], Report]] = {}
         self._replays = transactional_id is None
         self._view = StreamView(store, metadata)
         self._epoch: Epoch = metadata.current_epoch()
         self._topic = metadata.topic
         self._routes: dict[bytes, Segment] = {}
+        self._lanes: dict[bytes, _Lane] = {}
+        """Routing key -> its lane in the current epoch (``write``'s route cache)."""
         self._writable = True
-        # The headers last given to ``write`` and their checked copy, reused while equal.
+        # The headers last given to ``write``, their checked copy and the log's tuple of
+        # it, reused while equal.
         self._headers_given: object = None
         self._headers_kept: KafkaHeaders | None = None
+        self._headers_tuple: KeptHeaders | None = None
 
         settings = config.producer_settings(
             bootstrap_servers,
@@ -274,6 +283,7 @@ class _StreamWriter(Closing):
             self._await_partitions(latest.partition_count())
             self._epoch = new_epoch
             self._routes.clear()
+            self._lanes.clear()
             for seg_id in written:
                 resend = self._cut_off(seg_id, latest)
                 if resend:
@@ -321,6 +331,7 @@ class _StreamWriter(Closing):
         if headers is self._headers_given and headers == self._headers_kept:
             return self._headers_kept
         kept = self._headers_kept = checked_headers(headers)
+        self._headers_tuple = tuple(kept) if kept else None
         self._headers_given = headers
         return kept
 
@@ -340,7 +351,7 @@ class _StreamWriter(Closing):
         ts = self._clock.peek(seg.id, client_ts, now_ms, refuse=not replay)
         add, report = self._log.appenders(seg.id)
         self._produce(self._topic, value, key, seg.number, ts, report, headers)
-        add((key, value, ts, now_ms, headers))
+        add((key, value, ts, now_ms, tuple(headers) if headers else None))
         self._clock.advance(seg.id, ts)
 
     def _await_partitions(self, count: int) -> None:
@@ -355,6 +366,16 @@ class _StreamWriter(Closing):
                     f"topic {self._topic!r} did not show {count} partitions after a scale"
                 )
             time.sleep(0.1)
+
+    def _lane(self, key: bytes | None) -> _Lane:
+        """``key``'s lane in the current epoch, cached (a ``None`` key's is picked anew)."""
+        seg = self._segment_for(key)
+        lane = (seg.id, segment_number(seg.id), *self._log.appenders(seg.id))
+        if key is not None:
+            if len(self._lanes) >= _ROUTE_CACHE_SIZE:
+                self._lanes.clear()
+            self._lanes[key] = lane
+        return lane
 
     def _segment_for(self, key: bytes | None) -> Segment:
         if key is None:
@@ -542,24 +563,25 @@ class EventWriter(_StreamWriter):
         stored it, with its offset, stored timestamp and whether it was adjusted
         (from a later ``write``, ``flush`` or ``close``, on the calling thread).
         """
-        # The hot path: _send and the checks inlined (see the benchmark).
+        # The hot path (tests/bench/bench_writer): _send and the checks inlined, the key's
+        # segment, partition and sent-log appenders cached together (its lane).
         if type(event) is not bytes:
             event = self._value(event)
         key: bytes | None
-        if isinstance(routing_key, str):
-            key = routing_key.encode("utf-8")
-        elif type(routing_key) is bytes:
+        if type(routing_key) is bytes:
             key = routing_key
+        elif isinstance(routing_key, str):
+            key = routing_key.encode()
         else:
             key = _routing_key_bytes(routing_key)
         if timestamp is not None:
             check_timestamp(timestamp)
-        if headers is None:  # self._checked_headers, inlined
-            kafka_headers = None
-        elif headers is self._headers_given and headers == self._headers_kept:
-            kafka_headers = self._headers_kept
-        else:
-            kafka_headers = self._checked_headers(headers)
+        if headers is None:
+            kafka_headers = kept = None
+        else:  # self._checked_headers; the log keeps its tuple
+            if headers is not self._headers_given or headers != self._headers_kept:
+                self._checked_headers(headers)
+            kafka_headers, kept = self._headers_kept, self._headers_tuple
         with self._lock:
             if self._closed or self._fatal is not None or self._failures:
                 self._check_usable()
@@ -567,12 +589,11 @@ class EventWriter(_StreamWriter):
             view = self._view
             if view.latest is not view.applied or not self._writable:
                 self._refresh()
-            seg = self._routes.get(key) if key is not None else None
-            if seg is None:
-                seg = self._segment_for(key)
-            now = self._now_ms()
-            seg_id = seg.id
-            number = seg_id & 0xFFFFFFFF  # segment_number, inlined
+            lane = self._lanes.get(key) if key is not None else None
+            if lane is None:
+                lane = self._lane(key)
+            seg_id, number, append, report = lane
+            now = time.time_ns() // 1_000_000 if self._wall_clock else self._now_ms()
             if timestamp is None and self._clock.arrival_stamps:
                 ts = now  # self._clock.peek's rule for a record given no timestamp, inlined
                 floor = self._floors.get(seg_id)
@@ -580,30 +601,17 @@ class EventWriter(_StreamWriter):
                     ts = floor
             else:
                 ts = self._clock.peek(seg_id, timestamp, now)
-            # The segment's report callback appends the record's offset to the sent log.
-            add = self._adders.get(seg_id)
-            if add is None:
-                add = self._adders[seg_id] = self._log.appenders(seg_id)
-            if on_ack is None:
-                try:
-                    self._producer.produce(
-                        self._topic, event, key, number, add[1], None, ts, kafka_headers
-                    )
-                except (BufferError, KafkaException):
-                    self._produce(self._topic, event, key, number, ts, add[1], kafka_headers)
-            else:
-                self._produce(
-                    self._topic,
-                    event,
-                    key,
-                    number,
-                    ts,
-                    self._acking(on_ack, timestamp, add[1]),
-                    kafka_headers,
+            if on_ack is not None:
+                report = self._acking(on_ack, timestamp, report)
+            try:
+                self._producer.produce(
+                    self._topic, event, key, number, report, None, ts, kafka_headers
                 )
+            except (BufferError, KafkaException):
+                self._produce(self._topic, event, key, number, ts, report, kafka_headers)
             self._floors[seg_id] = ts  # self._clock.advance, inlined (peek gave ts >= floor)
             # Kept for replay, its offset comes with the report.
-            add[0]((key, event, ts, now, kafka_headers))
+            append((key, event, ts, now, kept))
             # Reports are taken in when some arrived (poll served them) or a note waits.
             if self._producer.poll(0) or self._log.waiting:
                 self._publish_ready()

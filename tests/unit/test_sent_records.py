@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 from hypothesis import given
@@ -153,7 +154,24 @@ def test_cut_off_gives_the_records_at_or_beyond_the_sealed_size_in_order() -> No
     assert log.cut_off(7, 0) == [] and log.position() == {7: 21}
 
 
-# A random run: sends to 3 segments, notes, reports in per-segment order, some failed.
+def test_kept_records_with_headers_leave_the_garbage_collector_and_replay_as_lists() -> None:
+    """Records are kept for a replay window (hundreds of thousands at full speed): with
+    their headers as a tuple they stop being tracked by the collector, and a replay gets
+    the list ``Producer.produce`` takes."""
+    log = _log()
+    add, report = log.appenders(7)
+    name = "-".join(["trace", "id"])  # made at run time, as a caller's are
+    headers = ((name, b"ab"), ("v", b"2"))
+    record = (b"k", b"value", 100, 0, headers)
+    add(record)
+    report(None, 5)
+    gc.collect()  # inner tuples first, then the ones holding them
+    gc.collect()
+    assert not gc.is_tracked(record)
+    assert log.harvest(0) == []
+    assert [r.headers for r in log.cut_off(7, 0)] == [[("trace-id", b"ab"), ("v", b"2")]]
+
+
 ops = st.lists(
     st.one_of(
         st.tuples(st.just("send"), st.integers(0, 2)),
