@@ -147,6 +147,10 @@ class TimelineRelay:
             )
         return [lease for lease in batch.leases if lease.message.id in batch.acked]
 
+    def _produce(self, leases: Sequence[Lease]) -> list[Lease]:
+        """Produce and wait for acks; returns the leases whose message the broker has."""
+        return self._await(self._send(leases))
+
     def _settle(self, delivered: Sequence[Lease]) -> int:
         """Delete the delivered messages, in one statement; returns how many."""
         deleted = self.consumer.ack(delivered)
