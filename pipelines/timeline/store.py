@@ -839,19 +839,21 @@ class TimelineStore:
                 )
             check_token(lease.token)
             hashes.append(token_hash(lease.token))
-        # Each (id, token hash) pair is one primary-key probe, whatever the batch size
-        # (an "= ANY" list is searched element by element once the plan is generic).
         rows = self._all(
             f"""UPDATE timeline_messages AS m
                 SET deleted_at_ms = {NOW_MS}, version = m.version + 1, lease_token = NULL
-                FROM unnest(%(ids)s::TEXT[], %(hashes)s::TEXT[]) AS u (id, h)
-                WHERE m.timeline = %(t)s AND m.id = u.id AND m.lease_token = u.h
+                WHERE m.timeline = %(t)s AND m.id = ANY(%(ids)s)
+                  AND m.id || ' ' || m.lease_token = ANY(%(pairs)s)
                   AND m.deleted_at_ms IS NULL AND m.lock_consumer = %(c)s AND m.ts > {NOW_MS}
                 RETURNING m.id""",
             {
                 "t": timeline,
                 "ids": [lease.message.id for lease in leases],
-                "hashes": hashes,
+                # "<id> <hash>": a hash holds no space, so each message matches its
+                # own token only; the id list keeps the primary key lookup.
+                "pairs": [
+                    f"{lease.message.id} {h}" for lease, h in zip(leases, hashes, strict=True)
+                ],
                 "c": consumer,
             },
         )
