@@ -24,6 +24,8 @@ Tables:
   can act on them, and they come back when they lapse.
 - ``timeline_messages.headers`` (migration 4): a message's Kafka headers
   (:func:`model.encode_headers`; NULL: none), delivered by the relay.
+- ``timeline_source_offsets`` (migration 5): the buffer's source offsets.
+- migration 6 drops the index by producer group, which no statement used.
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ MIGRATIONS: tuple[Migration, ...] = (
             """CREATE INDEX IF NOT EXISTS timeline_messages_consumer
                 ON timeline_messages (timeline, lock_consumer)
                 WHERE lock_consumer IS NOT NULL AND deleted_at_ms IS NULL""",
-            # A producer group's messages.
+            # A producer group's messages (dropped by migration 6: nothing asked).
             """CREATE INDEX IF NOT EXISTS timeline_messages_group
                 ON timeline_messages (timeline, producer_group)""",
             # Batch purge of deleted messages.
@@ -129,6 +131,15 @@ MIGRATIONS: tuple[Migration, ...] = (
                 next_offset BIGINT NOT NULL,
                 PRIMARY KEY (timeline, topic, part)
             )""",
+        ),
+    ),
+    Migration(
+        6,
+        "drop the producer-group index: no statement reads by group alone",
+        (
+            # Every write moves a message in its indexes (create, lease: ts; delete:
+            # deleted_at_ms), so an index no query uses costs each of them an insert.
+            "DROP INDEX IF EXISTS timeline_messages_group",
         ),
     ),
 )

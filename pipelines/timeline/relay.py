@@ -10,8 +10,14 @@ the message's own, as given when it was scheduled, then ``tidemark-timeline``,
 ``tidemark-id``, ``tidemark-timestamp``, ``tidemark-producer-group``) with an
 idempotent producer and ``acks=all``; wait for the broker's
 acknowledgements; only then delete the acknowledged messages (as lease
-holder). A message whose produce failed is left leased and comes back when
-its lease lapses.
+holder, one statement a batch). A message whose produce failed is left
+leased and comes back when its lease lapses.
+
+Batches are pipelined: while the broker acknowledges one, the next is
+leased, and it is produced before the first is deleted, so the database and
+the broker work at the same time. A batch leased ahead waits for two
+flushes, so this needs ``lease_ms > 2 * flush_timeout_ms`` (the defaults:
+30 s and 10 s); with shorter leases the relay takes one batch at a time.
 
 Guarantee: **at-least-once, duplicates only by id.** No message is deleted
 before the target topic has it, so none is lost. A crash after the produce
@@ -29,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -44,6 +51,22 @@ from pipelines.timeline.metrics import RELAYED
 from pipelines.timeline.model import Lease
 
 log = logging.getLogger(__name__)
+
+
+class _Batch:
+    """Leases produced to Kafka, and what the broker has said of them so far."""
+
+    def __init__(self, leases: Sequence[Lease]) -> None:
+        self.leases = leases
+        self.acked: set[str] = set()
+        self.failed: list[str] = []
+
+    def on_delivery(self, err: Any, msg: Any) -> None:
+        key = msg.key().decode()
+        if err is None:
+            self.acked.add(key)
+        else:
+            self.failed.append(f"{key}: {err}")
 
 
 class TimelineRelay(Closing):
@@ -77,22 +100,17 @@ class TimelineRelay(Closing):
                 "log_level": 3,
             }
         )
+        # A batch leased ahead waits for the acks of the one before it, then its own:
+        # its lease must outlast both flushes, or it is leased one at a time.
+        self._pipelined = consumer.lease_ms > 2 * config.flush_timeout_ms
+        self._relayed_counter = RELAYED.labels(timeline)
         self.relayed = 0
         self.failed = 0
         """Messages the broker refused (they return when their lease ends)."""
 
-    def _produce(self, leases: Sequence[Lease]) -> list[Lease]:
-        """Produce and wait for acks; returns the leases whose message the broker has."""
-        acked: set[str] = set()
-        failed: list[str] = []
-
-        def on_delivery(err: Any, msg: Any) -> None:
-            key = msg.key().decode()
-            if err is None:
-                acked.add(key)
-            else:
-                failed.append(f"{key}: {err}")
-
+    def _send(self, leases: Sequence[Lease]) -> _Batch:
+        """Produce every lease's message (acks arrive later, in :meth:`_await`)."""
+        batch = _Batch(leases)
         for lease in leases:
             m = lease.message
             while True:
@@ -108,28 +126,33 @@ class TimelineRelay(Closing):
                             ("tidemark-timestamp", str(lease.due_ms).encode()),
                             ("tidemark-producer-group", m.producer_group.encode()),
                         ],
-                        on_delivery=on_delivery,
+                        on_delivery=batch.on_delivery,
                     )
                     break
                 except BufferError:
                     self._producer.poll(0.05)
+        return batch
+
+    def _await(self, batch: _Batch) -> list[Lease]:
+        """Wait for the acks of ``batch`` (the only one in flight); returns the leases
+        whose message the broker has."""
         left = self._producer.flush(self.config.flush_timeout_ms / 1000)
-        self.failed += len(failed) + left
-        if failed or left:
+        self.failed += len(batch.failed) + left
+        if batch.failed or left:
             log.warning(
                 "relay %s: %d not acknowledged (%s); they return when their lease ends",
                 self.timeline,
-                len(failed) + left,
-                "; ".join(failed[:3]),
+                len(batch.failed) + left,
+                "; ".join(batch.failed[:3]),
             )
-        return [lease for lease in leases if lease.message.id in acked]
+        return [lease for lease in batch.leases if lease.message.id in batch.acked]
 
-    def run_once(self, timeout_ms: int = 1_000) -> int:
-        """Relay one batch of due messages (waiting up to ``timeout_ms``); returns how many."""
-        leases = self.consumer.poll(timeout_ms=timeout_ms)
-        if not leases:
-            return 0
-        delivered = self._produce(leases)
+    def _produce(self, leases: Sequence[Lease]) -> list[Lease]:
+        """Produce and wait for acks; returns the leases whose message the broker has."""
+        return self._await(self._send(leases))
+
+    def _settle(self, delivered: Sequence[Lease]) -> int:
+        """Delete the delivered messages, in one statement; returns how many."""
         deleted = self.consumer.ack(delivered)
         if len(deleted) < len(delivered):
             log.warning(
@@ -138,8 +161,32 @@ class TimelineRelay(Closing):
                 len(delivered) - len(deleted),
             )
         self.relayed += len(deleted)
-        RELAYED.labels(self.timeline).inc(len(deleted))
+        self._relayed_counter.inc(len(deleted))
         return len(deleted)
+
+    def run_once(self, timeout_ms: int = 1_000) -> int:
+        """Relay the due messages (waiting up to ``timeout_ms`` for a first batch); returns
+        how many were relayed.
+
+        Pipelined: while the broker acknowledges one batch, the next is leased, and
+        it is produced before the first one is deleted. Batches follow one another
+        while more are due, until ``timeout_ms`` has passed.
+        """
+        leases = self.consumer.poll(timeout_ms=timeout_ms)
+        if not leases:
+            return 0
+        until = time.monotonic() + timeout_ms / 1000
+        relayed = 0
+        batch: _Batch | None = self._send(leases)
+        while batch is not None:
+            ahead = []
+            if self._pipelined and time.monotonic() < until:
+                ahead = self.consumer.poll(timeout_ms=0)
+            delivered = self._await(batch)
+            nxt = self._send(ahead) if ahead else None
+            relayed += self._settle(delivered)
+            batch = nxt
+        return relayed
 
     def run(self, stop: threading.Event) -> None:
         while not stop.is_set():

@@ -9,8 +9,12 @@ Figures:
   cores) lease, hand over and delete them; lag = the delivery moment on this
   client's clock corrected by the measured drift, minus the due time
   (goal p99 < 100 ms; Pulsar's delayed delivery ticks once a second);
-- lease throughput: one consumer leasing a backlog in batches of 100;
-- relay throughput to Kafka (when ``bootstrap`` is given);
+- lease throughput: one consumer leasing a backlog in batches of 100 and 1 000;
+- relay throughput to Kafka (when ``bootstrap`` is given), batches of 1 000;
+- relay due-to-delivered lag at 10 000 and 50 000 messages due per second:
+  delivered = the broker's append time (the target topic stamps
+  ``LogAppendTime``), due = the ``tidemark-timestamp`` header, on the
+  database's clock (corrected by the measured drift);
 - the time buffer (``tidemark timeline ingest``): ingest and transactional
   relay rates beside a bare Kafka produce of the same records, and the
   create rate beside a bare ``INSERT ... VALUES`` batch, in the same run.
@@ -49,7 +53,7 @@ def _fill(store: TimelineStore, timeline: str, stamps: list[int], prefix: str) -
     return len(stamps) / (time.perf_counter() - started)
 
 
-def _lag(dsn: str, timeline: str, store: TimelineStore) -> list[str]:
+def _lag(dsn: str, timeline: str, store: TimelineStore) -> tuple[list[str], float]:
     total = RATE * SECONDS
     lead_ms = 8_000  # filling must finish before the first message falls due
     t0 = store.now_ms() + lead_ms
@@ -92,13 +96,13 @@ def _lag(dsn: str, timeline: str, store: TimelineStore) -> list[str]:
     for consumer in consumers:
         consumer.close()
     return [
-        f"timeline create (batched {BATCH}): {fill_rate:,.0f} msg/s"
+        f"timeline create (batched {BATCH}, through COPY): {fill_rate:,.0f} msg/s"
         + ("" if slack > 0 else "  (filling overran the lead time: lag figures are inflated)"),
         f"timeline due-to-delivered lag at {RATE:,} msg/s due for {SECONDS} s, "
         f"{CONSUMERS} consumers: p50 {percentile(lags, 0.5):.1f} ms, "
         f"p99 {percentile(lags, 0.99):.1f} ms, max {max(lags, default=0.0):.1f} ms "
         f"({len(lags):,}/{total:,} delivered; goal p99 < 100 ms)",
-    ]
+    ], fill_rate
 
 
 def _create_single(store: TimelineStore, timeline: str, n: int = 2_000) -> str:
@@ -110,17 +114,20 @@ def _create_single(store: TimelineStore, timeline: str, n: int = 2_000) -> str:
     return f"timeline create (one statement each): {rate:,.0f} msg/s"
 
 
-def _lease_throughput(store: TimelineStore, timeline: str, n: int = 20_000) -> str:
-    _fill(store, timeline, [0] * n, "lease-")
+def _lease_throughput(store: TimelineStore, timeline: str, limit: int, n: int = 20_000) -> str:
+    _fill(store, timeline, [0] * n, f"lease-{limit}-")
     leased = 0
     started = time.perf_counter()
-    while batch := store.lease(timeline, "bench-lease", lease_ms=600_000, limit=100):
+    while batch := store.lease(timeline, f"bench-lease-{limit}", lease_ms=600_000, limit=limit):
         leased += len(batch)
     rate = leased / (time.perf_counter() - started)
-    return f"timeline lease (batches of 100, one consumer): {rate:,.0f} msg/s ({leased:,} leased)"
+    return (
+        f"timeline lease (batches of {limit:,}, one consumer): {rate:,.0f} msg/s "
+        f"({leased:,} leased)"
+    )
 
 
-def _relay(dsn: str, bootstrap: str, store: TimelineStore, timeline: str, n: int = 5_000) -> str:
+def _relay(dsn: str, bootstrap: str, store: TimelineStore, timeline: str, n: int = 20_000) -> str:
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     topic = f"bench-relay-{uuid.uuid4().hex[:8]}"
@@ -136,14 +143,72 @@ def _relay(dsn: str, bootstrap: str, store: TimelineStore, timeline: str, n: int
         bootstrap,
         relay_timeline,
         RelayConfig(topic),
-        ConsumerConfig("bench-relay", batch_size=500, lease_ms=60_000),
+        ConsumerConfig("bench-relay", batch_size=BATCH, lease_ms=60_000),
     ) as relay:
         while relay.relayed < n and time.perf_counter() - started < 120:
             relay.run_once(timeout_ms=200)
         relayed = relay.relayed
     rate = relayed / (time.perf_counter() - started)
     admin.delete_topics([topic])
-    return f"timeline relay to Kafka (produce, ack, delete): {rate:,.0f} msg/s ({relayed:,})"
+    return (
+        f"timeline relay to Kafka (batches of {BATCH:,}: lease, produce, ack, delete; "
+        f"pipelined): {rate:,.0f} msg/s ({relayed:,})"
+    )
+
+
+def _relay_lag(
+    dsn: str, bootstrap: str, store: TimelineStore, timeline: str, rate: int, create_rate: float
+) -> str:
+    """Due-to-delivered lag of one relay while ``rate`` messages a second fall due."""
+    from confluent_kafka import Consumer
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+    from pipelines.timeline.relay import TimelineRelay
+
+    topic = f"bench-relay-lag-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics(
+        [NewTopic(topic, 1, 1, config={"message.timestamp.type": "LogAppendTime"})]
+    )[topic].result(30)
+    total = rate * SECONDS
+    # Filling must finish before the first message falls due.
+    lead_ms = 2_000 + int(total / max(create_rate, 1.0) * 1_500)
+    t0 = store.now_ms() + lead_ms
+    _fill(store, timeline, [t0 + (i * 1_000) // rate for i in range(total)], f"rl{rate}-")
+    slack = t0 - store.now_ms()
+    drift = store.clock_drift().drift_ms
+    config = ConsumerConfig("bench-relay-lag", batch_size=BATCH, lease_ms=60_000)
+    with TimelineRelay(dsn, bootstrap, timeline, RelayConfig(topic), config) as relay:
+        deadline = time.perf_counter() + lead_ms / 1000 + SECONDS + 60
+        while relay.relayed < total and time.perf_counter() < deadline:
+            relay.run_once(timeout_ms=200)
+        relayed = relay.relayed
+    reader = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": topic,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    reader.subscribe([topic])
+    lags: list[float] = []
+    deadline = time.perf_counter() + 60
+    while len(lags) < relayed and time.perf_counter() < deadline:
+        for record in reader.consume(10_000, 1.0):
+            if record.error() is not None:
+                continue
+            due = dict(record.headers() or [])["tidemark-timestamp"]
+            assert isinstance(due, bytes)
+            lags.append(record.timestamp()[1] + drift - int(due))
+    reader.close()
+    admin.delete_topics([topic])
+    return (
+        f"timeline relay due-to-delivered (broker append) at {rate:,} msg/s due for {SECONDS} s, "
+        f"one relay: p50 {percentile(lags, 0.5):.1f} ms, p99 {percentile(lags, 0.99):.1f} ms, "
+        f"max {max(lags, default=0.0):.1f} ms ({relayed:,}/{total:,} relayed; goal p99 < 20 ms)"
+        + ("" if slack > 0 else "  (filling overran the lead time: lag figures are inflated)")
+    )
 
 
 def _bare_insert(store: TimelineStore, n: int = 20_000) -> float:
@@ -223,18 +288,24 @@ def run(dsn: str, bootstrap: str | None) -> list[str]:
     lines: list[str] = []
     with TimelineStore(dsn, notify=False) as store:
         store.migrate()
-        for suffix in ("lag", "one", "lease", "relay"):
+        for suffix in ("lag", "one", "lease", "relay", "relay10", "relay50"):
             store.create_timeline(TimelineConfig(f"{name}-{suffix}", buckets=16))
         try:
-            lines += _lag(dsn, f"{name}-lag", store)
+            lag_lines, create_rate = _lag(dsn, f"{name}-lag", store)
+            lines += lag_lines
             lines.append(_create_single(store, f"{name}-one"))
-            lines.append(_lease_throughput(store, f"{name}-lease"))
+            for limit in (100, BATCH):
+                lines.append(_lease_throughput(store, f"{name}-lease", limit))
             lines.append(
                 f"timeline create baseline: bare INSERT ... VALUES batches of {BATCH}: "
                 f"{_bare_insert(store):,.0f} rows/s"
             )
             if bootstrap:
                 lines.append(_relay(dsn, bootstrap, store, f"{name}-relay"))
+                for rate, suffix in ((10_000, "relay10"), (50_000, "relay50")):
+                    lines.append(
+                        _relay_lag(dsn, bootstrap, store, f"{name}-{suffix}", rate, create_rate)
+                    )
                 lines += _buffer(dsn, bootstrap, store)
             drift = store.clock_drift()
             lines.append(

@@ -467,8 +467,14 @@ def test_migration_3_upgrades_an_existing_schema(postgres, unique, monkeypatch):
                     {"until": old.now_ms() + HOUR},
                 )
         with TimelineStore(dsn) as store:
-            assert store.migrate() == [3, 4, 5]  # 4: message headers, 5: buffer source offsets
+            # 4: message headers, 5: buffer source offsets, 6: the group index dropped
+            assert store.migrate() == [3, 4, 5, 6]
             assert store.migrate() == []
+            assert store._one(
+                "SELECT count(*) FROM pg_indexes WHERE schemaname = %(s)s "
+                "AND indexname = 'timeline_messages_group'",
+                {"s": schema},
+            ) == (0,)
             assert store.get("up", "held").headers == ()  # a message from before: none
             # A lease taken before the upgrade has no token: nobody can act on it.
             _refused(
