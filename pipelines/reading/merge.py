@@ -36,8 +36,8 @@ import time
 from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from itertools import chain
-from operator import attrgetter
+from itertools import chain, islice
+from operator import attrgetter, gt
 
 from controller.store import MetadataStore
 from pipelines.reading.config import ReaderConfig
@@ -52,6 +52,43 @@ log = logging.getLogger(__name__)
 _time_of = attrgetter("timestamp")
 
 
+class _Held:
+    """One stream's records held back: sorted by time, with their times beside them (a
+    plain int list, so finding what a bound releases is one C bisect, and a release
+    takes a slice, not record by record)."""
+
+    __slots__ = ("events", "times")
+
+    def __init__(self) -> None:
+        self.events: list[EventRead] = []
+        self.times: list[int] = []
+
+    def add(self, events: list[EventRead], times: list[int]) -> None:
+        """Hold a batch (``times`` its records' times): appended as it is when it is in
+        order after what is held (the usual case), else merged in by time (timsort
+        over two sorted runs)."""
+        if any(map(gt, times, islice(times, 1, None))):
+            events = sorted(events, key=_time_of)
+            times = sorted(times)
+        held, held_times = self.events, self.times
+        if held_times and held_times[-1] > times[0]:
+            held.extend(events)
+            held.sort(key=_time_of)
+            self.times = list(map(_time_of, held))
+        else:
+            held.extend(events)
+            held_times.extend(times)
+
+    def take(self, bound: int | None) -> list[EventRead]:
+        """The held records with time <= ``bound`` (None: all), no longer held."""
+        cut = len(self.times) if bound is None else bisect_right(self.times, bound)
+        if not cut:
+            return []
+        out = self.events[:cut]
+        del self.events[:cut], self.times[:cut]
+        return out
+
+
 class TimeMerge:
     """The records of several readers (one per stream) in timestamp order.
 
@@ -59,6 +96,14 @@ class TimeMerge:
     safe to release; :meth:`flush` returns the rest; :meth:`events` iterates.
     ``late`` counts records read below the time already released;
     ``released_time`` is the largest time released so far.
+
+    ``max_held`` (default ``2 * batch_size``) bounds the records a stream holds
+    while another stream still has records to bring: a stream holding that many
+    is not read (its records stay in Kafka's client, out of Python's heap) until
+    the streams behind it bring theirs, or have nothing to bring (at their tail,
+    or nothing came within a poll's wait). Held records cannot be released
+    before the slowest stream passes their time, so reading further ahead only
+    grows the heap (and the garbage collector's walks over it).
     """
 
     def __init__(
@@ -67,17 +112,21 @@ class TimeMerge:
         *,
         from_time: int | None = None,
         batch_size: int = 1_000,
+        max_held: int | None = None,
     ) -> None:
         if not readers:
             raise ReaderConfigError("a merge needs at least one reader")
         if type(batch_size) is not int or batch_size < 1:
             raise ReaderConfigError(f"batch_size must be an int >= 1, got {batch_size!r}")
+        if max_held is not None and (type(max_held) is not int or max_held < 1):
+            raise ReaderConfigError(f"max_held must be an int >= 1, got {max_held!r}")
         self.readers = list(readers)
         self.from_time = from_time
         self.batch_size = batch_size
+        self.max_held = 2 * batch_size if max_held is None else max_held
         self.late = 0
         self.released_time: int | None = None
-        self._pending: list[list[EventRead]] = [[] for _ in self.readers]
+        self._held = [_Held() for _ in self.readers]
         self._bounds: list[int | None] = [None] * len(self.readers)
 
     def poll(self, timeout_ms: float = 100) -> list[EventRead]:
@@ -87,20 +136,36 @@ class TimeMerge:
         What the readers hold already is taken first, without waiting; only when
         none holds anything does each wait its share of ``timeout_ms``, and only
         until one brings something (waiting on one stream while the others'
-        records sat fetched kept the merge at a quarter of a plain read's rate)."""
-        if not self._read_each(0.0):
-            self._read_each(max(0.0, timeout_ms) / len(self.readers))
+        records sat fetched kept the merge at a quarter of a plain read's rate).
+        Streams holding ``max_held`` records are read only when the others
+        bring nothing (see the class docstring)."""
+        behind = self._behind()
+        if not self._read_each(behind, 0.0):
+            wait = max(0.0, timeout_ms) / len(behind)
+            if not self._read_each(behind, wait) and len(behind) < len(self.readers):
+                self._read_each([i for i in range(len(self.readers)) if i not in behind], 0.0)
         bound = self._bound()
         return [] if bound is None else self._release(bound)
 
-    def _read_each(self, wait_ms: float) -> int:
-        """A batch from each reader, waiting at most ``wait_ms`` on each until one brings
-        something; how many came. A reader that brought nothing without waiting keeps
-        its last lower bound (a stale lower bound only holds records back longer);
-        when waiting, its window is asked again (new watermarks move it)."""
+    def _behind(self) -> list[int]:
+        """The readers to read first: all of them, unless some hold ``max_held`` records
+        while others may still bring some (not at their tail); then those others."""
+        held, limit = self._held, self.max_held
+        behind = [i for i, h in enumerate(held) if len(h.times) < limit]
+        if not behind or len(behind) == len(held):
+            return list(range(len(held)))
+        live = [i for i in behind if not self.readers[i].at_tail()]
+        return live or list(range(len(held)))
+
+    def _read_each(self, which: Sequence[int], wait_ms: float) -> int:
+        """A batch from each reader of ``which``, waiting at most ``wait_ms`` on each until
+        one brings something; how many came. A reader that brought nothing without
+        waiting keeps its last lower bound (a stale lower bound only holds records
+        back longer); when waiting, its window is asked again (new watermarks move it)."""
         got = 0
         bounds = self._bounds
-        for i, reader in enumerate(self.readers):
+        for i in which:
+            reader = self.readers[i]
             batch = reader.read_batch(self.batch_size, timeout_ms=0.0 if got else wait_ms)
             if len(batch):
                 got += len(batch)
@@ -131,17 +196,22 @@ class TimeMerge:
     @property
     def held(self) -> int:
         """How many records are held back (read, not yet safe to release)."""
-        return sum(len(p) for p in self._pending)
+        return sum(len(h.times) for h in self._held)
 
-    def _take(self, i: int, events: Sequence[EventRead]) -> None:
+    def _take(self, i: int, batch: Sequence[EventRead]) -> None:
+        events = list(batch)
+        times = list(map(_time_of, events))
         start, released = self.from_time, self.released_time
-        kept = events if start is None else [e for e in events if e.timestamp >= start]
-        if released is not None:
-            late = sum(1 for e in kept if e.timestamp < released)
-            if late:
-                self.late += late
-                log.debug("%d late record(s) on %s (below %d)", late, kept[0].stream, released)
-        self._pending[i].extend(kept)
+        if start is not None and min(times) < start:
+            events = [e for e in events if e.timestamp >= start]
+            times = list(map(_time_of, events))
+            if not times:
+                return
+        if released is not None and min(times) < released:
+            late = sum(1 for t in times if t < released)
+            self.late += late
+            log.debug("%d late record(s) on %s (below %d)", late, events[0].stream, released)
+        self._held[i].add(events, times)
 
     def _bound(self) -> int | None:
         """The smallest lower bound over the streams; None while any stream has none."""
@@ -151,16 +221,7 @@ class TimeMerge:
 
     def _release(self, bound: int | None) -> list[EventRead]:
         """The held records with time <= ``bound`` (None: all of them), merged by time."""
-        flush = bound is None
-        runs: list[list[EventRead]] = []
-        for pending in self._pending:
-            if not pending:
-                continue
-            pending.sort(key=_time_of)  # (sorted runs plus one new batch: near-linear)
-            cut = len(pending) if flush else bisect_right(pending, bound, key=_time_of)
-            if cut:
-                runs.append(pending[:cut])
-                del pending[:cut]
+        runs = [run for run in (h.take(bound) for h in self._held) if run]
         if not runs:
             return []
         # Sorting the joined runs merges them (timsort finds the sorted runs) in C.

@@ -47,7 +47,7 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypedDict, Unpack, overload
+from typing import Any, TypedDict, Unpack, overload
 
 from controller.index import start_index, stop_index
 from controller.metadata import StreamMetadata
@@ -62,7 +62,7 @@ from pipelines.reading.exceptions import (
     StreamDeletedError,
     WatermarksUnavailableError,
 )
-from pipelines.reading.streams import all_complete, check_streams, each_stream
+from pipelines.reading.streams import all_complete, check_streams
 from pipelines.reading.watermark_tables import (
     INDEX,
     INDEX_COLUMNS,
@@ -166,20 +166,69 @@ class SeekIndex:
         with self._lock:
             entry = self._streams.get(stream)
             if entry is None:
+                # Every loaded stream follows the one ``index`` snapshot (self._index).
                 tail = TableTail(
-                    table_path(self.delta_root, INDEX), stream, INDEX_COLUMNS, self.storage_options
+                    table_path(self.delta_root, INDEX),
+                    stream,
+                    INDEX_COLUMNS,
+                    self.storage_options,
+                    source=self._index,
                 )
                 entry = _StreamTimes(tail, array("q"), array("q"), array("q"))
                 self._streams[stream] = entry
             now = self._monotonic()
             if force or now - entry.checked_at >= self.refresh_interval_s:
                 entry.checked_at = now
-                rows = entry.tail.poll()
-                if rows.num_rows:
-                    _extend(entry.seqs, rows.column("seq"))
-                    _extend(entry.times, rows.column("time"))
-                    _extend(entry.upper_time_max, rows.column("upper_time_max"))
+                _append_rows(entry, entry.tail.poll())
             return len(entry.seqs)
+
+    def _refresh_loaded(self, streams: Sequence[str]) -> None:
+        """Refresh the loaded ones of ``streams`` that are due together: one read of the
+        index table's log, then each stream's rows added since (if the version moved)."""
+        now = self._monotonic()
+        loaded = (self._streams.get(s) for s in streams)
+        due = [e for e in loaded if e is not None and now - e.checked_at >= self.refresh_interval_s]
+        if due:
+            self._index.refresh()
+            for entry in due:
+                entry.checked_at = now
+                _append_rows(entry, entry.tail.poll(refreshed=True))
+
+    def start_cuts(self, streams: Sequence[str], t: int) -> dict[str, StreamCut | None]:
+        """:meth:`start`'s cut for each of ``streams`` (``None``: the head), in one go:
+        the loaded streams are refreshed together and searched under one lock; the
+        others are asked one by one (cold lookups, or the lookup that loads them)."""
+        return self._cuts_of(streams, t, start=True)
+
+    def stop_cuts(self, streams: Sequence[str], t: int) -> dict[str, StreamCut | None]:
+        """:meth:`stop`'s cut for each of ``streams`` (``None``: not complete yet), as
+        :meth:`start_cuts` does it."""
+        return self._cuts_of(streams, t, start=False)
+
+    def _cuts_of(
+        self, streams: Sequence[str], t: int, *, start: bool
+    ) -> dict[str, StreamCut | None]:
+        found: dict[str, StreamCut | None] = {}
+        with self._lock:
+            self._refresh_loaded(streams)
+            for stream in streams:
+                entry = self._streams.get(stream)
+                if entry is None:
+                    continue
+                at = start_index(entry.upper_time_max, t) if start else stop_index(entry.times, t)
+                found[stream] = (
+                    None if at is None else self.cut(stream, entry.seqs[at], entry.times[at])
+                )
+        rest = [s for s in streams if s not in found]  # not loaded: asked outside the lock
+        found.update(self._one_by_one(rest, t, start=start))
+        return {s: found[s] for s in streams}
+
+    def _one_by_one(
+        self, streams: Sequence[str], t: int, *, start: bool
+    ) -> dict[str, StreamCut | None]:
+        """:meth:`start` (or :meth:`stop`) asked for each stream on its own."""
+        found = {s: self.start(s, t) if start else self.stop(s, t) for s in streams}
+        return {s: None if f is None else f.stream_cut for s, f in found.items()}
 
     def columns(self, stream: str) -> tuple[array[int], array[int], array[int]]:
         """``(seqs, times, upper_time_max)`` of the stream, refreshed if due."""
@@ -380,6 +429,14 @@ def _stat(stats: Mapping[str, object], column: str, default: int) -> int:
     return value if isinstance(value, int) else default
 
 
+def _append_rows(entry: _StreamTimes, rows: Any) -> None:
+    """Add a stream's new index rows (a pyarrow table, in ``seq`` order) to its columns."""
+    if rows.num_rows:
+        _extend(entry.seqs, rows.column("seq"))
+        _extend(entry.times, rows.column("time"))
+        _extend(entry.upper_time_max, rows.column("upper_time_max"))
+
+
 def _extend(target: array[int], column: object) -> None:
     values = column.to_numpy()  # type: ignore[attr-defined]
     target.frombytes(values.astype("int64", copy=False).tobytes())
@@ -473,22 +530,16 @@ def stream_cut_at(
     With a ``store`` the stream is checked to exist and the head is the
     stream's head cut (its truncation point, else epoch 0 at offset 0), and
     a cut behind the truncation point is moved up to it; without one, an
-    empty cut stands for "the head". A list of streams gives ``{stream: cut}``
-    (:func:`pipelines.reading.streams.each_stream`).
+    empty cut stands for "the head". A list of streams gives ``{stream: cut}``,
+    each stream's own cut, looked up together (:meth:`SeekIndex.start_cuts`).
     """
     if not isinstance(stream, str):
-        ts, store, idx = _joint(timestamp, where)
-        return each_stream(
-            check_streams(stream),
-            lambda s: _start_at(s, ts, None if store is None else live_metadata(store, s), idx),
-        )
+        ts, names, metas, idx = _joint(stream, timestamp, where)
+        cuts = idx.start_cuts(names, ts)
+        if metas is None:
+            return {s: dict(cuts[s] or {}) for s in names}
+        return {s: start_or_head(cuts[s], metas[s]) for s in names}
     ts, meta, idx = _lookup(stream, timestamp, where)
-    return _start_at(stream, ts, meta, idx)
-
-
-def _start_at(stream: str, ts: int, meta: StreamMetadata | None, idx: SeekIndex) -> dict[int, int]:
-    """:func:`stream_cut_at` for one stream once its inputs are checked (a joint lookup
-    checks the time and opens the index once for all its streams)."""
     if meta is not None:
         return start_cut_for(stream, ts, meta, idx)
     found = idx.start(stream, ts)
@@ -517,21 +568,28 @@ def complete_cut_at(
     (:func:`pipelines.reading.streams.all_complete`).
     """
     if not isinstance(stream, str):
-        ts, store, idx = _joint(timestamp, where)
-        return all_complete(
-            check_streams(stream), lambda s: complete_cut_at(s, ts, store=store, index=idx)
-        )
+        ts, names, _, idx = _joint(stream, timestamp, where)
+        cuts = idx.stop_cuts(names, ts)
+        return all_complete(names, lambda s: None if (cut := cuts[s]) is None else dict(cut))
     ts, _, idx = _lookup(stream, timestamp, where)
     found = idx.stop(stream, ts)
     return None if found is None else dict(found.stream_cut)
 
 
-def _joint(timestamp: object, where: Lookup) -> tuple[int, MetadataStore | None, SeekIndex]:
-    """A joint lookup's checked time, store and one index shared by its streams."""
+def _joint(
+    streams: object, timestamp: object, where: Lookup
+) -> tuple[int, list[str], dict[str, StreamMetadata] | None, SeekIndex]:
+    """What a joint lookup checks and opens once for all its streams: the time, the
+    names, each stream's metadata (with a ``store``: every stream must exist) and the
+    index (its :meth:`SeekIndex.start_cuts` / :meth:`~SeekIndex.stop_cuts` answer all)."""
+    ts = check_timestamp(timestamp)
+    names = check_streams(streams)
+    store = where.get("store")
+    metas = None if store is None else {s: live_metadata(store, s) for s in names}
     index = where.get("index") or shared_index(
         where.get("delta_root"), where.get("storage_options")
     )
-    return check_timestamp(timestamp), where.get("store"), index
+    return ts, names, metas, index
 
 
 __all__ = [

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING
 
 from controller.closing import Closing
 from controller.model import StreamCut, TimeWindow
-from controller.navigation import head_cut
+from controller.navigation import head_cut, start_or_head
 from controller.store import MetadataStore
 from pipelines.reading.checkpoints import POLL_S, Checkpoint, PendingCheckpoint
 from pipelines.reading.exceptions import (
@@ -58,7 +58,6 @@ from pipelines.reading.seek import (
     SeekIndex,
     check_timestamp,
     live_metadata,
-    start_cut_for,
     wall_clock_ms,
 )
 from pipelines.reading.streams import check_streams, joint_window
@@ -278,7 +277,8 @@ class StreamsReaderGroup(Closing):
         if from_time is not None:
             ts = check_timestamp(from_time)
             idx = index or default_index(delta_root, storage_options)
-            cuts = {s: start_cut_for(s, ts, metas[s], idx) for s in names}
+            found = idx.start_cuts(names, ts)
+            cuts = {s: start_or_head(found[s], metas[s]) for s in names}
         else:
             cuts = {s: head_cut(metas[s]) for s in names}
         record = GroupRecord(name, ", ".join(names), {}, wall_clock_ms(), tuple(names))

@@ -28,7 +28,7 @@ import ssl
 import threading
 import time
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from controller.exceptions import UnknownStreamError
@@ -205,6 +205,12 @@ class ServiceIndex(SeekIndex):
     def stop(self, stream: str, t: int) -> Found | None:
         answered, found = self._ask(stream, "stop", t)
         return found if answered else super().stop(stream, t)
+
+    def start_cuts(self, streams: Sequence[str], t: int) -> dict[str, StreamCut | None]:
+        return self._one_by_one(streams, t, start=True)  # each asks the service first
+
+    def stop_cuts(self, streams: Sequence[str], t: int) -> dict[str, StreamCut | None]:
+        return self._one_by_one(streams, t, start=False)
 
 
 _SERVICE_INDEXES: dict[tuple[str, str, tuple[tuple[str, str], ...]], ServiceIndex] = {}

@@ -331,7 +331,10 @@ def filesystem_path(uri: str) -> tuple[Any, str]:
 
 
 class TableTail:
-    """A stream's rows of one table, read incrementally by table version."""
+    """A stream's rows of one table, read incrementally by table version.
+
+    ``source``: a :class:`DeltaSource` of the table shared with other tails (several
+    streams' tails then follow one snapshot: one log read refreshes them all)."""
 
     def __init__(
         self,
@@ -339,20 +342,27 @@ class TableTail:
         stream: str,
         columns: Sequence[str],
         storage_options: Mapping[str, str] | None = None,
+        source: DeltaSource | None = None,
     ) -> None:
-        self.source = DeltaSource(uri, storage_options)
+        self.source = source or DeltaSource(uri, storage_options)
         self.stream = stream
         self.columns = tuple(columns)
         self.last_seq = -1
         self._seen: set[str] = set()
+        self._version: int | None = None
 
-    def poll(self) -> pa.Table:
-        """Rows of the stream with ``seq`` above the last one returned, in ``seq`` order."""
+    def poll(self, *, refreshed: bool = False) -> pa.Table:
+        """Rows of the stream with ``seq`` above the last one returned, in ``seq`` order
+        (``refreshed``: the shared source was just refreshed; read at its version)."""
         import pyarrow as pa  # on use: importing this module stays light
         import pyarrow.compute as pc  # as above
 
-        if not self.source.refresh():
+        if not refreshed:
+            self.source.refresh()
+        version = self.source.version
+        if version is None or version == self._version:
             return pa.table({c: [] for c in self.columns})
+        self._version = version
         current = self.source.files()
         fresh = [
             f

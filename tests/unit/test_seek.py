@@ -198,3 +198,31 @@ def test_warm_and_cold_agree_with_controller_index(tmp_path_factory, pairs, spli
         assert index.cold_start_seq(STREAM, t) == (None if found is None else found.seq)
         stop = index.stop(STREAM, t)
         assert (None if stop is None else stop.stream_cut) == stop_cut(rows, t)
+
+
+def test_joint_lookups_follow_one_snapshot_and_agree_with_each_stream(tmp_path):
+    """start_cuts/stop_cuts: the loaded streams refresh together (one index snapshot) and
+    answer as each stream's own lookup does, while rows keep being appended."""
+    root = str(tmp_path)
+    now = [0.0]
+    joint = SeekIndex(root, refresh_interval_ms=1000, warm_after=0, monotonic=lambda: now[0])
+    streams = ["s/a", "s/b", "s/c"]  # s/c never has a row: head, never complete
+    for n, stream in enumerate(streams[:2]):
+        append_watermarks(root, [Watermark(stream, 100 + n, 150, {0: 5 + n}, 0)])
+    assert joint.start_cuts(streams, 200) == {"s/a": {0: 5}, "s/b": {0: 6}, "s/c": None}
+    for n, stream in enumerate(streams[:2]):
+        append_watermarks(
+            root, [Watermark(stream, 300 + n, 300, {0: 9 + n}, 1)], previous_upper_time_max=150
+        )
+    assert joint.stop_cuts(streams, 250) == {"s/a": None, "s/b": None, "s/c": None}  # not due
+    now[0] = 1.5
+    assert joint.stop_cuts(streams, 250) == {"s/a": {0: 9}, "s/b": {0: 10}, "s/c": None}
+    fresh = SeekIndex(root, refresh_interval_ms=0)
+    for t in (0, 150, 151, 301, 400):
+        for stream in streams:
+            one = fresh.start(stream, t)
+            assert joint.start_cuts(streams, t)[stream] == (None if one is None else one.stream_cut)
+            stop = fresh.stop(stream, t)
+            assert joint.stop_cuts(streams, t)[stream] == (
+                None if stop is None else stop.stream_cut
+            )

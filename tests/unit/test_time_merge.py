@@ -83,3 +83,36 @@ def test_a_merge_needs_readers_and_a_sane_batch_size():
         TimeMerge([])
     with pytest.raises(ReaderConfigError, match="batch_size"):
         TimeMerge([ScriptedReader("a", [])], batch_size=0)  # type: ignore[list-item]
+
+
+@dataclass
+class TailedReader(ScriptedReader):
+    """A scripted reader that says whether it is at its tail, and counts its reads."""
+
+    tail: bool = False
+    reads: int = 0
+
+    def read_batch(self, max_events: int, timeout_ms: float | None = None) -> Batch:
+        self.reads += 1
+        return super().read_batch(max_events, timeout_ms)
+
+    def at_tail(self) -> bool:
+        return self.tail
+
+
+def test_a_stream_holding_max_held_waits_while_a_stream_behind_brings_records():
+    ahead = TailedReader("a", [([100, 101], 101), ([102, 103], 103), ([104], 104)])
+    behind = TailedReader("b", [([], None), ([1], 1), ([2], 50), ([], 50)])
+    merge = TimeMerge([ahead, behind], max_held=2)  # type: ignore[list-item]
+    assert merge.poll(0) == [] and merge.held == 2  # b: nothing yet, no watermark
+    reads = ahead.reads
+    assert times(merge.poll(0)) == [("b", 1)]  # b brought one: a (holding 2) not read
+    assert times(merge.poll(0)) == [("b", 2)] and ahead.reads == reads
+    behind.tail = True  # b has nothing more to bring: a is read again
+    assert merge.poll(0) == [] and ahead.reads == reads + 1 and merge.held == 4
+    assert times(merge.flush()) == [("a", t) for t in (100, 101, 102, 103)]
+
+
+def test_max_held_must_be_a_positive_int():
+    with pytest.raises(ReaderConfigError, match="max_held"):
+        TimeMerge([ScriptedReader("a", [])], max_held=0)  # type: ignore[list-item]
