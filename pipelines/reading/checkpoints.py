@@ -177,10 +177,8 @@ class PendingCheckpoint:
                 return True
             if self._error is not None:
                 raise self._error
-            if self._over.is_set():  # cancelled
-                return False
             missing = self.missing()
-            if not missing:
+            if not missing and not self._over.is_set():  # (never taken once cancelled)
                 try:
                     self._result = self._take()
                 except CheckpointExistsError as exc:  # taken meanwhile under this name

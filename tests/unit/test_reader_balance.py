@@ -269,6 +269,23 @@ def test_a_checkpoint_nobody_waits_for_is_withdrawn_at_its_timeout():
         pending.done()
 
 
+def test_a_cancelled_checkpoint_is_never_taken_and_times_out_for_a_waiter():
+    """After cancel() the request is gone and nothing is recorded; done() keeps
+    answering False until the timeout, then raises (result() does not wait for ever)."""
+    registry = MemoryGroupRegistry()
+    clock = [0.0]
+    pending = PendingCheckpoint(
+        Host(registry, {0: 1}), "c1", timeout_ms=500, monotonic=lambda: clock[0]
+    )
+    pending.cancel()
+    assert registry.checkpoint_request("g") is None
+    assert not pending.done()  # no reader online: it would be taken, but it was cancelled
+    clock[0] = 1.0
+    with pytest.raises(CheckpointTimeoutError):
+        pending.result()
+    assert registry.checkpoint_names("g") == []
+
+
 def test_segment_clocks_count_a_segment_at_a_cut_offset_as_not_behind():
     """A segment holding nothing (offset 0 in every cut) or read to the last cut's
     offset is not behind those watermarks: for balancing it must not look behind."""
