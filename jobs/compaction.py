@@ -34,7 +34,8 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -113,10 +114,19 @@ def bins(files: Sequence[SmallFile], target_bytes: int) -> list[list[SmallFile]]
 
 
 def compact_in_time_order(
-    dt: Any, table: str, *, target_bytes: int, row_group_rows: int, min_files: int = 2
+    dt: Any,
+    table: str,
+    *,
+    target_bytes: int,
+    row_group_rows: int,
+    min_files: int = 2,
+    turn: AbstractContextManager[Any] | None = None,
+    storage_options: Mapping[str, str] | None = None,
 ) -> tuple[int, int]:
     """Rewrite the small files of ``dt`` (the open table named ``table``) in time order;
-    ``(files removed, files added)``. One commit for all bins."""
+    ``(files removed, files added)``. One commit for all bins, made holding ``turn``
+    (:func:`jobs.commit_turns.commit_turn`: the files are read and written without it).
+    ``storage_options``: the table's delta-rs options, to reach its files."""
     files = small_files(dt, table, target_bytes)
     first = [f for f in files if f.size < target_bytes // TIER]
     second = [f for f in files if f.size >= target_bytes // TIER]
@@ -126,39 +136,41 @@ def compact_in_time_order(
     if not todo:
         return 0, 0
     base = str(dt.table_uri).rstrip("/")
+    options = dict(storage_options or {})
     now_ms = int(time.time() * 1000)
     written: list[str] = []
     actions: list[Any] = []
     try:
         for run in todo:
             rows = pa.concat_tables(
-                [_read(f"{base}/{f.path}", ARROW_SCHEMAS[table]) for f in run]
+                [_read(f"{base}/{f.path}", ARROW_SCHEMAS[table], options) for f in run]
             ).sort_by([(c, "ascending") for c in order_of(table)])
             name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
-            size = _write(f"{base}/{name}", rows, row_group_rows)
+            size = _write(f"{base}/{name}", rows, row_group_rows, options)
             written.append(f"{base}/{name}")
             actions.append(AddAction(name, size, {}, now_ms, False, json.dumps(_stats(rows))))
             actions.extend(RemoveAction(f.path, False, now_ms, f.size, {}) for f in run)
-        dt.create_write_transaction(
-            actions,
-            "append",
-            dt.schema(),
-            post_commithook_properties=PostCommitHookProperties(create_checkpoint=False),
-        )
+        with turn or nullcontext():
+            dt.create_write_transaction(
+                actions,
+                "append",
+                dt.schema(),
+                post_commithook_properties=PostCommitHookProperties(create_checkpoint=False),
+            )
     except BaseException:
         for uri in written:
-            _delete(uri)
+            _delete(uri, options)
         raise
     return sum(len(run) for run in todo), len(todo)
 
 
-def _read(uri: str, schema: pa.Schema) -> pa.Table:
-    filesystem, path = filesystem_path(uri)
+def _read(uri: str, schema: pa.Schema, options: Mapping[str, str]) -> pa.Table:
+    filesystem, path = filesystem_path(uri, options)
     return pq.read_table(path, filesystem=filesystem, schema=schema)
 
 
-def _write(uri: str, rows: pa.Table, row_group_rows: int) -> int:
-    filesystem, path = filesystem_path(uri)
+def _write(uri: str, rows: pa.Table, row_group_rows: int, options: Mapping[str, str]) -> int:
+    filesystem, path = filesystem_path(uri, options)
     pq.write_table(
         rows, path, filesystem=filesystem, row_group_size=row_group_rows, compression="snappy"
     )
@@ -167,8 +179,8 @@ def _write(uri: str, rows: pa.Table, row_group_rows: int) -> int:
     return int(filesystem.get_file_info(path).size)
 
 
-def _delete(uri: str) -> None:
-    filesystem, path = filesystem_path(uri)
+def _delete(uri: str, options: Mapping[str, str]) -> None:
+    filesystem, path = filesystem_path(uri, options)
     try:
         if filesystem is None:
             os.remove(path)

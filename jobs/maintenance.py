@@ -62,6 +62,7 @@ from typing import Any
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
+from jobs.commit_turns import commit_turn
 from jobs.compaction import TIER, compact_in_time_order
 from jobs.exceptions import JobConfigurationError
 from pipelines.reading.watermark_tables import add_actions
@@ -391,6 +392,8 @@ class Maintainer:
                 if table == MARKS
                 else self.settings.row_group_rows,
                 min_files=self.settings.compact_min_files,
+                turn=self._turn(table),
+                storage_options=self.settings.storage_options,
             )
 
         return self._retrying(table, "compaction", attempt)
@@ -408,11 +411,16 @@ class Maintainer:
             log.info("maintenance of %s: setting %s", table, wanted)
 
             def attempt() -> tuple[int, int]:
-                self._table(table).alter.set_table_properties(wanted)
+                with self._turn(table):
+                    self._table(table).alter.set_table_properties(wanted)
                 return 0, 0
 
             self._retrying(table, "setting retention", attempt)
         self._configured.add(table)
+
+    def _turn(self, table: str) -> threading.Lock:
+        """The table's commit turn, shared with the sink's appends in this process."""
+        return commit_turn(table_path(self.settings.delta_root, table))
 
     def _checkpoint(self, table: str) -> None:
         """Checkpoint, then delete the log entries older than the retention (and the
@@ -425,11 +433,12 @@ class Maintainer:
     def _vacuum(self, table: str) -> int:
         """Delete files removed more than ``time_travel_hours`` ago; old log entries too."""
         dt = self._table(table)
-        deleted = dt.vacuum(
-            retention_hours=self.settings.time_travel_hours,
-            dry_run=False,
-            enforce_retention_duration=False,
-        )
+        with self._turn(table):  # delta-rs commits the vacuum's start and end
+            deleted = dt.vacuum(
+                retention_hours=self.settings.time_travel_hours,
+                dry_run=False,
+                enforce_retention_duration=False,
+            )
         dt.cleanup_metadata()
         self._vacuumed[table] = self._clock()
         return len(deleted)

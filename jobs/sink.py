@@ -50,6 +50,7 @@ from deltalake import (
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from controller.model import Watermark
+from jobs.commit_turns import commit_turn
 from jobs.maintenance import default_log_retention_s, retention_properties
 from jobs.processor import LAGGARD, REJECTED, WATERMARK
 from schemas.arrow import ARROW_SCHEMAS
@@ -134,7 +135,8 @@ def evolve_tables(
             fields = [ARROW_SCHEMAS[table].field(name) for name in missing]
             try:
                 dt = DeltaTable(table_path(delta_root, table), storage_options=options or None)
-                dt.alter.add_columns(list(Schema.from_arrow(pa.schema(fields)).fields))
+                with commit_turn(table_path(delta_root, table)):
+                    dt.alter.add_columns(list(Schema.from_arrow(pa.schema(fields)).fields))
                 added[table] = missing
                 log.info("table %s: added columns %s", table, ", ".join(missing))
                 break
@@ -260,7 +262,8 @@ class DeltaTables:
                 log.info("%s: batch %d of %s already committed; skipped", table, version, app_id)
                 return False
             try:
-                self._write(dt, table, rows, app_id, version)
+                with commit_turn(table_path(self.delta_root, table)):
+                    self._write(dt, table, rows, app_id, version)
                 return True
             except CommitFailedError as exc:
                 if attempt == self.COMMIT_ATTEMPTS:

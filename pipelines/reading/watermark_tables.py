@@ -30,7 +30,7 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from controller.index import running_max
@@ -84,6 +84,9 @@ class DataFile:
     maximum: Mapping[str, Any]
     group: int | None = None
     """One row group of the file (its Parquet statistics); ``None``: the whole file."""
+    storage_options: Mapping[str, str] = field(default_factory=dict, compare=False)
+    """How to reach the file's store (the table's delta-rs options; empty: the ``AWS_*``
+    variables and the like, as delta-rs reads them)."""
 
     def may_hold(self, column: str, low: Any = None, high: Any = None) -> bool:
         """True unless the statistics prove no value of ``column`` lies in [low, high]."""
@@ -95,11 +98,15 @@ class DataFile:
     def row_groups(self, columns: Sequence[str] | None = None) -> list[DataFile]:
         """The file's row groups, each with the min/max its Parquet footer records (of
         ``columns`` only, when given: a compacted file has hundreds of groups)."""
-        return _row_groups(self.uri, _open_parquet(self.uri).metadata, columns)
+        metadata = _open_parquet(self.uri, self.storage_options).metadata
+        return _row_groups(self.uri, metadata, columns, self.storage_options)
 
 
 def _row_groups(
-    uri: str, metadata: pq.FileMetaData, only: Sequence[str] | None = None
+    uri: str,
+    metadata: pq.FileMetaData,
+    only: Sequence[str] | None = None,
+    storage_options: Mapping[str, str] | None = None,
 ) -> list[DataFile]:
     columns = {
         metadata.schema.column(i).path: i
@@ -115,7 +122,7 @@ def _row_groups(
             stats = group.column(i).statistics
             if stats is not None and stats.has_min_max:
                 low[name], high[name] = stats.min, stats.max
-        groups.append(DataFile(uri, low, high, g))
+        groups.append(DataFile(uri, low, high, g, dict(storage_options or {})))
     return groups
 
 
@@ -192,6 +199,7 @@ class DeltaSource:
                 prefix + path,
                 {c: v[i] for c, v in mins.items()},
                 {c: v[i] for c, v in maxs.items()},
+                storage_options=self.storage_options,
             )
             for i, path in enumerate(paths)
         ]
@@ -243,7 +251,7 @@ def read_files(
     needed = list(dict.fromkeys([*columns, "stream", *wanted]))
     tables = []
     for f in files:
-        parquet = _open_parquet(f.uri)
+        parquet = _open_parquet(f.uri, f.storage_options)
         checks = {**wanted, "stream": (stream, stream)}
         if f.group is None:
             groups = _groups_holding(parquet.metadata, checks)
@@ -286,12 +294,12 @@ def _groups_holding(metadata: pq.FileMetaData, checks: Mapping[str, tuple[Any, A
     return found
 
 
-def _open_parquet(uri: str) -> pq.ParquetFile:
+def _open_parquet(uri: str, storage_options: Mapping[str, str] | None = None) -> pq.ParquetFile:
     """The file, its footer parsed once per process (a Delta data file never changes:
     a lookup that picks a row group and then reads it parses the footer once)."""
     import pyarrow.parquet as pq  # on use: importing this module stays light
 
-    filesystem, path = filesystem_path(uri)
+    filesystem, path = filesystem_path(uri, storage_options)
     source = path if filesystem is None else filesystem.open_input_file(path)
     with _FOOTERS_LOCK:
         metadata = _FOOTERS.get(uri)
@@ -312,21 +320,23 @@ _FOOTERS_KEPT = 64
 _FOOTERS_LOCK = threading.Lock()
 
 
-def filesystem_path(uri: str) -> tuple[Any, str]:
+def filesystem_path(uri: str, storage_options: Mapping[str, str] | None = None) -> tuple[Any, str]:
     """``(pyarrow filesystem or None for a local path, path)`` of a file URI.
 
     An object-store URI (``s3://``, ``s3a://``, ``gs://``, ``abfss://``, ...) is opened
-    through delta-rs's own store, rooted at the bucket, so it takes the schemes and
-    the settings (the ``AWS_*`` variables, for instance) that delta-rs does; pyarrow's
-    own file systems know neither ``s3a://`` nor an S3 endpoint from the environment."""
+    through delta-rs's own store, rooted at the bucket, with the table's
+    ``storage_options`` (none: the ``AWS_*`` variables and the like, as delta-rs reads
+    them); pyarrow's own file systems know neither ``s3a://`` nor an S3 endpoint from
+    the environment."""
     if "://" not in uri or uri.startswith("file://"):
         return None, uri.removeprefix("file://")
+    scheme, _, rest = uri.partition("://")
+    bucket, _, key = rest.partition("/")
     import pyarrow.fs as pafs  # on use: importing this module stays light
     from deltalake.fs import DeltaStorageHandler  # as above
 
-    scheme, _, rest = uri.partition("://")
-    bucket, _, key = rest.partition("/")
-    handler = DeltaStorageHandler(f"{scheme}://{bucket}")
+    options = dict(storage_options or {}) or None
+    handler = DeltaStorageHandler(f"{scheme}://{bucket}", options=options)
     return pafs.PyFileSystem(handler), key
 
 

@@ -183,6 +183,53 @@ def test_sink_appends_never_fail_under_back_to_back_compactions(tmp_path: Path) 
         assert read_watermarks(root, stream) == expected_marks(stream, 60)
 
 
+def test_appends_and_compactions_on_an_object_store_lose_no_commit(tmp_path: Path) -> None:
+    """On S3 a commit is a check then a write (no atomic put-if-absent without a lock
+    service): the sink's appends and the maintainer's commits in one driver must take
+    turns, or two of them both take a version and one is lost (CI, 2026-11-27: the
+    deployed controller's watermarks 99 and 198 were gone)."""
+    from deltalake import DeltaTable
+
+    from infra.s3proxy import S3Proxy
+
+    s3 = S3Proxy(tmp_path / "s3").start()
+    try:
+        options = s3.storage_options()
+        root = "s3://lake/tidemark"
+        for table in TABLES:
+            DeltaTable.create(
+                table_path(root, table), schema=ARROW_SCHEMAS[table], storage_options=options
+            )
+        sink = DeltaSink(root, "test-maintenance", storage_options=options)
+        sink.bind("q1")
+        maint = Maintainer(
+            settings(root, tables=(MARKS,), compact_min_files=2, storage_options=options)
+        )
+        stop = threading.Event()
+        errors: list[BaseException] = []
+
+        def hammer() -> None:
+            while not stop.is_set():
+                try:
+                    maint.run_once(force=True, vacuum=False)
+                except BaseException as exc:
+                    errors.append(exc)
+
+        thread = threading.Thread(target=hammer)
+        thread.start()
+        try:
+            for b in range(60):
+                sink.write(batch_rows(b, STREAMS[:1]), b)
+        finally:
+            stop.set()
+            thread.join()
+        assert not errors
+        assert maint.passes > 3
+        assert read_watermarks(root, STREAMS[0], options) == expected_marks(STREAMS[0], 60)
+    finally:
+        s3.stop()
+
+
 def test_readers_see_every_row_during_compaction(tmp_path: Path) -> None:
     root = written(tmp_path, 40)
     stop = threading.Event()
