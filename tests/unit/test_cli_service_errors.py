@@ -174,3 +174,32 @@ def test_records_timing_out_in_the_producer_name_kafka(monkeypatch: pytest.Monke
     refused = 'KafkaError{code=MSG_SIZE_TOO_LARGE,val=10,str="Broker: Message size too large"}'
     too_large = DeliveryError([FailedRecord("t", 0, None, refused)])
     assert named(too_large, argparse.Namespace()) is None  # Kafka answered: it refused
+
+
+def test_an_object_store_not_answering_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """delta-rs against a port nothing listens on: its nested error becomes one line."""
+    endpoint = f"http://127.0.0.1:{_closed_port()}"
+    for name, value in {
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_ACCESS_KEY_ID": "k",
+        "AWS_SECRET_ACCESS_KEY": "s",
+        "AWS_REGION": "us-east-1",
+        "AWS_ALLOW_HTTP": "true",
+    }.items():
+        monkeypatch.setenv(name, value)
+    assert main(["laggards", "a/b", "--delta-root", "s3://lake/t"]) == EXIT_UNAVAILABLE
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err and "\x1b" not in err, err
+    assert f"the object store is unavailable: {endpoint} gave no answer (" in err, err
+    assert "TIDEMARK_DELTA_ROOT or --delta-root" in err
+
+
+def test_an_object_store_error_that_is_no_outage_is_left_alone() -> None:
+    import argparse
+
+    from tidemark.cli.service_errors import named
+
+    missing = OSError("Generic LocalFileSystem error: file:///x/_delta_log not found")
+    assert named(missing, argparse.Namespace()) is None

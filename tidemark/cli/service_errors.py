@@ -3,7 +3,7 @@
     with named_services(args):      # main() runs every verb inside it
         args.func(args)
 
-A verb calls kazoo, confluent_kafka, psycopg or the time service's client, and each
+A verb calls kazoo, confluent_kafka, psycopg, delta-rs or the time service's client, and each
 raises its own error when its service is stopped. Here, in one place for every verb,
 such an error (or one of ours it caused) becomes a :class:`ServiceUnavailableError`
 naming the service, the address this command used (its flag, the environment or
@@ -18,12 +18,14 @@ import argparse
 import contextlib
 import logging
 import os
+import re
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from infra.services import KAFKA, POSTGRES, ZOOKEEPER, resolve_services
 from tidemark.environment import (
+    DELTA_ROOT,
     KAFKA_BOOTSTRAP,
     POSTGRES_DSN,
     SERVICE_TIMEOUT_MS,
@@ -83,6 +85,23 @@ POSTGRESQL_SERVICE = Service(
 TIME_SERVICE_SERVICE = Service(
     "the time service", "tidemark serve runs there", f"{TIME_SERVICE} names it"
 )
+OBJECT_STORE_SERVICE = Service(
+    "the object store",
+    "the store runs there",
+    f"AWS_ENDPOINT_URL (or S3 itself) and {DELTA_ROOT} or --delta-root name it",
+)
+
+# how delta-rs (object_store) says no store answered, in the innermost lines of its error
+_STORE_DOWN_TEXTS = (
+    "tcp connect error",
+    "connection refused",
+    "error sending request",
+    "operation timed out",
+    "dns error",
+    "connection reset",
+)
+_STORE_URL = re.compile(r"Error performing \w+ (https?://[^/\s]+)")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 # where a time-out means Kafka did not answer
 _KAFKA_CLIENTS = ("confluent_kafka", "controller.kafka", "pipelines.writing")
@@ -180,6 +199,30 @@ def _postgres_down(exc: BaseException) -> bool:
     return psycopg is not None and isinstance(exc, psycopg.OperationalError)
 
 
+def _object_store_down(exc: BaseException) -> str | None:
+    """The store's address when ``exc`` is delta-rs not reaching an object store."""
+    reading = sys.modules.get("pipelines.reading.exceptions")
+    kinds: tuple[type[BaseException], ...] = (OSError,)
+    if reading is not None:
+        kinds += (reading.WatermarksUnavailableError,)
+    if not isinstance(exc, kinds):
+        return None
+    text = _ANSI.sub("", str(exc))
+    if "://" not in text or not any(t in text.lower() for t in _STORE_DOWN_TEXTS):
+        return None
+    found = _STORE_URL.search(text)
+    if found:
+        return found.group(1)
+    return os.environ.get("AWS_ENDPOINT_URL", "").strip() or "(S3)"
+
+
+def _innermost_line(exc: BaseException) -> str:
+    """The last line of a nested error (delta-rs puts the root cause there, after ``↳``)."""
+    lines = [line.strip(" ↳") for line in _ANSI.sub("", str(exc)).splitlines()]
+    found = [line for line in lines if line]
+    return found[-1] if found else type(exc).__name__
+
+
 def _time_service_down(exc: BaseException) -> bool:
     client = sys.modules.get("pipelines.reading.time_service")
     return client is not None and isinstance(exc, client.ServiceUnavailableError)
@@ -202,6 +245,11 @@ def named(exc: BaseException, args: argparse.Namespace) -> ServiceUnavailableErr
             address = _postgres_address(_configured(POSTGRES, args))
             return POSTGRESQL_SERVICE.unavailable(
                 address, f"refused or did not answer ({_first_line(cause)})"
+            )
+        store = _object_store_down(cause)
+        if store is not None:
+            return OBJECT_STORE_SERVICE.unavailable(
+                store, f"gave no answer ({_innermost_line(cause)})"
             )
         if _time_service_down(cause):
             url = os.environ.get(TIME_SERVICE, "").strip() or "(none given)"
@@ -239,6 +287,7 @@ def quiet(logger: str) -> Iterator[None]:
 __all__ = [
     "EXIT_UNAVAILABLE",
     "KAFKA_SERVICE",
+    "OBJECT_STORE_SERVICE",
     "POSTGRESQL_SERVICE",
     "TIME_SERVICE_SERVICE",
     "ZOOKEEPER_SERVICE",
