@@ -74,7 +74,7 @@ promtool: | $(VENV)/pyvenv.cfg ## install Debian's prometheus package (promtool)
 demo: setup-demo ## start local services, run the pipeline end to end, print the result
 	@$(PY) -m tidemark.cli.main demo
 
-# The suite runs the nemesis for 4.5 minutes of faults (tests/deploy/test_nemesis.py, on the
+# The suite runs the nemesis for 4 minutes of faults (tests/deploy/test_nemesis.py, on the
 # deployment tests' system); `make nemesis` runs it longer.
 test: setup ## the whole suite (unit, integration, spark, deploy, a short nemesis) against real local services
 	$(PY) -m pytest -q --durations=30
