@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import signal
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
@@ -364,38 +363,29 @@ def cmd_count(args: argparse.Namespace) -> int:
 def cmd_relay(args: argparse.Namespace) -> int:
     # the timeline package loads psycopg: only its verbs pay for it, not --help
     from pipelines.timeline.config import ConsumerConfig, RelayConfig
-
-    # the timeline package loads psycopg: only its verbs pay for it, not --help
     from pipelines.timeline.relay import TimelineRelay
 
     dsn = _dsn()
     with _store():
         pass  # migrate
-    stop = threading.Event()
-    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    deadline = None if args.duration_s is None else time.monotonic() + args.duration_s
-    try:
-        with (
-            _host(args, dsn) as purge,
-            TimelineRelay(
-                dsn,
-                _bootstrap(args.bootstrap),
-                args.timeline,
-                RelayConfig(args.topic),
-                ConsumerConfig(args.consumer, lease_ms=args.lease_ms),
-                stream_clock=_stream_clock(),
-            ) as relay,
-        ):
-            while not stop.is_set():
-                if deadline is not None and time.monotonic() >= deadline:
-                    break
-                if args.max_messages is not None and relay.relayed >= args.max_messages:
-                    break
-                relay.run_once(timeout_ms=500)
-            relayed, failed = relay.relayed, relay.failed
-            purged = None if purge is None else purge.purged
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    with (
+        _until_stopped(args.duration_s) as stop,
+        _host(args, dsn) as purge,
+        TimelineRelay(
+            dsn,
+            _bootstrap(args.bootstrap),
+            args.timeline,
+            RelayConfig(args.topic),
+            ConsumerConfig(args.consumer, lease_ms=args.lease_ms),
+            stream_clock=_stream_clock(),
+        ) as relay,
+    ):
+        while not stop.is_set():
+            if args.max_messages is not None and relay.relayed >= args.max_messages:
+                break
+            relay.run_once(timeout_ms=500)
+        relayed, failed = relay.relayed, relay.failed
+        purged = None if purge is None else purge.purged
     emit(
         args,
         {"relayed": relayed, "failed": failed, "purged": purged},
