@@ -37,6 +37,12 @@ class CycleTrigger(enum.Enum):
     TICKS = "ticks"
 
 
+def _check_at_least(name: str, value: int | None, minimum: int) -> None:
+    """Refuse a setting below its minimum (``None``: not set, nothing to check)."""
+    if value is not None and value < minimum:
+        raise JobConfigurationError(f"{name} must be >= {minimum}, got {value}")
+
+
 @dataclass(frozen=True)
 class WorkflowSettings:
     """What the per-stream workflow needs (shipped to Spark's Python workers)."""
@@ -58,14 +64,9 @@ class WorkflowSettings:
     behind the fastest (writers in step take turns); one below the watermark at once."""
 
     def __post_init__(self) -> None:
-        if self.interval_ms < 1:
-            raise JobConfigurationError(f"interval_ms must be >= 1, got {self.interval_ms}")
-        if self.writer_timeout_ms < 0:
-            raise JobConfigurationError(
-                f"writer_timeout_ms must be >= 0, got {self.writer_timeout_ms}"
-            )
-        if self.lso_hold_ms < 0:
-            raise JobConfigurationError(f"lso_hold_ms must be >= 0, got {self.lso_hold_ms}")
+        _check_at_least("interval_ms", self.interval_ms, 1)
+        _check_at_least("writer_timeout_ms", self.writer_timeout_ms, 0)
+        _check_at_least("lso_hold_ms", self.lso_hold_ms, 0)
 
 
 @dataclass(frozen=True)
@@ -114,18 +115,9 @@ class ControllerSettings:
         for name in ("kafka_bootstrap", "zk_connect", "delta_root", "checkpoint_root"):
             if not getattr(self, name):
                 raise JobConfigurationError(f"{name} must be set")
-        if self.zk_session_timeout_ms < 1000:
-            raise JobConfigurationError(
-                f"zk_session_timeout_ms must be >= 1000, got {self.zk_session_timeout_ms}"
-            )
-        if self.max_offsets_per_trigger is not None and self.max_offsets_per_trigger < 1:
-            raise JobConfigurationError(
-                f"max_offsets_per_trigger must be >= 1, got {self.max_offsets_per_trigger}"
-            )
-        if self.state_partitions is not None and self.state_partitions < 1:
-            raise JobConfigurationError(
-                f"state_partitions must be >= 1, got {self.state_partitions}"
-            )
+        _check_at_least("zk_session_timeout_ms", self.zk_session_timeout_ms, 1000)
+        _check_at_least("max_offsets_per_trigger", self.max_offsets_per_trigger, 1)
+        _check_at_least("state_partitions", self.state_partitions, 1)
         self.workflow()  # checks the rest
 
     @property
