@@ -11,6 +11,7 @@ import itertools
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -153,19 +154,18 @@ def assert_time_ordered(path: str) -> None:
     assert changes and all(c["dataChange"] is False for c in changes)
 
 
-def test_sink_appends_never_fail_under_back_to_back_compactions(tmp_path: Path) -> None:
-    """A compaction racing every append: appends win, compactions retry or wait."""
-    root = str(tmp_path)
-    create_tables(root)
-    sink = sink_for(root)
-    maint = Maintainer(settings(root, compact_min_files=2, check_interval_s=0.001))
+def append_beside_compactions(
+    maint: Maintainer, append: Callable[[int], None], *, vacuum: bool = True
+) -> None:
+    """Run ``append(b)`` for 60 batches while another thread forces maintenance passes
+    back to back; no pass may fail, and several must have run."""
     stop = threading.Event()
     errors: list[BaseException] = []
 
     def hammer() -> None:
         while not stop.is_set():
             try:
-                maint.run_once(force=True)
+                maint.run_once(force=True, vacuum=vacuum)
             except BaseException as exc:
                 errors.append(exc)
 
@@ -173,12 +173,21 @@ def test_sink_appends_never_fail_under_back_to_back_compactions(tmp_path: Path) 
     thread.start()
     try:
         for b in range(60):
-            sink.write(batch_rows(b, STREAMS[:2]), b)
+            append(b)
     finally:
         stop.set()
         thread.join()
     assert not errors
     assert maint.passes > 3
+
+
+def test_sink_appends_never_fail_under_back_to_back_compactions(tmp_path: Path) -> None:
+    """A compaction racing every append: appends win, compactions retry or wait."""
+    root = str(tmp_path)
+    create_tables(root)
+    sink = sink_for(root)
+    maint = Maintainer(settings(root, compact_min_files=2, check_interval_s=0.001))
+    append_beside_compactions(maint, lambda b: sink.write(batch_rows(b, STREAMS[:2]), b))
     for stream in STREAMS[:2]:
         assert read_watermarks(root, stream) == expected_marks(stream, 60)
 
@@ -205,26 +214,9 @@ def test_appends_and_compactions_on_an_object_store_lose_no_commit(tmp_path: Pat
         maint = Maintainer(
             settings(root, tables=(MARKS,), compact_min_files=2, storage_options=options)
         )
-        stop = threading.Event()
-        errors: list[BaseException] = []
-
-        def hammer() -> None:
-            while not stop.is_set():
-                try:
-                    maint.run_once(force=True, vacuum=False)
-                except BaseException as exc:
-                    errors.append(exc)
-
-        thread = threading.Thread(target=hammer)
-        thread.start()
-        try:
-            for b in range(60):
-                sink.write(batch_rows(b, STREAMS[:1]), b)
-        finally:
-            stop.set()
-            thread.join()
-        assert not errors
-        assert maint.passes > 3
+        append_beside_compactions(
+            maint, lambda b: sink.write(batch_rows(b, STREAMS[:1]), b), vacuum=False
+        )
         assert read_watermarks(root, STREAMS[0], options) == expected_marks(STREAMS[0], 60)
     finally:
         s3.stop()
