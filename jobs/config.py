@@ -78,10 +78,10 @@ class ControllerSettings:
     delta_root: str
     checkpoint_root: str
     cluster: ClusterSettings = field(default_factory=ClusterSettings)
-    interval_ms: int = 1000
-    writer_timeout_ms: int = 60_000
-    lso_hold_ms: int = 30_000
-    trigger: CycleTrigger = CycleTrigger.TIMERS
+    interval_ms: int = WorkflowSettings.interval_ms
+    writer_timeout_ms: int = WorkflowSettings.writer_timeout_ms
+    lso_hold_ms: int = WorkflowSettings.lso_hold_ms
+    trigger: CycleTrigger = WorkflowSettings.trigger
     laggard_threshold_ms: int = WorkflowSettings.laggard_threshold_ms
     """:attr:`WorkflowSettings.laggard_threshold_ms` (0: a writer at the watermark is named
     in the first cycle it lags, within one interval)."""
