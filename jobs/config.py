@@ -13,7 +13,7 @@ checkpoint (``<checkpoint_root>/query``) is where a standby driver resumes.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from controller.naming import ClusterSettings
 from jobs.exceptions import JobConfigurationError
@@ -155,15 +155,11 @@ class ControllerSettings:
         return tuple(range(self.slot_count))
 
     def workflow(self) -> WorkflowSettings:
+        """The workflow's share: each of its settings is one of these of the same name,
+        but ``zk_root``, which is the cluster's."""
+        names = (f.name for f in fields(WorkflowSettings) if f.name != "zk_root")
         return WorkflowSettings(
-            interval_ms=self.interval_ms,
-            writer_timeout_ms=self.writer_timeout_ms,
-            lso_hold_ms=self.lso_hold_ms,
-            trigger=self.trigger,
-            laggard_threshold_ms=self.laggard_threshold_ms,
-            kafka_bootstrap=self.kafka_bootstrap,
-            zk_connect=self.zk_connect,
-            zk_root=self.cluster.zk_root,
+            zk_root=self.cluster.zk_root, **{name: getattr(self, name) for name in names}
         )
 
     @property
