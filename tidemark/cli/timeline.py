@@ -123,6 +123,19 @@ def _message_row(message: Any) -> dict[str, Any]:
     return row
 
 
+def _show_changed(args: argparse.Namespace, message: Any, text: str) -> int:
+    """Print the message a verb changed (its row, or ``text``); the verb's exit code."""
+    emit(args, _message_row(message), text)
+    return 0
+
+
+def _add_holder_arguments(p: argparse.ArgumentParser) -> None:
+    """The lease holder's change to one message: its id, the holder, the lease's token."""
+    p.add_argument("id")
+    p.add_argument("--consumer", required=True)
+    p.add_argument("--token", required=True, help="the lease's token (printed by lease)")
+
+
 def register(sub: Any) -> None:
     timeline = sub.add_parser("timeline", help="scheduled messages with leases (PostgreSQL)")
     verbs = timeline.add_subparsers(dest="verb", metavar="VERB", required=True)
@@ -157,18 +170,14 @@ def register(sub: Any) -> None:
     p.add_argument("--expected-version", type=int)
 
     p = verb("extend", "extend a live lease", cmd_extend)
-    p.add_argument("id")
-    p.add_argument("--consumer", required=True)
-    p.add_argument("--token", required=True, help="the lease's token (printed by lease)")
+    _add_holder_arguments(p)
     until = p.add_mutually_exclusive_group(required=True)
     until.add_argument("--until-ms", type=int, help="new end of the lease, UTC ms")
     until.add_argument("--by-ms", type=int, help="new end = database now + this")
     p.add_argument("--expected-version", type=int)
 
     p = verb("release", "give a lease back (due again now, or at --at-ms)", cmd_release)
-    p.add_argument("id")
-    p.add_argument("--consumer", required=True)
-    p.add_argument("--token", required=True, help="the lease's token (printed by lease)")
+    _add_holder_arguments(p)
     p.add_argument("--at-ms", type=int)
     p.add_argument("--expected-version", type=int)
 
@@ -314,8 +323,7 @@ def cmd_extend(args: argparse.Namespace) -> int:
             token=args.token,
             version=args.expected_version,
         )
-    emit(args, _message_row(m), f"{m.id} leased to {m.lock_consumer} until {m.timestamp_ms}")
-    return 0
+    return _show_changed(args, m, f"{m.id} leased to {m.lock_consumer} until {m.timestamp_ms}")
 
 
 def cmd_release(args: argparse.Namespace) -> int:
@@ -328,8 +336,7 @@ def cmd_release(args: argparse.Namespace) -> int:
             at_ms=args.at_ms,
             version=args.expected_version,
         )
-    emit(args, _message_row(m), f"{m.id} back on the timeline at {m.timestamp_ms}")
-    return 0
+    return _show_changed(args, m, f"{m.id} back on the timeline at {m.timestamp_ms}")
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
@@ -344,8 +351,7 @@ def cmd_delete(args: argparse.Namespace) -> int:
             token=args.token,
             version=args.expected_version,
         )
-    emit(args, _message_row(m), f"{m.id} deleted")
-    return 0
+    return _show_changed(args, m, f"{m.id} deleted")
 
 
 def cmd_count(args: argparse.Namespace) -> int:
