@@ -153,32 +153,39 @@ def assert_time_ordered(path: str) -> None:
     assert changes and all(c["dataChange"] is False for c in changes)
 
 
-def test_sink_appends_never_fail_under_back_to_back_compactions(tmp_path: Path) -> None:
-    """A compaction racing every append: appends win, compactions retry or wait."""
-    root = str(tmp_path)
-    create_tables(root)
-    sink = sink_for(root)
-    maint = Maintainer(settings(root, compact_min_files=2, check_interval_s=0.001))
+def appends_beside_forced_passes(
+    sink: DeltaSink, maint: Maintainer, streams: list[str], batches: int, vacuum: bool = True
+) -> None:
+    """``batches`` appends while another thread runs forced maintenance passes back to
+    back; every append and every pass must succeed, and more than three passes run."""
     stop = threading.Event()
     errors: list[BaseException] = []
 
     def hammer() -> None:
         while not stop.is_set():
             try:
-                maint.run_once(force=True)
+                maint.run_once(force=True, vacuum=vacuum)
             except BaseException as exc:
                 errors.append(exc)
 
     thread = threading.Thread(target=hammer)
     thread.start()
     try:
-        for b in range(60):
-            sink.write(batch_rows(b, STREAMS[:2]), b)
+        for b in range(batches):
+            sink.write(batch_rows(b, streams), b)
     finally:
         stop.set()
         thread.join()
     assert not errors
     assert maint.passes > 3
+
+
+def test_sink_appends_never_fail_under_back_to_back_compactions(tmp_path: Path) -> None:
+    """A compaction racing every append: appends win, compactions retry or wait."""
+    root = str(tmp_path)
+    create_tables(root)
+    maint = Maintainer(settings(root, compact_min_files=2, check_interval_s=0.001))
+    appends_beside_forced_passes(sink_for(root), maint, STREAMS[:2], 60)
     for stream in STREAMS[:2]:
         assert read_watermarks(root, stream) == expected_marks(stream, 60)
 
@@ -205,26 +212,7 @@ def test_appends_and_compactions_on_an_object_store_lose_no_commit(tmp_path: Pat
         maint = Maintainer(
             settings(root, tables=(MARKS,), compact_min_files=2, storage_options=options)
         )
-        stop = threading.Event()
-        errors: list[BaseException] = []
-
-        def hammer() -> None:
-            while not stop.is_set():
-                try:
-                    maint.run_once(force=True, vacuum=False)
-                except BaseException as exc:
-                    errors.append(exc)
-
-        thread = threading.Thread(target=hammer)
-        thread.start()
-        try:
-            for b in range(60):
-                sink.write(batch_rows(b, STREAMS[:1]), b)
-        finally:
-            stop.set()
-            thread.join()
-        assert not errors
-        assert maint.passes > 3
+        appends_beside_forced_passes(sink, maint, STREAMS[:1], 60, vacuum=False)
         assert read_watermarks(root, STREAMS[0], options) == expected_marks(STREAMS[0], 60)
     finally:
         s3.stop()
