@@ -114,6 +114,7 @@ def _row_groups(
         if "." not in metadata.schema.column(i).path
         and (only is None or metadata.schema.column(i).path in only)
     }
+    options = dict(storage_options or {})  # one mapping for every group of the file
     groups = []
     for g in range(metadata.num_row_groups):
         group = metadata.row_group(g)
@@ -122,7 +123,7 @@ def _row_groups(
             stats = group.column(i).statistics
             if stats is not None and stats.has_min_max:
                 low[name], high[name] = stats.min, stats.max
-        groups.append(DataFile(uri, low, high, g, dict(storage_options or {})))
+        groups.append(DataFile(uri, low, high, g, options))
     return groups
 
 
