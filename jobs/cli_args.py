@@ -40,6 +40,7 @@ def positive_int(text: str) -> int:
 
 def add_controller_arguments(parser: argparse.ArgumentParser) -> None:
     cluster = ClusterSettings()
+    defaults = ControllerSettings  # the settings' own defaults (class attributes)
     parser.add_argument(
         "--instance", required=True, type=instance_id, help="this instance's id (unique)"
     )
@@ -62,19 +63,19 @@ def add_controller_arguments(parser: argparse.ArgumentParser) -> None:
         "default parallelism, at most the slot count; fixed by the checkpoint)",
     )
     parser.add_argument(
-        "--interval-ms", type=int, default=1000, help="watermark interval (trigger)"
+        "--interval-ms", type=int, default=defaults.interval_ms, help="watermark interval (trigger)"
     )
     parser.add_argument(
         "--writer-timeout-ms",
         type=int,
-        default=60_000,
+        default=defaults.writer_timeout_ms,
         help="drop a lagging writer after this long, for streams that set no "
         "timestamp_aggregation_timeout_ms",
     )
     parser.add_argument(
         "--lso-hold-ms",
         type=int,
-        default=30_000,
+        default=defaults.lso_hold_ms,
         help="hold a cut past the last stable offset this long, then reject the writers",
     )
     parser.add_argument("--delta-root", help="where the tables live (TIDEMARK_DELTA_ROOT)")
@@ -86,7 +87,7 @@ def add_controller_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--zk-session-timeout-ms",
         type=int,
-        default=10_000,
+        default=defaults.zk_session_timeout_ms,
         help="the driver's ZooKeeper session: a standby takes over this long after a crash",
     )
     parser.add_argument(

@@ -13,7 +13,7 @@ checkpoint (``<checkpoint_root>/query``) is where a standby driver resumes.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from controller.naming import ClusterSettings
 from jobs.exceptions import JobConfigurationError
@@ -37,6 +37,12 @@ class CycleTrigger(enum.Enum):
     TICKS = "ticks"
 
 
+def _check_at_least(name: str, value: int | None, minimum: int) -> None:
+    """Refuse a setting below its minimum (``None``: not set, nothing to check)."""
+    if value is not None and value < minimum:
+        raise JobConfigurationError(f"{name} must be >= {minimum}, got {value}")
+
+
 @dataclass(frozen=True)
 class WorkflowSettings:
     """What the per-stream workflow needs (shipped to Spark's Python workers)."""
@@ -58,14 +64,9 @@ class WorkflowSettings:
     behind the fastest (writers in step take turns); one below the watermark at once."""
 
     def __post_init__(self) -> None:
-        if self.interval_ms < 1:
-            raise JobConfigurationError(f"interval_ms must be >= 1, got {self.interval_ms}")
-        if self.writer_timeout_ms < 0:
-            raise JobConfigurationError(
-                f"writer_timeout_ms must be >= 0, got {self.writer_timeout_ms}"
-            )
-        if self.lso_hold_ms < 0:
-            raise JobConfigurationError(f"lso_hold_ms must be >= 0, got {self.lso_hold_ms}")
+        _check_at_least("interval_ms", self.interval_ms, 1)
+        _check_at_least("writer_timeout_ms", self.writer_timeout_ms, 0)
+        _check_at_least("lso_hold_ms", self.lso_hold_ms, 0)
 
 
 @dataclass(frozen=True)
@@ -77,10 +78,10 @@ class ControllerSettings:
     delta_root: str
     checkpoint_root: str
     cluster: ClusterSettings = field(default_factory=ClusterSettings)
-    interval_ms: int = 1000
-    writer_timeout_ms: int = 60_000
-    lso_hold_ms: int = 30_000
-    trigger: CycleTrigger = CycleTrigger.TIMERS
+    interval_ms: int = WorkflowSettings.interval_ms
+    writer_timeout_ms: int = WorkflowSettings.writer_timeout_ms
+    lso_hold_ms: int = WorkflowSettings.lso_hold_ms
+    trigger: CycleTrigger = WorkflowSettings.trigger
     laggard_threshold_ms: int = WorkflowSettings.laggard_threshold_ms
     """:attr:`WorkflowSettings.laggard_threshold_ms` (0: a writer at the watermark is named
     in the first cycle it lags, within one interval)."""
@@ -114,18 +115,9 @@ class ControllerSettings:
         for name in ("kafka_bootstrap", "zk_connect", "delta_root", "checkpoint_root"):
             if not getattr(self, name):
                 raise JobConfigurationError(f"{name} must be set")
-        if self.zk_session_timeout_ms < 1000:
-            raise JobConfigurationError(
-                f"zk_session_timeout_ms must be >= 1000, got {self.zk_session_timeout_ms}"
-            )
-        if self.max_offsets_per_trigger is not None and self.max_offsets_per_trigger < 1:
-            raise JobConfigurationError(
-                f"max_offsets_per_trigger must be >= 1, got {self.max_offsets_per_trigger}"
-            )
-        if self.state_partitions is not None and self.state_partitions < 1:
-            raise JobConfigurationError(
-                f"state_partitions must be >= 1, got {self.state_partitions}"
-            )
+        _check_at_least("zk_session_timeout_ms", self.zk_session_timeout_ms, 1000)
+        _check_at_least("max_offsets_per_trigger", self.max_offsets_per_trigger, 1)
+        _check_at_least("state_partitions", self.state_partitions, 1)
         self.workflow()  # checks the rest
 
     @property
@@ -163,15 +155,11 @@ class ControllerSettings:
         return tuple(range(self.slot_count))
 
     def workflow(self) -> WorkflowSettings:
+        """The workflow's share: each of its settings is one of these of the same name,
+        but ``zk_root``, which is the cluster's."""
+        names = (f.name for f in fields(WorkflowSettings) if f.name != "zk_root")
         return WorkflowSettings(
-            interval_ms=self.interval_ms,
-            writer_timeout_ms=self.writer_timeout_ms,
-            lso_hold_ms=self.lso_hold_ms,
-            trigger=self.trigger,
-            laggard_threshold_ms=self.laggard_threshold_ms,
-            kafka_bootstrap=self.kafka_bootstrap,
-            zk_connect=self.zk_connect,
-            zk_root=self.cluster.zk_root,
+            zk_root=self.cluster.zk_root, **{name: getattr(self, name) for name in names}
         )
 
     @property

@@ -4,9 +4,10 @@ The controller is submitted with ``spark-submit`` to a Spark standalone cluster
 (two workers), its Delta tables and checkpoint on an S3 store (``s3a://``); Kafka
 has three brokers with SASL/SCRAM and ACLs, each client its own principal; the
 metadata lives in a three-node ZooKeeper ensemble. Two drivers stand in
-active/standby. The tests run in file order on one running system: first what
-works, then the faults, each followed by a check that nothing was lost or went
-backwards (``seq`` without gaps or duplicates, cuts never backwards).
+active/standby. The tests run in file order on one running system; then, on the same
+system, the nemesis (test_nemesis.py) does each kind of fault (a Spark worker, the
+object store, a ZooKeeper node, a broker, the leading driver), then seeded ones, and
+checks that nothing was lost or went backwards.
 """
 
 from __future__ import annotations
@@ -81,15 +82,6 @@ class Running:
 
     def drivers_alive(self) -> list[ManagedProcess]:
         return [p for p in self.deployment.drivers.values() if p.alive()]
-
-    def wait_more_watermarks(self, count: int, timeout_s: float) -> float:
-        """Seconds until ``count`` watermarks past the present one are in Delta."""
-        last = max((m.seq for m in self.watermarks()), default=-1)
-        return wait_until(
-            lambda: max((m.seq for m in self.watermarks()), default=-1) >= last + count,
-            timeout_s,
-            f"{count} more watermarks",
-        )
 
 
 class Noter:
@@ -501,62 +493,3 @@ def test_a_writer_timeout_update_applies_without_restart(running: Running) -> No
     assert all(n.error is None for n in noters), [n.error for n in noters]
     check_sequence(running.watermarks(LIVE_STREAM))
     report("deploy-live-timeout", f"stream update of the timeout applied in {took_s:.1f} s")
-
-
-def recovered(running: Running, fault: str, started: float) -> None:
-    """Wait for three more watermarks after a fault; report the time since it began."""
-    running.wait_more_watermarks(3, RECOVERY_S)
-    took_s = time.monotonic() - started
-    check_sequence(running.watermarks())
-    assert all(n.error is None for n in running.noters), [n.error for n in running.noters]
-    print(f"{fault}: watermarks flowing again {took_s:.1f} s after it began")
-    report(f"deploy-{fault}", f"3 watermarks after {took_s:.1f} s; seq gaps 0, regressions 0")
-
-
-def test_kill_9_of_a_spark_worker(running: Running) -> None:
-    """The worker and its executor die; the query's tasks rerun on the other worker."""
-    cluster = running.deployment.spark
-    started = time.monotonic()
-    cluster.kill_worker(1)
-    recovered(running, "spark-worker-kill-9", started)
-    cluster.start_worker(1)
-
-
-def test_the_object_store_down_for_10_s(running: Running) -> None:
-    s3 = running.deployment.s3
-    started = time.monotonic()
-    s3.stop()
-    time.sleep(10)
-    s3.start()
-    recovered(running, "object-store-down-10s", started)
-    print(f"driver {running.leader()} leads after the outage")
-
-
-def test_one_zookeeper_node_restarted(running: Running) -> None:
-    started = time.monotonic()
-    running.deployment.zookeeper.restart_node(1, down_s=5)
-    recovered(running, "zookeeper-node-restart", started)
-
-
-def test_one_broker_restarted(running: Running) -> None:
-    kafka = running.deployment.kafka
-    started = time.monotonic()
-    kafka.stop_node(2)
-    time.sleep(5)
-    kafka.start_node(2)
-    recovered(running, "broker-restart", started)
-
-
-def test_kill_9_of_the_leading_driver_the_standby_leads(running: Running) -> None:
-    d = running.deployment
-    leader = running.leader()
-    assert leader in ("a", "b"), leader
-    standby = "b" if leader == "a" else "a"
-    wait_until(lambda: d.drivers[standby].alive(), 5, f"driver {standby} runs")
-    started = time.monotonic()
-    d.kill_driver(leader)
-    wait_until(
-        lambda: running.leader() == standby, RECOVERY_S, "the standby leads", d.drivers[standby]
-    )
-    print(f"standby leading {time.monotonic() - started:.1f} s after kill -9")
-    recovered(running, "leading-driver-kill-9", started)

@@ -212,13 +212,23 @@ def test_checkpoint_waits_for_every_online_reader_then_records_atomically():
         PendingCheckpoint(host, "c1", timeout_ms=10_000)
 
 
-def test_a_reader_that_never_acknowledges_times_the_checkpoint_out():
+def _timed_checkpoint(
+    *readers: str,
+) -> tuple[MemoryGroupRegistry, list[float], PendingCheckpoint]:
+    """Checkpoint ``c1`` of group ``g`` (cut ``{0: 1}``, 500 ms to complete) on a clock the
+    test moves (``clock[0]``, seconds); ``readers`` join the group first."""
     registry = MemoryGroupRegistry()
-    registry.join("g", "stuck")
+    for reader in readers:
+        registry.join("g", reader)
     clock = [0.0]
     pending = PendingCheckpoint(
         Host(registry, {0: 1}), "c1", timeout_ms=500, monotonic=lambda: clock[0]
     )
+    return registry, clock, pending
+
+
+def test_a_reader_that_never_acknowledges_times_the_checkpoint_out():
+    registry, clock, pending = _timed_checkpoint("stuck")
     assert not pending.done()
     clock[0] = 1.0
     with pytest.raises(CheckpointTimeoutError, match="stuck"):
@@ -254,12 +264,7 @@ def test_a_checkpoint_nobody_waits_for_is_taken_by_itself():
 
 
 def test_a_checkpoint_nobody_waits_for_is_withdrawn_at_its_timeout():
-    registry = MemoryGroupRegistry()
-    registry.join("g", "stuck")
-    clock = [0.0]
-    pending = PendingCheckpoint(
-        Host(registry, {0: 1}), "c1", timeout_ms=500, monotonic=lambda: clock[0]
-    )
+    registry, clock, pending = _timed_checkpoint("stuck")
     time.sleep(0.2)
     assert registry.checkpoint_request("g") == "c1"  # before the timeout it stands
     clock[0] = 1.0
@@ -272,11 +277,7 @@ def test_a_checkpoint_nobody_waits_for_is_withdrawn_at_its_timeout():
 def test_a_cancelled_checkpoint_is_never_taken_and_times_out_for_a_waiter():
     """After cancel() the request is gone and nothing is recorded; done() keeps
     answering False until the timeout, then raises (result() does not wait for ever)."""
-    registry = MemoryGroupRegistry()
-    clock = [0.0]
-    pending = PendingCheckpoint(
-        Host(registry, {0: 1}), "c1", timeout_ms=500, monotonic=lambda: clock[0]
-    )
+    registry, clock, pending = _timed_checkpoint()
     pending.cancel()
     assert registry.checkpoint_request("g") is None
     assert not pending.done()  # no reader online: it would be taken, but it was cancelled

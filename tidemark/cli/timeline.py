@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import signal
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
@@ -124,6 +123,19 @@ def _message_row(message: Any) -> dict[str, Any]:
     return row
 
 
+def _show_changed(args: argparse.Namespace, message: Any, text: str) -> int:
+    """Print the message a verb changed (its row, or ``text``); the verb's exit code."""
+    emit(args, _message_row(message), text)
+    return 0
+
+
+def _add_holder_arguments(p: argparse.ArgumentParser) -> None:
+    """The lease holder's change to one message: its id, the holder, the lease's token."""
+    p.add_argument("id")
+    p.add_argument("--consumer", required=True)
+    p.add_argument("--token", required=True, help="the lease's token (printed by lease)")
+
+
 def register(sub: Any) -> None:
     timeline = sub.add_parser("timeline", help="scheduled messages with leases (PostgreSQL)")
     verbs = timeline.add_subparsers(dest="verb", metavar="VERB", required=True)
@@ -158,18 +170,14 @@ def register(sub: Any) -> None:
     p.add_argument("--expected-version", type=int)
 
     p = verb("extend", "extend a live lease", cmd_extend)
-    p.add_argument("id")
-    p.add_argument("--consumer", required=True)
-    p.add_argument("--token", required=True, help="the lease's token (printed by lease)")
+    _add_holder_arguments(p)
     until = p.add_mutually_exclusive_group(required=True)
     until.add_argument("--until-ms", type=int, help="new end of the lease, UTC ms")
     until.add_argument("--by-ms", type=int, help="new end = database now + this")
     p.add_argument("--expected-version", type=int)
 
     p = verb("release", "give a lease back (due again now, or at --at-ms)", cmd_release)
-    p.add_argument("id")
-    p.add_argument("--consumer", required=True)
-    p.add_argument("--token", required=True, help="the lease's token (printed by lease)")
+    _add_holder_arguments(p)
     p.add_argument("--at-ms", type=int)
     p.add_argument("--expected-version", type=int)
 
@@ -315,8 +323,7 @@ def cmd_extend(args: argparse.Namespace) -> int:
             token=args.token,
             version=args.expected_version,
         )
-    emit(args, _message_row(m), f"{m.id} leased to {m.lock_consumer} until {m.timestamp_ms}")
-    return 0
+    return _show_changed(args, m, f"{m.id} leased to {m.lock_consumer} until {m.timestamp_ms}")
 
 
 def cmd_release(args: argparse.Namespace) -> int:
@@ -329,8 +336,7 @@ def cmd_release(args: argparse.Namespace) -> int:
             at_ms=args.at_ms,
             version=args.expected_version,
         )
-    emit(args, _message_row(m), f"{m.id} back on the timeline at {m.timestamp_ms}")
-    return 0
+    return _show_changed(args, m, f"{m.id} back on the timeline at {m.timestamp_ms}")
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
@@ -345,8 +351,7 @@ def cmd_delete(args: argparse.Namespace) -> int:
             token=args.token,
             version=args.expected_version,
         )
-    emit(args, _message_row(m), f"{m.id} deleted")
-    return 0
+    return _show_changed(args, m, f"{m.id} deleted")
 
 
 def cmd_count(args: argparse.Namespace) -> int:
@@ -364,38 +369,29 @@ def cmd_count(args: argparse.Namespace) -> int:
 def cmd_relay(args: argparse.Namespace) -> int:
     # the timeline package loads psycopg: only its verbs pay for it, not --help
     from pipelines.timeline.config import ConsumerConfig, RelayConfig
-
-    # the timeline package loads psycopg: only its verbs pay for it, not --help
     from pipelines.timeline.relay import TimelineRelay
 
     dsn = _dsn()
     with _store():
         pass  # migrate
-    stop = threading.Event()
-    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    deadline = None if args.duration_s is None else time.monotonic() + args.duration_s
-    try:
-        with (
-            _host(args, dsn) as purge,
-            TimelineRelay(
-                dsn,
-                _bootstrap(args.bootstrap),
-                args.timeline,
-                RelayConfig(args.topic),
-                ConsumerConfig(args.consumer, lease_ms=args.lease_ms),
-                stream_clock=_stream_clock(),
-            ) as relay,
-        ):
-            while not stop.is_set():
-                if deadline is not None and time.monotonic() >= deadline:
-                    break
-                if args.max_messages is not None and relay.relayed >= args.max_messages:
-                    break
-                relay.run_once(timeout_ms=500)
-            relayed, failed = relay.relayed, relay.failed
-            purged = None if purge is None else purge.purged
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    with (
+        _until_stopped(args.duration_s) as stop,
+        _host(args, dsn) as purge,
+        TimelineRelay(
+            dsn,
+            _bootstrap(args.bootstrap),
+            args.timeline,
+            RelayConfig(args.topic),
+            ConsumerConfig(args.consumer, lease_ms=args.lease_ms),
+            stream_clock=_stream_clock(),
+        ) as relay,
+    ):
+        while not stop.is_set():
+            if args.max_messages is not None and relay.relayed >= args.max_messages:
+                break
+            relay.run_once(timeout_ms=500)
+        relayed, failed = relay.relayed, relay.failed
+        purged = None if purge is None else purge.purged
     emit(
         args,
         {"relayed": relayed, "failed": failed, "purged": purged},

@@ -15,11 +15,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tests.deploy.deployment import Deployment
+from tests.deploy.deployment import Deployment, wait_until
 
 log = logging.getLogger(__name__)
 
 KINDS = ("broker", "zookeeper", "spark-worker", "leading-driver", "object-store")
+TAKE_OVER_S = 120
 NODES = {"broker": 3, "zookeeper": 3, "spark-worker": 2, "leading-driver": 1, "object-store": 1}
 
 
@@ -41,10 +42,22 @@ class Step:
     calm_s: float
 
 
+EACH_KIND_ONCE: tuple[Step, ...] = (
+    Step((Fault("spark-worker", 1, 8),), 2),
+    Step((Fault("object-store", 1, 10),), 2),
+    Step((Fault("zookeeper", 1, 5),), 2),
+    Step((Fault("broker", 2, 5),), 2),
+    Step((Fault("leading-driver", 1, 5),), 2),
+)
+"""The schedule's first steps: each kind of fault once, alone (what the deployment tests
+did one by one), so even a short run meets every kind; each one's recovery is reported."""
+
+
 def plan(seed: int, steps: int) -> list[Step]:
-    """``steps`` steps of one fault, or now and then two of different kinds."""
+    """:data:`EACH_KIND_ONCE`, then ``steps`` steps of one fault, or now and then two of
+    different kinds."""
     rng = random.Random(seed)
-    found: list[Step] = []
+    found: list[Step] = list(EACH_KIND_ONCE)
     for _ in range(steps):
         kinds = rng.sample(KINDS, 2 if rng.random() < 0.25 else 1)
         faults = tuple(Fault(k, rng.randint(1, NODES[k]), rng.uniform(3, 12)) for k in kinds)
@@ -77,7 +90,19 @@ class Nemesis:
             if name is None:
                 return lambda: None
             d.kill_driver(name)
-            return lambda: d.submit_controller(name, "--no-warm-up")
+
+            def heal() -> None:
+                # the standby leads before the killed driver comes back (as a standby)
+                others = [p for n, p in d.drivers.items() if n != name and p.alive()]
+                wait_until(
+                    lambda: self.leader() not in (None, name),
+                    TAKE_OVER_S,
+                    "the standby leads",
+                    *others,
+                )
+                d.submit_controller(name, "--no-warm-up")
+
+            return heal
         d.s3.stop()
         return lambda: d.s3.start()
 
