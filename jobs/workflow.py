@@ -23,9 +23,12 @@ leaves to its caller:
   the earliest moment waiting can change the outcome -- a lagging writer's
   timeout (the stream's own ``timestamp_aggregation_timeout_ms``, the job's
   ``writer_timeout_ms`` when it sets none), the end of the stream's
-  ``first_watermark_delay_ms``, or the retry of a held cut; a stream whose
-  writers are all in step has no due time and costs nothing until its next
-  mark. With ticks (tests), exactly at each tick record;
+  ``first_watermark_delay_ms``, the retry of a held cut, or -- after a
+  watermark some writer is above -- a timeout after it, to see the writers
+  left at the watermark's time lag even when no mark comes (they are then
+  dropped a timeout later); a stream whose writers are all in step has no due
+  time and costs nothing until its next mark. With ticks (tests), exactly at
+  each tick record;
 - **the high-water mark**: a cut must not point past the data topic's last
   stable offset; such a cycle is *held* (nothing emitted, state unchanged,
   retried next cycle) and after ``lso_hold_ms`` the writers whose positions
@@ -489,6 +492,12 @@ class StreamWorkflow:
         state.due_ms = self._lag_due(state.generation, timeout, now_ms)
         if wm is None:
             return []
+        if any(s.mark.time > wm.time for s in state.marks.values()):
+            # Writers at the watermark's time lag from the next cycle on, and only a cycle
+            # can see it: with no further mark (every writer gone quiet), that is a due one.
+            # A timeout later (an interval at least), so that a stream with marks flowing
+            # never needs it.
+            state.due_ms = now_ms + max(timeout, self.settings.interval_ms)
         writers = tuple(
             sorted(w for w, m in marks.items() if previous is None or m.time > previous.time)
         )

@@ -73,7 +73,9 @@ def test_timers_cycle_with_every_batch_of_marks_and_want_nothing_while_in_step()
     assert [(o.watermark.time, o.watermark.upper_time) for o in out if isinstance(o, Emitted)] == [
         (100, 120)
     ]
-    assert w.wants_due(state) is None  # nobody lags: nothing to do until the next mark
+    # a is at the watermark's time, b above it: a lags from the next cycle, so a cycle is
+    # due a timeout later in case no mark comes
+    assert w.wants_due(state) == 5_000 + 60_000
     (emitted,) = w.on_records(S, state, [rec("a", 200, {0: 2}, 2), rec("b", 220, {1: 5}, 3)], 5_100)
     assert isinstance(emitted, Emitted)
     assert (emitted.watermark.seq, emitted.watermark.time, emitted.upper_time_max) == (1, 200, 220)
@@ -88,6 +90,27 @@ def stream_meta(timeout: int | None = None, delay: int = 0) -> StreamMetadata:
         first_watermark_delay_ms=delay,
     )
     return new_stream_metadata(S, config, 0)
+
+
+def test_writers_in_step_want_nothing_until_their_next_mark() -> None:
+    w, state = wf(), StreamState()
+    w.on_records(S, state, [rec("a", 100, {0: 1}, 0), rec("b", 100, {1: 4}, 1)], 5_000)
+    assert w.wants_due(state) is None
+
+
+def test_writers_gone_quiet_apart_still_move_the_watermark_to_the_one_ahead() -> None:
+    """a stops at 100 and b at 120, both in one batch: the watermark is 100 and no mark
+    comes again. Due cycles see a lag (a timeout later) and drop it (another timeout
+    later), and the watermark reaches b's 120; then nothing is due."""
+    w, state = wf(writer_timeout_ms=2_000, laggard_threshold_ms=10**9), StreamState()
+    out = w.on_records(S, state, [rec("a", 100, {0: 1}, 0), rec("b", 120, {1: 4}, 1)], 5_000)
+    assert [o.watermark.time for o in out if isinstance(o, Emitted)] == [100]
+    assert w.on_due(S, state, 6_999) == []  # not due yet
+    assert w.on_due(S, state, 7_000) == [] and w.wants_due(state) == 9_000  # a lags
+    (emitted,) = w.on_due(S, state, 9_000)
+    assert isinstance(emitted, Emitted)
+    assert (emitted.watermark.time, emitted.writers) == (120, ("b",))
+    assert set(state.marks) == {"b"} and w.wants_due(state) is None
 
 
 @pytest.mark.parametrize(("timeout", "applied"), [(None, 60_000), (0, 0), (2_000, 2_000)])
