@@ -45,6 +45,11 @@ IN_SUITE_S = 240
 fits); ``make nemesis`` runs longer."""
 
 
+def fault_seconds() -> float:
+    """How long faults go on: ``TIDEMARK_NEMESIS_SECONDS``, else the suite's."""
+    return float(os.environ.get(NEMESIS_SECONDS) or IN_SUITE_S)
+
+
 @pytest.fixture(scope="module")
 def seed() -> int:
     chosen = int(os.environ.get(NEMESIS_SEED) or random.SystemRandom().randrange(2**31))
@@ -159,7 +164,7 @@ def unread(history: History, reader: GroupReader) -> str:
 @pytest.fixture(scope="module")
 def history(deployment: Deployment, seed: int) -> Iterator[History]:
     history = History()
-    seconds = float(os.environ.get(NEMESIS_SECONDS) or IN_SUITE_S)
+    seconds = fault_seconds()
     with deployment.as_user("admin"), zookeeper_session(deployment.zookeeper.connect_string) as zk:
         store = ZooKeeperStore(zk, deployment.cluster.zk_root)
         manager = StreamManager(store, deployment.bootstrap, deployment.cluster)
@@ -210,6 +215,7 @@ def history(deployment: Deployment, seed: int) -> Iterator[History]:
                 watcher.more(1, f"step {number} ({faults}) healed")
                 took_s = time.monotonic() - began
                 print(f"nemesis step {number} ({faults}): a new watermark {took_s:.1f} s after")
+                history.steps = number + 1
                 if number < len(EACH_KIND_ONCE):
                     (fault,) = step.faults
                     report(
@@ -245,8 +251,11 @@ def history(deployment: Deployment, seed: int) -> Iterator[History]:
 
 def test_no_invariant_broken_under_the_nemesis(history: History, seed: int) -> None:
     found = check(history)
-    print(
-        f"nemesis: {len(history.written)} events acknowledged or aborted, "
-        f"{len(history.observed)} watermarks, {len(history.reads)} reads"
+    report(
+        "nemesis",
+        f"seed {seed} (replay: make nemesis SEED={seed} SECONDS={fault_seconds():.0f}): "
+        f"{history.steps} steps of faults; "
+        f"{len(history.written)} events acknowledged or aborted, {len(history.observed)} "
+        f"watermarks, {len(history.reads)} reads; {len(found)} invariants broken",
     )
     assert not found, f"seed {seed}:\n" + "\n".join(map(str, found))

@@ -89,6 +89,7 @@ class History:
     reads: list[Read | Reset] = field(default_factory=list)
     stored: list[Stored] = field(default_factory=list)
     ends: dict[int, int] = field(default_factory=dict)  # segment -> end offset afterwards
+    steps: int = 0  # the nemesis's steps run (each heals before the next)
     _counter: itertools.count[int] = field(default_factory=itertools.count, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
