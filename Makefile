@@ -74,7 +74,7 @@ promtool: | $(VENV)/pyvenv.cfg ## install Debian's prometheus package (promtool)
 demo: setup-demo ## start local services, run the pipeline end to end, print the result
 	@$(PY) -m tidemark.cli.main demo
 
-# The deployment tests and the nemesis (4 minutes of faults on their system; `make nemesis`
+# The deployment tests and the nemesis (5 minutes of faults on their system; `make nemesis`
 # runs it longer) run in a pytest process of their own, after the rest: a fault-ridden
 # deployment leaves nothing (clients, threads, JVM state) behind for the tests after it.
 # Both processes always run; the worse exit code is the target's (5, no tests, fails too).

@@ -40,7 +40,7 @@ from tidemark.environment import NEMESIS_SECONDS, NEMESIS_SEED
 STREAM = "nemesis/events"
 START_S = 240
 SETTLE_S = 120
-IN_SUITE_S = 240
+IN_SUITE_S = 300
 """Seconds of faults in ``make test`` (each kind once, then seeded ones while a next step
 fits); ``make nemesis`` runs longer."""
 
