@@ -404,7 +404,7 @@ def cmd_relay(args: argparse.Namespace) -> int:
 def cmd_ingest(args: argparse.Namespace) -> int:
     # the timeline package loads psycopg: only its verbs pay for it, not --help
     from pipelines.reading.seek import parse_duration
-    from pipelines.timeline.buffer import TimelineBuffer
+    from pipelines.timeline.buffer import BufferIngest, BufferRelay, TimelineBuffer
     from pipelines.timeline.config import BufferConfig, DueRule
 
     config = BufferConfig(
@@ -419,11 +419,14 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         consumer_id=args.consumer,
         batch_size=args.batch_size,
     )
-    dsn = _dsn()
+    dsn, bootstrap = _dsn(), _bootstrap(args.bootstrap)
     with (
         _until_stopped(args.duration_s) as stop,
         _host(args, dsn) as purge,
-        TimelineBuffer(dsn, _bootstrap(args.bootstrap), config, _stream_clock()) as buffer,
+        TimelineBuffer(
+            BufferIngest(dsn, bootstrap, config),
+            BufferRelay(dsn, bootstrap, config, _stream_clock()),
+        ) as buffer,
     ):
         try:
             buffer.run(stop)
