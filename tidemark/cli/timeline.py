@@ -75,6 +75,14 @@ def _add_host_options(p: argparse.ArgumentParser, purge: bool = True) -> None:
         p.add_argument("--keep-deleted-ms", type=int, default=3_600_000)
 
 
+def _add_relay_options(p: argparse.ArgumentParser) -> None:
+    """A verb that produces to Kafka until stopped (relay, ingest): where Kafka is, how
+    long to run, and the host options."""
+    p.add_argument("--bootstrap", help="Kafka bootstrap servers")
+    p.add_argument("--duration-s", type=float, help="stop after this long (default: Ctrl-C)")
+    _add_host_options(p)
+
+
 @contextmanager
 def _host(args: argparse.Namespace, dsn: str) -> Iterator[Any]:
     """Serve ``--metrics-port``; run the purge of deleted messages on its schedule unless
@@ -196,11 +204,9 @@ def register(sub: Any) -> None:
     p = verb("relay", "produce due messages to a Kafka topic, then delete them", cmd_relay)
     p.add_argument("--topic", required=True, help="target Kafka topic")
     p.add_argument("--consumer", required=True, help="relay's consumer id")
-    p.add_argument("--bootstrap", help="Kafka bootstrap servers")
     p.add_argument("--lease-ms", type=int, default=60_000)
-    p.add_argument("--duration-s", type=float, help="stop after this long (default: Ctrl-C)")
     p.add_argument("--max-messages", type=int, help="stop after relaying this many")
-    _add_host_options(p)
+    _add_relay_options(p)
 
     p = add_verb(
         verbs,
@@ -220,10 +226,8 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--timeline", help="the timeline holding them (default buffer.FROM.TO)")
     p.add_argument("--consumer", default="buffer", help="relay name: one process per name")
-    p.add_argument("--bootstrap", help="Kafka bootstrap servers")
     p.add_argument("--batch-size", type=int, default=1_000)
-    p.add_argument("--duration-s", type=float, help="stop after this long (default: Ctrl-C)")
-    _add_host_options(p)
+    _add_relay_options(p)
 
     p = add_verb(
         verbs,
