@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from controller.laggards import Laggard, WriterSeen, changed, laggards
+from controller.laggards import Laggard, changed, laggards
 from schemas.tables import laggard_rows
 
 if TYPE_CHECKING:  # jobs.workflow imports this module
@@ -36,10 +36,7 @@ def laggards_of(
     """The writers holding ``stream`` back, from the workflow's state after a cycle
     (``threshold_ms``: see :func:`controller.laggards.laggards`), each with who it is."""
     marks = {writer: stored.mark for writer, stored in state.marks.items()}
-    seen = {
-        writer: WriterSeen(stored.instance, stored.first_seen_ms, stored.arrival_ms)
-        for writer, stored in state.marks.items()
-    }
+    seen = {writer: stored.seen for writer, stored in state.marks.items()}
     return laggards(stream, marks, state.generation, now_ms, threshold_ms, seen)
 
 

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from controller.admission import RESTARTED, check_instance, check_time
-from controller.laggards import Laggard
+from controller.laggards import Laggard, WriterSeen
 from controller.metadata import StreamMetadata
 from controller.model import Watermark, WriterMark, segment_number
 from controller.watermarks import GenerationState, Verdict, accept_mark, watermark_cycle
@@ -99,12 +99,10 @@ class StoredMark:
     mark: WriterMark
     partition: int
     offset: int
-    instance: str | None = None
-    """The writer instance the writer id is bound to (``None``: a v1 writer)."""
-    arrival_ms: int | None = None
-    """The mark's Kafka timestamp (``LogAppendTime``: when the note reached the broker)."""
-    first_seen_ms: int | None = None
-    """When this instance's first mark was accepted (its arrival, else the batch time)."""
+    seen: WriterSeen = field(default_factory=WriterSeen)
+    """Who sent it: the instance bound to the writer id, when that instance's first mark
+    was accepted (its arrival, else the batch time), and when this one reached the broker
+    (``last_seen_ms``: its Kafka timestamp, ``LogAppendTime``)."""
 
 
 @dataclass(frozen=True)
@@ -168,10 +166,10 @@ class StreamState:
                     s.mark.alive,
                     s.partition,
                     s.offset,
-                    s.instance,
+                    s.seen.instance,
                     s.mark.max_event_time,
-                    s.arrival_ms,
-                    s.first_seen_ms,
+                    s.seen.last_seen_ms,
+                    s.seen.first_seen_ms,
                 ]
                 for w, s in self.marks.items()
             },
@@ -242,14 +240,12 @@ def _stored(entry: Sequence[Any]) -> StoredMark:
     t, pos, alive, p, o = entry[:5]
     instance, top, arrival, first_seen = [*entry[5:9], None, None, None, None][:4]
     mark = WriterMark(int(t), _cut(pos), bool(alive), None if top is None else int(top))
-    return StoredMark(
-        mark,
-        int(p),
-        int(o),
+    seen = WriterSeen(
         None if instance is None else str(instance),
-        None if arrival is None else int(arrival),
         None if first_seen is None else int(first_seen),
+        None if arrival is None else int(arrival),
     )
+    return StoredMark(mark, int(p), int(o), seen)
 
 
 def _pairs(cut: Mapping[int, int]) -> list[list[int]]:
@@ -409,13 +405,13 @@ class StreamWorkflow:
         stored = state.marks.get(decoded.writer_id)
         if stored is not None:
             verdict_of_instance = check_instance(
-                stored.instance, decoded.instance, stored.mark.alive
+                stored.seen.instance, decoded.instance, stored.mark.alive
             )
             if verdict_of_instance == RESTARTED:
                 # The old instance's shutdown mark still takes part in a cycle under a
                 # name of its own (its position must reach the next cut; it is dropped
                 # once it lags, being shut down); the new instance starts afresh.
-                state.marks[retired_writer(decoded.writer_id, stored.instance)] = stored
+                state.marks[retired_writer(decoded.writer_id, stored.seen.instance)] = stored
                 stored = None
             elif verdict_of_instance is not None:
                 return reject(verdict_of_instance, decoded.writer_id)
@@ -423,14 +419,12 @@ class StreamWorkflow:
         if verdict is not Verdict.ACCEPTED:
             return reject(verdict.value, decoded.writer_id)
         first_seen = now_ms if record.arrival_ms is None else record.arrival_ms
-        state.marks[decoded.writer_id] = StoredMark(
-            mark,
-            record.partition,
-            record.offset,
+        seen = WriterSeen(
             decoded.instance,
+            first_seen if stored is None else stored.seen.first_seen_ms,
             record.arrival_ms,
-            first_seen if stored is None else stored.first_seen_ms,
         )
+        state.marks[decoded.writer_id] = StoredMark(mark, record.partition, record.offset, seen)
         if state.first_mark_ms is None:
             state.first_mark_ms = now_ms
         return None
@@ -471,7 +465,9 @@ class StreamWorkflow:
                 state.due_ms = starts
                 return []
         marks = {w: s.mark for w, s in state.marks.items()}
-        arrivals = [s.arrival_ms for s in state.marks.values() if s.arrival_ms is not None]
+        arrivals = [
+            s.seen.last_seen_ms for s in state.marks.values() if s.seen.last_seen_ms is not None
+        ]
         result = watermark_cycle(stream, marks, state.generation, meta.epochs, now_ms, timeout)
         wm = result.watermark
         if wm is not None:
@@ -566,7 +562,7 @@ class StreamWorkflow:
             ):
                 del state.marks[writer]
                 record = WriterMarkRecord.from_mark(
-                    stream, writer, stored.mark, instance=stored.instance
+                    stream, writer, stored.mark, instance=stored.seen.instance
                 )
                 out.append(
                     Rejected(

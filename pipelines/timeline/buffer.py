@@ -1,7 +1,8 @@
 """The timeline as a time buffer between two Kafka topics, exactly once.
 
     config = BufferConfig("orders", "orders-delayed", DueRule(delay_ms=7_200_000))
-    with TimelineBuffer(dsn, bootstrap, config) as buffer:
+    ingest = BufferIngest(dsn, bootstrap, config)
+    with TimelineBuffer(ingest, BufferRelay(dsn, bootstrap, config)) as buffer:
         buffer.run(stop)                      # ingest and relay, until stop is set
 
 Any record of the source topic (key, value, headers, timestamp: kept byte for
@@ -323,18 +324,15 @@ class BufferRelay:
 
 
 class TimelineBuffer(Closing):
-    """Ingest and relay of one buffer, each in its own thread with its own connection."""
+    """Ingest and relay of one buffer (its two halves, built by the caller), each in its
+    own thread with its own connection; closing it closes both."""
 
-    def __init__(
-        self,
-        dsn: str,
-        bootstrap: str,
-        config: BufferConfig,
-        stream_clock: StreamClock | None = None,
-    ) -> None:
-        self.config = config
-        self.ingest = BufferIngest(dsn, bootstrap, config)
-        self.relay = BufferRelay(dsn, bootstrap, config, stream_clock)
+    def __init__(self, ingest: BufferIngest, relay: BufferRelay) -> None:
+        if ingest.config != relay.config:
+            raise TimelineError("a buffer's ingest and relay need the same BufferConfig")
+        self.config = relay.config
+        self.ingest = ingest
+        self.relay = relay
         self.errors: list[BaseException] = []
 
     def _loop(self, step: Any, stop: threading.Event) -> None:

@@ -119,21 +119,10 @@ class TimelineProducer(_Scheduling[Created], Closing):
         return self.store.now_ms()
 
     def _schedule(self, new: NewMessage) -> Created:
-        created = self._create(new)
+        created = self.store.create_message(self.timeline, new)
         if created.new:
             self._created.inc()
         return created
-
-    def _create(self, new: NewMessage) -> Created:
-        return self.store.create(
-            self.timeline,
-            new.body,
-            timestamp_ms=new.timestamp_ms,
-            producer_group=new.producer_group,
-            id=new.id,
-            due_stream=new.due_stream,
-            headers=new.headers,
-        )
 
     def put_many(self, items: Sequence[tuple[bytes, int, str | None]]) -> list[Created]:
         """``(body, timestamp_ms, id or None)`` each, in one round trip."""

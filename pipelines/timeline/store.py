@@ -398,9 +398,12 @@ class TimelineStore(Closing):
         until the deleted row is purged, so a replayed create does not bring a
         delivered message back.
         """
-        params = self._prepare(
-            timeline, NewMessage(body, timestamp_ms, producer_group, id, due_stream, headers)
-        )
+        new = NewMessage(body, timestamp_ms, producer_group, id, due_stream, headers)
+        return self.create_message(timeline, new)
+
+    def create_message(self, timeline: str, message: NewMessage) -> Created:
+        """:meth:`create` of a message already made a :class:`NewMessage`."""
+        params = self._prepare(timeline, message)
         sql = self._insert_sql(self.supports_notify and self.notify)
         return self._settle(params, self._one(sql, params))
 

@@ -292,13 +292,13 @@ def test_laggards_and_arrivals_survive_the_state_round_trip_and_feed_noted_at() 
     assert [type(o) for o in out] == [LaggardRows]
     back = StreamState.from_json(S, state.to_json())
     assert back.laggards == state.laggards and back.marks == state.marks
-    assert back.marks["b"].arrival_ms == 950
+    assert back.marks["b"].seen.last_seen_ms == 950
     # state written before laggards and arrivals were kept still loads
     old = state.to_raw()
     del old["lg"]
     old["marks"] = {k: v[:7] for k, v in old["marks"].items()}
     legacy = StreamState.from_raw(S, old)
-    assert legacy.laggards is None and legacy.marks["b"].arrival_ms is None
+    assert legacy.laggards is None and legacy.marks["b"].seen.last_seen_ms is None
 
 
 def test_a_writer_only_slowest_is_recorded_once_far_enough_behind() -> None:
@@ -338,7 +338,7 @@ def test_a_laggard_is_named_with_its_instance_and_first_and_last_seen() -> None:
         for r in rows.rows
     ] == [("b", "b-1", 100, 950, 1_500, 1_600)]
     back = StreamState.from_json(S, state.to_json())
-    assert back.marks["b"].first_seen_ms == 950 and back.laggards == state.laggards
+    assert back.marks["b"].seen.first_seen_ms == 950 and back.laggards == state.laggards
     # b shuts down (the watermark moves on to a's 200) and comes back as a new
     # instance below it: named anew, its first seen the new instance's
     w.on_records(S, state, [mark("b", 100, 4, "b-1", 2_100, alive=False)], 2_200)
@@ -351,4 +351,4 @@ def test_a_laggard_is_named_with_its_instance_and_first_and_last_seen() -> None:
     # state from before first_seen was kept loads as unknown
     old = state.to_raw()
     old["marks"] = {k: v[:8] for k, v in old["marks"].items()}
-    assert StreamState.from_raw(S, old).marks["b"].first_seen_ms is None
+    assert StreamState.from_raw(S, old).marks["b"].seen.first_seen_ms is None

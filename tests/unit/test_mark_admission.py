@@ -181,13 +181,13 @@ def test_a_mark_from_another_instance_under_a_bound_writer_id_is_impersonated() 
         (IMPERSONATED, 2),
         (IMPERSONATED, 3),
     ]
-    assert state.marks["a"].mark.time == 200 and state.marks["a"].instance == "real"
+    assert state.marks["a"].mark.time == 200 and state.marks["a"].seen.instance == "real"
     # the state keeps the binding across batches (and JSON), and old states still load
     again = StreamState.from_json(S, state.to_json())
-    assert again.marks["a"].instance == "real"
+    assert again.marks["a"].seen.instance == "real"
     raw = state.to_raw()
     raw["marks"]["a"] = raw["marks"]["a"][:5]  # a state written before instance tokens
-    assert StreamState.from_raw(S, raw).marks["a"].instance is None
+    assert StreamState.from_raw(S, raw).marks["a"].seen.instance is None
 
 
 def test_once_the_bound_instance_shut_down_a_new_one_takes_the_writer_id() -> None:
@@ -198,7 +198,7 @@ def test_once_the_bound_instance_shut_down_a_new_one_takes_the_writer_id() -> No
     assert "a" not in state.marks
     out = w.on_records(S, state, [as_instance("a", 300, 2, "new")], 13_000)
     assert not [o for o in out if isinstance(o, Rejected)]
-    assert state.marks["a"].instance == "new"
+    assert state.marks["a"].seen.instance == "new"
 
 
 def restarts(rounds: int = 3) -> list[MarkInput]:
@@ -256,7 +256,7 @@ def test_a_writer_restarted_under_its_id_three_times_is_heard_at_once(split: str
     # position of each instance that shut down before it (cuts never go backwards)
     assert emitted[-1].time >= 4_000
     assert emitted[-1].stream_cut[0] >= 29
-    assert state.marks["a"].instance == "gen3"
+    assert state.marks["a"].seen.instance == "gen3"
     assert set(state.marks) == {"a", "z"}  # every shut-down instance was dropped in time
 
 
@@ -283,7 +283,7 @@ def test_a_retired_instance_takes_part_until_the_cut_holds_its_last_position() -
         (1_500, {0: 9, 1: 4}),
         (1_600, {0: 9, 1: 4}),
     ]
-    assert set(state.marks) == {"a"} and state.marks["a"].instance == "new"
+    assert set(state.marks) == {"a"} and state.marks["a"].seen.instance == "new"
 
 
 def test_a_second_live_instance_under_the_same_id_is_still_impersonated() -> None:
@@ -304,7 +304,7 @@ def test_a_second_live_instance_under_the_same_id_is_still_impersonated() -> Non
         (IMPERSONATED, 2),
         (IMPERSONATED, 4),
     ]
-    assert state.marks["a"].instance == "third"
+    assert state.marks["a"].seen.instance == "third"
 
 
 def test_a_live_writer_without_a_token_is_not_taken_over_by_one() -> None:
@@ -329,7 +329,7 @@ def test_a_live_writer_without_a_token_is_not_taken_over_by_one() -> None:
         (IMPERSONATED, 2),
         (IMPERSONATED, 5),
     ]
-    assert (state.marks["a"].mark.time, state.marks["a"].instance) == (300, "upgraded")
+    assert (state.marks["a"].mark.time, state.marks["a"].seen.instance) == (300, "upgraded")
 
 
 def test_a_registered_writers_stream_refuses_any_other_writer_id() -> None:

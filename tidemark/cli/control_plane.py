@@ -9,14 +9,16 @@ Services come from ``TIDEMARK_KAFKA_BOOTSTRAP`` / ``TIDEMARK_ZK_CONNECT``
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import functools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from controller.naming import ClusterSettings
 from infra.services import KAFKA, ZOOKEEPER, resolve_services
+from tidemark.cli.output import emit
 from tidemark.cli.service_errors import (
     KAFKA_SERVICE,
     ZOOKEEPER_SERVICE,
@@ -109,11 +111,23 @@ def control_plane(settings: ClusterSettings | None = None) -> Iterator[ControlPl
         yield ControlPlane(client, ZooKeeperStore(client, settings.zk_root), settings, kafka)
 
 
+def delete_verb(
+    args: argparse.Namespace, name: str, what: str, delete: Callable[[StreamManager, str], object]
+) -> int:
+    """A delete verb: ``delete(manager, name)`` in one control-plane session, then
+    ``{"deleted": name}`` with ``--format json``, else ``deleted <what><name>``."""
+    with control_plane() as cp:
+        delete(cp.manager, name)
+    emit(args, {"deleted": name}, f"deleted {what}{name}")
+    return 0
+
+
 __all__ = [
     "KAFKA_TIMEOUT_S",
     "ZK_START_TIMEOUT_S",
     "ControlPlane",
     "control_plane",
+    "delete_verb",
     "kafka_answers",
     "kafka_topics",
     "service_addresses",

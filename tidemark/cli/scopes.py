@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from tidemark.cli.control_plane import control_plane
+from tidemark.cli.control_plane import control_plane, delete_verb
 from tidemark.cli.output import add_verb, emit, emit_list
 
 
@@ -36,10 +36,9 @@ def cmd_create(args: argparse.Namespace) -> int:
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
-    with control_plane() as cp:
-        cp.manager.delete_scope(args.scope)
-    emit(args, {"deleted": args.scope}, f"deleted scope {args.scope}")
-    return 0
+    return delete_verb(
+        args, args.scope, "scope ", lambda manager, scope: manager.delete_scope(scope)
+    )
 
 
 def cmd_list(args: argparse.Namespace) -> int:

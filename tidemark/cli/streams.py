@@ -20,7 +20,7 @@ from controller.metadata import metadata_to_dict
 from controller.model import KeyRange
 from controller.navigation import head_segments
 from tidemark.cli.adopt import register_verbs
-from tidemark.cli.control_plane import control_plane
+from tidemark.cli.control_plane import control_plane, delete_verb
 from tidemark.cli.cuts import CUT_HELP, parse_cut
 from tidemark.cli.output import add_verb, emit, emit_list
 from tidemark.cli.stream_options import add_config_options, config_from_args, summary
@@ -163,10 +163,7 @@ def cmd_seal(args: argparse.Namespace) -> int:
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
-    with control_plane() as cp:
-        cp.manager.delete(args.stream)
-    emit(args, {"deleted": args.stream}, f"deleted {args.stream}")
-    return 0
+    return delete_verb(args, args.stream, "", lambda manager, stream: manager.delete(stream))
 
 
 def cmd_list(args: argparse.Namespace) -> int:

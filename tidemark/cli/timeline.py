@@ -75,6 +75,14 @@ def _add_host_options(p: argparse.ArgumentParser, purge: bool = True) -> None:
         p.add_argument("--keep-deleted-ms", type=int, default=3_600_000)
 
 
+def _add_relay_options(p: argparse.ArgumentParser) -> None:
+    """A verb that produces to Kafka until stopped (relay, ingest): where Kafka is, how
+    long to run, and the host options."""
+    p.add_argument("--bootstrap", help="Kafka bootstrap servers")
+    p.add_argument("--duration-s", type=float, help="stop after this long (default: Ctrl-C)")
+    _add_host_options(p)
+
+
 @contextmanager
 def _host(args: argparse.Namespace, dsn: str) -> Iterator[Any]:
     """Serve ``--metrics-port``; run the purge of deleted messages on its schedule unless
@@ -196,11 +204,9 @@ def register(sub: Any) -> None:
     p = verb("relay", "produce due messages to a Kafka topic, then delete them", cmd_relay)
     p.add_argument("--topic", required=True, help="target Kafka topic")
     p.add_argument("--consumer", required=True, help="relay's consumer id")
-    p.add_argument("--bootstrap", help="Kafka bootstrap servers")
     p.add_argument("--lease-ms", type=int, default=60_000)
-    p.add_argument("--duration-s", type=float, help="stop after this long (default: Ctrl-C)")
     p.add_argument("--max-messages", type=int, help="stop after relaying this many")
-    _add_host_options(p)
+    _add_relay_options(p)
 
     p = add_verb(
         verbs,
@@ -220,10 +226,8 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--timeline", help="the timeline holding them (default buffer.FROM.TO)")
     p.add_argument("--consumer", default="buffer", help="relay name: one process per name")
-    p.add_argument("--bootstrap", help="Kafka bootstrap servers")
     p.add_argument("--batch-size", type=int, default=1_000)
-    p.add_argument("--duration-s", type=float, help="stop after this long (default: Ctrl-C)")
-    _add_host_options(p)
+    _add_relay_options(p)
 
     p = add_verb(
         verbs,
@@ -404,7 +408,7 @@ def cmd_relay(args: argparse.Namespace) -> int:
 def cmd_ingest(args: argparse.Namespace) -> int:
     # the timeline package loads psycopg: only its verbs pay for it, not --help
     from pipelines.reading.seek import parse_duration
-    from pipelines.timeline.buffer import TimelineBuffer
+    from pipelines.timeline.buffer import BufferIngest, BufferRelay, TimelineBuffer
     from pipelines.timeline.config import BufferConfig, DueRule
 
     config = BufferConfig(
@@ -419,11 +423,14 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         consumer_id=args.consumer,
         batch_size=args.batch_size,
     )
-    dsn = _dsn()
+    dsn, bootstrap = _dsn(), _bootstrap(args.bootstrap)
     with (
         _until_stopped(args.duration_s) as stop,
         _host(args, dsn) as purge,
-        TimelineBuffer(dsn, _bootstrap(args.bootstrap), config, _stream_clock()) as buffer,
+        TimelineBuffer(
+            BufferIngest(dsn, bootstrap, config),
+            BufferRelay(dsn, bootstrap, config, _stream_clock()),
+        ) as buffer,
     ):
         try:
             buffer.run(stop)
