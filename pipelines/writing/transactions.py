@@ -31,12 +31,15 @@ import enum
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Unpack
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from controller.model import WriterMark
+from controller.store import MetadataStore
+from pipelines.writing.config import WriterConfig
 from pipelines.writing.exceptions import (
     MissingWriterIdError,
     StreamSealedError,
@@ -48,13 +51,7 @@ from pipelines.writing.exceptions import (
 from pipelines.writing.headers import Headers, KafkaHeaders
 from pipelines.writing.positions import merge
 from pipelines.writing.timestamping import check_timestamp
-from pipelines.writing.writer import (
-    RoutingKey,
-    WriterPlace,
-    _routing_key_bytes,
-    _StreamWriter,
-    writer_config,
-)
+from pipelines.writing.writer import RoutingKey, Serializer, _routing_key_bytes, _StreamWriter
 
 log = logging.getLogger(__name__)
 
@@ -118,24 +115,41 @@ class Transaction:
 
 
 class TransactionalWriter(_StreamWriter):
-    """Writes events to one stream in Kafka transactions; one open transaction at a time.
+    """Writes events to one stream in Kafka transactions; one open transaction at a time."""
 
-    ``store``, ``bootstrap_servers`` and the optional ``config``, ``serializer`` and
-    ``clock`` are keywords, as :class:`~pipelines.writing.writer.WriterPlace` says."""
-
-    def __init__(self, writer_id: str, stream: str, **place: Unpack[WriterPlace]) -> None:
+    def __init__(
+        self,
+        writer_id: str,
+        stream: str,
+        *,
+        store: MetadataStore,
+        bootstrap_servers: str,
+        config: WriterConfig | None = None,
+        serializer: Serializer | None = None,
+        clock: Callable[[], int] | None = None,
+    ) -> None:
+        config = config or WriterConfig()
         if not isinstance(writer_id, str) or not writer_id.strip():
             raise MissingWriterIdError(
                 f"a transactional writer needs a writer_id (its transactional.id derives from "
                 f"it), got {writer_id!r}"
             )
-        if writer_config(place).automatically_note_time:
+        if config.automatically_note_time:
             raise WriterConfigError(
                 "automatically_note_time is for EventWriter; a transactional writer notes "
                 "time with commit(timestamp)"
             )
         self.transactional_id = transactional_id_for(stream, writer_id)
-        super().__init__(writer_id, stream, transactional_id=self.transactional_id, **place)
+        super().__init__(
+            writer_id,
+            stream,
+            store=store,
+            bootstrap_servers=bootstrap_servers,
+            config=config,
+            serializer=serializer,
+            clock=clock,
+            transactional_id=self.transactional_id,
+        )
         self._committed: dict[int, int] = {}
         self._open: Transaction | None = None
         self._init_transactions()

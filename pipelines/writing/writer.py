@@ -42,7 +42,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Required, TypedDict, Unpack, cast
+from typing import Any, cast
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
@@ -96,25 +96,6 @@ Serializer = Callable[[Any], bytes]
 RoutingKey = str | bytes | None
 
 _ROUTE_CACHE_SIZE = 65_536
-
-
-class WriterPlace(TypedDict, total=False):
-    """Where a stream writer writes and how (``store`` and ``bootstrap_servers`` required):
-    the keywords :class:`EventWriter`, :class:`TransactionalWriter` and their base take,
-    written once. ``config`` defaults to ``WriterConfig()``, ``serializer`` to bytes as
-    given, ``clock`` (milliseconds) to the wall clock."""
-
-    store: Required[MetadataStore]
-    bootstrap_servers: Required[str]
-    config: WriterConfig | None
-    serializer: Serializer | None
-    clock: Callable[[], int] | None
-
-
-def writer_config(place: WriterPlace) -> WriterConfig:
-    """The writer's settings: the ``config`` given, else the defaults."""
-    return place.get("config") or WriterConfig()
-
 
 _Offset = Callable[[Message], int]
 
@@ -184,12 +165,14 @@ class _StreamWriter(Closing):
         writer_id: str | None,
         stream: str,
         *,
+        store: MetadataStore,
+        bootstrap_servers: str,
+        config: WriterConfig,
+        serializer: Serializer | None,
+        clock: Callable[[], int] | None,
         transactional_id: str | None = None,
         instance: str | None = None,
-        **place: Unpack[WriterPlace],
     ) -> None:
-        store, bootstrap_servers = place["store"], place["bootstrap_servers"]
-        config, clock = writer_config(place), place.get("clock")
         if writer_id is not None and (not isinstance(writer_id, str) or not writer_id.strip()):
             raise MissingWriterIdError(f"writer_id must be a non-empty string, got {writer_id!r}")
         split_stream(stream)
@@ -198,7 +181,7 @@ class _StreamWriter(Closing):
         """This writer object's token on its marks (see ``marks.instance_token``)."""
         self.stream = stream
         self.config = config
-        self._serializer = place.get("serializer")
+        self._serializer = serializer
         self._now_ms = clock or wall_clock_ms
         self._wall_clock = clock is None
         """The default clock: the hot path reads ``time_ns`` itself (no call)."""
@@ -521,9 +504,8 @@ class EventWriter(_StreamWriter):
     id; reuse the id when a writer restarts). A writer without one may write
     but not note time. ``instance``: the token on its marks (default: a new
     one; given only to carry on a registration made under it, as the Spark
-    writer job does). ``store``, ``bootstrap_servers`` and the optional
-    ``config``, ``serializer`` and ``clock``: :class:`WriterPlace`. Not safe
-    to share between processes; safe between threads.
+    writer job does). Not safe to share between processes; safe between
+    threads.
     """
 
     def __init__(
@@ -531,17 +513,29 @@ class EventWriter(_StreamWriter):
         writer_id: str | None,
         stream: str,
         *,
+        store: MetadataStore,
+        bootstrap_servers: str,
+        config: WriterConfig | None = None,
+        serializer: Serializer | None = None,
         automatically_note_time: bool | None = None,
+        clock: Callable[[], int] | None = None,
         instance: str | None = None,
-        **place: Unpack[WriterPlace],
     ) -> None:
-        config = writer_config(place)
+        config = config or WriterConfig()
         if automatically_note_time is not None:
             config = replace(config, automatically_note_time=automatically_note_time)
         if config.automatically_note_time and writer_id is None:
             raise MissingWriterIdError("automatically_note_time needs a writer_id")
-        place["config"] = config
-        super().__init__(writer_id, stream, instance=instance, **place)
+        super().__init__(
+            writer_id,
+            stream,
+            store=store,
+            bootstrap_servers=bootstrap_servers,
+            config=config,
+            serializer=serializer,
+            clock=clock,
+            instance=instance,
+        )
         self._heartbeat: Heartbeat | None = None
         if config.automatically_note_time:
             self._heartbeat = Heartbeat(writer_id, config.note_time_interval_ms, self._note_now)
@@ -822,12 +816,4 @@ class EventWriter(_StreamWriter):
             self._drain(timeout_ms)
 
 
-__all__ = [
-    "BatchAck",
-    "EventWriter",
-    "RecordAck",
-    "Serializer",
-    "WriterPlace",
-    "wall_clock_ms",
-    "writer_config",
-]
+__all__ = ["BatchAck", "EventWriter", "RecordAck", "Serializer", "wall_clock_ms"]
