@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import time
 import uuid
+from itertools import islice
+from operator import attrgetter, le
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +38,8 @@ MARK_EVERY = 1_000
 ROUNDS = 3
 BASE = 1_700_000_000_000
 LOOKUPS = 2_000
+
+_time_of = attrgetter("timestamp")
 
 
 def _write(bootstrap: str, topics: list[str]) -> None:
@@ -101,9 +105,10 @@ def merged(store: Any, bootstrap: str, root: str, streams: list[str]) -> float:
             # Everything read: flush what is held (records above the slowest stream's
             # last watermark) at once, not after a poll waiting for more.
             out = merge.flush() if merge.held + got >= want else merge.poll(timeout_ms=100)
-            for event in out:
-                assert event.timestamp >= last, "out of order"
-                last = event.timestamp
+            if out:  # in order, checked at C speed (a loop here cost ~0.5 us a record)
+                times = [last, *map(_time_of, out)]
+                assert all(map(le, times, islice(times, 1, None))), "out of order"
+                last = times[-1]
             got += len(out)
         assert merge.late == 0
         return got / (time.perf_counter() - started)
