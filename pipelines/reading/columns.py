@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from operator import attrgetter, itemgetter
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from confluent_kafka import Message
 
@@ -34,14 +34,19 @@ class BatchColumns(NamedTuple):
     keys: list[bytes | None]
     headers: list[tuple[Header, ...]]
 
+    @property
+    def lists(self) -> tuple[list[Any], ...]:
+        """The columns typed alike, for what is done to each of them."""
+        return cast("tuple[list[Any], ...]", self)
+
     def select(self, keep: Iterable[int]) -> BatchColumns:
         """The rows at the indexes ``keep``, in that order."""
         at = list(keep)
-        return BatchColumns(*(list(map(column.__getitem__, at)) for column in self))
+        return BatchColumns(*(list(map(column.__getitem__, at)) for column in self.lists))
 
     def slice(self, start: int, stop: int) -> BatchColumns:
         """Rows ``start`` to ``stop`` (exclusive)."""
-        return BatchColumns(*(column[start:stop] for column in self))
+        return BatchColumns(*(column[start:stop] for column in self.lists))
 
 
 _record_timestamp = itemgetter(1)

@@ -77,7 +77,7 @@ class _Held:
             columns = columns.select(sorted(range(len(times)), key=times.__getitem__))
         held = self.columns
         late = bool(held.timestamps) and held.timestamps[-1] > columns.timestamps[0]
-        for column, more in zip(held, columns, strict=True):
+        for column, more in zip(held.lists, columns.lists, strict=True):
             column.extend(more)
         if late:
             times = held.timestamps
@@ -90,7 +90,7 @@ class _Held:
         if not cut:
             return None
         out = held.slice(0, cut)
-        for column in held:
+        for column in held.lists:
             del column[:cut]
         return out
 
