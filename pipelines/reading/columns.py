@@ -60,7 +60,7 @@ def columns_of_records(
     """The columns of Kafka records of ``stream``, each of a partition in ``segment_of``
     (partition -> segment id) and none an error (an empty body where a record has no
     value, as ``EventRead`` has)."""
-    partitions = list(map(_record_partition, records))
+    partitions: list[Any] = list(map(_record_partition, records))
     if partitions and partitions.count(partitions[0]) == len(partitions):  # (the usual case)
         segments = [segment_of[partitions[0]]] * len(partitions)
     else:
@@ -73,10 +73,11 @@ def columns_of_records(
         headers = [_no_headers if h is None else tuple(h) for h in headers]
     else:
         headers = [_no_headers] * len(headers)
+    offsets: list[Any] = list(map(Message.offset, records))  # (never None for a record)
     return BatchColumns(
         [stream] * len(partitions),
         segments,
-        list(map(Message.offset, records)),
+        offsets,
         list(map(_record_timestamp, map(Message.timestamp, records))),
         bodies,
         list(map(Message.key, records)),
