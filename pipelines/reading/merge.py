@@ -8,10 +8,7 @@ has passed its time.
         print(merged.late, "late records")
 
 :class:`TimeMerge` reads each stream with its own reader (``read_batch``) and
-holds the records back until they are safe to hand out: as columns of plain
-values (``EventBatch.columns``), their :class:`~pipelines.reading.reader.EventRead`\\ s
-made only when they are released, so nothing held is an object the garbage
-collector walks and promotes record by record. A reader's time
+holds the records back until they are safe to hand out. A reader's time
 window lower bound is the time of the latest watermark whose cut it has
 passed: every record of that stream with a time at or below it has been read
 (for well-behaved writers). A record is released once its time is at or below
@@ -43,7 +40,6 @@ from itertools import chain, islice
 from operator import attrgetter, gt
 
 from controller.store import MetadataStore
-from pipelines.reading.columns import BatchColumns
 from pipelines.reading.config import ReaderConfig
 from pipelines.reading.exceptions import ReaderConfigError
 from pipelines.reading.group import ReaderGroup
@@ -57,64 +53,40 @@ _time_of = attrgetter("timestamp")
 
 
 class _Held:
-    """One stream's records held back, as columns (``BatchColumns``) sorted by time: a
-    few lists of plain values, not an object per record (see ``pipelines.reading.columns``);
-    finding what a bound releases is one C bisect over the times, a release a slice."""
+    """One stream's records held back: sorted by time, with their times beside them (a
+    plain int list, so finding what a bound releases is one C bisect, and a release
+    takes a slice, not record by record)."""
 
-    __slots__ = ("columns",)
+    __slots__ = ("events", "times")
 
     def __init__(self) -> None:
-        self.columns = BatchColumns([], [], [], [], [], [], [])
+        self.events: list[EventRead] = []
+        self.times: list[int] = []
 
-    def __len__(self) -> int:
-        return len(self.columns.timestamps)
-
-    def add(self, columns: BatchColumns) -> None:
-        """Hold a batch: appended as it is when it is in order after what is held (the
-        usual case), else merged in by time (a stable sort, as the events' would be)."""
-        times = columns.timestamps
+    def add(self, events: list[EventRead], times: list[int]) -> None:
+        """Hold a batch (``times`` its records' times): appended as it is when it is in
+        order after what is held (the usual case), else merged in by time (timsort
+        over two sorted runs)."""
         if any(map(gt, times, islice(times, 1, None))):
-            columns = columns.select(sorted(range(len(times)), key=times.__getitem__))
-        held = self.columns
-        late = bool(held.timestamps) and held.timestamps[-1] > columns.timestamps[0]
-        for column, more in zip(held.lists, columns.lists, strict=True):
-            column.extend(more)
-        if late:
-            times = held.timestamps
-            self.columns = held.select(sorted(range(len(times)), key=times.__getitem__))
+            events = sorted(events, key=_time_of)
+            times = sorted(times)
+        held, held_times = self.events, self.times
+        if held_times and held_times[-1] > times[0]:
+            held.extend(events)
+            held.sort(key=_time_of)
+            self.times = list(map(_time_of, held))
+        else:
+            held.extend(events)
+            held_times.extend(times)
 
-    def take(self, bound: int | None) -> BatchColumns | None:
+    def take(self, bound: int | None) -> list[EventRead]:
         """The held records with time <= ``bound`` (None: all), no longer held."""
-        held = self.columns
-        cut = len(held.timestamps) if bound is None else bisect_right(held.timestamps, bound)
+        cut = len(self.times) if bound is None else bisect_right(self.times, bound)
         if not cut:
-            return None
-        out = held.slice(0, cut)
-        for column in held.lists:
-            del column[:cut]
+            return []
+        out = self.events[:cut]
+        del self.events[:cut], self.times[:cut]
         return out
-
-
-_new = object.__new__
-
-
-def _events(columns: BatchColumns) -> list[EventRead]:
-    """The :class:`EventRead`\\ s of ``columns``, made the way the reader makes them
-    (``reader._events_of``: without the generated ``__init__``, at half the cost)."""
-    out: list[EventRead] = []
-    append = out.append
-    for stream, segment, offset, timestamp, body, key, headers in zip(*columns, strict=True):
-        event = _new(EventRead)
-        fields = event.__dict__
-        fields["stream"] = stream
-        fields["segment"] = segment
-        fields["offset"] = offset
-        fields["timestamp"] = timestamp
-        fields["body"] = body
-        fields["routing_key"] = key
-        fields["headers"] = headers
-        append(event)
-    return out
 
 
 class TimeMerge:
@@ -182,7 +154,7 @@ class TimeMerge:
         """The readers to read first: all of them, unless some hold ``max_held`` records
         while others may still bring some (not at their tail); then those others."""
         held, limit = self._held, self.max_held
-        behind = [i for i, h in enumerate(held) if len(h) < limit]
+        behind = [i for i, h in enumerate(held) if len(h.times) < limit]
         if not behind or len(behind) == len(held):
             return list(range(len(held)))
         live = [i for i in behind if not self.readers[i].at_tail()]
@@ -200,7 +172,7 @@ class TimeMerge:
             batch = reader.read_batch(self.batch_size, timeout_ms=0.0 if got else wait_ms)
             if len(batch):
                 got += len(batch)
-                self._take(i, batch.columns())
+                self._take(i, batch.events)
                 bounds[i] = batch.window.lower
             elif wait_ms or bounds[i] is None:
                 bounds[i] = reader.current_time_window().lower
@@ -227,21 +199,22 @@ class TimeMerge:
     @property
     def held(self) -> int:
         """How many records are held back (read, not yet safe to release)."""
-        return sum(map(len, self._held))
+        return sum(len(h.times) for h in self._held)
 
-    def _take(self, i: int, columns: BatchColumns) -> None:
-        times = columns.timestamps
+    def _take(self, i: int, batch: Sequence[EventRead]) -> None:
+        events = list(batch)
+        times = list(map(_time_of, events))
         start, released = self.from_time, self.released_time
         if start is not None and min(times) < start:
-            columns = columns.select(n for n, t in enumerate(times) if t >= start)
-            times = columns.timestamps
+            events = [e for e in events if e.timestamp >= start]
+            times = list(map(_time_of, events))
             if not times:
                 return
         if released is not None and min(times) < released:
             late = sum(1 for t in times if t < released)
             self.late += late
-            log.debug("%d late record(s) on %s (below %d)", late, columns.streams[0], released)
-        self._held[i].add(columns)
+            log.debug("%d late record(s) on %s (below %d)", late, events[0].stream, released)
+        self._held[i].add(events, times)
 
     def _bound(self) -> int | None:
         """The smallest lower bound over the streams; None while any stream has none."""
@@ -251,7 +224,7 @@ class TimeMerge:
 
     def _release(self, bound: int | None) -> list[EventRead]:
         """The held records with time <= ``bound`` (None: all of them), merged by time."""
-        runs = [_events(run) for run in (h.take(bound) for h in self._held) if run]
+        runs = [run for run in (h.take(bound) for h in self._held) if run]
         if not runs:
             return []
         # Sorting the joined runs merges them (timsort finds the sorted runs) in C.

@@ -63,7 +63,6 @@ from controller.closing import Closing
 from controller.model import Segment, TimeWindow, segment_number
 from pipelines.reading.balance import SegmentClocks, TimePolicy
 from pipelines.reading.checkpoints import POLL_S, CheckpointParticipation
-from pipelines.reading.columns import BatchColumns, columns_of_events, columns_of_records
 from pipelines.reading.config import ReaderConfig
 from pipelines.reading.exceptions import (
     ReaderBehindHeadError,
@@ -269,15 +268,6 @@ class EventBatch:
         if not all(values):  # a record without a value: an empty body, as EventRead's
             return [v or b"" for v in values]
         return values  # type: ignore[return-value]
-
-    def columns(self) -> BatchColumns:
-        """The events' fields as columns (``pipelines.reading.columns``), without making
-        the events: for a consumer that holds events for a while."""
-        records = self._records
-        if type(records) is tuple:  # (events)
-            return columns_of_events(records)
-        segment_of, stream = self._made_of
-        return columns_of_records(records, segment_of, stream)
 
     @property
     def window(self) -> TimeWindow:

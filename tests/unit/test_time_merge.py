@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 import pytest
 
 from controller.model import TimeWindow
-from pipelines.reading.columns import BatchColumns, columns_of_events
 from pipelines.reading.exceptions import ReaderConfigError
 from pipelines.reading.merge import TimeMerge
 from pipelines.reading.reader import EventRead
@@ -22,9 +21,6 @@ class Batch:
 
     def __len__(self) -> int:
         return len(self.events)
-
-    def columns(self) -> BatchColumns:
-        return columns_of_events(self.events)
 
 
 @dataclass
