@@ -132,7 +132,7 @@ class WaitRecordingReader(ScriptedReader):
 
 def test_when_nothing_is_at_hand_the_stream_holding_the_release_back_is_waited_on_first():
     waits: list[tuple[str, float]] = []
-    ahead = WaitRecordingReader("a", [([10], 100)], waits=waits)
+    ahead = WaitRecordingReader("a", [([30], 100)], waits=waits)
     behind = WaitRecordingReader("b", [([5], 20)], waits=waits)
     merge = TimeMerge([ahead, behind])  # type: ignore[list-item]
     assert times(merge.poll(10)) == [("b", 5)]  # both brought records: no wait
