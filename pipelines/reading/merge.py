@@ -136,13 +136,16 @@ class TimeMerge:
         What the readers hold already is taken first, without waiting; only when
         none holds anything does each wait its share of ``timeout_ms``, and only
         until one brings something (waiting on one stream while the others'
-        records sat fetched kept the merge at a quarter of a plain read's rate).
+        records sat fetched kept the merge at a quarter of a plain read's rate),
+        the streams holding the release back (lowest lower bound) first.
         Streams holding ``max_held`` records are read only when the others
         bring nothing (see the class docstring)."""
         behind = self._behind()
         if not self._read_each(behind, 0.0):
             wait = max(0.0, timeout_ms) / len(behind)
-            if not self._read_each(behind, wait) and len(behind) < len(self.readers):
+            bounds = self._bounds
+            slowest = sorted(behind, key=lambda i: (bounds[i] is not None, bounds[i] or 0))
+            if not self._read_each(slowest, wait) and len(behind) < len(self.readers):
                 self._read_each([i for i in range(len(self.readers)) if i not in behind], 0.0)
         bound = self._bound()
         return [] if bound is None else self._release(bound)

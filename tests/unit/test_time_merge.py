@@ -116,3 +116,26 @@ def test_a_stream_holding_max_held_waits_while_a_stream_behind_brings_records():
 def test_max_held_must_be_a_positive_int():
     with pytest.raises(ReaderConfigError, match="max_held"):
         TimeMerge([ScriptedReader("a", [])], max_held=0)  # type: ignore[list-item]
+
+
+@dataclass
+class WaitRecordingReader(ScriptedReader):
+    """A scripted reader noting, in a list shared by the readers, each wait it was given."""
+
+    waits: list[tuple[str, float]] = field(default_factory=list)
+
+    def read_batch(self, max_events: int, timeout_ms: float | None = None) -> Batch:
+        if timeout_ms:
+            self.waits.append((self.stream, timeout_ms))
+        return super().read_batch(max_events, timeout_ms)
+
+
+def test_when_nothing_is_at_hand_the_stream_holding_the_release_back_is_waited_on_first():
+    waits: list[tuple[str, float]] = []
+    ahead = WaitRecordingReader("a", [([30], 100)], waits=waits)
+    behind = WaitRecordingReader("b", [([5], 20)], waits=waits)
+    merge = TimeMerge([ahead, behind])  # type: ignore[list-item]
+    assert times(merge.poll(10)) == [("b", 5)]  # both brought records: no wait
+    assert waits == []
+    assert merge.poll(10) == []  # nothing at hand: each waits its share, b (lower bound 20) first
+    assert waits == [("b", 5.0), ("a", 5.0)]
