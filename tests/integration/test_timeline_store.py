@@ -273,10 +273,13 @@ def _hot_updates(store: TimelineStore) -> tuple[int, int]:
     return int(row[0]), int(row[1])
 
 
-def test_a_lease_writes_no_index_entry(store, tl):
+def test_a_lease_writes_no_index_entry(store, unique):
     """A lease leaves every indexed column as it was (the lease end has a column of its
-    own), so PostgreSQL updates the row in place on its page: a HOT update."""
-    store.create_many(tl, [NewMessage(b"x", i, "g", f"hot{i}") for i in range(200)])
+    own), so PostgreSQL updates the row in place on its page: a HOT update. (Bodies of
+    300 bytes: the fillfactor leaves room for a lease of every row of a page, a lease
+    adding ~80 bytes a row; messages of a few bytes fill pages with more rows than that.)"""
+    tl = store.create_timeline(TimelineConfig(f"hot-{unique}", buckets=4)).name
+    store.create_many(tl, [NewMessage(b"x" * 300, i, "g", f"hot{i}") for i in range(200)])
     updates, hot = _hot_updates(store)
     leased = store.lease(tl, "c1", lease_ms=HOUR, limit=200)
     assert len(leased) == 200
