@@ -583,8 +583,11 @@ class TimelineStore(Closing):
         # cost does not grow with a backlog whatever the planner's statistics say.
         # Each bucket gives at most ``per_bucket`` (twice its fair share): close
         # to oldest-first overall without locking buckets x limit rows. The update
-        # joins on the whole key of either index (the row is locked, so unchanged),
-        # so no plan has to scan. Row ``n`` of the batch gets token ``<base>.<n>``.
+        # joins on the whole key of either index and checks nothing else: the rows
+        # are locked, so unchanged since the scan checked them (with the due
+        # condition there too, and its ts bound, a plan without statistics scanned
+        # the whole timeline once per leased row: 8 s for 1 000 of 20 000).
+        # Row ``n`` of the batch gets token ``<base>.<n>``.
         per_bucket = min(limit, 2 * -(-limit // max(1, len(chosen))))
         sql = f"""
             WITH due AS (
@@ -606,7 +609,6 @@ class TimelineStore(Closing):
             FROM due
             WHERE m.timeline = due.timeline AND m.id = due.id
               AND m.bucket = due.bucket AND m.ts = due.ts
-              AND m.deleted_at_ms IS NULL AND {due}
             RETURNING {_M_COLS}, due.due_ms, {NOW_MS}, due.due_stream, due.n"""
         rows = self._all(
             sql,
@@ -656,7 +658,6 @@ class TimelineStore(Closing):
             SET {_LEASE_SET}, lease_token = %(hash)s
             FROM due
             WHERE m.timeline = due.timeline AND m.id = due.id
-              AND m.deleted_at_ms IS NULL AND {due} AND {_VERSION_OK}
             RETURNING {_M_COLS}, due.due_ms, {NOW_MS}, due.due_stream"""
         row = self._one(
             sql,
