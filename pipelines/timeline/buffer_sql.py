@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 
 from pipelines.timeline.clock import NOW_MS
-from pipelines.timeline.store import NOTIFY_CHANNEL
+from pipelines.timeline.store import LEASED_TS_BOUND, NOTIFY_CHANNEL
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 
@@ -118,8 +118,8 @@ def finish_batches(conn: Conn, timeline: str, consumer: str, hashes: Sequence[st
     cur = conn.execute(
         f"""UPDATE timeline_messages AS m
             SET deleted_at_ms = {NOW_MS}, version = m.version + 1, lease_token = NULL
-            WHERE m.timeline = %(t)s AND m.lock_consumer = %(c)s AND m.deleted_at_ms IS NULL
-              AND m.lease_token LIKE ANY(%(patterns)s)""",
+            WHERE m.timeline = %(t)s AND {LEASED_TS_BOUND} AND m.lock_consumer = %(c)s
+              AND m.deleted_at_ms IS NULL AND m.lease_token LIKE ANY(%(patterns)s)""",
         {"t": timeline, "c": consumer, "patterns": [f"{h}.%" for h in hashes]},
     )
     return max(cur.rowcount, 0)
@@ -130,8 +130,10 @@ def release_all(conn: Conn, timeline: str, consumer: str) -> int:
     transaction was aborted): due again now; returns how many."""
     cur = conn.execute(
         f"""UPDATE timeline_messages AS m
-            SET ts = {NOW_MS}, lock_consumer = NULL, lease_token = NULL, version = m.version + 1
-            WHERE m.timeline = %(t)s AND m.lock_consumer = %(c)s AND m.deleted_at_ms IS NULL""",
+            SET ts = {NOW_MS}, lock_consumer = NULL, lease_until_ms = NULL, lease_token = NULL,
+                version = m.version + 1
+            WHERE m.timeline = %(t)s AND {LEASED_TS_BOUND} AND m.lock_consumer = %(c)s
+              AND m.deleted_at_ms IS NULL""",
         {"t": timeline, "c": consumer},
     )
     return max(cur.rowcount, 0)

@@ -104,6 +104,16 @@ def feed_stream_times(
     return bool(waiting)
 
 
+MAX_BATCH_GROWTH = 4
+"""A relay that is behind leases batches of up to this many times its ``batch_size``."""
+
+
+def next_batch_limit(limit: int, got: int, base: int) -> int:
+    """The size of the next batch: twice ``limit`` when the last one came back full
+    (more are due), at most ``MAX_BATCH_GROWTH`` x ``base``; ``base`` once one is short."""
+    return min(2 * limit, MAX_BATCH_GROWTH * base) if got >= limit else base
+
+
 def percentile(values: Sequence[float], q: float) -> float:
     """The ``q``-quantile (0..1) by nearest rank; 0.0 for no values."""
     if not values:

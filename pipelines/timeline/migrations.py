@@ -26,6 +26,14 @@ Tables:
   (:func:`model.encode_headers`; NULL: none), delivered by the relay.
 - ``timeline_source_offsets`` (migration 5): the buffer's source offsets.
 - migration 6 drops the index by producer group, which no statement used.
+- ``timeline_messages.lease_until_ms`` (migration 7): the end of the current (or
+  lapsed) lease, set with ``lock_consumer`` and cleared with it. ``ts`` stays
+  the due time and a lease writes only columns no index covers (the index by
+  consumer is dropped), so on PostgreSQL a lease is a HOT update: no index
+  entry is written, the new row version stays on its page (``fillfactor`` 35
+  leaves the room; PostgreSQL only, skipped on CockroachDB). A message's time
+  as :class:`~model.Message` shows it is ``COALESCE(lease_until_ms, ts)``:
+  the lease end while leased, as before.
 """
 
 from __future__ import annotations
@@ -35,6 +43,8 @@ from dataclasses import dataclass
 
 import psycopg
 
+from pipelines.timeline.clock import NOW_MS
+
 log = logging.getLogger(__name__)
 
 
@@ -43,6 +53,8 @@ class Migration:
     version: int
     description: str
     statements: tuple[str, ...]
+    postgres_only: tuple[str, ...] = ()
+    """Storage settings CockroachDB has no use for (run after ``statements``)."""
 
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -142,6 +154,28 @@ MIGRATIONS: tuple[Migration, ...] = (
             "DROP INDEX IF EXISTS timeline_messages_group",
         ),
     ),
+    Migration(
+        7,
+        "lease end in a column of its own: a lease writes no indexed column",
+        (
+            "ALTER TABLE timeline_messages ADD COLUMN IF NOT EXISTS lease_until_ms BIGINT",
+            # Leases taken before the upgrade kept their end in ts: it becomes their
+            # lease end (their time when they lapse, as before), and ts comes down to
+            # now at most, where the statements that look for leases find them.
+            f"""UPDATE timeline_messages
+                SET lease_until_ms = ts, ts = LEAST(ts, {NOW_MS})
+                WHERE lock_consumer IS NOT NULL AND lease_until_ms IS NULL""",
+            # A lease sets lock_consumer: indexed, no lease could be a HOT update.
+            # leases_of and the buffer's recovery find leases by the due index instead.
+            "DROP INDEX IF EXISTS timeline_messages_consumer",
+        ),
+        postgres_only=(
+            # Room on each page for a new version of its rows (a lease adds ~80 bytes
+            # to a row): the rows leased in one batch were created together, so they
+            # share pages. 35 %: rows of ~150 bytes (a 64-byte body) all fit again.
+            "ALTER TABLE timeline_messages SET (fillfactor = 35)",
+        ),
+    ),
 )
 
 _LEDGER = """CREATE TABLE IF NOT EXISTS timeline_schema_migrations (
@@ -160,11 +194,14 @@ def apply_migrations(conn: psycopg.Connection[tuple[object, ...]]) -> list[int]:
     """Apply what is missing on an autocommit connection; returns the versions applied."""
     conn.execute(_LEDGER)
     done = applied_versions(conn)
+    row = conn.execute("SELECT version()").fetchone()
+    postgres = row is not None and "cockroach" not in str(row[0]).lower()
     applied = []
     for migration in MIGRATIONS:
         if migration.version in done:
             continue
-        for statement in migration.statements:
+        extra = migration.postgres_only if postgres else ()
+        for statement in (*migration.statements, *extra):
             try:
                 conn.execute(statement)
             except psycopg.errors.UniqueViolation:

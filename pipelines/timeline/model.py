@@ -193,7 +193,7 @@ def check_text(what: str, value: str, limit: int = MAX_NAME_CHARS) -> None:
         raise InvalidMessageError(f"{what} must be 1..{limit} characters, got {value!r}")
     if "\x00" in value:
         raise InvalidMessageError(f"{what} must not contain NUL characters: {value!r}")
-    if any("\ud800" <= c <= "\udfff" for c in value):
+    if not value.isascii() and any("\ud800" <= c <= "\udfff" for c in value):
         raise InvalidMessageError(f"{what} must be valid Unicode (a lone surrogate): {value!r}")
 
 

@@ -19,6 +19,11 @@ the broker work at the same time. A batch leased ahead waits for two
 flushes, so this needs ``lease_ms > 2 * flush_timeout_ms`` (the defaults:
 30 s and 10 s); with shorter leases the relay takes one batch at a time.
 
+While it is behind (a batch came back full), the next batch asks for twice as
+many, up to :data:`~.consumer.MAX_BATCH_GROWTH` times ``batch_size``: fewer statements and
+flushes for the same messages; it falls back to ``batch_size`` once a batch
+comes back short.
+
 Guarantee: **at-least-once, duplicates only by id.** No message is deleted
 before the target topic has it, so none is lost. A crash after the produce
 and before the delete, or a lease lapsing during a slow produce, sends a
@@ -45,7 +50,7 @@ from controller.closing import Closing
 from controller.kafka.settings import client_config
 from pipelines.timeline.clock import DueCondition, StreamClock
 from pipelines.timeline.config import ConsumerConfig, RelayConfig
-from pipelines.timeline.consumer import TimelineConsumer
+from pipelines.timeline.consumer import TimelineConsumer, next_batch_limit
 from pipelines.timeline.exceptions import ConfigurationError
 from pipelines.timeline.metrics import RELAYED
 from pipelines.timeline.model import Lease
@@ -172,16 +177,19 @@ class TimelineRelay(Closing):
         it is produced before the first one is deleted. Batches follow one another
         while more are due, until ``timeout_ms`` has passed.
         """
-        leases = self.consumer.poll(timeout_ms=timeout_ms)
+        base = self.consumer.config.batch_size
+        leases = self.consumer.poll(timeout_ms=timeout_ms, limit=base)
         if not leases:
             return 0
         until = time.monotonic() + timeout_ms / 1000
         relayed = 0
+        limit = next_batch_limit(base, len(leases), base)
         batch: _Batch | None = self._send(leases)
         while batch is not None:
             ahead = []
             if self._pipelined and time.monotonic() < until:
-                ahead = self.consumer.poll(timeout_ms=0)
+                ahead = self.consumer.poll(timeout_ms=0, limit=limit)
+                limit = next_batch_limit(limit, len(ahead), base)
             delivered = self._await(batch)
             nxt = self._send(ahead) if ahead else None
             relayed += self._settle(delivered)

@@ -259,6 +259,41 @@ def test_lease_takes_only_due_messages_in_due_order(store, tl):
     assert next_due is not None and next_due > db_now
 
 
+def _hot_updates(store: TimelineStore) -> tuple[int, int]:
+    """(updates, HOT updates) of timeline_messages so far, this session's included."""
+    store._one("SELECT pg_stat_force_next_flush()", {})
+    store._one("SELECT 1", {})  # a transaction ends: the session's counts are flushed
+    store._one("SELECT pg_stat_clear_snapshot()", {})
+    row = store._one(
+        "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables "
+        "WHERE relid = 'timeline_messages'::regclass",
+        {},
+    )
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+def test_a_lease_writes_no_index_entry(store, unique):
+    """A lease leaves every indexed column as it was (the lease end has a column of its
+    own), so PostgreSQL updates the row in place on its page: a HOT update. (Bodies of
+    300 bytes: the fillfactor leaves room for a lease of every row of a page, a lease
+    adding ~80 bytes a row; messages of a few bytes fill pages with more rows than that.)"""
+    tl = store.create_timeline(TimelineConfig(f"hot-{unique}", buckets=4)).name
+    store.create_many(tl, [NewMessage(b"x" * 300, i, "g", f"hot{i}") for i in range(200)])
+    updates, hot = _hot_updates(store)
+    leased = store.lease(tl, "c1", lease_ms=HOUR, limit=200)
+    assert len(leased) == 200
+    extended = store.extend(
+        tl, "hot0", "c1", until_ms=store.now_ms() + 2 * HOUR, token=leased[0].token
+    )
+    assert extended.timestamp_ms > leased[0].until_ms
+    after_updates, after_hot = _hot_updates(store)
+    assert after_updates - updates >= 201
+    assert after_hot - hot == after_updates - updates, "a lease moved a row in an index"
+    # The due time is kept: the leased rows are still listed, oldest first, by due time.
+    assert [x.due_ms for x in leased] == list(range(200))
+
+
 def test_clock_drift_is_small_on_one_machine(store):
     drift = store.clock_drift()
     assert abs(drift.drift_ms) < 1_000 + drift.rtt_ms
@@ -467,15 +502,20 @@ def test_migration_3_upgrades_an_existing_schema(postgres, unique, monkeypatch):
                     {"until": old.now_ms() + HOUR},
                 )
         with TimelineStore(dsn) as store:
-            # 4: message headers, 5: buffer source offsets, 6: the group index dropped
-            assert store.migrate() == [3, 4, 5, 6]
+            # 4: message headers, 5: buffer source offsets, 6: the group index dropped,
+            # 7: the lease end in a column of its own, the consumer index dropped
+            assert store.migrate() == [3, 4, 5, 6, 7]
             assert store.migrate() == []
             assert store._one(
                 "SELECT count(*) FROM pg_indexes WHERE schemaname = %(s)s "
-                "AND indexname = 'timeline_messages_group'",
+                "AND indexname IN ('timeline_messages_group', 'timeline_messages_consumer')",
                 {"s": schema},
             ) == (0,)
-            assert store.get("up", "held").headers == ()  # a message from before: none
+            held = store.get("up", "held")
+            assert held.headers == ()  # a message from before: none
+            # The lease end kept in ts before the upgrade is still its lease end.
+            assert held.timestamp_ms > store.now_ms() + HOUR // 2
+            assert store.leases_of("up", "c1")[0].until_ms == held.timestamp_ms
             # A lease taken before the upgrade has no token: nobody can act on it.
             _refused(
                 errors.LeaseTokenError,

@@ -7,7 +7,12 @@ import pytest
 from pipelines.timeline import exceptions as errors
 from pipelines.timeline import model
 from pipelines.timeline.config import ConsumerConfig, RelayConfig, TimelineConfig
-from pipelines.timeline.consumer import assigned_buckets, percentile, wake_delay_ms
+from pipelines.timeline.consumer import (
+    assigned_buckets,
+    next_batch_limit,
+    percentile,
+    wake_delay_ms,
+)
 from pipelines.timeline.model import MAX_LEASE_MS, Message, Op, Status
 from pipelines.timeline.wire import ScheduledMessage, decode_scheduled, encode_scheduled
 
@@ -163,6 +168,20 @@ def test_buckets_are_spread_over_live_consumers():
 )
 def test_sleep_until_next_due_time_at_most_max_idle(next_due, now, max_idle, delay):
     assert wake_delay_ms(next_due, now, max_idle) == delay
+
+
+@pytest.mark.parametrize(
+    ("limit", "got", "following"),
+    [
+        (1_000, 1_000, 2_000),  # full: behind, ask for more
+        (2_000, 2_000, 4_000),
+        (4_000, 4_000, 4_000),  # at most 4 x the base
+        (4_000, 3_999, 1_000),  # short: caught up, back to the base
+        (1_000, 0, 1_000),
+    ],
+)
+def test_a_relay_that_is_behind_takes_larger_batches(limit, got, following):
+    assert next_batch_limit(limit, got, 1_000) == following
 
 
 def test_percentile_nearest_rank():
