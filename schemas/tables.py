@@ -107,20 +107,23 @@ class Column:
     nullable: bool = True
 
 
+_WATERMARK_KEY = (
+    Column("stream", _T.STRING, False),
+    Column("seq", _T.INT64, False),
+    Column("time", _T.INT64, False),
+)
+"""What names a watermark: the first columns of both tables that hold watermarks."""
+
 LAYOUT: Mapping[str, tuple[Column, ...]] = {
     MARKS: (
-        Column("stream", _T.STRING, False),
-        Column("seq", _T.INT64, False),
-        Column("time", _T.INT64, False),
+        *_WATERMARK_KEY,
         Column("upper_time", _T.INT64, False),
         Column("stream_cut", _T.CUT),
         Column("writers", _T.STRINGS),
         Column("emitted_at", _T.INT64),
     ),
     INDEX: (
-        Column("stream", _T.STRING, False),
-        Column("seq", _T.INT64, False),
-        Column("time", _T.INT64, False),
+        *_WATERMARK_KEY,
         Column("upper_time_max", _T.INT64, False),
     ),
     REJECTED_MARKS: (
