@@ -293,6 +293,8 @@ class TidemarkProducer(Closing):
         self.cluster = cluster or ClusterSettings()
         self._lock = threading.RLock()
         self._closed = False
+        self._released = False
+        """True once ``close`` let go of the wrapped client (nothing was left in flight)."""
         self._failures: list[FailedRecord] = []
         self._marks = MarkPublisher(self.cluster, writer_id, self._produce_mark, self._failures)
         self.instance = self._marks.instance
@@ -569,6 +571,8 @@ class TidemarkProducer(Closing):
         """``Producer.poll``; also publishes the marks whose records are all acknowledged.
 
         (With positions from end offsets ``poll`` is the wrapped producer's own method.)"""
+        if self._released:
+            return 0
         served = self._producer.poll(timeout)
         if self._noting:
             with self._lock:
@@ -577,6 +581,8 @@ class TidemarkProducer(Closing):
 
     def flush(self, timeout: float = -1) -> int:
         """``Producer.flush``: records and marks; the number still in flight."""
+        if self._released:
+            return 0
         timeout_s = None if timeout is None or timeout < 0 else timeout
         return flush_publishing(self._producer, self._publish_ready_locked, timeout_s)
 
@@ -628,7 +634,10 @@ class TidemarkProducer(Closing):
 
     def close(self, timeout: float = 30.0) -> None:
         """Flush, publish the shutdown mark (when time was ever noted, or is noted
-        automatically: then at the automatic time of the close), flush again.
+        automatically: then at the automatic time of the close), flush again, and let
+        go of the Kafka client when nothing is left in flight (``poll`` and ``flush``
+        then answer 0; the client's own methods raise ``RuntimeError``, as after
+        ``Producer.close``).
 
         Raises :class:`DeliveryError` for records Kafka did not store, after
         closing. Closing twice is allowed.
@@ -655,7 +664,17 @@ class TidemarkProducer(Closing):
             finally:
                 self._closed = True
                 self._slow()
+                self._release()
             self._raise_failures()
+
+    def _release(self) -> None:
+        """Stop the wrapped client's threads and broker connections at the close, not when
+        the object is collected -- once nothing is in flight (a record still in flight
+        keeps it, so its report can still come through ``poll`` or ``flush``)."""
+        if len(self._producer) == 0:
+            vars(self).pop("poll", None)  # the wrapped producer's own, with end offsets
+            self._released = True
+            self._producer.close()
 
     def position(self, stream: str) -> dict[int, int]:
         """Segment id -> next offset acknowledged on ``stream``'s segments."""

@@ -195,6 +195,7 @@ def test_dropin_on_an_adopted_topic_gives_the_watermarks_of_event_writer(
     producer.close()
     writer.close()
     assert len(delivered) == 60, "per-message callbacks still run"
+    assert (producer.poll(0), producer.flush(1)) == (0, 0)  # its client is let go
 
     wa = watermarks_of(kafka, cluster, a, store.get_stream(a).epochs)
     wb = watermarks_of(kafka, cluster, b, store.get_stream(b).epochs)
@@ -520,6 +521,11 @@ def test_positions_from_end_offsets_run_no_python_per_record(
     producer.close()
     with pytest.raises(WriterClosedError):
         producer.produce(topic, b"late", "key-1")
+    # closed with nothing in flight, it let go of its Kafka client (as Producer.close does)
+    assert (producer.poll(0), producer.flush(1), len(producer)) == (0, 0, 0)
+    with pytest.raises(RuntimeError, match="closed"):
+        producer.list_topics(timeout=1)
+    producer.close()  # twice is allowed
     marks = [m for m in marks_of(kafka, cluster, stream) if m.writer_id == "w1"]
     assert [(m.time, m.alive) for m in marks] == [
         (BASE + 50, True),
