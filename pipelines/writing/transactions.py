@@ -51,7 +51,13 @@ from pipelines.writing.exceptions import (
 from pipelines.writing.headers import Headers, KafkaHeaders
 from pipelines.writing.positions import merge
 from pipelines.writing.timestamping import check_timestamp
-from pipelines.writing.writer import RoutingKey, Serializer, _routing_key_bytes, _StreamWriter
+from pipelines.writing.writer import (
+    RoutingKey,
+    Serializer,
+    _Opening,
+    _routing_key_bytes,
+    _StreamWriter,
+)
 
 log = logging.getLogger(__name__)
 
@@ -140,16 +146,8 @@ class TransactionalWriter(_StreamWriter):
                 "time with commit(timestamp)"
             )
         self.transactional_id = transactional_id_for(stream, writer_id)
-        super().__init__(
-            writer_id,
-            stream,
-            store=store,
-            bootstrap_servers=bootstrap_servers,
-            config=config,
-            serializer=serializer,
-            clock=clock,
-            transactional_id=self.transactional_id,
-        )
+        opening = _Opening(writer_id, stream, store, bootstrap_servers, config, serializer, clock)
+        super().__init__(opening, transactional_id=self.transactional_id)
         self._committed: dict[int, int] = {}
         self._open: Transaction | None = None
         self._init_transactions()

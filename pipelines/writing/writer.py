@@ -155,24 +155,29 @@ def _routing_key_bytes(routing_key: RoutingKey) -> bytes | None:
     )
 
 
+@dataclass(frozen=True)
+class _Opening:
+    """What a public writer constructor was given, handed on to :class:`_StreamWriter`."""
+
+    writer_id: str | None
+    stream: str
+    store: MetadataStore
+    bootstrap_servers: str
+    config: WriterConfig
+    serializer: Serializer | None
+    clock: Callable[[], int] | None
+
+
 class _StreamWriter(Closing):
     """What both stream writers share: routing, stamping, the producer, the records sent
     and their position (``sent``), the stream's metadata (``stream_view``) and the marks
     (``marks.MarkPublisher``, which the drop-in producer uses too)."""
 
     def __init__(
-        self,
-        writer_id: str | None,
-        stream: str,
-        *,
-        store: MetadataStore,
-        bootstrap_servers: str,
-        config: WriterConfig,
-        serializer: Serializer | None,
-        clock: Callable[[], int] | None,
-        transactional_id: str | None = None,
-        instance: str | None = None,
+        self, opening: _Opening, transactional_id: str | None = None, instance: str | None = None
     ) -> None:
+        writer_id, stream, store = opening.writer_id, opening.stream, opening.store
+        config, serializer, clock = opening.config, opening.serializer, opening.clock
         if writer_id is not None and (not isinstance(writer_id, str) or not writer_id.strip()):
             raise MissingWriterIdError(f"writer_id must be a non-empty string, got {writer_id!r}")
         split_stream(stream)
@@ -195,7 +200,9 @@ class _StreamWriter(Closing):
 
         metadata = store.get_stream(stream)
         require_writable(stream, metadata.state)
-        ensure_marks_topic(bootstrap_servers, config.cluster, create=config.create_marks_topic)
+        ensure_marks_topic(
+            opening.bootstrap_servers, config.cluster, create=config.create_marks_topic
+        )
 
         self._clock = SegmentClock(TimestampPolicy.of(metadata))
         self._floors = self._clock.live_floors
@@ -218,7 +225,7 @@ class _StreamWriter(Closing):
         self._headers_tuple: KeptHeaders | None = None
 
         settings = config.producer_settings(
-            bootstrap_servers,
+            opening.bootstrap_servers,
             client_id=f"tidemark-{writer_id or 'anonymous'}",
             transactional_id=transactional_id,
         )
@@ -526,16 +533,8 @@ class EventWriter(_StreamWriter):
             config = replace(config, automatically_note_time=automatically_note_time)
         if config.automatically_note_time and writer_id is None:
             raise MissingWriterIdError("automatically_note_time needs a writer_id")
-        super().__init__(
-            writer_id,
-            stream,
-            store=store,
-            bootstrap_servers=bootstrap_servers,
-            config=config,
-            serializer=serializer,
-            clock=clock,
-            instance=instance,
-        )
+        opening = _Opening(writer_id, stream, store, bootstrap_servers, config, serializer, clock)
+        super().__init__(opening, instance=instance)
         self._heartbeat: Heartbeat | None = None
         if config.automatically_note_time:
             self._heartbeat = Heartbeat(writer_id, config.note_time_interval_ms, self._note_now)
