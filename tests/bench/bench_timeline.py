@@ -198,7 +198,9 @@ def _bare_produce(bootstrap: str, topic: str, n: int) -> tuple[float, float]:
     producer = Producer(
         {"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 2}
     )
-    headers = [(h, b"x" * 26) for h in ("timeline", "id", "timestamp", "group")]
+    headers: list[tuple[str, str | bytes | None]] = [
+        (h, b"x" * 26) for h in ("timeline", "id", "timestamp", "group")
+    ]
     started = time.perf_counter()
     producer.produce(topic, key=b"first", value=b"x" * 64, headers=headers)
     producer.flush(60)
