@@ -406,9 +406,9 @@ class EventReader(Closing):
         """Owned segments held back until their sealed sizes are recorded (unassigned;
         still ours; where such a segment ends is unknown) -> since when (monotonic s)."""
         self._warned: dict[int, float] = {}
+        """Held segment -> when its hold was last logged (monotonic s)."""
         self._topic_asked = False
         """Whether the topic's metadata was asked for (``_ask_topic``)."""
-        """Held segment -> when its hold was last logged (monotonic s)."""
         self._checkpoints = CheckpointParticipation(
             group.registry, group.name, name, lambda: self._commit(dict(self._offsets))
         )
