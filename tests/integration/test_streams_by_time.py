@@ -185,6 +185,27 @@ def test_merged_read_is_in_time_order_and_complete(
     assert len(rows) == len(expected)
 
 
+def test_a_reader_taking_its_segment_after_connecting_fetches_at_once(
+    manager, store, kafka, wconfig, unique
+):
+    """A merge's readers take their segments at their first read, often a while after
+    their consumers connected: the reader then asks for its topic's metadata, so the
+    fetch starts at once, not at librdkafka's next topic scan (0.75-0.9 s later when
+    the partition is assigned 0.05-0.2 s after the consumer was made; half the
+    8-stream merges waited so)."""
+    stream = rg.make_stream(manager, f"{unique}f", segments=1)
+    with EventWriter("wf", stream, store=store, bootstrap_servers=kafka, config=wconfig) as w:
+        w.write(b"first", routing_key="k", timestamp=BASE)
+    group = ReaderGroup.ephemeral_group(
+        stream, None, store=store, bootstrap_servers=kafka, config=rg.FAST
+    )
+    with group, group.reader("r") as reader:
+        time.sleep(0.2)  # the consumer connects and has its first metadata meanwhile
+        started = time.monotonic()
+        batch = reader.read_batch(timeout_ms=500)
+        assert [e.body for e in batch.events] == [b"first"], time.monotonic() - started
+
+
 def check_joint(joint, windows, marks):
     """The joint window is the streams' (lowest lower, highest upper), never above any."""
     lowers = [w.lower for w in windows.values()]

@@ -74,6 +74,9 @@ class FakeConsumer:
     def incremental_unassign(self, tps: list[Any]) -> None:
         self.assigned -= {tp.partition for tp in tps}
 
+    def list_topics(self, topic: str, timeout: float) -> None:
+        pass  # (the reader asks for its topic's metadata at its first assignment)
+
     def close(self) -> None:
         pass
 
