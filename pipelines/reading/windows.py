@@ -198,47 +198,43 @@ class PositionWindow:
         (the progress kept for :meth:`_resolve`)."""
         marks = self._feed.watermarks
         seg, index, lower = self._seg, self._head, self._window.lower
+        self._tracker = None  # behind now: _resolve starts a new one where the steps end
+        self._last = {seg: offset}
         while index < len(marks):
             mark = marks[index]
-            cut_offset = self._plain_offset(mark.stream_cut)
-            if cut_offset is None:
+            cut = mark.stream_cut
+            cut_offset = cut.get(seg, -1) if len(cut) == 1 else self._plain_offset(cut)
+            if cut_offset < 0:
                 break
             if cut_offset > offset:
-                window = TimeWindow(lower, mark.upper_time)
-                self._window = window
+                window = self._window = TimeWindow(lower, mark.upper_time)
                 self._low, self._high, self._head = offset, cut_offset, index
-                self._ranges = {seg: range(offset, cut_offset)}
-                self._last = {seg: offset}
-                self._tracker = None
                 self._start, self._start_lower = index, lower
+                self._ranges = None  # (only the one range above: the fast path's)
                 return window
             lower = mark.time
             index += 1
-        self._tracker = None
         self._start, self._start_lower = index, lower
-        self._last = {seg: offset}
         self._ranges = None
         self._low = self._high = 0
         self._head = -1
         return None
 
-    def _plain_offset(self, cut: StreamCut) -> int | None:
+    def _plain_offset(self, cut: StreamCut) -> int:
         """The cut's offset on ``_seg`` when no other segment of the cut overlaps it (then
-        ``compare`` orders a one-segment position by that offset alone), else None."""
+        ``compare`` orders a one-segment position by that offset alone), else -1."""
         seg = self._seg
-        offset = cut.get(seg)
-        if offset is None or offset < 0:
-            return None
-        if len(cut) > 1 and cut.keys() != self._plain_keys:
+        offset = cut.get(seg, -1)
+        if offset >= 0 and len(cut) > 1 and cut.keys() != self._plain_keys:
             segments = self._segments()
             mine = segments.get(seg)
             if mine is None:
-                return None
+                return -1
             for other_id in cut:
                 if other_id != seg:
                     other = segments.get(other_id)
                     if other is None or other.overlaps(mine):
-                        return None
+                        return -1
             self._plain_keys = frozenset(cut)
         return offset
 
@@ -283,7 +279,7 @@ class PositionWindow:
             if (
                 head is not None
                 and head is tracker.next_to_pass
-                and self._plain_offset(head.stream_cut) is not None
+                and self._plain_offset(head.stream_cut) >= 0
             ):
                 self._head = self._start + tracker.passed
         return window
