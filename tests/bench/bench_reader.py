@@ -14,7 +14,7 @@ measured in the same process on the same data, and the ratio (goal in brackets):
   comparison against the next watermark's cut, and the same window resolved
   once per batch the way ``EventReader.read_batch`` does (the reader's
   position, then ``PositionWindow.at``), counted per event  [<= 3x]
-  (all three timed in this thread's CPU time).
+  (all timed in this thread's CPU time; the per-event ones in interleaved rounds).
 """
 
 from __future__ import annotations
