@@ -439,7 +439,7 @@ def walk(draw: st.DrawFn, marks: Sequence[Watermark], segments: Mapping[int, Seg
     return positions
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.data())
 def test_position_window_steps_agree_with_the_reference(data):
     """``PositionWindow`` (its one-segment steps along plain cuts included) equals a
