@@ -86,13 +86,22 @@ class WindowTracker:
     can keep feeding. ``segments`` (segment id -> :class:`Segment`) is looked
     up on every comparison, so the caller may add the segments of new epochs
     to it. Positions must only move forward; the passed watermarks are never
-    looked at again.
+    looked at again. ``lower`` resumes a tracker: the time of the last watermark
+    passed before the first of ``watermarks``.
     """
 
-    def __init__(self, watermarks: Iterable[Watermark], segments: Mapping[int, Segment]) -> None:
+    def __init__(
+        self,
+        watermarks: Iterable[Watermark],
+        segments: Mapping[int, Segment],
+        *,
+        lower: int | None = None,
+    ) -> None:
         self._source = iter(watermarks)
         self._segments = segments
-        self._lower: int | None = None
+        self._lower = lower
+        self.passed = 0
+        """How many of ``watermarks`` the position has passed (they are its first ones)."""
         self._ahead: deque[Watermark] = deque()
         """Watermarks read but not yet passed, in ``seq`` order."""
         self.next_to_pass: Watermark | None = None
@@ -122,6 +131,7 @@ class WindowTracker:
                 # Watermarks pass in seq order (their cuts never go backwards).
                 self._lower = mark.time
                 self._ahead.popleft()
+                self.passed += 1
                 continue
             if order <= 0:
                 upper = mark.upper_time

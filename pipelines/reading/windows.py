@@ -17,7 +17,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Set
 
-from controller.model import END_OF_SEGMENT, Position, Segment, TimeWindow, Watermark
+from controller.model import (
+    END_OF_SEGMENT,
+    Position,
+    Segment,
+    StreamCut,
+    TimeWindow,
+    Watermark,
+)
 from controller.timewindow import WindowTracker
 from pipelines.reading.watermark_tables import MarksTail, read_watermarks, resolve_delta_root
 
@@ -117,59 +124,119 @@ def reader_position(
 class PositionWindow:
     """Time windows along one moving position, rebuilt when the position jumps back.
 
-    Fast path: after each full resolution it keeps, per segment of the
-    position, the range of offsets within which the answer cannot change:
-    from the position up to the nearest offset of the bounding watermarks'
-    cuts above it (the next watermark to pass and the first one wholly
-    ahead), or just the position itself when it sits at such a cut offset
-    (an equal offset is neither before nor after on that segment, one more
-    is after: ``controller.timewindow.compare``). While every segment's
-    offset stays in its range the last window is returned as is -- one
-    range test per segment of the position per event (a chained comparison
-    when the position holds one segment).
+    After each full resolution (``WindowTracker``) it keeps, per segment of the
+    position, the range of offsets within which the answer cannot change: from
+    the position up to the nearest offset of the bounding watermarks' cuts above
+    it (the next watermark to pass and the first one wholly ahead), or just the
+    position itself when it sits at such a cut offset (an equal offset is neither
+    before nor after on that segment, one more is after:
+    ``controller.timewindow.compare``). While every segment's offset stays in its
+    range the last window is returned as is: one chained comparison per event
+    when the position holds one segment and a watermark is wholly ahead.
+
+    Past that range, a one-segment position steps along the feed's list instead
+    of resolving while the cuts it passes are *plain* for its segment (they name
+    it and no other segment of theirs overlaps it): there an offset at or past
+    the cut's has passed the watermark and a smaller one is before it, so the
+    step is the plain offset comparison. Anything else resolves.
     """
 
     def __init__(self, feed: WatermarkFeed, segments: Callable[[], Mapping[int, Segment]]) -> None:
         self._feed = feed
         self._segments = segments
-        self._tracker: WindowTracker | None = None
-        self._last: Position | None = None
         self._window = TimeWindow(None, None)
+        self._tracker: WindowTracker | None = None
+        self._start = 0
+        """Where a new tracker starts in the feed; _start_lower: the time passed before."""
+        self._start_lower: int | None = None
+        self._last: Position | None = None
         self._ranges: dict[int, range] | None = None
-        self._seg: int | None = None
-        """The one segment the ranges name (None: several, or none); _low, _high: its range."""
-        self._low = self._high = 0
         self._settled = False
         """True when new watermarks cannot change the window (one is wholly ahead)."""
         self._known = 0
+        self._seg = -1
+        """The one segment of the fast path; _low <= its offset < _high: the window holds."""
+        self._low = self._high = 0
+        self._head = -1
+        """Index in the feed of the next watermark to pass when its cut is plain (-1: no step)."""
+        self._plain_keys: frozenset[int] = frozenset()
+        """The segments of the last cut of several found plain for ``_seg``."""
 
     def reset(self) -> None:
         """Forget the progress (after the position moved backwards or lost segments)."""
         self._tracker = None
+        self._start, self._start_lower = 0, None
+        self._last = None
         self._ranges = None
-        self._seg = None
+        self._low = self._high = 0
+        self._head = -1
 
     def at(self, position: Position) -> TimeWindow:
-        seg = self._seg
-        if (  # one segment, no watermark can change the window: one chained comparison
-            seg is not None
-            and self._low <= position.get(seg, -1) < self._high
-            and len(position) == 1
-            and self._settled
-        ):
-            return self._window
+        if len(position) == 1:
+            try:
+                if self._low <= position[self._seg] < self._high:
+                    return self._window
+            except KeyError:
+                pass
         return self._checked(position)
 
     def _checked(self, position: Position) -> TimeWindow:
         """The window when :meth:`at`'s shortest path does not apply."""
-        seg = self._seg
-        if seg is not None:
-            stable = self._low <= position.get(seg, -1) < self._high and len(position) == 1
-        else:
-            stable = self._within(position)
-        if stable and (self._settled or self._feed.refresh() == self._known):
+        if self._head >= 0 and len(position) == 1:
+            offset = position.get(self._seg, -1)
+            if offset >= self._high:
+                window = self._step(offset)
+                if window is not None:
+                    return window
+        if self._within(position) and (self._settled or self._feed.refresh() == self._known):
             return self._window
         return self._resolve(position)
+
+    def _step(self, offset: int) -> TimeWindow | None:
+        """Past the range on the fast path's segment: pass the watermarks whose plain cuts
+        are at or below ``offset``; the window when a plain one is then ahead, else None
+        (the progress kept for :meth:`_resolve`)."""
+        marks = self._feed.watermarks
+        seg, index, lower = self._seg, self._head, self._window.lower
+        self._tracker = None  # behind now: _resolve starts a new one where the steps end
+        self._last = {seg: offset}
+        while index < len(marks):
+            mark = marks[index]
+            cut = mark.stream_cut
+            cut_offset = cut.get(seg, -1) if len(cut) == 1 else self._plain_offset(cut)
+            if cut_offset < 0:
+                break
+            if cut_offset > offset:
+                window = self._window = TimeWindow(lower, mark.upper_time)
+                self._low, self._high, self._head = offset, cut_offset, index
+                self._start, self._start_lower = index, lower
+                self._ranges = None  # (only the one range above: the fast path's)
+                return window
+            lower = mark.time
+            index += 1
+        self._start, self._start_lower = index, lower
+        self._ranges = None
+        self._low = self._high = 0
+        self._head = -1
+        return None
+
+    def _plain_offset(self, cut: StreamCut) -> int:
+        """The cut's offset on ``_seg`` when no other segment of the cut overlaps it (then
+        ``compare`` orders a one-segment position by that offset alone), else -1."""
+        seg = self._seg
+        offset = cut.get(seg, -1)
+        if offset >= 0 and len(cut) > 1 and cut.keys() != self._plain_keys:
+            segments = self._segments()
+            mine = segments.get(seg)
+            if mine is None:
+                return -1
+            for other_id in cut:
+                if other_id != seg:
+                    other = segments.get(other_id)
+                    if other is None or other.overlaps(mine):
+                        return -1
+            self._plain_keys = frozenset(cut)
+        return offset
 
     def _within(self, position: Position) -> bool:
         """True when every offset of ``position`` lies in its segment's stable range."""
@@ -184,8 +251,15 @@ class PositionWindow:
 
     def _resolve(self, position: Position) -> TimeWindow:
         tracker = self._tracker
-        if tracker is None or not _forward(self._last, position):
-            tracker = WindowTracker(self._feed.iterator(), _LiveSegments(self._segments))
+        forward = _forward(self._last, position)
+        if tracker is None or not forward:
+            if not forward:
+                self._start, self._start_lower = 0, None
+            tracker = WindowTracker(
+                self._feed.iterator(self._start),
+                _LiveSegments(self._segments),
+                lower=self._start_lower,
+            )
             self._tracker = tracker
         self._last = dict(position)
         window = tracker.advance_to(position)
@@ -193,11 +267,21 @@ class PositionWindow:
         self._known = len(self._feed.watermarks)
         ranges = _stable_ranges(position, window, tracker)
         self._ranges = ranges
-        self._seg = None
-        if ranges is not None and len(ranges) == 1:
-            ((self._seg, stable),) = ranges.items()
-            self._low, self._high = stable.start, stable.stop
         self._settled = tracker.first_ahead is not None
+        self._low = self._high = 0
+        self._head = -1
+        if ranges is not None and len(ranges) == 1 and self._settled:
+            ((seg, stable),) = ranges.items()
+            if seg != self._seg:
+                self._seg, self._plain_keys = seg, frozenset()
+            self._low, self._high = stable.start, stable.stop
+            head = tracker.first_ahead  # when the next to pass too, a step may pass it
+            if (
+                head is not None
+                and head is tracker.next_to_pass
+                and self._plain_offset(head.stream_cut) >= 0
+            ):
+                self._head = self._start + tracker.passed
         return window
 
 

@@ -380,3 +380,97 @@ def test_tracker_fast_path_and_group_window_agree_with_the_definition(data):
             tracker = WindowTracker(iter(marks), segments)
             assert tracker.advance_to(position) == expected, position
         last = position
+
+
+class GrowingFeed:
+    """A feed whose watermarks are revealed a few at a time, with live iterators
+    (``FeedIterator``), as a ``WatermarkFeed`` over a table being appended to."""
+
+    def __init__(self, marks: Sequence[Watermark], shown: int) -> None:
+        self.all = list(marks)
+        self.watermarks = self.all[:shown]
+
+    def refresh(self, *, force: bool = False) -> int:
+        return len(self.watermarks)
+
+    def show(self, count: int) -> None:
+        self.watermarks.extend(self.all[len(self.watermarks) : len(self.watermarks) + count])
+
+    def iterator(self, start: int = 0) -> Iterator[Watermark]:
+        from pipelines.reading.windows import FeedIterator
+
+        return FeedIterator(self, start)  # type: ignore[arg-type]
+
+
+@st.composite
+def walk(draw: st.DrawFn, marks: Sequence[Watermark], segments: Mapping[int, Segment]):
+    """Positions of mostly one segment: runs of small steps forwards (through several
+    cuts), steps back, landings one below, at and one above a cut's offset, jumps, other
+    segments, a segment read to its end, now and then two segments; each with a count
+    of watermarks revealed before it."""
+    ids = sorted(segments)
+    named = sorted({seg for mark in marks for seg in mark.stream_cut}) or ids
+    seg, offset = draw(st.sampled_from(named)), 0
+    positions: list[tuple[int, dict[int, int]]] = []
+    reveals = st.sampled_from([0, 0, 0, 1, 2])
+    for _ in range(draw(st.integers(1, 30))):
+        move = draw(st.sampled_from(["run", "run", "back", "cut", "jump", "seg", "end", "two"]))
+        if move == "run":
+            for step in draw(st.lists(st.integers(0, 3), min_size=1, max_size=20)):
+                offset += step
+                positions.append((draw(reveals), {seg: offset}))
+            continue
+        if move == "back":
+            offset = max(0, offset - draw(st.integers(1, 3)))
+        elif move == "cut" and marks:
+            cut = draw(st.sampled_from(marks)).stream_cut
+            seg = draw(st.sampled_from(sorted(cut)))
+            offset = max(0, cut[seg] + draw(st.sampled_from([-1, 0, 1])))
+        elif move == "jump":
+            offset = draw(st.integers(0, 60))
+        elif move == "seg":
+            seg = draw(st.sampled_from(ids))
+        position = {seg: END_OF_SEGMENT if move == "end" else offset}
+        if move == "two":
+            other = draw(st.sampled_from(ids))
+            if not segments[other].overlaps(segments[seg]):
+                position[other] = draw(st.integers(0, 60))
+        positions.append((draw(reveals), position))
+    return positions
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_position_window_steps_agree_with_the_reference(data):
+    """``PositionWindow`` (its one-segment steps along plain cuts included) equals a
+    fresh ``WindowTracker`` over the watermarks revealed so far, along walks forwards
+    and backwards over scaled streams, with cuts as the controller emits them or any
+    cuts at all (naming other segments, overlapping ones, ends of segments), exact
+    cut offsets, and new watermarks arriving between calls."""
+    from pipelines.reading.windows import PositionWindow
+
+    epochs, steps = data.draw(scenarios())
+    segments = {seg.id: seg for epoch in epochs for seg in epoch.segments}
+    marks = emitted_watermarks(epochs, steps)
+    kind = data.draw(st.sampled_from(["emitted", "epochs", "any"]))
+    if kind != "emitted":  # cuts of one epoch after another, or of any segments; offsets
+        marks, epoch = [], 0  # growing roughly 3 a watermark
+        for i in range(data.draw(st.integers(0, 20))):
+            top = 3 * i + 5  # stands for END_OF_SEGMENT
+            offsets = st.integers(max(0, 3 * i - 4), top).map(
+                lambda o, top=top: END_OF_SEGMENT if o == top else o
+            )
+            if kind == "any":
+                ids = st.sampled_from(sorted(segments))
+                cut = data.draw(st.dictionaries(ids, offsets, min_size=1, max_size=3))
+            else:
+                epoch = min(len(epochs) - 1, epoch + data.draw(st.sampled_from([0, 0, 0, 1])))
+                cut = {seg.id: data.draw(offsets) for seg in epochs[epoch].segments}
+            marks.append(wm(10 * i, 10 * i + 5, cut, i))
+    shown = data.draw(st.one_of(st.just(len(marks)), st.integers(0, len(marks))))
+    feed = GrowingFeed(marks, shown)
+    window = PositionWindow(feed, lambda: segments)  # type: ignore[arg-type]
+    for reveal, position in data.draw(walk(marks, segments)):
+        feed.show(reveal)
+        expected = WindowTracker(list(feed.watermarks), segments).advance_to(position)
+        assert window.at(position) == expected, (position, len(feed.watermarks))
