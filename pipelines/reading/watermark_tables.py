@@ -128,15 +128,21 @@ def _row_groups(
 
 
 class DeltaSource:
-    """An open ``DeltaTable`` (or none yet: a missing table reads as empty)."""
+    """An open ``DeltaTable`` (or none yet: a missing table reads as empty). Thread-safe:
+    one may serve several tails (:func:`shared_source`)."""
 
     def __init__(self, uri: str, storage_options: Mapping[str, str] | None = None) -> None:
         self.uri = uri
         self.storage_options = dict(storage_options or {})
         self._table: Any = None
+        self._lock = threading.RLock()
 
     def refresh(self) -> bool:
         """Load newer log versions; True when the version moved (or the table appeared)."""
+        with self._lock:
+            return self._refresh()
+
+    def _refresh(self) -> bool:
         from deltalake import DeltaTable  # on use: importing this module stays light
         from deltalake.exceptions import TableNotFoundError  # as above
 
@@ -157,11 +163,16 @@ class DeltaSource:
 
     @property
     def version(self) -> int | None:
-        return None if self._table is None else int(self._table.version())
+        with self._lock:
+            return None if self._table is None else int(self._table.version())
 
     def rows(self, stream: str | None = None, columns: Sequence[str] | None = None) -> pa.Table:
         """Every row of the current version (optionally one stream's, only ``columns``);
         empty when no table."""
+        with self._lock:
+            return self._rows(stream, columns)
+
+    def _rows(self, stream: str | None, columns: Sequence[str] | None) -> pa.Table:
         import pyarrow as pa  # on use: importing this module stays light
 
         if self._table is None:
@@ -177,6 +188,10 @@ class DeltaSource:
 
     def files(self) -> list[DataFile]:
         """Every data file of the current version, with its min/max statistics."""
+        with self._lock:
+            return self._files()
+
+    def _files(self) -> list[DataFile]:
         if self._table is None:
             return []
         actions = add_actions(self._table)
@@ -398,9 +413,25 @@ class TableTail:
         return rows
 
 
+_SOURCES: dict[tuple[str, tuple[tuple[str, str], ...]], DeltaSource] = {}
+_SOURCES_LOCK = threading.Lock()
+
+
+def shared_source(uri: str, storage_options: Mapping[str, str] | None = None) -> DeltaSource:
+    """The process's one :class:`DeltaSource` of a table (per storage options): the tails
+    of many streams open the table once and follow one snapshot, instead of one each."""
+    key = (uri, tuple(sorted((storage_options or {}).items())))
+    with _SOURCES_LOCK:
+        found = _SOURCES.get(key)
+        if found is None:
+            found = _SOURCES[key] = DeltaSource(uri, storage_options)
+        return found
+
+
 class MarksTail:
     """A stream's new ``marks`` rows, read incrementally (:class:`TableTail`): the one way
-    readers, waits and the time service follow a stream's watermarks."""
+    readers, waits and the time service follow a stream's watermarks. The tails of a
+    process share one open table (:func:`shared_source`)."""
 
     def __init__(
         self,
@@ -410,7 +441,8 @@ class MarksTail:
         columns: Sequence[str] = MARKS_COLUMNS,
     ) -> None:
         self.uri = table_path(delta_root, MARKS)
-        self.tail = TableTail(self.uri, stream, columns, storage_options)
+        source = shared_source(self.uri, storage_options)
+        self.tail = TableTail(self.uri, stream, columns, storage_options, source)
 
     @property
     def last_seq(self) -> int:
@@ -628,5 +660,6 @@ __all__ = [
     "read_table",
     "read_watermarks",
     "resolve_delta_root",
+    "shared_source",
     "table_path",
 ]

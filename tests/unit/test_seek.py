@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -10,7 +12,12 @@ from controller.index import index_rows, start_cut, stop_cut
 from controller.model import KeyRange, Segment, Watermark, segment_id
 from pipelines.reading.exceptions import InvalidDurationError, InvalidTimestampError
 from pipelines.reading.seek import SeekIndex, check_timestamp, parse_duration, ranges_between
-from pipelines.reading.watermark_tables import INDEX_COLUMNS, MARKS_COLUMNS, append_watermarks
+from pipelines.reading.watermark_tables import (
+    INDEX_COLUMNS,
+    MARKS_COLUMNS,
+    MarksTail,
+    append_watermarks,
+)
 from schemas.arrow import INDEX_ARROW as INDEX_SCHEMA
 from schemas.arrow import MARKS_ARROW as MARKS_SCHEMA
 
@@ -226,3 +233,33 @@ def test_joint_lookups_follow_one_snapshot_and_agree_with_each_stream(tmp_path):
             assert joint.stop_cuts(streams, t)[stream] == (
                 None if stop is None else stop.stream_cut
             )
+
+
+def test_the_tails_of_several_streams_share_one_open_marks_table(tmp_path):
+    """A process opens ``marks`` once for all its tails (``shared_source``); each tail
+    still reads only its own stream's new rows, also when the tails poll at once from
+    several threads."""
+    root = str(tmp_path)
+    streams = [f"s/t{i}" for i in range(4)]
+
+    def add(first_seq: int, count: int) -> None:
+        for i, stream in enumerate(streams):
+            marks = [
+                Watermark(stream, seq * 10 + i, seq * 10 + i + 5, {0: seq}, seq)
+                for seq in range(first_seq, first_seq + count)
+            ]
+            append_watermarks(root, marks)
+
+    add(0, 2)
+    tails = [MarksTail(root, stream) for stream in streams]
+    assert len({id(t.tail.source) for t in tails}) == 1
+    assert [[(w.stream, w.seq) for w in t.poll()] for t in tails] == [
+        [(stream, 0), (stream, 1)] for stream in streams
+    ]
+    add(2, 3)
+    with ThreadPoolExecutor(len(tails)) as pool:
+        polled = list(pool.map(lambda t: t.poll(), tails))
+    assert [[(w.stream, w.seq, w.time) for w in got] for got in polled] == [
+        [(stream, seq, seq * 10 + i) for seq in (2, 3, 4)] for i, stream in enumerate(streams)
+    ]
+    assert all(t.poll() == [] for t in tails)
