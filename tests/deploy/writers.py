@@ -4,7 +4,10 @@
 
 An ``EventWriter`` (default), a ``TransactionalWriter`` or the drop-in
 ``TidemarkProducer``, all with a 1 ms linger and the deployment's cluster settings,
-so the deployment test's noters and the nemesis's clients write alike.
+so the deployment test's noters and the nemesis's clients write alike. The drop-in
+is given ``enable.idempotence`` as the tidemark writers have it: without it a retry
+after a broker's loss may store a record twice (Kafka's at-least-once), which the
+nemesis counts as a broken invariant.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ def open_writer(
     with d.as_user("writer"):
         if drop_in:
             return TidemarkProducer(
-                {**client_config(d.bootstrap), "linger.ms": 1},
+                {**client_config(d.bootstrap), "linger.ms": 1, "enable.idempotence": True},
                 writer_id=writer_id,
                 store=store,
                 stream=stream,
