@@ -859,8 +859,8 @@ class EventReader(Closing):
 
         A consumer whose first metadata came before the topic was assigned leaves
         the partitions' leader unknown until librdkafka's topic scan, once a second:
-        nothing is fetched meanwhile (a fresh reader among eight brought nothing for
-        0.8-0.9 s). Waits at most 1 s (the scan would have answered by then)."""
+        nothing is fetched meanwhile. Waits at most 1 s (the scan would have answered
+        by then)."""
         self._topic_asked = True
         timeout_s = min(self.config.kafka_timeout_ms, TOPIC_LOOKUP_MS) / 1000
         try:
