@@ -20,6 +20,7 @@ from tests.integration.test_reader_group import (
     BASE,
     group_kw,
     make_stream,
+    read_until,
     three_rounds_group,
 )
 
@@ -80,14 +81,15 @@ def test_batches_keep_key_order_across_a_scale_and_lose_nothing(
                 w.write(f"{key}:{i}".encode(), routing_key=key, timestamp=BASE + i)
         w.flush()
         with group.reader("r2") as r2:
-            batches = [first]
-            idle = 0
-            while idle < 3:  # each reader drains what it has, until neither gets anything
-                got = read_batches(r1, 7, idle_ms=200) + read_batches(r2, 7, idle_ms=200)
-                for batch in got:
-                    assert 0 < len(batch) <= 7
-                batches.extend(got)
-                idle = 0 if got else idle + 1
+            rest = read_until(
+                [r1, r2],
+                count=len(keys) * 20 - len(first),
+                take=lambda reader, wait_ms: read_batches(reader, 7, wait_ms, wait_ms),
+                size=len,
+            )
+            batches = [first, *rest]
+            for batch in batches:
+                assert 0 < len(batch) <= 7
         meta = store.get_stream(stream)
         events = [e for batch in batches for e in batch.events]
         assert {e.segment for e in events} == set(meta.segments())

@@ -131,6 +131,21 @@ def read_all(reader, idle_ms=800, first_ms=5_000):
         out.append(event)
 
 
+def read_until(readers, count, take=None, size=lambda item: 1, deadline_s=60.0):
+    """What ``readers`` read in turn (``take(reader, wait_ms)``: a list, by default
+    :func:`read_all`) until ``count`` events came (``size(item)``: the events in an
+    item a take returned), then one more take each, to show that nothing is left over."""
+    take = take or (lambda reader, wait_ms: read_all(reader, idle_ms=wait_ms, first_ms=wait_ms))
+    got: list = []
+    deadline = time.monotonic() + deadline_s
+    while sum(map(size, got)) < count and time.monotonic() < deadline:
+        for reader in readers:
+            got.extend(take(reader, 200))
+    for reader in readers:
+        got.extend(take(reader, 500))
+    return got
+
+
 def read_along(
     group: ReaderGroup,
     written: threading.Event,
@@ -252,12 +267,7 @@ def test_readers_follow_scaling_in_key_order(manager, store, kafka, wconfig, uni
         w.flush()
     group = ReaderGroup(f"g{unique}", stream, **group_kw(store, kafka, str(tmp_path)))
     with group, group.reader("r1") as r1, group.reader("r2") as r2:
-        events = []
-        idle = 0
-        while idle < 3:  # each reader drains what it has, until neither gets anything
-            got = read_all(r1, idle_ms=200) + read_all(r2, idle_ms=200)
-            events.extend(got)
-            idle = 0 if got else idle + 1
+        events = read_until([r1, r2], count=len(keys) * 20)
         assert {e.segment for e in events} == set(store.get_stream(stream).segments())
         per_key = defaultdict(list)
         for e in events:
