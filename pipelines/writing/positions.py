@@ -92,15 +92,15 @@ class DeliveryGroups:
         setter alone). Made once per group and callback (kept in ``reports``), not per
         record."""
         made = self.reports[p]
-        into = self.setters[p]
         if cb is None:
-            return into
+            return self.setters[p]
         if len(made) >= _CALLBACKS_KEPT:
             made.clear()
-            made[None] = into
+            made[None] = self.setters[p]
+        bucket = self._open[p]
 
         def report(err: Any, msg: Any) -> None:
-            into(err, msg)
+            bucket[err] = msg  # the setter's store, without its call
             cb(err, msg)
 
         made[cb] = report
