@@ -51,14 +51,16 @@ next call, for the application to produce again; ``EventWriter`` re-sends
 them by itself.
 
 Per record, in the default mode: while nothing waits to be checked (a failure,
-a close, a metadata change), ``produce`` is a closure set on the instance
-(``_routed_produce``: the partition, the group's report, one positional call)
-and ``poll``, while no note waits, the wrapped producer's own method; the
-class's methods check, publish, and hand them back. A record with the
-application's delivery callback gets its group's report followed by that
-callback, a function made once per group and callback
-(``DeliveryGroups.reporting_to``). Headers are checked as ``Producer`` takes
-them (:mod:`pipelines.writing.headers`; a name that is not text is refused).
+a close, a metadata change: ``_slow``/``_fast``), ``produce`` routes, stamps and
+sends a record to a stream's topic with its group's report in one positional
+call; anything else goes through ``_checked`` first. ``poll`` calls the wrapped
+one and publishes only while a note waits. A record with the application's
+delivery callback gets one Python report (the group's store, then that
+callback), made once per group and callback (``DeliveryGroups.reporting_to``).
+Headers are checked as ``Producer`` takes them (:mod:`pipelines.writing.headers`;
+a name that is not text is refused). The class has no ``__getattr__`` (it would
+cost every attribute read in ``produce`` CPython's specialized loads): the
+wrapped producer's other public attributes are passed through by properties.
 
 Positions from end offsets (opt-in, ``positions_from="end_offsets"``; one
 argument more: ``TidemarkProducer(conf, ..., positions_from="end_offsets")``):
