@@ -62,9 +62,10 @@ class DeliveryGroups:
         self._open: dict[int, dict[Any, Any]] = {}
         self.setters: dict[int, Callable[[Any, Any], None]] = {}
         self.used: dict[int, bool] = {}
-        self.with_callback: dict[int, dict[Any, Callable[[Any, Any], None]]] = {}
-        """Partition -> the application's callback -> ``reporting_to(p, cb)`` (the
-        producer's hot path looks a report up here before making one)."""
+        self.reports: dict[int, dict[Any, Callable[[Any, Any], None]]] = {}
+        """Partition -> the application's callback -> the record's delivery callback: for
+        ``None`` the open group's setter, else ``reporting_to(p, cb)`` (the producer looks
+        a report up here before making one)."""
         self._chains: dict[int, list[dict[Any, Any]]] = {}
         self._next: dict[int, int] = {}
         self._pending: list[GroupNote] = []
@@ -80,20 +81,26 @@ class DeliveryGroups:
         self._open[p] = bucket
         self.setters[p] = bucket.__setitem__
         self.used[p] = False
-        self.with_callback[p] = {}
+        self.reports[p] = {None: bucket.__setitem__}
         self._chains.setdefault(p, []).append(bucket)
 
-    def reporting_to(self, p: int, cb: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
+    def reporting_to(
+        self, p: int, cb: Callable[[Any, Any], None] | None
+    ) -> Callable[[Any, Any], None]:
         """A delivery callback for a record of partition ``p`` that the application also
-        wants reported to ``cb``: the open group's setter, then ``cb``. Made once per
-        group and callback (kept in ``with_callback``), not per record."""
-        made = self.with_callback[p]
+        wants reported to ``cb``: the open group's setter, then ``cb`` (``None``: the
+        setter alone). Made once per group and callback (kept in ``reports``), not per
+        record."""
+        made = self.reports[p]
+        if cb is None:
+            return self.setters[p]
         if len(made) >= _CALLBACKS_KEPT:
             made.clear()
-        into = self.setters[p]
+            made[None] = self.setters[p]
+        bucket = self._open[p]
 
         def report(err: Any, msg: Any) -> None:
-            into(err, msg)
+            bucket[err] = msg  # the setter's store, without its call
             cb(err, msg)
 
         made[cb] = report

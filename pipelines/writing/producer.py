@@ -51,14 +51,16 @@ next call, for the application to produce again; ``EventWriter`` re-sends
 them by itself.
 
 Per record, in the default mode: while nothing waits to be checked (a failure,
-a close, a metadata change), ``produce`` is a closure set on the instance
-(``_routed_produce``: the partition, the group's report, one positional call)
-and ``poll``, while no note waits, the wrapped producer's own method; the
-class's methods check, publish, and hand them back. A record with the
-application's delivery callback gets its group's report followed by that
-callback, a function made once per group and callback
-(``DeliveryGroups.reporting_to``). Headers are checked as ``Producer`` takes
-them (:mod:`pipelines.writing.headers`; a name that is not text is refused).
+a close, a metadata change: ``_slow``/``_fast``), ``produce`` routes, stamps and
+sends a record to a stream's topic with its group's report in one positional
+call; anything else goes through ``_checked`` first. ``poll`` calls the wrapped
+one and publishes only while a note waits. A record with the application's
+delivery callback gets one Python report (the group's store, then that
+callback), made once per group and callback (``DeliveryGroups.reporting_to``).
+Headers are checked as ``Producer`` takes them (:mod:`pipelines.writing.headers`;
+a name that is not text is refused). The class has no ``__getattr__`` (it would
+cost every attribute read in ``produce`` CPython's specialized loads): the
+wrapped producer's other public attributes are passed through by properties.
 
 Positions from end offsets (opt-in, ``positions_from="end_offsets"``; one
 argument more: ``TidemarkProducer(conf, ..., positions_from="end_offsets")``):
@@ -117,7 +119,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from confluent_kafka import KafkaError, Message, Producer
 
@@ -301,6 +303,8 @@ class TidemarkProducer(Closing):
         """This producer object's token on its marks (``marks.instance_token``)."""
         self._noting = False
         """Some note waits for its records: poll publishes the ready ones."""
+        self._checking = True
+        """``produce`` takes the checking path (``_slow``/``_fast``)."""
         self._streams: dict[str, _Stream] = {}
         for name in names:
             metadata = store.get_stream(name)
@@ -324,9 +328,6 @@ class TidemarkProducer(Closing):
         if self._end_offsets is not None:
             vars(self)["poll"] = self._producer.poll  # publishes nothing in this mode
         self._heartbeat: Heartbeat | None = None
-        # produce, fast: the wrapped C method where the broker stamps (end offsets mode),
-        # else the routed closure; none with automatic note time (its produce locks).
-        self._fast_produce: Callable[..., Any] | None = None
         if automatically_note_time:
             # The timer's notes close delivery groups that produce, poll and flush fill:
             # those take the lock too, so a note sees every record on one side of it.
@@ -334,11 +335,7 @@ class TidemarkProducer(Closing):
                 vars(self)[name] = self._locked(getattr(self, name))
             self._heartbeat = Heartbeat(writer_id, note_time_interval_ms, self._note_now)
             self._heartbeat.start()
-        else:
-            self._fast_produce = (
-                self._producer.produce if self._end_offsets is not None else self._routed_produce()
-            )
-            self._fast()
+        self._fast()
 
     def _locked(self, method: Callable[..., Any]) -> Callable[..., Any]:
         lock = self._lock
@@ -379,16 +376,16 @@ class TidemarkProducer(Closing):
             st.checked = {p: (end, 0) for p, end in ends.items()}
 
     def _fast(self) -> None:
-        """``produce`` is the fast one (``_fast_produce``: with positions from end offsets the
-        wrapped producer's own C method, only when every stream takes the broker's append
-        time; else ``_routed_produce``), unless a failure, a close or a metadata change waits
-        for the checking one (the class's), a subclass has a ``produce`` of its own, or
-        automatic note time locks it."""
-        if self._fast_produce is None or type(self).produce is not TidemarkProducer.produce:
-            return
-        if self._end_offsets is not None and not self._broker_stamps:
+        """``produce`` takes its fast path (positions from reports: the class's method routes
+        and reports the record at once; from end offsets: the wrapped producer's own C method,
+        set on the instance, only when every stream takes the broker's append time), unless a
+        failure, a close or a metadata change waits for the checking one."""
+        if self._end_offsets is None:
+            self._checking = False
+        elif self._broker_stamps and type(self).produce is TidemarkProducer.produce:
+            vars(self)["produce"] = self._producer.produce
+        else:
             return  # the streams' timestamping rules run in Python, record by record
-        vars(self)["produce"] = self._fast_produce
         if (
             self._closed
             or self._failures
@@ -401,70 +398,11 @@ class TidemarkProducer(Closing):
         return all(st.clock.policy.uses_broker_time for st in self._streams.values())
 
     def _slow(self) -> None:
-        """The next ``produce`` is the class's, which checks (and raises) first. (With
-        automatic note time the one set on the instance is the locking one, which stays.)"""
-        if self._fast_produce is not None:
+        """The next ``produce`` checks (and raises) first. (With automatic note time the
+        ``produce`` set on the instance is the locking one, which stays.)"""
+        self._checking = True
+        if self._end_offsets is not None:
             vars(self).pop("produce", None)
-
-    def _routed_produce(self) -> Callable[..., int | None]:
-        """The default mode's ``produce`` while nothing waits to be checked (``_fast``).
-
-        The class's method cut to what the usual record needs -- its partition and
-        its group's report -- with what it reads held in closure cells (an attribute
-        load per name costs more than the rest: see ``tests/bench/bench_producer``).
-        A record to another topic, with an explicit partition or with headers, or
-        any failure not raised yet (a mark's comes without ``_slow``), goes through
-        the class's method.
-        """
-        streams = self._streams
-        failures = self._failures
-        send = self._producer.produce
-        user_delivery = self._user_delivery
-        checked = TidemarkProducer.produce
-        time_ns = time.time_ns
-
-        def produce(
-            topic: str,
-            value: Any = None,
-            key: Any = None,
-            partition: int = -1,
-            on_delivery: DeliveryCallback | None = None,
-            timestamp: int = 0,
-            headers: Any = None,
-            callback: DeliveryCallback | None = None,
-        ) -> int | None:
-            st = streams.get(topic)
-            if st is None or partition >= 0 or headers is not None or failures:
-                given = (topic, value, key, partition, on_delivery, timestamp, headers, callback)
-                return checked(self, *given)
-            partition = st.routes.get(key, -1) if key is not None else -1
-            if partition < 0:
-                partition = st.partition_for(key)
-            seg = st.segment_of[partition]
-            clock = st.clock
-            if not timestamp and clock.arrival_stamps:
-                # the clock's peek for a record given no timestamp, and wall_clock_ms, inlined
-                ts = time_ns() // 1_000_000
-                floor = st.floors.get(seg)
-                if floor is not None and floor > ts:
-                    ts = floor
-            else:
-                if timestamp:
-                    check_timestamp(timestamp)
-                ts = clock.peek(seg, timestamp or None, wall_clock_ms())
-            groups = st.groups
-            cb = on_delivery or callback or user_delivery
-            report = (
-                groups.setters[partition]
-                if cb is None
-                else groups.with_callback[partition].get(cb) or groups.reporting_to(partition, cb)
-            )
-            send(topic, value, key, partition, report, None, ts, None)
-            st.floors[seg] = ts  # the clock's advance (peek gave ts >= the floor)
-            groups.used[partition] = True
-            return ts
-
-        return produce
 
     def _on_failed(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None:
@@ -497,75 +435,73 @@ class TidemarkProducer(Closing):
         :class:`TimestampAdjustmentError` (``refuse_adjustments``) instead of sending.
         """
         st = self._streams.get(topic)
-        if st is None:
-            # Another topic: untouched (a configured callback runs as configured).
-            self._send(topic, value, key, partition, on_delivery or callback, timestamp, headers)
-            return None
-        # The hot path takes no lock: a record's delivery callback is its group's C-level
-        # bucket setter (see DeliveryGroups), so nothing is counted per record in Python.
-        if self._closed or self._failures or st.latest is not st.applied:
-            with self._lock:
-                self._before_produce(st)
-        if headers is not None:  # as Producer takes them, a bad one named (writing.headers)
-            headers = checked_headers(headers, as_producer=True)
-        if partition < 0:
-            # A key's partition is computed once (random ones never cached).
+        if st is None or partition >= 0 or headers is not None or self._checking or self._failures:
+            # Not the usual record, or something waits to be checked (a mark's failure
+            # comes without _slow).
+            if st is None:  # another topic: untouched (a configured callback runs as configured)
+                cb = on_delivery or callback
+                self._producer.produce(topic, value, key, partition, cb, None, timestamp, headers)
+                return None
+            headers = self._checked(st, partition, headers)
+        # The usual record takes no lock and runs no Python per report (the group's C-level
+        # bucket setter, see DeliveryGroups).
+        if partition < 0:  # a key's partition is computed once (random ones never cached)
             partition = st.routes.get(key, -1) if key is not None else -1
             if partition < 0:
                 partition = st.partition_for(key)
-        elif st.routed and partition not in st.current:
-            raise WriterError(
-                f"partition {partition} of {topic} is not a current segment of stream "
-                f"{st.name} (current: {sorted(st.current)}); leave partition unset"
-            )
-        seg = st.segment_of.get(partition)
-        if seg is None:
-            raise WriterError(
-                f"partition {partition} of {topic} is not a segment of stream {st.name} "
-                f"(segments: partitions {sorted(st.segment_of)})"
-            )
-        if timestamp:
-            check_timestamp(timestamp)
-        ts = st.clock.peek(seg, timestamp or None, wall_clock_ms())
-        if self._end_offsets is not None:
-            # Positions from end offsets: checked, so the wrapped producer's own produce
-            # takes the next records again when no stamping is needed (failures only).
-            self._send(topic, value, key, partition, on_delivery or callback, ts, headers)
-            st.floors[seg] = ts  # the clock's advance (peek gave ts >= the floor)
-            self._fast()
-            return ts
-        groups = st.groups
-        cb = on_delivery or callback or self._user_delivery
-        if cb is None:
-            report = groups.setters[partition]
-        else:  # the group's report, then the application's callback: made once, looked up
-            report = groups.with_callback[partition].get(cb) or groups.reporting_to(partition, cb)
+        seg = st.segment_of[partition]
+        clock = st.clock
+        if not timestamp and clock.arrival_stamps:
+            # the clock's peek for a record given no timestamp, and wall_clock_ms, inlined
+            ts = time.time_ns() // 1_000_000
+            floor = st.floors.get(seg)
+            if floor is not None and floor > ts:
+                ts = floor
+        else:
+            if timestamp:
+                check_timestamp(timestamp)
+            ts = clock.peek(seg, timestamp or None, wall_clock_ms())
+        cb = on_delivery or callback
         # Positional (keywords cost a dict per call): ..., on_delivery, callback, timestamp,
         # headers.
-        self._producer.produce(topic, value, key, partition, report, None, ts, headers)
+        if self._end_offsets is None:
+            groups = st.groups
+            cb = cb or self._user_delivery  # after the group's report (made once, looked up)
+            report = groups.reports[partition].get(cb) or groups.reporting_to(partition, cb)
+            self._producer.produce(topic, value, key, partition, report, None, ts, headers)
+            groups.used[partition] = True
+        else:  # positions from end offsets: failed records' reports only
+            self._producer.produce(topic, value, key, partition, cb, None, ts, headers)
         st.floors[seg] = ts  # the clock's advance (peek gave ts >= the floor)
-        groups.used[partition] = True
-        if self._fast_produce is not None and vars(self).get("produce") is not self._fast_produce:
-            self._fast()  # checked: the fast one takes the next records again
+        if self._checking:
+            self._fast()  # checked: the fast path takes the next records again
         return ts
+
+    def _checked(self, st: _Stream, partition: int, headers: Any) -> Any:
+        """Raise what waits (a failure, a close), follow a metadata change, check the
+        record's explicit partition and its headers (as ``Producer`` takes them, a bad one
+        named: :mod:`pipelines.writing.headers`); the headers to send."""
+        if self._closed or self._failures or st.latest is not st.applied:
+            with self._lock:
+                self._before_produce(st)
+        if partition >= 0:
+            if st.routed and partition not in st.current:
+                raise WriterError(
+                    f"partition {partition} of {st.topic} is not a current segment of stream "
+                    f"{st.name} (current: {sorted(st.current)}); leave partition unset"
+                )
+            if partition not in st.segment_of:
+                raise WriterError(
+                    f"partition {partition} of {st.topic} is not a segment of stream "
+                    f"{st.name} (segments: partitions {sorted(st.segment_of)})"
+                )
+        return None if headers is None else checked_headers(headers, as_producer=True)
 
     def _before_produce(self, st: _Stream) -> None:
         self._check()
         if st.latest is not st.applied:
             self._refresh(st)
             self._broker_stamps = self._all_broker_stamped()
-
-    def _send(
-        self,
-        topic: str,
-        value: Any,
-        key: Any,
-        partition: int,
-        cb: DeliveryCallback | None,
-        timestamp: int,
-        headers: Any,
-    ) -> None:
-        self._producer.produce(topic, value, key, partition, cb, None, timestamp, headers)
 
     def poll(self, timeout: float = -1) -> int:
         """``Producer.poll``; also publishes the marks whose records are all acknowledged.
@@ -593,8 +529,9 @@ class TidemarkProducer(Closing):
     def __len__(self) -> int:
         return len(self._producer)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._producer, name)
+    if TYPE_CHECKING:  # at run time, _pass_through's properties (see there)
+
+        def __getattr__(self, name: str) -> Any: ...
 
     # --- what tidemark adds ---------------------------------------------------------------
 
@@ -838,6 +775,18 @@ class TidemarkProducer(Closing):
 
     def _raise_failures(self) -> None:
         raise_failures(self._failures)
+
+
+def _pass_through(name: str) -> property:
+    return property(lambda self: getattr(self._producer, name), doc=f"``Producer.{name}``.")
+
+
+# Every other public attribute of Producer is the wrapped producer's: one property each, not
+# a __getattr__, which would cost every attribute read of the producer (in produce, record by
+# record) CPython's specialized loads.
+for _name in dir(Producer):
+    if not _name.startswith("_") and not hasattr(TidemarkProducer, _name):
+        setattr(TidemarkProducer, _name, _pass_through(_name))
 
 
 def _offset(msg: Message) -> int:

@@ -108,11 +108,11 @@ def test_a_report_with_the_applications_callback_is_made_once_per_group() -> Non
         heard.append(msg)
 
     first = g.reporting_to(0, app)
-    assert g.with_callback[0].get(app) is first  # the hot path finds it
+    assert g.reports[0].get(app) is first  # the hot path finds it
     g.used[0] = True
     first(None, "m@4")
     note = g.note(100)
-    assert g.with_callback[0] == {}  # a new group: a new report
+    assert g.reports[0] == {None: g.setters[0]}  # a new group: a new report
     second = g.reporting_to(0, app)
     g.used[0] = True
     second(None, "m@5")
@@ -120,4 +120,4 @@ def test_a_report_with_the_applications_callback_is_made_once_per_group() -> Non
     assert g.ready(idle=False, offset=_off) == [note] and note.position == {0: 5}
     for _ in range(40):  # a new callback per record (lambdas): the kept ones stay few
         g.reporting_to(0, lambda err, msg: None)
-    assert len(g.with_callback[0]) <= 16
+    assert len(g.reports[0]) <= 16 and g.reports[0][None] == g.setters[0]
