@@ -158,6 +158,8 @@ class SeekIndex:
         self._index = DeltaSource(table_path(self.delta_root, INDEX), self.storage_options)
         self._warm_after = warm_after
         self._cold_lookups: dict[str, int] = {}
+        self._marks_opening: threading.Thread | None = None
+        """``marks`` opened beside a cold lookup's index search (:meth:`_open_marks_ahead`)."""
 
     # -- warm path ----------------------------------------------------------------------------
 
@@ -297,8 +299,17 @@ class SeekIndex:
             if cached is not None:
                 self._cuts.move_to_end(key)
                 return cached
-            self._marks.refresh()
+            opening, self._marks_opening = self._marks_opening, None
+            if opening is not None:
+                opening.join()
+            if opening is None or self._marks.version is None:
+                self._marks.refresh()
             found = read_cut_from(self._marks, stream, seq, at)
+            if found is None and opening is not None:
+                # Opened beside the index search, marks may be an older snapshot than the
+                # index; its rows are committed before the index's, so a refresh has it.
+                self._marks.refresh()
+                found = read_cut_from(self._marks, stream, seq, at)
             if found is None:
                 raise _missing_mark(stream, seq)
             self._cuts[key] = found
@@ -353,6 +364,7 @@ class SeekIndex:
                 return edge(f), _stat(f.maximum, "seq", MAX_TIMESTAMP)
             return edge(f), _stat(f.minimum, "seq", 0)
 
+        self._open_marks_ahead()
         with self._lock:
             self._index.refresh()
             files = self._index.files()
@@ -411,10 +423,28 @@ class SeekIndex:
                         best = found
         return best
 
+    def _open_marks_ahead(self) -> None:
+        """Open ``marks`` on a thread (deltalake releases the GIL) while this one opens and
+        searches the index: a cold lookup then waits for one table open, not two.
+        :meth:`cut` waits for it, and refreshes it when the row is not there yet."""
+        with self._lock:
+            if self._marks.version is None and self._marks_opening is None:
+                opening = threading.Thread(target=_open_quietly, args=(self._marks,), daemon=True)
+                opening.start()
+                self._marks_opening = opening
+
     def cold_start_cut(self, stream: str, t: int) -> StreamCut | None:
         """:meth:`start` without the in-memory index: statistics, one row group, one cut."""
         found = self._found_row(stream, self._cold_start_row(stream, t))
         return None if found is None else found.stream_cut
+
+
+def _open_quietly(source: DeltaSource) -> None:
+    """Open a table ahead of use; a failure is raised again by the user's own refresh."""
+    try:
+        source.refresh()
+    except Exception as exc:
+        log.debug("opening %s ahead of use: %s", source.uri, exc)
 
 
 @dataclass(frozen=True)
