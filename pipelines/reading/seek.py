@@ -26,7 +26,8 @@ table's files are visited by their Delta statistics of the searched column
 (``upper_time_max`` to start, ``time`` to stop), then the row groups of a
 file by their Parquet statistics, and the walk stops as soon as nothing left
 can hold a better row; the cut comes from the one ``marks`` row group whose
-statistics hold that ``seq`` and ``time``. The maintenance
+statistics hold that ``seq`` and ``time`` (``marks`` is opened on a thread while
+the index is searched, and refreshed if its snapshot lacks the row). The maintenance
 (``jobs.maintenance``) keeps files few and compacts them in commit order
 with small row groups, so a cold lookup reads a checkpoint, a short log
 tail, and one or two row groups per table -- whatever the table's age and
