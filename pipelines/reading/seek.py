@@ -26,7 +26,8 @@ table's files are visited by their Delta statistics of the searched column
 (``upper_time_max`` to start, ``time`` to stop), then the row groups of a
 file by their Parquet statistics, and the walk stops as soon as nothing left
 can hold a better row; the cut comes from the one ``marks`` row group whose
-statistics hold that ``seq`` and ``time``. The maintenance
+statistics hold that ``seq`` and ``time`` (``marks`` is opened on a thread while
+the index is searched, and refreshed if its snapshot lacks the row). The maintenance
 (``jobs.maintenance``) keeps files few and compacts them in commit order
 with small row groups, so a cold lookup reads a checkpoint, a short log
 tail, and one or two row groups per table -- whatever the table's age and
@@ -158,6 +159,8 @@ class SeekIndex:
         self._index = DeltaSource(table_path(self.delta_root, INDEX), self.storage_options)
         self._warm_after = warm_after
         self._cold_lookups: dict[str, int] = {}
+        self._marks_opening: threading.Thread | None = None
+        """``marks`` opened beside a cold lookup's index search (:meth:`_open_marks_ahead`)."""
 
     # -- warm path ----------------------------------------------------------------------------
 
@@ -297,8 +300,17 @@ class SeekIndex:
             if cached is not None:
                 self._cuts.move_to_end(key)
                 return cached
-            self._marks.refresh()
+            opening, self._marks_opening = self._marks_opening, None
+            if opening is not None:
+                opening.join()
+            if opening is None or self._marks.version is None:
+                self._marks.refresh()
             found = read_cut_from(self._marks, stream, seq, at)
+            if found is None and opening is not None:
+                # Opened beside the index search, marks may be an older snapshot than the
+                # index; its rows are committed before the index's, so a refresh has it.
+                self._marks.refresh()
+                found = read_cut_from(self._marks, stream, seq, at)
             if found is None:
                 raise _missing_mark(stream, seq)
             self._cuts[key] = found
@@ -353,6 +365,7 @@ class SeekIndex:
                 return edge(f), _stat(f.maximum, "seq", MAX_TIMESTAMP)
             return edge(f), _stat(f.minimum, "seq", 0)
 
+        self._open_marks_ahead()
         with self._lock:
             self._index.refresh()
             files = self._index.files()
@@ -411,10 +424,28 @@ class SeekIndex:
                         best = found
         return best
 
+    def _open_marks_ahead(self) -> None:
+        """Open ``marks`` on a thread (deltalake releases the GIL) while this one opens and
+        searches the index: a cold lookup then waits for one table open, not two.
+        :meth:`cut` waits for it, and refreshes it when the row is not there yet."""
+        with self._lock:
+            if self._marks.version is None and self._marks_opening is None:
+                opening = threading.Thread(target=_open_quietly, args=(self._marks,), daemon=True)
+                opening.start()
+                self._marks_opening = opening
+
     def cold_start_cut(self, stream: str, t: int) -> StreamCut | None:
         """:meth:`start` without the in-memory index: statistics, one row group, one cut."""
         found = self._found_row(stream, self._cold_start_row(stream, t))
         return None if found is None else found.stream_cut
+
+
+def _open_quietly(source: DeltaSource) -> None:
+    """Open a table ahead of use; a failure is raised again by the user's own refresh."""
+    try:
+        source.refresh()
+    except Exception as exc:
+        log.debug("opening %s ahead of use: %s", source.uri, exc)
 
 
 @dataclass(frozen=True)

@@ -98,33 +98,44 @@ class DataFile:
     def row_groups(self, columns: Sequence[str] | None = None) -> list[DataFile]:
         """The file's row groups, each with the min/max its Parquet footer records (of
         ``columns`` only, when given: a compacted file has hundreds of groups)."""
-        metadata = _open_parquet(self.uri, self.storage_options).metadata
-        return _row_groups(self.uri, metadata, columns, self.storage_options)
+        _, footer = _open_parquet(self.uri, self.storage_options)
+        names = [c for c in footer.columns if columns is None or c in columns]
+        stats = {name: footer.stats(name) for name in names}
+        options = dict(self.storage_options)  # one mapping for every group of the file
+        groups = []
+        for g in range(footer.metadata.num_row_groups):
+            low, high = {}, {}
+            for name, per_group in stats.items():
+                bounds = per_group[g]
+                if bounds is not None:
+                    low[name], high[name] = bounds
+            groups.append(DataFile(self.uri, low, high, g, options))
+        return groups
 
 
-def _row_groups(
-    uri: str,
-    metadata: pq.FileMetaData,
-    only: Sequence[str] | None = None,
-    storage_options: Mapping[str, str] | None = None,
-) -> list[DataFile]:
-    columns = {
-        metadata.schema.column(i).path: i
-        for i in range(metadata.num_columns)
-        if "." not in metadata.schema.column(i).path
-        and (only is None or metadata.schema.column(i).path in only)
-    }
-    options = dict(storage_options or {})  # one mapping for every group of the file
-    groups = []
-    for g in range(metadata.num_row_groups):
-        group = metadata.row_group(g)
-        low, high = {}, {}
-        for name, i in columns.items():
-            stats = group.column(i).statistics
-            if stats is not None and stats.has_min_max:
-                low[name], high[name] = stats.min, stats.max
-        groups.append(DataFile(uri, low, high, g, options))
-    return groups
+class _Footer:
+    """A data file's Parquet footer and, per column as asked, each row group's (min, max)
+    from it (``None``: no statistics). A Delta data file never changes, so both are read
+    once per process: a lookup then picks row groups without parsing statistics again."""
+
+    def __init__(self, metadata: pq.FileMetaData) -> None:
+        self.metadata = metadata
+        paths = (metadata.schema.column(i).path for i in range(metadata.num_columns))
+        self.columns = {path: i for i, path in enumerate(paths) if "." not in path}
+        """The top-level columns (nested ones have no usable statistics here) -> index."""
+        self._stats: dict[str, list[tuple[Any, Any] | None]] = {}
+
+    def stats(self, column: str) -> list[tuple[Any, Any] | None]:
+        """Per row group, ``(min, max)`` of ``column`` (``None``: not recorded)."""
+        found = self._stats.get(column)
+        if found is None:
+            i = self.columns.get(column)
+            found = []
+            for g in range(self.metadata.num_row_groups):
+                st = None if i is None else self.metadata.row_group(g).column(i).statistics
+                found.append((st.min, st.max) if st is not None and st.has_min_max else None)
+            self._stats[column] = found  # (two threads may both parse it: same result)
+        return found
 
 
 class DeltaSource:
@@ -267,10 +278,10 @@ def read_files(
     needed = list(dict.fromkeys([*columns, "stream", *wanted]))
     tables = []
     for f in files:
-        parquet = _open_parquet(f.uri, f.storage_options)
+        parquet, footer = _open_parquet(f.uri, f.storage_options)
         checks = {**wanted, "stream": (stream, stream)}
         if f.group is None:
-            groups = _groups_holding(parquet.metadata, checks)
+            groups = _groups_holding(footer, checks)
         elif all(f.may_hold(c, low, high) for c, (low, high) in checks.items()):
             groups = [f.group]
         else:
@@ -290,48 +301,49 @@ def read_files(
     return pa.concat_tables(tables).sort_by("seq")
 
 
-def _groups_holding(metadata: pq.FileMetaData, checks: Mapping[str, tuple[Any, Any]]) -> list[int]:
+def _groups_holding(footer: _Footer, checks: Mapping[str, tuple[Any, Any]]) -> list[int]:
     """The row groups whose statistics may hold a row with every column of ``checks``
-    within its inclusive ``(low, high)``; each group's statistics are looked at only
-    until one column rules it out (a compacted file has hundreds of groups)."""
-    index = {metadata.schema.column(i).path: i for i in range(metadata.num_columns)}
-    columns = [(index[c], low, high) for c, (low, high) in checks.items() if c in index]
+    within its inclusive ``(low, high)``; each group is looked at only until one column
+    rules it out (a compacted file has hundreds of groups)."""
+    columns = [(footer.stats(c), low, high) for c, (low, high) in checks.items()]
     found = []
-    for g in range(metadata.num_row_groups):
-        group = metadata.row_group(g)
-        for i, low, high in columns:
-            stats = group.column(i).statistics
-            if stats is None or not stats.has_min_max:
+    for g in range(footer.metadata.num_row_groups):
+        for stats, low, high in columns:
+            bounds = stats[g]
+            if bounds is None:
                 continue
-            if (low is not None and stats.max < low) or (high is not None and stats.min > high):
+            if (low is not None and bounds[1] < low) or (high is not None and bounds[0] > high):
                 break
         else:
             found.append(g)
     return found
 
 
-def _open_parquet(uri: str, storage_options: Mapping[str, str] | None = None) -> pq.ParquetFile:
-    """The file, its footer parsed once per process (a Delta data file never changes:
+def _open_parquet(
+    uri: str, storage_options: Mapping[str, str] | None = None
+) -> tuple[pq.ParquetFile, _Footer]:
+    """The file and its footer, parsed once per process (a Delta data file never changes:
     a lookup that picks a row group and then reads it parses the footer once)."""
     import pyarrow.parquet as pq  # on use: importing this module stays light
 
     filesystem, path = filesystem_path(uri, storage_options)
     source = path if filesystem is None else filesystem.open_input_file(path)
     with _FOOTERS_LOCK:
-        metadata = _FOOTERS.get(uri)
-        if metadata is not None:
+        footer = _FOOTERS.get(uri)
+        if footer is not None:
             _FOOTERS.move_to_end(uri)
-    if metadata is not None:
-        return pq.ParquetFile(source, metadata=metadata)
+    if footer is not None:
+        return pq.ParquetFile(source, metadata=footer.metadata), footer
     opened = pq.ParquetFile(source)
+    footer = _Footer(opened.metadata)
     with _FOOTERS_LOCK:
-        _FOOTERS[uri] = opened.metadata
+        _FOOTERS[uri] = footer
         if len(_FOOTERS) > _FOOTERS_KEPT:
             _FOOTERS.popitem(last=False)
-    return opened
+    return opened, footer
 
 
-_FOOTERS: OrderedDict[str, pq.FileMetaData] = OrderedDict()
+_FOOTERS: OrderedDict[str, _Footer] = OrderedDict()
 _FOOTERS_KEPT = 64
 _FOOTERS_LOCK = threading.Lock()
 

@@ -161,6 +161,8 @@ class PositionWindow:
         """Index in the feed of the next watermark to pass when its cut is plain (-1: no step)."""
         self._plain_keys: frozenset[int] = frozenset()
         """The segments of the last cut of several found plain for ``_seg``."""
+        self._stepped = False
+        """True after a step: the tracker, ranges and start are stale (:meth:`_leave_steps`)."""
 
     def reset(self) -> None:
         """Forget the progress (after the position moved backwards or lost segments)."""
@@ -170,6 +172,7 @@ class PositionWindow:
         self._ranges = None
         self._low = self._high = 0
         self._head = -1
+        self._stepped = False
 
     def at(self, position: Position) -> TimeWindow:
         if len(position) == 1:
@@ -188,6 +191,8 @@ class PositionWindow:
                 window = self._step(offset)
                 if window is not None:
                     return window
+        if self._stepped:
+            self._leave_steps()
         if self._within(position) and (self._settled or self._feed.refresh() == self._known):
             return self._window
         return self._resolve(position)
@@ -195,30 +200,46 @@ class PositionWindow:
     def _step(self, offset: int) -> TimeWindow | None:
         """Past the range on the fast path's segment: pass the watermarks whose plain cuts
         are at or below ``offset``; the window when a plain one is then ahead, else None
-        (the progress kept for :meth:`_resolve`)."""
+        (the progress kept for :meth:`_resolve`).
+
+        Only the fast path's state moves here (window, range, head); what a resolution
+        needs of the steps is derived from it when the steps end (:meth:`_leave_steps`).
+        """
         marks = self._feed.watermarks
-        seg, index, lower = self._seg, self._head, self._window.lower
-        self._tracker = None  # behind now: _resolve starts a new one where the steps end
-        self._last = {seg: offset}
-        while index < len(marks):
+        seg, head = self._seg, self._head
+        index = head
+        count = len(marks)
+        while index < count:
             mark = marks[index]
             cut = mark.stream_cut
             cut_offset = cut.get(seg, -1) if len(cut) == 1 else self._plain_offset(cut)
-            if cut_offset < 0:
-                break
-            if cut_offset > offset:
+            if cut_offset > offset:  # the first plain cut ahead: the window until it
+                lower = marks[index - 1].time if index > head else self._window.lower
                 window = self._window = TimeWindow(lower, mark.upper_time)
                 self._low, self._high, self._head = offset, cut_offset, index
-                self._start, self._start_lower = index, lower
-                self._ranges = None  # (only the one range above: the fast path's)
+                self._stepped = True
                 return window
-            lower = mark.time
+            if cut_offset < 0:
+                break
             index += 1
-        self._start, self._start_lower = index, lower
+        self._start = index
+        self._start_lower = marks[index - 1].time if index > head else self._window.lower
+        self._last = {seg: offset}
+        self._tracker = None  # behind now: _resolve starts a new one where the steps end
         self._ranges = None
+        self._stepped = False
         self._low = self._high = 0
         self._head = -1
         return None
+
+    def _leave_steps(self) -> None:
+        """Turn the steps' progress into where :meth:`_resolve` starts: at the head, the
+        window's lower bound passed, from the last position stepped to."""
+        self._start, self._start_lower = self._head, self._window.lower
+        self._last = {self._seg: self._low}
+        self._tracker = None
+        self._ranges = None  # (only the one range of the fast path was kept)
+        self._stepped = False
 
     def _plain_offset(self, cut: StreamCut) -> int:
         """The cut's offset on ``_seg`` when no other segment of the cut overlaps it (then

@@ -207,6 +207,22 @@ def test_warm_and_cold_agree_with_controller_index(tmp_path_factory, pairs, spli
         assert (None if stop is None else stop.stream_cut) == stop_cut(rows, t)
 
 
+def test_marks_opened_ahead_of_a_newer_index_is_refreshed_not_reported_missing(tmp_path):
+    """A cold lookup opens ``marks`` on a thread beside the index search; when that
+    snapshot is older than the index's (a watermark appended in between), the cut read
+    refreshes ``marks`` instead of calling the watermark missing."""
+    root = str(tmp_path)
+    append_watermarks(root, _marks([(100, 0)]))
+    index = SeekIndex(root, refresh_interval_ms=0)
+    index._open_marks_ahead()  # marks opened now, at the first watermark's version
+    opening = index._marks_opening
+    assert opening is not None
+    opening.join()
+    append_watermarks(root, _marks([(200, 0)], start_seq=1), previous_upper_time_max=100)
+    assert index.cold_start_cut(STREAM, 300) == {0: 10}  # seq 1: only in the newer marks
+    assert index.start(STREAM, 300).seq == 1
+
+
 def test_joint_lookups_follow_one_snapshot_and_agree_with_each_stream(tmp_path):
     """start_cuts/stop_cuts: the loaded streams refresh together (one index snapshot) and
     answer as each stream's own lookup does, while rows keep being appended."""
