@@ -7,6 +7,10 @@ has passed its time.
             print(event.stream, event.timestamp, event.body)
         print(merged.late, "late records")
 
+    for batch in merged.batches(idle_ms=2_000):  # or what is released at once, as a batch:
+        batch.values(), batch.times(), batch.streams()  # in time order, no EventRead made
+        batch.events                                    # each EventRead, made when asked
+
 :class:`TimeMerge` reads each stream with its own reader (``read_batch``) and
 holds the records back until they are safe to hand out. A reader's time
 window lower bound is the time of the latest watermark whose cut it has
@@ -17,6 +21,12 @@ an earlier one: the merged output is in timestamp order (ties in no set
 order). A stream without a watermark holds everything back; :meth:`flush`
 hands out what is held, in order, at the end of a bounded read (everything
 committed was read, so the order is exact there too).
+
+The records are held as their readers fetched them (Kafka records, see
+:func:`~pipelines.reading.reader.records_of`) and released as a
+:class:`~pipelines.reading.merged_batch.MergedBatch`: bodies, times and streams
+without making any :class:`~pipelines.reading.reader.EventRead` (most of the
+merge's cost when made for every record), events only when asked.
 
 Late records: a record read with a time below the latest time already
 released (a writer whose events run behind the times it noted) is not
@@ -36,64 +46,78 @@ import time
 from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from itertools import chain, islice
-from operator import attrgetter, gt
+from itertools import compress, islice, repeat
+from operator import gt, le
+from typing import Any
 
 from controller.store import MetadataStore
 from pipelines.reading.config import ReaderConfig
 from pipelines.reading.exceptions import ReaderConfigError
 from pipelines.reading.group import ReaderGroup
-from pipelines.reading.reader import EventRead, EventReader
+from pipelines.reading.merged_batch import MergedBatch, Run, times_of
+from pipelines.reading.reader import EventBatch, EventRead, EventReader, records_of
 from pipelines.reading.seek import SeekIndex, check_timestamp, stream_cut_at
 from pipelines.reading.streams import check_streams
 
 log = logging.getLogger(__name__)
 
-_time_of = attrgetter("timestamp")
+
+def _by_time(records: Sequence[Any], times: list[int]) -> tuple[list[Any], list[int]]:
+    """``records`` and their ``times`` put in time order (a stable sort, in C)."""
+    order = sorted(range(len(times)), key=times.__getitem__)
+    return list(map(records.__getitem__, order)), list(map(times.__getitem__, order))
 
 
 class _Held:
-    """One stream's records held back: sorted by time, with their times beside them (a
+    """One stream's records held back, sorted by time, with their times beside them (a
     plain int list, so finding what a bound releases is one C bisect, and a release
-    takes a slice, not record by record)."""
+    takes a slice, not record by record). Kafka records as the reader fetched them
+    (``segment_of`` maps their partitions to segment ids); ``made``: events among
+    them (fetches the reader handed out as events)."""
 
-    __slots__ = ("events", "times")
+    __slots__ = ("made", "records", "segment_of", "stream", "times")
 
     def __init__(self) -> None:
-        self.events: list[EventRead] = []
+        self.records: list[Any] = []
         self.times: list[int] = []
+        self.segment_of: dict[int, int] = {}
+        self.stream = ""
+        self.made = False
 
-    def add(self, events: list[EventRead], times: list[int]) -> None:
+    def add(self, records: Sequence[Any], times: list[int], made: bool) -> None:
         """Hold a batch (``times`` its records' times): appended as it is when it is in
         order after what is held (the usual case), else merged in by time (timsort
         over two sorted runs)."""
+        self.made = self.made or made
         if any(map(gt, times, islice(times, 1, None))):
-            events = sorted(events, key=_time_of)
-            times = sorted(times)
-        held, held_times = self.events, self.times
+            records, times = _by_time(records, times)
+        held, held_times = self.records, self.times
+        held.extend(records)
         if held_times and held_times[-1] > times[0]:
-            held.extend(events)
-            held.sort(key=_time_of)
-            self.times = list(map(_time_of, held))
+            held_times.extend(times)
+            self.records, self.times = _by_time(held, held_times)
         else:
-            held.extend(events)
             held_times.extend(times)
 
-    def take(self, bound: int | None) -> list[EventRead]:
+    def take(self, bound: int | None) -> Run | None:
         """The held records with time <= ``bound`` (None: all), no longer held."""
         cut = len(self.times) if bound is None else bisect_right(self.times, bound)
         if not cut:
-            return []
-        out = self.events[:cut]
-        del self.events[:cut], self.times[:cut]
-        return out
+            return None
+        run = Run(self.stream, self.records[:cut], self.times[:cut], self.segment_of, self.made)
+        del self.records[:cut], self.times[:cut]
+        if not self.times:
+            self.made = False
+        return run
 
 
 class TimeMerge:
     """The records of several readers (one per stream) in timestamp order.
 
-    :meth:`poll` reads a batch from each reader and returns the records now
-    safe to release; :meth:`flush` returns the rest; :meth:`events` iterates.
+    :meth:`read_batch` reads a batch from each reader and returns the records now
+    safe to release (a :class:`~pipelines.reading.merged_batch.MergedBatch`);
+    :meth:`flush_batch` returns the rest; :meth:`batches` iterates. :meth:`poll`,
+    :meth:`flush` and :meth:`events` do the same with each record's ``EventRead``.
     ``late`` counts records read below the time already released;
     ``released_time`` is the largest time released so far.
 
@@ -130,6 +154,10 @@ class TimeMerge:
         self._bounds: list[int | None] = [None] * len(self.readers)
 
     def poll(self, timeout_ms: float = 100) -> list[EventRead]:
+        """The events :meth:`read_batch` releases (``list(batch.events)``)."""
+        return list(self.read_batch(timeout_ms=timeout_ms).events)
+
+    def read_batch(self, *, timeout_ms: float = 100) -> MergedBatch:
         """One batch from each reader (waiting at most ``timeout_ms`` over all of them);
         the records whose time every stream has now passed, in timestamp order.
 
@@ -148,7 +176,7 @@ class TimeMerge:
             if not self._read_each(slowest, wait) and len(behind) < len(self.readers):
                 self._read_each([i for i in range(len(self.readers)) if i not in behind], 0.0)
         bound = self._bound()
-        return [] if bound is None else self._release(bound)
+        return MergedBatch(()) if bound is None else self._release(bound)
 
     def _behind(self) -> list[int]:
         """The readers to read first: all of them, unless some hold ``max_held`` records
@@ -172,28 +200,42 @@ class TimeMerge:
             batch = reader.read_batch(self.batch_size, timeout_ms=0.0 if got else wait_ms)
             if len(batch):
                 got += len(batch)
-                self._take(i, batch.events)
+                self._take(i, batch)
                 bounds[i] = batch.window.lower
             elif wait_ms or bounds[i] is None:
                 bounds[i] = reader.current_time_window().lower
         return got
 
     def flush(self) -> list[EventRead]:
+        """The events :meth:`flush_batch` releases (``list(batch.events)``)."""
+        return list(self.flush_batch().events)
+
+    def flush_batch(self) -> MergedBatch:
         """Every record held back, in timestamp order (at the end of a bounded read)."""
         return self._release(None)
 
     def events(self, *, idle_ms: float | None = None, poll_ms: float = 100) -> Iterator[EventRead]:
         """The merged records as they become safe; with ``idle_ms``, once no reader has
         brought anything for that long, the records held back (:meth:`flush`) and the end."""
+        for batch in self.batches(idle_ms=idle_ms, poll_ms=poll_ms):
+            yield from batch.events
+
+    def batches(
+        self, *, idle_ms: float | None = None, poll_ms: float = 100
+    ) -> Iterator[MergedBatch]:
+        """As :meth:`events`, a batch at a time (:meth:`read_batch`; none empty)."""
         idle_since = time.monotonic()
         while True:
             before = self.held
-            released = self.poll(poll_ms)
-            if released or self.held != before:
+            released = self.read_batch(timeout_ms=poll_ms)
+            if len(released) or self.held != before:
                 idle_since = time.monotonic()
-            yield from released
+            if len(released):
+                yield released
             if idle_ms is not None and (time.monotonic() - idle_since) * 1000 >= idle_ms:
-                yield from self.flush()
+                rest = self.flush_batch()
+                if len(rest):
+                    yield rest
                 return
 
     @property
@@ -201,20 +243,31 @@ class TimeMerge:
         """How many records are held back (read, not yet safe to release)."""
         return sum(len(h.times) for h in self._held)
 
-    def _take(self, i: int, batch: Sequence[EventRead]) -> None:
-        events = list(batch)
-        times = list(map(_time_of, events))
+    def _take(self, i: int, batch: EventBatch) -> None:
+        """Hold a reader's batch: its Kafka records as fetched (events only where the
+        reader made them), from ``from_time`` on; late ones counted."""
+        held = self._held[i]
+        parts = records_of(batch) if isinstance(batch, EventBatch) else None
+        records: Sequence[Any]
+        if parts is None:
+            records = batch.events
+            held.stream = records[0].stream
+        else:
+            records, segment_of, held.stream = parts
+            held.segment_of.update(segment_of)
+        made = parts is None
+        times = times_of(records, made)
         start, released = self.from_time, self.released_time
         if start is not None and min(times) < start:
-            events = [e for e in events if e.timestamp >= start]
-            times = list(map(_time_of, events))
+            keep = list(map(le, repeat(start), times))
+            records, times = list(compress(records, keep)), list(compress(times, keep))
             if not times:
                 return
         if released is not None and min(times) < released:
             late = sum(1 for t in times if t < released)
             self.late += late
-            log.debug("%d late record(s) on %s (below %d)", late, events[0].stream, released)
-        self._held[i].add(events, times)
+            log.debug("%d late record(s) on %s (below %d)", late, held.stream, released)
+        held.add(records, times, made)
 
     def _bound(self) -> int | None:
         """The smallest lower bound over the streams; None while any stream has none."""
@@ -222,17 +275,13 @@ class TimeMerge:
             return None
         return min(b for b in self._bounds if b is not None)
 
-    def _release(self, bound: int | None) -> list[EventRead]:
+    def _release(self, bound: int | None) -> MergedBatch:
         """The held records with time <= ``bound`` (None: all of them), merged by time."""
-        runs = [run for run in (h.take(bound) for h in self._held) if run]
-        if not runs:
-            return []
-        # Sorting the joined runs merges them (timsort finds the sorted runs) in C.
-        out = runs[0] if len(runs) == 1 else sorted(chain.from_iterable(runs), key=_time_of)
-        last = out[-1].timestamp
-        if self.released_time is None or last > self.released_time:
+        batch = MergedBatch(run for run in (h.take(bound) for h in self._held) if run)
+        last = batch.last_time
+        if last is not None and (self.released_time is None or last > self.released_time):
             self.released_time = last
-        return out
+        return batch
 
 
 @contextmanager

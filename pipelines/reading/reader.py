@@ -318,6 +318,26 @@ _set_window_at: Callable[[EventBatch, Any], None] = _slot["window_at"].__set__
 """Slot setters (EventBatch's own ``__setattr__`` refuses): a batch is built per fetch."""
 
 
+def records_of(batch: EventBatch) -> tuple[Sequence[Any], Mapping[int, int], str] | None:
+    """The Kafka records ``batch`` was made of, with its partition -> segment id map and
+    stream (:func:`make_events` makes their events); None for a batch made of events.
+    For code that holds a reader's records and makes events only when asked (the
+    event-time merge, ``pipelines.reading.merged_batch``)."""
+    try:
+        segment_of, stream = batch._made_of
+    except AttributeError:
+        return None
+    return batch._records, segment_of, stream
+
+
+def make_events(
+    records: Iterable[Any], segment_of: Mapping[int, int], stream: str
+) -> list[EventRead]:
+    """The :class:`EventRead`\\ s of Kafka records of the segments in ``segment_of``
+    (partition -> segment id), as ``batch.events`` makes them."""
+    return _events_of(records, segment_of, stream)[0]
+
+
 FETCH_SIZE = 128
 """Records ``read_next`` takes from the consumer per fetch, and ``read_batch``'s
 default ``max_events``. Kept small: events alive across Python's youngest
@@ -1094,4 +1114,13 @@ class EventReader(Closing):
             self._consumer.close()
 
 
-__all__ = ["FETCH_SIZE", "EventBatch", "EventRead", "EventReader", "Headers", "ReaderHost"]
+__all__ = [
+    "FETCH_SIZE",
+    "EventBatch",
+    "EventRead",
+    "EventReader",
+    "Headers",
+    "ReaderHost",
+    "make_events",
+    "records_of",
+]
