@@ -320,22 +320,14 @@ _set_window_at: Callable[[EventBatch, Any], None] = _slot["window_at"].__set__
 
 def records_of(batch: EventBatch) -> tuple[Sequence[Any], Mapping[int, int], str] | None:
     """The Kafka records ``batch`` was made of, with its partition -> segment id map and
-    stream (:func:`make_events` makes their events); None for a batch made of events.
-    For code that holds a reader's records and makes events only when asked (the
-    event-time merge, ``pipelines.reading.merged_batch``)."""
+    stream; None for a batch made of events. For code that takes what it needs of a
+    reader's records without making events (the event-time merge,
+    ``pipelines.reading.merged_batch``)."""
     try:
         segment_of, stream = batch._made_of
     except AttributeError:
         return None
     return batch._records, segment_of, stream
-
-
-def make_events(
-    records: Iterable[Any], segment_of: Mapping[int, int], stream: str
-) -> list[EventRead]:
-    """The :class:`EventRead`\\ s of Kafka records of the segments in ``segment_of``
-    (partition -> segment id), as ``batch.events`` makes them."""
-    return _events_of(records, segment_of, stream)[0]
 
 
 FETCH_SIZE = 128
@@ -1121,6 +1113,5 @@ __all__ = [
     "EventReader",
     "Headers",
     "ReaderHost",
-    "make_events",
     "records_of",
 ]

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from controller.model import TimeWindow, segment_id
 from pipelines.reading.merge import TimeMerge
-from pipelines.reading.merged_batch import MergedBatch, Run, times_of
+from pipelines.reading.merged_batch import Columns, MergedBatch, Run
 from pipelines.reading.reader import EventBatch, EventRead
 
 pytestmark = pytest.mark.unit
@@ -28,7 +28,7 @@ def message(partition: int, offset: int, timestamp: int, value: bytes | None) ->
 
 def run_of(stream: str, times: list[int], partition: int = 0) -> Run:
     records = [message(partition, n, t, f"{stream}:{n}".encode()) for n, t in enumerate(times)]
-    return Run(stream, records, list(times), SEGMENT_OF, False)
+    return Run(stream, Columns.of_records(records, SEGMENT_OF))
 
 
 def event(stream: str, n: int, t: int, partition: int = 0) -> EventRead:
@@ -66,17 +66,40 @@ def test_an_empty_batch_and_a_record_without_a_value():
     empty = MergedBatch([])
     assert len(empty) == 0 and empty.values() == [] and empty.events == ()
     assert empty.last_time is None
-    run = Run("a", [message(0, 0, 1, None)], [1], SEGMENT_OF, False)
-    batch = MergedBatch([run])
+    batch = MergedBatch([Run("a", Columns.of_records([message(0, 0, 1, None)], SEGMENT_OF))])
     assert batch.values() == [b""] and batch.events[0].body == b""
 
 
-def test_events_the_reader_made_mix_with_records():
-    records = [event("a", 0, 1), message(0, 1, 2, b"a:1"), event("a", 2, 3)]
-    assert times_of(records, True) == [1, 2, 3]
-    batch = MergedBatch([Run("a", records, [1, 2, 3], SEGMENT_OF, True), run_of("b", [2])])
-    assert batch.values() == [b"a:0", b"a:1", b"b:0", b"a:2"]
-    assert batch.events == (event("a", 0, 1), event("a", 1, 2), event("b", 0, 2), event("a", 2, 3))
+def test_columns_of_records_of_several_segments_and_of_events_make_the_same_events():
+    records = [message(0, 0, 3, b"a:0"), message(1, 0, 1, b"a:1"), message(0, 1, 2, b"a:2")]
+    columns = Columns.of_records(records, SEGMENT_OF)
+    events = columns.events("a")
+    assert [(e.segment, e.offset, e.timestamp) for e in events] == [
+        (SEGMENT_OF[0], 0, 3),
+        (SEGMENT_OF[1], 0, 1),
+        (SEGMENT_OF[0], 1, 2),
+    ]
+    assert Columns.of_events(events).events("a") == events
+    ordered = columns.in_time_order()
+    assert ordered.times == [1, 2, 3] and ordered.bodies == [b"a:1", b"a:2", b"a:0"]
+    assert ordered.events("a") == sorted(events, key=lambda e: e.timestamp)
+    assert columns.kept([True, False, True]).bodies == [b"a:0", b"a:2"]
+    first = columns.take(1)
+    assert first.bodies == [b"a:0"] and columns.bodies == [b"a:1", b"a:2"]
+
+
+def test_keys_and_headers_come_through():
+    record = Message(
+        topic="t",
+        partition=0,
+        offset=4,
+        timestamp=(1, 9),
+        value=b"v",
+        key=b"k",
+        headers=[("h", b"1"), ("h", None)],
+    )
+    (made,) = MergedBatch([Run("a", Columns.of_records([record], SEGMENT_OF))]).events
+    assert made == EventRead("a", SEGMENT_OF[0], 4, 9, b"v", b"k", (("h", b"1"), ("h", None)))
 
 
 @given(st.lists(st.lists(st.integers(0, 50), max_size=20).map(sorted), min_size=1, max_size=5))
@@ -85,7 +108,7 @@ def test_any_runs_merge_complete_and_in_order(runs_times):
     batch = MergedBatch(runs)
     events = batch.events
     assert sorted(events, key=lambda e: (e.stream, e.offset)) == sorted(
-        (event(r.stream, n, t) for r in runs for n, t in enumerate(r.times)),
+        (event(r.stream, n, t) for r in runs for n, t in enumerate(r.times())),
         key=lambda e: (e.stream, e.offset),
     )
     assert batch.times() == sorted(t for times in runs_times for t in times)
