@@ -24,6 +24,7 @@ only when :attr:`MergedBatch.events` asks, as
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from itertools import chain, compress, repeat
 from operator import attrgetter, gt, itemgetter
 from typing import Any, NamedTuple
@@ -32,7 +33,6 @@ from confluent_kafka import Message
 
 from pipelines.reading.reader import EventRead
 
-_COLUMNS = ("times", "bodies", "segments", "offsets", "keys", "headers")
 _record_timestamp: Callable[[Any], tuple[int, int]] = Message.timestamp
 _record_value: Callable[[Any], Any] = Message.value
 _record_partition: Callable[[Any], int] = Message.partition  # type: ignore[assignment]
@@ -48,28 +48,18 @@ _event_columns = tuple(
 _object_new = object.__new__
 
 
+@dataclass(slots=True)
 class Columns:
     """Records of one stream as columns of plain values, one entry a record, in order:
     ``times``, ``bodies``, ``segments`` (segment ids), ``offsets``, ``keys`` (routing
     keys) and ``headers`` (as Kafka gives them: None or a list of pairs)."""
 
-    __slots__ = _COLUMNS
-
-    def __init__(
-        self,
-        times: list[int],
-        bodies: list[bytes],
-        segments: list[int],
-        offsets: list[int],
-        keys: list[bytes | None],
-        headers: list[Any],
-    ) -> None:
-        self.times = times
-        self.bodies = bodies
-        self.segments = segments
-        self.offsets = offsets
-        self.keys = keys
-        self.headers = headers
+    times: list[int]
+    bodies: list[bytes]
+    segments: list[int]
+    offsets: list[int]
+    keys: list[bytes | None]
+    headers: list[Any]
 
     @classmethod
     def of_records(cls, records: Sequence[Any], segment_of: Mapping[int, int]) -> Columns:
@@ -99,7 +89,7 @@ class Columns:
         return len(self.times)
 
     def _columns(self) -> list[list[Any]]:
-        return [getattr(self, name) for name in _COLUMNS]
+        return [self.times, self.bodies, self.segments, self.offsets, self.keys, self.headers]
 
     def kept(self, keep: Iterable[bool]) -> Columns:
         """The records where ``keep`` (one flag a record) is true."""
