@@ -9,16 +9,17 @@ their events made only when asked.
 
 A stream's records are held as :class:`Columns` of plain values (times, bodies,
 segments, offsets, keys, headers), taken from a fetch at C speed, not as Kafka
-records or events: an object kept alive across Python's young garbage collections
-is promoted and walked again by the older ones, and records held until every stream
-passed their time set off about one collection per fetch (0.6-0.9 us a record of
-the 8-stream merge, more than the rest of its own work); bytes and ints are not
-tracked by the collector at all. A :class:`MergedBatch` holds one released run per
-stream and merges the runs by time when first asked: one stable sort of record
-indexes by time, in C (timsort finds the runs), so records with equal times come
-in the readers' order. Each :class:`~pipelines.reading.reader.EventRead` is made
-only when :attr:`MergedBatch.events` asks, as
-:class:`~pipelines.reading.reader.EventBatch` does for one stream.
+records or events: objects kept alive across Python's young garbage collections
+are promoted and walked again by the older ones, so records held until every
+stream passed their time set off about a collection a fetch, costing the merge more
+than the rest of its work; bytes and ints are not tracked by the collector at all.
+
+A :class:`MergedBatch` holds one released run per stream and merges the runs by
+time when first asked: one stable sort of record indexes by time, in C (timsort
+finds the runs), so records with equal times come in the readers' order. Each
+:class:`~pipelines.reading.reader.EventRead` is made only when
+:attr:`MergedBatch.events` asks, as :class:`~pipelines.reading.reader.EventBatch`
+does for one stream.
 """
 
 from __future__ import annotations
