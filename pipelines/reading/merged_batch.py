@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain, compress, repeat
-from operator import attrgetter, gt, itemgetter
+from operator import attrgetter, ge, gt, itemgetter
 from typing import Any, NamedTuple
 
 from confluent_kafka import Message
@@ -198,12 +198,12 @@ class MergedBatch:
 
     def _sort(self) -> list[int] | None:
         """The record indexes in time order (a stable sort over the runs joined: timsort
-        merges the sorted runs in C); None when the runs do not overlap in time (they
-        are then put one after the other, with no sort)."""
+        merges the sorted runs in C); None when the runs do not overlap in time, not
+        even at an equal time (they are then put one after the other, with no sort)."""
         runs = self._runs
         if len(runs) > 1:
             in_turn = sorted(runs, key=Run.first_time)
-            if any(map(gt, map(Run.last_time, in_turn), map(Run.first_time, in_turn[1:]))):
+            if any(map(ge, map(Run.last_time, in_turn), map(Run.first_time, in_turn[1:]))):
                 times = list(chain.from_iterable(map(Run.times, runs)))
                 return sorted(range(len(times)), key=times.__getitem__)
             self._runs = in_turn

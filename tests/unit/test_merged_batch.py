@@ -56,10 +56,12 @@ def test_runs_come_merged_by_time_with_their_streams_and_ties_in_the_readers_ord
 
 
 def test_runs_that_do_not_overlap_come_one_after_the_other():
-    batch = MergedBatch([run_of("a", [30, 40]), run_of("b", [10, 30]), run_of("c", [])])
-    assert batch.times() == [10, 30, 30, 40]
+    batch = MergedBatch([run_of("a", [31, 40]), run_of("b", [10, 30]), run_of("c", [])])
+    assert batch.times() == [10, 30, 31, 40]
     assert batch.streams() == ["b", "b", "a", "a"]
     assert batch.values() == [b"b:0", b"b:1", b"a:0", b"a:1"]
+    touching = MergedBatch([run_of("a", [30, 40]), run_of("b", [10, 30])])
+    assert touching.streams() == ["b", "a", "b", "a"]  # time 30: the readers' order
 
 
 def test_an_empty_batch_and_a_record_without_a_value():
@@ -115,6 +117,9 @@ def test_any_runs_merge_complete_and_in_order(runs_times):
     assert batch.times() == [e.timestamp for e in events]
     assert batch.values() == [e.body for e in events]
     assert batch.streams() == [e.stream for e in events]
+    # equal times in the readers' order (then each stream's own)
+    keys = [(e.timestamp, int(e.stream[1:]), e.offset) for e in events]
+    assert keys == sorted(keys)
 
 
 @dataclass
