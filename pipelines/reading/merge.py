@@ -6,6 +6,10 @@ has passed its time.
         for event in merged.events(idle_ms=2_000):
             print(event.stream, event.timestamp, event.body)
         print(merged.late, "late records")
+        # or what is released at once, as a batch (merged.read_batch(timeout_ms=100)):
+        for batch in merged.batches(idle_ms=2_000):
+            batch.values(), batch.times(), batch.streams()  # in time order, no EventRead
+            batch.events                                    # each EventRead, made when asked
 
 :class:`TimeMerge` reads each stream with its own reader (``read_batch``) and
 holds the records back until they are safe to hand out. A reader's time
@@ -13,10 +17,16 @@ window lower bound is the time of the latest watermark whose cut it has
 passed: every record of that stream with a time at or below it has been read
 (for well-behaved writers). A record is released once its time is at or below
 the **smallest** lower bound over all streams, so no stream can still bring
-an earlier one: the merged output is in timestamp order (ties in no set
-order). A stream without a watermark holds everything back; :meth:`flush`
+an earlier one: the merged output is in timestamp order (equal times in
+the readers' order). A stream without a watermark holds everything back; :meth:`flush`
 hands out what is held, in order, at the end of a bounded read (everything
 committed was read, so the order is exact there too).
+
+The records are held as columns of plain values taken from the readers' fetches
+(:class:`~pipelines.reading.merged_batch.Columns`; see there why) and released as
+a :class:`~pipelines.reading.merged_batch.MergedBatch`: bodies, times and streams
+without making any :class:`~pipelines.reading.reader.EventRead` (most of the
+merge's cost when made for every record), events only when asked.
 
 Late records: a record read with a time below the latest time already
 released (a writer whose events run behind the times it noted) is not
@@ -36,64 +46,76 @@ import time
 from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from itertools import chain, islice
-from operator import attrgetter, gt
+from itertools import repeat
+from operator import le
 
 from controller.store import MetadataStore
 from pipelines.reading.config import ReaderConfig
 from pipelines.reading.exceptions import ReaderConfigError
 from pipelines.reading.group import ReaderGroup
-from pipelines.reading.reader import EventRead, EventReader
+from pipelines.reading.merged_batch import Columns, MergedBatch, Run
+from pipelines.reading.reader import EventBatch, EventRead, EventReader, records_of
 from pipelines.reading.seek import SeekIndex, check_timestamp, stream_cut_at
 from pipelines.reading.streams import check_streams
 
 log = logging.getLogger(__name__)
 
-_time_of = attrgetter("timestamp")
+
+BATCH_SIZE = 256
+"""Records a merge takes from each reader per read (``batch_size``'s default). Kept
+well below the garbage collector's young-generation threshold (700 new objects by
+default): a fetch of more Kafka records than that sets off a collection while it
+is being made, every fetch, and the records it promotes make the older
+collections walk further."""
 
 
 class _Held:
-    """One stream's records held back: sorted by time, with their times beside them (a
-    plain int list, so finding what a bound releases is one C bisect, and a release
-    takes a slice, not record by record)."""
+    """One stream's records held back, sorted by time (:class:`Columns`: finding what a
+    bound releases is one C bisect over the times, and a release takes slices)."""
 
-    __slots__ = ("events", "times")
+    __slots__ = ("records", "stream")
 
     def __init__(self) -> None:
-        self.events: list[EventRead] = []
-        self.times: list[int] = []
+        self.records: Columns | None = None
+        self.stream = ""
 
-    def add(self, events: list[EventRead], times: list[int]) -> None:
-        """Hold a batch (``times`` its records' times): appended as it is when it is in
-        order after what is held (the usual case), else merged in by time (timsort
-        over two sorted runs)."""
-        if any(map(gt, times, islice(times, 1, None))):
-            events = sorted(events, key=_time_of)
-            times = sorted(times)
-        held, held_times = self.events, self.times
-        if held_times and held_times[-1] > times[0]:
-            held.extend(events)
-            held.sort(key=_time_of)
-            self.times = list(map(_time_of, held))
-        else:
-            held.extend(events)
-            held_times.extend(times)
+    def __len__(self) -> int:
+        return 0 if self.records is None else len(self.records)
 
-    def take(self, bound: int | None) -> list[EventRead]:
+    def add(self, records: Columns) -> None:
+        """Hold a batch: appended as it is when it is in order after what is held (the
+        usual case), else merged in by time (timsort over two sorted runs)."""
+        records = records.in_time_order()
+        held = self.records
+        if held is None or not len(held):
+            self.records = records
+            return
+        late = held.times[-1] > records.times[0]
+        held.extend(records)
+        if late:
+            self.records = held.in_time_order()
+
+    def take(self, bound: int | None) -> Run | None:
         """The held records with time <= ``bound`` (None: all), no longer held."""
-        cut = len(self.times) if bound is None else bisect_right(self.times, bound)
+        held = self.records
+        if held is None:
+            return None
+        cut = len(held) if bound is None else bisect_right(held.times, bound)
         if not cut:
-            return []
-        out = self.events[:cut]
-        del self.events[:cut], self.times[:cut]
-        return out
+            return None
+        if cut == len(held):
+            self.records = None
+            return Run(self.stream, held)
+        return Run(self.stream, held.take(cut))
 
 
 class TimeMerge:
     """The records of several readers (one per stream) in timestamp order.
 
-    :meth:`poll` reads a batch from each reader and returns the records now
-    safe to release; :meth:`flush` returns the rest; :meth:`events` iterates.
+    :meth:`read_batch` reads a batch from each reader and returns the records now
+    safe to release (a :class:`~pipelines.reading.merged_batch.MergedBatch`);
+    :meth:`flush_batch` returns the rest; :meth:`batches` iterates. :meth:`poll`,
+    :meth:`flush` and :meth:`events` do the same with each record's ``EventRead``.
     ``late`` counts records read below the time already released;
     ``released_time`` is the largest time released so far.
 
@@ -111,7 +133,7 @@ class TimeMerge:
         readers: Sequence[EventReader],
         *,
         from_time: int | None = None,
-        batch_size: int = 1_000,
+        batch_size: int = BATCH_SIZE,
         max_held: int | None = None,
     ) -> None:
         if not readers:
@@ -130,6 +152,10 @@ class TimeMerge:
         self._bounds: list[int | None] = [None] * len(self.readers)
 
     def poll(self, timeout_ms: float = 100) -> list[EventRead]:
+        """The events :meth:`read_batch` releases (``list(batch.events)``)."""
+        return list(self.read_batch(timeout_ms=timeout_ms).events)
+
+    def read_batch(self, *, timeout_ms: float = 100) -> MergedBatch:
         """One batch from each reader (waiting at most ``timeout_ms`` over all of them);
         the records whose time every stream has now passed, in timestamp order.
 
@@ -148,13 +174,13 @@ class TimeMerge:
             if not self._read_each(slowest, wait) and len(behind) < len(self.readers):
                 self._read_each([i for i in range(len(self.readers)) if i not in behind], 0.0)
         bound = self._bound()
-        return [] if bound is None else self._release(bound)
+        return MergedBatch(()) if bound is None else self._release(bound)
 
     def _behind(self) -> list[int]:
         """The readers to read first: all of them, unless some hold ``max_held`` records
         while others may still bring some (not at their tail); then those others."""
         held, limit = self._held, self.max_held
-        behind = [i for i, h in enumerate(held) if len(h.times) < limit]
+        behind = [i for i, h in enumerate(held) if len(h) < limit]
         if not behind or len(behind) == len(held):
             return list(range(len(held)))
         live = [i for i in behind if not self.readers[i].at_tail()]
@@ -172,49 +198,71 @@ class TimeMerge:
             batch = reader.read_batch(self.batch_size, timeout_ms=0.0 if got else wait_ms)
             if len(batch):
                 got += len(batch)
-                self._take(i, batch.events)
+                self._take(i, batch)
                 bounds[i] = batch.window.lower
             elif wait_ms or bounds[i] is None:
                 bounds[i] = reader.current_time_window().lower
         return got
 
     def flush(self) -> list[EventRead]:
+        """The events :meth:`flush_batch` releases (``list(batch.events)``)."""
+        return list(self.flush_batch().events)
+
+    def flush_batch(self) -> MergedBatch:
         """Every record held back, in timestamp order (at the end of a bounded read)."""
         return self._release(None)
 
     def events(self, *, idle_ms: float | None = None, poll_ms: float = 100) -> Iterator[EventRead]:
         """The merged records as they become safe; with ``idle_ms``, once no reader has
         brought anything for that long, the records held back (:meth:`flush`) and the end."""
+        for batch in self.batches(idle_ms=idle_ms, poll_ms=poll_ms):
+            yield from batch.events
+
+    def batches(
+        self, *, idle_ms: float | None = None, poll_ms: float = 100
+    ) -> Iterator[MergedBatch]:
+        """As :meth:`events`, a batch at a time (:meth:`read_batch`; none empty)."""
         idle_since = time.monotonic()
         while True:
             before = self.held
-            released = self.poll(poll_ms)
-            if released or self.held != before:
+            released = self.read_batch(timeout_ms=poll_ms)
+            if len(released) or self.held != before:
                 idle_since = time.monotonic()
-            yield from released
+            if len(released):
+                yield released
             if idle_ms is not None and (time.monotonic() - idle_since) * 1000 >= idle_ms:
-                yield from self.flush()
+                rest = self.flush_batch()
+                if len(rest):
+                    yield rest
                 return
 
     @property
     def held(self) -> int:
         """How many records are held back (read, not yet safe to release)."""
-        return sum(len(h.times) for h in self._held)
+        return sum(map(len, self._held))
 
-    def _take(self, i: int, batch: Sequence[EventRead]) -> None:
-        events = list(batch)
-        times = list(map(_time_of, events))
+    def _take(self, i: int, batch: EventBatch) -> None:
+        """Hold a reader's batch as columns (its records or events let go), from
+        ``from_time`` on; late ones counted."""
+        held = self._held[i]
+        parts = records_of(batch) if isinstance(batch, EventBatch) else None
+        if parts is None:
+            events = batch.events
+            held.stream = events[0].stream
+            records = Columns.of_events(events)
+        else:
+            msgs, segment_of, held.stream = parts
+            records = Columns.of_records(msgs, segment_of)
         start, released = self.from_time, self.released_time
-        if start is not None and min(times) < start:
-            events = [e for e in events if e.timestamp >= start]
-            times = list(map(_time_of, events))
-            if not times:
+        if start is not None and min(records.times) < start:
+            records = records.kept(map(le, repeat(start), records.times))
+            if not len(records):
                 return
-        if released is not None and min(times) < released:
-            late = sum(1 for t in times if t < released)
+        if released is not None and min(records.times) < released:
+            late = sum(1 for t in records.times if t < released)
             self.late += late
-            log.debug("%d late record(s) on %s (below %d)", late, events[0].stream, released)
-        self._held[i].add(events, times)
+            log.debug("%d late record(s) on %s (below %d)", late, held.stream, released)
+        held.add(records)
 
     def _bound(self) -> int | None:
         """The smallest lower bound over the streams; None while any stream has none."""
@@ -222,17 +270,13 @@ class TimeMerge:
             return None
         return min(b for b in self._bounds if b is not None)
 
-    def _release(self, bound: int | None) -> list[EventRead]:
+    def _release(self, bound: int | None) -> MergedBatch:
         """The held records with time <= ``bound`` (None: all of them), merged by time."""
-        runs = [run for run in (h.take(bound) for h in self._held) if run]
-        if not runs:
-            return []
-        # Sorting the joined runs merges them (timsort finds the sorted runs) in C.
-        out = runs[0] if len(runs) == 1 else sorted(chain.from_iterable(runs), key=_time_of)
-        last = out[-1].timestamp
-        if self.released_time is None or last > self.released_time:
+        batch = MergedBatch(run for run in (h.take(bound) for h in self._held) if run)
+        last = batch.last_time
+        if last is not None and (self.released_time is None or last > self.released_time):
             self.released_time = last
-        return out
+        return batch
 
 
 @contextmanager
@@ -245,7 +289,7 @@ def merged_reader(
     delta_root: str | None = None,
     config: ReaderConfig | None = None,
     index: SeekIndex | None = None,
-    batch_size: int = 1_000,
+    batch_size: int = BATCH_SIZE,
 ) -> Iterator[TimeMerge]:
     """A :class:`TimeMerge` over ``streams`` from ``from_time`` (None: their heads), each read
     by a private reader group kept in memory (nothing committed anywhere), starting at
@@ -275,4 +319,4 @@ def merged_reader(
         yield TimeMerge(readers, from_time=start, batch_size=batch_size)
 
 
-__all__ = ["TimeMerge", "merged_reader"]
+__all__ = ["BATCH_SIZE", "TimeMerge", "merged_reader"]

@@ -318,6 +318,18 @@ _set_window_at: Callable[[EventBatch, Any], None] = _slot["window_at"].__set__
 """Slot setters (EventBatch's own ``__setattr__`` refuses): a batch is built per fetch."""
 
 
+def records_of(batch: EventBatch) -> tuple[Sequence[Any], Mapping[int, int], str] | None:
+    """The Kafka records ``batch`` was made of, with its partition -> segment id map and
+    stream; None for a batch made of events. For code that takes what it needs of a
+    reader's records without making events (the event-time merge,
+    ``pipelines.reading.merged_batch``)."""
+    try:
+        segment_of, stream = batch._made_of
+    except AttributeError:
+        return None
+    return batch._records, segment_of, stream
+
+
 FETCH_SIZE = 128
 """Records ``read_next`` takes from the consumer per fetch, and ``read_batch``'s
 default ``max_events``. Kept small: events alive across Python's youngest
@@ -1094,4 +1106,12 @@ class EventReader(Closing):
             self._consumer.close()
 
 
-__all__ = ["FETCH_SIZE", "EventBatch", "EventRead", "EventReader", "Headers", "ReaderHost"]
+__all__ = [
+    "FETCH_SIZE",
+    "EventBatch",
+    "EventRead",
+    "EventReader",
+    "Headers",
+    "ReaderHost",
+    "records_of",
+]

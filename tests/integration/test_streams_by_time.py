@@ -168,7 +168,15 @@ def test_merged_read_is_in_time_order_and_complete(
     with merged_reader(
         [a, b], since, store=store, bootstrap_servers=kafka, delta_root=root, config=rg.FAST
     ) as merged:
-        got = list(merged.events(idle_ms=1_500))
+        # The batch API (merged.events() is these batches' events, one after another):
+        # bodies, times and streams without events, in the events' order.
+        got = []
+        for batch in merged.batches(idle_ms=1_500):
+            events = batch.events
+            assert batch.values() == [e.body for e in events]
+            assert batch.times() == [e.timestamp for e in events]
+            assert batch.streams() == [e.stream for e in events]
+            got.extend(events)
         assert merged.late == 0 and merged.held == 0
     times = [e.timestamp for e in got]
     assert times == sorted(times)
