@@ -64,7 +64,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import urlparse
 
 from pyspark.sql import SparkSession
 from pyspark.sql.functions import expr
@@ -91,6 +90,7 @@ from jobs.processor import OUTPUT_SCHEMA, ControllerProcessor, rows_of
 from jobs.sink import DeltaSink, DeltaTables, ensure_tables, split_rows
 from jobs.slot_keys import due_key, slot_expression
 from jobs.tables import MARKS, REJECTED_MARKS
+from schemas.tables import on_object_store
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +126,7 @@ records already fetched (figures: ``docs/tuning.md``)."""
 
 def is_local(root: str) -> bool:
     """A plain path or a ``file:`` URI (not HDFS, S3, ...)."""
-    return urlparse(root).scheme in ("", "file")
+    return not on_object_store(root)
 
 
 def layout(settings: ControllerSettings) -> dict[str, Any]:
@@ -811,7 +811,7 @@ LeaderTasks = Callable[[ControllerSettings], Sequence[LeaderTask]]
 def driver_work_dir(settings: ControllerSettings, instance: str) -> Path:
     """A local driver's Spark work directory: beside a local checkpoint root, else in
     the user's home."""
-    if "://" in settings.checkpoint_root:
+    if not is_local(settings.checkpoint_root):
         return Path.home() / ".tidemark" / "spark" / instance
     return Path(settings.checkpoint_root).parent / "spark" / instance
 

@@ -66,7 +66,7 @@ from jobs.commit_turns import commit_turn
 from jobs.compaction import TIER, compact_in_time_order
 from jobs.exceptions import JobConfigurationError
 from pipelines.reading.watermark_tables import add_actions
-from schemas.tables import MARKS, TABLES, table_path
+from schemas.tables import MARKS, TABLES, on_object_store, table_path
 
 log = logging.getLogger(__name__)
 
@@ -92,8 +92,7 @@ def default_log_retention_s(
     listing starts at an offset, so the log costs storage, not time: it is
     kept as long as the removed data files, ``time_travel_hours``.
     """
-    root = str(delta_root)
-    if "://" not in root or root.startswith("file://"):
+    if not on_object_store(str(delta_root)):
         return LOCAL_LOG_RETENTION_S
     return float(time_travel_hours) * 3600.0
 

@@ -32,11 +32,13 @@ reader (delta-rs or Spark) sees one schema; no data file is rewritten.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 from deltalake import (
@@ -64,11 +66,41 @@ from schemas.tables import (
     TABLES,
     index_row,
     marks_row,
+    on_object_store,
     rejected_row,
     table_path,
 )
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+STORE_OUTAGE_S = 120.0
+"""How long a store that does not answer is waited for before its error goes on."""
+
+
+def through_store_outage(
+    call: Callable[[], T],
+    what: str,
+    outage_s: float = STORE_OUTAGE_S,
+    first_delay_s: float = 0.5,
+) -> T:
+    """``call()``, tried again while the store does not answer (``OSError``: an object
+    store restarting, a reset connection) for up to ``outage_s``, the delay doubling to
+    5 s; after that, or on any other error, the error propagates unchanged."""
+    deadline = time.monotonic() + outage_s
+    delay = first_delay_s
+    while True:
+        try:
+            return call()
+        except OSError as exc:
+            if time.monotonic() + delay > deadline:
+                raise
+            log.warning(
+                "%s: the store did not answer (%s); trying again in %.1f s", what, exc, delay
+            )
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
 
 
 def ensure_tables(
@@ -82,11 +114,15 @@ def ensure_tables(
 
     A new table gets :func:`retention_properties`; the maintainer gives them
     to an existing one (the sink retries the append that races that commit).
+    An object store that does not answer is waited for (:func:`through_store_outage`),
+    so a driver starting while its store restarts does not exit; a local path's
+    error (no such directory, no permission) is not an outage and comes at once.
     """
     if log_retention_s is None:
         log_retention_s = default_log_retention_s(delta_root)
     properties: dict[str, str | None] = {**retention_properties(log_retention_s)}
-    for table in TABLES:
+
+    def create(table: str) -> None:
         for attempt in range(attempts):
             try:
                 DeltaTable.create(
@@ -96,12 +132,22 @@ def ensure_tables(
                     configuration=properties,
                     storage_options=dict(storage_options) if storage_options else None,
                 )
-                break
+                return
+            except OSError:  # the store did not answer: not a race
+                raise
             except Exception as exc:  # a concurrent creator won the race: look again
                 if attempt == attempts - 1:
                     raise
                 log.info("creating table %s raced (%s); retrying", table, exc)
-    evolve_tables(delta_root, storage_options, attempts=attempts)
+
+    outage_s = STORE_OUTAGE_S if on_object_store(str(delta_root)) else 0.0
+    for table in TABLES:
+        through_store_outage(functools.partial(create, table), f"creating table {table}", outage_s)
+    through_store_outage(
+        lambda: evolve_tables(delta_root, storage_options, attempts=attempts),
+        "adding the layout's columns",
+        outage_s,
+    )
 
 
 def missing_columns(delta_root: str, table: str, storage_options: Mapping[str, str]) -> list[str]:
@@ -196,8 +242,6 @@ class DeltaTables:
     """
 
     COMMIT_ATTEMPTS = 3
-    STORE_OUTAGE_S = 120.0
-    """How long an append waits for a store that does not answer before it fails."""
 
     def __init__(self, delta_root: str, storage_options: Mapping[str, str] | None = None) -> None:
         self.delta_root = delta_root
@@ -228,27 +272,15 @@ class DeltaTables:
     def append(self, table: str, rows: list[dict[str, Any]], app_id: str, version: int) -> bool:
         """Append ``rows`` as transaction ``(app_id, version)``; ``False``: already there.
 
-        A store that does not answer (``OSError``: an object store restarting, a reset
-        connection) is waited for, up to :attr:`STORE_OUTAGE_S`, reading the log again
-        before each try, so a commit that landed before its answer was lost is not
-        written twice; then the error goes to the query (and the leadership)."""
-        deadline = time.monotonic() + self.STORE_OUTAGE_S
-        delay = 0.5
-        while True:
-            try:
-                return self._append(table, rows, app_id, version, refresh=delay > 0.5)
-            except OSError as exc:
-                if time.monotonic() + delay > deadline:
-                    raise
-                log.warning(
-                    "%s: the store did not take batch %d (%s); trying again in %.1f s",
-                    table,
-                    version,
-                    exc,
-                    delay,
-                )
-                time.sleep(delay)
-                delay = min(delay * 2, 5.0)
+        A store that does not answer is waited for (:func:`through_store_outage`),
+        reading the log again before each try after the first, so a commit that landed
+        before its answer was lost is not written twice; then the error goes to the
+        query (and the leadership)."""
+        tries = itertools.count()
+        return through_store_outage(
+            lambda: self._append(table, rows, app_id, version, refresh=next(tries) > 0),
+            f"{table}: batch {version}",
+        )
 
     def _append(
         self, table: str, rows: list[dict[str, Any]], app_id: str, version: int, refresh: bool

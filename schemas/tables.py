@@ -217,6 +217,12 @@ class Reason:
     )
 
 
+def on_object_store(uri: str) -> bool:
+    """Whether ``uri`` names an object store (``s3://``, ``s3a://``, ``gs://``, ...), not
+    a local path or ``file://``."""
+    return "://" in uri and not uri.startswith("file://")
+
+
 def table_path(delta_root: str, table: str) -> str:
     """``<delta root>/<table>``; the root may be a path or a URI (``s3://...``)."""
     layout(table)

@@ -45,6 +45,7 @@ from schemas.tables import (
     cut_from_cell,
     index_row,
     marks_row,
+    on_object_store,
     table_path,
     watermark_from_row,
 )
@@ -356,7 +357,7 @@ def filesystem_path(uri: str, storage_options: Mapping[str, str] | None = None) 
     ``storage_options`` (none: the ``AWS_*`` variables and the like, as delta-rs reads
     them); pyarrow's own file systems know neither ``s3a://`` nor an S3 endpoint from
     the environment."""
-    if "://" not in uri or uri.startswith("file://"):
+    if not on_object_store(uri):
         return None, uri.removeprefix("file://")
     scheme, _, rest = uri.partition("://")
     bucket, _, key = rest.partition("/")
@@ -477,7 +478,7 @@ class MarksTail:
     def next_commit_file(self) -> str | None:
         """The commit file the next table version will have, on a local path (an object
         store: ``None``); its appearance is a cheap sign of new rows."""
-        if "://" in self.uri and not self.uri.startswith("file://"):
+        if on_object_store(self.uri):
             return None
         version = self.version
         following = 0 if version is None else version + 1

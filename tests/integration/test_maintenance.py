@@ -19,7 +19,7 @@ import pytest
 from controller.model import Watermark
 from jobs.maintenance import Maintainer, MaintenanceSettings
 from jobs.processor import COLUMNS
-from jobs.sink import DeltaSink
+from jobs.sink import DeltaSink, ensure_tables
 from pipelines.reading.seek import SeekIndex
 from pipelines.reading.watermark_tables import read_watermarks
 from schemas.arrow import ARROW_SCHEMAS
@@ -216,6 +216,47 @@ def test_appends_and_compactions_on_an_object_store_lose_no_commit(tmp_path: Pat
         assert read_watermarks(root, STREAMS[0], options) == expected_marks(STREAMS[0], 60)
     finally:
         s3.stop()
+
+
+def test_a_driver_starting_while_its_object_store_restarts_waits_for_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``ensure_tables`` (a controller driver's start) on an object store that is down:
+    it waits for the store and creates every table once it answers, instead of exiting
+    (CI's nemesis, 2026-11-27: a driver restarted during a 10 s store outage exited)."""
+    from deltalake import DeltaTable
+
+    from infra.s3proxy import S3Proxy
+
+    s3 = S3Proxy(tmp_path / "s3").start()
+    s3.stop()
+    root = "s3://lake/tidemark"
+    options = s3.storage_options()
+    failures: list[BaseException] = []
+
+    def start_driver() -> None:
+        try:
+            ensure_tables(root, options)
+        except BaseException as exc:
+            failures.append(exc)
+
+    driver = threading.Thread(target=start_driver)
+    driver.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not (waits := [r.getMessage() for r in caplog.records if "not answer" in r.msg]):
+            assert driver.is_alive() and not failures, failures  # it meets the store down
+            assert time.monotonic() < deadline, "the driver never said it waits for the store"
+            time.sleep(0.1)
+        assert waits[0].startswith("creating table marks: the store did not answer")
+        s3.start()
+        driver.join(60)
+        assert not driver.is_alive() and not failures, failures
+        for table in TABLES:
+            assert DeltaTable(table_path(root, table), storage_options=options).version() == 0
+    finally:
+        s3.stop()
+        driver.join(5)
 
 
 def test_readers_see_every_row_during_compaction(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError
 
 from jobs.processor import COLUMNS, REJECTED, WATERMARK
-from jobs.sink import DeltaSink, DeltaTables, split_rows
+from jobs.sink import DeltaSink, DeltaTables, ensure_tables, split_rows, through_store_outage
 from schemas.arrow import ARROW_SCHEMAS
 from schemas.tables import INDEX, MARKS, REJECTED_MARKS, TABLES, table_path
 
@@ -255,3 +255,50 @@ def test_the_operator_output_packs_and_unpacks_every_kind_of_row() -> None:
     assert all(len(p) == 3 and isinstance(p[1], str) for p in packed)
     assert packed[1][2] == b"\x00\xff"  # bytes ride beside the JSON, untouched
     assert [unpack(*p) for p in packed] == rows
+
+
+# --- a store that does not answer --------------------------------------------------------------
+
+
+def test_a_call_is_tried_again_through_a_store_outage_then_answers():
+    answers = iter([OSError("connection refused"), OSError("connection refused"), "done"])
+    calls = []
+
+    def call():
+        calls.append(1)
+        answer = next(answers)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    assert through_store_outage(call, "test", outage_s=5.0, first_delay_s=0.01) == "done"
+    assert len(calls) == 3
+
+
+def test_an_outage_longer_than_its_budget_and_other_errors_propagate():
+    calls = []
+
+    def refused():
+        calls.append(1)
+        raise OSError("connection refused")
+
+    with pytest.raises(OSError, match="connection refused"):
+        through_store_outage(refused, "test", outage_s=0.05, first_delay_s=0.01)
+    assert 1 < len(calls) < 10
+
+    def wrong():
+        calls.append(1)
+        raise ValueError("not a store error")
+
+    calls.clear()
+    with pytest.raises(ValueError, match="not a store error"):
+        through_store_outage(wrong, "test", outage_s=5.0, first_delay_s=0.01)
+    assert calls == [1]
+
+
+def test_a_local_root_that_cannot_hold_tables_fails_without_waiting(tmp_path: Path, caplog):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    with pytest.raises(Exception):  # noqa: B017 (delta-rs' own error for the path)
+        ensure_tables(str(blocker / "tidemark"))
+    assert not [r for r in caplog.records if "did not answer" in r.getMessage()]
