@@ -107,14 +107,16 @@ class Nemesis:
         return lambda: d.s3.start()
 
     def run(self, step: Step) -> None:
-        heals: list[Callable[[], object]] = []
+        heals: list[tuple[Fault, Callable[[], object]]] = []
         try:
             for fault in step.faults:
                 log.warning("nemesis: %s", fault)
                 print(f"nemesis: {fault}", flush=True)
-                heals.append(self.break_(fault))
+                heals.append((fault, self.break_(fault)))
             time.sleep(max(f.down_s for f in step.faults))
         finally:
-            for heal in heals:
+            # the services first: a driver's heal waits for the standby to lead, and a
+            # standby that is still starting may need the store, a broker or ZooKeeper
+            for _, heal in sorted(heals, key=lambda pair: pair[0].kind == "leading-driver"):
                 heal()  # a heal that fails ends the run: the next fault could be one too many
         time.sleep(step.calm_s)
