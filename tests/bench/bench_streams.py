@@ -2,8 +2,10 @@
 
 ``run(services)``: ``STREAMS`` one-segment streams of ``EVENTS`` records each
 (timestamps 1 ms apart, the streams' times interleaved), a watermark every
-``MARK_EVERY`` records in a Delta ``marks``/``index`` table. Best of ``ROUNDS``
-(each read and its baseline interleaved):
+``MARK_EVERY`` records in a Delta ``marks``/``index`` table. Every read reads the
+same records; its readers (a private group per stream) are opened before the clock
+starts and closed after it stops, for the merge and the baseline alike. Best of
+``ROUNDS`` (each read and its baseline interleaved, so a busy moment weighs on both):
 
 - the merged read of 2 and of 8 streams (``TimeMerge.read_batch``: every record
   released in time order), bodies only (``batch.values()``) vs reading the same
