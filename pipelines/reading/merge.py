@@ -57,6 +57,7 @@ from pipelines.reading.merged_batch import Columns, MergedBatch, Run
 from pipelines.reading.reader import EventBatch, EventRead, EventReader, records_of
 from pipelines.reading.seek import SeekIndex, check_timestamp, stream_cut_at
 from pipelines.reading.streams import check_streams
+from pipelines.reading.watermark_tables import one_moment
 
 log = logging.getLogger(__name__)
 
@@ -83,9 +84,8 @@ class _Held:
         return 0 if self.records is None else len(self.records)
 
     def add(self, records: Columns) -> None:
-        """Hold a batch: appended as it is when it is in order after what is held (the
-        usual case), else merged in by time (timsort over two sorted runs)."""
-        records = records.in_time_order()
+        """Hold a batch in time order: appended as it is when it comes after what is held
+        (the usual case), else merged in by time (timsort over two sorted runs)."""
         held = self.records
         if held is None or not len(held):
             self.records = records
@@ -165,7 +165,14 @@ class TimeMerge:
         records sat fetched kept the merge at a quarter of a plain read's rate),
         the streams holding the release back (lowest lower bound) first.
         Streams holding ``max_held`` records are read only when the others
-        bring nothing (see the class docstring)."""
+        bring nothing (see the class docstring). The streams' watermark tails
+        due for a refresh in one call share one read of the ``marks`` log
+        (:class:`~pipelines.reading.watermark_tables.one_moment`): each still sees
+        every watermark committed before the call."""
+        with one_moment():
+            return self._read_batch(timeout_ms)
+
+    def _read_batch(self, timeout_ms: float) -> MergedBatch:
         behind = self._behind()
         if not self._read_each(behind, 0.0):
             wait = max(0.0, timeout_ms) / len(behind)
@@ -253,12 +260,13 @@ class TimeMerge:
         else:
             msgs, segment_of, held.stream = parts
             records = Columns.of_records(msgs, segment_of)
+        records = records.in_time_order()  # (the smallest time is then the first)
         start, released = self.from_time, self.released_time
-        if start is not None and min(records.times) < start:
+        if start is not None and records.times[0] < start:
             records = records.kept(map(le, repeat(start), records.times))
             if not len(records):
                 return
-        if released is not None and min(records.times) < released:
+        if released is not None and records.times[0] < released:
             late = sum(1 for t in records.times if t < released)
             self.late += late
             log.debug("%d late record(s) on %s (below %d)", late, held.stream, released)

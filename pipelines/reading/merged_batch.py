@@ -68,15 +68,20 @@ class Columns:
         bodies: list[bytes | None] = list(map(_record_value, records))
         if not all(bodies):  # a record without a value: an empty body, as EventRead's
             bodies = [v or b"" for v in bodies]
+        count = len(records)
+        offsets: list[int] | None = None
         if len(segment_of) == 1:  # (a fetch is usually one partition's run)
-            segments = [*segment_of.values()] * len(records)
+            segments = [*segment_of.values()] * count
+            first = _record_offset(records[0])
+            if _record_offset(records[-1]) - first == count - 1:  # no gap: one range
+                offsets = list(range(first, first + count))
         else:
             segments = list(map(segment_of.__getitem__, map(_record_partition, records)))
         return cls(
             list(map(_second, map(_record_timestamp, records))),
             bodies,  # type: ignore[arg-type]
             segments,
-            list(map(_record_offset, records)),
+            list(map(_record_offset, records)) if offsets is None else offsets,
             list(map(_record_key, records)),
             list(map(_record_headers, records)),
         )

@@ -28,6 +28,7 @@ import datetime
 import logging
 import os
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -139,20 +140,59 @@ class _Footer:
         return found
 
 
+class one_moment:
+    """Refreshes of a :class:`DeltaSource` on this thread inside the block are asked at the
+    block's start: the tails of several streams asking at one moment (a merge's
+    ``read_batch`` resolving each stream's time window) share one read of the
+    table's log -- a refresh begun after the block started loads every commit made
+    before it, the promise a refresh keeps. Nested blocks are the outer one."""
+
+    __slots__ = ("_outer",)
+
+    def __enter__(self) -> None:
+        self._outer = getattr(_MOMENT, "asked", None)
+        if self._outer is None:
+            _MOMENT.asked = time.monotonic()
+
+    def __exit__(self, *exc: object) -> None:
+        if self._outer is None:
+            _MOMENT.asked = None
+
+
+_MOMENT = threading.local()
+"""``asked``: the start of this thread's :class:`one_moment` block (None: none)."""
+
+
 class DeltaSource:
     """An open ``DeltaTable`` (or none yet: a missing table reads as empty). Thread-safe:
-    one may serve several tails (:func:`shared_source`)."""
+    one may serve several tails (:func:`shared_source`).
+
+    :meth:`refresh` loads every commit made before it was called: it reads the
+    log unless a refresh begun since the call (or since the start of the
+    thread's :class:`one_moment` block) already did."""
 
     def __init__(self, uri: str, storage_options: Mapping[str, str] | None = None) -> None:
         self.uri = uri
         self.storage_options = dict(storage_options or {})
         self._table: Any = None
         self._lock = threading.RLock()
+        self._began = float("-inf")
+        """``time.monotonic()`` when the refresh the loaded version came from began."""
 
     def refresh(self) -> bool:
-        """Load newer log versions; True when the version moved (or the table appeared)."""
+        """Load newer log versions; True when the version moved (or the table appeared).
+        False, nothing read, when a refresh begun at or after the call's moment (the
+        call, or the thread's :class:`one_moment` block) has loaded them already."""
+        asked = getattr(_MOMENT, "asked", None)
+        if asked is None:
+            asked = time.monotonic()
         with self._lock:
-            return self._refresh()
+            if self._table is not None and self._began >= asked:
+                return False
+            began = time.monotonic()
+            moved = self._refresh()
+            self._began = began
+            return moved
 
     def _refresh(self) -> bool:
         from deltalake import DeltaTable  # on use: importing this module stays light
@@ -665,6 +705,7 @@ __all__ = [
     "append_watermarks",
     "cut_from_cell",
     "filesystem_path",
+    "one_moment",
     "read_cut",
     "read_cut_from",
     "read_files",

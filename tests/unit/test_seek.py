@@ -17,6 +17,7 @@ from pipelines.reading.watermark_tables import (
     MARKS_COLUMNS,
     MarksTail,
     append_watermarks,
+    one_moment,
 )
 from schemas.arrow import INDEX_ARROW as INDEX_SCHEMA
 from schemas.arrow import MARKS_ARROW as MARKS_SCHEMA
@@ -279,3 +280,35 @@ def test_the_tails_of_several_streams_share_one_open_marks_table(tmp_path):
         [(stream, seq, seq * 10 + i) for seq in (2, 3, 4)] for i, stream in enumerate(streams)
     ]
     assert all(t.poll() == [] for t in tails)
+
+
+def test_the_tails_of_one_moment_share_a_refresh_and_see_what_came_before_it(tmp_path):
+    """Inside ``one_moment`` the tails' refreshes are asked at the block's start: the
+    first reads the log, the others take that read (a watermark committed after the
+    block began is left for the next call), and a watermark committed before the
+    block is always seen, whichever tail read the log."""
+    root = str(tmp_path)
+    a, b = "s/a", "s/b"
+
+    def add(stream: str, seq: int) -> None:
+        append_watermarks(root, [Watermark(stream, seq * 10, seq * 10 + 5, {0: seq}, seq)])
+
+    def seqs(tail: MarksTail) -> list[int]:
+        return [w.seq for w in tail.poll()]
+
+    add(a, 0)
+    add(b, 0)
+    tail_a, tail_b = MarksTail(root, a), MarksTail(root, b)
+    with one_moment():
+        assert seqs(tail_a) == [0]  # reads the log
+        add(b, 1)  # committed after the moment began
+        assert seqs(tail_b) == [0]  # the same read: b's seq 1 is not loaded yet
+        assert tail_b.tail.source.refresh() is False
+    assert seqs(tail_b) == [1]  # a call of its own reads the log
+    add(a, 1)  # committed before the next moment
+    with one_moment():
+        assert seqs(tail_b) == []  # this read of the log ...
+        assert seqs(tail_a) == [1]  # ... loaded a's new watermark for a's tail too
+    add(a, 2)
+    with one_moment():
+        assert seqs(tail_a) == [2]
