@@ -43,7 +43,16 @@ def _us(samples_ns: list[int], q: float) -> float:
     return percentile(samples_ns, q) / 1000
 
 
-def _write_index(root: Path, stream: str, rows: int, files: int) -> tuple[np.ndarray, np.ndarray]:
+def _cuts(lo: int, hi: int) -> list[list[dict[str, int]]]:
+    """The ``stream_cut`` cells of watermarks ``lo`` .. ``hi - 1``: every segment."""
+    return [[{"segment": p, "offset": i * 2 + p} for p in range(PARTITIONS)] for i in range(lo, hi)]
+
+
+def _write_index(
+    root: Path, stream: str, rows: int, files: int, *, cuts: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
+    """``rows`` index rows in ``files`` appends; ``cuts``: with each row's ``stream_cut``
+    (as the controller writes them now; without: as written before that column)."""
     from deltalake import write_deltalake
 
     from pipelines.reading.watermark_tables import INDEX, table_path
@@ -61,6 +70,10 @@ def _write_index(root: Path, stream: str, rows: int, files: int) -> tuple[np.nda
                 "seq": pa.array(np.arange(lo, hi, dtype=np.int64)),
                 "time": pa.array(times[lo:hi]),
                 "upper_time_max": pa.array(upper[lo:hi]),
+                "stream_cut": pa.array(
+                    _cuts(lo, hi) if cuts else [None] * (hi - lo),
+                    INDEX_SCHEMA.field("stream_cut").type,
+                ),
             },
             schema=INDEX_SCHEMA,
         )
@@ -78,16 +91,13 @@ def _write_marks(root: Path, stream: str, times: np.ndarray, upper: np.ndarray, 
     per = rows // files
     for f in range(files):
         lo, hi = f * per, rows if f == files - 1 else (f + 1) * per
-        cuts = [
-            [{"segment": p, "offset": i * 2 + p} for p in range(PARTITIONS)] for i in range(lo, hi)
-        ]
         table = pa.table(
             {
                 "stream": [stream] * (hi - lo),
                 "seq": pa.array(np.arange(lo, hi, dtype=np.int64)),
                 "time": pa.array(times[lo:hi]),
                 "upper_time": pa.array(upper[lo:hi]),
-                "stream_cut": cuts,
+                "stream_cut": _cuts(lo, hi),
                 "writers": [[] for _ in range(hi - lo)],
                 "emitted_at": pa.array(np.zeros(hi - lo, dtype=np.int64)),
             },
@@ -140,7 +150,7 @@ def bench_cold(work: Path, bootstrap: str) -> list[str]:
 
     root = work / "cold-delta"
     stream = "bench/cold"
-    times, upper = _write_index(root, stream, COLD_ROWS, files=10)
+    times, upper = _write_index(root, stream, COLD_ROWS, files=10, cuts=True)
     _write_marks(root, stream, times, upper, files=10)
     lines = [f"cold lookup, {COLD_ROWS:,} watermarks of a {PARTITIONS}-segment stream"]
     with timed_topic(bootstrap) as topic:
