@@ -6,8 +6,8 @@ measured in the same process on the same data, and the ratio (goal in brackets):
 - warm lookup over 10 million index rows (``SeekIndex.start_position``, the
   in-memory index after its first load) vs ``bisect`` on a Python list of
   the same times  [<= 2x, p99 < 50 us];
-- cold lookup from Delta (fresh table opens, file statistics, one index row
-  group and one marks row group read: timestamp -> stream cut) vs Kafka's
+- cold lookup from Delta (a fresh ``index`` open, file statistics, one row group
+  read and the found row's cut: timestamp -> stream cut) vs Kafka's
   ``offsets_for_times`` over all partitions of a 16-partition topic, on the
   table as appended and again after a maintenance pass  [<= 2x, max <= 20 ms];
 - time-window resolution per event (``PositionWindow.at``) vs a plain offset
@@ -188,7 +188,7 @@ def _cold_rows(layout: str, ours: list[float], kafka: list[float]) -> list[str]:
     ratio = statistics.median(ours) / statistics.median(kafka)
     return [
         f"  {layout}:",
-        f"    Delta (open, stats, 1 index + 1 marks row group)  p50 {statistics.median(ours):.1f}"
+        f"    Delta (1 open, stats, 1 index row group, 1 cut)   p50 {statistics.median(ours):.1f}"
         f" ms  max {max(ours):.1f} ms",
         f"    Kafka offsets_for_times, {PARTITIONS} partitions         "
         f"p50 {statistics.median(kafka):.1f} ms  max {max(kafka):.1f} ms",
