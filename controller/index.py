@@ -54,8 +54,9 @@ __all__ = [
 class IndexRow:
     """One row of the index: a watermark with the running maximum of ``upper_time``.
 
-    The index table stores ``(stream, seq, time, upper_time_max)``; ``stream_cut``
-    comes from the marks table (same ``seq``) and is empty when not joined.
+    The index table stores ``(stream, seq, time, upper_time_max, stream_cut)``; a row
+    written before the table had ``stream_cut`` takes it from the marks table (same
+    ``seq``); empty when not joined.
     """
 
     stream: str

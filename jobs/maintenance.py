@@ -16,7 +16,8 @@ the table's file count and sizes what to do:
   wait between that and the target:
   :mod:`jobs.compaction` rewrites them, sorted by time, into files of up to
   ``target_file_bytes`` with row groups of ``row_group_rows`` rows
-  (``marks_row_group_rows`` for ``marks``, whose rows carry a cut each) -- one
+  (``marks_row_group_rows`` for ``marks``; both small, since the rows of both
+  tables carry a cut each) -- one
   ``dataChange=false`` commit: readers at an older version keep reading
   their files, the rows do not change. Files that reached the target are
   never rewritten again, so the table holds about
@@ -72,10 +73,12 @@ log = logging.getLogger(__name__)
 
 MIB = 1024 * 1024
 DEFAULT_TARGET_FILE_BYTES = 16 * MIB
-DEFAULT_ROW_GROUP_ROWS = 8192
+DEFAULT_ROW_GROUP_ROWS = 1024
+"""``index`` rows carry their watermark's cut too (``schemas.tables``): a cold lookup
+decodes the cuts of its whole row group, so the groups stay as small as ``marks``'s."""
 DEFAULT_MARKS_ROW_GROUP_ROWS = 1024
-"""A cold lookup decodes a whole ``marks`` row group for one cut, and each row carries a
-cut of every segment: smaller groups than the index's keep that read small."""
+"""A cold lookup that finds an ``index`` row without its cut (written before the column)
+decodes a whole ``marks`` row group for it, and each row carries a cut of every segment."""
 DEFAULT_TIME_TRAVEL_HOURS = 168
 LOCAL_LOG_RETENTION_S = 900.0
 """Log kept on a local file system, where every open and commit lists all of it."""

@@ -16,7 +16,11 @@ object-store URI such as ``s3://bucket/tidemark``):
   Avro ``watermark`` record's shape; ``stream_cut`` is
   ``array<struct<segment: bigint, offset: bigint>>`` sorted by segment.
 - ``index`` — ``stream, seq, time, upper_time_max`` (running maximum of
-  ``upper_time``), searched by binary search (``controller.index``).
+  ``upper_time``), searched by binary search (``controller.index``), and the
+  watermark's ``stream_cut`` again (as in ``marks``), so that a cold lookup
+  answers from one table; rows written before that column joined read as null
+  there, and their cut is read from ``marks``. A loaded index keeps only
+  :data:`INDEX_SEARCH_COLUMNS`.
 - ``rejected_marks`` — the dead-letter table; ``reason`` is one of :class:`Reason`.
 - ``laggards`` — who holds a stream's watermark back: snapshots appended when
   a stream's set of laggards changes (``controller.laggards``); a snapshot
@@ -125,6 +129,7 @@ LAYOUT: Mapping[str, tuple[Column, ...]] = {
     INDEX: (
         *_WATERMARK_KEY,
         Column("upper_time_max", _T.INT64, False),
+        Column("stream_cut", _T.CUT),
     ),
     REJECTED_MARKS: (
         Column("stream", _T.STRING),
@@ -166,6 +171,9 @@ def columns(table: str) -> tuple[str, ...]:
 
 MARKS_COLUMNS = columns(MARKS)
 INDEX_COLUMNS = columns(INDEX)
+INDEX_SEARCH_COLUMNS = INDEX_COLUMNS[:4]
+"""``stream, seq, time, upper_time_max``: what a search of ``index`` needs (its cut is
+read only for the row found)."""
 REJECTED_COLUMNS = columns(REJECTED_MARKS)
 LAGGARDS_COLUMNS = columns(LAGGARDS)
 
@@ -265,6 +273,7 @@ def index_row(watermark: WatermarkLike, upper_time_max: int) -> dict[str, Any]:
         "seq": watermark.seq,
         "time": watermark.time,
         "upper_time_max": upper_time_max,
+        "stream_cut": cut_cell(watermark.stream_cut),
     }
 
 
@@ -356,6 +365,7 @@ __all__ = [
     "CLEAR",
     "INDEX",
     "INDEX_COLUMNS",
+    "INDEX_SEARCH_COLUMNS",
     "LAGGARDS",
     "LAGGARDS_COLUMNS",
     "LAYOUT",

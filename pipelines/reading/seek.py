@@ -25,12 +25,13 @@ How a lookup runs. The first ``warm_after`` lookups of a stream in a
 table's files are visited by their Delta statistics of the searched column
 (``upper_time_max`` to start, ``time`` to stop), then the row groups of a
 file by their Parquet statistics, and the walk stops as soon as nothing left
-can hold a better row; the cut comes from the one ``marks`` row group whose
-statistics hold that ``seq`` and ``time`` (``marks`` is opened on a thread while
-the index is searched, and refreshed if its snapshot lacks the row). The maintenance
+can hold a better row; the cut is the found row's own ``stream_cut`` (read with it:
+one table opened), or for a row written before ``index`` had that column, read
+from the one ``marks`` row group whose statistics hold that ``seq`` and ``time``
+(``marks`` opened after the index, so it holds the row). The maintenance
 (``jobs.maintenance``) keeps files few and compacts them in commit order
 with small row groups, so a cold lookup reads a checkpoint, a short log
-tail, and one or two row groups per table -- whatever the table's age and
+tail, and one or two row groups of ``index`` -- whatever the table's age and
 the number of streams. A stream asked about again is loaded: its ``time`` and
 ``upper_time_max`` columns are kept in memory as sorted int64 arrays,
 refreshed at most every ``refresh_interval_ms`` and only by the table
@@ -47,7 +48,7 @@ import time
 from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypedDict, Unpack, overload
 
 from controller.index import start_index, stop_index
@@ -66,11 +67,13 @@ from pipelines.reading.exceptions import (
 from pipelines.reading.streams import all_complete, check_streams
 from pipelines.reading.watermark_tables import (
     INDEX,
-    INDEX_COLUMNS,
+    INDEX_SEARCH_COLUMNS,
     MARKS,
     DataFile,
     DeltaSource,
     TableTail,
+    cut_from_cell,
+    read_cell,
     read_cut_from,
     read_files,
     resolve_delta_root,
@@ -159,8 +162,6 @@ class SeekIndex:
         self._index = DeltaSource(table_path(self.delta_root, INDEX), self.storage_options)
         self._warm_after = warm_after
         self._cold_lookups: dict[str, int] = {}
-        self._marks_opening: threading.Thread | None = None
-        """``marks`` opened beside a cold lookup's index search (:meth:`_open_marks_ahead`)."""
 
     # -- warm path ----------------------------------------------------------------------------
 
@@ -173,7 +174,7 @@ class SeekIndex:
                 tail = TableTail(
                     table_path(self.delta_root, INDEX),
                     stream,
-                    INDEX_COLUMNS,
+                    INDEX_SEARCH_COLUMNS,
                     self.storage_options,
                     source=self._index,
                 )
@@ -289,7 +290,23 @@ class SeekIndex:
     def _found_row(self, stream: str, row: _Row | None) -> Found | None:
         if row is None:
             return None
-        return Found(row.seq, row.time, row.upper_time_max, self.cut(stream, row.seq, row.time))
+        if row.stream_cut is None:  # a row written before index had the column
+            cut = self.cut(stream, row.seq, row.time)
+        else:
+            cut = self._remember((stream, row.seq), row.stream_cut)
+        return Found(row.seq, row.time, row.upper_time_max, cut)
+
+    def _remember(self, key: tuple[str, int], cut: dict[int, int]) -> dict[int, int]:
+        """Keep ``cut`` in the cache (the one already there, if any, is returned)."""
+        with self._lock:
+            cached = self._cuts.get(key)
+            if cached is not None:
+                self._cuts.move_to_end(key)
+                return cached
+            self._cuts[key] = cut
+            if len(self._cuts) > self._cut_cache_size:
+                self._cuts.popitem(last=False)
+            return cut
 
     def cut(self, stream: str, seq: int, at: int | None = None) -> dict[int, int]:
         """The stream cut of watermark ``seq`` (from ``marks``; cached); ``at``, its
@@ -300,23 +317,13 @@ class SeekIndex:
             if cached is not None:
                 self._cuts.move_to_end(key)
                 return cached
-            opening, self._marks_opening = self._marks_opening, None
-            if opening is not None:
-                opening.join()
-            if opening is None or self._marks.version is None:
-                self._marks.refresh()
+            # Refreshed after the index was read: a marks row is committed before its
+            # index row, so this snapshot holds it.
+            self._marks.refresh()
             found = read_cut_from(self._marks, stream, seq, at)
-            if found is None and opening is not None:
-                # Opened beside the index search, marks may be an older snapshot than the
-                # index; its rows are committed before the index's, so a refresh has it.
-                self._marks.refresh()
-                found = read_cut_from(self._marks, stream, seq, at)
             if found is None:
                 raise _missing_mark(stream, seq)
-            self._cuts[key] = found
-            if len(self._cuts) > self._cut_cache_size:
-                self._cuts.popitem(last=False)
-            return found
+            return self._remember(key, found)
 
     # -- cold path ----------------------------------------------------------------------------
 
@@ -365,7 +372,6 @@ class SeekIndex:
                 return edge(f), _stat(f.maximum, "seq", MAX_TIMESTAMP)
             return edge(f), _stat(f.minimum, "seq", 0)
 
-        self._open_marks_ahead()
         with self._lock:
             self._index.refresh()
             files = self._index.files()
@@ -379,6 +385,7 @@ class SeekIndex:
             reverse=latest,
         )
         best: _Row | None = None
+        best_group: DataFile | None = None
 
         def beaten(unit: DataFile) -> bool:
             """No unit from here on (in ``edge`` order) can hold a better row."""
@@ -414,25 +421,16 @@ class SeekIndex:
                     break
                 if behind(g):
                     continue
-                rows = read_files(
-                    [g], ("stream", "seq", "time", "upper_time_max"), stream, None, {column: bounds}
-                )
+                rows = read_files([g], INDEX_SEARCH_COLUMNS, stream, None, {column: bounds})
                 if rows.num_rows:
                     row = rows.slice(rows.num_rows - 1 if latest else 0, 1).to_pylist()[0]
                     found = _Row(int(row["seq"]), int(row["time"]), int(row["upper_time_max"]))
                     if best is None or (found.seq > best.seq if latest else found.seq < best.seq):
-                        best = found
-        return best
-
-    def _open_marks_ahead(self) -> None:
-        """Open ``marks`` on a thread (deltalake releases the GIL) while this one opens and
-        searches the index: a cold lookup then waits for one table open, not two.
-        :meth:`cut` waits for it, and refreshes it when the row is not there yet."""
-        with self._lock:
-            if self._marks.version is None and self._marks_opening is None:
-                opening = threading.Thread(target=_open_quietly, args=(self._marks,), daemon=True)
-                opening.start()
-                self._marks_opening = opening
+                        best, best_group = found, g
+        if best is None or best_group is None or not best_group.has_column("stream_cut"):
+            return best  # (a file written before index had the column: marks has the cut)
+        cell = read_cell(best_group, stream, best.seq, "stream_cut")
+        return best if cell is None else replace(best, stream_cut=cut_from_cell(cell))
 
     def cold_start_cut(self, stream: str, t: int) -> StreamCut | None:
         """:meth:`start` without the in-memory index: statistics, one row group, one cut."""
@@ -440,19 +438,13 @@ class SeekIndex:
         return None if found is None else found.stream_cut
 
 
-def _open_quietly(source: DeltaSource) -> None:
-    """Open a table ahead of use; a failure is raised again by the user's own refresh."""
-    try:
-        source.refresh()
-    except Exception as exc:
-        log.debug("opening %s ahead of use: %s", source.uri, exc)
-
-
 @dataclass(frozen=True)
 class _Row:
     seq: int
     time: int
     upper_time_max: int
+    stream_cut: dict[int, int] | None = None
+    """``None``: the row was written before ``index`` had the column (ask ``marks``)."""
 
 
 def _stat(stats: Mapping[str, object], column: str, default: int) -> int:

@@ -40,6 +40,7 @@ from pipelines.reading.exceptions import WatermarksUnavailableError
 from schemas.tables import (
     INDEX,
     INDEX_COLUMNS,
+    INDEX_SEARCH_COLUMNS,
     MARKS,
     MARKS_COLUMNS,
     REJECTED_MARKS,
@@ -97,10 +98,22 @@ class DataFile:
             return False
         return not (high is not None and lo is not None and lo > high)
 
+    def has_column(self, column: str) -> bool:
+        """Whether the file has ``column`` (a file written before it joined has not)."""
+        return column in _footer_of(self.uri, self.storage_options).names
+
     def row_groups(self, columns: Sequence[str] | None = None) -> list[DataFile]:
         """The file's row groups, each with the min/max its Parquet footer records (of
-        ``columns`` only, when given: a compacted file has hundreds of groups)."""
-        _, footer = _open_parquet(self.uri, self.storage_options)
+        ``columns`` only, when given: a compacted file has hundreds of groups); made once
+        per process and columns, with the footer."""
+        footer = _footer_of(self.uri, self.storage_options)
+        key = None if columns is None else tuple(columns)
+        found = footer.groups.get(key)
+        if found is None:
+            found = footer.groups[key] = self._row_groups(footer, columns)
+        return list(found)
+
+    def _row_groups(self, footer: _Footer, columns: Sequence[str] | None) -> list[DataFile]:
         names = [c for c in footer.columns if columns is None or c in columns]
         stats = {name: footer.stats(name) for name in names}
         options = dict(self.storage_options)  # one mapping for every group of the file
@@ -122,9 +135,13 @@ class _Footer:
 
     def __init__(self, metadata: pq.FileMetaData) -> None:
         self.metadata = metadata
-        paths = (metadata.schema.column(i).path for i in range(metadata.num_columns))
+        paths = [metadata.schema.column(i).path for i in range(metadata.num_columns)]
         self.columns = {path: i for i, path in enumerate(paths) if "." not in path}
         """The top-level columns (nested ones have no usable statistics here) -> index."""
+        self.names = frozenset(path.split(".", 1)[0] for path in paths)
+        """Every top-level column's name, nested ones too."""
+        self.groups: dict[tuple[str, ...] | None, list[DataFile]] = {}
+        """:meth:`DataFile.row_groups` of the file, per columns asked."""
         self._stats: dict[str, list[tuple[Any, Any] | None]] = {}
 
     def stats(self, column: str) -> list[tuple[Any, Any] | None]:
@@ -342,6 +359,20 @@ def read_files(
     return pa.concat_tables(tables).sort_by("seq")
 
 
+def read_cell(group: DataFile, stream: str, seq: int, column: str) -> Any:
+    """The ``column`` value of ``stream``'s row ``seq`` in one row group (``group``, from
+    :meth:`DataFile.row_groups`); ``None`` when the row is not there or the value is null.
+    Only the one row's value becomes a Python object: a search finds the row on the
+    narrow columns first, then takes a wide one (a cut) of that row alone."""
+    import pyarrow.compute as pc  # on use: importing this module stays light
+
+    parquet, _ = _open_parquet(group.uri, group.storage_options)
+    rows = parquet.read_row_group(group.group or 0, columns=["stream", "seq", column])
+    mask = pc.and_(pc.equal(rows.column("stream"), stream), pc.equal(rows.column("seq"), seq))
+    at = pc.indices_nonzero(mask)
+    return rows.column(column)[at[0].as_py()].as_py() if len(at) else None
+
+
 def _groups_holding(footer: _Footer, checks: Mapping[str, tuple[Any, Any]]) -> list[int]:
     """The row groups whose statistics may hold a row with every column of ``checks``
     within its inclusive ``(low, high)``; each group is looked at only until one column
@@ -369,19 +400,34 @@ def _open_parquet(
 
     filesystem, path = filesystem_path(uri, storage_options)
     source = path if filesystem is None else filesystem.open_input_file(path)
+    footer = _kept_footer(uri)
+    if footer is not None:
+        return pq.ParquetFile(source, metadata=footer.metadata), footer
+    opened = pq.ParquetFile(source)
+    return opened, _keep_footer(uri, _Footer(opened.metadata))
+
+
+def _footer_of(uri: str, storage_options: Mapping[str, str] | None = None) -> _Footer:
+    """The file's footer (parsed once per process), without opening the file again when
+    it is kept."""
+    footer = _kept_footer(uri)
+    return footer if footer is not None else _open_parquet(uri, storage_options)[1]
+
+
+def _kept_footer(uri: str) -> _Footer | None:
     with _FOOTERS_LOCK:
         footer = _FOOTERS.get(uri)
         if footer is not None:
             _FOOTERS.move_to_end(uri)
-    if footer is not None:
-        return pq.ParquetFile(source, metadata=footer.metadata), footer
-    opened = pq.ParquetFile(source)
-    footer = _Footer(opened.metadata)
+        return footer
+
+
+def _keep_footer(uri: str, footer: _Footer) -> _Footer:
     with _FOOTERS_LOCK:
         _FOOTERS[uri] = footer
         if len(_FOOTERS) > _FOOTERS_KEPT:
             _FOOTERS.popitem(last=False)
-    return opened, footer
+    return footer
 
 
 _FOOTERS: OrderedDict[str, _Footer] = OrderedDict()
@@ -693,6 +739,7 @@ __all__ = [
     "DELTA_ROOT_ENV",
     "INDEX",
     "INDEX_COLUMNS",
+    "INDEX_SEARCH_COLUMNS",
     "MARKS",
     "MARKS_COLUMNS",
     "REJECTED_SHOWN",
@@ -706,6 +753,7 @@ __all__ = [
     "cut_from_cell",
     "filesystem_path",
     "one_moment",
+    "read_cell",
     "read_cut",
     "read_cut_from",
     "read_files",

@@ -31,8 +31,10 @@ from jobs.controller_job import ControllerJob
 from jobs.slot_keys import is_due_key
 from jobs.tables import INDEX, REJECTED_MARKS, Reason, read_table, read_watermarks
 from jobs.workflow import parse_tick, tick_value
+from pipelines.reading.seek import SeekIndex
 from pipelines.writing.writer import EventWriter
 from schemas.records import WriterMarkRecord
+from schemas.tables import cut_from_cell
 from tests.controller_env import Env, make_env
 from tests.faults.figures import report
 
@@ -191,6 +193,9 @@ def test_marks_table_equals_watermark_cycle(spark: Any, controller_env: Env, uni
     for row, m in zip(index, got, strict=True):
         running = max(running, m.upper_time)
         assert (row["seq"], row["time"], row["upper_time_max"]) == (m.seq, m.time, running)
+        assert cut_from_cell(row["stream_cut"]) == dict(m.stream_cut)  # marks' cut, again
+        # A cold lookup answers from that row alone: exactly the cut marks holds.
+        assert SeekIndex(settings.delta_root).stop(stream, m.time).stream_cut == m.stream_cut
     assert read_table(settings.delta_root, REJECTED_MARKS) == []
 
 

@@ -62,7 +62,16 @@ def append_marks(root, stream, marks, emitted_step_ms=1_000, top=None):
     )
     write_deltalake(
         table_path(root, INDEX),
-        pa.table({**keys, "upper_time_max": maxima}, schema=INDEX_ARROW),
+        pa.table(
+            {
+                **keys,
+                "upper_time_max": maxima,
+                "stream_cut": [
+                    [{"segment": s, "offset": o} for s, o in sorted(m[3].items())] for m in marks
+                ],
+            },
+            schema=INDEX_ARROW,
+        ),
         mode="append",
     )
     return top

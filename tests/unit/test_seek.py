@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -208,20 +209,77 @@ def test_warm_and_cold_agree_with_controller_index(tmp_path_factory, pairs, spli
         assert (None if stop is None else stop.stream_cut) == stop_cut(rows, t)
 
 
-def test_marks_opened_ahead_of_a_newer_index_is_refreshed_not_reported_missing(tmp_path):
-    """A cold lookup opens ``marks`` on a thread beside the index search; when that
-    snapshot is older than the index's (a watermark appended in between), the cut read
-    refreshes ``marks`` instead of calling the watermark missing."""
+def test_a_cold_lookup_answers_from_the_index_row_alone(tmp_path):
+    """Index rows carry their watermark's cut: a cold lookup opens one table. With
+    ``marks`` gone, cold lookups still answer, each cut exactly the watermark's."""
     root = str(tmp_path)
-    append_watermarks(root, _marks([(100, 0)]))
-    index = SeekIndex(root, refresh_interval_ms=0)
-    index._open_marks_ahead()  # marks opened now, at the first watermark's version
-    opening = index._marks_opening
-    assert opening is not None
-    opening.join()
-    append_watermarks(root, _marks([(200, 0)], start_seq=1), previous_upper_time_max=100)
-    assert index.cold_start_cut(STREAM, 300) == {0: 10}  # seq 1: only in the newer marks
-    assert index.start(STREAM, 300).seq == 1
+    marks = _marks([(100, 80), (200, 0), (300, 50), (400, 10)])
+    append_watermarks(root, marks)
+    rows = index_rows(marks)
+    shutil.rmtree(tmp_path / "marks")
+    for t in (0, 150, 181, 250, 301, 399, 500):
+        index = SeekIndex(root, refresh_interval_ms=0)
+        found = index.start(STREAM, t)
+        assert (None if found is None else found.stream_cut) == start_cut(rows, t)
+        stop = SeekIndex(root, refresh_interval_ms=0).stop(STREAM, t)
+        assert (None if stop is None else stop.stream_cut) == stop_cut(rows, t)
+
+
+def _old_layout_rows(root: str, marks: list[Watermark]) -> None:
+    """``marks`` appended as the controller wrote them before ``index`` had a cut: marks
+    rows, and index rows of the four columns of the time (a table of that schema)."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from schemas.tables import INDEX_SEARCH_COLUMNS, index_row, marks_row
+
+    old_index = pa.schema([INDEX_SCHEMA.field(c) for c in INDEX_SEARCH_COLUMNS])
+    maxima = [r.upper_time_max for r in index_rows(marks)]
+    write_deltalake(
+        f"{root}/marks",
+        pa.Table.from_pylist([marks_row(w) for w in marks], schema=MARKS_SCHEMA),
+        mode="append",
+    )
+    old_rows = [
+        {c: v for c, v in index_row(w, top).items() if c in INDEX_SEARCH_COLUMNS}
+        for w, top in zip(marks, maxima, strict=True)
+    ]
+    write_deltalake(
+        f"{root}/index", pa.Table.from_pylist(old_rows, schema=old_index), mode="append"
+    )
+
+
+def test_index_rows_written_before_their_cut_are_answered_through_marks(tmp_path):
+    """A table written before ``index`` had ``stream_cut``: the controller adds the column
+    when it starts (``evolve_tables``) and new rows carry their cut; the old rows (null
+    there, in their own files and, after a compaction, beside new rows in one file) are
+    answered through ``marks``, exactly as before -- and only they need it."""
+    from jobs.maintenance import Maintainer, MaintenanceSettings
+    from jobs.sink import evolve_tables
+    from pipelines.reading.exceptions import WatermarksUnavailableError
+
+    root = str(tmp_path)
+    marks = _marks([(100, 80), (200, 0), (300, 50), (400, 10), (500, 5), (600, 0)])
+    rows = index_rows(marks)
+    _old_layout_rows(root, marks[:3])
+    assert evolve_tables(root) == {"index": ["stream_cut"]}
+    append_watermarks(root, marks[3:], previous_upper_time_max=rows[2].upper_time_max)
+    probes = (0, 150, 181, 250, 301, 350, 399, 450, 505, 610, 700)
+
+    def agree() -> None:
+        for t in probes:
+            found = SeekIndex(root, refresh_interval_ms=0).start(STREAM, t)
+            assert (None if found is None else found.stream_cut) == start_cut(rows, t)
+            stop = SeekIndex(root, refresh_interval_ms=0).stop(STREAM, t)
+            assert (None if stop is None else stop.stream_cut) == stop_cut(rows, t)
+
+    agree()
+    Maintainer(MaintenanceSettings(root, compact_min_files=2)).run_once(force=True)
+    agree()  # old and new rows in one compacted file: nulls beside cuts
+    shutil.rmtree(tmp_path / "marks")
+    assert SeekIndex(root).start(STREAM, 610).stream_cut == rows[5].stream_cut  # index alone
+    with pytest.raises(WatermarksUnavailableError):
+        SeekIndex(root).start(STREAM, 350)  # seq 1, an old row: its cut is only in marks
 
 
 def test_joint_lookups_follow_one_snapshot_and_agree_with_each_stream(tmp_path):
