@@ -141,6 +141,25 @@ class PositionWindow:
     step is the plain offset comparison. Anything else resolves.
     """
 
+    __slots__ = (
+        "_feed",
+        "_head",
+        "_high",
+        "_known",
+        "_last",
+        "_low",
+        "_plain_keys",
+        "_ranges",
+        "_seg",
+        "_segments",
+        "_settled",
+        "_start",
+        "_start_lower",
+        "_stepped",
+        "_tracker",
+        "_window",
+    )
+
     def __init__(self, feed: WatermarkFeed, segments: Callable[[], Mapping[int, Segment]]) -> None:
         self._feed = feed
         self._segments = segments
