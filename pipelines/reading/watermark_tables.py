@@ -34,7 +34,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote
+from urllib.parse import unquote, urlparse
 
 from controller.index import running_max
 from controller.model import Watermark
@@ -281,11 +281,14 @@ class DeltaSource:
     def _file_of(self, root: str, path: str, stats: str | None) -> DataFile:
         """A data file from its log entry: ``path`` (relative ones are percent-encoded
         under the table's directory) and its ``stats`` JSON (top-level columns' min/max)."""
-        uri = path if "://" in path else os.path.join(root, unquote(path))
+        if path.startswith("file:"):  # an absolute local URI (file:/x or file:///x)
+            uri = unquote(urlparse(path).path)
+        else:
+            uri = path if "://" in path else os.path.join(root, unquote(path))
         found = json.loads(stats) if stats else {}
         low, high = found.get("minValues") or {}, found.get("maxValues") or {}
         return DataFile(
-            uri.removeprefix("file://"),
+            uri,
             {c: v for c, v in low.items() if not isinstance(v, dict | list)},
             {c: v for c, v in high.items() if not isinstance(v, dict | list)},
             storage_options=self.storage_options,
@@ -412,8 +415,8 @@ def find_in_group(
     at = pc.indices_nonzero(mask)
     if not len(at):
         return None
-    seqs = pc.take(rows.column("seq"), at).to_numpy()
-    position = int(at[int(seqs.argmax() if latest else seqs.argmin())].as_py())
+    seqs = pc.take(rows.column("seq"), at)  # (no numpy: light CLI verbs run without it)
+    position = int(at[pc.index(seqs, pc.max(seqs) if latest else pc.min(seqs)).as_py()].as_py())
     return {c: rows.column(c)[position].as_py() for c in columns}, position
 
 

@@ -121,3 +121,46 @@ def test_the_latest_complete_checkpoint_and_the_commits_after_it_are_read() -> N
     assert _plan([*names, part(20, 1, 2)])[0] == 10
     # no checkpoint: every commit from 0; other files of the log are not commits
     assert _plan([commit(0), commit(1), "_last_checkpoint", f"{0:020d}.crc"]) == (None, [], [0, 1])
+
+
+def test_relative_paths_are_percent_decoded_and_absolute_ones_kept(tmp_path: Path) -> None:
+    """A path in the log is a URI: relative ones percent-encoded under the table, an
+    absolute one (a file elsewhere, as a shallow clone has) taken as it is."""
+    table = tmp_path / "t"
+    write_deltalake(str(table), pa.table({"x": [1]}))
+    (first,) = [n for n in os.listdir(table) if n.endswith(".parquet")]
+    elsewhere = tmp_path / "other dir"
+    elsewhere.mkdir()
+    os.rename(table / first, elsewhere / first)
+    (table / "a b").mkdir()
+    write_deltalake(str(tmp_path / "u"), pa.table({"x": [2]}))
+    (second,) = [n for n in os.listdir(tmp_path / "u") if n.endswith(".parquet")]
+    os.rename(tmp_path / "u" / second, table / "a b" / second)
+    log = table / "_delta_log"
+    actions = [
+        {"remove": {"path": first, "dataChange": True, "deletionTimestamp": 1}},
+        {
+            "add": {
+                "path": (elsewhere / first).as_uri(),
+                "size": 1,
+                "partitionValues": {},
+                "modificationTime": 1,
+                "dataChange": True,
+                "stats": None,
+            }
+        },
+        {
+            "add": {
+                "path": f"a%20b/{second}",
+                "size": 1,
+                "partitionValues": {},
+                "modificationTime": 1,
+                "dataChange": True,
+                "stats": None,
+            }
+        },
+    ]
+    (log / f"{1:020d}.json").write_text("".join(json.dumps(a) + "\n" for a in actions))
+    uris = {f.uri for f in DeltaSource(str(table)).latest_files()}
+    assert uris == {str(elsewhere / first), str(table / "a b" / second)}
+    assert all(os.path.exists(u) for u in uris)
