@@ -171,9 +171,9 @@ def columns(table: str) -> tuple[str, ...]:
 
 MARKS_COLUMNS = columns(MARKS)
 INDEX_COLUMNS = columns(INDEX)
-INDEX_SEARCH_COLUMNS = INDEX_COLUMNS[:4]
-"""``stream, seq, time, upper_time_max``: what a search of ``index`` needs (its cut is
-read only for the row found)."""
+INDEX_SEARCH_COLUMNS = tuple(c for c in INDEX_COLUMNS if c != "stream_cut")
+"""``stream, seq, time, upper_time_max``: what a search of ``index`` needs (every index
+column but the wide ``stream_cut``, which is read only for the row found)."""
 REJECTED_COLUMNS = columns(REJECTED_MARKS)
 LAGGARDS_COLUMNS = columns(LAGGARDS)
 

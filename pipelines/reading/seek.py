@@ -73,9 +73,9 @@ from pipelines.reading.watermark_tables import (
     DeltaSource,
     TableTail,
     cut_from_cell,
+    find_in_group,
     read_cell,
     read_cut_from,
-    read_files,
     resolve_delta_root,
     table_path,
 )
@@ -297,16 +297,14 @@ class SeekIndex:
         return Found(row.seq, row.time, row.upper_time_max, cut)
 
     def _remember(self, key: tuple[str, int], cut: dict[int, int]) -> dict[int, int]:
-        """Keep ``cut`` in the cache (the one already there, if any, is returned)."""
+        """Keep ``cut`` in the cache (the one already there, if any, is returned): one
+        ``setdefault``, not a look-up then a store."""
         with self._lock:
-            cached = self._cuts.get(key)
-            if cached is not None:
-                self._cuts.move_to_end(key)
-                return cached
-            self._cuts[key] = cut
+            kept = self._cuts.setdefault(key, cut)
+            self._cuts.move_to_end(key)
             if len(self._cuts) > self._cut_cache_size:
                 self._cuts.popitem(last=False)
-            return cut
+            return kept
 
     def cut(self, stream: str, seq: int, at: int | None = None) -> dict[int, int]:
         """The stream cut of watermark ``seq`` (from ``marks``; cached); ``at``, its
@@ -373,8 +371,7 @@ class SeekIndex:
             return edge(f), _stat(f.minimum, "seq", 0)
 
         with self._lock:
-            self._index.refresh()
-            files = self._index.files()
+            files = self._index.latest_files()
         candidates = sorted(
             (
                 f
@@ -385,7 +382,8 @@ class SeekIndex:
             reverse=latest,
         )
         best: _Row | None = None
-        best_group: DataFile | None = None
+        best_at: tuple[DataFile, int] | None = None
+        """The row group holding ``best`` and its position there."""
 
         def beaten(unit: DataFile) -> bool:
             """No unit from here on (in ``edge`` order) can hold a better row."""
@@ -421,15 +419,17 @@ class SeekIndex:
                     break
                 if behind(g):
                     continue
-                rows = read_files([g], INDEX_SEARCH_COLUMNS, stream, None, {column: bounds})
-                if rows.num_rows:
-                    row = rows.slice(rows.num_rows - 1 if latest else 0, 1).to_pylist()[0]
+                hit = find_in_group(
+                    g, stream, INDEX_SEARCH_COLUMNS, {column: bounds}, latest=latest
+                )
+                if hit is not None:
+                    row, position = hit
                     found = _Row(int(row["seq"]), int(row["time"]), int(row["upper_time_max"]))
                     if best is None or (found.seq > best.seq if latest else found.seq < best.seq):
-                        best, best_group = found, g
-        if best is None or best_group is None or not best_group.has_column("stream_cut"):
+                        best, best_at = found, (g, position)
+        if best is None or best_at is None or not best_at[0].has_column("stream_cut"):
             return best  # (a file written before index had the column: marks has the cut)
-        cell = read_cell(best_group, stream, best.seq, "stream_cut")
+        cell = read_cell(*best_at, "stream_cut")
         return best if cell is None else replace(best, stream_cut=cut_from_cell(cell))
 
     def cold_start_cut(self, stream: str, t: int) -> StreamCut | None:

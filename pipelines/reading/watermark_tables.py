@@ -25,6 +25,7 @@ or written, so importing this module (every reader does) stays light.
 from __future__ import annotations
 
 import datetime
+import json
 import logging
 import os
 import threading
@@ -33,6 +34,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlparse
 
 from controller.index import running_max
 from controller.model import Watermark
@@ -260,6 +262,38 @@ class DeltaSource:
         with self._lock:
             return self._files()
 
+    def latest_files(self) -> list[DataFile]:
+        """Every data file of the latest version (a :meth:`refresh`, then :meth:`files`).
+        A local table not opened yet stays so: its log is read directly
+        (:func:`pipelines.reading.delta_log.live_files`, a checkpoint and the commits
+        after it: a third of a delta-rs open), as its files are all that is asked."""
+        with self._lock:
+            if self._table is None and not on_object_store(self.uri):
+                from pipelines.reading.delta_log import live_files  # pyarrow on use
+
+                root = self.uri.removeprefix("file://")
+                found = live_files(root)
+                if found is not None:
+                    return [self._file_of(root, path, stats) for path, stats in found.items()]
+            self.refresh()
+            return self._files()
+
+    def _file_of(self, root: str, path: str, stats: str | None) -> DataFile:
+        """A data file from its log entry: ``path`` (relative ones are percent-encoded
+        under the table's directory) and its ``stats`` JSON (top-level columns' min/max)."""
+        if path.startswith("file:"):  # an absolute local URI (file:/x or file:///x)
+            uri = unquote(urlparse(path).path)
+        else:
+            uri = path if "://" in path else os.path.join(root, unquote(path))
+        found = json.loads(stats) if stats else {}
+        low, high = found.get("minValues") or {}, found.get("maxValues") or {}
+        return DataFile(
+            uri,
+            {c: v for c, v in low.items() if not isinstance(v, dict | list)},
+            {c: v for c, v in high.items() if not isinstance(v, dict | list)},
+            storage_options=self.storage_options,
+        )
+
     def _files(self) -> list[DataFile]:
         if self._table is None:
             return []
@@ -359,18 +393,41 @@ def read_files(
     return pa.concat_tables(tables).sort_by("seq")
 
 
-def read_cell(group: DataFile, stream: str, seq: int, column: str) -> Any:
-    """The ``column`` value of ``stream``'s row ``seq`` in one row group (``group``, from
-    :meth:`DataFile.row_groups`); ``None`` when the row is not there or the value is null.
-    Only the one row's value becomes a Python object: a search finds the row on the
-    narrow columns first, then takes a wide one (a cut) of that row alone."""
+def find_in_group(
+    group: DataFile, stream: str, columns: Sequence[str], bounds: Bounds, *, latest: bool
+) -> tuple[dict[str, Any], int] | None:
+    """The first (``latest``: last) by ``seq`` of ``stream``'s rows in one row group
+    (``group``, from :meth:`DataFile.row_groups`) with each bounded column within its
+    inclusive bounds: ``(its columns as Python values, its position in the group)``;
+    ``None`` when there is none. Only the found row becomes Python objects, and its
+    position lets :func:`read_cell` take a wide column of that row alone."""
     import pyarrow.compute as pc  # on use: importing this module stays light
 
     parquet, _ = _open_parquet(group.uri, group.storage_options)
-    rows = parquet.read_row_group(group.group or 0, columns=["stream", "seq", column])
-    mask = pc.and_(pc.equal(rows.column("stream"), stream), pc.equal(rows.column("seq"), seq))
+    needed = list(dict.fromkeys([*columns, "stream", "seq", *bounds]))
+    rows = parquet.read_row_group(group.group or 0, columns=needed)
+    mask = pc.equal(rows.column("stream"), stream)
+    for column, (low, high) in bounds.items():
+        if low is not None:
+            mask = pc.and_(mask, pc.greater_equal(rows.column(column), low))
+        if high is not None:
+            mask = pc.and_(mask, pc.less_equal(rows.column(column), high))
     at = pc.indices_nonzero(mask)
-    return rows.column(column)[at[0].as_py()].as_py() if len(at) else None
+    if not len(at):
+        return None
+    seqs = pc.take(rows.column("seq"), at)  # (no numpy: light CLI verbs run without it)
+    position = int(at[pc.index(seqs, pc.max(seqs) if latest else pc.min(seqs)).as_py()].as_py())
+    return {c: rows.column(c)[position].as_py() for c in columns}, position
+
+
+def read_cell(group: DataFile, position: int, column: str) -> Any:
+    """The ``column`` value of the row at ``position`` in one row group (``group``, from
+    :meth:`DataFile.row_groups`; the position :func:`find_in_group` gave): only that
+    column of the group is read, only that row's value becomes a Python object."""
+    parquet, _ = _open_parquet(group.uri, group.storage_options)
+    return (
+        parquet.read_row_group(group.group or 0, columns=[column]).column(column)[position].as_py()
+    )
 
 
 def _groups_holding(footer: _Footer, checks: Mapping[str, tuple[Any, Any]]) -> list[int]:
@@ -752,6 +809,7 @@ __all__ = [
     "append_watermarks",
     "cut_from_cell",
     "filesystem_path",
+    "find_in_group",
     "one_moment",
     "read_cell",
     "read_cut",

@@ -31,10 +31,12 @@ from jobs.controller_job import ControllerJob
 from jobs.slot_keys import is_due_key
 from jobs.tables import INDEX, REJECTED_MARKS, Reason, read_table, read_watermarks
 from jobs.workflow import parse_tick, tick_value
+from pipelines.reading.delta_log import live_files
 from pipelines.reading.seek import SeekIndex
+from pipelines.reading.watermark_tables import DeltaSource
 from pipelines.writing.writer import EventWriter
 from schemas.records import WriterMarkRecord
-from schemas.tables import cut_from_cell
+from schemas.tables import MARKS, cut_from_cell, table_path
 from tests.controller_env import Env, make_env
 from tests.faults.figures import report
 
@@ -197,6 +199,13 @@ def test_marks_table_equals_watermark_cycle(spark: Any, controller_env: Env, uni
         # A cold lookup answers from that row alone: exactly the cut marks holds.
         assert SeekIndex(settings.delta_root).stop(stream, m.time).stream_cut == m.stream_cut
     assert read_table(settings.delta_root, REJECTED_MARKS) == []
+    for table in (MARKS, INDEX):  # the cold lookups read Spark's log directly: the same files
+        uri = table_path(settings.delta_root, table)
+        assert live_files(uri) is not None
+        opened = DeltaSource(uri)
+        opened.refresh()
+        direct = DeltaSource(uri).latest_files()
+        assert sorted(direct, key=str) == sorted(opened.files(), key=str)
 
 
 # --- 2. garbage and rejected marks -------------------------------------------------------------

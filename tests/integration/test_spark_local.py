@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import pytest
@@ -142,3 +143,44 @@ def test_the_local_driver_jvm_runs_with_the_local_options(spark) -> None:
         for bean in jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()
     }
     assert collector == {"PS Scavenge", "PS MarkSweep"}, collector
+
+
+def test_the_log_read_directly_lists_what_delta_rs_lists_on_tables_spark_wrote(
+    spark, tmp_path
+) -> None:
+    """Spark's commits and checkpoints (every 10 commits), an OPTIMIZE (a compaction
+    removing the small files) and commits after it: a cold lookup's direct read of the
+    log (pipelines.reading.delta_log) gives delta-rs's live files and statistics."""
+    from delta.tables import DeltaTable as SparkDeltaTable
+
+    from pipelines.reading.delta_log import live_files
+    from pipelines.reading.watermark_tables import DeltaSource
+
+    table = str(tmp_path / "index")
+
+    def append(first: int) -> None:
+        rows = [("s/a" if i % 2 else "s/b", i, 10 * i) for i in range(first, first + 5)]
+        frame = spark.createDataFrame(rows, "stream STRING, seq LONG, time LONG")
+        frame.coalesce(1).write.format("delta").mode("append").save(table)
+
+    def same() -> int:
+        assert live_files(table) is not None  # Spark's plain tables are read directly
+        direct = DeltaSource(table)
+        found = {(f.uri, str(f.minimum), str(f.maximum)) for f in direct.latest_files()}
+        assert direct.version is None  # (not opened by delta-rs for it)
+        opened = DeltaSource(table)
+        opened.refresh()
+        assert found == {(f.uri, str(f.minimum), str(f.maximum)) for f in opened.files()}
+        return len(found)
+
+    for k in range(12):
+        append(5 * k)
+    assert same() == 12
+    assert os.path.exists(f"{table}/_delta_log/{10:020d}.checkpoint.parquet")
+    SparkDeltaTable.forPath(spark, table).optimize().executeCompaction()
+    for k in range(12, 21):  # to the next checkpoint (version 20), and one commit past it
+        append(5 * k)
+        if k == 15:
+            assert same() == 5  # the compacted file and the four appends after it
+    assert os.path.exists(f"{table}/_delta_log/{20:020d}.checkpoint.parquet")
+    assert same() == 10
