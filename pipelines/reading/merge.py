@@ -126,6 +126,12 @@ class TimeMerge:
     or nothing came within a poll's wait). Held records cannot be released
     before the slowest stream passes their time, so reading further ahead only
     grows the heap (and the garbage collector's walks over it).
+
+    ``bodies_only``: the batches give bodies, times and streams, never events
+    (``batch.events`` raises :class:`~pipelines.reading.exceptions.ReaderConfigError`);
+    each record's time and body are all that is taken from Kafka's record (its
+    segment, offset, key and headers are not), for a read that wants only the
+    bodies.
     """
 
     def __init__(
@@ -135,6 +141,7 @@ class TimeMerge:
         from_time: int | None = None,
         batch_size: int = BATCH_SIZE,
         max_held: int | None = None,
+        bodies_only: bool = False,
     ) -> None:
         if not readers:
             raise ReaderConfigError("a merge needs at least one reader")
@@ -146,6 +153,7 @@ class TimeMerge:
         self.from_time = from_time
         self.batch_size = batch_size
         self.max_held = 2 * batch_size if max_held is None else max_held
+        self.bodies_only = bodies_only
         self.late = 0
         self.released_time: int | None = None
         self._held = [_Held() for _ in self.readers]
@@ -256,10 +264,10 @@ class TimeMerge:
         if parts is None:
             events = batch.events
             held.stream = events[0].stream
-            records = Columns.of_events(events)
+            records = Columns.of_events(events, full=not self.bodies_only)
         else:
             msgs, segment_of, held.stream = parts
-            records = Columns.of_records(msgs, segment_of)
+            records = Columns.of_records(msgs, segment_of, full=not self.bodies_only)
         records = records.in_time_order()  # (the smallest time is then the first)
         start, released = self.from_time, self.released_time
         if start is not None and records.times[0] < start:
@@ -298,10 +306,12 @@ def merged_reader(
     config: ReaderConfig | None = None,
     index: SeekIndex | None = None,
     batch_size: int = BATCH_SIZE,
+    bodies_only: bool = False,
 ) -> Iterator[TimeMerge]:
     """A :class:`TimeMerge` over ``streams`` from ``from_time`` (None: their heads), each read
     by a private reader group kept in memory (nothing committed anywhere), starting at
-    the stream's start cut for ``from_time`` (:func:`~pipelines.reading.seek.stream_cut_at`).
+    the stream's start cut for ``from_time`` (:func:`~pipelines.reading.seek.stream_cut_at`);
+    ``bodies_only`` as :class:`TimeMerge`'s.
     """
     names = check_streams(streams)
     start = None if from_time is None else check_timestamp(from_time)
@@ -324,7 +334,7 @@ def merged_reader(
                 )
             )
             readers.append(stack.enter_context(group.reader("merge")))
-        yield TimeMerge(readers, from_time=start, batch_size=batch_size)
+        yield TimeMerge(readers, from_time=start, batch_size=batch_size, bodies_only=bodies_only)
 
 
 __all__ = ["BATCH_SIZE", "TimeMerge", "merged_reader"]
