@@ -71,42 +71,57 @@ collections walk further."""
 
 
 class _Held:
-    """One stream's records held back, sorted by time (:class:`Columns`: finding what a
-    bound releases is one C bisect over the times, and a release takes slices)."""
+    """One stream's records held back, in time order: the fetches as they came, each a
+    :class:`Columns` sorted by time, each starting at or after the one before ends
+    (finding what a bound releases is one C bisect over a fetch's times; whole fetches
+    are released as they are, only the one a bound falls in is split)."""
 
-    __slots__ = ("records", "stream")
+    __slots__ = ("chunks", "count", "stream")
 
     def __init__(self) -> None:
-        self.records: Columns | None = None
+        self.chunks: list[Columns] = []
+        self.count = 0
         self.stream = ""
 
     def __len__(self) -> int:
-        return 0 if self.records is None else len(self.records)
+        return self.count
 
     def add(self, records: Columns) -> None:
-        """Hold a batch in time order: appended as it is when it comes after what is held
-        (the usual case), else merged in by time (timsort over two sorted runs)."""
-        held = self.records
-        if held is None or not len(held):
-            self.records = records
+        """Hold a fetch (sorted by time): kept as it is when it starts at or after what is
+        held ends (the usual case), else merged in by time with everything held
+        (timsort over sorted runs)."""
+        chunks = self.chunks
+        self.count += len(records)
+        if not chunks or chunks[-1].times[-1] <= records.times[0]:
+            chunks.append(records)
             return
-        late = held.times[-1] > records.times[0]
-        held.extend(records)
-        if late:
-            self.records = held.in_time_order()
+        whole = chunks[0]
+        for more in chunks[1:]:
+            whole.extend(more)
+        whole.extend(records)
+        self.chunks = [whole.in_time_order()]
 
-    def take(self, bound: int | None) -> Run | None:
-        """The held records with time <= ``bound`` (None: all), no longer held."""
-        held = self.records
-        if held is None:
-            return None
-        cut = len(held) if bound is None else bisect_right(held.times, bound)
-        if not cut:
-            return None
-        if cut == len(held):
-            self.records = None
-            return Run(self.stream, held)
-        return Run(self.stream, held.take(cut))
+    def take(self, bound: int | None) -> list[Run]:
+        """The held records with time <= ``bound`` (None: all), no longer held, as runs
+        (one a fetch)."""
+        chunks, stream = self.chunks, self.stream
+        if bound is None:
+            self.chunks, self.count = [], 0
+            return [Run(stream, records) for records in chunks]
+        runs = []
+        whole = 0
+        for records in chunks:
+            if records.times[-1] <= bound:
+                runs.append(Run(stream, records))
+                whole += 1
+                continue
+            cut = bisect_right(records.times, bound)
+            if cut:
+                runs.append(Run(stream, records.take(cut)))
+            break
+        del chunks[:whole]
+        self.count -= sum(len(run.records) for run in runs)
+        return runs
 
 
 class TimeMerge:
@@ -288,7 +303,7 @@ class TimeMerge:
 
     def _release(self, bound: int | None) -> MergedBatch:
         """The held records with time <= ``bound`` (None: all of them), merged by time."""
-        batch = MergedBatch(run for run in (h.take(bound) for h in self._held) if run)
+        batch = MergedBatch(run for held in self._held for run in held.take(bound))
         last = batch.last_time
         if last is not None and (self.released_time is None or last > self.released_time):
             self.released_time = last
