@@ -14,9 +14,11 @@ are promoted and walked again by the older ones, so records held until every
 stream passed their time set off about a collection a fetch, costing the merge more
 than the rest of its work; bytes and ints are not tracked by the collector at all.
 
-A :class:`MergedBatch` holds one released run per stream and merges the runs by
-time when first asked: one stable sort of record indexes by time, in C (timsort
-finds the runs), so records with equal times come in the readers' order. Each
+A :class:`MergedBatch` holds the released runs (each a stream's fetch, or part of
+one, sorted by time; a stream's runs in its order) and merges them by time when a
+column is first asked: one stable sort of the column keyed by time, in C (timsort
+finds the runs), so records with equal times come in the readers' order. A merge
+made ``bodies_only`` takes each record's time and body alone. Each
 :class:`~pipelines.reading.reader.EventRead` is made only when
 :attr:`MergedBatch.events` asks, as :class:`~pipelines.reading.reader.EventBatch`
 does for one stream.
