@@ -248,3 +248,15 @@ def test_bodies_only_columns_hold_times_and_bodies_alone():
     assert Columns.of_events(events, full=False).bodies == lean.bodies
     with pytest.raises(ReaderConfigError):
         lean.events("a")
+
+
+@pytest.mark.parametrize("bodies_only", [False, True])
+def test_a_fetch_starting_before_what_a_stream_holds_is_merged_into_it(bodies_only):
+    a = RecordReader("a", [([10, 30], 5), ([15], 30)])
+    b = RecordReader("b", [([12], 20), ([], 20)])
+    merge = TimeMerge([a, b], bodies_only=bodies_only)  # type: ignore[list-item]
+    assert len(merge.read_batch(timeout_ms=0)) == 0 and merge.held == 3
+    batch = merge.read_batch(timeout_ms=0)
+    assert batch.times() == [10, 12, 15] and batch.values() == [b"a:0", b"b:0", b"a:2"]
+    assert batch.streams() == ["a", "b", "a"] and merge.held == 1 and merge.late == 0
+    assert merge.flush_batch().values() == [b"a:1"] and merge.held == 0
