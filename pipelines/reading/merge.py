@@ -71,42 +71,57 @@ collections walk further."""
 
 
 class _Held:
-    """One stream's records held back, sorted by time (:class:`Columns`: finding what a
-    bound releases is one C bisect over the times, and a release takes slices)."""
+    """One stream's records held back, in time order: the fetches as they came, each a
+    :class:`Columns` sorted by time, each starting at or after the one before ends
+    (finding what a bound releases is one C bisect over a fetch's times; whole fetches
+    are released as they are, only the one a bound falls in is split)."""
 
-    __slots__ = ("records", "stream")
+    __slots__ = ("chunks", "count", "stream")
 
     def __init__(self) -> None:
-        self.records: Columns | None = None
+        self.chunks: list[Columns] = []
+        self.count = 0
         self.stream = ""
 
     def __len__(self) -> int:
-        return 0 if self.records is None else len(self.records)
+        return self.count
 
     def add(self, records: Columns) -> None:
-        """Hold a batch in time order: appended as it is when it comes after what is held
-        (the usual case), else merged in by time (timsort over two sorted runs)."""
-        held = self.records
-        if held is None or not len(held):
-            self.records = records
+        """Hold a fetch (sorted by time): kept as it is when it starts at or after what is
+        held ends (the usual case), else merged in by time with everything held
+        (timsort over sorted runs)."""
+        chunks = self.chunks
+        self.count += len(records)
+        if not chunks or chunks[-1].times[-1] <= records.times[0]:
+            chunks.append(records)
             return
-        late = held.times[-1] > records.times[0]
-        held.extend(records)
-        if late:
-            self.records = held.in_time_order()
+        whole = chunks[0]
+        for more in chunks[1:]:
+            whole.extend(more)
+        whole.extend(records)
+        self.chunks = [whole.in_time_order()]
 
-    def take(self, bound: int | None) -> Run | None:
-        """The held records with time <= ``bound`` (None: all), no longer held."""
-        held = self.records
-        if held is None:
-            return None
-        cut = len(held) if bound is None else bisect_right(held.times, bound)
-        if not cut:
-            return None
-        if cut == len(held):
-            self.records = None
-            return Run(self.stream, held)
-        return Run(self.stream, held.take(cut))
+    def take(self, bound: int | None) -> list[Run]:
+        """The held records with time <= ``bound`` (None: all), no longer held, as runs
+        (one a fetch)."""
+        chunks, stream = self.chunks, self.stream
+        if bound is None:
+            self.chunks, self.count = [], 0
+            return [Run(stream, records) for records in chunks]
+        runs = []
+        whole = 0
+        for records in chunks:
+            if records.times[-1] <= bound:
+                runs.append(Run(stream, records))
+                whole += 1
+                continue
+            cut = bisect_right(records.times, bound)
+            if cut:
+                runs.append(Run(stream, records.take(cut)))
+            break
+        del chunks[:whole]
+        self.count -= sum(len(run.records) for run in runs)
+        return runs
 
 
 class TimeMerge:
@@ -126,6 +141,12 @@ class TimeMerge:
     or nothing came within a poll's wait). Held records cannot be released
     before the slowest stream passes their time, so reading further ahead only
     grows the heap (and the garbage collector's walks over it).
+
+    ``bodies_only``: the batches give bodies, times and streams, never events
+    (``batch.events`` raises :class:`~pipelines.reading.exceptions.ReaderConfigError`);
+    each record's time and body are all that is taken from Kafka's record (its
+    segment, offset, key and headers are not), for a read that wants only the
+    bodies.
     """
 
     def __init__(
@@ -135,6 +156,7 @@ class TimeMerge:
         from_time: int | None = None,
         batch_size: int = BATCH_SIZE,
         max_held: int | None = None,
+        bodies_only: bool = False,
     ) -> None:
         if not readers:
             raise ReaderConfigError("a merge needs at least one reader")
@@ -146,6 +168,7 @@ class TimeMerge:
         self.from_time = from_time
         self.batch_size = batch_size
         self.max_held = 2 * batch_size if max_held is None else max_held
+        self.bodies_only = bodies_only
         self.late = 0
         self.released_time: int | None = None
         self._held = [_Held() for _ in self.readers]
@@ -256,10 +279,10 @@ class TimeMerge:
         if parts is None:
             events = batch.events
             held.stream = events[0].stream
-            records = Columns.of_events(events)
+            records = Columns.of_events(events, full=not self.bodies_only)
         else:
             msgs, segment_of, held.stream = parts
-            records = Columns.of_records(msgs, segment_of)
+            records = Columns.of_records(msgs, segment_of, full=not self.bodies_only)
         records = records.in_time_order()  # (the smallest time is then the first)
         start, released = self.from_time, self.released_time
         if start is not None and records.times[0] < start:
@@ -280,7 +303,7 @@ class TimeMerge:
 
     def _release(self, bound: int | None) -> MergedBatch:
         """The held records with time <= ``bound`` (None: all of them), merged by time."""
-        batch = MergedBatch(run for run in (h.take(bound) for h in self._held) if run)
+        batch = MergedBatch(run for held in self._held for run in held.take(bound))
         last = batch.last_time
         if last is not None and (self.released_time is None or last > self.released_time):
             self.released_time = last
@@ -298,10 +321,12 @@ def merged_reader(
     config: ReaderConfig | None = None,
     index: SeekIndex | None = None,
     batch_size: int = BATCH_SIZE,
+    bodies_only: bool = False,
 ) -> Iterator[TimeMerge]:
     """A :class:`TimeMerge` over ``streams`` from ``from_time`` (None: their heads), each read
     by a private reader group kept in memory (nothing committed anywhere), starting at
-    the stream's start cut for ``from_time`` (:func:`~pipelines.reading.seek.stream_cut_at`).
+    the stream's start cut for ``from_time`` (:func:`~pipelines.reading.seek.stream_cut_at`);
+    ``bodies_only`` as :class:`TimeMerge`'s.
     """
     names = check_streams(streams)
     start = None if from_time is None else check_timestamp(from_time)
@@ -324,7 +349,7 @@ def merged_reader(
                 )
             )
             readers.append(stack.enter_context(group.reader("merge")))
-        yield TimeMerge(readers, from_time=start, batch_size=batch_size)
+        yield TimeMerge(readers, from_time=start, batch_size=batch_size, bodies_only=bodies_only)
 
 
 __all__ = ["BATCH_SIZE", "TimeMerge", "merged_reader"]

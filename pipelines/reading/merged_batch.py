@@ -14,9 +14,11 @@ are promoted and walked again by the older ones, so records held until every
 stream passed their time set off about a collection a fetch, costing the merge more
 than the rest of its work; bytes and ints are not tracked by the collector at all.
 
-A :class:`MergedBatch` holds one released run per stream and merges the runs by
-time when first asked: one stable sort of record indexes by time, in C (timsort
-finds the runs), so records with equal times come in the readers' order. Each
+A :class:`MergedBatch` holds the released runs (each a stream's fetch, or part of
+one, sorted by time; a stream's runs in its order) and merges them by time when a
+column is first asked: one stable sort of the column keyed by time, in C (timsort
+finds the runs), so records with equal times come in the readers' order. A merge
+made ``bodies_only`` takes each record's time and body alone. Each
 :class:`~pipelines.reading.reader.EventRead` is made only when
 :attr:`MergedBatch.events` asks, as :class:`~pipelines.reading.reader.EventBatch`
 does for one stream.
@@ -25,13 +27,15 @@ does for one stream.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import partial
 from itertools import chain, compress, repeat
-from operator import attrgetter, ge, gt, itemgetter
+from operator import attrgetter, ge, itemgetter
 from typing import Any, NamedTuple
 
 from confluent_kafka import Message
 
+from pipelines.reading.exceptions import ReaderConfigError
 from pipelines.reading.reader import EventRead
 
 _record_timestamp: Callable[[Any], tuple[int, int]] = Message.timestamp
@@ -46,6 +50,8 @@ _event_columns = tuple(
     attrgetter(name)
     for name in ("timestamp", "body", "segment", "offset", "routing_key", "headers")
 )
+_event_time = attrgetter("timestamp")
+_event_body = attrgetter("body")
 _object_new = object.__new__
 
 
@@ -53,7 +59,12 @@ _object_new = object.__new__
 class Columns:
     """Records of one stream as columns of plain values, one entry a record, in order:
     ``times``, ``bodies``, ``segments`` (segment ids), ``offsets``, ``keys`` (routing
-    keys) and ``headers`` (as Kafka gives them: None or a list of pairs)."""
+    keys) and ``headers`` (as Kafka gives them: None or a list of pairs).
+
+    ``full`` False: times and bodies only, the other columns empty (taken for a merge
+    made ``bodies_only``: a record's key and headers cost as much to take from Kafka's
+    record as its body, and a bodies-only read never asks them); such records make
+    no :class:`~pipelines.reading.reader.EventRead`."""
 
     times: list[int]
     bodies: list[bytes]
@@ -61,13 +72,20 @@ class Columns:
     offsets: list[int]
     keys: list[bytes | None]
     headers: list[Any]
+    full: bool = field(default=True, kw_only=True)
 
     @classmethod
-    def of_records(cls, records: Sequence[Any], segment_of: Mapping[int, int]) -> Columns:
-        """Kafka records, each of a segment in ``segment_of`` (partition -> segment id)."""
+    def of_records(
+        cls, records: Sequence[Any], segment_of: Mapping[int, int], *, full: bool = True
+    ) -> Columns:
+        """Kafka records, each of a segment in ``segment_of`` (partition -> segment id);
+        ``full`` False: their times and bodies only."""
         bodies: list[bytes | None] = list(map(_record_value, records))
         if not all(bodies):  # a record without a value: an empty body, as EventRead's
             bodies = [v or b"" for v in bodies]
+        times = list(map(_second, map(_record_timestamp, records)))
+        if not full:
+            return cls(times, bodies, [], [], [], [], full=False)  # type: ignore[arg-type]
         count = len(records)
         offsets: list[int] | None = None
         if len(segment_of) == 1:  # (a fetch is usually one partition's run)
@@ -78,7 +96,7 @@ class Columns:
         else:
             segments = list(map(segment_of.__getitem__, map(_record_partition, records)))
         return cls(
-            list(map(_second, map(_record_timestamp, records))),
+            times,
             bodies,  # type: ignore[arg-type]
             segments,
             list(map(_record_offset, records)) if offsets is None else offsets,
@@ -87,28 +105,41 @@ class Columns:
         )
 
     @classmethod
-    def of_events(cls, events: Sequence[EventRead]) -> Columns:
-        """Events a reader made (a fetch it handed out as events)."""
+    def of_events(cls, events: Sequence[EventRead], *, full: bool = True) -> Columns:
+        """Events a reader made (a fetch it handed out as events); ``full`` False: their
+        times and bodies only."""
+        if not full:
+            times = list(map(_event_time, events))
+            return cls(times, list(map(_event_body, events)), [], [], [], [], full=False)
         return cls(*(list(map(column, events)) for column in _event_columns))
 
     def __len__(self) -> int:
         return len(self.times)
 
     def _columns(self) -> list[list[Any]]:
+        if not self.full:
+            return [self.times, self.bodies]
         return [self.times, self.bodies, self.segments, self.offsets, self.keys, self.headers]
+
+    def _of(self, columns: Iterable[list[Any]]) -> Columns:
+        """Records of these columns (as :meth:`_columns` gives them), as full as ``self``."""
+        if not self.full:
+            times, bodies = columns
+            return Columns(times, bodies, [], [], [], [], full=False)
+        return Columns(*columns)
 
     def kept(self, keep: Iterable[bool]) -> Columns:
         """The records where ``keep`` (one flag a record) is true."""
         flags = list(keep)
-        return Columns(*(list(compress(column, flags)) for column in self._columns()))
+        return self._of([list(compress(column, flags)) for column in self._columns()])
 
     def in_time_order(self) -> Columns:
         """These records by time (a stable sort; ``self`` when they are in order)."""
         times = self.times
-        if not any(map(gt, times, times[1:])):
+        if sorted(times) == times:  # (in C: a sort finding one run, equal items identical)
             return self
         order = sorted(range(len(times)), key=times.__getitem__)
-        return Columns(*(list(map(column.__getitem__, order)) for column in self._columns()))
+        return self._of([list(map(column.__getitem__, order)) for column in self._columns()])
 
     def extend(self, other: Columns) -> None:
         for column, more in zip(self._columns(), other._columns(), strict=True):
@@ -116,13 +147,19 @@ class Columns:
 
     def take(self, count: int) -> Columns:
         """The first ``count`` records, no longer in ``self``."""
-        taken = Columns(*(column[:count] for column in self._columns()))
-        for column in self._columns():
+        columns = self._columns()
+        taken = self._of([column[:count] for column in columns])
+        for column in columns:
             del column[:count]
         return taken
 
     def events(self, stream: str) -> list[EventRead]:
         """Each record's :class:`~pipelines.reading.reader.EventRead` (of ``stream``)."""
+        if not self.full:
+            raise ReaderConfigError(
+                "records taken for a bodies_only merge make no events (ask values(), times()"
+                " or streams(), or make the merge without bodies_only)"
+            )
         new = _object_new
         made: list[EventRead] = []
         append = made.append
@@ -182,37 +219,43 @@ class MergedBatch:
     event; :attr:`events` (or iteration, indexing) makes each record's
     :class:`~pipelines.reading.reader.EventRead` once, when first asked."""
 
-    __slots__ = ("_events", "_order", "_runs", "_sorted")
+    __slots__ = ("_events", "_overlap", "_runs")
 
     def __init__(self, runs: Iterable[Run]) -> None:
         self._runs = [run for run in runs if len(run.records)]
-        self._sorted = False
-        self._order: list[int] | None = None
-        """Once sorted: record indexes (over the runs joined) in time order; None when the
-        runs joined are in time order as they are."""
+        self._overlap: bool | None = None
+        """Whether the runs overlap in time (each column is then sorted by time); None
+        until first asked. Runs that do not are put one after the other, by time."""
         self._events: tuple[EventRead, ...] | None = None
 
     def _column(self, of: Callable[[Run], Iterable[Any]]) -> list[Any]:
-        """``of`` every run, joined and put in time order."""
-        if not self._sorted:
-            self._order = self._sort()
-            self._sorted = True
+        """``of`` every run, joined and put in time order: a stable sort of the joined
+        column keyed by the joined times (each record's key is the next time: CPython
+        takes an item's key once, in the list's order), in C; timsort merges the
+        runs. (Sorting record indexes, then taking each column's items by index,
+        cost ~1.5x as much a column.)"""
+        overlap = self._overlaps()  # (first: runs that do not are put in time order)
         joined = list(chain.from_iterable(map(of, self._runs)))
-        order = self._order
-        return joined if order is None else list(map(joined.__getitem__, order))
+        if overlap:
+            joined.sort(key=partial(next, chain.from_iterable(map(Run.times, self._runs))))
+        return joined
 
-    def _sort(self) -> list[int] | None:
-        """The record indexes in time order (a stable sort over the runs joined: timsort
-        merges the sorted runs in C); None when the runs do not overlap in time, not
-        even at an equal time (they are then put one after the other, with no sort)."""
-        runs = self._runs
-        if len(runs) > 1:
-            in_turn = sorted(runs, key=Run.first_time)
-            if any(map(ge, map(Run.last_time, in_turn), map(Run.first_time, in_turn[1:]))):
-                times = list(chain.from_iterable(map(Run.times, runs)))
-                return sorted(range(len(times)), key=times.__getitem__)
-            self._runs = in_turn
-        return None
+    def _overlaps(self) -> bool:
+        """Whether the runs overlap in time, even at an equal time; runs that do not are
+        put in time order first (one after the other, no sort)."""
+        overlap = self._overlap
+        if overlap is None:
+            runs = self._runs
+            overlap = False
+            if len(runs) > 1:
+                in_turn = sorted(runs, key=Run.first_time)
+                overlap = any(
+                    map(ge, map(Run.last_time, in_turn), map(Run.first_time, in_turn[1:]))
+                )
+                if not overlap:
+                    self._runs = in_turn
+            self._overlap = overlap
+        return overlap
 
     def values(self) -> list[bytes]:
         """The bodies in time order (``[e.body for e in batch.events]``), without making
@@ -221,7 +264,11 @@ class MergedBatch:
 
     def times(self) -> list[int]:
         """Each record's timestamp, in the same order (ascending)."""
-        return self._column(Run.times)
+        overlap = self._overlaps()
+        times = list(chain.from_iterable(map(Run.times, self._runs)))
+        if overlap:
+            times.sort()  # (by time, each its own key)
+        return times
 
     def streams(self) -> list[str]:
         """Each record's stream, in the same order."""

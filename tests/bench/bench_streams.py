@@ -110,7 +110,7 @@ def merged(
     groups = _groups(store, bootstrap, root, streams)
     readers = [g.reader("r") for g in groups]
     try:
-        merge = TimeMerge(readers)
+        merge = TimeMerge(readers, bodies_only=not events)
         want, got, last = EVENTS * len(streams), 0, -1
         started = time.perf_counter()
         while got < want:

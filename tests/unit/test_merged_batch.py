@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from controller.model import TimeWindow, segment_id
+from pipelines.reading.exceptions import ReaderConfigError
 from pipelines.reading.merge import TimeMerge
 from pipelines.reading.merged_batch import Columns, MergedBatch, Run
 from pipelines.reading.reader import EventBatch, EventRead
@@ -191,3 +192,71 @@ def test_batches_end_with_what_was_held_and_match_events():
     assert [batch.times() for batch in batches] == [[1, 2, 3], [4, 5], [6]]  # [6]: held
     bodies = [v for batch in batches for v in batch.values()]
     assert bodies == [e.body for e in merge_of().events(idle_ms=50, poll_ms=0)]
+
+
+def _scripts(fetches: list[list[list[int]]]) -> list[RecordReader]:
+    """A reader a stream, each fetch's lower bound the largest time it read so far."""
+    readers = []
+    for n, stream_fetches in enumerate(fetches):
+        script: list[tuple[list[int], int | None]] = []
+        top: int | None = None
+        for times in stream_fetches:
+            top = max([t for t in times if top is None or t > top] or [top or 0])
+            script.append((times, top))
+        readers.append(RecordReader(f"s{n}", script))
+    return readers
+
+
+@given(
+    st.lists(
+        st.lists(st.lists(st.integers(0, 60), max_size=6), max_size=4), min_size=1, max_size=4
+    ),
+    st.one_of(st.none(), st.integers(0, 30)),
+)
+def test_a_bodies_only_merge_releases_what_a_full_one_does_and_makes_no_events(fetches, from_time):
+    full = TimeMerge(_scripts(fetches), from_time=from_time)  # type: ignore[arg-type]
+    lean = TimeMerge(
+        _scripts(fetches),  # type: ignore[arg-type]
+        from_time=from_time,
+        bodies_only=True,
+    )
+    for merge in (full, lean):
+        assert merge.bodies_only is (merge is lean)
+    for _ in range(5):
+        made, got = full.read_batch(timeout_ms=0), lean.read_batch(timeout_ms=0)
+        assert got.values() == made.values() == [e.body for e in made.events]
+        assert got.times() == made.times() and got.streams() == made.streams()
+        if len(got):
+            with pytest.raises(ReaderConfigError, match="bodies_only"):
+                got.events  # noqa: B018
+    rest, lean_rest = full.flush_batch(), lean.flush_batch()
+    assert lean_rest.values() == rest.values() and lean_rest.times() == rest.times()
+    assert lean.late == full.late and lean.held == full.held == 0
+
+
+def test_bodies_only_columns_hold_times_and_bodies_alone():
+    records = [message(0, 0, 3, b"a:0"), message(1, 0, 1, None), message(0, 1, 2, b"a:2")]
+    lean = Columns.of_records(records, SEGMENT_OF, full=False)
+    assert not lean.full and lean.times == [3, 1, 2] and lean.bodies == [b"a:0", b"", b"a:2"]
+    assert lean.segments == lean.offsets == lean.keys == lean.headers == []
+    ordered = lean.in_time_order()
+    assert not ordered.full and ordered.bodies == [b"", b"a:2", b"a:0"]
+    first = ordered.take(1)
+    assert first.times == [1] and ordered.times == [2, 3] and not first.full
+    assert ordered.kept([False, True]).bodies == [b"a:0"]
+    events = Columns.of_records(records, SEGMENT_OF).events("a")
+    assert Columns.of_events(events, full=False).bodies == lean.bodies
+    with pytest.raises(ReaderConfigError):
+        lean.events("a")
+
+
+@pytest.mark.parametrize("bodies_only", [False, True])
+def test_a_fetch_starting_before_what_a_stream_holds_is_merged_into_it(bodies_only):
+    a = RecordReader("a", [([10, 30], 5), ([15], 30)])
+    b = RecordReader("b", [([12], 20), ([], 20)])
+    merge = TimeMerge([a, b], bodies_only=bodies_only)  # type: ignore[list-item]
+    assert len(merge.read_batch(timeout_ms=0)) == 0 and merge.held == 3
+    batch = merge.read_batch(timeout_ms=0)
+    assert batch.times() == [10, 12, 15] and batch.values() == [b"a:0", b"b:0", b"a:2"]
+    assert batch.streams() == ["a", "b", "a"] and merge.held == 1 and merge.late == 0
+    assert merge.flush_batch().values() == [b"a:1"] and merge.held == 0
