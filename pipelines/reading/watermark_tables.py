@@ -361,7 +361,6 @@ def read_files(
     the rows are filtered with compute kernels, not a dataset scan.
     """
     import pyarrow as pa  # on use: importing this module stays light
-    import pyarrow.compute as pc  # as above
 
     wanted = dict(bounds or {})
     if min_seq is not None:
@@ -381,16 +380,24 @@ def read_files(
         if not groups:
             continue
         rows = parquet.read_row_groups(groups, columns=needed)
-        mask = pc.equal(rows.column("stream"), stream)
-        for column, (low, high) in wanted.items():
-            if low is not None:
-                mask = pc.and_(mask, pc.greater_equal(rows.column(column), low))
-            if high is not None:
-                mask = pc.and_(mask, pc.less_equal(rows.column(column), high))
-        tables.append(rows.filter(mask).select(list(columns)))
+        tables.append(rows.filter(_rows_within(rows, stream, wanted)).select(list(columns)))
     if not tables:
         return pa.table({c: [] for c in columns})
     return pa.concat_tables(tables).sort_by("seq")
+
+
+def _rows_within(rows: Any, stream: str, bounds: Bounds) -> Any:
+    """The mask of ``rows`` (a pyarrow table) of ``stream`` with each bounded column
+    within its inclusive bounds."""
+    import pyarrow.compute as pc  # on use: importing this module stays light
+
+    mask = pc.equal(rows.column("stream"), stream)
+    for column, (low, high) in bounds.items():
+        if low is not None:
+            mask = pc.and_(mask, pc.greater_equal(rows.column(column), low))
+        if high is not None:
+            mask = pc.and_(mask, pc.less_equal(rows.column(column), high))
+    return mask
 
 
 def find_in_group(
@@ -406,13 +413,7 @@ def find_in_group(
     parquet, _ = _open_parquet(group.uri, group.storage_options)
     needed = list(dict.fromkeys([*columns, "stream", "seq", *bounds]))
     rows = parquet.read_row_group(group.group or 0, columns=needed)
-    mask = pc.equal(rows.column("stream"), stream)
-    for column, (low, high) in bounds.items():
-        if low is not None:
-            mask = pc.and_(mask, pc.greater_equal(rows.column(column), low))
-        if high is not None:
-            mask = pc.and_(mask, pc.less_equal(rows.column(column), high))
-    at = pc.indices_nonzero(mask)
+    at = pc.indices_nonzero(_rows_within(rows, stream, bounds))
     if not len(at):
         return None
     seqs = pc.take(rows.column("seq"), at)  # (no numpy: light CLI verbs run without it)
