@@ -251,3 +251,39 @@ def test_a_lease_token_never_reads_as_a_command_line_option():
     from pipelines.timeline.model import new_token_base
 
     assert not any(new_token_base().startswith("-") for _ in range(2_000))
+
+
+@pytest.mark.parametrize(
+    ("deleted_at", "headers", "due_stream"),
+    [(None, None, None), (7, model.encode_headers((("h", b"\x00v"),)), "shop/orders")],
+)
+def test_rows_become_the_same_messages_and_leases_as_their_constructors(
+    deleted_at, headers, due_stream
+):
+    """The store fills a row's Message and Lease without their __init__ (client time):
+    every field set, equal to what the constructors make."""
+    from dataclasses import fields
+
+    from pipelines.timeline.model import Lease
+    from pipelines.timeline.store import _lease, _message
+
+    row = ("tl", "m1", 42, b"body", "owner", "c1", 3, 5, deleted_at, due_stream, headers)
+    row += (40, 41, due_stream)
+    made = _lease(row, "token.1")
+    want = Message(
+        "tl",
+        "m1",
+        42,
+        b"body",
+        "owner",
+        "c1",
+        3,
+        5,
+        deleted_at is not None,
+        due_stream,
+        model.decode_headers(headers),
+    )
+    assert made == Lease(want, 40, 41, due_stream, "token.1")
+    assert set(vars(made.message)) == {f.name for f in fields(Message)}
+    assert set(vars(made)) == {f.name for f in fields(Lease)}
+    assert _message(row) == want and hash(_message(row)) == hash(want)
