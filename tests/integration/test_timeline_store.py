@@ -81,6 +81,7 @@ def test_a_batch_create_settles_each_message_on_its_own(store, tl):
     )
     new, retry, same, clash, big, old_clash = results
     assert new.new and new.message.headers == (("h", b"\x00v"),)
+    assert new.message == store.get(tl, "b-1")  # (made from what was sent: as stored)
     assert not retry.new and retry.message.body == b"old"
     assert not same.new and same.message.id == "b-1"
     assert isinstance(clash, errors.DuplicateIdError) and clash.message_id == "b-1"
