@@ -61,10 +61,8 @@ def live_files(table_dir: str) -> dict[str, str | None] | None:
             _read_checkpoint([os.path.join(log_dir, p) for p in parts], files)
         for version in commits:
             _replay(os.path.join(log_dir, f"{version:020d}.json"), files)
-    except (_Unsupported, OSError, ValueError) as exc:
-        log.debug("%s: log read by delta-rs instead (%s)", table_dir, exc)
-        return None
-    except Exception as exc:  # pyarrow's errors (a partly written checkpoint, say)
+    except Exception as exc:  # (_Unsupported, OSError, bad JSON, pyarrow's errors on a
+        # partly written checkpoint: whatever it is, delta-rs reads the log instead)
         log.debug("%s: log read by delta-rs instead (%r)", table_dir, exc)
         return None
     return files
