@@ -53,6 +53,13 @@ _event_columns = tuple(
 _event_time = attrgetter("timestamp")
 _event_body = attrgetter("body")
 _object_new = object.__new__
+_NOT_TAKEN: list[Any] = []
+"""The columns of records taken ``full`` False (segments, offsets, keys, headers): one
+shared empty list, never changed (such records' columns are never extended, cut or
+read, see :meth:`Columns._columns`), not four new ones a fetch: each list is an
+object the garbage collector counts, and a merge's held fetches are what set off its
+collections."""
+_NO_COLUMNS = (_NOT_TAKEN,) * 4
 
 
 @dataclass(slots=True)
@@ -85,7 +92,7 @@ class Columns:
             bodies = [v or b"" for v in bodies]
         times = list(map(_second, map(_record_timestamp, records)))
         if not full:
-            return cls(times, bodies, [], [], [], [], full=False)  # type: ignore[arg-type]
+            return cls(times, bodies, *_NO_COLUMNS, full=False)  # type: ignore[arg-type]
         count = len(records)
         offsets: list[int] | None = None
         if len(segment_of) == 1:  # (a fetch is usually one partition's run)
@@ -110,7 +117,7 @@ class Columns:
         times and bodies only."""
         if not full:
             times = list(map(_event_time, events))
-            return cls(times, list(map(_event_body, events)), [], [], [], [], full=False)
+            return cls(times, list(map(_event_body, events)), *_NO_COLUMNS, full=False)
         return cls(*(list(map(column, events)) for column in _event_columns))
 
     def __len__(self) -> int:
@@ -125,7 +132,7 @@ class Columns:
         """Records of these columns (as :meth:`_columns` gives them), as full as ``self``."""
         if not self.full:
             times, bodies = columns
-            return Columns(times, bodies, [], [], [], [], full=False)
+            return Columns(times, bodies, *_NO_COLUMNS, full=False)
         return Columns(*columns)
 
     def kept(self, keep: Iterable[bool]) -> Columns:
