@@ -162,7 +162,7 @@ class Created:
 _PLACEHOLDER = Message("", "", 0, b"", "", None, 0, 0)
 
 
-_new = object.__new__
+_object_new = object.__new__
 
 
 def _message(row: Sequence[Any]) -> Message:
@@ -171,7 +171,7 @@ def _message(row: Sequence[Any]) -> Message:
     Its fields are set in its ``__dict__`` (the frozen dataclass's ``__init__``
     sets each through ``object.__setattr__``: most of a lease's client time,
     a lease hands out thousands of them)."""
-    message = _new(Message)
+    message = _object_new(Message)
     message.__dict__.update(
         timeline=row[0],
         id=row[1],
@@ -183,7 +183,7 @@ def _message(row: Sequence[Any]) -> Message:
         version=int(row[7]),
         deleted=row[8] is not None,
         due_stream=row[9],
-        headers=() if row[10] is None else decode_headers(row[10]),
+        headers=decode_headers(row[10]),
     )
     return message
 
@@ -1123,7 +1123,7 @@ def _copy_insert(
 
 def _lease(row: Row, token: str) -> Lease:
     """A row of a lease statement: the message's columns, then due ts, now, due stream."""
-    lease = _new(Lease)  # (as _message)
+    lease = _object_new(Lease)  # (as _message)
     lease.__dict__.update(
         message=_message(row),
         due_ms=int(row[_N]),
