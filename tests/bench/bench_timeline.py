@@ -41,6 +41,7 @@ RATE = 10_000
 SECONDS = 3
 CONSUMERS = 2
 BATCH = 1_000
+LEASE_LIMITS = (100, BATCH)
 
 
 def _fill(store: TimelineStore, timeline: str, stamps: list[int], prefix: str) -> float:
@@ -350,13 +351,14 @@ def run(dsn: str, bootstrap: str | None) -> list[str]:
     lines: list[str] = []
     with TimelineStore(dsn, notify=False) as store:
         store.migrate()
-        for suffix in ("lag", "one", "lease100", f"lease{BATCH}", "relay", "relay10", "relay50"):
+        lease_timelines = [f"lease{limit}" for limit in LEASE_LIMITS]
+        for suffix in ("lag", "one", *lease_timelines, "relay", "relay10", "relay50"):
             store.create_timeline(TimelineConfig(f"{name}-{suffix}", buckets=16))
         try:
             lag_lines, create_rate = _lag(dsn, f"{name}-lag", store)
             lines += lag_lines
             lines.append(_create_single(store, f"{name}-one"))
-            for limit in (100, BATCH):
+            for limit in LEASE_LIMITS:
                 # A timeline each: the leases one run leaves are not in the other's way.
                 lines.append(_lease_throughput(store, f"{name}-lease{limit}", limit))
             lines.append(
