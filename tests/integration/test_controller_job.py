@@ -370,14 +370,24 @@ HOSTILE = {
 }
 
 
-def wait_for(condition: Any, instance: ControllerJob, timeout_s: float = 60) -> None:
+def wait_for(
+    condition: Any,
+    instance: ControllerJob,
+    timeout_s: float = 60,
+    state: Callable[[], object] | None = None,
+) -> None:
+    """Until ``condition()``, driving the job; on timeout the error names the job's
+    failures and, when given, ``state()`` (what the test was waiting on)."""
     deadline = time.monotonic() + timeout_s
     while True:
         instance.process_all_available()
         if condition():
             return
         if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met in {timeout_s}s; failures {instance.failures}")
+            seen = "" if state is None else f"; last seen: {state()}"
+            raise AssertionError(
+                f"condition not met in {timeout_s}s; failures {instance.failures}{seen}"
+            )
         time.sleep(0.3)
 
 

@@ -86,6 +86,11 @@ def test_controller_run_truncates_a_by_time_stream_without_controller_policies(
             ),
             job,
             timeout_s=120,
+            state=lambda: (
+                f"expected cut {cut}; policy election held: {switch.acting}; loop actions: "
+                f"{None if switch.loop is None else switch.loop.actions}; "
+                f"stream {env.manager.describe(stream)}"
+            ),
         )
     finally:
         w.close()
