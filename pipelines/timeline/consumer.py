@@ -299,18 +299,32 @@ class TimelineConsumer(Closing):
 
         Returns early with what it got; empty after ``timeout_ms`` with nothing due.
         """
+        return self.poll_with(self._lease, timeout_ms, limit)
+
+    def _lease(self, limit: int, buckets: Sequence[int]) -> list[Lease]:
+        return self.store.lease(
+            self.timeline,
+            self.consumer_id,
+            lease_ms=self.config.lease_ms,
+            limit=limit,
+            buckets=buckets,
+        )
+
+    def poll_with(
+        self,
+        take: Callable[[int, Sequence[int]], list[Lease]],
+        timeout_ms: int = 1_000,
+        limit: int | None = None,
+    ) -> list[Lease]:
+        """As :meth:`poll`, with ``take(limit, buckets)`` taking the due messages of this
+        consumer's buckets (the relay's: :meth:`TimelineStore.hold_due` on a store of
+        its own, which writes no lease)."""
         batch = limit or self.config.batch_size
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
             self._heartbeat()
             self._record_stream_times()
-            leases = self.store.lease(
-                self.timeline,
-                self.consumer_id,
-                lease_ms=self.config.lease_ms,
-                limit=batch,
-                buckets=self._mine,
-            )
+            leases = take(batch, self._mine)
             if leases:
                 self._metrics.record(leases)
                 return leases

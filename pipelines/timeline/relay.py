@@ -4,20 +4,26 @@
                           ConsumerConfig("relay-1"))
     relay.run_once(timeout_ms=1_000)
 
-The "time buffer between two queues". For each batch of leases: produce
-every message to ``target_topic`` (key = message id, value = body, headers:
-the message's own, as given when it was scheduled, then ``tidemark-timeline``,
-``tidemark-id``, ``tidemark-timestamp``, ``tidemark-producer-group``) with an
-idempotent producer and ``acks=all``; wait for the broker's
-acknowledgements; only then delete the acknowledged messages (as lease
-holder, one statement a batch). A message whose produce failed is left
-leased and comes back when its lease lapses.
+The "time buffer between two queues". For each batch of due messages:
+produce every message to ``target_topic`` (key = message id, value = body,
+headers: the message's own, as given when it was scheduled, then
+``tidemark-timeline``, ``tidemark-id``, ``tidemark-timestamp``,
+``tidemark-producer-group``) with an idempotent producer and ``acks=all``;
+wait for the broker's acknowledgements; only then delete the acknowledged
+messages.
 
-Batches are pipelined: while the broker acknowledges one, the next is
-leased, and it is produced before the first is deleted, so the database and
-the broker work at the same time. A batch leased ahead waits for two
-flushes, so this needs ``lease_ms > 2 * flush_timeout_ms`` (the defaults:
-30 s and 10 s); with shorter leases the relay takes one batch at a time.
+No lease is written: a batch is held by the row locks of a transaction left
+open on a connection of the relay's own (:meth:`TimelineStore.hold_due`,
+``FOR UPDATE SKIP LOCKED``), and the delete of the delivered messages is that
+transaction's last statement (:meth:`TimelineStore.settle_held`). Consumers'
+lease scans skip the held rows, as they skip rows under a live lease. A
+lease and a holder's delete are two row writes a message; this is one (the
+lease is the relay's costliest statement). A message whose produce failed is
+not deleted and is due again when its batch's transaction ends.
+
+Batches are pipelined: while the broker acknowledges one, the next is taken
+(on the relay's second connection), and it is produced before the first is
+settled, so the database and the broker work at the same time.
 
 While it is behind (a batch came back full), the next batch asks for twice as
 many, up to :data:`~.consumer.MAX_BATCH_GROWTH` times ``batch_size``: fewer statements and
@@ -26,10 +32,10 @@ comes back short.
 
 Guarantee: **at-least-once, duplicates only by id.** No message is deleted
 before the target topic has it, so none is lost. A crash after the produce
-and before the delete, or a lease lapsing during a slow produce, sends a
-message again after its lease ends, with the same key and ``tidemark-id``;
-consumers of the target topic deduplicate by that id. The lease must outlast
-the flush (checked): ``lease_ms > flush_timeout_ms``.
+and before the delete ends the batch's transaction with its connection: the
+messages are due again at once and sent again, with the same key and
+``tidemark-id``; consumers of the target topic deduplicate by that id. The
+consumer's ``lease_ms`` is not used (there is no lease to outlast the flush).
 
 Event-time messages fall due when their stream's watermark passes their
 time: give a ``stream_clock`` (the CLI gives the Delta ``marks`` table's,
@@ -51,18 +57,20 @@ from controller.kafka.settings import client_config
 from pipelines.timeline.clock import DueCondition, StreamClock
 from pipelines.timeline.config import ConsumerConfig, RelayConfig
 from pipelines.timeline.consumer import TimelineConsumer, next_batch_limit
-from pipelines.timeline.exceptions import ConfigurationError
 from pipelines.timeline.metrics import RELAYED
 from pipelines.timeline.model import Lease
+from pipelines.timeline.store import TimelineStore
 
 log = logging.getLogger(__name__)
 
 
 class _Batch:
-    """Leases produced to Kafka, and what the broker has said of them so far."""
+    """Messages produced to Kafka, the store holding them, and what the broker has
+    said of them so far."""
 
-    def __init__(self, leases: Sequence[Lease]) -> None:
+    def __init__(self, leases: Sequence[Lease], holder: TimelineStore) -> None:
         self.leases = leases
+        self.holder = holder
         self.acked: set[str] = set()
         self.failed: list[str] = []
 
@@ -85,37 +93,45 @@ class TimelineRelay(Closing):
         due: DueCondition | None = None,
         stream_clock: StreamClock | None = None,
     ) -> None:
-
-        if consumer.lease_ms <= config.flush_timeout_ms:
-            raise ConfigurationError(
-                f"lease_ms ({consumer.lease_ms}) must exceed flush_timeout_ms "
-                f"({config.flush_timeout_ms}), or leases lapse while the relay waits for acks"
-            )
         self.config = config
         self.timeline = timeline
         self.consumer = TimelineConsumer(
             dsn, timeline, consumer, due=due, stream_clock=stream_clock
         )
-        self._producer = Producer(
-            {
-                **client_config(bootstrap),
-                "enable.idempotence": True,
-                "acks": "all",
-                "linger.ms": 2,
-                "log_level": 3,
-            }
-        )
-        # A batch leased ahead waits for the acks of the one before it, then its own:
-        # its lease must outlast both flushes, or it is leased one at a time.
-        self._pipelined = consumer.lease_ms > 2 * config.flush_timeout_ms
+        # Two connections of its own, each holding one batch in flight (pipelined).
+        self._holders: list[TimelineStore] = []
+        try:
+            for _ in range(2):
+                self._holders.append(TimelineStore(dsn, due=self.consumer.store.due, notify=False))
+            self._producer = Producer(
+                {
+                    **client_config(bootstrap),
+                    "enable.idempotence": True,
+                    "acks": "all",
+                    "linger.ms": 2,
+                    "log_level": 3,
+                }
+            )
+        except BaseException:
+            self._close_stores()
+            raise
         self._relayed_counter = RELAYED.labels(timeline)
         self.relayed = 0
         self.failed = 0
-        """Messages the broker refused (they return when their lease ends)."""
+        """Messages the broker refused (they are due again when their batch ends)."""
 
-    def _send(self, leases: Sequence[Lease]) -> _Batch:
-        """Produce every lease's message (acks arrive later, in :meth:`_await`)."""
-        batch = _Batch(leases)
+    def _hold(self, holder: TimelineStore, timeout_ms: int, limit: int) -> list[Lease]:
+        """Due messages of this relay's buckets, held by ``holder``'s transaction (waiting
+        up to ``timeout_ms`` for some, as a consumer's poll does)."""
+
+        def take(count: int, buckets: Sequence[int]) -> list[Lease]:
+            return holder.hold_due(self.timeline, limit=count, buckets=buckets)
+
+        return self.consumer.poll_with(take, timeout_ms=timeout_ms, limit=limit)
+
+    def _send(self, leases: Sequence[Lease], holder: TimelineStore) -> _Batch:
+        """Produce every message (acks arrive later, in :meth:`_await`)."""
+        batch = _Batch(leases, holder)
         for lease in leases:
             m = lease.message
             while True:
@@ -145,23 +161,19 @@ class TimelineRelay(Closing):
         self.failed += len(batch.failed) + left
         if batch.failed or left:
             log.warning(
-                "relay %s: %d not acknowledged (%s); they return when their lease ends",
+                "relay %s: %d not acknowledged (%s); they are due again when their batch ends",
                 self.timeline,
                 len(batch.failed) + left,
                 "; ".join(batch.failed[:3]),
             )
         return [lease for lease in batch.leases if lease.message.id in batch.acked]
 
-    def _produce(self, leases: Sequence[Lease]) -> list[Lease]:
-        """Produce and wait for acks; returns the leases whose message the broker has."""
-        return self._await(self._send(leases))
-
-    def _settle(self, delivered: Sequence[Lease]) -> int:
-        """Delete the delivered messages, in one statement; returns how many."""
-        deleted = self.consumer.ack(delivered)
+    def _settle(self, batch: _Batch, delivered: Sequence[Lease]) -> int:
+        """Delete the delivered messages and end the batch's transaction; returns how many."""
+        deleted = batch.holder.settle_held(self.timeline, [lease.message.id for lease in delivered])
         if len(deleted) < len(delivered):
             log.warning(
-                "relay %s: %d leases lapsed before the delete; those messages will be sent again",
+                "relay %s: %d delivered messages not deleted; they will be sent again",
                 self.timeline,
                 len(delivered) - len(deleted),
             )
@@ -173,35 +185,47 @@ class TimelineRelay(Closing):
         """Relay the due messages (waiting up to ``timeout_ms`` for a first batch); returns
         how many were relayed.
 
-        Pipelined: while the broker acknowledges one batch, the next is leased, and
-        it is produced before the first one is deleted. Batches follow one another
-        while more are due, until ``timeout_ms`` has passed.
+        Pipelined: while the broker acknowledges one batch, the next is taken, and
+        it is produced before the first one is settled. Batches follow one another
+        while more are due, until ``timeout_ms`` has passed. Whatever goes wrong,
+        no batch stays held past the call.
         """
         base = self.consumer.config.batch_size
-        leases = self.consumer.poll(timeout_ms=timeout_ms, limit=base)
-        if not leases:
-            return 0
-        until = time.monotonic() + timeout_ms / 1000
-        relayed = 0
-        limit = next_batch_limit(base, len(leases), base)
-        batch: _Batch | None = self._send(leases)
-        while batch is not None:
-            ahead = []
-            if self._pipelined and time.monotonic() < until:
-                ahead = self.consumer.poll(timeout_ms=0, limit=limit)
-                limit = next_batch_limit(limit, len(ahead), base)
-            delivered = self._await(batch)
-            nxt = self._send(ahead) if ahead else None
-            relayed += self._settle(delivered)
-            batch = nxt
-        return relayed
+        try:
+            holder = self._holders[0]
+            leases = self._hold(holder, timeout_ms, base)
+            if not leases:
+                return 0
+            until = time.monotonic() + timeout_ms / 1000
+            relayed = 0
+            limit = next_batch_limit(base, len(leases), base)
+            batch: _Batch | None = self._send(leases, holder)
+            while batch is not None:
+                ahead: list[Lease] = []
+                holder = self._holders[1] if batch.holder is self._holders[0] else self._holders[0]
+                if time.monotonic() < until:
+                    ahead = self._hold(holder, 0, limit)
+                    limit = next_batch_limit(limit, len(ahead), base)
+                delivered = self._await(batch)
+                nxt = self._send(ahead, holder) if ahead else None
+                relayed += self._settle(batch, delivered)
+                batch = nxt
+            return relayed
+        finally:
+            for store in self._holders:
+                store.release_held()  # (nothing to do when settled)
 
     def run(self, stop: threading.Event) -> None:
         while not stop.is_set():
             self.run_once()
 
+    def _close_stores(self) -> None:
+        for store in self._holders:
+            store.close()
+        self.consumer.close()
+
     def close(self) -> None:
         try:
             self._producer.flush(self.config.flush_timeout_ms / 1000)
         finally:
-            self.consumer.close()
+            self._close_stores()

@@ -1044,6 +1044,100 @@ class TimelineStore(Closing):
             if len(rows) < batch_size:
                 return total
 
+    # -- delivery under a transaction's row locks (the relay) --------------------------
+
+    def hold_due(
+        self, timeline: str, *, limit: int, buckets: Sequence[int] | None = None
+    ) -> list[Lease]:
+        """Lock up to ``limit`` available messages (about oldest first) in a transaction
+        left open on this store's connection, writing nothing: no lease.
+
+        Deliver them, then :meth:`settle_held` (delete the delivered ones, commit) or
+        :meth:`release_held` (roll back). Until then the rows are held as a live lease
+        holds them: consumers' lease scans skip them, other writers wait. If the
+        process dies the transaction ends with its connection, and the messages are
+        available again at once. The returned leases carry no token (there is no
+        lease to act on); a store holding a batch serves nothing else meanwhile.
+        Nothing due: the transaction is ended and ``[]`` returned.
+        """
+        if limit <= 0:
+            raise InvalidMessageError(f"limit must be positive, got {limit}", timeline)
+        config = self.timeline(timeline)
+        chosen = list(range(config.buckets)) if buckets is None else list(buckets)
+        due, horizon = self._due_clause()
+        # Each bucket's fair share, rounded up (the few rows past ``limit`` stay locked
+        # until the end of the transaction, unchanged): rows stay locked while they are
+        # delivered, so a bucket's surplus would be held back from every other reader.
+        sql = f"""
+            SELECT x.* FROM unnest(%(buckets)s::INT[]) AS b (bucket),
+            LATERAL (
+                SELECT {_M_COLS}, {_TS} AS due_ms, {NOW_MS}, m.due_stream, m.ts AS order_ts
+                FROM timeline_messages AS m
+                WHERE m.timeline = %(t)s AND m.bucket = b.bucket
+                  AND m.deleted_at_ms IS NULL AND {due}
+                ORDER BY m.ts LIMIT %(per_bucket)s
+                FOR UPDATE SKIP LOCKED
+            ) AS x
+            ORDER BY x.order_ts LIMIT %(limit)s"""
+        params = {
+            "t": timeline,
+            "buckets": chosen,
+            "limit": limit,
+            "per_bucket": -(-limit // max(1, len(chosen))),
+            "horizon": horizon,
+        }
+
+        def run(conn: psycopg.Connection[Row]) -> list[Row]:
+            conn.execute("BEGIN")
+            try:
+                rows = conn.execute(sql, params).fetchall()
+            except BaseException:
+                _roll_back(conn)
+                raise
+            if not rows:
+                conn.execute("ROLLBACK")
+            return rows
+
+        rows = self._run(run)
+        return [_lease(r, None) for r in rows]
+
+    def settle_held(self, timeline: str, message_ids: Sequence[str]) -> list[str]:
+        """Delete the delivered ones of the messages :meth:`hold_due` holds and commit
+        (the rest are available again); returns the ids deleted."""
+        sql = f"""
+            UPDATE timeline_messages AS m
+            SET deleted_at_ms = {NOW_MS}, version = m.version + 1, lease_token = NULL,
+                due_stream = NULL
+            WHERE m.timeline = %(t)s AND m.id = ANY(%(ids)s) AND m.deleted_at_ms IS NULL
+            RETURNING m.id"""
+
+        def run(conn: psycopg.Connection[Row]) -> list[Row]:
+            # Never retried: once the transaction is lost its locks are gone, and the
+            # same ids may be another consumer's by now. Nothing is deleted then; the
+            # messages are delivered again (at least once).
+            try:
+                rows = conn.execute(sql, {"t": timeline, "ids": list(message_ids)}).fetchall()
+                conn.execute("COMMIT")
+            except psycopg.errors.SerializationFailure as exc:
+                _roll_back(conn)
+                log.warning(
+                    "%s: delivered messages not deleted (%s); they come again", timeline, exc
+                )
+                return []
+            except BaseException:
+                _roll_back(conn)
+                raise
+            return rows
+
+        if not message_ids:
+            self.release_held()
+            return []
+        return [r[0] for r in self._run(run)]
+
+    def release_held(self) -> None:
+        """End the transaction of :meth:`hold_due` without deleting anything."""
+        self._run(_roll_back)
+
     def heartbeat(self, timeline: str, consumer: str, ttl_ms: int) -> list[str]:
         """Record ``consumer`` as alive; returns the live consumers, sorted."""
         check_name("timeline", timeline)
@@ -1121,7 +1215,7 @@ def _copy_insert(
     return [by_id.pop(p["id"], None) for p in prepared]
 
 
-def _lease(row: Row, token: str) -> Lease:
+def _lease(row: Row, token: str | None) -> Lease:
     """A row of a lease statement: the message's columns, then due ts, now, due stream."""
     lease = _object_new(Lease)  # (as _message)
     lease.__dict__.update(
@@ -1132,6 +1226,17 @@ def _lease(row: Row, token: str) -> Lease:
         token=token,
     )
     return lease
+
+
+def _roll_back(conn: psycopg.Connection[Row]) -> None:
+    """End the open transaction, if the connection still has one (a broken connection
+    has ended it already: nothing to raise on the way out of another error)."""
+    if conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+        return
+    try:
+        conn.execute("ROLLBACK")
+    except psycopg.Error as exc:
+        log.debug("rollback: %s", exc)
 
 
 def _check_message(timeline: str, message_id: str) -> None:

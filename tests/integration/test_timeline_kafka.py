@@ -9,6 +9,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from pipelines.timeline.config import ConsumerConfig, IngestConfig, RelayConfig, TimelineConfig
+from pipelines.timeline.consumer import TimelineConsumer
 from pipelines.timeline.ingest import TimelineIngester
 from pipelines.timeline.producer import KafkaTimelineProducer
 from pipelines.timeline.relay import TimelineRelay
@@ -136,37 +137,31 @@ def test_relay_produces_due_messages_then_deletes_them(postgres, kafka, tl, uniq
 
 
 def test_relay_crash_before_delete_redelivers_with_the_same_id(postgres, kafka, tl, unique):
-    """At-least-once: produced but not deleted (a crash) → sent again after the lease lapses."""
+    """At-least-once: produced but not deleted (a crash) → sent again, at once: the batch
+    was held by the relay's transaction, which ends with it (no lease to lapse)."""
     target = f"tl-dup-{unique}"
-    _topics(kafka, target, f"{target}-warm", partitions=1)
+    _topics(kafka, target, partitions=1)
     with TimelineStore(postgres) as store:
         store.create(tl, b"once", timestamp_ms=0, producer_group="app", id="dup")
-    config = ConsumerConfig(f"relay-{unique}", lease_ms=1_500)
-    relay = TimelineRelay(postgres, kafka, tl, RelayConfig(target, flush_timeout_ms=1_000), config)
-    # A new producer's first acknowledgement may wait seconds (its idempotence id from a
-    # loading coordinator, the new topic's metadata), longer than this short lease: the
-    # relay's producer sends once elsewhere before it takes the lease.
-    relay._producer.list_topics(target, timeout=15)
-    relay._producer.produce(f"{target}-warm", b"warm")
-    assert relay._producer.flush(15) == 0
-    leases = relay.consumer.poll(timeout_ms=1_000)
-    assert relay._produce(leases) == leases  # produced and acknowledged...
+    config = ConsumerConfig(f"relay-{unique}")
+    relay = TimelineRelay(postgres, kafka, tl, RelayConfig(target, flush_timeout_ms=15_000), config)
+    holder = relay._holders[0]
+    held = relay._hold(holder, 1_000, 10)
+    assert [lease.message.id for lease in held] == ["dup"]
+    with TimelineConsumer(postgres, tl, ConsumerConfig(f"other-{unique}")) as other:
+        assert other.poll(timeout_ms=0) == []  # held: skipped, as a leased row is
+    batch = relay._send(held, holder)
+    assert relay._await(batch) == held  # produced and acknowledged...
     relay.close()  # ...and the relay dies before deleting
-    time.sleep(1.6)
-    # the second relay's producer is new (its idempotence id may wait on a loading
-    # coordinator): give its lease and acknowledgement time; what is asserted is the
-    # redelivery, not its speed
-    second = TimelineRelay(
-        postgres,
-        kafka,
-        tl,
-        RelayConfig(target, flush_timeout_ms=10_000),
-        ConsumerConfig(f"relay2-{unique}", lease_ms=15_000),
-    )
+    again = ConsumerConfig(f"relay2-{unique}")
+    second = TimelineRelay(postgres, kafka, tl, RelayConfig(target, flush_timeout_ms=15_000), again)
     assert second.run_once(timeout_ms=5_000) == 1
     second.close()
     out = _read_all(kafka, target, 2)
     assert [m.key() for m in out] == [b"dup", b"dup"]
+    with TimelineStore(postgres) as store:
+        assert store.count(tl).total == 0
+        assert store.get(tl, "dup", include_deleted=True).deleted
 
 
 def test_the_relay_delivers_a_messages_own_headers_byte_identical(postgres, kafka, tl, unique):

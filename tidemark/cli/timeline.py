@@ -204,7 +204,12 @@ def register(sub: Any) -> None:
     p = verb("relay", "produce due messages to a Kafka topic, then delete them", cmd_relay)
     p.add_argument("--topic", required=True, help="target Kafka topic")
     p.add_argument("--consumer", required=True, help="relay's consumer id")
-    p.add_argument("--lease-ms", type=int, default=60_000)
+    p.add_argument(
+        "--lease-ms",
+        type=int,
+        default=60_000,
+        help="not used: the relay holds a batch by row locks, no lease (kept for old scripts)",
+    )
     p.add_argument("--max-messages", type=int, help="stop after relaying this many")
     _add_relay_options(p)
 
