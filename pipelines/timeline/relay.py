@@ -18,8 +18,10 @@ open on a connection of the relay's own (:meth:`TimelineStore.hold_due`,
 transaction's last statement (:meth:`TimelineStore.settle_held`). Consumers'
 lease scans skip the held rows, as they skip rows under a live lease. A
 lease and a holder's delete are two row writes a message; this is one (the
-lease is the relay's costliest statement). A message whose produce failed is
-not deleted and is due again when its batch's transaction ends.
+lease is the relay's costliest statement). A message the broker did not
+acknowledge is not deleted: it is leased to the relay's consumer id for
+``lease_ms``, with no token (a lease that just lapses), in the same
+transaction, so the target refusing it makes it wait that long, not loop.
 
 Batches are pipelined: while the broker acknowledges one, the next is taken
 (on the relay's second connection), and it is produced before the first is
@@ -34,8 +36,7 @@ Guarantee: **at-least-once, duplicates only by id.** No message is deleted
 before the target topic has it, so none is lost. A crash after the produce
 and before the delete ends the batch's transaction with its connection: the
 messages are due again at once and sent again, with the same key and
-``tidemark-id``; consumers of the target topic deduplicate by that id. The
-consumer's ``lease_ms`` is not used (there is no lease to outlast the flush).
+``tidemark-id``; consumers of the target topic deduplicate by that id.
 
 Event-time messages fall due when their stream's watermark passes their
 time: give a ``stream_clock`` (the CLI gives the Delta ``marks`` table's,
@@ -118,7 +119,7 @@ class TimelineRelay(Closing):
         self._relayed_counter = RELAYED.labels(timeline)
         self.relayed = 0
         self.failed = 0
-        """Messages the broker refused (they are due again when their batch ends)."""
+        """Messages the broker refused (they are due again ``lease_ms`` later)."""
 
     def _hold(self, holder: TimelineStore, timeout_ms: int, limit: int) -> list[Lease]:
         """Due messages of this relay's buckets, held by ``holder``'s transaction (waiting
@@ -161,16 +162,26 @@ class TimelineRelay(Closing):
         self.failed += len(batch.failed) + left
         if batch.failed or left:
             log.warning(
-                "relay %s: %d not acknowledged (%s); they are due again when their batch ends",
+                "relay %s: %d not acknowledged (%s); they are due again in %d ms",
                 self.timeline,
                 len(batch.failed) + left,
                 "; ".join(batch.failed[:3]),
+                self.consumer.config.lease_ms,
             )
         return [lease for lease in batch.leases if lease.message.id in batch.acked]
 
     def _settle(self, batch: _Batch, delivered: Sequence[Lease]) -> int:
-        """Delete the delivered messages and end the batch's transaction; returns how many."""
-        deleted = batch.holder.settle_held(self.timeline, [lease.message.id for lease in delivered])
+        """Delete the delivered messages, park the others for ``lease_ms``, and end the
+        batch's transaction; returns how many were deleted."""
+        deleted = batch.holder.settle_held(
+            self.timeline,
+            [lease.message.id for lease in delivered],
+            retry=[
+                lease.message.id for lease in batch.leases if lease.message.id not in batch.acked
+            ],
+            consumer=self.consumer.consumer_id,
+            retry_after_ms=self.consumer.config.lease_ms,
+        )
         if len(deleted) < len(delivered):
             log.warning(
                 "relay %s: %d delivered messages not deleted; they will be sent again",

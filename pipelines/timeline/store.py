@@ -1101,22 +1101,51 @@ class TimelineStore(Closing):
         rows = self._run(run)
         return [_lease(r, None) for r in rows]
 
-    def settle_held(self, timeline: str, message_ids: Sequence[str]) -> list[str]:
-        """Delete the delivered ones of the messages :meth:`hold_due` holds and commit
-        (the rest are available again); returns the ids deleted."""
-        sql = f"""
+    def settle_held(
+        self,
+        timeline: str,
+        delivered: Sequence[str],
+        *,
+        retry: Sequence[str] = (),
+        consumer: str | None = None,
+        retry_after_ms: int = 0,
+    ) -> list[str]:
+        """End the transaction of :meth:`hold_due`: delete the ``delivered`` messages and
+        commit; returns the ids deleted. The rest are available again at once, but for
+        ``retry`` (ids whose delivery failed): those are leased to ``consumer`` for
+        ``retry_after_ms`` with no token (a lease that just lapses), so a message the
+        target refuses is tried again that much later, as when a lease holder dies,
+        not in a loop."""
+        deleting = f"""
             UPDATE timeline_messages AS m
             SET deleted_at_ms = {NOW_MS}, version = m.version + 1, lease_token = NULL,
                 due_stream = NULL
             WHERE m.timeline = %(t)s AND m.id = ANY(%(ids)s) AND m.deleted_at_ms IS NULL
             RETURNING m.id"""
+        parking = f"""
+            UPDATE timeline_messages AS m SET {_LEASE_SET}, lease_token = NULL
+            WHERE m.timeline = %(t)s AND m.id = ANY(%(ids)s) AND m.deleted_at_ms IS NULL"""
+        if retry:
+            if consumer is None:
+                raise InvalidMessageError("messages to retry need the consumer to hold them")
+            check_name("consumer", consumer)
+            check_lease(retry_after_ms)
 
         def run(conn: psycopg.Connection[Row]) -> list[Row]:
             # Never retried: once the transaction is lost its locks are gone, and the
             # same ids may be another consumer's by now. Nothing is deleted then; the
             # messages are delivered again (at least once).
             try:
-                rows = conn.execute(sql, {"t": timeline, "ids": list(message_ids)}).fetchall()
+                rows = []
+                if delivered:
+                    rows = conn.execute(
+                        deleting, {"t": timeline, "ids": list(delivered)}
+                    ).fetchall()
+                if retry:
+                    conn.execute(
+                        parking,
+                        {"t": timeline, "ids": list(retry), "c": consumer, "lease": retry_after_ms},
+                    )
                 conn.execute("COMMIT")
             except psycopg.errors.SerializationFailure as exc:
                 _roll_back(conn)
@@ -1129,7 +1158,7 @@ class TimelineStore(Closing):
                 raise
             return rows
 
-        if not message_ids:
+        if not delivered and not retry:
             self.release_held()
             return []
         return [r[0] for r in self._run(run)]

@@ -164,6 +164,40 @@ def test_relay_crash_before_delete_redelivers_with_the_same_id(postgres, kafka, 
         assert store.get(tl, "dup", include_deleted=True).deleted
 
 
+def test_a_message_the_target_refuses_waits_lease_ms_and_others_go(postgres, kafka, unique):
+    """The broker refuses a message (larger than the topic takes): it is parked for
+    ``lease_ms`` under the relay's name (a lease without a token), not sent again in a
+    loop, and later messages go meanwhile; then it is due again."""
+    target, timeline = f"tl-small-{unique}", f"kb-{unique}"
+    admin = AdminClient({"bootstrap.servers": kafka})
+    topic = NewTopic(target, 1, 1, config={"max.message.bytes": "1024"})
+    admin.create_topics([topic])[target].result(30)
+    with TimelineStore(postgres) as store:
+        store.migrate()
+        store.create_timeline(TimelineConfig(timeline, buckets=2, max_body_bytes=10_000))
+        store.create(timeline, b"x" * 4_000, timestamp_ms=0, producer_group="app", id="big")
+    config = ConsumerConfig(f"relay-{unique}", lease_ms=2_000)
+    with (
+        TimelineRelay(
+            postgres, kafka, timeline, RelayConfig(target, flush_timeout_ms=15_000), config
+        ) as relay,
+        TimelineStore(postgres) as store,
+    ):
+        assert relay.run_once(timeout_ms=2_000) == 0
+        assert relay.failed == 1
+        big = store.get(timeline, "big")
+        assert big.lock_consumer == f"relay-{unique}" and not big.deleted  # parked
+        # (alone: a refused record takes the others of its produce request down with it)
+        store.create_many(timeline, [NewMessage(b"ok", 0, "app", f"ok{i}") for i in range(3)])
+        assert relay.run_once(timeout_ms=2_000) == 3  # the others go; "big" is not retried
+        assert relay.failed == 1
+        assert store.count(timeline).total == 1
+        time.sleep(2.1)
+        assert relay.run_once(timeout_ms=2_000) == 0  # due again: refused again
+        assert relay.failed == 2
+    assert sorted(m.key() for m in _read_all(kafka, target, 3)) == [b"ok0", b"ok1", b"ok2"]
+
+
 def test_the_relay_delivers_a_messages_own_headers_byte_identical(postgres, kafka, tl, unique):
     """Headers given to either producer (through Kafka and the ingester, or straight to
     the store) come out of the relay as given, before the relay's own."""

@@ -257,6 +257,17 @@ def test_a_held_batch_is_skipped_by_leases_then_deleted_or_given_back(store, pos
         assert holder.now_ms() > 0  # the store serves other calls again
         with pytest.raises(errors.InvalidMessageError, match="limit must be positive"):
             holder.hold_due(tl, limit=0)
+        # a message whose delivery failed is parked: leased to the relay, with no token
+        store.create(tl, b"x", timestamp_ms=0, producer_group="g", id="r8")
+        assert sorted(h.message.id for h in holder.hold_due(tl, limit=10)) == ["r8", "r9"]
+        settled = holder.settle_held(tl, ["r9"], retry=["r8"], consumer="rl", retry_after_ms=HOUR)
+        assert settled == ["r9"]
+        parked = store.get(tl, "r8")
+        assert parked.lock_consumer == "rl" and parked.version == 2
+        assert parked.status(store.now_ms()) is Status.PROCESSING
+        assert other.lease(tl, "c3", lease_ms=HOUR) == []
+        with pytest.raises(errors.InvalidMessageError, match="consumer to hold them"):
+            holder.settle_held(tl, [], retry=["r8"])
 
 
 def test_counts_by_time_range(store, tl):

@@ -208,7 +208,7 @@ def register(sub: Any) -> None:
         "--lease-ms",
         type=int,
         default=60_000,
-        help="not used: the relay holds a batch by row locks, no lease (kept for old scripts)",
+        help="how long a message the broker refused waits before it is sent again",
     )
     p.add_argument("--max-messages", type=int, help="stop after relaying this many")
     _add_relay_options(p)
