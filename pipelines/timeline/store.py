@@ -592,29 +592,21 @@ class TimelineStore(Closing):
         base = new_token_base()
         due, horizon = self._due_clause()
         # The oldest due rows of each bucket, locked, skipping rows another consumer
-        # is leasing: one index range scan per bucket, forced by LATERAL, so the
-        # cost does not grow with a backlog whatever the planner's statistics say.
-        # Each bucket gives at most ``per_bucket`` (twice its fair share): close
-        # to oldest-first overall without locking buckets x limit rows. The update
-        # joins on the whole key of either index and checks nothing else: the rows
-        # are locked, so unchanged since the scan checked them (with the due
-        # condition there too, and its ts bound, a plan without statistics scanned
-        # the whole timeline once per leased row: 8 s for 1 000 of 20 000).
-        # Row ``n`` of the batch gets token ``<base>.<n>``.
+        # is leasing (_due_rows: the cost does not grow with a backlog whatever the
+        # planner's statistics say). Each bucket gives at most ``per_bucket`` (twice
+        # its fair share): close to oldest-first overall without locking buckets x
+        # limit rows. The update joins on the whole key of either index and checks
+        # nothing else: the rows are locked, so unchanged since the scan checked them
+        # (with the due condition there too, and its ts bound, a plan without
+        # statistics scanned the whole timeline once per leased row: 8 s for 1 000
+        # of 20 000). Row ``n`` of the batch gets token ``<base>.<n>``.
         per_bucket = min(limit, 2 * -(-limit // max(1, len(chosen))))
+        scanned = f"m.timeline, m.id, m.bucket, m.ts, {_TS} AS due_ms, m.due_stream"
         sql = f"""
             WITH due AS (
                 SELECT x.timeline, x.id, x.bucket, x.ts, x.due_ms, x.due_stream,
                        row_number() OVER (ORDER BY x.ts) AS n
-                FROM unnest(%(buckets)s::INT[]) AS b (bucket),
-                LATERAL (
-                    SELECT m.timeline, m.id, m.bucket, m.ts, {_TS} AS due_ms, m.due_stream
-                    FROM timeline_messages AS m
-                    WHERE m.timeline = %(t)s AND m.bucket = b.bucket
-                      AND m.deleted_at_ms IS NULL AND {due}
-                    ORDER BY m.ts LIMIT %(per_bucket)s
-                    FOR UPDATE SKIP LOCKED
-                ) AS x
+                FROM {_due_rows(scanned, due)}
                 ORDER BY x.ts LIMIT %(limit)s
             )
             UPDATE timeline_messages AS m
@@ -1065,19 +1057,12 @@ class TimelineStore(Closing):
         config = self.timeline(timeline)
         chosen = list(range(config.buckets)) if buckets is None else list(buckets)
         due, horizon = self._due_clause()
+        held_columns = f"{_M_COLS}, {_TS} AS due_ms, {NOW_MS}, m.due_stream, m.ts AS order_ts"
         # Each bucket's fair share, rounded up (the few rows past ``limit`` stay locked
         # until the end of the transaction, unchanged): rows stay locked while they are
         # delivered, so a bucket's surplus would be held back from every other reader.
         sql = f"""
-            SELECT x.* FROM unnest(%(buckets)s::INT[]) AS b (bucket),
-            LATERAL (
-                SELECT {_M_COLS}, {_TS} AS due_ms, {NOW_MS}, m.due_stream, m.ts AS order_ts
-                FROM timeline_messages AS m
-                WHERE m.timeline = %(t)s AND m.bucket = b.bucket
-                  AND m.deleted_at_ms IS NULL AND {due}
-                ORDER BY m.ts LIMIT %(per_bucket)s
-                FOR UPDATE SKIP LOCKED
-            ) AS x
+            SELECT x.* FROM {_due_rows(held_columns, due)}
             ORDER BY x.order_ts LIMIT %(limit)s"""
         params = {
             "t": timeline,
@@ -1255,6 +1240,21 @@ def _lease(row: Row, token: str | None) -> Lease:
         token=token,
     )
     return lease
+
+
+def _due_rows(columns: str, due: str) -> str:
+    """``FROM`` the oldest available rows of each of ``%(buckets)s`` (at most
+    ``%(per_bucket)s`` a bucket, ``columns`` of each as ``x``), locked, skipping rows
+    another transaction holds: one index range scan per bucket, forced by LATERAL."""
+    return f"""unnest(%(buckets)s::INT[]) AS b (bucket),
+        LATERAL (
+            SELECT {columns}
+            FROM timeline_messages AS m
+            WHERE m.timeline = %(t)s AND m.bucket = b.bucket
+              AND m.deleted_at_ms IS NULL AND {due}
+            ORDER BY m.ts LIMIT %(per_bucket)s
+            FOR UPDATE SKIP LOCKED
+        ) AS x"""
 
 
 def _roll_back(conn: psycopg.Connection[Row]) -> None:
