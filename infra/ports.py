@@ -32,9 +32,14 @@ def free_ports(count: int) -> list[int]:
 
 
 def is_listening(port: int, host: str = HOST) -> bool:
+    """Whether something accepts connections on ``port``. A probe of a free port in the
+    ephemeral range can connect to itself (TCP simultaneous open: the kernel gave the
+    probe that very port as its source); that is nobody listening."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.settimeout(0.5)
-        return sock.connect_ex((host, port)) == 0
+        if sock.connect_ex((host, port)) != 0:
+            return False
+        return bool(sock.getsockname() != sock.getpeername())
 
 
 def ensure_free(port: int, service: str) -> None:
