@@ -47,10 +47,10 @@ $(STAMP): pyproject.toml constraints.txt | $(VENV)/pyvenv.cfg
 	@touch $@ $(DEMO_STAMP)
 
 setup: $(STAMP) browser promtool ## create .venv with every extra and the dev tools; chromium, promtool; resolve the jars
-	@$(PY) -m infra.jars resolve
+	@$(PY) -m tidemark.infra.jars resolve
 
 setup-demo: $(DEMO_STAMP) ## what make demo needs: the demo's packages and the Kafka/ZooKeeper/Spark jars
-	@$(PY) -m infra.jars resolve kafka zookeeper spark
+	@$(PY) -m tidemark.infra.jars resolve kafka zookeeper spark
 
 # The dashboard's browser test drives Debian's chromium through chromium-driver.
 browser: | $(VENV)/pyvenv.cfg ## install Debian's chromium and chromium-driver where missing (apt-get, as root)
@@ -99,10 +99,16 @@ nemesis: setup ## the nemesis, longer: make nemesis SECONDS=1800 SEED=<seed> (do
 test-unit: setup ## the fast tests only
 	$(PY) -m pytest -q -m unit
 
+# mypy does not follow setuptools' editable import hook, so it checks a tree of symlinks
+# laid out as the installed package (controller/ as tidemark/controller, ...).
+TYPECHECK := build/typecheck
 lint: setup ## ruff + mypy
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
-	$(PY) -m mypy tidemark pipelines schemas controller jobs infra
+	@rm -rf $(TYPECHECK) && mkdir -p $(TYPECHECK)/tidemark
+	@for f in tidemark/*; do ln -s "$(CURDIR)/$$f" $(TYPECHECK)/tidemark/; done
+	@for p in controller pipelines schemas jobs infra; do ln -s "$(CURDIR)/$$p" $(TYPECHECK)/tidemark/$$p; done
+	cd $(TYPECHECK) && $(CURDIR)/$(PY) -m mypy --config-file $(CURDIR)/pyproject.toml -p tidemark
 
 bench: setup ## benchmarks, printed with ratios against baselines run in the same process
 	$(PY) -m tests.bench

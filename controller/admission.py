@@ -16,7 +16,7 @@ Kafka's ``message.timestamp.after.max.ms``: a mark whose time is more than
 rejected, and so is a negative time. ``max_future_ms=None`` switches the
 future bound off, for applications whose times are not milliseconds.
 
-The reasons are the values of ``schemas.tables.Reason`` of the same names
+The reasons are the values of ``tidemark.schemas.tables.Reason`` of the same names
 (the pure core does not import ``schemas``).
 """
 

@@ -7,7 +7,7 @@
     {'message.timestamp.type': 'LogAppendTime', 'message.timestamp.after.max.ms': None}
 
 Pure: frozen dataclasses, no I/O. Retention is applied by the policy loop
-(``controller.policy_loop``, decisions in ``controller.policies``) through
+(``tidemark.controller.policy_loop``, decisions in ``tidemark.controller.policies``) through
 truncation (so the truncation record stays the truth), never by Kafka's own
 ``retention.ms``. The scaling policy's ``min_segments`` is the number of
 segments a stream starts with and the floor of automatic merges; the same
@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, TypeVar
 
-from controller.admission import DEFAULT_MAX_FUTURE_MS
-from controller.exceptions import InvalidConfigurationError
+from tidemark.controller.admission import DEFAULT_MAX_FUTURE_MS
+from tidemark.controller.exceptions import InvalidConfigurationError
 
 KAFKA_DEFAULT = None
 """In :func:`topic_configs`: leave (or reset) the setting at the broker's default."""

@@ -2,8 +2,8 @@
 
     >>> check_durations_ms(WriterConfig(), ("linger_ms",), minimum=0, error=WriterConfigError)
 
-Writers' and readers' configs (``pipelines.writing.config``,
-``pipelines.reading.config``) refuse a duration that is not an ``int`` (a
+Writers' and readers' configs (``tidemark.pipelines.writing.config``,
+``tidemark.pipelines.reading.config``) refuse a duration that is not an ``int`` (a
 ``bool`` or a float of seconds is a classic slip) or is below the least the
 setting allows, with their own error class naming the field.
 """

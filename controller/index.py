@@ -2,7 +2,7 @@
 
     >>> find([100, 200, 300], 250), find([100, 200, 300], 50)
     (1, None)
-    >>> from controller.model import Watermark
+    >>> from tidemark.controller.model import Watermark
     >>> rows = index_rows([Watermark("s/t", 100, 180, {0: 5}, 0),
     ...                    Watermark("s/t", 200, 150, {0: 9}, 1)])
     >>> [row.upper_time_max for row in rows]
@@ -35,7 +35,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from controller.model import StreamCut, Watermark
+from tidemark.controller.model import StreamCut, Watermark
 
 __all__ = [
     "IndexRow",

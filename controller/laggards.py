@@ -1,7 +1,7 @@
 """Who holds a stream's watermark back, and by how much (pure, from the workflow's state).
 
-    >>> from controller.model import Watermark, WriterMark
-    >>> from controller.watermarks import GenerationState
+    >>> from tidemark.controller.model import Watermark, WriterMark
+    >>> from tidemark.controller.watermarks import GenerationState
     >>> prev = Watermark("shop/orders", 500, 900, {0: 7}, 3)
     >>> marks = {"a": WriterMark(900, {0: 9}), "b": WriterMark(450, {0: 8})}
     >>> [(x.writer, x.kind, x.behind_ms, x.since_ms) for x in laggards(
@@ -40,8 +40,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from controller.model import WriterMark
-from controller.watermarks import GenerationState
+from tidemark.controller.model import WriterMark
+from tidemark.controller.watermarks import GenerationState
 
 LAGGING = "lagging"
 SLOWEST = "slowest"

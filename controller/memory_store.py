@@ -13,15 +13,15 @@ from __future__ import annotations
 import logging
 import threading
 
-from controller.exceptions import (
+from tidemark.controller.exceptions import (
     ConflictError,
     ScopeNotEmptyError,
     StreamExistsError,
     UnknownScopeError,
     UnknownStreamError,
 )
-from controller.metadata import StreamMetadata, Versioned
-from controller.store import (
+from tidemark.controller.metadata import StreamMetadata, Versioned
+from tidemark.controller.store import (
     MetadataStore,
     StreamCallback,
     check_append_only,

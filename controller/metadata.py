@@ -19,11 +19,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from controller.config import StreamConfiguration
-from controller.exceptions import InvalidModelError
-from controller.model import Epoch, KeyRange, Segment, StreamCut, segment_id
-from controller.naming import split_stream, topic_for
-from controller.states import StreamState
+from tidemark.controller.config import StreamConfiguration
+from tidemark.controller.exceptions import InvalidModelError
+from tidemark.controller.model import Epoch, KeyRange, Segment, StreamCut, segment_id
+from tidemark.controller.naming import split_stream, topic_for
+from tidemark.controller.states import StreamState
 
 
 @dataclass(frozen=True)

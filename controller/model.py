@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from controller.exceptions import InvalidModelError
+from tidemark.controller.exceptions import InvalidModelError
 
 StreamCut = Mapping[int, int]
 """segment id -> next offset."""

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from controller.exceptions import InvalidModelError
+from tidemark.controller.exceptions import InvalidModelError
 
 _PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-]{0,99}$")
 

@@ -1,7 +1,7 @@
 """Finding one's way through a stream's segments: routing, successors, head, tail.
 
-    >>> from controller.config import StreamConfiguration
-    >>> from controller.metadata import new_stream_metadata
+    >>> from tidemark.controller.config import StreamConfiguration
+    >>> from tidemark.controller.metadata import new_stream_metadata
     >>> meta = new_stream_metadata("s/x", StreamConfiguration(), now_ms=0)
     >>> route(meta.current_epoch(), "customer-42").number
     0
@@ -25,9 +25,9 @@ from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from itertools import pairwise
 
-from controller.metadata import StreamMetadata
-from controller.model import Epoch, Segment, StreamCut
-from controller.watermarks import upper_bound
+from tidemark.controller.metadata import StreamMetadata
+from tidemark.controller.model import Epoch, Segment, StreamCut
+from tidemark.controller.watermarks import upper_bound
 
 _HASH_SPACE = float(1 << 64)
 
@@ -205,7 +205,7 @@ def behind_head(
 
 
 def start_or_head(cut: StreamCut | None, meta: StreamMetadata) -> dict[int, int]:
-    """Where reading starts from a start cut (``controller.index``'s answer): the
+    """Where reading starts from a start cut (``tidemark.controller.index``'s answer): the
     stream's head when there is none, else the cut moved up to the head."""
     return head_cut(meta) if not cut else at_or_after_head(cut, meta)
 

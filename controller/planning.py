@@ -1,7 +1,7 @@
 """Validating and planning scale and truncate requests, as pure functions.
 
-    >>> from controller.config import StreamConfiguration
-    >>> from controller.metadata import new_stream_metadata
+    >>> from tidemark.controller.config import StreamConfiguration
+    >>> from tidemark.controller.metadata import new_stream_metadata
     >>> meta = new_stream_metadata("s/x", StreamConfiguration(), now_ms=0)
     >>> epoch = plan_scale(meta, [0], [KeyRange(0.0, 0.5), KeyRange(0.5, 1.0)], at_ms=5)
     >>> [(s.epoch, s.number) for s in epoch.segments]
@@ -18,10 +18,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from itertools import pairwise
 
-from controller.exceptions import InvalidCutError, InvalidScaleError
-from controller.metadata import StreamMetadata
-from controller.model import Epoch, KeyRange, Segment, segment_id
-from controller.navigation import wholly_before
+from tidemark.controller.exceptions import InvalidCutError, InvalidScaleError
+from tidemark.controller.metadata import StreamMetadata
+from tidemark.controller.model import Epoch, KeyRange, Segment, segment_id
+from tidemark.controller.navigation import wholly_before
 
 
 def plan_scale(

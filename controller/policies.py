@@ -1,7 +1,7 @@
 """Stream policies as decisions: where retention truncates, which segments scale.
 
-    >>> from controller.config import StreamConfiguration
-    >>> from controller.metadata import new_stream_metadata
+    >>> from tidemark.controller.config import StreamConfiguration
+    >>> from tidemark.controller.metadata import new_stream_metadata
     >>> meta = new_stream_metadata("s/x", StreamConfiguration(), now_ms=0)
     >>> beyond_head(meta, {0: 7}), beyond_head(meta, {0: 0})
     ({0: 7}, None)
@@ -10,7 +10,7 @@
     ...     rates={0: 250.0}, now_ms=60_000, cooldown_ms=10_000)
     Split(segment=0, ranges=(KeyRange(low=0.0, high=0.5), KeyRange(low=0.5, high=1.0)))
 
-Pure: functions of values; the policy loop (``controller.policy_loop``)
+Pure: functions of values; the policy loop (``tidemark.controller.policy_loop``)
 measures, asks the index, and calls ``StreamManager.truncate`` / ``scale``.
 
 Retention (``RetentionPolicy``: ``limit`` = keep at most, ``min_limit`` =
@@ -43,10 +43,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from itertools import pairwise
 
-from controller.config import RetentionPolicy, RetentionType, ScalingPolicy, ScalingType
-from controller.metadata import StreamMetadata
-from controller.model import KeyRange, StreamCut
-from controller.navigation import at_or_after_head, head_cut, wholly_before
+from tidemark.controller.config import RetentionPolicy, RetentionType, ScalingPolicy, ScalingType
+from tidemark.controller.metadata import StreamMetadata
+from tidemark.controller.model import KeyRange, StreamCut
+from tidemark.controller.navigation import at_or_after_head, head_cut, wholly_before
 
 COLD_FRACTION = 0.5
 """A segment is cold below this fraction of the policy's target rate."""

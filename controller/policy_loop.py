@@ -3,7 +3,7 @@
     cut_at = functools.partial(stream_cut_at, delta_root="/data/delta")  # the index's answer
     loop = PolicyLoop(manager, PolicySettings(interval_ms=10_000), cut_at=cut_at)
     loop.run_once()                     # one pass over every stream: [PolicyAction, ...]
-    handle = loop.start()               # a daemon thread (controller.periodic.Periodic)
+    handle = loop.start()               # a daemon thread (tidemark.controller.periodic.Periodic)
     handle.stop()
 
     # only one loop per cluster acts: contend for the same ZooKeeper election
@@ -20,24 +20,24 @@ machine refuses a second one anyway):
 1. **retention** -- by time, the cut comes from the index (``cut_at(stream,
    now - limit)``, the watermark's guarantee: nothing newer is removed); by
    size, the stream's bytes are counted
-   (``controller.kafka.segment_sizes``) and the cut is the watermark cut, found
+   (``tidemark.controller.kafka.segment_sizes``) and the cut is the watermark cut, found
    by binary search over time, that leaves it under the limit. Then
    ``StreamManager.truncate``.
 2. **auto-scaling** -- per-segment rates over ``rate_window_ms`` (events:
    Kafka end offsets; bytes: the byte counts), decided by
-   ``controller.policies.plan_autoscale``; then ``StreamManager.scale``
+   ``tidemark.controller.policies.plan_autoscale``; then ``StreamManager.scale``
    (the manual scale machinery keeps per-key order and the watermarks).
 
-The decisions are pure functions in ``controller.policies``; this module
+The decisions are pure functions in ``tidemark.controller.policies``; this module
 only measures, asks, and acts. The index lookup, :data:`CutLookup`, is handed
-in (``pipelines.reading.seek.stream_cut_at`` reads the Delta index; the
+in (``tidemark.pipelines.reading.seek.stream_cut_at`` reads the Delta index; the
 control plane imports no reader). It imports no Spark, so ``tidemark
 controller policies`` runs it alone. ``tidemark controller run`` gives its driver a
-:class:`PolicySwitch` (a ``jobs.controller_job.LeaderTask``): while the
+:class:`PolicySwitch` (a ``tidemark.jobs.controller_job.LeaderTask``): while the
 driver leads, the switch contends in the same election as the standalone
 verb and runs the loop once elected, so exactly one loop acts per cluster
 (``jobs`` may not import ``tidemark``, hence the task is handed in). Both
-contend through :class:`controller.zookeeper.leadership.Leadership`.
+contend through :class:`tidemark.controller.zookeeper.leadership.Leadership`.
 
 **Idle cost.** A pass lists the streams (one ZooKeeper read per scope) and
 reads Kafka, Delta or a stream's record only for streams with a policy.
@@ -58,15 +58,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from kazoo.client import KazooClient
-
-from controller.config import RetentionType, ScalingType
-from controller.exceptions import InvalidConfigurationError
-from controller.kafka.segment_sizes import SegmentSizes
-from controller.metadata import StreamMetadata
-from controller.naming import ClusterSettings
-from controller.navigation import head_cut
-from controller.periodic import Periodic
-from controller.policies import (
+from tidemark.controller.config import RetentionType, ScalingType
+from tidemark.controller.exceptions import InvalidConfigurationError
+from tidemark.controller.kafka.segment_sizes import SegmentSizes
+from tidemark.controller.metadata import StreamMetadata
+from tidemark.controller.naming import ClusterSettings
+from tidemark.controller.navigation import head_cut
+from tidemark.controller.periodic import Periodic
+from tidemark.controller.policies import (
     Merge,
     Sample,
     SegmentBytes,
@@ -79,11 +78,12 @@ from controller.policies import (
     time_bounds,
     time_retention_cut,
 )
-from controller.states import StreamState
-from controller.streams import StreamManager
-from controller.zookeeper.leadership import Leadership
-from controller.zookeeper.session import zookeeper_session
-from controller.zookeeper.store import ZooKeeperStore
+from tidemark.controller.states import StreamState
+from tidemark.controller.streams import StreamManager
+from tidemark.controller.zookeeper.leadership import Leadership
+from tidemark.controller.zookeeper.session import zookeeper_session
+from tidemark.controller.zookeeper.store import ZooKeeperStore
+
 from tidemark.errors import ConfigurationError, TidemarkError
 
 log = logging.getLogger(__name__)

@@ -4,7 +4,7 @@
     >>> require_transition("s/x", StreamState.SEALED, StreamState.SCALING)
     Traceback (most recent call last):
     ...
-    controller.exceptions.StreamSealedError: stream 's/x' cannot go from sealed to scaling: ...
+    tidemark.controller.exceptions.StreamSealedError: stream 's/x' cannot go from sealed to ...
 
 Legal transitions::
 
@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from enum import StrEnum
 
-from controller.exceptions import (
+from tidemark.controller.exceptions import (
     ConcurrentOperationError,
     IllegalTransitionError,
     StreamNotSealedError,

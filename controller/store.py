@@ -7,7 +7,7 @@
     store.watch_stream("shop/orders", on_change)   # on_change(StreamMetadata)
 
 Every update is a compare-and-set on the version read: a lost race raises
-:class:`~controller.exceptions.ConflictError`, never overwrites silently.
+:class:`~tidemark.controller.exceptions.ConflictError`, never overwrites silently.
 Epochs are append-only: an update may add epochs, never change or drop one.
 Scopes are explicit: a stream is created only in an existing scope, and a
 scope is deleted only while it holds no stream (both checked atomically by
@@ -19,14 +19,14 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Sequence
 
-from controller.exceptions import (
+from tidemark.controller.exceptions import (
     ConflictError,
     InvalidModelError,
     UnknownScopeError,
     UnknownStreamError,
 )
-from controller.metadata import StreamMetadata, Versioned
-from controller.naming import split_stream
+from tidemark.controller.metadata import StreamMetadata, Versioned
+from tidemark.controller.naming import split_stream
 
 StreamCallback = Callable[[StreamMetadata], None]
 

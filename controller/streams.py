@@ -46,10 +46,10 @@ How a scale fences writers (Kafka cannot seal a partition)
     100 ms by default, and hold a sealed segment until its size is recorded;
     a reader that saw the epoch later logs what it read past the size).
     :meth:`seal` works the same way for the whole stream
-    (``controller.states.require_writable`` refuses appends).
+    (``tidemark.controller.states.require_writable`` refuses appends).
 
 Readers' navigation (per-key order)
-    ``controller.navigation.readable_segments(metadata, finished)``: a
+    ``tidemark.controller.navigation.readable_segments(metadata, finished)``: a
     segment may be read once all its predecessors are read to their sealed
     size (a reader's position marks them -1). Start from
     ``navigation.head_cut(metadata)``.
@@ -77,13 +77,13 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from controller.config import (
+from tidemark.controller.config import (
     ScalingPolicy,
     StreamConfiguration,
     TimestampingMode,
     topic_configs,
 )
-from controller.exceptions import (
+from tidemark.controller.exceptions import (
     AdoptionError,
     ConcurrentOperationError,
     ConflictError,
@@ -93,8 +93,8 @@ from controller.exceptions import (
     StreamNameCollisionError,
     UnknownStreamError,
 )
-from controller.kafka.admin import StreamTopics
-from controller.metadata import (
+from tidemark.controller.kafka.admin import StreamTopics
+from tidemark.controller.metadata import (
     Adoption,
     PendingScale,
     PendingSeal,
@@ -105,12 +105,18 @@ from controller.metadata import (
     adopted_stream_metadata,
     new_stream_metadata,
 )
-from controller.model import KeyRange
-from controller.naming import ClusterSettings, bucket_of, collision_key, split_stream, topic_for
-from controller.planning import is_done_scale, plan_scale, segments_before, validate_cut
-from controller.states import StreamState, require_transition
-from controller.store import MetadataStore
-from controller.timestamps import wall_clock_ms
+from tidemark.controller.model import KeyRange
+from tidemark.controller.naming import (
+    ClusterSettings,
+    bucket_of,
+    collision_key,
+    split_stream,
+    topic_for,
+)
+from tidemark.controller.planning import is_done_scale, plan_scale, segments_before, validate_cut
+from tidemark.controller.states import StreamState, require_transition
+from tidemark.controller.store import MetadataStore
+from tidemark.controller.timestamps import wall_clock_ms
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ A timestamp is an int of milliseconds within 0 … 2**63-1 (a Java long, what
 Kafka stores). Writers take ints only (``check_timestamp(value, what)``);
 user input -- a CLI argument, a ``from_time`` -- may also be a string of
 digits or a whole float (``parse=True``). Either way a bad value raises
-:class:`controller.exceptions.InvalidTimestampError` naming it.
+:class:`tidemark.controller.exceptions.InvalidTimestampError` naming it.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 import time
 
-from controller.exceptions import InvalidTimestampError
+from tidemark.controller.exceptions import InvalidTimestampError
 
 MAX_TIMESTAMP = 2**63 - 1
 """The largest timestamp Kafka (a Java long) can hold."""

@@ -1,6 +1,6 @@
 """Where a reader's position lies relative to watermarks, and its time window.
 
-    >>> from controller.model import KeyRange, Segment, Watermark
+    >>> from tidemark.controller.model import KeyRange, Segment, Watermark
     >>> segments = {0: Segment(0, KeyRange(0.0, 1.0))}
     >>> compare({0: 7}, {0: 5}, segments), compare({0: 3}, {0: 5}, segments)
     (1, -1)
@@ -21,7 +21,7 @@ offsets, and within one segment the offsets decide: an equal offset is
 neither before nor after there, and a reader that is exactly at a cut (before
 nowhere, after nowhere) has passed it -- "if the reader is exactly at a mark,
 time should advance", as Pravega's ``WatermarkReaderImpl.compare`` says.
-(The fast path in ``pipelines.reading.windows.PositionWindow`` relies on the
+(The fast path in ``tidemark.pipelines.reading.windows.PositionWindow`` relies on the
 same three-way order of offsets; a property test checks the two agree.)
 """
 
@@ -30,8 +30,15 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Mapping
 
-from controller.exceptions import InvalidModelError
-from controller.model import END_OF_SEGMENT, Position, Segment, StreamCut, TimeWindow, Watermark
+from tidemark.controller.exceptions import InvalidModelError
+from tidemark.controller.model import (
+    END_OF_SEGMENT,
+    Position,
+    Segment,
+    StreamCut,
+    TimeWindow,
+    Watermark,
+)
 
 __all__ = ["WindowTracker", "compare"]
 

@@ -1,6 +1,6 @@
 """Pravega's periodic watermarking workflow as pure functions over plain values.
 
-    >>> from controller.model import Epoch, KeyRange, Segment, WriterMark
+    >>> from tidemark.controller.model import Epoch, KeyRange, Segment, WriterMark
     >>> epochs = [Epoch(0, (Segment(0, KeyRange(0.0, 1.0)),))]
     >>> marks = {"w1": WriterMark(100, {0: 5}), "w2": WriterMark(120, {0: 9})}
     >>> cycle = watermark_cycle("shop/orders", marks, GenerationState(), epochs, 0, 1000)
@@ -26,8 +26,8 @@ import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from controller.exceptions import InvalidModelError
-from controller.model import (
+from tidemark.controller.exceptions import InvalidModelError
+from tidemark.controller.model import (
     Epoch,
     KeyRange,
     Position,

@@ -1,8 +1,9 @@
 """JVM artifacts: resolved by Maven at setup time, read as classpaths at run time.
 
-    python -m infra.jars resolve     # make setup runs this; quick when done
-    python -m infra.jars resolve kafka zookeeper spark   # make demo: only these groups
-    python -m infra.jars spark-jars s3a   # what spark-submit --jars takes (docs/deploying.md)
+    python -m tidemark.infra.jars resolve     # make setup runs this; quick when done
+    python -m tidemark.infra.jars resolve kafka zookeeper spark   # make demo: only these groups
+    # what spark-submit --jars takes (docs/deploying.md)
+    python -m tidemark.infra.jars spark-jars s3a
     classpath("kafka")               # -> list of jar paths in ~/.m2
 
 Each group (``kafka``, ``zookeeper``, ``spark``, ``s3proxy``: the object store of the
@@ -23,7 +24,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from infra.exceptions import MissingToolError, ServiceError, SetupRequiredError
+from tidemark.infra.exceptions import MissingToolError, ServiceError, SetupRequiredError
+
 from tidemark.environment import Environment
 
 log = logging.getLogger(__name__)
@@ -116,8 +118,8 @@ def spark_extra_jars(
     return list(dict.fromkeys(j for j in found if artifact_name(j) not in shipped))
 
 
-USAGE = f"""usage: python -m infra.jars resolve [GROUP ...]   # groups: {" ".join(GROUPS)}
-       python -m infra.jars spark-jars [s3a]   # spark-submit --jars, comma-separated"""
+USAGE = f"""usage: python -m tidemark.infra.jars resolve [GROUP ...]   # groups: {" ".join(GROUPS)}
+       python -m tidemark.infra.jars spark-jars [s3a]   # spark-submit --jars, comma-separated"""
 
 
 def main(argv: list[str]) -> int:

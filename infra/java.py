@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import shutil
 
-from infra.exceptions import MissingToolError
+from tidemark.infra.exceptions import MissingToolError
+
 from tidemark.environment import Environment
 
 

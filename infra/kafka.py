@@ -12,7 +12,7 @@ Kafka's ``StandardAuthorizer`` (a principal without an ACL may do nothing), and
 ``admin`` is the one super user (brokers talk to each other as ``admin``; the
 controller listener takes SASL/PLAIN with the same credentials). The users'
 SCRAM credentials are written when the storage is formatted; ACLs are granted
-afterwards (``controller.kafka.admin.grant_tidemark_acls``).
+afterwards (``tidemark.controller.kafka.admin.grant_tidemark_acls``).
 
 With three nodes, topics default to replication factor 3 with
 ``min.insync.replicas=2``; the transaction state log and the offsets topic are
@@ -29,11 +29,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from infra import jars
-from infra.exceptions import ServiceError, ServiceTimeout
-from infra.java import jvm_argv
-from infra.ports import HOST, ensure_free, free_ports
-from infra.process import ManagedProcess, Service, key_line, wait_for
+from tidemark.infra import jars
+from tidemark.infra.exceptions import ServiceError, ServiceTimeout
+from tidemark.infra.java import jvm_argv
+from tidemark.infra.ports import HOST, ensure_free, free_ports
+from tidemark.infra.process import ManagedProcess, Service, key_line, wait_for
+
 from tidemark.environment import Environment
 
 MAIN_CLASS = "kafka.Kafka"

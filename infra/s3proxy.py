@@ -17,10 +17,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from infra import jars
-from infra.java import jvm_argv
-from infra.ports import HOST, ensure_free, free_port, wait_listening
-from infra.process import ManagedProcess, Service
+from tidemark.infra import jars
+from tidemark.infra.java import jvm_argv
+from tidemark.infra.ports import HOST, ensure_free, free_port, wait_listening
+from tidemark.infra.process import ManagedProcess, Service
+
 from tidemark.environment import Environment
 
 MAIN_CLASS = "org.gaul.s3proxy.Main"

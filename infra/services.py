@@ -20,9 +20,10 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from infra.exceptions import ConfigurationError, MissingToolError, ServiceError
-from infra.ports import HOST
-from infra.process import pid_alive, stop_pid
+from tidemark.infra.exceptions import ConfigurationError, MissingToolError, ServiceError
+from tidemark.infra.ports import HOST
+from tidemark.infra.process import pid_alive, stop_pid
+
 from tidemark.environment import KAFKA_BOOTSTRAP, POSTGRES_DSN, ZK_CONNECT, Environment
 
 log = logging.getLogger(__name__)
@@ -84,9 +85,9 @@ class LocalServices:
 
     def up(self) -> ServicesState:
         # the service classes: only up() needs them, and tidemark --help imports this module
-        from infra.kafka import KafkaCluster
-        from infra.postgres import PostgresServer  # as above
-        from infra.zookeeper import ZooKeeperServer  # as above
+        from tidemark.infra.kafka import KafkaCluster
+        from tidemark.infra.postgres import PostgresServer  # as above
+        from tidemark.infra.zookeeper import ZooKeeperServer  # as above
 
         current = self.running()
         if current is not None:
@@ -248,8 +249,8 @@ def connected_services(
         yield found
         return
     # the service classes: as in LocalServices.up
-    from infra.kafka import KafkaCluster
-    from infra.zookeeper import ZooKeeperServer  # as above
+    from tidemark.infra.kafka import KafkaCluster
+    from tidemark.infra.zookeeper import ZooKeeperServer  # as above
 
     with contextlib.ExitStack() as stack:
         if work_dir is None:

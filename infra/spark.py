@@ -6,7 +6,7 @@
 
 ``TIDEMARK_SPARK_MASTER`` points it at a cluster instead of ``local[2]``.
 The Spark packages come from the jars that ``make setup`` resolved (see
-:mod:`infra.jars`); nothing is downloaded when a session starts.
+:mod:`tidemark.infra.jars`); nothing is downloaded when a session starts.
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from infra import jars
-from infra.java import java_executable
-from infra.ports import HOST
+from tidemark.infra import jars
+from tidemark.infra.java import java_executable
+from tidemark.infra.ports import HOST
+
 from tidemark.environment import Environment
 
 if TYPE_CHECKING:
@@ -108,7 +109,7 @@ def spark_conf(settings: SparkSettings, env: Environment | None = None) -> dict[
 
 
 def spark_session(settings: SparkSettings, env: Environment | None = None) -> SparkSession:
-    from pyspark.sql import SparkSession  # lazily: importing infra.spark loads no Spark
+    from pyspark.sql import SparkSession  # lazily: importing tidemark.infra.spark loads no Spark
 
     env = env or Environment.from_env()
     java_executable(env)  # a clear error before pyspark's obscure one

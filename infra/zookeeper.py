@@ -1,7 +1,7 @@
 """ZooKeeper as local processes: a standalone server, or a three-node ensemble.
 
 with ZooKeeperServer(tmp_path / "zk") as zk:
-    with zookeeper_session(zk.connect_string) as client:  # controller.zookeeper.session
+    with zookeeper_session(zk.connect_string) as client:  # tidemark.controller.zookeeper.session
 
 with ZooKeeperEnsemble(tmp_path / "zk", size=3) as zk:   # a quorum, as deployed
     zk.restart_node(2)                                  # one node down and back
@@ -14,11 +14,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from infra import jars
-from infra.exceptions import ServiceTimeout
-from infra.java import jvm_argv
-from infra.ports import HOST, ensure_free, free_port, free_ports
-from infra.process import ManagedProcess, Service, wait_for
+from tidemark.infra import jars
+from tidemark.infra.exceptions import ServiceTimeout
+from tidemark.infra.java import jvm_argv
+from tidemark.infra.ports import HOST, ensure_free, free_port, free_ports
+from tidemark.infra.process import ManagedProcess, Service, wait_for
+
 from tidemark.environment import Environment
 
 MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"

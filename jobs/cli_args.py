@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import argparse
 
-from controller.exceptions import InvalidModelError
-from controller.naming import ClusterSettings, check_instance_id
-from infra.services import KAFKA, ZOOKEEPER, data_root, resolve_services
-from jobs.config import ControllerSettings, CycleTrigger
-from jobs.exceptions import JobConfigurationError
+from tidemark.controller.exceptions import InvalidModelError
+from tidemark.controller.naming import ClusterSettings, check_instance_id
+from tidemark.infra.services import KAFKA, ZOOKEEPER, data_root, resolve_services
+from tidemark.jobs.config import ControllerSettings, CycleTrigger
+from tidemark.jobs.exceptions import JobConfigurationError
+
 from tidemark.environment import Environment
 from tidemark.errors import ConfigurationError
 

@@ -1,10 +1,10 @@
 """Manual maintenance of the controller's tables: compact, checkpoint, vacuum -- now.
 
-    python -m jobs.compact_index --delta-root /data/delta
-    python -m jobs.compact_index --delta-root s3://lake/tidemark --table index --no-vacuum
+    python -m tidemark.jobs.compact_index --delta-root /data/delta
+    python -m tidemark.jobs.compact_index --delta-root s3://lake/tidemark --table index --no-vacuum
 
 The controller's leader runs the same maintenance by itself
-(:class:`jobs.maintenance.Maintainer`, driven by file counts and sizes);
+(:class:`tidemark.jobs.maintenance.Maintainer`, driven by file counts and sizes);
 this tool runs one forced pass of it, for an operator, a table written by
 something else, or after the controller was stopped. Same code, same
 settings: small files are bin-packed in commit order into files of up to
@@ -23,7 +23,7 @@ import logging
 import os
 import sys
 
-from jobs.maintenance import (
+from tidemark.jobs.maintenance import (
     DEFAULT_ROW_GROUP_ROWS,
     DEFAULT_TARGET_FILE_BYTES,
     DEFAULT_TIME_TRAVEL_HOURS,
@@ -32,7 +32,7 @@ from jobs.maintenance import (
     MaintenanceSettings,
     PassReport,
 )
-from schemas.tables import TABLES
+from tidemark.schemas.tables import TABLES
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def launched_by_spark_submit() -> bool:
     """spark-submit starts the Python driver from its JVM and names the gateway port
-    (used by ``jobs.complete_window``)."""
+    (used by ``tidemark.jobs.complete_window``)."""
     return bool(os.environ.get("PYSPARK_GATEWAY_PORT"))
 
 

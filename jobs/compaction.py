@@ -2,7 +2,7 @@
 
     removed, added = compact_in_time_order(dt, "index", target_bytes=16 << 20, row_group_rows=8192)
 
-The layout readers rely on (``pipelines.reading.seek``): every file and every
+The layout readers rely on (``tidemark.pipelines.reading.seek``): every file and every
 Parquet row group of a compacted table covers a short span of time, for all
 streams, so a lookup for (stream, t) finds its row group from statistics.
 delta-rs ``optimize.compact`` bin-packs files in an order of its own (by
@@ -44,10 +44,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import PostCommitHookProperties
 from deltalake.transaction import AddAction, RemoveAction
-
-from pipelines.reading.watermark_tables import add_actions, filesystem_path
-from schemas.arrow import ARROW_SCHEMAS
-from schemas.tables import REJECTED_MARKS
+from tidemark.pipelines.reading.watermark_tables import add_actions, filesystem_path
+from tidemark.schemas.arrow import ARROW_SCHEMAS
+from tidemark.schemas.tables import REJECTED_MARKS
 
 ORDER: dict[str, tuple[str, ...]] = {REJECTED_MARKS: ("at", "kafka_partition", "kafka_offset")}
 """Sort columns per table; the first is the one files are binned by."""
@@ -125,7 +124,7 @@ def compact_in_time_order(
 ) -> tuple[int, int]:
     """Rewrite the small files of ``dt`` (the open table named ``table``) in time order;
     ``(files removed, files added)``. One commit for all bins, made holding ``turn``
-    (:func:`jobs.commit_turns.commit_turn`: the files are read and written without it).
+    (:func:`tidemark.jobs.commit_turns.commit_turn`: the files are read and written without it).
     ``storage_options``: the table's delta-rs options, to reach its files."""
     files = small_files(dt, table, target_bytes)
     first = [f for f in files if f.size < target_bytes // TIER]

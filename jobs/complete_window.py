@@ -13,7 +13,7 @@ in [T1, T2), and appends one row of aggregates per window to a Delta table
 (default ``<delta root>/window_aggregates``).
 
 It runs a window only once it is **complete**: while no watermark has
-reached T2 - 1, :class:`~jobs.exceptions.WindowNotCompleteError`
+reached T2 - 1, :class:`~tidemark.jobs.exceptions.WindowNotCompleteError`
 (``run_due_windows`` simply stops there). The write is idempotent: it
 replaces the rows of ``(stream, window_start)`` (Delta ``replaceWhere``), so
 a window run again (after a crash, by a second scheduler, in any order)
@@ -41,9 +41,9 @@ stream's records with a ``stream`` column, and the query's rows are written unde
 the stream name ``"s1+s2"`` (:func:`joint_name`) -- a join of two streams by time.
 
 Both cuts assume well-behaved writers (noted times never below the times of
-events written before them); see ``controller.index``. They are looked up as
-``pipelines.reading.seek``'s ``stream_cut_at`` / ``complete_cut_at`` do (one
-:class:`~pipelines.reading.seek.SeekIndex`: the ``index`` table's statistics
+events written before them); see ``tidemark.controller.index``. They are looked up as
+``tidemark.pipelines.reading.seek``'s ``stream_cut_at`` / ``complete_cut_at`` do (one
+:class:`~tidemark.pipelines.reading.seek.SeekIndex`: the ``index`` table's statistics
 and a row group or two, one ``marks`` row group for each cut), never by
 reading the stream's whole history.
 """
@@ -65,22 +65,22 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
+from tidemark.controller.kafka.settings import spark_source_options
+from tidemark.controller.naming import ClusterSettings
+from tidemark.controller.navigation import SegmentRange, ranges_between
+from tidemark.controller.store import MetadataStore
+from tidemark.controller.zookeeper.session import close_session, open_session
+from tidemark.controller.zookeeper.store import ZooKeeperStore
+from tidemark.infra.services import KAFKA, ZOOKEEPER, data_root, resolve_services
+from tidemark.infra.spark import SparkSettings, spark_session, stop_spark
+from tidemark.jobs.compact_index import launched_by_spark_submit
+from tidemark.jobs.exceptions import JobConfigurationError, WindowNotCompleteError
+from tidemark.jobs.window_args import WindowRun, add_window_arguments, window_run_from_args
+from tidemark.pipelines.reading.exceptions import StreamTimeTimeoutError
+from tidemark.pipelines.reading.seek import SeekIndex, start_cut_for
+from tidemark.pipelines.reading.spark_source import EARLIEST, PartitionRange, spark_offsets
+from tidemark.pipelines.reading.stream_time import EXIT_NOT_YET, wait_for_time
 
-from controller.kafka.settings import spark_source_options
-from controller.naming import ClusterSettings
-from controller.navigation import SegmentRange, ranges_between
-from controller.store import MetadataStore
-from controller.zookeeper.session import close_session, open_session
-from controller.zookeeper.store import ZooKeeperStore
-from infra.services import KAFKA, ZOOKEEPER, data_root, resolve_services
-from infra.spark import SparkSettings, spark_session, stop_spark
-from jobs.compact_index import launched_by_spark_submit
-from jobs.exceptions import JobConfigurationError, WindowNotCompleteError
-from jobs.window_args import WindowRun, add_window_arguments, window_run_from_args
-from pipelines.reading.exceptions import StreamTimeTimeoutError
-from pipelines.reading.seek import SeekIndex, start_cut_for
-from pipelines.reading.spark_source import EARLIEST, PartitionRange, spark_offsets
-from pipelines.reading.stream_time import EXIT_NOT_YET, wait_for_time
 from tidemark.environment import Environment
 from tidemark.errors import TidemarkError
 

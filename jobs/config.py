@@ -15,9 +15,9 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field, fields
 
-from controller.naming import ClusterSettings
-from jobs.exceptions import JobConfigurationError
-from jobs.slot_keys import SLOTS_PER_PARTITION, balanced_slot_keys
+from tidemark.controller.naming import ClusterSettings
+from tidemark.jobs.exceptions import JobConfigurationError
+from tidemark.jobs.slot_keys import SLOTS_PER_PARTITION, balanced_slot_keys
 
 
 class CycleTrigger(enum.Enum):
@@ -26,9 +26,9 @@ class CycleTrigger(enum.Enum):
     ``TIMERS`` (production): a stream cycles in every micro-batch that brings it
     marks, and otherwise only when something falls due (a lagging writer's
     timeout, the first-watermark delay, a held cut's retry): the driver then
-    produces a *due record* for the stream's slot (:mod:`jobs.due`), which
+    produces a *due record* for the stream's slot (:mod:`tidemark.jobs.due`), which
     makes the micro-batch that runs it. ``TICKS`` (tests): only a tick
-    record on the marks topic (:func:`jobs.workflow.tick_value`) runs a cycle,
+    record on the marks topic (:func:`tidemark.jobs.workflow.tick_value`) runs a cycle,
     at the ``now_ms`` the tick carries, so a test knows exactly which marks
     each cycle saw whatever the micro-batches were.
     """
@@ -94,18 +94,18 @@ class ControllerSettings:
     runs (Spark's parallelism), each holding the state of its share of the slots
     (``SLOTS_PER_PARTITION`` each). ``None``: Spark's default parallelism when
     the query's checkpoint is new (``local[N]``: N; a cluster: its executors'
-    cores), the checkpoint's from then on (:func:`jobs.controller_job.resolve`).
+    cores), the checkpoint's from then on (:func:`tidemark.jobs.controller_job.resolve`).
     Every task costs a micro-batch its Python runner whether or not its slots
     have data, so more partitions than cores only add fixed cost per batch."""
     balanced_slots: bool = True
     """Slot keys that Spark's hash partitioning spreads evenly over the state partitions
-    (:func:`jobs.slot_keys.balanced_slot_keys`); ``False``: keys ``0 .. slot_count - 1``,
-    which checkpoints started before keep (:func:`jobs.controller_job.resolve`: the
+    (:func:`tidemark.jobs.slot_keys.balanced_slot_keys`); ``False``: keys ``0 .. slot_count - 1``,
+    which checkpoints started before keep (:func:`tidemark.jobs.controller_job.resolve`: the
     state is keyed by them)."""
     warm_up: bool = False
     """Run the query's plan over a few retained marks (or the operator on synthetic
     rows) and open the Delta tables before contending, when another driver leads
-    (:func:`jobs.controller_job.warm_up`; the first driver leads at once). The
+    (:func:`tidemark.jobs.controller_job.warm_up`; the first driver leads at once). The
     drivers' command line turns it on (``--no-warm-up`` off), so that a standby's
     first batch after a take-over does not pay for first-time planning (figures:
     ``jobs/README.md``). Off here, for in-process jobs (tests, the demo) that never
@@ -133,11 +133,12 @@ class ControllerSettings:
 
     @property
     def query_partitions(self) -> int:
-        """:attr:`state_partitions` of resolved settings (:func:`jobs.controller_job.resolve`)."""
+        """:attr:`state_partitions` of resolved settings
+        (:func:`tidemark.jobs.controller_job.resolve`)."""
         if self.state_partitions is None:
             raise JobConfigurationError(
                 "the state partitions are not resolved yet: resolve the settings first "
-                "(jobs.controller_job.resolve)"
+                "(tidemark.jobs.controller_job.resolve)"
             )
         return self.state_partitions
 

@@ -12,8 +12,8 @@
 **One query.** The Kafka source reads every partition of the marks topic,
 ``read_committed`` (a transaction's mark is seen exactly when its data is),
 from the earliest offset on first start. Records are grouped by slot
-(:mod:`jobs.slots`) into ``transformWithStateInPandas``
-(:mod:`jobs.processor`). The buckets (partitions of the marks topic, 4 slots
+(:mod:`tidemark.jobs.slots`) into ``transformWithStateInPandas``
+(:mod:`tidemark.jobs.processor`). The buckets (partitions of the marks topic, 4 slots
 each) are spread over the operator's **state partitions**:
 ``spark.sql.shuffle.partitions`` = ``--state-partitions`` (default: Spark's
 default parallelism, i.e. the cores the job runs on) when the checkpoint is
@@ -22,7 +22,8 @@ and, when an executor is lost, runs them elsewhere from the checkpoint with
 their state. A micro-batch costs a Python runner per state partition, data or
 not, so the parallelism follows the cores, not the bucket count. Each
 micro-batch's output is appended to the Delta tables idempotently
-(:mod:`jobs.sink`); its ``due`` rows feed the driver's :class:`~jobs.due.DueScheduler`.
+(:mod:`tidemark.jobs.sink`); its ``due`` rows feed the driver's
+:class:`~tidemark.jobs.due.DueScheduler`.
 
 **Nothing runs when idle.** No Spark timers, and
 ``spark.sql.streaming.noDataMicroBatches.enabled=false``: a micro-batch runs
@@ -32,7 +33,7 @@ delay, or a held cut's retry) fell due. The trigger (``--interval-ms``) only
 bounds how often a batch may start.
 
 **Active/standby.** Every driver contends in a ZooKeeper election
-(:class:`controller.zookeeper.driver.DriverElection`); the leader runs the query,
+(:class:`tidemark.controller.zookeeper.driver.DriverElection`); the leader runs the query,
 the others wait. When the leader's session ends (it died, or was cut off
 for longer than ``zk_session_timeout_ms``) a standby is elected and starts
 the query from the shared checkpoint ``<checkpoint root>/query``: same
@@ -67,30 +68,29 @@ from typing import Any, Protocol
 
 from pyspark.sql import SparkSession
 from pyspark.sql.functions import expr
-
-from controller.kafka.admin import ensure_marks_topic
-from controller.kafka.settings import forwarded_environment, spark_source_options
-from controller.zookeeper.driver import DriverElection
-from controller.zookeeper.session import close_session, open_session
-from infra.spark import (
+from tidemark.controller.kafka.admin import ensure_marks_topic
+from tidemark.controller.kafka.settings import forwarded_environment, spark_source_options
+from tidemark.controller.zookeeper.driver import DriverElection
+from tidemark.controller.zookeeper.session import close_session, open_session
+from tidemark.infra.spark import (
     KAFKA_CONSUMER_CACHE,
     KAFKA_CONSUMER_CACHE_SIZE,
     SparkSettings,
     spark_session,
     stop_spark,
 )
-from jobs.cli_args import add_controller_arguments, settings_from_args
-from jobs.config import ControllerSettings
-from jobs.due import DueScheduler
-from jobs.exceptions import JobConfigurationError, QueryFailedError
-from jobs.lookups import KafkaCommittedOffsets
-from jobs.maintenance import MaintenanceSwitch, maintenance_switch
-from jobs.metrics import serve_metrics
-from jobs.processor import OUTPUT_SCHEMA, ControllerProcessor, rows_of
-from jobs.sink import DeltaSink, DeltaTables, ensure_tables, split_rows
-from jobs.slot_keys import due_key, slot_expression
-from jobs.tables import MARKS, REJECTED_MARKS
-from schemas.tables import on_object_store
+from tidemark.jobs.cli_args import add_controller_arguments, settings_from_args
+from tidemark.jobs.config import ControllerSettings
+from tidemark.jobs.due import DueScheduler
+from tidemark.jobs.exceptions import JobConfigurationError, QueryFailedError
+from tidemark.jobs.lookups import KafkaCommittedOffsets
+from tidemark.jobs.maintenance import MaintenanceSwitch, maintenance_switch
+from tidemark.jobs.metrics import serve_metrics
+from tidemark.jobs.processor import OUTPUT_SCHEMA, ControllerProcessor, rows_of
+from tidemark.jobs.sink import DeltaSink, DeltaTables, ensure_tables, split_rows
+from tidemark.jobs.slot_keys import due_key, slot_expression
+from tidemark.jobs.tables import MARKS, REJECTED_MARKS
+from tidemark.schemas.tables import on_object_store
 
 log = logging.getLogger(__name__)
 
@@ -223,7 +223,7 @@ def marks_frame(
 
 def controller_operator(records: Any, settings: ControllerSettings) -> Any:
     """The stateful part: ``records`` (:func:`marks_frame`'s columns) by slot through
-    :class:`~jobs.processor.ControllerProcessor`; rows of ``OUTPUT_SCHEMA``."""
+    :class:`~tidemark.jobs.processor.ControllerProcessor`; rows of ``OUTPUT_SCHEMA``."""
     return (
         records.withColumn("slot", expr(slot_expression(settings.slot_keys)))
         .groupBy("slot")
@@ -311,7 +311,7 @@ def warm_up(
 
 
 def _due_rows(spark: Any, slot: int) -> Any:
-    """Due-only rows of ``slot`` (:func:`~jobs.slot_keys.due_key`) from Spark's ``rate``
+    """Due-only rows of ``slot`` (:func:`~tidemark.jobs.slot_keys.due_key`) from Spark's ``rate``
     source, one a second."""
     return (
         spark.readStream.format("rate")
@@ -406,7 +406,7 @@ def _warm_up_query(
 
 
 def _import_processor(_: object) -> None:
-    importlib.import_module("jobs.processor")  # pandas, pyarrow, pyspark's worker side
+    importlib.import_module("tidemark.jobs.processor")  # pandas, pyarrow, pyspark's worker side
 
 
 def start_python_workers(spark: Any, count: int) -> None:
@@ -427,8 +427,8 @@ def start_python_workers(spark: Any, count: int) -> None:
 class LeaderTask(Protocol):
     """Something that runs only while this driver leads (the tables' maintenance,
     the stream policy loop): told on every change, closed when the driver stops.
-    :class:`~jobs.maintenance.MaintenanceSwitch` is one; the CLI passes others
-    (``controller.policy_loop.PolicySwitch``) so that ``jobs`` imports nothing of them."""
+    :class:`~tidemark.jobs.maintenance.MaintenanceSwitch` is one; the CLI passes others
+    (``tidemark.controller.policy_loop.PolicySwitch``) so that ``jobs`` imports nothing of them."""
 
     def lead(self, leading: bool) -> None: ...
 
@@ -471,7 +471,7 @@ class Batches:
         )
         self.job = job
         self.last: dict[str, Any] | None = None
-        if job.metrics is not None:  # --- metrics hook (jobs.metrics) ---
+        if job.metrics is not None:  # --- metrics hook (tidemark.jobs.metrics) ---
             self.sink.observer = job.metrics.batch_observer(QUERY_LABEL)
 
     def __call__(self, frame: Any, batch_id: int) -> None:
@@ -524,7 +524,7 @@ class ControllerJob:
         self.leader_tasks: tuple[LeaderTask, ...] = tuple(leader_tasks)
         """Run while this driver leads, after the maintenance (see :class:`LeaderTask`)."""
         self.failures: list[str] = []
-        # Prometheus metrics (jobs.metrics.ControllerMetrics); None: off
+        # Prometheus metrics (tidemark.jobs.metrics.ControllerMetrics); None: off
         self.metrics: Any = metrics
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -698,7 +698,7 @@ class ControllerJob:
                 return  # give the leadership up; contend again after a pause
 
     def _observe(self, query: Any) -> None:
-        if self.metrics is not None:  # --- metrics hook (jobs.metrics) ---
+        if self.metrics is not None:  # --- metrics hook (tidemark.jobs.metrics) ---
             try:
                 self.metrics.observe_query(QUERY_LABEL, query)
             except Exception as exc:  # metrics never stop the query
@@ -797,7 +797,7 @@ class ControllerJob:
 
 
 def metrics_from_args(args: argparse.Namespace) -> Any:
-    """``--metrics-port N``: serve the metrics of :mod:`jobs.metrics` there; None: off."""
+    """``--metrics-port N``: serve the metrics of :mod:`tidemark.jobs.metrics` there; None: off."""
     port = getattr(args, "metrics_port", None)
     if port is None:
         return None
@@ -823,7 +823,7 @@ def run_local(
 ) -> int:
     """``tidemark controller run``: a local Spark session (or TIDEMARK_SPARK_MASTER);
     ``leader_tasks(settings)`` run while this driver leads (the CLI: the policy loop);
-    ``python``: Spark's Python executable (:attr:`infra.spark.SparkSettings.python`)."""
+    ``python``: Spark's Python executable (:attr:`tidemark.infra.spark.SparkSettings.python`)."""
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )

@@ -9,9 +9,9 @@
 The controller's query has no timers and runs no micro-batch without input
 (``noDataMicroBatches`` off), so a stream whose lagging writer's timeout
 falls due needs something to read. Every batch reports, per slot it touched,
-the slot's earliest due time (:class:`jobs.processor.SlotDue`); the active
+the slot's earliest due time (:class:`tidemark.jobs.processor.SlotDue`); the active
 driver keeps the latest report per slot and, when one comes, produces a
-*due record* (key :func:`jobs.slot_keys.due_key`, value the due time) to the marks
+*due record* (key :func:`tidemark.jobs.slot_keys.due_key`, value the due time) to the marks
 topic. That record is the input of the next micro-batch, which runs the due
 cycles of its slot. Only slots with something pending get records: a
 controller whose writers are in step, or that has no marks, produces none
@@ -37,10 +37,9 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from confluent_kafka import Producer
-
-from controller.kafka.settings import client_config
-from jobs.config import ControllerSettings
-from jobs.slot_keys import due_key
+from tidemark.controller.kafka.settings import client_config
+from tidemark.jobs.config import ControllerSettings
+from tidemark.jobs.slot_keys import due_key
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +118,7 @@ class DueScheduler:
 
     def report(self, rows: Iterable[Mapping[str, Any]]) -> None:
         """A batch's output rows; its ``due`` rows replace the slots' due times."""
-        from jobs.processor import DUE  # pandas and pyspark: only on the driver that leads
+        from tidemark.jobs.processor import DUE  # pandas and pyspark: only on the driver that leads
 
         with self._cond:
             for row in rows:

@@ -3,16 +3,16 @@
     found = laggards_of("shop/orders", state, now_ms)          # from the workflow's state
     rows = laggard_update("shop/orders", found, recorded, now_ms)  # None: nothing changed
 
-The decision is :func:`controller.laggards.laggards` (pure); this adds the
-workflow's :class:`~jobs.workflow.StreamState` and the rule "append a
+The decision is :func:`tidemark.controller.laggards.laggards` (pure); this adds the
+workflow's :class:`~tidemark.jobs.workflow.StreamState` and the rule "append a
 snapshot to the ``laggards`` table only when it differs from the last one
 recorded" (a ``clear`` row when the last laggard is gone).
 
 In the job: the workflow keeps the last recorded snapshot per stream in its
 state (``StreamState.laggards``) and, after each cycle, outputs
-:class:`~jobs.workflow.LaggardRows` when :func:`laggard_update` gives rows;
+:class:`~tidemark.jobs.workflow.LaggardRows` when :func:`laggard_update` gives rows;
 the processor emits them as ``laggard`` rows and the sink appends them to
-``schemas.tables.LAGGARDS`` in the batch's idempotent transaction, like the
+``tidemark.schemas.tables.LAGGARDS`` in the batch's idempotent transaction, like the
 other tables; ``tidemark controller status`` shows each stream's last
 snapshot. Marks refused as stale are in ``rejected_marks`` (reason
 ``stale_time``).
@@ -23,18 +23,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from controller.laggards import Laggard, changed, laggards
-from schemas.tables import laggard_rows
+from tidemark.controller.laggards import Laggard, changed, laggards
+from tidemark.schemas.tables import laggard_rows
 
-if TYPE_CHECKING:  # jobs.workflow imports this module
-    from jobs.workflow import StreamState
+if TYPE_CHECKING:  # tidemark.jobs.workflow imports this module
+    from tidemark.jobs.workflow import StreamState
 
 
 def laggards_of(
     stream: str, state: StreamState, now_ms: int, threshold_ms: int = 0
 ) -> list[Laggard]:
     """The writers holding ``stream`` back, from the workflow's state after a cycle
-    (``threshold_ms``: see :func:`controller.laggards.laggards`), each with who it is."""
+    (``threshold_ms``: see :func:`tidemark.controller.laggards.laggards`), each with who it is."""
     marks = {writer: stored.mark for writer, stored in state.marks.items()}
     seen = {writer: stored.seen for writer, stored in state.marks.items()}
     return laggards(stream, marks, state.generation, now_ms, threshold_ms, seen)

@@ -30,14 +30,13 @@ from typing import Any
 
 from confluent_kafka import IsolationLevel, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
-
-from controller.exceptions import InvalidModelError, UnknownStreamError
-from controller.kafka.settings import client_config
-from controller.metadata import StreamMetadata
-from controller.naming import is_stream_name
-from controller.zookeeper.session import close_session, open_session
-from controller.zookeeper.store import ZooKeeperStore
-from jobs.config import WorkflowSettings
+from tidemark.controller.exceptions import InvalidModelError, UnknownStreamError
+from tidemark.controller.kafka.settings import client_config
+from tidemark.controller.metadata import StreamMetadata
+from tidemark.controller.naming import is_stream_name
+from tidemark.controller.zookeeper.session import close_session, open_session
+from tidemark.controller.zookeeper.store import ZooKeeperStore
+from tidemark.jobs.config import WorkflowSettings
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +49,7 @@ RECENT_S = 60.0
 
 
 class ZooKeeperStreams:
-    """:class:`jobs.workflow.StreamLookup` over the ZooKeeper metadata store, cached while
+    """:class:`tidemark.jobs.workflow.StreamLookup` over the ZooKeeper metadata store, cached while
     unchanged (see the module docstring)."""
 
     def __init__(self, zk_connect: str, root: str) -> None:
@@ -145,7 +144,8 @@ class ZooKeeperStreams:
 
 
 class KafkaCommittedOffsets:
-    """:class:`jobs.workflow.CommittedOffsets` through the admin API (``READ_COMMITTED``)."""
+    """:class:`tidemark.jobs.workflow.CommittedOffsets` through the admin API
+    (``READ_COMMITTED``)."""
 
     def __init__(self, bootstrap: str, timeout_s: float = 30.0) -> None:
         self.bootstrap = bootstrap

@@ -14,7 +14,7 @@ the table's file count and sizes what to do:
 - **compact** when ``compact_min_files`` files are smaller than
   ``target_file_bytes / TIER`` (or they add up to that much), or as many
   wait between that and the target:
-  :mod:`jobs.compaction` rewrites them, sorted by time, into files of up to
+  :mod:`tidemark.jobs.compaction` rewrites them, sorted by time, into files of up to
   ``target_file_bytes`` with row groups of ``row_group_rows`` rows
   (``marks_row_group_rows`` for ``marks``; both small, since the rows of both
   tables carry a cut each) -- one
@@ -62,19 +62,18 @@ from typing import Any
 
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
-
-from jobs.commit_turns import commit_turn
-from jobs.compaction import TIER, compact_in_time_order
-from jobs.exceptions import JobConfigurationError
-from pipelines.reading.watermark_tables import add_actions
-from schemas.tables import MARKS, TABLES, on_object_store, table_path
+from tidemark.jobs.commit_turns import commit_turn
+from tidemark.jobs.compaction import TIER, compact_in_time_order
+from tidemark.jobs.exceptions import JobConfigurationError
+from tidemark.pipelines.reading.watermark_tables import add_actions
+from tidemark.schemas.tables import MARKS, TABLES, on_object_store, table_path
 
 log = logging.getLogger(__name__)
 
 MIB = 1024 * 1024
 DEFAULT_TARGET_FILE_BYTES = 16 * MIB
 DEFAULT_ROW_GROUP_ROWS = 1024
-"""``index`` rows carry their watermark's cut too (``schemas.tables``): a cold lookup
+"""``index`` rows carry their watermark's cut too (``tidemark.schemas.tables``): a cold lookup
 decodes the cuts of its whole row group, so the groups stay as small as ``marks``'s."""
 DEFAULT_MARKS_ROW_GROUP_ROWS = 1024
 """A cold lookup that finds an ``index`` row without its cut (written before the column)

@@ -30,11 +30,11 @@ watermarks from Delta, this process only the ones it wrote since it started):
 - ``tidemark_controller_leader`` (gauge) -- 1 while this driver leads (runs the
   query), 0 while it stands by: the sum over the drivers is 1 in a healthy cluster;
 - ``tidemark_controller_due_records_failed_total`` (counter) -- due records
-  Kafka did not acknowledge (:mod:`jobs.due`: each is produced again);
-- ``tidemark_build_info{version,python}`` (gauge, 1) -- :mod:`pipelines.build_info`.
+  Kafka did not acknowledge (:mod:`tidemark.jobs.due`: each is produced again);
+- ``tidemark_build_info{version,python}`` (gauge, 1) -- :mod:`tidemark.pipelines.build_info`.
 
 The hook into the job is deliberately small: the query's ``foreachBatch``
-(:class:`~jobs.controller_job.Batches`) calls its :class:`~jobs.sink.DeltaSink`'s
+(:class:`~tidemark.jobs.controller_job.Batches`) calls its :class:`~tidemark.jobs.sink.DeltaSink`'s
 ``observer(rows, batch_id, duration_s)`` after a batch is written,
 and the instance's loop passes each query to :meth:`ControllerMetrics.observe_query`.
 """
@@ -54,8 +54,7 @@ from prometheus_client import (
     Histogram,
     start_http_server,
 )
-
-from pipelines.build_info import register_build_info
+from tidemark.pipelines.build_info import register_build_info
 
 PREFIX = "tidemark_controller"
 
@@ -137,7 +136,7 @@ class ControllerMetrics:
     def observe_batch(
         self, bucket: int | str, rows: Sequence[Mapping[str, Any]], batch_id: int, duration_s: float
     ) -> None:
-        """One written batch: its output rows (``jobs.processor.OUTPUT_SCHEMA``)."""
+        """One written batch: its output rows (``tidemark.jobs.processor.OUTPUT_SCHEMA``)."""
         now = self._clock_ms()
         self.batches.inc()
         self.batch_duration.observe(duration_s)

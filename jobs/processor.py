@@ -4,20 +4,20 @@
                 .transformWithStateInPandas(ControllerProcessor(workflow_settings),
                                             OUTPUT_SCHEMA, "Append", "ProcessingTime"))
 
-Key = the stream's slot (:mod:`jobs.slots`). State = one ``ValueState``
-holding the slot's streams' :class:`~jobs.workflow.StreamState` as JSON
+Key = the stream's slot (:mod:`tidemark.jobs.slots`). State = one ``ValueState``
+holding the slot's streams' :class:`~tidemark.jobs.workflow.StreamState` as JSON
 (writer marks, generation state, running max of ``upper_time``, the due
 time), so its shape can evolve without a state-schema migration.
 
 No Spark timers: ``ProcessingTime`` mode only gives the handler the batch's
 timestamp (the clock, reused when a batch is re-run). Every call that
 touched a slot reports the slot's earliest due time in a ``due`` row (``at``
-``None``: nothing pending); the driver (:mod:`jobs.due`) produces a due record
+``None``: nothing pending); the driver (:mod:`tidemark.jobs.due`) produces a due record
 for the slot at that time, which makes the micro-batch that runs those
 cycles. So an idle controller runs no micro-batch at all (with
 ``spark.sql.streaming.noDataMicroBatches.enabled=false``, which the job sets).
 Output rows carry a ``kind``: ``watermark``, ``rejected``, ``laggard`` or
-``due``; :mod:`jobs.sink` splits them into the Delta tables. A watermark
+``due``; :mod:`tidemark.jobs.sink` splits them into the Delta tables. A watermark
 row's ``noted_at`` (the Kafka timestamp of the newest mark it was made of)
 goes to no table: the metrics measure freshness from it.
 
@@ -43,15 +43,14 @@ from pyspark.sql.streaming.stateful_processor import (
     TimerValues,
 )
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
-
-from jobs.config import WorkflowSettings
-from jobs.lookups import worker_committed, worker_streams
-from jobs.slot_keys import is_due_key
-from jobs.slots import SlotState, run_slot
-from jobs.worker_setup import keep_zip_directories
-from jobs.workflow import Emitted, LaggardRows, MarkInput, Output, Rejected, StreamWorkflow
-from schemas.mark_input import Undecodable, decode_stream_key, printable_key
-from schemas.tables import TABLES, columns, rejected_row
+from tidemark.jobs.config import WorkflowSettings
+from tidemark.jobs.lookups import worker_committed, worker_streams
+from tidemark.jobs.slot_keys import is_due_key
+from tidemark.jobs.slots import SlotState, run_slot
+from tidemark.jobs.worker_setup import keep_zip_directories
+from tidemark.jobs.workflow import Emitted, LaggardRows, MarkInput, Output, Rejected, StreamWorkflow
+from tidemark.schemas.mark_input import Undecodable, decode_stream_key, printable_key
+from tidemark.schemas.tables import TABLES, columns, rejected_row
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +76,8 @@ COLUMNS = (
 )
 """The fields of an output row as the sink, the due scheduler and the metrics see it
 (:func:`rows_of`): ``kind`` says which are set. They are the tables' columns
-(:data:`schemas.tables.LAYOUT`, so :func:`jobs.sink.split_rows` makes each table's rows
+(:data:`tidemark.schemas.tables.LAYOUT`, so :func:`tidemark.jobs.sink.split_rows` makes each
+table's rows
 from them), plus the due slot and ``noted_at`` (freshness, for the metrics)."""
 
 OUTPUT_SCHEMA = StructType(
@@ -172,9 +172,9 @@ def output_frames(outputs: list[Output | SlotDue]) -> Iterator[pd.DataFrame]:
 
 
 class ControllerProcessor(StatefulProcessor):
-    """Drives a :class:`~jobs.workflow.StreamWorkflow` per stream from Spark's state store.
+    """Drives a :class:`~tidemark.jobs.workflow.StreamWorkflow` per stream from Spark's state store.
 
-    Used with ``transformWithStateInPandas`` grouped by *slot* (:mod:`jobs.slots`):
+    Used with ``transformWithStateInPandas`` grouped by *slot* (:mod:`tidemark.jobs.slots`):
     each slot's input arrives as pandas frames of many streams and its outputs
     leave as one frame per call. Per slot and call, the state server sees one
     ``get`` and an ``update`` only when the stored JSON changed.

@@ -2,7 +2,7 @@
 
     sink = DeltaSink(delta_root, app_id="tidemark-controller/tidemark-marks")
     query = ...start(); sink.bind(query.id)         # the query id names the transactions
-    sink.write(rows, batch_id)                      # jobs.controller_job.Batches, per batch
+    sink.write(rows, batch_id)                      # controller_job.Batches, per batch
 
 Each micro-batch's output (a handful of rows per stream and interval) is
 collected once to the driver -- the stateful stage runs exactly once per
@@ -20,7 +20,7 @@ driver, and a Spark append with ``txnAppId``/``txnVersion`` runs Spark jobs
 to rebuild the table's transaction state on every commit; delta-rs keeps the
 table's log state in memory and reads only the commits it has not seen. The
 two write the same Delta protocol: the tables stay readable, writable and
-compactable (``OPTIMIZE``) by Spark. Rows are made by :mod:`schemas.tables`,
+compactable (``OPTIMIZE``) by Spark. Rows are made by :mod:`tidemark.schemas.tables`,
 the schemas come from its layout.
 
 A table written before a column joined the layout (``laggards.instance``,
@@ -50,13 +50,12 @@ from deltalake import (
     write_deltalake,
 )
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
-
-from controller.model import Watermark
-from jobs.commit_turns import commit_turn
-from jobs.maintenance import default_log_retention_s, retention_properties
-from jobs.processor import LAGGARD, REJECTED, WATERMARK
-from schemas.arrow import ARROW_SCHEMAS
-from schemas.tables import (
+from tidemark.controller.model import Watermark
+from tidemark.jobs.commit_turns import commit_turn
+from tidemark.jobs.maintenance import default_log_retention_s, retention_properties
+from tidemark.jobs.processor import LAGGARD, REJECTED, WATERMARK
+from tidemark.schemas.arrow import ARROW_SCHEMAS
+from tidemark.schemas.tables import (
     INDEX,
     LAGGARDS,
     LAGGARDS_COLUMNS,
@@ -196,8 +195,8 @@ def evolve_tables(
 def split_rows(
     rows: Sequence[Mapping[str, Any]],
 ) -> dict[str, list[dict[str, Any]]]:
-    """A batch's output rows (``jobs.processor.COLUMNS``) -> the rows of each Delta table,
-    made by :mod:`schemas.tables` (marks sorted by stream, seq)."""
+    """A batch's output rows (``tidemark.jobs.processor.COLUMNS``) -> the rows of each Delta table,
+    made by :mod:`tidemark.schemas.tables` (marks sorted by stream, seq)."""
     emitted = sorted(
         (r for r in rows if r["kind"] == WATERMARK), key=lambda r: (r["stream"], r["seq"])
     )
@@ -313,7 +312,7 @@ class DeltaTables:
             commit_properties=CommitProperties(
                 app_transactions=[Transaction(app_id=app_id, version=version)]
             ),
-            # issue 19: checkpoints and log cleanup belong to jobs.maintenance, off the
+            # issue 19: checkpoints and log cleanup belong to tidemark.jobs.maintenance, off the
             # append path (delta-rs would write one in every 100th append otherwise)
             post_commithook_properties=PostCommitHookProperties(
                 create_checkpoint=False, cleanup_expired_logs=False
@@ -322,7 +321,8 @@ class DeltaTables:
 
 
 class DeltaSink:
-    """Writes the batches :class:`jobs.controller_job.Batches` (the query's ``foreachBatch``)
+    """Writes the batches :class:`tidemark.jobs.controller_job.Batches` (the query's
+    ``foreachBatch``)
     collects; :meth:`bind` gives it the query id once started."""
 
     def __init__(
@@ -339,7 +339,7 @@ class DeltaSink:
         self._bound = threading.Event()
         self.batches = 0
         self.rows_written = 0
-        # metrics hook (jobs.metrics): called as observer(rows, batch_id, duration_s)
+        # metrics hook (tidemark.jobs.metrics): called as observer(rows, batch_id, duration_s)
         self.observer: Callable[[Sequence[Mapping[str, Any]], int, float], None] | None = None
 
     def bind(self, query_id: str) -> None:

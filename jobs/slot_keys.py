@@ -7,7 +7,7 @@
 A stream's slot is ``pmod(xxhash64(stream), slot_count)``; the keys are chosen so
 that Spark's hash partitioning gives every state partition the same number of
 slots. Plain arithmetic on ints and strings, imported by the settings
-(:mod:`jobs.config`) and by the slots' state (:mod:`jobs.slots`) alike.
+(:mod:`tidemark.jobs.config`) and by the slots' state (:mod:`tidemark.jobs.slots`) alike.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ evenly over the slots, few enough that per-key round trips stay negligible and
 a slot's JSON stays small."""
 
 DUE_PREFIX = "#due:"
-"""Begins the key of a due record (produced by the driver, :mod:`jobs.due`); ``#`` is
+"""Begins the key of a due record (produced by the driver, :mod:`tidemark.jobs.due`); ``#`` is
 not allowed in stream names, so no writer's mark has such a key."""
 
 

@@ -6,20 +6,21 @@
     text = slot.to_json()
 
 The controller's query keys its ``transformWithStateInPandas`` by slot (slot
-``pmod(xxhash64(stream), slot_count)``, keyed by :func:`~jobs.slot_keys.balanced_slot_keys`),
+``pmod(xxhash64(stream), slot_count)``, keyed by
+:func:`~tidemark.jobs.slot_keys.balanced_slot_keys`),
 not by stream: every key costs the Python worker several round trips to the
 JVM's state server per micro-batch (set the key, read the value, write it),
 and with one key per stream those round trips, not the watermark logic, were
 most of a batch (about 4 ms per stream and batch on two busy cores). A slot holds the
-:class:`~jobs.workflow.StreamState` of each of its streams as plain JSON
+:class:`~tidemark.jobs.workflow.StreamState` of each of its streams as plain JSON
 values; only the streams a batch touches -- new records, or a cycle due --
 are decoded and re-encoded.
 
 The slots are spread over the query's state partitions by Spark's hash
-partitioning of their keys, which :mod:`jobs.slot_keys` chooses so that
+partitioning of their keys, which :mod:`tidemark.jobs.slot_keys` chooses so that
 every state partition holds ``SLOTS_PER_PARTITION`` slots. A
-record whose key is :func:`~jobs.slot_keys.due_key` ``(slot)`` -- produced by the driver
-(:mod:`jobs.due`), never by a writer: ``#`` is not allowed in stream names
+record whose key is :func:`~tidemark.jobs.slot_keys.due_key` ``(slot)`` -- produced by the driver
+(:mod:`tidemark.jobs.due`), never by a writer: ``#`` is not allowed in stream names
 -- goes to that slot and runs its due cycles.
 
 The slot count is fixed by the query's checkpoint (the state is keyed by
@@ -35,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobs.workflow import MarkInput, Output, StreamState, StreamWorkflow
+from tidemark.jobs.workflow import MarkInput, Output, StreamState, StreamWorkflow
 
 SLOT_VERSION = 2
 

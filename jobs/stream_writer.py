@@ -18,7 +18,7 @@ extra code. Its marks are ``EventWriter``'s: the instance token, the
 position, ``max_event_time``, the shutdown mark.
 
 Timestamps follow the stream's timestamping rules as for any writer
-(:mod:`pipelines.writing.timestamping`): a null event time is "none
+(:mod:`tidemark.pipelines.writing.timestamping`): a null event time is "none
 given" (the arrival time on a ``client-prefer`` stream); a
 ``client-require`` stream refuses the job before anything is sent when
 a row's time is null (:class:`MissingTimestampError`); under
@@ -40,7 +40,7 @@ stream's writer timeout where they died (``schemas/README.md``,
 Before the tasks start, the driver *registers* every task's writer with a
 mark at time 0 and an empty position (``register=True``, the default).
 A writer whose time is not above the last watermark lags and holds the
-stream's watermark (``controller.watermarks.watermark_cycle``), so no
+stream's watermark (``tidemark.controller.watermarks.watermark_cycle``), so no
 watermark can pass a task's events before that task has noted its time —
 otherwise the first task to finish would let a watermark through while the
 others still write older events. Once every task has closed, the
@@ -62,20 +62,19 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from confluent_kafka import Producer
-
-from controller.config import TimestampingMode
-from controller.kafka.admin import ensure_marks_topic
-from controller.kafka.settings import client_config
-from controller.metadata import StreamMetadata
-from controller.model import WriterMark
-from controller.naming import ClusterSettings, split_stream
-from controller.zookeeper.session import zookeeper_session
-from controller.zookeeper.store import ZooKeeperStore
-from jobs.exceptions import JobConfigurationError
-from pipelines.writing.config import WriterConfig
-from pipelines.writing.exceptions import MissingTimestampError
-from pipelines.writing.marks import instance_token, mark_message
-from pipelines.writing.writer import EventWriter
+from tidemark.controller.config import TimestampingMode
+from tidemark.controller.kafka.admin import ensure_marks_topic
+from tidemark.controller.kafka.settings import client_config
+from tidemark.controller.metadata import StreamMetadata
+from tidemark.controller.model import WriterMark
+from tidemark.controller.naming import ClusterSettings, split_stream
+from tidemark.controller.zookeeper.session import zookeeper_session
+from tidemark.controller.zookeeper.store import ZooKeeperStore
+from tidemark.jobs.exceptions import JobConfigurationError
+from tidemark.pipelines.writing.config import WriterConfig
+from tidemark.pipelines.writing.exceptions import MissingTimestampError
+from tidemark.pipelines.writing.marks import instance_token, mark_message
+from tidemark.pipelines.writing.writer import EventWriter
 
 log = logging.getLogger(__name__)
 

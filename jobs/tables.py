@@ -4,10 +4,10 @@
     ['stream', 'seq', 'time', 'upper_time', 'stream_cut', 'writers', 'emitted_at']
 
 The tables (``marks``, ``index``, ``rejected_marks``, ``laggards``), their
-columns and rows are defined once in :mod:`schemas.tables` (``LAYOUT``); the
-pyarrow schemas are derived from it in :mod:`schemas.arrow`, the Spark ones
+columns and rows are defined once in :mod:`tidemark.schemas.tables` (``LAYOUT``); the
+pyarrow schemas are derived from it in :mod:`tidemark.schemas.arrow`, the Spark ones
 here (only ``jobs`` imports pyspark). The names and the one deltalake reader
-(:mod:`pipelines.reading.watermark_tables`) are re-exported for jobs, tools
+(:mod:`tidemark.pipelines.reading.watermark_tables`) are re-exported for jobs, tools
 and tests.
 """
 
@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from pipelines.reading.watermark_tables import read_table, read_watermarks
-from schemas.arrow import ARROW_SCHEMAS, INDEX_ARROW, MARKS_ARROW, REJECTED_ARROW
-from schemas.tables import (
+from tidemark.pipelines.reading.watermark_tables import read_table, read_watermarks
+from tidemark.schemas.arrow import ARROW_SCHEMAS, INDEX_ARROW, MARKS_ARROW, REJECTED_ARROW
+from tidemark.schemas.tables import (
     INDEX,
     LAGGARDS,
     MARKS,

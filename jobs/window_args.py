@@ -11,8 +11,8 @@ import argparse
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from controller.timestamps import check_timestamp
-from jobs.exceptions import JobConfigurationError
+from tidemark.controller.timestamps import check_timestamp
+from tidemark.jobs.exceptions import JobConfigurationError
 
 
 @dataclass(frozen=True)
@@ -88,8 +88,8 @@ def add_window_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def window_run_from_args(args: argparse.Namespace) -> WindowRun:
-    # pipelines.reading.seek: off tidemark --help, whose parser takes these arguments
-    from pipelines.reading.seek import parse_duration
+    # tidemark.pipelines.reading.seek: off tidemark --help, whose parser takes these arguments
+    from tidemark.pipelines.reading.seek import parse_duration
 
     every = None if args.every is None else parse_duration(args.every)
     wait = args.wait_ms if args.wait_ms is not None else (None if every is not None else 0)

@@ -6,17 +6,17 @@
     state.due_ms                         # when it needs a cycle without marks (None: never)
     out += wf.on_due("shop/orders", state, state.due_ms or now_ms)
 
-The Spark processor (:mod:`jobs.processor`) keeps a :class:`StreamState` per
+The Spark processor (:mod:`tidemark.jobs.processor`) keeps a :class:`StreamState` per
 stream (JSON in the state store), hands each micro-batch's records and each
 due record to a :class:`StreamWorkflow`, and turns its outputs
 (:class:`Emitted`, :class:`Rejected`) into rows. Everything that decides
-lives in ``controller.watermarks``; this module adds what the pure core
+lives in ``tidemark.controller.watermarks``; this module adds what the pure core
 leaves to its caller:
 
 - **decoding and admission**: a record that is not a writer mark, or names
   another stream than its key, is ``malformed``; an unknown stream or segment
   is rejected (after one refresh of the cached metadata); then
-  :func:`~controller.watermarks.accept_mark` against the writer's last
+  :func:`~tidemark.controller.watermarks.accept_mark` against the writer's last
   accepted mark;
 - **when a cycle runs**: with timers, right after a micro-batch's marks of
   the stream, and otherwise only at the stream's *due time* (``due_ms``):
@@ -47,16 +47,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from controller.admission import RESTARTED, check_instance, check_time
-from controller.laggards import Laggard, WriterSeen
-from controller.metadata import StreamMetadata
-from controller.model import Watermark, WriterMark, segment_number
-from controller.watermarks import GenerationState, Verdict, accept_mark, watermark_cycle
-from jobs.config import CycleTrigger, WorkflowSettings
-from jobs.lateness import laggard_update, laggards_of
-from jobs.tables import Reason
-from schemas.mark_input import Undecodable, decode_mark
-from schemas.records import WriterMarkRecord
+from tidemark.controller.admission import RESTARTED, check_instance, check_time
+from tidemark.controller.laggards import Laggard, WriterSeen
+from tidemark.controller.metadata import StreamMetadata
+from tidemark.controller.model import Watermark, WriterMark, segment_number
+from tidemark.controller.watermarks import GenerationState, Verdict, accept_mark, watermark_cycle
+from tidemark.jobs.config import CycleTrigger, WorkflowSettings
+from tidemark.jobs.lateness import laggard_update, laggards_of
+from tidemark.jobs.tables import Reason
+from tidemark.schemas.mark_input import Undecodable, decode_mark
+from tidemark.schemas.records import WriterMarkRecord
 
 log = logging.getLogger(__name__)
 
@@ -345,7 +345,7 @@ class StreamWorkflow:
         """Timers mode: a stream cycles without marks once its due time came.
 
         Takes the field rather than a :class:`StreamState` so that callers holding
-        the state as JSON (:mod:`jobs.slots`) ask without decoding it."""
+        the state as JSON (:mod:`tidemark.jobs.slots`) ask without decoding it."""
         due = self.due_for(due_ms)
         return due is not None and now_ms >= due
 

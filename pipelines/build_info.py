@@ -4,7 +4,7 @@
 
 An operator joins it to other series to see the version each scraped process runs
 (``... * on (instance) group_left (version) tidemark_build_info``) -- during a rolling
-upgrade, for instance. The controller job (``jobs.metrics``) and the time service
+upgrade, for instance. The controller job (``tidemark.jobs.metrics``) and the time service
 add it; an application exposing its writers' metrics may call it beside
 ``start_http_server``. Here, in ``pipelines``, because all of them may import it.
 """

@@ -1,6 +1,6 @@
 """Avro schemas of every record tidemark puts on a Kafka topic or in a Delta table.
 
-    >>> from schemas.records import WriterMarkRecord
+    >>> from tidemark.schemas.records import WriterMarkRecord
     >>> rec = WriterMarkRecord("shop/orders", "w1", time=1000, position={7: 3})
     >>> WriterMarkRecord.decode(rec.encode()).position
     {7: 3}
@@ -17,8 +17,9 @@ Events themselves need no envelope: an event is stored as the application's
 bytes, its routing key as the Kafka key, its stored timestamp as the Kafka
 record timestamp; the segment is the partition.
 
-Framing and evolution: :mod:`schemas.codec`. Typed records: :mod:`schemas.records`.
-The Delta tables' layout and rows: :mod:`schemas.tables` (pyarrow schemas derived
-from it: :mod:`schemas.arrow`).
+Framing and evolution: :mod:`tidemark.schemas.codec`. Typed records:
+:mod:`tidemark.schemas.records`.
+The Delta tables' layout and rows: :mod:`tidemark.schemas.tables` (pyarrow schemas derived
+from it: :mod:`tidemark.schemas.arrow`).
 This package imports nothing of the project except ``tidemark.errors``.
 """

@@ -1,12 +1,12 @@
-"""The pyarrow schemas of the Delta tables, derived from :data:`schemas.tables.LAYOUT`.
+"""The pyarrow schemas of the Delta tables, derived from :data:`tidemark.schemas.tables.LAYOUT`.
 
     >>> MARKS_ARROW.names
     ['stream', 'seq', 'time', 'upper_time', 'stream_cut', 'writers', 'emitted_at']
 
-Apart from :mod:`schemas.tables` so that importing the table names, the
+Apart from :mod:`tidemark.schemas.tables` so that importing the table names, the
 rejection reasons or the row mapping does not import pyarrow (and numpy): a
 command that never touches a Delta table (``tidemark read`` from the head)
-starts faster. This module imports :mod:`schemas.tables`, never the reverse.
+starts faster. This module imports :mod:`tidemark.schemas.tables`, never the reverse.
 """
 
 from __future__ import annotations
@@ -14,8 +14,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import pyarrow as pa
-
-from schemas.tables import INDEX, LAGGARDS, LAYOUT, MARKS, REJECTED_MARKS, Column, ColumnType
+from tidemark.schemas.tables import (
+    INDEX,
+    LAGGARDS,
+    LAYOUT,
+    MARKS,
+    REJECTED_MARKS,
+    Column,
+    ColumnType,
+)
 
 CUT_ARROW = pa.list_(pa.struct([pa.field("segment", pa.int64()), pa.field("offset", pa.int64())]))
 

@@ -1,6 +1,6 @@
 """Writer marks read straight from their bytes: the controller's hot path.
 
-    >>> from schemas.records import WriterMarkRecord
+    >>> from tidemark.schemas.records import WriterMarkRecord
     >>> data = WriterMarkRecord("shop/orders", "w1", 1_000, {0: 17}).encode()
     >>> read_writer_mark(data).position
     {0: 17}
@@ -8,7 +8,7 @@
     True
 
 The controller decodes every mark of every micro-batch. Through the generic
-codec (:mod:`schemas.codec`: header checks, a ``BytesIO`` around the body,
+codec (:mod:`tidemark.schemas.codec`: header checks, a ``BytesIO`` around the body,
 fastavro's schema-driven reader, a dict, then the record) a mark cost about
 as much as the rest of its admission. :func:`read_writer_mark` reads the
 kept versions of ``writer_mark`` (v1 and v2, in the layout of their ``.avsc``
@@ -27,8 +27,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
-from schemas.codec import HEADER_SIZE, default_registry
-from schemas.records import WRITER_MARK, WriterMarkRecord
+from tidemark.schemas.codec import HEADER_SIZE, default_registry
+from tidemark.schemas.records import WRITER_MARK, WriterMarkRecord
 
 _T = TypeVar("_T")
 

@@ -17,15 +17,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from schemas.exceptions import UnknownFingerprintError
-from schemas.mark_body import read_writer_mark
-from schemas.records import WriterMarkRecord
-from schemas.tables import Reason
+from tidemark.schemas.exceptions import UnknownFingerprintError
+from tidemark.schemas.mark_body import read_writer_mark
+from tidemark.schemas.records import WriterMarkRecord
+from tidemark.schemas.tables import Reason
 
 
 @dataclass(frozen=True)
 class Undecodable:
-    """Why a record is not a writer mark: a :class:`~schemas.tables.Reason` and a detail."""
+    """Why a record is not a writer mark: a :class:`~tidemark.schemas.tables.Reason` and a
+    detail."""
 
     reason: str
     detail: str

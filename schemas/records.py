@@ -10,7 +10,7 @@ Avro map keys are strings and segment ids are 64-bit integers.
 
 This package imports nothing of the project but ``tidemark.errors``, so the
 model's ``WriterMark`` and ``Watermark`` are met structurally
-(:class:`MarkLike`, :class:`WatermarkLike`); ``controller.model`` values fit.
+(:class:`MarkLike`, :class:`WatermarkLike`); ``tidemark.controller.model`` values fit.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from schemas.codec import decode, encode
-from schemas.exceptions import DecodeError, EncodeError
-from schemas.tables import cut_cell
+from tidemark.schemas.codec import decode, encode
+from tidemark.schemas.exceptions import DecodeError, EncodeError
+from tidemark.schemas.tables import cut_cell
 
 WRITER_MARK = "writer_mark"
 WATERMARK = "watermark"
@@ -29,7 +29,7 @@ SCHEDULED_MESSAGE = "scheduled_message"
 
 
 class MarkLike(Protocol):
-    """What ``controller.model.WriterMark`` offers."""
+    """What ``tidemark.controller.model.WriterMark`` offers."""
 
     @property
     def time(self) -> int: ...
@@ -42,7 +42,7 @@ class MarkLike(Protocol):
 
 
 class WatermarkLike(Protocol):
-    """What ``controller.model.Watermark`` offers."""
+    """What ``tidemark.controller.model.Watermark`` offers."""
 
     @property
     def stream(self) -> str: ...

@@ -6,8 +6,8 @@
     ('stream', 'seq', 'time', 'upper_time', 'stream_cut', 'writers', 'emitted_at')
 
 The one definition of the tables' layout: :data:`LAYOUT` gives each table's
-columns with logical types, from which :mod:`schemas.arrow` derives the
-pyarrow schemas (readers, delta-rs appends) and ``jobs.tables`` the Spark
+columns with logical types, from which :mod:`tidemark.schemas.arrow` derives the
+pyarrow schemas (readers, delta-rs appends) and ``tidemark.jobs.tables`` the Spark
 schemas (table creation). Pure data: importing it needs neither pyarrow nor
 fastavro. Four tables live under one *delta root* (a local path or an
 object-store URI such as ``s3://bucket/tidemark``):
@@ -16,20 +16,20 @@ object-store URI such as ``s3://bucket/tidemark``):
   Avro ``watermark`` record's shape; ``stream_cut`` is
   ``array<struct<segment: bigint, offset: bigint>>`` sorted by segment.
 - ``index`` — ``stream, seq, time, upper_time_max`` (running maximum of
-  ``upper_time``), searched by binary search (``controller.index``), and the
+  ``upper_time``), searched by binary search (``tidemark.controller.index``), and the
   watermark's ``stream_cut`` again (as in ``marks``), so that a cold lookup
   answers from one table; rows written before that column joined read as null
   there, and their cut is read from ``marks``. A loaded index keeps only
   :data:`INDEX_SEARCH_COLUMNS`.
 - ``rejected_marks`` — the dead-letter table; ``reason`` is one of :class:`Reason`.
 - ``laggards`` — who holds a stream's watermark back: snapshots appended when
-  a stream's set of laggards changes (``controller.laggards``); a snapshot
+  a stream's set of laggards changes (``tidemark.controller.laggards``); a snapshot
   with no laggard left is one row with ``writer`` null and kind ``clear``.
   Each row names the writer: id, ``instance`` token, ``first_seen`` (its
   first accepted mark) and ``last_seen`` (its latest mark's arrival).
 
 A column added to :data:`LAYOUT` later is nullable, and the controller adds
-it to an existing table when it starts (``jobs.sink.evolve_tables``): rows
+it to an existing table when it starts (``tidemark.jobs.sink.evolve_tables``): rows
 written before read as null there.
 
 ``seq`` strictly increases per stream with no gaps; rows are appended by the
@@ -45,13 +45,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 if TYPE_CHECKING:
-    from schemas.records import WatermarkLike
+    from tidemark.schemas.records import WatermarkLike
 
 W = TypeVar("W")
 
 
 class LaggardLike(Protocol):
-    """What :func:`laggard_rows` reads of a ``controller.laggards.Laggard``."""
+    """What :func:`laggard_rows` reads of a ``tidemark.controller.laggards.Laggard``."""
 
     @property
     def writer(self) -> str: ...
@@ -267,7 +267,7 @@ def marks_row(
 
 def index_row(watermark: WatermarkLike, upper_time_max: int) -> dict[str, Any]:
     """A watermark as a row of ``index``; ``upper_time_max`` is the running maximum
-    of ``upper_time`` up to it (``controller.index.running_max``)."""
+    of ``upper_time`` up to it (``tidemark.controller.index.running_max``)."""
     return {
         "stream": watermark.stream,
         "seq": watermark.seq,
@@ -351,7 +351,7 @@ def laggards_by_stream(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[dict
 
 def watermark_from_row(row: Mapping[str, Any], make: Callable[..., W]) -> W:
     """A ``marks`` row -> ``make(stream, time, upper_time, stream_cut, seq)`` (pass
-    ``controller.model.Watermark``; ``schemas`` imports no model)."""
+    ``tidemark.controller.model.Watermark``; ``schemas`` imports no model)."""
     return make(
         str(row["stream"]),
         int(row["time"]),

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from hypothesis import settings
+from tidemark.infra.process import started_processes
 
-from infra.process import started_processes
 from tidemark.environment import Environment
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ def services_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _no_service_survives() -> Iterator[None]:
     """Set up first, torn down last: every process the suite started must be gone."""
     yield
-    from infra.spark import stop_spark
+    from tidemark.infra.spark import stop_spark
 
     stop_spark()
     survivors = [p for p in started_processes() if p.alive()]
@@ -58,7 +58,7 @@ def zookeeper(environment: Environment, services_dir: Path) -> Iterator[str]:
     if environment.zk_connect:
         yield environment.zk_connect
         return
-    from infra.zookeeper import ZooKeeperServer
+    from tidemark.infra.zookeeper import ZooKeeperServer
 
     with ZooKeeperServer(services_dir / "zookeeper", env=environment) as server:
         yield server.connect_string
@@ -70,7 +70,7 @@ def kafka(environment: Environment, services_dir: Path) -> Iterator[str]:
     if environment.kafka_bootstrap:
         yield environment.kafka_bootstrap
         return
-    from infra.kafka import KafkaCluster
+    from tidemark.infra.kafka import KafkaCluster
 
     with KafkaCluster(services_dir / "kafka", brokers=1, env=environment) as cluster:
         yield cluster.bootstrap_servers
@@ -79,7 +79,7 @@ def kafka(environment: Environment, services_dir: Path) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def spark(environment: Environment, services_dir: Path) -> Iterator[Any]:
     """One Spark session for the suite (local[2] unless TIDEMARK_SPARK_MASTER is set)."""
-    from infra.spark import SparkSettings, spark_session, stop_spark
+    from tidemark.infra.spark import SparkSettings, spark_session, stop_spark
 
     session = spark_session(SparkSettings(work_dir=services_dir / "spark"), environment)
     yield session
@@ -168,7 +168,7 @@ def postgres(environment: Environment) -> Iterator[str]:
     import shutil
     import tempfile
 
-    from infra.postgres import PostgresServer
+    from tidemark.infra.postgres import PostgresServer
 
     root = Path(tempfile.mkdtemp(prefix="tidemark-postgres-"))
     try:

@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from controller.config import ScalingPolicy, StreamConfiguration
-from controller.naming import ClusterSettings
-from controller.streams import StreamManager
-from controller.zookeeper.store import ZooKeeperStore
-from jobs.config import ControllerSettings
-from pipelines.writing.config import WriterConfig
-from pipelines.writing.writer import EventWriter
+from tidemark.controller.config import ScalingPolicy, StreamConfiguration
+from tidemark.controller.naming import ClusterSettings
+from tidemark.controller.streams import StreamManager
+from tidemark.controller.zookeeper.store import ZooKeeperStore
+from tidemark.jobs.config import ControllerSettings
+from tidemark.pipelines.writing.config import WriterConfig
+from tidemark.pipelines.writing.writer import EventWriter
 
 
 @dataclass

@@ -24,17 +24,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from controller.config import ScalingPolicy, StreamConfiguration
-from controller.model import KeyRange, TimeWindow, Watermark
-from controller.naming import ClusterSettings
-from controller.streams import StreamManager
-from controller.zookeeper.session import close_session, open_session
-from controller.zookeeper.store import ZooKeeperStore
-from jobs.config import ControllerSettings
-from pipelines.reading.group import ReaderGroup
-from pipelines.reading.seek import complete_cut_at, stream_cut_at
-from pipelines.writing.config import WriterConfig
-from pipelines.writing.writer import EventWriter
+from tidemark.controller.config import ScalingPolicy, StreamConfiguration
+from tidemark.controller.model import KeyRange, TimeWindow, Watermark
+from tidemark.controller.naming import ClusterSettings
+from tidemark.controller.streams import StreamManager
+from tidemark.controller.zookeeper.session import close_session, open_session
+from tidemark.controller.zookeeper.store import ZooKeeperStore
+from tidemark.jobs.config import ControllerSettings
+from tidemark.pipelines.reading.group import ReaderGroup
+from tidemark.pipelines.reading.seek import complete_cut_at, stream_cut_at
+from tidemark.pipelines.writing.config import WriterConfig
+from tidemark.pipelines.writing.writer import EventWriter
 
 log = logging.getLogger(__name__)
 
@@ -150,8 +150,8 @@ def run_demo(
     """The demo under ``work_dir`` (tables in ``work_dir/delta``); ``progress`` is told
     each of :data:`STEPS_SHOWN` as it starts."""
     # pyspark and pandas: the chart imports this module for DemoReport and needs neither
-    from jobs.controller_job import ControllerJob
-    from jobs.tables import read_watermarks  # pyarrow: as above
+    from tidemark.jobs.controller_job import ControllerJob
+    from tidemark.jobs.tables import read_watermarks  # pyarrow: as above
 
     unique = unique or new_unique()
     cluster = demo_cluster(unique)
@@ -235,7 +235,7 @@ def run_demo(
 
 def _emitted_at(delta_root: str, stream: str) -> dict[int, int]:
     # pyarrow: as in run_demo
-    from jobs.tables import MARKS, read_table
+    from tidemark.jobs.tables import MARKS, read_table
 
     return {int(r["seq"]): int(r["emitted_at"]) for r in read_table(delta_root, MARKS, stream)}
 

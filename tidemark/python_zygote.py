@@ -37,8 +37,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from infra.process import ManagedProcess, die_with_parent
 from tidemark import zygote_client
+from tidemark.infra.process import ManagedProcess, die_with_parent
 
 log = logging.getLogger(__name__)
 

@@ -41,9 +41,8 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourcePatternType,
     ResourceType,
 )
-
-from controller.exceptions import KafkaOperationError
-from controller.naming import TOPIC_PREFIX
+from tidemark.controller.exceptions import KafkaOperationError
+from tidemark.controller.naming import TOPIC_PREFIX
 
 DEFAULT_TIMEOUT_S = 30.0
 

@@ -31,12 +31,11 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     OffsetSpec,
     ResourceType,
 )
-
-from controller.exceptions import KafkaOperationError, MarksTopicError
-from controller.kafka.acls import grant_tidemark_acls, tidemark_acls  # their old home
-from controller.kafka.retry import KafkaRetry
-from controller.kafka.settings import client_config
-from controller.naming import (
+from tidemark.controller.exceptions import KafkaOperationError, MarksTopicError
+from tidemark.controller.kafka.acls import grant_tidemark_acls, tidemark_acls  # their old home
+from tidemark.controller.kafka.retry import KafkaRetry
+from tidemark.controller.kafka.settings import client_config
+from tidemark.controller.naming import (
     LOG_APPEND_TIME,
     MARKS_TOPIC_CONFIGS,
     TIMESTAMP_TYPE,

@@ -12,7 +12,7 @@ batch framing). Each call reads only what was appended since the last one
 keeps a running count at every ``mark_every``-th record, so the bytes after
 any offset are known to within ``mark_every`` records -- counted high,
 never low. When a truncation moves a segment's first offset, the marks
-before it are dropped. The loop that uses this (``controller.policy_loop``)
+before it are dropped. The loop that uses this (``tidemark.controller.policy_loop``)
 measures only streams whose policies need bytes (by-size retention,
 scaling by byte rate).
 """
@@ -25,12 +25,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
-
-from controller.exceptions import KafkaOperationError
-from controller.kafka.admin import StreamTopics
-from controller.kafka.settings import client_config
-from controller.metadata import StreamMetadata
-from controller.policies import SegmentBytes
+from tidemark.controller.exceptions import KafkaOperationError
+from tidemark.controller.kafka.admin import StreamTopics
+from tidemark.controller.kafka.settings import client_config
+from tidemark.controller.metadata import StreamMetadata
+from tidemark.controller.policies import SegmentBytes
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ name: it vanishes with the owner's ZooKeeper session, so a crashed owner
 frees what it held. :meth:`Claims.release` deletes the node only if it still
 names the caller (a versioned delete, so a node re-created by someone else
 in between is left alone). Used by the reader groups' registry
-(``controller.zookeeper.groups``); the controller's bucket ownership can use it too.
+(``tidemark.controller.zookeeper.groups``); the controller's bucket ownership can use it too.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ Znodes, under ``<root>/controller-job/<marks topic>``::
     progress    JSON: the leader's last micro-batch (id, time, rows)
 
 Exactly one driver runs the controller's streaming query: the election is
-:class:`controller.zookeeper.leadership.Leadership` (its ``lost`` event: stop
+:class:`tidemark.controller.zookeeper.leadership.Leadership` (its ``lost`` event: stop
 the query and return, which gives up the leadership).
 """
 
@@ -28,10 +28,9 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
-
-from controller.exceptions import ZooKeeperUnavailableError
-from controller.metadata import json_bytes, json_from_bytes
-from controller.zookeeper.leadership import LeaderFunction, Leadership, contenders
+from tidemark.controller.exceptions import ZooKeeperUnavailableError
+from tidemark.controller.metadata import json_bytes, json_from_bytes
+from tidemark.controller.zookeeper.leadership import LeaderFunction, Leadership, contenders
 
 
 def job_path(root: str, marks_topic: str) -> str:

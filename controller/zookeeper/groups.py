@@ -1,4 +1,4 @@
-"""Reader groups' znodes in ZooKeeper (beside ``controller.zookeeper.store``).
+"""Reader groups' znodes in ZooKeeper (beside ``tidemark.controller.zookeeper.store``).
 
     groups = ZooKeeperGroups(client, root="/tidemark")
     groups.create("billing", b'{"stream": "shop/orders", ...}')    # False if it exists
@@ -8,17 +8,17 @@
 Layout (under ``root``)::
 
     readergroups/<group>                  the group's record (bytes; JSON, written by
-                                          ``pipelines.reading.registry``)
+                                          ``tidemark.pipelines.reading.registry``)
     readergroups/<group>/readers/<reader> ephemeral: the reader is online
     readergroups/<group>/owners/<segment> ephemeral, data = reader name (a claim,
-                                          ``controller.zookeeper.claims``)
+                                          ``tidemark.controller.zookeeper.claims``)
     readergroups/<group>/checkpoint-request ephemeral (the initiator's session), data =
                                           the name of the checkpoint being taken
     readergroups/<group>/checkpoint-acks/<name>/<reader>
                                           ephemeral: the reader committed and paused
     readergroups/<group>/checkpoints/<name>
                                           a taken checkpoint (bytes; JSON, written by
-                                          ``pipelines.reading.checkpoints``)
+                                          ``tidemark.pipelines.reading.checkpoints``)
 
 A reader's ``readers/<reader>`` node holds its last reported time (bytes).
 
@@ -34,8 +34,7 @@ import contextlib
 from typing import Any
 
 from kazoo.exceptions import NodeExistsError, NoNodeError
-
-from controller.zookeeper.claims import Claims
+from tidemark.controller.zookeeper.claims import Claims
 
 
 class ZooKeeperGroups:

@@ -7,8 +7,8 @@
     contenders(client, path)              # [leader, standby, ...]
 
 The one leadership recipe of the control plane: the controller drivers'
-election (:mod:`controller.zookeeper.driver`) and the policy loop's
-(:mod:`controller.policy_loop`) both use it. kazoo's ``Election`` is a lock
+election (:mod:`tidemark.controller.zookeeper.driver`) and the policy loop's
+(:mod:`tidemark.controller.policy_loop`) both use it. kazoo's ``Election`` is a lock
 whose nodes are ephemeral, so a leader's lock goes with its session. The
 leader's function gets an event ``lost``, set when the session is LOST, when
 the connection stays SUSPENDED longer than a grace, or on :meth:`cancel`; it
@@ -35,8 +35,7 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.protocol.states import KazooState
-
-from controller.exceptions import InvalidModelError
+from tidemark.controller.exceptions import InvalidModelError
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The metadata store in ZooKeeper, through kazoo.
 
-    with zookeeper_session("127.0.0.1:2181") as client:   # controller.zookeeper.session
+    with zookeeper_session("127.0.0.1:2181") as client:   # tidemark.controller.zookeeper.session
         store = ZooKeeperStore(client, root="/tidemark")
 
 Znode layout (under ``root``)::
@@ -40,8 +40,7 @@ from kazoo.exceptions import (
     NotEmptyError,
 )
 from kazoo.recipe.watchers import DataWatch
-
-from controller.exceptions import (
+from tidemark.controller.exceptions import (
     ConflictError,
     ControllerError,
     ScopeNotEmptyError,
@@ -49,7 +48,7 @@ from controller.exceptions import (
     UnknownScopeError,
     UnknownStreamError,
 )
-from controller.metadata import (
+from tidemark.controller.metadata import (
     StreamMetadata,
     Versioned,
     epoch_from_dict,
@@ -59,9 +58,14 @@ from controller.metadata import (
     record_from_dict,
     record_to_dict,
 )
-from controller.model import Epoch
-from controller.naming import split_stream
-from controller.store import MetadataStore, StreamCallback, check_append_only, check_scope_name
+from tidemark.controller.model import Epoch
+from tidemark.controller.naming import split_stream
+from tidemark.controller.store import (
+    MetadataStore,
+    StreamCallback,
+    check_append_only,
+    check_scope_name,
+)
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Reading a stream: readers, reader groups, time windows and timestamp seek.
 
-    from pipelines.reading.group import ReaderGroup
+    from tidemark.pipelines.reading.group import ReaderGroup
     group = ReaderGroup.create("billing", "shop/orders", store=store,
                                bootstrap_servers=bootstrap, delta_root="/data/delta",
                                from_time=1_700_000_000_000)
@@ -9,7 +9,8 @@
 Modules: ``group`` (ReaderGroup), ``reader`` (EventReader, and ``ReaderHost``:
 what a reader needs of its group), ``offsets`` (where the group's position is
 kept: Kafka or memory), ``registry`` (who owns which segment; its ZooKeeper
-znodes are ``controller.zookeeper.groups``), ``view`` (the group's position as a stream cut),
+znodes are ``tidemark.controller.zookeeper.groups``), ``view`` (the group's position as a stream
+cut),
 ``seek`` (a time to a cut), ``windows`` (time windows for a position),
 ``watermark_tables`` (the Delta tables' reader), ``checkpoints`` (named,
 consistent positions of a whole group), ``balance`` (readers kept together

@@ -22,7 +22,7 @@ Two policies beside the default even split (``view.plan_ownership``):
   pauses each of its segments whose time is more than ``max_drift_ms`` ahead
   of the group's lower bound (the lowest time any reader reports) and
   resumes it once the group has caught up. In a group over several streams
-  (``pipelines.reading.streams_group``) the lower bound is taken over the
+  (``tidemark.pipelines.reading.streams_group``) the lower bound is taken over the
   readers of every stream's member group (``peers``), so a stream running
   ahead of the slowest one pauses. Pausing only stops fetching; the
   position stays where the returned events put it, so nothing is lost or
@@ -31,7 +31,7 @@ Two policies beside the default even split (``view.plan_ownership``):
   what it reads in one ``rebalance_interval_ms`` beyond the limit.
 
 A segment's time is the time of the latest watermark that a position holding
-only that segment is not behind (``controller.timewindow.compare`` >= 0;
+only that segment is not behind (``tidemark.controller.timewindow.compare`` >= 0;
 other segments of a cut do not overlap it, so they do not count; see
 :class:`SegmentClocks` for why "not behind" rather than "passed"). Pure
 planning (:func:`plan_by_time`, :func:`drifting`) is separate from the
@@ -47,14 +47,14 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from controller.exceptions import InvalidModelError
-from controller.model import Segment
-from controller.timewindow import compare
-from pipelines.reading.config import ReaderConfig
-from pipelines.reading.exceptions import WatermarksUnavailableError
-from pipelines.reading.registry import GroupRegistry
-from pipelines.reading.view import Plan, fair_share, plan_ownership
-from pipelines.reading.windows import WatermarkFeed
+from tidemark.controller.exceptions import InvalidModelError
+from tidemark.controller.model import Segment
+from tidemark.controller.timewindow import compare
+from tidemark.pipelines.reading.config import ReaderConfig
+from tidemark.pipelines.reading.exceptions import WatermarksUnavailableError
+from tidemark.pipelines.reading.registry import GroupRegistry
+from tidemark.pipelines.reading.view import Plan, fair_share, plan_ownership
+from tidemark.pipelines.reading.windows import WatermarkFeed
 
 log = logging.getLogger(__name__)
 
@@ -221,7 +221,7 @@ class SegmentClocks:
     """Each owned segment's time, advanced incrementally along the watermarks: the
     time of the latest watermark the segment's position is not behind.
 
-    Not behind (``controller.timewindow.compare`` >= 0): a segment holding
+    Not behind (``tidemark.controller.timewindow.compare`` >= 0): a segment holding
     nothing sits at offset 0 in every cut, and a segment read to its end sits
     at the last cut's offset; both have read everything those watermarks
     vouch for on that segment, so for balancing neither must look behind.

@@ -38,18 +38,18 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from controller.metadata import cut_from_json, cut_to_json, json_bytes, json_from_bytes
-from controller.model import Segment, TimeWindow
-from controller.timestamps import wall_clock_ms
-from pipelines.reading.exceptions import (
+from tidemark.controller.metadata import cut_from_json, cut_to_json, json_bytes, json_from_bytes
+from tidemark.controller.model import Segment, TimeWindow
+from tidemark.controller.timestamps import wall_clock_ms
+from tidemark.pipelines.reading.exceptions import (
     CheckpointExistsError,
     CheckpointInProgressError,
     CheckpointTimeoutError,
     WatermarksUnavailableError,
 )
-from pipelines.reading.registry import GroupRegistry, check_name
-from pipelines.reading.view import GroupView
-from pipelines.reading.windows import WatermarkFeed, reader_position, window_at
+from tidemark.pipelines.reading.registry import GroupRegistry, check_name
+from tidemark.pipelines.reading.view import GroupView
+from tidemark.pipelines.reading.windows import WatermarkFeed, reader_position, window_at
 
 log = logging.getLogger(__name__)
 

@@ -10,9 +10,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.durations import check_durations_ms
-from controller.kafka.settings import checked_overrides
-from pipelines.reading.exceptions import ReaderConfigError
+from tidemark.controller.durations import check_durations_ms
+from tidemark.controller.kafka.settings import checked_overrides
+from tidemark.pipelines.reading.exceptions import ReaderConfigError
 
 RESERVED_CONSUMER_KEYS = frozenset(
     {
@@ -34,7 +34,7 @@ class ReaderConfig:
       (finished segments, successors now readable, readers joined or left).
     - ``metadata_interval_ms``: how often a reader reads the stream's metadata
       (epochs, sealed sizes) between rebalances. Keep it below the scales'
-      ``seal_drain_ms`` (``controller.streams``; default 200): a reader that
+      ``seal_drain_ms`` (``tidemark.controller.streams``; default 200): a reader that
       has not seen a scale's new epoch for longer than the drain may return
       a record a slow writer landed past the sealed size, and its re-sent copy.
     - ``commit_interval_ms``: how often ``read_next`` commits the position of
@@ -48,7 +48,7 @@ class ReaderConfig:
     - ``balance``: how segments are shared among readers: ``"even"`` (a fair
       share each) or ``"time"`` (a reader more than ``lag_ms`` of event time
       behind the one furthest ahead hands segments to readers ahead;
-      ``pipelines.reading.balance``).
+      ``tidemark.pipelines.reading.balance``).
     - ``max_drift_ms``: alignment; a reader pauses its segments whose time
       runs more than this ahead of the group's lower bound (``None``: off).
     """

@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from controller.exceptions import InvalidTimestampError, UnknownStreamError
+from tidemark.controller.exceptions import InvalidTimestampError, UnknownStreamError
+
 from tidemark.errors import ConfigurationError, TidemarkError
 
 
@@ -140,7 +141,7 @@ class InvalidTimeRangeError(ReaderError, ValueError):
         super().__init__(f"the end time {end_ms} must be after the start time {start_ms}")
 
 
-# --- waiting for stream time (pipelines.reading.stream_time) ----------------------------
+# --- waiting for stream time (tidemark.pipelines.reading.stream_time) ----------------------------
 
 
 class StreamTimeTimeoutError(ReaderError, TimeoutError):

@@ -12,9 +12,9 @@
 
 The group's **position** is the Kafka consumer group's committed offsets
 (group id = the group's name): a stream cut once read through
-``pipelines.reading.view.group_view`` (finished segments dropped, successors
+``tidemark.pipelines.reading.view.group_view`` (finished segments dropped, successors
 added as they become readable). The group's registry
-(``pipelines.reading.registry``; ZooKeeper beside a ``ZooKeeperStore``)
+(``tidemark.pipelines.reading.registry``; ZooKeeper beside a ``ZooKeeperStore``)
 records its stream and the cut it started at, and which reader owns which
 segment.
 
@@ -27,7 +27,7 @@ A failed call never moves the position: names, stream, timestamp and cut are
 all checked before anything is committed.
 
 ``ReaderGroup.create(name, streams=[...], from_time=t)`` makes a group over
-several streams instead (``pipelines.reading.streams_group``): one member
+several streams instead (``tidemark.pipelines.reading.streams_group``): one member
 group per stream, readers reading them all.
 """
 
@@ -39,16 +39,16 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Required, TypedDict, Unpack, overload
 
-from controller.closing import Closing
-from controller.exceptions import UnknownStreamError
-from controller.kafka.settings import client_config
-from controller.metadata import StreamMetadata
-from controller.model import Segment, StreamCut, TimeWindow
-from controller.navigation import head_cut
-from controller.store import MetadataStore
-from pipelines.reading.checkpoints import Checkpoint, PendingCheckpoint, load_checkpoint
-from pipelines.reading.config import RESERVED_CONSUMER_KEYS, ReaderConfig
-from pipelines.reading.exceptions import (
+from tidemark.controller.closing import Closing
+from tidemark.controller.exceptions import UnknownStreamError
+from tidemark.controller.kafka.settings import client_config
+from tidemark.controller.metadata import StreamMetadata
+from tidemark.controller.model import Segment, StreamCut, TimeWindow
+from tidemark.controller.navigation import head_cut
+from tidemark.controller.store import MetadataStore
+from tidemark.pipelines.reading.checkpoints import Checkpoint, PendingCheckpoint, load_checkpoint
+from tidemark.pipelines.reading.config import RESERVED_CONSUMER_KEYS, ReaderConfig
+from tidemark.pipelines.reading.exceptions import (
     ReaderClosedError,
     ReaderConfigError,
     ReaderGroupActiveError,
@@ -57,16 +57,16 @@ from pipelines.reading.exceptions import (
     UnknownCheckpointError,
     UnknownReaderGroupError,
 )
-from pipelines.reading.offsets import KafkaOffsets, MemoryOffsets, OffsetStore
-from pipelines.reading.reader import EventReader
-from pipelines.reading.registry import (
+from tidemark.pipelines.reading.offsets import KafkaOffsets, MemoryOffsets, OffsetStore
+from tidemark.pipelines.reading.reader import EventReader
+from tidemark.pipelines.reading.registry import (
     GroupRecord,
     GroupRegistry,
     MemoryGroupRegistry,
     check_name,
     registry_for,
 )
-from pipelines.reading.seek import (
+from tidemark.pipelines.reading.seek import (
     SeekIndex,
     at_or_after_head,
     check_timestamp,
@@ -74,10 +74,10 @@ from pipelines.reading.seek import (
     start_cut_for,
     wall_clock_ms,
 )
-from pipelines.reading.streams_group import MemberGroup, StreamsReaderGroup
-from pipelines.reading.time_service import default_index
-from pipelines.reading.view import GroupView, cut_commits, group_view, sizes_pending
-from pipelines.reading.windows import WatermarkFeed, reader_position, window_at
+from tidemark.pipelines.reading.streams_group import MemberGroup, StreamsReaderGroup
+from tidemark.pipelines.reading.time_service import default_index
+from tidemark.pipelines.reading.view import GroupView, cut_commits, group_view, sizes_pending
+from tidemark.pipelines.reading.windows import WatermarkFeed, reader_position, window_at
 
 log = logging.getLogger(__name__)
 
@@ -231,7 +231,7 @@ class ReaderGroup(Closing):
         lives in memory, not in Kafka (see :meth:`ephemeral_group`).
 
         ``streams=[...]`` instead of ``stream``: a group over those streams
-        (:class:`~pipelines.reading.streams_group.StreamsReaderGroup`), each at its
+        (:class:`~tidemark.pipelines.reading.streams_group.StreamsReaderGroup`), each at its
         own ``stream_cut_at(from_time)`` or head (``start_cut`` and ``ephemeral``
         are for one stream)."""
         check_name("reader group", name)
@@ -366,7 +366,8 @@ class ReaderGroup(Closing):
     # --- checkpoints -----------------------------------------------------------------------
 
     def initiate_checkpoint(self, name: str, *, timeout_ms: int = 30_000) -> PendingCheckpoint:
-        """Start taking checkpoint ``name`` of the whole group (``pipelines.reading.checkpoints``).
+        """Start taking checkpoint ``name`` of the whole group
+        (``tidemark.pipelines.reading.checkpoints``).
 
         Online readers commit, acknowledge and hold still at their next
         ``read_next``; ``.result()`` waits for them and returns the
@@ -433,7 +434,7 @@ class ReaderGroup(Closing):
             # unread events: report it (ReaderBehindHeadError), never jump silently.
             "auto.offset.reset": "error",
             "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
-            "logger": logging.getLogger("pipelines.kafka"),
+            "logger": logging.getLogger("tidemark.pipelines.kafka"),
         }
         settings.update(self.config.consumer_overrides)
         return settings

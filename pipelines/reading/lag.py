@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from controller.kafka.admin import StreamTopics
-from pipelines.reading.group import ReaderGroup
-from pipelines.reading.view import GroupView
+from tidemark.controller.kafka.admin import StreamTopics
+from tidemark.pipelines.reading.group import ReaderGroup
+from tidemark.pipelines.reading.view import GroupView
 
 
 @dataclass(frozen=True)

@@ -26,11 +26,10 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 from deltalake import write_deltalake
-
-from controller.model import Watermark
-from pipelines.reading.watermark_tables import DeltaSource
-from schemas.arrow import LAGGARDS_ARROW
-from schemas.tables import (
+from tidemark.controller.model import Watermark
+from tidemark.pipelines.reading.watermark_tables import DeltaSource
+from tidemark.schemas.arrow import LAGGARDS_ARROW
+from tidemark.schemas.tables import (
     LAGGARDS,
     REJECTED_MARKS,
     LaggardLike,

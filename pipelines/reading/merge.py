@@ -23,9 +23,9 @@ hands out what is held, in order, at the end of a bounded read (everything
 committed was read, so the order is exact there too).
 
 The records are held as columns of plain values taken from the readers' fetches
-(:class:`~pipelines.reading.merged_batch.Columns`; see there why) and released as
-a :class:`~pipelines.reading.merged_batch.MergedBatch`: bodies, times and streams
-without making any :class:`~pipelines.reading.reader.EventRead` (most of the
+(:class:`~tidemark.pipelines.reading.merged_batch.Columns`; see there why) and released as
+a :class:`~tidemark.pipelines.reading.merged_batch.MergedBatch`: bodies, times and streams
+without making any :class:`~tidemark.pipelines.reading.reader.EventRead` (most of the
 merge's cost when made for every record), events only when asked.
 
 Late records: a record read with a time below the latest time already
@@ -34,7 +34,7 @@ dropped: it is released with the next records, so it appears out of order,
 and is counted in :attr:`TimeMerge.late`. Records before ``from_time`` are
 skipped (the start cuts are as coarse as the watermarks).
 
-The readers are any :class:`~pipelines.reading.reader.EventReader`\\ s, one per
+The readers are any :class:`~tidemark.pipelines.reading.reader.EventReader`\\ s, one per
 stream (a reader group's readers will do as well as the private groups
 :func:`merged_reader` opens).
 """
@@ -49,15 +49,15 @@ from contextlib import ExitStack, contextmanager
 from itertools import repeat
 from operator import le
 
-from controller.store import MetadataStore
-from pipelines.reading.config import ReaderConfig
-from pipelines.reading.exceptions import ReaderConfigError
-from pipelines.reading.group import ReaderGroup
-from pipelines.reading.merged_batch import Columns, MergedBatch, Run
-from pipelines.reading.reader import EventBatch, EventRead, EventReader, records_of
-from pipelines.reading.seek import SeekIndex, check_timestamp, stream_cut_at
-from pipelines.reading.streams import check_streams
-from pipelines.reading.watermark_tables import one_moment
+from tidemark.controller.store import MetadataStore
+from tidemark.pipelines.reading.config import ReaderConfig
+from tidemark.pipelines.reading.exceptions import ReaderConfigError
+from tidemark.pipelines.reading.group import ReaderGroup
+from tidemark.pipelines.reading.merged_batch import Columns, MergedBatch, Run
+from tidemark.pipelines.reading.reader import EventBatch, EventRead, EventReader, records_of
+from tidemark.pipelines.reading.seek import SeekIndex, check_timestamp, stream_cut_at
+from tidemark.pipelines.reading.streams import check_streams
+from tidemark.pipelines.reading.watermark_tables import one_moment
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +128,7 @@ class TimeMerge:
     """The records of several readers (one per stream) in timestamp order.
 
     :meth:`read_batch` reads a batch from each reader and returns the records now
-    safe to release (a :class:`~pipelines.reading.merged_batch.MergedBatch`);
+    safe to release (a :class:`~tidemark.pipelines.reading.merged_batch.MergedBatch`);
     :meth:`flush_batch` returns the rest; :meth:`batches` iterates. :meth:`poll`,
     :meth:`flush` and :meth:`events` do the same with each record's ``EventRead``.
     ``late`` counts records read below the time already released;
@@ -143,7 +143,7 @@ class TimeMerge:
     grows the heap (and the garbage collector's walks over it).
 
     ``bodies_only``: the batches give bodies, times and streams, never events
-    (``batch.events`` raises :class:`~pipelines.reading.exceptions.ReaderConfigError`);
+    (``batch.events`` raises :class:`~tidemark.pipelines.reading.exceptions.ReaderConfigError`);
     each record's time and body are all that is taken from Kafka's record (its
     segment, offset, key and headers are not), for a read that wants only the
     bodies.
@@ -190,7 +190,7 @@ class TimeMerge:
         Streams holding ``max_held`` records are read only when the others
         bring nothing (see the class docstring). The streams' watermark tails
         due for a refresh in one call share one read of the ``marks`` log
-        (:class:`~pipelines.reading.watermark_tables.one_moment`): each still sees
+        (:class:`~tidemark.pipelines.reading.watermark_tables.one_moment`): each still sees
         every watermark committed before the call."""
         with one_moment():
             return self._read_batch(timeout_ms)
@@ -325,7 +325,8 @@ def merged_reader(
 ) -> Iterator[TimeMerge]:
     """A :class:`TimeMerge` over ``streams`` from ``from_time`` (None: their heads), each read
     by a private reader group kept in memory (nothing committed anywhere), starting at
-    the stream's start cut for ``from_time`` (:func:`~pipelines.reading.seek.stream_cut_at`);
+    the stream's start cut for ``from_time``
+    (:func:`~tidemark.pipelines.reading.seek.stream_cut_at`);
     ``bodies_only`` as :class:`TimeMerge`'s.
     """
     names = check_streams(streams)

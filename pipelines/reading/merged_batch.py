@@ -1,7 +1,7 @@
 """What the event-time merge holds and releases: records of several streams in time order,
 their events made only when asked.
 
-    batch = merged.read_batch(timeout_ms=100)    # pipelines.reading.merge.TimeMerge
+    batch = merged.read_batch(timeout_ms=100)    # tidemark.pipelines.reading.merge.TimeMerge
     batch.values()                               # the bodies, in time order (no EventRead made)
     batch.times(), batch.streams()               # each record's timestamp and stream, same order
     for event in batch:                          # batch.events: each EventRead, naming its stream
@@ -19,8 +19,8 @@ one, sorted by time; a stream's runs in its order) and merges them by time when 
 column is first asked: one stable sort of the column keyed by time, in C (timsort
 finds the runs), so records with equal times come in the readers' order. A merge
 made ``bodies_only`` takes each record's time and body alone. Each
-:class:`~pipelines.reading.reader.EventRead` is made only when
-:attr:`MergedBatch.events` asks, as :class:`~pipelines.reading.reader.EventBatch`
+:class:`~tidemark.pipelines.reading.reader.EventRead` is made only when
+:attr:`MergedBatch.events` asks, as :class:`~tidemark.pipelines.reading.reader.EventBatch`
 does for one stream.
 """
 
@@ -34,9 +34,8 @@ from operator import attrgetter, ge, itemgetter
 from typing import Any, NamedTuple
 
 from confluent_kafka import Message
-
-from pipelines.reading.exceptions import ReaderConfigError
-from pipelines.reading.reader import EventRead
+from tidemark.pipelines.reading.exceptions import ReaderConfigError
+from tidemark.pipelines.reading.reader import EventRead
 
 _record_timestamp: Callable[[Any], tuple[int, int]] = Message.timestamp
 _record_value: Callable[[Any], Any] = Message.value
@@ -71,7 +70,7 @@ class Columns:
     ``full`` False: times and bodies only, the other columns empty (taken for a merge
     made ``bodies_only``: a record's key and headers cost as much to take from Kafka's
     record as its body, and a bodies-only read never asks them); such records make
-    no :class:`~pipelines.reading.reader.EventRead`."""
+    no :class:`~tidemark.pipelines.reading.reader.EventRead`."""
 
     times: list[int]
     bodies: list[bytes]
@@ -161,7 +160,7 @@ class Columns:
         return taken
 
     def events(self, stream: str) -> list[EventRead]:
-        """Each record's :class:`~pipelines.reading.reader.EventRead` (of ``stream``)."""
+        """Each record's :class:`~tidemark.pipelines.reading.reader.EventRead` (of ``stream``)."""
         if not self.full:
             raise ReaderConfigError(
                 "records taken for a bodies_only merge make no events (ask values(), times()"
@@ -224,7 +223,7 @@ class MergedBatch:
 
     ``len()`` costs nothing; :meth:`values`, :meth:`times`, :meth:`streams` make no
     event; :attr:`events` (or iteration, indexing) makes each record's
-    :class:`~pipelines.reading.reader.EventRead` once, when first asked."""
+    :class:`~tidemark.pipelines.reading.reader.EventRead` once, when first asked."""
 
     __slots__ = ("_events", "_overlap", "_runs")
 

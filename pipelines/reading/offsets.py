@@ -9,7 +9,7 @@ offsets (group id = the group's name), so it outlives the process; a
 one-off read (``ReaderGroup.ephemeral_group``) keeps it in memory. Both
 speak segment ids; the Kafka one maps them to partitions of the stream's
 topic. A transient coordinator error (the group coordinator loading or
-moving) is retried by one :class:`controller.kafka.retry.KafkaRetry`.
+moving) is retried by one :class:`tidemark.controller.kafka.retry.KafkaRetry`.
 """
 
 from __future__ import annotations
@@ -22,11 +22,10 @@ from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
-
-from controller.kafka.retry import KafkaRetry
-from controller.kafka.settings import client_config
-from controller.model import segment_number
-from pipelines.reading.exceptions import ReaderError
+from tidemark.controller.kafka.retry import KafkaRetry
+from tidemark.controller.kafka.settings import client_config
+from tidemark.controller.model import segment_number
+from tidemark.pipelines.reading.exceptions import ReaderError
 
 log = logging.getLogger(__name__)
 

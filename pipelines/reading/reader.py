@@ -18,7 +18,7 @@ offsets -- never ``subscribe``, since Kafka's rebalancing knows nothing of
 segments and their order.
 
 Segments: the reader owns a fair share of the segments the group may read
-now (``pipelines.reading.view``), recorded in the group's registry so no two
+now (``tidemark.pipelines.reading.view``), recorded in the group's registry so no two
 readers read the same segment. A sealed segment ends at its sealed size;
 once read to it, the reader commits the sealed size (the group then counts
 it finished) and gives it up, and a successor becomes readable once all its
@@ -41,9 +41,9 @@ committed (to the Kafka consumer group) at most every
 a segment is given up, and on :meth:`close`: at-least-once delivery.
 
 At each rebalance tick the reader also takes part in the group's
-checkpoints (``pipelines.reading.checkpoints``: commit, acknowledge, hold
+checkpoints (``tidemark.pipelines.reading.checkpoints``: commit, acknowledge, hold
 still while one is taken) and, when ``ReaderConfig`` asks for it, in the
-time policies (``pipelines.reading.balance``: ownership by time, pausing
+time policies (``tidemark.pipelines.reading.balance``: ownership by time, pausing
 segments that run more than ``max_drift_ms`` ahead).
 """
 
@@ -58,21 +58,20 @@ from operator import attrgetter
 from typing import Any, NamedTuple, Protocol
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
-
-from controller.closing import Closing
-from controller.model import Segment, TimeWindow, segment_number
-from pipelines.reading.balance import SegmentClocks, TimePolicy
-from pipelines.reading.checkpoints import POLL_S, CheckpointParticipation
-from pipelines.reading.config import ReaderConfig
-from pipelines.reading.exceptions import (
+from tidemark.controller.closing import Closing
+from tidemark.controller.model import Segment, TimeWindow, segment_number
+from tidemark.pipelines.reading.balance import SegmentClocks, TimePolicy
+from tidemark.pipelines.reading.checkpoints import POLL_S, CheckpointParticipation
+from tidemark.pipelines.reading.config import ReaderConfig
+from tidemark.pipelines.reading.exceptions import (
     ReaderBehindHeadError,
     ReaderClosedError,
     ReaderConfigError,
     ReaderError,
 )
-from pipelines.reading.registry import GroupRegistry
-from pipelines.reading.view import GroupView
-from pipelines.reading.windows import PositionWindow, WatermarkFeed, reader_position
+from tidemark.pipelines.reading.registry import GroupRegistry
+from tidemark.pipelines.reading.view import GroupView
+from tidemark.pipelines.reading.windows import PositionWindow, WatermarkFeed, reader_position
 
 log = logging.getLogger(__name__)
 
@@ -322,7 +321,7 @@ def records_of(batch: EventBatch) -> tuple[Sequence[Any], Mapping[int, int], str
     """The Kafka records ``batch`` was made of, with its partition -> segment id map and
     stream; None for a batch made of events. For code that takes what it needs of a
     reader's records without making events (the event-time merge,
-    ``pipelines.reading.merged_batch``)."""
+    ``tidemark.pipelines.reading.merged_batch``)."""
     try:
         segment_of, stream = batch._made_of
     except AttributeError:
@@ -349,7 +348,7 @@ each time as long again passes): a scale or seal that stopped before recording i
 
 
 class ReaderHost(Protocol):
-    """What a reader needs of its group (:class:`~pipelines.reading.group.ReaderGroup`
+    """What a reader needs of its group (:class:`~tidemark.pipelines.reading.group.ReaderGroup`
     is one): names, the registry of owners, the committed position, segments
     and watermarks. The reader reaches nothing else of the group."""
 
@@ -552,7 +551,7 @@ class EventReader(Closing):
         return True
 
     def _hold_for_checkpoint(self, now: float, wait_ms: float | None) -> bool:
-        """While a checkpoint is being taken (``pipelines.reading.checkpoints``): commit,
+        """While a checkpoint is being taken (``tidemark.pipelines.reading.checkpoints``): commit,
         acknowledge, and return nothing, take or give up nothing. True once it is
         over (or there is none), False when ``wait_ms`` (default 1000) ran out first."""
         if not self._checkpoints.holding():

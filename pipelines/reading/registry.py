@@ -13,7 +13,7 @@ the group's checkpoints (the one being taken, the readers' acknowledgements,
 the taken ones). In ZooKeeper, the znodes
 (``<root>/readergroups/<group>``, JSON of the record, with ephemeral
 ``readers/<reader>`` and ``owners/<segment>`` claims) are the control
-plane's: ``controller.zookeeper.groups``; this module adds the record's JSON and the
+plane's: ``tidemark.controller.zookeeper.groups``; this module adds the record's JSON and the
 reading side's errors.
 
 :class:`MemoryGroupRegistry` does the same within one process (tests,
@@ -29,9 +29,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from controller.metadata import cut_from_json, cut_to_json, json_bytes, json_from_bytes
-from controller.zookeeper.groups import ZooKeeperGroups
-from pipelines.reading.exceptions import (
+from tidemark.controller.metadata import cut_from_json, cut_to_json, json_bytes, json_from_bytes
+from tidemark.controller.zookeeper.groups import ZooKeeperGroups
+from tidemark.pipelines.reading.exceptions import (
     DuplicateReaderError,
     ReaderConfigError,
     ReaderGroupExistsError,
@@ -55,7 +55,7 @@ def check_name(kind: str, name: object) -> str:
 class GroupRecord:
     """A reader group: its stream, and the cut it was started (or last moved) at.
 
-    A group over several streams (``pipelines.reading.streams_group``) is
+    A group over several streams (``tidemark.pipelines.reading.streams_group``) is
     recorded with its ``streams`` (``stream`` then lists them, for messages);
     each stream is read by a member group of its own.
     """
@@ -139,8 +139,8 @@ class GroupRegistry(abc.ABC):
     def release(self, group: str, segment: int, reader: str) -> None:
         """Give ``segment`` up (only if ``reader`` owns it)."""
 
-    # reader times (``pipelines.reading.balance``) and checkpoints
-    # (``pipelines.reading.checkpoints``), as bytes those modules encode
+    # reader times (``tidemark.pipelines.reading.balance``) and checkpoints
+    # (``tidemark.pipelines.reading.checkpoints``), as bytes those modules encode
 
     @abc.abstractmethod
     def report(self, group: str, reader: str, data: bytes) -> None:
@@ -329,7 +329,7 @@ MEMORY_REGISTRY = MemoryGroupRegistry()
 
 
 class ZooKeeperGroupRegistry(GroupRegistry):
-    """The registry in ZooKeeper, through ``controller.zookeeper.groups`` (its znodes)."""
+    """The registry in ZooKeeper, through ``tidemark.controller.zookeeper.groups`` (its znodes)."""
 
     def __init__(self, client: Any, root: str = "/tidemark") -> None:
         self.client = client

@@ -5,7 +5,7 @@
     # end is None until a watermark has reached that time (the data is not complete)
 
 Two questions, answered from the controller's ``index`` table (see
-``controller.index``):
+``tidemark.controller.index``):
 
 - :func:`stream_cut_at` -- where to **start** so that no event with time >= t
   is skipped: the cut of the latest watermark whose running-max upper time
@@ -29,14 +29,14 @@ can hold a better row; the cut is the found row's own ``stream_cut`` (read with 
 one table opened), or for a row written before ``index`` had that column, read
 from the one ``marks`` row group whose statistics hold that ``seq`` and ``time``
 (``marks`` opened after the index, so it holds the row). The maintenance
-(``jobs.maintenance``) keeps files few and compacts them in commit order
+(``tidemark.jobs.maintenance``) keeps files few and compacts them in commit order
 with small row groups, so a cold lookup reads a checkpoint, a short log
 tail, and one or two row groups of ``index`` -- whatever the table's age and
 the number of streams. A stream asked about again is loaded: its ``time`` and
 ``upper_time_max`` columns are kept in memory as sorted int64 arrays,
 refreshed at most every ``refresh_interval_ms`` and only by the table
-versions added since (:class:`~pipelines.reading.watermark_tables.TableTail`),
-and searched by ``controller.index`` (binary search); cuts are cached.
+versions added since (:class:`~tidemark.pipelines.reading.watermark_tables.TableTail`),
+and searched by ``tidemark.controller.index`` (binary search); cuts are cached.
 """
 
 from __future__ import annotations
@@ -51,21 +51,26 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypedDict, Unpack, overload
 
-from controller.index import start_index, stop_index
-from controller.metadata import StreamMetadata
-from controller.model import StreamCut
-from controller.navigation import SegmentRange, at_or_after_head, ranges_between, start_or_head
-from controller.states import StreamState
-from controller.store import MetadataStore
-from controller.timestamps import MAX_TIMESTAMP, wall_clock_ms
-from controller.timestamps import check_timestamp as check_time
-from pipelines.reading.exceptions import (
+from tidemark.controller.index import start_index, stop_index
+from tidemark.controller.metadata import StreamMetadata
+from tidemark.controller.model import StreamCut
+from tidemark.controller.navigation import (
+    SegmentRange,
+    at_or_after_head,
+    ranges_between,
+    start_or_head,
+)
+from tidemark.controller.states import StreamState
+from tidemark.controller.store import MetadataStore
+from tidemark.controller.timestamps import MAX_TIMESTAMP, wall_clock_ms
+from tidemark.controller.timestamps import check_timestamp as check_time
+from tidemark.pipelines.reading.exceptions import (
     InvalidDurationError,
     StreamDeletedError,
     WatermarksUnavailableError,
 )
-from pipelines.reading.streams import all_complete, check_streams
-from pipelines.reading.watermark_tables import (
+from tidemark.pipelines.reading.streams import all_complete, check_streams
+from tidemark.pipelines.reading.watermark_tables import (
     INDEX,
     INDEX_SEARCH_COLUMNS,
     MARKS,
@@ -87,7 +92,7 @@ log = logging.getLogger(__name__)
 
 def check_timestamp(value: object) -> int:
     """``value`` as milliseconds >= 0: an int, or a string of digits; else
-    :class:`InvalidTimestampError` (``controller.timestamps``, the one checker,
+    :class:`InvalidTimestampError` (``tidemark.controller.timestamps``, the one checker,
     in its lenient mode for user input)."""
     return check_time(value, parse=True)
 
@@ -503,7 +508,7 @@ def start_cut_for(
     stream: str, timestamp: int, meta: StreamMetadata, index: SeekIndex
 ) -> dict[int, int]:
     """The one path from a time to where reading starts: ``index``'s start watermark
-    (``controller.index``'s rule), else the head, moved up to the stream's head."""
+    (``tidemark.controller.index``'s rule), else the head, moved up to the stream's head."""
     found = index.start(stream, timestamp)
     return start_or_head(None if found is None else found.stream_cut, meta)
 
@@ -588,7 +593,7 @@ def complete_cut_at(
 
     ``None`` while no watermark has reached ``timestamp`` (the data is not complete).
     A list of streams gives ``{stream: cut}`` once every one is complete
-    (:func:`pipelines.reading.streams.all_complete`).
+    (:func:`tidemark.pipelines.reading.streams.all_complete`).
     """
     if not isinstance(stream, str):
         ts, names, _, idx = _joint(stream, timestamp, where)

@@ -7,8 +7,8 @@
 
 The options come from the Delta ``index``/``marks`` tables and Kafka's metadata alone (a
 job needs no ZooKeeper): the stream's topic is named after the stream, a segment is a
-partition, ``from_time``'s start cut is :func:`~pipelines.reading.seek.stream_cut_at` and
-``until_time``'s end cut is :func:`~pipelines.reading.seek.complete_cut_at` of
+partition, ``from_time``'s start cut is :func:`~tidemark.pipelines.reading.seek.stream_cut_at` and
+``until_time``'s end cut is :func:`~tidemark.pipelines.reading.seek.complete_cut_at` of
 ``until_time - 1`` (the window is ``[from_time, until_time)``). The cuts are as coarse as
 the watermarks: keep the records whose timestamp lies in the window (above), as Kafka
 keeps no order by time.
@@ -28,12 +28,12 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from controller.exceptions import UnknownStreamError
-from controller.kafka.admin import StreamTopics
-from controller.kafka.settings import spark_source_options
-from controller.naming import topic_for
-from pipelines.reading.exceptions import InvalidTimeRangeError, StreamNotCompleteError
-from pipelines.reading.seek import SeekIndex, check_timestamp, shared_index
+from tidemark.controller.exceptions import UnknownStreamError
+from tidemark.controller.kafka.admin import StreamTopics
+from tidemark.controller.kafka.settings import spark_source_options
+from tidemark.controller.naming import topic_for
+from tidemark.pipelines.reading.exceptions import InvalidTimeRangeError, StreamNotCompleteError
+from tidemark.pipelines.reading.seek import SeekIndex, check_timestamp, shared_index
 
 EARLIEST = -2
 """Spark's JSON offset for "the partition's first record"."""

@@ -39,23 +39,23 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol, TypedDict, Unpack, overload
 
-from controller.model import Watermark
-from controller.timestamps import check_timestamp, wall_clock_ms
-from pipelines.reading.exceptions import (
+from tidemark.controller.model import Watermark
+from tidemark.controller.timestamps import check_timestamp, wall_clock_ms
+from tidemark.pipelines.reading.exceptions import (
     ReaderConfigError,
     StreamTimeTimeoutError,
     WaitCancelledError,
 )
-from pipelines.reading.lateness import read_laggards, stale_marks
-from pipelines.reading.streams import check_streams, wait_for_all
-from pipelines.reading.time_service import (
+from tidemark.pipelines.reading.lateness import read_laggards, stale_marks
+from tidemark.pipelines.reading.streams import check_streams, wait_for_all
+from tidemark.pipelines.reading.time_service import (
     ServiceUnavailableError,
     TimeServiceClient,
     stream_path,
     time_service_url,
     watermark_from_json,
 )
-from pipelines.reading.watermark_tables import MarksTail, resolve_delta_root
+from tidemark.pipelines.reading.watermark_tables import MarksTail, resolve_delta_root
 
 log = logging.getLogger(__name__)
 
@@ -316,7 +316,7 @@ def wait_for_time(
     to :func:`watermark_source`: the time service where ``TIDEMARK_TIME_SERVICE``
     is set, else the ``marks`` table under ``delta_root`` (or ``$TIDEMARK_DELTA_ROOT``).
     A list of streams gives ``{stream: watermark}`` once every one has passed
-    ``time_ms`` (:func:`pipelines.reading.streams.wait_for_all`).
+    ``time_ms`` (:func:`tidemark.pipelines.reading.streams.wait_for_all`).
     """
     if not isinstance(stream, str):
         if where.get("source") is not None:

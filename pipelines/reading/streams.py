@@ -4,7 +4,8 @@
     complete_cut_at(["shop/orders", "shop/payments"], t)   # None until both are complete
     wait_for_time(["shop/orders", "shop/payments"], t, timeout_ms=60_000)   # {stream: wm}
 
-The public functions (``pipelines.reading.seek``, ``pipelines.reading.stream_time``)
+The public functions (``tidemark.pipelines.reading.seek``,
+``tidemark.pipelines.reading.stream_time``)
 take a list of streams and answer with these rules, each asking its own
 one-stream question per stream; given one name (a ``str``) they answer as
 before. This module knows nothing of where the answers come from.
@@ -25,8 +26,8 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
 
-from controller.model import TimeWindow, Watermark
-from pipelines.reading.exceptions import (
+from tidemark.controller.model import TimeWindow, Watermark
+from tidemark.pipelines.reading.exceptions import (
     ReaderConfigError,
     StreamsTimeTimeoutError,
     StreamTimeTimeoutError,

@@ -5,19 +5,19 @@
                                delta_root="/data/delta", from_time=t)
     reader = group.reader("r1")
     event = reader.read_next(1_000)        # an EventRead; event.stream names its stream
-    group.current_time_window()            # the joint window (pipelines.reading.streams)
+    group.current_time_window()            # the joint window (tidemark.pipelines.reading.streams)
     group.initiate_checkpoint("c1").result()
     group.reset_to("c1")                   # every stream back to its cut (no reader online)
 
 Each stream is read by a **member group** of its own, an ordinary
-:class:`~pipelines.reading.group.ReaderGroup` named ``<name>.<i>`` (``i``: the
+:class:`~tidemark.pipelines.reading.group.ReaderGroup` named ``<name>.<i>`` (``i``: the
 stream's place in the list), so one stream's segments are shared among the
 readers, kept in Kafka and checkpointed exactly as for a one-stream group. A
 reader of this group is one reader in every member group; ``read_next`` takes
 the events of its members in turn.
 
 - **Time window**: lower = the smallest of the streams' lower bounds,
-  upper = the largest upper bound (:func:`~pipelines.reading.streams.joint_window`):
+  upper = the largest upper bound (:func:`~tidemark.pipelines.reading.streams.joint_window`):
   the group never reports a lower bound above any stream's.
 - **Start**: ``from_time=t`` starts each stream at its own ``stream_cut_at(t)``,
   so no event with time >= ``t`` is skipped on any of them.
@@ -26,7 +26,7 @@ the events of its members in turn.
   times out withdraws the others). ``reset_to`` moves every member.
 - **Alignment** (``max_drift_ms``): each member's readers count the readers
   of the other members in the lower bound they pause by
-  (``ReaderGroup.peers``, ``pipelines.reading.balance``), so a stream running
+  (``ReaderGroup.peers``, ``tidemark.pipelines.reading.balance``), so a stream running
   ahead of the slowest one by more than the drift pauses.
 
 Every check (names, streams, timestamp, online readers) runs before anything
@@ -41,34 +41,34 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from controller.closing import Closing
-from controller.model import StreamCut, TimeWindow
-from controller.navigation import head_cut, start_or_head
-from controller.store import MetadataStore
-from pipelines.reading.checkpoints import POLL_S, Checkpoint, PendingCheckpoint
-from pipelines.reading.exceptions import (
+from tidemark.controller.closing import Closing
+from tidemark.controller.model import StreamCut, TimeWindow
+from tidemark.controller.navigation import head_cut, start_or_head
+from tidemark.controller.store import MetadataStore
+from tidemark.pipelines.reading.checkpoints import POLL_S, Checkpoint, PendingCheckpoint
+from tidemark.pipelines.reading.exceptions import (
     CheckpointTimeoutError,
     ReaderConfigError,
     ReaderGroupActiveError,
     UnknownCheckpointError,
 )
-from pipelines.reading.reader import EventRead, EventReader
-from pipelines.reading.registry import GroupRecord, GroupRegistry, check_name
-from pipelines.reading.seek import (
+from tidemark.pipelines.reading.reader import EventRead, EventReader
+from tidemark.pipelines.reading.registry import GroupRecord, GroupRegistry, check_name
+from tidemark.pipelines.reading.seek import (
     SeekIndex,
     check_timestamp,
     live_metadata,
     wall_clock_ms,
 )
-from pipelines.reading.streams import check_streams, joint_window
-from pipelines.reading.time_service import default_index
+from tidemark.pipelines.reading.streams import check_streams, joint_window
+from tidemark.pipelines.reading.time_service import default_index
 
 if TYPE_CHECKING:
-    from pipelines.reading.group import ReaderGroup
+    from tidemark.pipelines.reading.group import ReaderGroup
 
 MemberGroup = Callable[[str, str, "StreamCut | None"], "ReaderGroup"]
 """``(member name, stream, cut)`` -> the member group: created at ``cut``, or opened
-(created at the head when missing) for ``None`` -- ``pipelines.reading.group`` gives
+(created at the head when missing) for ``None`` -- ``tidemark.pipelines.reading.group`` gives
 it, so that this module needs no import of that one."""
 
 log = logging.getLogger(__name__)
@@ -218,7 +218,7 @@ class StreamsReaderGroup(Closing):
     """A named group of readers sharing the segments of several streams.
 
     Made by ``ReaderGroup.create(name, streams=[...])`` and opened by
-    ``pipelines.reading.group.open_streams_group`` (they give the member groups).
+    ``tidemark.pipelines.reading.group.open_streams_group`` (they give the member groups).
     """
 
     def __init__(

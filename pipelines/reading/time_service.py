@@ -6,7 +6,7 @@
 
 The time service keeps each stream's index in memory and answers a lookup
 in well under a millisecond plus one HTTP round trip on a kept-alive
-connection; a cold :class:`~pipelines.reading.seek.SeekIndex` reads the
+connection; a cold :class:`~tidemark.pipelines.reading.seek.SeekIndex` reads the
 Delta tables first (tens to hundreds of milliseconds). A
 :class:`ServiceIndex` *is* a ``SeekIndex``: when the service cannot be
 reached (refused, timed out, an answer that is not JSON) it logs once and
@@ -31,12 +31,13 @@ import urllib.parse
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from controller.exceptions import UnknownStreamError
-from controller.metadata import cut_from_json, cut_to_json
-from controller.model import StreamCut, Watermark
-from pipelines.reading.exceptions import InvalidTimestampError
-from pipelines.reading.seek import Found, SeekIndex, shared_index
-from pipelines.reading.watermark_tables import resolve_delta_root
+from tidemark.controller.exceptions import UnknownStreamError
+from tidemark.controller.metadata import cut_from_json, cut_to_json
+from tidemark.controller.model import StreamCut, Watermark
+from tidemark.pipelines.reading.exceptions import InvalidTimestampError
+from tidemark.pipelines.reading.seek import Found, SeekIndex, shared_index
+from tidemark.pipelines.reading.watermark_tables import resolve_delta_root
+
 from tidemark.environment import TIME_SERVICE
 
 log = logging.getLogger(__name__)

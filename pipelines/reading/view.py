@@ -1,7 +1,7 @@
 """A reader group's state as values: which segments are finished, readable, owned by whom.
 
-    >>> from controller.config import StreamConfiguration
-    >>> from controller.metadata import new_stream_metadata
+    >>> from tidemark.controller.config import StreamConfiguration
+    >>> from tidemark.controller.metadata import new_stream_metadata
     >>> meta = new_stream_metadata("s/x", StreamConfiguration(), now_ms=0)
     >>> view = group_view(meta, committed={}, start_cut={0: 4})
     >>> (view.cut, sorted(view.finished))
@@ -14,7 +14,7 @@ Pure: no Kafka, no ZooKeeper. The group's position is its committed offsets
 truncation point, else at 0. A segment is **finished** when it is wholly
 before the start cut or the truncation point, or sealed and read to its
 sealed size; **readable** segments are those
-``controller.navigation.readable_segments`` allows given the finished ones
+``tidemark.controller.navigation.readable_segments`` allows given the finished ones
 (a successor only after all its predecessors are finished: per-key order).
 """
 
@@ -24,10 +24,10 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from controller.metadata import StreamMetadata
-from controller.model import StreamCut
-from controller.navigation import behind_head, readable_segments, wholly_before
-from controller.states import StreamState
+from tidemark.controller.metadata import StreamMetadata
+from tidemark.controller.model import StreamCut
+from tidemark.controller.navigation import behind_head, readable_segments, wholly_before
+from tidemark.controller.states import StreamState
 
 _CLOSING = frozenset({StreamState.SEALING, StreamState.SEALED, StreamState.DELETING})
 
@@ -43,7 +43,7 @@ class GroupView:
     readable: frozenset[int]
     behind: Mapping[int, tuple[int, int]] = field(default_factory=dict)
     """Segments a truncation took unread events from: id -> (group's offset, head
-    offset) (``controller.navigation.behind_head``); readers refuse to go on."""
+    offset) (``tidemark.controller.navigation.behind_head``); readers refuse to go on."""
 
     @property
     def cut(self) -> dict[int, int]:
@@ -71,14 +71,14 @@ def sizes_pending(meta: StreamMetadata) -> frozenset[int]:
     """Segments no writer may append to any more whose sealed sizes are not recorded yet.
 
     A scale writes the new epoch first and records the sealed segments' sizes
-    ``seal_drain_ms`` later (``controller.streams``); a seal stops every writer
+    ``seal_drain_ms`` later (``tidemark.controller.streams``); a seal stops every writer
     before it measures. Meanwhile a writer slower than the drain may still
     land records on such a segment, beyond the size to come, and re-send them
     to a successor: what lies beyond is not the segment's content, and only
     the size tells where that begins. Empty once every size is recorded.
 
-    >>> from controller.config import StreamConfiguration
-    >>> from controller.metadata import new_stream_metadata
+    >>> from tidemark.controller.config import StreamConfiguration
+    >>> from tidemark.controller.metadata import new_stream_metadata
     >>> meta = new_stream_metadata("s/x", StreamConfiguration(), now_ms=0)
     >>> sorted(sizes_pending(meta.with_changes(state=StreamState.SEALING)))
     [0]

@@ -6,9 +6,9 @@
     marks = read_watermarks("/data/delta", "shop/orders", since=t)   # list[Watermark]
 
 The one deltalake module of the tables: readers, waits, the time service,
-seek (``pipelines.reading.seek``, the timestamp -> cut lookup) and the Spark
+seek (``tidemark.pipelines.reading.seek``, the timestamp -> cut lookup) and the Spark
 jobs read through it; tests and tools append through it. Layout and rows
-come from :mod:`schemas.tables`, the definition the controller job writes by.
+come from :mod:`tidemark.schemas.tables`, the definition the controller job writes by.
 
 Incremental by table version: a :class:`TableTail` keeps the ``DeltaTable``
 open, and on each poll applies only the newer log versions
@@ -36,10 +36,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
-from controller.index import running_max
-from controller.model import Watermark
-from pipelines.reading.exceptions import WatermarksUnavailableError
-from schemas.tables import (
+from tidemark.controller.index import running_max
+from tidemark.controller.model import Watermark
+from tidemark.pipelines.reading.exceptions import WatermarksUnavailableError
+from tidemark.schemas.tables import (
     INDEX,
     INDEX_COLUMNS,
     INDEX_SEARCH_COLUMNS,
@@ -53,6 +53,7 @@ from schemas.tables import (
     table_path,
     watermark_from_row,
 )
+
 from tidemark.environment import DELTA_ROOT
 
 if TYPE_CHECKING:  # pyarrow is imported where a table is read or written
@@ -265,11 +266,11 @@ class DeltaSource:
     def latest_files(self) -> list[DataFile]:
         """Every data file of the latest version (a :meth:`refresh`, then :meth:`files`).
         A local table not opened yet stays so: its log is read directly
-        (:func:`pipelines.reading.delta_log.live_files`, a checkpoint and the commits
+        (:func:`tidemark.pipelines.reading.delta_log.live_files`, a checkpoint and the commits
         after it: a third of a delta-rs open), as its files are all that is asked."""
         with self._lock:
             if self._table is None and not on_object_store(self.uri):
-                from pipelines.reading.delta_log import live_files  # pyarrow on use
+                from tidemark.pipelines.reading.delta_log import live_files  # pyarrow on use
 
                 root = self.uri.removeprefix("file://")
                 found = live_files(root)
@@ -357,7 +358,7 @@ def read_files(
     within its bounds, sorted by ``seq``.
 
     Only the row groups whose Parquet statistics may hold such rows are read
-    (compacted files have small row groups, see ``jobs.maintenance``), and
+    (compacted files have small row groups, see ``tidemark.jobs.maintenance``), and
     the rows are filtered with compute kernels, not a dataset scan.
     """
     import pyarrow as pa  # on use: importing this module stays light
@@ -646,8 +647,10 @@ def append_watermarks(
     """
     import pyarrow as pa  # pyarrow and deltalake only where a table is written
     from deltalake import write_deltalake  # as above
-
-    from schemas.arrow import INDEX_ARROW, MARKS_ARROW  # pyarrow: its Arrow schemas, as above
+    from tidemark.schemas.arrow import (  # pyarrow: its Arrow schemas, as above
+        INDEX_ARROW,
+        MARKS_ARROW,
+    )
 
     if not watermarks:
         return

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Set
 
-from controller.model import (
+from tidemark.controller.model import (
     END_OF_SEGMENT,
     Position,
     Segment,
@@ -25,8 +25,12 @@ from controller.model import (
     TimeWindow,
     Watermark,
 )
-from controller.timewindow import WindowTracker
-from pipelines.reading.watermark_tables import MarksTail, read_watermarks, resolve_delta_root
+from tidemark.controller.timewindow import WindowTracker
+from tidemark.pipelines.reading.watermark_tables import (
+    MarksTail,
+    read_watermarks,
+    resolve_delta_root,
+)
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +134,7 @@ class PositionWindow:
     it (the next watermark to pass and the first one wholly ahead), or just the
     position itself when it sits at such a cut offset (an equal offset is neither
     before nor after on that segment, one more is after:
-    ``controller.timewindow.compare``). While every segment's offset stays in its
+    ``tidemark.controller.timewindow.compare``). While every segment's offset stays in its
     range the last window is returned as is: one chained comparison per event
     when the position holds one segment and a watermark is wholly ahead.
 

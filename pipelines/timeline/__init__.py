@@ -1,6 +1,6 @@
 """The timeline: scheduled messages handed to consumers under leases once due.
 
-    from pipelines.timeline import TimelineStore, TimelineConfig, TimelineProducer
+    from tidemark.pipelines.timeline import TimelineStore, TimelineConfig, TimelineProducer
 
     with TimelineStore(dsn) as store:
         store.migrate()
@@ -23,7 +23,7 @@ SQL), :mod:`.migrations`, :mod:`.producer`, :mod:`.consumer`, :mod:`.ingest`
 :mod:`.config`, :mod:`.exceptions`.
 """
 
-from pipelines.timeline.clock import (
+from tidemark.pipelines.timeline.clock import (
     ClockDrift,
     DatabaseClock,
     DueCondition,
@@ -31,15 +31,20 @@ from pipelines.timeline.clock import (
     StreamClock,
     WatermarkHorizon,
 )
-from pipelines.timeline.config import ConsumerConfig, IngestConfig, RelayConfig, TimelineConfig
-from pipelines.timeline.consumer import ConsumerMetrics, TimelineConsumer
-from pipelines.timeline.exceptions import TimelineError
-from pipelines.timeline.ingest import IngestStats, TimelineIngester
-from pipelines.timeline.model import Counts, Lease, Message, Status, new_id
-from pipelines.timeline.producer import KafkaTimelineProducer, TimelineProducer
-from pipelines.timeline.relay import TimelineRelay
-from pipelines.timeline.store import Created, NewMessage, TimelineStore
-from pipelines.timeline.wire import ScheduledMessage, decode_scheduled, encode_scheduled
+from tidemark.pipelines.timeline.config import (
+    ConsumerConfig,
+    IngestConfig,
+    RelayConfig,
+    TimelineConfig,
+)
+from tidemark.pipelines.timeline.consumer import ConsumerMetrics, TimelineConsumer
+from tidemark.pipelines.timeline.exceptions import TimelineError
+from tidemark.pipelines.timeline.ingest import IngestStats, TimelineIngester
+from tidemark.pipelines.timeline.model import Counts, Lease, Message, Status, new_id
+from tidemark.pipelines.timeline.producer import KafkaTimelineProducer, TimelineProducer
+from tidemark.pipelines.timeline.relay import TimelineRelay
+from tidemark.pipelines.timeline.store import Created, NewMessage, TimelineStore
+from tidemark.pipelines.timeline.wire import ScheduledMessage, decode_scheduled, encode_scheduled
 
 __all__ = [
     "ClockDrift",

@@ -46,24 +46,23 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-
-from controller.closing import Closing
-from controller.kafka.settings import client_config
-from pipelines.timeline.buffer_sql import (
+from tidemark.controller.closing import Closing
+from tidemark.controller.kafka.settings import client_config
+from tidemark.pipelines.timeline.buffer_sql import (
     BufferedRows,
     finish_batches,
     load_offsets,
     release_all,
     store_batch,
 )
-from pipelines.timeline.clock import StreamClock
-from pipelines.timeline.config import BufferConfig, ConsumerConfig, TimelineConfig
-from pipelines.timeline.consumer import TimelineConsumer
-from pipelines.timeline.exceptions import InvalidMessageError, TimelineError
-from pipelines.timeline.metrics import CREATED, RELAYED, record_drift
-from pipelines.timeline.model import Lease, base_hash, bucket_of
-from pipelines.timeline.record import KafkaRecord, decode_record, encode_record
-from pipelines.timeline.store import TimelineStore
+from tidemark.pipelines.timeline.clock import StreamClock
+from tidemark.pipelines.timeline.config import BufferConfig, ConsumerConfig, TimelineConfig
+from tidemark.pipelines.timeline.consumer import TimelineConsumer
+from tidemark.pipelines.timeline.exceptions import InvalidMessageError, TimelineError
+from tidemark.pipelines.timeline.metrics import CREATED, RELAYED, record_drift
+from tidemark.pipelines.timeline.model import Lease, base_hash, bucket_of
+from tidemark.pipelines.timeline.record import KafkaRecord, decode_record, encode_record
+from tidemark.pipelines.timeline.store import TimelineStore
 
 log = logging.getLogger(__name__)
 

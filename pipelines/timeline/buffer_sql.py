@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-
-from pipelines.timeline.clock import NOW_MS
-from pipelines.timeline.store import LEASED_TS_BOUND, NOTIFY_CHANNEL
+from tidemark.pipelines.timeline.clock import NOW_MS
+from tidemark.pipelines.timeline.store import LEASED_TS_BOUND, NOTIFY_CHANNEL
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 

@@ -18,7 +18,7 @@ whatever the horizon.
 Event-time messages (``put(..., due_at_stream_time=(stream, t))``) carry their
 own stream: they are due once the store's ``timeline_stream_times`` says the
 stream reached ``t``. A consumer given a :class:`StreamClock` feeds that
-table from the watermarks (``pipelines.reading.stream_time.LatestStreamTimes``
+table from the watermarks (``tidemark.pipelines.reading.stream_time.LatestStreamTimes``
 reads them from the controller's ``marks`` table; the timeline does not
 import the reading side, any object with ``stream_time_ms`` will do).
 """

@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from pipelines.timeline.exceptions import ConfigurationError
-from pipelines.timeline.model import MAX_LEASE_MS, MAX_NAME_CHARS
+from tidemark.pipelines.timeline.exceptions import ConfigurationError
+from tidemark.pipelines.timeline.model import MAX_LEASE_MS, MAX_NAME_CHARS
 
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 
@@ -154,7 +154,7 @@ def _topic(name: str, value: str) -> None:
 
 @dataclass(frozen=True)
 class BufferConfig:
-    """A time buffer between two topics (:mod:`pipelines.timeline.buffer`).
+    """A time buffer between two topics (:mod:`tidemark.pipelines.timeline.buffer`).
 
     ``timeline`` defaults to ``buffer.<source>.<target>``; ``consumer_id``
     names the relay (and its Kafka transactional id): run one process per id.

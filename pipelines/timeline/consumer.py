@@ -20,14 +20,14 @@ message due before the planned wake-up ends the sleep at once. LISTEN/NOTIFY
 is only that optimisation; CockroachDB has none, and there the ``max_idle_ms``
 fallback bounds how late a message created during a sleep can be delivered.
 
-Every lease carries its token (:attr:`~pipelines.timeline.model.Lease.token`);
+Every lease carries its token (:attr:`~tidemark.pipelines.timeline.model.Lease.token`);
 ``ack``, ``extend`` and ``release`` present it. A consumer that restarts with
 the same ``consumer_id`` does not get its earlier leases back (a name is not a
 capability, and the tokens died with the process): they are delivered again
 when they lapse, as after any crash.
 
 Event-time messages wait for a stream's watermark. A consumer given a
-``stream_clock`` (:class:`~pipelines.timeline.clock.StreamClock`) records the
+``stream_clock`` (:class:`~tidemark.pipelines.timeline.clock.StreamClock`) records the
 times of the streams its timeline's messages wait for in the store before it
 leases (at most every ``stream_refresh_ms``), and while such messages wait it
 sleeps no longer than that. The lease statement itself compares each
@@ -47,18 +47,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import psycopg
-
-from controller.closing import Closing
-from pipelines.timeline.clock import ClockDrift, DueCondition, StreamClock
-from pipelines.timeline.config import ConsumerConfig
-from pipelines.timeline.exceptions import (
+from tidemark.controller.closing import Closing
+from tidemark.pipelines.timeline.clock import ClockDrift, DueCondition, StreamClock
+from tidemark.pipelines.timeline.config import ConsumerConfig
+from tidemark.pipelines.timeline.exceptions import (
     InvalidMessageError,
     StreamTimeAheadError,
     StreamTimeBackwardsError,
 )
-from pipelines.timeline.metrics import CLOCK_DRIFT, DELIVERED, DUE_TO_DELIVERY_LAG
-from pipelines.timeline.model import Lease, Message
-from pipelines.timeline.store import NOTIFY_CHANNEL, TimelineStore, database_error
+from tidemark.pipelines.timeline.metrics import CLOCK_DRIFT, DELIVERED, DUE_TO_DELIVERY_LAG
+from tidemark.pipelines.timeline.model import Lease, Message
+from tidemark.pipelines.timeline.store import NOTIFY_CHANNEL, TimelineStore, database_error
 
 log = logging.getLogger(__name__)
 

@@ -17,9 +17,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from controller.periodic import Periodic
-from pipelines.timeline.metrics import PURGED
-from pipelines.timeline.store import TimelineStore
+from tidemark.controller.periodic import Periodic
+from tidemark.pipelines.timeline.metrics import PURGED
+from tidemark.pipelines.timeline.store import TimelineStore
+
 from tidemark.errors import ConfigurationError
 
 log = logging.getLogger(__name__)

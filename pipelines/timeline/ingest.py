@@ -25,15 +25,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, Producer
-
-from controller.closing import Closing
-from controller.kafka.settings import client_config
-from pipelines.timeline.config import IngestConfig
-from pipelines.timeline.exceptions import TimelineError
-from pipelines.timeline.metrics import CREATED, record_drift
-from pipelines.timeline.store import NewMessage, TimelineStore
-from pipelines.timeline.wire import decode_scheduled
-from schemas.exceptions import DecodeError
+from tidemark.controller.closing import Closing
+from tidemark.controller.kafka.settings import client_config
+from tidemark.pipelines.timeline.config import IngestConfig
+from tidemark.pipelines.timeline.exceptions import TimelineError
+from tidemark.pipelines.timeline.metrics import CREATED, record_drift
+from tidemark.pipelines.timeline.store import NewMessage, TimelineStore
+from tidemark.pipelines.timeline.wire import decode_scheduled
+from tidemark.schemas.exceptions import DecodeError
 
 log = logging.getLogger(__name__)
 

@@ -42,8 +42,7 @@ import logging
 from dataclasses import dataclass
 
 import psycopg
-
-from pipelines.timeline.clock import NOW_MS
+from tidemark.pipelines.timeline.clock import NOW_MS
 
 log = logging.getLogger(__name__)
 

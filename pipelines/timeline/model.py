@@ -25,7 +25,7 @@ import time
 import zlib
 from dataclasses import dataclass
 
-from pipelines.timeline.exceptions import (
+from tidemark.pipelines.timeline.exceptions import (
     ConcurrentChangeError,
     InvalidMessageError,
     LeasedError,

@@ -14,7 +14,7 @@ no database, so there it counts from this client's clock.
 A natural id (``id=``) makes publishing idempotent: a retry with the same id
 and body is a no-op. Without one, a time-sortable id is generated **before**
 the first attempt, so retries of one call still share it. Through Kafka, the
-ingester (:mod:`pipelines.timeline.ingest`) writes the messages to the store.
+ingester (:mod:`tidemark.pipelines.timeline.ingest`) writes the messages to the store.
 """
 
 from __future__ import annotations
@@ -26,14 +26,19 @@ from types import TracebackType
 from typing import Any, Generic, TypeVar
 
 from confluent_kafka import Producer
-
-from controller.closing import Closing
-from controller.kafka.settings import client_config
-from pipelines.timeline.exceptions import InvalidMessageError, TimelineError
-from pipelines.timeline.metrics import CREATED, record_drift
-from pipelines.timeline.model import check_headers, check_id, check_name, check_timestamp, new_id
-from pipelines.timeline.store import Created, NewMessage, TimelineStore
-from pipelines.timeline.wire import ScheduledMessage, encode_scheduled
+from tidemark.controller.closing import Closing
+from tidemark.controller.kafka.settings import client_config
+from tidemark.pipelines.timeline.exceptions import InvalidMessageError, TimelineError
+from tidemark.pipelines.timeline.metrics import CREATED, record_drift
+from tidemark.pipelines.timeline.model import (
+    check_headers,
+    check_id,
+    check_name,
+    check_timestamp,
+    new_id,
+)
+from tidemark.pipelines.timeline.store import Created, NewMessage, TimelineStore
+from tidemark.pipelines.timeline.wire import ScheduledMessage, encode_scheduled
 
 log = logging.getLogger(__name__)
 

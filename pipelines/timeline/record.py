@@ -17,7 +17,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from pipelines.timeline.exceptions import InvalidMessageError
+from tidemark.pipelines.timeline.exceptions import InvalidMessageError
 
 VERSION = 1
 _HEAD = struct.Struct(">Bq")

@@ -52,15 +52,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from confluent_kafka import Producer
-
-from controller.closing import Closing
-from controller.kafka.settings import client_config
-from pipelines.timeline.clock import DueCondition, StreamClock
-from pipelines.timeline.config import ConsumerConfig, RelayConfig
-from pipelines.timeline.consumer import TimelineConsumer, next_batch_limit
-from pipelines.timeline.metrics import RELAYED
-from pipelines.timeline.model import Lease
-from pipelines.timeline.store import TimelineStore
+from tidemark.controller.closing import Closing
+from tidemark.controller.kafka.settings import client_config
+from tidemark.pipelines.timeline.clock import DueCondition, StreamClock
+from tidemark.pipelines.timeline.config import ConsumerConfig, RelayConfig
+from tidemark.pipelines.timeline.consumer import TimelineConsumer, next_batch_limit
+from tidemark.pipelines.timeline.metrics import RELAYED
+from tidemark.pipelines.timeline.model import Lease
+from tidemark.pipelines.timeline.store import TimelineStore
 
 log = logging.getLogger(__name__)
 

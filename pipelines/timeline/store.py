@@ -60,11 +60,10 @@ from typing import Any, TypeVar
 
 import psycopg
 import psycopg.errors
-
-from controller.closing import Closing
-from pipelines.timeline.clock import NOW_MS, ClockDrift, DatabaseClock, DueCondition
-from pipelines.timeline.config import TimelineConfig
-from pipelines.timeline.exceptions import (
+from tidemark.controller.closing import Closing
+from tidemark.pipelines.timeline.clock import NOW_MS, ClockDrift, DatabaseClock, DueCondition
+from tidemark.pipelines.timeline.config import TimelineConfig
+from tidemark.pipelines.timeline.exceptions import (
     BodyTooLargeError,
     ConcurrentChangeError,
     DuplicateIdError,
@@ -79,8 +78,8 @@ from pipelines.timeline.exceptions import (
     TimelineError,
     UnknownTimelineError,
 )
-from pipelines.timeline.migrations import apply_migrations
-from pipelines.timeline.model import (
+from tidemark.pipelines.timeline.migrations import apply_migrations
+from tidemark.pipelines.timeline.model import (
     MAX_LEASE_MS,
     MAX_STREAM_TIME_LEAD_MS,
     Counts,

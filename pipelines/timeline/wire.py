@@ -3,7 +3,7 @@
     data = encode_scheduled(ScheduledMessage("m1", 5_000, b"hi", "billing", "reminders"))
     decode_scheduled(data).id == "m1"
 
-Framing and schema evolution belong to :mod:`schemas.codec` (single-object
+Framing and schema evolution belong to :mod:`tidemark.schemas.codec` (single-object
 encoding; the schema is ``schemas/versions/scheduled_message.v<N>.avsc``).
 On the topic, the Kafka key is the message id, so every copy of one message
 lands in one partition.
@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipelines.timeline.exceptions import InvalidMessageError
-from schemas import codec
-from schemas.exceptions import SchemaError
+from tidemark.pipelines.timeline.exceptions import InvalidMessageError
+from tidemark.schemas import codec
+from tidemark.schemas.exceptions import SchemaError
 
 SCHEMA = "scheduled_message"
 
@@ -50,7 +50,8 @@ def encode_scheduled(message: ScheduledMessage) -> bytes:
 
 
 def decode_scheduled(data: bytes) -> ScheduledMessage:
-    """Decode; raises :class:`schemas.exceptions.DecodeError` for bytes that are not one."""
+    """Decode; raises :class:`tidemark.schemas.exceptions.DecodeError` for bytes that are not
+    one."""
     _name, record = codec.decode(data, SCHEMA)
     return ScheduledMessage(
         id=str(record["id"]),

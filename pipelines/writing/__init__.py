@@ -1,6 +1,6 @@
 """Writing to a stream: event and transactional writers, writer marks, timestamping.
 
-    from pipelines.writing.writer import EventWriter
+    from tidemark.pipelines.writing.writer import EventWriter
     with EventWriter("w1", "shop/orders", store=store, bootstrap_servers=bootstrap) as w:
         w.write(b"order 1", routing_key="customer-7", timestamp=1_700_000_000_000)
         w.note_time(1_700_000_000_000)

@@ -16,10 +16,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.durations import check_durations_ms
-from controller.kafka.settings import checked_overrides, client_config
-from controller.naming import ClusterSettings
-from pipelines.writing.exceptions import WriterConfigError
+from tidemark.controller.durations import check_durations_ms
+from tidemark.controller.kafka.settings import checked_overrides, client_config
+from tidemark.controller.naming import ClusterSettings
+from tidemark.pipelines.writing.exceptions import WriterConfigError
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ class WriterConfig:
       transaction may stay open before Kafka aborts it.
     - ``close_timeout_ms``: how long ``close`` waits for records in flight.
     - ``replay_window_ms``: how long a writer keeps the records it sent, to
-      send again those a scale's seal cut off (see :mod:`pipelines.writing.sent`);
+      send again those a scale's seal cut off (see :mod:`tidemark.pipelines.writing.sent`);
       must exceed the time a writer takes to learn of a new epoch plus the
       scale's drain time.
     """
@@ -111,7 +111,7 @@ class WriterConfig:
             "enable.idempotence": True,
             "linger.ms": self.linger_ms,
             "delivery.timeout.ms": self.delivery_timeout_ms,
-            "logger": logging.getLogger("pipelines.kafka"),
+            "logger": logging.getLogger("tidemark.pipelines.kafka"),
         }
         if transactional_id is not None:
             settings["transactional.id"] = transactional_id

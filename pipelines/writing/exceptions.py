@@ -15,12 +15,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from controller.exceptions import (
+from tidemark.controller.exceptions import (
     InvalidTimestampError,
     MarksTopicError,
     StreamSealedError,
     UnknownStreamError,
 )
+
 from tidemark.errors import ConfigurationError, TidemarkError
 
 

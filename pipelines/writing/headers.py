@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from pipelines.writing.exceptions import InvalidHeaderError
+from tidemark.pipelines.writing.exceptions import InvalidHeaderError
 
 Header = tuple[str, bytes]
 Headers = Sequence[Header] | Mapping[str, bytes]
@@ -44,7 +44,7 @@ def checked_headers(headers: Headers | None, *, as_producer: bool = False) -> Ka
     >>> checked_headers([("trace-id", "ab")])  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    pipelines.writing.exceptions.InvalidHeaderError: header 0 ('trace-id'): value must be bytes...
+    tidemark.pipelines.writing.exceptions.InvalidHeaderError: header 0 ('trace-id'): value must...
     """
     if headers is None:
         return None

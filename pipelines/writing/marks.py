@@ -12,7 +12,7 @@ creates it when it is missing (``WriterConfig.create_marks_topic``, the
 default), with the broker's default replication and ``LogAppendTime`` (the
 controller bounds a mark's time by its arrival); a topic with another
 partition count is refused, since marks would land in the wrong buckets
-(``controller.kafka.admin.ensure_marks_topic``, shared with the controller job).
+(``tidemark.controller.kafka.admin.ensure_marks_topic``, shared with the controller job).
 
 :class:`MarkPublisher` is where every writer (``EventWriter``,
 ``TransactionalWriter``, ``TidemarkProducer``, the Spark writer's tasks) applies
@@ -37,18 +37,17 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from confluent_kafka import Producer
-
-from controller.kafka.admin import ensure_marks_topic
-from controller.model import WriterMark
-from controller.naming import ClusterSettings, bucket_of
-from pipelines.writing.exceptions import (
+from tidemark.controller.kafka.admin import ensure_marks_topic
+from tidemark.controller.model import WriterMark
+from tidemark.controller.naming import ClusterSettings, bucket_of
+from tidemark.pipelines.writing.exceptions import (
     FailedRecord,
     TimeWentBackwardsError,
     WriterConfigError,
     failed_record,
 )
-from pipelines.writing.metrics import DELIVERY_FAILURES, MARKS_SENT
-from schemas.records import WriterMarkRecord
+from tidemark.pipelines.writing.metrics import DELIVERY_FAILURES, MARKS_SENT
+from tidemark.schemas.records import WriterMarkRecord
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +59,7 @@ def instance_token(given: str | None = None) -> str:
     """The token naming one running writer instance on all its marks: ``given`` (checked),
     else a new random one. The controller binds a writer id to the token of its first
     accepted mark and refuses marks of any other (``impersonated``) while that instance
-    lives (``controller.admission.check_instance``)."""
+    lives (``tidemark.controller.admission.check_instance``)."""
     if given is None:
         return secrets.token_hex(16)
     if not isinstance(given, str) or not given.strip():

@@ -20,7 +20,7 @@ from __future__ import annotations
 import random
 import zlib
 
-from pipelines.writing.exceptions import WriterConfigError
+from tidemark.pipelines.writing.exceptions import WriterConfigError
 
 DEFAULT_PARTITIONER = "consistent_random"
 SUPPORTED = ("consistent_random", "consistent", "murmur2_random", "murmur2", "random")

@@ -4,7 +4,7 @@ A position maps each segment (here: partition) to the **next** offset (last
 acknowledged + 1); a segment with nothing acknowledged is left out.
 :class:`DeliveryGroups` folds the drop-in producer's reports with no Python
 call per report; ``EventWriter`` and ``TransactionalWriter`` keep their
-records and fold their reports in :mod:`pipelines.writing.sent`. Both give a
+records and fold their reports in :mod:`tidemark.pipelines.writing.sent`. Both give a
 note the position of exactly the records sent before it, and fail a note
 when one of them was not stored.
 """

@@ -11,17 +11,17 @@ Only the construction changes: ``produce``, ``poll``, ``flush`` and
 ``len()`` behave as the wrapped producer's (every other attribute is passed
 through), and per-message or configured ``on_delivery`` callbacks are still
 called. In addition the producer folds its delivery reports into a
-position per stream (:mod:`pipelines.writing.positions`), and ``note_time``
+position per stream (:mod:`tidemark.pipelines.writing.positions`), and ``note_time``
 publishes a writer mark per stream, following ``schemas/README.md``, once
 every record produced before it is acknowledged: with this producer object's
 instance token and the highest timestamp it sent (``max_event_time``), as
 ``EventWriter``'s marks. ``automatically_note_time=True`` notes the time
 every ``note_time_interval_ms`` from a background thread instead (the
-heartbeat, :mod:`pipelines.writing.heartbeat`), so an idle producer keeps its
+heartbeat, :mod:`tidemark.pipelines.writing.heartbeat`), so an idle producer keeps its
 streams' watermarks moving.
 
 Timestamps: a record of a stream is stamped by the stream's timestamping
-rules (:mod:`pipelines.writing.timestamping`, as ``EventWriter``'s records):
+rules (:mod:`tidemark.pipelines.writing.timestamping`, as ``EventWriter``'s records):
 ``timestamp=0`` means "none given", as for ``Producer``; ``client-require``
 refuses such a record (:class:`MissingTimestampError`, nothing sent);
 ``arrival`` lets the broker stamp it; a capped stream lowers a timestamp
@@ -35,11 +35,11 @@ Which records count: those produced to the topic of one of the producer's
 
 Routing: on a stream tidemark routes (created by tidemark, or adopted with
 ``tidemark_routing``), a record without an explicit partition goes to the
-current epoch's segment owning its key (``controller.navigation.route``; a
+current epoch's segment owning its key (``tidemark.controller.navigation.route``; a
 ``None`` key to any current segment), and an explicit partition must be a
 current segment. On a topic adopted without tidemark routing the record
 goes where the wrapped producer's ``partitioner`` setting would put it, as
-before the change (by default :mod:`pipelines.writing.partitioners` computes
+before the change (by default :mod:`tidemark.pipelines.writing.partitioners` computes
 it, so the producer can give each record its partition's report bucket;
 with positions from end offsets librdkafka places it).
 
@@ -57,7 +57,7 @@ call; anything else goes through ``_checked`` first. ``poll`` calls the wrapped
 one and publishes only while a note waits. A record with the application's
 delivery callback gets one Python report (the group's store, then that
 callback), made once per group and callback (``DeliveryGroups.reporting_to``).
-Headers are checked as ``Producer`` takes them (:mod:`pipelines.writing.headers`;
+Headers are checked as ``Producer`` takes them (:mod:`tidemark.pipelines.writing.headers`;
 a name that is not text is refused). The class has no ``__getattr__`` (it would
 cost every attribute read in ``produce`` CPython's specialized loads): the
 wrapped producer's other public attributes are passed through by properties.
@@ -76,7 +76,7 @@ the Python method that stamps each record (and computes its partition as
 the ``partitioner`` would). Kafka reports failed records only
 (``delivery.report.only.error``: a Python call per *failure*); the records
 produced per partition come from librdkafka's statistics
-(:mod:`pipelines.writing.produced_counts`; ``statistics.interval.ms`` is
+(:mod:`tidemark.pipelines.writing.produced_counts`; ``statistics.interval.ms`` is
 :data:`STATS_INTERVAL_MS` unless the application sets its own, and an
 application's ``stats_cb`` given with its interval is still called with
 every report). ``note_time`` flushes (it blocks until every record produced
@@ -122,17 +122,16 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from confluent_kafka import KafkaError, Message, Producer
-
-from controller.closing import Closing
-from controller.kafka.admin import StreamTopics, ensure_marks_topic
-from controller.metadata import StreamMetadata
-from controller.model import Epoch, WriterMark
-from controller.naming import ClusterSettings
-from controller.navigation import key_hash
-from controller.states import require_writable
-from controller.store import MetadataStore
-from controller.timestamps import wall_clock_ms
-from pipelines.writing.exceptions import (
+from tidemark.controller.closing import Closing
+from tidemark.controller.kafka.admin import StreamTopics, ensure_marks_topic
+from tidemark.controller.metadata import StreamMetadata
+from tidemark.controller.model import Epoch, WriterMark
+from tidemark.controller.naming import ClusterSettings
+from tidemark.controller.navigation import key_hash
+from tidemark.controller.states import require_writable
+from tidemark.controller.store import MetadataStore
+from tidemark.controller.timestamps import wall_clock_ms
+from tidemark.pipelines.writing.exceptions import (
     AutomaticTimeError,
     DeliveryError,
     FailedRecord,
@@ -145,14 +144,18 @@ from pipelines.writing.exceptions import (
     failed_record,
     raise_failures,
 )
-from pipelines.writing.headers import checked_headers
-from pipelines.writing.heartbeat import Heartbeat
-from pipelines.writing.marks import MarkMessage, MarkPublisher, flush_publishing
-from pipelines.writing.partitioners import DEFAULT_PARTITIONER, check_partitioner, kafka_partition
-from pipelines.writing.positions import DeliveryGroups
-from pipelines.writing.produced_counts import StatisticsReport, StatisticsReports
-from pipelines.writing.stream_view import StreamView, sealed_by
-from pipelines.writing.timestamping import SegmentClock, TimestampPolicy, check_timestamp
+from tidemark.pipelines.writing.headers import checked_headers
+from tidemark.pipelines.writing.heartbeat import Heartbeat
+from tidemark.pipelines.writing.marks import MarkMessage, MarkPublisher, flush_publishing
+from tidemark.pipelines.writing.partitioners import (
+    DEFAULT_PARTITIONER,
+    check_partitioner,
+    kafka_partition,
+)
+from tidemark.pipelines.writing.positions import DeliveryGroups
+from tidemark.pipelines.writing.produced_counts import StatisticsReport, StatisticsReports
+from tidemark.pipelines.writing.stream_view import StreamView, sealed_by
+from tidemark.pipelines.writing.timestamping import SegmentClock, TimestampPolicy, check_timestamp
 
 log = logging.getLogger(__name__)
 
@@ -288,7 +291,7 @@ class TidemarkProducer(Closing):
         if refused:
             raise WriterConfigError(
                 f"TidemarkProducer does not wrap transactions ({refused}); "
-                "use pipelines.writing.transactions.TransactionalWriter"
+                "use tidemark.pipelines.writing.transactions.TransactionalWriter"
             )
         partitioner = check_partitioner(str(settings.get("partitioner", DEFAULT_PARTITIONER)))
         self.writer_id = writer_id
@@ -480,7 +483,7 @@ class TidemarkProducer(Closing):
     def _checked(self, st: _Stream, partition: int, headers: Any) -> Any:
         """Raise what waits (a failure, a close), follow a metadata change, check the
         record's explicit partition and its headers (as ``Producer`` takes them, a bad one
-        named: :mod:`pipelines.writing.headers`); the headers to send."""
+        named: :mod:`tidemark.pipelines.writing.headers`); the headers to send."""
         if self._closed or self._failures or st.latest is not st.applied:
             with self._lock:
                 self._before_produce(st)

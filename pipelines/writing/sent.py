@@ -31,7 +31,7 @@ What the log gives the writer, when it ``harvest``\\ s:
   the note* (never one sent after it), on top of the position when it was
   noted. A record sent before the note and reported failed after it fails
   the note (its position would hide the gap).
-- **Replay** (``controller.streams`` explains why): every record sent in the
+- **Replay** (``tidemark.controller.streams`` explains why): every record sent in the
   last ``window_ms`` (and every one not yet reported) is kept with its
   offset; ``cut_off`` gives those stored at or beyond a sealed size, in
   order, and ``lost`` says when such a record was already forgotten.
@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any
 
-from pipelines.writing.headers import KafkaHeaders
+from tidemark.pipelines.writing.headers import KafkaHeaders
 
 KeptHeaders = tuple[tuple[str, str | bytes | None], ...]
 """A record's headers as the log keeps them: a tuple, so that the record (a tuple of

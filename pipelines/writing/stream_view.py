@@ -13,7 +13,7 @@ follows its stream the same way: the store's watch hands over the newest
 metadata (``latest``), which the writer applies (``applied``) at its next
 write, under its own lock, after waiting for what it had in flight. When a
 scale seals a segment the writer wrote to, the seal's recorded size says
-where the segment's content ends (``controller.streams``): records the
+where the segment's content ends (``tidemark.controller.streams``): records the
 writer had acknowledged at or beyond it are not in the stream and are sent
 again (``EventWriter``) or reported failed (``TidemarkProducer``).
 """
@@ -23,11 +23,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
-from controller.metadata import StreamMetadata
-from controller.model import Epoch
-from controller.states import WRITABLE
-from controller.store import MetadataStore
-from pipelines.writing.exceptions import WriterTimeoutError
+from tidemark.controller.metadata import StreamMetadata
+from tidemark.controller.model import Epoch
+from tidemark.controller.states import WRITABLE
+from tidemark.controller.store import MetadataStore
+from tidemark.pipelines.writing.exceptions import WriterTimeoutError
 
 _POLL_S = 0.05
 

@@ -33,12 +33,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from controller.config import TimestampingMode
-from controller.metadata import StreamMetadata
-from controller.model import Epoch
-from controller.navigation import predecessors
-from controller.timestamps import MAX_TIMESTAMP, check_timestamp
-from pipelines.writing.exceptions import MissingTimestampError, TimestampAdjustmentError
+from tidemark.controller.config import TimestampingMode
+from tidemark.controller.metadata import StreamMetadata
+from tidemark.controller.model import Epoch
+from tidemark.controller.navigation import predecessors
+from tidemark.controller.timestamps import MAX_TIMESTAMP, check_timestamp
+from tidemark.pipelines.writing.exceptions import MissingTimestampError, TimestampAdjustmentError
 
 
 @dataclass(frozen=True)

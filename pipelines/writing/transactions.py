@@ -22,7 +22,7 @@ A transaction open longer than ``WriterConfig.transaction_timeout_ms`` is
 aborted by Kafka; ``commit`` then raises :class:`TransactionTimedOutError`
 and the writer is ready for a new transaction. A transaction that wrote to a
 segment a scale sealed while it was open is aborted and written again, in
-order, to the successors before it commits (``controller.streams``).
+order, to the successors before it commits (``tidemark.controller.streams``).
 """
 
 from __future__ import annotations
@@ -36,11 +36,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
-
-from controller.model import WriterMark
-from controller.store import MetadataStore
-from pipelines.writing.config import WriterConfig
-from pipelines.writing.exceptions import (
+from tidemark.controller.model import WriterMark
+from tidemark.controller.store import MetadataStore
+from tidemark.pipelines.writing.config import WriterConfig
+from tidemark.pipelines.writing.exceptions import (
     MissingWriterIdError,
     StreamSealedError,
     TransactionError,
@@ -48,10 +47,10 @@ from pipelines.writing.exceptions import (
     TransactionTimedOutError,
     WriterConfigError,
 )
-from pipelines.writing.headers import Headers, KafkaHeaders
-from pipelines.writing.positions import merge
-from pipelines.writing.timestamping import check_timestamp
-from pipelines.writing.writer import (
+from tidemark.pipelines.writing.headers import Headers, KafkaHeaders
+from tidemark.pipelines.writing.positions import merge
+from tidemark.pipelines.writing.timestamping import check_timestamp
+from tidemark.pipelines.writing.writer import (
     RoutingKey,
     Serializer,
     _Opening,

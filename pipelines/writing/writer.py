@@ -9,7 +9,7 @@
 Writing: ``write`` routes the routing key into [0, 1) and sends the event to
 the current epoch's segment owning it (the Kafka partition numbered like the
 segment), with the timestamp the stream's timestamping rules give
-(:mod:`pipelines.writing.timestamping`). Sending is asynchronous: Kafka acknowledges
+(:mod:`tidemark.pipelines.writing.timestamping`). Sending is asynchronous: Kafka acknowledges
 in the background; ``flush`` waits; a record Kafka refused is raised as
 :class:`DeliveryError` by the next call. ``write_batch`` waits for its
 records and returns their acknowledgement.
@@ -18,7 +18,7 @@ Position: the next offset of every segment this writer has had records
 acknowledged on, from Kafka's delivery reports: each segment's report
 callback only appends the record's offset to the records the writer keeps
 (its replay window); positions, notes and failures are worked out from
-them when reports arrived (:mod:`pipelines.writing.sent`).
+them when reports arrived (:mod:`tidemark.pipelines.writing.sent`).
 
 Noting time: ``note_time(t)`` queues a writer mark (``t`` and the position
 reached by every record written **before** the call) and publishes it, to the
@@ -45,17 +45,16 @@ from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
-
-from controller.closing import Closing
-from controller.metadata import StreamMetadata
-from controller.model import Epoch, Segment, segment_number
-from controller.naming import split_stream
-from controller.navigation import key_hash
-from controller.states import WRITABLE, require_writable
-from controller.store import MetadataStore
-from controller.timestamps import wall_clock_ms
-from pipelines.writing.config import WriterConfig
-from pipelines.writing.exceptions import (
+from tidemark.controller.closing import Closing
+from tidemark.controller.metadata import StreamMetadata
+from tidemark.controller.model import Epoch, Segment, segment_number
+from tidemark.controller.naming import split_stream
+from tidemark.controller.navigation import key_hash
+from tidemark.controller.states import WRITABLE, require_writable
+from tidemark.controller.store import MetadataStore
+from tidemark.controller.timestamps import wall_clock_ms
+from tidemark.pipelines.writing.config import WriterConfig
+from tidemark.pipelines.writing.exceptions import (
     AutomaticTimeError,
     FailedRecord,
     InvalidRoutingKeyError,
@@ -68,9 +67,9 @@ from pipelines.writing.exceptions import (
     failed_record,
     raise_failures,
 )
-from pipelines.writing.headers import Headers, KafkaHeaders, checked_headers
-from pipelines.writing.heartbeat import Heartbeat
-from pipelines.writing.marks import (
+from tidemark.pipelines.writing.headers import Headers, KafkaHeaders, checked_headers
+from tidemark.pipelines.writing.heartbeat import Heartbeat
+from tidemark.pipelines.writing.marks import (
     DeliveryCallback,
     MarkMessage,
     MarkPublisher,
@@ -78,10 +77,10 @@ from pipelines.writing.marks import (
     flush_publishing,
     instance_token,
 )
-from pipelines.writing.metrics import DELIVERY_FAILURES
-from pipelines.writing.sent import KeptHeaders, Record, Report, Retained, SentRecords
-from pipelines.writing.stream_view import StreamView, sealed_by
-from pipelines.writing.timestamping import (
+from tidemark.pipelines.writing.metrics import DELIVERY_FAILURES
+from tidemark.pipelines.writing.sent import KeptHeaders, Record, Report, Retained, SentRecords
+from tidemark.pipelines.writing.stream_view import StreamView, sealed_by
+from tidemark.pipelines.writing.timestamping import (
     SegmentClock,
     TimestampPolicy,
     check_timestamp,
@@ -239,7 +238,7 @@ class _StreamWriter(Closing):
     def _refresh(self) -> None:
         """Apply metadata that changed since the last write (caller holds the lock).
 
-        See ``controller.streams`` for how a scale fences writers: a sealed
+        See ``tidemark.controller.streams`` for how a scale fences writers: a sealed
         segment's content ends at its recorded sealed size, so records this
         writer had acknowledged at or beyond it are sent again, in order, to
         the successors (or reported failed when the whole stream was sealed).
@@ -555,7 +554,7 @@ class EventWriter(_StreamWriter):
         ``event`` is bytes, or anything the writer's serializer takes;
         ``timestamp`` is milliseconds, used as the stream's timestamping rules say;
         ``headers``, Kafka headers: ``(name, value)`` pairs or a mapping, names
-        ``str``, values ``bytes`` (:mod:`pipelines.writing.headers`).
+        ``str``, values ``bytes`` (:mod:`tidemark.pipelines.writing.headers`).
         Returns the timestamp the record is stored with (in ``arrival`` mode the
         broker's append time replaces it), once Kafka has the record queued;
         ``flush`` waits for it. ``on_ack(RecordAck)`` is called when Kafka has

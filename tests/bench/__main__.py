@@ -68,8 +68,9 @@ def _broker_dir(stack: ExitStack, work: Path) -> Path:
 
 
 def _start(stack: ExitStack, work: Path) -> BenchServices:
-    from infra.kafka import KafkaCluster
-    from infra.zookeeper import ZooKeeperServer
+    from tidemark.infra.kafka import KafkaCluster
+    from tidemark.infra.zookeeper import ZooKeeperServer
+
     from tidemark.environment import Environment
 
     env = Environment.from_env()
@@ -82,7 +83,7 @@ def _start(stack: ExitStack, work: Path) -> BenchServices:
     dsn = env.postgres_dsn
     if dsn is None:
         try:
-            from infra.postgres import PostgresServer
+            from tidemark.infra.postgres import PostgresServer
 
             dsn = stack.enter_context(PostgresServer(work / "postgres", durable=False)).dsn
         except ImportError:

@@ -93,16 +93,15 @@ class Prepared:
 
 def prepare(services: Any) -> Prepared:
     from kazoo.client import KazooClient
-
-    from controller.config import ScalingPolicy, StreamConfiguration
-    from controller.model import Watermark
-    from controller.naming import ClusterSettings
-    from controller.streams import StreamManager
-    from controller.zookeeper.store import ZooKeeperStore
-    from pipelines.reading.group import ReaderGroup
-    from pipelines.reading.watermark_tables import append_watermarks
-    from pipelines.writing.config import WriterConfig
-    from pipelines.writing.writer import EventWriter
+    from tidemark.controller.config import ScalingPolicy, StreamConfiguration
+    from tidemark.controller.model import Watermark
+    from tidemark.controller.naming import ClusterSettings
+    from tidemark.controller.streams import StreamManager
+    from tidemark.controller.zookeeper.store import ZooKeeperStore
+    from tidemark.pipelines.reading.group import ReaderGroup
+    from tidemark.pipelines.reading.watermark_tables import append_watermarks
+    from tidemark.pipelines.writing.config import WriterConfig
+    from tidemark.pipelines.writing.writer import EventWriter
 
     work = Path(services.work_dir) / "bench-cli"
     work.mkdir(parents=True, exist_ok=True)
@@ -237,8 +236,9 @@ if __name__ == "__main__":
     import tempfile
     from contextlib import ExitStack
 
-    from infra.kafka import KafkaCluster
-    from infra.zookeeper import ZooKeeperServer
+    from tidemark.infra.kafka import KafkaCluster
+    from tidemark.infra.zookeeper import ZooKeeperServer
+
     from tests.bench.__main__ import BenchServices
     from tidemark.environment import Environment
 

@@ -5,7 +5,7 @@
 
 Three placements of the same controller job, one after another in this process:
 ``local[2]`` (the driver's JVM runs the tasks on two threads), and a standalone
-cluster (``infra.spark_cluster``: master and workers as JVMs of their own) with
+cluster (``tidemark.infra.spark_cluster``: master and workers as JVMs of their own) with
 one worker, then two, each worker one core and its executor one core. Every
 placement runs 8 buckets on 2 state partitions (the same plan everywhere; only
 where the tasks run differs).
@@ -80,8 +80,8 @@ class Placement:
 def session(placement: Placement, work: Path) -> Iterator[tuple[Any, Any]]:
     """A Spark session for ``placement`` and its cluster (``None`` for ``local[2]``), both
     stopped afterwards; on a cluster, once every worker's executor has registered."""
-    from infra.spark import SparkSettings, spark_session, stop_spark
-    from infra.spark_cluster import SparkCluster
+    from tidemark.infra.spark import SparkSettings, spark_session, stop_spark
+    from tidemark.infra.spark_cluster import SparkCluster
 
     cluster = None
     if placement.workers:
@@ -148,7 +148,7 @@ def _zk_root(services: Any, name: str) -> str:
 
 def capacity(spark: Any, services: Any, root: str, work: Path) -> list[Drained]:
     """The bursts of ``bench_controller.capacity`` (8 buckets), the warm-up's left out."""
-    from jobs.controller_job import ControllerJob
+    from tidemark.jobs.controller_job import ControllerJob
 
     settings = _settings(
         services,

@@ -84,8 +84,7 @@ def _load() -> str:
 
 def run(services: Any, parts: list[str] | None = None) -> list[str]:
     from kazoo.client import KazooClient
-
-    from infra.spark import SparkSettings, spark_session, stop_spark
+    from tidemark.infra.spark import SparkSettings, spark_session, stop_spark
 
     work = Path(services.work_dir) / f"bench-controller-{uuid.uuid4().hex[:6]}"
     root = f"/bench-{uuid.uuid4().hex[:8]}"
@@ -121,8 +120,8 @@ def run(services: Any, parts: list[str] | None = None) -> list[str]:
 
 
 def _settings(services: Any, root: str, work: Path, buckets: int, **kw: Any) -> Any:
-    from controller.naming import ClusterSettings
-    from jobs.config import ControllerSettings
+    from tidemark.controller.naming import ClusterSettings
+    from tidemark.jobs.config import ControllerSettings
 
     cluster = ClusterSettings(
         marks_topic=f"bench-marks-{uuid.uuid4().hex[:8]}", bucket_count=buckets, zk_root="/tidemark"
@@ -139,11 +138,10 @@ def _settings(services: Any, root: str, work: Path, buckets: int, **kw: Any) -> 
 
 def _create_streams(settings: Any, prefix: str, count: int) -> None:
     from kazoo.client import KazooClient
-
-    from controller.config import StreamConfiguration
-    from controller.exceptions import ControllerError
-    from controller.metadata import new_stream_metadata
-    from controller.zookeeper.store import ZooKeeperStore
+    from tidemark.controller.config import StreamConfiguration
+    from tidemark.controller.exceptions import ControllerError
+    from tidemark.controller.metadata import new_stream_metadata
+    from tidemark.controller.zookeeper.store import ZooKeeperStore
 
     client = KazooClient(hosts=settings.zk_connect)
     client.start(timeout=30)
@@ -209,8 +207,7 @@ def _tree_cpu_s(root_pid: int, seconds: float, every_s: float = 0.5) -> float:
 
 def idle(spark: Any, services: Any, root: str, work: Path) -> list[str]:
     from kazoo.client import KazooClient
-
-    from controller.zookeeper.driver import controller_view
+    from tidemark.controller.zookeeper.driver import controller_view
 
     settings = _settings(services, root, work, IDLE_BUCKETS)
     _create_streams(settings, "idle", STREAMS)
@@ -263,8 +260,8 @@ def idle(spark: Any, services: Any, root: str, work: Path) -> list[str]:
 
 def _encode_marks(settings: Any, rounds: range) -> list[tuple[bytes, bytes, int]]:
     """``rounds`` marks of every writer of every stream, encoded: ``(value, key, partition)``."""
-    from controller.naming import bucket_of
-    from schemas.records import WriterMarkRecord
+    from tidemark.controller.naming import bucket_of
+    from tidemark.schemas.records import WriterMarkRecord
 
     marks = []
     for rnd in rounds:
@@ -293,8 +290,7 @@ def _produce_marks(
     mark in its Python workers against 20 us in the next, while the baseline, run
     after the burst, had the cores to itself."""
     from confluent_kafka import Producer
-
-    from controller.kafka.admin import ensure_marks_topic
+    from tidemark.controller.kafka.admin import ensure_marks_topic
 
     ensure_marks_topic(settings.kafka_bootstrap, settings.cluster)
     config: dict[str, Any] = {"bootstrap.servers": services.bootstrap, "linger.ms": 20}
@@ -331,7 +327,7 @@ def _drain(job: Any, after: int, timeout_s: float = 1800) -> Drained:
 
     ``recentProgress`` keeps only the last 100 reports, so they are collected while polling.
     """
-    from jobs.controller_job import end_offsets
+    from tidemark.jobs.controller_job import end_offsets
 
     topic = job.settings.cluster.marks_topic
     ends = _topic_ends(job.settings)
@@ -395,7 +391,7 @@ def _baseline(
 
 
 def _topic_ends(settings: Any) -> dict[int, int]:
-    from jobs.lookups import KafkaCommittedOffsets
+    from tidemark.jobs.lookups import KafkaCommittedOffsets
 
     parts = list(range(settings.bucket_count))
     topic = settings.cluster.marks_topic
@@ -431,7 +427,7 @@ def _median_drain(runs: list[Drained]) -> Drained:
 
 
 def capacity(spark: Any, services: Any, root: str, work: Path) -> list[str]:
-    from jobs.controller_job import ControllerJob
+    from tidemark.jobs.controller_job import ControllerJob
 
     results: dict[int, list[Drained]] = {}
     warm: dict[int, list[Drained]] = {}
@@ -567,12 +563,11 @@ def fresh_marks(
     import pyarrow.parquet as pq
     from deltalake import DeltaTable
     from kazoo.client import KazooClient
-
-    from controller.config import ScalingPolicy, StreamConfiguration
-    from controller.streams import StreamManager
-    from controller.zookeeper.store import ZooKeeperStore
-    from jobs.controller_job import ControllerJob
-    from jobs.tables import MARKS, table_path
+    from tidemark.controller.config import ScalingPolicy, StreamConfiguration
+    from tidemark.controller.streams import StreamManager
+    from tidemark.controller.zookeeper.store import ZooKeeperStore
+    from tidemark.jobs.controller_job import ControllerJob
+    from tidemark.jobs.tables import MARKS, table_path
 
     client = KazooClient(hosts=settings.zk_connect)
     client.start(timeout=30)

@@ -33,17 +33,17 @@ import time
 import uuid
 from pathlib import Path
 
-from controller.config import RetentionPolicy, ScalingPolicy, StreamConfiguration
-from controller.memory_store import MemoryStore
-from controller.model import WriterMark
-from controller.naming import ClusterSettings
-from controller.policy_loop import PolicyLoop, PolicySettings
-from controller.streams import StreamManager
-from controller.watermarks import GenerationState, watermark_cycle
-from pipelines.reading.seek import SeekIndex, stream_cut_at
-from pipelines.reading.watermark_tables import append_watermarks
-from pipelines.writing.config import WriterConfig
-from pipelines.writing.writer import EventWriter
+from tidemark.controller.config import RetentionPolicy, ScalingPolicy, StreamConfiguration
+from tidemark.controller.memory_store import MemoryStore
+from tidemark.controller.model import WriterMark
+from tidemark.controller.naming import ClusterSettings
+from tidemark.controller.policy_loop import PolicyLoop, PolicySettings
+from tidemark.controller.streams import StreamManager
+from tidemark.controller.watermarks import GenerationState, watermark_cycle
+from tidemark.pipelines.reading.seek import SeekIndex, stream_cut_at
+from tidemark.pipelines.reading.watermark_tables import append_watermarks
+from tidemark.pipelines.writing.config import WriterConfig
+from tidemark.pipelines.writing.writer import EventWriter
 
 INTERVAL_MS = 1_000
 REPEATS = 3
@@ -187,10 +187,9 @@ def _idle(bootstrap: str, zk_connect: str) -> list[str]:
     from dataclasses import replace
 
     from kazoo.client import KazooClient
-
-    from controller.metadata import new_stream_metadata
-    from controller.states import StreamState
-    from controller.zookeeper.store import ZooKeeperStore
+    from tidemark.controller.metadata import new_stream_metadata
+    from tidemark.controller.states import StreamState
+    from tidemark.controller.zookeeper.store import ZooKeeperStore
 
     chroot = f"/bench-policies-{uuid.uuid4().hex[:8]}"
     setup = KazooClient(hosts=zk_connect)

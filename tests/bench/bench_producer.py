@@ -34,11 +34,10 @@ import uuid
 from typing import Any
 
 from confluent_kafka import Producer
-
-from controller.memory_store import MemoryStore
-from controller.naming import ClusterSettings
-from controller.streams import StreamManager
-from pipelines.writing.producer import STATS_INTERVAL_MS, TidemarkProducer
+from tidemark.controller.memory_store import MemoryStore
+from tidemark.controller.naming import ClusterSettings
+from tidemark.controller.streams import StreamManager
+from tidemark.pipelines.writing.producer import STATS_INTERVAL_MS, TidemarkProducer
 
 EVENTS = 200_000
 PAYLOAD_BYTES = 256

@@ -37,13 +37,13 @@ import uuid
 from collections.abc import Callable
 
 from confluent_kafka import Consumer, Producer, TopicPartition
+from tidemark.controller.config import ScalingPolicy, StreamConfiguration
+from tidemark.controller.memory_store import MemoryStore
+from tidemark.controller.naming import ClusterSettings
+from tidemark.controller.streams import StreamManager
+from tidemark.pipelines.reading.group import FETCH_QUEUE_BACKOFF_MS, ReaderGroup
+from tidemark.pipelines.reading.reader import FETCH_SIZE
 
-from controller.config import ScalingPolicy, StreamConfiguration
-from controller.memory_store import MemoryStore
-from controller.naming import ClusterSettings
-from controller.streams import StreamManager
-from pipelines.reading.group import FETCH_QUEUE_BACKOFF_MS, ReaderGroup
-from pipelines.reading.reader import FETCH_SIZE
 from tests.bench.load import EVENTS, PAYLOAD_BYTES, produce_all
 
 SEGMENTS = 4

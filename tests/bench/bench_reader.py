@@ -54,9 +54,8 @@ def _write_index(
     """``rows`` index rows in ``files`` appends; ``cuts``: with each row's ``stream_cut``
     (as the controller writes them now; without: as written before that column)."""
     from deltalake import write_deltalake
-
-    from pipelines.reading.watermark_tables import INDEX, table_path
-    from schemas.arrow import INDEX_ARROW as INDEX_SCHEMA
+    from tidemark.pipelines.reading.watermark_tables import INDEX, table_path
+    from tidemark.schemas.arrow import INDEX_ARROW as INDEX_SCHEMA
 
     rng = np.random.default_rng(7)
     times = np.arange(rows, dtype=np.int64) * 10 + 1_000_000
@@ -83,9 +82,8 @@ def _write_index(
 
 def _write_marks(root: Path, stream: str, times: np.ndarray, upper: np.ndarray, files: int) -> None:
     from deltalake import write_deltalake
-
-    from pipelines.reading.watermark_tables import MARKS, table_path
-    from schemas.arrow import MARKS_ARROW as MARKS_SCHEMA
+    from tidemark.pipelines.reading.watermark_tables import MARKS, table_path
+    from tidemark.schemas.arrow import MARKS_ARROW as MARKS_SCHEMA
 
     rows = len(times)
     per = rows // files
@@ -107,7 +105,7 @@ def _write_marks(root: Path, stream: str, times: np.ndarray, upper: np.ndarray, 
 
 
 def bench_warm(work: Path) -> list[str]:
-    from pipelines.reading.seek import SeekIndex
+    from tidemark.pipelines.reading.seek import SeekIndex
 
     root = work / "warm-delta"
     stream = "bench/warm"
@@ -145,7 +143,8 @@ def bench_warm(work: Path) -> list[str]:
 
 
 def bench_cold(work: Path, bootstrap: str) -> list[str]:
-    from jobs.maintenance import Maintainer, MaintenanceSettings
+    from tidemark.jobs.maintenance import Maintainer, MaintenanceSettings
+
     from tests.bench.kafka_baseline import timed_topic
 
     root = work / "cold-delta"
@@ -169,7 +168,7 @@ def _cold_lookups(
     root: Path, stream: str, upper: np.ndarray, topic: Any, rng: random.Random
 ) -> tuple[list[float], list[float]]:
     """Cold lookups (a fresh ``SeekIndex`` each) alternating with Kafka's; ms each."""
-    from pipelines.reading.seek import SeekIndex
+    from tidemark.pipelines.reading.seek import SeekIndex
 
     ours: list[float] = []
     kafka: list[float] = []
@@ -199,9 +198,9 @@ def _cold_rows(layout: str, ours: list[float], kafka: list[float]) -> list[str]:
 def bench_window(rounds: int = 8) -> list[str]:
     """Per event, in ``rounds`` slices of the offsets, each slice timed three ways back to
     back (so a ratio compares code run at the same moment of a shared machine)."""
-    from controller.model import KeyRange, Segment, Watermark
-    from pipelines.reading.reader import FETCH_SIZE
-    from pipelines.reading.windows import PositionWindow, WatermarkFeed, reader_position
+    from tidemark.controller.model import KeyRange, Segment, Watermark
+    from tidemark.pipelines.reading.reader import FETCH_SIZE
+    from tidemark.pipelines.reading.windows import PositionWindow, WatermarkFeed, reader_position
 
     segs = {0: Segment(0, KeyRange(0.0, 1.0))}
     marks = [Watermark("bench/w", i * 10, i * 10 + 5, {0: i * 100}, i) for i in range(2_000)]

@@ -4,7 +4,7 @@ The service runs the way users run it: ``tidemark serve`` in a process of its
 own (started here against the same Kafka, ZooKeeper -- a chroot of its own --
 and Delta root, waited for until it answers, stopped at the end), over a
 stream of ``PARTITIONS`` segments and ``WATERMARKS`` watermarks. The client
-is :class:`~pipelines.reading.time_service.ServiceIndex` (what
+is :class:`~tidemark.pipelines.reading.time_service.ServiceIndex` (what
 ``ReaderGroup.create(from_time=...)`` and ``tidemark read`` use when
 ``TIDEMARK_TIME_SERVICE`` is set): one HTTP GET on a kept-alive connection,
 answered from the service's warm index. The baseline is
@@ -53,15 +53,14 @@ def run(services: Any) -> list[str]:
     from confluent_kafka import Consumer, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic
     from kazoo.client import KazooClient
-
-    from controller.config import ScalingPolicy, StreamConfiguration
-    from controller.model import Watermark
-    from controller.naming import ClusterSettings
-    from controller.streams import StreamManager
-    from controller.zookeeper.store import ZooKeeperStore
-    from pipelines.reading.seek import SeekIndex
-    from pipelines.reading.time_service import ServiceIndex
-    from pipelines.reading.watermark_tables import append_watermarks
+    from tidemark.controller.config import ScalingPolicy, StreamConfiguration
+    from tidemark.controller.model import Watermark
+    from tidemark.controller.naming import ClusterSettings
+    from tidemark.controller.streams import StreamManager
+    from tidemark.controller.zookeeper.store import ZooKeeperStore
+    from tidemark.pipelines.reading.seek import SeekIndex
+    from tidemark.pipelines.reading.time_service import ServiceIndex
+    from tidemark.pipelines.reading.watermark_tables import append_watermarks
 
     work = Path(services.work_dir) / "bench-service"
     work.mkdir(parents=True, exist_ok=True)
@@ -170,7 +169,8 @@ def run(services: Any) -> list[str]:
 @contextmanager
 def _serve(work: Path, bootstrap: str, zk_connect: str, root: str, stream: str) -> Iterator[str]:
     """``tidemark serve`` in a process of its own; its URL once it lists ``stream``."""
-    from infra.ports import free_port
+    from tidemark.infra.ports import free_port
+
     from tidemark.environment import DELTA_ROOT, KAFKA_BOOTSTRAP, ZK_CONNECT
 
     port = free_port()
@@ -227,7 +227,7 @@ def _served_lookups(url: str) -> tuple[int, float]:
 
 
 def _timed_wait(stream: str, target: int, source: Any, returned: list[float]) -> None:
-    from pipelines.reading.stream_time import wait_for_time
+    from tidemark.pipelines.reading.stream_time import wait_for_time
 
     wait_for_time(stream, target, 30_000, source=source)
     returned.append(time.perf_counter())
@@ -237,9 +237,9 @@ def _waits(url: str, root: str, stream: str, last: Any) -> dict[str, list[float]
     """Wake-up latencies (ms) of waits through the service and on Delta, alternating."""
     import threading
 
-    from controller.model import Watermark
-    from pipelines.reading.stream_time import DeltaWatermarkSource, ServiceWatermarkSource
-    from pipelines.reading.watermark_tables import append_watermarks
+    from tidemark.controller.model import Watermark
+    from tidemark.pipelines.reading.stream_time import DeltaWatermarkSource, ServiceWatermarkSource
+    from tidemark.pipelines.reading.watermark_tables import append_watermarks
 
     delta = DeltaWatermarkSource(root, stream)
     delta.poll()  # the table read once (20 000 rows); each wait then reads what is new

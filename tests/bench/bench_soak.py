@@ -3,11 +3,11 @@
     python -m tests.bench bench_soak
     TIDEMARK_SOAK_COMMITS=300 python -m tests.bench bench_soak      # a quick check
 
-Drives the real sink (:class:`jobs.sink.DeltaSink`, the controller's
+Drives the real sink (:class:`tidemark.jobs.sink.DeltaSink`, the controller's
 ``foreachBatch`` writer, delta-rs) with ``TIDEMARK_SOAK_COMMITS`` batches
 (default 10 000, ≈ 2¾ h of a 1 s controller) of one watermark for each of
 ``TIDEMARK_SOAK_STREAMS`` streams (default 100) and a rejected mark every
-tenth batch, while :class:`jobs.maintenance.Maintainer` runs with the
+tenth batch, while :class:`tidemark.jobs.maintenance.Maintainer` runs with the
 controller's default settings in a thread of the same process, as on the
 controller's leader -- except its check interval (0.25 s instead of 5 s:
 the soak commits some 20 times faster than a 1 s controller) and its log
@@ -57,7 +57,7 @@ def _env_int(name: str, default: int) -> int:
 
 
 def _batch(commit: int, streams: list[str]) -> list[dict[str, Any]]:
-    from jobs.processor import COLUMNS
+    from tidemark.jobs.processor import COLUMNS
 
     empty = dict.fromkeys(COLUMNS)
     t = BASE_TS + commit * SECOND
@@ -127,8 +127,8 @@ def _dir_bytes(path: Path) -> int:
 def _tables(root: Path) -> dict[str, tuple[int, int, int, int]]:
     """table -> (live files, live bytes, bytes on disk incl. time travel and log,
     commits in ``_delta_log``)."""
-    from jobs.maintenance import table_files
-    from schemas.tables import TABLES, table_path
+    from tidemark.jobs.maintenance import table_files
+    from tidemark.schemas.tables import TABLES, table_path
 
     out = {}
     for table in TABLES:
@@ -172,8 +172,9 @@ def _cli_watermarks(root: Path, services: Any, stream: str, since: int) -> tuple
 
 
 def run(services: Any) -> list[str]:
-    from jobs.maintenance import Maintainer, MaintenanceSettings
-    from jobs.sink import DeltaSink, ensure_tables
+    from tidemark.jobs.maintenance import Maintainer, MaintenanceSettings
+    from tidemark.jobs.sink import DeltaSink, ensure_tables
+
     from tests.bench.kafka_baseline import PARTITIONS, timed_topic
 
     commits = _env_int("TIDEMARK_SOAK_COMMITS", 10_000)

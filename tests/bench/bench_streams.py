@@ -25,16 +25,15 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Producer
-
-from controller.config import ScalingPolicy, StreamConfiguration
-from controller.memory_store import MemoryStore
-from controller.model import Watermark, segment_id
-from controller.naming import ClusterSettings
-from controller.streams import StreamManager
-from pipelines.reading.group import ReaderGroup
-from pipelines.reading.merge import TimeMerge
-from pipelines.reading.seek import SeekIndex, stream_cut_at
-from pipelines.reading.watermark_tables import append_watermarks
+from tidemark.controller.config import ScalingPolicy, StreamConfiguration
+from tidemark.controller.memory_store import MemoryStore
+from tidemark.controller.model import Watermark, segment_id
+from tidemark.controller.naming import ClusterSettings
+from tidemark.controller.streams import StreamManager
+from tidemark.pipelines.reading.group import ReaderGroup
+from tidemark.pipelines.reading.merge import TimeMerge
+from tidemark.pipelines.reading.seek import SeekIndex, stream_cut_at
+from tidemark.pipelines.reading.watermark_tables import append_watermarks
 
 STREAMS = 8
 EVENTS = 100_000

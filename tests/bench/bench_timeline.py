@@ -33,9 +33,9 @@ import threading
 import time
 import uuid
 
-from pipelines.timeline.config import ConsumerConfig, RelayConfig, TimelineConfig
-from pipelines.timeline.consumer import TimelineConsumer, percentile
-from pipelines.timeline.store import NewMessage, TimelineStore
+from tidemark.pipelines.timeline.config import ConsumerConfig, RelayConfig, TimelineConfig
+from tidemark.pipelines.timeline.consumer import TimelineConsumer, percentile
+from tidemark.pipelines.timeline.store import NewMessage, TimelineStore
 
 RATE = 10_000
 SECONDS = 3
@@ -159,7 +159,7 @@ def _relay(dsn: str, bootstrap: str, store: TimelineStore, timeline: str, n: int
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
     _fill(store, timeline, [0] * n, "relay-")
     relay_timeline = timeline
-    from pipelines.timeline.relay import TimelineRelay
+    from tidemark.pipelines.timeline.relay import TimelineRelay
 
     started = time.perf_counter()
     with TimelineRelay(
@@ -226,8 +226,7 @@ def _relay_lag(
     """Due-to-delivered lag of one relay while ``rate`` messages a second fall due."""
     from confluent_kafka import Consumer
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
-
-    from pipelines.timeline.relay import TimelineRelay
+    from tidemark.pipelines.timeline.relay import TimelineRelay
 
     topic = f"bench-relay-lag-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -294,9 +293,8 @@ def _buffer(dsn: str, bootstrap: str, store: TimelineStore, n: int = 20_000) -> 
     """Ingest and relay of a time buffer, beside a bare Kafka produce of the records."""
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
-
-    from pipelines.timeline.buffer import BufferIngest, BufferRelay
-    from pipelines.timeline.config import BufferConfig, DueRule
+    from tidemark.pipelines.timeline.buffer import BufferIngest, BufferRelay
+    from tidemark.pipelines.timeline.config import BufferConfig, DueRule
 
     tag = uuid.uuid4().hex[:8]
     source, target = f"bench-buf-in-{tag}", f"bench-buf-out-{tag}"

@@ -20,14 +20,14 @@ from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import Message, Producer
+from tidemark.controller.config import ScalingPolicy, StreamConfiguration
+from tidemark.controller.memory_store import MemoryStore
+from tidemark.controller.naming import ClusterSettings
+from tidemark.controller.navigation import route
+from tidemark.controller.streams import StreamManager
+from tidemark.pipelines.writing.config import WriterConfig
+from tidemark.pipelines.writing.writer import EventWriter
 
-from controller.config import ScalingPolicy, StreamConfiguration
-from controller.memory_store import MemoryStore
-from controller.naming import ClusterSettings
-from controller.navigation import route
-from controller.streams import StreamManager
-from pipelines.writing.config import WriterConfig
-from pipelines.writing.writer import EventWriter
 from tests.bench.load import EVENTS, PAYLOAD_BYTES, produce_all
 
 KEYS = 64

@@ -25,11 +25,10 @@ import time
 
 def main(argv: list[str]) -> int:
     from kazoo.client import KazooClient
-
-    from controller.naming import ClusterSettings
-    from controller.zookeeper.store import ZooKeeperStore
-    from pipelines.writing.config import WriterConfig
-    from pipelines.writing.writer import EventWriter
+    from tidemark.controller.naming import ClusterSettings
+    from tidemark.controller.zookeeper.store import ZooKeeperStore
+    from tidemark.pipelines.writing.config import WriterConfig
+    from tidemark.pipelines.writing.writer import EventWriter
 
     bootstrap, zk_connect, marks_topic, buckets, *streams = argv
     cluster = ClusterSettings(marks_topic=marks_topic, bucket_count=int(buckets))

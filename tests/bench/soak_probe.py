@@ -24,8 +24,8 @@ def main(argv: list[str]) -> int:
 
     pa.array([0])  # pyarrow imports pandas on its first conversion: an import, not the lookup
 
-    from pipelines.reading.seek import stream_cut_at
-    from pipelines.reading.windows import WatermarkFeed
+    from tidemark.pipelines.reading.seek import stream_cut_at
+    from tidemark.pipelines.reading.windows import WatermarkFeed
 
     started = time.perf_counter()
     if what == "cut":

@@ -23,15 +23,16 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from controller.kafka.admin import ensure_marks_topic, grant_tidemark_acls
-from controller.kafka.settings import SASL_PASSWORD, SASL_USERNAME, SECURITY_PROTOCOL
-from controller.naming import ClusterSettings
-from infra import jars
-from infra.kafka import KafkaCluster, KafkaSecurity
-from infra.process import ManagedProcess
-from infra.s3proxy import S3Proxy, bucket_path
-from infra.spark_cluster import SparkCluster, spark_home
-from infra.zookeeper import ZooKeeperEnsemble
+from tidemark.controller.kafka.admin import ensure_marks_topic, grant_tidemark_acls
+from tidemark.controller.kafka.settings import SASL_PASSWORD, SASL_USERNAME, SECURITY_PROTOCOL
+from tidemark.controller.naming import ClusterSettings
+from tidemark.infra import jars
+from tidemark.infra.kafka import KafkaCluster, KafkaSecurity
+from tidemark.infra.process import ManagedProcess
+from tidemark.infra.s3proxy import S3Proxy, bucket_path
+from tidemark.infra.spark_cluster import SparkCluster, spark_home
+from tidemark.infra.zookeeper import ZooKeeperEnsemble
+
 from tidemark.environment import DELTA_ROOT, KAFKA_BOOTSTRAP, ZK_CONNECT, overridden
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -158,7 +159,7 @@ class Deployment:
             **self.s3.hadoop_conf(),
             "spark.pyspark.python": sys.executable,
             "spark.executorEnv.PYTHONPATH": str(ROOT),
-            # The executors' Python workers are Kafka clients too (jobs.lookups, the
+            # The executors' Python workers are Kafka clients too (tidemark.jobs.lookups, the
             # tasks of a Spark writer job).
             **{f"spark.executorEnv.{k}": v for k, v in self.principal_env(user).items()},
         }

@@ -1,4 +1,4 @@
-"""A Spark batch job that writes rows to a stream with ``jobs.stream_writer``, as a team
+"""A Spark batch job that writes rows to a stream with ``tidemark.jobs.stream_writer``, as a team
 would submit one (the deploy tests run it with ``spark-submit`` on the standalone cluster,
 as its own principal).
 
@@ -18,8 +18,7 @@ import dataclasses
 import json
 
 from pyspark.sql import SparkSession
-
-from jobs.stream_writer import StreamTarget, write_to_stream
+from tidemark.jobs.stream_writer import StreamTarget, write_to_stream
 
 
 def main(argv: list[str] | None = None) -> None:

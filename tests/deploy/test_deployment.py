@@ -27,23 +27,23 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from tidemark.controller.config import RetentionPolicy, ScalingPolicy, StreamConfiguration
+from tidemark.controller.exceptions import KafkaOperationError
+from tidemark.controller.kafka.admin import StreamTopics
+from tidemark.controller.kafka.settings import client_config
+from tidemark.controller.metadata import cut_from_json
+from tidemark.controller.model import Watermark, WriterMark
+from tidemark.controller.naming import topic_for
+from tidemark.controller.streams import StreamManager
+from tidemark.controller.zookeeper.driver import controller_view
+from tidemark.controller.zookeeper.session import zookeeper_session
+from tidemark.controller.zookeeper.store import ZooKeeperStore
+from tidemark.infra.ports import free_port
+from tidemark.infra.process import ManagedProcess
+from tidemark.pipelines.reading.seek import stream_cut_at
+from tidemark.pipelines.reading.watermark_tables import read_watermarks
+from tidemark.pipelines.writing.marks import mark_message
 
-from controller.config import RetentionPolicy, ScalingPolicy, StreamConfiguration
-from controller.exceptions import KafkaOperationError
-from controller.kafka.admin import StreamTopics
-from controller.kafka.settings import client_config
-from controller.metadata import cut_from_json
-from controller.model import Watermark, WriterMark
-from controller.naming import topic_for
-from controller.streams import StreamManager
-from controller.zookeeper.driver import controller_view
-from controller.zookeeper.session import zookeeper_session
-from controller.zookeeper.store import ZooKeeperStore
-from infra.ports import free_port
-from infra.process import ManagedProcess
-from pipelines.reading.seek import stream_cut_at
-from pipelines.reading.watermark_tables import read_watermarks
-from pipelines.writing.marks import mark_message
 from tests.deploy.deployment import ROOT, Deployment, wait_until
 from tests.deploy.writers import open_writer
 from tests.faults.figures import report
@@ -318,7 +318,7 @@ def admin_cli(d: Deployment, *argv: str, timeout_s: float = 120) -> str:
 
 
 def test_a_spark_writer_job_notes_time_and_watermarks_cover_its_events(running: Running) -> None:
-    """``jobs.stream_writer`` submitted to the cluster as its own principal: each task
+    """``tidemark.jobs.stream_writer`` submitted to the cluster as its own principal: each task
     registers, writes, notes its time and closes; every watermark at or past the job's
     largest time covers each of its events."""
     d = running.deployment

@@ -18,17 +18,17 @@ from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
+from tidemark.controller.config import ScalingPolicy, StreamConfiguration
+from tidemark.controller.kafka.settings import client_config
+from tidemark.controller.naming import topic_for
+from tidemark.controller.streams import StreamManager
+from tidemark.controller.zookeeper.driver import controller_view
+from tidemark.controller.zookeeper.session import zookeeper_session
+from tidemark.controller.zookeeper.store import ZooKeeperStore
+from tidemark.infra.process import ManagedProcess
+from tidemark.pipelines.reading.group import ReaderGroup
+from tidemark.pipelines.reading.watermark_tables import read_watermarks
 
-from controller.config import ScalingPolicy, StreamConfiguration
-from controller.kafka.settings import client_config
-from controller.naming import topic_for
-from controller.streams import StreamManager
-from controller.zookeeper.driver import controller_view
-from controller.zookeeper.session import zookeeper_session
-from controller.zookeeper.store import ZooKeeperStore
-from infra.process import ManagedProcess
-from pipelines.reading.group import ReaderGroup
-from pipelines.reading.watermark_tables import read_watermarks
 from tests.deploy.deployment import Deployment, wait_until
 from tests.deploy.nemesis.checker import check
 from tests.deploy.nemesis.clients import GroupReader, TransactionWriter, Writer, parse

@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient
+from tidemark.controller.config import ScalingPolicy, StreamConfiguration
+from tidemark.controller.naming import ClusterSettings
+from tidemark.controller.streams import StreamManager
+from tidemark.controller.zookeeper.store import ZooKeeperStore
+from tidemark.infra.kafka import KafkaCluster
+from tidemark.pipelines.writing.config import WriterConfig
+from tidemark.pipelines.writing.writer import EventWriter
 
-from controller.config import ScalingPolicy, StreamConfiguration
-from controller.naming import ClusterSettings
-from controller.streams import StreamManager
-from controller.zookeeper.store import ZooKeeperStore
-from infra.kafka import KafkaCluster
-from pipelines.writing.config import WriterConfig
-from pipelines.writing.writer import EventWriter
 from tests.faults.figures import report
 from tests.integration.test_kafka_local import _consume_all
 

@@ -8,9 +8,9 @@ import time
 from typing import Any
 
 import pytest
+from tidemark.jobs.controller_job import ControllerJob
+from tidemark.jobs.tables import read_watermarks
 
-from jobs.controller_job import ControllerJob
-from jobs.tables import read_watermarks
 from tests.controller_env import Env
 from tests.faults.figures import report
 from tests.integration.test_controller_job import Noter, check_sequence, wait_for

@@ -1,5 +1,5 @@
 """The controller on a secured cluster (SASL/SCRAM, ACLs): `tidemark controller run` as its
-own principal with the controller role's ACLs (``controller.kafka.acls``) makes watermarks,
+own principal with the controller role's ACLs (``tidemark.controller.kafka.acls``) makes watermarks,
 its due records included; its principal may scale and truncate, a writer's may not; a
 principal with no ACL cannot write marks or read the marks topic; a due record Kafka
 refuses is counted and produced again, never dropped."""
@@ -13,22 +13,22 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError
 from prometheus_client import CollectorRegistry
+from tidemark.controller.config import ScalingPolicy, StreamConfiguration
+from tidemark.controller.exceptions import KafkaOperationError
+from tidemark.controller.kafka.acls import grant_tidemark_acls
+from tidemark.controller.kafka.admin import StreamTopics
+from tidemark.controller.model import KeyRange
+from tidemark.controller.naming import MARKS_TOPIC_CONFIGS, ClusterSettings
+from tidemark.controller.streams import StreamManager
+from tidemark.controller.zookeeper.store import ZooKeeperStore
+from tidemark.infra.kafka import KafkaCluster, KafkaSecurity
+from tidemark.jobs.config import ControllerSettings
+from tidemark.jobs.due import DueScheduler
+from tidemark.jobs.metrics import ControllerMetrics
+from tidemark.jobs.tables import read_table, read_watermarks
+from tidemark.pipelines.writing.config import WriterConfig
+from tidemark.pipelines.writing.writer import EventWriter
 
-from controller.config import ScalingPolicy, StreamConfiguration
-from controller.exceptions import KafkaOperationError
-from controller.kafka.acls import grant_tidemark_acls
-from controller.kafka.admin import StreamTopics
-from controller.model import KeyRange
-from controller.naming import MARKS_TOPIC_CONFIGS, ClusterSettings
-from controller.streams import StreamManager
-from controller.zookeeper.store import ZooKeeperStore
-from infra.kafka import KafkaCluster, KafkaSecurity
-from jobs.config import ControllerSettings
-from jobs.due import DueScheduler
-from jobs.metrics import ControllerMetrics
-from jobs.tables import read_table, read_watermarks
-from pipelines.writing.config import WriterConfig
-from pipelines.writing.writer import EventWriter
 from tests.faults.figures import report
 from tests.faults.test_kafka_security import as_user, consume_all, produce_one
 from tests.integration.test_controller_job import Env, Noter, driver, stop_drivers

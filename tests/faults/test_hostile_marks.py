@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
+from tidemark.controller.naming import TIMESTAMP_TYPE
+from tidemark.jobs.controller_job import ControllerJob
+from tidemark.jobs.tables import REJECTED_MARKS, Reason, read_table, read_watermarks
+from tidemark.pipelines.writing.producer import TidemarkProducer
+from tidemark.schemas.codec import MAGIC
+from tidemark.schemas.records import WriterMarkRecord
 
-from controller.naming import TIMESTAMP_TYPE
-from jobs.controller_job import ControllerJob
-from jobs.tables import REJECTED_MARKS, Reason, read_table, read_watermarks
-from pipelines.writing.producer import TidemarkProducer
-from schemas.codec import MAGIC
-from schemas.records import WriterMarkRecord
 from tests.controller_env import Env
 from tests.faults.figures import report
 from tests.integration.test_controller_job import check_sequence, wait_for
@@ -64,7 +64,7 @@ def test_poison_and_hostile_marks_are_rejected_rows_and_the_stream_goes_on(
     try:
         instance.wait_leading()
         assert env.store is not None
-        from controller.kafka.admin import StreamTopics
+        from tidemark.controller.kafka.admin import StreamTopics
 
         topic_config = StreamTopics(kafka).topic_configs(env.cluster.marks_topic)
         assert topic_config[TIMESTAMP_TYPE] == "LogAppendTime"

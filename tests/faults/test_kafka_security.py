@@ -10,9 +10,8 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-
-from controller.kafka.admin import StreamTopics, grant_tidemark_acls
-from controller.kafka.settings import (
+from tidemark.controller.kafka.admin import StreamTopics, grant_tidemark_acls
+from tidemark.controller.kafka.settings import (
     SASL_PASSWORD,
     SASL_USERNAME,
     SECURITY_PROTOCOL,
@@ -20,10 +19,11 @@ from controller.kafka.settings import (
     security_config,
     spark_kafka_options,
 )
-from controller.model import WriterMark
-from controller.naming import MARKS_TOPIC_CONFIGS, ClusterSettings
-from infra.kafka import KafkaCluster, KafkaSecurity
-from pipelines.writing.marks import mark_message
+from tidemark.controller.model import WriterMark
+from tidemark.controller.naming import MARKS_TOPIC_CONFIGS, ClusterSettings
+from tidemark.infra.kafka import KafkaCluster, KafkaSecurity
+from tidemark.pipelines.writing.marks import mark_message
+
 from tests.faults.figures import report
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.faults]

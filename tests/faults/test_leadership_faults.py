@@ -1,6 +1,6 @@
 """Fault: the ZooKeeper node a leader is connected to goes down, in a three-node ensemble.
 
-The leader (``controller.zookeeper.leadership.Leadership``) keeps leading: kazoo
+The leader (``tidemark.controller.zookeeper.leadership.Leadership``) keeps leading: kazoo
 moves to another node within the same session, inside the suspension grace, so
 its lock node lives on and the standby is never elected. When the ensemble loses
 its quorum instead, the leader gives up once the grace has passed.
@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tidemark.controller.zookeeper.leadership import Leadership, contenders
+from tidemark.controller.zookeeper.session import zookeeper_session
+from tidemark.infra.zookeeper import ZooKeeperEnsemble
 
-from controller.zookeeper.leadership import Leadership, contenders
-from controller.zookeeper.session import zookeeper_session
-from infra.zookeeper import ZooKeeperEnsemble
 from tidemark.environment import Environment
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.faults]

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from tidemark.controller.config import ScalingPolicy, StreamConfiguration
+from tidemark.controller.naming import ClusterSettings
+from tidemark.controller.streams import StreamManager
+from tidemark.controller.zookeeper.store import ZooKeeperStore
+from tidemark.infra.process import pid_alive
+from tidemark.infra.services import LocalServices
 
-from controller.config import ScalingPolicy, StreamConfiguration
-from controller.naming import ClusterSettings
-from controller.streams import StreamManager
-from controller.zookeeper.store import ZooKeeperStore
-from infra.process import pid_alive
-from infra.services import LocalServices
 from tests.faults.figures import report
 from tidemark.environment import Environment
 

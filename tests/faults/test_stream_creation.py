@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import pytest
-
-from controller.config import ScalingPolicy, StreamConfiguration
-from controller.exceptions import (
+from tidemark.controller.config import ScalingPolicy, StreamConfiguration
+from tidemark.controller.exceptions import (
     InvalidConfigurationError,
     KafkaOperationError,
     StreamNameCollisionError,
     UnknownStreamError,
 )
-from controller.kafka.admin import StreamTopics
-from controller.naming import topic_for
-from controller.states import StreamState
-from controller.streams import StreamManager
-from controller.zookeeper.store import ZooKeeperStore
+from tidemark.controller.kafka.admin import StreamTopics
+from tidemark.controller.naming import topic_for
+from tidemark.controller.states import StreamState
+from tidemark.controller.streams import StreamManager
+from tidemark.controller.zookeeper.store import ZooKeeperStore
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 ONE = StreamConfiguration(ScalingPolicy.fixed(1))

@@ -82,7 +82,7 @@ def home(tmp_path: Path) -> dict[str, str]:
 
 
 def test_a_stopped_zookeeper(tmp_path: Path, home: dict[str, str], unique: str) -> None:
-    from infra.zookeeper import ZooKeeperServer
+    from tidemark.infra.zookeeper import ZooKeeperServer
 
     server = ZooKeeperServer(tmp_path / "zookeeper").start()
     env = {**home, "TIDEMARK_ZK_CONNECT": server.connect_string}
@@ -102,7 +102,7 @@ def test_a_stopped_zookeeper(tmp_path: Path, home: dict[str, str], unique: str) 
 def test_a_stopped_broker(
     tmp_path: Path, home: dict[str, str], zookeeper: str, zk_client: Any, unique: str
 ) -> None:
-    from infra.kafka import KafkaCluster
+    from tidemark.infra.kafka import KafkaCluster
 
     cluster = KafkaCluster(tmp_path / "kafka", brokers=1).start()
     stream = f"s{unique}/orders"
@@ -129,7 +129,7 @@ def test_a_stopped_broker(
 @pytest.fixture
 def stopped_postgres(home: dict[str, str]) -> Iterator[tuple[Any, dict[str, str]]]:
     """A PostgreSQL that answered once (a timeline made in it), then stopped."""
-    from infra.postgres import PostgresServer
+    from tidemark.infra.postgres import PostgresServer
 
     # under the system's temporary directory: see tests/conftest.py's postgres fixture
     root = Path(tempfile.mkdtemp(prefix="tidemark-postgres-"))
@@ -166,10 +166,9 @@ def test_a_missing_delta_table(tmp_path: Path, home: dict[str, str]) -> None:
 def test_a_stopped_object_store(tmp_path: Path, home: dict[str, str]) -> None:
     """delta-rs retries a store that does not answer (10 times, ~11 s), then one line."""
     from deltalake import DeltaTable
-
-    from infra.s3proxy import S3Proxy
-    from schemas.arrow import ARROW_SCHEMAS
-    from schemas.tables import TABLES, table_path
+    from tidemark.infra.s3proxy import S3Proxy
+    from tidemark.schemas.arrow import ARROW_SCHEMAS
+    from tidemark.schemas.tables import TABLES, table_path
 
     store = S3Proxy(tmp_path / "s3").start()
     root = "s3://lake/tidemark"

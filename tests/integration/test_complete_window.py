@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import pytest
+from tidemark.jobs.complete_window import (
+    last_window_start,
+    plan_window,
+    run_due_windows,
+    run_window,
+)
+from tidemark.jobs.exceptions import WindowNotCompleteError
+from tidemark.pipelines.writing.writer import EventWriter
 
-from jobs.complete_window import last_window_start, plan_window, run_due_windows, run_window
-from jobs.exceptions import WindowNotCompleteError
-from pipelines.writing.writer import EventWriter
 from tests.integration import test_reader_group as rg
 
 BASE = rg.BASE
@@ -83,10 +88,9 @@ def test_window_run_waits_for_completeness_and_writes_once(
     import argparse
 
     from deltalake import DeltaTable
-
-    from jobs.complete_window import run_from_args
-    from jobs.window_args import add_window_arguments
-    from pipelines.reading.stream_time import EXIT_NOT_YET
+    from tidemark.jobs.complete_window import run_from_args
+    from tidemark.jobs.window_args import add_window_arguments
+    from tidemark.pipelines.reading.stream_time import EXIT_NOT_YET
 
     root = str(tmp_path / "delta")
     stream = make_stream(manager, unique)

@@ -1,8 +1,8 @@
 """The watermark controller job end to end: real Kafka, ZooKeeper, Spark and Delta.
 
 Writers are ``pipelines.EventWriter``; streams are made and scaled by
-``controller.streams.StreamManager``; the tables are read back with
-deltalake (``jobs.tables``), as readers will.
+``tidemark.controller.streams.StreamManager``; the tables are read back with
+deltalake (``tidemark.jobs.tables``), as readers will.
 """
 
 from __future__ import annotations
@@ -20,23 +20,23 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from tidemark.controller.config import ScalingPolicy, StreamConfiguration
+from tidemark.controller.model import KeyRange, Watermark, WriterMark
+from tidemark.controller.naming import ClusterSettings, bucket_of
+from tidemark.controller.watermarks import GenerationState, Verdict, accept_mark, watermark_cycle
+from tidemark.controller.zookeeper.driver import controller_view
+from tidemark.jobs.config import ControllerSettings, CycleTrigger
+from tidemark.jobs.controller_job import ControllerJob
+from tidemark.jobs.slot_keys import is_due_key
+from tidemark.jobs.tables import INDEX, REJECTED_MARKS, Reason, read_table, read_watermarks
+from tidemark.jobs.workflow import parse_tick, tick_value
+from tidemark.pipelines.reading.delta_log import live_files
+from tidemark.pipelines.reading.seek import SeekIndex
+from tidemark.pipelines.reading.watermark_tables import DeltaSource
+from tidemark.pipelines.writing.writer import EventWriter
+from tidemark.schemas.records import WriterMarkRecord
+from tidemark.schemas.tables import MARKS, cut_from_cell, table_path
 
-from controller.config import ScalingPolicy, StreamConfiguration
-from controller.model import KeyRange, Watermark, WriterMark
-from controller.naming import ClusterSettings, bucket_of
-from controller.watermarks import GenerationState, Verdict, accept_mark, watermark_cycle
-from controller.zookeeper.driver import controller_view
-from jobs.config import ControllerSettings, CycleTrigger
-from jobs.controller_job import ControllerJob
-from jobs.slot_keys import is_due_key
-from jobs.tables import INDEX, REJECTED_MARKS, Reason, read_table, read_watermarks
-from jobs.workflow import parse_tick, tick_value
-from pipelines.reading.delta_log import live_files
-from pipelines.reading.seek import SeekIndex
-from pipelines.reading.watermark_tables import DeltaSource
-from pipelines.writing.writer import EventWriter
-from schemas.records import WriterMarkRecord
-from schemas.tables import MARKS, cut_from_cell, table_path
 from tests.controller_env import Env, make_env
 from tests.faults.figures import report
 
@@ -164,7 +164,7 @@ def test_marks_table_equals_watermark_cycle(spark: Any, controller_env: Env, uni
         now = parse_tick(value)
         if now is not None:
             # a cycle per tick, and at once another after a watermark that a shut-down
-            # writer bounded (that writer is dropped by it: jobs.workflow's rule)
+            # writer bounded (that writer is dropped by it: tidemark.jobs.workflow's rule)
             for _ in range(len(marks) + 1):
                 cycle = watermark_cycle(
                     stream, marks, state, epochs, now, settings.writer_timeout_ms
@@ -523,7 +523,7 @@ def test_kill_9_of_the_active_driver_a_standby_takes_over(
             assert time.monotonic() < deadline, "no watermarks from the leader"
             time.sleep(0.5)
         # The standby starts as one joins a running cluster: it warms up on the
-        # marks the leader is reading (jobs.controller_job.warm_up), then waits.
+        # marks the leader is reading (tidemark.jobs.controller_job.warm_up), then waits.
         drivers["b"] = driver(env, "b", settings)
         view = wait_view(lambda v: tuple(v.standbys) == ("b",), "no standby")
         lines = " ".join(take_over_lines(env, standby))

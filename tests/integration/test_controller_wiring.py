@@ -12,16 +12,21 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 from prometheus_client import CollectorRegistry
+from tidemark.controller.config import RetentionPolicy, ScalingPolicy, StreamConfiguration
+from tidemark.controller.policy_loop import (
+    PolicyLoop,
+    PolicySettings,
+    PolicySwitch,
+    run_when_elected,
+)
+from tidemark.jobs.controller_job import ControllerJob
+from tidemark.jobs.metrics import ControllerMetrics
+from tidemark.jobs.tables import LAGGARDS, MARKS, read_table, read_watermarks
+from tidemark.pipelines.reading.exceptions import StreamTimeTimeoutError
+from tidemark.pipelines.reading.lateness import read_laggards
+from tidemark.pipelines.reading.seek import stream_cut_at
+from tidemark.pipelines.reading.stream_time import wait_for_time
 
-from controller.config import RetentionPolicy, ScalingPolicy, StreamConfiguration
-from controller.policy_loop import PolicyLoop, PolicySettings, PolicySwitch, run_when_elected
-from jobs.controller_job import ControllerJob
-from jobs.metrics import ControllerMetrics
-from jobs.tables import LAGGARDS, MARKS, read_table, read_watermarks
-from pipelines.reading.exceptions import StreamTimeTimeoutError
-from pipelines.reading.lateness import read_laggards
-from pipelines.reading.seek import stream_cut_at
-from pipelines.reading.stream_time import wait_for_time
 from tests.integration.test_controller_job import controller_run_args, wait_for
 from tests.integration.test_stream_policies import stored
 from tidemark.cli.controller import index_lookup, policy_tasks

@@ -28,20 +28,20 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
+from tidemark.controller.config import ScalingPolicy, StreamConfiguration
+from tidemark.controller.laggards import LAGGING, Laggard
+from tidemark.controller.memory_store import MemoryStore
+from tidemark.controller.metadata import new_stream_metadata
+from tidemark.controller.model import KeyRange
+from tidemark.controller.zookeeper.driver import job_path, write_json
+from tidemark.pipelines.reading.group import ReaderGroup
+from tidemark.pipelines.reading.lateness import append_laggards
+from tidemark.pipelines.timeline.config import TimelineConfig
+from tidemark.pipelines.timeline.store import TimelineStore
+from tidemark.pipelines.writing.writer import EventWriter
+from tidemark.schemas.arrow import REJECTED_ARROW
+from tidemark.schemas.tables import REJECTED_MARKS, table_path
 
-from controller.config import ScalingPolicy, StreamConfiguration
-from controller.laggards import LAGGING, Laggard
-from controller.memory_store import MemoryStore
-from controller.metadata import new_stream_metadata
-from controller.model import KeyRange
-from controller.zookeeper.driver import job_path, write_json
-from pipelines.reading.group import ReaderGroup
-from pipelines.reading.lateness import append_laggards
-from pipelines.timeline.config import TimelineConfig
-from pipelines.timeline.store import TimelineStore
-from pipelines.writing.writer import EventWriter
-from schemas.arrow import REJECTED_ARROW
-from schemas.tables import REJECTED_MARKS, table_path
 from tests.integration import test_reader_group as rg
 from tests.integration.test_time_service import append_marks, serving
 

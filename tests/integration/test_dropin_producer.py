@@ -17,28 +17,28 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
-
-from controller.config import ScalingPolicy, StreamConfiguration
-from controller.exceptions import AdoptionError
-from controller.model import KeyRange, Watermark, WriterMark
-from controller.naming import ClusterSettings, bucket_of
-from controller.navigation import route
-from controller.streams import StreamManager
-from controller.watermarks import GenerationState, Verdict, accept_mark, watermark_cycle
-from controller.zookeeper.store import ZooKeeperStore
-from pipelines.reading.watermark_tables import append_watermarks
-from pipelines.writing.config import WriterConfig
-from pipelines.writing.exceptions import (
+from tidemark.controller.config import ScalingPolicy, StreamConfiguration
+from tidemark.controller.exceptions import AdoptionError
+from tidemark.controller.model import KeyRange, Watermark, WriterMark
+from tidemark.controller.naming import ClusterSettings, bucket_of
+from tidemark.controller.navigation import route
+from tidemark.controller.streams import StreamManager
+from tidemark.controller.watermarks import GenerationState, Verdict, accept_mark, watermark_cycle
+from tidemark.controller.zookeeper.store import ZooKeeperStore
+from tidemark.pipelines.reading.watermark_tables import append_watermarks
+from tidemark.pipelines.writing.config import WriterConfig
+from tidemark.pipelines.writing.exceptions import (
     AutomaticTimeError,
     DeliveryError,
     SharedPartitionError,
     WriterClosedError,
     WriterConfigError,
 )
-from pipelines.writing.partitioners import kafka_partition
-from pipelines.writing.producer import TidemarkProducer
-from pipelines.writing.writer import EventWriter
-from schemas.records import WriterMarkRecord
+from tidemark.pipelines.writing.partitioners import kafka_partition
+from tidemark.pipelines.writing.producer import TidemarkProducer
+from tidemark.pipelines.writing.writer import EventWriter
+from tidemark.schemas.records import WriterMarkRecord
+
 from tidemark.cli.main import main
 
 BASE = int(time.time() * 1000) - 3_600_000  # an hour ago: inside any `--ago 2h`

@@ -8,10 +8,10 @@ import json
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from prometheus_client import CollectorRegistry
+from tidemark.controller.timestamps import wall_clock_ms
+from tidemark.pipelines.reading.group import ReaderGroup
+from tidemark.pipelines.writing.writer import EventWriter
 
-from controller.timestamps import wall_clock_ms
-from pipelines.reading.group import ReaderGroup
-from pipelines.writing.writer import EventWriter
 from tests.integration import test_reader_group as rg
 from tests.integration.test_reader_cli import cli_env, run
 from tidemark.service.group_metrics import GroupLagCollector

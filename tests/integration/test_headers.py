@@ -2,7 +2,7 @@
 them, every reader gives them back byte for byte.
 
 Producers: ``EventWriter.write``, a ``TransactionalWriter`` transaction, the drop-in
-``TidemarkProducer`` and (Spark) ``jobs.stream_writer``'s ``headers`` column. Readers:
+``TidemarkProducer`` and (Spark) ``tidemark.jobs.stream_writer``'s ``headers`` column. Readers:
 ``read_next``, ``read_batch``, ``tidemark read --format json`` and (Spark) a batch read
 of the stream's topic with ``includeHeaders``.
 """
@@ -15,13 +15,13 @@ import re
 from typing import Any
 
 import pytest
+from tidemark.jobs.stream_writer import StreamTarget, write_to_stream
+from tidemark.pipelines.reading.group import ReaderGroup
+from tidemark.pipelines.writing.exceptions import InvalidHeaderError
+from tidemark.pipelines.writing.producer import TidemarkProducer
+from tidemark.pipelines.writing.transactions import TransactionalWriter
+from tidemark.pipelines.writing.writer import EventWriter
 
-from jobs.stream_writer import StreamTarget, write_to_stream
-from pipelines.reading.group import ReaderGroup
-from pipelines.writing.exceptions import InvalidHeaderError
-from pipelines.writing.producer import TidemarkProducer
-from pipelines.writing.transactions import TransactionalWriter
-from pipelines.writing.writer import EventWriter
 from tests.integration import test_reader_group as reading
 from tests.integration.test_reader_batch import read_batches
 from tests.integration.test_reader_cli import cli_env, run

@@ -27,20 +27,23 @@ HEAVY = ("pyspark", "delta", "pandas", "psycopg", "starlette", "uvicorn", "jinja
 INSTALLS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "": (
         (
-            "pipelines.writing.writer",
-            "pipelines.writing.producer",
-            "pipelines.reading.group",
-            "pipelines.reading.seek",
-            "pipelines.reading.watermark_tables",
+            "tidemark.pipelines.writing.writer",
+            "tidemark.pipelines.writing.producer",
+            "tidemark.pipelines.reading.group",
+            "tidemark.pipelines.reading.seek",
+            "tidemark.pipelines.reading.watermark_tables",
             "tidemark.cli.main",
         ),
         (),
     ),
     "spark": (
-        ("jobs.controller_job", "jobs.processor", "infra.spark"),
+        ("tidemark.jobs.controller_job", "tidemark.jobs.processor", "tidemark.infra.spark"),
         ("pyspark", "delta", "pandas"),
     ),
-    "timeline": (("pipelines.timeline", "pipelines.timeline.store"), ("psycopg",)),
+    "timeline": (
+        ("tidemark.pipelines.timeline", "tidemark.pipelines.timeline.store"),
+        ("psycopg",),
+    ),
     "serve": (
         ("tidemark.service.app", "tidemark.service.server"),
         ("starlette", "uvicorn", "jinja2"),

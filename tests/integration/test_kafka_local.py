@@ -85,7 +85,7 @@ def test_committed_transaction_is_seen_and_aborted_is_not(kafka: str, unique: st
 
 @pytest.mark.slow
 def test_three_broker_cluster_survives_one_broker_stopping(services_dir, unique) -> None:
-    from infra.kafka import KafkaCluster
+    from tidemark.infra.kafka import KafkaCluster
 
     with KafkaCluster(services_dir / f"kafka3-{unique}", brokers=3) as cluster:
         bootstrap = cluster.bootstrap_servers
@@ -145,7 +145,7 @@ def _await_gone(admin: AdminClient, topic: str, timeout_s: float = 30) -> None:
 
 
 def test_last_stable_offsets_of_recent_topics_come_in_one_request(kafka: str, unique: str) -> None:
-    from jobs.lookups import KafkaCommittedOffsets
+    from tidemark.jobs.lookups import KafkaCommittedOffsets
 
     a, b, gone = f"lso-a-{unique}", f"lso-b-{unique}", f"lso-gone-{unique}"
     for topic in (a, b, gone):
@@ -182,7 +182,7 @@ def test_last_stable_offsets_read_after_a_time_answer_for_it(kafka: str, unique:
     again within the same micro-batch -- a cut still beyond it is beyond Kafka's."""
     import time
 
-    from jobs.lookups import KafkaCommittedOffsets
+    from tidemark.jobs.lookups import KafkaCommittedOffsets
 
     topic = f"lso-fresh-{unique}"
     _create_topic(kafka, topic)
@@ -208,7 +208,7 @@ def test_last_stable_offsets_read_after_a_time_answer_for_it(kafka: str, unique:
 
 def test_expected_partitions_are_asked_with_the_first_request(kafka: str, unique: str) -> None:
     """A worker's first batch meets many streams: announced, they cost one request."""
-    from jobs.lookups import KafkaCommittedOffsets
+    from tidemark.jobs.lookups import KafkaCommittedOffsets
 
     topics = [f"lso-new-{i}-{unique}" for i in range(3)]
     producer = Producer({"bootstrap.servers": kafka, "acks": "all"})

@@ -1,6 +1,6 @@
 """Configuration changed while the controller runs: `stream update` reaches its workers.
 
-The controller's Python workers cache each stream's metadata (``jobs.lookups``); a
+The controller's Python workers cache each stream's metadata (``tidemark.jobs.lookups``); a
 ZooKeeper watch drops a stream's entry when its record changes, so the next batch
 that meets the stream reads the new configuration. No restart.
 """
@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tidemark.controller.config import ScalingPolicy, StreamConfiguration
+from tidemark.jobs.controller_job import ControllerJob
+from tidemark.jobs.tables import read_table
 
-from controller.config import ScalingPolicy, StreamConfiguration
-from jobs.controller_job import ControllerJob
-from jobs.tables import read_table
 from tests.integration.test_controller_job import Noter, make_env, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]

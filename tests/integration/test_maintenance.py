@@ -1,8 +1,8 @@
 """Maintenance on real Delta tables: compaction beside the sink's appends, readers, vacuum.
 
 No broker: the tables are local Delta tables written by the controller's own
-sink (:class:`jobs.sink.DeltaTables`, delta-rs) and read by the readers' code
-(:mod:`pipelines.reading`).
+sink (:class:`tidemark.jobs.sink.DeltaTables`, delta-rs) and read by the readers' code
+(:mod:`tidemark.pipelines.reading`).
 """
 
 from __future__ import annotations
@@ -15,15 +15,14 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-
-from controller.model import Watermark
-from jobs.maintenance import Maintainer, MaintenanceSettings
-from jobs.processor import COLUMNS
-from jobs.sink import DeltaSink, ensure_tables
-from pipelines.reading.seek import SeekIndex
-from pipelines.reading.watermark_tables import read_watermarks
-from schemas.arrow import ARROW_SCHEMAS
-from schemas.tables import INDEX, MARKS, REJECTED_MARKS, TABLES, table_path
+from tidemark.controller.model import Watermark
+from tidemark.jobs.maintenance import Maintainer, MaintenanceSettings
+from tidemark.jobs.processor import COLUMNS
+from tidemark.jobs.sink import DeltaSink, ensure_tables
+from tidemark.pipelines.reading.seek import SeekIndex
+from tidemark.pipelines.reading.watermark_tables import read_watermarks
+from tidemark.schemas.arrow import ARROW_SCHEMAS
+from tidemark.schemas.tables import INDEX, MARKS, REJECTED_MARKS, TABLES, table_path
 
 STREAMS = [f"soak/s{i}" for i in range(5)]
 
@@ -196,8 +195,7 @@ def test_appends_and_compactions_on_an_object_store_lose_no_commit(tmp_path: Pat
     turns, or two of them both take a version and one is lost (CI, 2026-11-27: the
     deployed controller's watermarks 99 and 198 were gone)."""
     from deltalake import DeltaTable
-
-    from infra.s3proxy import S3Proxy
+    from tidemark.infra.s3proxy import S3Proxy
 
     s3 = S3Proxy(tmp_path / "s3").start()
     try:
@@ -225,8 +223,7 @@ def test_a_driver_starting_while_its_object_store_restarts_waits_for_it(
     it waits for the store and creates every table once it answers, instead of exiting
     (CI's nemesis, 2026-11-27: a driver restarted during a 10 s store outage exited)."""
     from deltalake import DeltaTable
-
-    from infra.s3proxy import S3Proxy
+    from tidemark.infra.s3proxy import S3Proxy
 
     s3 = S3Proxy(tmp_path / "s3").start()
     s3.stop()
@@ -361,7 +358,7 @@ def test_compacted_files_are_plain_delta(tmp_path: Path, table: str) -> None:
 def test_lookups_on_compacted_tables_match_the_pure_search(tmp_path: Path) -> None:
     """Streams of different ages and rates, compacted into files of tiny row groups:
     cold (statistics) and warm (in memory) lookups give the pure search's answers."""
-    from controller.index import index_rows, start_cut, stop_cut
+    from tidemark.controller.index import index_rows, start_cut, stop_cut
 
     root = str(tmp_path)
     create_tables(root)
@@ -427,7 +424,7 @@ def test_lookups_on_compacted_tables_match_the_pure_search(tmp_path: Path) -> No
 def test_cold_start_finds_the_last_row_of_a_plateau(tmp_path: Path, compacted: bool) -> None:
     """Equal ``upper_time_max`` over several rows split across files / row groups: the
     cold walk must not stop at the first of them."""
-    from pipelines.reading.watermark_tables import append_watermarks
+    from tidemark.pipelines.reading.watermark_tables import append_watermarks
 
     root = str(tmp_path)
     uppers = [100, 200, 150, 180, 190, 300]  # running max: 100, 200, 200, 200, 200, 300
@@ -446,7 +443,7 @@ def test_cold_start_finds_the_last_row_of_a_plateau(tmp_path: Path, compacted: b
 
 
 def test_compact_index_tool_runs_the_same_pass(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
-    from jobs import compact_index
+    from tidemark.jobs import compact_index
 
     root = written(tmp_path, 6)
     assert compact_index.main(["--delta-root", root, "--table", "index", "--no-vacuum"]) == 0
@@ -459,7 +456,7 @@ def test_compact_index_tool_runs_the_same_pass(tmp_path: Path, capsys) -> None: 
 
 
 def test_switch_runs_maintenance_only_while_leading(tmp_path: Path) -> None:
-    from jobs.maintenance import MaintenanceSwitch
+    from tidemark.jobs.maintenance import MaintenanceSwitch
 
     root = str(tmp_path)
     create_tables(root)
@@ -486,7 +483,7 @@ def test_switch_runs_maintenance_only_while_leading(tmp_path: Path) -> None:
 
 
 def test_watermarks_since_reads_the_tail_of_compacted_tables(tmp_path: Path) -> None:
-    from pipelines.reading.windows import WatermarkFeed
+    from tidemark.pipelines.reading.windows import WatermarkFeed
 
     root = written(tmp_path, 30)
     Maintainer(settings(root, row_group_rows=5)).run_once(force=True)
@@ -505,8 +502,7 @@ def test_watermarks_since_reads_the_tail_of_compacted_tables(tmp_path: Path) -> 
 
 def test_a_file_past_the_first_tier_is_not_rewritten_again(tmp_path: Path) -> None:
     from deltalake import DeltaTable
-
-    from jobs.compaction import TIER
+    from tidemark.jobs.compaction import TIER
 
     root = written(tmp_path, 60)
     index = table_path(root, INDEX)
@@ -533,8 +529,7 @@ def test_log_is_trimmed_to_its_retention_and_old_tables_get_it(tmp_path: Path) -
     checkpoints stop carrying the tombstones of files removed before the retention."""
     import pyarrow.parquet as pq
     from deltalake import DeltaTable
-
-    from jobs.maintenance import retention_properties
+    from tidemark.jobs.maintenance import retention_properties
 
     root = str(tmp_path)
     create_tables(root)  # Delta's defaults: 30 days of log, 7 days of tombstones

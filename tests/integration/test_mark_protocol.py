@@ -21,15 +21,14 @@ from typing import Any
 import fastavro
 import pytest
 from confluent_kafka import Producer
-
-from controller.config import ScalingPolicy, StreamConfiguration
-from controller.naming import ClusterSettings
-from controller.streams import StreamManager
-from controller.zookeeper.store import ZooKeeperStore
-from jobs.config import ControllerSettings, CycleTrigger
-from jobs.controller_job import ControllerJob
-from jobs.tables import REJECTED_MARKS, read_table, read_watermarks
-from jobs.workflow import tick_value
+from tidemark.controller.config import ScalingPolicy, StreamConfiguration
+from tidemark.controller.naming import ClusterSettings
+from tidemark.controller.streams import StreamManager
+from tidemark.controller.zookeeper.store import ZooKeeperStore
+from tidemark.jobs.config import ControllerSettings, CycleTrigger
+from tidemark.jobs.controller_job import ControllerJob
+from tidemark.jobs.tables import REJECTED_MARKS, read_table, read_watermarks
+from tidemark.jobs.workflow import tick_value
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
 

@@ -10,13 +10,12 @@ import sys
 import time
 
 import pytest
-
-from infra.process import ManagedProcess, pid_alive
+from tidemark.infra.process import ManagedProcess, pid_alive
 
 OWNER = """
 import sys, time
 from pathlib import Path
-from infra.process import ManagedProcess
+from tidemark.infra.process import ManagedProcess
 p = ManagedProcess("sleeper", ["sleep", "300"], Path(sys.argv[1]))
 p.start()
 print(p.pid, flush=True)

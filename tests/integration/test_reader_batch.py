@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections import defaultdict
 
 import pytest
+from tidemark.controller.model import KeyRange
+from tidemark.pipelines.reading.exceptions import ReaderClosedError, ReaderConfigError
+from tidemark.pipelines.reading.group import ReaderGroup
+from tidemark.pipelines.writing.writer import EventWriter
 
-from controller.model import KeyRange
-from pipelines.reading.exceptions import ReaderClosedError, ReaderConfigError
-from pipelines.reading.group import ReaderGroup
-from pipelines.writing.writer import EventWriter
 from tests.integration import test_reader_group as reading
 from tests.integration.test_reader_group import (
     BASE,

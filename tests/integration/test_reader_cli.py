@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from tidemark.pipelines.reading.group import ReaderGroup
+from tidemark.pipelines.writing.writer import EventWriter
 
-from pipelines.reading.group import ReaderGroup
-from pipelines.writing.writer import EventWriter
 from tests.integration import test_reader_group as rg
 from tidemark.cli.main import main
 
@@ -194,8 +194,8 @@ def test_read_stops_at_the_end_of_committed_data(
     returns every committed record and stops there, not after its safety timeout."""
     import time
 
-    from controller.model import KeyRange
-    from pipelines.writing.transactions import TransactionalWriter
+    from tidemark.controller.model import KeyRange
+    from tidemark.pipelines.writing.transactions import TransactionalWriter
 
     stream = make_stream(manager, unique, segments=2)
     with TransactionalWriter(

@@ -1,6 +1,6 @@
 """Reader groups on real Kafka + ZooKeeper, watermarks in real Delta tables (no mocks).
 
-Watermarks are computed with ``controller.watermarks.watermark_cycle`` from the
+Watermarks are computed with ``tidemark.controller.watermarks.watermark_cycle`` from the
 writers' own positions and appended with deltalake, so these tests do not
 depend on the Spark controller job.
 """
@@ -13,14 +13,13 @@ from collections import defaultdict
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-
-from controller.config import ScalingPolicy, StreamConfiguration
-from controller.model import KeyRange, WriterMark
-from controller.naming import ClusterSettings
-from controller.streams import StreamManager
-from controller.watermarks import GenerationState, watermark_cycle
-from controller.zookeeper.store import ZooKeeperStore
-from pipelines.reading.exceptions import (
+from tidemark.controller.config import ScalingPolicy, StreamConfiguration
+from tidemark.controller.model import KeyRange, WriterMark
+from tidemark.controller.naming import ClusterSettings
+from tidemark.controller.streams import StreamManager
+from tidemark.controller.watermarks import GenerationState, watermark_cycle
+from tidemark.controller.zookeeper.store import ZooKeeperStore
+from tidemark.pipelines.reading.exceptions import (
     InvalidTimestampError,
     ReaderGroupActiveError,
     ReaderGroupExistsError,
@@ -28,11 +27,11 @@ from pipelines.reading.exceptions import (
     UnknownReaderGroupError,
     UnknownStreamError,
 )
-from pipelines.reading.group import ReaderConfig, ReaderGroup
-from pipelines.reading.seek import SeekIndex, complete_cut_at, stream_cut_at
-from pipelines.reading.watermark_tables import append_watermarks
-from pipelines.writing.config import WriterConfig
-from pipelines.writing.writer import EventWriter
+from tidemark.pipelines.reading.group import ReaderConfig, ReaderGroup
+from tidemark.pipelines.reading.seek import SeekIndex, complete_cut_at, stream_cut_at
+from tidemark.pipelines.reading.watermark_tables import append_watermarks
+from tidemark.pipelines.writing.config import WriterConfig
+from tidemark.pipelines.writing.writer import EventWriter
 
 BASE = int(time.time() * 1000) - 3_600_000  # an hour ago: never capped to "now"
 FAST = ReaderConfig(rebalance_interval_ms=50, commit_interval_ms=0, window_refresh_interval_ms=0)

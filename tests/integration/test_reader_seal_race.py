@@ -21,14 +21,13 @@ import threading
 import time
 
 import pytest
+import tidemark.pipelines.reading.reader as reader_module
 from confluent_kafka import Producer
-
-import pipelines.reading.reader as reader_module
-from controller.config import ScalingPolicy, StreamConfiguration
-from controller.model import KeyRange, segment_id
-from controller.streams import StreamManager
-from controller.zookeeper.store import ZooKeeperStore
-from pipelines.reading.group import ReaderConfig, ReaderGroup
+from tidemark.controller.config import ScalingPolicy, StreamConfiguration
+from tidemark.controller.model import KeyRange, segment_id
+from tidemark.controller.streams import StreamManager
+from tidemark.controller.zookeeper.store import ZooKeeperStore
+from tidemark.pipelines.reading.group import ReaderConfig, ReaderGroup
 
 SEALED = [0]
 RANGES = [KeyRange(0.0, 0.5), KeyRange(0.5, 1.0)]

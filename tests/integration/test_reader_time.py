@@ -19,10 +19,11 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from controller.navigation import key_hash
-from controller.zookeeper.store import ZooKeeperStore
-from pipelines.reading.group import ReaderConfig, ReaderGroup
-from pipelines.writing.writer import EventWriter
+from tidemark.controller.navigation import key_hash
+from tidemark.controller.zookeeper.store import ZooKeeperStore
+from tidemark.pipelines.reading.group import ReaderConfig, ReaderGroup
+from tidemark.pipelines.writing.writer import EventWriter
+
 from tests.integration.test_reader_group import (  # noqa: F401 (fixtures)
     BASE,
     Marks,
@@ -276,9 +277,9 @@ def test_checkpoint_with_readers_online_then_reset(
 DOOMED = """
 import sys, time
 from kazoo.client import KazooClient
-from controller.navigation import key_hash
-from controller.zookeeper.store import ZooKeeperStore
-from pipelines.reading.group import ReaderConfig, ReaderGroup
+from tidemark.controller.navigation import key_hash
+from tidemark.controller.zookeeper.store import ZooKeeperStore
+from tidemark.pipelines.reading.group import ReaderConfig, ReaderGroup
 hosts, name, kafka, root, count = sys.argv[1:6]
 client = KazooClient(hosts=hosts, timeout=2.0)
 client.start(timeout=15)

@@ -3,7 +3,7 @@
 Writers on real Kafka write events whose times run ahead of the time they
 note next (several events ahead); the marks they really sent are read back
 from the marks topic (Avro, with ``max_event_time``), folded by
-``controller.watermarks.watermark_cycle`` and stored in Delta as the
+``tidemark.controller.watermarks.watermark_cycle`` and stored in Delta as the
 controller job does (``append_watermarks``). Then, for many timestamps
 ``t``, everything from ``stream_cut_at(t)`` on holds every event with time
 >= ``t``; read for real by a group created ``from_time=t`` for a few.
@@ -23,14 +23,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from tidemark.controller.watermarks import GenerationState, watermark_cycle
+from tidemark.pipelines.reading.group import ReaderGroup
+from tidemark.pipelines.reading.seek import SeekIndex, stream_cut_at
+from tidemark.pipelines.reading.watermark_tables import append_watermarks
+from tidemark.pipelines.writing.marks import to_writer_mark
+from tidemark.pipelines.writing.producer import TidemarkProducer
+from tidemark.pipelines.writing.writer import EventWriter
 
-from controller.watermarks import GenerationState, watermark_cycle
-from pipelines.reading.group import ReaderGroup
-from pipelines.reading.seek import SeekIndex, stream_cut_at
-from pipelines.reading.watermark_tables import append_watermarks
-from pipelines.writing.marks import to_writer_mark
-from pipelines.writing.producer import TidemarkProducer
-from pipelines.writing.writer import EventWriter
 from tests.integration.test_reader_group import (  # noqa: F401 (fixtures)
     BASE,
     group_kw,

@@ -11,12 +11,12 @@ import time
 import pytest
 from deltalake import DeltaTable
 from pyspark.sql import functions as F
+from tidemark.controller.model import KeyRange
+from tidemark.controller.naming import topic_for
+from tidemark.pipelines import kafka_source_options
+from tidemark.pipelines.reading.exceptions import StreamNotCompleteError
+from tidemark.pipelines.writing.writer import EventWriter
 
-from controller.model import KeyRange
-from controller.naming import topic_for
-from pipelines import kafka_source_options
-from pipelines.reading.exceptions import StreamNotCompleteError
-from pipelines.writing.writer import EventWriter
 from tests.integration import test_reader_group as rg
 
 HOUR = 3_600_000

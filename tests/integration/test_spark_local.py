@@ -61,8 +61,8 @@ def test_batch_read_with_explicit_offsets_into_delta(spark, kafka, unique, tmp_p
 def test_new_controller_tables_keep_log_and_tombstones_for_the_log_retention(
     spark, tmp_path
 ) -> None:
-    from jobs.sink import ensure_tables
-    from schemas.tables import TABLES, table_path
+    from tidemark.jobs.sink import ensure_tables
+    from tidemark.schemas.tables import TABLES, table_path
 
     root = str(tmp_path / "delta")
     ensure_tables(root, log_retention_s=600)
@@ -83,10 +83,9 @@ def test_the_controllers_start_adds_new_columns_to_a_laggards_table_written_befo
     Spark's create-if-not-exists leaves it, and the start adds the columns (issue 31)."""
     import pyarrow as pa
     from deltalake import write_deltalake
-
-    from jobs.sink import ensure_tables
-    from schemas.arrow import ARROW_SCHEMAS
-    from schemas.tables import LAGGARDS, table_path
+    from tidemark.jobs.sink import ensure_tables
+    from tidemark.schemas.arrow import ARROW_SCHEMAS
+    from tidemark.schemas.tables import LAGGARDS, table_path
 
     root = str(tmp_path / "delta")
     old = pa.schema(
@@ -107,9 +106,9 @@ def test_the_controllers_start_adds_new_columns_to_a_laggards_table_written_befo
 
 
 def test_slot_keys_land_in_the_partitions_spark_gives_them(spark) -> None:
-    """jobs.slot_keys.spark_partition is Spark's hash partitioning of an INT key, and the
+    """tidemark.jobs.slot_keys.spark_partition is Spark's hash partitioning of an INT key, and the
     controller's balanced keys put the same number of slots in every state partition."""
-    from jobs.slot_keys import balanced_slot_keys, spark_partition
+    from tidemark.jobs.slot_keys import balanced_slot_keys, spark_partition
 
     rows = spark.range(-1000, 5000).selectExpr(
         "CAST(id AS INT) AS k", *(f"pmod(hash(CAST(id AS INT)), {n}) AS p{n}" for n in (2, 3, 64))
@@ -131,7 +130,7 @@ def test_slot_keys_land_in_the_partitions_spark_gives_them(spark) -> None:
 
 
 def test_the_local_driver_jvm_runs_with_the_local_options(spark) -> None:
-    from infra.spark import LOCAL_JVM_OPTIONS
+    from tidemark.infra.spark import LOCAL_JVM_OPTIONS
 
     jvm = spark.sparkContext._jvm
     arguments = list(
@@ -150,11 +149,10 @@ def test_the_log_read_directly_lists_what_delta_rs_lists_on_tables_spark_wrote(
 ) -> None:
     """Spark's commits and checkpoints (every 10 commits), an OPTIMIZE (a compaction
     removing the small files) and commits after it: a cold lookup's direct read of the
-    log (pipelines.reading.delta_log) gives delta-rs's live files and statistics."""
+    log (tidemark.pipelines.reading.delta_log) gives delta-rs's live files and statistics."""
     from delta.tables import DeltaTable as SparkDeltaTable
-
-    from pipelines.reading.delta_log import live_files
-    from pipelines.reading.watermark_tables import DeltaSource
+    from tidemark.pipelines.reading.delta_log import live_files
+    from tidemark.pipelines.reading.watermark_tables import DeltaSource
 
     table = str(tmp_path / "index")
 

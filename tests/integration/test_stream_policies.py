@@ -1,6 +1,6 @@
 """Stream policies acting on real Kafka + ZooKeeper, watermarks in real Delta tables.
 
-Watermarks come from ``controller.watermarks.watermark_cycle`` over the
+Watermarks come from ``tidemark.controller.watermarks.watermark_cycle`` over the
 writers' own positions (``test_reader_group.Marks``), so no Spark job runs.
 """
 
@@ -14,16 +14,16 @@ from collections import defaultdict
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
+from tidemark.controller.config import RetentionPolicy, ScalingPolicy, StreamConfiguration
+from tidemark.controller.kafka.segment_sizes import SegmentSizes, record_bytes
+from tidemark.controller.metadata import StreamMetadata
+from tidemark.controller.navigation import head_cut
+from tidemark.controller.policy_loop import PolicyLoop, PolicySettings
+from tidemark.pipelines.reading.exceptions import ReaderBehindHeadError
+from tidemark.pipelines.reading.group import ReaderConfig, ReaderGroup
+from tidemark.pipelines.reading.seek import SeekIndex, stream_cut_at
+from tidemark.pipelines.writing.writer import EventWriter
 
-from controller.config import RetentionPolicy, ScalingPolicy, StreamConfiguration
-from controller.kafka.segment_sizes import SegmentSizes, record_bytes
-from controller.metadata import StreamMetadata
-from controller.navigation import head_cut
-from controller.policy_loop import PolicyLoop, PolicySettings
-from pipelines.reading.exceptions import ReaderBehindHeadError
-from pipelines.reading.group import ReaderConfig, ReaderGroup
-from pipelines.reading.seek import SeekIndex, stream_cut_at
-from pipelines.writing.writer import EventWriter
 from tests.integration import test_reader_group as rg
 from tidemark.cli.main import main
 

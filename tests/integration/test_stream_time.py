@@ -11,12 +11,12 @@ import threading
 import time
 
 import pytest
+from tidemark.controller.laggards import LAGGING, laggards
+from tidemark.pipelines.reading.exceptions import StreamTimeTimeoutError
+from tidemark.pipelines.reading.lateness import append_laggards, read_laggards
+from tidemark.pipelines.reading.stream_time import EXIT_NOT_YET, DeltaWatermarkSource, wait_for_time
+from tidemark.pipelines.writing.writer import EventWriter
 
-from controller.laggards import LAGGING, laggards
-from pipelines.reading.exceptions import StreamTimeTimeoutError
-from pipelines.reading.lateness import append_laggards, read_laggards
-from pipelines.reading.stream_time import EXIT_NOT_YET, DeltaWatermarkSource, wait_for_time
-from pipelines.writing.writer import EventWriter
 from tests.integration import test_reader_group as rg
 from tidemark.cli.main import main
 
@@ -130,9 +130,8 @@ def test_wait_wakes_on_the_watermark_and_times_out_naming_the_laggard(
 
 def test_a_reader_counts_late_events_per_segment(manager, store, kafka, wconfig, unique, tmp_path):
     from confluent_kafka import Producer
-
-    from pipelines.reading.group import ReaderGroup
-    from pipelines.reading.lateness import LateEvents
+    from tidemark.pipelines.reading.group import ReaderGroup
+    from tidemark.pipelines.reading.lateness import LateEvents
 
     root = str(tmp_path)
     stream = rg.make_stream(manager, unique, segments=1)

@@ -1,4 +1,5 @@
-"""Spark jobs as writers (``jobs.stream_writer``) on the local Spark session, real Kafka + ZK.
+"""Spark jobs as writers (``tidemark.jobs.stream_writer``) on the local Spark session, real Kafka +
+ZK.
 
 Watermarks are folded from the marks on the marks topic exactly as the
 controller folds them (``tests.integration.test_dropin_producer.watermarks_of``),
@@ -13,15 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tidemark.controller.config import ScalingPolicy, StreamConfiguration
+from tidemark.controller.naming import ClusterSettings
+from tidemark.controller.streams import StreamManager
+from tidemark.controller.zookeeper.store import ZooKeeperStore
+from tidemark.jobs.exceptions import JobConfigurationError
+from tidemark.jobs.stream_writer import StreamTarget, stream_writer, write_to_stream
+from tidemark.pipelines.writing.exceptions import MissingTimestampError
+from tidemark.schemas.records import WriterMarkRecord
 
-from controller.config import ScalingPolicy, StreamConfiguration
-from controller.naming import ClusterSettings
-from controller.streams import StreamManager
-from controller.zookeeper.store import ZooKeeperStore
-from jobs.exceptions import JobConfigurationError
-from jobs.stream_writer import StreamTarget, stream_writer, write_to_stream
-from pipelines.writing.exceptions import MissingTimestampError
-from schemas.records import WriterMarkRecord
 from tests.integration.test_dropin_producer import marks_of, records, watermarks_of
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]

@@ -15,16 +15,16 @@ import threading
 import time
 
 import pytest
+from tidemark.controller.laggards import laggards
+from tidemark.controller.model import KeyRange, TimeWindow
+from tidemark.pipelines.reading.exceptions import ReaderConfigError, StreamsTimeTimeoutError
+from tidemark.pipelines.reading.group import ReaderGroup, open_streams_group
+from tidemark.pipelines.reading.lateness import append_laggards
+from tidemark.pipelines.reading.merge import merged_reader
+from tidemark.pipelines.reading.seek import SeekIndex, complete_cut_at, stream_cut_at
+from tidemark.pipelines.reading.stream_time import EXIT_NOT_YET, wait_for_time
+from tidemark.pipelines.writing.writer import EventWriter
 
-from controller.laggards import laggards
-from controller.model import KeyRange, TimeWindow
-from pipelines.reading.exceptions import ReaderConfigError, StreamsTimeTimeoutError
-from pipelines.reading.group import ReaderGroup, open_streams_group
-from pipelines.reading.lateness import append_laggards
-from pipelines.reading.merge import merged_reader
-from pipelines.reading.seek import SeekIndex, complete_cut_at, stream_cut_at
-from pipelines.reading.stream_time import EXIT_NOT_YET, wait_for_time
-from pipelines.writing.writer import EventWriter
 from tests.integration import test_reader_group as rg
 from tidemark.cli.main import main
 
@@ -313,9 +313,8 @@ def test_window_run_over_both_runs_once_after_both_are_complete(
     two_streams, spark, store, kafka, zookeeper, unique, tmp_path
 ):
     from deltalake import DeltaTable
-
-    from jobs.complete_window import run_from_args
-    from jobs.window_args import add_window_arguments
+    from tidemark.jobs.complete_window import run_from_args
+    from tidemark.jobs.window_args import add_window_arguments
 
     root, a, b, written, _, _ = two_streams
     parser = argparse.ArgumentParser()

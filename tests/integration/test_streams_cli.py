@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from tidemark.controller.model import segment_id
 
-from controller.model import segment_id
 from tidemark.cli.main import main
 
 
@@ -78,7 +78,7 @@ def test_controller_status(cli, zk_client):
     import threading
     import time
 
-    from controller.zookeeper.driver import DriverElection
+    from tidemark.controller.zookeeper.driver import DriverElection
 
     stopping, leading = threading.Event(), threading.Event()
 

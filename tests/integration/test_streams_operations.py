@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 from confluent_kafka import Producer
-
-from controller.config import ScalingPolicy, StreamConfiguration, TimestampingMode
-from controller.exceptions import (
+from tidemark.controller.config import ScalingPolicy, StreamConfiguration, TimestampingMode
+from tidemark.controller.exceptions import (
     ConcurrentOperationError,
     InvalidCutError,
     InvalidScaleError,
@@ -15,13 +14,13 @@ from controller.exceptions import (
     UnknownScopeError,
     UnknownStreamError,
 )
-from controller.kafka.admin import StreamTopics
-from controller.metadata import StreamMetadata
-from controller.model import KeyRange, segment_id
-from controller.navigation import readable_segments
-from controller.states import StreamState
-from controller.streams import StreamManager
-from controller.zookeeper.store import ZooKeeperStore
+from tidemark.controller.kafka.admin import StreamTopics
+from tidemark.controller.metadata import StreamMetadata
+from tidemark.controller.model import KeyRange, segment_id
+from tidemark.controller.navigation import readable_segments
+from tidemark.controller.states import StreamState
+from tidemark.controller.streams import StreamManager
+from tidemark.controller.zookeeper.store import ZooKeeperStore
 
 R = KeyRange
 TWO = StreamConfiguration(ScalingPolicy.fixed(2))

@@ -6,9 +6,8 @@ import threading
 import time
 
 import pytest
-
-from controller.config import ScalingPolicy, StreamConfiguration
-from controller.exceptions import (
+from tidemark.controller.config import ScalingPolicy, StreamConfiguration
+from tidemark.controller.exceptions import (
     ConflictError,
     InvalidModelError,
     ScopeNotEmptyError,
@@ -16,19 +15,19 @@ from controller.exceptions import (
     UnknownScopeError,
     UnknownStreamError,
 )
-from controller.memory_store import MemoryStore
-from controller.metadata import PendingScale, StreamMetadata, new_stream_metadata
-from controller.model import KeyRange
-from controller.planning import plan_scale
-from controller.states import StreamState
-from controller.store import MetadataStore
+from tidemark.controller.memory_store import MemoryStore
+from tidemark.controller.metadata import PendingScale, StreamMetadata, new_stream_metadata
+from tidemark.controller.model import KeyRange
+from tidemark.controller.planning import plan_scale
+from tidemark.controller.states import StreamState
+from tidemark.controller.store import MetadataStore
 
 
 @pytest.fixture(params=["memory", "zookeeper"])
 def empty_store(request) -> MetadataStore:
     if request.param == "memory":
         return MemoryStore()
-    from controller.zookeeper.store import ZooKeeperStore
+    from tidemark.controller.zookeeper.store import ZooKeeperStore
 
     return ZooKeeperStore(request.getfixturevalue("zk_client"), root="/tidemark")
 
@@ -103,7 +102,7 @@ def test_several_streams_are_read_together_as_each_alone(store):
     assert store.read_streams(names) == {n: store.read_stream(n) for n in ("shop/a", "shop/b")}
     assert store.read_streams([]) == {}
     if hasattr(store, "client"):  # ZooKeeper: a store whose epoch cache is empty reads them all
-        from controller.zookeeper.store import ZooKeeperStore
+        from tidemark.controller.zookeeper.store import ZooKeeperStore
 
         cold = ZooKeeperStore(store.client, root="/tidemark")
         assert cold.read_streams(names) == store.read_streams(names)
@@ -191,8 +190,8 @@ def test_a_worker_lookup_reads_the_streams_it_is_told_of_together(zk_client, zoo
     """``ZooKeeperStreams.prefetch`` (a Python worker's lookup) caches what it read: the
     streams are then answered without ZooKeeper; absent ones are still looked up. A
     change of a cached stream (an update, its deletion) drops it from the cache."""
-    from controller.zookeeper.store import ZooKeeperStore
-    from jobs.lookups import ZooKeeperStreams
+    from tidemark.controller.zookeeper.store import ZooKeeperStore
+    from tidemark.jobs.lookups import ZooKeeperStreams
 
     store = ZooKeeperStore(zk_client, root="/tidemark")
     store.create_scope("shop")

@@ -15,14 +15,14 @@ import urllib.request
 import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
+from tidemark.controller.model import KeyRange
+from tidemark.controller.naming import topic_for
+from tidemark.pipelines.reading.group import ReaderGroup
+from tidemark.pipelines.reading.seek import SeekIndex, complete_cut_at, stream_cut_at
+from tidemark.pipelines.reading.time_service import TIME_SERVICE_ENV, ServiceIndex, default_index
+from tidemark.schemas.arrow import INDEX_ARROW, MARKS_ARROW
+from tidemark.schemas.tables import INDEX, MARKS, table_path
 
-from controller.model import KeyRange
-from controller.naming import topic_for
-from pipelines.reading.group import ReaderGroup
-from pipelines.reading.seek import SeekIndex, complete_cut_at, stream_cut_at
-from pipelines.reading.time_service import TIME_SERVICE_ENV, ServiceIndex, default_index
-from schemas.arrow import INDEX_ARROW, MARKS_ARROW
-from schemas.tables import INDEX, MARKS, table_path
 from tests.integration import test_reader_group as rg
 from tidemark.service.server import RunningService
 from tidemark.service.state import TimeService
@@ -278,7 +278,7 @@ def test_tidemark_serve_command(manager, unique, kafka, zookeeper, zk_client, tm
     import subprocess
     import sys
 
-    from infra.ports import free_port
+    from tidemark.infra.ports import free_port
 
     stream = make_stream(manager, unique, segments=1)
     port = free_port()
@@ -322,7 +322,7 @@ def _wait_in_thread(stream, t, timeout_ms, root):
     """``wait_for_time`` on a thread; (result holder, thread, start time)."""
     import threading
 
-    from pipelines.reading.stream_time import wait_for_time
+    from tidemark.pipelines.reading.stream_time import wait_for_time
 
     out = {}
 
@@ -344,8 +344,9 @@ def test_wait_for_time_is_woken_by_the_service(
 ):
     """A wait through ``GET .../wait`` returns once the service's refresh sees the
     watermark, asking the service a few times a second at most and never Delta."""
-    from pipelines.reading import stream_time
-    from pipelines.reading.stream_time import ServiceWatermarkSource, wait_for_time
+    from tidemark.pipelines.reading import stream_time
+    from tidemark.pipelines.reading.stream_time import ServiceWatermarkSource, wait_for_time
+
     from tidemark.cli.main import main
 
     root = str(tmp_path)
@@ -434,8 +435,8 @@ def test_a_wait_is_woken_by_the_tail_not_the_refresh(
 
 
 def test_wait_times_out_cleanly_through_the_service(served, manager, unique, tmp_path, monkeypatch):
-    from pipelines.reading.exceptions import StreamTimeTimeoutError
-    from pipelines.reading.stream_time import wait_for_time
+    from tidemark.pipelines.reading.exceptions import StreamTimeTimeoutError
+    from tidemark.pipelines.reading.stream_time import wait_for_time
 
     root = str(tmp_path)
     stream = make_stream(manager, unique, segments=1)
@@ -470,7 +471,7 @@ def test_wait_times_out_cleanly_through_the_service(served, manager, unique, tmp
 
 
 def test_wait_reads_delta_when_the_service_is_down(manager, unique, tmp_path, monkeypatch):
-    from pipelines.reading.stream_time import ServiceWatermarkSource
+    from tidemark.pipelines.reading.stream_time import ServiceWatermarkSource
 
     root = str(tmp_path)
     stream = make_stream(manager, unique, segments=2)

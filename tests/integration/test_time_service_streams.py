@@ -9,7 +9,8 @@ from __future__ import annotations
 import threading
 import time
 
-from pipelines.reading.seek import SeekIndex, complete_cut_at, stream_cut_at
+from tidemark.pipelines.reading.seek import SeekIndex, complete_cut_at, stream_cut_at
+
 from tests.integration import test_reader_group as rg
 from tests.integration import test_time_service as ts
 

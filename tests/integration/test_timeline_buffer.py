@@ -125,9 +125,8 @@ def test_buffer_holds_every_record_once_byte_for_byte_through_two_kills(kafka, p
 
 def test_buffer_ingest_exports_its_clock_drift(kafka, postgres, unique):
     from prometheus_client import REGISTRY
-
-    from pipelines.timeline.buffer import BufferIngest
-    from pipelines.timeline.config import BufferConfig, DueRule
+    from tidemark.pipelines.timeline.buffer import BufferIngest
+    from tidemark.pipelines.timeline.config import BufferConfig, DueRule
 
     source = f"drift-{unique}"
     _topics(kafka, source)

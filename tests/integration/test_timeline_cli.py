@@ -101,9 +101,8 @@ def test_cli_relay(capsys, unique, kafka):
     assert result[0]["relayed"] == 3 and result[0]["failed"] == 0
     assert result[0]["purged"] >= 1
     from prometheus_client import REGISTRY
-
-    from pipelines.timeline.producer import TimelineProducer
-    from pipelines.timeline.store import TimelineStore
+    from tidemark.pipelines.timeline.producer import TimelineProducer
+    from tidemark.pipelines.timeline.store import TimelineStore
 
     with TimelineStore(os.environ[POSTGRES_DSN]) as store:
         assert store.get(name, "gone", include_deleted=True) is None
@@ -120,8 +119,8 @@ def test_cli_relay(capsys, unique, kafka):
 def test_purge_verb_once_and_on_a_schedule(capsys, unique, postgres):
     import time
 
-    from pipelines.timeline.housekeeping import PurgeLoop, PurgeSettings
-    from pipelines.timeline.store import TimelineStore
+    from tidemark.pipelines.timeline.housekeeping import PurgeLoop, PurgeSettings
+    from tidemark.pipelines.timeline.store import TimelineStore
 
     name = f"cli-{unique}"
     run(capsys, "create", name)

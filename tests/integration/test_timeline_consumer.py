@@ -6,11 +6,10 @@ import threading
 import time
 
 import pytest
-
-from pipelines.timeline.config import ConsumerConfig, TimelineConfig
-from pipelines.timeline.consumer import TimelineConsumer
-from pipelines.timeline.producer import TimelineProducer
-from pipelines.timeline.store import TimelineStore
+from tidemark.pipelines.timeline.config import ConsumerConfig, TimelineConfig
+from tidemark.pipelines.timeline.consumer import TimelineConsumer
+from tidemark.pipelines.timeline.producer import TimelineProducer
+from tidemark.pipelines.timeline.store import TimelineStore
 
 
 @pytest.fixture

@@ -7,13 +7,17 @@ import time
 import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-
-from pipelines.timeline.config import ConsumerConfig, IngestConfig, RelayConfig, TimelineConfig
-from pipelines.timeline.consumer import TimelineConsumer
-from pipelines.timeline.ingest import TimelineIngester
-from pipelines.timeline.producer import KafkaTimelineProducer
-from pipelines.timeline.relay import TimelineRelay
-from pipelines.timeline.store import NewMessage, TimelineStore
+from tidemark.pipelines.timeline.config import (
+    ConsumerConfig,
+    IngestConfig,
+    RelayConfig,
+    TimelineConfig,
+)
+from tidemark.pipelines.timeline.consumer import TimelineConsumer
+from tidemark.pipelines.timeline.ingest import TimelineIngester
+from tidemark.pipelines.timeline.producer import KafkaTimelineProducer
+from tidemark.pipelines.timeline.relay import TimelineRelay
+from tidemark.pipelines.timeline.store import NewMessage, TimelineStore
 
 
 def _topics(bootstrap, *names, partitions=2):
@@ -201,8 +205,8 @@ def test_a_message_the_target_refuses_waits_lease_ms_and_others_go(postgres, kaf
 def test_the_relay_delivers_a_messages_own_headers_byte_identical(postgres, kafka, tl, unique):
     """Headers given to either producer (through Kafka and the ingester, or straight to
     the store) come out of the relay as given, before the relay's own."""
-    from pipelines.timeline.exceptions import InvalidMessageError
-    from pipelines.timeline.producer import TimelineProducer
+    from tidemark.pipelines.timeline.exceptions import InvalidMessageError
+    from tidemark.pipelines.timeline.producer import TimelineProducer
 
     source, target = f"th-in-{unique}", f"th-out-{unique}"
     _topics(kafka, source, target)

@@ -12,13 +12,12 @@ from pathlib import Path
 
 import psycopg
 import pytest
-
-from infra.process import pid_alive
+from tidemark.infra.process import pid_alive
 
 OWNER = """
 import os, sys
 from pathlib import Path
-from infra.postgres import PostgresServer
+from tidemark.infra.postgres import PostgresServer
 server = PostgresServer(Path(sys.argv[1]), durable=False).start()
 print(server.process.pid, server.dsn, flush=True)
 sys.stdin.readline()
@@ -60,7 +59,7 @@ def test_postgres_dies_with_its_owner(scratch):
 
 
 def test_postgres_restarts_on_its_data(scratch):
-    from infra.postgres import PostgresServer
+    from tidemark.infra.postgres import PostgresServer
 
     with (
         PostgresServer(scratch, durable=False) as first,

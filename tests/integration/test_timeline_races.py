@@ -8,10 +8,10 @@ import time
 from collections import defaultdict
 
 import pytest
+from tidemark.pipelines.timeline.config import TimelineConfig
+from tidemark.pipelines.timeline.exceptions import NotAvailableError
+from tidemark.pipelines.timeline.store import NewMessage, TimelineStore
 
-from pipelines.timeline.config import TimelineConfig
-from pipelines.timeline.exceptions import NotAvailableError
-from pipelines.timeline.store import NewMessage, TimelineStore
 from tests.faults.figures import report
 
 pytestmark = pytest.mark.faults  # lease races are part of the fault suite (make test-faults)

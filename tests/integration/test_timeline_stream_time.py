@@ -3,21 +3,20 @@
 from __future__ import annotations
 
 import pytest
-
-from controller.model import Watermark
-from pipelines.reading.stream_time import LatestStreamTimes
-from pipelines.reading.watermark_tables import append_watermarks
-from pipelines.timeline.clock import WatermarkHorizon
-from pipelines.timeline.config import ConsumerConfig, TimelineConfig
-from pipelines.timeline.consumer import TimelineConsumer
-from pipelines.timeline.exceptions import (
+from tidemark.controller.model import Watermark
+from tidemark.pipelines.reading.stream_time import LatestStreamTimes
+from tidemark.pipelines.reading.watermark_tables import append_watermarks
+from tidemark.pipelines.timeline.clock import WatermarkHorizon
+from tidemark.pipelines.timeline.config import ConsumerConfig, TimelineConfig
+from tidemark.pipelines.timeline.consumer import TimelineConsumer
+from tidemark.pipelines.timeline.exceptions import (
     InvalidMessageError,
     NotAvailableError,
     StreamTimeBackwardsError,
 )
-from pipelines.timeline.model import Status
-from pipelines.timeline.producer import TimelineProducer
-from pipelines.timeline.store import TimelineStore
+from tidemark.pipelines.timeline.model import Status
+from tidemark.pipelines.timeline.producer import TimelineProducer
+from tidemark.pipelines.timeline.store import TimelineStore
 
 T = 1_000_000  # an event time far in the wall clock's past: due by the clock long ago
 
@@ -121,9 +120,9 @@ def test_event_time_messages_fall_due_in_the_relay_and_for_cli_lease(
 
     from confluent_kafka import Consumer
     from confluent_kafka.admin import AdminClient, NewTopic
+    from tidemark.pipelines.timeline.config import RelayConfig
+    from tidemark.pipelines.timeline.relay import TimelineRelay
 
-    from pipelines.timeline.config import RelayConfig
-    from pipelines.timeline.relay import TimelineRelay
     from tidemark.cli import timeline as cli
     from tidemark.environment import DELTA_ROOT, POSTGRES_DSN
 

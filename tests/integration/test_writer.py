@@ -9,16 +9,15 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
-
-from controller.config import ScalingPolicy, StreamConfiguration, TimestampingMode
-from controller.kafka.admin import StreamTopics
-from controller.memory_store import MemoryStore
-from controller.model import KeyRange, segment_id
-from controller.naming import ClusterSettings, bucket_of
-from controller.navigation import key_hash
-from controller.streams import StreamManager
-from pipelines.writing.config import WriterConfig
-from pipelines.writing.exceptions import (
+from tidemark.controller.config import ScalingPolicy, StreamConfiguration, TimestampingMode
+from tidemark.controller.kafka.admin import StreamTopics
+from tidemark.controller.memory_store import MemoryStore
+from tidemark.controller.model import KeyRange, segment_id
+from tidemark.controller.naming import ClusterSettings, bucket_of
+from tidemark.controller.navigation import key_hash
+from tidemark.controller.streams import StreamManager
+from tidemark.pipelines.writing.config import WriterConfig
+from tidemark.pipelines.writing.exceptions import (
     AutomaticTimeError,
     DeliveryError,
     InvalidTimestampError,
@@ -32,9 +31,9 @@ from pipelines.writing.exceptions import (
     UnknownStreamError,
     WriterClosedError,
 )
-from pipelines.writing.transactions import TransactionalWriter
-from pipelines.writing.writer import EventWriter
-from schemas.records import WriterMarkRecord
+from tidemark.pipelines.writing.transactions import TransactionalWriter
+from tidemark.pipelines.writing.writer import EventWriter
+from tidemark.schemas.records import WriterMarkRecord
 
 
 @pytest.fixture

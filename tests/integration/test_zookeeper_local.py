@@ -27,7 +27,7 @@ def test_ephemeral_node_disappears_when_its_session_closes(zookeeper, zk_client,
 
 
 def test_claims_name_their_owner_and_vanish_with_its_session(zookeeper, zk_client, unique) -> None:
-    from controller.zookeeper.claims import Claims
+    from tidemark.controller.zookeeper.claims import Claims
 
     other = KazooClient(hosts=f"{zookeeper}/tidemark-test-{unique}")
     other.start(timeout=15)
@@ -50,7 +50,7 @@ def test_claims_name_their_owner_and_vanish_with_its_session(zookeeper, zk_clien
 def test_a_session_from_the_factory_honours_its_chroot_and_ends_its_ephemerals(
     zookeeper, zk_client, unique
 ) -> None:
-    from controller.zookeeper.session import zookeeper_session
+    from tidemark.controller.zookeeper.session import zookeeper_session
 
     with zookeeper_session(zookeeper, chroot=f"/tidemark-test-{unique}", timeout_ms=4_000) as c:
         assert c.connected
@@ -66,8 +66,8 @@ def test_leadership_passes_to_the_next_contender_when_the_leader_cancels(
     import threading
     import time
 
-    from controller.zookeeper.leadership import Leadership, contenders
-    from controller.zookeeper.session import zookeeper_session
+    from tidemark.controller.zookeeper.leadership import Leadership, contenders
+    from tidemark.controller.zookeeper.session import zookeeper_session
 
     led: list[str] = []
     leading = {name: threading.Event() for name in ("a", "b")}

@@ -7,20 +7,20 @@ import threading
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from controller.laggards import LAGGING, SLOWEST, Laggard, WriterSeen, changed, laggards
-from controller.model import Watermark, WriterMark
-from controller.watermarks import GenerationState, watermark_cycle
-from jobs.exceptions import JobConfigurationError
-from jobs.window_args import WindowRun
-from pipelines.reading.exceptions import (
+from tidemark.controller.laggards import LAGGING, SLOWEST, Laggard, WriterSeen, changed, laggards
+from tidemark.controller.model import Watermark, WriterMark
+from tidemark.controller.watermarks import GenerationState, watermark_cycle
+from tidemark.jobs.exceptions import JobConfigurationError
+from tidemark.jobs.window_args import WindowRun
+from tidemark.pipelines.reading.exceptions import (
     ReaderConfigError,
     StreamTimeTimeoutError,
     WaitCancelledError,
 )
-from pipelines.reading.lateness import LateCounter
-from pipelines.reading.stream_time import wait_for_time
-from schemas.tables import CLEAR, laggard_rows, latest_laggards
+from tidemark.pipelines.reading.lateness import LateCounter
+from tidemark.pipelines.reading.stream_time import wait_for_time
+from tidemark.schemas.tables import CLEAR, laggard_rows, latest_laggards
+
 from tidemark.cli.acting import rewrite_alias
 
 S = "sc/st"
@@ -77,7 +77,7 @@ def test_nobody_holds_back_when_all_are_level(marks):
 def test_laggards_follow_the_cycle(times):
     """After any cycle: lagging writers are exactly the cycle's lagging ones; otherwise
     the named writers are at the minimum, strictly below the maximum."""
-    from controller.model import Epoch, KeyRange, Segment
+    from tidemark.controller.model import Epoch, KeyRange, Segment
 
     epochs = [Epoch(0, (Segment(0, KeyRange(0.0, 1.0)),))]
     state = GenerationState(wm(25))
@@ -166,7 +166,7 @@ def test_wait_refuses_bad_timeouts(bad):
 
 
 def test_wait_refuses_bad_times():
-    from controller.timestamps import InvalidTimestampError
+    from tidemark.controller.timestamps import InvalidTimestampError
 
     with pytest.raises(InvalidTimestampError):
         wait_for_time(S, "ten", 0, source=ListSource([]))
@@ -175,7 +175,7 @@ def test_wait_refuses_bad_times():
 def test_async_form_returns_and_cancels():
     import asyncio
 
-    from pipelines.reading.stream_time import wait_for_time_async
+    from tidemark.pipelines.reading.stream_time import wait_for_time_async
 
     async def main():
         got = await wait_for_time_async(S, 3, 1_000, source=ListSource([[wm(3)]]))
@@ -190,7 +190,7 @@ def test_async_form_returns_and_cancels():
 
 
 def test_callback_form():
-    from pipelines.reading.stream_time import on_stream_time
+    from tidemark.pipelines.reading.stream_time import on_stream_time
 
     seen, errors = [], []
     trigger = on_stream_time(
@@ -261,8 +261,8 @@ def test_window_run_alias():
 
 
 def test_job_records_laggards_only_on_change():
-    from jobs.lateness import laggard_update, laggards_of
-    from jobs.workflow import StoredMark, StreamState
+    from tidemark.jobs.lateness import laggard_update, laggards_of
+    from tidemark.jobs.workflow import StoredMark, StreamState
 
     state = StreamState(
         marks={
@@ -284,7 +284,7 @@ def test_object_store_source_backs_off_between_reads():
     """No log directory to watch on an object store: each wait is one step, growing."""
     import time
 
-    from pipelines.reading.stream_time import DeltaWatermarkSource
+    from tidemark.pipelines.reading.stream_time import DeltaWatermarkSource
 
     source = DeltaWatermarkSource("s3://bucket/tidemark", S, min_backoff_ms=10, max_backoff_ms=80)
     started = time.monotonic()
@@ -306,7 +306,7 @@ def test_late_events_bound_per_segment_from_the_cuts():
     does not name it) and is sealed before watermark 3 (whose cut does not name it)."""
     from types import SimpleNamespace
 
-    from pipelines.reading.lateness import LateEvents
+    from tidemark.pipelines.reading.lateness import LateEvents
 
     marks = [
         Watermark(S, 100, 100, {1: 5}, 0),

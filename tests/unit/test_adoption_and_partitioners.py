@@ -7,10 +7,9 @@ import zlib
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from controller.config import ScalingPolicy, StreamConfiguration
-from controller.exceptions import InvalidModelError
-from controller.metadata import (
+from tidemark.controller.config import ScalingPolicy, StreamConfiguration
+from tidemark.controller.exceptions import InvalidModelError
+from tidemark.controller.metadata import (
     Adoption,
     adopted_stream_metadata,
     decode_metadata,
@@ -18,8 +17,8 @@ from controller.metadata import (
     metadata_to_dict,
     new_stream_metadata,
 )
-from pipelines.writing.exceptions import WriterConfigError
-from pipelines.writing.partitioners import check_partitioner, kafka_partition, murmur2
+from tidemark.pipelines.writing.exceptions import WriterConfigError
+from tidemark.pipelines.writing.partitioners import check_partitioner, kafka_partition, murmur2
 
 CONFIG = StreamConfiguration(scaling_policy=ScalingPolicy.fixed(3))
 

@@ -97,7 +97,9 @@ def test_kazoo_clients_are_created_only_by_the_session_factory():
         for path, text in project_sources()
         if not path.startswith(SESSION_HOME) and (lines := kazoo_clients_created(text))
     }
-    assert offenders == {}, "use controller.zookeeper.session (open_session / zookeeper_session)"
+    assert offenders == {}, (
+        "use tidemark.controller.zookeeper.session (open_session / zookeeper_session)"
+    )
     homes = [path for path, text in project_sources() if kazoo_clients_created(text)]
     assert homes == ["controller/zookeeper/session.py"]
 
@@ -108,7 +110,9 @@ def test_kafka_client_settings_are_assembled_only_by_the_builder():
         for path, text in project_sources()
         if path not in SETTINGS_EXEMPT and (keys := kafka_settings_assembled(text))
     }
-    assert offenders == {}, "use controller.kafka.settings (client_config, spark_source_options)"
+    assert offenders == {}, (
+        "use tidemark.controller.kafka.settings (client_config, spark_source_options)"
+    )
     builder = dict(project_sources())[SETTINGS_HOME]
     assert {key for _, key in kafka_settings_assembled(builder)} >= {
         "bootstrap.servers",

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from tidemark.pipelines.timeline.config import ConsumerConfig, RelayConfig
+from tidemark.pipelines.timeline.exceptions import ConfigurationError, InvalidMessageError
+from tidemark.pipelines.timeline.model import MAX_LEASE_MS, check_id, check_lease
 
-from pipelines.timeline.config import ConsumerConfig, RelayConfig
-from pipelines.timeline.exceptions import ConfigurationError, InvalidMessageError
-from pipelines.timeline.model import MAX_LEASE_MS, check_id, check_lease
 from tidemark.cli.main import main
 
 
@@ -68,7 +68,8 @@ def test_timeline_limits() -> None:
 def test_max_future_ms_option() -> None:
     import argparse
 
-    from controller.config import StreamConfiguration
+    from tidemark.controller.config import StreamConfiguration
+
     from tidemark.cli.stream_options import add_config_options, config_from_args
 
     parser = argparse.ArgumentParser()

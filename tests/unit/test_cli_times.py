@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import pytest
+from tidemark.controller.exceptions import InvalidTimestampError
+from tidemark.controller.timestamps import wall_clock_ms
+from tidemark.pipelines.reading.exceptions import InvalidDurationError
 
-from controller.exceptions import InvalidTimestampError
-from controller.timestamps import wall_clock_ms
-from pipelines.reading.exceptions import InvalidDurationError
 from tidemark.cli.main import main
 from tidemark.cli.times import parse_ago, parse_time
 

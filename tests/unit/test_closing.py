@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from controller.closing import Closing
+from tidemark.controller.closing import Closing
 
 
 class _Resource(Closing):

@@ -6,9 +6,8 @@ import os
 import signal
 
 import pytest
-
-from jobs.config import ControllerSettings
-from jobs.controller_job import ControllerJob
+from tidemark.jobs.config import ControllerSettings
+from tidemark.jobs.controller_job import ControllerJob
 
 
 @pytest.mark.parametrize(("failures", "status"), [([], 0), (["bucket 0: boom"], 1)])

@@ -3,8 +3,14 @@
 
 from __future__ import annotations
 
-from controller.laggards import LAGGING, SLOWEST, Laggard
-from schemas.tables import LAGGARDS_COLUMNS, laggard_rows, laggards_by_stream, latest_laggards
+from tidemark.controller.laggards import LAGGING, SLOWEST, Laggard
+from tidemark.schemas.tables import (
+    LAGGARDS_COLUMNS,
+    laggard_rows,
+    laggards_by_stream,
+    latest_laggards,
+)
+
 from tidemark.cli.controller import describe_laggard
 
 

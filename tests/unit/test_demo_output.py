@@ -6,7 +6,8 @@ import subprocess
 import sys
 import textwrap
 
-from controller.model import Watermark
+from tidemark.controller.model import Watermark
+
 from tidemark.demo import DemoReport
 from tidemark.demo_chart import write_chart
 

@@ -4,7 +4,7 @@
 of the nav, a nav entry with no page) into a failure; the README stays a short front
 page whose relative links all resolve; nothing points outside the repository; the
 mark protocol page is the copy of ``schemas/README.md`` and the Delta tables page
-names every column of ``schemas.tables.LAYOUT``.
+names every column of ``tidemark.schemas.tables.LAYOUT``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from schemas.tables import LAYOUT
+from tidemark.schemas.tables import LAYOUT
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"

@@ -6,9 +6,8 @@ import pytest
 from confluent_kafka import Message
 from hypothesis import given
 from hypothesis import strategies as st
-
-from controller.model import TimeWindow, segment_id
-from pipelines.reading.reader import EventBatch, EventRead
+from tidemark.controller.model import TimeWindow, segment_id
+from tidemark.pipelines.reading.reader import EventBatch, EventRead
 
 SEGMENT_OF = {0: segment_id(0, 0), 1: segment_id(1, 1), 2: segment_id(2, 2)}
 

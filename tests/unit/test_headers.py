@@ -1,11 +1,11 @@
-"""Kafka headers as tidemark's writers take them (pipelines.writing.headers): pure checks."""
+"""Kafka headers as tidemark's writers take them (tidemark.pipelines.writing.headers): pure
+checks."""
 
 from __future__ import annotations
 
 import pytest
-
-from pipelines.writing.exceptions import InvalidHeaderError, WriterError
-from pipelines.writing.headers import checked_headers
+from tidemark.pipelines.writing.exceptions import InvalidHeaderError, WriterError
+from tidemark.pipelines.writing.headers import checked_headers
 
 
 def test_pairs_and_mappings_become_the_producers_list_in_order() -> None:

@@ -16,13 +16,27 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("controller", "infra", "jobs", "pipelines", "schemas", "tidemark")
+"""The repository's folders; installed, each but ``tidemark`` is ``tidemark.<folder>``."""
 
 
 def module_name(path: Path) -> str:
+    """The installed name of a source file: ``controller/model.py`` ->
+    ``tidemark.controller.model``."""
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
+    if parts[0] != "tidemark":
+        parts.insert(0, "tidemark")
     return ".".join(parts)
+
+
+def section(name: str) -> str:
+    """The folder a module lives in: ``tidemark.jobs.sink`` -> ``jobs``; ``tidemark`` itself
+    (the front door, errors, CLI, service) -> ``tidemark``."""
+    parts = name.split(".")
+    if len(parts) > 1 and parts[1] in PACKAGES:
+        return parts[1]
+    return "tidemark"
 
 
 def project_modules() -> dict[str, Path]:
@@ -140,7 +154,7 @@ def test_type_checking_imports_do_not_count():
 
 
 PURE_CORE = frozenset(
-    f"controller.{name}"
+    f"tidemark.controller.{name}"
     for name in [
         "admission",
         "config",
@@ -187,10 +201,12 @@ def test_the_dependency_rules_hold():
     modules = project_modules()
     broken: list[str] = []
     for module in sorted(graph):
-        top = module.split(".")[0]
+        top = section(module)
         if module in PURE_CORE:
             broken += _breaks(
-                graph, module, lambda t: t in PURE_CORE or t in LEAVES or t == "controller"
+                graph,
+                module,
+                lambda t: t in PURE_CORE or t in LEAVES or t == "tidemark.controller",
             )
             broken += [
                 f"{module} -> {lib}"
@@ -198,19 +214,17 @@ def test_the_dependency_rules_hold():
                 if lib.split(".")[0] in IO_LIBRARIES
             ]
         elif top == "controller":
-            broken += _breaks(
-                graph, module, lambda t: t.split(".")[0] == "controller" or t in LEAVES
-            )
+            broken += _breaks(graph, module, lambda t: section(t) == "controller" or t in LEAVES)
         elif top == "schemas":
-            broken += _breaks(graph, module, lambda t: t.split(".")[0] == "schemas" or t in LEAVES)
+            broken += _breaks(graph, module, lambda t: section(t) == "schemas" or t in LEAVES)
         elif top == "pipelines":
             broken += _breaks(
                 graph,
                 module,
-                lambda t: t.split(".")[0] in ("pipelines", "controller", "schemas") or t in LEAVES,
+                lambda t: section(t) in ("pipelines", "controller", "schemas") or t in LEAVES,
             )
         elif top == "infra":
-            broken += _breaks(graph, module, lambda t: t.split(".")[0] == "infra" or t in LEAVES)
+            broken += _breaks(graph, module, lambda t: section(t) == "infra" or t in LEAVES)
         elif module in ("tidemark.errors", "tidemark.environment"):
             broken += _breaks(graph, module, lambda t: t == "tidemark")
         elif top == "jobs":
@@ -218,11 +232,20 @@ def test_the_dependency_rules_hold():
                 graph,
                 module,
                 lambda t: (
-                    t.split(".")[0] in ("jobs", "controller", "schemas", "pipelines")
+                    section(t) in ("jobs", "controller", "schemas", "pipelines")
                     or t in LEAVES
-                    # infra.spark: one place for Spark settings; infra.services: the command
-                    # line's entry points find `tidemark up`'s services when given no address
-                    or t in ("infra", "infra.spark", "infra.services")
+                    # tidemark.infra.spark: one place for Spark settings; tidemark.infra.services:
+                    # the command line's entry points find `tidemark up`'s services when given
+                    # no address
+                    or t in ("tidemark.infra", "tidemark.infra.spark", "tidemark.infra.services")
                 ),
             )
     assert not broken, "imports the design's dependency rules forbid: " + "; ".join(broken)
+
+
+@pytest.mark.unit
+def test_the_graph_names_modules_by_their_installed_names():
+    graph = import_graph()
+    assert "tidemark.controller.model" in graph["tidemark.controller.watermarks"]
+    assert "tidemark.schemas.tables" in graph["tidemark.jobs.sink"]
+    assert section("tidemark.jobs.sink") == "jobs" and section("tidemark.cli.main") == "tidemark"

@@ -1,4 +1,4 @@
-"""controller.index: binary search, and where to start and stop reading."""
+"""tidemark.controller.index: binary search, and where to start and stop reading."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ from dataclasses import dataclass
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from controller.index import (
+from tidemark.controller.index import (
     IndexRow,
     find,
     index_rows,
@@ -19,7 +18,7 @@ from controller.index import (
     stop_cut,
     stop_index,
 )
-from controller.model import StreamCut, Watermark
+from tidemark.controller.model import StreamCut, Watermark
 
 FIND_CASES = [
     ([], 5, None),

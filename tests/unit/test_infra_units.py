@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from tidemark.infra.jars import artifact_name
+from tidemark.infra.ports import free_port, free_ports, is_listening
 
-from infra.jars import artifact_name
-from infra.ports import free_port, free_ports, is_listening
 from tidemark.environment import Environment
 
 
@@ -46,7 +46,7 @@ def test_free_ports_are_distinct_and_unused() -> None:
 
 
 def test_kafka_cluster_ids_never_start_with_a_dash() -> None:
-    from infra.kafka import new_cluster_id
+    from tidemark.infra.kafka import new_cluster_id
 
     ids = {new_cluster_id() for _ in range(2000)}
     assert len(ids) == 2000
@@ -54,7 +54,7 @@ def test_kafka_cluster_ids_never_start_with_a_dash() -> None:
 
 
 def test_pipelines_exports_the_contract_names() -> None:
-    import pipelines
+    from tidemark import pipelines
 
     for name in pipelines.__all__:
         assert getattr(pipelines, name).__name__ == name
@@ -64,8 +64,8 @@ def test_pipelines_exports_the_contract_names() -> None:
 
 def test_resolve_services_option_then_environment_then_error(tmp_path) -> None:
     import pytest as _pytest
+    from tidemark.infra.services import KAFKA, POSTGRES, ZOOKEEPER, resolve_services
 
-    from infra.services import KAFKA, POSTGRES, ZOOKEEPER, resolve_services
     from tidemark.environment import Environment
     from tidemark.errors import ConfigurationError
 
@@ -80,7 +80,7 @@ def test_resolve_services_option_then_environment_then_error(tmp_path) -> None:
 def test_local_drivers_get_the_jvm_options_and_cluster_drivers_keep_the_defaults(
     tmp_path: Path,
 ) -> None:
-    from infra.spark import LOCAL_JVM_OPTIONS, SparkSettings, driver_java_options
+    from tidemark.infra.spark import LOCAL_JVM_OPTIONS, SparkSettings, driver_java_options
 
     settings = SparkSettings(work_dir=tmp_path, driver_memory="3g")
     local = driver_java_options(settings, "local[2]").split()
@@ -92,7 +92,7 @@ def test_local_drivers_get_the_jvm_options_and_cluster_drivers_keep_the_defaults
 
 
 def test_data_root_keeps_an_object_store_uri_intact() -> None:
-    from infra.services import data_root
+    from tidemark.infra.services import data_root
 
     env = Environment.from_env({"TIDEMARK_DELTA_ROOT": "s3a://lake/tidemark"})
     assert data_root(env) == "s3a://lake/tidemark"
@@ -100,7 +100,7 @@ def test_data_root_keeps_an_object_store_uri_intact() -> None:
 
 
 def test_an_ensemble_member_names_every_peer_and_its_own_id(tmp_path: Path) -> None:
-    from infra.zookeeper import QuorumPeer, ZooKeeperEnsemble
+    from tidemark.infra.zookeeper import QuorumPeer, ZooKeeperEnsemble
 
     with pytest.raises(ValueError, match="odd size"):
         ZooKeeperEnsemble(tmp_path / "even", size=2)
@@ -109,7 +109,7 @@ def test_an_ensemble_member_names_every_peer_and_its_own_id(tmp_path: Path) -> N
 
 
 def test_the_s3a_settings_name_the_store_path_style_over_http(tmp_path: Path) -> None:
-    from infra.s3proxy import READER_ENVIRONMENT, S3Proxy, bucket_path
+    from tidemark.infra.s3proxy import READER_ENVIRONMENT, S3Proxy, bucket_path
 
     s3 = S3Proxy.__new__(S3Proxy)
     s3.port, s3.access_key, s3.secret_key = 9000, "k", "s"

@@ -1,10 +1,9 @@
-"""jobs.controller_job helpers that need no services."""
+"""tidemark.jobs.controller_job helpers that need no services."""
 
 from __future__ import annotations
 
 import pytest
-
-from jobs.controller_job import first_batch, is_local
+from tidemark.jobs.controller_job import first_batch, is_local
 
 
 @pytest.mark.parametrize(
@@ -54,8 +53,8 @@ class Task:
 def test_leader_tasks_run_around_the_query_and_a_failing_one_stops_nothing() -> None:
     import threading
 
-    from jobs.config import ControllerSettings
-    from jobs.controller_job import ControllerJob
+    from tidemark.jobs.config import ControllerSettings
+    from tidemark.jobs.controller_job import ControllerJob
 
     calls: list[str] = []
     settings = ControllerSettings("k:9092", "z:2181", "/data/delta", "/data/ckpt")

@@ -1,16 +1,16 @@
-"""jobs.due's schedule and jobs.controller_job's layout check, without services."""
+"""tidemark.jobs.due's schedule and tidemark.jobs.controller_job's layout check, without
+services."""
 
 from __future__ import annotations
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from controller.naming import ClusterSettings
-from jobs.config import ControllerSettings
-from jobs.controller_job import check_layout, layout
-from jobs.due import DueTimes
-from jobs.exceptions import JobConfigurationError
+from tidemark.controller.naming import ClusterSettings
+from tidemark.jobs.config import ControllerSettings
+from tidemark.jobs.controller_job import check_layout, layout
+from tidemark.jobs.due import DueTimes
+from tidemark.jobs.exceptions import JobConfigurationError
 
 
 def test_the_latest_report_per_slot_wins_and_a_taken_slot_is_forgotten() -> None:
@@ -82,7 +82,7 @@ def test_slots_follow_the_state_partitions_not_the_buckets() -> None:
 
 
 def test_a_started_checkpoint_decides_the_state_partitions() -> None:
-    from jobs.controller_job import resolve
+    from tidemark.jobs.controller_job import resolve
 
     published = layout(settings(8, partitions=3))
     assert resolve(None, settings(8), published).state_partitions == 3
@@ -92,7 +92,7 @@ def test_a_started_checkpoint_decides_the_state_partitions() -> None:
 
 
 def test_a_started_checkpoint_keeps_its_slot_keys() -> None:
-    from jobs.controller_job import resolve
+    from tidemark.jobs.controller_job import resolve
 
     published = layout(settings(8, partitions=2))
     assert published["slot_keys"] == "balanced"

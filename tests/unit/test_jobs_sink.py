@@ -1,4 +1,4 @@
-"""jobs.sink without Spark: idempotent, fenced appends to the controller's Delta tables."""
+"""tidemark.jobs.sink without Spark: idempotent, fenced appends to the controller's Delta tables."""
 
 from __future__ import annotations
 
@@ -9,11 +9,16 @@ import pyarrow as pa
 import pytest
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError
-
-from jobs.processor import COLUMNS, REJECTED, WATERMARK
-from jobs.sink import DeltaSink, DeltaTables, ensure_tables, split_rows, through_store_outage
-from schemas.arrow import ARROW_SCHEMAS
-from schemas.tables import INDEX, MARKS, REJECTED_MARKS, TABLES, table_path
+from tidemark.jobs.processor import COLUMNS, REJECTED, WATERMARK
+from tidemark.jobs.sink import (
+    DeltaSink,
+    DeltaTables,
+    ensure_tables,
+    split_rows,
+    through_store_outage,
+)
+from tidemark.schemas.arrow import ARROW_SCHEMAS
+from tidemark.schemas.tables import INDEX, MARKS, REJECTED_MARKS, TABLES, table_path
 
 
 def _tables(root: Path) -> str:
@@ -148,10 +153,10 @@ def test_an_open_writer_appends_over_other_commits(tmp_path: Path) -> None:
 
 
 def test_laggard_snapshots_go_to_their_table_in_the_batch_once(tmp_path: Path) -> None:
-    from controller.laggards import LAGGING, Laggard
-    from jobs.processor import output_rows
-    from jobs.workflow import LaggardRows
-    from schemas.tables import LAGGARDS, laggard_rows
+    from tidemark.controller.laggards import LAGGING, Laggard
+    from tidemark.jobs.processor import output_rows
+    from tidemark.jobs.workflow import LaggardRows
+    from tidemark.schemas.tables import LAGGARDS, laggard_rows
 
     lag = Laggard("a", "w2", LAGGING, 100, 150, 900, 40, 77, "inst-1", 20, 70)
     rows = [
@@ -202,11 +207,11 @@ def test_a_laggards_table_from_before_the_writer_columns_gets_them_and_keeps_its
     """A table written before ``instance``, ``first_seen`` and ``last_seen`` joined the
     layout: the controller's start adds them (one commit, nullable); its rows read as
     null there, and the sink appends the new rows after it."""
-    from controller.laggards import LAGGING, Laggard
-    from jobs.processor import output_rows
-    from jobs.sink import evolve_tables, missing_columns
-    from jobs.workflow import LaggardRows
-    from schemas.tables import LAGGARDS, laggard_rows
+    from tidemark.controller.laggards import LAGGING, Laggard
+    from tidemark.jobs.processor import output_rows
+    from tidemark.jobs.sink import evolve_tables, missing_columns
+    from tidemark.jobs.workflow import LaggardRows
+    from tidemark.schemas.tables import LAGGARDS, laggard_rows
 
     root = str(tmp_path)  # the other tables do not exist: nothing to evolve there
     new = ("instance", "first_seen", "last_seen")
@@ -238,10 +243,10 @@ def test_a_laggards_table_from_before_the_writer_columns_gets_them_and_keeps_its
 
 
 def test_the_operator_output_packs_and_unpacks_every_kind_of_row() -> None:
-    from controller.laggards import LAGGING, Laggard
-    from jobs.processor import SlotDue, output_rows, pack, unpack
-    from jobs.workflow import LaggardRows, Rejected
-    from schemas.tables import laggard_rows
+    from tidemark.controller.laggards import LAGGING, Laggard
+    from tidemark.jobs.processor import SlotDue, output_rows, pack, unpack
+    from tidemark.jobs.workflow import LaggardRows, Rejected
+    from tidemark.schemas.tables import laggard_rows
 
     lag = Laggard("a", "w2", LAGGING, 100, 150, 900, 40, 77)
     rows = [

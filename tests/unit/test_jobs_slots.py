@@ -1,4 +1,5 @@
-"""jobs.slots without Spark: many streams in one state value behave as one state per stream."""
+"""tidemark.jobs.slots without Spark: many streams in one state value behave as one state per
+stream."""
 
 from __future__ import annotations
 
@@ -7,14 +8,13 @@ from collections.abc import Mapping, Sequence
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from controller.config import StreamConfiguration
-from controller.metadata import StreamMetadata, new_stream_metadata
-from jobs.config import CycleTrigger, WorkflowSettings
-from jobs.slot_keys import due_key, is_due_key, slot_expression
-from jobs.slots import SlotState, run_slot
-from jobs.workflow import Emitted, MarkInput, StreamState, StreamWorkflow
-from schemas.records import WriterMarkRecord
+from tidemark.controller.config import StreamConfiguration
+from tidemark.controller.metadata import StreamMetadata, new_stream_metadata
+from tidemark.jobs.config import CycleTrigger, WorkflowSettings
+from tidemark.jobs.slot_keys import due_key, is_due_key, slot_expression
+from tidemark.jobs.slots import SlotState, run_slot
+from tidemark.jobs.workflow import Emitted, MarkInput, StreamState, StreamWorkflow
+from tidemark.schemas.records import WriterMarkRecord
 
 A, B, C = "shop/a", "shop/b", "shop/c"
 

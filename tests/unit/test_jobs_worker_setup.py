@@ -1,4 +1,5 @@
-"""jobs.worker_setup: invalidating import caches re-reads a zip archive only when it changed."""
+"""tidemark.jobs.worker_setup: invalidating import caches re-reads a zip archive only when it
+changed."""
 
 from __future__ import annotations
 
@@ -10,8 +11,7 @@ import zipimport
 from pathlib import Path
 
 import pytest
-
-from jobs.worker_setup import keep_zip_directories
+from tidemark.jobs.worker_setup import keep_zip_directories
 
 
 def _zip(path: Path, source: str) -> None:

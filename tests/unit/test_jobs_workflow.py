@@ -1,16 +1,16 @@
-"""jobs.workflow without Spark: admission, cycles, ticks, due times, the last-stable-offset hold."""
+"""tidemark.jobs.workflow without Spark: admission, cycles, ticks, due times, the
+last-stable-offset hold."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
 import pytest
-
-from controller.config import ScalingPolicy, StreamConfiguration
-from controller.metadata import StreamMetadata, new_stream_metadata
-from jobs.config import CycleTrigger, WorkflowSettings
-from jobs.tables import Reason
-from jobs.workflow import (
+from tidemark.controller.config import ScalingPolicy, StreamConfiguration
+from tidemark.controller.metadata import StreamMetadata, new_stream_metadata
+from tidemark.jobs.config import CycleTrigger, WorkflowSettings
+from tidemark.jobs.tables import Reason
+from tidemark.jobs.workflow import (
     STATE_VERSION,
     Emitted,
     LaggardRows,
@@ -21,7 +21,7 @@ from jobs.workflow import (
     parse_tick,
     tick_value,
 )
-from schemas.records import WriterMarkRecord
+from tidemark.schemas.records import WriterMarkRecord
 
 S = "shop/orders"
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
-
-from controller.kafka.retry import KafkaRetry
-from pipelines.reading.offsets import MemoryOffsets
+from tidemark.controller.kafka.retry import KafkaRetry
+from tidemark.pipelines.reading.offsets import MemoryOffsets
 
 
 class _Clock:

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from confluent_kafka.admin import AclOperation, ResourceType  # type: ignore[attr-defined]
-
-from controller.kafka.acls import tidemark_acls
-from controller.kafka.settings import (
+from tidemark.controller.kafka.acls import tidemark_acls
+from tidemark.controller.kafka.settings import (
     SASL_MECHANISM,
     SASL_PASSWORD,
     SASL_USERNAME,

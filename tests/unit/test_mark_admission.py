@@ -5,23 +5,30 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from controller.admission import (
+from tidemark.controller.admission import (
     DEFAULT_MAX_FUTURE_MS,
     FUTURE_TIME,
     IMPERSONATED,
     NEGATIVE_TIME,
     check_time,
 )
-from controller.config import ScalingPolicy, StreamConfiguration
-from controller.exceptions import InvalidConfigurationError
-from controller.metadata import new_stream_metadata
-from jobs.config import WorkflowSettings
-from jobs.workflow import Emitted, MarkInput, Rejected, StreamState, StreamWorkflow, retired_writer
-from schemas.codec import MAGIC
-from schemas.mark_input import Undecodable, decode_mark, decode_stream_key, printable_key
-from schemas.records import WriterMarkRecord
-from schemas.tables import Reason
+from tidemark.controller.config import ScalingPolicy, StreamConfiguration
+from tidemark.controller.exceptions import InvalidConfigurationError
+from tidemark.controller.metadata import new_stream_metadata
+from tidemark.jobs.config import WorkflowSettings
+from tidemark.jobs.workflow import (
+    Emitted,
+    MarkInput,
+    Rejected,
+    StreamState,
+    StreamWorkflow,
+    retired_writer,
+)
+from tidemark.schemas.codec import MAGIC
+from tidemark.schemas.mark_input import Undecodable, decode_mark, decode_stream_key, printable_key
+from tidemark.schemas.records import WriterMarkRecord
+from tidemark.schemas.tables import Reason
+
 from tests.unit.test_jobs_workflow import Committed, Streams
 
 S = "shop/orders"

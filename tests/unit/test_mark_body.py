@@ -1,4 +1,4 @@
-"""schemas.mark_body: the fast reader agrees with the generic codec on every input."""
+"""tidemark.schemas.mark_body: the fast reader agrees with the generic codec on every input."""
 
 from __future__ import annotations
 
@@ -8,11 +8,10 @@ from unittest.mock import patch
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from schemas.codec import HEADER_SIZE, default_registry
-from schemas.mark_body import read_writer_mark
-from schemas.mark_input import Undecodable, decode_mark
-from schemas.records import WriterMarkRecord
+from tidemark.schemas.codec import HEADER_SIZE, default_registry
+from tidemark.schemas.mark_body import read_writer_mark
+from tidemark.schemas.mark_input import Undecodable, decode_mark
+from tidemark.schemas.records import WriterMarkRecord
 
 LONGS = st.integers(-(2**63), 2**63 - 1)
 TEXT = st.text(max_size=20)
@@ -91,7 +90,7 @@ def test_arbitrary_bytes_behind_a_mark_header_never_read_differently(body: bytes
 
 def _decode_generic(data: bytes) -> WriterMarkRecord | Undecodable:
     """decode_mark with the fast reader switched off: the codec alone."""
-    with patch("schemas.mark_input.read_writer_mark", lambda _data: None):
+    with patch("tidemark.schemas.mark_input.read_writer_mark", lambda _data: None):
         return decode_mark(data)
 
 

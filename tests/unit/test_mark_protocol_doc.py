@@ -10,11 +10,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from controller import admission
-from controller.watermarks import Verdict
-from schemas.codec import default_registry
-from schemas.records import WriterMarkRecord
-from schemas.tables import Reason
+from tidemark.controller import admission
+from tidemark.controller.watermarks import Verdict
+from tidemark.schemas.codec import default_registry
+from tidemark.schemas.records import WriterMarkRecord
+from tidemark.schemas.tables import Reason
 
 DOC = (Path(__file__).resolve().parents[2] / "schemas" / "README.md").read_text("utf-8")
 
@@ -42,7 +42,7 @@ def _leading_bytes(line: str) -> bytes:
 def test_every_reason_the_controller_emits_is_documented_and_no_other() -> None:
     documented = set(re.findall(r"^\| `([a-z_]+)` \|", _section(7), re.MULTILINE))
     emitted = set(Reason.ALL)
-    # the reasons produced outside schemas.tables are spelled the same
+    # the reasons produced outside tidemark.schemas.tables are spelled the same
     assert {v.value for v in Verdict if v is not Verdict.ACCEPTED} <= emitted
     assert {admission.NEGATIVE_TIME, admission.FUTURE_TIME, admission.IMPERSONATED} <= emitted
     assert documented == emitted

@@ -1,4 +1,5 @@
-"""MergedBatch (pipelines.reading.merged_batch) and TimeMerge's batch API over Kafka records
+"""MergedBatch (tidemark.pipelines.reading.merged_batch) and TimeMerge's batch API over Kafka
+records
 held as fetched: time order, completeness, bodies without events, stream names."""
 
 from __future__ import annotations
@@ -9,12 +10,11 @@ import pytest
 from confluent_kafka import Message
 from hypothesis import given
 from hypothesis import strategies as st
-
-from controller.model import TimeWindow, segment_id
-from pipelines.reading.exceptions import ReaderConfigError
-from pipelines.reading.merge import TimeMerge
-from pipelines.reading.merged_batch import Columns, MergedBatch, Run
-from pipelines.reading.reader import EventBatch, EventRead
+from tidemark.controller.model import TimeWindow, segment_id
+from tidemark.pipelines.reading.exceptions import ReaderConfigError
+from tidemark.pipelines.reading.merge import TimeMerge
+from tidemark.pipelines.reading.merged_batch import Columns, MergedBatch, Run
+from tidemark.pipelines.reading.reader import EventBatch, EventRead
 
 pytestmark = pytest.mark.unit
 

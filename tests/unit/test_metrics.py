@@ -1,16 +1,16 @@
-"""The Prometheus metrics: controller (jobs.metrics), timeline consumer, exposition."""
+"""The Prometheus metrics: controller (tidemark.jobs.metrics), timeline consumer, exposition."""
 
 from __future__ import annotations
 
 import platform
 
 from prometheus_client import CollectorRegistry, generate_latest
+from tidemark.jobs.config import ControllerSettings
+from tidemark.jobs.controller_job import ControllerJob
+from tidemark.jobs.metrics import ControllerMetrics
+from tidemark.pipelines.build_info import register_build_info
 
 import tidemark
-from jobs.config import ControllerSettings
-from jobs.controller_job import ControllerJob
-from jobs.metrics import ControllerMetrics
-from pipelines.build_info import register_build_info
 
 
 def _value(registry, name, labels=None):
@@ -103,10 +103,9 @@ def test_build_info_names_the_version_once_per_registry():
 
 def test_timeline_consumer_metrics_are_exported():
     from prometheus_client import REGISTRY
-
-    from pipelines.timeline.clock import ClockDrift
-    from pipelines.timeline.consumer import _Metrics
-    from pipelines.timeline.model import Lease
+    from tidemark.pipelines.timeline.clock import ClockDrift
+    from tidemark.pipelines.timeline.consumer import _Metrics
+    from tidemark.pipelines.timeline.model import Lease
 
     metrics = _Metrics("unit-metrics")
     metrics.drift = ClockDrift(drift_ms=250.0, rtt_ms=1.0)

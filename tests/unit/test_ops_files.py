@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
-
-from jobs.metrics import ControllerMetrics
+from tidemark.jobs.metrics import ControllerMetrics
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "ops" / "prometheus" / "tidemark-alerts.yml"

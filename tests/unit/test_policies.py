@@ -1,4 +1,5 @@
-"""Stream policy decisions (controller.policies): tables of cases and hypothesis properties."""
+"""Stream policy decisions (tidemark.controller.policies): tables of cases and hypothesis
+properties."""
 
 from __future__ import annotations
 
@@ -7,14 +8,13 @@ import itertools
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from controller.config import RetentionPolicy, ScalingPolicy, StreamConfiguration
-from controller.exceptions import InvalidConfigurationError
-from controller.metadata import StreamMetadata, new_stream_metadata
-from controller.model import KeyRange, segment_id
-from controller.navigation import covers_exactly
-from controller.planning import plan_scale, validate_cut
-from controller.policies import (
+from tidemark.controller.config import RetentionPolicy, ScalingPolicy, StreamConfiguration
+from tidemark.controller.exceptions import InvalidConfigurationError
+from tidemark.controller.metadata import StreamMetadata, new_stream_metadata
+from tidemark.controller.model import KeyRange, segment_id
+from tidemark.controller.navigation import covers_exactly
+from tidemark.controller.planning import plan_scale, validate_cut
+from tidemark.controller.policies import (
     Merge,
     Sample,
     SegmentBytes,
@@ -31,7 +31,7 @@ from controller.policies import (
     time_bounds,
     time_retention_cut,
 )
-from controller.states import StreamState
+from tidemark.controller.states import StreamState
 
 
 def stream(segments: int = 2, scaling: ScalingPolicy | None = None, **kw: object) -> StreamMetadata:
@@ -278,7 +278,7 @@ def test_a_retention_cut_is_a_valid_truncation_point():
 
 
 def test_behind_head_table():
-    from controller.navigation import behind_head
+    from tidemark.controller.navigation import behind_head
 
     meta = stream(1)
     epoch = plan_scale(meta, [0], [KeyRange(0, 0.5), KeyRange(0.5, 1)], at_ms=1)
@@ -305,7 +305,8 @@ def test_behind_head_table():
     ],
 )
 def test_bad_policy_settings_are_refused(kw, message):
-    from controller.policy_loop import PolicySettings
+    from tidemark.controller.policy_loop import PolicySettings
+
     from tidemark.errors import ConfigurationError
 
     with pytest.raises(ConfigurationError, match=message):

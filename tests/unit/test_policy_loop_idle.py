@@ -7,11 +7,11 @@ from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
-from controller.config import RetentionPolicy, ScalingPolicy, StreamConfiguration
-from controller.memory_store import MemoryStore
-from controller.metadata import Versioned, new_stream_metadata
-from controller.policy_loop import PolicyLoop, PolicySettings, has_policy
-from controller.states import StreamState
+from tidemark.controller.config import RetentionPolicy, ScalingPolicy, StreamConfiguration
+from tidemark.controller.memory_store import MemoryStore
+from tidemark.controller.metadata import Versioned, new_stream_metadata
+from tidemark.controller.policy_loop import PolicyLoop, PolicySettings, has_policy
+from tidemark.controller.states import StreamState
 
 STREAMS = 1_000
 
@@ -124,10 +124,10 @@ def test_has_policy():
 
 def test_controller_run_hands_its_driver_a_policy_switch_unless_turned_off():
     import pytest
+    from tidemark.controller.naming import ClusterSettings
+    from tidemark.controller.policy_loop import PolicySwitch
+    from tidemark.jobs.config import ControllerSettings
 
-    from controller.naming import ClusterSettings
-    from controller.policy_loop import PolicySwitch
-    from jobs.config import ControllerSettings
     from tidemark.cli.controller import policy_tasks
     from tidemark.cli.main import build_parser
     from tidemark.errors import ConfigurationError

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from pipelines.writing.produced_counts import StatisticsReports
+from tidemark.pipelines.writing.produced_counts import StatisticsReports
 
 
 def report(ts: int, **topics: dict[str, int]) -> str:

@@ -1,4 +1,4 @@
-"""pipelines.reading.balance and .checkpoints: the pure planning, and the checkpoint
+"""tidemark.pipelines.reading.balance and .checkpoints: the pure planning, and the checkpoint
 protocol over the in-memory registry (no broker)."""
 
 from __future__ import annotations
@@ -6,9 +6,8 @@ from __future__ import annotations
 import time
 
 import pytest
-
-from controller.model import KeyRange, Segment
-from pipelines.reading.balance import (
+from tidemark.controller.model import KeyRange, Segment
+from tidemark.pipelines.reading.balance import (
     ReaderReport,
     drifting,
     group_lower,
@@ -16,17 +15,21 @@ from pipelines.reading.balance import (
     plan_by_time,
     reader_time,
 )
-from pipelines.reading.checkpoints import Checkpoint, CheckpointParticipation, PendingCheckpoint
-from pipelines.reading.config import ReaderConfig
-from pipelines.reading.exceptions import (
+from tidemark.pipelines.reading.checkpoints import (
+    Checkpoint,
+    CheckpointParticipation,
+    PendingCheckpoint,
+)
+from tidemark.pipelines.reading.config import ReaderConfig
+from tidemark.pipelines.reading.exceptions import (
     CheckpointExistsError,
     CheckpointInProgressError,
     CheckpointTimeoutError,
     ReaderConfigError,
     WatermarksUnavailableError,
 )
-from pipelines.reading.registry import MemoryGroupRegistry
-from pipelines.reading.view import GroupView, Plan
+from tidemark.pipelines.reading.registry import MemoryGroupRegistry
+from tidemark.pipelines.reading.view import GroupView, Plan
 
 
 def rep(time: int | None, segments: int = 2) -> ReaderReport:
@@ -290,8 +293,8 @@ def test_a_cancelled_checkpoint_is_never_taken_and_times_out_for_a_waiter():
 def test_segment_clocks_count_a_segment_at_a_cut_offset_as_not_behind():
     """A segment holding nothing (offset 0 in every cut) or read to the last cut's
     offset is not behind those watermarks: for balancing it must not look behind."""
-    from controller.model import Watermark
-    from pipelines.reading.balance import SegmentClocks
+    from tidemark.controller.model import Watermark
+    from tidemark.pipelines.reading.balance import SegmentClocks
 
     a, b = Segment(0, KeyRange(0.0, 0.5)), Segment(1, KeyRange(0.5, 1.0))
     marks = [
@@ -317,8 +320,8 @@ def test_alignment_across_streams_counts_the_readers_of_the_peer_groups():
     """A member group's reader pauses segments running ahead of the slowest reader of
     any stream read with it (peers); a peer behind every watermark counts at its
     own stream's first watermark (its report's floor)."""
-    from controller.model import Watermark
-    from pipelines.reading.balance import SegmentClocks, TimePolicy
+    from tidemark.controller.model import Watermark
+    from tidemark.pipelines.reading.balance import SegmentClocks, TimePolicy
 
     seg = Segment(0, KeyRange(0.0, 1.0))
     marks = [Watermark("s/b", t, t + 10, {0: i + 1}, i) for i, t in enumerate((5_000, 9_000))]

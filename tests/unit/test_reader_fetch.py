@@ -11,16 +11,15 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pytest
+import tidemark.pipelines.reading.reader as reader_module
 from confluent_kafka import KafkaError, Message
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import pipelines.reading.reader as reader_module
-from controller.model import TimeWindow, segment_id
-from pipelines.reading.config import ReaderConfig
-from pipelines.reading.exceptions import ReaderError
-from pipelines.reading.reader import EventBatch, EventRead, EventReader, _notices_last
-from pipelines.reading.registry import MemoryGroupRegistry
+from tidemark.controller.model import TimeWindow, segment_id
+from tidemark.pipelines.reading.config import ReaderConfig
+from tidemark.pipelines.reading.exceptions import ReaderError
+from tidemark.pipelines.reading.reader import EventBatch, EventRead, EventReader, _notices_last
+from tidemark.pipelines.reading.registry import MemoryGroupRegistry
 
 PARTITIONS = (0, 1, 2)
 SEGMENTS = {p: segment_id(p, p) for p in PARTITIONS}
@@ -255,7 +254,7 @@ def test_notices_last():
 
 
 def test_a_batch_position_with_finished_segments_is_worked_out_once(monkeypatch):
-    from pipelines.reading import windows
+    from tidemark.pipelines.reading import windows
 
     calls = []
 

@@ -4,20 +4,26 @@ from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
-
-from controller.config import StreamConfiguration
-from controller.metadata import new_stream_metadata
-from controller.model import END_OF_SEGMENT, Epoch, KeyRange, Segment, Watermark, segment_id
-from controller.states import StreamState
-from pipelines.reading.view import (
+from tidemark.controller.config import StreamConfiguration
+from tidemark.controller.metadata import new_stream_metadata
+from tidemark.controller.model import (
+    END_OF_SEGMENT,
+    Epoch,
+    KeyRange,
+    Segment,
+    Watermark,
+    segment_id,
+)
+from tidemark.controller.states import StreamState
+from tidemark.pipelines.reading.view import (
     cut_commits,
     fair_share,
     group_view,
     plan_ownership,
     sizes_pending,
 )
-from pipelines.reading.watermark_tables import append_watermarks
-from pipelines.reading.windows import PositionWindow, WatermarkFeed, reader_position
+from tidemark.pipelines.reading.watermark_tables import append_watermarks
+from tidemark.pipelines.reading.windows import PositionWindow, WatermarkFeed, reader_position
 
 A = Segment(segment_id(0, 0), KeyRange(0.0, 0.5))
 B = Segment(segment_id(0, 1), KeyRange(0.5, 1.0))
@@ -154,7 +160,7 @@ class _ListFeed:
     gaps=st.lists(st.tuples(st.integers(0, 5), st.integers(0, 5)), min_size=1, max_size=8),
 )
 def test_fast_path_agrees_with_a_fresh_tracker(steps, gaps):
-    from controller.timewindow import WindowTracker
+    from tidemark.controller.timewindow import WindowTracker
 
     segs = {A.id: A, B.id: B}
     marks, a, b = [], 0, 0
@@ -177,7 +183,7 @@ def test_fast_path_agrees_with_a_fresh_tracker(steps, gaps):
 def test_fast_path_equals_the_reference_at_every_offset(gaps, order, one):
     """One offset at a time (so every cut offset is visited exactly, then one past it),
     on one segment or two: ``PositionWindow.at`` equals a fresh ``WindowTracker``."""
-    from controller.timewindow import WindowTracker
+    from tidemark.controller.timewindow import WindowTracker
 
     segs = {A.id: A} if one else {A.id: A, B.id: B}
     marks, a, b = [], 0, 0

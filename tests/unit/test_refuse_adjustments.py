@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
-
-from controller.config import StreamConfiguration, TimestampingMode
-from controller.exceptions import InvalidConfigurationError
-from pipelines.writing.exceptions import InvalidTimestampError, TimestampAdjustmentError
-from pipelines.writing.timestamping import SegmentClock, TimestampPolicy, refuse_adjusted
+from tidemark.controller.config import StreamConfiguration, TimestampingMode
+from tidemark.controller.exceptions import InvalidConfigurationError
+from tidemark.pipelines.writing.exceptions import InvalidTimestampError, TimestampAdjustmentError
+from tidemark.pipelines.writing.timestamping import SegmentClock, TimestampPolicy, refuse_adjusted
 
 REFUSING = TimestampPolicy(refuse_adjustments=True)
 

@@ -11,10 +11,15 @@ import pytest
 from fastavro.schema import fingerprint as fastavro_fingerprint
 from hypothesis import given
 from hypothesis import strategies as st
-
-from schemas import codec
-from schemas.codec import SchemaRegistry, decode, default_registry, encode, rabin_fingerprint
-from schemas.exceptions import (
+from tidemark.schemas import codec
+from tidemark.schemas.codec import (
+    SchemaRegistry,
+    decode,
+    default_registry,
+    encode,
+    rabin_fingerprint,
+)
+from tidemark.schemas.exceptions import (
     DecodeError,
     EncodeError,
     SchemaError,
@@ -23,13 +28,14 @@ from schemas.exceptions import (
     UnknownFingerprintError,
     UnknownSchemaError,
 )
-from schemas.records import (
+from tidemark.schemas.records import (
     ScheduledMessageRecord,
     WatermarkRecord,
     WriterMarkRecord,
     cut_from_avro,
     decode_record,
 )
+
 from tidemark.errors import TidemarkError
 
 SCHEDULED = {"id": "m1", "timestamp": 5, "body": b"x", "producer_group": "g", "timeline": "t"}
@@ -303,9 +309,9 @@ def test_every_truncation_is_a_decode_error(cut: int) -> None:
 
 
 def test_watermark_rows_round_trip() -> None:
-    from controller.model import Watermark
-    from schemas.arrow import MARKS_ARROW
-    from schemas.tables import index_row, marks_row, watermark_from_row
+    from tidemark.controller.model import Watermark
+    from tidemark.schemas.arrow import MARKS_ARROW
+    from tidemark.schemas.tables import index_row, marks_row, watermark_from_row
 
     wm = Watermark("s/t", 100, 180, {1 << 32: 7, 0: 5}, 3)
     row = marks_row(wm, writers=["w1"], emitted_at=42)

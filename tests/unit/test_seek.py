@@ -8,20 +8,24 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from controller.index import index_rows, start_cut, stop_cut
-from controller.model import KeyRange, Segment, Watermark, segment_id
-from pipelines.reading.exceptions import InvalidDurationError, InvalidTimestampError
-from pipelines.reading.seek import SeekIndex, check_timestamp, parse_duration, ranges_between
-from pipelines.reading.watermark_tables import (
+from tidemark.controller.index import index_rows, start_cut, stop_cut
+from tidemark.controller.model import KeyRange, Segment, Watermark, segment_id
+from tidemark.pipelines.reading.exceptions import InvalidDurationError, InvalidTimestampError
+from tidemark.pipelines.reading.seek import (
+    SeekIndex,
+    check_timestamp,
+    parse_duration,
+    ranges_between,
+)
+from tidemark.pipelines.reading.watermark_tables import (
     INDEX_COLUMNS,
     MARKS_COLUMNS,
     MarksTail,
     append_watermarks,
     one_moment,
 )
-from schemas.arrow import INDEX_ARROW as INDEX_SCHEMA
-from schemas.arrow import MARKS_ARROW as MARKS_SCHEMA
+from tidemark.schemas.arrow import INDEX_ARROW as INDEX_SCHEMA
+from tidemark.schemas.arrow import MARKS_ARROW as MARKS_SCHEMA
 
 STREAM = "s/t"
 
@@ -56,11 +60,11 @@ def test_parse_duration_refuses(text):
 
 @pytest.mark.parametrize("table", ["marks", "index", "rejected_marks"])
 def test_spark_schema_of_the_job_matches_the_shared_arrow_schema(table):
-    """The job writes by Spark schemas, readers read by schemas.tables: same columns and types."""
+    """The job writes by Spark schemas, readers read by tidemark.schemas.tables: same columns and
+    types."""
     from pyspark.sql.types import ArrayType, LongType
-
-    from jobs.tables import spark_schema
-    from schemas.arrow import ARROW_SCHEMAS
+    from tidemark.jobs.tables import spark_schema
+    from tidemark.schemas.arrow import ARROW_SCHEMAS
 
     def spark_type(t):
         if isinstance(t, ArrayType):
@@ -230,8 +234,7 @@ def _old_layout_rows(root: str, marks: list[Watermark]) -> None:
     rows, and index rows of the four columns of the time (a table of that schema)."""
     import pyarrow as pa
     from deltalake import write_deltalake
-
-    from schemas.tables import INDEX_SEARCH_COLUMNS, index_row, marks_row
+    from tidemark.schemas.tables import INDEX_SEARCH_COLUMNS, index_row, marks_row
 
     old_index = pa.schema([INDEX_SCHEMA.field(c) for c in INDEX_SEARCH_COLUMNS])
     maxima = [r.upper_time_max for r in index_rows(marks)]
@@ -254,9 +257,9 @@ def test_index_rows_written_before_their_cut_are_answered_through_marks(tmp_path
     when it starts (``evolve_tables``) and new rows carry their cut; the old rows (null
     there, in their own files and, after a compaction, beside new rows in one file) are
     answered through ``marks``, exactly as before -- and only they need it."""
-    from jobs.maintenance import Maintainer, MaintenanceSettings
-    from jobs.sink import evolve_tables
-    from pipelines.reading.exceptions import WatermarksUnavailableError
+    from tidemark.jobs.maintenance import Maintainer, MaintenanceSettings
+    from tidemark.jobs.sink import evolve_tables
+    from tidemark.pipelines.reading.exceptions import WatermarksUnavailableError
 
     root = str(tmp_path)
     marks = _marks([(100, 80), (200, 0), (300, 50), (400, 10), (500, 5), (600, 0)])

@@ -7,8 +7,7 @@ from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
-
-from pipelines.writing.sent import Report, SentRecords
+from tidemark.pipelines.writing.sent import Report, SentRecords
 
 FAIL = "boom"  # a failed report: {FAIL: message}
 

@@ -14,20 +14,20 @@ import urllib.error
 import urllib.request
 
 import pytest
-
-from controller.config import ScalingPolicy, StreamConfiguration
-from controller.memory_store import MemoryStore
-from controller.metadata import new_stream_metadata
-from controller.model import Watermark
-from pipelines.reading.exceptions import InvalidTimestampError
-from pipelines.reading.seek import SeekIndex
-from pipelines.reading.time_service import (
+from tidemark.controller.config import ScalingPolicy, StreamConfiguration
+from tidemark.controller.memory_store import MemoryStore
+from tidemark.controller.metadata import new_stream_metadata
+from tidemark.controller.model import Watermark
+from tidemark.pipelines.reading.exceptions import InvalidTimestampError
+from tidemark.pipelines.reading.seek import SeekIndex
+from tidemark.pipelines.reading.time_service import (
     ServiceIndex,
     ServiceUnavailableError,
     TimeServiceClient,
     stream_path,
 )
-from pipelines.reading.watermark_tables import append_watermarks
+from tidemark.pipelines.reading.watermark_tables import append_watermarks
+
 from tidemark.service.server import RunningService
 from tidemark.service.state import TimeService
 

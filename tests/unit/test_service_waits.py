@@ -8,16 +8,16 @@ import threading
 import time
 
 import pytest
-
-from controller.model import Watermark
-from pipelines.reading.exceptions import StreamTimeTimeoutError
-from pipelines.reading.stream_time import (
+from tidemark.controller.model import Watermark
+from tidemark.pipelines.reading.exceptions import StreamTimeTimeoutError
+from tidemark.pipelines.reading.stream_time import (
     DeltaWatermarkSource,
     ServiceWatermarkSource,
     wait_for_time,
     watermark_source,
 )
-from pipelines.reading.time_service import TIME_SERVICE_ENV
+from tidemark.pipelines.reading.time_service import TIME_SERVICE_ENV
+
 from tidemark.service.state import StreamWaits, _History
 
 S = "sc/st"

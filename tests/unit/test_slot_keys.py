@@ -1,4 +1,4 @@
-"""Slot keys spread evenly over the state partitions (jobs.slot_keys.balanced_slot_keys).
+"""Slot keys spread evenly over the state partitions (tidemark.jobs.slot_keys.balanced_slot_keys).
 
 ``spark_partition`` is checked against Spark's own ``pmod(hash(k), n)`` in
 tests/integration/test_spark_local.py; here, what the keys promise."""
@@ -9,8 +9,7 @@ from collections import Counter
 
 from hypothesis import given
 from hypothesis import strategies as st
-
-from jobs.slot_keys import balanced_slot_keys, slot_expression, spark_partition
+from tidemark.jobs.slot_keys import balanced_slot_keys, slot_expression, spark_partition
 
 
 @given(st.integers(1, 64), st.integers(1, 16))

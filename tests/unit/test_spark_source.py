@@ -6,9 +6,8 @@ import json
 
 from hypothesis import given
 from hypothesis import strategies as st
-
-from controller.model import segment_id
-from pipelines.reading.spark_source import (
+from tidemark.controller.model import segment_id
+from tidemark.pipelines.reading.spark_source import (
     EARLIEST,
     LATEST,
     PartitionRange,

@@ -5,8 +5,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
-
-from controller.config import (
+from tidemark.controller.config import (
     UNCAPPED_AFTER_MAX_MS,
     RetentionPolicy,
     ScalingPolicy,
@@ -14,7 +13,7 @@ from controller.config import (
     TimestampingMode,
     topic_configs,
 )
-from controller.exceptions import (
+from tidemark.controller.exceptions import (
     ConcurrentOperationError,
     IllegalTransitionError,
     InvalidConfigurationError,
@@ -23,7 +22,7 @@ from controller.exceptions import (
     StreamNotSealedError,
     StreamSealedError,
 )
-from controller.metadata import (
+from tidemark.controller.metadata import (
     PendingScale,
     PendingSeal,
     PendingTruncate,
@@ -34,8 +33,8 @@ from controller.metadata import (
     even_ranges,
     new_stream_metadata,
 )
-from controller.model import KeyRange, segment_id
-from controller.navigation import (
+from tidemark.controller.model import KeyRange, segment_id
+from tidemark.controller.navigation import (
     covers_exactly,
     epoch_at,
     head_segments,
@@ -46,8 +45,13 @@ from controller.navigation import (
     sealed_in,
     successors,
 )
-from controller.planning import is_done_scale, plan_scale, segments_before, validate_cut
-from controller.states import TRANSITIONS, StreamState, require_transition, require_writable
+from tidemark.controller.planning import is_done_scale, plan_scale, segments_before, validate_cut
+from tidemark.controller.states import (
+    TRANSITIONS,
+    StreamState,
+    require_transition,
+    require_writable,
+)
 
 S = StreamState
 R = KeyRange

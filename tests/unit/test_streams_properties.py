@@ -6,24 +6,23 @@ import itertools
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from controller.config import ScalingPolicy, StreamConfiguration
-from controller.metadata import (
+from tidemark.controller.config import ScalingPolicy, StreamConfiguration
+from tidemark.controller.metadata import (
     StreamMetadata,
     decode_metadata,
     encode_metadata,
     new_stream_metadata,
 )
-from controller.model import KeyRange
-from controller.navigation import (
+from tidemark.controller.model import KeyRange
+from tidemark.controller.navigation import (
     covers_exactly,
     key_hash,
     predecessors,
     readable_segments,
     successors,
 )
-from controller.planning import plan_scale
-from controller.states import StreamState
+from tidemark.controller.planning import plan_scale
+from tidemark.controller.states import StreamState
 
 
 @st.composite

@@ -1,16 +1,21 @@
-"""The rules that turn one-stream time answers into joint ones (pipelines.reading.streams)."""
+"""The rules that turn one-stream time answers into joint ones
+(tidemark.pipelines.reading.streams)."""
 
 from __future__ import annotations
 
 import pytest
-
-from controller.model import Watermark
-from pipelines.reading.exceptions import (
+from tidemark.controller.model import Watermark
+from tidemark.pipelines.reading.exceptions import (
     ReaderConfigError,
     StreamsTimeTimeoutError,
     StreamTimeTimeoutError,
 )
-from pipelines.reading.streams import all_complete, check_streams, each_stream, wait_for_all
+from tidemark.pipelines.reading.streams import (
+    all_complete,
+    check_streams,
+    each_stream,
+    wait_for_all,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -81,14 +86,14 @@ def test_a_joint_wait_names_every_stream_behind_and_its_writers():
     ],
 )
 def test_the_joint_window_is_never_above_any_streams_lower_bound(windows, expected):
-    from controller.model import TimeWindow
-    from pipelines.reading.streams import joint_window
+    from tidemark.controller.model import TimeWindow
+    from tidemark.pipelines.reading.streams import joint_window
 
     assert joint_window(TimeWindow(lo, up) for lo, up in windows) == TimeWindow(*expected)
 
 
 def test_a_group_record_over_several_streams_round_trips():
-    from pipelines.reading.registry import GroupRecord
+    from tidemark.pipelines.reading.registry import GroupRecord
 
     record = GroupRecord("g", "s/a, s/b", {}, 5, ("s/a", "s/b"))
     assert GroupRecord.from_json(record.to_json()) == record

@@ -1,15 +1,15 @@
-"""The event-time merge's release rule, over in-memory readers (pipelines.reading.merge)."""
+"""The event-time merge's release rule, over in-memory readers
+(tidemark.pipelines.reading.merge)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 import pytest
-
-from controller.model import TimeWindow
-from pipelines.reading.exceptions import ReaderConfigError
-from pipelines.reading.merge import TimeMerge
-from pipelines.reading.reader import EventRead
+from tidemark.controller.model import TimeWindow
+from tidemark.pipelines.reading.exceptions import ReaderConfigError
+from tidemark.pipelines.reading.merge import TimeMerge
+from tidemark.pipelines.reading.reader import EventRead
 
 pytestmark = pytest.mark.unit
 

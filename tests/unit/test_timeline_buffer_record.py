@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from tidemark.pipelines.timeline.buffer import record_id
+from tidemark.pipelines.timeline.config import BufferConfig, DueRule
+from tidemark.pipelines.timeline.exceptions import InvalidMessageError
+from tidemark.pipelines.timeline.record import KafkaRecord, decode_record, encode_record
 
-from pipelines.timeline.buffer import record_id
-from pipelines.timeline.config import BufferConfig, DueRule
-from pipelines.timeline.exceptions import InvalidMessageError
-from pipelines.timeline.record import KafkaRecord, decode_record, encode_record
 from tidemark.errors import ConfigurationError
 
 

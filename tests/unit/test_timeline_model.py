@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import pytest
-
-from pipelines.timeline import exceptions as errors
-from pipelines.timeline import model
-from pipelines.timeline.config import ConsumerConfig, RelayConfig, TimelineConfig
-from pipelines.timeline.consumer import (
+from tidemark.pipelines.timeline import exceptions as errors
+from tidemark.pipelines.timeline import model
+from tidemark.pipelines.timeline.config import ConsumerConfig, RelayConfig, TimelineConfig
+from tidemark.pipelines.timeline.consumer import (
     assigned_buckets,
     next_batch_limit,
     percentile,
     wake_delay_ms,
 )
-from pipelines.timeline.model import MAX_LEASE_MS, Message, Op, Status
-from pipelines.timeline.wire import ScheduledMessage, decode_scheduled, encode_scheduled
+from tidemark.pipelines.timeline.model import MAX_LEASE_MS, Message, Op, Status
+from tidemark.pipelines.timeline.wire import ScheduledMessage, decode_scheduled, encode_scheduled
 
 NOW = 10_000
 
@@ -236,8 +235,8 @@ def test_message_headers_are_checked_and_kept_byte_for_byte() -> None:
 def test_the_kafka_producer_refuses_an_event_time_message_naming_the_other_producer():
     """Both producers share ``put``; the scheduled_message record has no stream field, so
     an event-time message through Kafka is refused before anything is queued."""
-    from pipelines.timeline.exceptions import InvalidMessageError
-    from pipelines.timeline.producer import KafkaTimelineProducer
+    from tidemark.pipelines.timeline.exceptions import InvalidMessageError
+    from tidemark.pipelines.timeline.producer import KafkaTimelineProducer
 
     producer = KafkaTimelineProducer("127.0.0.1:1", "timeline-in", "reminders", "signup")
     with pytest.raises(InvalidMessageError, match="with TimelineProducer"):
@@ -248,7 +247,7 @@ def test_the_kafka_producer_refuses_an_event_time_message_naming_the_other_produ
 
 
 def test_a_lease_token_never_reads_as_a_command_line_option():
-    from pipelines.timeline.model import new_token_base
+    from tidemark.pipelines.timeline.model import new_token_base
 
     assert not any(new_token_base().startswith("-") for _ in range(2_000))
 
@@ -264,8 +263,8 @@ def test_rows_become_the_same_messages_and_leases_as_their_constructors(
     every field set, equal to what the constructors make."""
     from dataclasses import fields
 
-    from pipelines.timeline.model import Lease
-    from pipelines.timeline.store import _lease, _message
+    from tidemark.pipelines.timeline.model import Lease
+    from tidemark.pipelines.timeline.store import _lease, _message
 
     row = ("tl", "m1", 42, b"body", "owner", "c1", 3, 5, deleted_at, due_stream, headers)
     row += (40, 41, due_stream)

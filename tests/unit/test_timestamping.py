@@ -5,17 +5,16 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from controller.config import ScalingPolicy, StreamConfiguration
-from controller.config import TimestampingMode as Mode
-from controller.metadata import new_stream_metadata
-from controller.model import Epoch, KeyRange, Segment, segment_id
-from pipelines.writing.exceptions import (
+from tidemark.controller.config import ScalingPolicy, StreamConfiguration
+from tidemark.controller.config import TimestampingMode as Mode
+from tidemark.controller.metadata import new_stream_metadata
+from tidemark.controller.model import Epoch, KeyRange, Segment, segment_id
+from tidemark.pipelines.writing.exceptions import (
     InvalidTimestampError,
     MissingTimestampError,
     TimestampAdjustmentError,
 )
-from pipelines.writing.timestamping import (
+from tidemark.pipelines.writing.timestamping import (
     MAX_TIMESTAMP,
     SegmentClock,
     Stamp,
@@ -25,6 +24,7 @@ from pipelines.writing.timestamping import (
     monotonic,
     stamp,
 )
+
 from tidemark.errors import TidemarkError
 
 UNCAPPED = TimestampPolicy(uncapped=True)

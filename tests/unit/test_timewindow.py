@@ -1,4 +1,4 @@
-"""controller.timewindow: compare and the incremental WindowTracker."""
+"""tidemark.controller.timewindow: compare and the incremental WindowTracker."""
 
 from __future__ import annotations
 
@@ -7,9 +7,8 @@ from collections.abc import Iterator, Mapping, Sequence
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from controller.exceptions import InvalidModelError
-from controller.model import (
+from tidemark.controller.exceptions import InvalidModelError
+from tidemark.controller.model import (
     END_OF_SEGMENT,
     KeyRange,
     Segment,
@@ -17,7 +16,8 @@ from controller.model import (
     Watermark,
     segment_id,
 )
-from controller.timewindow import WindowTracker, compare
+from tidemark.controller.timewindow import WindowTracker, compare
+
 from tests.unit.test_watermarks import (
     SEGMENTS,
     STREAM,
@@ -358,7 +358,7 @@ def test_tracker_fast_path_and_group_window_agree_with_the_definition(data):
     ``PositionWindow`` (a reader's fast path) and ``window_at`` (the group's
     window) -- give the brute-force window at every position, equal offsets
     and scaling included."""
-    from pipelines.reading.windows import PositionWindow, window_at
+    from tidemark.pipelines.reading.windows import PositionWindow, window_at
 
     epochs, steps = data.draw(scenarios())
     segments = {seg.id: seg for epoch in epochs for seg in epoch.segments}
@@ -397,7 +397,7 @@ class GrowingFeed:
         self.watermarks.extend(self.all[len(self.watermarks) : len(self.watermarks) + count])
 
     def iterator(self, start: int = 0) -> Iterator[Watermark]:
-        from pipelines.reading.windows import FeedIterator
+        from tidemark.pipelines.reading.windows import FeedIterator
 
         return FeedIterator(self, start)  # type: ignore[arg-type]
 
@@ -447,7 +447,7 @@ def test_position_window_steps_agree_with_the_reference(data):
     and backwards over scaled streams, with cuts as the controller emits them or any
     cuts at all (naming other segments, overlapping ones, ends of segments), exact
     cut offsets, and new watermarks arriving between calls."""
-    from pipelines.reading.windows import PositionWindow
+    from tidemark.pipelines.reading.windows import PositionWindow
 
     epochs, steps = data.draw(scenarios())
     segments = {seg.id: seg for epoch in epochs for seg in epoch.segments}

@@ -1,4 +1,4 @@
-"""controller.watermarks: tables of cases and properties of the periodic workflow."""
+"""tidemark.controller.watermarks: tables of cases and properties of the periodic workflow."""
 
 from __future__ import annotations
 
@@ -8,10 +8,9 @@ from collections.abc import Iterator, Mapping, Sequence
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from controller.exceptions import InvalidModelError
-from controller.model import Epoch, KeyRange, Segment, Watermark, WriterMark, segment_id
-from controller.watermarks import (
+from tidemark.controller.exceptions import InvalidModelError
+from tidemark.controller.model import Epoch, KeyRange, Segment, Watermark, WriterMark, segment_id
+from tidemark.controller.watermarks import (
     Cycle,
     GenerationState,
     Verdict,

@@ -8,20 +8,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-
-from controller.config import ScalingPolicy, StreamConfiguration
-from controller.memory_store import MemoryStore
-from controller.metadata import StreamMetadata, new_stream_metadata
-from controller.model import Epoch, KeyRange, Segment, WriterMark, segment_id
-from controller.naming import ClusterSettings
-from controller.states import StreamState
-from pipelines.writing.exceptions import FailedRecord, TimeWentBackwardsError, WriterConfigError
-from pipelines.writing.heartbeat import Heartbeat
-from pipelines.writing.marks import MarkMessage, MarkPublisher, instance_token
-from pipelines.writing.metrics import DELIVERY_FAILURES, MARKS_SENT
-from pipelines.writing.positions import DeliveryGroups
-from pipelines.writing.stream_view import StreamView, sealed_by
-from schemas.records import WriterMarkRecord
+from tidemark.controller.config import ScalingPolicy, StreamConfiguration
+from tidemark.controller.memory_store import MemoryStore
+from tidemark.controller.metadata import StreamMetadata, new_stream_metadata
+from tidemark.controller.model import Epoch, KeyRange, Segment, WriterMark, segment_id
+from tidemark.controller.naming import ClusterSettings
+from tidemark.controller.states import StreamState
+from tidemark.pipelines.writing.exceptions import (
+    FailedRecord,
+    TimeWentBackwardsError,
+    WriterConfigError,
+)
+from tidemark.pipelines.writing.heartbeat import Heartbeat
+from tidemark.pipelines.writing.marks import MarkMessage, MarkPublisher, instance_token
+from tidemark.pipelines.writing.metrics import DELIVERY_FAILURES, MARKS_SENT
+from tidemark.pipelines.writing.positions import DeliveryGroups
+from tidemark.pipelines.writing.stream_view import StreamView, sealed_by
+from tidemark.schemas.records import WriterMarkRecord
 
 
 @dataclass

@@ -6,14 +6,13 @@ The event and transactional writers' positions and notes: ``test_sent_records``.
 from __future__ import annotations
 
 import pytest
-
-from controller.model import WriterMark
-from controller.naming import ClusterSettings, bucket_of
-from pipelines.writing.config import WriterConfig
-from pipelines.writing.exceptions import WriterConfigError
-from pipelines.writing.marks import mark_message, to_writer_mark
-from pipelines.writing.positions import DeliveryGroups, merge
-from schemas.records import WriterMarkRecord
+from tidemark.controller.model import WriterMark
+from tidemark.controller.naming import ClusterSettings, bucket_of
+from tidemark.pipelines.writing.config import WriterConfig
+from tidemark.pipelines.writing.exceptions import WriterConfigError
+from tidemark.pipelines.writing.marks import mark_message, to_writer_mark
+from tidemark.pipelines.writing.positions import DeliveryGroups, merge
+from tidemark.schemas.records import WriterMarkRecord
 
 
 def test_merge_takes_the_larger_offset() -> None:

@@ -10,7 +10,7 @@
 ``wait`` (and ``window run``'s wait for completeness) is woken by new
 watermarks: through ``tidemark serve`` when ``TIDEMARK_TIME_SERVICE`` is set
 (a long poll; Delta while the service is down), else by watching the
-``marks`` table (``pipelines.reading.stream_time``).
+``marks`` table (``tidemark.pipelines.reading.stream_time``).
 
 Exit codes: 0 done; 75 (:data:`EXIT_NOT_YET`, sysexits' EX_TEMPFAIL) when
 ``wait`` timed out or ``window run``'s window is not complete yet -- a
@@ -25,11 +25,11 @@ import argparse
 import sys
 from typing import Any
 
-from infra.services import data_root
-from jobs.window_args import add_window_arguments
 from tidemark.cli.output import add_verb, emit, emit_rows
 from tidemark.cli.times import TIME_HELP, parse_time
 from tidemark.environment import Environment
+from tidemark.infra.services import data_root
+from tidemark.jobs.window_args import add_window_arguments
 
 
 def register(sub: Any) -> None:
@@ -84,8 +84,8 @@ def _delta_root(args: argparse.Namespace) -> str:
 
 def cmd_wait(args: argparse.Namespace) -> int:
     # pyarrow, deltalake: off tidemark --help (the parser imports every verb module)
-    from pipelines.reading.exceptions import StreamTimeTimeoutError
-    from pipelines.reading.stream_time import EXIT_NOT_YET, wait_for_time  # as above
+    from tidemark.pipelines.reading.exceptions import StreamTimeTimeoutError
+    from tidemark.pipelines.reading.stream_time import EXIT_NOT_YET, wait_for_time  # as above
 
     streams = args.stream[0] if len(args.stream) == 1 else args.stream
     try:
@@ -115,15 +115,15 @@ def cmd_wait(args: argparse.Namespace) -> int:
 
 def cmd_window_run(args: argparse.Namespace) -> int:
     # pyspark: only this verb runs a Spark job
-    from jobs.complete_window import run_from_args
+    from tidemark.jobs.complete_window import run_from_args
 
     return run_from_args(args)
 
 
 def cmd_laggards(args: argparse.Namespace) -> int:
     # pyarrow and deltalake: only this verb reads the marks table
-    from pipelines.reading.lateness import lateness_rows
     from tidemark.cli.read import require_tables
+    from tidemark.pipelines.reading.lateness import lateness_rows
 
     root = _delta_root(args)
     require_tables(root)  # else a wrong root would say "no writer holds it back"

@@ -6,7 +6,7 @@
 
 Adopting registers the topic's partitions as epoch 0 and touches no record
 and no topic setting (``--apply-config`` sets the stream configuration's
-topic settings). See ``controller.streams.StreamManager.adopt``.
+topic settings). See ``tidemark.controller.streams.StreamManager.adopt``.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from controller.config import ScalingPolicy, StreamConfiguration
-from controller.metadata import metadata_to_dict
 from tidemark.cli.control_plane import control_plane
 from tidemark.cli.output import emit
 from tidemark.cli.stream_options import config_from_args, summary
+from tidemark.controller.config import ScalingPolicy, StreamConfiguration
+from tidemark.controller.metadata import metadata_to_dict
 
 
 def register_verbs(verb: Callable[..., Any], config_options: Callable[[Any], None]) -> None:

@@ -13,7 +13,7 @@ import argparse
 import contextlib
 from collections.abc import Iterator
 
-from controller.kafka.settings import CLIENT_PROPERTY_VARIABLES
+from tidemark.controller.kafka.settings import CLIENT_PROPERTY_VARIABLES
 from tidemark.environment import KAFKA_BOOTSTRAP, ZK_CONNECT, overridden
 from tidemark.errors import ConfigurationError
 

@@ -16,8 +16,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from controller.naming import ClusterSettings
-from infra.services import KAFKA, ZOOKEEPER, resolve_services
 from tidemark.cli.output import emit
 from tidemark.cli.service_errors import (
     KAFKA_SERVICE,
@@ -25,14 +23,16 @@ from tidemark.cli.service_errors import (
     quiet,
     service_timeout_s,
 )
+from tidemark.controller.naming import ClusterSettings
 from tidemark.environment import Environment
+from tidemark.infra.services import KAFKA, ZOOKEEPER, resolve_services
 
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
 
-    from controller.kafka.admin import StreamTopics
-    from controller.streams import StreamManager
-    from controller.zookeeper.store import ZooKeeperStore
+    from tidemark.controller.kafka.admin import StreamTopics
+    from tidemark.controller.streams import StreamManager
+    from tidemark.controller.zookeeper.store import ZooKeeperStore
 
 
 ZK_START_TIMEOUT_S = 10.0
@@ -52,7 +52,7 @@ class ControlPlane:
     @functools.cached_property
     def manager(self) -> StreamManager:
         """The stream manager, made on first use (its Kafka admin client connects)."""
-        from controller.streams import StreamManager  # confluent_kafka: see control_plane
+        from tidemark.controller.streams import StreamManager  # confluent_kafka: see control_plane
 
         return StreamManager(self.store, self.kafka, self.settings, topics=kafka_topics(self.kafka))
 
@@ -64,7 +64,7 @@ KAFKA_TIMEOUT_S = 30.0
 
 def kafka_topics(kafka: str) -> StreamTopics:
     """A Kafka admin client on ``kafka``: use it inside :func:`kafka_answers`."""
-    from controller.kafka.admin import StreamTopics  # confluent_kafka: see control_plane
+    from tidemark.controller.kafka.admin import StreamTopics  # confluent_kafka: see control_plane
 
     return StreamTopics(kafka, timeout_s=service_timeout_s(KAFKA_TIMEOUT_S))
 
@@ -94,8 +94,8 @@ def control_plane(settings: ClusterSettings | None = None) -> Iterator[ControlPl
     # imports every verb module, and they would add ~0.1 s to every `tidemark` command.
     from kazoo.handlers.threading import KazooTimeoutError
 
-    from controller.zookeeper.session import zookeeper_session
-    from controller.zookeeper.store import ZooKeeperStore  # as above
+    from tidemark.controller.zookeeper.session import zookeeper_session
+    from tidemark.controller.zookeeper.store import ZooKeeperStore  # as above
 
     settings = settings or ClusterSettings()
     kafka, zk = service_addresses()

@@ -20,17 +20,17 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from controller.naming import ClusterSettings
-from jobs.cli_args import add_controller_arguments, settings_from_args
-from schemas.tables import laggards_by_stream
 from tidemark.cli.control_plane import control_plane
 from tidemark.cli.output import add_format_option, emit, emit_rows
+from tidemark.controller.naming import ClusterSettings
 from tidemark.environment import Environment
 from tidemark.errors import ConfigurationError
+from tidemark.jobs.cli_args import add_controller_arguments, settings_from_args
 from tidemark.python_zygote import PRELOAD, PythonZygote
+from tidemark.schemas.tables import laggards_by_stream
 
 if TYPE_CHECKING:
-    from controller.policy_loop import PolicySettings
+    from tidemark.controller.policy_loop import PolicySettings
 
 log = logging.getLogger(__name__)
 
@@ -74,8 +74,8 @@ def add_policy_arguments(parser: argparse.ArgumentParser, interval_help: str | N
 
 def policy_settings(args: argparse.Namespace) -> PolicySettings:
     """``PolicySettings`` from the options."""
-    # controller.policy_loop loads kazoo and confluent_kafka (~0.1 s): only for these verbs
-    from controller.policy_loop import PolicySettings
+    # tidemark.controller.policy_loop loads kazoo and confluent_kafka (~0.1 s): only for these verbs
+    from tidemark.controller.policy_loop import PolicySettings
 
     return PolicySettings(
         interval_ms=args.policy_interval_ms,
@@ -89,7 +89,7 @@ def index_lookup(delta_root: str | None) -> Callable[[str, int], dict[int, int]]
     (``$TIDEMARK_DELTA_ROOT`` if ``None``; the table is opened on the first lookup)."""
     # the seek index's modules load only for the policy verbs: the parser imports every
     # verb module, and they would add ~30 ms to every `tidemark` command
-    from pipelines.reading.seek import stream_cut_at
+    from tidemark.pipelines.reading.seek import stream_cut_at
 
     return functools.partial(stream_cut_at, delta_root=delta_root)
 
@@ -104,7 +104,7 @@ def policy_tasks(args: argparse.Namespace) -> Callable[[Any], list[Any]]:
     policies = policy_settings(args) if args.policy_interval_ms else None  # checks them
 
     def leader_tasks(settings: Any) -> list[Any]:
-        from controller.policy_loop import PolicySwitch  # as in policy_settings
+        from tidemark.controller.policy_loop import PolicySwitch  # as in policy_settings
 
         if policies is None:
             return []
@@ -124,13 +124,13 @@ def policy_tasks(args: argparse.Namespace) -> Callable[[Any], list[Any]]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from jobs.controller_job import run_local  # pyspark and pandas: only for this verb
+    from tidemark.jobs.controller_job import run_local  # pyspark and pandas: only for this verb
 
     env = Environment.from_env()
     if not env.python_zygote or not (env.spark_master or "local").startswith("local"):
         return run_local(args, policy_tasks(args))
-    from jobs import processor  # pyspark and pandas, as run_local
-    from jobs.controller_job import driver_work_dir  # as above
+    from tidemark.jobs import processor  # pyspark and pandas, as run_local
+    from tidemark.jobs.controller_job import driver_work_dir  # as above
 
     work_dir = driver_work_dir(settings_from_args(args), args.instance)
     zygote = PythonZygote.start(work_dir, (*PRELOAD, processor.__name__))
@@ -160,7 +160,10 @@ def register_policies(verbs: Any) -> None:
 
 
 def cmd_policies(args: argparse.Namespace) -> int:
-    from controller.policy_loop import PolicyLoop, run_when_elected  # as in policy_settings
+    from tidemark.controller.policy_loop import (  # as in policy_settings
+        PolicyLoop,
+        run_when_elected,
+    )
 
     settings = policy_settings(args)
     with control_plane() as cp:
@@ -234,8 +237,8 @@ def describe_laggard(row: Mapping[str, Any], now_ms: int) -> str:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from controller.zookeeper.driver import controller_view  # kazoo: as in policy_settings
-    from jobs.tables import LAGGARDS, MARKS, read_table  # pyarrow: only for this verb
+    from tidemark.controller.zookeeper.driver import controller_view  # kazoo: as in policy_settings
+    from tidemark.jobs.tables import LAGGARDS, MARKS, read_table  # pyarrow: only for this verb
 
     defaults = ClusterSettings()
     settings = ClusterSettings(

@@ -26,9 +26,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TextIO
 
-from infra.services import connected_services
 from tidemark.cli.output import add_verb
 from tidemark.environment import Environment
+from tidemark.infra.services import connected_services
 
 
 def register(sub: Any) -> None:
@@ -118,10 +118,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     # rich: as in Steps
     from rich.console import Console
 
-    # Spark settings, kazoo, matplotlib: off tidemark --help (the parser imports every verb module)
-    from infra.spark import SparkSettings, spark_session, stop_spark
     from tidemark.demo import demo_cluster, new_unique, run_demo  # as above
     from tidemark.demo_chart import write_chart  # as above
+
+    # Spark settings, kazoo, matplotlib: off tidemark --help (the parser imports every verb module)
+    from tidemark.infra.spark import SparkSettings, spark_session, stop_spark
 
     demo_dir: Path = (args.dir or _default_dir()).expanduser().resolve()
     log_path = demo_dir / "logs" / "demo.log"
@@ -178,8 +179,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def _serving(services: Any, delta_root: Path, port: int, cluster: Any) -> Iterator[str]:
     # kazoo and the service's starlette/uvicorn load only for this verb (the parser
     # imports every verb module)
-    from controller.zookeeper.session import zookeeper_session
-    from controller.zookeeper.store import ZooKeeperStore  # as above
+    from tidemark.controller.zookeeper.session import zookeeper_session
+    from tidemark.controller.zookeeper.store import ZooKeeperStore  # as above
     from tidemark.service.server import RunningService  # as above
     from tidemark.service.state import TimeService  # as above
 

@@ -13,12 +13,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from controller.metadata import cut_to_json
-from controller.timestamps import wall_clock_ms
 from tidemark.cli.control_plane import control_plane
 from tidemark.cli.cuts import CUT_HELP, format_cut, parse_cut
 from tidemark.cli.output import add_verb, emit, emit_rows
 from tidemark.cli.read import reader_group
+from tidemark.controller.metadata import cut_to_json
+from tidemark.controller.timestamps import wall_clock_ms
 
 
 def register(sub: Any) -> None:
@@ -73,9 +73,9 @@ def _lag_row(lag: Any, now_ms: int) -> dict[str, Any]:
 
 def _lags(names: list[str]) -> list[dict[str, Any]]:
     # confluent_kafka: off tidemark --help (the parser imports every verb module)
-    from controller.kafka.admin import StreamTopics
-    from pipelines.reading.lag import group_lag
-    from pipelines.reading.registry import registry_for
+    from tidemark.controller.kafka.admin import StreamTopics
+    from tidemark.pipelines.reading.lag import group_lag
+    from tidemark.pipelines.reading.registry import registry_for
 
     rows = []
     with control_plane() as cp:

@@ -14,12 +14,12 @@ import logging
 import sys
 from collections.abc import Iterator
 
-from controller.exceptions import InvalidTimestampError
-from pipelines.reading.exceptions import InvalidDurationError
 from tidemark.cli.acting import rewrite_alias
 from tidemark.cli.connection import add_connection_flags, connection_environment
 from tidemark.cli.service_errors import EXIT_UNAVAILABLE, named_services
+from tidemark.controller.exceptions import InvalidTimestampError
 from tidemark.errors import ServiceUnavailableError, TidemarkError
+from tidemark.pipelines.reading.exceptions import InvalidDurationError
 
 COMMAND_MODULES = (
     "tidemark.cli.services",

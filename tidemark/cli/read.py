@@ -26,7 +26,7 @@ nothing anywhere. Times take one syntax (``tidemark.cli.times``). With
 Given several streams, ``read`` merges them by time: each starts at its own cut,
 a record is printed once every stream's watermark has passed its time, each row
 names its ``stream``, and records that came late are counted on stderr
-(``pipelines.reading.merge``).
+(``tidemark.pipelines.reading.merge``).
 
 Services come from ``TIDEMARK_KAFKA_BOOTSTRAP`` / ``TIDEMARK_ZK_CONNECT`` /
 ``TIDEMARK_DELTA_ROOT``, else from ``tidemark up``.
@@ -43,11 +43,6 @@ from collections.abc import Iterator, Sequence
 from itertools import islice
 from typing import Any
 
-from controller.metadata import cut_to_json
-from controller.model import segment_number
-from infra.services import data_root
-from jobs.cli_args import positive_int
-from schemas.tables import MARKS, table_path
 from tidemark.cli.control_plane import (
     ControlPlane,
     control_plane,
@@ -57,8 +52,13 @@ from tidemark.cli.control_plane import (
 )
 from tidemark.cli.output import add_verb, emit, emit_rows
 from tidemark.cli.times import TIME_HELP, parse_ago, parse_time
+from tidemark.controller.metadata import cut_to_json
+from tidemark.controller.model import segment_number
 from tidemark.environment import Environment
 from tidemark.errors import ConfigurationError
+from tidemark.infra.services import data_root
+from tidemark.jobs.cli_args import positive_int
+from tidemark.schemas.tables import MARKS, table_path
 
 
 def _add_time_options(parser: argparse.ArgumentParser, *, since: bool = False) -> None:
@@ -206,8 +206,11 @@ would wait for the end-of-partition notice)."""
 
 def cmd_read(args: argparse.Namespace) -> int:
     # confluent_kafka: off tidemark --help (the parser imports every verb module)
-    from pipelines.reading.group import ReaderConfig, ReaderGroup  # confluent_kafka: as above
-    from pipelines.reading.seek import live_metadata, stream_cut_at  # as _time_of
+    from tidemark.pipelines.reading.group import (  # confluent_kafka: as above
+        ReaderConfig,
+        ReaderGroup,
+    )
+    from tidemark.pipelines.reading.seek import live_metadata, stream_cut_at  # as _time_of
 
     if len(args.stream) > 1:
         if args.until is not None or args.follow:
@@ -225,7 +228,7 @@ def cmd_read(args: argparse.Namespace) -> int:
         cut = None
         if since is not None:
             # the time service's HTTP client: only a read from a time loads it
-            from pipelines.reading.time_service import default_index
+            from tidemark.pipelines.reading.time_service import default_index
 
             index = default_index(root)
             cut = stream_cut_at(stream, since, delta_root=root, store=cp.store, index=index)
@@ -282,14 +285,14 @@ def _until_interrupted(follow: bool) -> Iterator[None]:
 
 
 def _read_merged(args: argparse.Namespace, since: int | None) -> int:
-    """Several streams merged by time (``pipelines.reading.merge``); each row names its
+    """Several streams merged by time (``tidemark.pipelines.reading.merge``); each row names its
     ``stream``. Ends as a read of one stream does, then prints what was held back, in
     order; late records (below a time already printed) are printed and counted."""
     # confluent_kafka, deltalake: off tidemark --help (the parser imports every verb module)
-    from pipelines.reading.config import ReaderConfig
-    from pipelines.reading.merge import merged_reader
-    from pipelines.reading.seek import live_metadata
-    from pipelines.reading.streams import check_streams
+    from tidemark.pipelines.reading.config import ReaderConfig
+    from tidemark.pipelines.reading.merge import merged_reader
+    from tidemark.pipelines.reading.seek import live_metadata
+    from tidemark.pipelines.reading.streams import check_streams
 
     names = check_streams(args.stream)
     kafka, _ = service_addresses()
@@ -297,7 +300,7 @@ def _read_merged(args: argparse.Namespace, since: int | None) -> int:
     index = None
     if since is not None:
         # the time service's HTTP client: only a read from a time loads it
-        from pipelines.reading.time_service import default_index
+        from tidemark.pipelines.reading.time_service import default_index
 
         index = default_index(root)
     with control_plane() as cp:
@@ -360,8 +363,8 @@ def _read_merged(args: argparse.Namespace, since: int | None) -> int:
 
 def cmd_watermarks(args: argparse.Namespace) -> int:
     # seek and the watermark feed: off tidemark --help (the parser imports every verb module)
-    from pipelines.reading.seek import live_metadata
-    from pipelines.reading.windows import WatermarkFeed  # as above
+    from tidemark.pipelines.reading.seek import live_metadata
+    from tidemark.pipelines.reading.windows import WatermarkFeed  # as above
 
     since = _time_of(args) or 0
     with control_plane() as cp:
@@ -389,7 +392,7 @@ def reader_group(name: str, plane: ControlPlane | None = None) -> Iterator[Any]:
     """The reader group ``name``, open for a ``with`` block: on ``plane`` when given,
     else on a control plane of its own."""
     # confluent_kafka: off tidemark --help (the parser imports every verb module)
-    from pipelines.reading.group import open_group
+    from tidemark.pipelines.reading.group import open_group
 
     with contextlib.ExitStack() as stack:
         cp = plane if plane is not None else stack.enter_context(control_plane())

@@ -14,11 +14,11 @@ import argparse
 import dataclasses
 from typing import Any
 
-from controller.naming import ClusterSettings
-from infra.services import KAFKA, ZOOKEEPER, resolve_services
 from tidemark.cli.control_plane import control_plane
 from tidemark.cli.output import add_verb
 from tidemark.cli.read import delta_root
+from tidemark.controller.naming import ClusterSettings
+from tidemark.infra.services import KAFKA, ZOOKEEPER, resolve_services
 
 DEFAULT_PORT = 8790
 

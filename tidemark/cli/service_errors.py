@@ -23,7 +23,6 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from infra.services import KAFKA, POSTGRES, ZOOKEEPER, resolve_services
 from tidemark.environment import (
     DELTA_ROOT,
     KAFKA_BOOTSTRAP,
@@ -33,6 +32,7 @@ from tidemark.environment import (
     ZK_CONNECT,
 )
 from tidemark.errors import ConfigurationError, ServiceUnavailableError, TidemarkError
+from tidemark.infra.services import KAFKA, POSTGRES, ZOOKEEPER, resolve_services
 
 EXIT_UNAVAILABLE = 69
 """A service did not answer (sysexits' EX_UNAVAILABLE): retrying later may succeed."""
@@ -104,7 +104,7 @@ _STORE_URL = re.compile(r"Error performing \w+ (https?://[^/\s]+)")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 # where a time-out means Kafka did not answer
-_KAFKA_CLIENTS = ("confluent_kafka", "controller.kafka", "pipelines.writing")
+_KAFKA_CLIENTS = ("confluent_kafka", "tidemark.controller.kafka", "tidemark.pipelines.writing")
 # librdkafka's codes for "no broker answered" (the rest are Kafka refusing a request)
 _KAFKA_DOWN_CODES = ("_TRANSPORT", "_ALL_BROKERS_DOWN", "_TIMED_OUT", "_RESOLVE", "_MSG_TIMED_OUT")
 
@@ -157,7 +157,7 @@ def _postgres_address(dsn: str) -> str:
 def _zookeeper_down(exc: BaseException) -> bool:
     kazoo = sys.modules.get("kazoo.exceptions")
     handler = sys.modules.get("kazoo.handlers.threading")
-    controller = sys.modules.get("controller.exceptions")
+    controller = sys.modules.get("tidemark.controller.exceptions")
     kinds: tuple[type[BaseException], ...] = ()
     if kazoo is not None:
         kinds += (kazoo.ConnectionLoss, kazoo.SessionExpiredError, kazoo.OperationTimeoutError)
@@ -181,7 +181,7 @@ def _raised_in(exc: BaseException, packages: tuple[str, ...]) -> bool:
 def _kafka_down(exc: BaseException) -> bool:
     if isinstance(exc, TimeoutError) and _raised_in(exc, _KAFKA_CLIENTS):
         return True  # an admin request's future, a writer's flush: no broker answered
-    writing = sys.modules.get("pipelines.writing.exceptions")
+    writing = sys.modules.get("tidemark.pipelines.writing.exceptions")
     if writing is not None and isinstance(exc, writing.DeliveryError):
         # every record timed out in the producer's queue: no broker took them
         return bool(exc.failed) and all("_MSG_TIMED_OUT" in f.error for f in exc.failed)
@@ -201,7 +201,7 @@ def _postgres_down(exc: BaseException) -> bool:
 
 def _object_store_down(exc: BaseException) -> str | None:
     """The store's address when ``exc`` is delta-rs not reaching an object store."""
-    reading = sys.modules.get("pipelines.reading.exceptions")
+    reading = sys.modules.get("tidemark.pipelines.reading.exceptions")
     kinds: tuple[type[BaseException], ...] = (OSError,)
     if reading is not None:
         kinds += (reading.WatermarksUnavailableError,)
@@ -224,7 +224,7 @@ def _innermost_line(exc: BaseException) -> str:
 
 
 def _time_service_down(exc: BaseException) -> bool:
-    client = sys.modules.get("pipelines.reading.time_service")
+    client = sys.modules.get("tidemark.pipelines.reading.time_service")
     return client is not None and isinstance(exc, client.ServiceUnavailableError)
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from infra.services import LocalServices
 from tidemark.cli.output import add_verb, emit
+from tidemark.infra.services import LocalServices
 
 
 def register(sub: Any) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from controller.config import (
+from tidemark.controller.config import (
     RetentionPolicy,
     RetentionType,
     ScalingPolicy,
@@ -17,7 +17,7 @@ from controller.config import (
     StreamConfiguration,
     TimestampingMode,
 )
-from controller.metadata import StreamMetadata
+from tidemark.controller.metadata import StreamMetadata
 from tidemark.errors import ConfigurationError
 
 

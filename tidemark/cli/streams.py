@@ -15,15 +15,15 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from controller.config import StreamConfiguration
-from controller.metadata import metadata_to_dict
-from controller.model import KeyRange
-from controller.navigation import head_segments
 from tidemark.cli.adopt import register_verbs
 from tidemark.cli.control_plane import control_plane, delete_verb
 from tidemark.cli.cuts import CUT_HELP, parse_cut
 from tidemark.cli.output import add_verb, emit, emit_list
 from tidemark.cli.stream_options import add_config_options, config_from_args, summary
+from tidemark.controller.config import StreamConfiguration
+from tidemark.controller.metadata import metadata_to_dict
+from tidemark.controller.model import KeyRange
+from tidemark.controller.navigation import head_segments
 from tidemark.errors import ConfigurationError
 
 # --- parsing helpers ---------------------------------------------------------------------

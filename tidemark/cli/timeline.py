@@ -30,10 +30,10 @@ from contextlib import contextmanager
 from dataclasses import asdict
 from typing import Any
 
-from infra.services import KAFKA, POSTGRES, resolve_services
 from tidemark.cli.output import add_verb, emit, emit_rows
 from tidemark.environment import Environment
 from tidemark.errors import ConfigurationError
+from tidemark.infra.services import KAFKA, POSTGRES, resolve_services
 
 
 def _dsn() -> str:
@@ -48,7 +48,7 @@ def _bootstrap(given: str | None) -> str:
 @contextmanager
 def _store() -> Iterator[Any]:
     # the timeline package loads psycopg: only its verbs pay for it, not --help
-    from pipelines.timeline.store import TimelineStore
+    from tidemark.pipelines.timeline.store import TimelineStore
 
     with TimelineStore(_dsn()) as store:
         store.migrate()
@@ -61,7 +61,7 @@ def _stream_clock() -> Any:
     if not Environment.from_env().delta_root:
         return None
     # the reading side loads deltalake: only the verbs that lease pay for it
-    from pipelines.reading.stream_time import LatestStreamTimes
+    from tidemark.pipelines.reading.stream_time import LatestStreamTimes
 
     return LatestStreamTimes()
 
@@ -95,8 +95,8 @@ def _host(args: argparse.Namespace, dsn: str) -> Iterator[Any]:
         yield None
         return
     # the timeline package loads psycopg: only its verbs pay for it, not --help
-    from pipelines.timeline.housekeeping import PurgeLoop, PurgeSettings
-    from pipelines.timeline.store import TimelineStore
+    from tidemark.pipelines.timeline.housekeeping import PurgeLoop, PurgeSettings
+    from tidemark.pipelines.timeline.store import TimelineStore
 
     with TimelineStore(dsn) as store:
         loop = PurgeLoop(
@@ -249,7 +249,7 @@ def register(sub: Any) -> None:
 
 def cmd_create(args: argparse.Namespace) -> int:
     # the timeline package loads psycopg: only its verbs pay for it, not --help
-    from pipelines.timeline.config import TimelineConfig
+    from tidemark.pipelines.timeline.config import TimelineConfig
 
     with _store() as store:
         config = store.create_timeline(
@@ -289,7 +289,7 @@ def cmd_lease(args: argparse.Namespace) -> int:
         clock = _stream_clock()
         if clock is not None:
             # the timeline package loads psycopg: only its verbs pay for it, not --help
-            from pipelines.timeline.consumer import feed_stream_times
+            from tidemark.pipelines.timeline.consumer import feed_stream_times
 
             feed_stream_times(store, args.timeline, clock, args.consumer)
         if args.id:
@@ -377,8 +377,8 @@ def cmd_count(args: argparse.Namespace) -> int:
 
 def cmd_relay(args: argparse.Namespace) -> int:
     # the timeline package loads psycopg: only its verbs pay for it, not --help
-    from pipelines.timeline.config import ConsumerConfig, RelayConfig
-    from pipelines.timeline.relay import TimelineRelay
+    from tidemark.pipelines.timeline.config import ConsumerConfig, RelayConfig
+    from tidemark.pipelines.timeline.relay import TimelineRelay
 
     dsn = _dsn()
     with _store():
@@ -412,9 +412,9 @@ def cmd_relay(args: argparse.Namespace) -> int:
 
 def cmd_ingest(args: argparse.Namespace) -> int:
     # the timeline package loads psycopg: only its verbs pay for it, not --help
-    from pipelines.reading.seek import parse_duration
-    from pipelines.timeline.buffer import BufferIngest, BufferRelay, TimelineBuffer
-    from pipelines.timeline.config import BufferConfig, DueRule
+    from tidemark.pipelines.reading.seek import parse_duration
+    from tidemark.pipelines.timeline.buffer import BufferIngest, BufferRelay, TimelineBuffer
+    from tidemark.pipelines.timeline.config import BufferConfig, DueRule
 
     config = BufferConfig(
         args.source,
@@ -454,7 +454,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 def cmd_purge(args: argparse.Namespace) -> int:
     # the timeline package loads psycopg: only its verbs pay for it, not --help
-    from pipelines.timeline.housekeeping import PurgeLoop, PurgeSettings
+    from tidemark.pipelines.timeline.housekeeping import PurgeLoop, PurgeSettings
 
     settings = PurgeSettings(
         interval_ms=PurgeSettings.interval_ms if args.every_ms is None else args.every_ms,

@@ -3,7 +3,7 @@
 A time is epoch milliseconds (``1700000000000``), ISO-8601 / RFC 3339
 (``2026-11-27T01:00:00Z``, ``2026-11-27 01:00+01:00``; no zone means UTC), or
 ``now``. A span (``--ago``) is a duration: ``500ms``, ``90s``, ``15m``, ``2h``,
-``1h30m``, ``2d`` (``pipelines.reading.seek.parse_duration``, the one duration
+``1h30m``, ``2d`` (``tidemark.pipelines.reading.seek.parse_duration``, the one duration
 parser). Bad input raises :class:`InvalidTimestampError` /
 :class:`InvalidDurationError` naming the flag, which ``tidemark`` reports as a
 usage error (exit 2).
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from controller.exceptions import InvalidTimestampError
-from controller.timestamps import check_timestamp, wall_clock_ms
+from tidemark.controller.exceptions import InvalidTimestampError
+from tidemark.controller.timestamps import check_timestamp, wall_clock_ms
 
 TIME_HELP = "epoch ms, ISO-8601/RFC 3339 (2026-11-27T01:00:00Z) or 'now'"
 
@@ -43,8 +43,8 @@ def parse_time(text: object, flag: str = "time") -> int:
 
 def parse_ago(text: object, flag: str = "--ago") -> int:
     """The time ``text`` (a duration) before now, in epoch milliseconds."""
-    # pipelines.reading.seek: off tidemark --help (the parser imports every verb module)
-    from pipelines.reading.seek import parse_duration
+    # tidemark.pipelines.reading.seek: off tidemark --help (the parser imports every verb module)
+    from tidemark.pipelines.reading.seek import parse_duration
 
     at = wall_clock_ms() - parse_duration(text)
     if at < 0:

@@ -17,11 +17,11 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from controller.exceptions import InvalidTimestampError
 from tidemark.cli.control_plane import KAFKA_TIMEOUT_S, control_plane, service_addresses
 from tidemark.cli.output import add_verb, emit
 from tidemark.cli.service_errors import quiet, service_timeout_s
 from tidemark.cli.times import TIME_HELP, parse_time
+from tidemark.controller.exceptions import InvalidTimestampError
 from tidemark.errors import ConfigurationError
 
 
@@ -60,8 +60,8 @@ def _events(args: argparse.Namespace) -> Iterator[tuple[str | None, bytes]]:
 
 def cmd_write(args: argparse.Namespace) -> int:
     # confluent_kafka, fastavro: off tidemark --help (the parser imports every verb module)
-    from pipelines.writing.config import WriterConfig
-    from pipelines.writing.writer import EventWriter, wall_clock_ms  # as above
+    from tidemark.pipelines.writing.config import WriterConfig
+    from tidemark.pipelines.writing.writer import EventWriter, wall_clock_ms  # as above
 
     note: int | None = None
     if args.note_time is not None:
@@ -78,7 +78,7 @@ def cmd_write(args: argparse.Namespace) -> int:
     writer_id = args.writer_id or f"cli-{os.getpid()}"
     count = 0
     # librdkafka's retries (a broker not answering yet) stay off stderr; -v shows them
-    with control_plane() as plane, quiet("pipelines.kafka"):
+    with control_plane() as plane, quiet("tidemark.pipelines.kafka"):
         writer = EventWriter(
             writer_id,
             args.stream,

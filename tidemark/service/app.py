@@ -77,14 +77,14 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from controller.exceptions import UnknownStreamError
-from controller.model import segment_number
-from controller.navigation import at_or_after_head, head_cut
-from controller.timestamps import check_timestamp
-from pipelines.build_info import register_build_info
-from pipelines.reading.exceptions import InvalidTimestampError, UnknownReaderGroupError
-from pipelines.reading.time_service import cut_to_json, found_to_json, watermark_to_json
+from tidemark.controller.exceptions import UnknownStreamError
+from tidemark.controller.model import segment_number
+from tidemark.controller.navigation import at_or_after_head, head_cut
+from tidemark.controller.timestamps import check_timestamp
 from tidemark.errors import ServiceUnavailableError, TidemarkError
+from tidemark.pipelines.build_info import register_build_info
+from tidemark.pipelines.reading.exceptions import InvalidTimestampError, UnknownReaderGroupError
+from tidemark.pipelines.reading.time_service import cut_to_json, found_to_json, watermark_to_json
 from tidemark.service.joint import joint_start, joint_stop, joint_wait, streams_param
 from tidemark.service.listing import held_back, page_of_streams
 from tidemark.service.state import TimeService, stream_json, wall_ms

@@ -21,12 +21,12 @@ from typing import Any
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from controller.kafka.admin import StreamTopics
-from controller.store import MetadataStore
-from pipelines.reading.group import open_group
-from pipelines.reading.lag import GroupLag, group_lag
-from pipelines.reading.registry import registry_for
+from tidemark.controller.kafka.admin import StreamTopics
+from tidemark.controller.store import MetadataStore
 from tidemark.errors import TidemarkError
+from tidemark.pipelines.reading.group import open_group
+from tidemark.pipelines.reading.lag import GroupLag, group_lag
+from tidemark.pipelines.reading.registry import registry_for
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@
 
 Each stream gets its own one-stream answer (the same fields as
 ``/api/streams/{scope}/{name}/start|stop|wait``), under ``streams`` in the
-order asked, with the joint rules of ``pipelines.reading.streams``: start
+order asked, with the joint rules of ``tidemark.pipelines.reading.streams``: start
 cuts are each stream's own; the stop cuts are there only once **every**
 stream is complete up to ``t`` (``complete``; the rest are listed in
 ``incomplete``); a wait answers once every stream's watermark has passed
@@ -24,10 +24,10 @@ from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
-from controller.model import Watermark
-from controller.navigation import at_or_after_head, head_cut
-from pipelines.reading.streams import check_streams
-from pipelines.reading.time_service import cut_to_json, found_to_json, watermark_to_json
+from tidemark.controller.model import Watermark
+from tidemark.controller.navigation import at_or_after_head, head_cut
+from tidemark.pipelines.reading.streams import check_streams
+from tidemark.pipelines.reading.time_service import cut_to_json, found_to_json, watermark_to_json
 from tidemark.service.state import TimeService
 
 

@@ -7,7 +7,7 @@
 
 Every ``refresh_ms`` the thread reads the streams' metadata from the store,
 brings each stream's in-memory index up to date (the
-:class:`~pipelines.reading.seek.SeekIndex` reads only the Delta versions
+:class:`~tidemark.pipelines.reading.seek.SeekIndex` reads only the Delta versions
 added since) and appends the new watermarks to a bounded per-stream
 history (``emitted_at``, ``time``, ``upper_time``) for the dashboard's
 charts. A lookup therefore never touches Delta while the stream is known;
@@ -39,18 +39,19 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from controller.exceptions import ZooKeeperUnavailableError
-from controller.index import stop_index
-from controller.metadata import StreamMetadata
-from controller.model import Watermark
-from controller.naming import ClusterSettings
-from controller.store import MetadataStore
-from controller.zookeeper.driver import controller_view
-from pipelines.reading.exceptions import WatermarksUnavailableError
-from pipelines.reading.group import open_group
-from pipelines.reading.seek import Found, SeekIndex, check_timestamp, live_metadata
-from pipelines.reading.time_service import cut_to_json
-from pipelines.reading.watermark_tables import (
+from tidemark.controller.exceptions import ZooKeeperUnavailableError
+from tidemark.controller.index import stop_index
+from tidemark.controller.metadata import StreamMetadata
+from tidemark.controller.model import Watermark
+from tidemark.controller.naming import ClusterSettings
+from tidemark.controller.store import MetadataStore
+from tidemark.controller.zookeeper.driver import controller_view
+from tidemark.errors import ConfigurationError, ServiceUnavailableError, TidemarkError
+from tidemark.pipelines.reading.exceptions import WatermarksUnavailableError
+from tidemark.pipelines.reading.group import open_group
+from tidemark.pipelines.reading.seek import Found, SeekIndex, check_timestamp, live_metadata
+from tidemark.pipelines.reading.time_service import cut_to_json
+from tidemark.pipelines.reading.watermark_tables import (
     MarksTail,
     read_marks_as_of,
     read_rejected,
@@ -58,8 +59,7 @@ from pipelines.reading.watermark_tables import (
     read_watermarks,
     resolve_delta_root,
 )
-from schemas.tables import LAGGARDS, cut_from_cell, laggards_by_stream
-from tidemark.errors import ConfigurationError, ServiceUnavailableError, TidemarkError
+from tidemark.schemas.tables import LAGGARDS, cut_from_cell, laggards_by_stream
 from tidemark.service.group_metrics import GroupLagCollector
 
 log = logging.getLogger(__name__)
@@ -134,7 +134,7 @@ class _History:
 
 
 class _Times(Sequence[int]):
-    """The ``time`` column of the kept history, for ``controller.index``'s search."""
+    """The ``time`` column of the kept history, for ``tidemark.controller.index``'s search."""
 
     def __init__(self, points: deque[HistoryPoint]) -> None:
         self._points = points
@@ -522,8 +522,8 @@ class TimeService:
             return None
         import psycopg  # only with a database (the timeline extra)
 
-        from pipelines.timeline.exceptions import TimelineError
-        from pipelines.timeline.store import TimelineStore
+        from tidemark.pipelines.timeline.exceptions import TimelineError
+        from tidemark.pipelines.timeline.store import TimelineStore
 
         try:
             store = TimelineStore(self.postgres_dsn)

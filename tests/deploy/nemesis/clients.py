@@ -13,9 +13,10 @@ import logging
 import threading
 import time
 
-from controller.naming import topic_for
-from controller.store import MetadataStore
-from pipelines.reading.group import ReaderGroup
+from tidemark.controller.naming import topic_for
+from tidemark.controller.store import MetadataStore
+from tidemark.pipelines.reading.group import ReaderGroup
+
 from tests.deploy.deployment import Deployment
 from tests.deploy.nemesis.history import History, Noted, Read, Written
 from tests.deploy.writers import open_writer

@@ -11,7 +11,7 @@ import itertools
 import threading
 from dataclasses import dataclass, field
 
-from controller.model import Watermark
+from tidemark.controller.model import Watermark
 
 EventId = tuple[str, int]  # (writer, number)
 
