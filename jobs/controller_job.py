@@ -622,8 +622,8 @@ class ControllerJob:
         ]
 
     def _lead(self, lost: threading.Event) -> None:
-        """While leading: the query, the tables' maintenance (issue 19) and the other
-        leader tasks (the stream policy loop, issue 13). They stop before the
+        """While leading: the query, the tables' maintenance and the other
+        leader tasks (the stream policy loop). They stop before the
         leadership is given up: the query first, then each task."""
         started: list[LeaderTask] = []
         try:
