@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import io
+import os
 import re
 import tokenize
 from collections.abc import Iterator
@@ -30,7 +31,7 @@ REFERENCE = re.compile(
 )
 """What a reference to the tracker, a branch or an attempt looks like in prose."""
 
-SKIPPED_DIRS = frozenset({"site", "node_modules", "__pycache__"})
+SKIPPED_DIRS = frozenset({"site", "build", "dist", "node_modules", "__pycache__"})
 """Generated or installed folders; hidden ones (``.git``, ``.venv``) are skipped too."""
 
 TEXT_SUFFIXES = frozenset(
@@ -44,14 +45,16 @@ EXTRA_FILES = ("Makefile", ".ci/run")
 
 
 def _project_files() -> Iterator[Path]:
-    for path in sorted(ROOT.rglob("*")):
-        parts = path.relative_to(ROOT).parts
-        if any(p in SKIPPED_DIRS or p.endswith(".egg-info") for p in parts):
-            continue
-        if any(p.startswith(".") for p in parts[:-1]) or not path.is_file():
-            continue
-        if path.suffix in TEXT_SUFFIXES | {".py"} and not path.name.startswith(VENDORED):
-            yield path
+    for folder, dirs, files in os.walk(ROOT):
+        dirs[:] = sorted(
+            d
+            for d in dirs
+            if not d.startswith(".") and d not in SKIPPED_DIRS and not d.endswith(".egg-info")
+        )
+        for name in sorted(files):
+            path = Path(folder, name)
+            if path.suffix in TEXT_SUFFIXES | {".py"} and not name.startswith(VENDORED):
+                yield path
     for name in EXTRA_FILES:
         if (ROOT / name).is_file():
             yield ROOT / name
@@ -79,6 +82,8 @@ def python_prose(source: str) -> Iterator[tuple[int, str]]:
 def references(path: Path) -> list[str]:
     """``path:line: match`` for each reference in a file's prose."""
     text = path.read_text("utf-8")
+    if not REFERENCE.search(text):  # nothing anywhere, so nothing in the prose either
+        return []
     lines = python_prose(text) if path.suffix == ".py" else enumerate(text.splitlines(), 1)
     name = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
     return [
