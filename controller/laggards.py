@@ -23,7 +23,7 @@ Two kinds of writer keep a watermark from advancing:
 
 For both, ``behind_ms`` = the fastest writer's noted time - its own: how far
 the stream's time would move if it caught up. Each laggard also says *who*
-it is (issue 31, item 4), from the caller's :class:`WriterSeen`: the writer
+it is, from the caller's :class:`WriterSeen`: the writer
 instance bound to the id (its token), when that instance's first mark was
 accepted, and when its last one arrived -- so an operator tells a stalled
 writer from a restarted one, or from a phantom id that appeared a moment ago.

@@ -44,7 +44,7 @@ LOCAL_JVM_OPTIONS = ("-XX:+UseParallelGC", "-XX:TieredStopAtLevel=1")
 """The driver JVM's options on a local master, where it runs the tasks too: the
 parallel collector and the C1 compiler only. On two cores, G1's concurrent cycles
 and C2's compile queue took the cores the controller's small micro-batches need
-(figures: ``docs/tuning.md``). Cluster masters keep Spark's defaults."""
+(figures: ``docs/benchmarks.md``). Cluster masters keep Spark's defaults."""
 
 
 @dataclass(frozen=True)

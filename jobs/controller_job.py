@@ -104,7 +104,7 @@ LOCAL_CHECKPOINT_FILE_MANAGER = (
 """For a checkpoint root on the local file system. Spark's default manager renames
 through Hadoop's ``FileContext``, which on a local path runs ``readlink`` in a
 forked process for every rename (offset log, commit log, state changelog); plain
-``FileSystem`` renames are atomic there and fork nothing (figures: ``docs/tuning.md``).
+``FileSystem`` renames are atomic there and fork nothing (figures: ``docs/benchmarks.md``).
 Other file systems keep Spark's default."""
 
 
@@ -114,14 +114,14 @@ data (Kafka's default: 500 ms). The broker answers a connection's requests in or
 so the two ``ListOffsets`` Spark's consumer sends after every poll wait behind a held
 fetch; a task reading many partitions waits so for each poll of each. Not 0: 1 ms
 bounds how fast an empty poll asks again. Consumers poll only inside a batch's
-tasks, so this costs nothing when idle (figures: ``docs/tuning.md``)."""
+tasks, so this costs nothing when idle (figures: ``docs/benchmarks.md``)."""
 
 MAX_POLL_RECORDS = 100_000
 """Records one poll of the Kafka source's consumers may return (Kafka's default: 500):
 as many as a fetch brings (``max.partition.fetch.bytes``, 1 MiB: ~12 k marks). Spark's
 consumer follows every poll with two ``ListOffsets`` round trips, so fewer, larger
 polls mean fewer round trips per batch. No extra memory: a poll hands over only
-records already fetched (figures: ``docs/tuning.md``)."""
+records already fetched (figures: ``docs/benchmarks.md``)."""
 
 
 def is_local(root: str) -> bool:
@@ -622,8 +622,8 @@ class ControllerJob:
         ]
 
     def _lead(self, lost: threading.Event) -> None:
-        """While leading: the query, the tables' maintenance (issue 19) and the other
-        leader tasks (the stream policy loop, issue 13). They stop before the
+        """While leading: the query, the tables' maintenance and the other
+        leader tasks (the stream policy loop). They stop before the
         leadership is given up: the query first, then each task."""
         started: list[LeaderTask] = []
         try:

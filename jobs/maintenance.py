@@ -34,7 +34,7 @@ the table's file count and sizes what to do:
   ``time_travel_hours`` ago are deleted. A reader that holds an old version
   keeps its files for that span.
 
-Why the log is kept shorter than the removed files (issue 19): on a local
+Why the log is kept shorter than the removed files: on a local
 file system delta-rs lists the whole ``_delta_log`` directory on every open,
 ``update_incremental`` and commit (about 1 µs per entry each time): with
 10 000 entries (under 3 h of a 1 s controller) a table open took 2.6x and a

@@ -14,7 +14,7 @@ launcher script (Spark's Python executable) hands exactly that ``-m`` call
 streams, arguments, environment and directory over a Unix socket; the zygote forks
 and the child runs the module. Everything else, and every call while no zygote
 answers, execs Python as usual. Local masters only: on a cluster the executable
-must exist on every machine. Figures: ``docs/tuning.md``.
+must exist on every machine. Figures: ``docs/benchmarks.md``.
 """
 
 from __future__ import annotations

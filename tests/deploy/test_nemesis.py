@@ -1,4 +1,4 @@
-"""A Jepsen-style nemesis on the deployed shape (issue 29 item 5).
+"""A Jepsen-style nemesis on the deployed shape.
 
 On its own deployment (3 SASL brokers, a ZooKeeper ensemble, Spark standalone with two
 workers, s3proxy, two controller drivers), writers of each kind write numbered events

@@ -107,7 +107,7 @@ def test_poison_and_hostile_marks_are_rejected_rows_and_the_stream_goes_on(
 def test_forged_marks_cannot_take_over_a_dropin_writers_id(
     spark: Any, controller_env: Env, kafka: str, unique: str
 ) -> None:
-    """Issue 30: the drop-in producer's marks carry its instance token, so a mark under its
+    """The drop-in producer's marks carry its instance token, so a mark under its
     writer id with another token, or with none, is ``impersonated`` (before, its marks had
     no token and a forged token took the id); the watermark never follows the forger."""
     env = controller_env

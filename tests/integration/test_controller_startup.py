@@ -24,7 +24,7 @@ from tests.integration.test_controller_job import TAKE_OVER_LINES, driver, make_
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
 
 FIRST_WATERMARK_S = 20.0
-"""Issue 29's goal on this machine (2 cores)."""
+"""The start-up goal on the development machine (2 cores)."""
 START_UP_LINES = ("spark session", "no driver leads", *TAKE_OVER_LINES)
 """The driver log's lines that time a start-up."""
 

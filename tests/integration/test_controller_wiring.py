@@ -1,6 +1,6 @@
 """What the one-query controller runs beside its query, end to end (real Kafka, ZooKeeper,
-Spark, Delta): the stream policy loop under its leader (issue 13), laggard rows
-(issue 16), freshness from the note (issue 14)."""
+Spark, Delta): the stream policy loop under its leader, laggard rows,
+freshness from the note."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def run_args(env: Any, *extra: str) -> Any:
     return build_parser().parse_args([*controller_run_args(env, f"c-{env.unique}"), *extra])
 
 
-# --- issue 13: the policy loop runs under the controller's leader ---------------------------
+# --- the policy loop runs under the controller's leader ------------------------------------
 
 
 @pytest.mark.spark
@@ -163,7 +163,7 @@ def test_never_two_loops_act_the_switch_waits_for_a_standalone_loop(
         client.close()
 
 
-# --- issue 16: laggards from the controller job; issue 14: freshness from the note ----------
+# --- laggards from the controller job; freshness from the note ----------------------------
 
 
 def visible(delta_root: str, stream: str, t: int) -> bool:

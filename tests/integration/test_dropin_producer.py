@@ -448,8 +448,8 @@ def end_offsets(kafka: str, topic: str, partitions: int) -> dict[int, int]:
 def test_positions_from_end_offsets_run_no_python_per_record(
     kafka: str, manager: StreamManager, store: Any, cluster: ClusterSettings, unique: str
 ) -> None:
-    """positions_from="end_offsets" on an ``arrival`` stream (the broker stamps: issue 30
-    has the drop-in stamp every other stream's records in Python): ``produce`` and
+    """positions_from="end_offsets" on an ``arrival`` stream (the broker stamps; on
+    every other stream the drop-in stamps records in Python): ``produce`` and
     ``poll`` are the wrapped producer's own methods (no Python frame per record); the
     records per partition come from librdkafka's statistics; a failed record makes the
     next ``produce`` raise, a closed producer too; the application's own ``stats_cb``
@@ -564,7 +564,7 @@ def test_positions_from_end_offsets_shared_partition_by_statistics(
 def test_an_idle_dropin_noting_time_automatically_keeps_the_watermark_moving(
     kafka: str, manager: StreamManager, store: Any, cluster: ClusterSettings, unique: str
 ) -> None:
-    """Issue 30: a drop-in producer with ``automatically_note_time`` writes once, then idles
+    """A drop-in producer with ``automatically_note_time`` writes once, then idles
     while an ``EventWriter`` writes on: its heartbeat marks (one instance token, the one
     record's time as ``max_event_time``) keep following the clock, so the stream's
     watermark follows the busy writer instead of stopping at the idle one's last note."""

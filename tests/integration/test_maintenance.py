@@ -523,7 +523,7 @@ def test_a_file_past_the_first_tier_is_not_rewritten_again(tmp_path: Path) -> No
 
 
 def test_log_is_trimmed_to_its_retention_and_old_tables_get_it(tmp_path: Path) -> None:
-    """Issue 19: delta-rs lists the whole ``_delta_log`` on every open and commit, so
+    """Delta-rs lists the whole ``_delta_log`` on every open and commit, so
     the maintainer gives a table made without them the retention properties (the open
     sink's next append survives that commit) and trims the log after checkpoints;
     checkpoints stop carrying the tombstones of files removed before the retention."""

@@ -1,6 +1,6 @@
 """A reader and a scale whose sealed size comes late, on real Kafka + ZooKeeper.
 
-The race (issue 12, readers' exactly-once): a scale writes the new epoch, waits
+The race (readers' exactly-once): a scale writes the new epoch, waits
 ``seal_drain_ms``, then records the sealed segment's end offset as its sealed
 size. A writer slower than the drain still lands records on the sealed segment
 after that measurement -- at or beyond the sealed size -- and re-sends them to

@@ -10,8 +10,8 @@ controller job does (``append_watermarks``). Then, for many timestamps
 
 The same marks without ``max_event_time`` (what a v1 writer sends) give
 cuts that do skip such events: the test shows the difference can be seen.
-The writers are ``EventWriter`` objects, or drop-in producers (issue 30:
-their marks carry ``max_event_time`` too).
+The writers are ``EventWriter`` objects, or drop-in producers (their
+marks carry ``max_event_time`` too).
 """
 
 # ruff: noqa: F811  (the fixtures imported from test_reader_group are redefined as arguments)

@@ -80,7 +80,7 @@ def test_the_controllers_start_adds_new_columns_to_a_laggards_table_written_befo
     spark, tmp_path
 ) -> None:
     """A ``laggards`` table from before ``instance``, ``first_seen``, ``last_seen``:
-    Spark's create-if-not-exists leaves it, and the start adds the columns (issue 31)."""
+    Spark's create-if-not-exists leaves it, and the start adds the columns."""
     import pyarrow as pa
     from deltalake import write_deltalake
     from tidemark.jobs.sink import ensure_tables

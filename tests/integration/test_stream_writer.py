@@ -121,7 +121,7 @@ def test_missing_columns_are_named(spark: Any, target: StreamTarget) -> None:
 def test_a_job_keeps_the_streams_timestamping_rules(
     spark: Any, kafka: str, zookeeper: str, zk_client: Any, unique: str
 ) -> None:
-    """Issue 30: a client-require stream refuses a job with a null event time before
+    """A client-require stream refuses a job with a null event time before
     anything is sent (no event, no registration); a refuse-adjust stream fails the task
     at 900 after 1000 (one key, one task), only 1000 is stored; on a client-prefer stream
     a null time is the arrival time."""
@@ -158,7 +158,7 @@ def test_a_job_keeps_the_streams_timestamping_rules(
 def test_tasks_noting_time_automatically_close_at_their_end(
     spark: Any, kafka: str, zookeeper: str, zk_client: Any, unique: str
 ) -> None:
-    """Issue 30: with ``automatically_note_time`` each task's writer notes the clock's time
+    """With ``automatically_note_time`` each task's writer notes the clock's time
     while it writes and closes with a shutdown mark at the time of its end (not below its
     largest timestamp), under the run's instance token."""
     auto = make_target(

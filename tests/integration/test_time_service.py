@@ -315,7 +315,7 @@ def test_tidemark_serve_command(manager, unique, kafka, zookeeper, zk_client, tm
     assert f"dashboard on http://127.0.0.1:{port}/" in out
 
 
-# --- waiting for stream time through the service (issue 16) -------------------------------
+# --- waiting for stream time through the service --------------------------------------------
 
 
 def _wait_in_thread(stream, t, timeout_ms, root):
@@ -403,7 +403,7 @@ def test_a_wait_is_woken_by_the_tail_not_the_refresh(
 ):
     """With the refresh a minute away, a long poll still returns as soon as the
     watermark's commit lands: the service's tail thread watches the next commit file
-    of a stream someone waits on and reads it at once (issue 35 item 3)."""
+    of a stream someone waits on and reads it at once."""
     root = str(tmp_path)
     stream = make_stream(manager, unique, segments=2)
     base = int(time.time() * 1000) - 60_000

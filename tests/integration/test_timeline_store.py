@@ -1,6 +1,6 @@
 """The timeline store against a real PostgreSQL: operations, states, refusals, counts.
 
-Leases are capabilities (issue 31, item 5): without the lease's token no one
+Leases are capabilities: without the lease's token no one
 extends, releases or deletes; a message under a live lease is the holder's, so
 its producer group can neither delete nor move it until the lease ends or is
 given back; extensions and stream times are bounded; text PostgreSQL cannot
@@ -382,7 +382,7 @@ def test_a_consumer_without_the_lease_token_cannot_extend_release_or_delete(stor
 
 
 def test_a_producer_cannot_delete_or_move_a_message_under_a_live_lease(postgres, store, tl):
-    """The rule for the owner (issue 31, item 5), as SQS's for a message in flight: while
+    """The rule for the owner, as SQS's for a message in flight: while
     a lease is live the message is the holder's -- the producer group's delete is
     refused naming the lease (holder, end), and changes nothing; the holder deletes
     with its token. Once the lease is given back or has ended, it is the group's again,

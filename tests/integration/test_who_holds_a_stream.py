@@ -1,4 +1,4 @@
-"""Who holds a stream (issue 31, item 4), end to end with a real controller (Kafka,
+"""Who holds a stream, end to end with a real controller (Kafka,
 ZooKeeper, Spark, Delta): two writers, one stops advancing; within one interval the
 ``laggards`` table, ``tidemark controller status`` and the dashboard (its JSON and
 its page) name it -- writer id, instance token, noted time, first and last seen.

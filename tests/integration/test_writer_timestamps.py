@@ -60,7 +60,7 @@ def test_refuse_adjustments_refuses_900_after_1000_and_stores_only_1000(
     assert got == [(b"first", 1000)]
 
 
-# --- every producer (issue 30): the drop-in producer in both position modes, the
+# --- every producer: the drop-in producer in both position modes, the
 # transactional writer and EventWriter keep the same rules on one adopted topic --------------
 
 PRODUCERS = ["EventWriter", "TransactionalWriter", "dropin", "dropin end_offsets"]

@@ -40,7 +40,7 @@ def test_a_lagging_writer_is_named_with_since_and_distance():
 
 
 def test_a_laggard_says_who_it_is_when_the_caller_knows():
-    """Issue 31, item 4: instance, first and last seen come from ``seen``; a writer the
+    """Instance, first and last seen come from ``seen``; a writer the
     caller knows nothing of is still named, its identity unknown."""
     marks = {"a": WriterMark(2_000, {0: 9}), "b": WriterMark(900, {0: 5}), "c": WriterMark(900, {})}
     seen = {"b": WriterSeen("b-7", 100, 450), "a": WriterSeen("a-1", 1, 2)}

@@ -1,5 +1,5 @@
 """``tidemark controller status``'s laggards: each stream's last snapshot, described
-(who: id, instance, noted time, first and last seen -- issue 31, item 4)."""
+(who: id, instance, noted time, first and last seen)."""
 
 from __future__ import annotations
 

@@ -121,7 +121,7 @@ def test_two_writers_of_one_batch_write_it_once(tmp_path: Path) -> None:
 
 
 def test_an_open_writer_whose_batch_another_committed_skips_it(tmp_path: Path) -> None:
-    """The sink appends without reading the log first (issue 19): when another instance
+    """The sink appends without reading the log first: when another instance
     committed the same batch meanwhile, delta-rs refuses the commit, the sink reads the
     log, sees its batch and skips it -- the batch is in the table once."""
     root = _tables(tmp_path)

@@ -316,7 +316,7 @@ def test_a_writer_only_slowest_is_recorded_once_far_enough_behind() -> None:
 
 
 def test_a_laggard_is_named_with_its_instance_and_first_and_last_seen() -> None:
-    """Issue 31, item 4: the row that names a writer holding the stream says who it is --
+    """The row that names a writer holding the stream says who it is --
     the instance token bound to the id, when that instance's first mark arrived, when
     its latest did -- and a restart under the same id is a new row with a new first seen."""
 

@@ -108,7 +108,7 @@ def test_the_second_tier_is_compacted_only_when_enough_files_wait() -> None:
 
 
 def test_log_retention_is_short_on_a_local_file_system_only() -> None:
-    """Issue 19: delta-rs lists the whole log on every open and commit on a local file
+    """Delta-rs lists the whole log on every open and commit on a local file
     system; an object store lists from an offset, so its log follows the time travel."""
     from tidemark.jobs.maintenance import LOCAL_LOG_RETENTION_S, retention_properties
 

@@ -315,7 +315,7 @@ def test_a_second_live_instance_under_the_same_id_is_still_impersonated() -> Non
 
 
 def test_a_live_writer_without_a_token_is_not_taken_over_by_one() -> None:
-    """Issue 30: an id first heard without a token (a v1 writer) is held by "no token"
+    """An id first heard without a token (a v1 writer) is held by "no token"
     while it lives: a forged token is impersonated, not bound; after the shutdown mark a
     new instance (with a token) is heard at once."""
     w, state = workflow(), StreamState()

@@ -95,7 +95,7 @@ def index_lookup(delta_root: str | None) -> Callable[[str, int], dict[int, int]]
 
 
 def policy_tasks(args: argparse.Namespace) -> Callable[[Any], list[Any]]:
-    """``controller run``'s leader tasks: the stream policy loop (issue 13), unless
+    """``controller run``'s leader tasks: the stream policy loop, unless
     ``--policy-interval-ms 0``. Given the driver's ``ControllerSettings``."""
     if args.policy_interval_ms < 0:
         raise ConfigurationError(
