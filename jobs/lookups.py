@@ -28,9 +28,10 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from confluent_kafka import IsolationLevel, TopicPartition
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 from tidemark.controller.exceptions import InvalidModelError, UnknownStreamError
+from tidemark.controller.kafka.retry import KafkaRetry
 from tidemark.controller.kafka.settings import client_config
 from tidemark.controller.metadata import StreamMetadata
 from tidemark.controller.naming import is_stream_name
@@ -143,6 +144,14 @@ class ZooKeeperStreams:
             self._watched.clear()
 
 
+_LOOKUP_RETRY = KafkaRetry(
+    (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE),
+    timeout_s=10.0,
+)
+"""A partition's leader moving (or not yet elected on a topic just made) answers a
+lookup with a transient error: the lookup is asked again, not failed."""
+
+
 class KafkaCommittedOffsets:
     """:class:`tidemark.jobs.workflow.CommittedOffsets` through the admin API
     (``READ_COMMITTED``)."""
@@ -186,21 +195,27 @@ class KafkaCommittedOffsets:
             )
         spec = OffsetSpec.earliest() if earliest else OffsetSpec.latest()  # type: ignore[no-untyped-call]
         request = {TopicPartition(t, p): spec for t, p in keys}
-        futures = self._admin.list_offsets(
-            request,
-            isolation_level=IsolationLevel.READ_COMMITTED,
-            request_timeout=self.timeout_s,
-        )
-        found: dict[tuple[str, int], int] = {}
-        for tp, future in futures.items():
-            key = (tp.topic, tp.partition)
-            try:
-                found[key] = int(future.result().offset)
-            except Exception:
-                if required is True or (required is not False and key in required):
-                    raise
-                self._used.pop(key, None)  # a deleted stream's topic, say: stop asking
-        return found
+
+        def ask() -> dict[tuple[str, int], int]:
+            futures = self._admin.list_offsets(
+                request,
+                isolation_level=IsolationLevel.READ_COMMITTED,
+                request_timeout=self.timeout_s,
+            )
+            found: dict[tuple[str, int], int] = {}
+            for tp, future in futures.items():
+                key = (tp.topic, tp.partition)
+                try:
+                    found[key] = int(future.result().offset)
+                except KafkaException as exc:
+                    if _LOOKUP_RETRY.retryable(exc):
+                        raise  # a leader moving, a topic just made: ask again
+                    if required is True or (required is not False and key in required):
+                        raise
+                    self._used.pop(key, None)  # a deleted stream's topic, say: stop asking
+            return found
+
+        return _LOOKUP_RETRY(ask, what=f"last stable offsets of {len(keys)} partitions")
 
     def expect(self, topic: str, partitions: Sequence[int]) -> None:
         """Ask for ``partitions`` with the next request (as if a cut had just needed them)."""
