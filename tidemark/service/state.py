@@ -20,6 +20,10 @@ watches the ``marks`` table's next commit file for each stream waited on
 (a stat every ``tail_ms``) and reads the new version at once, so a waiter
 wakes when the commit lands, not at the next refresh. (A table on an object
 store, which has no cheap stat, is read by the refresh alone.)
+
+Why one module: it is what one background thread keeps warm for the service (the
+streams' indexes, histories, waits and metrics); the parts share that thread's
+refresh and its lock.
 """
 
 from __future__ import annotations
