@@ -5,8 +5,8 @@ followed by one or two sentences: the one concern that holds the module together
 and why splitting it would not be a clean move. A module over the bound without
 one fails, so a file grows past it only by someone deciding it should.
 
-``PENDING`` lists the modules over the bound that another change is moving; the list
-may only shrink: an entry gone or back within the bound fails until it is removed.
+``PENDING`` lists the modules over the bound still without a reason; the list may only
+shrink: an entry gone, back within the bound or given a reason fails until it is removed.
 """
 
 from __future__ import annotations
