@@ -57,8 +57,7 @@ the SQL they share (:mod:`.store_sql`):
 - :mod:`.store_held`: the relay's batches, held by a transaction's row locks;
 - :mod:`.store_housekeeping`: migrations, stream times and purge.
 
-:class:`TimelineStore` is all four; a part is a store of its own too, for a
-connection that serves one protocol only.
+:class:`TimelineStore` is all four, over one connection.
 """
 
 from __future__ import annotations
