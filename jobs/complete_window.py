@@ -46,6 +46,9 @@ events written before them); see ``tidemark.controller.index``. They are looked 
 :class:`~tidemark.pipelines.reading.seek.SeekIndex`: the ``index`` table's statistics
 and a row group or two, one ``marks`` row group for each cut), never by
 reading the stream's whole history.
+
+Why one module: it is one job, from a window's plan to its Spark read, its write and
+its entry point; each step takes the value the step before made.
 """
 
 from __future__ import annotations

@@ -48,6 +48,10 @@ log"); the Delta appends of a batch both ran carry the same transaction
 identifier (appId, version), the sink skips a batch a table already holds,
 and delta-rs refuses the slower of two concurrent commits ("concurrent
 transaction"), failing that query.
+
+Why one module: it is the controller's Spark driver, from its one streaming query's
+layout and plan to its warm-up and its leadership; each part reads the same settings
+and checkpoint layout of that query.
 """
 
 from __future__ import annotations

@@ -37,6 +37,9 @@ leaves to its caller:
 The clock is whatever the caller passes as ``now_ms``: Spark's batch
 timestamp, which a re-run of the same micro-batch after a failure reuses,
 so a replayed batch decides the same way.
+
+Why one module: one stream's workflow and the state it keeps between micro-batches
+change together: the state's fields are exactly what the workflow decides on.
 """
 
 from __future__ import annotations

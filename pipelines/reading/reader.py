@@ -45,6 +45,12 @@ checkpoints (``tidemark.pipelines.reading.checkpoints``: commit, acknowledge, ho
 still while one is taken) and, when ``ReaderConfig`` asks for it, in the
 time policies (``tidemark.pipelines.reading.balance``: ownership by time, pausing
 segments that run more than ``max_drift_ms`` ahead).
+
+Why one module: it is the one :class:`EventReader`, a single-threaded state machine
+over one Kafka consumer (its fetch buffer, its owned, held and finished segments, its
+committed position), with the events and batches it makes of that consumer's records
+(a batch's events, position and window are worked out lazily from what the reader
+hands it).
 """
 
 from __future__ import annotations

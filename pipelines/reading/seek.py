@@ -37,6 +37,10 @@ the number of streams. A stream asked about again is loaded: its ``time`` and
 refreshed at most every ``refresh_interval_ms`` and only by the table
 versions added since (:class:`~tidemark.pipelines.reading.watermark_tables.TableTail`),
 and searched by ``tidemark.controller.index`` (binary search); cuts are cached.
+
+Why one module: both questions (where to start, where to stop) are answered from
+one :class:`SeekIndex` over the ``index`` table, warm or cold; the lookups and the
+index they read change together.
 """
 
 from __future__ import annotations

@@ -109,6 +109,10 @@ scale, and re-sending what a seal cut off needs each record's offset): the
 mode is for topics adopted without tidemark routing.
 
 Transactions are not wrapped: use ``TransactionalWriter``.
+
+Why one module: :class:`TidemarkProducer` is one drop-in ``Producer`` whose methods
+all wrap the same producer and the same stream view, and much of the module is this
+docstring, which states the promises it keeps.
 """
 
 from __future__ import annotations

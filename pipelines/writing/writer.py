@@ -32,6 +32,10 @@ it first waits for every record in flight (so no key's new records overtake
 its old ones), then routes to the new epoch's segments. Each successor
 segment's timestamps start from the highest its predecessors got from this
 writer.
+
+Why one module: :class:`EventWriter` and the base it shares with the transactional
+writer are one produce path over one Kafka producer (routing, scaling, delivery
+reports, positions and marks); each method reads and changes the same writer state.
 """
 
 from __future__ import annotations

@@ -24,8 +24,6 @@ store, which has no cheap stat, is read by the refresh alone.)
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import os
 import threading
@@ -61,6 +59,7 @@ from tidemark.pipelines.reading.watermark_tables import (
 )
 from tidemark.schemas.tables import LAGGARDS, cut_from_cell, laggards_by_stream
 from tidemark.service.group_metrics import GroupLagCollector
+from tidemark.service.waits import StreamWaits
 
 log = logging.getLogger(__name__)
 
@@ -150,52 +149,6 @@ class _Times(Sequence[int]):
 
     def __len__(self) -> int:
         return len(self._points)
-
-
-class StreamWaits:
-    """Per stream, an ``asyncio.Event`` set when the stream gains watermarks.
-
-    :meth:`event` is called on the event loop (binding it); :meth:`changed`
-    from any thread. A woken event is replaced, so a waiter takes the event
-    *before* it looks at the watermarks and misses no change."""
-
-    def __init__(self) -> None:
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._events: dict[str, asyncio.Event] = {}
-        self.closing = False
-        """Set when the server shuts down: waiters answer at once."""
-        self.arrived = threading.Event()
-        """Set when a waiter takes an event (the tail thread starts watching)."""
-
-    def event(self, stream: str) -> asyncio.Event:
-        self._loop = asyncio.get_running_loop()
-        found = self._events.get(stream)
-        if found is None:
-            found = self._events[stream] = asyncio.Event()
-            self.arrived.set()
-        return found
-
-    def waited(self) -> list[str]:
-        """The streams someone may be waiting on (any thread)."""
-        return list(self._events)
-
-    def changed(self, stream: str) -> None:
-        loop = self._loop
-        if loop is None or loop.is_closed():
-            return
-        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
-            loop.call_soon_threadsafe(self._wake, stream)
-
-    def _wake(self, stream: str) -> None:
-        found = self._events.pop(stream, None)
-        if found is not None:
-            found.set()
-
-    def close(self) -> None:
-        """Wake every waiter for good (on the event loop, as the server shuts down)."""
-        self.closing = True
-        for stream in list(self._events):
-            self._wake(stream)
 
 
 ZOOKEEPER, POSTGRESQL, KAFKA = "zookeeper", "postgresql", "kafka"
