@@ -124,12 +124,34 @@ def controller_env(
     return make_env(kafka, zookeeper, zk_client, unique, tmp_path, buckets=1)
 
 
+LOG_TAIL_LINES = 40
+_started_before = pytest.StashKey[int]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    item.stash[_started_before] = len(started_processes())
+    return (yield)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """A failed setup, test or teardown carries the tail of each service's log: the
+    processes running now and those the test started (one that died is among them),
+    so one CI log is enough to see what the services said."""
     report = yield
-    if report.failed and call.when in ("setup", "call"):
-        for proc in started_processes():
-            report.sections.append((f"{proc.name} log (tail)", proc.log_tail(40)))
+    if report.failed:
+        started = started_processes()
+        before = item.stash.get(_started_before, len(started))
+        for index, proc in enumerate(started):
+            if proc.alive() or index >= before:
+                state = "running" if proc.alive() else "exited"
+                report.sections.append(
+                    (
+                        f"{proc.name} log, last {LOG_TAIL_LINES} lines ({state}, {proc.log_path})",
+                        proc.log_tail(LOG_TAIL_LINES),
+                    )
+                )
     return report
 
 
