@@ -80,11 +80,15 @@ demo: setup-demo ## start local services, run the pipeline end to end, print the
 # its wall time (mostly the nemesis's fixed span and waits on recoveries) overlaps theirs.
 # Its output goes to $(DEPLOY_LOG), printed once both have ended. Both processes always
 # run; the worse exit code is the target's (5, no tests, fails too).
+# The rest runs on TEST_WORKERS pytest-xdist workers (0: in the pytest process itself),
+# each with services of its own on its own ports; tests/conftest.py says which tests one
+# worker keeps together (everything Spark, a module of service-bound tests).
 DEPLOY_LOG := build/tests-deploy.log
+TEST_WORKERS ?= 2
 test: setup ## the whole suite (unit, integration, spark, deploy, a short nemesis) against real local services
 	@mkdir -p $(dir $(DEPLOY_LOG)); rc=0; \
 	$(PY) -m pytest -q --durations=20 tests/deploy >$(DEPLOY_LOG) 2>&1 & deploy=$$!; \
-	$(PY) -m pytest -q --durations=20 --ignore=tests/deploy || rc=$$?; \
+	$(PY) -m pytest -q --durations=20 -n $(TEST_WORKERS) --dist loadgroup --ignore=tests/deploy || rc=$$?; \
 	wait $$deploy; drc=$$?; \
 	echo "=== tests/deploy (its own pytest process, run beside the rest; log: $(DEPLOY_LOG)) ==="; \
 	cat $(DEPLOY_LOG); \
