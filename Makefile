@@ -108,8 +108,8 @@ nemesis: setup ## the nemesis, longer: make nemesis SECONDS=1800 SEED=<seed> (do
 		$(PY) -m pytest -q -s -p no:cacheprovider tests/deploy/test_nemesis.py
 
 # `slow` unit tests (building and installing the wheel) run in make test.
-test-unit: setup ## the fast tests only: unit, not slow
-	$(PY) -m pytest -q -m "unit and not slow"
+test-unit: setup ## the fast tests only: unit, not slow, on TEST_WORKERS workers
+	$(PY) -m pytest -q -m "unit and not slow" -n $(TEST_WORKERS)
 
 # mypy does not follow setuptools' editable import hook, so it checks a tree of symlinks
 # laid out as the installed package (controller/ as tidemark/controller, ...).
