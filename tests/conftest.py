@@ -125,10 +125,8 @@ def controller_env(
 
 
 LOG_TAIL_LINES = 40
-_started_before = pytest.StashKey[int]()
-
-
-_figures_before = pytest.StashKey[int]()
+_started_before = pytest.StashKey[int]()  # how many processes had started before the test
+_figures_before = pytest.StashKey[int]()  # how many fault figures had been reported
 # The fault figures of the run, gathered from the reports (pytest-xdist's workers send
 # theirs to the controller with each test's report).
 _REPORTED_FIGURES: list[str] = []
