@@ -72,7 +72,7 @@ from typing import Any, Protocol
 
 from pyspark.sql import SparkSession
 from pyspark.sql.functions import expr
-from tidemark.controller.kafka.admin import ensure_marks_topic
+from tidemark.controller.kafka.admin import StreamTopics, ensure_marks_topic
 from tidemark.controller.kafka.settings import forwarded_environment, spark_source_options
 from tidemark.controller.zookeeper.driver import DriverElection
 from tidemark.controller.zookeeper.session import close_session, open_session
@@ -766,7 +766,8 @@ class ControllerJob:
         query = self.wait_leading(timeout_s)
         topic = self.settings.cluster.marks_topic
         partitions = list(range(self.settings.bucket_count))
-        targets = KafkaCommittedOffsets(self.settings.kafka_bootstrap).query(topic, partitions)
+        # retried while a partition has no leader yet (a marks topic made a moment ago)
+        targets = StreamTopics(self.settings.kafka_bootstrap).last_stable_offsets(topic, partitions)
         deadline = time.monotonic() + timeout_s
         while True:
             reached = end_offsets(query.lastProgress, topic)

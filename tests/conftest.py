@@ -124,33 +124,97 @@ def controller_env(
     return make_env(kafka, zookeeper, zk_client, unique, tmp_path, buckets=1)
 
 
+LOG_TAIL_LINES = 40
+_started_before = pytest.StashKey[int]()  # how many processes had started before the test
+_figures_before = pytest.StashKey[int]()  # how many fault figures had been reported
+# The fault figures of the run, gathered from the reports (pytest-xdist's workers send
+# theirs to the controller with each test's report).
+_REPORTED_FIGURES: list[str] = []
+_FIGURE = "fault figure"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    from tests.faults.figures import FIGURES
+
+    item.stash[_started_before] = len(started_processes())
+    item.stash[_figures_before] = len(FIGURES)
+    return (yield)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """A failed setup, test or teardown carries the tail of each service's log: the
+    processes running now and those the test started (one that died is among them),
+    so one CI log is enough to see what the services said."""
     report = yield
-    if report.failed and call.when in ("setup", "call"):
-        for proc in started_processes():
-            report.sections.append((f"{proc.name} log (tail)", proc.log_tail(40)))
+    if report.failed:
+        started = started_processes()
+        before = item.stash.get(_started_before, len(started))
+        for index, proc in enumerate(started):
+            if proc.alive() or index >= before:
+                state = "running" if proc.alive() else "exited"
+                report.sections.append(
+                    (
+                        f"{proc.name} log, last {LOG_TAIL_LINES} lines ({state}, {proc.log_path})",
+                        proc.log_tail(LOG_TAIL_LINES),
+                    )
+                )
+    if call.when == "teardown":
+        from tests.faults.figures import FIGURES
+
+        new = FIGURES[item.stash.get(_figures_before, len(FIGURES)) :]
+        report.user_properties.extend((_FIGURE, line) for line in new)
     return report
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _REPORTED_FIGURES.extend(value for name, value in report.user_properties if name == _FIGURE)
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     """The fault suite's figures (tests/faults/figures.py), one line per fault."""
-    from tests.faults.figures import FIGURES
-
-    if FIGURES:
+    if _REPORTED_FIGURES:
         terminalreporter.section("fault suite figures")
-        for line in FIGURES:
+        for line in _REPORTED_FIGURES:
             terminalreporter.write_line(line)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests under tests/unit are `unit`; under tests/integration, `integration`."""
+# Modules that build the project's wheel: the build works in the repository's build/
+# directory, so two at once would trample each other.
+_BUILDS_THE_WHEEL = ("tests/unit/test_packaging.py", "tests/integration/test_install_extras.py")
+
+
+def _worker_group(item: pytest.Item) -> str | None:
+    """Which tests one pytest-xdist worker runs together (``--dist loadgroup``).
+
+    Every test that starts Spark, in one group: one worker holds the suite's one Spark
+    session, and Spark's CPU and memory are not doubled on a small machine. A module of
+    service-bound tests stays on one worker (its module-scoped services start once); the
+    wheel builds, on one worker one after the other; unit tests spread one by one.
+    """
+    if "spark" in getattr(item, "fixturenames", ()) or item.get_closest_marker("spark"):
+        return "spark"
+    module = item.path.relative_to(item.config.rootpath).as_posix()
+    if module in _BUILDS_THE_WHEEL:
+        return "wheel"
+    if item.get_closest_marker("unit"):
+        return None
+    return module
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests under tests/unit are `unit`; under tests/integration, `integration`; with
+    pytest-xdist, each is given its worker group (:func:`_worker_group`)."""
+    grouping = config.pluginmanager.hasplugin("xdist")
     for item in items:
         path = str(item.path)
         if "/tests/unit/" in path and not item.get_closest_marker("unit"):
             item.add_marker(pytest.mark.unit)
         elif "/tests/integration/" in path and not item.get_closest_marker("integration"):
             item.add_marker(pytest.mark.integration)
+        if grouping and (group := _worker_group(item)) is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="session")
