@@ -12,6 +12,7 @@ import argparse
 
 from tidemark.controller.exceptions import InvalidModelError
 from tidemark.controller.naming import ClusterSettings, check_instance_id
+from tidemark.controller.timestamps import DURATION_FORMS, duration_argument
 from tidemark.infra.services import KAFKA, ZOOKEEPER, data_root, resolve_services
 from tidemark.jobs.config import ControllerSettings, CycleTrigger
 from tidemark.jobs.exceptions import JobConfigurationError
@@ -64,18 +65,30 @@ def add_controller_arguments(parser: argparse.ArgumentParser) -> None:
         "default parallelism, at most the slot count; fixed by the checkpoint)",
     )
     parser.add_argument(
-        "--interval-ms", type=int, default=defaults.interval_ms, help="watermark interval (trigger)"
+        "--interval",
+        "--interval-ms",
+        dest="interval_ms",
+        metavar="DURATION",
+        type=duration_argument("--interval"),
+        default=defaults.interval_ms,
+        help=f"watermark interval (trigger): {DURATION_FORMS}",
     )
     parser.add_argument(
+        "--writer-timeout",
         "--writer-timeout-ms",
-        type=int,
+        dest="writer_timeout_ms",
+        metavar="DURATION",
+        type=duration_argument("--writer-timeout"),
         default=defaults.writer_timeout_ms,
         help="drop a lagging writer after this long, for streams that set no "
         "timestamp_aggregation_timeout_ms",
     )
     parser.add_argument(
+        "--lso-hold",
         "--lso-hold-ms",
-        type=int,
+        dest="lso_hold_ms",
+        metavar="DURATION",
+        type=duration_argument("--lso-hold"),
         default=defaults.lso_hold_ms,
         help="hold a cut past the last stable offset this long, then reject the writers",
     )
@@ -86,8 +99,11 @@ def add_controller_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--max-offsets-per-trigger", type=int, default=None)
     parser.add_argument(
+        "--zk-session-timeout",
         "--zk-session-timeout-ms",
-        type=int,
+        dest="zk_session_timeout_ms",
+        metavar="DURATION",
+        type=duration_argument("--zk-session-timeout"),
         default=defaults.zk_session_timeout_ms,
         help="the driver's ZooKeeper session: a standby takes over this long after a crash",
     )

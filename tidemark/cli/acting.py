@@ -26,7 +26,7 @@ import sys
 from typing import Any
 
 from tidemark.cli.output import add_verb, emit, emit_rows
-from tidemark.cli.times import TIME_HELP, parse_time
+from tidemark.cli.times import DURATION_HELP, TIME_HELP, duration_argument, parse_time
 from tidemark.environment import Environment
 from tidemark.infra.services import data_root
 from tidemark.jobs.window_args import add_window_arguments
@@ -46,7 +46,13 @@ def register(sub: Any) -> None:
         "--time", required=True, metavar="TIME", help=f"the stream time T: {TIME_HELP}"
     )
     wait.add_argument(
-        "--timeout-ms", type=int, default=60_000, help="give up after this long (default 60000)"
+        "--timeout",
+        "--timeout-ms",
+        dest="timeout_ms",
+        metavar="DURATION",
+        type=duration_argument("--timeout"),
+        default=60_000,
+        help=f"give up after this long (default 60000): {DURATION_HELP}",
     )
     _add_delta_root(wait)
 
