@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 
 from tidemark.controller.exceptions import InvalidDurationError, InvalidTimestampError
@@ -45,10 +45,14 @@ _INTEGER = re.compile(r"[+-]?\d+")
 _MAX_DIGITS = len(str(MAX_TIMESTAMP))
 
 
-def check_timestamp(value: object, what: str = "timestamp", *, parse: bool = False) -> int:
-    """``value`` as milliseconds within 0 … 2**63-1, else :class:`InvalidTimestampError`.
+def check_timestamp(
+    value: object, what: str = "timestamp", *, parse: bool = False, maximum: int = MAX_TIMESTAMP
+) -> int:
+    """``value`` as milliseconds within 0 … ``maximum`` (default 2**63-1), else
+    :class:`InvalidTimestampError`.
 
     ``parse``: also accept a string of digits or a whole float (booleans never).
+    ``maximum``: a lower bound of a store that adds to times (the timeline's).
     """
     if parse:
         number = _parsed(value, what)
@@ -59,8 +63,9 @@ def check_timestamp(value: object, what: str = "timestamp", *, parse: bool = Fal
         )
     else:
         number = value
-    if not 0 <= number <= MAX_TIMESTAMP:
-        raise InvalidTimestampError(f"{what} {number} is outside 0 … 2**63-1", value)
+    if not 0 <= number <= maximum:
+        bound = "2**63-1" if maximum == MAX_TIMESTAMP else str(maximum)
+        raise InvalidTimestampError(f"{what} {number} is outside 0 … {bound}", value)
     return number
 
 
@@ -98,7 +103,7 @@ def wall_clock_ms() -> int:
 
 TIME_FORMS = (
     "epoch ms (1700000000000), ISO-8601 (2026-11-27T01:00:00Z; no zone: UTC), "
-    "'now', or a span from now (-5m, +1h30m; a flag takes it as --from=-5m)"
+    "'now', or a span from now (-5m, +1h30m)"
 )
 """The forms :func:`parse_time` accepts, as error messages and help texts name them."""
 DURATION_FORMS = "ms (30000) or <number><unit> with units ms, s, m, h, d (500ms, 90s, 15m, 1h30m)"
@@ -233,6 +238,27 @@ def duration_argument(flag: str) -> Callable[[str], int]:
     return duration
 
 
+_SIGNED_SPAN = re.compile(r"-(?:\d+(?:ms|s|m|h|d))+", re.IGNORECASE)
+
+
+def joined_spans(argv: Sequence[str]) -> list[str]:
+    """``argv`` with each ``--flag -5m`` written ``--flag=-5m``: argparse takes a word
+    that starts with ``-`` (and is no plain negative number) for a flag of its own."""
+    out: list[str] = []
+    for word in argv:
+        previous = out[-1] if out else ""
+        if (
+            _SIGNED_SPAN.fullmatch(word)
+            and previous.startswith("--")
+            and "=" not in previous
+            and len(previous) > 2
+        ):
+            out[-1] = f"{previous}={word}"
+        else:
+            out.append(word)
+    return out
+
+
 def _usage_error(exc: Exception) -> Exception:
     import argparse  # only on a refusal: library users never load it through this module
 
@@ -249,6 +275,7 @@ __all__ = [
     "duration_argument",
     "format_duration",
     "format_time",
+    "joined_spans",
     "parse_duration",
     "parse_time",
     "time_argument",

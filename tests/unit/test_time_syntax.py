@@ -17,6 +17,7 @@ from tidemark.controller.timestamps import (
     duration_argument,
     format_duration,
     format_time,
+    joined_spans,
     parse_duration,
     parse_time,
     time_argument,
@@ -190,15 +191,36 @@ def test_a_bad_flag_value_is_argparses_usage_error(capsys: pytest.CaptureFixture
     assert "--duration 'x' is no duration: use ms (30000)" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("argv", "joined"),
+    [
+        (["--from", "-1h", "--to", "now"], ["--from=-1h", "--to", "now"]),
+        (["--from", "-1H30m"], ["--from=-1H30m"]),
+        (["--from=-1h"], ["--from=-1h"]),
+        (["-v", "-5m"], ["-v", "-5m"]),  # a short flag: left as it is
+        (["--x", "-5"], ["--x", "-5"]),  # a plain negative number: argparse takes it
+        (["--x", "-h"], ["--x", "-h"]),
+    ],
+)
+def test_a_signed_span_after_a_flag_is_joined_to_it(argv: list[str], joined: list[str]) -> None:
+    assert joined_spans(argv) == joined
+
+
+def test_the_command_line_takes_a_span_after_its_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--from -5m --until -10m`` parses (no service runs here): refused as an empty range."""
+    from tidemark.cli.main import main
+
+    assert main(["read", "s/x", "--from", "-5m", "--until", "-10m"]) == 1
+    assert "--until" in capsys.readouterr().err
+
+
 def test_window_run_takes_the_one_syntax() -> None:
-    """A span with its minus sign is given as ``--from=-1h`` (argparse takes a word that
-    starts with ``-`` for a flag)."""
     from tidemark.jobs.window_args import add_window_arguments, window_run_from_args
 
     parser = argparse.ArgumentParser()
     add_window_arguments(parser)
     args = parser.parse_args(
-        ["s/x", "--from=-1h", "--to", "now", "--output", "/o", "--wait", "30s"]
+        joined_spans(["s/x", "--from", "-1h", "--to", "now", "--output", "/o", "--wait", "30s"])
     )
     run = window_run_from_args(args)
     assert run.end_ms is not None and run.end_ms - run.start_ms == 3_600_000
