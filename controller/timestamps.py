@@ -156,7 +156,7 @@ def parse_time(value: object, what: str = "time", *, now_ms: int | None = None) 
     if not isinstance(value, str) or not value.strip():
         raise InvalidTimestampError(f"{what}: give a time ({TIME_FORMS}), got {value!r}", value)
     text = value.strip()
-    if _DIGITS.fullmatch(text.lstrip("+-")):
+    if _DIGITS.fullmatch(text):
         return check_timestamp(text, what, parse=True)
     lowered = text.lower()
     if lowered == "now":
@@ -225,19 +225,26 @@ def time_argument(flag: str) -> Callable[[str], int]:
     return time
 
 
-def duration_argument(flag: str) -> Callable[[str], int]:
+def duration_argument(flag: str, *, minimum_ms: int = 0) -> Callable[[str], int]:
     """An argparse ``type`` for the duration flag ``flag`` and its ``-ms`` alias
-    (:func:`parse_duration`: a bare number is milliseconds)."""
+    (:func:`parse_duration`: a bare number is milliseconds), at least ``minimum_ms``.
+
+    A negative whole number passes as it is (unless ``minimum_ms`` refuses it), as
+    ``type=int`` passed it: the setting's own check refuses it, naming its bound."""
 
     def duration(text: str) -> int:
         try:
-            return parse_duration(text, flag)
+            found = int(text) if _NEGATIVE.fullmatch(text.strip()) else parse_duration(text, flag)
         except InvalidDurationError as exc:
             raise _usage_error(exc) from None
+        if minimum_ms > 0 and found < minimum_ms:
+            raise _usage_error(ValueError(f"{flag} {text!r}: at least {minimum_ms} ms"))
+        return found
 
     return duration
 
 
+_NEGATIVE = re.compile(r"-\d{1,18}")
 _SIGNED_SPAN = re.compile(r"-(?:\d+(?:ms|s|m|h|d))+", re.IGNORECASE)
 
 

@@ -64,7 +64,7 @@ def test_a_time_in_each_form(text: object, ms: int) -> None:
 @pytest.mark.parametrize(
     ("text", "says"),
     [
-        ("-5", "outside 0"),  # a bare negative number is no span: a unit is needed
+        ("-5", "is no timestamp"),  # a bare negative number is no span: a unit is needed
         (str(2**63), "outside 0"),
         ("9" * 5000, "outside 0"),
         ("12.5", "is no timestamp"),

@@ -51,7 +51,7 @@ from tidemark.cli.control_plane import (
     service_addresses,
 )
 from tidemark.cli.output import add_verb, emit, emit_rows
-from tidemark.cli.times import TIME_HELP, parse_ago, parse_time
+from tidemark.cli.times import TIME_HELP, duration_argument, parse_ago, parse_time
 from tidemark.controller.metadata import cut_to_json
 from tidemark.controller.model import segment_number
 from tidemark.environment import Environment
@@ -96,8 +96,11 @@ def register(sub: Any) -> None:
         "at the end of the committed data",
     )
     read.add_argument(
+        "--wait",
         "--wait-ms",
-        type=positive_int,
+        dest="wait_ms",
+        metavar="DURATION",
+        type=duration_argument("--wait", minimum_ms=1),
         default=5000,
         help="read stops at the end of the data committed when it started; it also "
         "stops when nothing arrives for this long (default 5000)",

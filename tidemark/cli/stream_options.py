@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from tidemark.cli.times import duration_argument
+from tidemark.cli.times import duration_argument, parse_duration
 from tidemark.controller.config import (
     RetentionPolicy,
     RetentionType,
@@ -62,7 +62,10 @@ def add_config_options(parser: argparse.ArgumentParser) -> None:
         help="accept marks only from these writer ids (others: unknown_writer); 'any': all",
     )
     parser.add_argument(
+        "--max-future",
         "--max-future-ms",
+        dest="max_future_ms",
+        metavar="DURATION|none",
         help="how far ahead of its arrival a writer mark's time may be (default 1 h); "
         "'none': no bound, for times that are not milliseconds",
     )
@@ -125,12 +128,9 @@ def _max_future_ms(text: str | None, base: int | None) -> int | None:
         return base
     if text.strip().lower() == "none":
         return None
-    try:
+    if text.strip().lstrip("+-").isdigit():  # a number: the configuration checks its sign
         return int(text)
-    except ValueError:
-        raise ConfigurationError(
-            f"--max-future-ms {text!r}: expected milliseconds or 'none'"
-        ) from None
+    return parse_duration(text, "--max-future-ms")
 
 
 def summary(meta: StreamMetadata) -> list[str]:

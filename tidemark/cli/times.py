@@ -43,6 +43,7 @@ __all__ = [
     "TIME_HELP",
     "duration_argument",
     "parse_ago",
+    "parse_duration",
     "parse_time",
     "time_argument",
 ]
