@@ -35,6 +35,7 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
 
 from tidemark.controller.exceptions import InvalidDurationError, InvalidTimestampError
 
@@ -244,6 +245,55 @@ def duration_argument(flag: str, *, minimum_ms: int = 0) -> Callable[[str], int]
     return duration
 
 
+class _TakesArguments(Protocol):
+    """An argparse parser, argument group or mutually exclusive group."""
+
+    def add_argument(self, *names: str, **settings: Any) -> Any: ...
+
+
+TIME_HINT = "epoch ms, ISO-8601, now or -5m"
+DURATION_HINT = "ms, or 30s, 1h30m, ..."
+
+
+def add_time_flag(
+    parser: _TakesArguments, flag: str, help: str, *, ms_alias: bool = True, **more: Any
+) -> None:
+    """``flag`` (and, with ``ms_alias``, ``flag-ms``, the name it had) on ``parser``: a
+    time in the one syntax, at ``args.<name>_ms``."""
+    _add_flag(parser, flag, help, ms_alias, "TIME", time_argument(flag), TIME_HINT, more)
+
+
+def add_duration_flag(
+    parser: _TakesArguments,
+    flag: str,
+    help: str,
+    *,
+    ms_alias: bool = True,
+    minimum_ms: int = 0,
+    **more: Any,
+) -> None:
+    """``flag`` (and, with ``ms_alias``, ``flag-ms``) on ``parser``: a duration in the one
+    syntax (a bare number: ms), at ``args.<name>_ms``."""
+    kind = duration_argument(flag, minimum_ms=minimum_ms)
+    _add_flag(parser, flag, help, ms_alias, "DURATION", kind, DURATION_HINT, more)
+
+
+def _add_flag(
+    parser: _TakesArguments,
+    flag: str,
+    help: str,
+    ms_alias: bool,
+    metavar: str,
+    kind: Callable[[str], int],
+    hint: str,
+    more: dict[str, Any],
+) -> None:
+    names = (flag, f"{flag}-ms") if ms_alias else (flag,)
+    settings = {"dest": f"{flag.lstrip('-').replace('-', '_')}_ms", **more}
+    text = f"{help} ({metavar}: {hint})" if help else f"{metavar}: {hint}"
+    parser.add_argument(*names, metavar=metavar, type=kind, help=text, **settings)
+
+
 _NEGATIVE = re.compile(r"-\d{1,18}")
 _SIGNED_SPAN = re.compile(r"-(?:\d+(?:ms|s|m|h|d))+", re.IGNORECASE)
 
@@ -274,10 +324,14 @@ def _usage_error(exc: Exception) -> Exception:
 
 __all__ = [
     "DURATION_FORMS",
+    "DURATION_HINT",
     "MAX_TIMESTAMP",
     "TIME_FORMS",
+    "TIME_HINT",
     "InvalidDurationError",
     "InvalidTimestampError",
+    "add_duration_flag",
+    "add_time_flag",
     "check_timestamp",
     "duration_argument",
     "format_duration",

@@ -26,7 +26,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from tidemark.controller.timestamps import parse_time
 
@@ -42,6 +42,16 @@ if TYPE_CHECKING:
     from tidemark.pipelines.writing.producer import TidemarkProducer
     from tidemark.pipelines.writing.transactions import TransactionalWriter
     from tidemark.pipelines.writing.writer import EventWriter
+
+
+class _Kafka(TypedDict):
+    store: MetadataStore
+    bootstrap_servers: str
+
+
+class _Delta(TypedDict, total=False):
+    delta_root: str
+    storage_options: Mapping[str, str]
 
 
 class ConnectionConfigError(ConfigurationError):
@@ -164,6 +174,18 @@ class Connection:
 
             close_session(client)
 
+    def _kafka(self) -> _Kafka:
+        """The keywords that place a writer or reader group: the store and Kafka."""
+        return {"store": self.store, "bootstrap_servers": self.config.kafka_bootstrap}
+
+    def _delta(self, *, required: bool) -> _Delta:
+        """The keywords that place a lookup: the Delta location (``required``: it must
+        be given, else a clear error; otherwise absent when not)."""
+        delta = self.config.delta_location() if required else self.config.delta
+        if delta is None:
+            return {}
+        return {"delta_root": delta.uri, "storage_options": delta.storage_options}
+
     # --- writing ---------------------------------------------------------------------------
 
     def writer(
@@ -173,14 +195,7 @@ class Connection:
         (``more``: its other keywords, such as ``automatically_note_time``)."""
         from tidemark.pipelines.writing.writer import EventWriter
 
-        return EventWriter(
-            writer_id,
-            stream,
-            store=self.store,
-            bootstrap_servers=self.config.kafka_bootstrap,
-            config=config,
-            **more,
-        )
+        return EventWriter(writer_id, stream, config=config, **self._kafka(), **more)
 
     def transactional_writer(
         self, writer_id: str, stream: str, *, config: WriterConfig | None = None, **more: Any
@@ -188,14 +203,7 @@ class Connection:
         """A :class:`~tidemark.pipelines.writing.transactions.TransactionalWriter`."""
         from tidemark.pipelines.writing.transactions import TransactionalWriter
 
-        return TransactionalWriter(
-            writer_id,
-            stream,
-            store=self.store,
-            bootstrap_servers=self.config.kafka_bootstrap,
-            config=config,
-            **more,
-        )
+        return TransactionalWriter(writer_id, stream, config=config, **self._kafka(), **more)
 
     def producer(
         self, config: Mapping[str, Any], *, writer_id: str, stream: str, **more: Any
@@ -227,46 +235,24 @@ class Connection:
         from tidemark.pipelines.reading.group import ReaderGroup
 
         start = None if from_time is None else parse_time(from_time, "from_time")
-        delta = self.config.delta if start is None else self.config.delta_location()
+        delta = self._delta(required=start is not None)
         return ReaderGroup.create(
-            name,
-            stream,
-            store=self.store,
-            bootstrap_servers=self.config.kafka_bootstrap,
-            delta_root=None if delta is None else delta.uri,
-            storage_options=None if delta is None else delta.storage_options,
-            from_time=start,
-            config=config,
-            **more,
+            name, stream, from_time=start, config=config, **self._kafka(), **delta, **more
         )
 
     def open_reader_group(self, name: str, *, config: ReaderConfig | None = None) -> ReaderGroup:
         """An existing reader group (``UnknownReaderGroupError`` when there is none)."""
         from tidemark.pipelines.reading.group import ReaderGroup
 
-        delta = self.config.delta
-        return ReaderGroup(
-            name,
-            store=self.store,
-            bootstrap_servers=self.config.kafka_bootstrap,
-            delta_root=None if delta is None else delta.uri,
-            storage_options=None if delta is None else delta.storage_options,
-            config=config,
-        )
+        return ReaderGroup(name, config=config, **self._kafka(), **self._delta(required=False))
 
     def stream_cut_at(self, stream: str, timestamp: int | str) -> dict[int, int]:
         """Where to start reading ``stream`` for every event with time >= ``timestamp``
         (:func:`~tidemark.pipelines.reading.seek.stream_cut_at`)."""
         from tidemark.pipelines.reading.seek import stream_cut_at
 
-        delta = self.config.delta_location()
-        return stream_cut_at(
-            stream,
-            parse_time(timestamp, "timestamp"),
-            delta_root=delta.uri,
-            storage_options=delta.storage_options,
-            store=self.store,
-        )
+        at, delta = parse_time(timestamp, "timestamp"), self._delta(required=True)
+        return stream_cut_at(stream, at, store=self.store, **delta)
 
     def complete_cut_at(self, stream: str, timestamp: int | str) -> dict[int, int] | None:
         """Where to stop reading ``stream`` to have every event with time <= ``timestamp``;
@@ -274,28 +260,16 @@ class Connection:
         (:func:`~tidemark.pipelines.reading.seek.complete_cut_at`)."""
         from tidemark.pipelines.reading.seek import complete_cut_at
 
-        delta = self.config.delta_location()
-        return complete_cut_at(
-            stream,
-            parse_time(timestamp, "timestamp"),
-            delta_root=delta.uri,
-            storage_options=delta.storage_options,
-            store=self.store,
-        )
+        at, delta = parse_time(timestamp, "timestamp"), self._delta(required=True)
+        return complete_cut_at(stream, at, store=self.store, **delta)
 
     def wait_for_time(self, stream: str, time_ms: int | str, timeout_ms: int) -> Watermark:
         """The first watermark of ``stream`` with time >= ``time_ms``
         (:func:`~tidemark.pipelines.reading.stream_time.wait_for_time`)."""
         from tidemark.pipelines.reading.stream_time import wait_for_time
 
-        delta = self.config.delta_location()
-        return wait_for_time(
-            stream,
-            parse_time(time_ms, "time_ms"),
-            timeout_ms,
-            delta_root=delta.uri,
-            storage_options=delta.storage_options,
-        )
+        at = parse_time(time_ms, "time_ms")
+        return wait_for_time(stream, at, timeout_ms, **self._delta(required=True))
 
 
 def connect(

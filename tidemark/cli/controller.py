@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from tidemark.cli.control_plane import control_plane
 from tidemark.cli.output import add_format_option, emit, emit_rows
-from tidemark.cli.times import DURATION_HELP, duration_argument
+from tidemark.cli.times import add_duration_flag
 from tidemark.controller.naming import ClusterSettings
 from tidemark.environment import Environment
 from tidemark.errors import ConfigurationError
@@ -68,32 +68,20 @@ def register_run(verbs: Any) -> None:
 def add_policy_arguments(parser: argparse.ArgumentParser, interval_help: str | None = None) -> None:
     """The options :func:`policy_settings` reads: how often the policy loop acts and what it
     measures over (``controller run`` and ``controller policies``)."""
-    parser.add_argument(
+    add_duration_flag(
+        parser,
         "--policy-interval",
-        "--policy-interval-ms",
-        dest="policy_interval_ms",
-        metavar="DURATION",
-        type=duration_argument("--policy-interval"),
+        interval_help or "act on stream policies (retention, auto-scaling) this often",
         default=10_000,
-        help=interval_help,
     )
-    parser.add_argument(
-        "--rate-window",
-        "--rate-window-ms",
-        dest="rate_window_ms",
-        metavar="DURATION",
-        type=duration_argument("--rate-window"),
-        default=60_000,
-        help=DURATION_HELP,
+    add_duration_flag(
+        parser, "--rate-window", "the span the policies measure rates over", default=60_000
     )
-    parser.add_argument(
+    add_duration_flag(
+        parser,
         "--scale-cooldown",
-        "--scale-cooldown-ms",
-        dest="scale_cooldown_ms",
-        metavar="DURATION",
-        type=duration_argument("--scale-cooldown"),
+        "the least time between two scalings of a stream",
         default=120_000,
-        help=DURATION_HELP,
     )
 
 

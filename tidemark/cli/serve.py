@@ -17,7 +17,7 @@ from typing import Any
 from tidemark.cli.control_plane import control_plane
 from tidemark.cli.output import add_verb
 from tidemark.cli.read import delta_root
-from tidemark.cli.times import DURATION_HELP, duration_argument
+from tidemark.cli.times import add_duration_flag
 from tidemark.controller.naming import ClusterSettings
 from tidemark.infra.services import KAFKA, ZOOKEEPER, resolve_services
 
@@ -34,15 +34,7 @@ def register(sub: Any) -> None:
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
     serve.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}")
-    serve.add_argument(
-        "--refresh",
-        "--refresh-ms",
-        dest="refresh_ms",
-        metavar="DURATION",
-        type=duration_argument("--refresh"),
-        default=500,
-        help=f"how often indexes are brought up to date: {DURATION_HELP}",
-    )
+    add_duration_flag(serve, "--refresh", "how often indexes are brought up to date", default=500)
     serve.add_argument(
         "--bucket-count",
         type=int,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from tidemark.cli.times import duration_argument, parse_duration
+from tidemark.cli.times import add_duration_flag, parse_duration
 from tidemark.controller.config import (
     RetentionPolicy,
     RetentionType,
@@ -34,21 +34,15 @@ def add_config_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--timestamping", choices=[m.value for m in TimestampingMode])
     parser.add_argument("--uncapped", action=argparse.BooleanOptionalAction, default=None)
-    parser.add_argument(
+    add_duration_flag(
+        parser,
         "--aggregation-timeout",
-        "--aggregation-timeout-ms",
-        dest="aggregation_timeout_ms",
-        metavar="DURATION",
-        type=duration_argument("--aggregation-timeout"),
-        help="drop a lagging writer after this long (default: the controller's)",
+        "drop a lagging writer after this long (default: the controller's)",
     )
-    parser.add_argument(
+    add_duration_flag(
+        parser,
         "--first-watermark-delay",
-        "--first-watermark-delay-ms",
-        dest="first_watermark_delay_ms",
-        metavar="DURATION",
-        type=duration_argument("--first-watermark-delay"),
-        help="wait this long after the first mark before the first watermark",
+        "wait this long after the first mark before the first watermark",
     )
     parser.add_argument(
         "--refuse-adjustments",

@@ -31,7 +31,13 @@ from dataclasses import asdict
 from typing import Any
 
 from tidemark.cli.output import add_verb, emit, emit_rows
-from tidemark.cli.times import DURATION_HELP, TIME_HELP, duration_argument, time_argument
+from tidemark.cli.times import (
+    DURATION_HELP,
+    add_duration_flag,
+    add_time_flag,
+    duration_argument,
+    time_argument,
+)
 from tidemark.environment import Environment
 from tidemark.errors import ConfigurationError
 from tidemark.infra.services import KAFKA, POSTGRES, resolve_services
@@ -72,23 +78,9 @@ def _add_host_options(p: argparse.ArgumentParser, purge: bool = True) -> None:
     p.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
     if purge:
         p.add_argument("--no-purge", action="store_true", help="do not purge deleted messages here")
-        p.add_argument(
-            "--purge-every",
-            "--purge-every-ms",
-            dest="purge_every_ms",
-            metavar="DURATION",
-            type=duration_argument("--purge-every"),
-            default=60_000,
-            help=DURATION_HELP,
-        )
-        p.add_argument(
-            "--keep-deleted",
-            "--keep-deleted-ms",
-            dest="keep_deleted_ms",
-            metavar="DURATION",
-            type=duration_argument("--keep-deleted"),
-            default=3_600_000,
-            help=DURATION_HELP,
+        add_duration_flag(p, "--purge-every", "purge deleted messages this often", default=60_000)
+        add_duration_flag(
+            p, "--keep-deleted", "keep a deleted message this long first", default=3_600_000
         )
 
 
@@ -177,22 +169,8 @@ def register(sub: Any) -> None:
     p.add_argument("--id", help="natural id (default: generated, time-sortable)")
     p.add_argument("--body", required=True, help="message body (UTF-8 text)")
     when = p.add_mutually_exclusive_group(required=True)
-    when.add_argument(
-        "--at",
-        "--at-ms",
-        dest="at_ms",
-        metavar="TIME",
-        type=time_argument("--at"),
-        help=f"due time: {TIME_HELP}",
-    )
-    when.add_argument(
-        "--in",
-        "--in-ms",
-        dest="in_ms",
-        metavar="DURATION",
-        type=duration_argument("--in"),
-        help=f"due this long from now: {DURATION_HELP}",
-    )
+    add_time_flag(when, "--at", "due time")
+    add_duration_flag(when, "--in", "due this long from now")
     when.add_argument(
         "--stream-time",
         type=time_argument("--stream-time"),
@@ -204,49 +182,20 @@ def register(sub: Any) -> None:
     p = verb("lease", "lease available messages (or one by --id)", cmd_lease)
     p.add_argument("--consumer", required=True)
     p.add_argument("--id", help="lease this message only")
-    p.add_argument(
-        "--duration",
-        "--duration-ms",
-        dest="duration_ms",
-        metavar="DURATION",
-        type=duration_argument("--duration"),
-        default=30_000,
-        help=DURATION_HELP,
-    )
+    add_duration_flag(p, "--duration", "lease them for this long", default=30_000)
     p.add_argument("--limit", type=int, default=10)
     p.add_argument("--expected-version", type=int)
 
     p = verb("extend", "extend a live lease", cmd_extend)
     _add_holder_arguments(p)
     until = p.add_mutually_exclusive_group(required=True)
-    until.add_argument(
-        "--until",
-        "--until-ms",
-        dest="until_ms",
-        metavar="TIME",
-        type=time_argument("--until"),
-        help=f"new end of the lease: {TIME_HELP}",
-    )
-    until.add_argument(
-        "--by",
-        "--by-ms",
-        dest="by_ms",
-        metavar="DURATION",
-        type=duration_argument("--by"),
-        help=f"new end = database now + this: {DURATION_HELP}",
-    )
+    add_time_flag(until, "--until", "new end of the lease")
+    add_duration_flag(until, "--by", "new end = database now + this")
     p.add_argument("--expected-version", type=int)
 
     p = verb("release", "give a lease back (due again now, or at --at-ms)", cmd_release)
     _add_holder_arguments(p)
-    p.add_argument(
-        "--at",
-        "--at-ms",
-        dest="at_ms",
-        metavar="TIME",
-        type=time_argument("--at"),
-        help=f"due again then: {TIME_HELP}",
-    )
+    add_time_flag(p, "--at", "due again then")
     p.add_argument("--expected-version", type=int)
 
     p = verb("delete", "delete as owner (--group) or as lease holder (--consumer)", cmd_delete)
@@ -258,29 +207,17 @@ def register(sub: Any) -> None:
     p.add_argument("--expected-version", type=int)
 
     p = verb("count", "count messages by status, optionally in [--from-ms, --to-ms)", cmd_count)
-    p.add_argument(
-        "--from",
-        "--from-ms",
-        dest="from_ms",
-        metavar="TIME",
-        type=time_argument("--from"),
-        help=TIME_HELP,
-    )
-    p.add_argument(
-        "--to", "--to-ms", dest="to_ms", metavar="TIME", type=time_argument("--to"), help=TIME_HELP
-    )
+    add_time_flag(p, "--from", "messages due at or after this time")
+    add_time_flag(p, "--to", "messages due before this time")
 
     p = verb("relay", "produce due messages to a Kafka topic, then delete them", cmd_relay)
     p.add_argument("--topic", required=True, help="target Kafka topic")
     p.add_argument("--consumer", required=True, help="relay's consumer id")
-    p.add_argument(
+    add_duration_flag(
+        p,
         "--lease",
-        "--lease-ms",
-        dest="lease_ms",
-        metavar="DURATION",
-        type=duration_argument("--lease"),
+        "how long a message the broker refused waits before it is sent again",
         default=60_000,
-        help="how long a message the broker refused waits before it is sent again",
     )
     p.add_argument("--max-messages", type=int, help="stop after relaying this many")
     _add_relay_options(p)
@@ -317,24 +254,11 @@ def register(sub: Any) -> None:
         cmd_purge,
         "remove deleted messages (of every timeline) in batches, once or every N ms",
     )
-    p.add_argument(
-        "--keep-deleted",
-        "--keep-deleted-ms",
-        dest="keep_deleted_ms",
-        metavar="DURATION",
-        type=duration_argument("--keep-deleted"),
-        default=3_600_000,
-        help=DURATION_HELP,
+    add_duration_flag(
+        p, "--keep-deleted", "purge messages deleted this long ago", default=3_600_000
     )
     p.add_argument("--batch-size", type=int, default=1_000)
-    p.add_argument(
-        "--every",
-        "--every-ms",
-        dest="every_ms",
-        metavar="DURATION",
-        type=duration_argument("--every"),
-        help="purge on this schedule until Ctrl-C / SIGTERM",
-    )
+    add_duration_flag(p, "--every", "purge on this schedule until Ctrl-C / SIGTERM")
     p.add_argument("--duration-s", type=float, help="with --every-ms: stop after this long")
     _add_host_options(p, purge=False)
 

@@ -1,8 +1,7 @@
 """The CLI's face of the one time syntax (``tidemark.controller.timestamps``).
 
-    parser.add_argument("--at", "--at-ms", dest="at_ms", type=time_argument("--at"))
-    parser.add_argument("--timeout", "--timeout-ms", dest="timeout_ms",
-                        type=duration_argument("--timeout"))
+    add_time_flag(parser, "--at", "due then")       # --at and --at-ms, into args.at_ms
+    add_duration_flag(parser, "--timeout", "give up after this long")   # args.timeout_ms
 
 Every flag that takes a time or a duration parses there: a time is epoch ms, ISO-8601
 (no zone: UTC), ``now`` or a signed span from now (``-5m``); a duration is ms or
@@ -19,6 +18,8 @@ from tidemark.controller.exceptions import InvalidTimestampError
 from tidemark.controller.timestamps import (
     DURATION_FORMS,
     TIME_FORMS,
+    add_duration_flag,
+    add_time_flag,
     duration_argument,
     parse_duration,
     parse_time,
@@ -41,6 +42,8 @@ def parse_ago(text: object, flag: str = "--ago") -> int:
 __all__ = [
     "DURATION_HELP",
     "TIME_HELP",
+    "add_duration_flag",
+    "add_time_flag",
     "duration_argument",
     "parse_ago",
     "parse_duration",
