@@ -194,9 +194,9 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 def format_time(time_ms: int) -> str:
     """``time_ms`` as ISO-8601 in UTC with milliseconds (``2026-11-27T01:00:00.250Z``),
-    which :func:`parse_time` reads back; years 1 … 9999 only (``datetime``'s range)."""
+    which :func:`parse_time` reads back; up to the year 9999 (``datetime``'s range)."""
     moment = _EPOCH + timedelta(milliseconds=time_ms)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def format_duration(duration_ms: int) -> str:
