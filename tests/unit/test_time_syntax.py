@@ -176,6 +176,23 @@ def test_the_argparse_types_are_usage_errors_naming_the_flag() -> None:
         (["wait", "s/x", "--time", "now", "--timeout", "2m"], "timeout_ms", 120_000),
         (["wait", "s/x", "--time", "now", "--timeout-ms", "1500"], "timeout_ms", 1_500),
         (["serve", "--refresh", "2s"], "refresh_ms", 2_000),
+        (
+            ["timeline", "relay", "tl", "--topic", "t", "--consumer", "c", "--lease", "1m"],
+            "lease_ms",
+            60_000,
+        ),
+        (["timeline", "purge", "--duration-s", "2m"], "duration_s", 120.0),
+        (["timeline", "purge", "--duration-s", "2.5"], "duration_s", 2.5),
+        (
+            ["stream", "create", "s/x", "--aggregation-timeout", "30s"],
+            "aggregation_timeout_ms",
+            30_000,
+        ),
+        (
+            ["controller", "run", "--instance", "c", "--writer-timeout", "1m"],
+            "writer_timeout_ms",
+            60_000,
+        ),
     ],
 )
 def test_the_flags_take_the_one_syntax_and_their_ms_aliases(

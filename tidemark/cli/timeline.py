@@ -36,6 +36,7 @@ from tidemark.cli.times import (
     add_duration_flag,
     add_time_flag,
     duration_argument,
+    seconds_argument,
     time_argument,
 )
 from tidemark.environment import Environment
@@ -88,7 +89,11 @@ def _add_relay_options(p: argparse.ArgumentParser) -> None:
     """A verb that produces to Kafka until stopped (relay, ingest): where Kafka is, how
     long to run, and the host options."""
     p.add_argument("--bootstrap", help="Kafka bootstrap servers")
-    p.add_argument("--duration-s", type=float, help="stop after this long (default: Ctrl-C)")
+    p.add_argument(
+        "--duration-s",
+        type=seconds_argument("--duration-s"),
+        help="stop after this long: seconds, or 90s, 2m, 1h (default: Ctrl-C)",
+    )
     _add_host_options(p)
 
 
@@ -259,7 +264,11 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--batch-size", type=int, default=1_000)
     add_duration_flag(p, "--every", "purge on this schedule until Ctrl-C / SIGTERM")
-    p.add_argument("--duration-s", type=float, help="with --every-ms: stop after this long")
+    p.add_argument(
+        "--duration-s",
+        type=seconds_argument("--duration-s"),
+        help="with --every: stop after this long: seconds, or 90s, 2m, 1h",
+    )
     _add_host_options(p, purge=False)
 
 

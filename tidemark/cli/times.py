@@ -14,7 +14,10 @@ an argparse ``type`` does the same through argparse (exit 2).
 
 from __future__ import annotations
 
-from tidemark.controller.exceptions import InvalidTimestampError
+import argparse
+from collections.abc import Callable
+
+from tidemark.controller.exceptions import InvalidDurationError, InvalidTimestampError
 from tidemark.controller.timestamps import (
     DURATION_FORMS,
     TIME_FORMS,
@@ -39,6 +42,25 @@ def parse_ago(text: object, flag: str = "--ago") -> int:
     return at
 
 
+def seconds_argument(flag: str) -> Callable[[str], float]:
+    """An argparse ``type`` for a ``-s`` flag: a bare number is seconds (the suffix's unit,
+    as a ``-ms`` flag's is milliseconds), or a duration with its unit (``90s``, ``2m``)."""
+
+    def seconds(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            try:
+                return parse_duration(text, flag, bare_ms=False) / 1000
+            except InvalidDurationError as exc:
+                raise argparse.ArgumentTypeError(str(exc)) from None
+        if not value >= 0:  # also NaN
+            raise argparse.ArgumentTypeError(f"{flag} {text!r}: give seconds >= 0 or 90s, 2m")
+        return value
+
+    return seconds
+
+
 __all__ = [
     "DURATION_HELP",
     "TIME_HELP",
@@ -48,5 +70,6 @@ __all__ = [
     "parse_ago",
     "parse_duration",
     "parse_time",
+    "seconds_argument",
     "time_argument",
 ]
