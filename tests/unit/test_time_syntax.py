@@ -304,3 +304,14 @@ def test_a_bad_time_or_duration_is_a_400_naming_the_parameter(
 def test_a_wait_takes_its_timeout_as_a_duration(url: str) -> None:
     status, _, body = get(url, f"/api/streams/{S}/wait?t={BASE + 99_000}&timeout=50ms")
     assert status == 200 and json.loads(body)["reached"] is False
+
+
+@pytest.mark.parametrize(
+    ("query", "status"),
+    [("minutes=60", 200), ("minutes=2h", 200), ("minutes=1d", 200), ("minutes=soon", 400)],
+)
+def test_a_span_in_minutes_takes_a_number_or_a_duration(url: str, query: str, status: int) -> None:
+    got, _, body = get(url, f"/api/streams/{S}/history?{query}")
+    assert got == status
+    if status == 400:
+        assert json.loads(body)["detail"].startswith("minutes 'soon' is no duration")

@@ -6,7 +6,8 @@ JSON API (answers give times in milliseconds since the epoch; a stream is ``scop
 A time parameter (``t``, ``since``, ``as_of``, ``from_ms``, ``to_ms``) takes the one time
 syntax of :mod:`tidemark.controller.timestamps`: epoch ms, ISO-8601 (no zone: UTC),
 ``now`` or a signed span from now (``t=-5m``); ``timeout`` (alias ``timeout_ms``) takes a
-duration (``30s``; a bare number is milliseconds):
+duration (``30s``; a bare number is milliseconds); a span in minutes (``minutes``, the
+dashboard's ``from_min``/``to_min``) takes a bare number of minutes or a duration (``2h``):
 
 - ``GET /api/streams`` -- every stream: epochs, segments (key ranges,
   sealed sizes), latest watermark and lag; ``/api/streams/{scope}/{name}``: one.
@@ -143,6 +144,19 @@ def _count_param(request: Request, name: str, default: int) -> int:
     if len(text.strip().lstrip("0")) > len(str(_MAX_COUNT)) or int(text) > _MAX_COUNT:
         raise HTTPException(400, f"{name}={shown!r}: above 2**63-1")
     return int(text)
+
+
+def _minutes_param(request: Request, name: str, default: int) -> int:
+    """A span in whole minutes from the query string: a bare number is minutes (the unit
+    its name says), or a duration with its unit in the one syntax (``90m``, ``2h``, ``1d``,
+    rounded down to minutes); else a 400 naming the parameter."""
+    text = request.query_params.get(name)
+    if text is None or text == "" or text.strip().isdigit():
+        return _count_param(request, name, default)
+    try:
+        return parse_duration(text, name, bare_ms=False) // 60_000
+    except InvalidDurationError as exc:
+        raise HTTPException(400, str(exc)) from None
 
 
 def _iso(ms: int | None) -> str:
@@ -284,7 +298,7 @@ class Handlers:
 
     def history(self, request: Request) -> Response:
         stream = _stream(request)
-        minutes = _count_param(request, "minutes", 60)
+        minutes = _minutes_param(request, "minutes", 60)
         return JSONResponse({"stream": stream, **_series(self.service, stream, minutes * 60_000)})
 
     def rejected(self, request: Request) -> Response:
@@ -336,8 +350,8 @@ class Handlers:
 
     def index_page(self, request: Request) -> Response:
         now = wall_ms()
-        from_min = _count_param(request, "from_min", 60)
-        to_min = _count_param(request, "to_min", 0)
+        from_min = _minutes_param(request, "from_min", 60)
+        to_min = _minutes_param(request, "to_min", 0)
         query = request.query_params.get("q", "")
         order = request.query_params.get("sort", "lag")
         held = self.service.laggards()
