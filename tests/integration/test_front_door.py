@@ -62,7 +62,7 @@ def test_the_readmes_first_example_writes_and_notes_time(kafka: str, shop: str) 
     assert [(r.value(), r.timestamp()[1]) for r in records] == [(b'{"v": 1}', event_ms)]
     noted = marks(kafka, ClusterSettings(), shop)
     mine = [m for m in noted if m.writer_id == "sensor-7"]
-    assert [m.time for m in mine if m.alive] == [event_ms]
+    assert max(m.time for m in mine if m.alive) == event_ms  # note_time's mark
     assert not mine[-1].alive  # close() sent the shutdown mark
 
 
