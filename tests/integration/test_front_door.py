@@ -87,7 +87,10 @@ def test_a_connection_names_the_missing_service(monkeypatch: Any) -> None:
 def _cli(capsys: Any, *argv: str) -> tuple[int, list[dict[str, Any]], str]:
     from tidemark.cli.main import main
 
-    code = main([*argv, "--format", "json"])
+    try:
+        code = main([*argv, "--format", "json"])
+    except SystemExit as usage:  # argparse refused a flag's value
+        code = int(usage.code or 0)
     out, err = capsys.readouterr()
     return code, [json.loads(line) for line in out.strip().splitlines()], err
 
