@@ -35,6 +35,16 @@ class InvalidTimestampError(ControllerError, ValueError):
         super().__init__(message)
 
 
+class InvalidDurationError(ControllerError, ValueError):
+    """A duration (a flag such as ``--ago`` or ``--timeout``, an HTTP parameter) does not
+    parse: use ``<number><unit>`` with units ms, s, m, h, d (``90s``, ``15m``, ``1h30m``,
+    ``2d``); ``value`` is the input."""
+
+    def __init__(self, message: str, value: object = None) -> None:
+        self.value = value
+        super().__init__(message)
+
+
 class InvalidConfigurationError(ControllerError, ConfigurationError):
     """A stream configuration is invalid; the message names the field and the valid choices."""
 
@@ -165,6 +175,7 @@ __all__ = [
     "IllegalTransitionError",
     "InvalidConfigurationError",
     "InvalidCutError",
+    "InvalidDurationError",
     "InvalidModelError",
     "InvalidScaleError",
     "InvalidTimestampError",

@@ -12,6 +12,7 @@ import argparse
 
 from tidemark.controller.exceptions import InvalidModelError
 from tidemark.controller.naming import ClusterSettings, check_instance_id
+from tidemark.controller.timestamps import add_duration_flag
 from tidemark.infra.services import KAFKA, ZOOKEEPER, data_root, resolve_services
 from tidemark.jobs.config import ControllerSettings, CycleTrigger
 from tidemark.jobs.exceptions import JobConfigurationError
@@ -63,21 +64,21 @@ def add_controller_arguments(parser: argparse.ArgumentParser) -> None:
         help="tasks per micro-batch of the query's stateful operator (default: Spark's "
         "default parallelism, at most the slot count; fixed by the checkpoint)",
     )
-    parser.add_argument(
-        "--interval-ms", type=int, default=defaults.interval_ms, help="watermark interval (trigger)"
+    add_duration_flag(
+        parser, "--interval", "watermark interval (trigger)", default=defaults.interval_ms
     )
-    parser.add_argument(
-        "--writer-timeout-ms",
-        type=int,
-        default=defaults.writer_timeout_ms,
-        help="drop a lagging writer after this long, for streams that set no "
+    add_duration_flag(
+        parser,
+        "--writer-timeout",
+        "drop a lagging writer after this long, for streams that set no "
         "timestamp_aggregation_timeout_ms",
+        default=defaults.writer_timeout_ms,
     )
-    parser.add_argument(
-        "--lso-hold-ms",
-        type=int,
+    add_duration_flag(
+        parser,
+        "--lso-hold",
+        "hold a cut past the last stable offset this long, then reject the writers",
         default=defaults.lso_hold_ms,
-        help="hold a cut past the last stable offset this long, then reject the writers",
     )
     parser.add_argument("--delta-root", help="where the tables live (TIDEMARK_DELTA_ROOT)")
     parser.add_argument(
@@ -85,11 +86,11 @@ def add_controller_arguments(parser: argparse.ArgumentParser) -> None:
         help="shared checkpoint storage (default: <delta root>/_checkpoints)",
     )
     parser.add_argument("--max-offsets-per-trigger", type=int, default=None)
-    parser.add_argument(
-        "--zk-session-timeout-ms",
-        type=int,
+    add_duration_flag(
+        parser,
+        "--zk-session-timeout",
+        "the driver's ZooKeeper session: a standby takes over this long after a crash",
         default=defaults.zk_session_timeout_ms,
-        help="the driver's ZooKeeper session: a standby takes over this long after a crash",
     )
     parser.add_argument(
         "--warm-up",

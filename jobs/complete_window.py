@@ -72,6 +72,7 @@ from tidemark.controller.kafka.settings import spark_source_options
 from tidemark.controller.naming import ClusterSettings
 from tidemark.controller.navigation import SegmentRange, ranges_between
 from tidemark.controller.store import MetadataStore
+from tidemark.controller.timestamps import joined_spans
 from tidemark.controller.zookeeper.session import close_session, open_session
 from tidemark.controller.zookeeper.store import ZooKeeperStore
 from tidemark.infra.services import KAFKA, ZOOKEEPER, data_root, resolve_services
@@ -567,7 +568,7 @@ def _spark() -> tuple[Any, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="complete_window", description=__doc__.split("\n")[0])
     add_window_arguments(parser)
-    args = parser.parse_args(argv)
+    args = parser.parse_args(joined_spans(sys.argv[1:] if argv is None else argv))
     logging.basicConfig(level=logging.INFO)
     try:
         return run_from_args(args)

@@ -11,7 +11,13 @@ import argparse
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from tidemark.controller.timestamps import check_timestamp
+from tidemark.controller.timestamps import (
+    DURATION_FORMS,
+    TIME_FORMS,
+    parse_duration,
+    parse_time,
+    wall_clock_ms,
+)
 from tidemark.jobs.exceptions import JobConfigurationError
 
 
@@ -67,19 +73,24 @@ def add_window_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "stream", nargs="+", help="scope/name (several: each window once complete on all)"
     )
-    parser.add_argument("--from", dest="start", required=True, help="window start T1 (ms)")
-    parser.add_argument("--to", dest="end", default=None, help="window end T2 (ms, exclusive)")
+    parser.add_argument(
+        "--from", dest="start", required=True, help=f"window start T1: {TIME_FORMS}"
+    )
+    parser.add_argument(
+        "--to", dest="end", default=None, help=f"window end T2 (exclusive): {TIME_FORMS}"
+    )
     parser.add_argument("--output", required=True, help="the result's Delta table (path or URI)")
     parser.add_argument("--sql", default=None, help="a query over the view window_events")
     parser.add_argument(
-        "--every", default=None, help="run consecutive windows of this size: 5m, 1h, 30000ms"
+        "--every", default=None, help=f"run consecutive windows of this size: {DURATION_FORMS}"
     )
     parser.add_argument(
+        "--wait",
         "--wait-ms",
-        type=int,
+        dest="wait_ms",
         default=None,
         help="wait this long for a window to be complete (default: 0 for one window, "
-        "forever with --every)",
+        f"forever with --every): {DURATION_FORMS}",
     )
     parser.add_argument("--delta-root", default=None, help="the controller's tables")
     parser.add_argument("--bootstrap", default=None, help="Kafka bootstrap servers")
@@ -88,17 +99,17 @@ def add_window_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def window_run_from_args(args: argparse.Namespace) -> WindowRun:
-    # tidemark.pipelines.reading.seek: off tidemark --help, whose parser takes these arguments
-    from tidemark.pipelines.reading.seek import parse_duration
-
-    every = None if args.every is None else parse_duration(args.every)
-    wait = args.wait_ms if args.wait_ms is not None else (None if every is not None else 0)
+    every = None if args.every is None else parse_duration(args.every, "--every")
+    wait = None if args.wait_ms is None else parse_duration(args.wait_ms, "--wait")
+    if wait is None and every is None:
+        wait = 0
     first, *more = [args.stream] if isinstance(args.stream, str) else args.stream
+    now = wall_clock_ms()  # one now for both ends: "--from -1h --to now" is one hour
     return WindowRun(
         stream=first,
         also=tuple(more),
-        start_ms=check_timestamp(args.start, "--from", parse=True),
-        end_ms=None if args.end is None else check_timestamp(args.end, "--to", parse=True),
+        start_ms=parse_time(args.start, "--from", now_ms=now),
+        end_ms=None if args.end is None else parse_time(args.end, "--to", now_ms=now),
         every_ms=every,
         output=args.output,
         sql=args.sql,

@@ -1,5 +1,6 @@
-"""What applications import: writers, readers, seek, the timeline SDK.
+"""What applications import: one connection, writers, readers, seek, the timeline SDK.
 
+    from tidemark.pipelines import connect          # with connect() as tm: tm.writer(...)
     from tidemark.pipelines import EventWriter, TransactionalWriter, ReaderGroup
     from tidemark.pipelines import stream_cut_at, complete_cut_at
     from tidemark.pipelines import kafka_source_options   # Spark's Kafka source by time
@@ -18,6 +19,10 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
+    "connect": "tidemark.pipelines.connection",
+    "Connection": "tidemark.pipelines.connection",
+    "ConnectionConfig": "tidemark.pipelines.connection",
+    "DeltaLocation": "tidemark.pipelines.connection",
     "EventWriter": "tidemark.pipelines.writing.writer",
     "BatchAck": "tidemark.pipelines.writing.writer",
     "TransactionalWriter": "tidemark.pipelines.writing.transactions",

@@ -1,5 +1,11 @@
 """tidemark — time for Kafka streams.
 
+    import tidemark
+
+    with tidemark.connect() as tm:      # where the services are: arguments or environment
+        with tm.writer("sensor-7", "shop/orders") as writer: ...
+        cut = tm.stream_cut_at("shop/orders", "-5m")
+
     from tidemark import EventWriter, ReaderGroup, stream_cut_at, complete_cut_at
 
 The front door: the names an application needs load lazily from their modules, so
@@ -28,6 +34,10 @@ __all__ = sorted([*_APPLICATION_NAMES, "TidemarkError"])
 
 if TYPE_CHECKING:  # for type checkers: the names __getattr__ gives at run time
     from tidemark.errors import TidemarkError as TidemarkError
+    from tidemark.pipelines.connection import Connection as Connection
+    from tidemark.pipelines.connection import ConnectionConfig as ConnectionConfig
+    from tidemark.pipelines.connection import DeltaLocation as DeltaLocation
+    from tidemark.pipelines.connection import connect as connect
     from tidemark.pipelines.reading.config import ReaderConfig as ReaderConfig
     from tidemark.pipelines.reading.group import ReaderGroup as ReaderGroup
     from tidemark.pipelines.reading.reader import EventRead as EventRead

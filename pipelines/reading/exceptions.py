@@ -13,7 +13,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tidemark.controller.exceptions import InvalidTimestampError, UnknownStreamError
+from tidemark.controller.exceptions import (
+    InvalidDurationError,
+    InvalidTimestampError,
+    UnknownStreamError,
+)
 
 from tidemark.errors import ConfigurationError, TidemarkError
 
@@ -24,18 +28,6 @@ class ReaderError(TidemarkError):
 
 class ReaderConfigError(ReaderError, ConfigurationError):
     """A reader setting is invalid; the message names it and the valid choices."""
-
-
-class InvalidDurationError(ReaderError, ValueError):
-    """A duration such as ``--ago`` does not parse: use ``<number><unit>`` with units
-    ms, s, m, h, d (``90s``, ``15m``, ``1h30m``, ``2d``)."""
-
-    def __init__(self, value: object) -> None:
-        self.value = value
-        super().__init__(
-            f"duration {value!r} does not parse: use <number><unit> with units ms, s, m, h, d "
-            "(e.g. 90s, 15m, 1h30m, 2d)"
-        )
 
 
 class UnknownReaderGroupError(ReaderError, LookupError):

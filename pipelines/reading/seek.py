@@ -46,7 +46,6 @@ index they read change together.
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 from array import array
@@ -68,8 +67,8 @@ from tidemark.controller.states import StreamState
 from tidemark.controller.store import MetadataStore
 from tidemark.controller.timestamps import MAX_TIMESTAMP, wall_clock_ms
 from tidemark.controller.timestamps import check_timestamp as check_time
+from tidemark.controller.timestamps import parse_duration as parse_time_span
 from tidemark.pipelines.reading.exceptions import (
-    InvalidDurationError,
     StreamDeletedError,
     WatermarksUnavailableError,
 )
@@ -101,18 +100,10 @@ def check_timestamp(value: object) -> int:
     return check_time(value, parse=True)
 
 
-_UNITS_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-_DURATION = re.compile(r"(\d+)(ms|s|m|h|d)")
-
-
 def parse_duration(text: object) -> int:
-    """``"1h30m"`` -> 5_400_000: one or more ``<number><unit>`` (ms, s, m, h, d)."""
-    if not isinstance(text, str):
-        raise InvalidDurationError(text)
-    compact = text.strip().lower()
-    if not compact or _DURATION.sub("", compact):
-        raise InvalidDurationError(text)
-    return sum(int(n) * _UNITS_MS[unit] for n, unit in _DURATION.findall(compact))
+    """``"1h30m"`` -> 5_400_000: one or more ``<number><unit>`` (ms, s, m, h, d), a unit
+    required (``tidemark.controller.timestamps.parse_duration``, the one parser)."""
+    return parse_time_span(text, bare_ms=False)
 
 
 # --- the in-memory index ------------------------------------------------------------------------

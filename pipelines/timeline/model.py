@@ -25,6 +25,8 @@ import time
 import zlib
 from dataclasses import dataclass
 
+from tidemark.controller.exceptions import InvalidTimestampError
+from tidemark.controller.timestamps import check_timestamp as check_time
 from tidemark.pipelines.timeline.exceptions import (
     ConcurrentChangeError,
     InvalidMessageError,
@@ -277,8 +279,12 @@ def decode_headers(data: bytes | memoryview | None) -> Headers:
 
 
 def check_timestamp(what: str, value: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < MAX_TIMESTAMP_MS:
-        raise InvalidMessageError(f"{what} must be an integer of ms in [0, 2^62), got {value!r}")
+    """The one checker (``tidemark.controller.timestamps``) with the timeline's bound,
+    below 2^62: a due time plus a lease stays within the database's bigint."""
+    try:
+        check_time(value, what, maximum=MAX_TIMESTAMP_MS - 1)
+    except InvalidTimestampError as exc:
+        raise InvalidMessageError(str(exc)) from None
 
 
 def explain_refusal(

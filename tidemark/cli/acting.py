@@ -26,7 +26,11 @@ import sys
 from typing import Any
 
 from tidemark.cli.output import add_verb, emit, emit_rows
-from tidemark.cli.times import TIME_HELP, parse_time
+from tidemark.cli.times import (
+    TIME_HELP,
+    add_duration_flag,
+    parse_time,
+)
 from tidemark.environment import Environment
 from tidemark.infra.services import data_root
 from tidemark.jobs.window_args import add_window_arguments
@@ -45,9 +49,7 @@ def register(sub: Any) -> None:
     wait.add_argument(
         "--time", required=True, metavar="TIME", help=f"the stream time T: {TIME_HELP}"
     )
-    wait.add_argument(
-        "--timeout-ms", type=int, default=60_000, help="give up after this long (default 60000)"
-    )
+    add_duration_flag(wait, "--timeout", "give up after this long (default 60000)", default=60_000)
     _add_delta_root(wait)
 
     window = add_verb(

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from tidemark.cli.control_plane import control_plane
 from tidemark.cli.output import add_format_option, emit, emit_rows
+from tidemark.cli.times import add_duration_flag
 from tidemark.controller.naming import ClusterSettings
 from tidemark.environment import Environment
 from tidemark.errors import ConfigurationError
@@ -67,9 +68,21 @@ def register_run(verbs: Any) -> None:
 def add_policy_arguments(parser: argparse.ArgumentParser, interval_help: str | None = None) -> None:
     """The options :func:`policy_settings` reads: how often the policy loop acts and what it
     measures over (``controller run`` and ``controller policies``)."""
-    parser.add_argument("--policy-interval-ms", type=int, default=10_000, help=interval_help)
-    parser.add_argument("--rate-window-ms", type=int, default=60_000)
-    parser.add_argument("--scale-cooldown-ms", type=int, default=120_000)
+    add_duration_flag(
+        parser,
+        "--policy-interval",
+        interval_help or "act on stream policies (retention, auto-scaling) this often",
+        default=10_000,
+    )
+    add_duration_flag(
+        parser, "--rate-window", "the span the policies measure rates over", default=60_000
+    )
+    add_duration_flag(
+        parser,
+        "--scale-cooldown",
+        "the least time between two scalings of a stream",
+        default=120_000,
+    )
 
 
 def policy_settings(args: argparse.Namespace) -> PolicySettings:

@@ -17,6 +17,7 @@ from tidemark.cli.control_plane import control_plane
 from tidemark.cli.cuts import CUT_HELP, format_cut, parse_cut
 from tidemark.cli.output import add_verb, emit, emit_rows
 from tidemark.cli.read import reader_group
+from tidemark.cli.times import add_duration_flag
 from tidemark.controller.metadata import cut_to_json
 from tidemark.controller.timestamps import wall_clock_ms
 
@@ -42,9 +43,7 @@ def register(sub: Any) -> None:
         on="group",
     )
     take.add_argument("name", help="checkpoint name")
-    take.add_argument(
-        "--timeout-ms", type=int, default=30_000, help="wait this long for the readers"
-    )
+    add_duration_flag(take, "--timeout", "wait this long for the readers", default=30_000)
 
     add_verb(verbs, "checkpoints", cmd_checkpoints, "list a group's checkpoints", on="group")
 

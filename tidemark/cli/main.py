@@ -18,6 +18,7 @@ from tidemark.cli.acting import rewrite_alias
 from tidemark.cli.connection import add_connection_flags, connection_environment
 from tidemark.cli.service_errors import EXIT_UNAVAILABLE, named_services
 from tidemark.controller.exceptions import InvalidTimestampError
+from tidemark.controller.timestamps import joined_spans
 from tidemark.errors import ServiceUnavailableError, TidemarkError
 from tidemark.pipelines.reading.exceptions import InvalidDurationError
 
@@ -107,7 +108,8 @@ def _say(exc: BaseException) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(rewrite_alias(list(sys.argv[1:] if argv is None else argv)))
+    words = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(joined_spans(rewrite_alias(words)))
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

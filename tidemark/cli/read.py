@@ -51,7 +51,12 @@ from tidemark.cli.control_plane import (
     service_addresses,
 )
 from tidemark.cli.output import add_verb, emit, emit_rows
-from tidemark.cli.times import TIME_HELP, parse_ago, parse_time
+from tidemark.cli.times import (
+    TIME_HELP,
+    add_duration_flag,
+    parse_ago,
+    parse_time,
+)
 from tidemark.controller.metadata import cut_to_json
 from tidemark.controller.model import segment_number
 from tidemark.environment import Environment
@@ -95,12 +100,13 @@ def register(sub: Any) -> None:
         help="keep reading new events until Ctrl-C (SIGINT; exit 0) instead of stopping "
         "at the end of the committed data",
     )
-    read.add_argument(
-        "--wait-ms",
-        type=positive_int,
-        default=5000,
-        help="read stops at the end of the data committed when it started; it also "
+    add_duration_flag(
+        read,
+        "--wait",
+        "read stops at the end of the data committed when it started; it also "
         "stops when nothing arrives for this long (default 5000)",
+        minimum_ms=1,
+        default=5000,
     )
 
     marks = add_verb(sub, "watermarks", cmd_watermarks, "list a stream's watermarks", on="stream")

@@ -17,6 +17,7 @@ from typing import Any
 from tidemark.cli.control_plane import control_plane
 from tidemark.cli.output import add_verb
 from tidemark.cli.read import delta_root
+from tidemark.cli.times import add_duration_flag
 from tidemark.controller.naming import ClusterSettings
 from tidemark.infra.services import KAFKA, ZOOKEEPER, resolve_services
 
@@ -33,9 +34,7 @@ def register(sub: Any) -> None:
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
     serve.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}")
-    serve.add_argument(
-        "--refresh-ms", type=int, default=500, help="how often indexes are brought up to date"
-    )
+    add_duration_flag(serve, "--refresh", "how often indexes are brought up to date", default=500)
     serve.add_argument(
         "--bucket-count",
         type=int,

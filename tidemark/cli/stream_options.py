@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 
+from tidemark.cli.times import add_duration_flag, parse_duration
 from tidemark.controller.config import (
     RetentionPolicy,
     RetentionType,
@@ -33,15 +34,15 @@ def add_config_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--timestamping", choices=[m.value for m in TimestampingMode])
     parser.add_argument("--uncapped", action=argparse.BooleanOptionalAction, default=None)
-    parser.add_argument(
-        "--aggregation-timeout-ms",
-        type=int,
-        help="drop a lagging writer after this long (default: the controller's)",
+    add_duration_flag(
+        parser,
+        "--aggregation-timeout",
+        "drop a lagging writer after this long (default: the controller's)",
     )
-    parser.add_argument(
-        "--first-watermark-delay-ms",
-        type=int,
-        help="wait this long after the first mark before the first watermark",
+    add_duration_flag(
+        parser,
+        "--first-watermark-delay",
+        "wait this long after the first mark before the first watermark",
     )
     parser.add_argument(
         "--refuse-adjustments",
@@ -55,7 +56,10 @@ def add_config_options(parser: argparse.ArgumentParser) -> None:
         help="accept marks only from these writer ids (others: unknown_writer); 'any': all",
     )
     parser.add_argument(
+        "--max-future",
         "--max-future-ms",
+        dest="max_future_ms",
+        metavar="DURATION|none",
         help="how far ahead of its arrival a writer mark's time may be (default 1 h); "
         "'none': no bound, for times that are not milliseconds",
     )
@@ -118,12 +122,9 @@ def _max_future_ms(text: str | None, base: int | None) -> int | None:
         return base
     if text.strip().lower() == "none":
         return None
-    try:
+    if text.strip().lstrip("+-").isdigit():  # a number: the configuration checks its sign
         return int(text)
-    except ValueError:
-        raise ConfigurationError(
-            f"--max-future-ms {text!r}: expected milliseconds or 'none'"
-        ) from None
+    return parse_duration(text, "--max-future-ms")
 
 
 def summary(meta: StreamMetadata) -> list[str]:

@@ -31,6 +31,14 @@ from dataclasses import asdict
 from typing import Any
 
 from tidemark.cli.output import add_verb, emit, emit_rows
+from tidemark.cli.times import (
+    DURATION_HELP,
+    add_duration_flag,
+    add_time_flag,
+    duration_argument,
+    seconds_argument,
+    time_argument,
+)
 from tidemark.environment import Environment
 from tidemark.errors import ConfigurationError
 from tidemark.infra.services import KAFKA, POSTGRES, resolve_services
@@ -71,15 +79,21 @@ def _add_host_options(p: argparse.ArgumentParser, purge: bool = True) -> None:
     p.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
     if purge:
         p.add_argument("--no-purge", action="store_true", help="do not purge deleted messages here")
-        p.add_argument("--purge-every-ms", type=int, default=60_000)
-        p.add_argument("--keep-deleted-ms", type=int, default=3_600_000)
+        add_duration_flag(p, "--purge-every", "purge deleted messages this often", default=60_000)
+        add_duration_flag(
+            p, "--keep-deleted", "keep a deleted message this long first", default=3_600_000
+        )
 
 
 def _add_relay_options(p: argparse.ArgumentParser) -> None:
     """A verb that produces to Kafka until stopped (relay, ingest): where Kafka is, how
     long to run, and the host options."""
     p.add_argument("--bootstrap", help="Kafka bootstrap servers")
-    p.add_argument("--duration-s", type=float, help="stop after this long (default: Ctrl-C)")
+    p.add_argument(
+        "--duration-s",
+        type=seconds_argument("--duration-s"),
+        help="stop after this long: seconds, or 90s, 2m, 1h (default: Ctrl-C)",
+    )
     _add_host_options(p)
 
 
@@ -160,12 +174,12 @@ def register(sub: Any) -> None:
     p.add_argument("--id", help="natural id (default: generated, time-sortable)")
     p.add_argument("--body", required=True, help="message body (UTF-8 text)")
     when = p.add_mutually_exclusive_group(required=True)
-    when.add_argument("--at-ms", type=int, help="due time, UTC ms since the epoch")
-    when.add_argument("--in-ms", type=int, help="due this many ms from now")
+    add_time_flag(when, "--at", "due time")
+    add_duration_flag(when, "--in", "due this long from now")
     when.add_argument(
         "--stream-time",
-        type=int,
-        metavar="MS",
+        type=time_argument("--stream-time"),
+        metavar="TIME",
         help="due once --stream's watermark reaches this event time",
     )
     p.add_argument("--stream", help="with --stream-time: the stream (scope/name)")
@@ -173,20 +187,20 @@ def register(sub: Any) -> None:
     p = verb("lease", "lease available messages (or one by --id)", cmd_lease)
     p.add_argument("--consumer", required=True)
     p.add_argument("--id", help="lease this message only")
-    p.add_argument("--duration-ms", type=int, default=30_000)
+    add_duration_flag(p, "--duration", "lease them for this long", default=30_000)
     p.add_argument("--limit", type=int, default=10)
     p.add_argument("--expected-version", type=int)
 
     p = verb("extend", "extend a live lease", cmd_extend)
     _add_holder_arguments(p)
     until = p.add_mutually_exclusive_group(required=True)
-    until.add_argument("--until-ms", type=int, help="new end of the lease, UTC ms")
-    until.add_argument("--by-ms", type=int, help="new end = database now + this")
+    add_time_flag(until, "--until", "new end of the lease")
+    add_duration_flag(until, "--by", "new end = database now + this")
     p.add_argument("--expected-version", type=int)
 
     p = verb("release", "give a lease back (due again now, or at --at-ms)", cmd_release)
     _add_holder_arguments(p)
-    p.add_argument("--at-ms", type=int)
+    add_time_flag(p, "--at", "due again then")
     p.add_argument("--expected-version", type=int)
 
     p = verb("delete", "delete as owner (--group) or as lease holder (--consumer)", cmd_delete)
@@ -198,17 +212,17 @@ def register(sub: Any) -> None:
     p.add_argument("--expected-version", type=int)
 
     p = verb("count", "count messages by status, optionally in [--from-ms, --to-ms)", cmd_count)
-    p.add_argument("--from-ms", type=int)
-    p.add_argument("--to-ms", type=int)
+    add_time_flag(p, "--from", "messages due at or after this time")
+    add_time_flag(p, "--to", "messages due before this time")
 
     p = verb("relay", "produce due messages to a Kafka topic, then delete them", cmd_relay)
     p.add_argument("--topic", required=True, help="target Kafka topic")
     p.add_argument("--consumer", required=True, help="relay's consumer id")
-    p.add_argument(
-        "--lease-ms",
-        type=int,
+    add_duration_flag(
+        p,
+        "--lease",
+        "how long a message the broker refused waits before it is sent again",
         default=60_000,
-        help="how long a message the broker refused waits before it is sent again",
     )
     p.add_argument("--max-messages", type=int, help="stop after relaying this many")
     _add_relay_options(p)
@@ -222,7 +236,12 @@ def register(sub: Any) -> None:
     p.add_argument("--from", dest="source", required=True, help="source Kafka topic")
     p.add_argument("--to", dest="target", required=True, help="target Kafka topic")
     due = p.add_mutually_exclusive_group(required=True)
-    due.add_argument("--delay", help="due this long after it is stored (2h, 90s, 1h30m)")
+    due.add_argument(
+        "--delay",
+        metavar="DURATION",
+        type=duration_argument("--delay"),
+        help=f"due this long after it is stored: {DURATION_HELP}",
+    )
     due.add_argument("--at-header", metavar="NAME", help="due at the UTC ms in this header")
     due.add_argument(
         "--until-stream-time",
@@ -240,10 +259,16 @@ def register(sub: Any) -> None:
         cmd_purge,
         "remove deleted messages (of every timeline) in batches, once or every N ms",
     )
-    p.add_argument("--keep-deleted-ms", type=int, default=3_600_000)
+    add_duration_flag(
+        p, "--keep-deleted", "purge messages deleted this long ago", default=3_600_000
+    )
     p.add_argument("--batch-size", type=int, default=1_000)
-    p.add_argument("--every-ms", type=int, help="purge on this schedule until Ctrl-C / SIGTERM")
-    p.add_argument("--duration-s", type=float, help="with --every-ms: stop after this long")
+    add_duration_flag(p, "--every", "purge on this schedule until Ctrl-C / SIGTERM")
+    p.add_argument(
+        "--duration-s",
+        type=seconds_argument("--duration-s"),
+        help="with --every: stop after this long: seconds, or 90s, 2m, 1h",
+    )
     _add_host_options(p, purge=False)
 
 
@@ -412,7 +437,6 @@ def cmd_relay(args: argparse.Namespace) -> int:
 
 def cmd_ingest(args: argparse.Namespace) -> int:
     # the timeline package loads psycopg: only its verbs pay for it, not --help
-    from tidemark.pipelines.reading.seek import parse_duration
     from tidemark.pipelines.timeline.buffer import BufferIngest, BufferRelay, TimelineBuffer
     from tidemark.pipelines.timeline.config import BufferConfig, DueRule
 
@@ -420,7 +444,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         args.source,
         args.target,
         DueRule(
-            delay_ms=None if args.delay is None else parse_duration(args.delay),
+            delay_ms=args.delay,
             at_header=args.at_header,
             until_stream_time=args.until_stream_time,
         ),

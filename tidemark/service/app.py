@@ -2,7 +2,12 @@
 
     app = build_app(service)          # uvicorn.run(app, host="127.0.0.1", port=8790)
 
-JSON API (times in milliseconds since the epoch; a stream is ``scope/name``):
+JSON API (answers give times in milliseconds since the epoch; a stream is ``scope/name``).
+A time parameter (``t``, ``since``, ``as_of``, ``from_ms``, ``to_ms``) takes the one time
+syntax of :mod:`tidemark.controller.timestamps`: epoch ms, ISO-8601 (no zone: UTC),
+``now`` or a signed span from now (``t=-5m``); ``timeout`` (alias ``timeout_ms``) takes a
+duration (``30s``; a bare number is milliseconds); a span in minutes (``minutes``, the
+dashboard's ``from_min``/``to_min``) takes a bare number of minutes or a duration (``2h``):
 
 - ``GET /api/streams`` -- every stream: epochs, segments (key ranges,
   sealed sizes), latest watermark and lag; ``/api/streams/{scope}/{name}``: one.
@@ -15,7 +20,7 @@ JSON API (times in milliseconds since the epoch; a stream is ``scope/name``):
   (Spark's ``startingOffsets``/``endingOffsets`` JSON).
   These two answer from memory, on the event loop; their latency is observed
   in ``tidemark_serve_request_duration_seconds``.
-- ``GET /api/streams/{scope}/{name}/wait?t=MS&timeout_ms=N`` -- a long poll: answers
+- ``GET /api/streams/{scope}/{name}/wait?t=MS&timeout=30s`` -- a long poll: answers
   as soon as the service's tail reads a watermark with ``time >= t`` (at
   once when there is one), else after ``timeout_ms`` (default 30 000, at most
   :data:`MAX_WAIT_MS`): ``reached``, ``watermark`` (the first with
@@ -73,14 +78,14 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
-from starlette.routing import Mount, Route
+from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from tidemark.controller.exceptions import UnknownStreamError
+from tidemark.controller.exceptions import InvalidDurationError, UnknownStreamError
 from tidemark.controller.model import segment_number
 from tidemark.controller.navigation import at_or_after_head, head_cut
-from tidemark.controller.timestamps import check_timestamp
+from tidemark.controller.timestamps import TIME_FORMS, parse_duration, parse_time
 from tidemark.errors import ServiceUnavailableError, TidemarkError
 from tidemark.pipelines.build_info import register_build_info
 from tidemark.pipelines.reading.exceptions import InvalidTimestampError, UnknownReaderGroupError
@@ -101,9 +106,27 @@ def _stream(request: Request) -> str:
 
 
 def _time_param(request: Request, name: str) -> int | None:
-    """A time in milliseconds from the query string (``check_timestamp``'s rules)."""
+    """A time from the query string, in the one syntax (``parse_time``: epoch ms,
+    ISO-8601, ``now``, ``-5m``); ``None`` when absent."""
     text = request.query_params.get(name)
-    return None if text is None or text == "" else check_timestamp(text, name, parse=True)
+    return None if text is None or text == "" else parse_time(text, name)
+
+
+def _wait_timeout(request: Request) -> int:
+    """How long a ``wait`` may be held: ``timeout`` or its alias ``timeout_ms``, a duration
+    in the one syntax (``30s``, ``1m``; a bare number is milliseconds), at most
+    :data:`MAX_WAIT_MS`; else a 400 naming the parameter."""
+    name = "timeout" if "timeout" in request.query_params else "timeout_ms"
+    text = request.query_params.get(name)
+    if text is None or text == "":
+        return DEFAULT_WAIT_MS
+    try:
+        timeout_ms = parse_duration(text, name)
+    except InvalidDurationError as exc:
+        raise HTTPException(400, str(exc)) from None
+    if timeout_ms > MAX_WAIT_MS:
+        raise HTTPException(400, f"{name}={text}: at most {MAX_WAIT_MS} ms")
+    return timeout_ms
 
 
 _MAX_COUNT = 2**63 - 1
@@ -121,6 +144,19 @@ def _count_param(request: Request, name: str, default: int) -> int:
     if len(text.strip().lstrip("0")) > len(str(_MAX_COUNT)) or int(text) > _MAX_COUNT:
         raise HTTPException(400, f"{name}={shown!r}: above 2**63-1")
     return int(text)
+
+
+def _minutes_param(request: Request, name: str, default: int) -> int:
+    """A span in whole minutes from the query string: a bare number is minutes (the unit
+    its name says), or a duration with its unit in the one syntax (``90m``, ``2h``, ``1d``,
+    rounded down to minutes); else a 400 naming the parameter."""
+    text = request.query_params.get(name)
+    if text is None or text == "" or text.strip().isdigit():
+        return _count_param(request, name, default)
+    try:
+        return parse_duration(text, name, bare_ms=False) // 60_000
+    except InvalidDurationError as exc:
+        raise HTTPException(400, str(exc)) from None
 
 
 def _iso(ms: int | None) -> str:
@@ -143,25 +179,30 @@ def _duration(ms: int | None) -> str:
     return f"{ms / 3_600_000:.1f} h"
 
 
-def build_app(service: TimeService) -> Starlette:
-    """The Starlette application serving ``service``."""
-    templates = Jinja2Templates(directory=str(HERE / "templates"))
-    templates.env.filters["iso"] = _iso
-    templates.env.filters["duration"] = _duration
-    serve_registry = CollectorRegistry()
-    register_build_info(REGISTRY)  # there, not here: a controller in this process adds it too
-    latency = Histogram(
-        "tidemark_serve_request_duration_seconds",
-        "Time to answer an API request, by route.",
-        ["route"],
-        buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
-        registry=serve_registry,
-    )
+class Handlers:
+    """The routes' handlers, one named method each, over one :class:`TimeService`: the
+    lookups answer from memory on the event loop (``async``); the rest may read Delta or
+    ZooKeeper, so Starlette runs them in its thread pool (plain methods)."""
+
+    def __init__(self, service: TimeService) -> None:
+        self.service = service
+        self.templates = Jinja2Templates(directory=str(HERE / "templates"))
+        self.templates.env.filters["iso"] = _iso
+        self.templates.env.filters["duration"] = _duration
+        self.serve_registry = CollectorRegistry()
+        self.latency = Histogram(
+            "tidemark_serve_request_duration_seconds",
+            "Time to answer an API request, by route.",
+            ["route"],
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+            registry=self.serve_registry,
+        )
 
     def timed(
-        route: str, handler: Callable[[Request], Awaitable[Response]]
+        self, route: str, handler: Callable[[Request], Awaitable[Response]]
     ) -> Callable[[Request], Awaitable[Response]]:
-        observe = latency.labels(route).observe
+        """``handler`` with its latency observed under ``route``."""
+        observe = self.latency.labels(route).observe
 
         async def wrapped(request: Request) -> Response:
             started = time.perf_counter()
@@ -174,10 +215,10 @@ def build_app(service: TimeService) -> Starlette:
 
     # --- lookups: answered from memory, on the event loop -----------------------------------
 
-    async def start_cut(request: Request) -> Response:
+    async def start_cut(self, request: Request) -> Response:
         stream, t = _stream(request), _required_time(request)
-        found = service.start_lookup(stream, t)
-        meta = service.metadata(stream)
+        found = self.service.start_lookup(stream, t)
+        meta = self.service.metadata(stream)
         cut = head_cut(meta) if found is None else at_or_after_head(found.stream_cut, meta)
         return JSONResponse(
             {
@@ -189,10 +230,10 @@ def build_app(service: TimeService) -> Starlette:
             }
         )
 
-    async def stop_cut(request: Request) -> Response:
+    async def stop_cut(self, request: Request) -> Response:
         stream, t = _stream(request), _required_time(request)
-        found = service.stop_lookup(stream, t)
-        topic = service.metadata(stream).topic
+        found = self.service.stop_lookup(stream, t)
+        topic = self.service.metadata(stream).topic
         return JSONResponse(
             {
                 "stream": stream,
@@ -203,24 +244,22 @@ def build_app(service: TimeService) -> Starlette:
             }
         )
 
-    async def wait_for(request: Request) -> Response:
+    async def wait_for(self, request: Request) -> Response:
         stream = _stream(request)
         t = _required_time(request)
-        timeout_ms = _count_param(request, "timeout_ms", DEFAULT_WAIT_MS)
-        if timeout_ms > MAX_WAIT_MS:
-            raise HTTPException(400, f"timeout_ms={timeout_ms}: at most {MAX_WAIT_MS}")
+        timeout_ms = _wait_timeout(request)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_ms / 1000
         while True:
-            changed = service.waits.event(stream)  # taken first: no change is missed
-            found, latest = service.reached(stream, t)
+            changed = self.service.waits.event(stream)  # taken first: no change is missed
+            found, latest = self.service.reached(stream, t)
             remaining = deadline - loop.time()
-            if found is not None or remaining <= 0 or service.waits.closing:
+            if found is not None or remaining <= 0 or self.service.waits.closing:
                 break
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), remaining)
         if isinstance(found, int):  # older than the kept history: read Delta, off the loop
-            found = await run_in_threadpool(service.first_from_delta, stream, t)
+            found = await run_in_threadpool(self.service.first_from_delta, stream, t)
         return JSONResponse(
             {
                 "stream": stream,
@@ -233,20 +272,20 @@ def build_app(service: TimeService) -> Starlette:
 
     # --- the rest: may read Delta or ZooKeeper, so in the thread pool -----------------------
 
-    def streams(request: Request) -> Response:
+    def streams(self, request: Request) -> Response:
         now = wall_ms()
         return JSONResponse(
-            [stream_json(m, service.latest(m.name), now) for m in service.streams()]
+            [stream_json(m, self.service.latest(m.name), now) for m in self.service.streams()]
         )
 
-    def one_stream(request: Request) -> Response:
+    def one_stream(self, request: Request) -> Response:
         stream = _stream(request)
-        meta = service.metadata(stream)
-        return JSONResponse(stream_json(meta, service.latest(stream), wall_ms()))
+        meta = self.service.metadata(stream)
+        return JSONResponse(stream_json(meta, self.service.latest(stream), wall_ms()))
 
-    def watermarks(request: Request) -> Response:
+    def watermarks(self, request: Request) -> Response:
         stream = _stream(request)
-        version, rows = service.watermarks(
+        version, rows = self.service.watermarks(
             stream,
             since_ms=_time_param(request, "since") or 0,
             version=_count_param(request, "version", -1)
@@ -257,92 +296,90 @@ def build_app(service: TimeService) -> Starlette:
         )
         return JSONResponse({"stream": stream, "table_version": version, "watermarks": rows})
 
-    def history(request: Request) -> Response:
+    def history(self, request: Request) -> Response:
         stream = _stream(request)
-        minutes = _count_param(request, "minutes", 60)
-        return JSONResponse({"stream": stream, **_series(service, stream, minutes * 60_000)})
+        minutes = _minutes_param(request, "minutes", 60)
+        return JSONResponse({"stream": stream, **_series(self.service, stream, minutes * 60_000)})
 
-    def rejected(request: Request) -> Response:
+    def rejected(self, request: Request) -> Response:
         stream = request.query_params.get("stream") or None
-        return JSONResponse(service.rejected(stream, _count_param(request, "limit", 50)))
+        return JSONResponse(self.service.rejected(stream, _count_param(request, "limit", 50)))
 
-    def laggards(request: Request) -> Response:
-        return JSONResponse(service.laggards(request.query_params.get("stream") or None))
+    def laggards(self, request: Request) -> Response:
+        return JSONResponse(self.service.laggards(request.query_params.get("stream") or None))
 
-    def window(request: Request) -> Response:
-        return JSONResponse(service.window(request.path_params["group"]))
+    def window(self, request: Request) -> Response:
+        return JSONResponse(self.service.window(request.path_params["group"]))
 
-    def controller(request: Request) -> Response:
-        return JSONResponse(service.controller())
+    def controller(self, request: Request) -> Response:
+        return JSONResponse(self.service.controller())
 
-    def timelines(request: Request) -> Response:
-        counts = service.timeline_counts(
+    def timelines(self, request: Request) -> Response:
+        counts = self.service.timeline_counts(
             _time_param(request, "from_ms"), _time_param(request, "to_ms")
         )
         if counts is None:
             raise HTTPException(404, "no timeline database configured (TIDEMARK_POSTGRES_DSN)")
         return JSONResponse(counts)
 
-    # --- several streams at once (tidemark.service.joint) -------------------------------------
+    # --- several streams at once (tidemark.service.joint) -----------------------------------
 
-    async def joint_start_cut(request: Request) -> Response:
+    async def joint_start_cut(self, request: Request) -> Response:
         streams = streams_param(request.query_params.getlist("stream"))
-        return JSONResponse(joint_start(service, streams, _required_time(request)))
+        return JSONResponse(joint_start(self.service, streams, _required_time(request)))
 
-    async def joint_stop_cut(request: Request) -> Response:
+    async def joint_stop_cut(self, request: Request) -> Response:
         streams = streams_param(request.query_params.getlist("stream"))
-        return JSONResponse(joint_stop(service, streams, _required_time(request)))
+        return JSONResponse(joint_stop(self.service, streams, _required_time(request)))
 
-    async def joint_wait_for(request: Request) -> Response:
+    async def joint_wait_for(self, request: Request) -> Response:
         streams = streams_param(request.query_params.getlist("stream"))
         t = _required_time(request)
-        timeout_ms = _count_param(request, "timeout_ms", DEFAULT_WAIT_MS)
-        if timeout_ms > MAX_WAIT_MS:
-            raise HTTPException(400, f"timeout_ms={timeout_ms}: at most {MAX_WAIT_MS}")
-        return JSONResponse(await joint_wait(service, streams, t, timeout_ms))
+        timeout_ms = _wait_timeout(request)
+        return JSONResponse(await joint_wait(self.service, streams, t, timeout_ms))
 
-    def metrics(request: Request) -> Response:
+    def metrics(self, request: Request) -> Response:
         body = (
-            generate_latest(service.registry)
-            + generate_latest(serve_registry)
+            generate_latest(self.service.registry)
+            + generate_latest(self.serve_registry)
             + generate_latest(REGISTRY)
         )
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     # --- dashboard ----------------------------------------------------------------------------
 
-    def index_page(request: Request) -> Response:
+    def index_page(self, request: Request) -> Response:
         now = wall_ms()
-        from_min = _count_param(request, "from_min", 60)
-        to_min = _count_param(request, "to_min", 0)
+        from_min = _minutes_param(request, "from_min", 60)
+        to_min = _minutes_param(request, "to_min", 0)
         query = request.query_params.get("q", "")
         order = request.query_params.get("sort", "lag")
-        held = service.laggards()
+        held = self.service.laggards()
         page = page_of_streams(
-            [stream_json(m, service.latest(m.name), now) for m in service.streams()],
+            [stream_json(m, self.service.latest(m.name), now) for m in self.service.streams()],
             query=query,
             order=order,
             page=_count_param(request, "page", 1),
         )
         for info in page.items:  # charts for the page shown only
-            info["series"] = _series(service, info["stream"], HOUR_MS)
+            info["series"] = _series(self.service, info["stream"], HOUR_MS)
             info["laggards"] = held.get(info["stream"], [])
         held_rows, held_total = held_back(held)
         try:
-            controller_view: dict[str, Any] | None = service.controller()
+            controller_view: dict[str, Any] | None = self.service.controller()
         except ServiceUnavailableError as exc:  # show it, keep the page
             controller_view = {"error": str(exc)}
         groups, groups_error = None, None
         try:
-            groups = service.group_lags(now)
+            groups = self.service.group_lags(now)
         except ServiceUnavailableError as exc:
             groups_error = str(exc)
         timelines_error = None
         try:
-            counts = service.timeline_counts(now - from_min * 60_000, now - to_min * 60_000)
+            counts = self.service.timeline_counts(now - from_min * 60_000, now - to_min * 60_000)
         except ServiceUnavailableError as exc:
             counts, timelines_error = None, str(exc)
-        return templates.TemplateResponse(
+        return self.templates.TemplateResponse(
             request,
             "index.html",
             {
@@ -355,57 +392,64 @@ def build_app(service: TimeService) -> Starlette:
                 "groups": groups,
                 "groups_error": groups_error,
                 "controller": controller_view,
-                "rejected": service.rejected(None, 20),
+                "rejected": self.service.rejected(None, 20),
                 "timelines": counts,
                 "timelines_error": timelines_error,
                 "from_min": from_min,
                 "to_min": to_min,
-                "refresh_error": service.last_refresh_error,
-                "delta_root": service.delta_root,
+                "refresh_error": self.service.last_refresh_error,
+                "delta_root": self.service.delta_root,
             },
         )
 
-    def stream_page(request: Request) -> Response:
+    def stream_page(self, request: Request) -> Response:
         stream = _stream(request)
         now = wall_ms()
-        meta = service.metadata(stream)
-        _, recent = service.watermarks(stream, limit=20)
-        return templates.TemplateResponse(
+        meta = self.service.metadata(stream)
+        _, recent = self.service.watermarks(stream, limit=20)
+        return self.templates.TemplateResponse(
             request,
             "stream.html",
             {
                 "now": now,
-                "s": stream_json(meta, service.latest(stream), now),
-                "series": _series(service, stream, HOUR_MS),
+                "s": stream_json(meta, self.service.latest(stream), now),
+                "series": _series(self.service, stream, HOUR_MS),
                 "recent": list(reversed(recent)),
-                "rejected": service.rejected(stream, 20),
-                "laggards": service.laggards(stream).get(stream, []),
+                "rejected": self.service.rejected(stream, 20),
+                "laggards": self.service.laggards(stream).get(stream, []),
             },
         )
 
-    api = "/api/streams/{scope}/{name}"
-    routes = [
-        Route("/", index_page),
-        Route("/streams/{scope}/{name}", stream_page),
-        Route("/api/streams", streams),
-        Route(api, one_stream),
-        Route(f"{api}/start", timed("start", start_cut)),
-        Route(f"{api}/stop", timed("stop", stop_cut)),
-        Route(f"{api}/wait", wait_for),
-        Route(f"{api}/watermarks", watermarks),
-        Route(f"{api}/history", history),
-        Route("/api/start", timed("joint_start", joint_start_cut)),
-        Route("/api/stop", timed("joint_stop", joint_stop_cut)),
-        Route("/api/wait", joint_wait_for),
-        Route("/api/rejected", rejected),
-        Route("/api/laggards", laggards),
-        Route("/api/groups/{group}/window", window),
-        Route("/api/controller", controller),
-        Route("/api/timelines", timelines),
-        Route("/metrics", metrics),
-        Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
-    ]
-    app = Starlette(routes=routes, exception_handlers=_handlers())
+    def routes(self) -> list[BaseRoute]:
+        """Every route of the service and dashboard, each to its handler."""
+        api = "/api/streams/{scope}/{name}"
+        return [
+            Route("/", self.index_page),
+            Route("/streams/{scope}/{name}", self.stream_page),
+            Route("/api/streams", self.streams),
+            Route(api, self.one_stream),
+            Route(f"{api}/start", self.timed("start", self.start_cut)),
+            Route(f"{api}/stop", self.timed("stop", self.stop_cut)),
+            Route(f"{api}/wait", self.wait_for),
+            Route(f"{api}/watermarks", self.watermarks),
+            Route(f"{api}/history", self.history),
+            Route("/api/start", self.timed("joint_start", self.joint_start_cut)),
+            Route("/api/stop", self.timed("joint_stop", self.joint_stop_cut)),
+            Route("/api/wait", self.joint_wait_for),
+            Route("/api/rejected", self.rejected),
+            Route("/api/laggards", self.laggards),
+            Route("/api/groups/{group}/window", self.window),
+            Route("/api/controller", self.controller),
+            Route("/api/timelines", self.timelines),
+            Route("/metrics", self.metrics),
+            Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
+        ]
+
+
+def build_app(service: TimeService) -> Starlette:
+    """The Starlette application serving ``service``."""
+    register_build_info(REGISTRY)  # there, not here: a controller in this process adds it too
+    app = Starlette(routes=Handlers(service).routes(), exception_handlers=_handlers())
     app.state.service = service
     return app
 
@@ -417,11 +461,11 @@ def topic_offsets(topic: str, cut: Mapping[int, int]) -> dict[str, dict[str, int
 
 
 def _required_time(request: Request) -> int:
-    """The ``t`` of a start/stop/wait request, in milliseconds (``check_timestamp``)."""
+    """The ``t`` of a start/stop/wait request, in the one syntax (``parse_time``)."""
     text = request.query_params.get("t")
     if text is None:
-        raise InvalidTimestampError("give the time as ?t=MS (milliseconds since the epoch)")
-    return check_timestamp(text, "t", parse=True)
+        raise InvalidTimestampError(f"give the time as ?t=TIME: {TIME_FORMS}")
+    return parse_time(text, "t")
 
 
 def _series(service: TimeService, stream: str, span_ms: int) -> dict[str, list[Any]]:
