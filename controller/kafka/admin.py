@@ -22,7 +22,6 @@ from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPar
 
 # confluent_kafka.admin re-exports these without __all__, which mypy --strict flags.
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
-    AdminClient,
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
@@ -32,9 +31,9 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourceType,
 )
 from tidemark.controller.exceptions import KafkaOperationError, MarksTopicError
+from tidemark.controller.kafka import roles
 from tidemark.controller.kafka.acls import grant_tidemark_acls, tidemark_acls  # their old home
 from tidemark.controller.kafka.retry import KafkaRetry
-from tidemark.controller.kafka.settings import client_config
 from tidemark.controller.naming import (
     LOG_APPEND_TIME,
     MARKS_TOPIC_CONFIGS,
@@ -64,7 +63,7 @@ def _code(exc: KafkaException) -> int | None:
 class StreamTopics:
     def __init__(self, bootstrap: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         self.bootstrap = bootstrap
-        self.admin = AdminClient({**client_config(bootstrap), "log_level": 0})
+        self.admin = roles.client(roles.ADMIN, bootstrap)
         self.timeout_s = timeout_s
         self._retry = KafkaRetry(_RETRIABLE, timeout_s=timeout_s, max_delay_s=0.05)
 

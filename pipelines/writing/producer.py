@@ -123,6 +123,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from confluent_kafka import KafkaError, Message, Producer
 from tidemark.controller.closing import Closing
+from tidemark.controller.kafka import roles
 from tidemark.controller.kafka.admin import StreamTopics, ensure_marks_topic
 from tidemark.controller.metadata import StreamMetadata
 from tidemark.controller.model import Epoch, WriterMark
@@ -325,7 +326,7 @@ class TidemarkProducer(Closing):
         self._stats = StatisticsReports()
         if positions_from == "end_offsets":
             self._by_end_offsets(settings, str(bootstrap))
-        self._producer = Producer(settings)
+        self._producer = roles.create(roles.DROP_IN_PRODUCER, settings)
         for st in self._streams.values():
             st.watch()  # a change makes the next produce the checking one (_slow)
         if self._end_offsets is not None:

@@ -44,8 +44,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, cast
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message
 from tidemark.controller.closing import Closing
+from tidemark.controller.kafka import roles
 from tidemark.controller.metadata import StreamMetadata
 from tidemark.controller.model import Epoch, Segment, segment_number
 from tidemark.controller.naming import split_stream
@@ -230,7 +231,7 @@ class _StreamWriter(Closing):
         )
         settings["error_cb"] = self._on_error
         self._producer_settings = settings
-        self._producer = Producer(settings)
+        self._producer = roles.create(roles.writer_role(transactional_id is not None), settings)
         self._view.watch()
 
     # --- metadata -------------------------------------------------------------------------
