@@ -103,6 +103,8 @@ from tidemark.pipelines.timeline.model import (
     token_hash,
 )
 
+from tidemark.retries import RetryPolicy
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -233,21 +235,25 @@ class TimelineStore(Closing):
         naming a rule: the inputs are checked first, so these are the cases no
         check foresaw.
         """
-        delay_s = 0.005
+
+        def attempt() -> T:
+            try:
+                return fn(self._conn)
+            except psycopg.errors.SerializationFailure:
+                raise  # retried
+            except (psycopg.Error, UnicodeEncodeError) as exc:
+                raise database_error(exc) from exc
+
+        policy = RetryPolicy(first_delay_s=0.005, max_delay_s=0.5, max_attempts=self.retries + 1)
         with self._lock:
-            for attempt in range(self.retries + 1):
-                try:
-                    return fn(self._conn)
-                except psycopg.errors.SerializationFailure as exc:
-                    if attempt == self.retries:
-                        raise ConcurrentChangeError(
-                            f"still conflicting after {self.retries} retries: {exc}"
-                        ) from exc
-                    time.sleep(delay_s)
-                    delay_s = min(delay_s * 2, 0.5)
-                except (psycopg.Error, UnicodeEncodeError) as exc:
-                    raise database_error(exc) from exc
-        raise AssertionError("unreachable")
+            try:
+                return policy.call(
+                    attempt, retry_on=psycopg.errors.SerializationFailure, what="a transaction"
+                )
+            except psycopg.errors.SerializationFailure as exc:
+                raise ConcurrentChangeError(
+                    f"still conflicting after {self.retries} retries: {exc}"
+                ) from exc
 
     def transaction(self, fn: Callable[[psycopg.Connection[Row]], T]) -> T:
         """Run ``fn`` in one database transaction (retried whole on a serialization
