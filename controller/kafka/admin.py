@@ -33,6 +33,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 from tidemark.controller.exceptions import KafkaOperationError, MarksTopicError
 from tidemark.controller.kafka import roles
 from tidemark.controller.kafka.acls import grant_tidemark_acls, tidemark_acls  # their old home
+from tidemark.controller.kafka.outages import is_outage, outages_named
 from tidemark.controller.kafka.retry import KafkaRetry
 from tidemark.controller.naming import (
     LOG_APPEND_TIME,
@@ -68,16 +69,20 @@ class StreamTopics:
         self._retry = KafkaRetry(_RETRIABLE, timeout_s=timeout_s, max_delay_s=0.05)
 
     def _wait(self, what: str, future: Any, ok_codes: Iterable[int] = ()) -> Any:
-        try:
-            return future.result(timeout=self.timeout_s)
-        except KafkaException as exc:
-            if _code(exc) in set(ok_codes):
-                return None
-            raise KafkaOperationError(f"{what}: {exc.args[0]}") from exc
+        with outages_named(self.bootstrap):
+            try:
+                return future.result(timeout=self.timeout_s)
+            except KafkaException as exc:
+                if _code(exc) in set(ok_codes):
+                    return None
+                if is_outage(exc):
+                    raise
+                raise KafkaOperationError(f"{what}: {exc.args[0]}") from exc
 
     def partition_count(self, topic: str) -> int | None:
         """The topic's partitions, or None when it does not exist."""
-        meta = self.admin.list_topics(topic=topic, timeout=self.timeout_s)
+        with outages_named(self.bootstrap):
+            meta = self.admin.list_topics(topic=topic, timeout=self.timeout_s)
         found = meta.topics.get(topic)
         if found is None or found.error is not None:
             return None
@@ -211,12 +216,15 @@ class StreamTopics:
     def _retrying(self, what: str, call: Callable[[], Mapping[Any, Any]]) -> dict[Any, Any]:
         """Run ``call`` (a per-partition admin request) until no partition answers with a
         retriable error: partitions just added may lack a leader for a moment."""
-        try:
-            return self._retry(
-                lambda: {k: f.result(timeout=self.timeout_s) for k, f in call().items()}, what
-            )
-        except KafkaException as exc:
-            raise KafkaOperationError(f"{what}: {exc.args[0]}") from exc
+        with outages_named(self.bootstrap):
+            try:
+                return self._retry(
+                    lambda: {k: f.result(timeout=self.timeout_s) for k, f in call().items()}, what
+                )
+            except KafkaException as exc:
+                if is_outage(exc):
+                    raise
+                raise KafkaOperationError(f"{what}: {exc.args[0]}") from exc
 
     def delete(self, topic: str) -> None:
         futures = self.admin.delete_topics([topic], operation_timeout=self.timeout_s)

@@ -10,6 +10,10 @@
 A connect string may end in a chroot (``"zk1:2181,zk2:2181/tidemark"``); ``chroot``
 appends one. Every tidemark component that talks to ZooKeeper gets its session here,
 so the session timeout and the start timeout are set one way.
+
+ZooKeeper not answering is one error here, :class:`ZooKeeperUnavailableError` (naming
+the connect string): a session that does not start in time, and kazoo's outage errors
+(:data:`OUTAGES`) met by the store and the driver (:func:`unavailable`).
 """
 
 from __future__ import annotations
@@ -19,6 +23,9 @@ import logging
 from collections.abc import Iterator
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import ConnectionLoss, OperationTimeoutError, SessionExpiredError
+from kazoo.handlers.threading import KazooTimeoutError
+from tidemark.controller.exceptions import ZooKeeperUnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +33,15 @@ DEFAULT_SESSION_TIMEOUT_MS = 10_000
 """kazoo's default: a session expires this long after its client was last heard."""
 DEFAULT_START_TIMEOUT_S = 30.0
 """How long :func:`open_session` waits for the first connection."""
+
+OUTAGES = (ConnectionLoss, SessionExpiredError, OperationTimeoutError, KazooTimeoutError)
+"""kazoo's errors for "ZooKeeper did not answer" (the rest are ZooKeeper refusing)."""
+
+
+def unavailable(client: KazooClient, why: str) -> ZooKeeperUnavailableError:
+    """The typed error for ``client``'s ensemble not answering (``why``: an outage's name)."""
+    hosts = ",".join(f"{host}:{port}" for host, port in client.hosts)
+    return ZooKeeperUnavailableError(hosts, f"gave no answer ({why})")
 
 
 def open_session(
@@ -38,7 +54,12 @@ def open_session(
     """A started client for ``connect`` (+ ``chroot``); close it with :func:`close_session`."""
     hosts = connect if not chroot else f"{connect.rstrip('/')}/{chroot.strip('/')}"
     client = KazooClient(hosts=hosts, timeout=timeout_ms / 1000)
-    client.start(timeout=start_timeout_s)  # on a time-out kazoo stops and closes it
+    try:
+        client.start(timeout=start_timeout_s)  # on a time-out kazoo stops and closes it
+    except KazooTimeoutError as exc:
+        raise ZooKeeperUnavailableError(
+            connect, f"gave no session within {start_timeout_s:g} s"
+        ) from exc
     return client
 
 
@@ -71,7 +92,9 @@ def zookeeper_session(
 __all__ = [
     "DEFAULT_SESSION_TIMEOUT_MS",
     "DEFAULT_START_TIMEOUT_S",
+    "OUTAGES",
     "close_session",
     "open_session",
+    "unavailable",
     "zookeeper_session",
 ]

@@ -17,6 +17,7 @@ from typing import Any
 
 from tidemark.controller.exceptions import (
     InvalidTimestampError,
+    KafkaUnavailableError,
     MarksTopicError,
     StreamSealedError,
     UnknownStreamError,
@@ -123,6 +124,13 @@ class DeliveryError(WriterError):
         first = self.failed[0] if self.failed else None
         detail = f"; first: {first.topic}[{first.partition}]: {first.error}" if first else ""
         super().__init__(f"{len(self.failed)} record(s) were not delivered{detail}")
+
+    def outage(self) -> KafkaUnavailableError | None:
+        """Kafka not answering, when every record timed out in the producer's queue (no
+        broker took them); ``None`` when Kafka answered (and refused some)."""
+        if not self.failed or not all("_MSG_TIMED_OUT" in f.error for f in self.failed):
+            return None
+        return KafkaUnavailableError(None, f"gave no answer ({str(self).splitlines()[0]})")
 
 
 def failed_record(msg: Any, err: Any = None) -> FailedRecord:
