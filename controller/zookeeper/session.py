@@ -19,8 +19,11 @@ the connect string): a session that does not start in time, and kazoo's outage e
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionLoss, OperationTimeoutError, SessionExpiredError
@@ -29,6 +32,8 @@ from tidemark.controller.exceptions import ZooKeeperUnavailableError
 
 log = logging.getLogger(__name__)
 
+C = TypeVar("C")
+
 DEFAULT_SESSION_TIMEOUT_MS = 10_000
 """kazoo's default: a session expires this long after its client was last heard."""
 DEFAULT_START_TIMEOUT_S = 30.0
@@ -36,6 +41,26 @@ DEFAULT_START_TIMEOUT_S = 30.0
 
 OUTAGES = (ConnectionLoss, SessionExpiredError, OperationTimeoutError, KazooTimeoutError)
 """kazoo's errors for "ZooKeeper did not answer" (the rest are ZooKeeper refusing)."""
+
+
+def outages_named(cls: type[C]) -> type[C]:
+    """Class decorator: each public method of ``cls`` (whose ``client`` is a session)
+    raises kazoo's outage errors as :class:`ZooKeeperUnavailableError`."""
+    for name, method in list(vars(cls).items()):
+        if inspect.isfunction(method) and not name.startswith("_"):
+            setattr(cls, name, _answered(method))
+    return cls
+
+
+def _answered(method: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except OUTAGES as exc:
+            raise unavailable(self.client, type(exc).__name__) from exc
+
+    return call
 
 
 def unavailable(client: KazooClient, why: str) -> ZooKeeperUnavailableError:
@@ -95,6 +120,7 @@ __all__ = [
     "OUTAGES",
     "close_session",
     "open_session",
+    "outages_named",
     "unavailable",
     "zookeeper_session",
 ]

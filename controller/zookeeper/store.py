@@ -26,7 +26,6 @@ of the same name does not see stale ones).
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -67,7 +66,7 @@ from tidemark.controller.store import (
     check_append_only,
     check_scope_name,
 )
-from tidemark.controller.zookeeper.session import OUTAGES, unavailable
+from tidemark.controller.zookeeper.session import outages_named
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +79,7 @@ def _epoch_count(record: bytes) -> int:
         return 0
 
 
+@outages_named
 class ZooKeeperStore(MetadataStore):
     def __init__(self, client: KazooClient, root: str = "/tidemark") -> None:
         self.client = client
@@ -310,36 +310,6 @@ class ZooKeeperStore(MetadataStore):
                     on_change(stream)
 
             self.client.exists_async(self._stream_path(stream), watch=fired).rawlink(answered)
-
-
-def _answered(method: Callable[..., Any]) -> Callable[..., Any]:
-    """``method`` with kazoo's outage errors raised as :class:`ZooKeeperUnavailableError`."""
-
-    @functools.wraps(method)
-    def call(self: ZooKeeperStore, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return method(self, *args, **kwargs)
-        except OUTAGES as exc:
-            raise unavailable(self.client, type(exc).__name__) from exc
-
-    return call
-
-
-# Every request the store makes: ZooKeeper not answering is one typed error.
-for _name in (
-    "read_stream",
-    "read_streams",
-    "create_scope",
-    "delete_scope",
-    "create_stream",
-    "replace_stream",
-    "delete_stream",
-    "list_scopes",
-    "list_streams",
-    "watch_stream",
-    "watch_once",
-):
-    setattr(ZooKeeperStore, _name, _answered(getattr(ZooKeeperStore, _name)))
 
 
 __all__ = ["ZooKeeperStore"]
