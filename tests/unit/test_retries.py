@@ -8,23 +8,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.unit.test_kafka_retry import _Clock
 from tidemark.errors import ConfigurationError
 from tidemark.retries import RetryPolicy
 
 pytestmark = pytest.mark.unit
-
-
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.slept: list[float] = []
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += seconds
-
-    def monotonic(self) -> float:
-        return self.now
 
 
 def _failing(times: int, error: BaseException) -> tuple[list[int], object]:
