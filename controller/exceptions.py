@@ -150,7 +150,7 @@ class ZooKeeperUnavailableError(ControllerError, ServiceUnavailableError):
         self.reason = reason
 
 
-class KafkaUnavailableError(KafkaOperationError, ServiceUnavailableError, TimeoutError):
+class KafkaUnavailableError(ControllerError, ServiceUnavailableError, TimeoutError):
     """No Kafka broker answered (stopped, unreachable, or every request timed out);
     check that the brokers named by the bootstrap servers are up. Also a
     :class:`TimeoutError`: a request that got no answer in time."""

@@ -33,7 +33,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 from tidemark.controller.exceptions import KafkaOperationError, MarksTopicError
 from tidemark.controller.kafka import roles
 from tidemark.controller.kafka.acls import grant_tidemark_acls, tidemark_acls  # their old home
-from tidemark.controller.kafka.outages import is_outage, outages_named
+from tidemark.controller.kafka.outages import named_cause, outages_named
 from tidemark.controller.kafka.retry import KafkaRetry
 from tidemark.controller.naming import (
     LOG_APPEND_TIME,
@@ -75,14 +75,13 @@ class StreamTopics:
             except KafkaException as exc:
                 if _code(exc) in set(ok_codes):
                     return None
-                if is_outage(exc):
-                    raise
-                raise KafkaOperationError(f"{what}: {exc.args[0]}") from exc
+                raise KafkaOperationError(f"{what}: {exc.args[0]}") from named_cause(
+                    self.bootstrap, exc
+                )
 
     def partition_count(self, topic: str) -> int | None:
         """The topic's partitions, or None when it does not exist."""
-        with outages_named(self.bootstrap):
-            meta = self.admin.list_topics(topic=topic, timeout=self.timeout_s)
+        meta = self.admin.list_topics(topic=topic, timeout=self.timeout_s)
         found = meta.topics.get(topic)
         if found is None or found.error is not None:
             return None
@@ -222,9 +221,9 @@ class StreamTopics:
                     lambda: {k: f.result(timeout=self.timeout_s) for k, f in call().items()}, what
                 )
             except KafkaException as exc:
-                if is_outage(exc):
-                    raise
-                raise KafkaOperationError(f"{what}: {exc.args[0]}") from exc
+                raise KafkaOperationError(f"{what}: {exc.args[0]}") from named_cause(
+                    self.bootstrap, exc
+                )
 
     def delete(self, topic: str) -> None:
         futures = self.admin.delete_topics([topic], operation_timeout=self.timeout_s)
@@ -264,7 +263,7 @@ def ensure_marks_topic(
             log.warning("marks topic %s: setting %s=%s", topic, TIMESTAMP_TYPE, LOG_APPEND_TIME)
             topics.alter_configs(topic, MARKS_TOPIC_CONFIGS)
     except (KafkaException, KafkaOperationError) as exc:
-        raise MarksTopicError(f"marks topic {topic!r}: {exc}") from exc
+        raise MarksTopicError(f"marks topic {topic!r}: {exc}") from named_cause(bootstrap, exc)
     if count != buckets:
         raise MarksTopicError(
             f"marks topic {topic!r} has {count} partitions but bucket_count is {buckets}; "

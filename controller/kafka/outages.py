@@ -2,10 +2,14 @@
 
     with outages_named(bootstrap):
         future.result(timeout=30)       # a time-out -> KafkaUnavailableError(bootstrap, ...)
+    raise KafkaOperationError(f"{what}: {exc}") from named_cause(bootstrap, exc)
 
 librdkafka says "no broker answered" with a few local error codes (:data:`OUTAGE_CODES`)
 and a request's future with a bare :class:`TimeoutError`; every other error is Kafka
-answering and refusing, and passes unchanged.
+answering and refusing, and passes unchanged. Where an adapter already wraps Kafka's
+errors in its own (a refused operation, a reader's failure), it keeps raising that one,
+caused by the typed error (:func:`named_cause`): callers see the same types as before,
+and the command line finds the outage in the chain.
 """
 
 from __future__ import annotations
@@ -48,16 +52,28 @@ def unavailable(bootstrap: str | None, exc: BaseException) -> KafkaUnavailableEr
     return KafkaUnavailableError(bootstrap, f"gave no answer ({first[0].strip()})")
 
 
+def named_cause(bootstrap: str | None, exc: BaseException) -> BaseException:
+    """The cause to raise an adapter's own error from: for an outage the typed error
+    (itself caused by ``exc``), else ``exc``."""
+    if not is_outage(exc):
+        return exc
+    typed = unavailable(bootstrap, exc)
+    if typed is not exc:
+        typed.__cause__ = exc
+    return typed
+
+
 @contextlib.contextmanager
 def outages_named(bootstrap: str | None) -> Iterator[None]:
-    """Within the block, an outage (:func:`is_outage`) is raised as
-    :class:`KafkaUnavailableError`."""
+    """Within the block, a request that got no answer in time (a bare
+    :class:`TimeoutError`) is raised as :class:`KafkaUnavailableError` (a
+    :class:`TimeoutError` too)."""
     try:
         yield
-    except (KafkaException, TimeoutError) as exc:
-        if not is_outage(exc) or isinstance(exc, KafkaUnavailableError):
+    except TimeoutError as exc:
+        if isinstance(exc, KafkaUnavailableError):
             raise
         raise unavailable(bootstrap, exc) from exc
 
 
-__all__ = ["OUTAGE_CODES", "is_outage", "outages_named", "unavailable"]
+__all__ = ["OUTAGE_CODES", "is_outage", "named_cause", "outages_named", "unavailable"]

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from tidemark.controller.kafka import roles
-from tidemark.controller.kafka.outages import is_outage, unavailable
+from tidemark.controller.kafka.outages import named_cause
 from tidemark.controller.kafka.retry import KafkaRetry
 from tidemark.controller.model import segment_number
 from tidemark.pipelines.reading.exceptions import ReaderError
@@ -164,9 +164,9 @@ class KafkaOffsets(OffsetStore):
         try:
             return self.retry(call, f"reader group {self.group_id}: {what}")
         except KafkaException as exc:
-            if is_outage(exc):
-                raise unavailable(str(self.settings["bootstrap.servers"]), exc) from exc
-            raise ReaderError(f"reader group {self.group_id}: {what} failed: {exc}") from exc
+            raise ReaderError(
+                f"reader group {self.group_id}: {what} failed: {exc}"
+            ) from named_cause(str(self.settings["bootstrap.servers"]), exc)
 
     def _group_consumer(self) -> Any:
         if self._consumer is None:

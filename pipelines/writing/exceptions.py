@@ -175,6 +175,15 @@ class WriterTimeoutError(WriterError, TimeoutError):
     """Kafka did not acknowledge in time (flush, close, write_batch, a scale)."""
 
 
+class UnacknowledgedError(WriterTimeoutError, KafkaUnavailableError):
+    """Records (or marks) still in flight when the writer's time ran out: no broker
+    acknowledged them, so Kafka is named as not answering."""
+
+    def __init__(self, message: str) -> None:
+        Exception.__init__(self, message)
+        self.describe("Kafka", None, f"gave no answer ({message})")
+
+
 class InvalidRoutingKeyError(WriterError, TypeError):
     """A routing key is not str, bytes or None."""
 
@@ -212,6 +221,7 @@ __all__ = [
     "TransactionError",
     "TransactionStateError",
     "TransactionTimedOutError",
+    "UnacknowledgedError",
     "UnknownStreamError",
     "WriterClosedError",
     "WriterConfigError",

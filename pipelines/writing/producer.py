@@ -138,6 +138,7 @@ from tidemark.pipelines.writing.exceptions import (
     FailedRecord,
     MissingWriterIdError,
     SharedPartitionError,
+    UnacknowledgedError,
     WriterClosedError,
     WriterConfigError,
     WriterError,
@@ -590,7 +591,7 @@ class TidemarkProducer(Closing):
                 return
             try:
                 if self.flush(timeout):
-                    raise WriterTimeoutError(
+                    raise UnacknowledgedError(
                         f"writer {self.writer_id}: records still in flight after {timeout} s"
                     )
                 last = self._marks.closing_time(
@@ -599,7 +600,7 @@ class TidemarkProducer(Closing):
                 if last is not None:
                     self._note(last, alive=False)
                     if self.flush(timeout):
-                        raise WriterTimeoutError(
+                        raise UnacknowledgedError(
                             f"writer {self.writer_id}: no ack of the shutdown mark in {timeout} s"
                         )
             finally:
@@ -697,7 +698,7 @@ class TidemarkProducer(Closing):
         """Flush, then publish marks whose positions are the written partitions' end offsets
         (never earlier than any record of this producer; see the module doc)."""
         if self._producer.flush(topics.timeout_s):
-            raise WriterTimeoutError(
+            raise UnacknowledgedError(
                 f"writer {self.writer_id}: records still in flight after {topics.timeout_s} s; "
                 f"time {timestamp} not noted"
             )

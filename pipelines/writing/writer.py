@@ -62,6 +62,7 @@ from tidemark.pipelines.writing.exceptions import (
     MissingWriterIdError,
     SerializationError,
     StreamSealedError,
+    UnacknowledgedError,
     WriterClosedError,
     WriterError,
     WriterTimeoutError,
@@ -464,7 +465,7 @@ class _StreamWriter(Closing):
         here, a timeout is."""
         left = flush_publishing(self._producer, self._publish_ready, timeout_ms / 1000)
         if left:
-            raise WriterTimeoutError(
+            raise UnacknowledgedError(
                 f"writer {self.writer_id}: {left} record(s) still in flight after {timeout_ms} ms"
             )
 
@@ -688,7 +689,7 @@ class EventWriter(_StreamWriter):
             deadline = time.monotonic() + self.config.delivery_timeout_ms / 1000 + 5
             while reported[0] < len(values):
                 if time.monotonic() > deadline:
-                    raise WriterTimeoutError("write_batch: Kafka did not acknowledge in time")
+                    raise UnacknowledgedError("write_batch: Kafka did not acknowledge in time")
                 self._producer.poll(0.05)
             self._publish_ready()
             # The batch's failures are in self._failures too; report them now.
