@@ -30,10 +30,14 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     OffsetSpec,
     ResourceType,
 )
-from tidemark.controller.exceptions import KafkaOperationError, MarksTopicError
+from tidemark.controller.exceptions import (
+    KafkaOperationError,
+    KafkaUnavailableError,
+    MarksTopicError,
+)
 from tidemark.controller.kafka import roles
 from tidemark.controller.kafka.acls import grant_tidemark_acls, tidemark_acls  # their old home
-from tidemark.controller.kafka.outages import named_cause, outages_named
+from tidemark.controller.kafka.outages import is_outage, named_cause, outages_named, unavailable
 from tidemark.controller.kafka.retry import KafkaRetry
 from tidemark.controller.naming import (
     LOG_APPEND_TIME,
@@ -81,7 +85,12 @@ class StreamTopics:
 
     def partition_count(self, topic: str) -> int | None:
         """The topic's partitions, or None when it does not exist."""
-        meta = self.admin.list_topics(topic=topic, timeout=self.timeout_s)
+        try:
+            meta = self.admin.list_topics(topic=topic, timeout=self.timeout_s)
+        except KafkaException as exc:
+            if is_outage(exc):
+                raise unavailable(self.bootstrap, exc) from exc
+            raise
         found = meta.topics.get(topic)
         if found is None or found.error is not None:
             return None
@@ -262,7 +271,7 @@ def ensure_marks_topic(
         elif alter and topics.topic_configs(topic).get(TIMESTAMP_TYPE) != LOG_APPEND_TIME:
             log.warning("marks topic %s: setting %s=%s", topic, TIMESTAMP_TYPE, LOG_APPEND_TIME)
             topics.alter_configs(topic, MARKS_TOPIC_CONFIGS)
-    except (KafkaException, KafkaOperationError) as exc:
+    except (KafkaException, KafkaOperationError, KafkaUnavailableError) as exc:
         raise MarksTopicError(f"marks topic {topic!r}: {exc}") from named_cause(bootstrap, exc)
     if count != buckets:
         raise MarksTopicError(

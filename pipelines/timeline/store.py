@@ -274,7 +274,11 @@ class TimelineStore(Closing):
         with self._lock:
             try:
                 return policy.call(
-                    attempt, retry_on=psycopg.errors.SerializationFailure, what="a transaction"
+                    attempt,
+                    retry_on=psycopg.errors.SerializationFailure,
+                    what="a transaction",
+                    logger=log,
+                    level=logging.DEBUG,  # contention: expected, and retried in milliseconds
                 )
             except psycopg.errors.SerializationFailure as exc:
                 raise ConcurrentChangeError(
