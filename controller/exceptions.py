@@ -6,7 +6,7 @@ and says what an operator can do about it.
 
 from __future__ import annotations
 
-from tidemark.errors import ConfigurationError, TidemarkError
+from tidemark.errors import ConfigurationError, ServiceUnavailableError, TidemarkError
 
 
 class ControllerError(TidemarkError):
@@ -151,9 +151,24 @@ class KafkaOperationError(ControllerError):
     """Kafka refused an admin operation; the message carries Kafka's error."""
 
 
-class ZooKeeperUnavailableError(ControllerError):
+class ZooKeeperUnavailableError(ControllerError, ServiceUnavailableError):
     """ZooKeeper did not answer (stopped, unreachable, or the session is being
     re-established); check that the ensemble named by the connect string is up."""
+
+    def __init__(self, address: str, reason: str) -> None:
+        ServiceUnavailableError.__init__(self, "ZooKeeper", f"{address} {reason}", address=address)
+        self.reason = reason
+
+
+class KafkaUnavailableError(ControllerError, ServiceUnavailableError, TimeoutError):
+    """No Kafka broker answered (stopped, unreachable, or every request timed out);
+    check that the brokers named by the bootstrap servers are up. Also a
+    :class:`TimeoutError`: a request that got no answer in time."""
+
+    def __init__(self, address: str | None, reason: str) -> None:
+        detail = reason if address is None else f"{address} {reason}"
+        ServiceUnavailableError.__init__(self, "Kafka", detail, address=address)
+        self.reason = reason
 
 
 class AdoptionError(ControllerError):
@@ -180,6 +195,7 @@ __all__ = [
     "InvalidScaleError",
     "InvalidTimestampError",
     "KafkaOperationError",
+    "KafkaUnavailableError",
     "MarksTopicError",
     "ScopeNotEmptyError",
     "StreamExistsError",

@@ -87,6 +87,7 @@ from tidemark.pipelines.reading.stream_time import EXIT_NOT_YET, wait_for_time
 
 from tidemark.environment import Environment
 from tidemark.errors import TidemarkError
+from tidemark.retries import RetryPolicy
 
 log = logging.getLogger(__name__)
 
@@ -480,19 +481,25 @@ def run_windows(
                 return EXIT_NOT_YET
         # The wait saw the watermark in ``marks``; the controller job appends its ``index``
         # row (where the plan looks) in its next commit: give it a moment after a wait.
-        attempts = 1 if run.wait_ms == 0 else INDEX_LAG_ATTEMPTS
-        for attempt in range(1, attempts + 1):
-            try:
-                plans = [
-                    plan_window(s, start, end, store=store, delta_root=delta_root)
+        index_lag = RetryPolicy(
+            first_delay_s=INDEX_LAG_PAUSE_S,
+            max_delay_s=INDEX_LAG_PAUSE_S,
+            max_attempts=1 if run.wait_ms == 0 else INDEX_LAG_ATTEMPTS,
+        )
+        try:
+            plans = index_lag.call(
+                lambda: [
+                    plan_window(s, start, end, store=store, delta_root=delta_root)  # noqa: B023
                     for s in run.streams
-                ]
-                break
-            except WindowNotCompleteError as exc:
-                if attempt == attempts:
-                    log.warning("%s", exc)
-                    return EXIT_NOT_YET
-                time.sleep(INDEX_LAG_PAUSE_S)
+                ],
+                retry_on=WindowNotCompleteError,
+                what=f"window [{start}, {end})",
+                logger=log,
+                level=logging.DEBUG,
+            )
+        except WindowNotCompleteError as exc:
+            log.warning("%s", exc)
+            return EXIT_NOT_YET
         results = run_plans(
             spark,
             plans,

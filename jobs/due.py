@@ -36,8 +36,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from confluent_kafka import Producer
-from tidemark.controller.kafka.settings import client_config
+from tidemark.controller.kafka import roles
 from tidemark.jobs.config import ControllerSettings
 from tidemark.jobs.slot_keys import due_key
 
@@ -104,13 +103,10 @@ class DueScheduler:
         self._thread: threading.Thread | None = None
 
     def start(self) -> DueScheduler:
-        self._producer = Producer(
-            {
-                **client_config(self.settings.kafka_bootstrap),
-                "linger.ms": 0,
-                "log_level": 0,
-                "message.timeout.ms": DELIVERY_TIMEOUT_MS,
-            }
+        self._producer = roles.client(
+            roles.DUE_RECORDS_PRODUCER,
+            self.settings.kafka_bootstrap,
+            {"message.timeout.ms": DELIVERY_TIMEOUT_MS},
         )
         self._thread = threading.Thread(target=self._run, name="due-records", daemon=True)
         self._thread.start()

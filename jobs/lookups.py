@@ -29,10 +29,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
+from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
 from tidemark.controller.exceptions import InvalidModelError, UnknownStreamError
+from tidemark.controller.kafka import roles
 from tidemark.controller.kafka.retry import KafkaRetry
-from tidemark.controller.kafka.settings import client_config
 from tidemark.controller.metadata import StreamMetadata
 from tidemark.controller.naming import is_stream_name
 from tidemark.controller.zookeeper.session import close_session, open_session
@@ -186,13 +186,7 @@ class KafkaCommittedOffsets:
         in one request. A key that fails raises when ``required`` (all, or those in the
         set), else is left out."""
         if self._admin is None:
-            self._admin = AdminClient(
-                {
-                    **client_config(self.bootstrap),
-                    "log_level": 0,
-                    "topic.metadata.refresh.interval.ms": 5_000,
-                }
-            )
+            self._admin = roles.client(roles.CONTROLLER_LOOKUPS, self.bootstrap)
         spec = OffsetSpec.earliest() if earliest else OffsetSpec.latest()  # type: ignore[no-untyped-call]
         request = {TopicPartition(t, p): spec for t, p in keys}
 

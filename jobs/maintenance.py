@@ -68,6 +68,8 @@ from tidemark.jobs.exceptions import JobConfigurationError
 from tidemark.pipelines.reading.watermark_tables import add_actions
 from tidemark.schemas.tables import MARKS, TABLES, on_object_store, table_path
 
+from tidemark.retries import RetryPolicy
+
 log = logging.getLogger(__name__)
 
 MIB = 1024 * 1024
@@ -447,17 +449,15 @@ class Maintainer:
     def _retrying(
         self, table: str, what: str, action: Callable[[], tuple[int, int]]
     ) -> tuple[int, int]:
-        delay = 0.05
-        for attempt in range(1, self.settings.commit_attempts + 1):
-            try:
-                return action()
-            except CommitFailedError as exc:
-                if attempt == self.settings.commit_attempts:
-                    raise
-                log.info("%s of %s conflicted (%s); retry %d", what, table, exc, attempt)
-                self._sleep(delay)
-                delay = min(delay * 2, 2.0)
-        raise AssertionError("unreachable")
+        policy = RetryPolicy(
+            first_delay_s=0.05,
+            max_delay_s=2.0,
+            max_attempts=self.settings.commit_attempts,
+            sleep=self._sleep,
+        )
+        return policy.call(
+            action, retry_on=CommitFailedError, what=f"{what} of {table}", logger=log
+        )
 
 
 class MaintenanceSwitch:

@@ -36,7 +36,6 @@ import functools
 import itertools
 import logging
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -70,6 +69,8 @@ from tidemark.schemas.tables import (
     table_path,
 )
 
+from tidemark.retries import RetryPolicy
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -87,19 +88,16 @@ def through_store_outage(
     """``call()``, tried again while the store does not answer (``OSError``: an object
     store restarting, a reset connection) for up to ``outage_s``, the delay doubling to
     5 s; after that, or on any other error, the error propagates unchanged."""
-    deadline = time.monotonic() + outage_s
-    delay = first_delay_s
-    while True:
-        try:
-            return call()
-        except OSError as exc:
-            if time.monotonic() + delay > deadline:
-                raise
-            log.warning(
-                "%s: the store did not answer (%s); trying again in %.1f s", what, exc, delay
-            )
-            time.sleep(delay)
-            delay = min(delay * 2, 5.0)
+    policy = RetryPolicy(
+        first_delay_s=first_delay_s, max_delay_s=max(first_delay_s, 5.0), max_elapsed_s=outage_s
+    )
+    return policy.call(
+        call,
+        retry_on=OSError,
+        what=f"{what}: the store did not answer",
+        logger=log,
+        level=logging.WARNING,
+    )
 
 
 def ensure_tables(

@@ -61,10 +61,9 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from confluent_kafka import Producer
 from tidemark.controller.config import TimestampingMode
+from tidemark.controller.kafka import roles
 from tidemark.controller.kafka.admin import ensure_marks_topic
-from tidemark.controller.kafka.settings import client_config
 from tidemark.controller.metadata import StreamMetadata
 from tidemark.controller.model import WriterMark
 from tidemark.controller.naming import ClusterSettings, split_stream
@@ -213,7 +212,7 @@ def register_writers(
     under the instance token ``instance`` (a new one unless given); the token."""
     token = instance_token(instance)
     ensure_marks_topic(target.kafka_bootstrap, target.cluster, create=True)
-    producer = Producer({**client_config(target.kafka_bootstrap), "enable.idempotence": True})
+    producer = roles.client(roles.MARKS_PRODUCER, target.kafka_bootstrap)
     for wid in writers:
         mark = WriterMark(0, {})
         msg = mark_message(target.cluster, target.stream, wid, mark, instance=token)

@@ -15,7 +15,8 @@ loads no Kafka, Delta or ZooKeeper client. The subpackages: ``tidemark.controlle
 seek, the timeline SDK), ``tidemark.schemas`` (Avro), ``tidemark.jobs`` (Spark),
 ``tidemark.infra`` (local services). This package itself holds the root error
 (:mod:`tidemark.errors`), the names of every environment variable
-(:mod:`tidemark.environment`) -- two leaf modules every package may import -- the
+(:mod:`tidemark.environment`), the one retry policy (:mod:`tidemark.retries`) -- three
+leaf modules every package may import -- the
 command line (:mod:`tidemark.cli`) and the time service (:mod:`tidemark.service`).
 """
 

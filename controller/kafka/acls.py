@@ -37,11 +37,11 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AclBinding,
     AclOperation,
     AclPermissionType,
-    AdminClient,
     ResourcePatternType,
     ResourceType,
 )
 from tidemark.controller.exceptions import KafkaOperationError
+from tidemark.controller.kafka import roles as client_roles
 from tidemark.controller.naming import TOPIC_PREFIX
 
 DEFAULT_TIMEOUT_S = 30.0
@@ -158,7 +158,7 @@ def grant_tidemark_acls(
 ) -> None:
     """Create :func:`tidemark_acls` (``roles``: its other keyword arguments) with an
     admin (super user) client's settings."""
-    admin = AdminClient({**admin_config, "log_level": 0})
+    admin = client_roles.create(client_roles.ADMIN, {**admin_config, **client_roles.ADMIN.settings})
     bindings = tidemark_acls(marks_topic, writers, controllers, **roles)
     for binding, future in admin.create_acls(bindings, request_timeout=timeout_s).items():
         try:

@@ -22,7 +22,6 @@ from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPar
 
 # confluent_kafka.admin re-exports these without __all__, which mypy --strict flags.
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
-    AdminClient,
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
@@ -31,10 +30,15 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     OffsetSpec,
     ResourceType,
 )
-from tidemark.controller.exceptions import KafkaOperationError, MarksTopicError
+from tidemark.controller.exceptions import (
+    KafkaOperationError,
+    KafkaUnavailableError,
+    MarksTopicError,
+)
+from tidemark.controller.kafka import roles
 from tidemark.controller.kafka.acls import grant_tidemark_acls, tidemark_acls  # their old home
+from tidemark.controller.kafka.outages import is_outage, named_cause, outages_named, unavailable
 from tidemark.controller.kafka.retry import KafkaRetry
-from tidemark.controller.kafka.settings import client_config
 from tidemark.controller.naming import (
     LOG_APPEND_TIME,
     MARKS_TOPIC_CONFIGS,
@@ -64,21 +68,29 @@ def _code(exc: KafkaException) -> int | None:
 class StreamTopics:
     def __init__(self, bootstrap: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         self.bootstrap = bootstrap
-        self.admin = AdminClient({**client_config(bootstrap), "log_level": 0})
+        self.admin = roles.client(roles.ADMIN, bootstrap)
         self.timeout_s = timeout_s
         self._retry = KafkaRetry(_RETRIABLE, timeout_s=timeout_s, max_delay_s=0.05)
 
     def _wait(self, what: str, future: Any, ok_codes: Iterable[int] = ()) -> Any:
-        try:
-            return future.result(timeout=self.timeout_s)
-        except KafkaException as exc:
-            if _code(exc) in set(ok_codes):
-                return None
-            raise KafkaOperationError(f"{what}: {exc.args[0]}") from exc
+        with outages_named(self.bootstrap):
+            try:
+                return future.result(timeout=self.timeout_s)
+            except KafkaException as exc:
+                if _code(exc) in set(ok_codes):
+                    return None
+                raise KafkaOperationError(f"{what}: {exc.args[0]}") from named_cause(
+                    self.bootstrap, exc
+                )
 
     def partition_count(self, topic: str) -> int | None:
         """The topic's partitions, or None when it does not exist."""
-        meta = self.admin.list_topics(topic=topic, timeout=self.timeout_s)
+        try:
+            meta = self.admin.list_topics(topic=topic, timeout=self.timeout_s)
+        except KafkaException as exc:
+            if is_outage(exc):
+                raise unavailable(self.bootstrap, exc) from exc
+            raise
         found = meta.topics.get(topic)
         if found is None or found.error is not None:
             return None
@@ -212,12 +224,15 @@ class StreamTopics:
     def _retrying(self, what: str, call: Callable[[], Mapping[Any, Any]]) -> dict[Any, Any]:
         """Run ``call`` (a per-partition admin request) until no partition answers with a
         retriable error: partitions just added may lack a leader for a moment."""
-        try:
-            return self._retry(
-                lambda: {k: f.result(timeout=self.timeout_s) for k, f in call().items()}, what
-            )
-        except KafkaException as exc:
-            raise KafkaOperationError(f"{what}: {exc.args[0]}") from exc
+        with outages_named(self.bootstrap):
+            try:
+                return self._retry(
+                    lambda: {k: f.result(timeout=self.timeout_s) for k, f in call().items()}, what
+                )
+            except KafkaException as exc:
+                raise KafkaOperationError(f"{what}: {exc.args[0]}") from named_cause(
+                    self.bootstrap, exc
+                )
 
     def delete(self, topic: str) -> None:
         futures = self.admin.delete_topics([topic], operation_timeout=self.timeout_s)
@@ -256,8 +271,8 @@ def ensure_marks_topic(
         elif alter and topics.topic_configs(topic).get(TIMESTAMP_TYPE) != LOG_APPEND_TIME:
             log.warning("marks topic %s: setting %s=%s", topic, TIMESTAMP_TYPE, LOG_APPEND_TIME)
             topics.alter_configs(topic, MARKS_TOPIC_CONFIGS)
-    except (KafkaException, KafkaOperationError) as exc:
-        raise MarksTopicError(f"marks topic {topic!r}: {exc}") from exc
+    except (KafkaException, KafkaOperationError, KafkaUnavailableError) as exc:
+        raise MarksTopicError(f"marks topic {topic!r}: {exc}") from named_cause(bootstrap, exc)
     if count != buckets:
         raise MarksTopicError(
             f"marks topic {topic!r} has {count} partitions but bucket_count is {buckets}; "

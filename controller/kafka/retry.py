@@ -3,8 +3,10 @@
     retry = KafkaRetry(RETRIABLE_CODES, timeout_s=30.0)
     offsets = retry(lambda: consumer.committed(partitions, timeout=5.0))
 
-One object, one set of retryable error codes, an injectable ``sleep`` and
-clock (tests drive it without waiting). A call is repeated while it raises a
+One object, one set of retryable error codes, on the one retry policy
+(:mod:`tidemark.retries`: back-off with jitter, the deadline its budget), an
+injectable ``sleep`` and clock (tests drive it without waiting). A call is
+repeated while it raises a
 :class:`confluent_kafka.KafkaException` whose error is retryable and the
 next attempt would still start before the deadline; otherwise the last
 exception propagates unchanged, for the caller to wrap in its own error.
@@ -20,6 +22,8 @@ from typing import TypeVar
 
 from confluent_kafka import KafkaError, KafkaException
 
+from tidemark.retries import JITTER, RetryPolicy
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -31,7 +35,8 @@ class KafkaRetry:
 
     ``codes``: the error codes to retry; ``honour_retriable``: also retry any
     error Kafka itself flags ``retriable()``. The delay starts at ``delay_s``
-    and is multiplied by ``backoff`` up to ``max_delay_s``.
+    and is multiplied by ``backoff`` up to ``max_delay_s``, each pause drawn with
+    ``jitter`` (:class:`tidemark.retries.RetryPolicy`, whose budget is ``timeout_s``).
     """
 
     codes: Collection[int]
@@ -41,27 +46,32 @@ class KafkaRetry:
     delay_s: float = 0.05
     max_delay_s: float = 1.0
     backoff: float = 2.0
+    jitter: float = JITTER
     sleep: Callable[[float], None] = time.sleep
     monotonic: Callable[[], float] = time.monotonic
 
-    def retryable(self, exc: KafkaException) -> bool:
+    def retryable(self, exc: BaseException) -> bool:
+        if not isinstance(exc, KafkaException):
+            return False
         err = exc.args[0] if exc.args else None
         if not isinstance(err, KafkaError):
             return False
         return err.code() in self.codes or (self.honour_retriable and bool(err.retriable()))
 
+    @property
+    def policy(self) -> RetryPolicy:
+        return RetryPolicy(
+            first_delay_s=self.delay_s,
+            max_delay_s=self.max_delay_s,
+            multiplier=self.backoff,
+            jitter=self.jitter,
+            max_elapsed_s=self.timeout_s,
+            sleep=self.sleep,
+            monotonic=self.monotonic,
+        )
+
     def __call__(self, call: Callable[[], T], what: str = "Kafka call") -> T:
-        deadline = self.monotonic() + self.timeout_s
-        delay = self.delay_s
-        while True:
-            try:
-                return call()
-            except KafkaException as exc:
-                if not self.retryable(exc) or self.monotonic() + delay > deadline:
-                    raise
-                log.info("%s: %s; retrying in %.2f s", what, exc.args[0], delay)
-                self.sleep(delay)
-                delay = min(delay * self.backoff, self.max_delay_s)
+        return self.policy.call(call, retry_on=self.retryable, what=what, logger=log)
 
 
 __all__ = ["KafkaRetry"]

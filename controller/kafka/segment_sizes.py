@@ -24,10 +24,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import KafkaError, TopicPartition
 from tidemark.controller.exceptions import KafkaOperationError
+from tidemark.controller.kafka import roles
 from tidemark.controller.kafka.admin import StreamTopics
-from tidemark.controller.kafka.settings import client_config
 from tidemark.controller.metadata import StreamMetadata
 from tidemark.controller.policies import SegmentBytes
 
@@ -148,16 +148,7 @@ class SegmentSizes:
 
     def _reader(self) -> Any:
         if self._consumer is None:
-            self._consumer = Consumer(
-                {
-                    **client_config(self.bootstrap),
-                    "group.id": "tidemark-segment-sizes",  # never commits: assign() only
-                    "enable.auto.commit": False,
-                    "enable.partition.eof": True,
-                    "auto.offset.reset": "earliest",
-                    "log_level": 0,
-                }
-            )
+            self._consumer = roles.client(roles.SEGMENT_SIZES_CONSUMER, self.bootstrap)
         return self._consumer
 
     def close(self) -> None:

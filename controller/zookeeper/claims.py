@@ -21,8 +21,10 @@ import contextlib
 from typing import Any
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from tidemark.controller.zookeeper.session import outages_named
 
 
+@outages_named
 class Claims:
     """Ephemeral nodes under one parent ``path``, each naming its owner."""
 

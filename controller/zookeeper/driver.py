@@ -28,9 +28,9 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
-from tidemark.controller.exceptions import ZooKeeperUnavailableError
 from tidemark.controller.metadata import json_bytes, json_from_bytes
 from tidemark.controller.zookeeper.leadership import LeaderFunction, Leadership, contenders
+from tidemark.controller.zookeeper.session import unavailable
 
 
 def job_path(root: str, marks_topic: str) -> str:
@@ -108,7 +108,7 @@ def controller_view(client: KazooClient, root: str, marks_topic: str) -> Control
     when ZooKeeper does not answer."""
     path = job_path(root, marks_topic)
     if not client.connected:  # a request now would wait for the session to come back
-        raise _unavailable(client, "not connected")
+        raise unavailable(client, "not connected")
     try:
         found = contenders(client, f"{path}/election")
         return ControllerView(
@@ -118,12 +118,7 @@ def controller_view(client: KazooClient, root: str, marks_topic: str) -> Control
             progress=read_json(client, f"{path}/progress"),
         )
     except (KazooException, KazooTimeoutError) as exc:
-        raise _unavailable(client, type(exc).__name__) from exc
-
-
-def _unavailable(client: KazooClient, why: str) -> ZooKeeperUnavailableError:
-    hosts = ",".join(f"{host}:{port}" for host, port in client.hosts)
-    return ZooKeeperUnavailableError(f"ZooKeeper at {hosts} did not answer ({why}): is it running?")
+        raise unavailable(client, type(exc).__name__) from exc
 
 
 __all__ = [

@@ -35,8 +35,10 @@ from typing import Any
 
 from kazoo.exceptions import NodeExistsError, NoNodeError
 from tidemark.controller.zookeeper.claims import Claims
+from tidemark.controller.zookeeper.session import outages_named
 
 
+@outages_named
 class ZooKeeperGroups:
     """Reader groups' records, online readers and segment owners. Thread-safe (kazoo)."""
 

@@ -10,22 +10,63 @@
 A connect string may end in a chroot (``"zk1:2181,zk2:2181/tidemark"``); ``chroot``
 appends one. Every tidemark component that talks to ZooKeeper gets its session here,
 so the session timeout and the start timeout are set one way.
+
+ZooKeeper not answering is one error here, :class:`ZooKeeperUnavailableError` (naming
+the connect string): a session that does not start in time, and kazoo's outage errors
+(:data:`OUTAGES`) met by the store and the driver (:func:`unavailable`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import ConnectionLoss, OperationTimeoutError, SessionExpiredError
+from kazoo.handlers.threading import KazooTimeoutError
+from tidemark.controller.exceptions import ZooKeeperUnavailableError
 
 log = logging.getLogger(__name__)
+
+C = TypeVar("C")
 
 DEFAULT_SESSION_TIMEOUT_MS = 10_000
 """kazoo's default: a session expires this long after its client was last heard."""
 DEFAULT_START_TIMEOUT_S = 30.0
 """How long :func:`open_session` waits for the first connection."""
+
+OUTAGES = (ConnectionLoss, SessionExpiredError, OperationTimeoutError, KazooTimeoutError)
+"""kazoo's errors for "ZooKeeper did not answer" (the rest are ZooKeeper refusing)."""
+
+
+def outages_named(cls: type[C]) -> type[C]:
+    """Class decorator: each public method of ``cls`` (whose ``client`` is a session)
+    raises kazoo's outage errors as :class:`ZooKeeperUnavailableError`."""
+    for name, method in list(vars(cls).items()):
+        if inspect.isfunction(method) and not name.startswith("_"):
+            setattr(cls, name, _answered(method))
+    return cls
+
+
+def _answered(method: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except OUTAGES as exc:
+            raise unavailable(self.client, type(exc).__name__) from exc
+
+    return call
+
+
+def unavailable(client: KazooClient, why: str) -> ZooKeeperUnavailableError:
+    """The typed error for ``client``'s ensemble not answering (``why``: an outage's name)."""
+    hosts = ",".join(f"{host}:{port}" for host, port in client.hosts)
+    return ZooKeeperUnavailableError(hosts, f"gave no answer ({why})")
 
 
 def open_session(
@@ -38,7 +79,12 @@ def open_session(
     """A started client for ``connect`` (+ ``chroot``); close it with :func:`close_session`."""
     hosts = connect if not chroot else f"{connect.rstrip('/')}/{chroot.strip('/')}"
     client = KazooClient(hosts=hosts, timeout=timeout_ms / 1000)
-    client.start(timeout=start_timeout_s)  # on a time-out kazoo stops and closes it
+    try:
+        client.start(timeout=start_timeout_s)  # on a time-out kazoo stops and closes it
+    except KazooTimeoutError as exc:
+        raise ZooKeeperUnavailableError(
+            connect, f"gave no session within {start_timeout_s:g} s"
+        ) from exc
     return client
 
 
@@ -71,7 +117,10 @@ def zookeeper_session(
 __all__ = [
     "DEFAULT_SESSION_TIMEOUT_MS",
     "DEFAULT_START_TIMEOUT_S",
+    "OUTAGES",
     "close_session",
     "open_session",
+    "outages_named",
+    "unavailable",
     "zookeeper_session",
 ]

@@ -66,6 +66,7 @@ from tidemark.controller.store import (
     check_append_only,
     check_scope_name,
 )
+from tidemark.controller.zookeeper.session import outages_named
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +79,7 @@ def _epoch_count(record: bytes) -> int:
         return 0
 
 
+@outages_named
 class ZooKeeperStore(MetadataStore):
     def __init__(self, client: KazooClient, root: str = "/tidemark") -> None:
         self.client = client

@@ -32,6 +32,7 @@ that never calls ``read_next`` holds a checkpoint up until its timeout
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -50,6 +51,8 @@ from tidemark.pipelines.reading.exceptions import (
 from tidemark.pipelines.reading.registry import GroupRegistry, check_name
 from tidemark.pipelines.reading.view import GroupView
 from tidemark.pipelines.reading.windows import WatermarkFeed, reader_position, window_at
+
+from tidemark.retries import RetryPolicy
 
 log = logging.getLogger(__name__)
 
@@ -251,18 +254,15 @@ class PendingCheckpoint:
                     return
 
     def _withdraw_late(self) -> None:
-        while True:
-            try:
-                self.cancel()
-                return
-            except Exception as exc:  # keep trying: a standing request holds the readers
-                log.warning(
-                    "reader group %s: checkpoint %s timed out; withdrawing it: %s",
-                    self.group.name,
-                    self.name,
-                    exc,
-                )
-                time.sleep(1.0)
+        # No time limit: a standing request holds the group's readers until it is gone.
+        until_withdrawn = RetryPolicy(first_delay_s=1.0, max_delay_s=1.0, max_elapsed_s=math.inf)
+        until_withdrawn.call(
+            self.cancel,
+            retry_on=Exception,
+            what=f"reader group {self.group.name}: checkpoint {self.name} timed out; withdrawing",
+            logger=log,
+            level=logging.WARNING,
+        )
 
 
 def _window_and_seq(group: CheckpointHost, view: GroupView) -> tuple[TimeWindow, int | None]:

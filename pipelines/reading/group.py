@@ -41,7 +41,7 @@ from typing import Any, Required, TypedDict, Unpack, overload
 
 from tidemark.controller.closing import Closing
 from tidemark.controller.exceptions import UnknownStreamError
-from tidemark.controller.kafka.settings import client_config
+from tidemark.controller.kafka import roles
 from tidemark.controller.metadata import StreamMetadata
 from tidemark.controller.model import Segment, StreamCut, TimeWindow
 from tidemark.controller.navigation import head_cut
@@ -80,14 +80,6 @@ from tidemark.pipelines.reading.view import GroupView, cut_commits, group_view, 
 from tidemark.pipelines.reading.windows import WatermarkFeed, reader_position, window_at
 
 log = logging.getLogger(__name__)
-
-FETCH_QUEUE_BACKOFF_MS = 10
-"""librdkafka's ``fetch.queue.backoff.ms`` for readers (its default: 1000). Once a
-partition's prefetched queue passes its thresholds, the fetcher waits this long
-before fetching it again, even when the reader has emptied the queue meanwhile:
-with the default, ``read_next`` over a backlog stalled ~150 ms at a time and
-ran at ~165 k events/s against ~730 k/s with 0 (10-100: 480-650 k/s; same
-CPU per event) -- 200 000 records of 256 B on 4 segments, load 3."""
 
 
 class GroupHome(TypedDict, total=False):
@@ -422,22 +414,10 @@ class ReaderGroup(Closing):
     # --- plumbing used by readers -----------------------------------------------------------
 
     def consumer_settings(self, client_id: str) -> dict[str, Any]:
-        settings: dict[str, Any] = {
-            **client_config(self.bootstrap_servers),
-            "group.id": self.name,
-            "client.id": client_id,
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "isolation.level": "read_committed",
-            "enable.partition.eof": True,
-            # A fetch below the first offset Kafka holds means a truncation removed
-            # unread events: report it (ReaderBehindHeadError), never jump silently.
-            "auto.offset.reset": "error",
-            "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
-            "logger": logging.getLogger("tidemark.pipelines.kafka"),
-        }
-        settings.update(self.config.consumer_overrides)
-        return settings
+        return roles.READER_CONSUMER.config(
+            self.bootstrap_servers,
+            {"group.id": self.name, "client.id": client_id, **self.config.consumer_overrides},
+        )
 
     def committed_offsets(self, seg_ids: Iterable[int]) -> dict[int, int]:
         """Segment id -> committed offset, for those that have one."""

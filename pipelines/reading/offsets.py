@@ -20,10 +20,10 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from tidemark.controller.kafka import roles
+from tidemark.controller.kafka.outages import named_cause
 from tidemark.controller.kafka.retry import KafkaRetry
-from tidemark.controller.kafka.settings import client_config
 from tidemark.controller.model import segment_number
 from tidemark.pipelines.reading.exceptions import ReaderError
 
@@ -147,7 +147,7 @@ class KafkaOffsets(OffsetStore):
 
     def forget(self) -> None:
         """Delete the Kafka consumer group (a failure is logged: nothing is lost)."""
-        admin = AdminClient({**client_config(self.settings["bootstrap.servers"])})
+        admin = roles.client(roles.ADMIN, str(self.settings["bootstrap.servers"]))
         for future in admin.delete_consumer_groups([self.group_id]).values():
             try:
                 future.result(timeout=self.timeout_s)
@@ -164,11 +164,13 @@ class KafkaOffsets(OffsetStore):
         try:
             return self.retry(call, f"reader group {self.group_id}: {what}")
         except KafkaException as exc:
-            raise ReaderError(f"reader group {self.group_id}: {what} failed: {exc}") from exc
+            raise ReaderError(
+                f"reader group {self.group_id}: {what} failed: {exc}"
+            ) from named_cause(str(self.settings["bootstrap.servers"]), exc)
 
     def _group_consumer(self) -> Any:
         if self._consumer is None:
-            self._consumer = Consumer(self.settings)
+            self._consumer = roles.create(roles.READER_CONSUMER, self.settings)
         return self._consumer
 
 

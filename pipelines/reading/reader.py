@@ -63,8 +63,9 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any, NamedTuple, Protocol
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 from tidemark.controller.closing import Closing
+from tidemark.controller.kafka import roles
 from tidemark.controller.model import Segment, TimeWindow, segment_number
 from tidemark.pipelines.reading.balance import SegmentClocks, TimePolicy
 from tidemark.pipelines.reading.checkpoints import POLL_S, CheckpointParticipation
@@ -439,7 +440,9 @@ class EventReader(Closing):
         )
         group.registry.join(group.name, name)
         try:
-            self._consumer = Consumer(group.consumer_settings(client_id=f"tidemark-{name}"))
+            self._consumer = roles.create(
+                roles.READER_CONSUMER, group.consumer_settings(client_id=f"tidemark-{name}")
+            )
         except Exception:
             group.registry.leave(group.name, name)
             raise

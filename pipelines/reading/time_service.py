@@ -39,6 +39,7 @@ from tidemark.pipelines.reading.seek import Found, SeekIndex, shared_index
 from tidemark.pipelines.reading.watermark_tables import resolve_delta_root
 
 from tidemark.environment import TIME_SERVICE
+from tidemark.errors import ServiceUnavailableError as _Unavailable
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +49,17 @@ TIME_SERVICE_ENV = TIME_SERVICE
 _UNREACHABLE = (OSError, http.client.HTTPException, ValueError)
 
 
-class ServiceUnavailableError(Exception):
-    """The service did not answer usefully (internal: triggers the Delta fallback)."""
+class TimeServiceUnavailableError(_Unavailable):
+    """The time service did not answer usefully (a reader's index then reads Delta);
+    ``address``: the service's URL."""
+
+    def __init__(self, detail: str, url: str | None = None) -> None:
+        super().__init__("the time service", detail if url is None else f"{url} {detail}")
+        self.describe("the time service", url, f"gave no answer ({detail})")
+
+
+ServiceUnavailableError = TimeServiceUnavailableError
+"""Its name before the common hierarchy (callers catch it by this name)."""
 
 
 def time_service_url(environ: Mapping[str, str] | None = None) -> str | None:
@@ -147,17 +157,17 @@ class TimeServiceClient:
             except _UNREACHABLE as exc:
                 self.close()
                 if attempt == 2:
-                    raise ServiceUnavailableError(f"{self.url}: {exc}") from exc
+                    raise TimeServiceUnavailableError(str(exc), self.url) from exc
         try:
             body = json.loads(payload)
         except ValueError as exc:
-            raise ServiceUnavailableError(f"{self.url}{target}: not JSON") from exc
+            raise TimeServiceUnavailableError(f"{target}: not JSON", self.url) from exc
         if status == 404 and body.get("error") == "unknown_stream":
             raise UnknownStreamError(body.get("stream", ""))
         if status == 400 and body.get("error") == "invalid_timestamp":
             raise InvalidTimestampError(body.get("detail", "refused"), params.get("t"))
         if status != 200:
-            raise ServiceUnavailableError(f"{self.url}{target}: HTTP {status} {body}")
+            raise TimeServiceUnavailableError(f"{target}: HTTP {status} {body}", self.url)
         return body
 
     def close(self) -> None:

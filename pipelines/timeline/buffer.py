@@ -40,14 +40,12 @@ from typing import Any
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
-    Consumer,
     KafkaError,
     KafkaException,
-    Producer,
     TopicPartition,
 )
 from tidemark.controller.closing import Closing
-from tidemark.controller.kafka.settings import client_config
+from tidemark.controller.kafka import roles
 from tidemark.pipelines.timeline.buffer_sql import (
     BufferedRows,
     finish_batches,
@@ -97,18 +95,8 @@ class BufferIngest:
         self.read = 0
         self.late_headers = 0
         """Records whose due header was missing or no time: due at once (logged)."""
-        self._consumer = Consumer(
-            {
-                **client_config(bootstrap),
-                "group.id": f"tidemark-buffer.{config.timeline}",
-                "enable.auto.commit": False,
-                "enable.auto.offset.store": False,
-                "auto.offset.reset": "earliest",
-                "isolation.level": "read_committed",
-                # Little read-ahead: the backlog waits in Kafka, not in this process.
-                "queued.max.messages.kbytes": 4_096,
-                "log_level": 3,
-            }
+        self._consumer = roles.client(
+            roles.BUFFER_CONSUMER, bootstrap, {"group.id": f"tidemark-buffer.{config.timeline}"}
         )
         self._assign()
 
@@ -218,19 +206,8 @@ class BufferRelay:
         name = f"tidemark-buffer.{config.timeline}.{config.consumer_id}"
         with TimelineStore(dsn) as store:
             ensure_timeline(store, config)
-        self._producer = Producer(
-            {
-                **client_config(bootstrap),
-                "transactional.id": name,
-                "enable.idempotence": True,
-                "acks": "all",
-                "linger.ms": 5,
-                "log_level": 3,
-            }
-        )
-        self._group = Consumer(
-            {**client_config(bootstrap), "group.id": name, "enable.auto.commit": False}
-        )
+        self._producer = roles.client(roles.BUFFER_PRODUCER, bootstrap, {"transactional.id": name})
+        self._group = roles.client(roles.BUFFER_GROUP, bootstrap, {"group.id": name})
         self._marker = TopicPartition(config.target_topic, 0)
         self._timeout_s = config.flush_timeout_ms / 1000
         self._producer.init_transactions(self._timeout_s)  # fences an earlier run

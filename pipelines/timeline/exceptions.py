@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from tidemark.errors import ConfigurationError, TidemarkError
+from tidemark.errors import ConfigurationError, ServiceUnavailableError, TidemarkError
 
 
 class TimelineError(TidemarkError):
@@ -102,8 +102,13 @@ class StreamTimeAheadError(TimelineError, ValueError, rule="stream-time-ahead"):
     watermarks are times of events already written, not of the future."""
 
 
-class StoreUnavailableError(TimelineError, rule="store-unavailable"):
-    """The database could not be reached or dropped the connection; retry later."""
+class StoreUnavailableError(TimelineError, ServiceUnavailableError, rule="store-unavailable"):
+    """The database could not be reached or dropped the connection; retry later.
+    ``address``: ``host:port/dbname`` of the DSN (never its password)."""
+
+    def __init__(self, message: str, *, address: str | None = None, reason: str = "") -> None:
+        super().__init__(message)
+        self.describe("PostgreSQL", address, reason or message)
 
 
 class TimelineDatabaseError(TimelineError, rule="database-error"):

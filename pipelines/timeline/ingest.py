@@ -24,9 +24,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, Producer
 from tidemark.controller.closing import Closing
-from tidemark.controller.kafka.settings import client_config
+from tidemark.controller.kafka import roles
 from tidemark.pipelines.timeline.config import IngestConfig
 from tidemark.pipelines.timeline.exceptions import TimelineError
 from tidemark.pipelines.timeline.metrics import CREATED, record_drift
@@ -61,21 +60,12 @@ class TimelineIngester(Closing):
         self.store = TimelineStore(dsn)
         record_drift(f"ingest:{config.topic}", self.store.clock_drift().drift_ms)
         self.dead_letter_topic = dead_letter_topic
-        self._consumer = Consumer(
-            {
-                **client_config(bootstrap),
-                "group.id": config.group_id,
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-                "isolation.level": "read_committed",
-                "log_level": 3,
-            }
+        self._consumer = roles.client(
+            roles.INGEST_CONSUMER, bootstrap, {"group.id": config.group_id}
         )
         self._consumer.subscribe([config.topic])
         self._dead_letters: Any = (
-            Producer({**client_config(bootstrap), "acks": "all", "log_level": 3})
-            if dead_letter_topic
-            else None
+            roles.client(roles.DEAD_LETTER_PRODUCER, bootstrap) if dead_letter_topic else None
         )
 
     def _reject(self, raw: Any, reason: str) -> None:

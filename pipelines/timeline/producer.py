@@ -25,9 +25,8 @@ from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
-from confluent_kafka import Producer
 from tidemark.controller.closing import Closing
-from tidemark.controller.kafka.settings import client_config
+from tidemark.controller.kafka import roles
 from tidemark.pipelines.timeline.exceptions import InvalidMessageError, TimelineError
 from tidemark.pipelines.timeline.metrics import CREATED, record_drift
 from tidemark.pipelines.timeline.model import (
@@ -178,16 +177,7 @@ class KafkaTimelineProducer(_Scheduling[str]):
         self.timeline = timeline
         self.producer_group = producer_group
         self._errors: list[str] = []
-        self._producer = Producer(
-            {
-                **client_config(bootstrap),
-                "enable.idempotence": True,
-                "acks": "all",
-                "linger.ms": 5,
-                "log_level": 3,
-                **(config or {}),
-            }
-        )
+        self._producer = roles.client(roles.TIMELINE_KAFKA_PRODUCER, bootstrap, config)
 
     def _on_delivery(self, err: Any, msg: Any) -> None:
         if err is not None:

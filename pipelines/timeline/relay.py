@@ -51,9 +51,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from confluent_kafka import Producer
 from tidemark.controller.closing import Closing
-from tidemark.controller.kafka.settings import client_config
+from tidemark.controller.kafka import roles
 from tidemark.pipelines.timeline.clock import DueCondition, StreamClock
 from tidemark.pipelines.timeline.config import ConsumerConfig, RelayConfig
 from tidemark.pipelines.timeline.consumer import TimelineConsumer, next_batch_limit
@@ -103,15 +102,7 @@ class TimelineRelay(Closing):
         try:
             for _ in range(2):
                 self._holders.append(TimelineStore(dsn, due=self.consumer.store.due, notify=False))
-            self._producer = Producer(
-                {
-                    **client_config(bootstrap),
-                    "enable.idempotence": True,
-                    "acks": "all",
-                    "linger.ms": 2,
-                    "log_level": 3,
-                }
-            )
+            self._producer = roles.client(roles.RELAY_PRODUCER, bootstrap)
         except BaseException:
             self._close_stores()
             raise

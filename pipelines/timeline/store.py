@@ -68,7 +68,12 @@ from tidemark.pipelines.timeline.store_held import HeldBatches
 from tidemark.pipelines.timeline.store_housekeeping import Housekeeping
 from tidemark.pipelines.timeline.store_leases import Leases
 from tidemark.pipelines.timeline.store_messages import Created, Messages, NewMessage
-from tidemark.pipelines.timeline.store_session import StoreSession, database_error
+from tidemark.pipelines.timeline.store_session import (
+    StoreSession,
+    database_error,
+    postgres_address,
+    unavailable,
+)
 from tidemark.pipelines.timeline.store_sql import LEASED_TS_BOUND, NOTIFY_CHANNEL
 from tidemark.pipelines.timeline.store_sql import _lease as _lease  # (re-exported)
 from tidemark.pipelines.timeline.store_sql import _message as _message  # (re-exported)
@@ -117,4 +122,6 @@ __all__ = [
     "StoreSession",
     "TimelineStore",
     "database_error",
+    "postgres_address",
+    "unavailable",
 ]

@@ -13,12 +13,14 @@ changes nothing, a read of the message (and of its stream's time) explains why
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import psycopg
+import psycopg.conninfo
 import psycopg.errors
 from tidemark.controller.closing import Closing
 from tidemark.pipelines.timeline.clock import NOW_MS, ClockDrift, DatabaseClock, DueCondition
@@ -50,18 +52,47 @@ from tidemark.pipelines.timeline.store_sql import (
     _message,
 )
 
+from tidemark.retries import RetryPolicy
+
+log = logging.getLogger(__name__)
+
 T = TypeVar("T")
 
 
-def database_error(exc: psycopg.Error | UnicodeEncodeError) -> TimelineError:
+def database_error(
+    exc: psycopg.Error | UnicodeEncodeError, dsn: str | None = None
+) -> TimelineError:
     """The :class:`TimelineError` naming the rule a driver or database error broke: a
-    value the database cannot hold, the store not answering, or anything else it refused.
+    value the database cannot hold, the store not answering (at ``dsn``), or anything
+    else it refused.
     """
     if isinstance(exc, psycopg.DataError | UnicodeEncodeError):
         return InvalidMessageError(f"the database cannot hold a value: {exc}")
     if isinstance(exc, psycopg.OperationalError):
-        return StoreUnavailableError(f"the timeline store failed: {exc}")
+        return unavailable(f"the timeline store failed: {exc}", dsn, exc)
     return TimelineDatabaseError(f"the timeline store refused: {exc}")
+
+
+def postgres_address(dsn: str) -> str | None:
+    """``host:port/dbname`` of a DSN (never its password); ``None`` when it names no host."""
+    try:
+        parts = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.Error:  # a DSN psycopg cannot parse: name no part of it
+        return None
+    if not parts.get("host"):
+        return None
+    return f"{parts['host']}:{parts.get('port', 5432)}/{parts.get('dbname', '')}"
+
+
+def unavailable(message: str, dsn: str | None, exc: BaseException) -> StoreUnavailableError:
+    """PostgreSQL at ``dsn`` not answering (or refusing the connection: a wrong password
+    is an ``OperationalError`` too, so the reason says both)."""
+    first = (str(exc).strip() or type(exc).__name__).splitlines()[0].strip()
+    return StoreUnavailableError(
+        message,
+        address=None if dsn is None else postgres_address(dsn),
+        reason=f"refused or did not answer ({first})",
+    )
 
 
 class StoreSession(Closing):
@@ -84,7 +115,7 @@ class StoreSession(Closing):
                 dsn, autocommit=True, connect_timeout=connect_timeout_s
             )
         except psycopg.OperationalError as exc:
-            raise StoreUnavailableError(f"cannot connect to the timeline store: {exc}") from exc
+            raise unavailable(f"cannot connect to the timeline store: {exc}", dsn, exc) from exc
         self._lock = threading.Lock()
         self._timelines: dict[str, TimelineConfig] = {}
         row = self._one("SELECT version()", {})
@@ -101,21 +132,29 @@ class StoreSession(Closing):
         naming a rule: the inputs are checked first, so these are the cases no
         check foresaw.
         """
-        delay_s = 0.005
+
+        def attempt() -> T:
+            try:
+                return fn(self._conn)
+            except psycopg.errors.SerializationFailure:
+                raise  # retried
+            except (psycopg.Error, UnicodeEncodeError) as exc:
+                raise database_error(exc, self.dsn) from exc
+
+        policy = RetryPolicy(first_delay_s=0.005, max_delay_s=0.5, max_attempts=self.retries + 1)
         with self._lock:
-            for attempt in range(self.retries + 1):
-                try:
-                    return fn(self._conn)
-                except psycopg.errors.SerializationFailure as exc:
-                    if attempt == self.retries:
-                        raise ConcurrentChangeError(
-                            f"still conflicting after {self.retries} retries: {exc}"
-                        ) from exc
-                    time.sleep(delay_s)
-                    delay_s = min(delay_s * 2, 0.5)
-                except (psycopg.Error, UnicodeEncodeError) as exc:
-                    raise database_error(exc) from exc
-        raise AssertionError("unreachable")
+            try:
+                return policy.call(
+                    attempt,
+                    retry_on=psycopg.errors.SerializationFailure,
+                    what="a transaction",
+                    logger=log,
+                    level=logging.DEBUG,  # contention: expected, and retried in milliseconds
+                )
+            except psycopg.errors.SerializationFailure as exc:
+                raise ConcurrentChangeError(
+                    f"still conflicting after {self.retries} retries: {exc}"
+                ) from exc
 
     def transaction(self, fn: Callable[[psycopg.Connection[Row]], T]) -> T:
         """Run ``fn`` in one database transaction (retried whole on a serialization

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tidemark.controller.durations import check_durations_ms
-from tidemark.controller.kafka.settings import checked_overrides, client_config
+from tidemark.controller.kafka import roles
+from tidemark.controller.kafka.settings import checked_overrides
 from tidemark.controller.naming import ClusterSettings
 from tidemark.pipelines.writing.exceptions import WriterConfigError
 
@@ -105,14 +106,14 @@ class WriterConfig:
         self, bootstrap_servers: str, client_id: str, transactional_id: str | None = None
     ) -> dict[str, Any]:
         """The librdkafka settings of a writer's producer."""
-        settings: dict[str, Any] = {
-            **client_config(bootstrap_servers),
-            "client.id": client_id,
-            "enable.idempotence": True,
-            "linger.ms": self.linger_ms,
-            "delivery.timeout.ms": self.delivery_timeout_ms,
-            "logger": logging.getLogger("tidemark.pipelines.kafka"),
-        }
+        settings = roles.writer_role(transactional_id is not None).config(
+            bootstrap_servers,
+            {
+                "client.id": client_id,
+                "linger.ms": self.linger_ms,
+                "delivery.timeout.ms": self.delivery_timeout_ms,
+            },
+        )
         if transactional_id is not None:
             settings["transactional.id"] = transactional_id
             settings["transaction.timeout.ms"] = self.transaction_timeout_ms

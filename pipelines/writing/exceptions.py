@@ -17,6 +17,7 @@ from typing import Any
 
 from tidemark.controller.exceptions import (
     InvalidTimestampError,
+    KafkaUnavailableError,
     MarksTopicError,
     StreamSealedError,
     UnknownStreamError,
@@ -124,6 +125,13 @@ class DeliveryError(WriterError):
         detail = f"; first: {first.topic}[{first.partition}]: {first.error}" if first else ""
         super().__init__(f"{len(self.failed)} record(s) were not delivered{detail}")
 
+    def outage(self) -> KafkaUnavailableError | None:
+        """Kafka not answering, when every record timed out in the producer's queue (no
+        broker took them); ``None`` when Kafka answered (and refused some)."""
+        if not self.failed or not all("_MSG_TIMED_OUT" in f.error for f in self.failed):
+            return None
+        return KafkaUnavailableError(None, f"gave no answer ({str(self).splitlines()[0]})")
+
 
 def failed_record(msg: Any, err: Any = None) -> FailedRecord:
     """The :class:`FailedRecord` of a delivery report (``confluent_kafka.Message``);
@@ -167,6 +175,15 @@ class WriterTimeoutError(WriterError, TimeoutError):
     """Kafka did not acknowledge in time (flush, close, write_batch, a scale)."""
 
 
+class UnacknowledgedError(WriterTimeoutError, KafkaUnavailableError):
+    """Records (or marks) still in flight when the writer's time ran out: no broker
+    acknowledged them, so Kafka is named as not answering."""
+
+    def __init__(self, message: str) -> None:
+        Exception.__init__(self, message)
+        self.describe("Kafka", None, f"gave no answer ({message})")
+
+
 class InvalidRoutingKeyError(WriterError, TypeError):
     """A routing key is not str, bytes or None."""
 
@@ -204,6 +221,7 @@ __all__ = [
     "TransactionError",
     "TransactionStateError",
     "TransactionTimedOutError",
+    "UnacknowledgedError",
     "UnknownStreamError",
     "WriterClosedError",
     "WriterConfigError",

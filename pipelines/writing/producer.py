@@ -127,6 +127,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from confluent_kafka import KafkaError, Message, Producer
 from tidemark.controller.closing import Closing
+from tidemark.controller.kafka import roles
 from tidemark.controller.kafka.admin import StreamTopics, ensure_marks_topic
 from tidemark.controller.metadata import StreamMetadata
 from tidemark.controller.model import Epoch, WriterMark
@@ -141,6 +142,7 @@ from tidemark.pipelines.writing.exceptions import (
     FailedRecord,
     MissingWriterIdError,
     SharedPartitionError,
+    UnacknowledgedError,
     WriterClosedError,
     WriterConfigError,
     WriterError,
@@ -329,7 +331,7 @@ class TidemarkProducer(Closing):
         self._stats = StatisticsReports()
         if positions_from == "end_offsets":
             self._by_end_offsets(settings, str(bootstrap))
-        self._producer = Producer(settings)
+        self._producer = roles.create(roles.DROP_IN_PRODUCER, settings)
         for st in self._streams.values():
             st.watch()  # a change makes the next produce the checking one (_slow)
         if self._end_offsets is not None:
@@ -593,7 +595,7 @@ class TidemarkProducer(Closing):
                 return
             try:
                 if self.flush(timeout):
-                    raise WriterTimeoutError(
+                    raise UnacknowledgedError(
                         f"writer {self.writer_id}: records still in flight after {timeout} s"
                     )
                 last = self._marks.closing_time(
@@ -602,7 +604,7 @@ class TidemarkProducer(Closing):
                 if last is not None:
                     self._note(last, alive=False)
                     if self.flush(timeout):
-                        raise WriterTimeoutError(
+                        raise UnacknowledgedError(
                             f"writer {self.writer_id}: no ack of the shutdown mark in {timeout} s"
                         )
             finally:
@@ -700,7 +702,7 @@ class TidemarkProducer(Closing):
         """Flush, then publish marks whose positions are the written partitions' end offsets
         (never earlier than any record of this producer; see the module doc)."""
         if self._producer.flush(topics.timeout_s):
-            raise WriterTimeoutError(
+            raise UnacknowledgedError(
                 f"writer {self.writer_id}: records still in flight after {topics.timeout_s} s; "
                 f"time {timestamp} not noted"
             )

@@ -35,7 +35,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException
+from tidemark.controller.kafka import roles
 from tidemark.controller.model import WriterMark
 from tidemark.controller.store import MetadataStore
 from tidemark.pipelines.writing.config import WriterConfig
@@ -163,7 +164,7 @@ class TransactionalWriter(_StreamWriter):
     def _new_producer(self) -> None:
         """After Kafka fenced the producer (a timed-out transaction): start a fresh one."""
         self._producer.purge()
-        self._producer = Producer(self._producer_settings)
+        self._producer = roles.create(roles.TRANSACTIONAL_PRODUCER, self._producer_settings)
         self._fatal = None
         self._init_transactions()
 

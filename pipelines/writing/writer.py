@@ -48,8 +48,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, cast
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message
 from tidemark.controller.closing import Closing
+from tidemark.controller.kafka import roles
 from tidemark.controller.metadata import StreamMetadata
 from tidemark.controller.model import Epoch, Segment, segment_number
 from tidemark.controller.naming import split_stream
@@ -65,6 +66,7 @@ from tidemark.pipelines.writing.exceptions import (
     MissingWriterIdError,
     SerializationError,
     StreamSealedError,
+    UnacknowledgedError,
     WriterClosedError,
     WriterError,
     WriterTimeoutError,
@@ -234,7 +236,7 @@ class _StreamWriter(Closing):
         )
         settings["error_cb"] = self._on_error
         self._producer_settings = settings
-        self._producer = Producer(settings)
+        self._producer = roles.create(roles.writer_role(transactional_id is not None), settings)
         self._view.watch()
 
     # --- metadata -------------------------------------------------------------------------
@@ -467,7 +469,7 @@ class _StreamWriter(Closing):
         here, a timeout is."""
         left = flush_publishing(self._producer, self._publish_ready, timeout_ms / 1000)
         if left:
-            raise WriterTimeoutError(
+            raise UnacknowledgedError(
                 f"writer {self.writer_id}: {left} record(s) still in flight after {timeout_ms} ms"
             )
 
@@ -691,7 +693,7 @@ class EventWriter(_StreamWriter):
             deadline = time.monotonic() + self.config.delivery_timeout_ms / 1000 + 5
             while reported[0] < len(values):
                 if time.monotonic() > deadline:
-                    raise WriterTimeoutError("write_batch: Kafka did not acknowledge in time")
+                    raise UnacknowledgedError("write_batch: Kafka did not acknowledge in time")
                 self._producer.poll(0.05)
             self._publish_ready()
             # The batch's failures are in self._failures too; report them now.

@@ -38,10 +38,11 @@ from collections.abc import Callable
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from tidemark.controller.config import ScalingPolicy, StreamConfiguration
+from tidemark.controller.kafka.roles import FETCH_QUEUE_BACKOFF_MS
 from tidemark.controller.memory_store import MemoryStore
 from tidemark.controller.naming import ClusterSettings
 from tidemark.controller.streams import StreamManager
-from tidemark.pipelines.reading.group import FETCH_QUEUE_BACKOFF_MS, ReaderGroup
+from tidemark.pipelines.reading.group import ReaderGroup
 from tidemark.pipelines.reading.reader import FETCH_SIZE
 
 from tests.bench.load import EVENTS, PAYLOAD_BYTES, produce_all

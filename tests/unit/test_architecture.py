@@ -3,7 +3,16 @@
 - a ``KazooClient`` is created only in ``controller/zookeeper/`` (the session factory);
 - Kafka client settings (``bootstrap.servers``, ``security.protocol``, ``sasl.*``, and
   Spark's ``kafka.bootstrap.servers`` / ``kafka.security.*`` / ``kafka.sasl.*``) are
-  assembled only by the builder, ``controller/kafka/settings.py``.
+  assembled only by the builder, ``controller/kafka/settings.py``;
+- a Kafka client (``Producer(``, ``Consumer(``, ``AdminClient(``, by name or as an
+  attribute) is constructed only by the role builders, ``controller/kafka/roles.py``;
+- no hand-written retry loop outside the retry policy, ``tidemark/retries.py``: a
+  *retry loop* is a ``for`` or ``while`` loop whose body both pauses and handles an
+  exception (a ``try`` with an ``except``). Pausing is calling ``sleep`` (``time.sleep``, or
+  an injected ``sleep`` / ``_sleep``) or a timed ``.wait(timeout)`` (an ``Event``'s or a
+  ``Condition``'s: one argument). Loops that pause without catching (pacing, polling a
+  condition up to a deadline) are not retries; a loop that catches to keep going at a
+  fixed pace is listed by name in :data:`PACING_LOOPS` with its reason.
 
 "Assembled" means written as a key: a dict literal's key, the target of a subscript
 assignment, or the name given to ``.option(...)``. Reading a setting
@@ -28,6 +37,31 @@ PACKAGES = ("controller", "pipelines", "schemas", "jobs", "infra", "tidemark")
 SESSION_HOME = "controller/zookeeper/"
 SETTINGS_HOME = "controller/kafka/settings.py"
 SETTINGS_EXEMPT = frozenset({SETTINGS_HOME, "infra/kafka.py"})
+ROLES_HOME = "controller/kafka/roles.py"
+ROLES_EXEMPT = frozenset({ROLES_HOME, "infra/kafka.py"})
+KAFKA_CLIENTS = frozenset({"Producer", "Consumer", "AdminClient"})
+RETRY_HOME = "tidemark/retries.py"
+SLEEPS = frozenset({"sleep", "_sleep"})
+PACING_LOOPS: dict[tuple[str, str], str] = {
+    ("controller/periodic.py", "run"): "a step at a fixed interval; a failed one is logged",
+    ("controller/policy_loop.py", "_run"): (
+        "supervises the policy loop for the process's life: a session that ended or failed "
+        "is contended for again after a fixed pause (kazoo retries within a session)"
+    ),
+    ("jobs/controller_job.py", "_run_query"): (
+        "paces the running query's progress checks; a query that failed gives the "
+        "leadership up (returns), it is not started again here"
+    ),
+    (
+        "jobs/maintenance.py",
+        "_loop",
+    ): "a maintenance pass at a fixed interval; a failed one is logged",
+    ("tidemark/service/state.py", "_tail_loop"): (
+        "tails the waited-on streams at a fixed pace; a failed read is logged, the "
+        "next one reads again"
+    ),
+}
+"""(path, function) -> why its loop pauses and catches yet is no retry of a service."""
 
 KAFKA_SETTING = re.compile(
     r"^(kafka\.)?(bootstrap\.servers|security\.protocol)$|^(kafka\.)?sasl\.|^kafka\.security\."
@@ -48,6 +82,51 @@ def kazoo_clients_created(source: str) -> list[int]:
             if name == "KazooClient":
                 lines.append(node.lineno)
     return lines
+
+
+def kafka_clients_constructed(source: str) -> list[tuple[int, str]]:
+    """(line, class) of every call of ``Producer``/``Consumer``/``AdminClient`` (by name
+    or as an attribute, ``confluent_kafka.Producer(...)``)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+            if name in KAFKA_CLIENTS:
+                found.append((node.lineno, str(name)))
+    return found
+
+
+def _is_pause(node: ast.AST) -> bool:
+    if not isinstance(node, ast.Call):
+        return False
+    func = node.func
+    if isinstance(func, ast.Attribute) and func.attr == "wait":
+        return len(node.args) + len(node.keywords) == 1  # a timed wait
+    return (isinstance(func, ast.Name) and func.id in SLEEPS) or (
+        isinstance(func, ast.Attribute) and func.attr in SLEEPS
+    )
+
+
+def retry_loops(source: str) -> list[tuple[int, str]]:
+    """(line, enclosing function) of every loop that pauses and handles an exception in
+    its body (see the module doc); a function's name is ``""`` at module level."""
+    found: list[tuple[int, str]] = []
+
+    def visit(node: ast.AST, function: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                visit(child, child.name)
+                continue
+            if isinstance(child, ast.For | ast.AsyncFor | ast.While):
+                inner = [n for stmt in child.body for n in ast.walk(stmt)]
+                catches = any(isinstance(n, ast.Try) and n.handlers for n in inner)
+                if catches and any(_is_pause(n) for n in inner):
+                    found.append((child.lineno, function))
+            visit(child, function)
+
+    visit(ast.parse(source), "")
+    return found
 
 
 def kafka_settings_assembled(source: str) -> list[tuple[int, str]]:
@@ -124,6 +203,32 @@ def test_kafka_client_settings_are_assembled_only_by_the_builder():
     }
 
 
+def test_kafka_clients_are_constructed_only_by_the_role_builders():
+    offenders = {
+        path: calls
+        for path, text in project_sources()
+        if path not in ROLES_EXEMPT and (calls := kafka_clients_constructed(text))
+    }
+    assert offenders == {}, "build the client from a role: tidemark.controller.kafka.roles"
+    from tidemark.controller.kafka import roles
+
+    made = {value.kind.__name__ for value in vars(roles).values() if isinstance(value, roles.Role)}
+    assert made == KAFKA_CLIENTS  # every kind of client has its roles there
+
+
+def test_services_are_waited_on_only_through_the_retry_policy():
+    offenders = {
+        path: loops
+        for path, text in project_sources()
+        if path != RETRY_HOME
+        and (loops := [(n, f) for n, f in retry_loops(text) if (path, f) not in PACING_LOOPS])
+    }
+    assert offenders == {}, "retry through tidemark.retries.RetryPolicy (back-off, jitter, budget)"
+    listed = {(path, f) for path, text in project_sources() for _, f in retry_loops(text)}
+    assert set(PACING_LOOPS) <= listed, "a pacing loop listed that no longer exists"
+    assert retry_loops(dict(project_sources())[RETRY_HOME])  # the one loop is there
+
+
 # --- the checks can fail ---------------------------------------------------------------------
 
 
@@ -174,3 +279,60 @@ def test_kafka_settings_assembled_elsewhere_are_found(source, key):
 )
 def test_other_uses_of_kafka_keys_are_not_found(source):
     assert kafka_settings_assembled(source) == []
+
+
+@pytest.mark.parametrize(
+    ("source", "name"),
+    [
+        ('from confluent_kafka import Producer\np = Producer({"acks": "all"})\n', "Producer"),
+        ("import confluent_kafka\nc = confluent_kafka.Consumer(settings)\n", "Consumer"),
+        ("from confluent_kafka import admin\na = admin.AdminClient(config)\n", "AdminClient"),
+    ],
+)
+def test_a_kafka_client_constructed_elsewhere_is_found(source, name):
+    assert kafka_clients_constructed(source) == [(2, name)]
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from confluent_kafka import Producer\ndef f(p: Producer) -> None: ...\n",  # a type
+        "p = roles.client(roles.RELAY_PRODUCER, bootstrap)\n",  # through a role
+        "w = TidemarkProducer(conf, stream=s, writer_id=w, store=store)\n",  # tidemark's own
+    ],
+)
+def test_naming_a_client_type_or_using_a_role_is_not_constructing_one(source):
+    assert kafka_clients_constructed(source) == []
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        # the shape of every hand-written retry: catch, sleep, try again
+        "def f():\n    while True:\n        try:\n            return call()\n"
+        "        except OSError:\n            time.sleep(delay)\n",
+        "def f():\n    for attempt in range(3):\n        try:\n            return call()\n"
+        "        except ValueError:\n            pass\n        self._sleep(0.1)\n",
+        "def f():\n    while not stop.is_set():\n        try:\n            step()\n"
+        "        except Exception:\n            log.exception('x')\n        stop.wait(1.0)\n",
+    ],
+)
+def test_a_hand_written_retry_loop_is_found(source):
+    assert retry_loops(source) == [(2, "f")]
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        # polling a condition up to a deadline: no exception caught
+        "def f():\n    while not ready():\n        time.sleep(0.05)\n",
+        # catching without pausing (a compare-and-set race re-read at once)
+        "def f():\n    for _ in range(3):\n        try:\n            return swap()\n"
+        "        except ConflictError:\n            continue\n",
+        # sleeping after the loop, not in it
+        "def f():\n    for x in xs:\n        try:\n            g(x)\n"
+        "        except KeyError:\n            pass\n    time.sleep(1)\n",
+    ],
+)
+def test_pacing_and_re_reading_are_not_retry_loops(source):
+    assert retry_loops(source) == []

@@ -39,6 +39,7 @@ def test_retries_listed_code_with_backoff() -> None:
         [KafkaError.NOT_COORDINATOR],
         timeout_s=10.0,
         max_delay_s=0.2,
+        jitter=0.0,
         sleep=clock.sleep,
         monotonic=clock.monotonic,
     )

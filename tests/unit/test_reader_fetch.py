@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pytest
+import tidemark.controller.kafka.roles as roles_module
 import tidemark.pipelines.reading.reader as reader_module
 from confluent_kafka import KafkaError, Message
 from hypothesis import given, settings
@@ -131,7 +132,7 @@ def _reader(
 ) -> EventReader:
     """A reader owning SEGMENTS (unsealed, unless ``host`` says otherwise) from offset 0."""
     consumer = FakeConsumer(fetches)
-    monkeypatch.setattr(reader_module, "Consumer", lambda settings: consumer)
+    monkeypatch.setattr(roles_module, "create", lambda role, settings: consumer)  # the builder
     host = host or Host()
     reader = EventReader(host, "r")  # type: ignore[arg-type]
     for seg_id in SEGMENTS.values():

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING
 from tidemark.cli.output import emit
 from tidemark.cli.service_errors import (
     KAFKA_SERVICE,
-    ZOOKEEPER_SERVICE,
     quiet,
     service_timeout_s,
 )
@@ -92,8 +91,6 @@ def control_plane(settings: ClusterSettings | None = None) -> Iterator[ControlPl
     """A ZooKeeper session and the metadata store on it, for one verb."""
     # kazoo (and confluent_kafka, for the manager) only when a verb runs: the parser
     # imports every verb module, and they would add ~0.1 s to every `tidemark` command.
-    from kazoo.handlers.threading import KazooTimeoutError
-
     from tidemark.controller.zookeeper.session import zookeeper_session
     from tidemark.controller.zookeeper.store import ZooKeeperStore  # as above
 
@@ -101,13 +98,9 @@ def control_plane(settings: ClusterSettings | None = None) -> Iterator[ControlPl
     kafka, zk = service_addresses()
     with contextlib.ExitStack() as stack:
         waited_s = service_timeout_s(ZK_START_TIMEOUT_S)
-        try:
-            with quiet("kazoo"):
-                client = stack.enter_context(zookeeper_session(zk, start_timeout_s=waited_s))
-        except KazooTimeoutError:
-            raise ZOOKEEPER_SERVICE.unavailable(
-                zk, f"gave no session within {waited_s:g} s"
-            ) from None
+        # a session not started in time: ZooKeeperUnavailableError (named by main)
+        with quiet("kazoo"):
+            client = stack.enter_context(zookeeper_session(zk, start_timeout_s=waited_s))
         yield ControlPlane(client, ZooKeeperStore(client, settings.zk_root), settings, kafka)
 
 

@@ -3,13 +3,18 @@
     with named_services(args):      # main() runs every verb inside it
         args.func(args)
 
-A verb calls kazoo, confluent_kafka, psycopg, delta-rs or the time service's client, and each
-raises its own error when its service is stopped. Here, in one place for every verb,
-such an error (or one of ours it caused) becomes a :class:`ServiceUnavailableError`
-naming the service, the address this command used (its flag, the environment or
-``tidemark up``) and what to check; ``main`` prints it as one line and exits
-:data:`EXIT_UNAVAILABLE`. A library is looked up in ``sys.modules``: one that a verb
-never imported cannot have raised, and ``tidemark --help`` stays free of it.
+Each adapter raises its own subclass of :class:`ServiceUnavailableError` when its service
+does not answer (ZooKeeper's and Kafka's in ``tidemark.controller``, PostgreSQL's in
+the timeline, the time service's client's), naming the address it used. Here, in one
+place for every verb, the error's *type* picks the service's one line -- its name, its
+address (the error's, else the one this command used: its flag, the environment or
+``tidemark up``) and what to check; ``main`` prints it and exits :data:`EXIT_UNAVAILABLE`.
+The types are looked up in ``sys.modules``: a package a verb never imported cannot have
+raised, and ``tidemark --help`` stays free of it.
+
+The object store is still recognised from delta-rs' error text (:func:`_object_store_down`):
+Delta has no adapter package of its own yet to raise a typed error; that fallback goes
+when it has one.
 """
 
 from __future__ import annotations
@@ -91,6 +96,24 @@ OBJECT_STORE_SERVICE = Service(
     f"AWS_ENDPOINT_URL (or S3 itself) and {DELTA_ROOT} or --delta-root name it",
 )
 
+# the adapters' typed errors: (module, class, the service's line, its address's key)
+_TYPES = (
+    ("tidemark.controller.exceptions", "ZooKeeperUnavailableError", ZOOKEEPER_SERVICE, ZOOKEEPER),
+    ("tidemark.controller.exceptions", "KafkaUnavailableError", KAFKA_SERVICE, KAFKA),
+    (
+        "tidemark.pipelines.timeline.exceptions",
+        "StoreUnavailableError",
+        POSTGRESQL_SERVICE,
+        POSTGRES,
+    ),
+    (
+        "tidemark.pipelines.reading.time_service",
+        "TimeServiceUnavailableError",
+        TIME_SERVICE_SERVICE,
+        TIME_SERVICE,
+    ),
+)
+
 # how delta-rs (object_store) says no store answered, in the innermost lines of its error
 _STORE_DOWN_TEXTS = (
     "tcp connect error",
@@ -103,11 +126,6 @@ _STORE_DOWN_TEXTS = (
 _STORE_URL = re.compile(r"Error performing \w+ (https?://[^/\s]+)")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
-# where a time-out means Kafka did not answer
-_KAFKA_CLIENTS = ("confluent_kafka", "tidemark.controller.kafka", "tidemark.pipelines.writing")
-# librdkafka's codes for "no broker answered" (the rest are Kafka refusing a request)
-_KAFKA_DOWN_CODES = ("_TRANSPORT", "_ALL_BROKERS_DOWN", "_TIMED_OUT", "_RESOLVE", "_MSG_TIMED_OUT")
-
 
 def _chain(exc: BaseException) -> Iterator[BaseException]:
     """``exc`` and what caused it, outermost first."""
@@ -119,84 +137,25 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
         current = current.__cause__ or current.__context__
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0].strip()
-
-
 def _configured(service: str, args: argparse.Namespace) -> str:
     """The address this command used for ``service``: the verb's own flag (``controller
     run --zk``, ``timeline relay --bootstrap``), else the environment (where the global
     flags put theirs), else ``tidemark up``'s; ``(none given)`` when there is none."""
+    if service == TIME_SERVICE:
+        return os.environ.get(TIME_SERVICE, "").strip() or "(none given)"
     try:
         found = resolve_services(
             service, kafka=getattr(args, "bootstrap", None), zk=getattr(args, "zk", None)
         )
     except TidemarkError:
         return "(none given)"
-    address = {
-        KAFKA: found.kafka_bootstrap,
-        ZOOKEEPER: found.zk_connect,
-        POSTGRES: found.postgres_dsn,
-    }[service]
+    if service == POSTGRES:  # its host, port and database, never the password
+        timeline = sys.modules.get("tidemark.pipelines.timeline.store")
+        dsn = found.postgres_dsn
+        shown = timeline.postgres_address(dsn) if timeline is not None and dsn else None
+        return shown or "(the configured DSN)"
+    address = {KAFKA: found.kafka_bootstrap, ZOOKEEPER: found.zk_connect}[service]
     return address or "(none given)"
-
-
-def _postgres_address(dsn: str) -> str:
-    """``host:port/dbname`` of a DSN (never its password)."""
-    conninfo = sys.modules.get("psycopg.conninfo")
-    try:
-        parts = conninfo.conninfo_to_dict(dsn) if conninfo is not None else {}
-    except Exception:  # a DSN psycopg cannot parse: name no part of it
-        parts = {}
-    if not parts.get("host"):
-        return "(the configured DSN)"
-    return f"{parts['host']}:{parts.get('port', 5432)}/{parts.get('dbname', '')}"
-
-
-def _zookeeper_down(exc: BaseException) -> bool:
-    kazoo = sys.modules.get("kazoo.exceptions")
-    handler = sys.modules.get("kazoo.handlers.threading")
-    controller = sys.modules.get("tidemark.controller.exceptions")
-    kinds: tuple[type[BaseException], ...] = ()
-    if kazoo is not None:
-        kinds += (kazoo.ConnectionLoss, kazoo.SessionExpiredError, kazoo.OperationTimeoutError)
-    if handler is not None:
-        kinds += (handler.KazooTimeoutError,)
-    if controller is not None:
-        kinds += (controller.ZooKeeperUnavailableError,)
-    return bool(kinds) and isinstance(exc, kinds)
-
-
-def _raised_in(exc: BaseException, packages: tuple[str, ...]) -> bool:
-    """Whether a frame of ``exc``'s traceback runs code of one of ``packages``."""
-    tb = exc.__traceback__
-    while tb is not None:
-        if str(tb.tb_frame.f_globals.get("__name__", "")).startswith(packages):
-            return True
-        tb = tb.tb_next
-    return False
-
-
-def _kafka_down(exc: BaseException) -> bool:
-    if isinstance(exc, TimeoutError) and _raised_in(exc, _KAFKA_CLIENTS):
-        return True  # an admin request's future, a writer's flush: no broker answered
-    writing = sys.modules.get("tidemark.pipelines.writing.exceptions")
-    if writing is not None and isinstance(exc, writing.DeliveryError):
-        # every record timed out in the producer's queue: no broker took them
-        return bool(exc.failed) and all("_MSG_TIMED_OUT" in f.error for f in exc.failed)
-    kafka = sys.modules.get("confluent_kafka")
-    if kafka is None or not isinstance(exc, kafka.KafkaException) or not exc.args:
-        return False
-    error = exc.args[0]
-    if not isinstance(error, kafka.KafkaError):
-        return False
-    return error.code() in {getattr(kafka.KafkaError, c, None) for c in _KAFKA_DOWN_CODES}
-
-
-def _postgres_down(exc: BaseException) -> bool:
-    psycopg = sys.modules.get("psycopg")
-    return psycopg is not None and isinstance(exc, psycopg.OperationalError)
 
 
 def _object_store_down(exc: BaseException) -> str | None:
@@ -223,37 +182,40 @@ def _innermost_line(exc: BaseException) -> str:
     return found[-1] if found else type(exc).__name__
 
 
-def _time_service_down(exc: BaseException) -> bool:
-    client = sys.modules.get("tidemark.pipelines.reading.time_service")
-    return client is not None and isinstance(exc, client.ServiceUnavailableError)
+def _typed(exc: BaseException) -> tuple[Service, str] | None:
+    """The service whose adapter raised ``exc`` and its :data:`_ADDRESS_OF` key."""
+    for module, name, service, key in _TYPES:
+        found = sys.modules.get(module)
+        if found is not None and isinstance(exc, getattr(found, name)):
+            return service, key
+    return None
+
+
+def _delivery_outage(exc: BaseException) -> BaseException | None:
+    """A writer's records all timed out in its queue: the writer's own judgment."""
+    writing = sys.modules.get("tidemark.pipelines.writing.exceptions")
+    if writing is not None and isinstance(exc, writing.DeliveryError):
+        outage: BaseException | None = exc.outage()
+        return outage
+    return None
 
 
 def named(exc: BaseException, args: argparse.Namespace) -> ServiceUnavailableError | None:
     """The one-line error for ``exc`` when a stopped service caused it, else ``None``."""
     for cause in _chain(exc):
+        cause = _delivery_outage(cause) or cause
         if isinstance(cause, ServiceUnavailableError):
-            return cause
-        what = f"gave no answer ({_first_line(cause)})"
-        if isinstance(cause, TimeoutError) and not str(cause):
-            what = "gave no answer in time"
-        if _zookeeper_down(cause):
-            return ZOOKEEPER_SERVICE.unavailable(_configured(ZOOKEEPER, args), what)
-        if _kafka_down(cause):
-            return KAFKA_SERVICE.unavailable(_configured(KAFKA, args), what)
-        if _postgres_down(cause):
-            # an OperationalError may also be a refusal (a wrong password): say both
-            address = _postgres_address(_configured(POSTGRES, args))
-            return POSTGRESQL_SERVICE.unavailable(
-                address, f"refused or did not answer ({_first_line(cause)})"
-            )
+            typed = _typed(cause)
+            if typed is None:
+                return cause  # already one line (made with a Service below)
+            service, key = typed
+            address = cause.address or _configured(key, args)
+            return service.unavailable(address, cause.reason)
         store = _object_store_down(cause)
         if store is not None:
             return OBJECT_STORE_SERVICE.unavailable(
                 store, f"gave no answer ({_innermost_line(cause)})"
             )
-        if _time_service_down(cause):
-            url = os.environ.get(TIME_SERVICE, "").strip() or "(none given)"
-            return TIME_SERVICE_SERVICE.unavailable(url, what)
     return None
 
 

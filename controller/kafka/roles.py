@@ -1,0 +1,295 @@
+"""The kinds of Kafka client tidemark makes, each with its settings and their reasons.
+
+    producer = roles.client(roles.RELAY_PRODUCER, bootstrap)
+    consumer = roles.client(roles.READER_CONSUMER, bootstrap, {"group.id": group})
+    producer = roles.create(roles.DROP_IN_PRODUCER, users_settings)
+
+A :class:`Role` holds the settings tidemark fixes for one kind of client; every client
+is built here (:func:`client` / :func:`create`, the architecture test refuses
+``Producer(`` / ``Consumer(`` / ``AdminClient(`` anywhere else), on top of the
+connection from :func:`tidemark.controller.kafka.settings.client_config`. What a site
+adds (a group id, a transactional id, a user's overrides) comes after a role's settings
+and wins over them.
+
+librdkafka's ``log_level`` is a syslog level written to stderr when no ``logger`` is
+given: ``0`` keeps a client silent (its errors reach tidemark as exceptions or delivery
+reports, and a stopped broker's reconnect lines would drown a command's one-line answer),
+``3`` keeps errors only (a long-running timeline process's operator sees a broker
+refusing it). Clients that live in a user's process log through the ``logging`` module
+instead (:data:`KAFKA_LOGGER`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient
+from tidemark.controller.kafka.settings import client_config
+
+C = TypeVar("C", Producer, Consumer, AdminClient)
+
+KAFKA_LOGGER = logging.getLogger("tidemark.pipelines.kafka")
+"""Where the clients of writers and readers log (a user's process: its logging setup)."""
+
+SILENT = 0
+"""librdkafka's ``log_level`` for a client whose failures reach tidemark as errors."""
+ERRORS_ONLY = 3
+"""librdkafka's ``log_level`` for a long-running process's client: errors on stderr."""
+
+FETCH_QUEUE_BACKOFF_MS = 10
+"""librdkafka's ``fetch.queue.backoff.ms`` for readers (its default: 1000). Once a
+partition's prefetched queue passes its thresholds, the fetcher waits this long before
+fetching it again, even when the reader has emptied the queue meanwhile: with the
+default, ``read_next`` over a backlog stalls at every refill (``tests/bench/bench_read.py``
+measures it)."""
+
+
+@dataclass(frozen=True)
+class Role(Generic[C]):
+    """One kind of client: its class (``kind``) and the ``settings`` tidemark fixes for it."""
+
+    name: str
+    kind: type[C]
+    settings: Mapping[str, Any] = field(default_factory=dict)
+
+    def config(
+        self,
+        bootstrap: str,
+        extra: Mapping[str, Any] | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """The connection, this role's settings, then ``extra`` (which wins)."""
+        return {**client_config(bootstrap, environ), **self.settings, **(extra or {})}
+
+
+def create(role: Role[C], config: Mapping[str, Any]) -> C:
+    """The client of ``role``'s kind from a complete ``config`` (one :meth:`Role.config`
+    made, or a user's own settings for :data:`DROP_IN_PRODUCER`): the one place a Kafka
+    client is constructed."""
+    return role.kind(dict(config))
+
+
+def client(role: Role[C], bootstrap: str, extra: Mapping[str, Any] | None = None) -> C:
+    """The client of ``role`` connected to ``bootstrap`` (``extra``: the site's settings)."""
+    return create(role, role.config(bootstrap, extra))
+
+
+# --- writers ------------------------------------------------------------------------------
+
+EVENT_WRITER_PRODUCER = Role(
+    "event writer",
+    Producer,
+    {
+        # A retried send never duplicates or reorders a record: the marks' positions
+        # count records, so a duplicate would move a writer's position past its data.
+        "enable.idempotence": True,
+        "logger": KAFKA_LOGGER,  # the application's process: its logging, not stderr
+    },
+)
+"""An :class:`~tidemark.pipelines.writing.writer.EventWriter`'s producer (``linger.ms``,
+the delivery timeout and the client id come from its ``WriterConfig``)."""
+
+TRANSACTIONAL_PRODUCER = Role(
+    "transactional writer",
+    Producer,
+    # The same as an event writer's; its transactional id and timeouts come with it.
+    EVENT_WRITER_PRODUCER.settings,
+)
+"""A :class:`~tidemark.pipelines.writing.transactions.TransactionalWriter`'s producer."""
+
+
+def writer_role(transactional: bool) -> Role[Producer]:
+    """The role of a writer's producer: transactional or not."""
+    return TRANSACTIONAL_PRODUCER if transactional else EVENT_WRITER_PRODUCER
+
+
+DROP_IN_PRODUCER = Role("drop-in producer", Producer)
+""":class:`~tidemark.pipelines.writing.producer.TidemarkProducer`: the application's own
+settings as it gave them (a drop-in for its ``Producer``), nothing added here."""
+
+MARKS_PRODUCER = Role(
+    "marks registration",
+    Producer,
+    # Each writer's time-0 mark is sent once and in order, whatever the broker retries.
+    {"enable.idempotence": True},
+)
+"""The controller job's registration of its Spark writers (a time-0 mark each)."""
+
+# --- readers ------------------------------------------------------------------------------
+
+READER_CONSUMER = Role(
+    "reader",
+    Consumer,
+    {
+        # A reader's position is what the group commits (its stream cut), not what the
+        # client read ahead: tidemark commits and stores offsets itself.
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        # Only committed transactions' records are events; aborted ones never reach a reader.
+        "isolation.level": "read_committed",
+        # The end of a segment is news: a sealed segment read to its end hands over.
+        "enable.partition.eof": True,
+        # A fetch below the first offset Kafka holds means a truncation removed unread
+        # events: report it (ReaderBehindHeadError), never jump silently.
+        "auto.offset.reset": "error",
+        "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
+        "logger": KAFKA_LOGGER,  # the application's process: its logging, not stderr
+    },
+)
+"""A reader group's consumers (each reader's, and the group's committed offsets);
+the group id, client id and the group's ``consumer_overrides`` come with it."""
+
+ADMIN = Role(
+    "admin",
+    AdminClient,
+    # Its failures come back as the requests' errors; reconnect lines would be noise.
+    {"log_level": SILENT},
+)
+"""Topics, consumer groups and ACLs: the control plane's and the CLI's requests."""
+
+# --- the controller -----------------------------------------------------------------------
+
+CONTROLLER_LOOKUPS = Role(
+    "controller lookups",
+    AdminClient,
+    {
+        "log_level": SILENT,  # a failed lookup raises, or leaves its key out, as asked
+        # A stream's new segments (a scale) are looked up within seconds, not the
+        # default five minutes of cached metadata.
+        "topic.metadata.refresh.interval.ms": 5_000,
+    },
+)
+"""The controller job's offset lookups (last stable offsets of stream topics)."""
+
+DUE_RECORDS_PRODUCER = Role(
+    "due records",
+    Producer,
+    {
+        # A due record is the input of the next micro-batch: send it at once.
+        "linger.ms": 0,
+        "log_level": SILENT,  # an unacknowledged one is counted, logged and sent again
+    },
+)
+"""The controller's due records (``message.timeout.ms`` is the scheduler's)."""
+
+SEGMENT_SIZES_CONSUMER = Role(
+    "segment sizes",
+    Consumer,
+    {
+        "group.id": "tidemark-segment-sizes",  # never commits: assign() only
+        "enable.auto.commit": False,
+        "enable.partition.eof": True,  # counting stops at a segment's end
+        "auto.offset.reset": "earliest",  # a segment is counted from its first record
+        "log_level": SILENT,
+    },
+)
+"""The control plane's count of the bytes each segment holds."""
+
+# --- the timeline -------------------------------------------------------------------------
+
+_TIMELINE_DELIVERY = {
+    # A message leaves the timeline once: retries neither duplicate nor reorder it, and
+    # only an acknowledgement of every in-sync replica marks it sent.
+    "enable.idempotence": True,
+    "acks": "all",
+    "log_level": ERRORS_ONLY,
+}
+
+TIMELINE_KAFKA_PRODUCER = Role(
+    "timeline producer",
+    Producer,
+    # A few ms of batching: scheduling is not latency-bound to the millisecond.
+    {**_TIMELINE_DELIVERY, "linger.ms": 5},
+)
+""":class:`~tidemark.pipelines.timeline.producer.KafkaTimelineProducer` (the
+application's ``config`` comes after, and wins)."""
+
+RELAY_PRODUCER = Role(
+    "timeline relay",
+    Producer,
+    # Due messages go out close to their time; 2 ms still batches a due burst.
+    {**_TIMELINE_DELIVERY, "linger.ms": 2},
+)
+"""The timeline relay's producer of due messages to their target topics."""
+
+BUFFER_PRODUCER = Role(
+    "timeline buffer relay",
+    Producer,
+    # Transactional (its id comes with it): a batch and its offsets commit together.
+    {**_TIMELINE_DELIVERY, "linger.ms": 5},
+)
+"""The buffered relay's transactional producer."""
+
+BUFFER_GROUP = Role(
+    "timeline buffer group",
+    Consumer,
+    # Only its group metadata is used (offsets sent within the producer's transactions).
+    {"enable.auto.commit": False},
+)
+"""The consumer group whose metadata the buffered relay's transactions carry."""
+
+_TIMELINE_INPUT = {
+    # Offsets are committed once the records are stored in PostgreSQL, not before.
+    "enable.auto.commit": False,
+    # A new group stores what waits in its topic from the start.
+    "auto.offset.reset": "earliest",
+    # Only committed transactions' records are stored.
+    "isolation.level": "read_committed",
+    "log_level": ERRORS_ONLY,
+}
+
+INGEST_CONSUMER = Role("timeline ingest", Consumer, _TIMELINE_INPUT)
+"""The timeline's ingest of a Kafka topic into PostgreSQL."""
+
+BUFFER_CONSUMER = Role(
+    "timeline buffer",
+    Consumer,
+    {
+        **_TIMELINE_INPUT,
+        "enable.auto.offset.store": False,  # stored once the rows are in PostgreSQL
+        # Little read-ahead: the backlog waits in Kafka, not in this process.
+        "queued.max.messages.kbytes": 4_096,
+    },
+)
+"""The timeline buffer's consumer of its input topic."""
+
+DEAD_LETTER_PRODUCER = Role(
+    "timeline dead letters",
+    Producer,
+    # A refused record is parked for a person to read: every replica has it, and a
+    # duplicate after a retry is harmless there.
+    {"acks": "all", "log_level": ERRORS_ONLY},
+)
+"""The timeline ingest's producer of the records it refuses."""
+
+
+__all__ = [
+    "ADMIN",
+    "BUFFER_CONSUMER",
+    "BUFFER_GROUP",
+    "BUFFER_PRODUCER",
+    "CONTROLLER_LOOKUPS",
+    "DEAD_LETTER_PRODUCER",
+    "DROP_IN_PRODUCER",
+    "DUE_RECORDS_PRODUCER",
+    "ERRORS_ONLY",
+    "EVENT_WRITER_PRODUCER",
+    "FETCH_QUEUE_BACKOFF_MS",
+    "INGEST_CONSUMER",
+    "KAFKA_LOGGER",
+    "MARKS_PRODUCER",
+    "READER_CONSUMER",
+    "RELAY_PRODUCER",
+    "SEGMENT_SIZES_CONSUMER",
+    "SILENT",
+    "TIMELINE_KAFKA_PRODUCER",
+    "TRANSACTIONAL_PRODUCER",
+    "Role",
+    "client",
+    "create",
+    "writer_role",
+]

@@ -1,0 +1,90 @@
+"""Each adapter says its service did not answer with its own typed error of the common
+hierarchy, naming the address it used -- here against ports nothing listens on."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from tidemark.errors import ServiceUnavailableError
+
+pytestmark = pytest.mark.unit
+
+
+def _closed_address() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{s.getsockname()[1]}"
+
+
+def test_zookeeper_giving_no_session_is_zookeepers_error() -> None:
+    from tidemark.controller.exceptions import ZooKeeperUnavailableError
+    from tidemark.controller.zookeeper.session import open_session
+
+    address = _closed_address()
+    with pytest.raises(ZooKeeperUnavailableError) as raised:
+        open_session(address, start_timeout_s=0.5)
+    error = raised.value
+    assert isinstance(error, ServiceUnavailableError)
+    assert (error.service, error.address) == ("ZooKeeper", address)
+    assert error.reason == "gave no session within 0.5 s"
+
+
+def test_kafka_not_answering_an_admin_request_is_kafkas_error() -> None:
+    from tidemark.controller.exceptions import KafkaUnavailableError
+    from tidemark.controller.kafka.admin import StreamTopics
+
+    address = _closed_address()
+    with pytest.raises(KafkaUnavailableError) as raised:
+        StreamTopics(address, timeout_s=0.5).delete("orders")
+    error = raised.value
+    assert isinstance(error, ServiceUnavailableError) and isinstance(error, TimeoutError)
+    assert (error.service, error.address, error.reason) == (
+        "Kafka",
+        address,
+        "gave no answer in time",
+    )
+
+
+def test_postgresql_refusing_the_connection_is_the_timelines_error() -> None:
+    from tidemark.pipelines.timeline.exceptions import StoreUnavailableError
+    from tidemark.pipelines.timeline.store import TimelineStore
+
+    address = _closed_address()
+    with pytest.raises(StoreUnavailableError) as raised:
+        TimelineStore(f"postgresql://alice:s3cret@{address}/db", connect_timeout_s=2)
+    error = raised.value
+    assert isinstance(error, ServiceUnavailableError)
+    assert (error.service, error.address) == ("PostgreSQL", f"{address}/db")
+    assert error.reason.startswith("refused or did not answer (") and "s3cret" not in error.reason
+    assert str(error).startswith("[store-unavailable] ")  # the timeline's rule, as before
+
+
+def test_the_time_service_not_answering_is_its_clients_error() -> None:
+    from tidemark.pipelines.reading.time_service import (
+        TimeServiceClient,
+        TimeServiceUnavailableError,
+    )
+
+    url = f"http://{_closed_address()}"
+    with pytest.raises(TimeServiceUnavailableError) as raised:
+        TimeServiceClient(url, timeout_s=0.5).get("/api/streams")
+    error = raised.value
+    assert isinstance(error, ServiceUnavailableError)
+    assert (error.service, error.address) == ("the time service", url)
+    assert error.reason.startswith("gave no answer (")
+
+
+def test_an_adapter_that_wraps_kafkas_errors_keeps_its_type_caused_by_the_outage() -> None:
+    from confluent_kafka import KafkaError, KafkaException
+    from tidemark.controller.exceptions import KafkaOperationError, KafkaUnavailableError
+    from tidemark.controller.kafka.outages import named_cause
+
+    down = KafkaException(KafkaError(KafkaError._TRANSPORT))
+    cause = named_cause("k1:9092", down)
+    assert isinstance(cause, KafkaUnavailableError) and cause.__cause__ is down
+    assert cause.address == "k1:9092" and cause.reason.startswith("gave no answer (")
+    refused = KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
+    assert named_cause("k1:9092", refused) is refused  # Kafka answered: it refused
+    assert not issubclass(KafkaUnavailableError, KafkaOperationError)
