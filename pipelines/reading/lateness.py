@@ -25,9 +25,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 import pyarrow as pa
-from deltalake import write_deltalake
+from tidemark.controller.delta.tables import DeltaSource, append_rows
 from tidemark.controller.model import Watermark
-from tidemark.pipelines.reading.watermark_tables import DeltaSource
 from tidemark.schemas.arrow import LAGGARDS_ARROW
 from tidemark.schemas.tables import (
     LAGGARDS,
@@ -104,12 +103,7 @@ def append_laggards(
 ) -> None:
     """Append one snapshot (the controller's sink does this in production; tools, tests)."""
     rows = pa.Table.from_pylist(laggard_rows(stream, at, laggards), schema=LAGGARDS_ARROW)
-    write_deltalake(
-        table_path(delta_root, LAGGARDS),
-        rows,
-        mode="append",
-        storage_options=dict(storage_options or {}) or None,
-    )
+    append_rows(table_path(delta_root, LAGGARDS), rows, storage_options)
 
 
 class LateCounter:

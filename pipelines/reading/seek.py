@@ -29,13 +29,13 @@ can hold a better row; the cut is the found row's own ``stream_cut`` (read with 
 one table opened), or for a row written before ``index`` had that column, read
 from the one ``marks`` row group whose statistics hold that ``seq`` and ``time``
 (``marks`` opened after the index, so it holds the row). The maintenance
-(``tidemark.jobs.maintenance``) keeps files few and compacts them in commit order
+(``tidemark.controller.delta.maintenance``) keeps files few and compacts them in commit order
 with small row groups, so a cold lookup reads a checkpoint, a short log
 tail, and one or two row groups of ``index`` -- whatever the table's age and
 the number of streams. A stream asked about again is loaded: its ``time`` and
 ``upper_time_max`` columns are kept in memory as sorted int64 arrays,
 refreshed at most every ``refresh_interval_ms`` and only by the table
-versions added since (:class:`~tidemark.pipelines.reading.watermark_tables.TableTail`),
+versions added since (:class:`~tidemark.controller.delta.tables.TableTail`),
 and searched by ``tidemark.controller.index`` (binary search); cuts are cached.
 """
 
@@ -51,6 +51,20 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypedDict, Unpack, overload
 
+from tidemark.controller.delta.tables import (
+    INDEX,
+    INDEX_SEARCH_COLUMNS,
+    MARKS,
+    DataFile,
+    DeltaSource,
+    TableTail,
+    cut_from_cell,
+    find_in_group,
+    read_cell,
+    read_cut_from,
+    resolve_delta_root,
+    table_path,
+)
 from tidemark.controller.index import start_index, stop_index
 from tidemark.controller.metadata import StreamMetadata
 from tidemark.controller.model import StreamCut
@@ -70,20 +84,6 @@ from tidemark.pipelines.reading.exceptions import (
     WatermarksUnavailableError,
 )
 from tidemark.pipelines.reading.streams import all_complete, check_streams
-from tidemark.pipelines.reading.watermark_tables import (
-    INDEX,
-    INDEX_SEARCH_COLUMNS,
-    MARKS,
-    DataFile,
-    DeltaSource,
-    TableTail,
-    cut_from_cell,
-    find_in_group,
-    read_cell,
-    read_cut_from,
-    resolve_delta_root,
-    table_path,
-)
 
 log = logging.getLogger(__name__)
 

@@ -39,6 +39,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol, TypedDict, Unpack, overload
 
+from tidemark.controller.delta.tables import MarksTail, resolve_delta_root
 from tidemark.controller.model import Watermark
 from tidemark.controller.timestamps import check_timestamp, wall_clock_ms
 from tidemark.pipelines.reading.exceptions import (
@@ -55,7 +56,6 @@ from tidemark.pipelines.reading.time_service import (
     time_service_url,
     watermark_from_json,
 )
-from tidemark.pipelines.reading.watermark_tables import MarksTail, resolve_delta_root
 
 log = logging.getLogger(__name__)
 

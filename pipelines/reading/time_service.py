@@ -31,12 +31,12 @@ import urllib.parse
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tidemark.controller.delta.tables import resolve_delta_root
 from tidemark.controller.exceptions import UnknownStreamError
 from tidemark.controller.metadata import cut_from_json, cut_to_json
 from tidemark.controller.model import StreamCut, Watermark
 from tidemark.pipelines.reading.exceptions import InvalidTimestampError
 from tidemark.pipelines.reading.seek import Found, SeekIndex, shared_index
-from tidemark.pipelines.reading.watermark_tables import resolve_delta_root
 
 from tidemark.environment import TIME_SERVICE
 

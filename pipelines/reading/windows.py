@@ -17,6 +17,11 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Set
 
+from tidemark.controller.delta.tables import (
+    MarksTail,
+    read_watermarks,
+    resolve_delta_root,
+)
 from tidemark.controller.model import (
     END_OF_SEGMENT,
     Position,
@@ -26,11 +31,6 @@ from tidemark.controller.model import (
     Watermark,
 )
 from tidemark.controller.timewindow import WindowTracker
-from tidemark.pipelines.reading.watermark_tables import (
-    MarksTail,
-    read_watermarks,
-    resolve_delta_root,
-)
 
 log = logging.getLogger(__name__)
 

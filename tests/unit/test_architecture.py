@@ -3,7 +3,9 @@
 - a ``KazooClient`` is created only in ``controller/zookeeper/`` (the session factory);
 - Kafka client settings (``bootstrap.servers``, ``security.protocol``, ``sasl.*``, and
   Spark's ``kafka.bootstrap.servers`` / ``kafka.security.*`` / ``kafka.sasl.*``) are
-  assembled only by the builder, ``controller/kafka/settings.py``.
+  assembled only by the builder, ``controller/kafka/settings.py``;
+- ``deltalake`` is imported, and ``write_deltalake`` / ``DeltaTable`` named, only in the
+  Delta adapter, ``controller/delta/``.
 
 "Assembled" means written as a key: a dict literal's key, the target of a subscript
 assignment, or the name given to ``.option(...)``. Reading a setting
@@ -28,6 +30,8 @@ PACKAGES = ("controller", "pipelines", "schemas", "jobs", "infra", "tidemark")
 SESSION_HOME = "controller/zookeeper/"
 SETTINGS_HOME = "controller/kafka/settings.py"
 SETTINGS_EXEMPT = frozenset({SETTINGS_HOME, "infra/kafka.py"})
+DELTA_HOME = "controller/delta/"
+DELTA_NAMES = frozenset({"write_deltalake", "DeltaTable"})
 
 KAFKA_SETTING = re.compile(
     r"^(kafka\.)?(bootstrap\.servers|security\.protocol)$|^(kafka\.)?sasl\.|^kafka\.security\."
@@ -73,6 +77,26 @@ def kafka_settings_assembled(source: str) -> list[tuple[int, str]]:
         ):
             check(node.args[0], node.lineno)
     return found
+
+
+def delta_uses(source: str) -> list[tuple[int, str]]:
+    """(line, what) of every ``deltalake`` import and every name ``write_deltalake`` or
+    ``DeltaTable`` (called, imported under another name, or read as an attribute)."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if _is_deltalake(a.name)]
+        elif isinstance(node, ast.ImportFrom) and _is_deltalake(node.module or ""):
+            found.append((node.lineno, node.module or ""))
+        elif isinstance(node, ast.Name) and node.id in DELTA_NAMES:
+            found.append((node.lineno, node.id))
+        elif isinstance(node, ast.Attribute) and node.attr in DELTA_NAMES:
+            found.append((node.lineno, node.attr))
+    return found
+
+
+def _is_deltalake(module: str) -> bool:
+    return module.split(".")[0] == "deltalake"
 
 
 def project_sources() -> list[tuple[str, str]]:
@@ -122,6 +146,17 @@ def test_kafka_client_settings_are_assembled_only_by_the_builder():
         "kafka.security.protocol",
         "kafka.sasl.jaas.config",
     }
+
+
+def test_delta_is_reached_only_through_its_adapter():
+    offenders = {
+        path: uses
+        for path, text in project_sources()
+        if not path.startswith(DELTA_HOME) and (uses := delta_uses(text))
+    }
+    assert offenders == {}, "use tidemark.controller.delta (its tables, appends, maintenance)"
+    homes = {path for path, text in project_sources() if delta_uses(text)}
+    assert {"controller/delta/tables.py", "controller/delta/appends.py"} <= homes
 
 
 # --- the checks can fail ---------------------------------------------------------------------
@@ -174,3 +209,28 @@ def test_kafka_settings_assembled_elsewhere_are_found(source, key):
 )
 def test_other_uses_of_kafka_keys_are_not_found(source):
     assert kafka_settings_assembled(source) == []
+
+
+@pytest.mark.parametrize(
+    ("source", "what"),
+    [
+        ("import deltalake\n", "deltalake"),
+        ("from deltalake.exceptions import TableNotFoundError\n", "deltalake.exceptions"),
+        ("def f(w):\n    write_deltalake(w)\n", "write_deltalake"),
+        ("def f(m, u):\n    m.DeltaTable(u)\n", "DeltaTable"),
+    ],
+)
+def test_delta_reached_elsewhere_is_found(source, what):
+    assert [w for _, w in delta_uses(source)] == [what]
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from tidemark.controller.delta.tables import read_table\n",
+        "class DeltaTables: ...\n",  # another name
+        '"""reads the DeltaTable with write_deltalake"""\n',  # prose
+    ],
+)
+def test_other_mentions_of_delta_are_not_found(source):
+    assert delta_uses(source) == []

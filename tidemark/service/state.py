@@ -39,6 +39,15 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from tidemark.controller.delta.exceptions import DeltaUnavailableError
+from tidemark.controller.delta.tables import (
+    MarksTail,
+    read_marks_as_of,
+    read_rejected,
+    read_table,
+    read_watermarks,
+    resolve_delta_root,
+)
 from tidemark.controller.exceptions import ZooKeeperUnavailableError
 from tidemark.controller.index import stop_index
 from tidemark.controller.metadata import StreamMetadata
@@ -47,18 +56,9 @@ from tidemark.controller.naming import ClusterSettings
 from tidemark.controller.store import MetadataStore
 from tidemark.controller.zookeeper.driver import controller_view
 from tidemark.errors import ConfigurationError, ServiceUnavailableError, TidemarkError
-from tidemark.pipelines.reading.exceptions import WatermarksUnavailableError
 from tidemark.pipelines.reading.group import open_group
 from tidemark.pipelines.reading.seek import Found, SeekIndex, check_timestamp, live_metadata
 from tidemark.pipelines.reading.time_service import cut_to_json
-from tidemark.pipelines.reading.watermark_tables import (
-    MarksTail,
-    read_marks_as_of,
-    read_rejected,
-    read_table,
-    read_watermarks,
-    resolve_delta_root,
-)
 from tidemark.schemas.tables import LAGGARDS, cut_from_cell, laggards_by_stream
 from tidemark.service.group_metrics import GroupLagCollector
 
@@ -432,7 +432,7 @@ class TimeService:
                 as_of_ms=as_of_ms,
                 storage_options=self.storage_options,
             )
-        except WatermarksUnavailableError as exc:
+        except DeltaUnavailableError as exc:
             raise ConfigurationError(str(exc)) from exc
         return read, [
             {

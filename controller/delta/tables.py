@@ -36,9 +36,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
+from tidemark.controller.delta.exceptions import DeltaUnavailableError
 from tidemark.controller.index import running_max
 from tidemark.controller.model import Watermark
-from tidemark.pipelines.reading.exceptions import WatermarksUnavailableError
 from tidemark.schemas.tables import (
     INDEX,
     INDEX_COLUMNS,
@@ -75,7 +75,7 @@ def resolve_delta_root(delta_root: str | os.PathLike[str] | None) -> str:
     found = os.environ.get(DELTA_ROOT_ENV, "").strip()
     if found:
         return found
-    raise WatermarksUnavailableError(
+    raise DeltaUnavailableError(
         f"no delta root: pass delta_root=... or set {DELTA_ROOT_ENV} to where the "
         "controller writes its tables"
     )
@@ -224,13 +224,13 @@ class DeltaSource:
             except TableNotFoundError:
                 return False
             except Exception as exc:
-                raise WatermarksUnavailableError(f"cannot open table {self.uri}: {exc}") from exc
+                raise DeltaUnavailableError(f"cannot open table {self.uri}: {exc}") from exc
             return True
         before = self._table.version()
         try:
             self._table.update_incremental()
         except Exception as exc:
-            raise WatermarksUnavailableError(f"cannot refresh table {self.uri}: {exc}") from exc
+            raise DeltaUnavailableError(f"cannot refresh table {self.uri}: {exc}") from exc
         return bool(self._table.version() != before)
 
     @property
@@ -266,11 +266,11 @@ class DeltaSource:
     def latest_files(self) -> list[DataFile]:
         """Every data file of the latest version (a :meth:`refresh`, then :meth:`files`).
         A local table not opened yet stays so: its log is read directly
-        (:func:`tidemark.pipelines.reading.delta_log.live_files`, a checkpoint and the commits
+        (:func:`tidemark.controller.delta.log.live_files`, a checkpoint and the commits
         after it: a third of a delta-rs open), as its files are all that is asked."""
         with self._lock:
             if self._table is None and not on_object_store(self.uri):
-                from tidemark.pipelines.reading.delta_log import live_files  # pyarrow on use
+                from tidemark.controller.delta.log import live_files  # pyarrow on use
 
                 root = self.uri.removeprefix("file://")
                 found = live_files(root)
@@ -340,7 +340,7 @@ def _prefix(uris: Sequence[str], path: str) -> str:
     for uri in uris:
         if uri.endswith(path):
             return uri[: len(uri) - len(path)]
-    raise WatermarksUnavailableError(f"data file {path} is not among the table's files")
+    raise DeltaUnavailableError(f"data file {path} is not among the table's files")
 
 
 Bounds = Mapping[str, tuple[int | None, int | None]]
@@ -358,7 +358,7 @@ def read_files(
     within its bounds, sorted by ``seq``.
 
     Only the row groups whose Parquet statistics may hold such rows are read
-    (compacted files have small row groups, see ``tidemark.jobs.maintenance``), and
+    (compacted files have small row groups, see ``tidemark.controller.delta.maintenance``), and
     the rows are filtered with compute kernels, not a dataset scan.
     """
     import pyarrow as pa  # on use: importing this module stays light
@@ -646,7 +646,6 @@ def append_watermarks(
     maximum of earlier rows.
     """
     import pyarrow as pa  # pyarrow and deltalake only where a table is written
-    from deltalake import write_deltalake  # as above
     from tidemark.schemas.arrow import (  # pyarrow: its Arrow schemas, as above
         INDEX_ARROW,
         MARKS_ARROW,
@@ -664,9 +663,47 @@ def append_watermarks(
         [index_row(w, top) for w, top in zip(watermarks, maxima, strict=True)],
         schema=INDEX_ARROW,
     )
-    options = dict(storage_options or {}) or None
-    write_deltalake(table_path(delta_root, MARKS), marks, mode="append", storage_options=options)
-    write_deltalake(table_path(delta_root, INDEX), index, mode="append", storage_options=options)
+    append_rows(table_path(delta_root, MARKS), marks, storage_options)
+    append_rows(table_path(delta_root, INDEX), index, storage_options)
+
+
+def append_rows(uri: str, rows: pa.Table, storage_options: Mapping[str, str] | None = None) -> None:
+    """Append ``rows`` (already in the table's Arrow schema) to the table at ``uri``,
+    creating it when missing; for tools and tests (the controller appends through
+    :class:`tidemark.controller.delta.appends.DeltaTables`)."""
+    from deltalake import write_deltalake  # on use: importing this module stays light
+
+    write_deltalake(uri, rows, mode="append", storage_options=dict(storage_options or {}) or None)
+
+
+def is_table(uri: str, storage_options: Mapping[str, str] | None = None) -> bool:
+    """Whether a Delta table lives at ``uri``."""
+    from deltalake import DeltaTable  # on use: importing this module stays light
+
+    return bool(DeltaTable.is_deltatable(uri, storage_options=dict(storage_options or {}) or None))
+
+
+def column_max(
+    uri: str, column: str, stream: str, storage_options: Mapping[str, str] | None = None
+) -> int | None:
+    """The largest ``column`` of ``stream``'s rows in the table at ``uri`` (``None``: no
+    table, no row)."""
+    import pyarrow.compute as pc  # on use: importing this module stays light
+    import pyarrow.dataset as ds  # as above
+    from deltalake import DeltaTable  # as above
+    from deltalake.exceptions import TableNotFoundError  # as above
+
+    try:
+        table = DeltaTable(uri, storage_options=dict(storage_options or {}) or None)
+    except TableNotFoundError:
+        return None
+    values = (
+        table.to_pyarrow_dataset()
+        .to_table(columns=[column], filter=ds.field("stream") == stream)
+        .column(column)
+    )
+    found = pc.max(values).as_py() if len(values) else None
+    return None if found is None else int(found)
 
 
 def read_watermarks(
@@ -721,7 +758,7 @@ def read_marks_as_of(
 ) -> tuple[int | None, list[dict[str, Any]]]:
     """``stream``'s ``marks`` rows with ``time >= since_ms`` as of a table ``version`` or a
     time ``as_of_ms`` (neither: the latest), in ``seq`` order; (version read, rows).
-    ``(None, [])`` when there is no table; :class:`WatermarksUnavailableError` when the
+    ``(None, [])`` when there is no table; :class:`DeltaUnavailableError` when the
     version does not exist."""
     import pyarrow.dataset as ds  # pyarrow and deltalake only where a table is read
     from deltalake import DeltaTable  # as above
@@ -738,7 +775,7 @@ def read_marks_as_of(
     except TableNotFoundError:
         return None, []
     except (DeltaError, ValueError, OSError) as exc:
-        raise WatermarksUnavailableError(f"marks table: no such version ({exc})") from exc
+        raise DeltaUnavailableError(f"marks table: no such version ({exc})") from exc
     table = dt.to_pyarrow_dataset().to_table(
         filter=(ds.field("stream") == stream) & (ds.field("time") >= since_ms)
     )
@@ -810,10 +847,13 @@ __all__ = [
     "MarksTail",
     "TableTail",
     "add_actions",
+    "append_rows",
     "append_watermarks",
+    "column_max",
     "cut_from_cell",
     "filesystem_path",
     "find_in_group",
+    "is_table",
     "one_moment",
     "read_cell",
     "read_cut",
