@@ -65,7 +65,7 @@ from tidemark.controller.delta.tables import (
     resolve_delta_root,
     table_path,
 )
-from tidemark.controller.index import start_index, stop_index
+from tidemark.controller.index import START, STOP, Rule
 from tidemark.controller.metadata import StreamMetadata
 from tidemark.controller.model import StreamCut
 from tidemark.controller.navigation import (
@@ -123,6 +123,10 @@ class _StreamTimes:
     times: array[int]
     upper_time_max: array[int]
     checked_at: float = float("-inf")
+
+    def values(self, rule: Rule) -> array[int]:
+        """The column ``rule`` searches."""
+        return self.upper_time_max if rule.column == "upper_time_max" else self.times
 
 
 @dataclass(frozen=True)
@@ -207,16 +211,14 @@ class SeekIndex:
         """:meth:`start`'s cut for each of ``streams`` (``None``: the head), in one go:
         the loaded streams are refreshed together and searched under one lock; the
         others are asked one by one (cold lookups, or the lookup that loads them)."""
-        return self._cuts_of(streams, t, start=True)
+        return self._cuts_of(streams, START, t)
 
     def stop_cuts(self, streams: Sequence[str], t: int) -> dict[str, StreamCut | None]:
         """:meth:`stop`'s cut for each of ``streams`` (``None``: not complete yet), as
         :meth:`start_cuts` does it."""
-        return self._cuts_of(streams, t, start=False)
+        return self._cuts_of(streams, STOP, t)
 
-    def _cuts_of(
-        self, streams: Sequence[str], t: int, *, start: bool
-    ) -> dict[str, StreamCut | None]:
+    def _cuts_of(self, streams: Sequence[str], rule: Rule, t: int) -> dict[str, StreamCut | None]:
         found: dict[str, StreamCut | None] = {}
         with self._lock:
             self._refresh_loaded(streams)
@@ -224,19 +226,19 @@ class SeekIndex:
                 entry = self._streams.get(stream)
                 if entry is None:
                     continue
-                at = start_index(entry.upper_time_max, t) if start else stop_index(entry.times, t)
+                at = rule.position(entry.values(rule), t)
                 found[stream] = (
                     None if at is None else self.cut(stream, entry.seqs[at], entry.times[at])
                 )
         rest = [s for s in streams if s not in found]  # not loaded: asked outside the lock
-        found.update(self._one_by_one(rest, t, start=start))
+        found.update(self._one_by_one(rest, rule, t))
         return {s: found[s] for s in streams}
 
     def _one_by_one(
-        self, streams: Sequence[str], t: int, *, start: bool
+        self, streams: Sequence[str], rule: Rule, t: int
     ) -> dict[str, StreamCut | None]:
         """:meth:`start` (or :meth:`stop`) asked for each stream on its own."""
-        found = {s: self.start(s, t) if start else self.stop(s, t) for s in streams}
+        found = {s: self.find(s, rule, t) for s in streams}
         return {s: None if f is None else f.stream_cut for s, f in found.items()}
 
     def columns(self, stream: str) -> tuple[array[int], array[int], array[int]]:
@@ -247,25 +249,31 @@ class SeekIndex:
 
     def start_position(self, stream: str, t: int) -> int | None:
         """Index (in the cached columns) of the latest row whose upper time max is < ``t``."""
-        _, _, upper = self.columns(stream)
-        return start_index(upper, t)
+        return self.position(stream, START, t)
 
     def stop_position(self, stream: str, t: int) -> int | None:
         """Index of the first row whose time is >= ``t``; ``None`` while there is none."""
-        _, times, _ = self.columns(stream)
-        return stop_index(times, t)
+        return self.position(stream, STOP, t)
+
+    def position(self, stream: str, rule: Rule, t: int) -> int | None:
+        """Index (in the cached columns, refreshed if due) of the row ``rule`` picks."""
+        self.refresh(stream)
+        return rule.position(self._streams[stream].values(rule), t)
 
     def start(self, stream: str, t: int) -> Found | None:
         """The watermark to start at for time ``t``; ``None``: the head of the stream."""
-        if self._cold(stream):
-            return self._found_row(stream, self._cold_start_row(stream, t))
-        return self._found(stream, self.start_position(stream, t))
+        return self.find(stream, START, t)
 
     def stop(self, stream: str, t: int) -> Found | None:
         """The watermark to stop at for time ``t``; ``None``: not complete yet."""
+        return self.find(stream, STOP, t)
+
+    def find(self, stream: str, rule: Rule, t: int) -> Found | None:
+        """The watermark ``rule`` picks for time ``t``: from the table while the stream is
+        cold (its statistics searched by the same rule), then from memory."""
         if self._cold(stream):
-            return self._found_row(stream, self._cold_stop_row(stream, t))
-        return self._found(stream, self.stop_position(stream, t))
+            return self._found_row(stream, self._cold_row(stream, rule, t))
+        return self._found(stream, self.position(stream, rule, t))
 
     def warm(self, stream: str) -> bool:
         """True when the stream's index columns are in memory (lookups are searches)."""
@@ -332,37 +340,28 @@ class SeekIndex:
 
     def cold_start_seq(self, stream: str, t: int) -> int | None:
         """``seq`` of the start watermark for ``t``, reading only the files that can hold it."""
-        row = self._cold_start_row(stream, t)
+        row = self._cold_row(stream, START, t)
         return None if row is None else row.seq
 
     def cold_stop_seq(self, stream: str, t: int) -> int | None:
         """``seq`` of the stop watermark for ``t``, reading only files that can hold it."""
-        row = self._cold_stop_row(stream, t)
+        row = self._cold_row(stream, STOP, t)
         return None if row is None else row.seq
 
-    def _cold_start_row(self, stream: str, t: int) -> _Row | None:
-        """The latest row with ``upper_time_max < t``: files whose minimum is below ``t``,
-        by descending maximum; ``upper_time_max`` never decreases with ``seq``, so once a
-        file's maximum is below the best value found, no later file can hold a later row."""
-        return self._cold_row(stream, "upper_time_max", (None, t - 1), latest=True)
-
-    def _cold_stop_row(self, stream: str, t: int) -> _Row | None:
-        """The first row with ``time >= t``: files whose maximum reaches ``t``, by ascending
-        minimum, until a file's minimum is past the best ``time`` found."""
-        return self._cold_row(stream, "time", (t, None), latest=False)
-
-    def _cold_row(
-        self, stream: str, column: str, bounds: tuple[int | None, int | None], *, latest: bool
-    ) -> _Row | None:
-        """The latest (or first) row whose ``column`` lies within ``bounds``.
+    def _cold_row(self, stream: str, rule: Rule, t: int) -> _Row | None:
+        """The row ``rule`` picks for ``t``: the latest (or first) row whose ``column``
+        lies within the rule's bounds.
 
         ``column`` is monotonic in ``seq`` within the stream, so files are visited by
         their ``column`` statistics (compacted files are in commit order: their
         ranges are narrow whatever the number of streams), each read with the bound
         pushed down to its row groups, and the walk stops as soon as no file left
-        can beat the best row found.
+        can beat the best row found. To start: files whose minimum is below ``t``, by
+        descending maximum; to stop: files whose maximum reaches ``t``, by ascending
+        minimum.
         """
-        low, high = bounds
+        column, latest = rule.column, rule.latest
+        bounds = low, high = rule.bounds(t)
 
         def edge(f: DataFile) -> int:
             if latest:
@@ -394,7 +393,7 @@ class SeekIndex:
             """No unit from here on (in ``edge`` order) can hold a better row."""
             if best is None:
                 return False
-            value = best.upper_time_max if latest else best.time
+            value = rule.value(best)
             return edge(unit) < value if latest else edge(unit) > value
 
         def behind(unit: DataFile) -> bool:
@@ -439,7 +438,7 @@ class SeekIndex:
 
     def cold_start_cut(self, stream: str, t: int) -> StreamCut | None:
         """:meth:`start` without the in-memory index: statistics, one row group, one cut."""
-        found = self._found_row(stream, self._cold_start_row(stream, t))
+        found = self._found_row(stream, self._cold_row(stream, START, t))
         return None if found is None else found.stream_cut
 
 

@@ -33,6 +33,7 @@ from typing import Any
 
 from tidemark.controller.delta.tables import resolve_delta_root
 from tidemark.controller.exceptions import UnknownStreamError
+from tidemark.controller.index import START, STOP, Rule
 from tidemark.controller.metadata import cut_from_json, cut_to_json
 from tidemark.controller.model import StreamCut, Watermark
 from tidemark.pipelines.reading.exceptions import InvalidTimestampError
@@ -199,19 +200,15 @@ class ServiceIndex(SeekIndex):
             return False, None
         return True, found_from_json(body.get("found"))
 
-    def start(self, stream: str, t: int) -> Found | None:
-        answered, found = self._ask(stream, "start", t)
-        return found if answered else super().start(stream, t)
-
-    def stop(self, stream: str, t: int) -> Found | None:
-        answered, found = self._ask(stream, "stop", t)
-        return found if answered else super().stop(stream, t)
+    def find(self, stream: str, rule: Rule, t: int) -> Found | None:
+        answered, found = self._ask(stream, "start" if rule is START else "stop", t)
+        return found if answered else super().find(stream, rule, t)
 
     def start_cuts(self, streams: Sequence[str], t: int) -> dict[str, StreamCut | None]:
-        return self._one_by_one(streams, t, start=True)  # each asks the service first
+        return self._one_by_one(streams, START, t)  # each asks the service first
 
     def stop_cuts(self, streams: Sequence[str], t: int) -> dict[str, StreamCut | None]:
-        return self._one_by_one(streams, t, start=False)
+        return self._one_by_one(streams, STOP, t)
 
 
 _SERVICE_INDEXES: dict[tuple[str, str, tuple[tuple[str, str], ...]], ServiceIndex] = {}
