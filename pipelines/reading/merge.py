@@ -49,6 +49,7 @@ from contextlib import ExitStack, contextmanager
 from itertools import repeat
 from operator import le
 
+from tidemark.controller.delta.location import Root
 from tidemark.controller.delta.tables import one_moment
 from tidemark.controller.store import MetadataStore
 from tidemark.pipelines.reading.config import ReaderConfig
@@ -317,7 +318,7 @@ def merged_reader(
     *,
     store: MetadataStore,
     bootstrap_servers: str,
-    delta_root: str | None = None,
+    delta_root: Root = None,
     config: ReaderConfig | None = None,
     index: SeekIndex | None = None,
     batch_size: int = BATCH_SIZE,

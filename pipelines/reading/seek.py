@@ -51,19 +51,19 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypedDict, Unpack, overload
 
+from tidemark.controller.delta.location import TableLocation, shared
 from tidemark.controller.delta.tables import (
     INDEX,
     INDEX_SEARCH_COLUMNS,
     MARKS,
     DataFile,
     DeltaSource,
+    Root,
     TableTail,
     cut_from_cell,
     find_in_group,
     read_cell,
     read_cut_from,
-    resolve_delta_root,
-    table_path,
 )
 from tidemark.controller.index import START, STOP, Rule
 from tidemark.controller.metadata import StreamMetadata
@@ -151,7 +151,7 @@ class SeekIndex:
 
     def __init__(
         self,
-        delta_root: str,
+        delta_root: Root,
         *,
         storage_options: Mapping[str, str] | None = None,
         refresh_interval_ms: int = 100,
@@ -159,16 +159,17 @@ class SeekIndex:
         warm_after: int = 2,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.delta_root = resolve_delta_root(delta_root)
-        self.storage_options = dict(storage_options or {})
+        self.location = TableLocation.of(delta_root, storage_options)
+        self.delta_root = self.location.uri
+        self.storage_options = self.location.storage_options
         self.refresh_interval_s = refresh_interval_ms / 1000
         self._cut_cache_size = cut_cache_size
         self._monotonic = monotonic
         self._lock = threading.RLock()
         self._streams: dict[str, _StreamTimes] = {}
         self._cuts: OrderedDict[tuple[str, int], dict[int, int]] = OrderedDict()
-        self._marks = DeltaSource(table_path(self.delta_root, MARKS), self.storage_options)
-        self._index = DeltaSource(table_path(self.delta_root, INDEX), self.storage_options)
+        self._marks = DeltaSource(self.location.table(MARKS))
+        self._index = DeltaSource(self.location.table(INDEX))
         self._warm_after = warm_after
         self._cold_lookups: dict[str, int] = {}
 
@@ -181,11 +182,7 @@ class SeekIndex:
             if entry is None:
                 # Every loaded stream follows the one ``index`` snapshot (self._index).
                 tail = TableTail(
-                    table_path(self.delta_root, INDEX),
-                    stream,
-                    INDEX_SEARCH_COLUMNS,
-                    self.storage_options,
-                    source=self._index,
+                    self._index.location, stream, INDEX_SEARCH_COLUMNS, source=self._index
                 )
                 entry = _StreamTimes(tail, array("q"), array("q"), array("q"))
                 self._streams[stream] = entry
@@ -475,21 +472,12 @@ def _missing_mark(stream: str, seq: int) -> Exception:
     )
 
 
-_SHARED: dict[tuple[str, tuple[tuple[str, str], ...]], SeekIndex] = {}
-_SHARED_LOCK = threading.Lock()
-
-
 def shared_index(
-    delta_root: str | None = None, storage_options: Mapping[str, str] | None = None
+    delta_root: Root = None, storage_options: Mapping[str, str] | None = None
 ) -> SeekIndex:
     """One :class:`SeekIndex` per delta root for the process (so lookups stay warm)."""
-    root = resolve_delta_root(delta_root)
-    key = (root, tuple(sorted((storage_options or {}).items())))
-    with _SHARED_LOCK:
-        found = _SHARED.get(key)
-        if found is None:
-            found = _SHARED[key] = SeekIndex(root, storage_options=storage_options)
-        return found
+    location = TableLocation.of(delta_root, storage_options)
+    return shared("seek index", location, lambda: SeekIndex(location))
 
 
 # --- the public lookups -------------------------------------------------------------------------
@@ -517,7 +505,7 @@ class Lookup(TypedDict, total=False):
     ``index`` (else the shared index of ``delta_root`` with ``storage_options``) and
     ``store`` (then the stream must exist, and its head bounds the answer)."""
 
-    delta_root: str | None
+    delta_root: Root
     store: MetadataStore | None
     index: SeekIndex | None
     storage_options: Mapping[str, str] | None

@@ -31,7 +31,8 @@ import urllib.parse
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tidemark.controller.delta.tables import resolve_delta_root
+from tidemark.controller.delta.location import TableLocation, shared
+from tidemark.controller.delta.tables import Root
 from tidemark.controller.exceptions import UnknownStreamError
 from tidemark.controller.index import START, STOP, Rule
 from tidemark.controller.metadata import cut_from_json, cut_to_json
@@ -179,12 +180,12 @@ class ServiceIndex(SeekIndex):
     def __init__(
         self,
         url: str,
-        delta_root: str | None = None,
+        delta_root: Root = None,
         *,
         storage_options: Mapping[str, str] | None = None,
         retry_after_s: float = 30.0,
     ) -> None:
-        super().__init__(resolve_delta_root(delta_root), storage_options=storage_options)
+        super().__init__(delta_root, storage_options=storage_options)
         self.client = TimeServiceClient(url)
         self._retry_after_s = retry_after_s
         self._down_until = 0.0
@@ -211,12 +212,8 @@ class ServiceIndex(SeekIndex):
         return self._one_by_one(streams, STOP, t)
 
 
-_SERVICE_INDEXES: dict[tuple[str, str, tuple[tuple[str, str], ...]], ServiceIndex] = {}
-_LOCK = threading.Lock()
-
-
 def default_index(
-    delta_root: str | None = None,
+    delta_root: Root = None,
     storage_options: Mapping[str, str] | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> SeekIndex:
@@ -225,14 +222,8 @@ def default_index(
     url = time_service_url(environ)
     if url is None:
         return shared_index(delta_root, storage_options)
-    key = (url, resolve_delta_root(delta_root), tuple(sorted((storage_options or {}).items())))
-    with _LOCK:
-        found = _SERVICE_INDEXES.get(key)
-        if found is None:
-            found = _SERVICE_INDEXES[key] = ServiceIndex(
-                url, delta_root, storage_options=storage_options
-            )
-        return found
+    location = TableLocation.of(delta_root, storage_options)
+    return shared("service index", location, lambda: ServiceIndex(url, location), url)
 
 
 __all__ = [
