@@ -43,6 +43,7 @@ from deltalake import (
 )
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from tidemark.controller.delta.commit_turns import commit_turn
+from tidemark.controller.delta.exceptions import StoreOutageError
 from tidemark.controller.delta.maintenance import default_log_retention_s, retention_properties
 from tidemark.schemas.arrow import ARROW_SCHEMAS
 from tidemark.schemas.tables import TABLES, on_object_store, table_path
@@ -63,7 +64,8 @@ def through_store_outage(
 ) -> T:
     """``call()``, tried again while the store does not answer (``OSError``: an object
     store restarting, a reset connection) for up to ``outage_s``, the delay doubling to
-    5 s; after that, or on any other error, the error propagates unchanged."""
+    5 s; after that the outage is a :class:`StoreOutageError` (``outage_s`` 0: the
+    ``OSError`` itself, a local path's); any other error propagates unchanged."""
     deadline = time.monotonic() + outage_s
     delay = first_delay_s
     while True:
@@ -71,7 +73,11 @@ def through_store_outage(
             return call()
         except OSError as exc:
             if time.monotonic() + delay > deadline:
-                raise
+                if outage_s <= 0:
+                    raise
+                raise StoreOutageError(
+                    f"{what}: the store did not answer for {outage_s:g} s ({exc})"
+                ) from exc
             log.warning(
                 "%s: the store did not answer (%s); trying again in %.1f s", what, exc, delay
             )

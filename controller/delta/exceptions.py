@@ -18,9 +18,14 @@ class DeltaUnavailableError(ServiceUnavailableError):
         return self.detail
 
 
+class StoreOutageError(DeltaUnavailableError, OSError):
+    """The tables' object store did not answer for as long as a write waits for it (an
+    ``OSError`` too, as delta-rs reports a store that does not answer)."""
+
+
 class DeltaConfigurationError(ConfigurationError):
     """A setting of the Delta adapter (maintenance, table location) is invalid; the
     message names it."""
 
 
-__all__ = ["DeltaConfigurationError", "DeltaUnavailableError"]
+__all__ = ["DeltaConfigurationError", "DeltaUnavailableError", "StoreOutageError"]
