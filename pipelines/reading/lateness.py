@@ -25,7 +25,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 import pyarrow as pa
-from tidemark.controller.delta.tables import DeltaSource, Root, TableLocation, append_rows
+from tidemark.controller.delta.tables import (
+    DeltaSource,
+    Root,
+    TableLocation,
+    append_rows,
+    read_table,
+)
 from tidemark.controller.model import Watermark
 from tidemark.schemas.arrow import LAGGARDS_ARROW
 from tidemark.schemas.tables import (
@@ -42,9 +48,7 @@ def read_laggards(
     delta_root: Root, stream: str, storage_options: Mapping[str, str] | None = None
 ) -> list[dict[str, Any]]:
     """The latest snapshot of ``stream``'s laggards (empty: none, or no table yet)."""
-    source = DeltaSource(TableLocation.of(delta_root, storage_options).table(LAGGARDS))
-    source.refresh()
-    return latest_laggards(source.rows(stream).to_pylist())
+    return latest_laggards(read_table(delta_root, LAGGARDS, stream, storage_options))
 
 
 def stale_marks(
