@@ -31,15 +31,18 @@ search is O(log n).
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from tidemark.controller.model import StreamCut, Watermark
 
 __all__ = [
+    "START",
+    "STOP",
     "IndexRow",
     "Indexed",
+    "Rule",
     "find",
     "index_rows",
     "running_max",
@@ -103,33 +106,66 @@ def index_rows(watermarks: Iterable[Watermark]) -> list[IndexRow]:
     ]
 
 
+@dataclass(frozen=True)
+class Rule:
+    """One of the two questions, written once: the row it picks, by ``column`` (which
+    never decreases with ``seq``). The in-memory search (:meth:`position`) and a search
+    of the table's statistics (:meth:`bounds`, ``latest``) both follow it.
+
+    - :data:`START`: the **latest** row whose ``upper_time_max`` is **below** ``t``;
+    - :data:`STOP`: the **first** row whose ``time`` is **at or after** ``t``."""
+
+    column: str
+    latest: bool
+    """True: the latest row within :meth:`bounds`; False: the first one."""
+
+    def bounds(self, t: int) -> tuple[int | None, int | None]:
+        """The inclusive ``(low, high)`` of ``column`` that a picked row lies within
+        (``None``: open)."""
+        return (None, t - 1) if self.latest else (t, None)
+
+    def position(
+        self, values: Sequence[Any], t: int, key: Callable[[Any], int] | None = None
+    ) -> int | None:
+        """Index of the row the rule picks in ``values`` (the sorted ``column``, or rows
+        whose ``key`` is it); ``None``: no such row (the head of the stream to start; not
+        complete to stop)."""
+        index = bisect.bisect_left(values, t, key=key)
+        if self.latest:
+            return index - 1 if index > 0 else None
+        return index if index < len(values) else None
+
+    def value(self, row: object) -> int:
+        """``row``'s ``column`` (an :class:`Indexed` row, or any with that attribute)."""
+        return int(getattr(row, self.column))
+
+
+START = Rule("upper_time_max", latest=True)
+"""Where to start: the latest row whose ``upper_time_max`` is below ``t``."""
+STOP = Rule("time", latest=False)
+"""Where to stop: the first row whose ``time`` is >= ``t``."""
+
+
 def start_index(upper_time_max: Sequence[int], t: int) -> int | None:
     """Index of the latest row whose ``upper_time_max`` is below ``t``; ``None``: the head."""
-    index = bisect.bisect_left(upper_time_max, t) - 1
-    return index if index >= 0 else None
+    return START.position(upper_time_max, t)
 
 
 def stop_index(times: Sequence[int], t: int) -> int | None:
     """Index of the first row whose ``time`` is >= ``t``; ``None`` while there is none."""
-    index = bisect.bisect_left(times, t)
-    return index if index < len(times) else None
+    return STOP.position(times, t)
 
 
 def start_cut(rows: Sequence[Indexed], t: int) -> StreamCut | None:
     """Where to start reading to get every event with time >= ``t``; ``None``: the head."""
-    index = bisect.bisect_left(rows, t, key=_upper_time_max) - 1
-    return rows[index].stream_cut if index >= 0 else None
+    return _cut(START, rows, t)
 
 
 def stop_cut(rows: Sequence[Indexed], t: int) -> StreamCut | None:
     """Where to stop to have every event with time <= ``t``; ``None`` until it is known."""
-    index = bisect.bisect_left(rows, t, key=_time)
-    return rows[index].stream_cut if index < len(rows) else None
+    return _cut(STOP, rows, t)
 
 
-def _upper_time_max(row: Indexed) -> int:
-    return row.upper_time_max
-
-
-def _time(row: Indexed) -> int:
-    return row.time
+def _cut(rule: Rule, rows: Sequence[Indexed], t: int) -> StreamCut | None:
+    index = rule.position(rows, t, key=rule.value)
+    return None if index is None else rows[index].stream_cut

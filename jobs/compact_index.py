@@ -4,7 +4,7 @@
     python -m tidemark.jobs.compact_index --delta-root s3://lake/tidemark --table index --no-vacuum
 
 The controller's leader runs the same maintenance by itself
-(:class:`tidemark.jobs.maintenance.Maintainer`, driven by file counts and sizes);
+(:class:`tidemark.controller.delta.maintenance.Maintainer`, driven by file counts and sizes);
 this tool runs one forced pass of it, for an operator, a table written by
 something else, or after the controller was stopped. Same code, same
 settings: small files are bin-packed in commit order into files of up to
@@ -23,7 +23,7 @@ import logging
 import os
 import sys
 
-from tidemark.jobs.maintenance import (
+from tidemark.controller.delta.maintenance import (
     DEFAULT_ROW_GROUP_ROWS,
     DEFAULT_TARGET_FILE_BYTES,
     DEFAULT_TIME_TRAVEL_HOURS,

@@ -64,10 +64,7 @@ from pathlib import Path
 from tempfile import mkdtemp
 from typing import Any
 
-import pyarrow.compute as pc
-import pyarrow.dataset as ds
-from deltalake import DeltaTable
-from deltalake.exceptions import TableNotFoundError
+from tidemark.controller.delta.tables import column_max
 from tidemark.controller.kafka.settings import spark_source_options
 from tidemark.controller.naming import ClusterSettings
 from tidemark.controller.navigation import SegmentRange, ranges_between
@@ -392,17 +389,7 @@ def run_plans(
 
 def last_window_start(delta_root: str, stream: str, output: str | None = None) -> int | None:
     """The start of the last window written for ``stream`` to ``output``, if any."""
-    try:
-        table = DeltaTable(output or output_path(delta_root))
-    except TableNotFoundError:
-        return None
-    starts = (
-        table.to_pyarrow_dataset()
-        .to_table(columns=["window_start"], filter=ds.field("stream") == stream)
-        .column("window_start")
-    )
-    found = pc.max(starts).as_py() if len(starts) else None
-    return None if found is None else int(found)
+    return column_max(output or output_path(delta_root), "window_start", stream)
 
 
 def run_due_windows(

@@ -72,6 +72,8 @@ from typing import Any, Protocol
 
 from pyspark.sql import SparkSession
 from pyspark.sql.functions import expr
+from tidemark.controller.delta.appends import DeltaTables, ensure_tables
+from tidemark.controller.delta.maintenance import MaintenanceSwitch, maintenance_switch
 from tidemark.controller.kafka.admin import StreamTopics, ensure_marks_topic
 from tidemark.controller.kafka.settings import forwarded_environment, spark_source_options
 from tidemark.controller.zookeeper.driver import DriverElection
@@ -88,10 +90,9 @@ from tidemark.jobs.config import ControllerSettings
 from tidemark.jobs.due import DueScheduler
 from tidemark.jobs.exceptions import JobConfigurationError, QueryFailedError
 from tidemark.jobs.lookups import KafkaCommittedOffsets
-from tidemark.jobs.maintenance import MaintenanceSwitch, maintenance_switch
 from tidemark.jobs.metrics import serve_metrics
 from tidemark.jobs.processor import OUTPUT_SCHEMA, ControllerProcessor, rows_of
-from tidemark.jobs.sink import DeltaSink, DeltaTables, ensure_tables, split_rows
+from tidemark.jobs.sink import DeltaSink, split_rows
 from tidemark.jobs.slot_keys import due_key, slot_expression
 from tidemark.jobs.tables import MARKS, REJECTED_MARKS
 from tidemark.schemas.tables import on_object_store
@@ -431,7 +432,7 @@ def start_python_workers(spark: Any, count: int) -> None:
 class LeaderTask(Protocol):
     """Something that runs only while this driver leads (the tables' maintenance,
     the stream policy loop): told on every change, closed when the driver stops.
-    :class:`~tidemark.jobs.maintenance.MaintenanceSwitch` is one; the CLI passes others
+    :class:`~tidemark.controller.delta.maintenance.MaintenanceSwitch` is one; the CLI passes others
     (``tidemark.controller.policy_loop.PolicySwitch``) so that ``jobs`` imports nothing of them."""
 
     def lead(self, leading: bool) -> None: ...

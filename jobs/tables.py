@@ -7,7 +7,7 @@ The tables (``marks``, ``index``, ``rejected_marks``, ``laggards``), their
 columns and rows are defined once in :mod:`tidemark.schemas.tables` (``LAYOUT``); the
 pyarrow schemas are derived from it in :mod:`tidemark.schemas.arrow`, the Spark ones
 here (only ``jobs`` imports pyspark). The names and the one deltalake reader
-(:mod:`tidemark.pipelines.reading.watermark_tables`) are re-exported for jobs, tools
+(:mod:`tidemark.controller.delta.tables`) are re-exported for jobs, tools
 and tests.
 """
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from tidemark.pipelines.reading.watermark_tables import read_table, read_watermarks
+from tidemark.controller.delta.tables import read_table, read_watermarks
 from tidemark.schemas.arrow import ARROW_SCHEMAS, INDEX_ARROW, MARKS_ARROW, REJECTED_ARROW
 from tidemark.schemas.tables import (
     INDEX,

@@ -29,7 +29,7 @@ object-store URI such as ``s3://bucket/tidemark``):
   first accepted mark) and ``last_seen`` (its latest mark's arrival).
 
 A column added to :data:`LAYOUT` later is nullable, and the controller adds
-it to an existing table when it starts (``tidemark.jobs.sink.evolve_tables``): rows
+it to an existing table when it starts (``tidemark.controller.delta.appends.evolve_tables``): rows
 written before read as null there.
 
 ``seq`` strictly increases per stream with no gaps; rows are appended by the

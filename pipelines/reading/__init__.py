@@ -12,7 +12,7 @@ kept: Kafka or memory), ``registry`` (who owns which segment; its ZooKeeper
 znodes are ``tidemark.controller.zookeeper.groups``), ``view`` (the group's position as a stream
 cut),
 ``seek`` (a time to a cut), ``windows`` (time windows for a position),
-``watermark_tables`` (the Delta tables' reader), ``checkpoints`` (named,
+``checkpoints`` (named,
 consistent positions of a whole group), ``balance`` (readers kept together
 in time: ownership by time, alignment), ``streams`` (the joint rules over
 several streams), ``streams_group`` (reader groups over several streams),

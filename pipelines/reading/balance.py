@@ -47,11 +47,11 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from tidemark.controller.delta.exceptions import DeltaUnavailableError
 from tidemark.controller.exceptions import InvalidModelError
 from tidemark.controller.model import Segment
 from tidemark.controller.timewindow import compare
 from tidemark.pipelines.reading.config import ReaderConfig
-from tidemark.pipelines.reading.exceptions import WatermarksUnavailableError
 from tidemark.pipelines.reading.registry import GroupRegistry
 from tidemark.pipelines.reading.view import Plan, fair_share, plan_ownership
 from tidemark.pipelines.reading.windows import WatermarkFeed
@@ -239,7 +239,7 @@ class SegmentClocks:
         """The first watermark's time (None: none yet, or no watermarks to read)."""
         try:
             watermarks = self._feed().watermarks
-        except WatermarksUnavailableError:
+        except DeltaUnavailableError:
             return None
         return watermarks[0].time if watermarks else None
 
@@ -250,7 +250,7 @@ class SegmentClocks:
         try:
             feed = self._feed()
             feed.refresh()
-        except WatermarksUnavailableError:
+        except DeltaUnavailableError:
             return dict.fromkeys(offsets)
         watermarks = feed.watermarks
         segments = self._segments()

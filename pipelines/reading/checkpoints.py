@@ -39,6 +39,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from tidemark.controller.delta.exceptions import DeltaUnavailableError
 from tidemark.controller.metadata import cut_from_json, cut_to_json, json_bytes, json_from_bytes
 from tidemark.controller.model import Segment, TimeWindow
 from tidemark.controller.timestamps import wall_clock_ms
@@ -46,7 +47,6 @@ from tidemark.pipelines.reading.exceptions import (
     CheckpointExistsError,
     CheckpointInProgressError,
     CheckpointTimeoutError,
-    WatermarksUnavailableError,
 )
 from tidemark.pipelines.reading.registry import GroupRegistry, check_name
 from tidemark.pipelines.reading.view import GroupView
@@ -270,7 +270,7 @@ def _window_and_seq(group: CheckpointHost, view: GroupView) -> tuple[TimeWindow,
     try:
         feed = group.watermark_feed()
         window = window_at(feed, reader_position(view.cut, view.finished, segments), segments)
-    except WatermarksUnavailableError:
+    except DeltaUnavailableError:
         return TimeWindow(None, None), None
     seq = next((w.seq for w in feed.watermarks if w.time == window.lower), None)
     return window, seq

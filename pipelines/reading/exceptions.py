@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tidemark.controller.delta.exceptions import DeltaUnavailableError
 from tidemark.controller.exceptions import (
     InvalidDurationError,
     InvalidTimestampError,
@@ -109,8 +110,9 @@ class ReaderBehindHeadError(ReaderError):
         )
 
 
-class WatermarksUnavailableError(ReaderError):
-    """The watermark tables cannot be read (missing delta root, unreadable table)."""
+class WatermarksUnavailableError(ReaderError, DeltaUnavailableError):
+    """The watermark tables cannot be read (missing delta root, unreadable table). The
+    Delta adapter raises its :class:`DeltaUnavailableError`; catch that one."""
 
 
 class StreamNotCompleteError(ReaderError):

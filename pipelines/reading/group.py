@@ -40,6 +40,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Required, TypedDict, Unpack, overload
 
 from tidemark.controller.closing import Closing
+from tidemark.controller.delta.location import Root, TableLocation
 from tidemark.controller.exceptions import UnknownStreamError
 from tidemark.controller.kafka import roles
 from tidemark.controller.metadata import StreamMetadata
@@ -89,7 +90,7 @@ class GroupHome(TypedDict, total=False):
 
     store: Required[MetadataStore]
     bootstrap_servers: Required[str]
-    delta_root: str | None
+    delta_root: Root
     config: ReaderConfig | None
     registry: GroupRegistry | None
     storage_options: Mapping[str, str] | None
@@ -119,7 +120,7 @@ class ReaderGroup(Closing):
         *,
         store: MetadataStore,
         bootstrap_servers: str,
-        delta_root: str | None = None,
+        delta_root: Root = None,
         config: ReaderConfig | None = None,
         registry: GroupRegistry | None = None,
         storage_options: Mapping[str, str] | None = None,
@@ -208,7 +209,7 @@ class ReaderGroup(Closing):
         streams: Sequence[str] | None = None,
         store: MetadataStore,
         bootstrap_servers: str,
-        delta_root: str | None = None,
+        delta_root: Root = None,
         from_time: object = None,
         start_cut: StreamCut | None = None,
         config: ReaderConfig | None = None,
@@ -283,7 +284,7 @@ class ReaderGroup(Closing):
         *,
         store: MetadataStore,
         bootstrap_servers: str,
-        delta_root: str | None = None,
+        delta_root: Root = None,
         config: ReaderConfig | None = None,
     ) -> ReaderGroup:
         """A private, unregistered group whose position lives in memory (for one-off reads):
@@ -341,7 +342,7 @@ class ReaderGroup(Closing):
             raise ReaderConfigError("seek needs a timestamp or a cut (one of them)")
         meta = self._metadata()
         if timestamp is not None:
-            idx = default_index(self.delta_root, self.storage_options)
+            idx = default_index(self._lake())
             target = start_cut_for(self.stream, check_timestamp(timestamp), meta, idx)
         else:
             assert cut is not None
@@ -462,13 +463,17 @@ class ReaderGroup(Closing):
         """Read the stream's metadata again (epochs, sealed sizes)."""
         self._metadata()
 
+    def _lake(self) -> TableLocation:
+        """Where the watermark tables are (resolved on use: a group that never asks
+        about time needs no delta root)."""
+        return TableLocation.of(self.delta_root, self.storage_options)
+
     def watermark_feed(self) -> WatermarkFeed:
         with self._lock:
             if self._feed is None:
                 self._feed = WatermarkFeed(
-                    self.delta_root,
+                    self._lake(),
                     self.stream,
-                    storage_options=self.storage_options,
                     refresh_interval_ms=self.config.window_refresh_interval_ms,
                 )
             return self._feed

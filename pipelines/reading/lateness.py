@@ -25,9 +25,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 import pyarrow as pa
-from deltalake import write_deltalake
+from tidemark.controller.delta.tables import (
+    DeltaSource,
+    Root,
+    TableLocation,
+    append_rows,
+    read_table,
+)
 from tidemark.controller.model import Watermark
-from tidemark.pipelines.reading.watermark_tables import DeltaSource
 from tidemark.schemas.arrow import LAGGARDS_ARROW
 from tidemark.schemas.tables import (
     LAGGARDS,
@@ -36,27 +41,24 @@ from tidemark.schemas.tables import (
     Reason,
     laggard_rows,
     latest_laggards,
-    table_path,
 )
 
 
 def read_laggards(
-    delta_root: str, stream: str, storage_options: Mapping[str, str] | None = None
+    delta_root: Root, stream: str, storage_options: Mapping[str, str] | None = None
 ) -> list[dict[str, Any]]:
     """The latest snapshot of ``stream``'s laggards (empty: none, or no table yet)."""
-    source = DeltaSource(table_path(delta_root, LAGGARDS), storage_options)
-    source.refresh()
-    return latest_laggards(source.rows(stream).to_pylist())
+    return latest_laggards(read_table(delta_root, LAGGARDS, stream, storage_options))
 
 
 def stale_marks(
-    delta_root: str,
+    delta_root: Root,
     stream: str,
     since_ms: int = 0,
     storage_options: Mapping[str, str] | None = None,
 ) -> dict[str, int]:
     """Marks of ``stream`` refused as stale since ``since_ms``, counted per writer."""
-    source = DeltaSource(table_path(delta_root, REJECTED_MARKS), storage_options)
+    source = DeltaSource(TableLocation.of(delta_root, storage_options).table(REJECTED_MARKS))
     source.refresh()
     counts: Counter[str] = Counter()
     for row in source.rows(stream).to_pylist():
@@ -66,11 +68,12 @@ def stale_marks(
 
 
 def lateness_rows(
-    delta_root: str, stream: str, storage_options: Mapping[str, str] | None = None
+    delta_root: Root, stream: str, storage_options: Mapping[str, str] | None = None
 ) -> list[dict[str, Any]]:
     """What an operator sees for ``stream`` (``tidemark laggards``; the hook for
     ``tidemark controller status``): one row per laggard of the last snapshot, then
     one per writer with marks refused as stale (``kind`` = ``stale_marks``)."""
+    lake = TableLocation.of(delta_root, storage_options)
     rows: list[dict[str, Any]] = [
         {
             "stream": stream,
@@ -85,9 +88,9 @@ def lateness_rows(
             "first_seen": r["first_seen"],
             "last_seen": r["last_seen"],
         }
-        for r in read_laggards(delta_root, stream, storage_options)
+        for r in read_laggards(lake, stream)
     ]
-    stale = stale_marks(delta_root, stream, storage_options=storage_options)
+    stale = stale_marks(lake, stream)
     rows += [
         {"stream": stream, "writer": w, "kind": "stale_marks", "refused": n}
         for w, n in sorted(stale.items())
@@ -96,7 +99,7 @@ def lateness_rows(
 
 
 def append_laggards(
-    delta_root: str,
+    delta_root: Root,
     stream: str,
     at: int,
     laggards: Sequence[LaggardLike],
@@ -104,12 +107,7 @@ def append_laggards(
 ) -> None:
     """Append one snapshot (the controller's sink does this in production; tools, tests)."""
     rows = pa.Table.from_pylist(laggard_rows(stream, at, laggards), schema=LAGGARDS_ARROW)
-    write_deltalake(
-        table_path(delta_root, LAGGARDS),
-        rows,
-        mode="append",
-        storage_options=dict(storage_options or {}) or None,
-    )
+    append_rows(TableLocation.of(delta_root, storage_options).table(LAGGARDS), rows)
 
 
 class LateCounter:

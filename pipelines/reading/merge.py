@@ -49,6 +49,8 @@ from contextlib import ExitStack, contextmanager
 from itertools import repeat
 from operator import le
 
+from tidemark.controller.delta.location import Root
+from tidemark.controller.delta.tables import one_moment
 from tidemark.controller.store import MetadataStore
 from tidemark.pipelines.reading.config import ReaderConfig
 from tidemark.pipelines.reading.exceptions import ReaderConfigError
@@ -57,7 +59,6 @@ from tidemark.pipelines.reading.merged_batch import Columns, MergedBatch, Run
 from tidemark.pipelines.reading.reader import EventBatch, EventRead, EventReader, records_of
 from tidemark.pipelines.reading.seek import SeekIndex, check_timestamp, stream_cut_at
 from tidemark.pipelines.reading.streams import check_streams
-from tidemark.pipelines.reading.watermark_tables import one_moment
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +191,7 @@ class TimeMerge:
         Streams holding ``max_held`` records are read only when the others
         bring nothing (see the class docstring). The streams' watermark tails
         due for a refresh in one call share one read of the ``marks`` log
-        (:class:`~tidemark.pipelines.reading.watermark_tables.one_moment`): each still sees
+        (:class:`~tidemark.controller.delta.tables.one_moment`): each still sees
         every watermark committed before the call."""
         with one_moment():
             return self._read_batch(timeout_ms)
@@ -317,7 +318,7 @@ def merged_reader(
     *,
     store: MetadataStore,
     bootstrap_servers: str,
-    delta_root: str | None = None,
+    delta_root: Root = None,
     config: ReaderConfig | None = None,
     index: SeekIndex | None = None,
     batch_size: int = BATCH_SIZE,

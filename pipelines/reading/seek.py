@@ -29,13 +29,13 @@ can hold a better row; the cut is the found row's own ``stream_cut`` (read with 
 one table opened), or for a row written before ``index`` had that column, read
 from the one ``marks`` row group whose statistics hold that ``seq`` and ``time``
 (``marks`` opened after the index, so it holds the row). The maintenance
-(``tidemark.jobs.maintenance``) keeps files few and compacts them in commit order
+(``tidemark.controller.delta.maintenance``) keeps files few and compacts them in commit order
 with small row groups, so a cold lookup reads a checkpoint, a short log
 tail, and one or two row groups of ``index`` -- whatever the table's age and
 the number of streams. A stream asked about again is loaded: its ``time`` and
 ``upper_time_max`` columns are kept in memory as sorted int64 arrays,
 refreshed at most every ``refresh_interval_ms`` and only by the table
-versions added since (:class:`~tidemark.pipelines.reading.watermark_tables.TableTail`),
+versions added since (:class:`~tidemark.controller.delta.tables.TableTail`),
 and searched by ``tidemark.controller.index`` (binary search); cuts are cached.
 
 Why one module: both questions (where to start, where to stop) are answered from
@@ -54,7 +54,21 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypedDict, Unpack, overload
 
-from tidemark.controller.index import start_index, stop_index
+from tidemark.controller.delta.location import TableLocation, shared
+from tidemark.controller.delta.tables import (
+    INDEX,
+    INDEX_SEARCH_COLUMNS,
+    MARKS,
+    DataFile,
+    DeltaSource,
+    Root,
+    TableTail,
+    cut_from_cell,
+    find_in_group,
+    read_cell,
+    read_cut_from,
+)
+from tidemark.controller.index import START, STOP, Rule
 from tidemark.controller.metadata import StreamMetadata
 from tidemark.controller.model import StreamCut
 from tidemark.controller.navigation import (
@@ -73,20 +87,6 @@ from tidemark.pipelines.reading.exceptions import (
     WatermarksUnavailableError,
 )
 from tidemark.pipelines.reading.streams import all_complete, check_streams
-from tidemark.pipelines.reading.watermark_tables import (
-    INDEX,
-    INDEX_SEARCH_COLUMNS,
-    MARKS,
-    DataFile,
-    DeltaSource,
-    TableTail,
-    cut_from_cell,
-    find_in_group,
-    read_cell,
-    read_cut_from,
-    resolve_delta_root,
-    table_path,
-)
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +119,10 @@ class _StreamTimes:
     upper_time_max: array[int]
     checked_at: float = float("-inf")
 
+    def values(self, rule: Rule) -> array[int]:
+        """The column ``rule`` searches."""
+        return self.upper_time_max if rule.column == "upper_time_max" else self.times
+
 
 @dataclass(frozen=True)
 class Found:
@@ -142,7 +146,7 @@ class SeekIndex:
 
     def __init__(
         self,
-        delta_root: str,
+        delta_root: Root,
         *,
         storage_options: Mapping[str, str] | None = None,
         refresh_interval_ms: int = 100,
@@ -150,16 +154,17 @@ class SeekIndex:
         warm_after: int = 2,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.delta_root = resolve_delta_root(delta_root)
-        self.storage_options = dict(storage_options or {})
+        self.location = TableLocation.of(delta_root, storage_options)
+        self.delta_root = self.location.uri
+        self.storage_options = self.location.storage_options
         self.refresh_interval_s = refresh_interval_ms / 1000
         self._cut_cache_size = cut_cache_size
         self._monotonic = monotonic
         self._lock = threading.RLock()
         self._streams: dict[str, _StreamTimes] = {}
         self._cuts: OrderedDict[tuple[str, int], dict[int, int]] = OrderedDict()
-        self._marks = DeltaSource(table_path(self.delta_root, MARKS), self.storage_options)
-        self._index = DeltaSource(table_path(self.delta_root, INDEX), self.storage_options)
+        self._marks = DeltaSource(self.location.table(MARKS))
+        self._index = DeltaSource(self.location.table(INDEX))
         self._warm_after = warm_after
         self._cold_lookups: dict[str, int] = {}
 
@@ -172,11 +177,7 @@ class SeekIndex:
             if entry is None:
                 # Every loaded stream follows the one ``index`` snapshot (self._index).
                 tail = TableTail(
-                    table_path(self.delta_root, INDEX),
-                    stream,
-                    INDEX_SEARCH_COLUMNS,
-                    self.storage_options,
-                    source=self._index,
+                    self._index.location, stream, INDEX_SEARCH_COLUMNS, source=self._index
                 )
                 entry = _StreamTimes(tail, array("q"), array("q"), array("q"))
                 self._streams[stream] = entry
@@ -202,16 +203,14 @@ class SeekIndex:
         """:meth:`start`'s cut for each of ``streams`` (``None``: the head), in one go:
         the loaded streams are refreshed together and searched under one lock; the
         others are asked one by one (cold lookups, or the lookup that loads them)."""
-        return self._cuts_of(streams, t, start=True)
+        return self._cuts_of(streams, START, t)
 
     def stop_cuts(self, streams: Sequence[str], t: int) -> dict[str, StreamCut | None]:
         """:meth:`stop`'s cut for each of ``streams`` (``None``: not complete yet), as
         :meth:`start_cuts` does it."""
-        return self._cuts_of(streams, t, start=False)
+        return self._cuts_of(streams, STOP, t)
 
-    def _cuts_of(
-        self, streams: Sequence[str], t: int, *, start: bool
-    ) -> dict[str, StreamCut | None]:
+    def _cuts_of(self, streams: Sequence[str], rule: Rule, t: int) -> dict[str, StreamCut | None]:
         found: dict[str, StreamCut | None] = {}
         with self._lock:
             self._refresh_loaded(streams)
@@ -219,19 +218,19 @@ class SeekIndex:
                 entry = self._streams.get(stream)
                 if entry is None:
                     continue
-                at = start_index(entry.upper_time_max, t) if start else stop_index(entry.times, t)
+                at = rule.position(entry.values(rule), t)
                 found[stream] = (
                     None if at is None else self.cut(stream, entry.seqs[at], entry.times[at])
                 )
         rest = [s for s in streams if s not in found]  # not loaded: asked outside the lock
-        found.update(self._one_by_one(rest, t, start=start))
+        found.update(self._one_by_one(rest, rule, t))
         return {s: found[s] for s in streams}
 
     def _one_by_one(
-        self, streams: Sequence[str], t: int, *, start: bool
+        self, streams: Sequence[str], rule: Rule, t: int
     ) -> dict[str, StreamCut | None]:
         """:meth:`start` (or :meth:`stop`) asked for each stream on its own."""
-        found = {s: self.start(s, t) if start else self.stop(s, t) for s in streams}
+        found = {s: self.find(s, rule, t) for s in streams}
         return {s: None if f is None else f.stream_cut for s, f in found.items()}
 
     def columns(self, stream: str) -> tuple[array[int], array[int], array[int]]:
@@ -242,25 +241,31 @@ class SeekIndex:
 
     def start_position(self, stream: str, t: int) -> int | None:
         """Index (in the cached columns) of the latest row whose upper time max is < ``t``."""
-        _, _, upper = self.columns(stream)
-        return start_index(upper, t)
+        return self.position(stream, START, t)
 
     def stop_position(self, stream: str, t: int) -> int | None:
         """Index of the first row whose time is >= ``t``; ``None`` while there is none."""
-        _, times, _ = self.columns(stream)
-        return stop_index(times, t)
+        return self.position(stream, STOP, t)
+
+    def position(self, stream: str, rule: Rule, t: int) -> int | None:
+        """Index (in the cached columns, refreshed if due) of the row ``rule`` picks."""
+        self.refresh(stream)
+        return rule.position(self._streams[stream].values(rule), t)
 
     def start(self, stream: str, t: int) -> Found | None:
         """The watermark to start at for time ``t``; ``None``: the head of the stream."""
-        if self._cold(stream):
-            return self._found_row(stream, self._cold_start_row(stream, t))
-        return self._found(stream, self.start_position(stream, t))
+        return self.find(stream, START, t)
 
     def stop(self, stream: str, t: int) -> Found | None:
         """The watermark to stop at for time ``t``; ``None``: not complete yet."""
+        return self.find(stream, STOP, t)
+
+    def find(self, stream: str, rule: Rule, t: int) -> Found | None:
+        """The watermark ``rule`` picks for time ``t``: from the table while the stream is
+        cold (its statistics searched by the same rule), then from memory."""
         if self._cold(stream):
-            return self._found_row(stream, self._cold_stop_row(stream, t))
-        return self._found(stream, self.stop_position(stream, t))
+            return self._found_row(stream, self._cold_row(stream, rule, t))
+        return self._found(stream, self.position(stream, rule, t))
 
     def warm(self, stream: str) -> bool:
         """True when the stream's index columns are in memory (lookups are searches)."""
@@ -327,37 +332,28 @@ class SeekIndex:
 
     def cold_start_seq(self, stream: str, t: int) -> int | None:
         """``seq`` of the start watermark for ``t``, reading only the files that can hold it."""
-        row = self._cold_start_row(stream, t)
+        row = self._cold_row(stream, START, t)
         return None if row is None else row.seq
 
     def cold_stop_seq(self, stream: str, t: int) -> int | None:
         """``seq`` of the stop watermark for ``t``, reading only files that can hold it."""
-        row = self._cold_stop_row(stream, t)
+        row = self._cold_row(stream, STOP, t)
         return None if row is None else row.seq
 
-    def _cold_start_row(self, stream: str, t: int) -> _Row | None:
-        """The latest row with ``upper_time_max < t``: files whose minimum is below ``t``,
-        by descending maximum; ``upper_time_max`` never decreases with ``seq``, so once a
-        file's maximum is below the best value found, no later file can hold a later row."""
-        return self._cold_row(stream, "upper_time_max", (None, t - 1), latest=True)
-
-    def _cold_stop_row(self, stream: str, t: int) -> _Row | None:
-        """The first row with ``time >= t``: files whose maximum reaches ``t``, by ascending
-        minimum, until a file's minimum is past the best ``time`` found."""
-        return self._cold_row(stream, "time", (t, None), latest=False)
-
-    def _cold_row(
-        self, stream: str, column: str, bounds: tuple[int | None, int | None], *, latest: bool
-    ) -> _Row | None:
-        """The latest (or first) row whose ``column`` lies within ``bounds``.
+    def _cold_row(self, stream: str, rule: Rule, t: int) -> _Row | None:
+        """The row ``rule`` picks for ``t``: the latest (or first) row whose ``column``
+        lies within the rule's bounds.
 
         ``column`` is monotonic in ``seq`` within the stream, so files are visited by
         their ``column`` statistics (compacted files are in commit order: their
         ranges are narrow whatever the number of streams), each read with the bound
         pushed down to its row groups, and the walk stops as soon as no file left
-        can beat the best row found.
+        can beat the best row found. To start: files whose minimum is below ``t``, by
+        descending maximum; to stop: files whose maximum reaches ``t``, by ascending
+        minimum.
         """
-        low, high = bounds
+        column, latest = rule.column, rule.latest
+        bounds = low, high = rule.bounds(t)
 
         def edge(f: DataFile) -> int:
             if latest:
@@ -389,7 +385,7 @@ class SeekIndex:
             """No unit from here on (in ``edge`` order) can hold a better row."""
             if best is None:
                 return False
-            value = best.upper_time_max if latest else best.time
+            value = rule.value(best)
             return edge(unit) < value if latest else edge(unit) > value
 
         def behind(unit: DataFile) -> bool:
@@ -434,7 +430,7 @@ class SeekIndex:
 
     def cold_start_cut(self, stream: str, t: int) -> StreamCut | None:
         """:meth:`start` without the in-memory index: statistics, one row group, one cut."""
-        found = self._found_row(stream, self._cold_start_row(stream, t))
+        found = self._found_row(stream, self._cold_row(stream, START, t))
         return None if found is None else found.stream_cut
 
 
@@ -471,21 +467,12 @@ def _missing_mark(stream: str, seq: int) -> Exception:
     )
 
 
-_SHARED: dict[tuple[str, tuple[tuple[str, str], ...]], SeekIndex] = {}
-_SHARED_LOCK = threading.Lock()
-
-
 def shared_index(
-    delta_root: str | None = None, storage_options: Mapping[str, str] | None = None
+    delta_root: Root = None, storage_options: Mapping[str, str] | None = None
 ) -> SeekIndex:
     """One :class:`SeekIndex` per delta root for the process (so lookups stay warm)."""
-    root = resolve_delta_root(delta_root)
-    key = (root, tuple(sorted((storage_options or {}).items())))
-    with _SHARED_LOCK:
-        found = _SHARED.get(key)
-        if found is None:
-            found = _SHARED[key] = SeekIndex(root, storage_options=storage_options)
-        return found
+    location = TableLocation.of(delta_root, storage_options)
+    return shared("seek index", location, lambda: SeekIndex(location))
 
 
 # --- the public lookups -------------------------------------------------------------------------
@@ -513,7 +500,7 @@ class Lookup(TypedDict, total=False):
     ``index`` (else the shared index of ``delta_root`` with ``storage_options``) and
     ``store`` (then the stream must exist, and its head bounds the answer)."""
 
-    delta_root: str | None
+    delta_root: Root
     store: MetadataStore | None
     index: SeekIndex | None
     storage_options: Mapping[str, str] | None

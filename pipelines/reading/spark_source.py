@@ -28,6 +28,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from tidemark.controller.delta.location import Root
 from tidemark.controller.exceptions import UnknownStreamError
 from tidemark.controller.kafka.admin import StreamTopics
 from tidemark.controller.kafka.settings import spark_source_options
@@ -106,7 +107,7 @@ def kafka_source_options(
     until_time: object = None,
     *,
     bootstrap_servers: str,
-    delta_root: str | None = None,
+    delta_root: Root = None,
     storage_options: Mapping[str, str] | None = None,
     index: SeekIndex | None = None,
     partitions: int | None = None,

@@ -39,6 +39,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol, TypedDict, Unpack, overload
 
+from tidemark.controller.delta.tables import MarksTail, Root, TableLocation
 from tidemark.controller.model import Watermark
 from tidemark.controller.timestamps import check_timestamp, wall_clock_ms
 from tidemark.pipelines.reading.exceptions import (
@@ -55,7 +56,6 @@ from tidemark.pipelines.reading.time_service import (
     time_service_url,
     watermark_from_json,
 )
-from tidemark.pipelines.reading.watermark_tables import MarksTail, resolve_delta_root
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ class DeltaWatermarkSource:
 
     def __init__(
         self,
-        delta_root: str | None,
+        delta_root: Root,
         stream: str,
         *,
         storage_options: Mapping[str, str] | None = None,
@@ -101,12 +101,12 @@ class DeltaWatermarkSource:
                 f"need 1 <= min_backoff_ms <= max_backoff_ms, got {min_backoff_ms}, "
                 f"{max_backoff_ms}"
             )
-        self.delta_root = resolve_delta_root(delta_root)
+        self.location = TableLocation.of(delta_root, storage_options)
+        self.delta_root = self.location.uri
         self.stream = stream
-        self.storage_options = storage_options
         self.min_backoff_ms = min_backoff_ms
         self.max_backoff_ms = max_backoff_ms
-        self._tail = MarksTail(self.delta_root, stream, storage_options)
+        self._tail = MarksTail(self.location, stream)
         self._remote_delay_ms = min_backoff_ms
         """Object stores: the pause before the next read, grown while nothing comes."""
 
@@ -137,15 +137,9 @@ class DeltaWatermarkSource:
             delay_ms = min(delay_ms * 2, self.max_backoff_ms)
 
     def holding(self) -> list[str]:
-        found = [
-            _describe(row)
-            for row in read_laggards(self.delta_root, self.stream, self.storage_options)
-        ]
+        found = [_describe(row) for row in read_laggards(self.location, self.stream)]
         stale = stale_marks(
-            self.delta_root,
-            self.stream,
-            since_ms=wall_clock_ms() - STALE_LOOKBACK_MS,
-            storage_options=self.storage_options,
+            self.location, self.stream, since_ms=wall_clock_ms() - STALE_LOOKBACK_MS
         )
         found += [f"{w} ({n} mark(s) refused as stale)" for w, n in sorted(stale.items())]
         return found
@@ -170,7 +164,7 @@ class ServiceWatermarkSource:
         stream: str,
         time_ms: int,
         *,
-        delta_root: str | None = None,
+        delta_root: Root = None,
         storage_options: Mapping[str, str] | None = None,
         slice_ms: int = 1_000,
         retry_after_s: float = 30.0,
@@ -243,7 +237,7 @@ def watermark_source(
     stream: str,
     time_ms: int,
     *,
-    delta_root: str | None = None,
+    delta_root: Root = None,
     storage_options: Mapping[str, str] | None = None,
 ) -> WatermarkSource:
     """The source a wait for ``time_ms`` uses by default: the time service's when
@@ -274,7 +268,7 @@ class WaitSource(TypedDict, total=False):
     """Where :func:`wait_for_time` watches (keywords, all optional): ``source``, else
     :func:`watermark_source` of ``delta_root`` with ``storage_options``."""
 
-    delta_root: str | None
+    delta_root: Root
     source: WatermarkSource | None
     storage_options: Mapping[str, str] | None
 
@@ -384,10 +378,10 @@ class LatestStreamTimes:
     consumer takes as ``stream_clock`` for event-time messages."""
 
     def __init__(
-        self, delta_root: str | None = None, storage_options: Mapping[str, str] | None = None
+        self, delta_root: Root = None, storage_options: Mapping[str, str] | None = None
     ) -> None:
-        self.delta_root = resolve_delta_root(delta_root)
-        self.storage_options = storage_options
+        self.location = TableLocation.of(delta_root, storage_options)
+        self.delta_root = self.location.uri
         self._sources: dict[str, DeltaWatermarkSource] = {}
         self._times: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -396,9 +390,7 @@ class LatestStreamTimes:
         with self._lock:
             source = self._sources.get(stream)
             if source is None:
-                source = self._sources[stream] = DeltaWatermarkSource(
-                    self.delta_root, stream, storage_options=self.storage_options
-                )
+                source = self._sources[stream] = DeltaWatermarkSource(self.location, stream)
             for watermark in source.poll():
                 self._times[stream] = max(watermark.time, self._times.get(stream, watermark.time))
             return self._times.get(stream)
@@ -416,7 +408,7 @@ class StreamTimeTrigger:
         *,
         timeout_ms: int,
         on_error: Callable[[Exception], None] | None = None,
-        delta_root: str | None = None,
+        delta_root: Root = None,
         source: WatermarkSource | None = None,
         storage_options: Mapping[str, str] | None = None,
     ) -> None:

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tidemark.controller.closing import Closing
+from tidemark.controller.delta.location import Root
 from tidemark.controller.model import StreamCut, TimeWindow
 from tidemark.controller.navigation import head_cut, start_or_head
 from tidemark.controller.store import MetadataStore
@@ -264,7 +265,7 @@ class StreamsReaderGroup(Closing):
         registry: GroupRegistry,
         member: MemberGroup,
         from_time: object = None,
-        delta_root: str | None = None,
+        delta_root: Root = None,
         storage_options: Mapping[str, str] | None = None,
         index: SeekIndex | None = None,
     ) -> StreamsReaderGroup:

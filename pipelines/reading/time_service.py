@@ -31,12 +31,14 @@ import urllib.parse
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tidemark.controller.delta.location import TableLocation, shared
+from tidemark.controller.delta.tables import Root
 from tidemark.controller.exceptions import UnknownStreamError
+from tidemark.controller.index import START, STOP, Rule
 from tidemark.controller.metadata import cut_from_json, cut_to_json
 from tidemark.controller.model import StreamCut, Watermark
 from tidemark.pipelines.reading.exceptions import InvalidTimestampError
 from tidemark.pipelines.reading.seek import Found, SeekIndex, shared_index
-from tidemark.pipelines.reading.watermark_tables import resolve_delta_root
 
 from tidemark.environment import TIME_SERVICE
 from tidemark.errors import ServiceUnavailableError as _Unavailable
@@ -188,12 +190,12 @@ class ServiceIndex(SeekIndex):
     def __init__(
         self,
         url: str,
-        delta_root: str | None = None,
+        delta_root: Root = None,
         *,
         storage_options: Mapping[str, str] | None = None,
         retry_after_s: float = 30.0,
     ) -> None:
-        super().__init__(resolve_delta_root(delta_root), storage_options=storage_options)
+        super().__init__(delta_root, storage_options=storage_options)
         self.client = TimeServiceClient(url)
         self._retry_after_s = retry_after_s
         self._down_until = 0.0
@@ -209,27 +211,19 @@ class ServiceIndex(SeekIndex):
             return False, None
         return True, found_from_json(body.get("found"))
 
-    def start(self, stream: str, t: int) -> Found | None:
-        answered, found = self._ask(stream, "start", t)
-        return found if answered else super().start(stream, t)
-
-    def stop(self, stream: str, t: int) -> Found | None:
-        answered, found = self._ask(stream, "stop", t)
-        return found if answered else super().stop(stream, t)
+    def find(self, stream: str, rule: Rule, t: int) -> Found | None:
+        answered, found = self._ask(stream, "start" if rule is START else "stop", t)
+        return found if answered else super().find(stream, rule, t)
 
     def start_cuts(self, streams: Sequence[str], t: int) -> dict[str, StreamCut | None]:
-        return self._one_by_one(streams, t, start=True)  # each asks the service first
+        return self._one_by_one(streams, START, t)  # each asks the service first
 
     def stop_cuts(self, streams: Sequence[str], t: int) -> dict[str, StreamCut | None]:
-        return self._one_by_one(streams, t, start=False)
-
-
-_SERVICE_INDEXES: dict[tuple[str, str, tuple[tuple[str, str], ...]], ServiceIndex] = {}
-_LOCK = threading.Lock()
+        return self._one_by_one(streams, STOP, t)
 
 
 def default_index(
-    delta_root: str | None = None,
+    delta_root: Root = None,
     storage_options: Mapping[str, str] | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> SeekIndex:
@@ -238,14 +232,8 @@ def default_index(
     url = time_service_url(environ)
     if url is None:
         return shared_index(delta_root, storage_options)
-    key = (url, resolve_delta_root(delta_root), tuple(sorted((storage_options or {}).items())))
-    with _LOCK:
-        found = _SERVICE_INDEXES.get(key)
-        if found is None:
-            found = _SERVICE_INDEXES[key] = ServiceIndex(
-                url, delta_root, storage_options=storage_options
-            )
-        return found
+    location = TableLocation.of(delta_root, storage_options)
+    return shared("service index", location, lambda: ServiceIndex(url, location), url)
 
 
 __all__ = [

@@ -17,6 +17,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Set
 
+from tidemark.controller.delta.tables import (
+    MarksTail,
+    Root,
+    TableLocation,
+    read_watermarks,
+)
 from tidemark.controller.model import (
     END_OF_SEGMENT,
     Position,
@@ -26,11 +32,6 @@ from tidemark.controller.model import (
     Watermark,
 )
 from tidemark.controller.timewindow import WindowTracker
-from tidemark.pipelines.reading.watermark_tables import (
-    MarksTail,
-    read_watermarks,
-    resolve_delta_root,
-)
 
 log = logging.getLogger(__name__)
 
@@ -44,18 +45,16 @@ class WatermarkFeed:
 
     def __init__(
         self,
-        delta_root: str | None,
+        delta_root: Root,
         stream: str,
         *,
         storage_options: Mapping[str, str] | None = None,
         refresh_interval_ms: int = 100,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        root = resolve_delta_root(delta_root)
         self.stream = stream
-        self._root = root
-        self._storage_options = dict(storage_options or {})
-        self._tail = MarksTail(root, stream, storage_options)
+        self._location = TableLocation.of(delta_root, storage_options)
+        self._tail = MarksTail(self._location, stream)
         self._interval_s = refresh_interval_ms / 1000
         self._monotonic = monotonic
         self._checked_at = float("-inf")
@@ -80,7 +79,7 @@ class WatermarkFeed:
         with self._lock:
             loaded = bool(self.watermarks) or self._tail.last_seq >= 0
         if not loaded:
-            return read_watermarks(self._root, self.stream, self._storage_options, since=time_ms)
+            return read_watermarks(self._location, self.stream, since=time_ms)
         self.refresh(force=True)
         return [w for w in self.watermarks if w.time >= time_ms]
 

@@ -94,12 +94,12 @@ class Prepared:
 def prepare(services: Any) -> Prepared:
     from kazoo.client import KazooClient
     from tidemark.controller.config import ScalingPolicy, StreamConfiguration
+    from tidemark.controller.delta.tables import append_watermarks
     from tidemark.controller.model import Watermark
     from tidemark.controller.naming import ClusterSettings
     from tidemark.controller.streams import StreamManager
     from tidemark.controller.zookeeper.store import ZooKeeperStore
     from tidemark.pipelines.reading.group import ReaderGroup
-    from tidemark.pipelines.reading.watermark_tables import append_watermarks
     from tidemark.pipelines.writing.config import WriterConfig
     from tidemark.pipelines.writing.writer import EventWriter
 

@@ -34,6 +34,7 @@ import uuid
 from pathlib import Path
 
 from tidemark.controller.config import RetentionPolicy, ScalingPolicy, StreamConfiguration
+from tidemark.controller.delta.tables import append_watermarks
 from tidemark.controller.memory_store import MemoryStore
 from tidemark.controller.model import WriterMark
 from tidemark.controller.naming import ClusterSettings
@@ -41,7 +42,6 @@ from tidemark.controller.policy_loop import PolicyLoop, PolicySettings
 from tidemark.controller.streams import StreamManager
 from tidemark.controller.watermarks import GenerationState, watermark_cycle
 from tidemark.pipelines.reading.seek import SeekIndex, stream_cut_at
-from tidemark.pipelines.reading.watermark_tables import append_watermarks
 from tidemark.pipelines.writing.config import WriterConfig
 from tidemark.pipelines.writing.writer import EventWriter
 

@@ -54,7 +54,7 @@ def _write_index(
     """``rows`` index rows in ``files`` appends; ``cuts``: with each row's ``stream_cut``
     (as the controller writes them now; without: as written before that column)."""
     from deltalake import write_deltalake
-    from tidemark.pipelines.reading.watermark_tables import INDEX, table_path
+    from tidemark.controller.delta.tables import INDEX, table_path
     from tidemark.schemas.arrow import INDEX_ARROW as INDEX_SCHEMA
 
     rng = np.random.default_rng(7)
@@ -82,7 +82,7 @@ def _write_index(
 
 def _write_marks(root: Path, stream: str, times: np.ndarray, upper: np.ndarray, files: int) -> None:
     from deltalake import write_deltalake
-    from tidemark.pipelines.reading.watermark_tables import MARKS, table_path
+    from tidemark.controller.delta.tables import MARKS, table_path
     from tidemark.schemas.arrow import MARKS_ARROW as MARKS_SCHEMA
 
     rows = len(times)
@@ -143,7 +143,7 @@ def bench_warm(work: Path) -> list[str]:
 
 
 def bench_cold(work: Path, bootstrap: str) -> list[str]:
-    from tidemark.jobs.maintenance import Maintainer, MaintenanceSettings
+    from tidemark.controller.delta.maintenance import Maintainer, MaintenanceSettings
 
     from tests.bench.kafka_baseline import timed_topic
 

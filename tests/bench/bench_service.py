@@ -54,13 +54,13 @@ def run(services: Any) -> list[str]:
     from confluent_kafka.admin import AdminClient, NewTopic
     from kazoo.client import KazooClient
     from tidemark.controller.config import ScalingPolicy, StreamConfiguration
+    from tidemark.controller.delta.tables import append_watermarks
     from tidemark.controller.model import Watermark
     from tidemark.controller.naming import ClusterSettings
     from tidemark.controller.streams import StreamManager
     from tidemark.controller.zookeeper.store import ZooKeeperStore
     from tidemark.pipelines.reading.seek import SeekIndex
     from tidemark.pipelines.reading.time_service import ServiceIndex
-    from tidemark.pipelines.reading.watermark_tables import append_watermarks
 
     work = Path(services.work_dir) / "bench-service"
     work.mkdir(parents=True, exist_ok=True)
@@ -237,9 +237,9 @@ def _waits(url: str, root: str, stream: str, last: Any) -> dict[str, list[float]
     """Wake-up latencies (ms) of waits through the service and on Delta, alternating."""
     import threading
 
+    from tidemark.controller.delta.tables import append_watermarks
     from tidemark.controller.model import Watermark
     from tidemark.pipelines.reading.stream_time import DeltaWatermarkSource, ServiceWatermarkSource
-    from tidemark.pipelines.reading.watermark_tables import append_watermarks
 
     delta = DeltaWatermarkSource(root, stream)
     delta.poll()  # the table read once (20 000 rows); each wait then reads what is new

@@ -7,7 +7,7 @@ Drives the real sink (:class:`tidemark.jobs.sink.DeltaSink`, the controller's
 ``foreachBatch`` writer, delta-rs) with ``TIDEMARK_SOAK_COMMITS`` batches
 (default 10 000, ≈ 2¾ h of a 1 s controller) of one watermark for each of
 ``TIDEMARK_SOAK_STREAMS`` streams (default 100) and a rejected mark every
-tenth batch, while :class:`tidemark.jobs.maintenance.Maintainer` runs with the
+tenth batch, while :class:`tidemark.controller.delta.maintenance.Maintainer` runs with the
 controller's default settings in a thread of the same process, as on the
 controller's leader -- except its check interval (0.25 s instead of 5 s:
 the soak commits some 20 times faster than a 1 s controller) and its log
@@ -127,7 +127,7 @@ def _dir_bytes(path: Path) -> int:
 def _tables(root: Path) -> dict[str, tuple[int, int, int, int]]:
     """table -> (live files, live bytes, bytes on disk incl. time travel and log,
     commits in ``_delta_log``)."""
-    from tidemark.jobs.maintenance import table_files
+    from tidemark.controller.delta.maintenance import table_files
     from tidemark.schemas.tables import TABLES, table_path
 
     out = {}
@@ -172,8 +172,9 @@ def _cli_watermarks(root: Path, services: Any, stream: str, since: int) -> tuple
 
 
 def run(services: Any) -> list[str]:
-    from tidemark.jobs.maintenance import Maintainer, MaintenanceSettings
-    from tidemark.jobs.sink import DeltaSink, ensure_tables
+    from tidemark.controller.delta.appends import ensure_tables
+    from tidemark.controller.delta.maintenance import Maintainer, MaintenanceSettings
+    from tidemark.jobs.sink import DeltaSink
 
     from tests.bench.kafka_baseline import PARTITIONS, timed_topic
 

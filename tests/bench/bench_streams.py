@@ -26,6 +26,7 @@ from typing import Any
 
 from confluent_kafka import Producer
 from tidemark.controller.config import ScalingPolicy, StreamConfiguration
+from tidemark.controller.delta.tables import append_watermarks
 from tidemark.controller.memory_store import MemoryStore
 from tidemark.controller.model import Watermark, segment_id
 from tidemark.controller.naming import ClusterSettings
@@ -33,7 +34,6 @@ from tidemark.controller.streams import StreamManager
 from tidemark.pipelines.reading.group import ReaderGroup
 from tidemark.pipelines.reading.merge import TimeMerge
 from tidemark.pipelines.reading.seek import SeekIndex, stream_cut_at
-from tidemark.pipelines.reading.watermark_tables import append_watermarks
 
 STREAMS = 8
 EVENTS = 100_000

@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from tidemark.controller.config import RetentionPolicy, ScalingPolicy, StreamConfiguration
+from tidemark.controller.delta.tables import read_watermarks
 from tidemark.controller.exceptions import KafkaOperationError
 from tidemark.controller.kafka.admin import StreamTopics
 from tidemark.controller.kafka.settings import client_config
@@ -41,7 +42,6 @@ from tidemark.controller.zookeeper.store import ZooKeeperStore
 from tidemark.infra.ports import free_port
 from tidemark.infra.process import ManagedProcess
 from tidemark.pipelines.reading.seek import stream_cut_at
-from tidemark.pipelines.reading.watermark_tables import read_watermarks
 from tidemark.pipelines.writing.marks import mark_message
 
 from tests.deploy.deployment import ROOT, Deployment, wait_until

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from tidemark.controller.config import ScalingPolicy, StreamConfiguration
+from tidemark.controller.delta.tables import read_watermarks
 from tidemark.controller.kafka.settings import client_config
 from tidemark.controller.naming import topic_for
 from tidemark.controller.streams import StreamManager
@@ -27,7 +28,6 @@ from tidemark.controller.zookeeper.session import zookeeper_session
 from tidemark.controller.zookeeper.store import ZooKeeperStore
 from tidemark.infra.process import ManagedProcess
 from tidemark.pipelines.reading.group import ReaderGroup
-from tidemark.pipelines.reading.watermark_tables import read_watermarks
 
 from tests.deploy.deployment import Deployment, wait_until
 from tests.deploy.nemesis.checker import check

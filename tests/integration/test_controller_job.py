@@ -21,6 +21,8 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from tidemark.controller.config import ScalingPolicy, StreamConfiguration
+from tidemark.controller.delta.log import live_files
+from tidemark.controller.delta.tables import DeltaSource
 from tidemark.controller.model import KeyRange, Watermark, WriterMark
 from tidemark.controller.naming import ClusterSettings, bucket_of
 from tidemark.controller.watermarks import GenerationState, Verdict, accept_mark, watermark_cycle
@@ -30,9 +32,7 @@ from tidemark.jobs.controller_job import ControllerJob
 from tidemark.jobs.slot_keys import is_due_key
 from tidemark.jobs.tables import INDEX, REJECTED_MARKS, Reason, read_table, read_watermarks
 from tidemark.jobs.workflow import parse_tick, tick_value
-from tidemark.pipelines.reading.delta_log import live_files
 from tidemark.pipelines.reading.seek import SeekIndex
-from tidemark.pipelines.reading.watermark_tables import DeltaSource
 from tidemark.pipelines.writing.writer import EventWriter
 from tidemark.schemas.records import WriterMarkRecord
 from tidemark.schemas.tables import MARKS, cut_from_cell, table_path

@@ -18,6 +18,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from tidemark.controller.config import ScalingPolicy, StreamConfiguration
+from tidemark.controller.delta.tables import append_watermarks
 from tidemark.controller.exceptions import AdoptionError
 from tidemark.controller.model import KeyRange, Watermark, WriterMark
 from tidemark.controller.naming import ClusterSettings, bucket_of
@@ -25,7 +26,6 @@ from tidemark.controller.navigation import route
 from tidemark.controller.streams import StreamManager
 from tidemark.controller.watermarks import GenerationState, Verdict, accept_mark, watermark_cycle
 from tidemark.controller.zookeeper.store import ZooKeeperStore
-from tidemark.pipelines.reading.watermark_tables import append_watermarks
 from tidemark.pipelines.writing.config import WriterConfig
 from tidemark.pipelines.writing.exceptions import (
     AutomaticTimeError,

@@ -31,7 +31,7 @@ INSTALLS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "tidemark.pipelines.writing.producer",
             "tidemark.pipelines.reading.group",
             "tidemark.pipelines.reading.seek",
-            "tidemark.pipelines.reading.watermark_tables",
+            "tidemark.controller.delta.tables",
             "tidemark.cli.main",
         ),
         (),

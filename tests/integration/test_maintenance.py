@@ -1,8 +1,8 @@
 """Maintenance on real Delta tables: compaction beside the sink's appends, readers, vacuum.
 
 No broker: the tables are local Delta tables written by the controller's own
-sink (:class:`tidemark.jobs.sink.DeltaTables`, delta-rs) and read by the readers' code
-(:mod:`tidemark.pipelines.reading`).
+sink (:class:`tidemark.controller.delta.appends.DeltaTables`, delta-rs) and read by the
+readers' code (:mod:`tidemark.pipelines.reading`).
 """
 
 from __future__ import annotations
@@ -15,12 +15,13 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from tidemark.controller.delta.appends import ensure_tables
+from tidemark.controller.delta.maintenance import Maintainer, MaintenanceSettings
+from tidemark.controller.delta.tables import read_watermarks
 from tidemark.controller.model import Watermark
-from tidemark.jobs.maintenance import Maintainer, MaintenanceSettings
 from tidemark.jobs.processor import COLUMNS
-from tidemark.jobs.sink import DeltaSink, ensure_tables
+from tidemark.jobs.sink import DeltaSink
 from tidemark.pipelines.reading.seek import SeekIndex
-from tidemark.pipelines.reading.watermark_tables import read_watermarks
 from tidemark.schemas.arrow import ARROW_SCHEMAS
 from tidemark.schemas.tables import INDEX, MARKS, REJECTED_MARKS, TABLES, table_path
 
@@ -424,7 +425,7 @@ def test_lookups_on_compacted_tables_match_the_pure_search(tmp_path: Path) -> No
 def test_cold_start_finds_the_last_row_of_a_plateau(tmp_path: Path, compacted: bool) -> None:
     """Equal ``upper_time_max`` over several rows split across files / row groups: the
     cold walk must not stop at the first of them."""
-    from tidemark.pipelines.reading.watermark_tables import append_watermarks
+    from tidemark.controller.delta.tables import append_watermarks
 
     root = str(tmp_path)
     uppers = [100, 200, 150, 180, 190, 300]  # running max: 100, 200, 200, 200, 200, 300
@@ -456,7 +457,7 @@ def test_compact_index_tool_runs_the_same_pass(tmp_path: Path, capsys) -> None: 
 
 
 def test_switch_runs_maintenance_only_while_leading(tmp_path: Path) -> None:
-    from tidemark.jobs.maintenance import MaintenanceSwitch
+    from tidemark.controller.delta.maintenance import MaintenanceSwitch
 
     root = str(tmp_path)
     create_tables(root)
@@ -502,7 +503,7 @@ def test_watermarks_since_reads_the_tail_of_compacted_tables(tmp_path: Path) -> 
 
 def test_a_file_past_the_first_tier_is_not_rewritten_again(tmp_path: Path) -> None:
     from deltalake import DeltaTable
-    from tidemark.jobs.compaction import TIER
+    from tidemark.controller.delta.compaction import TIER
 
     root = written(tmp_path, 60)
     index = table_path(root, INDEX)
@@ -529,7 +530,7 @@ def test_log_is_trimmed_to_its_retention_and_old_tables_get_it(tmp_path: Path) -
     checkpoints stop carrying the tombstones of files removed before the retention."""
     import pyarrow.parquet as pq
     from deltalake import DeltaTable
-    from tidemark.jobs.maintenance import retention_properties
+    from tidemark.controller.delta.maintenance import retention_properties
 
     root = str(tmp_path)
     create_tables(root)  # Delta's defaults: 30 days of log, 7 days of tombstones

@@ -14,6 +14,7 @@ from collections import defaultdict
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from tidemark.controller.config import ScalingPolicy, StreamConfiguration
+from tidemark.controller.delta.tables import append_watermarks
 from tidemark.controller.model import KeyRange, WriterMark
 from tidemark.controller.naming import ClusterSettings
 from tidemark.controller.streams import StreamManager
@@ -29,7 +30,6 @@ from tidemark.pipelines.reading.exceptions import (
 )
 from tidemark.pipelines.reading.group import ReaderConfig, ReaderGroup
 from tidemark.pipelines.reading.seek import SeekIndex, complete_cut_at, stream_cut_at
-from tidemark.pipelines.reading.watermark_tables import append_watermarks
 from tidemark.pipelines.writing.config import WriterConfig
 from tidemark.pipelines.writing.writer import EventWriter
 

@@ -23,10 +23,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from tidemark.controller.delta.tables import append_watermarks
 from tidemark.controller.watermarks import GenerationState, watermark_cycle
 from tidemark.pipelines.reading.group import ReaderGroup
 from tidemark.pipelines.reading.seek import SeekIndex, stream_cut_at
-from tidemark.pipelines.reading.watermark_tables import append_watermarks
 from tidemark.pipelines.writing.marks import to_writer_mark
 from tidemark.pipelines.writing.producer import TidemarkProducer
 from tidemark.pipelines.writing.writer import EventWriter

@@ -61,7 +61,7 @@ def test_batch_read_with_explicit_offsets_into_delta(spark, kafka, unique, tmp_p
 def test_new_controller_tables_keep_log_and_tombstones_for_the_log_retention(
     spark, tmp_path
 ) -> None:
-    from tidemark.jobs.sink import ensure_tables
+    from tidemark.controller.delta.appends import ensure_tables
     from tidemark.schemas.tables import TABLES, table_path
 
     root = str(tmp_path / "delta")
@@ -83,7 +83,7 @@ def test_the_controllers_start_adds_new_columns_to_a_laggards_table_written_befo
     Spark's create-if-not-exists leaves it, and the start adds the columns."""
     import pyarrow as pa
     from deltalake import write_deltalake
-    from tidemark.jobs.sink import ensure_tables
+    from tidemark.controller.delta.appends import ensure_tables
     from tidemark.schemas.arrow import ARROW_SCHEMAS
     from tidemark.schemas.tables import LAGGARDS, table_path
 
@@ -149,10 +149,10 @@ def test_the_log_read_directly_lists_what_delta_rs_lists_on_tables_spark_wrote(
 ) -> None:
     """Spark's commits and checkpoints (every 10 commits), an OPTIMIZE (a compaction
     removing the small files) and commits after it: a cold lookup's direct read of the
-    log (tidemark.pipelines.reading.delta_log) gives delta-rs's live files and statistics."""
+    log (tidemark.controller.delta.log) gives delta-rs's live files and statistics."""
     from delta.tables import DeltaTable as SparkDeltaTable
-    from tidemark.pipelines.reading.delta_log import live_files
-    from tidemark.pipelines.reading.watermark_tables import DeltaSource
+    from tidemark.controller.delta.log import live_files
+    from tidemark.controller.delta.tables import DeltaSource
 
     table = str(tmp_path / "index")
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from tidemark.controller.delta.tables import append_watermarks
 from tidemark.controller.model import Watermark
 from tidemark.pipelines.reading.stream_time import LatestStreamTimes
-from tidemark.pipelines.reading.watermark_tables import append_watermarks
 from tidemark.pipelines.timeline.clock import WatermarkHorizon
 from tidemark.pipelines.timeline.config import ConsumerConfig, TimelineConfig
 from tidemark.pipelines.timeline.consumer import TimelineConsumer

@@ -13,6 +13,8 @@
   ``Condition``'s: one argument). Loops that pause without catching (pacing, polling a
   condition up to a deadline) are not retries; a loop that catches to keep going at a
   fixed pace is listed by name in :data:`PACING_LOOPS` with its reason.
+- ``deltalake`` is imported, and ``write_deltalake`` / ``DeltaTable`` named, only in the
+  Delta adapter, ``controller/delta/``.
 
 "Assembled" means written as a key: a dict literal's key, the target of a subscript
 assignment, or the name given to ``.option(...)``. Reading a setting
@@ -53,7 +55,7 @@ PACING_LOOPS: dict[tuple[str, str], str] = {
         "leadership up (returns), it is not started again here"
     ),
     (
-        "jobs/maintenance.py",
+        "controller/delta/maintenance.py",
         "_loop",
     ): "a maintenance pass at a fixed interval; a failed one is logged",
     ("tidemark/service/state.py", "_tail_loop"): (
@@ -62,6 +64,8 @@ PACING_LOOPS: dict[tuple[str, str], str] = {
     ),
 }
 """(path, function) -> why its loop pauses and catches yet is no retry of a service."""
+DELTA_HOME = "controller/delta/"
+DELTA_NAMES = frozenset({"write_deltalake", "DeltaTable"})
 
 KAFKA_SETTING = re.compile(
     r"^(kafka\.)?(bootstrap\.servers|security\.protocol)$|^(kafka\.)?sasl\.|^kafka\.security\."
@@ -154,6 +158,26 @@ def kafka_settings_assembled(source: str) -> list[tuple[int, str]]:
     return found
 
 
+def delta_uses(source: str) -> list[tuple[int, str]]:
+    """(line, what) of every ``deltalake`` import and every name ``write_deltalake`` or
+    ``DeltaTable`` (called, imported under another name, or read as an attribute)."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if _is_deltalake(a.name)]
+        elif isinstance(node, ast.ImportFrom) and _is_deltalake(node.module or ""):
+            found.append((node.lineno, node.module or ""))
+        elif isinstance(node, ast.Name) and node.id in DELTA_NAMES:
+            found.append((node.lineno, node.id))
+        elif isinstance(node, ast.Attribute) and node.attr in DELTA_NAMES:
+            found.append((node.lineno, node.attr))
+    return found
+
+
+def _is_deltalake(module: str) -> bool:
+    return module.split(".")[0] == "deltalake"
+
+
 def project_sources() -> list[tuple[str, str]]:
     """(path relative to the root, text) of every project module; tests and benchmarks out."""
     out = []
@@ -227,6 +251,15 @@ def test_services_are_waited_on_only_through_the_retry_policy():
     listed = {(path, f) for path, text in project_sources() for _, f in retry_loops(text)}
     assert set(PACING_LOOPS) <= listed, "a pacing loop listed that no longer exists"
     assert retry_loops(dict(project_sources())[RETRY_HOME])  # the one loop is there
+def test_delta_is_reached_only_through_its_adapter():
+    offenders = {
+        path: uses
+        for path, text in project_sources()
+        if not path.startswith(DELTA_HOME) and (uses := delta_uses(text))
+    }
+    assert offenders == {}, "use tidemark.controller.delta (its tables, appends, maintenance)"
+    homes = {path for path, text in project_sources() if delta_uses(text)}
+    assert {"controller/delta/tables.py", "controller/delta/appends.py"} <= homes
 
 
 # --- the checks can fail ---------------------------------------------------------------------
@@ -291,6 +324,16 @@ def test_other_uses_of_kafka_keys_are_not_found(source):
 )
 def test_a_kafka_client_constructed_elsewhere_is_found(source, name):
     assert kafka_clients_constructed(source) == [(2, name)]
+    ("source", "what"),
+    [
+        ("import deltalake\n", "deltalake"),
+        ("from deltalake.exceptions import TableNotFoundError\n", "deltalake.exceptions"),
+        ("def f(w):\n    write_deltalake(w)\n", "write_deltalake"),
+        ("def f(m, u):\n    m.DeltaTable(u)\n", "DeltaTable"),
+    ],
+)
+def test_delta_reached_elsewhere_is_found(source, what):
+    assert [w for _, w in delta_uses(source)] == [what]
 
 
 @pytest.mark.parametrize(
@@ -336,3 +379,10 @@ def test_a_hand_written_retry_loop_is_found(source):
 )
 def test_pacing_and_re_reading_are_not_retry_loops(source):
     assert retry_loops(source) == []
+        "from tidemark.controller.delta.tables import read_table\n",
+        "class DeltaTables: ...\n",  # another name
+        '"""reads the DeltaTable with write_deltalake"""\n',  # prose
+    ],
+)
+def test_other_mentions_of_delta_are_not_found(source):
+    assert delta_uses(source) == []

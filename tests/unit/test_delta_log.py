@@ -1,4 +1,4 @@
-"""The Delta log read directly (tidemark.pipelines.reading.delta_log): the same live files and
+"""The Delta log read directly (tidemark.controller.delta.log): the same live files and
 statistics as delta-rs's snapshot, through appends, compaction with removes,
 checkpoints and a trimmed log; anything else is left to delta-rs."""
 
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
+from tidemark.controller.delta.log import _plan, live_files
+from tidemark.controller.delta.tables import DataFile, DeltaSource, append_watermarks
 from tidemark.controller.model import Watermark
-from tidemark.pipelines.reading.delta_log import _plan, live_files
-from tidemark.pipelines.reading.watermark_tables import DataFile, DeltaSource, append_watermarks
 
 STREAMS = ("s/a", "s/b")
 
@@ -48,7 +48,7 @@ def _append(root: str, stream: str, first_seq: int, count: int) -> None:
 
 
 def test_appends_compaction_checkpoint_and_later_commits_match_delta_rs(tmp_path: Path) -> None:
-    from tidemark.jobs.maintenance import Maintainer, MaintenanceSettings
+    from tidemark.controller.delta.maintenance import Maintainer, MaintenanceSettings
 
     root = str(tmp_path)
     index, marks = f"{root}/index", f"{root}/marks"

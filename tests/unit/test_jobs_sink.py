@@ -9,14 +9,9 @@ import pyarrow as pa
 import pytest
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError
+from tidemark.controller.delta.appends import DeltaTables, ensure_tables, through_store_outage
 from tidemark.jobs.processor import COLUMNS, REJECTED, WATERMARK
-from tidemark.jobs.sink import (
-    DeltaSink,
-    DeltaTables,
-    ensure_tables,
-    split_rows,
-    through_store_outage,
-)
+from tidemark.jobs.sink import DeltaSink, split_rows
 from tidemark.schemas.arrow import ARROW_SCHEMAS
 from tidemark.schemas.tables import INDEX, MARKS, REJECTED_MARKS, TABLES, table_path
 
@@ -207,9 +202,9 @@ def test_a_laggards_table_from_before_the_writer_columns_gets_them_and_keeps_its
     """A table written before ``instance``, ``first_seen`` and ``last_seen`` joined the
     layout: the controller's start adds them (one commit, nullable); its rows read as
     null there, and the sink appends the new rows after it."""
+    from tidemark.controller.delta.appends import evolve_tables, missing_columns
     from tidemark.controller.laggards import LAGGING, Laggard
     from tidemark.jobs.processor import output_rows
-    from tidemark.jobs.sink import evolve_tables, missing_columns
     from tidemark.jobs.workflow import LaggardRows
     from tidemark.schemas.tables import LAGGARDS, laggard_rows
 

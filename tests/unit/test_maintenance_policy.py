@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from tidemark.jobs.exceptions import JobConfigurationError
-from tidemark.jobs.maintenance import MIB, MaintenanceSettings, Plan, TableState, plan
+from tidemark.controller.delta.exceptions import DeltaConfigurationError
+from tidemark.controller.delta.maintenance import MIB, MaintenanceSettings, Plan, TableState, plan
 
 SETTINGS = MaintenanceSettings(
     "/d", compact_min_files=10, target_file_bytes=64 * MIB, checkpoint_every=20
@@ -89,12 +89,12 @@ def test_files_stay_bounded(files: int, small: int, version: int, since: int) ->
 )
 def test_bad_settings_are_named(changes: dict[str, object], named: str) -> None:
     values: dict[str, object] = {"delta_root": "/d", **changes}
-    with pytest.raises(JobConfigurationError, match=named):
+    with pytest.raises(DeltaConfigurationError, match=named):
         MaintenanceSettings(**values)  # type: ignore[arg-type]
 
 
 def test_bins_are_runs_in_time_order_up_to_the_target() -> None:
-    from tidemark.jobs.compaction import SmallFile, bins
+    from tidemark.controller.delta.compaction import SmallFile, bins
 
     files = [SmallFile(f"f{i}", size, i) for i, size in enumerate([4, 4, 4, 9, 1, 1, 10])]
     assert [[f.path for f in b] for b in bins(files, 10)] == [["f0", "f1"], ["f3", "f4"]]
@@ -110,7 +110,7 @@ def test_the_second_tier_is_compacted_only_when_enough_files_wait() -> None:
 def test_log_retention_is_short_on_a_local_file_system_only() -> None:
     """Delta-rs lists the whole log on every open and commit on a local file
     system; an object store lists from an offset, so its log follows the time travel."""
-    from tidemark.jobs.maintenance import LOCAL_LOG_RETENTION_S, retention_properties
+    from tidemark.controller.delta.maintenance import LOCAL_LOG_RETENTION_S, retention_properties
 
     assert MaintenanceSettings("/data/t").log_retention == LOCAL_LOG_RETENTION_S == 900
     assert MaintenanceSettings("file:///data/t").log_retention == 900

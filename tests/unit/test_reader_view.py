@@ -5,6 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 from tidemark.controller.config import StreamConfiguration
+from tidemark.controller.delta.tables import append_watermarks
 from tidemark.controller.metadata import new_stream_metadata
 from tidemark.controller.model import (
     END_OF_SEGMENT,
@@ -22,7 +23,6 @@ from tidemark.pipelines.reading.view import (
     plan_ownership,
     sizes_pending,
 )
-from tidemark.pipelines.reading.watermark_tables import append_watermarks
 from tidemark.pipelines.reading.windows import PositionWindow, WatermarkFeed, reader_position
 
 A = Segment(segment_id(0, 0), KeyRange(0.0, 0.5))

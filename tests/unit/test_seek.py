@@ -8,6 +8,13 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tidemark.controller.delta.tables import (
+    INDEX_COLUMNS,
+    MARKS_COLUMNS,
+    MarksTail,
+    append_watermarks,
+    one_moment,
+)
 from tidemark.controller.index import index_rows, start_cut, stop_cut
 from tidemark.controller.model import KeyRange, Segment, Watermark, segment_id
 from tidemark.pipelines.reading.exceptions import InvalidDurationError, InvalidTimestampError
@@ -16,13 +23,6 @@ from tidemark.pipelines.reading.seek import (
     check_timestamp,
     parse_duration,
     ranges_between,
-)
-from tidemark.pipelines.reading.watermark_tables import (
-    INDEX_COLUMNS,
-    MARKS_COLUMNS,
-    MarksTail,
-    append_watermarks,
-    one_moment,
 )
 from tidemark.schemas.arrow import INDEX_ARROW as INDEX_SCHEMA
 from tidemark.schemas.arrow import MARKS_ARROW as MARKS_SCHEMA
@@ -257,8 +257,8 @@ def test_index_rows_written_before_their_cut_are_answered_through_marks(tmp_path
     when it starts (``evolve_tables``) and new rows carry their cut; the old rows (null
     there, in their own files and, after a compaction, beside new rows in one file) are
     answered through ``marks``, exactly as before -- and only they need it."""
-    from tidemark.jobs.maintenance import Maintainer, MaintenanceSettings
-    from tidemark.jobs.sink import evolve_tables
+    from tidemark.controller.delta.appends import evolve_tables
+    from tidemark.controller.delta.maintenance import Maintainer, MaintenanceSettings
     from tidemark.pipelines.reading.exceptions import WatermarksUnavailableError
 
     root = str(tmp_path)

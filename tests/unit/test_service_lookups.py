@@ -15,6 +15,7 @@ import urllib.request
 
 import pytest
 from tidemark.controller.config import ScalingPolicy, StreamConfiguration
+from tidemark.controller.delta.tables import append_watermarks
 from tidemark.controller.memory_store import MemoryStore
 from tidemark.controller.metadata import new_stream_metadata
 from tidemark.controller.model import Watermark
@@ -26,7 +27,6 @@ from tidemark.pipelines.reading.time_service import (
     TimeServiceClient,
     stream_path,
 )
-from tidemark.pipelines.reading.watermark_tables import append_watermarks
 
 from tidemark.service.server import RunningService
 from tidemark.service.state import TimeService

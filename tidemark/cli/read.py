@@ -137,9 +137,9 @@ def delta_root() -> str:
 def require_tables(root: str) -> None:
     """Refuse a delta root the controller never wrote to (rather than print nothing)."""
     # deltalake: only the verbs that read the tables load it
-    from deltalake import DeltaTable
+    from tidemark.controller.delta.tables import is_table
 
-    if not DeltaTable.is_deltatable(table_path(root, MARKS)):
+    if not is_table(table_path(root, MARKS)):
         raise ConfigurationError(
             f"no watermark tables under {root}: start a controller "
             "(tidemark controller run) or set TIDEMARK_DELTA_ROOT to its delta root"

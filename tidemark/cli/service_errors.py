@@ -160,10 +160,10 @@ def _configured(service: str, args: argparse.Namespace) -> str:
 
 def _object_store_down(exc: BaseException) -> str | None:
     """The store's address when ``exc`` is delta-rs not reaching an object store."""
-    reading = sys.modules.get("tidemark.pipelines.reading.exceptions")
+    delta = sys.modules.get("tidemark.controller.delta.exceptions")
     kinds: tuple[type[BaseException], ...] = (OSError,)
-    if reading is not None:
-        kinds += (reading.WatermarksUnavailableError,)
+    if delta is not None:
+        kinds += (delta.DeltaUnavailableError,)
     if not isinstance(exc, kinds):
         return None
     text = _ANSI.sub("", str(exc))

@@ -21,6 +21,7 @@ from typing import Any
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from tidemark.controller.delta.location import Root
 from tidemark.controller.kafka.admin import StreamTopics
 from tidemark.controller.store import MetadataStore
 from tidemark.errors import TidemarkError
@@ -38,7 +39,7 @@ class GroupLagCollector(Collector):
         self,
         store: MetadataStore,
         bootstrap_servers: str,
-        delta_root: str,
+        delta_root: Root,
         *,
         max_age_s: float = 10.0,
         clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,

@@ -37,6 +37,15 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from tidemark.controller.delta.exceptions import DeltaUnavailableError
+from tidemark.controller.delta.location import Root, TableLocation
+from tidemark.controller.delta.tables import (
+    MarksTail,
+    read_marks_as_of,
+    read_rejected,
+    read_table,
+    read_watermarks,
+)
 from tidemark.controller.exceptions import ZooKeeperUnavailableError
 from tidemark.controller.index import stop_index
 from tidemark.controller.metadata import StreamMetadata
@@ -45,18 +54,9 @@ from tidemark.controller.naming import ClusterSettings
 from tidemark.controller.store import MetadataStore
 from tidemark.controller.zookeeper.driver import controller_view
 from tidemark.errors import ConfigurationError, ServiceUnavailableError, TidemarkError
-from tidemark.pipelines.reading.exceptions import WatermarksUnavailableError
 from tidemark.pipelines.reading.group import open_group
 from tidemark.pipelines.reading.seek import Found, SeekIndex, check_timestamp, live_metadata
 from tidemark.pipelines.reading.time_service import cut_to_json
-from tidemark.pipelines.reading.watermark_tables import (
-    MarksTail,
-    read_marks_as_of,
-    read_rejected,
-    read_table,
-    read_watermarks,
-    resolve_delta_root,
-)
 from tidemark.schemas.tables import LAGGARDS, cut_from_cell, laggards_by_stream
 from tidemark.service.group_metrics import GroupLagCollector
 from tidemark.service.waits import StreamWaits
@@ -82,8 +82,8 @@ class _History:
     """A stream's recent watermarks (bounded), appended by table version, and their
     cuts by ``seq`` (so a lookup needs no read of ``marks``)."""
 
-    def __init__(self, delta_root: str, stream: str, limit: int) -> None:
-        self.tail = MarksTail(delta_root, stream, columns=HISTORY_COLUMNS)
+    def __init__(self, lake: TableLocation, stream: str, limit: int) -> None:
+        self.tail = MarksTail(lake, stream, columns=HISTORY_COLUMNS)
         self.points: deque[HistoryPoint] = deque(maxlen=limit)
         self.cuts: OrderedDict[int, dict[int, int]] = OrderedDict()
         self.limit = limit
@@ -161,7 +161,7 @@ class TimeService:
         self,
         store: MetadataStore,
         zk_client: Any,
-        delta_root: str | None,
+        delta_root: Root,
         *,
         bootstrap_servers: str,
         cluster: ClusterSettings | None = None,
@@ -177,19 +177,16 @@ class TimeService:
             raise ConfigurationError(f"tail_ms must be >= 1, got {tail_ms}")
         self.store = store
         self.zk_client = zk_client
-        self.delta_root = resolve_delta_root(delta_root)
+        self.location = TableLocation.of(delta_root, storage_options)
+        self.delta_root = self.location.uri
         self.bootstrap_servers = bootstrap_servers
         self.cluster = cluster or ClusterSettings()
         self.postgres_dsn = postgres_dsn
         self.refresh_s = refresh_ms / 1000
         self.tail_s = tail_ms / 1000
-        self.storage_options = dict(storage_options or {})
+        self.storage_options = self.location.storage_options
         # Lookups never refresh on their own while the thread keeps up (5 intervals).
-        self.index = SeekIndex(
-            self.delta_root,
-            storage_options=self.storage_options,
-            refresh_interval_ms=refresh_ms * 5,
-        )
+        self.index = SeekIndex(self.location, refresh_interval_ms=refresh_ms * 5)
         self._history_limit = history_limit
         self._lock = threading.RLock()
         self._meta: dict[str, StreamMetadata] = {}
@@ -203,7 +200,7 @@ class TimeService:
         self.last_refresh_error: str | None = None
         self.registry = CollectorRegistry()
         self.registry.register(_StreamCollector(self))
-        self.group_lag = GroupLagCollector(store, bootstrap_servers, self.delta_root)
+        self.group_lag = GroupLagCollector(store, bootstrap_servers, self.location)
         self.registry.register(self.group_lag)
         self.waits = StreamWaits()
 
@@ -281,7 +278,7 @@ class TimeService:
             self._meta[name] = meta
             history = self._history.get(name)
             if history is None:
-                history = self._history[name] = _History(self.delta_root, name, self._history_limit)
+                history = self._history[name] = _History(self.location, name, self._history_limit)
         self.index.refresh(name, force=True)
         if self._poll_history(history):
             self.waits.changed(name)
@@ -334,7 +331,7 @@ class TimeService:
 
     def first_from_delta(self, stream: str, t: int) -> Watermark | None:
         """The first watermark with ``time >= t`` from the ``marks`` table (blocking I/O)."""
-        found = read_watermarks(self.delta_root, stream, self.storage_options or None, since=t)
+        found = read_watermarks(self.location, stream, since=t)
         return found[0] if found else None
 
     def streams(self) -> list[StreamMetadata]:
@@ -378,14 +375,9 @@ class TimeService:
         self.metadata(stream)
         try:
             read, rows = read_marks_as_of(
-                self.delta_root,
-                stream,
-                since_ms=since_ms,
-                version=version,
-                as_of_ms=as_of_ms,
-                storage_options=self.storage_options,
+                self.location, stream, since_ms=since_ms, version=version, as_of_ms=as_of_ms
             )
-        except WatermarksUnavailableError as exc:
+        except DeltaUnavailableError as exc:
             raise ConfigurationError(str(exc)) from exc
         return read, [
             {
@@ -401,15 +393,13 @@ class TimeService:
 
     def rejected(self, stream: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
         """The latest rejected marks (all streams: None), newest first."""
-        return read_rejected(self.delta_root, stream, limit, self.storage_options)
+        return read_rejected(self.location, stream, limit)
 
     def laggards(self, stream: str | None = None) -> dict[str, list[dict[str, Any]]]:
         """Per stream (all: None), the writers holding its watermark back -- id, instance,
         noted time, first and last seen -- from the last snapshot in ``laggards``;
         streams nobody holds back are left out."""
-        return laggards_by_stream(
-            read_table(self.delta_root, LAGGARDS, stream, self.storage_options)
-        )
+        return laggards_by_stream(read_table(self.location, LAGGARDS, stream))
 
     # --- other views ----------------------------------------------------------------------------
 
@@ -452,7 +442,7 @@ class TimeService:
             group_name,
             store=self.store,
             bootstrap_servers=self.bootstrap_servers,
-            delta_root=self.delta_root,
+            delta_root=self.location,
         ) as group:
             window = group.current_time_window()
             cut = group.stream_cut()

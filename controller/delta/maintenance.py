@@ -14,7 +14,7 @@ the table's file count and sizes what to do:
 - **compact** when ``compact_min_files`` files are smaller than
   ``target_file_bytes / TIER`` (or they add up to that much), or as many
   wait between that and the target:
-  :mod:`tidemark.jobs.compaction` rewrites them, sorted by time, into files of up to
+  :mod:`tidemark.controller.delta.compaction` rewrites them, sorted by time, into files of up to
   ``target_file_bytes`` with row groups of ``row_group_rows`` rows
   (``marks_row_group_rows`` for ``marks``; both small, since the rows of both
   tables carry a cut each) -- one
@@ -62,10 +62,10 @@ from typing import Any
 
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
-from tidemark.jobs.commit_turns import commit_turn
-from tidemark.jobs.compaction import TIER, compact_in_time_order
-from tidemark.jobs.exceptions import JobConfigurationError
-from tidemark.pipelines.reading.watermark_tables import add_actions
+from tidemark.controller.delta.commit_turns import commit_turn
+from tidemark.controller.delta.compaction import TIER, compact_in_time_order
+from tidemark.controller.delta.exceptions import DeltaConfigurationError
+from tidemark.controller.delta.tables import add_actions
 from tidemark.schemas.tables import MARKS, TABLES, on_object_store, table_path
 
 from tidemark.retries import RetryPolicy
@@ -145,9 +145,9 @@ class MaintenanceSettings:
 
     def __post_init__(self) -> None:
         if not str(self.delta_root).strip():
-            raise JobConfigurationError("no delta root: pass the directory or URI of the tables")
+            raise DeltaConfigurationError("no delta root: pass the directory or URI of the tables")
         if self.compact_min_files < 2:
-            raise JobConfigurationError(
+            raise DeltaConfigurationError(
                 f"compact_min_files must be at least 2: got {self.compact_min_files}"
             )
         small = {
@@ -159,18 +159,18 @@ class MaintenanceSettings:
         }
         bad = [f"{name}={value}" for name, value in small.items() if value < 1]
         if bad:
-            raise JobConfigurationError(f"must be at least 1: {', '.join(bad)}")
+            raise DeltaConfigurationError(f"must be at least 1: {', '.join(bad)}")
         if self.time_travel_hours < 0 or self.check_interval_s <= 0 or self.vacuum_every_s < 0:
-            raise JobConfigurationError(
+            raise DeltaConfigurationError(
                 "time_travel_hours and vacuum_every_s must be >= 0, check_interval_s > 0"
             )
         if self.log_retention_s is not None and self.log_retention_s < 1:
-            raise JobConfigurationError(
+            raise DeltaConfigurationError(
                 f"log_retention_s must be at least 1: got {self.log_retention_s}"
             )
         unknown = [t for t in self.tables if t not in TABLES]
         if unknown:
-            raise JobConfigurationError(
+            raise DeltaConfigurationError(
                 f"unknown table(s) {', '.join(unknown)}; valid: {', '.join(TABLES)}"
             )
 

@@ -44,7 +44,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import PostCommitHookProperties
 from deltalake.transaction import AddAction, RemoveAction
-from tidemark.pipelines.reading.watermark_tables import add_actions, filesystem_path
+from tidemark.controller.delta.tables import add_actions, filesystem_path
 from tidemark.schemas.arrow import ARROW_SCHEMAS
 from tidemark.schemas.tables import REJECTED_MARKS
 
@@ -124,7 +124,8 @@ def compact_in_time_order(
 ) -> tuple[int, int]:
     """Rewrite the small files of ``dt`` (the open table named ``table``) in time order;
     ``(files removed, files added)``. One commit for all bins, made holding ``turn``
-    (:func:`tidemark.jobs.commit_turns.commit_turn`: the files are read and written without it).
+    (:func:`tidemark.controller.delta.commit_turns.commit_turn`: the files are read and
+    written without it).
     ``storage_options``: the table's delta-rs options, to reach its files."""
     files = small_files(dt, table, target_bytes)
     first = [f for f in files if f.size < target_bytes // TIER]

@@ -36,9 +36,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
+from tidemark.controller.delta.exceptions import DeltaUnavailableError
+from tidemark.controller.delta.location import (
+    DELTA_ROOT_ENV,
+    Root,
+    TableLocation,
+    resolve_delta_root,
+    shared,
+)
 from tidemark.controller.index import running_max
 from tidemark.controller.model import Watermark
-from tidemark.pipelines.reading.exceptions import WatermarksUnavailableError
 from tidemark.schemas.tables import (
     INDEX,
     INDEX_COLUMNS,
@@ -54,31 +61,11 @@ from tidemark.schemas.tables import (
     watermark_from_row,
 )
 
-from tidemark.environment import DELTA_ROOT
-
 if TYPE_CHECKING:  # pyarrow is imported where a table is read or written
     import pyarrow as pa
     import pyarrow.parquet as pq
 
 log = logging.getLogger(__name__)
-
-
-DELTA_ROOT_ENV = DELTA_ROOT
-"""The variable ``tidemark.environment`` names; read here only as a fallback, since
-``pipelines`` does not import ``infra``."""
-
-
-def resolve_delta_root(delta_root: str | os.PathLike[str] | None) -> str:
-    """``delta_root`` if given, else ``$TIDEMARK_DELTA_ROOT``; a clear error when neither."""
-    if delta_root is not None and str(delta_root):
-        return str(delta_root)
-    found = os.environ.get(DELTA_ROOT_ENV, "").strip()
-    if found:
-        return found
-    raise WatermarksUnavailableError(
-        f"no delta root: pass delta_root=... or set {DELTA_ROOT_ENV} to where the "
-        "controller writes its tables"
-    )
 
 
 @dataclass(frozen=True)
@@ -191,9 +178,12 @@ class DeltaSource:
     log unless a refresh begun since the call (or since the start of the
     thread's :class:`one_moment` block) already did."""
 
-    def __init__(self, uri: str, storage_options: Mapping[str, str] | None = None) -> None:
-        self.uri = uri
-        self.storage_options = dict(storage_options or {})
+    def __init__(
+        self, table: TableLocation | str, storage_options: Mapping[str, str] | None = None
+    ) -> None:
+        self.location = TableLocation.of(table, storage_options)
+        self.uri = self.location.uri
+        self.storage_options = self.location.storage_options
         self._table: Any = None
         self._lock = threading.RLock()
         self._began = float("-inf")
@@ -220,17 +210,17 @@ class DeltaSource:
 
         if self._table is None:
             try:
-                self._table = DeltaTable(self.uri, storage_options=self.storage_options or None)
+                self._table = DeltaTable(self.uri, storage_options=self.location.delta_rs_options)
             except TableNotFoundError:
                 return False
             except Exception as exc:
-                raise WatermarksUnavailableError(f"cannot open table {self.uri}: {exc}") from exc
+                raise DeltaUnavailableError(f"cannot open table {self.uri}: {exc}") from exc
             return True
         before = self._table.version()
         try:
             self._table.update_incremental()
         except Exception as exc:
-            raise WatermarksUnavailableError(f"cannot refresh table {self.uri}: {exc}") from exc
+            raise DeltaUnavailableError(f"cannot refresh table {self.uri}: {exc}") from exc
         return bool(self._table.version() != before)
 
     @property
@@ -266,11 +256,11 @@ class DeltaSource:
     def latest_files(self) -> list[DataFile]:
         """Every data file of the latest version (a :meth:`refresh`, then :meth:`files`).
         A local table not opened yet stays so: its log is read directly
-        (:func:`tidemark.pipelines.reading.delta_log.live_files`, a checkpoint and the commits
+        (:func:`tidemark.controller.delta.log.live_files`, a checkpoint and the commits
         after it: a third of a delta-rs open), as its files are all that is asked."""
         with self._lock:
             if self._table is None and not on_object_store(self.uri):
-                from tidemark.pipelines.reading.delta_log import live_files  # pyarrow on use
+                from tidemark.controller.delta.log import live_files  # pyarrow on use
 
                 root = self.uri.removeprefix("file://")
                 found = live_files(root)
@@ -340,7 +330,7 @@ def _prefix(uris: Sequence[str], path: str) -> str:
     for uri in uris:
         if uri.endswith(path):
             return uri[: len(uri) - len(path)]
-    raise WatermarksUnavailableError(f"data file {path} is not among the table's files")
+    raise DeltaUnavailableError(f"data file {path} is not among the table's files")
 
 
 Bounds = Mapping[str, tuple[int | None, int | None]]
@@ -358,7 +348,7 @@ def read_files(
     within its bounds, sorted by ``seq``.
 
     Only the row groups whose Parquet statistics may hold such rows are read
-    (compacted files have small row groups, see ``tidemark.jobs.maintenance``), and
+    (compacted files have small row groups, see ``tidemark.controller.delta.maintenance``), and
     the rows are filtered with compute kernels, not a dataset scan.
     """
     import pyarrow as pa  # on use: importing this module stays light
@@ -522,13 +512,13 @@ class TableTail:
 
     def __init__(
         self,
-        uri: str,
+        table: TableLocation | str,
         stream: str,
         columns: Sequence[str],
         storage_options: Mapping[str, str] | None = None,
         source: DeltaSource | None = None,
     ) -> None:
-        self.source = source or DeltaSource(uri, storage_options)
+        self.source = source or DeltaSource(table, storage_options)
         self.stream = stream
         self.columns = tuple(columns)
         self.last_seq = -1
@@ -571,19 +561,13 @@ class TableTail:
         return rows
 
 
-_SOURCES: dict[tuple[str, tuple[tuple[str, str], ...]], DeltaSource] = {}
-_SOURCES_LOCK = threading.Lock()
-
-
-def shared_source(uri: str, storage_options: Mapping[str, str] | None = None) -> DeltaSource:
+def shared_source(
+    table: TableLocation | str, storage_options: Mapping[str, str] | None = None
+) -> DeltaSource:
     """The process's one :class:`DeltaSource` of a table (per storage options): the tails
     of many streams open the table once and follow one snapshot, instead of one each."""
-    key = (uri, tuple(sorted((storage_options or {}).items())))
-    with _SOURCES_LOCK:
-        found = _SOURCES.get(key)
-        if found is None:
-            found = _SOURCES[key] = DeltaSource(uri, storage_options)
-        return found
+    location = TableLocation.of(table, storage_options)
+    return shared("source", location, lambda: DeltaSource(location))
 
 
 class MarksTail:
@@ -593,14 +577,14 @@ class MarksTail:
 
     def __init__(
         self,
-        delta_root: str,
+        delta_root: Root,
         stream: str,
         storage_options: Mapping[str, str] | None = None,
         columns: Sequence[str] = MARKS_COLUMNS,
     ) -> None:
-        self.uri = table_path(delta_root, MARKS)
-        source = shared_source(self.uri, storage_options)
-        self.tail = TableTail(self.uri, stream, columns, storage_options, source)
+        marks = TableLocation.of(delta_root, storage_options).table(MARKS)
+        self.uri = marks.uri
+        self.tail = TableTail(marks, stream, columns, source=shared_source(marks))
 
     @property
     def last_seq(self) -> int:
@@ -633,7 +617,7 @@ class MarksTail:
 
 
 def append_watermarks(
-    delta_root: str,
+    delta_root: Root,
     watermarks: Sequence[Watermark],
     *,
     previous_upper_time_max: int | None = None,
@@ -646,7 +630,6 @@ def append_watermarks(
     maximum of earlier rows.
     """
     import pyarrow as pa  # pyarrow and deltalake only where a table is written
-    from deltalake import write_deltalake  # as above
     from tidemark.schemas.arrow import (  # pyarrow: its Arrow schemas, as above
         INDEX_ARROW,
         MARKS_ARROW,
@@ -664,13 +647,60 @@ def append_watermarks(
         [index_row(w, top) for w, top in zip(watermarks, maxima, strict=True)],
         schema=INDEX_ARROW,
     )
-    options = dict(storage_options or {}) or None
-    write_deltalake(table_path(delta_root, MARKS), marks, mode="append", storage_options=options)
-    write_deltalake(table_path(delta_root, INDEX), index, mode="append", storage_options=options)
+    lake = TableLocation.of(delta_root, storage_options)
+    append_rows(lake.table(MARKS), marks)
+    append_rows(lake.table(INDEX), index)
+
+
+def append_rows(
+    table: TableLocation | str, rows: pa.Table, storage_options: Mapping[str, str] | None = None
+) -> None:
+    """Append ``rows`` (already in the table's Arrow schema) to ``table``,
+    creating it when missing; for tools and tests (the controller appends through
+    :class:`tidemark.controller.delta.appends.DeltaTables`)."""
+    from deltalake import write_deltalake  # on use: importing this module stays light
+
+    where = TableLocation.of(table, storage_options)
+    write_deltalake(where.uri, rows, mode="append", storage_options=where.delta_rs_options)
+
+
+def is_table(table: TableLocation | str, storage_options: Mapping[str, str] | None = None) -> bool:
+    """Whether a Delta table lives at ``table``."""
+    from deltalake import DeltaTable  # on use: importing this module stays light
+
+    where = TableLocation.of(table, storage_options)
+    return bool(DeltaTable.is_deltatable(where.uri, storage_options=where.delta_rs_options))
+
+
+def column_max(
+    table: TableLocation | str,
+    column: str,
+    stream: str,
+    storage_options: Mapping[str, str] | None = None,
+) -> int | None:
+    """The largest ``column`` of ``stream``'s rows in ``table`` (``None``: no table, no
+    row)."""
+    import pyarrow.compute as pc  # on use: importing this module stays light
+    import pyarrow.dataset as ds  # as above
+    from deltalake import DeltaTable  # as above
+    from deltalake.exceptions import TableNotFoundError  # as above
+
+    where = TableLocation.of(table, storage_options)
+    try:
+        dt = DeltaTable(where.uri, storage_options=where.delta_rs_options)
+    except TableNotFoundError:
+        return None
+    values = (
+        dt.to_pyarrow_dataset()
+        .to_table(columns=[column], filter=ds.field("stream") == stream)
+        .column(column)
+    )
+    found = pc.max(values).as_py() if len(values) else None
+    return None if found is None else int(found)
 
 
 def read_watermarks(
-    delta_root: str,
+    delta_root: Root,
     stream: str,
     storage_options: Mapping[str, str] | None = None,
     *,
@@ -683,11 +713,11 @@ def read_watermarks(
     it are read: compacted files are in commit order, so a recent ``since``
     reads the table's tail, whatever its age.
     """
+    marks = TableLocation.of(delta_root, storage_options).table(MARKS)
     if since is None:
-        tail = TableTail(table_path(delta_root, MARKS), stream, MARKS_COLUMNS, storage_options)
-        rows = tail.poll()
+        rows = TableTail(marks, stream, MARKS_COLUMNS).poll()
     else:
-        source = DeltaSource(table_path(delta_root, MARKS), storage_options)
+        source = DeltaSource(marks)
         source.refresh()
         files = [
             f
@@ -699,19 +729,19 @@ def read_watermarks(
 
 
 def read_table(
-    delta_root: str,
+    delta_root: Root,
     table: str,
     stream: str | None = None,
     storage_options: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """Rows of any of the tables (optionally one stream's) as dicts; for tools and tests."""
-    source = DeltaSource(table_path(delta_root, table), storage_options)
+    source = DeltaSource(TableLocation.of(delta_root, storage_options).table(table))
     source.refresh()
     return list(source.rows(stream).to_pylist())
 
 
 def read_marks_as_of(
-    delta_root: str,
+    delta_root: Root,
     stream: str,
     *,
     since_ms: int = 0,
@@ -721,24 +751,21 @@ def read_marks_as_of(
 ) -> tuple[int | None, list[dict[str, Any]]]:
     """``stream``'s ``marks`` rows with ``time >= since_ms`` as of a table ``version`` or a
     time ``as_of_ms`` (neither: the latest), in ``seq`` order; (version read, rows).
-    ``(None, [])`` when there is no table; :class:`WatermarksUnavailableError` when the
+    ``(None, [])`` when there is no table; :class:`DeltaUnavailableError` when the
     version does not exist."""
     import pyarrow.dataset as ds  # pyarrow and deltalake only where a table is read
     from deltalake import DeltaTable  # as above
     from deltalake.exceptions import DeltaError, TableNotFoundError  # as above
 
+    marks = TableLocation.of(delta_root, storage_options).table(MARKS)
     try:
-        dt = DeltaTable(
-            table_path(delta_root, MARKS),
-            storage_options=dict(storage_options or {}) or None,
-            version=version,
-        )
+        dt = DeltaTable(marks.uri, storage_options=marks.delta_rs_options, version=version)
         if as_of_ms is not None:
             dt.load_as_version(datetime.datetime.fromtimestamp(as_of_ms / 1000, datetime.UTC))
     except TableNotFoundError:
         return None, []
     except (DeltaError, ValueError, OSError) as exc:
-        raise WatermarksUnavailableError(f"marks table: no such version ({exc})") from exc
+        raise DeltaUnavailableError(f"marks table: no such version ({exc})") from exc
     table = dt.to_pyarrow_dataset().to_table(
         filter=(ds.field("stream") == stream) & (ds.field("time") >= since_ms)
     )
@@ -750,24 +777,24 @@ REJECTED_SHOWN = ("stream", "writer", "reason", "kafka_partition", "kafka_offset
 
 
 def read_rejected(
-    delta_root: str,
+    delta_root: Root,
     stream: str | None = None,
     limit: int = 50,
     storage_options: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """The latest ``limit`` rejected marks (of every stream: ``None``), newest first,
     without their raw bytes."""
-    source = DeltaSource(table_path(delta_root, REJECTED_MARKS), storage_options)
+    source = DeltaSource(TableLocation.of(delta_root, storage_options).table(REJECTED_MARKS))
     source.refresh()
     rows = source.rows(stream, REJECTED_SHOWN).to_pylist()
     return sorted(rows, key=lambda r: r["at"] or 0, reverse=True)[:limit]
 
 
 def read_cut(
-    delta_root: str, stream: str, seq: int, storage_options: Mapping[str, str] | None = None
+    delta_root: Root, stream: str, seq: int, storage_options: Mapping[str, str] | None = None
 ) -> dict[int, int] | None:
     """The ``stream_cut`` of watermark ``seq`` from ``marks`` (file statistics pick the files)."""
-    source = DeltaSource(table_path(delta_root, MARKS), storage_options)
+    source = DeltaSource(TableLocation.of(delta_root, storage_options).table(MARKS))
     if not source.refresh():
         return None
     return read_cut_from(source, stream, seq)
@@ -808,12 +835,17 @@ __all__ = [
     "DataFile",
     "DeltaSource",
     "MarksTail",
+    "Root",
+    "TableLocation",
     "TableTail",
     "add_actions",
+    "append_rows",
     "append_watermarks",
+    "column_max",
     "cut_from_cell",
     "filesystem_path",
     "find_in_group",
+    "is_table",
     "one_moment",
     "read_cell",
     "read_cut",
