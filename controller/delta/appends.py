@@ -184,7 +184,7 @@ class DeltaTables:
     One :class:`deltalake.DeltaTable` per table is kept open; ``storage_options``
     go to delta-rs (object-store credentials, as for any delta-rs writer).
 
-    An append does not re-read the log first (issue 19: on a local file system
+    An append does not re-read the log first (on a local file system
     every ``update_incremental`` lists the whole ``_delta_log``, so an append
     cost grew with the log). The handle is current after its own commit, and
     delta-rs resolves a blind append against newer commits by itself (the
@@ -267,7 +267,7 @@ class DeltaTables:
             commit_properties=CommitProperties(
                 app_transactions=[Transaction(app_id=app_id, version=version)]
             ),
-            # issue 19: checkpoints and log cleanup belong to tidemark.controller.delta.maintenance,
+            # checkpoints and log cleanup belong to tidemark.controller.delta.maintenance,
             # off the append path (delta-rs would write one in every 100th append otherwise)
             post_commithook_properties=PostCommitHookProperties(
                 create_checkpoint=False, cleanup_expired_logs=False

@@ -20,6 +20,10 @@ stream newer than the last one read. Rows are immutable once committed and
 compaction that rewrites old rows into new files costs nothing but a glance
 at the statistics. pyarrow and deltalake are imported where a table is read
 or written, so importing this module (every reader does) stays light.
+
+Why one module: every reader's view of the tables -- tails, cut reads, bounded reads
+and the statistics that skip files -- shares one open-table cache and one file filter;
+split, each half would need the other's internals.
 """
 
 from __future__ import annotations

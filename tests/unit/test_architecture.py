@@ -251,6 +251,8 @@ def test_services_are_waited_on_only_through_the_retry_policy():
     listed = {(path, f) for path, text in project_sources() for _, f in retry_loops(text)}
     assert set(PACING_LOOPS) <= listed, "a pacing loop listed that no longer exists"
     assert retry_loops(dict(project_sources())[RETRY_HOME])  # the one loop is there
+
+
 def test_delta_is_reached_only_through_its_adapter():
     offenders = {
         path: uses
@@ -324,6 +326,9 @@ def test_other_uses_of_kafka_keys_are_not_found(source):
 )
 def test_a_kafka_client_constructed_elsewhere_is_found(source, name):
     assert kafka_clients_constructed(source) == [(2, name)]
+
+
+@pytest.mark.parametrize(
     ("source", "what"),
     [
         ("import deltalake\n", "deltalake"),
@@ -379,6 +384,11 @@ def test_a_hand_written_retry_loop_is_found(source):
 )
 def test_pacing_and_re_reading_are_not_retry_loops(source):
     assert retry_loops(source) == []
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
         "from tidemark.controller.delta.tables import read_table\n",
         "class DeltaTables: ...\n",  # another name
         '"""reads the DeltaTable with write_deltalake"""\n',  # prose
