@@ -277,6 +277,20 @@ def marks_row(
     }
 
 
+def observation_of(row: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What a ``marks`` row says of observation: ``{"writers", "lateness_ms",
+    "possibly_late"}``, or ``None`` when every writer noted its time (or the row was
+    written before the :data:`OBSERVATION_COLUMNS` joined)."""
+    writers = row.get("observed")
+    if not writers:
+        return None
+    return {
+        "writers": list(writers),
+        "lateness_ms": row.get("observed_lateness_ms"),
+        "possibly_late": row.get("possibly_late"),
+    }
+
+
 def index_row(watermark: WatermarkLike, upper_time_max: int) -> dict[str, Any]:
     """A watermark as a row of ``index``; ``upper_time_max`` is the running maximum
     of ``upper_time`` up to it (``tidemark.controller.index.running_max``)."""
@@ -400,6 +414,7 @@ __all__ = [
     "latest_laggards",
     "layout",
     "marks_row",
+    "observation_of",
     "rejected_row",
     "table_path",
     "watermark_from_row",

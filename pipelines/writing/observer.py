@@ -172,6 +172,13 @@ class StreamObserver(Closing):
         self._last = mark
         return mark
 
+    def flush(self, timeout_s: float | None = None) -> int:
+        """Wait until the marks sent are acknowledged; how many are not (after
+        ``timeout_s``, default the config's)."""
+        left = self._producer.flush(self.config.timeout_s if timeout_s is None else timeout_s)
+        self._check()
+        return left
+
     def run(self, stop: threading.Event) -> None:
         """Look every ``interval_ms`` until ``stop`` is set. A look that fails (Kafka
         unreachable for a moment) is logged and the next interval tries again; a mark

@@ -59,7 +59,7 @@ from tidemark.pipelines.reading.watermark_tables import (
     read_watermarks,
     resolve_delta_root,
 )
-from tidemark.schemas.tables import LAGGARDS, cut_from_cell, laggards_by_stream
+from tidemark.schemas.tables import LAGGARDS, cut_from_cell, laggards_by_stream, observation_of
 from tidemark.service.group_metrics import GroupLagCollector
 
 log = logging.getLogger(__name__)
@@ -442,6 +442,7 @@ class TimeService:
                 "emitted_at": r["emitted_at"],
                 "writers": list(r["writers"] or ()),
                 "stream_cut": cut_to_json(cut_from_cell(r["stream_cut"])),
+                "observed": observation_of(r),
             }
             for r in rows[-limit:]
         ]
