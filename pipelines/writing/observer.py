@@ -137,6 +137,8 @@ class StreamObserver(Closing):
         self._view = StreamView(store, metadata)
         self._view.watch()
         self._last: WriterMark | None = None
+        self._ends: dict[int, int] = {}
+        self._tops: dict[int, tuple[int, int] | None] = {}
 
     @property
     def last_mark(self) -> WriterMark | None:
@@ -150,8 +152,12 @@ class StreamObserver(Closing):
         segments = {s.number: s.id for s in metadata.active_segments()}
         partitions = sorted(segments)
         ends = self._topics.last_stable_offsets(metadata.topic, partitions)
-        tops = self._topics.max_timestamps(metadata.topic, partitions)
-        seen = {p: PartitionSeen(ends.get(p, 0), tops.get(p)) for p in partitions}
+        # A partition's largest timestamp changes only with new records: ask again only
+        # where the high-water mark moved (an idle stream costs one request a look).
+        moved = [p for p in partitions if p not in self._tops or ends.get(p) != self._ends.get(p)]
+        self._tops.update(self._topics.max_timestamps(metadata.topic, moved))
+        self._ends = dict(ends)
+        seen = {p: PartitionSeen(ends.get(p, 0), self._tops.get(p)) for p in partitions}
         note = self._rule.observe(seen, self._clock())
         self._producer.poll(0)
         if note is None:

@@ -1,15 +1,18 @@
 """The CPU an observer costs: ``tidemark stream observe`` on 1 000 partitions at a 1 s interval.
 
-A stream of ``PARTITIONS`` partitions (a record in each, so every partition has
-a largest timestamp) is observed by the command as a user runs it (a fresh
+A stream of ``PARTITIONS`` partitions, a record written to each of them every
+second by the bench (so every high-water mark moves between two looks: the
+observer's dearer case), is observed by the command as a user runs it (a fresh
 ``python -m tidemark.cli.main stream observe S --lateness 30s`` process). Its
 CPU time (user + system, from ``/proc`` via psutil) is measured over
 ``WINDOW_S`` seconds after a warm-up, beside two baselines running at the same
 time against the same broker:
 
-- a **bare loop**: the same two ListOffsets requests each interval (high-water
-  marks and max timestamps of every partition, confluent-kafka's
-  ``AdminClient.list_offsets``), no tidemark -- the floor of looking at all;
+- a **bare loop**: two ListOffsets requests each interval (high-water marks and
+  max timestamps of every partition, confluent-kafka's
+  ``AdminClient.list_offsets``), no tidemark -- what looking at everything
+  costs (the observer asks max timestamps only where high-water marks moved:
+  with no new records, it sends the first request alone);
 - an **idle Python process** (``time.sleep``): what a process costs doing nothing.
 
 Printed: each process's cores (CPU seconds / wall seconds), the observer's
@@ -22,6 +25,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from typing import Any
@@ -78,10 +82,19 @@ def run(services: Any) -> list[str]:
         client.stop()
         client.close()
     producer = Producer({"bootstrap.servers": services.bootstrap, "linger.ms": 5})
-    now = int(time.time() * 1000)
-    for p in range(PARTITIONS):
-        producer.produce(topic, b"x" * 256, partition=p, timestamp=now - p)
-    assert producer.flush(60) == 0
+    stop = threading.Event()
+
+    def feed() -> None:  # a record to every partition each second
+        while True:
+            now = int(time.time() * 1000)
+            for p in range(PARTITIONS):
+                producer.produce(topic, b"x" * 256, partition=p, timestamp=now - p)
+            producer.flush(30)
+            if stop.wait(1.0):
+                return
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
 
     env = {
         **os.environ,
@@ -107,15 +120,18 @@ def run(services: Any) -> list[str]:
         wall = time.monotonic() - t0
         cores = {name: (_cpu_s(h) - start[name]) / wall for name, h in handles.items()}
     finally:
+        stop.set()
         for p in procs.values():
             p.terminate()
         for p in procs.values():
             p.wait(30)
+        feeder.join(30)
     assert procs["observer"].returncode == 0, "the observer did not stop cleanly on SIGTERM"
     load = os.getloadavg()[0]
     bare = cores["bare list_offsets loop"]
     lines = [
-        f"observe, {PARTITIONS} partitions, 1 s interval, {wall:.0f} s window "
+        f"observe, {PARTITIONS} partitions each getting a record a second, 1 s interval, "
+        f"{wall:.0f} s window "
         f"(load average {load:.1f}):"
     ]
     lines += [f"  {name:<24} {c:.4f} core" for name, c in cores.items()]

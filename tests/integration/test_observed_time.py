@@ -280,7 +280,16 @@ def test_the_command_observes_until_sigterm_then_sends_its_shutdown_mark(
     topic = manager.describe(stream).topic
     write(kafka, topic, 0, [BASE])
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tidemark.cli.main", "stream", "observe", stream, "--lateness=2s"],
+        [
+            sys.executable,
+            "-m",
+            "tidemark.cli.main",
+            "stream",
+            "observe",
+            stream,
+            "--lateness=2s",
+            "--idle=10m",
+        ],
         env=cli_env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
