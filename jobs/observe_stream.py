@@ -67,10 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
     try:
         config = config_from_text(args.lateness, args.interval, args.idle)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
         found = resolve_services(
             KAFKA, ZOOKEEPER, kafka=args.bootstrap, zk=args.zk, env=Environment.from_env()
         )

@@ -128,3 +128,20 @@ def test_a_watermark_names_its_observers_their_largest_lateness_and_their_counts
     }
     assert Observation.of(marks) == Observation(("o1", "o2"), 30_000, 5)
     assert Observation.of({"w1": marks["w1"]}) is None
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--lateness=-5s"], "must not be negative"),
+        (["--lateness", "5 parsecs"], "no duration"),
+        (["--lateness", "1s", "--interval", "0s"], "interval_ms must be an int >= 1"),
+    ],
+)
+def test_the_job_refuses_bad_durations_before_reaching_any_service(
+    flags: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tidemark.jobs.observe_stream import main
+
+    assert main(["--stream", "a/b", *flags]) == 1
+    assert says in capsys.readouterr().err
