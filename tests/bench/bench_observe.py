@@ -38,8 +38,8 @@ WARM_UP_S = 8.0
 
 BARE_LOOP = r"""
 import sys, time
-from confluent_kafka import TopicPartition
-from confluent_kafka.admin import AdminClient, IsolationLevel, OffsetSpec
+from confluent_kafka import IsolationLevel, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
 bootstrap, topic, partitions = sys.argv[1], sys.argv[2], int(sys.argv[3])
 admin = AdminClient({"bootstrap.servers": bootstrap})
 latest, top = OffsetSpec.latest(), OffsetSpec.max_timestamp()

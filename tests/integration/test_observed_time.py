@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from tidemark.controller.naming import ClusterSettings, bucket_of
 from tidemark.jobs.config import CycleTrigger
@@ -211,7 +211,10 @@ def _marks(kafka: str, cluster: ClusterSettings, stream: str) -> list[WriterMark
     out = []
     try:
         tp = TopicPartition(cluster.marks_topic, partition)
-        low, high = consumer.get_watermark_offsets(tp, timeout=10)
+        try:
+            low, high = consumer.get_watermark_offsets(tp, timeout=10)
+        except KafkaException:  # the marks topic is not there yet (the observer makes it)
+            return []
         consumer.assign([TopicPartition(cluster.marks_topic, partition, low)])
         while low < high:
             msg = consumer.poll(10)
