@@ -38,17 +38,20 @@ WARM_UP_S = 8.0
 
 BARE_LOOP = r"""
 import sys, time
-from confluent_kafka import IsolationLevel, TopicPartition
+from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 bootstrap, topic, partitions = sys.argv[1], sys.argv[2], int(sys.argv[3])
 admin = AdminClient({"bootstrap.servers": bootstrap})
 latest, top = OffsetSpec.latest(), OffsetSpec.max_timestamp()
 while True:
-    ends = admin.list_offsets({TopicPartition(topic, p): latest for p in range(partitions)},
-                              isolation_level=IsolationLevel.READ_COMMITTED)
-    ends = {tp.partition: f.result().offset for tp, f in ends.items()}
-    tops = admin.list_offsets({TopicPartition(topic, p): top for p in range(partitions)})
-    tops = {tp.partition: f.result().timestamp for tp, f in tops.items()}
+    try:
+        ends = admin.list_offsets({TopicPartition(topic, p): latest for p in range(partitions)},
+                                  isolation_level=IsolationLevel.READ_COMMITTED)
+        ends = {tp.partition: f.result().offset for tp, f in ends.items()}
+        tops = admin.list_offsets({TopicPartition(topic, p): top for p in range(partitions)})
+        tops = {tp.partition: f.result().timestamp for tp, f in tops.items()}
+    except KafkaException:  # a new topic's leaders not settled yet: the next look
+        pass
     time.sleep(1.0)
 """
 
@@ -82,7 +85,7 @@ def run(services: Any) -> list[str]:
         client.stop()
         client.close()
     producer = Producer({"bootstrap.servers": services.bootstrap, "linger.ms": 5})
-    stop = threading.Event()
+    stop, fed = threading.Event(), threading.Event()
 
     def feed() -> None:  # a record to every partition each second
         while True:
@@ -90,11 +93,13 @@ def run(services: Any) -> list[str]:
             for p in range(PARTITIONS):
                 producer.produce(topic, b"x" * 256, partition=p, timestamp=now - p)
             producer.flush(30)
+            fed.set()
             if stop.wait(1.0):
                 return
 
     feeder = threading.Thread(target=feed, daemon=True)
     feeder.start()
+    assert fed.wait(120), "the first records were not written"
 
     env = {
         **os.environ,
