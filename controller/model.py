@@ -116,12 +116,18 @@ class WriterMark:
     ``max_event_time``: the highest record timestamp the writer has written
     up to its position (``None``: not known, e.g. a mark of an older
     writer). Events may run ahead of the noted time; this is how far.
+    ``observed_lateness_ms``: set when the mark was observed from the brokers'
+    offsets rather than noted by the writer of the records (its time is their
+    largest timestamp minus this lateness); ``possibly_late``: such an observer's
+    count of records that may lie behind a watermark.
     """
 
     time: int
     position: Position = field(default_factory=dict)
     alive: bool = True
     max_event_time: int | None = None
+    observed_lateness_ms: int | None = None
+    possibly_late: int | None = None
 
     @property
     def upper_time(self) -> int:

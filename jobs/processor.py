@@ -135,6 +135,12 @@ def output_row(o: Emitted | Rejected | SlotDue) -> dict[str, Any]:
             emitted_at=o.emitted_at,
             noted_at=o.noted_at,
         )
+        if o.observation is not None:
+            row.update(
+                observed=list(o.observation.writers),
+                observed_lateness_ms=o.observation.lateness_ms,
+                possibly_late=o.observation.possibly_late,
+            )
     else:
         row.update(
             rejected_row(o.stream, o.writer, o.reason, o.raw, o.partition, o.offset, o.at),

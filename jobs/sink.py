@@ -55,7 +55,7 @@ def split_rows(
     )
     marks = [(r, watermark_of(r)) for r in emitted]
     return {
-        MARKS: [marks_row(w, r["writers"] or (), r["emitted_at"]) for r, w in marks],
+        MARKS: [marks_row(w, r["writers"] or (), r["emitted_at"], r) for r, w in marks],
         INDEX: [index_row(w, r["upper_time_max"]) for r, w in marks],
         REJECTED_MARKS: [
             rejected_row(**{c: r[c] for c in REJECTED_COLUMNS})

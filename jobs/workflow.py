@@ -109,6 +109,29 @@ class StoredMark:
 
 
 @dataclass(frozen=True)
+class Observation:
+    """What a watermark rests on when observers took part (``tidemark stream observe``):
+    their writer ids, the largest lateness they stated, and the records they counted as
+    possibly late (each observer's running count, summed)."""
+
+    writers: tuple[str, ...]
+    lateness_ms: int
+    possibly_late: int
+
+    @classmethod
+    def of(cls, marks: Mapping[str, WriterMark]) -> Observation | None:
+        """The observers among ``marks`` (``None``: every writer noted its time)."""
+        observed = {w: m for w, m in marks.items() if m.observed_lateness_ms is not None}
+        if not observed:
+            return None
+        return cls(
+            tuple(sorted(observed)),
+            max(m.observed_lateness_ms or 0 for m in observed.values()),
+            sum(m.possibly_late or 0 for m in observed.values()),
+        )
+
+
+@dataclass(frozen=True)
 class Emitted:
     watermark: Watermark
     writers: tuple[str, ...]
@@ -117,6 +140,8 @@ class Emitted:
     noted_at: int | None = None
     """The Kafka timestamp of the newest mark the watermark was made of (``None``:
     unknown): freshness is measured from it to the Delta commit."""
+    observation: Observation | None = None
+    """Set when some writer of the watermark observed its time rather than noted it."""
 
 
 @dataclass(frozen=True)
@@ -173,6 +198,8 @@ class StreamState:
                     s.mark.max_event_time,
                     s.seen.last_seen_ms,
                     s.seen.first_seen_ms,
+                    s.mark.observed_lateness_ms,
+                    s.mark.possibly_late,
                 ]
                 for w, s in self.marks.items()
             },
@@ -239,16 +266,28 @@ def retired_writer(writer_id: str, instance: str | None) -> str:
 
 def _stored(entry: Sequence[Any]) -> StoredMark:
     """``[time, position, alive, partition, offset, instance, max_event_time, arrival,
-    first_seen]``; older state has five, seven or eight items (the missing ones ``None``)."""
+    first_seen, observed_lateness_ms, possibly_late]``; older state has five, seven, eight
+    or nine items (the missing ones ``None``)."""
     t, pos, alive, p, o = entry[:5]
-    instance, top, arrival, first_seen = [*entry[5:9], None, None, None, None][:4]
-    mark = WriterMark(int(t), _cut(pos), bool(alive), None if top is None else int(top))
+    instance, top, arrival, first_seen, lateness, late = [*entry[5:11], *[None] * 6][:6]
+    mark = WriterMark(
+        int(t),
+        _cut(pos),
+        bool(alive),
+        _int_or_none(top),
+        _int_or_none(lateness),
+        _int_or_none(late),
+    )
     seen = WriterSeen(
         None if instance is None else str(instance),
         None if first_seen is None else int(first_seen),
         None if arrival is None else int(arrival),
     )
     return StoredMark(mark, int(p), int(o), seen)
+
+
+def _int_or_none(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 def _pairs(cut: Mapping[int, int]) -> list[list[int]]:
@@ -403,7 +442,12 @@ class StreamWorkflow:
         if out_of_bounds is not None:
             return reject(out_of_bounds, decoded.writer_id)
         mark = WriterMark(
-            decoded.time, dict(decoded.position), decoded.alive, decoded.max_event_time
+            decoded.time,
+            dict(decoded.position),
+            decoded.alive,
+            decoded.max_event_time,
+            decoded.observed_lateness_ms,
+            decoded.possibly_late,
         )
         stored = state.marks.get(decoded.writer_id)
         if stored is not None:
@@ -506,7 +550,8 @@ class StreamWorkflow:
             else max(state.upper_time_max, wm.upper_time)
         )
         state.upper_time_max = top
-        return [Emitted(wm, writers, top, now_ms, max(arrivals, default=None))]
+        observation = Observation.of({w: marks[w] for w in writers})
+        return [Emitted(wm, writers, top, now_ms, max(arrivals, default=None), observation)]
 
     @staticmethod
     def _lag_due(generation: GenerationState, timeout_ms: int, now_ms: int) -> int | None:
@@ -601,6 +646,7 @@ __all__ = [
     "Emitted",
     "LaggardRows",
     "MarkInput",
+    "Observation",
     "Output",
     "Rejected",
     "StoredMark",

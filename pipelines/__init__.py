@@ -28,6 +28,8 @@ _EXPORTS = {
     "TransactionalWriter": "tidemark.pipelines.writing.transactions",
     "Transaction": "tidemark.pipelines.writing.transactions",
     "WriterConfig": "tidemark.pipelines.writing.config",
+    "StreamObserver": "tidemark.pipelines.writing.observer",
+    "ObserverConfig": "tidemark.pipelines.writing.observer",
     "ReaderGroup": "tidemark.pipelines.reading.group",
     "ReaderConfig": "tidemark.pipelines.reading.config",
     "EventReader": "tidemark.pipelines.reading.reader",

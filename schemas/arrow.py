@@ -1,6 +1,6 @@
 """The pyarrow schemas of the Delta tables, derived from :data:`tidemark.schemas.tables.LAYOUT`.
 
-    >>> MARKS_ARROW.names
+    >>> MARKS_ARROW.names[:7]
     ['stream', 'seq', 'time', 'upper_time', 'stream_cut', 'writers', 'emitted_at']
 
 Apart from :mod:`tidemark.schemas.tables` so that importing the table names, the

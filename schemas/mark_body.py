@@ -11,7 +11,7 @@ The controller decodes every mark of every micro-batch. Through the generic
 codec (:mod:`tidemark.schemas.codec`: header checks, a ``BytesIO`` around the body,
 fastavro's schema-driven reader, a dict, then the record) a mark cost about
 as much as the rest of its admission. :func:`read_writer_mark` reads the
-kept versions of ``writer_mark`` (v1 and v2, in the layout of their ``.avsc``
+kept versions of ``writer_mark`` (v1, v2 and v3, in the layout of their ``.avsc``
 files) directly from the bytes.
 
 It only recognises good marks quickly; it never judges bad ones. Anything
@@ -78,14 +78,14 @@ def _optional(
 def _headers() -> dict[bytes, int]:
     """Single-object header -> writer_mark version read here."""
     registry = default_registry()
-    return {registry.get(f"{WRITER_MARK}.v{v}").header: v for v in (1, 2)}
+    return {registry.get(f"{WRITER_MARK}.v{v}").header: v for v in (1, 2, 3)}
 
 
 _VERSIONS = _headers()
 
 
 def read_writer_mark(data: bytes) -> WriterMarkRecord | None:
-    """The writer mark in ``data`` (v1 or v2), or ``None``: take the generic path."""
+    """The writer mark in ``data`` (v1, v2 or v3), or ``None``: take the generic path."""
     version = _VERSIONS.get(data[:HEADER_SIZE])
     if version is None:
         return None
@@ -111,10 +111,13 @@ def read_writer_mark(data: bytes) -> WriterMarkRecord | None:
         if alive > 1:
             raise _Unusual
         transaction_id, i = _optional(_string, data, i)
-        instance = max_event_time = None
-        if version == 2:
+        instance = max_event_time = lateness = possibly_late = None
+        if version >= 2:
             instance, i = _optional(_string, data, i)
             max_event_time, i = _optional(_long, data, i)
+        if version >= 3:
+            lateness, i = _optional(_long, data, i)
+            possibly_late, i = _optional(_long, data, i)
         if i != len(data):
             raise _Unusual
     except (_Unusual, IndexError, UnicodeDecodeError):
@@ -131,6 +134,8 @@ def read_writer_mark(data: bytes) -> WriterMarkRecord | None:
         transaction_id=transaction_id,
         instance=instance,
         max_event_time=max_event_time,
+        observed_lateness_ms=lateness,
+        possibly_late=possibly_late,
     )
     return record
 

@@ -39,6 +39,10 @@ class MarkLike(Protocol):
     def alive(self) -> bool: ...
     @property
     def max_event_time(self) -> int | None: ...
+    @property
+    def observed_lateness_ms(self) -> int | None: ...
+    @property
+    def possibly_late(self) -> int | None: ...
 
 
 class WatermarkLike(Protocol):
@@ -95,6 +99,11 @@ class WriterMarkRecord:
     """The writer instance's token (schema v2); ``None`` in marks of v1 writers."""
     max_event_time: int | None = None
     """The highest record timestamp written up to ``position`` (v2; ``None`` in v1 marks)."""
+    observed_lateness_ms: int | None = None
+    """Set on an observed mark (v3): its time is the brokers' largest record timestamp
+    minus this stated lateness; ``None``: a noted mark."""
+    possibly_late: int | None = None
+    """An observer's count of records that may lie behind a watermark (v3)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "position", _int_keys(self.position, "position"))
@@ -117,7 +126,18 @@ class WriterMarkRecord:
             transaction_id,
             instance,
             mark.max_event_time,
+            mark.observed_lateness_ms,
+            mark.possibly_late,
         )
+
+    @property
+    def version(self) -> str:
+        """The schema version this record is written as: the oldest that holds its fields
+        (a noted mark stays ``writer_mark.v2``, the bytes every controller since v2 reads;
+        an observed one needs v3)."""
+        if self.observed_lateness_ms is None and self.possibly_late is None:
+            return f"{WRITER_MARK}.v2"
+        return WRITER_MARK
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -129,6 +149,14 @@ class WriterMarkRecord:
             "transaction_id": self.transaction_id,
             "instance": self.instance,
             "max_event_time": self.max_event_time,
+            **(
+                {}
+                if self.version != WRITER_MARK  # v2: the observed fields are all null
+                else {
+                    "observed_lateness_ms": self.observed_lateness_ms,
+                    "possibly_late": self.possibly_late,
+                }
+            ),
         }
 
     @classmethod
@@ -142,10 +170,12 @@ class WriterMarkRecord:
             transaction_id=d.get("transaction_id"),
             instance=d.get("instance"),
             max_event_time=d.get("max_event_time"),
+            observed_lateness_ms=d.get("observed_lateness_ms"),
+            possibly_late=d.get("possibly_late"),
         )
 
     def encode(self) -> bytes:
-        return encode(WRITER_MARK, self.to_dict())
+        return encode(self.version, self.to_dict())
 
     @classmethod
     def decode(cls, data: bytes) -> WriterMarkRecord:

@@ -2,7 +2,7 @@
 
     >>> table_path("/data/delta", MARKS)
     '/data/delta/marks'
-    >>> MARKS_COLUMNS
+    >>> MARKS_COLUMNS[:7]
     ('stream', 'seq', 'time', 'upper_time', 'stream_cut', 'writers', 'emitted_at')
 
 The one definition of the tables' layout: :data:`LAYOUT` gives each table's
@@ -125,6 +125,9 @@ LAYOUT: Mapping[str, tuple[Column, ...]] = {
         Column("stream_cut", _T.CUT),
         Column("writers", _T.STRINGS),
         Column("emitted_at", _T.INT64),
+        Column("observed", _T.STRINGS),
+        Column("observed_lateness_ms", _T.INT64),
+        Column("possibly_late", _T.INT64),
     ),
     INDEX: (
         *_WATERMARK_KEY,
@@ -170,6 +173,10 @@ def columns(table: str) -> tuple[str, ...]:
 
 
 MARKS_COLUMNS = columns(MARKS)
+OBSERVATION_COLUMNS = ("observed", "observed_lateness_ms", "possibly_late")
+"""The ``marks`` columns that say a watermark rests on observation: the observing writer
+ids, the largest lateness they stated, and the records they counted as possibly late
+(null on watermarks every writer noted)."""
 INDEX_COLUMNS = columns(INDEX)
 INDEX_SEARCH_COLUMNS = tuple(c for c in INDEX_COLUMNS if c != "stream_cut")
 """``stream, seq, time, upper_time_max``: what a search of ``index`` needs (every index
@@ -251,9 +258,13 @@ def cut_from_cell(items: Iterable[Mapping[str, int]] | None) -> dict[int, int]:
 
 
 def marks_row(
-    watermark: WatermarkLike, writers: Sequence[str] = (), emitted_at: int = 0
+    watermark: WatermarkLike,
+    writers: Sequence[str] = (),
+    emitted_at: int = 0,
+    observation: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A watermark as a row of ``marks``."""
+    """A watermark as a row of ``marks``; ``observation``: the :data:`OBSERVATION_COLUMNS`
+    of a watermark some writer observed rather than noted (``None``: all noted)."""
     return {
         "stream": watermark.stream,
         "seq": watermark.seq,
@@ -262,6 +273,21 @@ def marks_row(
         "stream_cut": cut_cell(watermark.stream_cut),
         "writers": list(writers),
         "emitted_at": emitted_at,
+        **{c: (observation or {}).get(c) for c in OBSERVATION_COLUMNS},
+    }
+
+
+def observation_of(row: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What a ``marks`` row says of observation: ``{"writers", "lateness_ms",
+    "possibly_late"}``, or ``None`` when every writer noted its time (or the row was
+    written before the :data:`OBSERVATION_COLUMNS` joined)."""
+    writers = row.get("observed")
+    if not writers:
+        return None
+    return {
+        "writers": list(writers),
+        "lateness_ms": row.get("observed_lateness_ms"),
+        "possibly_late": row.get("possibly_late"),
     }
 
 
@@ -371,6 +397,7 @@ __all__ = [
     "LAYOUT",
     "MARKS",
     "MARKS_COLUMNS",
+    "OBSERVATION_COLUMNS",
     "REJECTED_COLUMNS",
     "REJECTED_MARKS",
     "TABLES",
@@ -387,6 +414,7 @@ __all__ = [
     "latest_laggards",
     "layout",
     "marks_row",
+    "observation_of",
     "rejected_row",
     "table_path",
     "watermark_from_row",

@@ -50,6 +50,8 @@ if TYPE_CHECKING:  # for type checkers: the names __getattr__ gives at run time
         kafka_source_options as kafka_source_options,
     )
     from tidemark.pipelines.writing.config import WriterConfig as WriterConfig
+    from tidemark.pipelines.writing.observer import ObserverConfig as ObserverConfig
+    from tidemark.pipelines.writing.observer import StreamObserver as StreamObserver
     from tidemark.pipelines.writing.transactions import Transaction as Transaction
     from tidemark.pipelines.writing.transactions import (
         TransactionalWriter as TransactionalWriter,

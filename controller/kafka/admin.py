@@ -186,6 +186,27 @@ class StreamTopics:
         """Each partition's log start offset (after deleted records)."""
         return self._offsets(topic, partitions, OffsetSpec.earliest(), "start offset")  # type: ignore[no-untyped-call]
 
+    def max_timestamps(
+        self, topic: str, partitions: Iterable[int]
+    ) -> dict[int, tuple[int, int] | None]:
+        """Each partition's record with the largest timestamp, ``(offset, timestamp)``, as
+        the broker knows it without reading records (ListOffsets' max-timestamp spec);
+        ``None`` for a partition with no record."""
+        wanted = list(partitions)
+        if not wanted:
+            return {}
+        spec = OffsetSpec.max_timestamp()  # type: ignore[no-untyped-call]
+        results = self._retrying(
+            f"max timestamp of {topic}{wanted}",
+            lambda: self.admin.list_offsets(
+                {TopicPartition(topic, p): spec for p in wanted}, request_timeout=self.timeout_s
+            ),
+        )
+        return {
+            tp.partition: None if r.offset < 0 else (int(r.offset), int(r.timestamp))
+            for tp, r in results.items()
+        }
+
     def _offsets(
         self,
         topic: str,

@@ -119,6 +119,20 @@ MARKS_PRODUCER = Role(
 )
 """The controller job's registration of its Spark writers (a time-0 mark each)."""
 
+OBSERVER_PRODUCER = Role(
+    "stream observer",
+    Producer,
+    {
+        # The observer's marks, like a writer's, are sent once and in order.
+        "enable.idempotence": True,
+        # One mark a look: nothing to batch, and a look's mark should leave at once.
+        "linger.ms": 0,
+        "logger": KAFKA_LOGGER,  # the observing process's logging, not stderr
+    },
+)
+"""The marks producer of :class:`~tidemark.pipelines.writing.observer.StreamObserver`
+(its client id names the observer's writer id)."""
+
 # --- readers ------------------------------------------------------------------------------
 
 READER_CONSUMER = Role(

@@ -98,7 +98,14 @@ def mark_message(
 
 def to_writer_mark(record: WriterMarkRecord) -> WriterMark:
     """The model's value of a decoded mark."""
-    return WriterMark(record.time, dict(record.position), record.alive, record.max_event_time)
+    return WriterMark(
+        record.time,
+        dict(record.position),
+        record.alive,
+        record.max_event_time,
+        record.observed_lateness_ms,
+        record.possibly_late,
+    )
 
 
 class ReadyNote(Protocol):

@@ -6,7 +6,10 @@
 - ``tidemark_writer_marks_sent_total{stream}`` -- writer marks acknowledged
   by Kafka (``note_time``, ``close``'s shutdown mark);
 - ``tidemark_writer_delivery_failures_total{stream,kind}`` -- records Kafka
-  did not acknowledge; ``kind`` is ``event`` or ``mark``.
+  did not acknowledge; ``kind`` is ``event`` or ``mark``;
+- ``tidemark_observed_possibly_late_total{stream}`` -- records an observer
+  (``tidemark stream observe``) counted as possibly late: they arrived while
+  their partition's largest timestamp did not move.
 
 Counting costs one dictionary lookup per acknowledged mark or failed record;
 acknowledged events are not counted (Kafka's own producer metrics do that).
@@ -25,4 +28,11 @@ DELIVERY_FAILURES = Counter(
     ["stream", "kind"],
 )
 
-__all__ = ["DELIVERY_FAILURES", "MARKS_SENT"]
+POSSIBLY_LATE = Counter(
+    "tidemark_observed_possibly_late",
+    "Records an observer counted as possibly late (their partition's largest timestamp "
+    "did not move when they arrived).",
+    ["stream"],
+)
+
+__all__ = ["DELIVERY_FAILURES", "MARKS_SENT", "POSSIBLY_LATE"]

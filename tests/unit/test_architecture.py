@@ -58,6 +58,10 @@ PACING_LOOPS: dict[tuple[str, str], str] = {
         "controller/delta/maintenance.py",
         "_loop",
     ): "a maintenance pass at a fixed interval; a failed one is logged",
+    ("pipelines/writing/observer.py", "run"): (
+        "looks at the brokers at a fixed interval; a failed look is logged, the next "
+        "interval looks again"
+    ),
     ("tidemark/service/state.py", "_tail_loop"): (
         "tails the waited-on streams at a fixed pace; a failed read is logged, the "
         "next one reads again"

@@ -352,3 +352,19 @@ def test_a_laggard_is_named_with_its_instance_and_first_and_last_seen() -> None:
     old = state.to_raw()
     old["marks"] = {k: v[:8] for k, v in old["marks"].items()}
     assert StreamState.from_raw(S, old).marks["b"].seen.first_seen_ms is None
+
+
+def test_observed_marks_label_the_watermark_and_survive_the_state_round_trip() -> None:
+    w = wf()
+    state = StreamState()
+    observed = WriterMarkRecord(S, "obs", 900, {0: 4}, True, None, "i", 950, 30_000, 3)
+    out = w.on_records(S, state, [MarkInput(observed.encode(), 0, 0), rec("w1", 800, {1: 2}, 1)], 5)
+    [emitted] = [o for o in out if isinstance(o, Emitted)]
+    assert emitted.watermark.time == 800, "the minimum over observed and noting writers"
+    assert emitted.observation is not None
+    assert (emitted.observation.writers, emitted.observation.lateness_ms) == (("obs",), 30_000)
+    assert emitted.observation.possibly_late == 3
+    again = StreamState.from_json(S, state.to_json())
+    kept = again.marks["obs"].mark
+    assert (kept.observed_lateness_ms, kept.possibly_late) == (30_000, 3)
+    assert again.marks["w1"].mark.observed_lateness_ms is None

@@ -378,6 +378,7 @@ def cmd_watermarks(args: argparse.Namespace) -> int:
     root = delta_root()
     require_tables(root)
     marks = WatermarkFeed(root, args.stream).since(since)
+    observed = observations(root, args.stream) if marks else {}
     emit_rows(
         args,
         [
@@ -386,11 +387,23 @@ def cmd_watermarks(args: argparse.Namespace) -> int:
                 "time": m.time,
                 "upper_time": m.upper_time,
                 "stream_cut": cut_to_json(m.stream_cut),
+                **({"observed": observed[m.seq]} if m.seq in observed else {}),
             }
             for m in marks
         ],
     )
     return 0
+
+
+def observations(delta_root: str, stream: str) -> dict[int, dict[str, Any]]:
+    """``seq`` -> what each watermark resting on observation says of it (``observed``
+    writers, ``lateness_ms``, ``possibly_late``); noted watermarks are left out."""
+    # deltalake: off tidemark --help (the parser imports every verb module)
+    from tidemark.controller.delta.tables import read_table
+    from tidemark.schemas.tables import MARKS, observation_of
+
+    found = {int(row["seq"]): observation_of(row) for row in read_table(delta_root, MARKS, stream)}
+    return {seq: o for seq, o in found.items() if o is not None}
 
 
 @contextlib.contextmanager

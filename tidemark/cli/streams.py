@@ -1,4 +1,4 @@
-"""``tidemark stream create|adopt|describe|update|scale|truncate|seal|delete|release|list``.
+"""``tidemark stream create|adopt|describe|update|scale|truncate|seal|delete|release|list|observe``.
 
     tidemark stream create shop/orders --segments 2
     tidemark stream scale shop/orders --seal 0 --ranges 0:0.25,0.25:0.5
@@ -18,6 +18,7 @@ from typing import Any
 from tidemark.cli.adopt import register_verbs
 from tidemark.cli.control_plane import control_plane, delete_verb
 from tidemark.cli.cuts import CUT_HELP, parse_cut
+from tidemark.cli.observe import register_observe
 from tidemark.cli.output import add_verb, emit, emit_list
 from tidemark.cli.stream_options import add_config_options, config_from_args, summary
 from tidemark.controller.config import StreamConfiguration
@@ -75,6 +76,7 @@ def register(sub: Any) -> None:
     listing = verb("list", "list streams", cmd_list, stream_arg=False)
     listing.add_argument("scope", nargs="?", help="only this scope")
     register_verbs(verb, add_config_options)
+    register_observe(verb)
 
 
 def cmd_create(args: argparse.Namespace) -> int:

@@ -34,7 +34,9 @@ dashboard's ``from_min``/``to_min``) takes a bare number of minutes or a duratio
   answers once every stream passed ``t``, else names those ``behind`` and the
   writers holding them back.
 - ``GET /api/streams/{scope}/{name}/watermarks?since=MS&version=N&as_of=MS&limit=N``
-  -- watermarks from ``marks`` as of a table version or a time (Delta time travel).
+  -- watermarks from ``marks`` as of a table version or a time (Delta time travel);
+  ``observed`` (null: noted) names the observers a watermark rests on, their
+  largest ``lateness_ms`` and their ``possibly_late`` count.
 - ``GET /api/streams/{scope}/{name}/history?minutes=60`` -- the charts' data:
   per emitted watermark, its time, upper time and lag.
 - ``GET /api/rejected?stream=S&limit=N`` -- the latest rejected marks and reasons.

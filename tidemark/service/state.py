@@ -57,7 +57,7 @@ from tidemark.errors import ConfigurationError, ServiceUnavailableError, Tidemar
 from tidemark.pipelines.reading.group import open_group
 from tidemark.pipelines.reading.seek import Found, SeekIndex, check_timestamp, live_metadata
 from tidemark.pipelines.reading.time_service import cut_to_json
-from tidemark.schemas.tables import LAGGARDS, cut_from_cell, laggards_by_stream
+from tidemark.schemas.tables import LAGGARDS, cut_from_cell, laggards_by_stream, observation_of
 from tidemark.service.group_metrics import GroupLagCollector
 from tidemark.service.waits import StreamWaits
 
@@ -387,6 +387,7 @@ class TimeService:
                 "emitted_at": r["emitted_at"],
                 "writers": list(r["writers"] or ()),
                 "stream_cut": cut_to_json(cut_from_cell(r["stream_cut"])),
+                "observed": observation_of(r),
             }
             for r in rows[-limit:]
         ]

@@ -1,0 +1,147 @@
+"""The CPU an observer costs: ``tidemark stream observe`` on 1 000 partitions at a 1 s interval.
+
+A stream of ``PARTITIONS`` partitions, a record written to each of them every
+second by the bench (so every high-water mark moves between two looks: the
+observer's dearer case), is observed by the command as a user runs it (a fresh
+``python -m tidemark.cli.main stream observe S --lateness 30s`` process). Its
+CPU time (user + system, from ``/proc`` via psutil) is measured over
+``WINDOW_S`` seconds after a warm-up, beside two baselines running at the same
+time against the same broker:
+
+- a **bare loop**: two ListOffsets requests each interval (high-water marks and
+  max timestamps of every partition, confluent-kafka's
+  ``AdminClient.list_offsets``), no tidemark -- what looking at everything
+  costs (the observer asks max timestamps only where high-water marks moved:
+  with no new records, it sends the first request alone);
+- an **idle Python process** (``time.sleep``): what a process costs doing nothing.
+
+Printed: each process's cores (CPU seconds / wall seconds), the observer's
+ratio to the bare loop, and how many marks it sent [goal: observer <= 0.02 core].
+These are measurements, not tests.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from typing import Any
+
+import psutil
+
+PARTITIONS = 1_000
+WINDOW_S = 30.0
+WARM_UP_S = 8.0
+
+BARE_LOOP = r"""
+import sys, time
+from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+bootstrap, topic, partitions = sys.argv[1], sys.argv[2], int(sys.argv[3])
+admin = AdminClient({"bootstrap.servers": bootstrap})
+latest, top = OffsetSpec.latest(), OffsetSpec.max_timestamp()
+while True:
+    try:
+        ends = admin.list_offsets({TopicPartition(topic, p): latest for p in range(partitions)},
+                                  isolation_level=IsolationLevel.READ_COMMITTED)
+        ends = {tp.partition: f.result().offset for tp, f in ends.items()}
+        tops = admin.list_offsets({TopicPartition(topic, p): top for p in range(partitions)})
+        tops = {tp.partition: f.result().timestamp for tp, f in tops.items()}
+    except KafkaException:  # a new topic's leaders not settled yet: the next look
+        pass
+    time.sleep(1.0)
+"""
+
+IDLE = "import time; time.sleep(3600)"
+
+
+def _cpu_s(proc: psutil.Process) -> float:
+    times = proc.cpu_times()
+    return float(times.user + times.system)
+
+
+def run(services: Any) -> list[str]:
+    from confluent_kafka import Producer
+    from tidemark.controller.config import ScalingPolicy, StreamConfiguration
+    from tidemark.controller.naming import ClusterSettings
+    from tidemark.controller.streams import StreamManager
+    from tidemark.controller.zookeeper.session import open_session
+    from tidemark.controller.zookeeper.store import ZooKeeperStore
+
+    cluster = ClusterSettings()
+    client = open_session(services.zk_connect, start_timeout_s=15)
+    try:
+        manager = StreamManager(
+            ZooKeeperStore(client, cluster.zk_root), services.bootstrap, cluster
+        )
+        stream = f"bench{uuid.uuid4().hex[:8]}/observed"
+        manager.create_scope(stream.split("/")[0])
+        manager.create(stream, StreamConfiguration(scaling_policy=ScalingPolicy.fixed(PARTITIONS)))
+        topic = manager.describe(stream).topic
+    finally:
+        client.stop()
+        client.close()
+    producer = Producer({"bootstrap.servers": services.bootstrap, "linger.ms": 5})
+    stop, fed = threading.Event(), threading.Event()
+
+    def feed() -> None:  # a record to every partition each second
+        while True:
+            now = int(time.time() * 1000)
+            for p in range(PARTITIONS):
+                producer.produce(topic, b"x" * 256, partition=p, timestamp=now - p)
+            producer.flush(30)
+            fed.set()
+            if stop.wait(1.0):
+                return
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
+    assert fed.wait(120), "the first records were not written"
+
+    env = {
+        **os.environ,
+        "TIDEMARK_KAFKA_BOOTSTRAP": services.bootstrap,
+        "TIDEMARK_ZK_CONNECT": services.zk_connect,
+    }
+    cli = [sys.executable, "-m", "tidemark.cli.main", "stream", "observe", stream]
+    procs = {
+        "observer": subprocess.Popen([*cli, "--lateness", "30s"], env=env),
+        "bare list_offsets loop": subprocess.Popen(
+            [sys.executable, "-c", BARE_LOOP, services.bootstrap, topic, str(PARTITIONS)]
+        ),
+        "idle Python process": subprocess.Popen([sys.executable, "-c", IDLE]),
+    }
+    try:
+        time.sleep(WARM_UP_S)
+        handles = {name: psutil.Process(p.pid) for name, p in procs.items()}
+        for name, p in procs.items():
+            assert p.poll() is None, f"{name} ended early"
+        start = {name: _cpu_s(h) for name, h in handles.items()}
+        t0 = time.monotonic()
+        time.sleep(WINDOW_S)
+        wall = time.monotonic() - t0
+        cores = {name: (_cpu_s(h) - start[name]) / wall for name, h in handles.items()}
+    finally:
+        stop.set()
+        for p in procs.values():
+            p.terminate()
+        for p in procs.values():
+            p.wait(30)
+        feeder.join(30)
+    assert procs["observer"].returncode == 0, "the observer did not stop cleanly on SIGTERM"
+    load = os.getloadavg()[0]
+    bare = cores["bare list_offsets loop"]
+    lines = [
+        f"observe, {PARTITIONS} partitions each getting a record a second, 1 s interval, "
+        f"{wall:.0f} s window "
+        f"(load average {load:.1f}):"
+    ]
+    lines += [f"  {name:<24} {c:.4f} core" for name, c in cores.items()]
+    lines.append(
+        f"  observer / bare loop: {cores['observer'] / bare:.2f}x" if bare > 0 else "  (bare 0)"
+    )
+    lines.append(f"  [goal: observer <= 0.02 core] -> {cores['observer']:.4f}")
+    return lines
