@@ -1,0 +1,143 @@
+"""The JVM interceptor's rules against tidemark's Python writers, with no service running.
+
+A small harness (``tests/unit/jvm/RulesHarness.java``, compiled against the
+interceptor's jar) drives the interceptor's own classes: its timestamp rules
+give exactly what ``SegmentClock`` (every Python writer's) gives, for random
+policies and records; its marks are the bytes of ``schemas/README.md``'s
+example and of ``tidemark.schemas``; its positions cover exactly the records
+sent before a note.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tidemark.controller.config import TimestampingMode
+from tidemark.controller.naming import bucket_of
+from tidemark.pipelines.writing.exceptions import MissingTimestampError, TimestampAdjustmentError
+from tidemark.pipelines.writing.timestamping import SegmentClock, TimestampPolicy
+from tidemark.schemas.records import WriterMarkRecord
+
+from tests.jvm_clients import compile_java, run_java_lines
+
+HARNESS = Path(__file__).resolve().parent / "jvm" / "RulesHarness.java"
+MAIN = "dev.tidemark.kafka.RulesHarness"
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return compile_java(tmp_path_factory.mktemp("harness"), HARNESS.read_text())
+
+
+def test_a_mark_is_the_documents_example(harness: Path) -> None:
+    # schemas/README.md, section 3: the v2 example, byte for byte
+    (got,) = run_java_lines(
+        harness, MAIN, ["encode shop/orders w1 1000 true 9f2c 1200 0:5 4294967297:3"]
+    )
+    example = (
+        "c301066b40372471b44f 16 73686f702f6f7264657273 04 7731 d00f"
+        " 04 000a 828080802006 00 01 00 02 0839663263 02e012"
+    )
+    assert got == example.replace(" ", "")
+
+
+marks = st.tuples(
+    st.text("abc/xyz-é", min_size=1, max_size=12).filter(str.strip),
+    st.text("wxyz0123", min_size=1, max_size=8),
+    st.integers(0, 2**62),
+    st.dictionaries(st.integers(0, 2**40), st.integers(0, 2**40), max_size=4),
+    st.booleans(),
+    st.none() | st.text("0123456789abcdef", min_size=1, max_size=32),
+    st.none() | st.integers(-(2**62), 2**62),
+)
+
+
+@settings(max_examples=8, deadline=None)
+@given(st.lists(marks, min_size=1, max_size=12))
+def test_marks_are_the_bytes_tidemark_schemas_writes(harness: Path, cases) -> None:
+    lines = []
+    for stream, writer, time, position, alive, instance, top in cases:
+        cells = "".join(f" {s}:{o}" for s, o in sorted(position.items()))
+        lines.append(
+            f"encode {stream} {writer} {time} {str(alive).lower()} {instance or '-'} "
+            f"{'-' if top is None else top}{cells}"
+        )
+        lines.append(f"bucket {stream} 8")
+    got = run_java_lines(harness, MAIN, lines)
+    for i, (stream, writer, time, position, alive, instance, top) in enumerate(cases):
+        record = WriterMarkRecord(stream, writer, time, position, alive, None, instance, top)
+        assert bytes.fromhex(got[2 * i]) == record.encode()
+        assert int(got[2 * i + 1]) == bucket_of(stream, 8)
+
+
+scenarios = st.tuples(
+    st.sampled_from(list(TimestampingMode)),
+    st.booleans(),
+    st.booleans(),
+    st.lists(
+        st.tuples(st.integers(0, 2), st.none() | st.integers(0, 200), st.integers(50, 150)),
+        min_size=1,
+        max_size=30,
+    ),
+)
+
+
+@settings(max_examples=8, deadline=None)
+@given(st.lists(scenarios, min_size=1, max_size=10))
+def test_timestamps_are_stamped_as_the_python_writers_stamp_them(harness: Path, cases) -> None:
+    lines, expected = [], []
+    for mode, uncapped, refuse, sent in cases:
+        clock = SegmentClock(TimestampPolicy(mode, uncapped, refuse, "s/x"))
+        lines.append(f"policy {mode.value} {str(uncapped).lower()} {str(refuse).lower()}")
+        for partition, ts, arrival in sent:
+            lines.append(f"stamp {partition} {'-' if ts is None else ts} {arrival}")
+            try:
+                stored = clock.peek(partition, ts, arrival)
+                clock.advance(partition, stored)
+                expected.append(str(stored))
+            except (MissingTimestampError, TimestampAdjustmentError):
+                expected.append("refused")
+        lines.append("highest")
+        highest = clock.highest()
+        expected.append("null" if highest is None else str(highest))
+    assert run_java_lines(harness, MAIN, lines) == expected
+
+
+def test_a_note_covers_exactly_the_records_sent_before_it(harness: Path) -> None:
+    got = run_java_lines(
+        harness,
+        MAIN,
+        [
+            "sent 0",
+            "sent 0",
+            "sent 1",
+            "note 100",  # waits for two acks on 0, one on 1
+            "sent 0",  # after the note: not in its position
+            "ack 0 10 ok",
+            "ack 1 4 ok",
+            "ready",  # one of 0's two still missing
+            "ack 0 11 ok",
+            "ack 0 12 ok",
+            "ready",  # 0's third ack came after: not counted
+            "note 200",
+            "ready",  # nothing in flight: at once
+            "sent 2",
+            "note 300",
+            "ack 2 -1 fail",
+            "ready",  # a record not stored fails it
+            "sent 2",
+            "note 400",
+            "ack 2 7 ok",
+            "ready",  # the next note is published again
+        ],
+    )
+    assert got == [
+        "",
+        "100 0:12 1:5;",
+        "200 0:13 1:5;",
+        "300 failed 0:13 1:5;",
+        "400 0:13 1:5 2:8;",
+    ]
