@@ -168,9 +168,9 @@ def build_interceptor(env: Environment | None = None, log_file: Path | None = No
             + "\n".join(line for line in done.stdout.splitlines() if "ERROR" in line)[:4000]
         )
     target.parent.mkdir(parents=True, exist_ok=True)
-    for old in target.parent.glob("tidemark-kafka-interceptor-*.jar"):
-        old.unlink()
-    shutil.copyfile(built, target)
+    partial = target.with_suffix(".partial")
+    shutil.copyfile(built, partial)
+    partial.replace(target)  # whole or absent, for a run reading it meanwhile
     return target
 
 

@@ -106,6 +106,20 @@ def test_timestamps_are_stamped_as_the_python_writers_stamp_them(harness: Path, 
     assert run_java_lines(harness, MAIN, lines) == expected
 
 
+def test_a_restarted_instance_reads_the_previous_ones_last_mark(harness: Path) -> None:
+    v2 = WriterMarkRecord("s/x", "w1", 5, {0: 3, 4294967297: 9}, False, None, "ab", 7)
+    tokenless = WriterMarkRecord("s/x", "w1", 5, {0: 3}, True).encode()
+    v1 = bytes.fromhex("c30163358494c87d236e") + tokenless[10:-2]  # schemas/README.md, 3
+    other = WriterMarkRecord("s/x", "w2", 5, {}, True, None, "cd")
+    lines = [
+        f"alive {v2.encode().hex()} w1",
+        f"alive {v1.hex()} w1",
+        f"alive {other.encode().hex()} w1",
+        f"alive {v2.encode()[:14].hex()} w1",  # cut short: not a mark
+    ]
+    assert run_java_lines(harness, MAIN, lines) == ["false", "true", "null", "null"]
+
+
 def test_a_note_covers_exactly_the_records_sent_before_it(harness: Path) -> None:
     got = run_java_lines(
         harness,

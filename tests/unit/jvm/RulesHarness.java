@@ -11,7 +11,8 @@ import java.util.TreeMap;
  * with tidemark's Python writers: "policy MODE UNCAPPED REFUSE", "stamp PARTITION TS|- ARRIVAL"
  * (prints the stored timestamp or "refused"), "highest", "encode STREAM WRITER TIME ALIVE
  * INSTANCE|- MAX|- SEG:OFF...", "bucket STREAM B"; positions of 3 partitions: "sent P",
- * "ack P OFFSET ok|fail", "note TIME", "ready" (prints "TIME [failed] P:NEXT...;" per note).
+ * "ack P OFFSET ok|fail", "note TIME", "ready" (prints "TIME [failed] P:NEXT...;" per note);
+ * "alive HEX WRITER" (a mark's alive when it is WRITER's, else null).
  */
 public final class RulesHarness {
   public static void main(String[] args) throws Exception {
@@ -69,6 +70,8 @@ public final class RulesHarness {
           }
           out.append('\n');
         }
+        case "alive" -> out.append(
+            PreviousInstance.aliveOf(HexFormat.of().parseHex(w[1]), w[2])).append('\n');
         case "bucket" -> out.append(MarkEncoder.bucketOf(w[1], Integer.parseInt(w[2])))
             .append('\n');
         default -> throw new IllegalArgumentException(line);

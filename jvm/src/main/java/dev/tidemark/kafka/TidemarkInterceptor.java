@@ -62,6 +62,7 @@ public final class TidemarkInterceptor implements ProducerInterceptor<Object, Ob
   static final String INTERVAL = "tidemark.note.interval.ms";
   static final String CREATE_MARKS_TOPIC = "tidemark.create.marks.topic";
   static final String CLOSE_TIMEOUT = "tidemark.close.timeout.ms";
+  static final String WRITER_TIMEOUT = "tidemark.writer.timeout.ms";
   static final Set<String> KEYS =
       Set.of(
           STREAM,
@@ -72,7 +73,8 @@ public final class TidemarkInterceptor implements ProducerInterceptor<Object, Ob
           BUCKETS,
           INTERVAL,
           CREATE_MARKS_TOPIC,
-          CLOSE_TIMEOUT);
+          CLOSE_TIMEOUT,
+          WRITER_TIMEOUT);
   /** Keyless records stay on one partition for this many records, as Kafka's sticky one. */
   private static final int STICKY_RECORDS = 512;
 
@@ -95,6 +97,8 @@ public final class TidemarkInterceptor implements ProducerInterceptor<Object, Ob
   private int sticky = -1;
   private int stickyLeft;
   private boolean closed;
+  /** Marks wait until then (ms): an earlier instance under the id crashed (PreviousInstance). */
+  private volatile long heldUntil;
 
   @Override
   public void configure(Map<String, ?> configs) {
@@ -127,6 +131,14 @@ public final class TidemarkInterceptor implements ProducerInterceptor<Object, Ob
           "the tidemark interceptor places the stream's records itself (where Kafka's default"
               + " partitioner would); leave partitioner.class unset");
     }
+    Object transactional = configs.get(ProducerConfig.TRANSACTIONAL_ID_CONFIG);
+    if (transactional != null && !String.valueOf(transactional).isBlank()) {
+      throw new ConfigException(
+          ProducerConfig.TRANSACTIONAL_ID_CONFIG,
+          transactional,
+          "the tidemark interceptor wraps no transactions (an aborted record would count in"
+              + " its positions); write transactionally with tidemark's TransactionalWriter");
+    }
     ignoreKeys = bool(configs, ProducerConfig.PARTITIONER_IGNORE_KEYS_CONFIG, false);
     byte[] token = new byte[16];
     new SecureRandom().nextBytes(token);
@@ -147,6 +159,21 @@ public final class TidemarkInterceptor implements ProducerInterceptor<Object, Ob
       keySerializer = keySerializer(configs);
       Map<String, Object> conn = connection(configs);
       ensureMarksTopic(conn, buckets, createMarksTopic);
+      long writerTimeoutMs =
+          number(configs, WRITER_TIMEOUT, first.writerTimeoutMs == null ? 60_000
+              : (int) Math.min(Integer.MAX_VALUE, first.writerTimeoutMs), 0);
+      heldUntil =
+          PreviousInstance.heldUntil(
+              conn, marksTopic, bucket, stream, writerId, writerTimeoutMs,
+              Math.max(2_000, 2 * intervalMs));
+      if (heldUntil > 0) {
+        log.warn(
+            "tidemark: writer {}: its previous instance sent no shutdown mark (did it crash?);"
+                + " the controller refuses other instances' marks until it forgets that one, so"
+                + " this one's marks wait until {} (the writer timeout, {} ms, after its last"
+                + " mark); never run two producers with one writer id",
+            writerId, java.time.Instant.ofEpochMilli(heldUntil), writerTimeoutMs);
+      }
       marks = new KafkaProducer<>(markProducerSettings(conn), new ByteArraySerializer(),
           new ByteArraySerializer());
     } catch (RuntimeException e) {
@@ -293,6 +320,9 @@ public final class TidemarkInterceptor implements ProducerInterceptor<Object, Ob
     synchronized (lock) {
       ready = positions.ready();
       s = info;
+    }
+    if (heldUntil > 0 && System.currentTimeMillis() < heldUntil && !ready.isEmpty()) {
+      return; // each mark covers all before it: the first one after the wait says it all
     }
     for (Positions.Note n : ready) {
       if (n.failed) {
