@@ -58,11 +58,15 @@ final class Positions {
     sent[p]++;
   }
 
-  /** One acknowledgement of partition {@code p}: {@code offset} < 0 when not stored. */
-  void acknowledged(int p, long offset, boolean stored) {
+  /**
+   * One acknowledgement of partition {@code p} ({@code offset} < 0 when not stored); whether
+   * a note became ready.
+   */
+  boolean acknowledged(int p, long offset, boolean stored) {
     if (p < 0 || p >= acked.length) {
-      return;
+      return false;
     }
+    boolean ready = false;
     long count = ++acked[p];
     if (stored && offset >= 0 && offset + 1 > next[p]) {
       next[p] = offset + 1;
@@ -73,9 +77,10 @@ final class Positions {
       }
       if (n.need[p] == count) {
         n.position[p] = next[p];
-        n.remaining--;
+        ready |= --n.remaining == 0;
       }
     }
+    return ready;
   }
 
   /** Note {@code time}: it waits for every record sent so far. */

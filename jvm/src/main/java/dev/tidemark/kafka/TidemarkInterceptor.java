@@ -273,9 +273,9 @@ public final class TidemarkInterceptor implements ProducerInterceptor<Object, Ob
     }
     boolean ready;
     synchronized (lock) {
-      positions.acknowledged(
-          metadata.partition(), exception == null ? metadata.offset() : -1, exception == null);
-      ready = positions.waiting();
+      ready =
+          positions.acknowledged(
+              metadata.partition(), exception == null ? metadata.offset() : -1, exception == null);
     }
     if (ready && !noter.isShutdown()) {
       try {
