@@ -75,8 +75,9 @@ def run_java(
     *args: str,
     timeout_s: float = 120,
     env: Mapping[str, str] | None = None,
+    fails: bool = False,
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``main`` to its end; its output (a failure shows it)."""
+    """Run ``main`` to its end; its output (a failure shows it; ``fails``: it must fail)."""
     java = shutil.which("java")
     assert java is not None
     done = subprocess.run(
@@ -87,7 +88,9 @@ def run_java(
         timeout=timeout_s,
         env=None if env is None else dict(env),
     )
-    assert done.returncode == 0, f"{main} failed:\n{done.stdout}\n{done.stderr}"
+    assert (done.returncode != 0) == fails, (
+        f"{main}: {done.returncode}\n{done.stdout}\n{done.stderr}"
+    )
     return done
 
 

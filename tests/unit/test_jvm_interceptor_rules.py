@@ -155,3 +155,29 @@ def test_a_note_covers_exactly_the_records_sent_before_it(harness: Path) -> None
         "300 failed 0:13 1:5;",
         "400 0:13 1:5 2:8;",
     ]
+
+
+def test_bad_settings_are_refused_naming_the_setting(harness: Path) -> None:
+    base = "configure client.id=w1 key.serializer=x"
+    got = run_java_lines(
+        harness,
+        MAIN,
+        [
+            f"{base}",
+            f"{base} tidemark.stream=orders",
+            f"{base} tidemark.stream=s/x tidemark.strem=s/y",
+            f"{base} tidemark.stream=s/x tidemark.note.interval.ms=soon",
+            f"{base} tidemark.stream=s/x tidemark.bucket.count=0",
+            f"{base} tidemark.stream=s/x partitioner.class=MyPartitioner",
+            f"{base} tidemark.stream=s/x transactional.id=t1",
+            f"{base} tidemark.stream=s/x tidemark.create.marks.topic=yes",
+        ],
+    )
+    assert got[0].startswith("Invalid value null for configuration tidemark.stream: required")
+    assert "tidemark.stream" in got[1] and "scope/name" in got[1]
+    assert "tidemark.strem" in got[2] and "not a tidemark setting; valid:" in got[2]
+    assert "tidemark.note.interval.ms" in got[3] and "integer >= 1" in got[3]
+    assert "tidemark.bucket.count" in got[4] and "integer >= 1" in got[4]
+    assert "partitioner.class" in got[5] and "leave partitioner.class unset" in got[5]
+    assert "transactional.id" in got[6] and "TransactionalWriter" in got[6]
+    assert "tidemark.create.marks.topic" in got[7] and "true or false" in got[7]

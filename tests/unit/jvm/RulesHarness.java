@@ -12,7 +12,8 @@ import java.util.TreeMap;
  * (prints the stored timestamp or "refused"), "highest", "encode STREAM WRITER TIME ALIVE
  * INSTANCE|- MAX|- SEG:OFF...", "bucket STREAM B"; positions of 3 partitions: "sent P",
  * "ack P OFFSET ok|fail", "note TIME", "ready" (prints "TIME [failed] P:NEXT...;" per note);
- * "alive HEX WRITER" (a mark's alive when it is WRITER's, else null).
+ * "alive HEX WRITER" (a mark's alive when it is WRITER's, else null); "configure K=V..."
+ * (the refusal's message, for settings refused before any service is asked).
  */
 public final class RulesHarness {
   public static void main(String[] args) throws Exception {
@@ -72,6 +73,20 @@ public final class RulesHarness {
         }
         case "alive" -> out.append(
             PreviousInstance.aliveOf(HexFormat.of().parseHex(w[1]), w[2])).append('\n');
+        case "configure" -> {
+          java.util.Map<String, Object> configs = new java.util.HashMap<>();
+          for (int i = 1; i < w.length; i++) {
+            String[] kv = w[i].split("=", 2);
+            configs.put(kv[0], kv[1]);
+          }
+          try {
+            new TidemarkInterceptor().configure(configs);
+            out.append("configured");
+          } catch (org.apache.kafka.common.config.ConfigException e) {
+            out.append(e.getMessage());
+          }
+          out.append('\n');
+        }
         case "bucket" -> out.append(MarkEncoder.bucketOf(w[1], Integer.parseInt(w[2])))
             .append('\n');
         default -> throw new IllegalArgumentException(line);
