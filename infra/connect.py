@@ -1,13 +1,13 @@
 """A standalone Kafka Connect worker as a local process (the JVM interceptor's tests).
 
-    with ConnectWorker(tmp_path / "connect", kafka, source, producer_settings) as worker:
+    with ConnectWorker(tmp_path / "connect", kafka, source, settings) as worker:
         ...                       # the connector's records flow
         worker.kill()             # as a crash would (SIGKILL), then
         worker.start()            # the same worker again: its offsets file is kept
 
-``source`` is the connector's properties; ``producer_settings`` are passed to
-the worker's producers with Connect's ``producer.`` prefix (so
-``interceptor.classes`` becomes ``producer.interceptor.classes``). The worker
+``source`` is the connector's properties; ``settings`` are more worker
+properties, as a user writes them (``producer.interceptor.classes=...``: Connect
+passes ``producer.``-prefixed settings to the connectors' producers). The worker
 binds its REST listener to 127.0.0.1 on a free port, keeps its offsets in its
 directory, and runs from the ``connect`` jar group (``infra/maven/connect.xml``)
 plus ``extra_jars`` (the interceptor's).
@@ -44,7 +44,7 @@ class ConnectWorker(Service):
         work_dir: Path,
         bootstrap_servers: str,
         connector: Mapping[str, object],
-        producer_settings: Mapping[str, object] = {},
+        settings: Mapping[str, object] | None = None,
         extra_jars: Sequence[str] = (),
         env: Environment | None = None,
         heap_mb: int = 256,
@@ -61,7 +61,7 @@ class ConnectWorker(Service):
             "offset.flush.interval.ms": 200,
             "listeners": f"http://{HOST}:{self.port}",
             "plugin.discovery": "only_scan",
-            **{f"producer.{k}": v for k, v in producer_settings.items()},
+            **(settings or {}),
         }
         work_dir.mkdir(parents=True, exist_ok=True)
         (work_dir / "worker.properties").write_text(_properties(worker))
