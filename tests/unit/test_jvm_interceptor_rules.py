@@ -10,6 +10,7 @@ sent before a note.
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -181,3 +182,14 @@ def test_bad_settings_are_refused_naming_the_setting(harness: Path) -> None:
     assert "partitioner.class" in got[5] and "leave partitioner.class unset" in got[5]
     assert "transactional.id" in got[6] and "TransactionalWriter" in got[6]
     assert "tidemark.create.marks.topic" in got[7] and "true or false" in got[7]
+
+
+def test_the_shaded_zookeeper_client_runs_and_names_a_silent_zookeeper(harness: Path) -> None:
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    (got,) = run_java_lines(harness, MAIN, [f"zookeeper 127.0.0.1:{port}"])
+    assert got == (
+        f"Invalid value 127.0.0.1:{port} for configuration tidemark.zookeeper.connect: "
+        "no ZooKeeper answered within 1000 ms"
+    )

@@ -13,7 +13,8 @@ import java.util.TreeMap;
  * INSTANCE|- MAX|- SEG:OFF...", "bucket STREAM B"; positions of 3 partitions: "sent P",
  * "ack P OFFSET ok|fail", "note TIME", "ready" (prints "TIME [failed] P:NEXT...;" per note);
  * "alive HEX WRITER" (a mark's alive when it is WRITER's, else null); "configure K=V..."
- * (the refusal's message, for settings refused before any service is asked).
+ * (the refusal's message, for settings refused before any service is asked); "zookeeper
+ * CONNECT" (the shaded ZooKeeper client's refusal of a ZooKeeper that does not answer).
  */
 public final class RulesHarness {
   public static void main(String[] args) throws Exception {
@@ -82,6 +83,14 @@ public final class RulesHarness {
           try {
             new TidemarkInterceptor().configure(configs);
             out.append("configured");
+          } catch (org.apache.kafka.common.config.ConfigException e) {
+            out.append(e.getMessage());
+          }
+          out.append('\n');
+        }
+        case "zookeeper" -> {
+          try (MetadataWatch watch = new MetadataWatch(w[1], "/tidemark", "s/x", 1_000)) {
+            out.append("connected");
           } catch (org.apache.kafka.common.config.ConfigException e) {
             out.append(e.getMessage());
           }
