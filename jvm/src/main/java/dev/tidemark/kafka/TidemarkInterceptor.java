@@ -165,13 +165,13 @@ public final class TidemarkInterceptor implements ProducerInterceptor<Object, Ob
       heldUntil =
           PreviousInstance.heldUntil(
               conn, marksTopic, bucket, stream, writerId, writerTimeoutMs,
-              Math.max(2_000, 2 * intervalMs));
+              Math.max(5_000, 3 * intervalMs));
       if (heldUntil > 0) {
         log.warn(
             "tidemark: writer {}: its previous instance sent no shutdown mark (did it crash?);"
                 + " the controller refuses other instances' marks until it forgets that one, so"
-                + " this one's marks wait until {} (the writer timeout, {} ms, after its last"
-                + " mark); never run two producers with one writer id",
+                + " this one's marks wait until {} (the writer timeout, {} ms, and a few seconds"
+                + " after its last mark); never run two producers with one writer id",
             writerId, java.time.Instant.ofEpochMilli(heldUntil), writerTimeoutMs);
       }
       marks = new KafkaProducer<>(markProducerSettings(conn), new ByteArraySerializer(),
