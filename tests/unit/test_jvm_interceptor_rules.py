@@ -193,3 +193,68 @@ def test_the_shaded_zookeeper_client_runs_and_names_a_silent_zookeeper(harness: 
         f"Invalid value 127.0.0.1:{port} for configuration tidemark.zookeeper.connect: "
         "no ZooKeeper answered within 1000 ms"
     )
+
+
+@st.composite
+def deliveries(draw: st.DrawFn) -> list[str]:
+    """Sends, acknowledgements (in send order per partition, some failed) and notes, mixed."""
+    sent = [0, 0, 0]
+    acked = [0, 0, 0]
+    offsets = [0, 0, 0]
+    steps: list[str] = []
+    for _ in range(draw(st.integers(1, 40))):
+        p = draw(st.integers(0, 2))
+        kind = draw(st.sampled_from(["sent", "sent", "ack", "ack", "note"]))
+        if kind == "sent":
+            sent[p] += 1
+            steps.append(f"sent {p}")
+        elif kind == "ack" and acked[p] < sent[p]:
+            acked[p] += 1
+            if draw(st.integers(0, 9)) == 0:
+                steps.append(f"ack {p} -1 fail")
+            else:
+                offsets[p] += draw(st.integers(1, 3))  # another producer may write between
+                steps.append(f"ack {p} {offsets[p]} ok")
+        elif kind == "note":
+            steps.append(f"note {len(steps)}")
+    steps.extend(
+        f"ack {p} {offsets[p] + 1 + i} ok" for p in range(3) for i in range(sent[p] - acked[p])
+    )
+    return steps
+
+
+def expected_notes(steps: list[str]) -> str:
+    """The model: a note needs the acknowledgements of the records sent before it, takes
+    each partition's highest stored offset + 1 among them, fails on a failed one of its own
+    records (sent after the previous note); published in order once complete."""
+    sent = [0, 0, 0]
+    acks: list[list[tuple[int, bool]]] = [[], [], []]
+    notes = []
+    for step in steps:
+        w = step.split()
+        if w[0] == "sent":
+            sent[int(w[1])] += 1
+        elif w[0] == "ack":
+            acks[int(w[1])].append((int(w[2]), w[3] == "ok"))
+        else:
+            notes.append((int(w[1]), list(sent)))
+    out = ""
+    previous = [0, 0, 0]
+    for time_, need in notes:
+        failed = any(not ok for p in range(3) for _, ok in acks[p][previous[p] : need[p]])
+        cells = ""
+        for p in range(3):
+            stored = [off for off, ok in acks[p][: need[p]] if ok]
+            if stored:
+                cells += f" {p}:{max(stored) + 1}"
+        out += f"{time_}{' failed' if failed else ''}{cells};"
+        previous = need
+    return out
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.lists(deliveries(), min_size=1, max_size=8))
+def test_notes_cover_exactly_what_was_acknowledged_before_them(harness: Path, runs) -> None:
+    for steps in runs:  # one harness run per case: each starts from empty positions
+        got = run_java_lines(harness, MAIN, [*steps, "ready"])
+        assert got == [expected_notes(steps)], steps

@@ -40,6 +40,8 @@ final class Positions {
   private final long[] sent;
   private final long[] acked;
   private final long[] next;
+  /** Per partition, the count of the latest acknowledgement that was a failure (0: none). */
+  private final long[] lastFailure;
   private long[] lastNeed;
   private final Deque<Note> pending = new ArrayDeque<>();
 
@@ -47,6 +49,7 @@ final class Positions {
     sent = new long[partitions];
     acked = new long[partitions];
     next = new long[partitions];
+    lastFailure = new long[partitions];
     lastNeed = new long[partitions];
   }
 
@@ -71,6 +74,9 @@ final class Positions {
     if (stored && offset >= 0 && offset + 1 > next[p]) {
       next[p] = offset + 1;
     }
+    if (!stored) {
+      lastFailure[p] = count;
+    }
     for (Note n : pending) {
       if (!stored && n.prevNeed[p] < count && count <= n.need[p]) {
         n.failed = true;
@@ -89,6 +95,9 @@ final class Positions {
     Note n = new Note(time, alive, maxEventTime, need, lastNeed);
     lastNeed = need;
     for (int p = 0; p < need.length; p++) {
+      if (lastFailure[p] > n.prevNeed[p]) { // one of its records failed before the note
+        n.failed = true;
+      }
       if (acked[p] >= need[p]) {
         n.position[p] = next[p];
       } else {
