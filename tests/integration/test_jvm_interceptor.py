@@ -8,9 +8,7 @@ bytes; folded as the controller folds them (and stored in Delta) they make
 watermarks whose seeks are exact and whose complete windows miss nothing.
 The mark-protocol conformance cases run against the real controller job: the
 interceptor's marks are accepted, a restart under the same writer id is heard,
-a forged mark under that id is refused as ``impersonated``. A standalone Kafka
-Connect worker with the guide's worker settings feeds a stream, and is heard
-again, with no refused mark, after it is killed and restarted.
+a forged mark under that id is refused as ``impersonated``.
 """
 
 # ruff: noqa: F811  (the fixtures imported from test_dropin_producer are redefined as arguments)
@@ -29,8 +27,6 @@ from tidemark.controller.kafka.admin import StreamTopics
 from tidemark.controller.naming import ClusterSettings, bucket_of
 from tidemark.controller.streams import StreamManager
 from tidemark.controller.zookeeper.store import ZooKeeperStore
-from tidemark.infra.connect import ConnectWorker
-from tidemark.infra.jars import interceptor_jar
 from tidemark.infra.kafka import SCRAM, KafkaCluster, KafkaSecurity
 from tidemark.jobs.controller_job import ControllerJob
 from tidemark.jobs.tables import REJECTED_MARKS, read_table, read_watermarks
@@ -292,85 +288,6 @@ def java_argv(classes: Path, *args: str) -> list[str]:
         "OrdersProducer",
         *args,
     ]
-
-
-def settings_of(text: str) -> dict[str, str]:
-    """A properties snippet as a mapping."""
-    pairs = (line.split("=", 1) for line in text.splitlines() if "=" in line)
-    return {k.strip(): v.strip() for k, v in pairs}
-
-
-def wait_caught_up(job: Any, root: str, stream: str, kafka: str, topic: str, lines: set[bytes]):
-    """Until every line is in the topic and the stream's last watermark cut is its end."""
-    deadline = time.monotonic() + 120
-    while True:
-        job.process_all_available()
-        events = records(kafka, topic, PARTITIONS)
-        ends = end_of(events)
-        got = read_watermarks(root, stream)
-        if lines <= {v for *_, v, _ in events} and got and full(got[-1].stream_cut) == ends:
-            return got
-        assert time.monotonic() < deadline, ([dict(w.stream_cut) for w in got[-3:]], ends)
-        time.sleep(0.5)
-
-
-@pytest.mark.spark
-@pytest.mark.slow
-def test_a_connect_worker_feeds_a_stream_and_is_heard_again_after_a_crash(
-    spark: Any, controller_env: Env, tmp_path: Path, unique: str
-) -> None:
-    """A standalone Connect worker's file source, with the guide's worker settings: the
-    watermarks follow its records; killed (-9) and restarted, its new instance is accepted
-    under the same writer id (no ``impersonated`` row) and the watermark catches up."""
-    env = controller_env
-    stream, topic = adopted(env.kafka, env.manager, unique)
-    settings = env.settings()
-    source = tmp_path / "orders.txt"
-    source.write_text("".join(f"order-{i}\n" for i in range(100)))
-    worker_settings = settings_of(
-        properties(
-            snippet("connect-worker.properties"),
-            producer__tidemark__stream=stream,
-            producer__tidemark__zookeeper__connect=env.zk_connect,
-            producer__tidemark__marks__topic=env.cluster.marks_topic,
-            producer__tidemark__bucket__count=str(env.cluster.bucket_count),
-            producer__tidemark__note__interval__ms="200",
-            producer__tidemark__writer__timeout__ms=str(settings.writer_timeout_ms),
-        )
-    )
-    connector = {
-        "name": "orders-file",
-        "connector.class": "org.apache.kafka.connect.file.FileStreamSourceConnector",
-        "tasks.max": 1,
-        "file": source,
-        "topic": topic,
-    }
-    worker = ConnectWorker(
-        tmp_path / "connect", env.kafka, connector, worker_settings, [str(interceptor_jar())]
-    )
-    job = ControllerJob(spark, settings, f"c-{unique}").start()
-    try:
-        job.wait_leading()
-        worker.start()
-        lines = {f"order-{i}".encode() for i in range(100)}
-        before = wait_caught_up(job, settings.delta_root, stream, env.kafka, topic, lines)
-        worker.kill()  # no close, no shutdown mark
-        with source.open("a") as out:
-            out.write("".join(f"order-{i}\n" for i in range(100, 200)))
-        worker.start()
-        lines |= {f"order-{i}".encode() for i in range(100, 200)}
-        after = wait_caught_up(job, settings.delta_root, stream, env.kafka, topic, lines)
-    finally:
-        worker.stop()
-        job.stop()
-    assert after[-1].time > before[-1].time
-    rejected = read_table(settings.delta_root, REJECTED_MARKS)
-    assert [r["reason"] for r in rejected] == []
-    marks = [WriterMarkRecord.decode(v) for v in raw_marks(env.kafka, env.cluster, stream)]
-    assert {m.writer_id for m in marks} == {"connector-producer-orders-file-0"}
-    instances = list(dict.fromkeys(m.instance for m in marks))
-    assert len(instances) == 2  # one per worker run
-    assert all(m.alive for m in marks if m.instance == instances[0])  # killed: no shutdown
 
 
 @pytest.mark.slow

@@ -301,11 +301,27 @@ public final class TidemarkInterceptor implements ProducerInterceptor<Object, Ob
     }
   }
 
-  /** The clock, never below the last noted time nor the highest timestamp sent. */
+  /**
+   * The drop-in producer's rule: the clock, never below the last noted time nor the highest
+   * timestamp sent; taken as the clock's previous millisecond, once the clock is past every
+   * timestamp sent (it waits a millisecond when one is the clock's own), so a record stamped
+   * by the clock after the note is later than it (called under the lock: no record is stamped
+   * meanwhile).
+   */
   private long automaticTime() {
     Long top = stamper.highest();
-    return Math.max(
-        System.currentTimeMillis(), Math.max(lastNoted, top == null ? Long.MIN_VALUE : top));
+    long floor = Math.max(lastNoted, top == null ? Long.MIN_VALUE : top);
+    long now = System.currentTimeMillis();
+    for (int i = 0; now <= floor && floor - now < 2 && i < 50; i++) {
+      try {
+        Thread.sleep(0, 200_000);
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+        break;
+      }
+      now = System.currentTimeMillis();
+    }
+    return Math.max(now - 1, floor);
   }
 
   private void note(long time, boolean alive) {
