@@ -23,7 +23,7 @@ import uuid
 from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
 from kazoo.client import KazooClient
 from tidemark.controller.naming import ClusterSettings, bucket_of
 from tidemark.controller.streams import StreamManager
@@ -33,6 +33,7 @@ from tidemark.pipelines.writing.config import WriterConfig
 from tidemark.pipelines.writing.writer import EventWriter
 from tidemark.schemas.records import WriterMarkRecord
 
+from tests.integration.test_dropin_producer import make_topic
 from tests.jvm_clients import client_classpath, compile_java
 
 RECORDS = 1_000_000
@@ -43,12 +44,12 @@ NOTES = 20
 
 
 def _topic(bootstrap: str, name: str) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(name, PARTITIONS, 1)])[name].result(30)
+    make_topic(bootstrap, name, PARTITIONS)  # and waits until the broker lists it
 
 
 def _drop(bootstrap: str, name: str) -> None:
-    AdminClient({"bootstrap.servers": bootstrap}).delete_topics([name])[name].result(30)
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept until the answer comes
+    admin.delete_topics([name])[name].result(30)
 
 
 def _settings(path: Path, bootstrap: str, extra: dict[str, str]) -> Path:
