@@ -46,8 +46,9 @@ $(STAMP): pyproject.toml constraints.txt | $(VENV)/pyvenv.cfg
 	@$(call quietly,$(PY) -m pip install -e '.[dev]' -c constraints.txt)
 	@touch $@ $(DEMO_STAMP)
 
-setup: $(STAMP) browser promtool ## create .venv with every extra and the dev tools; chromium, promtool; resolve the jars
+setup: $(STAMP) browser promtool ## create .venv with every extra and the dev tools; chromium, promtool; resolve the jars, build the JVM interceptor
 	@$(PY) -m tidemark.infra.jars resolve
+	@$(PY) -m tidemark.infra.jars interceptor --log $(SETUP_LOG)
 
 setup-demo: $(DEMO_STAMP) ## what make demo needs: the demo's packages and the Kafka/ZooKeeper/Spark jars
 	@$(PY) -m tidemark.infra.jars resolve kafka zookeeper spark

@@ -70,9 +70,13 @@ def make_topic(
         time.sleep(0.05)
 
 
-def records(kafka: str, topic: str, partitions: int) -> list[tuple[int, int, Any, Any, int]]:
-    """Every record of ``topic``: (partition, offset, key, value, timestamp), sorted."""
-    consumer = Consumer({"bootstrap.servers": kafka, "group.id": "check", "log_level": 0})
+def records(
+    kafka: str | dict[str, str], topic: str, partitions: int
+) -> list[tuple[int, int, Any, Any, int]]:
+    """Every record of ``topic``: (partition, offset, key, value, timestamp), sorted
+    (``kafka``: the bootstrap servers, or a client's whole config, security included)."""
+    config = {"bootstrap.servers": kafka} if isinstance(kafka, str) else kafka
+    consumer = Consumer({**config, "group.id": "check", "log_level": 0})
     out = []
     try:
         for p in range(partitions):

@@ -22,7 +22,8 @@ assignment, or the name given to ``.option(...)``. Reading a setting
 reserved keys) is not assembling one. ``tests/`` is exempt (fixtures may keep their own
 clients), and so is ``infra/kafka.py``: it starts the brokers, whose server settings
 share the ``sasl.`` prefix, connects as the test principals it creates, and may not
-import ``controller`` (infra depends on nothing of the project).
+import ``controller`` (infra depends on nothing of the project); ``infra/connect.py`` too:
+it writes a Connect worker's own configuration file for the tests.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ PACKAGES = ("controller", "pipelines", "schemas", "jobs", "infra", "tidemark")
 
 SESSION_HOME = "controller/zookeeper/"
 SETTINGS_HOME = "controller/kafka/settings.py"
-SETTINGS_EXEMPT = frozenset({SETTINGS_HOME, "infra/kafka.py"})
+SETTINGS_EXEMPT = frozenset({SETTINGS_HOME, "infra/kafka.py", "infra/connect.py"})
 ROLES_HOME = "controller/kafka/roles.py"
 ROLES_EXEMPT = frozenset({ROLES_HOME, "infra/kafka.py"})
 KAFKA_CLIENTS = frozenset({"Producer", "Consumer", "AdminClient"})

@@ -1,0 +1,128 @@
+"""Real JVM clients for the tests: the guide's snippets, compiled with ``javac`` and run.
+
+    source = snippet("OrdersProducer.java")        # from docs/guides/existing-producers.md
+    classes = compile_java(tmp_path, source)
+    run_java(classes, "OrdersProducer", props_file, topic, "1000")
+
+The snippets are the fenced blocks of the guide that follow an HTML comment
+``<!-- snippet: NAME -->``: the tests run exactly what the guide shows.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+
+from tidemark.infra.jars import classpath, interceptor_jar
+
+GUIDE = Path(__file__).resolve().parent.parent / "docs" / "guides" / "existing-producers.md"
+_SNIPPET = re.compile(r"<!-- snippet: (?P<name>\S+) -->\n```\w*\n(?P<body>.*?)\n```", re.S)
+
+
+def snippet(name: str) -> str:
+    """The guide's snippet ``name`` (a KeyError names the ones there are)."""
+    found = {m["name"]: m["body"] + "\n" for m in _SNIPPET.finditer(GUIDE.read_text())}
+    if name not in found:
+        raise KeyError(f"no snippet {name!r} in {GUIDE}; there are: {sorted(found)}")
+    return found[name]
+
+
+def properties(text: str, **changes: str) -> str:
+    """``text`` (a properties snippet) with the values of ``changes``' keys replaced (dots
+    spelled ``__``) and the keys it lacks appended."""
+    wanted = {k.replace("__", "."): v for k, v in changes.items()}
+    out = []
+    for line in text.splitlines():
+        key = line.split("=", 1)[0].strip()
+        if key in wanted:
+            line = f"{key}={wanted.pop(key)}"
+        out.append(line)
+    out.extend(f"{k}={v}" for k, v in wanted.items())
+    return "\n".join(out) + "\n"
+
+
+def client_classpath() -> list[str]:
+    """kafka-clients (and its dependencies) plus the interceptor's jar."""
+    return [*classpath("kafka"), str(interceptor_jar())]
+
+
+def compile_java(work: Path, source: str) -> Path:
+    """``source`` (one public class) compiled into ``work/classes``; that directory."""
+    name = re.search(r"public (?:final )?class (\w+)", source)
+    assert name is not None, "a snippet with one public class"
+    src = work / "src" / f"{name[1]}.java"
+    src.parent.mkdir(parents=True, exist_ok=True)
+    src.write_text(source)
+    out = work / "classes"
+    javac = shutil.which("javac")
+    assert javac is not None, "javac (a JDK 17) is needed"
+    done = subprocess.run(
+        [javac, "-d", str(out), "-cp", ":".join(client_classpath()), str(src)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+def run_java(
+    classes: Path,
+    main: str,
+    *args: str,
+    timeout_s: float = 120,
+    env: Mapping[str, str] | None = None,
+    fails: bool = False,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``main`` to its end; its output (a failure shows it; ``fails``: it must fail)."""
+    java = shutil.which("java")
+    assert java is not None
+    done = subprocess.run(
+        [java, "-Xmx256m", "-cp", ":".join([str(classes), *client_classpath()]), main, *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=timeout_s,
+        env=None if env is None else dict(env),
+    )
+    assert (done.returncode != 0) == fails, (
+        f"{main}: {done.returncode}\n{done.stdout}\n{done.stderr}"
+    )
+    return done
+
+
+def run_java_lines(classes: Path, main: str, lines: list[str]) -> list[str]:
+    """Run ``main`` with ``lines`` on its standard input; its output's lines."""
+    java = shutil.which("java")
+    assert java is not None
+    done = subprocess.run(
+        [
+            java,
+            "-Xshare:auto",
+            "-XX:TieredStopAtLevel=1",
+            "-cp",
+            ":".join([str(classes), *client_classpath()]),
+            main,
+        ],
+        input="\n".join(lines) + "\n",
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 0, f"{main} failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout.split("\n")[:-1]
+
+
+__all__ = [
+    "GUIDE",
+    "client_classpath",
+    "compile_java",
+    "properties",
+    "run_java",
+    "run_java_lines",
+    "snippet",
+]
