@@ -308,11 +308,13 @@ class DeltaSource:
             for name in actions.column_names
             if name.startswith("max.")
         }
+        # A column with no value in a file (all null) has no bound: delta-rs says None,
+        # the log's statistics leave it out; both readers give the same files.
         return [
             DataFile(
                 prefix + path,
-                {c: v[i] for c, v in mins.items()},
-                {c: v[i] for c, v in maxs.items()},
+                {c: v[i] for c, v in mins.items() if v[i] is not None},
+                {c: v[i] for c, v in maxs.items() if v[i] is not None},
                 storage_options=self.storage_options,
             )
             for i, path in enumerate(paths)

@@ -21,7 +21,7 @@ from tidemark.pipelines.reading.group import ReaderGroup
 from tidemark.pipelines.reading.seek import SeekIndex, complete_cut_at, stream_cut_at
 from tidemark.pipelines.reading.time_service import TIME_SERVICE_ENV, ServiceIndex, default_index
 from tidemark.schemas.arrow import INDEX_ARROW, MARKS_ARROW
-from tidemark.schemas.tables import INDEX, MARKS, table_path
+from tidemark.schemas.tables import INDEX, MARKS, OBSERVATION_COLUMNS, table_path
 
 from tests.integration import test_reader_group as rg
 from tidemark.service.server import RunningService
@@ -55,6 +55,7 @@ def append_marks(root, stream, marks, emitted_step_ms=1_000, top=None):
                 ],
                 "writers": [["w1", "w2"]] * len(marks),
                 "emitted_at": emitted,
+                **{column: [None] * len(marks) for column in OBSERVATION_COLUMNS},  # noted
             },
             schema=MARKS_ARROW,
         ),
