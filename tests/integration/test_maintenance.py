@@ -242,7 +242,7 @@ def test_a_driver_starting_while_its_object_store_restarts_waits_for_it(
     driver.start()
     try:
         deadline = time.monotonic() + 30
-        while not (waits := [r.getMessage() for r in caplog.records if "not answer" in r.msg]):
+        while not (waits := [m for r in caplog.records if "not answer" in (m := r.getMessage())]):
             assert driver.is_alive() and not failures, failures  # it meets the store down
             assert time.monotonic() < deadline, "the driver never said it waits for the store"
             time.sleep(0.1)
