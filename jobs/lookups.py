@@ -28,11 +28,11 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
 from tidemark.controller.exceptions import InvalidModelError, UnknownStreamError
 from tidemark.controller.kafka import roles
-from tidemark.controller.kafka.retry import KafkaRetry
+from tidemark.controller.kafka.retry import LEADER_MOVING, KafkaRetry
 from tidemark.controller.metadata import StreamMetadata
 from tidemark.controller.naming import is_stream_name
 from tidemark.controller.zookeeper.session import close_session, open_session
@@ -144,12 +144,9 @@ class ZooKeeperStreams:
             self._watched.clear()
 
 
-_LOOKUP_RETRY = KafkaRetry(
-    (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE),
-    timeout_s=10.0,
-)
-"""A partition's leader moving (or not yet elected on a topic just made) answers a
-lookup with a transient error: the lookup is asked again, not failed."""
+_LOOKUP_RETRY = KafkaRetry(LEADER_MOVING, timeout_s=10.0)
+"""A lookup answered with a leader moving is asked again, not failed (an unknown
+partition is not retried: a deleted stream's topic is left out, see ``query_keys``)."""
 
 
 class KafkaCommittedOffsets:

@@ -38,7 +38,7 @@ from tidemark.controller.exceptions import (
 from tidemark.controller.kafka import roles
 from tidemark.controller.kafka.acls import grant_tidemark_acls, tidemark_acls  # their old home
 from tidemark.controller.kafka.outages import is_outage, named_cause, outages_named, unavailable
-from tidemark.controller.kafka.retry import KafkaRetry
+from tidemark.controller.kafka.retry import LEADER_MOVING, KafkaRetry
 from tidemark.controller.naming import (
     LOG_APPEND_TIME,
     MARKS_TOPIC_CONFIGS,
@@ -48,14 +48,7 @@ from tidemark.controller.naming import (
 
 log = logging.getLogger(__name__)
 
-_RETRIABLE = frozenset(
-    {
-        KafkaError._UNKNOWN_PARTITION,
-        KafkaError.UNKNOWN_TOPIC_OR_PART,
-        KafkaError.LEADER_NOT_AVAILABLE,
-        KafkaError.NOT_LEADER_FOR_PARTITION,
-    }
-)
+_RETRIABLE = LEADER_MOVING | {KafkaError._UNKNOWN_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART}
 
 DEFAULT_TIMEOUT_S = 30.0
 

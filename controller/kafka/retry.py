@@ -28,6 +28,10 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+LEADER_MOVING = frozenset({KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION})
+"""A partition whose leader is moving, or not yet elected on a topic just made: asked
+again a moment later, it answers."""
+
 
 @dataclass(frozen=True)
 class KafkaRetry:
@@ -74,4 +78,4 @@ class KafkaRetry:
         return self.policy.call(call, retry_on=self.retryable, what=what, logger=log)
 
 
-__all__ = ["KafkaRetry"]
+__all__ = ["LEADER_MOVING", "KafkaRetry"]
