@@ -58,6 +58,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from kazoo.client import KazooClient
+
 from tidemark.controller.config import RetentionType, ScalingType
 from tidemark.controller.exceptions import InvalidConfigurationError
 from tidemark.controller.kafka.segment_sizes import SegmentSizes
@@ -83,7 +84,6 @@ from tidemark.controller.streams import StreamManager
 from tidemark.controller.zookeeper.leadership import Leadership
 from tidemark.controller.zookeeper.session import zookeeper_session
 from tidemark.controller.zookeeper.store import ZooKeeperStore
-
 from tidemark.errors import ConfigurationError, TidemarkError
 
 log = logging.getLogger(__name__)

@@ -21,13 +21,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Self
 
+from tidemark.environment import Environment
 from tidemark.infra import jars
 from tidemark.infra.exceptions import ServiceTimeout
 from tidemark.infra.java import jvm_argv
 from tidemark.infra.ports import HOST, free_port
 from tidemark.infra.process import ManagedProcess, Service, wait_for
-
-from tidemark.environment import Environment
 
 MAIN_CLASS = "org.apache.kafka.connect.cli.ConnectStandalone"
 

@@ -31,9 +31,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tidemark.infra.exceptions import MissingToolError, ServiceError, SetupRequiredError
-
 from tidemark.environment import Environment
+from tidemark.infra.exceptions import MissingToolError, ServiceError, SetupRequiredError
 
 log = logging.getLogger(__name__)
 

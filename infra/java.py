@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import shutil
 
-from tidemark.infra.exceptions import MissingToolError
-
 from tidemark.environment import Environment
+from tidemark.infra.exceptions import MissingToolError
 
 
 def java_executable(env: Environment) -> str:

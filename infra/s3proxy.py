@@ -17,12 +17,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tidemark.environment import Environment
 from tidemark.infra import jars
 from tidemark.infra.java import jvm_argv
 from tidemark.infra.ports import HOST, ensure_free, free_port, wait_listening
 from tidemark.infra.process import ManagedProcess, Service
-
-from tidemark.environment import Environment
 
 MAIN_CLASS = "org.gaul.s3proxy.Main"
 LOGBACK_CONF = Path(__file__).resolve().parent / "conf" / "s3proxy-logback.xml"

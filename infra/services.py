@@ -20,11 +20,10 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from tidemark.environment import KAFKA_BOOTSTRAP, POSTGRES_DSN, ZK_CONNECT, Environment
 from tidemark.infra.exceptions import ConfigurationError, MissingToolError, ServiceError
 from tidemark.infra.ports import HOST
 from tidemark.infra.process import pid_alive, stop_pid
-
-from tidemark.environment import KAFKA_BOOTSTRAP, POSTGRES_DSN, ZK_CONNECT, Environment
 
 log = logging.getLogger(__name__)
 

@@ -19,11 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tidemark.environment import Environment
 from tidemark.infra import jars
 from tidemark.infra.java import java_executable
 from tidemark.infra.ports import HOST
-
-from tidemark.environment import Environment
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -21,12 +21,11 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from tidemark.environment import Environment
 from tidemark.infra.exceptions import ServiceError, ServiceTimeout
 from tidemark.infra.java import java_executable
 from tidemark.infra.ports import HOST, ensure_free, free_ports, wait_listening
 from tidemark.infra.process import ManagedProcess, Service, wait_for
-
-from tidemark.environment import Environment
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"

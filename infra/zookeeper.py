@@ -14,13 +14,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tidemark.environment import Environment
 from tidemark.infra import jars
 from tidemark.infra.exceptions import ServiceTimeout
 from tidemark.infra.java import jvm_argv
 from tidemark.infra.ports import HOST, ensure_free, free_port, free_ports
 from tidemark.infra.process import ManagedProcess, Service, wait_for
-
-from tidemark.environment import Environment
 
 MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
 QUORUM_MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"

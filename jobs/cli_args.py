@@ -13,12 +13,11 @@ import argparse
 from tidemark.controller.exceptions import InvalidModelError
 from tidemark.controller.naming import ClusterSettings, check_instance_id
 from tidemark.controller.timestamps import add_duration_flag
+from tidemark.environment import Environment
+from tidemark.errors import ConfigurationError
 from tidemark.infra.services import KAFKA, ZOOKEEPER, data_root, resolve_services
 from tidemark.jobs.config import ControllerSettings, CycleTrigger
 from tidemark.jobs.exceptions import JobConfigurationError
-
-from tidemark.environment import Environment
-from tidemark.errors import ConfigurationError
 
 
 def instance_id(text: str) -> str:

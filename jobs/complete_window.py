@@ -72,6 +72,8 @@ from tidemark.controller.store import MetadataStore
 from tidemark.controller.timestamps import joined_spans
 from tidemark.controller.zookeeper.session import close_session, open_session
 from tidemark.controller.zookeeper.store import ZooKeeperStore
+from tidemark.environment import Environment
+from tidemark.errors import TidemarkError
 from tidemark.infra.services import KAFKA, ZOOKEEPER, data_root, resolve_services
 from tidemark.infra.spark import SparkSettings, spark_session, stop_spark
 from tidemark.jobs.compact_index import launched_by_spark_submit
@@ -81,9 +83,6 @@ from tidemark.pipelines.reading.exceptions import StreamTimeTimeoutError
 from tidemark.pipelines.reading.seek import SeekIndex, start_cut_for
 from tidemark.pipelines.reading.spark_source import EARLIEST, PartitionRange, spark_offsets
 from tidemark.pipelines.reading.stream_time import EXIT_NOT_YET, wait_for_time
-
-from tidemark.environment import Environment
-from tidemark.errors import TidemarkError
 from tidemark.retries import RetryPolicy
 
 log = logging.getLogger(__name__)

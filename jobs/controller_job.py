@@ -72,6 +72,7 @@ from typing import Any, Protocol
 
 from pyspark.sql import SparkSession
 from pyspark.sql.functions import expr
+
 from tidemark.controller.delta.appends import DeltaTables, ensure_tables
 from tidemark.controller.delta.maintenance import MaintenanceSwitch, maintenance_switch
 from tidemark.controller.kafka.admin import StreamTopics, ensure_marks_topic

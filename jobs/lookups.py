@@ -30,6 +30,7 @@ from typing import Any
 
 from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
+
 from tidemark.controller.exceptions import InvalidModelError, UnknownStreamError
 from tidemark.controller.kafka import roles
 from tidemark.controller.kafka.retry import LEADER_MOVING, KafkaRetry

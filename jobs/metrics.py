@@ -54,6 +54,7 @@ from prometheus_client import (
     Histogram,
     start_http_server,
 )
+
 from tidemark.pipelines.build_info import register_build_info
 
 PREFIX = "tidemark_controller"

@@ -21,13 +21,12 @@ import threading
 from tidemark.controller.naming import ClusterSettings
 from tidemark.controller.zookeeper.session import open_session
 from tidemark.controller.zookeeper.store import ZooKeeperStore
+from tidemark.environment import Environment
+from tidemark.errors import TidemarkError
 from tidemark.infra.services import KAFKA, ZOOKEEPER, resolve_services
 from tidemark.pipelines.reading.exceptions import InvalidDurationError
 from tidemark.pipelines.reading.seek import parse_duration
 from tidemark.pipelines.writing.observer import ObserverConfig, ObserverConfigError, StreamObserver
-
-from tidemark.environment import Environment
-from tidemark.errors import TidemarkError
 
 log = logging.getLogger(__name__)
 

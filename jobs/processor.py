@@ -43,6 +43,7 @@ from pyspark.sql.streaming.stateful_processor import (
     TimerValues,
 )
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+
 from tidemark.jobs.config import WorkflowSettings
 from tidemark.jobs.lookups import worker_committed, worker_streams
 from tidemark.jobs.slot_keys import is_due_key

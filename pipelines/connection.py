@@ -29,7 +29,6 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from tidemark.controller.timestamps import parse_time
-
 from tidemark.environment import DELTA_ROOT, KAFKA_BOOTSTRAP, ZK_CONNECT, Environment
 from tidemark.errors import ConfigurationError
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import pyarrow as pa
+
 from tidemark.schemas.tables import (
     INDEX,
     LAGGARDS,

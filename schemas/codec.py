@@ -33,6 +33,7 @@ from typing import Any
 import fastavro
 from fastavro.schema import to_parsing_canonical_form
 from fastavro.validation import validate
+
 from tidemark.schemas.exceptions import (
     DecodeError,
     EncodeError,

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from hypothesis import settings
-from tidemark.infra.process import started_processes
 
 from tidemark.environment import Environment
+from tidemark.infra.process import started_processes
 
 if TYPE_CHECKING:
     from tests.controller_env import Env as ControllerEnv

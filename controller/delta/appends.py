@@ -41,13 +41,13 @@ from deltalake import (
     write_deltalake,
 )
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
+
 from tidemark.controller.delta.commit_turns import commit_turn
 from tidemark.controller.delta.exceptions import StoreOutageError
 from tidemark.controller.delta.maintenance import default_log_retention_s, retention_properties
+from tidemark.retries import RetryPolicy
 from tidemark.schemas.arrow import ARROW_SCHEMAS
 from tidemark.schemas.tables import TABLES, on_object_store, table_path
-
-from tidemark.retries import RetryPolicy
 
 log = logging.getLogger(__name__)
 

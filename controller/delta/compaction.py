@@ -44,6 +44,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import PostCommitHookProperties
 from deltalake.transaction import AddAction, RemoveAction
+
 from tidemark.controller.delta.tables import add_actions, filesystem_path
 from tidemark.schemas.arrow import ARROW_SCHEMAS
 from tidemark.schemas.tables import REJECTED_MARKS

@@ -19,9 +19,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 from tidemark.controller.delta.exceptions import DeltaUnavailableError
-from tidemark.schemas.tables import on_object_store, table_path
-
 from tidemark.environment import DELTA_ROOT
+from tidemark.schemas.tables import on_object_store, table_path
 
 T = TypeVar("T")
 

@@ -62,13 +62,13 @@ from typing import Any
 
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
+
 from tidemark.controller.delta.commit_turns import commit_turn
 from tidemark.controller.delta.compaction import TIER, compact_in_time_order
 from tidemark.controller.delta.exceptions import DeltaConfigurationError
 from tidemark.controller.delta.tables import add_actions
-from tidemark.schemas.tables import MARKS, TABLES, on_object_store, table_path
-
 from tidemark.retries import RetryPolicy
+from tidemark.schemas.tables import MARKS, TABLES, on_object_store, table_path
 
 log = logging.getLogger(__name__)
 

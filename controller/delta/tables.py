@@ -636,6 +636,7 @@ def append_watermarks(
     maximum of earlier rows.
     """
     import pyarrow as pa  # pyarrow and deltalake only where a table is written
+
     from tidemark.schemas.arrow import (  # pyarrow: its Arrow schemas, as above
         INDEX_ARROW,
         MARKS_ARROW,

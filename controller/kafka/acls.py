@@ -40,6 +40,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourcePatternType,
     ResourceType,
 )
+
 from tidemark.controller.exceptions import KafkaOperationError
 from tidemark.controller.kafka import roles as client_roles
 from tidemark.controller.naming import TOPIC_PREFIX

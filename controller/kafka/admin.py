@@ -30,6 +30,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     OffsetSpec,
     ResourceType,
 )
+
 from tidemark.controller.exceptions import (
     KafkaOperationError,
     KafkaUnavailableError,

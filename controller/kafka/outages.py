@@ -18,6 +18,7 @@ import contextlib
 from collections.abc import Iterator
 
 from confluent_kafka import KafkaError, KafkaException
+
 from tidemark.controller.exceptions import KafkaUnavailableError
 
 OUTAGE_CODES = frozenset(

@@ -28,6 +28,7 @@ from typing import Any, Generic, TypeVar
 
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
+
 from tidemark.controller.kafka.settings import client_config
 
 C = TypeVar("C", Producer, Consumer, AdminClient)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import KafkaError, TopicPartition
+
 from tidemark.controller.exceptions import KafkaOperationError
 from tidemark.controller.kafka import roles
 from tidemark.controller.kafka.admin import StreamTopics

@@ -28,7 +28,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from tidemark.controller.exceptions import InvalidConfigurationError
-
 from tidemark.environment import KAFKA_BOOTSTRAP
 from tidemark.environment import KAFKA_SASL_MECHANISM as SASL_MECHANISM
 from tidemark.environment import KAFKA_SASL_PASSWORD as SASL_PASSWORD

@@ -21,6 +21,7 @@ import contextlib
 from typing import Any
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
 from tidemark.controller.zookeeper.session import outages_named
 
 

@@ -28,6 +28,7 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
+
 from tidemark.controller.metadata import json_bytes, json_from_bytes
 from tidemark.controller.zookeeper.leadership import LeaderFunction, Leadership, contenders
 from tidemark.controller.zookeeper.session import unavailable

@@ -34,6 +34,7 @@ import contextlib
 from typing import Any
 
 from kazoo.exceptions import NodeExistsError, NoNodeError
+
 from tidemark.controller.zookeeper.claims import Claims
 from tidemark.controller.zookeeper.session import outages_named
 

@@ -35,6 +35,7 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.protocol.states import KazooState
+
 from tidemark.controller.exceptions import InvalidModelError
 
 log = logging.getLogger(__name__)

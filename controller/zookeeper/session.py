@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionLoss, OperationTimeoutError, SessionExpiredError
 from kazoo.handlers.threading import KazooTimeoutError
+
 from tidemark.controller.exceptions import ZooKeeperUnavailableError
 
 log = logging.getLogger(__name__)

@@ -40,6 +40,7 @@ from kazoo.exceptions import (
     NotEmptyError,
 )
 from kazoo.recipe.watchers import DataWatch
+
 from tidemark.controller.exceptions import (
     ConflictError,
     ControllerError,

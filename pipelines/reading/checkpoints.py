@@ -51,7 +51,6 @@ from tidemark.pipelines.reading.exceptions import (
 from tidemark.pipelines.reading.registry import GroupRegistry, check_name
 from tidemark.pipelines.reading.view import GroupView
 from tidemark.pipelines.reading.windows import WatermarkFeed, reader_position, window_at
-
 from tidemark.retries import RetryPolicy
 
 log = logging.getLogger(__name__)

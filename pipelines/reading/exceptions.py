@@ -19,7 +19,6 @@ from tidemark.controller.exceptions import (
     InvalidTimestampError,
     UnknownStreamError,
 )
-
 from tidemark.errors import ConfigurationError, TidemarkError
 
 

@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 import pyarrow as pa
+
 from tidemark.controller.delta.tables import (
     DeltaSource,
     Root,

@@ -34,6 +34,7 @@ from operator import attrgetter, ge, itemgetter
 from typing import Any, NamedTuple
 
 from confluent_kafka import Message
+
 from tidemark.pipelines.reading.exceptions import ReaderConfigError
 from tidemark.pipelines.reading.reader import EventRead
 

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
 from tidemark.controller.kafka import roles
 from tidemark.controller.kafka.outages import named_cause
 from tidemark.controller.kafka.retry import KafkaRetry

@@ -64,6 +64,7 @@ from operator import attrgetter
 from typing import Any, NamedTuple, Protocol
 
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
+
 from tidemark.controller.closing import Closing
 from tidemark.controller.kafka import roles
 from tidemark.controller.model import Segment, TimeWindow, segment_number

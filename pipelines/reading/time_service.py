@@ -37,11 +37,10 @@ from tidemark.controller.exceptions import UnknownStreamError
 from tidemark.controller.index import START, STOP, Rule
 from tidemark.controller.metadata import cut_from_json, cut_to_json
 from tidemark.controller.model import StreamCut, Watermark
-from tidemark.pipelines.reading.exceptions import InvalidTimestampError
-from tidemark.pipelines.reading.seek import Found, SeekIndex, shared_index
-
 from tidemark.environment import TIME_SERVICE
 from tidemark.errors import ServiceUnavailableError as _Unavailable
+from tidemark.pipelines.reading.exceptions import InvalidTimestampError
+from tidemark.pipelines.reading.seek import Found, SeekIndex, shared_index
 
 log = logging.getLogger(__name__)
 

@@ -44,6 +44,7 @@ from confluent_kafka import (
     KafkaException,
     TopicPartition,
 )
+
 from tidemark.controller.closing import Closing
 from tidemark.controller.kafka import roles
 from tidemark.pipelines.timeline.buffer_sql import (

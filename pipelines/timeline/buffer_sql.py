@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+
 from tidemark.pipelines.timeline.clock import NOW_MS
 from tidemark.pipelines.timeline.store import LEASED_TS_BOUND, NOTIFY_CHANNEL
 

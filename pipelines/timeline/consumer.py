@@ -47,6 +47,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import psycopg
+
 from tidemark.controller.closing import Closing
 from tidemark.pipelines.timeline.clock import ClockDrift, DueCondition, StreamClock
 from tidemark.pipelines.timeline.config import ConsumerConfig

@@ -18,10 +18,9 @@ import logging
 from dataclasses import dataclass
 
 from tidemark.controller.periodic import Periodic
+from tidemark.errors import ConfigurationError
 from tidemark.pipelines.timeline.metrics import PURGED
 from tidemark.pipelines.timeline.store import TimelineStore
-
-from tidemark.errors import ConfigurationError
 
 log = logging.getLogger(__name__)
 

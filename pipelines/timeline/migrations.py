@@ -42,6 +42,7 @@ import logging
 from dataclasses import dataclass
 
 import psycopg
+
 from tidemark.pipelines.timeline.clock import NOW_MS
 
 log = logging.getLogger(__name__)

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 import psycopg
 import psycopg.errors
+
 from tidemark.pipelines.timeline.clock import NOW_MS
 from tidemark.pipelines.timeline.exceptions import InvalidMessageError
 from tidemark.pipelines.timeline.model import Lease, check_lease, check_name

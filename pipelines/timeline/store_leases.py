@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import psycopg
+
 from tidemark.pipelines.timeline.clock import NOW_MS
 from tidemark.pipelines.timeline.exceptions import InvalidMessageError, TimeInPastError
 from tidemark.pipelines.timeline.model import (

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+
 from tidemark.pipelines.timeline.clock import NOW_MS
 from tidemark.pipelines.timeline.exceptions import (
     BodyTooLargeError,

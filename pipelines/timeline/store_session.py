@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 import psycopg
 import psycopg.conninfo
 import psycopg.errors
+
 from tidemark.controller.closing import Closing
 from tidemark.pipelines.timeline.clock import NOW_MS, ClockDrift, DatabaseClock, DueCondition
 from tidemark.pipelines.timeline.config import TimelineConfig
@@ -51,7 +52,6 @@ from tidemark.pipelines.timeline.store_sql import (
     _check_message,
     _message,
 )
-
 from tidemark.retries import RetryPolicy
 
 log = logging.getLogger(__name__)

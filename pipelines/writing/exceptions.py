@@ -22,7 +22,6 @@ from tidemark.controller.exceptions import (
     StreamSealedError,
     UnknownStreamError,
 )
-
 from tidemark.errors import ConfigurationError, TidemarkError
 
 

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from confluent_kafka import Producer
+
 from tidemark.controller.kafka.admin import ensure_marks_topic
 from tidemark.controller.model import WriterMark
 from tidemark.controller.naming import ClusterSettings, bucket_of

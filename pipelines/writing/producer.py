@@ -126,6 +126,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from confluent_kafka import KafkaError, Message, Producer
+
 from tidemark.controller.closing import Closing
 from tidemark.controller.kafka import roles
 from tidemark.controller.kafka.admin import StreamTopics, ensure_marks_topic

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
+
 from tidemark.controller.kafka import roles
 from tidemark.controller.model import WriterMark
 from tidemark.controller.store import MetadataStore

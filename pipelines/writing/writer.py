@@ -49,6 +49,7 @@ from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from confluent_kafka import KafkaError, KafkaException, Message
+
 from tidemark.controller.closing import Closing
 from tidemark.controller.kafka import roles
 from tidemark.controller.metadata import StreamMetadata

@@ -68,10 +68,9 @@ def _broker_dir(stack: ExitStack, work: Path) -> Path:
 
 
 def _start(stack: ExitStack, work: Path) -> BenchServices:
+    from tidemark.environment import Environment
     from tidemark.infra.kafka import KafkaCluster
     from tidemark.infra.zookeeper import ZooKeeperServer
-
-    from tidemark.environment import Environment
 
     env = Environment.from_env()
     bootstrap = env.kafka_bootstrap or (

@@ -93,6 +93,7 @@ class Prepared:
 
 def prepare(services: Any) -> Prepared:
     from kazoo.client import KazooClient
+
     from tidemark.controller.config import ScalingPolicy, StreamConfiguration
     from tidemark.controller.delta.tables import append_watermarks
     from tidemark.controller.model import Watermark
@@ -236,11 +237,10 @@ if __name__ == "__main__":
     import tempfile
     from contextlib import ExitStack
 
-    from tidemark.infra.kafka import KafkaCluster
-    from tidemark.infra.zookeeper import ZooKeeperServer
-
     from tests.bench.__main__ import BenchServices
     from tidemark.environment import Environment
+    from tidemark.infra.kafka import KafkaCluster
+    from tidemark.infra.zookeeper import ZooKeeperServer
 
     if sys.argv[1:] not in ([], ["--profile"]):
         raise SystemExit("usage: python -m tests.bench.bench_cli [--profile]")

@@ -84,6 +84,7 @@ def _load() -> str:
 
 def run(services: Any, parts: list[str] | None = None) -> list[str]:
     from kazoo.client import KazooClient
+
     from tidemark.infra.spark import SparkSettings, spark_session, stop_spark
 
     work = Path(services.work_dir) / f"bench-controller-{uuid.uuid4().hex[:6]}"
@@ -138,6 +139,7 @@ def _settings(services: Any, root: str, work: Path, buckets: int, **kw: Any) -> 
 
 def _create_streams(settings: Any, prefix: str, count: int) -> None:
     from kazoo.client import KazooClient
+
     from tidemark.controller.config import StreamConfiguration
     from tidemark.controller.exceptions import ControllerError
     from tidemark.controller.metadata import new_stream_metadata
@@ -207,6 +209,7 @@ def _tree_cpu_s(root_pid: int, seconds: float, every_s: float = 0.5) -> float:
 
 def idle(spark: Any, services: Any, root: str, work: Path) -> list[str]:
     from kazoo.client import KazooClient
+
     from tidemark.controller.zookeeper.driver import controller_view
 
     settings = _settings(services, root, work, IDLE_BUCKETS)
@@ -290,6 +293,7 @@ def _produce_marks(
     mark in its Python workers against 20 us in the next, while the baseline, run
     after the burst, had the cores to itself."""
     from confluent_kafka import Producer
+
     from tidemark.controller.kafka.admin import ensure_marks_topic
 
     ensure_marks_topic(settings.kafka_bootstrap, settings.cluster)
@@ -563,6 +567,7 @@ def fresh_marks(
     import pyarrow.parquet as pq
     from deltalake import DeltaTable
     from kazoo.client import KazooClient
+
     from tidemark.controller.config import ScalingPolicy, StreamConfiguration
     from tidemark.controller.streams import StreamManager
     from tidemark.controller.zookeeper.store import ZooKeeperStore

@@ -25,6 +25,9 @@ from pathlib import Path
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
 from kazoo.client import KazooClient
+
+from tests.integration.test_dropin_producer import make_topic
+from tests.jvm_clients import client_classpath, compile_java
 from tidemark.controller.naming import ClusterSettings, bucket_of
 from tidemark.controller.streams import StreamManager
 from tidemark.controller.zookeeper.store import ZooKeeperStore
@@ -32,9 +35,6 @@ from tidemark.infra.jars import INTERCEPTOR_CLASS
 from tidemark.pipelines.writing.config import WriterConfig
 from tidemark.pipelines.writing.writer import EventWriter
 from tidemark.schemas.records import WriterMarkRecord
-
-from tests.integration.test_dropin_producer import make_topic
-from tests.jvm_clients import client_classpath, compile_java
 
 RECORDS = 1_000_000
 PAYLOAD_BYTES = 256

@@ -65,6 +65,7 @@ def _cpu_s(proc: psutil.Process) -> float:
 
 def run(services: Any) -> list[str]:
     from confluent_kafka import Producer
+
     from tidemark.controller.config import ScalingPolicy, StreamConfiguration
     from tidemark.controller.naming import ClusterSettings
     from tidemark.controller.streams import StreamManager

@@ -187,6 +187,7 @@ def _idle(bootstrap: str, zk_connect: str) -> list[str]:
     from dataclasses import replace
 
     from kazoo.client import KazooClient
+
     from tidemark.controller.metadata import new_stream_metadata
     from tidemark.controller.states import StreamState
     from tidemark.controller.zookeeper.store import ZooKeeperStore

@@ -34,6 +34,7 @@ import uuid
 from typing import Any
 
 from confluent_kafka import Producer
+
 from tidemark.controller.memory_store import MemoryStore
 from tidemark.controller.naming import ClusterSettings
 from tidemark.controller.streams import StreamManager

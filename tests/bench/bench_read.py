@@ -37,6 +37,8 @@ import uuid
 from collections.abc import Callable
 
 from confluent_kafka import Consumer, Producer, TopicPartition
+
+from tests.bench.load import EVENTS, PAYLOAD_BYTES, produce_all
 from tidemark.controller.config import ScalingPolicy, StreamConfiguration
 from tidemark.controller.kafka.roles import FETCH_QUEUE_BACKOFF_MS
 from tidemark.controller.memory_store import MemoryStore
@@ -44,8 +46,6 @@ from tidemark.controller.naming import ClusterSettings
 from tidemark.controller.streams import StreamManager
 from tidemark.pipelines.reading.group import ReaderGroup
 from tidemark.pipelines.reading.reader import FETCH_SIZE
-
-from tests.bench.load import EVENTS, PAYLOAD_BYTES, produce_all
 
 SEGMENTS = 4
 ROUNDS = 3

@@ -54,6 +54,7 @@ def _write_index(
     """``rows`` index rows in ``files`` appends; ``cuts``: with each row's ``stream_cut``
     (as the controller writes them now; without: as written before that column)."""
     from deltalake import write_deltalake
+
     from tidemark.controller.delta.tables import INDEX, table_path
     from tidemark.schemas.arrow import INDEX_ARROW as INDEX_SCHEMA
 
@@ -82,6 +83,7 @@ def _write_index(
 
 def _write_marks(root: Path, stream: str, times: np.ndarray, upper: np.ndarray, files: int) -> None:
     from deltalake import write_deltalake
+
     from tidemark.controller.delta.tables import MARKS, table_path
     from tidemark.schemas.arrow import MARKS_ARROW as MARKS_SCHEMA
 
@@ -143,9 +145,8 @@ def bench_warm(work: Path) -> list[str]:
 
 
 def bench_cold(work: Path, bootstrap: str) -> list[str]:
-    from tidemark.controller.delta.maintenance import Maintainer, MaintenanceSettings
-
     from tests.bench.kafka_baseline import timed_topic
+    from tidemark.controller.delta.maintenance import Maintainer, MaintenanceSettings
 
     root = work / "cold-delta"
     stream = "bench/cold"

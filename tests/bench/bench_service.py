@@ -53,6 +53,7 @@ def run(services: Any) -> list[str]:
     from confluent_kafka import Consumer, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic
     from kazoo.client import KazooClient
+
     from tidemark.controller.config import ScalingPolicy, StreamConfiguration
     from tidemark.controller.delta.tables import append_watermarks
     from tidemark.controller.model import Watermark
@@ -169,9 +170,8 @@ def run(services: Any) -> list[str]:
 @contextmanager
 def _serve(work: Path, bootstrap: str, zk_connect: str, root: str, stream: str) -> Iterator[str]:
     """``tidemark serve`` in a process of its own; its URL once it lists ``stream``."""
-    from tidemark.infra.ports import free_port
-
     from tidemark.environment import DELTA_ROOT, KAFKA_BOOTSTRAP, ZK_CONNECT
+    from tidemark.infra.ports import free_port
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"

@@ -172,11 +172,10 @@ def _cli_watermarks(root: Path, services: Any, stream: str, since: int) -> tuple
 
 
 def run(services: Any) -> list[str]:
+    from tests.bench.kafka_baseline import PARTITIONS, timed_topic
     from tidemark.controller.delta.appends import ensure_tables
     from tidemark.controller.delta.maintenance import Maintainer, MaintenanceSettings
     from tidemark.jobs.sink import DeltaSink
-
-    from tests.bench.kafka_baseline import PARTITIONS, timed_topic
 
     commits = _env_int("TIDEMARK_SOAK_COMMITS", 10_000)
     stream_count = _env_int("TIDEMARK_SOAK_STREAMS", 100)

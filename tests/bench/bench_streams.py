@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Producer
+
 from tidemark.controller.config import ScalingPolicy, StreamConfiguration
 from tidemark.controller.delta.tables import append_watermarks
 from tidemark.controller.memory_store import MemoryStore

@@ -226,6 +226,7 @@ def _relay_lag(
     """Due-to-delivered lag of one relay while ``rate`` messages a second fall due."""
     from confluent_kafka import Consumer
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
     from tidemark.pipelines.timeline.relay import TimelineRelay
 
     topic = f"bench-relay-lag-{uuid.uuid4().hex[:8]}"
@@ -293,6 +294,7 @@ def _buffer(dsn: str, bootstrap: str, store: TimelineStore, n: int = 20_000) -> 
     """Ingest and relay of a time buffer, beside a bare Kafka produce of the records."""
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
     from tidemark.pipelines.timeline.buffer import BufferIngest, BufferRelay
     from tidemark.pipelines.timeline.config import BufferConfig, DueRule
 

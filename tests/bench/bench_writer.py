@@ -20,6 +20,8 @@ from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import Message, Producer
+
+from tests.bench.load import EVENTS, PAYLOAD_BYTES, produce_all
 from tidemark.controller.config import ScalingPolicy, StreamConfiguration
 from tidemark.controller.memory_store import MemoryStore
 from tidemark.controller.naming import ClusterSettings
@@ -27,8 +29,6 @@ from tidemark.controller.navigation import route
 from tidemark.controller.streams import StreamManager
 from tidemark.pipelines.writing.config import WriterConfig
 from tidemark.pipelines.writing.writer import EventWriter
-
-from tests.bench.load import EVENTS, PAYLOAD_BYTES, produce_all
 
 KEYS = 64
 ROUNDS = 3

@@ -25,6 +25,7 @@ import time
 
 def main(argv: list[str]) -> int:
     from kazoo.client import KazooClient
+
     from tidemark.controller.naming import ClusterSettings
     from tidemark.controller.zookeeper.store import ZooKeeperStore
     from tidemark.pipelines.writing.config import WriterConfig

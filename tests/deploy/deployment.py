@@ -26,14 +26,13 @@ from typing import Any
 from tidemark.controller.kafka.admin import ensure_marks_topic, grant_tidemark_acls
 from tidemark.controller.kafka.settings import SASL_PASSWORD, SASL_USERNAME, SECURITY_PROTOCOL
 from tidemark.controller.naming import ClusterSettings
+from tidemark.environment import DELTA_ROOT, KAFKA_BOOTSTRAP, ZK_CONNECT, overridden
 from tidemark.infra import jars
 from tidemark.infra.kafka import KafkaCluster, KafkaSecurity
 from tidemark.infra.process import ManagedProcess
 from tidemark.infra.s3proxy import S3Proxy, bucket_path
 from tidemark.infra.spark_cluster import SparkCluster, spark_home
 from tidemark.infra.zookeeper import ZooKeeperEnsemble
-
-from tidemark.environment import DELTA_ROOT, KAFKA_BOOTSTRAP, ZK_CONNECT, overridden
 
 ROOT = Path(__file__).resolve().parents[2]
 USERS = {

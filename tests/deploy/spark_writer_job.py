@@ -18,6 +18,7 @@ import dataclasses
 import json
 
 from pyspark.sql import SparkSession
+
 from tidemark.jobs.stream_writer import StreamTarget, write_to_stream
 
 

@@ -27,6 +27,10 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+
+from tests.deploy.deployment import ROOT, Deployment, wait_until
+from tests.deploy.writers import open_writer
+from tests.faults.figures import report
 from tidemark.controller.config import RetentionPolicy, ScalingPolicy, StreamConfiguration
 from tidemark.controller.delta.tables import read_watermarks
 from tidemark.controller.exceptions import KafkaOperationError
@@ -43,10 +47,6 @@ from tidemark.infra.ports import free_port
 from tidemark.infra.process import ManagedProcess
 from tidemark.pipelines.reading.seek import stream_cut_at
 from tidemark.pipelines.writing.marks import mark_message
-
-from tests.deploy.deployment import ROOT, Deployment, wait_until
-from tests.deploy.writers import open_writer
-from tests.faults.figures import report
 
 STREAM = "deploy/orders"
 START_S = 240  # a driver's first watermark: spark-submit, executors, Python workers, on 2 cores

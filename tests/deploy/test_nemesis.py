@@ -18,6 +18,13 @@ from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
+
+from tests.deploy.deployment import Deployment, wait_until
+from tests.deploy.nemesis.checker import check
+from tests.deploy.nemesis.clients import GroupReader, TransactionWriter, Writer, parse
+from tests.deploy.nemesis.history import History, Observed, Read, Stored
+from tests.deploy.nemesis.schedule import EACH_KIND_ONCE, Nemesis, Step, plan
+from tests.faults.figures import report
 from tidemark.controller.config import ScalingPolicy, StreamConfiguration
 from tidemark.controller.delta.tables import read_watermarks
 from tidemark.controller.kafka.settings import client_config
@@ -26,16 +33,9 @@ from tidemark.controller.streams import StreamManager
 from tidemark.controller.zookeeper.driver import controller_view
 from tidemark.controller.zookeeper.session import zookeeper_session
 from tidemark.controller.zookeeper.store import ZooKeeperStore
+from tidemark.environment import NEMESIS_SECONDS, NEMESIS_SEED
 from tidemark.infra.process import ManagedProcess
 from tidemark.pipelines.reading.group import ReaderGroup
-
-from tests.deploy.deployment import Deployment, wait_until
-from tests.deploy.nemesis.checker import check
-from tests.deploy.nemesis.clients import GroupReader, TransactionWriter, Writer, parse
-from tests.deploy.nemesis.history import History, Observed, Read, Stored
-from tests.deploy.nemesis.schedule import EACH_KIND_ONCE, Nemesis, Step, plan
-from tests.faults.figures import report
-from tidemark.environment import NEMESIS_SECONDS, NEMESIS_SEED
 
 STREAM = "nemesis/events"
 START_S = 240

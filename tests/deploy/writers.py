@@ -14,14 +14,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.deploy.deployment import Deployment
 from tidemark.controller.kafka.settings import client_config
 from tidemark.controller.store import MetadataStore
 from tidemark.pipelines.writing.config import WriterConfig
 from tidemark.pipelines.writing.producer import TidemarkProducer
 from tidemark.pipelines.writing.transactions import TransactionalWriter
 from tidemark.pipelines.writing.writer import EventWriter
-
-from tests.deploy.deployment import Deployment
 
 
 def open_writer(

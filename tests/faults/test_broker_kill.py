@@ -10,6 +10,9 @@ from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient
+
+from tests.faults.figures import report
+from tests.integration.test_kafka_local import _consume_all
 from tidemark.controller.config import ScalingPolicy, StreamConfiguration
 from tidemark.controller.naming import ClusterSettings
 from tidemark.controller.streams import StreamManager
@@ -17,9 +20,6 @@ from tidemark.controller.zookeeper.store import ZooKeeperStore
 from tidemark.infra.kafka import KafkaCluster
 from tidemark.pipelines.writing.config import WriterConfig
 from tidemark.pipelines.writing.writer import EventWriter
-
-from tests.faults.figures import report
-from tests.integration.test_kafka_local import _consume_all
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.faults]
 

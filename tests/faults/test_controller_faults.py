@@ -8,12 +8,12 @@ import time
 from typing import Any
 
 import pytest
-from tidemark.jobs.controller_job import ControllerJob
-from tidemark.jobs.tables import read_watermarks
 
 from tests.controller_env import Env
 from tests.faults.figures import report
 from tests.integration.test_controller_job import Noter, check_sequence, wait_for
+from tidemark.jobs.controller_job import ControllerJob
+from tidemark.jobs.tables import read_watermarks
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow, pytest.mark.faults]
 

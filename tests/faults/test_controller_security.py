@@ -13,6 +13,10 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError
 from prometheus_client import CollectorRegistry
+
+from tests.faults.figures import report
+from tests.faults.test_kafka_security import as_user, consume_all, produce_one
+from tests.integration.test_controller_job import Env, Noter, driver, stop_drivers
 from tidemark.controller.config import ScalingPolicy, StreamConfiguration
 from tidemark.controller.exceptions import KafkaOperationError
 from tidemark.controller.kafka.acls import grant_tidemark_acls
@@ -28,10 +32,6 @@ from tidemark.jobs.metrics import ControllerMetrics
 from tidemark.jobs.tables import read_table, read_watermarks
 from tidemark.pipelines.writing.config import WriterConfig
 from tidemark.pipelines.writing.writer import EventWriter
-
-from tests.faults.figures import report
-from tests.faults.test_kafka_security import as_user, consume_all, produce_one
-from tests.integration.test_controller_job import Env, Noter, driver, stop_drivers
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.faults, pytest.mark.spark]
 

@@ -14,16 +14,16 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
+
+from tests.controller_env import Env
+from tests.faults.figures import report
+from tests.integration.test_controller_job import check_sequence, wait_for
 from tidemark.controller.naming import TIMESTAMP_TYPE
 from tidemark.jobs.controller_job import ControllerJob
 from tidemark.jobs.tables import REJECTED_MARKS, Reason, read_table, read_watermarks
 from tidemark.pipelines.writing.producer import TidemarkProducer
 from tidemark.schemas.codec import MAGIC
 from tidemark.schemas.records import WriterMarkRecord
-
-from tests.controller_env import Env
-from tests.faults.figures import report
-from tests.integration.test_controller_job import check_sequence, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow, pytest.mark.faults]
 

@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+
+from tests.faults.figures import report
 from tidemark.controller.kafka.admin import StreamTopics, grant_tidemark_acls
 from tidemark.controller.kafka.settings import (
     SASL_PASSWORD,
@@ -23,8 +25,6 @@ from tidemark.controller.model import WriterMark
 from tidemark.controller.naming import MARKS_TOPIC_CONFIGS, ClusterSettings
 from tidemark.infra.kafka import KafkaCluster, KafkaSecurity
 from tidemark.pipelines.writing.marks import mark_message
-
-from tests.faults.figures import report
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.faults]
 

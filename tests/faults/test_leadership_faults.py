@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from tidemark.controller.zookeeper.leadership import Leadership, contenders
 from tidemark.controller.zookeeper.session import zookeeper_session
-from tidemark.infra.zookeeper import ZooKeeperEnsemble
-
 from tidemark.environment import Environment
+from tidemark.infra.zookeeper import ZooKeeperEnsemble
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.faults]
 

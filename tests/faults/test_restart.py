@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+
+from tests.faults.figures import report
 from tidemark.controller.config import ScalingPolicy, StreamConfiguration
 from tidemark.controller.naming import ClusterSettings
 from tidemark.controller.streams import StreamManager
 from tidemark.controller.zookeeper.store import ZooKeeperStore
+from tidemark.environment import Environment
 from tidemark.infra.process import pid_alive
 from tidemark.infra.services import LocalServices
-
-from tests.faults.figures import report
-from tidemark.environment import Environment
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.faults]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from tidemark.controller.config import ScalingPolicy, StreamConfiguration
 from tidemark.controller.exceptions import (
     InvalidConfigurationError,

@@ -166,6 +166,7 @@ def test_a_missing_delta_table(tmp_path: Path, home: dict[str, str]) -> None:
 def test_a_stopped_object_store(tmp_path: Path, home: dict[str, str]) -> None:
     """delta-rs retries a store that does not answer (10 times, ~11 s), then one line."""
     from deltalake import DeltaTable
+
     from tidemark.infra.s3proxy import S3Proxy
     from tidemark.schemas.arrow import ARROW_SCHEMAS
     from tidemark.schemas.tables import TABLES, table_path

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+
+from tests.integration import test_reader_group as rg
 from tidemark.jobs.complete_window import (
     last_window_start,
     plan_window,
@@ -11,8 +13,6 @@ from tidemark.jobs.complete_window import (
 )
 from tidemark.jobs.exceptions import WindowNotCompleteError
 from tidemark.pipelines.writing.writer import EventWriter
-
-from tests.integration import test_reader_group as rg
 
 BASE = rg.BASE
 Marks = rg.Marks
@@ -88,6 +88,7 @@ def test_window_run_waits_for_completeness_and_writes_once(
     import argparse
 
     from deltalake import DeltaTable
+
     from tidemark.jobs.complete_window import run_from_args
     from tidemark.jobs.window_args import add_window_arguments
     from tidemark.pipelines.reading.stream_time import EXIT_NOT_YET

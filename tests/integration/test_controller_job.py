@@ -20,6 +20,9 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+
+from tests.controller_env import Env, make_env
+from tests.faults.figures import report
 from tidemark.controller.config import ScalingPolicy, StreamConfiguration
 from tidemark.controller.delta.log import live_files
 from tidemark.controller.delta.tables import DeltaSource
@@ -36,9 +39,6 @@ from tidemark.pipelines.reading.seek import SeekIndex
 from tidemark.pipelines.writing.writer import EventWriter
 from tidemark.schemas.records import WriterMarkRecord
 from tidemark.schemas.tables import MARKS, cut_from_cell, table_path
-
-from tests.controller_env import Env, make_env
-from tests.faults.figures import report
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 from prometheus_client import CollectorRegistry
+
+from tests.integration.test_controller_job import produce, wait_for
 from tidemark.jobs.controller_job import ControllerJob
 from tidemark.jobs.metrics import ControllerMetrics
 from tidemark.jobs.tables import REJECTED_MARKS, read_table, read_watermarks
 from tidemark.schemas.records import WriterMarkRecord
-
-from tests.integration.test_controller_job import produce, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
 

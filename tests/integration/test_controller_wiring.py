@@ -12,6 +12,11 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 from prometheus_client import CollectorRegistry
+
+from tests.integration.test_controller_job import controller_run_args, wait_for
+from tests.integration.test_stream_policies import stored
+from tidemark.cli.controller import index_lookup, policy_tasks
+from tidemark.cli.main import build_parser, main
 from tidemark.controller.config import RetentionPolicy, ScalingPolicy, StreamConfiguration
 from tidemark.controller.policy_loop import (
     PolicyLoop,
@@ -26,11 +31,6 @@ from tidemark.pipelines.reading.exceptions import StreamTimeTimeoutError
 from tidemark.pipelines.reading.lateness import read_laggards
 from tidemark.pipelines.reading.seek import stream_cut_at
 from tidemark.pipelines.reading.stream_time import wait_for_time
-
-from tests.integration.test_controller_job import controller_run_args, wait_for
-from tests.integration.test_stream_policies import stored
-from tidemark.cli.controller import index_lookup, policy_tasks
-from tidemark.cli.main import build_parser, main
 
 pytestmark = [pytest.mark.integration]
 

@@ -28,6 +28,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
+
+from tests.integration import test_reader_group as rg
+from tests.integration.test_time_service import append_marks, serving
 from tidemark.controller.config import ScalingPolicy, StreamConfiguration
 from tidemark.controller.laggards import LAGGING, Laggard
 from tidemark.controller.memory_store import MemoryStore
@@ -41,9 +44,6 @@ from tidemark.pipelines.timeline.store import TimelineStore
 from tidemark.pipelines.writing.writer import EventWriter
 from tidemark.schemas.arrow import REJECTED_ARROW
 from tidemark.schemas.tables import REJECTED_MARKS, table_path
-
-from tests.integration import test_reader_group as rg
-from tests.integration.test_time_service import append_marks, serving
 
 manager, settings, store, wconfig = rg.manager, rg.settings, rg.store, rg.wconfig
 

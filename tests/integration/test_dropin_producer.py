@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+from tidemark.cli.main import main
 from tidemark.controller.config import ScalingPolicy, StreamConfiguration
 from tidemark.controller.delta.tables import append_watermarks
 from tidemark.controller.exceptions import AdoptionError
@@ -38,8 +40,6 @@ from tidemark.pipelines.writing.partitioners import kafka_partition
 from tidemark.pipelines.writing.producer import TidemarkProducer
 from tidemark.pipelines.writing.writer import EventWriter
 from tidemark.schemas.records import WriterMarkRecord
-
-from tidemark.cli.main import main
 
 BASE = int(time.time() * 1000) - 3_600_000  # an hour ago: inside any `--ago 2h`
 

@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+import tidemark
+from tests.integration.test_writer import marks, read
 from tidemark.controller.config import ScalingPolicy, StreamConfiguration
 from tidemark.controller.naming import ClusterSettings, topic_for
 from tidemark.controller.streams import StreamManager
 from tidemark.controller.zookeeper.store import ZooKeeperStore
-
-import tidemark
-from tests.integration.test_writer import marks, read
 from tidemark.environment import DELTA_ROOT, KAFKA_BOOTSTRAP, POSTGRES_DSN, ZK_CONNECT
 
 pytestmark = pytest.mark.integration
@@ -121,7 +121,6 @@ def test_the_services_time_parameters_take_the_one_syntax(
     from urllib.parse import quote
 
     from tidemark.controller.memory_store import MemoryStore
-
     from tidemark.service.server import RunningService
     from tidemark.service.state import TimeService
 

@@ -8,12 +8,12 @@ import json
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from prometheus_client import CollectorRegistry
-from tidemark.controller.timestamps import wall_clock_ms
-from tidemark.pipelines.reading.group import ReaderGroup
-from tidemark.pipelines.writing.writer import EventWriter
 
 from tests.integration import test_reader_group as rg
 from tests.integration.test_reader_cli import cli_env, run
+from tidemark.controller.timestamps import wall_clock_ms
+from tidemark.pipelines.reading.group import ReaderGroup
+from tidemark.pipelines.writing.writer import EventWriter
 from tidemark.service.group_metrics import GroupLagCollector
 
 Marks = rg.Marks

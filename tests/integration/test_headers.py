@@ -15,17 +15,17 @@ import re
 from typing import Any
 
 import pytest
+
+from tests.integration import test_reader_group as reading
+from tests.integration.test_reader_batch import read_batches
+from tests.integration.test_reader_cli import cli_env, run
+from tests.integration.test_reader_group import BASE, group_kw, make_stream, read_all
 from tidemark.jobs.stream_writer import StreamTarget, write_to_stream
 from tidemark.pipelines.reading.group import ReaderGroup
 from tidemark.pipelines.writing.exceptions import InvalidHeaderError
 from tidemark.pipelines.writing.producer import TidemarkProducer
 from tidemark.pipelines.writing.transactions import TransactionalWriter
 from tidemark.pipelines.writing.writer import EventWriter
-
-from tests.integration import test_reader_group as reading
-from tests.integration.test_reader_batch import read_batches
-from tests.integration.test_reader_cli import cli_env, run
-from tests.integration.test_reader_group import BASE, group_kw, make_stream, read_all
 
 settings, store, manager, wconfig = (
     reading.settings,

@@ -23,16 +23,6 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
-from tidemark.controller.kafka.admin import StreamTopics
-from tidemark.controller.naming import ClusterSettings, bucket_of
-from tidemark.controller.streams import StreamManager
-from tidemark.controller.zookeeper.store import ZooKeeperStore
-from tidemark.infra.kafka import SCRAM, KafkaCluster, KafkaSecurity
-from tidemark.jobs.controller_job import ControllerJob
-from tidemark.jobs.tables import REJECTED_MARKS, read_table, read_watermarks
-from tidemark.pipelines.reading.seek import complete_cut_at, stream_cut_at
-from tidemark.pipelines.writing.partitioners import kafka_partition
-from tidemark.schemas.records import WriterMarkRecord
 
 from tests.controller_env import Env
 from tests.integration.test_dropin_producer import (  # noqa: F401 (fixtures)
@@ -44,6 +34,16 @@ from tests.integration.test_dropin_producer import (  # noqa: F401 (fixtures)
 )
 from tests.integration.test_seek_ahead import fold, skipped
 from tests.jvm_clients import client_classpath, compile_java, properties, run_java, snippet
+from tidemark.controller.kafka.admin import StreamTopics
+from tidemark.controller.naming import ClusterSettings, bucket_of
+from tidemark.controller.streams import StreamManager
+from tidemark.controller.zookeeper.store import ZooKeeperStore
+from tidemark.infra.kafka import SCRAM, KafkaCluster, KafkaSecurity
+from tidemark.jobs.controller_job import ControllerJob
+from tidemark.jobs.tables import REJECTED_MARKS, read_table, read_watermarks
+from tidemark.pipelines.reading.seek import complete_cut_at, stream_cut_at
+from tidemark.pipelines.writing.partitioners import kafka_partition
+from tidemark.schemas.records import WriterMarkRecord
 
 pytestmark = [pytest.mark.integration]
 

@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.integration.test_controller_job import Noter, make_env, wait_for
 from tidemark.controller.config import ScalingPolicy, StreamConfiguration
 from tidemark.jobs.controller_job import ControllerJob
 from tidemark.jobs.tables import read_table
-
-from tests.integration.test_controller_job import Noter, make_env, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
 

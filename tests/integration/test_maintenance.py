@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+
 from tidemark.controller.delta.appends import ensure_tables
 from tidemark.controller.delta.maintenance import Maintainer, MaintenanceSettings
 from tidemark.controller.delta.tables import read_watermarks
@@ -196,6 +197,7 @@ def test_appends_and_compactions_on_an_object_store_lose_no_commit(tmp_path: Pat
     turns, or two of them both take a version and one is lost (CI, 2026-11-27: the
     deployed controller's watermarks 99 and 198 were gone)."""
     from deltalake import DeltaTable
+
     from tidemark.infra.s3proxy import S3Proxy
 
     s3 = S3Proxy(tmp_path / "s3").start()
@@ -224,6 +226,7 @@ def test_a_driver_starting_while_its_object_store_restarts_waits_for_it(
     it waits for the store and creates every table once it answers, instead of exiting
     (CI's nemesis, 2026-11-27: a driver restarted during a 10 s store outage exited)."""
     from deltalake import DeltaTable
+
     from tidemark.infra.s3proxy import S3Proxy
 
     s3 = S3Proxy(tmp_path / "s3").start()
@@ -503,6 +506,7 @@ def test_watermarks_since_reads_the_tail_of_compacted_tables(tmp_path: Path) -> 
 
 def test_a_file_past_the_first_tier_is_not_rewritten_again(tmp_path: Path) -> None:
     from deltalake import DeltaTable
+
     from tidemark.controller.delta.compaction import TIER
 
     root = written(tmp_path, 60)
@@ -530,6 +534,7 @@ def test_log_is_trimmed_to_its_retention_and_old_tables_get_it(tmp_path: Path) -
     checkpoints stop carrying the tombstones of files removed before the retention."""
     import pyarrow.parquet as pq
     from deltalake import DeltaTable
+
     from tidemark.controller.delta.maintenance import retention_properties
 
     root = str(tmp_path)

@@ -21,6 +21,7 @@ from typing import Any
 import fastavro
 import pytest
 from confluent_kafka import Producer
+
 from tidemark.controller.config import ScalingPolicy, StreamConfiguration
 from tidemark.controller.naming import ClusterSettings
 from tidemark.controller.streams import StreamManager

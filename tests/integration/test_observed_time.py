@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+from tests.controller_env import Env
 from tidemark.controller.naming import ClusterSettings, bucket_of
 from tidemark.jobs.config import CycleTrigger
 from tidemark.jobs.controller_job import ControllerJob
@@ -28,8 +30,6 @@ from tidemark.pipelines.reading.seek import SeekIndex
 from tidemark.pipelines.writing.observer import ObserverConfig, StreamObserver, observer_id
 from tidemark.schemas.records import WriterMarkRecord
 from tidemark.schemas.tables import MARKS
-
-from tests.controller_env import Env
 
 BASE = int(time.time() * 1000) - 600_000
 L = 1_000

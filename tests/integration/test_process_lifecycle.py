@@ -10,6 +10,7 @@ import sys
 import time
 
 import pytest
+
 from tidemark.infra.process import ManagedProcess, pid_alive
 
 OWNER = """

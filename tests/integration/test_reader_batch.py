@@ -10,10 +10,6 @@ from __future__ import annotations
 from collections import defaultdict
 
 import pytest
-from tidemark.controller.model import KeyRange
-from tidemark.pipelines.reading.exceptions import ReaderClosedError, ReaderConfigError
-from tidemark.pipelines.reading.group import ReaderGroup
-from tidemark.pipelines.writing.writer import EventWriter
 
 from tests.integration import test_reader_group as reading
 from tests.integration.test_reader_group import (
@@ -23,6 +19,10 @@ from tests.integration.test_reader_group import (
     read_until,
     three_rounds_group,
 )
+from tidemark.controller.model import KeyRange
+from tidemark.pipelines.reading.exceptions import ReaderClosedError, ReaderConfigError
+from tidemark.pipelines.reading.group import ReaderGroup
+from tidemark.pipelines.writing.writer import EventWriter
 
 # The reader tests' fixtures, shared.
 settings, store, manager, wconfig = (

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from tidemark.pipelines.reading.group import ReaderGroup
-from tidemark.pipelines.writing.writer import EventWriter
 
 from tests.integration import test_reader_group as rg
 from tidemark.cli.main import main
+from tidemark.pipelines.reading.group import ReaderGroup
+from tidemark.pipelines.writing.writer import EventWriter
 
 BASE = rg.BASE
 FAST = rg.FAST

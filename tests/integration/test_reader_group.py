@@ -13,6 +13,7 @@ from collections import defaultdict
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
+
 from tidemark.controller.config import ScalingPolicy, StreamConfiguration
 from tidemark.controller.delta.tables import append_watermarks
 from tidemark.controller.model import KeyRange, WriterMark

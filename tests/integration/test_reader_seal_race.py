@@ -21,8 +21,9 @@ import threading
 import time
 
 import pytest
-import tidemark.pipelines.reading.reader as reader_module
 from confluent_kafka import Producer
+
+import tidemark.pipelines.reading.reader as reader_module
 from tidemark.controller.config import ScalingPolicy, StreamConfiguration
 from tidemark.controller.model import KeyRange, segment_id
 from tidemark.controller.streams import StreamManager

@@ -19,11 +19,6 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from tidemark.controller.navigation import key_hash
-from tidemark.controller.zookeeper.store import ZooKeeperStore
-from tidemark.pipelines.reading.group import ReaderConfig, ReaderGroup
-from tidemark.pipelines.writing.writer import EventWriter
-
 from tests.integration.test_reader_group import (  # noqa: F401 (fixtures)
     BASE,
     Marks,
@@ -33,6 +28,10 @@ from tests.integration.test_reader_group import (  # noqa: F401 (fixtures)
     store,
     wconfig,
 )
+from tidemark.controller.navigation import key_hash
+from tidemark.controller.zookeeper.store import ZooKeeperStore
+from tidemark.pipelines.reading.group import ReaderConfig, ReaderGroup
+from tidemark.pipelines.writing.writer import EventWriter
 
 STEP_MS = 100
 KEYS = 8

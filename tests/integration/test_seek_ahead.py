@@ -23,13 +23,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from tidemark.controller.delta.tables import append_watermarks
-from tidemark.controller.watermarks import GenerationState, watermark_cycle
-from tidemark.pipelines.reading.group import ReaderGroup
-from tidemark.pipelines.reading.seek import SeekIndex, stream_cut_at
-from tidemark.pipelines.writing.marks import to_writer_mark
-from tidemark.pipelines.writing.producer import TidemarkProducer
-from tidemark.pipelines.writing.writer import EventWriter
 
 from tests.integration.test_reader_group import (  # noqa: F401 (fixtures)
     BASE,
@@ -43,6 +36,13 @@ from tests.integration.test_reader_group import (  # noqa: F401 (fixtures)
 )
 from tests.integration.test_writer import marks as sent_marks
 from tests.integration.test_writer import read
+from tidemark.controller.delta.tables import append_watermarks
+from tidemark.controller.watermarks import GenerationState, watermark_cycle
+from tidemark.pipelines.reading.group import ReaderGroup
+from tidemark.pipelines.reading.seek import SeekIndex, stream_cut_at
+from tidemark.pipelines.writing.marks import to_writer_mark
+from tidemark.pipelines.writing.producer import TidemarkProducer
+from tidemark.pipelines.writing.writer import EventWriter
 
 ROUNDS = 8
 STEP_MS = 100

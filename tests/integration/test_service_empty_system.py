@@ -19,13 +19,13 @@ from typing import Any
 
 import psycopg
 import pytest
+
 from tidemark.controller.config import ScalingPolicy, StreamConfiguration
 from tidemark.controller.naming import ClusterSettings
 from tidemark.controller.streams import StreamManager
 from tidemark.controller.zookeeper.session import zookeeper_session
 from tidemark.controller.zookeeper.store import ZooKeeperStore
 from tidemark.infra.zookeeper import ZooKeeperServer
-
 from tidemark.service.server import RunningService
 from tidemark.service.state import TimeService
 

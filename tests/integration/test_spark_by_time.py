@@ -11,13 +11,13 @@ import time
 import pytest
 from deltalake import DeltaTable
 from pyspark.sql import functions as F
+
+from tests.integration import test_reader_group as rg
 from tidemark.controller.model import KeyRange
 from tidemark.controller.naming import topic_for
 from tidemark.pipelines import kafka_source_options
 from tidemark.pipelines.reading.exceptions import StreamNotCompleteError
 from tidemark.pipelines.writing.writer import EventWriter
-
-from tests.integration import test_reader_group as rg
 
 HOUR = 3_600_000
 Marks = rg.Marks

@@ -83,6 +83,7 @@ def test_the_controllers_start_adds_new_columns_to_a_laggards_table_written_befo
     Spark's create-if-not-exists leaves it, and the start adds the columns."""
     import pyarrow as pa
     from deltalake import write_deltalake
+
     from tidemark.controller.delta.appends import ensure_tables
     from tidemark.schemas.arrow import ARROW_SCHEMAS
     from tidemark.schemas.tables import LAGGARDS, table_path
@@ -151,6 +152,7 @@ def test_the_log_read_directly_lists_what_delta_rs_lists_on_tables_spark_wrote(
     removing the small files) and commits after it: a cold lookup's direct read of the
     log (tidemark.controller.delta.log) gives delta-rs's live files and statistics."""
     from delta.tables import DeltaTable as SparkDeltaTable
+
     from tidemark.controller.delta.log import live_files
     from tidemark.controller.delta.tables import DeltaSource
 

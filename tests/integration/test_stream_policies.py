@@ -14,6 +14,9 @@ from collections import defaultdict
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+from tests.integration import test_reader_group as rg
+from tidemark.cli.main import main
 from tidemark.controller.config import RetentionPolicy, ScalingPolicy, StreamConfiguration
 from tidemark.controller.kafka.segment_sizes import SegmentSizes, record_bytes
 from tidemark.controller.metadata import StreamMetadata
@@ -23,9 +26,6 @@ from tidemark.pipelines.reading.exceptions import ReaderBehindHeadError
 from tidemark.pipelines.reading.group import ReaderConfig, ReaderGroup
 from tidemark.pipelines.reading.seek import SeekIndex, stream_cut_at
 from tidemark.pipelines.writing.writer import EventWriter
-
-from tests.integration import test_reader_group as rg
-from tidemark.cli.main import main
 
 BASE = rg.BASE
 Marks = rg.Marks

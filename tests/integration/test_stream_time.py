@@ -11,14 +11,14 @@ import threading
 import time
 
 import pytest
+
+from tests.integration import test_reader_group as rg
+from tidemark.cli.main import main
 from tidemark.controller.laggards import LAGGING, laggards
 from tidemark.pipelines.reading.exceptions import StreamTimeTimeoutError
 from tidemark.pipelines.reading.lateness import append_laggards, read_laggards
 from tidemark.pipelines.reading.stream_time import EXIT_NOT_YET, DeltaWatermarkSource, wait_for_time
 from tidemark.pipelines.writing.writer import EventWriter
-
-from tests.integration import test_reader_group as rg
-from tidemark.cli.main import main
 
 BASE = rg.BASE
 manager, settings, store, wconfig = rg.manager, rg.settings, rg.store, rg.wconfig
@@ -130,6 +130,7 @@ def test_wait_wakes_on_the_watermark_and_times_out_naming_the_laggard(
 
 def test_a_reader_counts_late_events_per_segment(manager, store, kafka, wconfig, unique, tmp_path):
     from confluent_kafka import Producer
+
     from tidemark.pipelines.reading.group import ReaderGroup
     from tidemark.pipelines.reading.lateness import LateEvents
 

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.integration.test_dropin_producer import marks_of, records, watermarks_of
 from tidemark.controller.config import ScalingPolicy, StreamConfiguration
 from tidemark.controller.naming import ClusterSettings
 from tidemark.controller.streams import StreamManager
@@ -22,8 +24,6 @@ from tidemark.jobs.exceptions import JobConfigurationError
 from tidemark.jobs.stream_writer import StreamTarget, stream_writer, write_to_stream
 from tidemark.pipelines.writing.exceptions import MissingTimestampError
 from tidemark.schemas.records import WriterMarkRecord
-
-from tests.integration.test_dropin_producer import marks_of, records, watermarks_of
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

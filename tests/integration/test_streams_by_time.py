@@ -15,6 +15,9 @@ import threading
 import time
 
 import pytest
+
+from tests.integration import test_reader_group as rg
+from tidemark.cli.main import main
 from tidemark.controller.laggards import laggards
 from tidemark.controller.model import KeyRange, TimeWindow
 from tidemark.pipelines.reading.exceptions import ReaderConfigError, StreamsTimeTimeoutError
@@ -24,9 +27,6 @@ from tidemark.pipelines.reading.merge import merged_reader
 from tidemark.pipelines.reading.seek import SeekIndex, complete_cut_at, stream_cut_at
 from tidemark.pipelines.reading.stream_time import EXIT_NOT_YET, wait_for_time
 from tidemark.pipelines.writing.writer import EventWriter
-
-from tests.integration import test_reader_group as rg
-from tidemark.cli.main import main
 
 BASE = rg.BASE
 SKEW_MS = 5_000
@@ -313,6 +313,7 @@ def test_window_run_over_both_runs_once_after_both_are_complete(
     two_streams, spark, store, kafka, zookeeper, unique, tmp_path
 ):
     from deltalake import DeltaTable
+
     from tidemark.jobs.complete_window import run_from_args
     from tidemark.jobs.window_args import add_window_arguments
 

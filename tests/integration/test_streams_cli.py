@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from tidemark.controller.model import segment_id
 
 from tidemark.cli.main import main
+from tidemark.controller.model import segment_id
 
 
 @pytest.fixture

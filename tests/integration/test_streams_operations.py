@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from confluent_kafka import Producer
+
 from tidemark.controller.config import ScalingPolicy, StreamConfiguration, TimestampingMode
 from tidemark.controller.exceptions import (
     ConcurrentOperationError,

@@ -6,6 +6,7 @@ import threading
 import time
 
 import pytest
+
 from tidemark.controller.config import ScalingPolicy, StreamConfiguration
 from tidemark.controller.exceptions import (
     ConflictError,

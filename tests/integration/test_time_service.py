@@ -15,6 +15,8 @@ import urllib.request
 import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
+
+from tests.integration import test_reader_group as rg
 from tidemark.controller.model import KeyRange
 from tidemark.controller.naming import topic_for
 from tidemark.pipelines.reading.group import ReaderGroup
@@ -22,8 +24,6 @@ from tidemark.pipelines.reading.seek import SeekIndex, complete_cut_at, stream_c
 from tidemark.pipelines.reading.time_service import TIME_SERVICE_ENV, ServiceIndex, default_index
 from tidemark.schemas.arrow import INDEX_ARROW, MARKS_ARROW
 from tidemark.schemas.tables import INDEX, MARKS, OBSERVATION_COLUMNS, table_path
-
-from tests.integration import test_reader_group as rg
 from tidemark.service.server import RunningService
 from tidemark.service.state import TimeService
 
@@ -345,10 +345,9 @@ def test_wait_for_time_is_woken_by_the_service(
 ):
     """A wait through ``GET .../wait`` returns once the service's refresh sees the
     watermark, asking the service a few times a second at most and never Delta."""
+    from tidemark.cli.main import main
     from tidemark.pipelines.reading import stream_time
     from tidemark.pipelines.reading.stream_time import ServiceWatermarkSource, wait_for_time
-
-    from tidemark.cli.main import main
 
     root = str(tmp_path)
     stream = make_stream(manager, unique, segments=2)

@@ -9,10 +9,9 @@ from __future__ import annotations
 import threading
 import time
 
-from tidemark.pipelines.reading.seek import SeekIndex, complete_cut_at, stream_cut_at
-
 from tests.integration import test_reader_group as rg
 from tests.integration import test_time_service as ts
+from tidemark.pipelines.reading.seek import SeekIndex, complete_cut_at, stream_cut_at
 
 manager, settings, store, served = rg.manager, rg.settings, rg.store, ts.served
 append_marks, get_json, history = ts.append_marks, ts.get_json, ts.history

@@ -125,6 +125,7 @@ def test_buffer_holds_every_record_once_byte_for_byte_through_two_kills(kafka, p
 
 def test_buffer_ingest_exports_its_clock_drift(kafka, postgres, unique):
     from prometheus_client import REGISTRY
+
     from tidemark.pipelines.timeline.buffer import BufferIngest
     from tidemark.pipelines.timeline.config import BufferConfig, DueRule
 

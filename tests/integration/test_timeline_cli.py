@@ -101,6 +101,7 @@ def test_cli_relay(capsys, unique, kafka):
     assert result[0]["relayed"] == 3 and result[0]["failed"] == 0
     assert result[0]["purged"] >= 1
     from prometheus_client import REGISTRY
+
     from tidemark.pipelines.timeline.producer import TimelineProducer
     from tidemark.pipelines.timeline.store import TimelineStore
 

@@ -6,6 +6,7 @@ import threading
 import time
 
 import pytest
+
 from tidemark.pipelines.timeline.config import ConsumerConfig, TimelineConfig
 from tidemark.pipelines.timeline.consumer import TimelineConsumer
 from tidemark.pipelines.timeline.producer import TimelineProducer

@@ -7,6 +7,7 @@ import time
 import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+
 from tidemark.pipelines.timeline.config import (
     ConsumerConfig,
     IngestConfig,

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+
 from tidemark.infra.process import pid_alive
 
 OWNER = """

@@ -8,11 +8,11 @@ import time
 from collections import defaultdict
 
 import pytest
+
+from tests.faults.figures import report
 from tidemark.pipelines.timeline.config import TimelineConfig
 from tidemark.pipelines.timeline.exceptions import NotAvailableError
 from tidemark.pipelines.timeline.store import NewMessage, TimelineStore
-
-from tests.faults.figures import report
 
 pytestmark = pytest.mark.faults  # lease races are part of the fault suite (make test-faults)
 

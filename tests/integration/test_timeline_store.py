@@ -15,6 +15,8 @@ import time
 import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
+
+from tidemark.errors import TidemarkError
 from tidemark.pipelines.timeline import exceptions as errors
 from tidemark.pipelines.timeline import migrations
 from tidemark.pipelines.timeline.config import TimelineConfig
@@ -22,8 +24,6 @@ from tidemark.pipelines.timeline.consumer import Waker
 from tidemark.pipelines.timeline.model import MAX_LEASE_MS, MAX_STREAM_TIME_LEAD_MS, Lease, Status
 from tidemark.pipelines.timeline.producer import TimelineProducer
 from tidemark.pipelines.timeline.store import NewMessage, TimelineStore
-
-from tidemark.errors import TidemarkError
 
 HOUR = 3_600_000
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from tidemark.controller.delta.tables import append_watermarks
 from tidemark.controller.model import Watermark
 from tidemark.pipelines.reading.stream_time import LatestStreamTimes
@@ -120,11 +121,11 @@ def test_event_time_messages_fall_due_in_the_relay_and_for_cli_lease(
 
     from confluent_kafka import Consumer
     from confluent_kafka.admin import AdminClient, NewTopic
-    from tidemark.pipelines.timeline.config import RelayConfig
-    from tidemark.pipelines.timeline.relay import TimelineRelay
 
     from tidemark.cli import timeline as cli
     from tidemark.environment import DELTA_ROOT, POSTGRES_DSN
+    from tidemark.pipelines.timeline.config import RelayConfig
+    from tidemark.pipelines.timeline.relay import TimelineRelay
 
     root, stream = str(tmp_path), f"r{unique}/orders"
     monkeypatch.setenv(DELTA_ROOT, root)

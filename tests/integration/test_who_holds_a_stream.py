@@ -13,13 +13,13 @@ import urllib.request
 from typing import Any
 
 import pytest
+
+from tests.integration.test_controller_job import make_env, produce, wait_for
+from tidemark.cli.main import main
 from tidemark.jobs.controller_job import ControllerJob
 from tidemark.jobs.tables import read_watermarks
 from tidemark.pipelines.reading.lateness import read_laggards
 from tidemark.schemas.records import WriterMarkRecord
-
-from tests.integration.test_controller_job import make_env, produce, wait_for
-from tidemark.cli.main import main
 from tidemark.service.server import RunningService
 from tidemark.service.state import TimeService
 

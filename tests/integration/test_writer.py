@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
+
 from tidemark.controller.config import ScalingPolicy, StreamConfiguration, TimestampingMode
 from tidemark.controller.kafka.admin import StreamTopics
 from tidemark.controller.memory_store import MemoryStore

@@ -32,13 +32,13 @@ from collections import defaultdict
 from typing import Any
 
 import pytest
+
+from tests.integration import test_reader_group as rg
+from tests.integration.test_stream_policies import stored
 from tidemark.controller.metadata import StreamMetadata
 from tidemark.controller.model import KeyRange
 from tidemark.pipelines.reading.group import ReaderConfig, ReaderGroup
 from tidemark.pipelines.writing.writer import EventWriter
-
-from tests.integration import test_reader_group as rg
-from tests.integration.test_stream_policies import stored
 
 BASE = rg.BASE
 read_along = rg.read_along

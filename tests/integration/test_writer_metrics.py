@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from prometheus_client import REGISTRY
-from tidemark.pipelines.writing.writer import EventWriter
 
 from tests.integration import test_reader_group as rg
+from tidemark.pipelines.writing.writer import EventWriter
 
 manager, settings, store, wconfig = rg.manager, rg.settings, rg.store, rg.wconfig
 

@@ -11,14 +11,14 @@ import time
 from typing import Any
 
 import pytest
+
+from tests.integration.test_writer import config, make_stream, manager, read, settings, store
+from tests.integration.test_writer import marks as sent_marks
 from tidemark.controller.config import ScalingPolicy, StreamConfiguration, TimestampingMode
 from tidemark.pipelines.writing.exceptions import MissingTimestampError, TimestampAdjustmentError
 from tidemark.pipelines.writing.producer import TidemarkProducer
 from tidemark.pipelines.writing.transactions import TransactionalWriter
 from tidemark.pipelines.writing.writer import EventWriter, RecordAck
-
-from tests.integration.test_writer import config, make_stream, manager, read, settings, store
-from tests.integration.test_writer import marks as sent_marks
 
 __all__ = ["config", "manager", "settings", "store"]  # the shared fixtures
 

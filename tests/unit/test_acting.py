@@ -7,6 +7,8 @@ import threading
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
+from tidemark.cli.acting import rewrite_alias
 from tidemark.controller.laggards import LAGGING, SLOWEST, Laggard, WriterSeen, changed, laggards
 from tidemark.controller.model import Watermark, WriterMark
 from tidemark.controller.watermarks import GenerationState, watermark_cycle
@@ -20,8 +22,6 @@ from tidemark.pipelines.reading.exceptions import (
 from tidemark.pipelines.reading.lateness import LateCounter
 from tidemark.pipelines.reading.stream_time import wait_for_time
 from tidemark.schemas.tables import CLEAR, laggard_rows, latest_laggards
-
-from tidemark.cli.acting import rewrite_alias
 
 S = "sc/st"
 

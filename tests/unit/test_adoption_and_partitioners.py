@@ -7,6 +7,7 @@ import zlib
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from tidemark.controller.config import ScalingPolicy, StreamConfiguration
 from tidemark.controller.exceptions import InvalidModelError
 from tidemark.controller.metadata import (

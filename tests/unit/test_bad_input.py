@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
+from tidemark.cli.main import main
 from tidemark.pipelines.timeline.config import ConsumerConfig, RelayConfig
 from tidemark.pipelines.timeline.exceptions import ConfigurationError, InvalidMessageError
 from tidemark.pipelines.timeline.model import MAX_LEASE_MS, check_id, check_lease
-
-from tidemark.cli.main import main
 
 
 @pytest.mark.parametrize(
@@ -68,9 +68,8 @@ def test_timeline_limits() -> None:
 def test_max_future_ms_option() -> None:
     import argparse
 
-    from tidemark.controller.config import StreamConfiguration
-
     from tidemark.cli.stream_options import add_config_options, config_from_args
+    from tidemark.controller.config import StreamConfiguration
 
     parser = argparse.ArgumentParser()
     add_config_options(parser)

@@ -39,7 +39,6 @@ def test_a_stopped_zookeeper_is_one_line(
 def test_topic_offsets_name_partitions_not_segment_ids() -> None:
     """A successor segment (epoch 1, number 0) is partition 0 of the stream's topic."""
     from tidemark.controller.model import segment_id
-
     from tidemark.service.app import topic_offsets
 
     cut = {segment_id(1, 1): 7, segment_id(1, 0): 5}
@@ -100,9 +99,8 @@ def test_the_time_service_not_answering_is_named_with_its_url(
 ) -> None:
     import argparse
 
-    from tidemark.pipelines.reading.time_service import ServiceUnavailableError
-
     from tidemark.cli.service_errors import named
+    from tidemark.pipelines.reading.time_service import ServiceUnavailableError
 
     monkeypatch.setenv("TIDEMARK_TIME_SERVICE", "http://127.0.0.1:9")
     try:
@@ -150,9 +148,8 @@ def test_a_kafka_admin_request_timing_out_names_kafka(monkeypatch: pytest.Monkey
     ``stream delete`` with the broker stopped) is Kafka not answering."""
     import argparse
 
-    from tidemark.controller.kafka.admin import StreamTopics
-
     from tidemark.cli.service_errors import named
+    from tidemark.controller.kafka.admin import StreamTopics
 
     address = f"127.0.0.1:{_closed_port()}"
     monkeypatch.setenv("TIDEMARK_KAFKA_BOOTSTRAP", address)
@@ -167,9 +164,8 @@ def test_a_kafka_admin_request_timing_out_names_kafka(monkeypatch: pytest.Monkey
 def test_records_timing_out_in_the_producer_name_kafka(monkeypatch: pytest.MonkeyPatch) -> None:
     import argparse
 
-    from tidemark.pipelines.writing.exceptions import DeliveryError, FailedRecord
-
     from tidemark.cli.service_errors import named
+    from tidemark.pipelines.writing.exceptions import DeliveryError, FailedRecord
 
     monkeypatch.setenv("TIDEMARK_KAFKA_BOOTSTRAP", "127.0.0.1:9")
     timed_out = 'KafkaError{code=_MSG_TIMED_OUT,val=-192,str="Local: Message timed out"}'

@@ -4,12 +4,12 @@
 from __future__ import annotations
 
 import pytest
-from tidemark.controller.exceptions import InvalidTimestampError
-from tidemark.controller.timestamps import wall_clock_ms
-from tidemark.pipelines.reading.exceptions import InvalidDurationError
 
 from tidemark.cli.main import main
 from tidemark.cli.times import parse_ago, parse_time
+from tidemark.controller.exceptions import InvalidTimestampError
+from tidemark.controller.timestamps import wall_clock_ms
+from tidemark.pipelines.reading.exceptions import InvalidDurationError
 
 pytestmark = pytest.mark.unit
 

@@ -6,6 +6,7 @@ import os
 import signal
 
 import pytest
+
 from tidemark.jobs.config import ControllerSettings
 from tidemark.jobs.controller_job import ControllerJob
 

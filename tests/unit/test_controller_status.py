@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from tidemark.cli.controller import describe_laggard
 from tidemark.controller.laggards import LAGGING, SLOWEST, Laggard
 from tidemark.schemas.tables import (
     LAGGARDS_COLUMNS,
@@ -10,8 +11,6 @@ from tidemark.schemas.tables import (
     laggards_by_stream,
     latest_laggards,
 )
-
-from tidemark.cli.controller import describe_laggard
 
 
 def test_each_streams_last_snapshot_and_cleared_streams_left_out():

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
+
 from tidemark.controller.delta.log import _plan, live_files
 from tidemark.controller.delta.tables import DataFile, DeltaSource, append_watermarks
 from tidemark.controller.model import Watermark

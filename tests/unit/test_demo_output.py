@@ -7,7 +7,6 @@ import sys
 import textwrap
 
 from tidemark.controller.model import Watermark
-
 from tidemark.demo import DemoReport
 from tidemark.demo_chart import write_chart
 

@@ -6,6 +6,7 @@ import pytest
 from confluent_kafka import Message
 from hypothesis import given
 from hypothesis import strategies as st
+
 from tidemark.controller.model import TimeWindow, segment_id
 from tidemark.pipelines.reading.reader import EventBatch, EventRead
 

@@ -4,6 +4,7 @@ checks."""
 from __future__ import annotations
 
 import pytest
+
 from tidemark.pipelines.writing.exceptions import InvalidHeaderError, WriterError
 from tidemark.pipelines.writing.headers import checked_headers
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from tidemark.controller.index import (
     IndexRow,
     find,

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tidemark.infra.jars import artifact_name
-from tidemark.infra.ports import free_port, free_ports, is_listening
 
 from tidemark.environment import Environment
+from tidemark.infra.jars import artifact_name
+from tidemark.infra.ports import free_port, free_ports, is_listening
 
 
 def test_environment_reads_overrides_and_ignores_blanks() -> None:
@@ -64,10 +64,10 @@ def test_pipelines_exports_the_contract_names() -> None:
 
 def test_resolve_services_option_then_environment_then_error(tmp_path) -> None:
     import pytest as _pytest
-    from tidemark.infra.services import KAFKA, POSTGRES, ZOOKEEPER, resolve_services
 
     from tidemark.environment import Environment
     from tidemark.errors import ConfigurationError
+    from tidemark.infra.services import KAFKA, POSTGRES, ZOOKEEPER, resolve_services
 
     env = Environment(kafka_bootstrap="env:9092", zk_connect="env:2181", home=tmp_path)
     assert resolve_services(KAFKA, env=env).kafka_bootstrap == "env:9092"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from tidemark.jobs.controller_job import first_batch, is_local
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from tidemark.controller.naming import ClusterSettings
 from tidemark.jobs.config import ControllerSettings
 from tidemark.jobs.controller_job import check_layout, layout

@@ -9,6 +9,7 @@ import pyarrow as pa
 import pytest
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError
+
 from tidemark.controller.delta.appends import DeltaTables, ensure_tables, through_store_outage
 from tidemark.jobs.processor import COLUMNS, REJECTED, WATERMARK
 from tidemark.jobs.sink import DeltaSink, split_rows

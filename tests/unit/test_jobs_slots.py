@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from tidemark.controller.config import StreamConfiguration
 from tidemark.controller.metadata import StreamMetadata, new_stream_metadata
 from tidemark.jobs.config import CycleTrigger, WorkflowSettings

@@ -11,6 +11,7 @@ import zipimport
 from pathlib import Path
 
 import pytest
+
 from tidemark.jobs.worker_setup import keep_zip_directories
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import pytest
+
 from tidemark.controller.config import ScalingPolicy, StreamConfiguration
 from tidemark.controller.metadata import StreamMetadata, new_stream_metadata
 from tidemark.jobs.config import CycleTrigger, WorkflowSettings

@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from tests.jvm_clients import compile_java, run_java_lines
 from tidemark.controller.config import TimestampingMode
 from tidemark.controller.naming import bucket_of
 from tidemark.pipelines.writing.exceptions import MissingTimestampError, TimestampAdjustmentError
 from tidemark.pipelines.writing.timestamping import SegmentClock, TimestampPolicy
 from tidemark.schemas.records import WriterMarkRecord
-
-from tests.jvm_clients import compile_java, run_java_lines
 
 HARNESS = Path(__file__).resolve().parent / "jvm" / "RulesHarness.java"
 MAIN = "dev.tidemark.kafka.RulesHarness"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
+
 from tidemark.controller.kafka.retry import KafkaRetry
 from tidemark.pipelines.reading.offsets import MemoryOffsets
 

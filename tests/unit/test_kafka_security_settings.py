@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from confluent_kafka.admin import AclOperation, ResourceType  # type: ignore[attr-defined]
+
 from tidemark.controller.kafka.acls import tidemark_acls
 from tidemark.controller.kafka.settings import (
     SASL_MECHANISM,

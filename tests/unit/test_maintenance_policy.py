@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from tidemark.controller.delta.exceptions import DeltaConfigurationError
 from tidemark.controller.delta.maintenance import MIB, MaintenanceSettings, Plan, TableState, plan
 

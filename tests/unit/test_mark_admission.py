@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
+from tests.unit.test_jobs_workflow import Committed, Streams
 from tidemark.controller.admission import (
     DEFAULT_MAX_FUTURE_MS,
     FUTURE_TIME,
@@ -28,8 +30,6 @@ from tidemark.schemas.codec import MAGIC
 from tidemark.schemas.mark_input import Undecodable, decode_mark, decode_stream_key, printable_key
 from tidemark.schemas.records import WriterMarkRecord
 from tidemark.schemas.tables import Reason
-
-from tests.unit.test_jobs_workflow import Committed, Streams
 
 S = "shop/orders"
 HOUR = 3_600_000

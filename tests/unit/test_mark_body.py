@@ -8,6 +8,7 @@ from unittest.mock import patch
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from tidemark.schemas.codec import HEADER_SIZE, default_registry
 from tidemark.schemas.mark_body import read_writer_mark
 from tidemark.schemas.mark_input import Undecodable, decode_mark

@@ -10,6 +10,7 @@ import pytest
 from confluent_kafka import Message
 from hypothesis import given
 from hypothesis import strategies as st
+
 from tidemark.controller.model import TimeWindow, segment_id
 from tidemark.pipelines.reading.exceptions import ReaderConfigError
 from tidemark.pipelines.reading.merge import TimeMerge

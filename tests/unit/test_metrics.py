@@ -5,12 +5,12 @@ from __future__ import annotations
 import platform
 
 from prometheus_client import CollectorRegistry, generate_latest
+
+import tidemark
 from tidemark.jobs.config import ControllerSettings
 from tidemark.jobs.controller_job import ControllerJob
 from tidemark.jobs.metrics import ControllerMetrics
 from tidemark.pipelines.build_info import register_build_info
-
-import tidemark
 
 
 def _value(registry, name, labels=None):
@@ -103,6 +103,7 @@ def test_build_info_names_the_version_once_per_registry():
 
 def test_timeline_consumer_metrics_are_exported():
     from prometheus_client import REGISTRY
+
     from tidemark.pipelines.timeline.clock import ClockDrift
     from tidemark.pipelines.timeline.consumer import _Metrics
     from tidemark.pipelines.timeline.model import Lease

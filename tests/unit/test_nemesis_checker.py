@@ -3,10 +3,9 @@ sound one passes, and each one breaking an invariant is reported, naming the eve
 
 from __future__ import annotations
 
-from tidemark.controller.model import Watermark
-
 from tests.deploy.nemesis.checker import check
 from tests.deploy.nemesis.history import History, Noted, Observed, Read, Reset, Stored, Written
+from tidemark.controller.model import Watermark
 
 
 def mark(seq: int, time: int, cut: dict[int, int]) -> Watermark:

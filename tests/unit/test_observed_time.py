@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from tidemark.controller.exceptions import InvalidConfigurationError
 from tidemark.controller.model import WriterMark
 from tidemark.controller.observed import ObservedTime, PartitionSeen

@@ -11,14 +11,14 @@ from typing import Any
 
 import pyarrow as pa
 from deltalake import write_deltalake
+
+from tidemark.cli.read import observations
 from tidemark.controller.config import ScalingPolicy, StreamConfiguration
 from tidemark.controller.memory_store import MemoryStore
 from tidemark.controller.metadata import new_stream_metadata
 from tidemark.controller.model import Watermark
 from tidemark.schemas.arrow import INDEX_ARROW, MARKS_ARROW
 from tidemark.schemas.tables import INDEX, MARKS, index_row, marks_row, table_path
-
-from tidemark.cli.read import observations
 from tidemark.service.server import RunningService
 from tidemark.service.state import TimeService
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
+
 from tidemark.jobs.metrics import ControllerMetrics
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,6 +8,7 @@ import itertools
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from tidemark.controller.config import RetentionPolicy, ScalingPolicy, StreamConfiguration
 from tidemark.controller.exceptions import InvalidConfigurationError
 from tidemark.controller.metadata import StreamMetadata, new_stream_metadata
@@ -306,7 +307,6 @@ def test_behind_head_table():
 )
 def test_bad_policy_settings_are_refused(kw, message):
     from tidemark.controller.policy_loop import PolicySettings
-
     from tidemark.errors import ConfigurationError
 
     with pytest.raises(ConfigurationError, match=message):

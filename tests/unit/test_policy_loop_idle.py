@@ -124,13 +124,13 @@ def test_has_policy():
 
 def test_controller_run_hands_its_driver_a_policy_switch_unless_turned_off():
     import pytest
-    from tidemark.controller.naming import ClusterSettings
-    from tidemark.controller.policy_loop import PolicySwitch
-    from tidemark.jobs.config import ControllerSettings
 
     from tidemark.cli.controller import policy_tasks
     from tidemark.cli.main import build_parser
+    from tidemark.controller.naming import ClusterSettings
+    from tidemark.controller.policy_loop import PolicySwitch
     from tidemark.errors import ConfigurationError
+    from tidemark.jobs.config import ControllerSettings
 
     settings = ControllerSettings(
         kafka_bootstrap="k:9092",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 import pytest
+
 from tidemark.controller.model import KeyRange, Segment
 from tidemark.pipelines.reading.balance import (
     ReaderReport,

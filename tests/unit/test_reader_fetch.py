@@ -11,11 +11,12 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pytest
-import tidemark.controller.kafka.roles as roles_module
-import tidemark.pipelines.reading.reader as reader_module
 from confluent_kafka import KafkaError, Message
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+import tidemark.controller.kafka.roles as roles_module
+import tidemark.pipelines.reading.reader as reader_module
 from tidemark.controller.model import TimeWindow, segment_id
 from tidemark.pipelines.reading.config import ReaderConfig
 from tidemark.pipelines.reading.exceptions import ReaderError

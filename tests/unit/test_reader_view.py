@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
+
 from tidemark.controller.config import StreamConfiguration
 from tidemark.controller.delta.tables import append_watermarks
 from tidemark.controller.metadata import new_stream_metadata

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from tidemark.controller.config import StreamConfiguration, TimestampingMode
 from tidemark.controller.exceptions import InvalidConfigurationError
 from tidemark.pipelines.writing.exceptions import InvalidTimestampError, TimestampAdjustmentError

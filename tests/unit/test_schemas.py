@@ -11,6 +11,8 @@ import pytest
 from fastavro.schema import fingerprint as fastavro_fingerprint
 from hypothesis import given
 from hypothesis import strategies as st
+
+from tidemark.errors import TidemarkError
 from tidemark.schemas import codec
 from tidemark.schemas.codec import (
     SchemaRegistry,
@@ -35,8 +37,6 @@ from tidemark.schemas.records import (
     cut_from_avro,
     decode_record,
 )
-
-from tidemark.errors import TidemarkError
 
 SCHEDULED = {"id": "m1", "timestamp": 5, "body": b"x", "producer_group": "g", "timeline": "t"}
 MARK = WriterMarkRecord("a/b", "w", 5, {0: 3, (1 << 32) | 2: 10}, True, "t")

@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from tidemark.controller.delta.tables import (
     INDEX_COLUMNS,
     MARKS_COLUMNS,
@@ -63,6 +64,7 @@ def test_spark_schema_of_the_job_matches_the_shared_arrow_schema(table):
     """The job writes by Spark schemas, readers read by tidemark.schemas.tables: same columns and
     types."""
     from pyspark.sql.types import ArrayType, LongType
+
     from tidemark.jobs.tables import spark_schema
     from tidemark.schemas.arrow import ARROW_SCHEMAS
 
@@ -234,6 +236,7 @@ def _old_layout_rows(root: str, marks: list[Watermark]) -> None:
     rows, and index rows of the four columns of the time (a table of that schema)."""
     import pyarrow as pa
     from deltalake import write_deltalake
+
     from tidemark.schemas.tables import INDEX_SEARCH_COLUMNS, index_row, marks_row
 
     old_index = pa.schema([INDEX_SCHEMA.field(c) for c in INDEX_SEARCH_COLUMNS])

@@ -7,6 +7,7 @@ from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
+
 from tidemark.pipelines.writing.sent import Report, SentRecords
 
 FAIL = "boom"  # a failed report: {FAIL: message}

@@ -14,6 +14,7 @@ import urllib.error
 import urllib.request
 
 import pytest
+
 from tidemark.controller.config import ScalingPolicy, StreamConfiguration
 from tidemark.controller.delta.tables import append_watermarks
 from tidemark.controller.memory_store import MemoryStore
@@ -27,7 +28,6 @@ from tidemark.pipelines.reading.time_service import (
     TimeServiceClient,
     stream_path,
 )
-
 from tidemark.service.server import RunningService
 from tidemark.service.state import TimeService
 

@@ -8,6 +8,7 @@ import threading
 import time
 
 import pytest
+
 from tidemark.controller.model import Watermark
 from tidemark.pipelines.reading.exceptions import StreamTimeTimeoutError
 from tidemark.pipelines.reading.stream_time import (
@@ -17,7 +18,6 @@ from tidemark.pipelines.reading.stream_time import (
     watermark_source,
 )
 from tidemark.pipelines.reading.time_service import TIME_SERVICE_ENV
-
 from tidemark.service.state import StreamWaits, _History
 
 S = "sc/st"

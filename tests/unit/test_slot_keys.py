@@ -9,6 +9,7 @@ from collections import Counter
 
 from hypothesis import given
 from hypothesis import strategies as st
+
 from tidemark.jobs.slot_keys import balanced_slot_keys, slot_expression, spark_partition
 
 

@@ -6,6 +6,7 @@ import json
 
 from hypothesis import given
 from hypothesis import strategies as st
+
 from tidemark.controller.model import segment_id
 from tidemark.pipelines.reading.spark_source import (
     EARLIEST,

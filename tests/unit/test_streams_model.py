@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
+
 from tidemark.controller.config import (
     UNCAPPED_AFTER_MAX_MS,
     RetentionPolicy,

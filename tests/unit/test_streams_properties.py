@@ -6,6 +6,7 @@ import itertools
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from tidemark.controller.config import ScalingPolicy, StreamConfiguration
 from tidemark.controller.metadata import (
     StreamMetadata,

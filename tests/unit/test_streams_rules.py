@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import pytest
+
 from tidemark.controller.model import Watermark
 from tidemark.pipelines.reading.exceptions import (
     ReaderConfigError,

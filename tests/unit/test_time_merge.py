@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import pytest
+
 from tidemark.controller.model import TimeWindow
 from tidemark.pipelines.reading.exceptions import ReaderConfigError
 from tidemark.pipelines.reading.merge import TimeMerge

@@ -11,6 +11,10 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
+from tests.unit.test_service_lookups import BASE, S, served  # noqa: F401  (a fixture)
+from tests.unit.test_service_lookups import request as get
+from tidemark.cli.main import build_parser
 from tidemark.controller.exceptions import InvalidDurationError, InvalidTimestampError
 from tidemark.controller.timestamps import (
     MAX_TIMESTAMP,
@@ -23,10 +27,6 @@ from tidemark.controller.timestamps import (
     time_argument,
     wall_clock_ms,
 )
-
-from tests.unit.test_service_lookups import BASE, S, served  # noqa: F401  (a fixture)
-from tests.unit.test_service_lookups import request as get
-from tidemark.cli.main import build_parser
 
 pytestmark = pytest.mark.unit
 

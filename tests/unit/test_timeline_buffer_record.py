@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
+
+from tidemark.errors import ConfigurationError
 from tidemark.pipelines.timeline.buffer import record_id
 from tidemark.pipelines.timeline.config import BufferConfig, DueRule
 from tidemark.pipelines.timeline.exceptions import InvalidMessageError
 from tidemark.pipelines.timeline.record import KafkaRecord, decode_record, encode_record
-
-from tidemark.errors import ConfigurationError
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from tidemark.pipelines.timeline import exceptions as errors
 from tidemark.pipelines.timeline import model
 from tidemark.pipelines.timeline.config import ConsumerConfig, RelayConfig, TimelineConfig

@@ -5,10 +5,12 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from tidemark.controller.config import ScalingPolicy, StreamConfiguration
 from tidemark.controller.config import TimestampingMode as Mode
 from tidemark.controller.metadata import new_stream_metadata
 from tidemark.controller.model import Epoch, KeyRange, Segment, segment_id
+from tidemark.errors import TidemarkError
 from tidemark.pipelines.writing.exceptions import (
     InvalidTimestampError,
     MissingTimestampError,
@@ -24,8 +26,6 @@ from tidemark.pipelines.writing.timestamping import (
     monotonic,
     stamp,
 )
-
-from tidemark.errors import TidemarkError
 
 UNCAPPED = TimestampPolicy(uncapped=True)
 

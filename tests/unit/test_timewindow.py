@@ -7,16 +7,6 @@ from collections.abc import Iterator, Mapping, Sequence
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tidemark.controller.exceptions import InvalidModelError
-from tidemark.controller.model import (
-    END_OF_SEGMENT,
-    KeyRange,
-    Segment,
-    TimeWindow,
-    Watermark,
-    segment_id,
-)
-from tidemark.controller.timewindow import WindowTracker, compare
 
 from tests.unit.test_watermarks import (
     SEGMENTS,
@@ -30,6 +20,16 @@ from tests.unit.test_watermarks import (
     emitted_watermarks,
     scenarios,
 )
+from tidemark.controller.exceptions import InvalidModelError
+from tidemark.controller.model import (
+    END_OF_SEGMENT,
+    KeyRange,
+    Segment,
+    TimeWindow,
+    Watermark,
+    segment_id,
+)
+from tidemark.controller.timewindow import WindowTracker, compare
 
 COMPARE_CASES = [
     # one segment: strictly smaller is before, strictly larger after; exactly at it: passed

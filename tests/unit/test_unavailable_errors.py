@@ -78,6 +78,7 @@ def test_the_time_service_not_answering_is_its_clients_error() -> None:
 
 def test_an_adapter_that_wraps_kafkas_errors_keeps_its_type_caused_by_the_outage() -> None:
     from confluent_kafka import KafkaError, KafkaException
+
     from tidemark.controller.exceptions import KafkaOperationError, KafkaUnavailableError
     from tidemark.controller.kafka.outages import named_cause
 

@@ -8,6 +8,7 @@ from collections.abc import Iterator, Mapping, Sequence
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from tidemark.controller.exceptions import InvalidModelError
 from tidemark.controller.model import Epoch, KeyRange, Segment, Watermark, WriterMark, segment_id
 from tidemark.controller.watermarks import (

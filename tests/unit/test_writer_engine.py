@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+
 from tidemark.controller.config import ScalingPolicy, StreamConfiguration
 from tidemark.controller.memory_store import MemoryStore
 from tidemark.controller.metadata import StreamMetadata, new_stream_metadata

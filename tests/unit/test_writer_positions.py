@@ -6,6 +6,7 @@ The event and transactional writers' positions and notes: ``test_sent_records``.
 from __future__ import annotations
 
 import pytest
+
 from tidemark.controller.model import WriterMark
 from tidemark.controller.naming import ClusterSettings, bucket_of
 from tidemark.pipelines.writing.config import WriterConfig

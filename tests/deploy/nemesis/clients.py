@@ -13,13 +13,12 @@ import logging
 import threading
 import time
 
-from tidemark.controller.naming import topic_for
-from tidemark.controller.store import MetadataStore
-from tidemark.pipelines.reading.group import ReaderGroup
-
 from tests.deploy.deployment import Deployment
 from tests.deploy.nemesis.history import History, Noted, Read, Written
 from tests.deploy.writers import open_writer
+from tidemark.controller.naming import topic_for
+from tidemark.controller.store import MetadataStore
+from tidemark.pipelines.reading.group import ReaderGroup
 
 log = logging.getLogger(__name__)
 PAUSE_S = 0.2
