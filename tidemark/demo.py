@@ -220,7 +220,8 @@ def run_demo(
                 if event is None:
                     idle += 1
                     continue
-                seen.append(event.timestamp)
+                if not event.is_checkpoint:
+                    seen.append(event.timestamp)
             report.reader_window = reader.current_time_window()
             reader.close()
         finally:

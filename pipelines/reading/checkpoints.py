@@ -12,14 +12,16 @@ event each reader reads):
    session, so a dead initiator's request goes away by itself).
 2. Each online reader notices it at its next rebalance tick inside
    ``read_next``, commits the position of every event it has returned,
-   acknowledges, and **holds still**: it returns no event and takes or
-   gives up no segment while the request stands.
+   acknowledges, returns the checkpoint's place (an ``EventRead`` with
+   ``is_checkpoint``, as Pravega's), and **holds still**: it returns no event
+   and takes or gives up no segment while the request stands.
 3. When every online reader has acknowledged (readers that left or whose
    session ended need not), the group's committed position is the cut: every
    event before it was returned by some reader before its acknowledgement,
    none after it was. The cut, the time window at it and the seq of the
    latest watermark it has passed are written in **one** write (atomic),
-   then the request is withdrawn and the readers carry on. The initiator's
+   the initiator's future is done, then the request is withdrawn and the
+   readers carry on. The initiator's
    :class:`PendingCheckpoint` does this by itself on a background thread (a
    caller need not wait), or withdraws the request at its timeout.
 
@@ -182,7 +184,7 @@ class PendingCheckpoint:
             missing = self.missing()
             if not missing and not self._over.is_set():  # (never taken once cancelled)
                 try:
-                    self._result = self._take()
+                    self._take()
                 except CheckpointExistsError as exc:  # taken meanwhile under this name
                     self._error = exc
                     raise
@@ -232,6 +234,9 @@ class PendingCheckpoint:
             )
             if not registry.save_checkpoint(group.name, self.name, checkpoint.to_json()):
                 raise CheckpointExistsError(group.name, self.name)
+            # Done before the request goes: no reader carries on past the checkpoint
+            # while its future still says "not yet".
+            self._result = checkpoint
         finally:
             registry.end_checkpoint_request(group.name, self.name)
         log.info("reader group %s: checkpoint %s at %s", group.name, self.name, checkpoint)
@@ -286,6 +291,13 @@ class CheckpointParticipation:
         self._reader = reader
         self._commit = commit
         self._acked: str | None = None
+        self.acknowledged: str | None = None
+        """A checkpoint acknowledged whose place the reader has not returned yet."""
+
+    def take_acknowledged(self) -> str | None:
+        """The acknowledged checkpoint whose place is still to be returned (once)."""
+        name, self.acknowledged = self.acknowledged, None
+        return name
 
     def holding(self) -> bool:
         """True while a checkpoint is being taken (after committing and acknowledging it)."""
@@ -297,6 +309,7 @@ class CheckpointParticipation:
             self._commit()
             self._registry.ack_checkpoint(self._group, request, self._reader)
             self._acked = request
+            self.acknowledged = request
             log.info("reader %s: holding for checkpoint %s", self._reader, request)
         return True
 

@@ -138,6 +138,8 @@ class _Event(Protocol):
     def offset(self) -> int: ...
     @property
     def timestamp(self) -> int: ...
+    @property
+    def is_checkpoint(self) -> bool: ...
 
 
 class _Feed(Protocol):
@@ -193,7 +195,7 @@ class LateEvents:
 
     def read_next(self, timeout_ms: float | None = None) -> Any:
         event: _Event | None = self.reader.read_next(timeout_ms)
-        if event is not None:
+        if event is not None and not event.is_checkpoint:
             lower = self.lower_bound(event.segment, event.offset)
             self.counter.observe(event.segment, event.timestamp, lower)
         return event

@@ -91,7 +91,12 @@ Headers = tuple[tuple[str, bytes | None], ...]
 @dataclass(frozen=True)
 class EventRead:
     """One event: where it was (segment id, partition, offset), its timestamp and body,
-    its routing key and Kafka headers as written (byte for byte; ``()`` for none)."""
+    its routing key and Kafka headers as written (byte for byte; ``()`` for none).
+
+    Or, as Pravega's ``EventRead.isCheckpoint``, the place of a checkpoint in this
+    reader's events: ``checkpoint_name`` set, no event (``segment``, ``offset`` and
+    ``timestamp`` are -1, the body empty). Every event returned before it lies
+    before the checkpoint's cut, every one after it at or after the cut."""
 
     stream: str
     segment: int
@@ -100,6 +105,7 @@ class EventRead:
     body: bytes
     routing_key: bytes | None = None
     headers: Headers = ()
+    checkpoint_name: str | None = None
 
     @property
     def partition(self) -> int:
@@ -109,6 +115,16 @@ class EventRead:
     def event(self) -> bytes:
         """The body (Pravega's ``EventRead.getEvent``)."""
         return self.body
+
+    @property
+    def is_checkpoint(self) -> bool:
+        """Whether this is a checkpoint's place rather than an event."""
+        return self.checkpoint_name is not None
+
+    @classmethod
+    def checkpoint(cls, stream: str, name: str) -> EventRead:
+        """The place of checkpoint ``name`` in a reader's events of ``stream``."""
+        return cls(stream, -1, -1, -1, b"", checkpoint_name=name)
 
 
 _object_new = object.__new__
@@ -191,6 +207,7 @@ class EventBatch:
     any event. ``len(batch)`` costs nothing either way."""
 
     __slots__ = (
+        "_checkpoint",
         "_events",
         "_made_of",
         "_position",
@@ -294,6 +311,12 @@ class EventBatch:
     def __delattr__(self, name: str) -> None:
         raise AttributeError(f"EventBatch is immutable: cannot delete {name!r}")
 
+    @property
+    def checkpoint_name(self) -> str | None:
+        """Set on the (empty) batch where the reader acknowledged a checkpoint: every
+        event of earlier batches lies before its cut, every one of later ones after."""
+        return getattr(self, "_checkpoint", None)
+
     def __len__(self) -> int:
         return len(self._records)
 
@@ -322,6 +345,7 @@ _set_position: Callable[[EventBatch, Mapping[int, int] | _WithFinished], None] =
 ].__set__
 _set_records: Callable[[EventBatch, Sequence[Any]], None] = _slot["_records"].__set__
 _set_window_at: Callable[[EventBatch, Any], None] = _slot["window_at"].__set__
+_set_checkpoint: Callable[[EventBatch, str], None] = _slot["_checkpoint"].__set__
 """Slot setters (EventBatch's own ``__setattr__`` refuses): a batch is built per fetch."""
 
 
@@ -460,7 +484,7 @@ class EventReader(Closing):
             self._check_open()
         wait_ms = timeout_ms if timeout_ms is not None else timeout
         if (self._finish_after or time.monotonic() >= self._due) and not self._start_call(wait_ms):
-            return None  # held still for a checkpoint the whole time
+            return self._checkpoint_read()  # or None: held still for the whole wait
         buffer = self._buffer
         while self._next < len(buffer):
             item = buffer[self._next]
@@ -476,7 +500,12 @@ class EventReader(Closing):
             buffer = self._buffer  # (a segment given up leaves a new buffer)
         events: list[EventRead] = []
         self._wait_for(events, 1, wait_ms)
-        return events[0] if events else None
+        return events[0] if events else self._checkpoint_read()
+
+    def _checkpoint_read(self) -> EventRead | None:
+        """The place of the checkpoint this reader has just acknowledged, once."""
+        name = self._checkpoints.take_acknowledged()
+        return None if name is None else EventRead.checkpoint(self.group.stream, name)
 
     def read_batch(
         self, max_events: int = FETCH_SIZE, timeout_ms: float | None = None
@@ -526,6 +555,16 @@ class EventReader(Closing):
         return self._batch_at_end(EventBatch(tuple(events), {}, self._window_at))
 
     def _batch_at_end(self, batch: EventBatch) -> EventBatch:
+        """The batch (see :meth:`_positioned`), marked with the checkpoint this reader
+        acknowledged meanwhile when it is empty."""
+        batch = self._positioned(batch)
+        if len(batch) == 0:
+            name = self._checkpoints.take_acknowledged()
+            if name is not None:
+                _set_checkpoint(batch, name)
+        return batch
+
+    def _positioned(self, batch: EventBatch) -> EventBatch:
         """``batch`` with the reader's position now as its position (as :meth:`position`
         gives it; with finished segments, ``reader_position`` is worked out when
         the batch's position is first asked for)."""
@@ -566,6 +605,8 @@ class EventReader(Closing):
         over (or there is none), False when ``wait_ms`` (default 1000) ran out first."""
         if not self._checkpoints.holding():
             return True
+        if self._checkpoints.acknowledged is not None:
+            return False  # the checkpoint's place is returned before holding still
         deadline = now + (1000 if wait_ms is None else max(0.0, wait_ms)) / 1000
         while self._checkpoints.holding():
             left = deadline - time.monotonic()

@@ -169,12 +169,17 @@ class StreamsReader(Closing):
             raise
         self._order = list(self.readers.values())
         self._turn = 0
+        self._places: dict[str, set[int]] = {}
+        """Checkpoint name -> the members whose reader has returned its place."""
 
     def read_next(
         self, timeout_ms: float | None = None, *, timeout: float | None = None
     ) -> EventRead | None:
         """The next event of any stream (``event.stream`` says which), or ``None`` when
-        none came within ``timeout_ms`` (default 1000). The streams take turns."""
+        none came within ``timeout_ms`` (default 1000). The streams take turns.
+
+        A checkpoint's place (``event.is_checkpoint``, ``event.stream`` the group's
+        name) comes once every stream's reader has reached it."""
         wait_ms = timeout_ms if timeout_ms is not None else timeout
         deadline = time.monotonic() + (1000 if wait_ms is None else wait_ms) / 1000
         order, count = self._order, len(self._order)
@@ -184,7 +189,9 @@ class StreamsReader(Closing):
                 event = order[i].read_next(0)
                 if event is not None:
                     self._turn = (i + 1) % count
-                    return event
+                    event = self._placed(i, event)
+                    if event is not None:
+                        return event
             left_ms = (deadline - time.monotonic()) * 1000
             if left_ms <= 0:
                 return None
@@ -192,7 +199,22 @@ class StreamsReader(Closing):
             self._turn = (i + 1) % count
             event = order[i].read_next(min(left_ms, TURN_WAIT_MS))
             if event is not None:
-                return event
+                event = self._placed(i, event)
+                if event is not None:
+                    return event
+
+    def _placed(self, member: int, event: EventRead) -> EventRead | None:
+        """``event`` as this reader returns it: a member's checkpoint place is held
+        back (``None``) until every member has reached the checkpoint."""
+        name = event.checkpoint_name
+        if name is None:
+            return event
+        reached = self._places.setdefault(name, set())
+        reached.add(member)
+        if len(reached) < len(self._order):
+            return None
+        del self._places[name]
+        return EventRead.checkpoint(self.group.name, name)
 
     def position(self) -> dict[str, dict[int, int]]:
         """Each stream's reader position (``EventReader.position``)."""

@@ -83,6 +83,9 @@ class Readers:
         self.group = group
         self.delays = dict(delays)
         self.got = {name: [] for name in delays}
+        self.places = {name: [] for name in delays}  # (checkpoint, events returned before it)
+        self.done_after = {name: [] for name in delays}  # the future's done() at each later event
+        self.pending = None
         self.stop = threading.Event()
         self.errors = []
         self.threads = [
@@ -94,7 +97,12 @@ class Readers:
             with self.group.reader(name) as reader:
                 while not self.stop.is_set():
                     event = reader.read_next(timeout_ms=100)
-                    if event is not None:
+                    if event is not None and event.is_checkpoint:
+                        self.places[name].append((event.checkpoint_name, len(self.got[name])))
+                    elif event is not None:
+                        if self.places[name]:
+                            pending = self.pending
+                            self.done_after[name].append(pending is not None and pending.done())
                         self.got[name].append((event.segment, event.offset, event.timestamp))
                         if self.delays[name]:
                             time.sleep(self.delays[name])
@@ -232,7 +240,7 @@ def test_checkpoint_with_readers_online_then_reset(
     with group:
         with Readers(group, {"r1": 0.01, "r2": 0.01}) as readers:
             readers.wait_for(total // 3)
-            pending = group.initiate_checkpoint("mid", timeout_ms=30_000)
+            pending = readers.pending = group.initiate_checkpoint("mid", timeout_ms=30_000)
             taken = pending.result()
             returned = {(s, o) for s, o, _ in readers.read()}
             assert set(taken.readers) == {"r1", "r2"}
@@ -243,6 +251,18 @@ def test_checkpoint_with_readers_online_then_reset(
             assert sum(taken.stream_cut.values()) >= total // 3
             assert readers.wait_for(total) == total
             exactly_once(readers, total)
+            # each reader returned the checkpoint's place once; the events before the
+            # places are exactly the cut, and the future was done before any event after
+            places = readers.places
+            assert {r: [c for c, _ in p] for r, p in places.items()} == {
+                "r1": ["mid"],
+                "r2": ["mid"],
+            }
+            before = {
+                (s, o) for r, got in readers.got.items() for s, o, _ in got[: places[r][0][1]]
+            }
+            assert before == {(s, o) for s, cut in taken.stream_cut.items() for o in range(cut)}
+            assert all(all(done) for done in readers.done_after.values())
         window = group.current_time_window()
     assert taken.lower is not None and taken.watermark_seq is not None
     assert window.lower is not None and window.lower > taken.lower  # read to the end

@@ -238,6 +238,7 @@ def test_reader_group_over_both_shares_checkpoints_and_resets(two_streams, store
         readers = {"r1": group.reader("r1"), "r2": group.reader("r2")}
         got: list[tuple[str, str, int, bytes]] = []
         after: set[tuple[str, bytes]] = set()
+        places: dict[str, int] = {}  # reader -> how many events it returned before c1
         pending = checkpoint = None
         idle = turns = 0
         while idle < 30:
@@ -245,7 +246,10 @@ def test_reader_group_over_both_shares_checkpoints_and_resets(two_streams, store
             idle += 1
             for name, reader in readers.items():
                 event = reader.read_next(50)
-                if event is not None:
+                if event is not None and event.is_checkpoint:
+                    idle = 0
+                    places[name] = len([g for g in got if g[0] == name])
+                elif event is not None:
                     idle = 0
                     got.append((name, event.stream, event.timestamp, event.body))
                     if checkpoint is not None:
@@ -266,6 +270,12 @@ def test_reader_group_over_both_shares_checkpoints_and_resets(two_streams, store
         assert {name for name, _, _, _ in got} == {"r1", "r2"}  # segments shared
         assert checkpoint is not None and after
         assert set(checkpoint.stream_cuts) == {a, b}
+        # each reader returned c1's place once every stream had reached it; what the
+        # readers returned before their places is exactly what the cuts hold
+        assert set(places) == {"r1", "r2"}
+        before = sum(places.values())
+        start = sum(len([1 for ts, _ in written[s] if ts < since]) for s in (a, b))
+        assert before == sum(sum(c.values()) for c in checkpoint.stream_cuts.values()) - start
         check_joint(
             checkpoint.window,
             {s: TimeWindow(c.lower, c.upper) for s, c in checkpoint.checkpoints.items()},

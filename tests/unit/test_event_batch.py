@@ -81,3 +81,17 @@ def test_batch_is_immutable_and_resolves_its_window_once():
         del batch.window_at
     empty = EventBatch((), {}, window_at)
     assert len(empty) == 0 and empty.events == () and empty.values() == [] and not list(empty)
+
+
+@given(records)
+def test_events_made_from_records_are_no_checkpoint_places(rows):
+    batch = EventBatch._of_records([_message(*row) for row in rows], SEGMENT_OF, "s/x", {}, _window)
+    assert not any(e.is_checkpoint or e.checkpoint_name is not None for e in batch.events)
+    assert batch.checkpoint_name is None
+
+
+def test_a_checkpoint_place_holds_no_event_and_names_its_checkpoint():
+    place = EventRead.checkpoint("s/x", "c1")
+    assert place.is_checkpoint and place.checkpoint_name == "c1"
+    assert (place.segment, place.offset, place.timestamp, place.body) == (-1, -1, -1, b"")
+    assert place != EventRead("s/x", -1, -1, -1, b"")  # an event is never a place

@@ -268,6 +268,8 @@ def cmd_read(args: argparse.Namespace) -> int:
                         break  # the safety net: something below the end never came
                     continue
                 idle_since = time.monotonic()
+                if event.is_checkpoint:
+                    continue  # another process's checkpoint: no event to print
                 if since is not None and event.timestamp < since:
                     continue
                 if until is not None and event.timestamp >= until:

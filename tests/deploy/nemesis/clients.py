@@ -176,6 +176,8 @@ class GroupReader(Client):
             event = self.reader.read_next(timeout_ms=500)
             if event is None:
                 return
+            if event.is_checkpoint:
+                continue
             writer, number = parse(event.body)
             self.history.reads.append(
                 Read(writer, number, event.segment, event.offset, self.history.tick())
