@@ -12,10 +12,12 @@ produced to the target topic when due (:class:`~.config.DueRule`).
 Exactly once, from source offsets to the target topic, whatever is killed when:
 
 - **in** (:class:`BufferIngest`): a batch of records and the next source
-  offsets are written in one database transaction; at start the consumer
-  is assigned every source partition at its stored offset, so a record is stored once or, after a
-  crash before the commit, read again. Ids are ``<partition>:<offset>@<topic>``,
-  so even a second reader of the same offsets adds nothing.
+  offsets are written in one database transaction; at start the consumer is
+  assigned every source partition at its stored offset, so a record is stored
+  once or, after a crash before the commit, read again. Partitions added to
+  the source later are found within ``partitions_refresh_ms`` and read from
+  their start. Ids are ``<partition>:<offset>@<topic>``, so even a second
+  reader of the same offsets adds nothing.
 - **out** (:class:`BufferRelay`): each batch of leases is produced in one Kafka
   transaction (``transactional.id`` = the relay's name) together with an offset
   commit of the relay's own group whose metadata holds the hash of the batch's
@@ -35,6 +37,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -58,7 +61,7 @@ from tidemark.pipelines.timeline.clock import StreamClock
 from tidemark.pipelines.timeline.config import BufferConfig, ConsumerConfig, TimelineConfig
 from tidemark.pipelines.timeline.consumer import TimelineConsumer
 from tidemark.pipelines.timeline.exceptions import InvalidMessageError, TimelineError
-from tidemark.pipelines.timeline.metrics import CREATED, RELAYED, record_drift
+from tidemark.pipelines.timeline.metrics import CREATED, RELAYED, DriftGauge
 from tidemark.pipelines.timeline.model import Lease, base_hash, bucket_of
 from tidemark.pipelines.timeline.record import KafkaRecord, decode_record, encode_record
 from tidemark.pipelines.timeline.store import TimelineStore
@@ -90,7 +93,7 @@ class BufferIngest:
         self.store = TimelineStore(dsn)
         ensure_timeline(self.store, config)
         self.buckets = self.store.timeline(config.timeline).buckets
-        record_drift(config.timeline, self.store.clock_drift().drift_ms)
+        self.drift = DriftGauge(config.timeline, self.store.clock_drift)
         self._created = CREATED.labels(config.timeline)
         self.stored = 0
         self.read = 0
@@ -99,27 +102,49 @@ class BufferIngest:
         self._consumer = roles.client(
             roles.BUFFER_CONSUMER, bootstrap, {"group.id": f"tidemark-buffer.{config.timeline}"}
         )
-        self._assign()
+        self._assigned: set[int] = set()
+        self._next_look = 0.0
+        self._assign(self._source_partitions(timeout_s=30))
 
-    def _assign(self) -> None:
-        """Read every partition of the source from its stored offset. Assigned, not
-        subscribed: the offsets live in the database, and a restart after a kill -9
-        does not wait for the dead member to leave a consumer group."""
+    def _source_partitions(self, timeout_s: float) -> set[int]:
         topic = self.config.source_topic
-        found = self._consumer.list_topics(topic, timeout=30).topics.get(topic)
+        found = self._consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
         if found is None or found.error is not None or not found.partitions:
             raise TimelineError(f"buffer {self.config.timeline}: no source topic {topic!r}")
+        return set(found.partitions)
+
+    def _assign(self, partitions: set[int]) -> None:
+        """Read ``partitions`` of the source (those not read yet) from their stored
+        offsets. Assigned, not subscribed: the offsets live in the database, and a
+        restart after a kill -9 does not wait for the dead member to leave a
+        consumer group."""
+        new = sorted(partitions - self._assigned)
+        self._next_look = time.monotonic() + self.config.partitions_refresh_ms / 1000
+        if not new:
+            return
+        topic = self.config.source_topic
         stored = self.store.transaction(lambda c: load_offsets(c, self.config.timeline, topic))
-        partitions = [
-            TopicPartition(topic, p, stored.get(p, OFFSET_BEGINNING)) for p in found.partitions
-        ]
+        assigned = [TopicPartition(topic, p, stored.get(p, OFFSET_BEGINNING)) for p in new]
         log.info(
             "buffer %s: reading %s from %s",
             self.config.timeline,
             topic,
-            {p.partition: p.offset for p in partitions},
+            {p.partition: p.offset for p in assigned},
         )
-        self._consumer.assign(partitions)
+        self._consumer.incremental_assign(assigned)
+        self._assigned.update(new)
+
+    def _follow_source(self) -> None:
+        """Pick up partitions added to the source since the last look (when due)."""
+        if time.monotonic() < self._next_look:
+            return
+        try:
+            partitions = self._source_partitions(timeout_s=5)
+        except (KafkaException, TimelineError) as exc:  # looked at again next time
+            self._next_look = time.monotonic() + self.config.partitions_refresh_ms / 1000
+            log.warning("buffer %s: source partitions not known: %s", self.config.timeline, exc)
+            return
+        self._assign(partitions)
 
     def _due(self, record: KafkaRecord) -> tuple[int, bool, str | None]:
         """(time, relative to the database's now, stream) of one record."""
@@ -141,6 +166,8 @@ class BufferIngest:
 
     def run_once(self, timeout_ms: int = 200) -> int:
         """Read one batch (waiting up to ``timeout_ms``) and store it; returns records read."""
+        self.drift.refresh()
+        self._follow_source()
         records: list[Any] = self._consumer.consume(self.config.batch_size, timeout_ms / 1000)
         rows = BufferedRows([], [], [], [], [], [])
         next_offsets: dict[int, int] = {}

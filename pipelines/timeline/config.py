@@ -169,6 +169,9 @@ class BufferConfig:
     lease_ms: int = 60_000
     flush_timeout_ms: int = 10_000
     buckets: int = 16
+    partitions_refresh_ms: int = 10_000
+    """How often the ingest looks for new source partitions (and reads them from
+    their start)."""
 
     def __post_init__(self) -> None:
         _topic("source topic", self.source_topic)
@@ -187,6 +190,7 @@ class BufferConfig:
         _positive("lease_ms", self.lease_ms, MAX_LEASE_MS)
         _positive("flush_timeout_ms", self.flush_timeout_ms)
         _positive("buckets", self.buckets, 4096)
+        _positive("partitions_refresh_ms", self.partitions_refresh_ms)
         if self.lease_ms <= self.flush_timeout_ms:
             raise ConfigurationError(
                 f"lease_ms ({self.lease_ms}) must exceed flush_timeout_ms "

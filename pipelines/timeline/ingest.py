@@ -28,7 +28,7 @@ from tidemark.controller.closing import Closing
 from tidemark.controller.kafka import roles
 from tidemark.pipelines.timeline.config import IngestConfig
 from tidemark.pipelines.timeline.exceptions import TimelineError
-from tidemark.pipelines.timeline.metrics import CREATED, record_drift
+from tidemark.pipelines.timeline.metrics import CREATED, DriftGauge
 from tidemark.pipelines.timeline.store import NewMessage, TimelineStore
 from tidemark.pipelines.timeline.wire import decode_scheduled
 from tidemark.schemas.exceptions import DecodeError
@@ -58,7 +58,7 @@ class TimelineIngester(Closing):
 
         self.config = config
         self.store = TimelineStore(dsn)
-        record_drift(f"ingest:{config.topic}", self.store.clock_drift().drift_ms)
+        self.drift = DriftGauge(f"ingest:{config.topic}", self.store.clock_drift)
         self.dead_letter_topic = dead_letter_topic
         self._consumer = roles.client(
             roles.INGEST_CONSUMER, bootstrap, {"group.id": config.group_id}
@@ -82,6 +82,7 @@ class TimelineIngester(Closing):
 
     def run_once(self, timeout_ms: int | None = None) -> IngestStats:
         """Read one batch (waiting up to ``timeout_ms``), store it, commit its offsets."""
+        self.drift.refresh()
         timeout_s = (timeout_ms or self.config.poll_timeout_ms) / 1000
         records = self._consumer.consume(self.config.batch_size, timeout_s)
         if not records:

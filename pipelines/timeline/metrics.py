@@ -5,8 +5,9 @@
   measured drift, minus the message's due time;
 - ``tidemark_timeline_delivered_total{timeline}`` (counter) -- leases handed out;
 - ``tidemark_timeline_clock_drift_seconds{timeline}`` (gauge) -- the
-  database's clock minus this client's (> 0: the database is ahead), set by
-  every timeline process: producer, consumer, relay, ingest;
+  database's clock minus this client's (> 0: the database is ahead), measured
+  again every ``DRIFT_REFRESH_S`` by every timeline process: producer,
+  consumer, relay, buffer, ingest (:class:`DriftGauge`);
 - ``tidemark_timeline_created_total{timeline}`` (counter) -- messages a
   producer or an ingest stored;
 - ``tidemark_timeline_relayed_total{timeline}`` (counter) -- messages a relay or
@@ -18,7 +19,12 @@ Each CLI host (``relay``, ``ingest``, ``purge``) serves them on ``--metrics-port
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 from prometheus_client import Counter, Gauge, Histogram
+
+from tidemark.pipelines.timeline.clock import ClockDrift
 
 DUE_TO_DELIVERY_LAG = Histogram(
     "tidemark_timeline_due_to_delivery_lag_seconds",
@@ -42,17 +48,48 @@ RELAYED = Counter(
 PURGED = Counter("tidemark_timeline_purged", "Deleted messages purged.")
 
 
-def record_drift(timeline: str, drift_ms: float) -> None:
-    """Export one measurement of the database's clock minus this process's."""
-    CLOCK_DRIFT.labels(timeline).set(drift_ms / 1000)
+DRIFT_REFRESH_S = 30.0
+"""How often a timeline process measures its clock drift again: clocks move (NTP
+steps, a suspended VM), and a gauge measured once would hide it."""
+
+
+class DriftGauge:
+    """The drift gauge of one timeline process: measured at once, then again by
+    :meth:`refresh` whenever ``refresh_s`` (default :data:`DRIFT_REFRESH_S`) have
+    passed (a clock read otherwise)."""
+
+    def __init__(
+        self,
+        timeline: str,
+        measure: Callable[[], ClockDrift],
+        refresh_s: float | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._gauge = CLOCK_DRIFT.labels(timeline)
+        self._measure = measure
+        self._refresh_s = DRIFT_REFRESH_S if refresh_s is None else refresh_s
+        self._monotonic = monotonic
+        self._due = 0.0
+        self.last: ClockDrift | None = None
+        self.refresh()
+
+    def refresh(self) -> ClockDrift | None:
+        """Measure again if due; the latest measurement."""
+        now = self._monotonic()
+        if now >= self._due:
+            self._due = now + self._refresh_s
+            self.last = self._measure()
+            self._gauge.set(self.last.drift_ms / 1000)
+        return self.last
 
 
 __all__ = [
     "CLOCK_DRIFT",
     "CREATED",
     "DELIVERED",
+    "DRIFT_REFRESH_S",
     "DUE_TO_DELIVERY_LAG",
     "PURGED",
     "RELAYED",
-    "record_drift",
+    "DriftGauge",
 ]

@@ -28,7 +28,7 @@ from typing import Any, Generic, TypeVar
 from tidemark.controller.closing import Closing
 from tidemark.controller.kafka import roles
 from tidemark.pipelines.timeline.exceptions import InvalidMessageError, TimelineError
-from tidemark.pipelines.timeline.metrics import CREATED, record_drift
+from tidemark.pipelines.timeline.metrics import CREATED, DriftGauge
 from tidemark.pipelines.timeline.model import (
     check_headers,
     check_id,
@@ -115,7 +115,7 @@ class TimelineProducer(_Scheduling[Created], Closing):
         self.producer_group = producer_group
         self.store = TimelineStore(dsn, notify=notify)
         self.store.timeline(timeline)  # fail early on an unknown timeline
-        record_drift(timeline, self.store.clock_drift().drift_ms)
+        self.drift = DriftGauge(timeline, self.store.clock_drift)
         self._created = CREATED.labels(timeline)
 
     def _now_ms(self) -> int:
@@ -123,6 +123,7 @@ class TimelineProducer(_Scheduling[Created], Closing):
         return self.store.now_ms()
 
     def _schedule(self, new: NewMessage) -> Created:
+        self.drift.refresh()
         created = self.store.create_message(self.timeline, new)
         if created.new:
             self._created.inc()
@@ -130,6 +131,7 @@ class TimelineProducer(_Scheduling[Created], Closing):
 
     def put_many(self, items: Sequence[tuple[bytes, int, str | None]]) -> list[Created]:
         """``(body, timestamp_ms, id or None)`` each, in one round trip."""
+        self.drift.refresh()
         created = self.store.create_many(
             self.timeline,
             [

@@ -24,6 +24,7 @@ ALERTS = {
     "TidemarkMarksRejected",
     "TidemarkFreshnessP99High",
     "TidemarkReaderGroupTimeLag",
+    "TidemarkTimelineClockDrift",
 }
 _SUFFIXES = ("_total", "_bucket", "_count", "_sum")
 
@@ -54,7 +55,7 @@ def _metric_names(expr: str) -> set[str]:
 
 
 def test_alert_rules_pass_promtool_check_and_each_alert_has_a_test_case():
-    assert "SUCCESS: 5 rules found" in _promtool("check", "rules", RULES.name)
+    assert "SUCCESS: 6 rules found" in _promtool("check", "rules", RULES.name)
     _promtool("test", "rules", RULE_TESTS.name)
     tested = set(re.findall(r"alertname: (\w+)", RULE_TESTS.read_text()))
     assert tested == ALERTS
