@@ -7,7 +7,9 @@
 
 State (pids, ports, data, logs) lives under ``TIDEMARK_HOME`` (default
 ``~/.tidemark``). Services started here are not tied to the command that
-started them; ``down`` stops them.
+started them; ``down`` stops them. Long-running tidemark processes (``controller
+run``, ``serve``) note themselves there too (:func:`noted_process`), and ``down``
+stops them first, naming any that outlive their stop timeout.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
+import signal
 import tempfile
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -23,7 +27,7 @@ from pathlib import Path
 from tidemark.environment import KAFKA_BOOTSTRAP, POSTGRES_DSN, ZK_CONNECT, Environment
 from tidemark.infra.exceptions import ConfigurationError, MissingToolError, ServiceError
 from tidemark.infra.ports import HOST
-from tidemark.infra.process import pid_alive, stop_pid
+from tidemark.infra.process import pid_alive, stop_pid, wait_for
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +60,11 @@ class ServicesState:
         raw = json.loads(text)
         raw["services"] = [ServiceRecord(**s) for s in raw.get("services", [])]
         return cls(**raw)
+
+
+PROCESS_STOP_S = 45.0
+"""How long ``down`` waits for a noted process after SIGTERM: a controller's default
+stop timeout, and some."""
 
 
 class LocalServices:
@@ -92,7 +101,7 @@ class LocalServices:
         if current is not None:
             return current
         if self.read_state() is not None:
-            self.down()  # some died: start clean
+            self._stop_services()  # some died: start clean
         data = self.home / "data"
         data.mkdir(parents=True, exist_ok=True)
         state = ServicesState()
@@ -146,7 +155,15 @@ class LocalServices:
         self.state_path.write_text(state.to_json())
         return state
 
-    def down(self) -> list[str]:
+    def down(self, processes_timeout_s: float = PROCESS_STOP_S) -> Stopped:
+        """Stop the noted tidemark processes (SIGTERM; those still running after
+        ``processes_timeout_s`` are named, not killed), then the services."""
+        stopped: list[str] = []
+        still = stop_noted_processes(self.home, processes_timeout_s, stopped)
+        stopped += self._stop_services()
+        return Stopped(stopped, still)
+
+    def _stop_services(self) -> list[str]:
         state = self.read_state()
         stopped: list[str] = []
         if state is None:
@@ -162,6 +179,90 @@ class LocalServices:
         if state is None:
             return []
         return [(s, pid_alive(s.pid)) for s in state.services]
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """What ``down`` stopped (names), and the noted processes still running after it."""
+
+    stopped: list[str]
+    still_running: list[str]
+
+
+@dataclass(frozen=True)
+class NotedProcess:
+    """A long-running tidemark process (``controller run``, ``serve``) under a home."""
+
+    kind: str
+    name: str
+    pid: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind} {self.name} (pid {self.pid})"
+
+
+def _processes_dir(home: Path) -> Path:
+    return home / "processes"
+
+
+@contextlib.contextmanager
+def noted_process(kind: str, name: str, env: Environment | None = None) -> Iterator[None]:
+    """Note this process under ``TIDEMARK_HOME`` while the block runs, for ``down``."""
+    home = (env or Environment.from_env()).home
+    record = NotedProcess(kind, name, os.getpid())
+    folder = _processes_dir(home)
+    path = folder / f"{kind}-{record.pid}.json"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(asdict(record)))
+    except OSError as exc:  # a read-only home: `down` will not know of it
+        log.warning("not noted under %s for `tidemark down`: %s", folder, exc)
+    try:
+        yield
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def noted_processes(home: Path) -> list[NotedProcess]:
+    """The noted processes still running (records of dead ones are removed)."""
+    found = []
+    for path in sorted(_processes_dir(home).glob("*.json")):
+        try:
+            record = NotedProcess(**json.loads(path.read_text()))
+        except (OSError, ValueError, TypeError) as exc:
+            log.warning("ignoring %s: %s", path, exc)
+            path.unlink(missing_ok=True)
+            continue
+        if _is_tidemark(record.pid):
+            found.append(record)
+        else:
+            path.unlink(missing_ok=True)
+    return found
+
+
+def _is_tidemark(pid: int) -> bool:
+    """Alive and a tidemark process (a reused pid is not stopped)."""
+    if not pid_alive(pid):
+        return False
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            return b"tidemark" in cmdline.read()
+    except OSError:
+        return False
+
+
+def stop_noted_processes(home: Path, timeout_s: float, stopped: list[str]) -> list[str]:
+    """SIGTERM every noted process, wait up to ``timeout_s`` for all; the ones that
+    stopped go to ``stopped``, the labels of those still running are returned."""
+    records = noted_processes(home)
+    for record in records:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(record.pid, signal.SIGTERM)
+    wait_for(lambda: not any(pid_alive(r.pid) for r in records), timeout_s, 0.1)
+    still = [r.label for r in records if pid_alive(r.pid)]
+    stopped.extend(f"{r.kind} {r.name}" for r in records if not pid_alive(r.pid))
+    return still
 
 
 def _pid(pid: int | None) -> int:

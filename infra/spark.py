@@ -46,6 +46,10 @@ and C2's compile queue took the cores the controller's small micro-batches need
 (figures: ``docs/benchmarks.md``). Cluster masters keep Spark's defaults."""
 
 
+SPARK_LOG4J_CONF = Path(__file__).resolve().parent / "conf" / "spark-log4j2.properties"
+"""The driver's logging when :attr:`SparkSettings.log_file` is set: all of it to that file."""
+
+
 @dataclass(frozen=True)
 class SparkSettings:
     work_dir: Path
@@ -58,6 +62,9 @@ class SparkSettings:
     python: str | None = None
     """Spark's Python executable (``PYSPARK_PYTHON``); ``None``: this interpreter, which
     has pandas and pyarrow (e.g. :mod:`tidemark.python_zygote`'s launcher on a local master)."""
+    log_file: Path | None = None
+    """Where the driver JVM's own logging goes (Spark's warnings, Kafka and Delta
+    clients'); ``None``: the process's stderr, as Spark's default."""
     jvm_options: tuple[str, ...] = LOCAL_JVM_OPTIONS
     """Options of the driver JVM on a local master (:data:`LOCAL_JVM_OPTIONS`; empty:
     the JVM's defaults). With them, its initial heap is its maximum (``driver_memory``):
@@ -68,6 +75,11 @@ def driver_java_options(settings: SparkSettings, master: str) -> str:
     """The driver JVM's options: Derby's home under the work directory; on a local
     master also ``settings.jvm_options`` and an initial heap of ``driver_memory``."""
     options = [f"-Dderby.system.home={settings.work_dir / 'derby'}"]
+    if settings.log_file is not None:
+        options += [
+            f"-Dlog4j2.configurationFile=file:{SPARK_LOG4J_CONF}",
+            f"-Dtidemark.spark.log={settings.log_file}",
+        ]
     if master.startswith("local") and settings.jvm_options:
         options += [*settings.jvm_options, f"-Xms{settings.driver_memory}"]
     return " ".join(options)

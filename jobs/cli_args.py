@@ -16,7 +16,7 @@ from tidemark.controller.timestamps import add_duration_flag
 from tidemark.environment import Environment
 from tidemark.errors import ConfigurationError
 from tidemark.infra.services import KAFKA, ZOOKEEPER, data_root, resolve_services
-from tidemark.jobs.config import ControllerSettings, CycleTrigger
+from tidemark.jobs.config import DEFAULT_STOP_TIMEOUT_MS, ControllerSettings, CycleTrigger
 from tidemark.jobs.exceptions import JobConfigurationError
 
 
@@ -104,6 +104,14 @@ def add_controller_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         help="serve Prometheus metrics on this port (jobs/metrics.py names them)",
+    )
+    add_duration_flag(
+        parser,
+        "--stop-timeout",
+        "on SIGINT/SIGTERM, stop within this long, even with Kafka, ZooKeeper or the "
+        "store gone (a second signal exits at once)",
+        default=DEFAULT_STOP_TIMEOUT_MS,
+        minimum_ms=1,
     )
 
 

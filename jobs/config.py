@@ -69,6 +69,12 @@ class WorkflowSettings:
         _check_at_least("lso_hold_ms", self.lso_hold_ms, 0)
 
 
+DEFAULT_STOP_TIMEOUT_MS = 30_000
+"""How long a signalled driver takes to stop at most: Spark's own streaming stop
+timeout. With Kafka, ZooKeeper or the store gone, stopping the query and closing
+the session could wait far longer; past this the driver exits without waiting."""
+
+
 @dataclass(frozen=True)
 class ControllerSettings:
     """One controller instance: where things are, and how often it cycles."""
@@ -178,4 +184,4 @@ class ControllerSettings:
         return f"{self.cluster.zk_root.rstrip('/')}/controller-job/{self.cluster.marks_topic}"
 
 
-__all__ = ["ControllerSettings", "CycleTrigger", "WorkflowSettings"]
+__all__ = ["DEFAULT_STOP_TIMEOUT_MS", "ControllerSettings", "CycleTrigger", "WorkflowSettings"]

@@ -62,6 +62,7 @@ import dataclasses
 import importlib
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -87,7 +88,7 @@ from tidemark.infra.spark import (
     stop_spark,
 )
 from tidemark.jobs.cli_args import add_controller_arguments, settings_from_args
-from tidemark.jobs.config import ControllerSettings
+from tidemark.jobs.config import DEFAULT_STOP_TIMEOUT_MS, ControllerSettings
 from tidemark.jobs.due import DueScheduler
 from tidemark.jobs.exceptions import JobConfigurationError, QueryFailedError
 from tidemark.jobs.lookups import KafkaCommittedOffsets
@@ -784,20 +785,65 @@ class ControllerJob:
                 raise TimeoutError(f"query at {reached}, expected {targets}")
             time.sleep(0.05)
 
-    def run_until_signalled(self) -> int:
-        """Run until SIGINT/SIGTERM."""
+    def run_until_signalled(
+        self,
+        stop_timeout_ms: int = DEFAULT_STOP_TIMEOUT_MS,
+        then: Callable[[], None] | None = None,
+    ) -> int:
+        """Run until SIGINT/SIGTERM, then stop (and run ``then``: the session's stop)
+        within ``stop_timeout_ms``; a second signal exits at once.
+
+        With a service gone, stopping could block for minutes (the query waits on
+        Kafka, the election on ZooKeeper): past the timeout the process exits
+        without waiting (its Spark JVM ends with it), one line saying so."""
         done = threading.Event()
+
+        def on_signal(signum: int, _frame: object) -> None:
+            if done.is_set():
+                _exit_now(128 + signum, f"controller {self.instance_id}: stopped at once")
+            log.info("controller %s: stopping (%s)", self.instance_id, signal.Signals(signum).name)
+            done.set()
+
         for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_: done.set())
-        self.start()
+            signal.signal(sig, on_signal)
+        stopped = threading.Event()
+
+        def stop() -> None:
+            try:
+                self.stop()
+                if then is not None:
+                    then()
+            except Exception as exc:  # reported in one line: the services may be gone
+                self.failures.append(f"stop: {exc}")
+            finally:
+                stopped.set()
+
         try:
+            self.start()
             while not done.wait(1.0):
                 pass
         finally:
-            self.stop()
+            threading.Thread(target=stop, name="controller-stop", daemon=True).start()
+            if not stopped.wait(stop_timeout_ms / 1000):
+                _exit_now(
+                    1,
+                    f"controller {self.instance_id}: not stopped within "
+                    f"{stop_timeout_ms / 1000:g} s (Kafka, ZooKeeper or the store out of "
+                    "reach?); exiting without waiting",
+                )
         if self.failures:
             log.error("controller %s: %s", self.instance_id, "; ".join(self.failures))
         return 1 if self.failures else 0
+
+
+def _exit_now(code: int, why: str) -> None:
+    """End the process now (no thread is waited for), ``why`` logged as one line."""
+    if code:
+        log.error(why)
+    else:
+        log.info(why)
+    logging.shutdown()
+    os._exit(code)
 
 
 # --- entry points (spark-submit and `tidemark controller run`) --------------------------------
@@ -835,11 +881,15 @@ def run_local(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     settings = settings_from_args(args)
+    work_dir = driver_work_dir(settings, args.instance)
+    spark_log = work_dir / "spark.log"
+    log.info("controller %s: Spark's own log goes to %s", args.instance, spark_log)
     spark = spark_session(
         SparkSettings(
-            work_dir=driver_work_dir(settings, args.instance),
+            work_dir=work_dir,
             app_name=f"tidemark-controller-{args.instance}",
             python=python,
+            log_file=spark_log,
         )
     )
     try:
@@ -849,9 +899,9 @@ def run_local(
             args.instance,
             metrics=metrics_from_args(args),
             leader_tasks=() if leader_tasks is None else leader_tasks(settings),
-        ).run_until_signalled()
+        ).run_until_signalled(args.stop_timeout_ms, then=lambda: stop_spark(spark))
     finally:
-        stop_spark(spark)
+        stop_spark(spark)  # (at once when already stopped)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -882,7 +932,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return ControllerJob(
             spark, settings, args.instance, metrics=metrics_from_args(args)
-        ).run_until_signalled()
+        ).run_until_signalled(args.stop_timeout_ms, then=spark.stop)
     finally:
         spark.stop()
 

@@ -26,6 +26,7 @@ from tidemark.cli.times import add_duration_flag
 from tidemark.controller.naming import ClusterSettings
 from tidemark.environment import Environment
 from tidemark.errors import ConfigurationError
+from tidemark.infra.services import noted_process
 from tidemark.jobs.cli_args import add_controller_arguments, settings_from_args
 from tidemark.python_zygote import PRELOAD, PythonZygote
 from tidemark.schemas.tables import laggards_by_stream
@@ -140,17 +141,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     from tidemark.jobs.controller_job import run_local  # pyspark and pandas: only for this verb
 
     env = Environment.from_env()
-    if not env.python_zygote or not (env.spark_master or "local").startswith("local"):
-        return run_local(args, policy_tasks(args))
-    from tidemark.jobs import processor  # pyspark and pandas, as run_local
-    from tidemark.jobs.controller_job import driver_work_dir  # as above
+    with noted_process("controller", args.instance, env):  # `tidemark down` stops it
+        if not env.python_zygote or not (env.spark_master or "local").startswith("local"):
+            return run_local(args, policy_tasks(args))
+        from tidemark.jobs import processor  # pyspark and pandas, as run_local
+        from tidemark.jobs.controller_job import driver_work_dir  # as above
 
-    work_dir = driver_work_dir(settings_from_args(args), args.instance)
-    zygote = PythonZygote.start(work_dir, (*PRELOAD, processor.__name__))
-    try:
-        return run_local(args, policy_tasks(args), python=str(zygote.launcher))
-    finally:
-        zygote.stop()
+        work_dir = driver_work_dir(settings_from_args(args), args.instance)
+        zygote = PythonZygote.start(work_dir, (*PRELOAD, processor.__name__))
+        try:
+            return run_local(args, policy_tasks(args), python=str(zygote.launcher))
+        finally:
+            zygote.stop()
 
 
 def register_policies(verbs: Any) -> None:

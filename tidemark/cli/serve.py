@@ -19,7 +19,7 @@ from tidemark.cli.output import add_verb
 from tidemark.cli.read import delta_root
 from tidemark.cli.times import add_duration_flag
 from tidemark.controller.naming import ClusterSettings
-from tidemark.infra.services import KAFKA, ZOOKEEPER, resolve_services
+from tidemark.infra.services import KAFKA, ZOOKEEPER, noted_process, resolve_services
 
 DEFAULT_PORT = 8790
 
@@ -53,7 +53,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         settings = dataclasses.replace(settings, bucket_count=args.bucket_count)
     found = resolve_services(KAFKA, ZOOKEEPER)  # PostgreSQL too where known (timeline counts)
     assert found.kafka_bootstrap is not None
-    with control_plane(settings) as cp:
+    with noted_process("server", f"{args.host}:{args.port}"), control_plane(settings) as cp:
         service = TimeService(
             cp.store,
             cp.client,

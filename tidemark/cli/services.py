@@ -11,7 +11,13 @@ from tidemark.infra.services import LocalServices
 
 def register(sub: Any) -> None:
     add_verb(sub, "up", cmd_up, "start ZooKeeper and Kafka locally in the background")
-    add_verb(sub, "down", cmd_down, "stop the services `tidemark up` started", formatted=False)
+    add_verb(
+        sub,
+        "down",
+        cmd_down,
+        "stop the controllers and servers running here, then the services `tidemark up` started",
+        formatted=False,
+    )
     add_verb(sub, "status", cmd_status, "show the local services")
 
 
@@ -37,8 +43,11 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def cmd_down(args: argparse.Namespace) -> int:
-    stopped = LocalServices.from_env().down()
-    print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+    done = LocalServices.from_env().down()
+    print("stopped: " + (", ".join(done.stopped) if done.stopped else "nothing was running"))
+    if done.still_running:
+        print("still running: " + ", ".join(done.still_running))
+        return 1
     return 0
 
 
