@@ -324,7 +324,12 @@ def test_late_events_bound_per_segment_from_the_cuts():
         (2, 3, 250),  # not past cut 2 (4): bound 200, not late
         (2, 5, 299),  # past cut 2 -> 300: late; watermark 3 does not name it: stays 300
     ]
-    reads = iter([SimpleNamespace(segment=s, offset=o, timestamp=t) for s, o, t in events])
+    reads = iter(
+        [
+            SimpleNamespace(segment=s, offset=o, timestamp=t, is_checkpoint=False)
+            for s, o, t in events
+        ]
+    )
     reader = SimpleNamespace(
         group=SimpleNamespace(watermark_feed=lambda: feed),
         read_next=lambda timeout_ms=None: next(reads, None),
