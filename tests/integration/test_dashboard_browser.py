@@ -182,7 +182,8 @@ def test_dashboard_shows_stream_segments_and_lag_chart(
         canvas = chart.find_element(By.CSS_SELECTOR, ".uplot canvas")
         assert canvas.size["width"] > 300 and canvas.size["height"] > 100
         points = browser.execute_script(
-            "return JSON.parse(arguments[0].querySelector('script').textContent).x.length",
+            "return JSON.parse(arguments[0].querySelector('script').textContent)"
+            ".emitted_at_ms.length",
             chart,
         )
         assert points == 60

@@ -68,6 +68,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import functools
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
@@ -206,6 +207,7 @@ class Handlers:
         """``handler`` with its latency observed under ``route``."""
         observe = self.latency.labels(route).observe
 
+        @functools.wraps(handler)
         async def wrapped(request: Request) -> Response:
             started = time.perf_counter()
             try:
@@ -218,6 +220,10 @@ class Handlers:
     # --- lookups: answered from memory, on the event loop -----------------------------------
 
     async def start_cut(self, request: Request) -> Response:
+        """`?t=TIME` (required): where a reader starts so that it misses no event with
+        time ≥ t (`stream_cut_at`): `stream_cut` by segment id and `offsets` by topic
+        and partition; `found`, the watermark it rests on (null: none, the cut is the
+        stream's head)."""
         stream, t = _stream(request), _required_time(request)
         found = self.service.start_lookup(stream, t)
         meta = self.service.metadata(stream)
@@ -233,6 +239,9 @@ class Handlers:
         )
 
     async def stop_cut(self, request: Request) -> Response:
+        """`?t=TIME` (required): the cut before which every event with time ≤ t lies
+        (`complete_cut_at`); `stream_cut` and `offsets` are null while the stream is
+        not complete up to t."""
         stream, t = _stream(request), _required_time(request)
         found = self.service.stop_lookup(stream, t)
         topic = self.service.metadata(stream).topic
@@ -247,6 +256,9 @@ class Handlers:
         )
 
     async def wait_for(self, request: Request) -> Response:
+        """`?t=TIME` (required), `?timeout=DURATION` (alias `timeout_ms`; default 30 s,
+        at most 10 min): a long poll, answered as soon as a watermark with time ≥ t is
+        seen: `reached`, `watermark` (the first such) and `latest`."""
         stream = _stream(request)
         t = _required_time(request)
         timeout_ms = _wait_timeout(request)
@@ -275,17 +287,23 @@ class Handlers:
     # --- the rest: may read Delta or ZooKeeper, so in the thread pool -----------------------
 
     def streams(self, request: Request) -> Response:
+        """Every stream: its epochs, segments with key ranges and sealed sizes, the latest
+        watermark and its watermark lag (`lag_ms`)."""
         now = wall_ms()
         return JSONResponse(
             [stream_json(m, self.service.latest(m.name), now) for m in self.service.streams()]
         )
 
     def one_stream(self, request: Request) -> Response:
+        """One stream, as `/api/streams` lists it."""
         stream = _stream(request)
         meta = self.service.metadata(stream)
         return JSONResponse(stream_json(meta, self.service.latest(stream), wall_ms()))
 
     def watermarks(self, request: Request) -> Response:
+        """`?since=TIME`, `?version=N` or `?as_of=TIME` (Delta time travel), `?limit=N`
+        (default 1000): rows of the `marks` table and its `table_version`; a row's
+        `observed` is null for a noted watermark."""
         stream = _stream(request)
         version, rows = self.service.watermarks(
             stream,
@@ -299,24 +317,34 @@ class Handlers:
         return JSONResponse({"stream": stream, "table_version": version, "watermarks": rows})
 
     def history(self, request: Request) -> Response:
+        """`?minutes=N` (default 60; a duration too): that span's watermarks as columns,
+        in milliseconds: `emitted_at_ms`, `time_ms`, `upper_time_ms` and
+        `watermark_lag_ms` (emitted at - time)."""
         stream = _stream(request)
         minutes = _minutes_param(request, "minutes", 60)
         return JSONResponse({"stream": stream, **_series(self.service, stream, minutes * 60_000)})
 
     def rejected(self, request: Request) -> Response:
+        """`?stream=S`, `?limit=N` (default 50): the latest rejected marks, with reasons."""
         stream = request.query_params.get("stream") or None
         return JSONResponse(self.service.rejected(stream, _count_param(request, "limit", 50)))
 
     def laggards(self, request: Request) -> Response:
+        """`?stream=S`: the writers holding each stream back: id, instance, noted time,
+        first and last seen."""
         return JSONResponse(self.service.laggards(request.query_params.get("stream") or None))
 
     def window(self, request: Request) -> Response:
+        """A reader group's cut and time window."""
         return JSONResponse(self.service.window(request.path_params["group"]))
 
     def controller(self, request: Request) -> Response:
+        """The leading and standby controller drivers, and the last batch."""
         return JSONResponse(self.service.controller())
 
     def timelines(self, request: Request) -> Response:
+        """`?from_ms=TIME`, `?to_ms=TIME`: timeline message counts by status in that
+        range (404 without a timeline database)."""
         counts = self.service.timeline_counts(
             _time_param(request, "from_ms"), _time_param(request, "to_ms")
         )
@@ -327,20 +355,30 @@ class Handlers:
     # --- several streams at once (tidemark.service.joint) -----------------------------------
 
     async def joint_start_cut(self, request: Request) -> Response:
+        """`?stream=A&stream=B&t=TIME`: per stream, `found` and `stream_cut`, its own
+        start cut for t."""
         streams = streams_param(request.query_params.getlist("stream"))
         return JSONResponse(joint_start(self.service, streams, _required_time(request)))
 
     async def joint_stop_cut(self, request: Request) -> Response:
+        """`?stream=A&stream=B&t=TIME`: `complete` (every stream complete up to t),
+        `incomplete` (those that are not) and, per stream, `found` and `stream_cut`
+        (all null until `complete`)."""
         streams = streams_param(request.query_params.getlist("stream"))
         return JSONResponse(joint_stop(self.service, streams, _required_time(request)))
 
     async def joint_wait_for(self, request: Request) -> Response:
+        """`?stream=A&stream=B&t=TIME&timeout=DURATION`: a long poll, answered once every
+        stream has a watermark with time ≥ t: `reached`, `behind` (each stream short of
+        t → the writers holding it back) and, per stream, `reached`, `watermark`,
+        `latest`."""
         streams = streams_param(request.query_params.getlist("stream"))
         t = _required_time(request)
         timeout_ms = _wait_timeout(request)
         return JSONResponse(await joint_wait(self.service, streams, t, timeout_ms))
 
     def metrics(self, request: Request) -> Response:
+        """Prometheus metrics: the streams', the requests' and this process's."""
         body = (
             generate_latest(self.service.registry)
             + generate_latest(self.serve_registry)
@@ -351,6 +389,9 @@ class Handlers:
     # --- dashboard ----------------------------------------------------------------------------
 
     def index_page(self, request: Request) -> Response:
+        """The dashboard: writers holding streams back, reader groups, the controller,
+        the streams a page at a time (`?q=` searches names, `?sort=lag` or `name`), timeline
+        counts from `?from_min=` to `?to_min=` minutes ago."""
         now = wall_ms()
         from_min = _minutes_param(request, "from_min", 60)
         to_min = _minutes_param(request, "to_min", 0)
@@ -405,6 +446,8 @@ class Handlers:
         )
 
     def stream_page(self, request: Request) -> Response:
+        """One stream's page: watermark time and watermark lag charts, the latest
+        watermarks, its rejected marks and the writers holding it back."""
         stream = _stream(request)
         now = wall_ms()
         meta = self.service.metadata(stream)
@@ -471,14 +514,15 @@ def _required_time(request: Request) -> int:
 
 
 def _series(service: TimeService, stream: str, span_ms: int) -> dict[str, list[Any]]:
-    """Chart columns over the last ``span_ms``: x = emitted_at (s), watermark and upper
-    time (s), lag = emitted_at - time (s)."""
+    """The watermarks of the last ``span_ms`` as columns, in milliseconds like every
+    time the API answers: when each was emitted, its time and upper time, and its
+    watermark lag (emitted at - time, never below 0)."""
     points = [p for p in service.history(stream, wall_ms() - span_ms) if p.emitted_at > 0]
     return {
-        "x": [p.emitted_at / 1000 for p in points],
-        "time": [p.time / 1000 for p in points],
-        "upper_time": [p.upper_time / 1000 for p in points],
-        "lag": [max(0, p.emitted_at - p.time) / 1000 for p in points],
+        "emitted_at_ms": [p.emitted_at for p in points],
+        "time_ms": [p.time for p in points],
+        "upper_time_ms": [p.upper_time for p in points],
+        "watermark_lag_ms": [max(0, p.emitted_at - p.time) for p in points],
     }
 
 

@@ -3,9 +3,12 @@
   "use strict";
   function draw(el) {
     var data = JSON.parse(el.querySelector('script[type="application/json"]').textContent);
+    // the API answers milliseconds; uPlot's time scales take seconds
+    function seconds(ms) { return ms.map(function (v) { return v / 1000; }); }
+    var x = seconds(data.emitted_at_ms);
     var title = document.createElement("div");
     title.className = "chart-title";
-    title.textContent = el.dataset.title + (data.x.length ? "" : " — no watermarks in the last hour");
+    title.textContent = el.dataset.title + (x.length ? "" : " — no watermarks in the last hour");
     el.appendChild(title);
     var width = Math.max(480, Math.min(760, el.parentElement.clientWidth - 40));
     var opts, columns;
@@ -17,14 +20,14 @@
                  { label: "upper time", stroke: "#ff7f0e", width: 1, dash: [4, 4] }],
         axes: [{}, { size: 90 }]
       };
-      columns = [data.x, data.time, data.upper_time];
+      columns = [x, seconds(data.time_ms), seconds(data.upper_time_ms)];
     } else {
       opts = {
         width: width, height: 180,
         scales: { x: { time: true } },
-        series: [{}, { label: "lag (s)", stroke: "#d62728", fill: "rgba(214,39,40,0.08)", width: 2 }]
+        series: [{}, { label: "watermark lag (s)", stroke: "#d62728", fill: "rgba(214,39,40,0.08)", width: 2 }]
       };
-      columns = [data.x, data.lag];
+      columns = [x, seconds(data.watermark_lag_ms)];
     }
     new uPlot(opts, columns, el);
     el.dataset.rendered = "true";
