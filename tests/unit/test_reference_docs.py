@@ -24,3 +24,14 @@ def test_every_route_has_a_documented_handler_and_one_shape_of_times() -> None:
     history = next(a for _, p, a in rows if p.endswith("/history"))
     assert "milliseconds" in history  # the API answers every time in ms
     assert all("|" not in a for _, _, a in rows)  # a table cell stays one cell
+
+
+def test_the_cli_reference_is_every_verbs_help_as_the_parser_gives_it() -> None:
+    from tidemark.cli import reference as cli_reference
+
+    document = cli_reference.DOCUMENT.read_text()
+    assert cli_reference.with_verbs(document) == document, (
+        "docs/reference/cli.md differs from the parser: "
+        "run `python -m tidemark.cli.reference --write`"
+    )
+    assert "## `tidemark timeline`" in document and "### `tidemark timeline ingest`" in document
