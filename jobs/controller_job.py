@@ -80,6 +80,7 @@ from tidemark.controller.kafka.admin import StreamTopics, ensure_marks_topic
 from tidemark.controller.kafka.settings import forwarded_environment, spark_source_options
 from tidemark.controller.zookeeper.driver import DriverElection
 from tidemark.controller.zookeeper.session import close_session, open_session
+from tidemark.controller.zookeeper.store import ZooKeeperStore
 from tidemark.infra.spark import (
     KAFKA_CONSUMER_CACHE,
     KAFKA_CONSUMER_CACHE_SIZE,
@@ -89,6 +90,7 @@ from tidemark.infra.spark import (
 )
 from tidemark.jobs.cli_args import add_controller_arguments, settings_from_args
 from tidemark.jobs.config import DEFAULT_STOP_TIMEOUT_MS, ControllerSettings
+from tidemark.jobs.config_changes import ConfigChanges
 from tidemark.jobs.due import DueScheduler
 from tidemark.jobs.exceptions import JobConfigurationError, QueryFailedError
 from tidemark.jobs.lookups import KafkaCommittedOffsets
@@ -658,6 +660,9 @@ class ControllerJob:
         while not lost.is_set() and not self._stopping.is_set():
             batches = Batches(settings, self)
             batches.due.start()
+            changes = ConfigChanges(
+                ZooKeeperStore(self._client, settings.cluster.zk_root), batches.due.sweep
+            ).start()
             query: Any = None
             error: Any = None
             try:
@@ -696,6 +701,7 @@ class ControllerJob:
                     self._wait_between_batches(query)
                     query.stop()
                     self._observe(query)
+                changes.stop()
                 batches.due.stop()
                 with self._lock:
                     self._query = None

@@ -92,3 +92,50 @@ def test_a_writer_timeout_update_applies_to_a_running_controller_within_two_inte
     # workers learn of the update drops it and emits.
     assert took_ms <= 2 * cycle_ms, f"update applied after {took_ms} ms (cycle {cycle_ms} ms)"
     assert all(noter.error is None for noter in noters.values())
+
+
+def test_a_lowered_timeout_applies_within_two_intervals_while_every_writer_is_silent(
+    spark: Any, kafka: str, zookeeper: str, zk_client: Any, unique: str, tmp_path: Path
+) -> None:
+    """No mark flows after the update: the controller itself makes the stream's slot
+    due, instead of waiting out the due time the 10 minute timeout gave it."""
+    env = make_env(kafka, zookeeper, zk_client, unique, tmp_path, buckets=1)
+    stream = f"s{unique}/orders"
+    config = StreamConfiguration(
+        scaling_policy=ScalingPolicy.fixed(1), timestamp_aggregation_timeout_ms=600_000
+    )
+    env.manager.create_scope(f"s{unique}")
+    env.manager.create(stream, config)
+    settings = env.settings(writer_timeout_ms=600_000)
+    job = ControllerJob(spark, settings, f"c-{unique}").start()
+    ahead, behind = env.writer("w1", stream), env.writer("w2", stream)
+    try:
+        job.wait_leading()
+        for writer, noted in ((ahead, 2_000), (behind, 1_000)):
+            writer.write(b"x", routing_key="k")
+            writer.note_time(noted)  # then silent: not closed, no heartbeat
+        wait_for(lambda: (latest(settings.delta_root, stream) or {}).get("time") == 1_000, job)
+        time.sleep(3 * settings.interval_ms / 1000)  # w2 lags now, and holds the stream at 1000
+        assert latest(settings.delta_root, stream)["time"] == 1_000
+
+        updated_ms = time.time_ns() // 1_000_000
+        env.manager.update(
+            stream, dataclasses.replace(config, timestamp_aggregation_timeout_ms=1_000)
+        )
+        wait_for(lambda: latest(settings.delta_root, stream)["time"] == 2_000, job, timeout_s=60)
+        applied = latest(settings.delta_root, stream)
+        since = updated_ms - settings.interval_ms
+        runs = [
+            p["durationMs"].get("triggerExecution", 0)
+            for p in job.query.recentProgress
+            if started_ms(p["timestamp"]) >= since
+        ]
+        cycle_ms = max([settings.interval_ms, *runs])
+    finally:
+        job.stop()
+        ahead.close()
+        behind.close()
+    assert applied["writers"] == ["w1"]
+    took_ms = applied["emitted_at"] - updated_ms
+    print(f"timeout lowered with no mark flowing: applied after {took_ms} ms (cycle {cycle_ms})")
+    assert took_ms <= 2 * cycle_ms, f"applied after {took_ms} ms (cycle {cycle_ms} ms)"
