@@ -36,6 +36,8 @@ KAFKA_SASL_MECHANISM = "TIDEMARK_KAFKA_SASL_MECHANISM"
 """``SCRAM-SHA-512`` (default with SASL), ``SCRAM-SHA-256`` or ``PLAIN``."""
 KAFKA_SASL_USERNAME = "TIDEMARK_KAFKA_SASL_USERNAME"
 KAFKA_SASL_PASSWORD = "TIDEMARK_KAFKA_SASL_PASSWORD"
+SERVE_TOKEN = "TIDEMARK_SERVE_TOKEN"
+"""The bearer token ``tidemark serve`` requires (else ``--token-file``; unset: none)."""
 SERVICE_TIMEOUT_MS = "TIDEMARK_SERVICE_TIMEOUT_MS"
 """How long a CLI verb waits for ZooKeeper's session or Kafka's answer before it reports the
 service unavailable (default 10 s for ZooKeeper, 30 s for Kafka)."""
@@ -60,6 +62,7 @@ ALL = (
     KAFKA_SASL_MECHANISM,
     KAFKA_SASL_USERNAME,
     KAFKA_SASL_PASSWORD,
+    SERVE_TOKEN,
     SERVICE_TIMEOUT_MS,
 )
 

@@ -93,6 +93,7 @@ from tidemark.errors import ServiceUnavailableError, TidemarkError
 from tidemark.pipelines.build_info import register_build_info
 from tidemark.pipelines.reading.exceptions import InvalidTimestampError, UnknownReaderGroupError
 from tidemark.pipelines.reading.time_service import cut_to_json, found_to_json, watermark_to_json
+from tidemark.service.access import BearerToken
 from tidemark.service.joint import joint_start, joint_stop, joint_wait, streams_param
 from tidemark.service.listing import held_back, page_of_streams
 from tidemark.service.state import TimeService, stream_json, wall_ms
@@ -386,6 +387,18 @@ class Handlers:
         )
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 
+    async def healthz(self, request: Request) -> Response:
+        """Alive: 200 while the process serves (no token needed)."""
+        return JSONResponse({"status": "alive"})
+
+    async def readyz(self, request: Request) -> Response:
+        """Ready: 200 once the last refresh of the tables succeeded, else 503 with its
+        error (no token needed)."""
+        error = self.service.last_refresh_error
+        if self.service.refreshes == 0 or error is not None:
+            return JSONResponse({"status": "not ready", "detail": error}, status_code=503)
+        return JSONResponse({"status": "ready"})
+
     # --- dashboard ----------------------------------------------------------------------------
 
     def index_page(self, request: Request) -> Response:
@@ -487,16 +500,19 @@ class Handlers:
             Route("/api/controller", self.controller),
             Route("/api/timelines", self.timelines),
             Route("/metrics", self.metrics),
+            Route("/healthz", self.healthz),
+            Route("/readyz", self.readyz),
             Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
         ]
 
 
-def build_app(service: TimeService) -> Starlette:
-    """The Starlette application serving ``service``."""
+def build_app(service: TimeService, token: str | None = None) -> Any:
+    """The ASGI application serving ``service``; with ``token``, every route but the
+    probes needs it as a bearer token (:class:`tidemark.service.access.BearerToken`)."""
     register_build_info(REGISTRY)  # there, not here: a controller in this process adds it too
     app = Starlette(routes=Handlers(service).routes(), exception_handlers=_handlers())
     app.state.service = service
-    return app
+    return app if token is None else BearerToken(app, token)
 
 
 def topic_offsets(topic: str, cut: Mapping[int, int]) -> dict[str, dict[str, int]]:

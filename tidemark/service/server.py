@@ -16,6 +16,7 @@ from types import FrameType, TracebackType
 import uvicorn
 
 from tidemark.errors import TidemarkError
+from tidemark.service.access import ServeAccess, check_listen
 from tidemark.service.app import build_app
 from tidemark.service.state import TimeService
 
@@ -30,8 +31,10 @@ class _Server(uvicorn.Server):
     """uvicorn's server that, as it shuts down, first answers the waits it holds
     (``GET .../wait``: long polls) instead of waiting for their timeouts."""
 
-    def __init__(self, service: TimeService, sock: socket.socket) -> None:
-        super().__init__(_config(service, sock))
+    def __init__(
+        self, service: TimeService, sock: socket.socket, access: ServeAccess | None = None
+    ) -> None:
+        super().__init__(_config(service, sock, access or ServeAccess()))
         self._waits = service.waits
         self.stopped_by: int | None = None
         """The signal that stopped the server (uvicorn's handler), if one did."""
@@ -45,9 +48,11 @@ class _Server(uvicorn.Server):
         await super().shutdown(sockets)
 
 
-def _config(service: TimeService, sock: socket.socket) -> uvicorn.Config:
+def _config(service: TimeService, sock: socket.socket, access: ServeAccess) -> uvicorn.Config:
     return uvicorn.Config(
-        build_app(service),
+        build_app(service, access.token),
+        ssl_certfile=None if access.tls_cert is None else str(access.tls_cert),
+        ssl_keyfile=None if access.tls_key is None else str(access.tls_key),
         log_config=None,  # our logging setup, not uvicorn's
         access_log=False,
         lifespan="off",
@@ -78,13 +83,18 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve_forever(service: TimeService, host: str, port: int) -> None:
-    """Serve until interrupted (uvicorn handles SIGINT/SIGTERM). Ctrl-C ends in
+def serve_forever(
+    service: TimeService, host: str, port: int, access: ServeAccess | None = None
+) -> None:
+    """Serve until interrupted (uvicorn handles SIGINT/SIGTERM: the requests in flight
+    are answered, long polls at once, then it returns). Ctrl-C ends in
     ``KeyboardInterrupt`` (the CLI's exit status 130) every time: uvicorn re-raises the
     signal inside asyncio's runner, whose own SIGINT handler only cancels a task that may
     already be finishing, so the process sometimes ended as if nothing had happened."""
+    access = access or ServeAccess()
+    check_listen(host, access)
     sock = _bind(host, port)
-    server = _Server(service, sock)
+    server = _Server(service, sock, access)
     server.run(sockets=[sock])
     if server.stopped_by == signal.SIGINT:
         raise KeyboardInterrupt
@@ -93,12 +103,20 @@ def serve_forever(service: TimeService, host: str, port: int) -> None:
 class RunningService:
     """The service started on a background thread; stops (and closes ``service``) on exit."""
 
-    def __init__(self, service: TimeService, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self,
+        service: TimeService,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        access: ServeAccess | None = None,
+    ) -> None:
         self.service = service
+        access = access or ServeAccess()
+        check_listen(host, access)
         self._sock = _bind(host, port)
         host, port = self._sock.getsockname()[:2]
-        self.url = f"http://{host}:{port}"
-        self._server = _Server(service, self._sock)
+        self.url = f"{'https' if access.tls else 'http'}://{host}:{port}"
+        self._server = _Server(service, self._sock, access)
         self._thread = threading.Thread(
             target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True
         )
