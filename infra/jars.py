@@ -9,8 +9,9 @@
     interceptor_jar()                # -> the interceptor's jar (built from jvm/)
 
 Each group (``kafka``, ``zookeeper``, ``spark``, ``s3proxy``: the object store of the
-deployment tests, ``s3a``: Spark's ``s3a://`` file system, ``connect``: a Kafka
-Connect worker with the file connectors, for the JVM interceptor's tests) is a small pom under
+deployment tests, ``s3a``: Spark's ``s3a://`` file system; for the JVM interceptor's
+tests ``connect``: a Kafka Connect worker with the file connectors, ``streams``: Kafka
+Streams, ``spring``: Spring for Apache Kafka) is a small pom under
 ``infra/maven/``. Maven resolves it into the user's Maven repository and
 writes the classpath to the tidemark cache, in a file named after a hash of
 the pom, so a changed pom is resolved again and nothing is fetched at test
@@ -39,7 +40,7 @@ log = logging.getLogger(__name__)
 MAVEN_DIR = Path(__file__).resolve().parent / "maven"
 JVM_MODULE = Path(__file__).resolve().parent.parent / "jvm"
 INTERCEPTOR_CLASS = "dev.tidemark.kafka.TidemarkInterceptor"
-GROUPS = ("kafka", "zookeeper", "spark", "s3proxy", "s3a", "connect")
+GROUPS = ("kafka", "zookeeper", "spark", "s3proxy", "s3a", "connect", "streams", "spring")
 _VERSIONED_JAR = re.compile(r"^(?P<artifact>.+?)-\d[\w.\-]*\.jar$")
 
 

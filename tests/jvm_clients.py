@@ -13,8 +13,9 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from tidemark.infra.jars import classpath, interceptor_jar
 
@@ -44,13 +45,52 @@ def properties(text: str, **changes: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def client_classpath() -> list[str]:
-    """kafka-clients (and its dependencies) plus the interceptor's jar."""
-    return [*classpath("kafka"), str(interceptor_jar())]
+def parse_properties(text: str) -> dict[str, str]:
+    """A properties snippet's ``key=value`` lines as a mapping (comments and blanks left out)."""
+    lines = (line.strip() for line in text.splitlines())
+    pairs = (line.split("=", 1) for line in lines if "=" in line and not line.startswith("#"))
+    return {key.strip(): value.strip() for key, value in pairs}
 
 
-def compile_java(work: Path, source: str) -> Path:
-    """``source`` (one public class) compiled into ``work/classes``; that directory."""
+def assert_seeks_exact(
+    stream: str,
+    seen: Sequence[tuple[int, int, int]],
+    watermarks: Sequence[Any],
+    root: str,
+    store: Any,
+    complete_windows: bool = True,
+) -> None:
+    """Seeks by time over the records ``seen`` (partition, offset, timestamp) and the
+    ``watermarks`` folded from their writer's marks (Delta under ``root``): a start cut at
+    any time skips no record at or after it; with ``complete_windows``, a complete cut at a
+    watermark's time misses no record at or before it (no record was late), and a time past
+    the last watermark has none yet."""
+    from tidemark.pipelines.reading.seek import complete_cut_at, stream_cut_at
+
+    times = sorted({ts for *_, ts in seen})
+    for t in [*times[:: max(1, len(times) // 40)], *(w.time for w in watermarks)]:
+        cut = stream_cut_at(stream, t, delta_root=root, store=store)
+        skipped = [(p, off, ts) for p, off, ts in seen if ts >= t and off < cut.get(p, 0)]
+        assert skipped == [], t
+    if not complete_windows:
+        return
+    for w in watermarks:
+        cut = complete_cut_at(stream, w.time, delta_root=root)
+        assert cut is not None
+        missed = [(p, off, ts) for p, off, ts in seen if ts <= w.time and off >= cut.get(p, 0)]
+        assert missed == [], w.time
+    assert complete_cut_at(stream, watermarks[-1].time + 1, delta_root=root) is None
+
+
+def client_classpath(groups: Sequence[str] = ("kafka",)) -> list[str]:
+    """The jar groups' jars (``kafka``: kafka-clients and its dependencies; ``streams``,
+    ``spring``: those clients on kafka-clients) plus the interceptor's jar."""
+    return list(dict.fromkeys([*(j for g in groups for j in classpath(g)), str(interceptor_jar())]))
+
+
+def compile_java(work: Path, source: str, groups: Sequence[str] = ("kafka",)) -> Path:
+    """``source`` (one public class) compiled into ``work/classes`` against the jar
+    ``groups`` (:func:`client_classpath`); that directory."""
     name = re.search(r"public (?:final )?class (\w+)", source)
     assert name is not None, "a snippet with one public class"
     src = work / "src" / f"{name[1]}.java"
@@ -60,7 +100,7 @@ def compile_java(work: Path, source: str) -> Path:
     javac = shutil.which("javac")
     assert javac is not None, "javac (a JDK 17) is needed"
     done = subprocess.run(
-        [javac, "-d", str(out), "-cp", ":".join(client_classpath()), str(src)],
+        [javac, "-d", str(out), "-cp", ":".join(client_classpath(groups)), str(src)],
         capture_output=True,
         text=True,
         check=False,
@@ -76,12 +116,14 @@ def run_java(
     timeout_s: float = 120,
     env: Mapping[str, str] | None = None,
     fails: bool = False,
+    groups: Sequence[str] = ("kafka",),
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``main`` to its end; its output (a failure shows it; ``fails``: it must fail)."""
+    """Run ``main`` to its end, on the jar ``groups``; its output (a failure shows it;
+    ``fails``: it must fail)."""
     java = shutil.which("java")
     assert java is not None
     done = subprocess.run(
-        [java, "-Xmx256m", "-cp", ":".join([str(classes), *client_classpath()]), main, *args],
+        [java, "-Xmx256m", "-cp", ":".join([str(classes), *client_classpath(groups)]), main, *args],
         capture_output=True,
         text=True,
         check=False,
@@ -119,8 +161,10 @@ def run_java_lines(classes: Path, main: str, lines: list[str]) -> list[str]:
 
 __all__ = [
     "GUIDE",
+    "assert_seeks_exact",
     "client_classpath",
     "compile_java",
+    "parse_properties",
     "properties",
     "run_java",
     "run_java_lines",

@@ -32,8 +32,15 @@ from tests.integration.test_dropin_producer import (  # noqa: F401 (fixtures)
     records,
     store,
 )
-from tests.integration.test_seek_ahead import fold, skipped
-from tests.jvm_clients import client_classpath, compile_java, properties, run_java, snippet
+from tests.integration.test_seek_ahead import fold
+from tests.jvm_clients import (
+    assert_seeks_exact,
+    client_classpath,
+    compile_java,
+    properties,
+    run_java,
+    snippet,
+)
 from tidemark.controller.kafka.admin import StreamTopics
 from tidemark.controller.naming import ClusterSettings, bucket_of
 from tidemark.controller.streams import StreamManager
@@ -41,7 +48,6 @@ from tidemark.controller.zookeeper.store import ZooKeeperStore
 from tidemark.infra.kafka import SCRAM, KafkaCluster, KafkaSecurity
 from tidemark.jobs.controller_job import ControllerJob
 from tidemark.jobs.tables import REJECTED_MARKS, read_table, read_watermarks
-from tidemark.pipelines.reading.seek import complete_cut_at, stream_cut_at
 from tidemark.pipelines.writing.partitioners import kafka_partition
 from tidemark.schemas.records import WriterMarkRecord
 
@@ -165,17 +171,9 @@ def test_a_java_producer_with_the_interceptor_gets_exact_watermarks(
     watermarks = fold(stream, store, root, [[m] for m in marks])
     assert len(watermarks) >= 2
     assert full(watermarks[-1].stream_cut) == ends  # every event lies before the last cut
-    seen = [(p, off, ts) for p, off, _, _, ts in events]
-    times = sorted({ts for *_, ts in seen})
-    for t in [*times[:: max(1, len(times) // 40)], *(w.time for w in watermarks)]:
-        cut = stream_cut_at(stream, t, delta_root=root, store=store)
-        assert skipped(seen, cut, t) == [], t
-    for w in watermarks:
-        cut = complete_cut_at(stream, w.time, delta_root=root)
-        assert cut is not None
-        missed = [(p, off, ts) for p, off, ts in seen if ts <= w.time and off >= cut.get(p, 0)]
-        assert missed == [], w.time
-    assert complete_cut_at(stream, watermarks[-1].time + 1, delta_root=root) is None
+    assert_seeks_exact(
+        stream, [(p, off, ts) for p, off, _, _, ts in events], watermarks, root, store
+    )
 
 
 def test_the_interceptor_refuses_streams_it_cannot_write(
