@@ -63,7 +63,8 @@ def check_instance(bound: str | None, claimed: str | None, bound_alive: bool = T
     new token claims the writer id; ``impersonated`` otherwise: another token, or
     none, under an id held by a live instance.
 
-    A writer id is held by the token of its first accepted mark -- or by "no
+    The rule for ids without registrations (:func:`check_registered` applies it to
+    them). A writer id is held by the token of its first accepted mark -- or by "no
     token" when that mark had none (a v1 writer) -- until that instance shuts down
     or the controller forgets the writer (its timeout). While it lives, a mark
     with another token is refused, and so is a mark without one under an id held

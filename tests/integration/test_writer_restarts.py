@@ -22,15 +22,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
 
 from tests.controller_env import Env
 from tests.faults.figures import report
-from tests.integration.test_controller_job import wait_for
+from tests.integration.test_controller_job import produce, wait_for
 from tidemark.controller.naming import bucket_of
 from tidemark.jobs.controller_job import ControllerJob
 from tidemark.jobs.tables import REJECTED_MARKS, Reason, read_table, read_watermarks
 from tidemark.pipelines.writing.config import WriterConfig
+from tidemark.pipelines.writing.exceptions import AutomaticTimeError
 from tidemark.pipelines.writing.transactions import TransactionalWriter
 from tidemark.pipelines.writing.writer import EventWriter
 from tidemark.schemas.records import WriterMarkRecord
@@ -64,10 +64,7 @@ def kill_9(proc: subprocess.Popen[str]) -> None:
 
 def produce_mark(env: Env, stream: str, record: WriterMarkRecord) -> bytes:
     raw = record.encode()
-    producer = Producer({"bootstrap.servers": env.kafka})
-    partition = bucket_of(stream, env.cluster.bucket_count)
-    producer.produce(env.cluster.marks_topic, raw, stream.encode(), partition=partition)
-    assert producer.flush(30) == 0
+    produce(env, stream, raw, bucket_of(stream, env.cluster.bucket_count))
     return raw
 
 
@@ -148,6 +145,8 @@ def test_an_idle_transactional_writer_keeps_its_streams_watermark_moving(
         job.wait_leading()
         txn = idle.begin()
         txn.write(b"once", routing_key="k")
+        with pytest.raises(AutomaticTimeError, match="commit\\(\\) without a timestamp"):
+            txn.commit(timestamp=1)  # its time is the clock's; the transaction stays open
         txn.commit()
         committed_at = int(time.time() * 1000)  # at or after the commit's noted time
         for n in range(30):
