@@ -113,7 +113,9 @@ def test_a_writer_killed_and_restarted_under_its_id_is_heard_at_once(
         for proc in procs:
             kill_9(proc)
         job.stop()
-    rejected = read_table(settings.delta_root, REJECTED_MARKS)
+    rejected = sorted(
+        read_table(settings.delta_root, REJECTED_MARKS), key=lambda r: r["kafka_offset"]
+    )
     assert [(r["writer"], r["reason"], bytes(r["raw"])) for r in rejected] == [
         ("w1", Reason.SUPERSEDED, refused[0]),
         ("w1", Reason.IMPERSONATED, refused[1]),
