@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections.abc import Callable
 
+from tidemark.controller.admission import Registration
 from tidemark.controller.exceptions import (
     ConflictError,
     ScopeNotEmptyError,
@@ -22,6 +25,7 @@ from tidemark.controller.exceptions import (
 )
 from tidemark.controller.metadata import StreamMetadata, Versioned
 from tidemark.controller.store import (
+    KEPT_REGISTRATIONS,
     MetadataStore,
     StreamCallback,
     check_append_only,
@@ -33,11 +37,15 @@ log = logging.getLogger(__name__)
 
 
 class MemoryStore(MetadataStore):
-    def __init__(self) -> None:
+    """``clock_ms``: when a registration is recorded (default: the wall clock)."""
+
+    def __init__(self, clock_ms: Callable[[], int] | None = None) -> None:
+        self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         self._lock = threading.RLock()
         self._streams: dict[str, Versioned] = {}
         self._scopes: set[str] = set()
         self._watchers: dict[str, list[StreamCallback]] = {}
+        self._registrations: dict[tuple[str, str], list[Registration]] = {}
 
     def create_scope(self, scope: str) -> bool:
         check_scope_name(scope)
@@ -90,6 +98,8 @@ class MemoryStore(MetadataStore):
                 raise ConflictError(f"stream {stream!r}", expected_version, current.version)
             del self._streams[stream]
             self._watchers.pop(stream, None)
+            for key in [k for k in self._registrations if k[0] == stream]:
+                del self._registrations[key]
 
     def list_streams(self, scope: str | None = None) -> list[str]:
         with self._lock:
@@ -105,6 +115,20 @@ class MemoryStore(MetadataStore):
         with self._lock:
             self._watchers.setdefault(stream, []).append(callback)
         callback(current.metadata)
+
+    def register_writer(self, stream: str, writer_id: str, instance: str) -> bool:
+        with self._lock:
+            self.read_stream(stream)
+            kept = self._registrations.setdefault((stream, writer_id), [])
+            if kept and kept[-1].instance == instance:
+                return False
+            kept.append(Registration(instance, self._clock_ms()))
+            del kept[:-KEPT_REGISTRATIONS]
+            return True
+
+    def writer_registrations(self, stream: str, writer_id: str) -> tuple[Registration, ...]:
+        with self._lock:
+            return tuple(self._registrations.get((stream, writer_id), ()))
 
     def _notify(self, metadata: StreamMetadata) -> None:
         with self._lock:

@@ -73,6 +73,21 @@ def check_instance_id(instance_id: str) -> str:
     return instance_id
 
 
+_NODE_SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-.")
+
+
+def writer_node_name(writer_id: str) -> str:
+    """A writer id as a ZooKeeper node name (its registrations' node; the JVM interceptor
+    spells it the same way): each UTF-8 byte outside ``[A-Za-z0-9_.-]`` as ``%XX``, and
+    the dots of ``.`` and ``..`` too.
+
+    >>> writer_node_name("orders-1"), writer_node_name("job/3 é"), writer_node_name("..")
+    ('orders-1', 'job%2F3%20%C3%A9', '%2E%2E')
+    """
+    name = "".join(chr(b) if b in _NODE_SAFE else f"%{b:02X}" for b in writer_id.encode())
+    return name.replace(".", "%2E") if name in (".", "..") else name
+
+
 def topic_for(stream: str) -> str:
     """The Kafka topic that holds ``stream``'s segments (one partition per segment)."""
     scope, name = split_stream(stream)

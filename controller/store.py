@@ -5,13 +5,18 @@
     v = store.create_stream(meta)            # Versioned(metadata, version)
     v = store.replace_stream(changed, v.version)   # compare-and-set
     store.watch_stream("shop/orders", on_change)   # on_change(StreamMetadata)
+    store.register_writer("shop/orders", "w1", token)  # before the writer's first mark
+    store.writer_registrations("shop/orders", "w1")    # (Registration, ...), oldest first
 
 Every update is a compare-and-set on the version read: a lost race raises
 :class:`~tidemark.controller.exceptions.ConflictError`, never overwrites silently.
 Epochs are append-only: an update may add epochs, never change or drop one.
 Scopes are explicit: a stream is created only in an existing scope, and a
 scope is deleted only while it holds no stream (both checked atomically by
-the store).
+the store). A writer registers each instance (its token) under its writer id
+before its first mark; the controller hears a registered instance at once
+(``tidemark.controller.admission.check_registered``). A store keeps the last
+:data:`KEPT_REGISTRATIONS` of each id.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Sequence
 
+from tidemark.controller.admission import Registration
 from tidemark.controller.exceptions import (
     ConflictError,
     InvalidModelError,
@@ -29,6 +35,10 @@ from tidemark.controller.metadata import StreamMetadata, Versioned
 from tidemark.controller.naming import split_stream
 
 StreamCallback = Callable[[StreamMetadata], None]
+
+KEPT_REGISTRATIONS = 16
+"""Registrations a store keeps per writer id (older ones are dropped): enough for a
+controller replaying the marks topic to tell the recent instances apart."""
 
 
 class MetadataStore(abc.ABC):
@@ -79,6 +89,17 @@ class MetadataStore(abc.ABC):
         the stream is deleted. A callback must not block for long.
         """
 
+    @abc.abstractmethod
+    def register_writer(self, stream: str, writer_id: str, instance: str) -> bool:
+        """Register ``instance`` as writer ``writer_id``'s current instance on ``stream``
+        (before its first mark); ``False`` when it is already the current one.
+        :class:`UnknownStreamError` when the stream does not exist."""
+
+    @abc.abstractmethod
+    def writer_registrations(self, stream: str, writer_id: str) -> tuple[Registration, ...]:
+        """The id's registrations, oldest first (the last :data:`KEPT_REGISTRATIONS`);
+        empty when it has none (or the stream does not exist)."""
+
     def get_stream(self, stream: str) -> StreamMetadata:
         """The stream's metadata; :class:`UnknownStreamError` naming it if absent."""
         return self.read_stream(stream).metadata
@@ -122,6 +143,7 @@ def check_scope_name(scope: str) -> str:
 
 
 __all__ = [
+    "KEPT_REGISTRATIONS",
     "MetadataStore",
     "StreamCallback",
     "check_append_only",

@@ -1,7 +1,9 @@
-"""What a Spark Python worker looks up: stream metadata (ZooKeeper) and last stable offsets.
+"""What a Spark Python worker looks up: stream metadata and writer registrations
+(ZooKeeper), and last stable offsets.
 
     streams = worker_streams(settings)      # one per process, cached
     streams.stream("shop/orders")           # StreamMetadata | None
+    worker_registrations(settings).registrations("shop/orders", "w1", token, batch_ms)
     lso = worker_committed(settings)
     lso.last_stable("tidemark.shop.orders", {0: 17})
 
@@ -12,6 +14,11 @@ changes (a ZooKeeper watch per cached stream, set before it is read): a
 bounds reaches the next batch that meets the stream. It is also read again
 when a mark names a segment it does not know (a scale the watch has not told
 yet) or the stream is not known yet.
+Registrations are read only for a mark whose token is not the one its writer
+id is bound to (the workflow asks no more), and kept: they are only ever
+added, so a cached list that names the mark's token answers, and so does one
+read after the mark reached Kafka (a writer registers before its first mark);
+a forged token costs at most one read per writer id and micro-batch.
 Last stable offsets only grow, so a cached value at or above what a cut
 needs answers without asking Kafka; so does one read after the caller's
 records were stored (``fresh_since_ms``: the micro-batch's timestamp).
@@ -31,6 +38,7 @@ from typing import Any
 from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
 
+from tidemark.controller.admission import Registration
 from tidemark.controller.exceptions import InvalidModelError, UnknownStreamError
 from tidemark.controller.kafka import roles
 from tidemark.controller.kafka.retry import LEADER_MOVING, KafkaRetry
@@ -45,6 +53,7 @@ log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _streams: dict[tuple[str, str], ZooKeeperStreams] = {}
 _committed: dict[str, KafkaCommittedOffsets] = {}
+_registrations: dict[tuple[str, str], ZooKeeperRegistrations] = {}
 
 RECENT_S = 60.0
 """Partitions a cut needed this recently are refreshed with any other's request."""
@@ -66,6 +75,10 @@ class ZooKeeperStreams:
         """Guards both against the watches (the session's thread)."""
         self.changes = 0
         """Cached streams dropped because their record changed (for tests)."""
+
+    def store(self) -> ZooKeeperStore:
+        """The metadata store (the session opened on first use)."""
+        return self._get_store()
 
     def _get_store(self) -> ZooKeeperStore:
         if self._store is None:
@@ -143,6 +156,46 @@ class ZooKeeperStreams:
         with self._lock:
             self._cache.clear()
             self._watched.clear()
+
+
+class ZooKeeperRegistrations:
+    """:class:`tidemark.jobs.workflow.RegistrationLookup` over the metadata store's
+    registration znodes, cached (see the module docstring)."""
+
+    MAX_CACHED = 100_000
+    """Writer ids kept; the oldest read is dropped beyond (a flood of forged ids)."""
+
+    def __init__(self, streams: ZooKeeperStreams) -> None:
+        self._streams = streams
+        self._cache: dict[tuple[str, str], tuple[tuple[Registration, ...], int]] = {}
+        """(stream, writer id) -> its registrations and when (wall ms) they were asked for."""
+        self._lock = threading.Lock()
+        self.reads = 0
+        """Registrations read from ZooKeeper (for tests)."""
+
+    def registrations(
+        self, stream: str, writer_id: str, claimed: str | None, fresh_since_ms: int | None
+    ) -> tuple[Registration, ...]:
+        key = (stream, writer_id)
+        with self._lock:
+            cached = self._cache.get(key)
+        if cached is not None:
+            found, read_at = cached
+            if any(r.instance == claimed for r in found) or (
+                fresh_since_ms is not None and read_at >= fresh_since_ms
+            ):
+                return found
+        if not is_stream_name(stream):
+            return ()
+        read_at = int(time.time() * 1000)
+        found = self._streams.store().writer_registrations(stream, writer_id, latest=True)
+        with self._lock:
+            self.reads += 1
+            self._cache.pop(key, None)
+            if len(self._cache) >= self.MAX_CACHED:
+                self._cache.pop(next(iter(self._cache)))
+            self._cache[key] = (found, read_at)
+        return found
 
 
 _LOOKUP_RETRY = KafkaRetry(LEADER_MOVING, timeout_s=10.0)
@@ -258,6 +311,16 @@ def worker_streams(settings: WorkflowSettings) -> ZooKeeperStreams:
         return found
 
 
+def worker_registrations(settings: WorkflowSettings) -> ZooKeeperRegistrations:
+    streams = worker_streams(settings)
+    key = (settings.zk_connect, settings.zk_root)
+    with _lock:
+        found = _registrations.get(key)
+        if found is None:
+            found = _registrations[key] = ZooKeeperRegistrations(streams)
+        return found
+
+
 def worker_committed(settings: WorkflowSettings) -> KafkaCommittedOffsets:
     with _lock:
         found = _committed.get(settings.kafka_bootstrap)
@@ -268,4 +331,11 @@ def worker_committed(settings: WorkflowSettings) -> KafkaCommittedOffsets:
         return found
 
 
-__all__ = ["KafkaCommittedOffsets", "ZooKeeperStreams", "worker_committed", "worker_streams"]
+__all__ = [
+    "KafkaCommittedOffsets",
+    "ZooKeeperRegistrations",
+    "ZooKeeperStreams",
+    "worker_committed",
+    "worker_registrations",
+    "worker_streams",
+]

@@ -45,7 +45,7 @@ from pyspark.sql.streaming.stateful_processor import (
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
 from tidemark.jobs.config import WorkflowSettings
-from tidemark.jobs.lookups import worker_committed, worker_streams
+from tidemark.jobs.lookups import worker_committed, worker_registrations, worker_streams
 from tidemark.jobs.slot_keys import is_due_key
 from tidemark.jobs.slots import SlotState, run_slot
 from tidemark.jobs.worker_setup import keep_zip_directories
@@ -196,7 +196,10 @@ class ControllerProcessor(StatefulProcessor):
         self.handle = handle
         self.value = handle.getValueState("slot", STATE_SCHEMA)
         self.workflow = StreamWorkflow(
-            self.settings, worker_streams(self.settings), worker_committed(self.settings)
+            self.settings,
+            worker_streams(self.settings),
+            worker_committed(self.settings),
+            worker_registrations(self.settings),
         )
 
     def handleInputRows(

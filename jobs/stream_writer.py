@@ -31,11 +31,11 @@ end instead of noting its largest timestamp.
 
 One run of ``write_to_stream`` is one writer *instance* to the
 controller: the driver draws an instance token, registers the tasks'
-writers under it and hands it to the tasks, so a retried task is heard
-at once. A later run of the same batch (a restarted query) is a new
-instance: heard at once where the earlier run's tasks closed, after the
-stream's writer timeout where they died (``schemas/README.md``,
-``instance``).
+writers under it (in the metadata store, and with the marks below) and
+hands it to the tasks, so a retried task is heard at once. A later run of
+the same batch (a restarted query) is a new instance, registered anew:
+heard at once, whether the earlier run's tasks closed or died
+(``schemas/README.md``, ``instance``).
 
 Before the tasks start, the driver *registers* every task's writer with a
 mark at time 0 and an empty position (``register=True``, the default).
@@ -208,9 +208,15 @@ def write_partition(
 def register_writers(
     target: StreamTarget, writers: Iterable[str], instance: str | None = None
 ) -> str:
-    """Publish a time-0 mark with an empty position for each writer (see the module doc),
-    under the instance token ``instance`` (a new one unless given); the token."""
+    """Register each writer under the instance token ``instance`` (a new one unless given)
+    in the metadata store, then publish a time-0 mark with an empty position for each
+    (see the module doc); the token."""
     token = instance_token(instance)
+    writers = list(writers)
+    with zookeeper_session(target.zk_connect) as client:  # before their first marks
+        store = ZooKeeperStore(client, target.cluster.zk_root)
+        for wid in writers:
+            store.register_writer(target.stream, wid, token)
     ensure_marks_topic(target.kafka_bootstrap, target.cluster, create=True)
     producer = roles.client(roles.MARKS_PRODUCER, target.kafka_bootstrap)
     for wid in writers:

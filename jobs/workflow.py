@@ -17,7 +17,10 @@ leaves to its caller:
   another stream than its key, is ``malformed``; an unknown stream or segment
   is rejected (after one refresh of the cached metadata); then
   :func:`~tidemark.controller.watermarks.accept_mark` against the writer's last
-  accepted mark;
+  accepted mark. The mark's instance token is checked against the writer id's
+  registrations (:func:`~tidemark.controller.admission.check_registered`), looked up
+  only for a mark whose token is not the one the id is bound to (a new writer id,
+  a restart, a forgery): the marks of a bound instance cost no lookup;
 - **when a cycle runs**: with timers, right after a micro-batch's marks of
   the stream, and otherwise only at the stream's *due time* (``due_ms``):
   the earliest moment waiting can change the outcome -- a lagging writer's
@@ -47,10 +50,16 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from tidemark.controller.admission import RESTARTED, check_instance, check_time
+from tidemark.controller.admission import (
+    RESTARTED,
+    Holder,
+    Registration,
+    check_registered,
+    check_time,
+)
 from tidemark.controller.laggards import Laggard, WriterSeen
 from tidemark.controller.metadata import StreamMetadata
 from tidemark.controller.model import Watermark, WriterMark, segment_number
@@ -328,16 +337,43 @@ class CommittedOffsets(Protocol):
         the next request (a worker's first batch meets many streams at once)."""
 
 
+class RegistrationLookup(Protocol):
+    """Writer ids' registrations (``MetadataStore.writer_registrations``)."""
+
+    def registrations(
+        self, stream: str, writer_id: str, claimed: str | None, fresh_since_ms: int | None
+    ) -> Sequence[Registration]:
+        """The id's registrations, oldest first (empty: none). May answer from a cache
+        when ``claimed`` is among the cached ones (registrations are only ever added),
+        or when the cached ones were read at or after the wall time ``fresh_since_ms``
+        (every mark the caller checks reached Kafka before then, and a writer registers
+        before its first mark)."""
+
+
+class NoRegistrations:
+    """No writer registers: every id keeps the first-mark binding (``check_instance``)."""
+
+    def registrations(
+        self, stream: str, writer_id: str, claimed: str | None, fresh_since_ms: int | None
+    ) -> Sequence[Registration]:
+        return ()
+
+
 # --- the workflow ---------------------------------------------------------------------------
 
 
 class StreamWorkflow:
     def __init__(
-        self, settings: WorkflowSettings, streams: StreamLookup, committed: CommittedOffsets
+        self,
+        settings: WorkflowSettings,
+        streams: StreamLookup,
+        committed: CommittedOffsets,
+        registrations: RegistrationLookup | None = None,
     ) -> None:
         self.settings = settings
         self.streams = streams
         self.committed = committed
+        self.registrations = registrations or NoRegistrations()
 
     # entry points ---------------------------------------------------------------------------
 
@@ -450,17 +486,25 @@ class StreamWorkflow:
             decoded.possibly_late,
         )
         stored = state.marks.get(decoded.writer_id)
-        if stored is not None:
-            verdict_of_instance = check_instance(
-                stored.seen.instance, decoded.instance, stored.mark.alive
+        if stored is None or decoded.instance != stored.seen.instance:
+            fresh = None if self.settings.trigger is CycleTrigger.TICKS else now_ms
+            instances = self.registrations.registrations(
+                stream, decoded.writer_id, decoded.instance, fresh
             )
-            if verdict_of_instance == RESTARTED:
-                # The old instance's shutdown mark still takes part in a cycle under a
-                # name of its own (its position must reach the next cut; it is dropped
-                # once it lags, being shut down); the new instance starts afresh.
-                state.marks[retired_writer(decoded.writer_id, stored.seen.instance)] = stored
+            holder = None if stored is None else Holder(stored.seen.instance, stored.mark.alive)
+            verdict_of_instance = check_registered(
+                decoded.instance, record.arrival_ms, instances, holder
+            )
+            if verdict_of_instance == RESTARTED and stored is not None:
+                # The replaced instance counts as shut down at its last mark, which still
+                # takes part in a cycle under a name of its own (its position must reach
+                # the next cut; it is dropped once it lags); the new instance starts afresh.
+                retired = StoredMark(
+                    replace(stored.mark, alive=False), stored.partition, stored.offset, stored.seen
+                )
+                state.marks[retired_writer(decoded.writer_id, stored.seen.instance)] = retired
                 stored = None
-            elif verdict_of_instance is not None:
+            elif verdict_of_instance not in (None, RESTARTED):
                 return reject(verdict_of_instance, decoded.writer_id)
         verdict = accept_mark(stored.mark if stored else None, mark)
         if verdict is not Verdict.ACCEPTED:
@@ -646,8 +690,10 @@ __all__ = [
     "Emitted",
     "LaggardRows",
     "MarkInput",
+    "NoRegistrations",
     "Observation",
     "Output",
+    "RegistrationLookup",
     "Rejected",
     "StoredMark",
     "StreamLookup",

@@ -211,7 +211,11 @@ class Reason:
     """The noted time is more than the stream's ``max_future_ms`` ahead of the mark's
     arrival (the marks topic's ``LogAppendTime``)."""
     IMPERSONATED = "impersonated"
-    """The writer id is bound to another live writer instance (its token differs)."""
+    """The writer id is bound to another live writer instance, or has registrations and
+    none names this mark's token."""
+    SUPERSEDED = "superseded"
+    """A registered instance's mark that arrived after a later instance registered under
+    the same writer id (a restarted writer replaced it)."""
     UNKNOWN_WRITER = "unknown_writer"
     """The stream accepts marks only from its registered writer ids (``writers``),
     and this one is not among them."""
@@ -228,6 +232,7 @@ class Reason:
         NEGATIVE_TIME,
         FUTURE_TIME,
         IMPERSONATED,
+        SUPERSEDED,
         UNKNOWN_WRITER,
     )
 

@@ -14,11 +14,22 @@ Znode layout (under ``root``)::
                                                version is the compare-and-set version.
     streams/<scope>/<name>/epochs/<0000000007> epoch 7: JSON of its segments and creation
                                                time. Created once, never changed.
+    streams/<scope>/<name>/writers/<writer id> a writer id's registrations (the id as data;
+                                               the name is ``naming.writer_node_name``)
+    streams/<scope>/<name>/writers/<writer id>/r-<0000000012>
+                                               one registered instance: JSON
+                                               ``{"instance": token, "registered_at": ms}``
+                                               (the writer's clock; the znode's creation
+                                               time, ZooKeeper's clock, is when it holds
+                                               the id from). Sequential: the highest is
+                                               the current instance; the writer deletes
+                                               all but the last ``KEPT_REGISTRATIONS``.
 
 A scale adds its epoch znode and rewrites the stream record in one ZooKeeper
 transaction whose set checks the record's version, so a new epoch and the
 record naming it appear together or not at all. Watchers watch the record
-znode alone: every change, an added epoch included, rewrites it. Epochs
+znode alone: every change, an added epoch included, rewrites it (a
+registration does not: it is no change of the stream). Epochs
 are cached (keyed by the record's creation zxid, so a re-created stream
 of the same name does not see stale ones).
 """
@@ -28,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -41,6 +53,7 @@ from kazoo.exceptions import (
 )
 from kazoo.recipe.watchers import DataWatch
 
+from tidemark.controller.admission import Registration
 from tidemark.controller.exceptions import (
     ConflictError,
     ControllerError,
@@ -60,8 +73,9 @@ from tidemark.controller.metadata import (
     record_to_dict,
 )
 from tidemark.controller.model import Epoch
-from tidemark.controller.naming import split_stream
+from tidemark.controller.naming import split_stream, writer_node_name
 from tidemark.controller.store import (
+    KEPT_REGISTRATIONS,
     MetadataStore,
     StreamCallback,
     check_append_only,
@@ -97,6 +111,9 @@ class ZooKeeperStore(MetadataStore):
 
     def _epoch_path(self, stream: str, number: int) -> str:
         return f"{self._stream_path(stream)}/epochs/{number:010d}"
+
+    def _writer_path(self, stream: str, writer_id: str) -> str:
+        return f"{self._stream_path(stream)}/writers/{writer_node_name(writer_id)}"
 
     # --- reading ---------------------------------------------------------------------------
 
@@ -234,6 +251,12 @@ class ZooKeeperStore(MetadataStore):
             epochs = self.client.retry(self.client.get_children, f"{path}/epochs")
         except NoNodeError:
             raise UnknownStreamError(stream) from None
+        found = self._version_or_none(path)
+        if found != expected_version:
+            raise ConflictError(f"stream {stream!r}", expected_version, found)
+        # Registrations first, on their own: a stream's writers may be many more than one
+        # transaction holds. A writer registering meanwhile makes the delete a conflict.
+        self.client.retry(self.client.delete, f"{path}/writers", recursive=True)
         tx = self.client.transaction()
         for child in epochs:
             tx.delete(f"{path}/epochs/{child}")
@@ -255,6 +278,81 @@ class ZooKeeperStore(MetadataStore):
         failures = [r for r in results if isinstance(r, Exception)]
         if failures:
             raise ControllerError(f"ZooKeeper refused an update of stream {stream!r}: {failures}")
+
+    # --- writer registrations --------------------------------------------------------------
+
+    def register_writer(self, stream: str, writer_id: str, instance: str) -> bool:
+        node = self._writer_path(stream, writer_id)
+        kept = self._registration_names(node)
+        if kept and self._registration(node, kept[-1], instance) is not None:
+            return False
+        data = json_bytes({"instance": instance, "registered_at": int(time.time() * 1000)})
+        try:
+            self.client.retry(self.client.create, f"{node}/r-", data, sequence=True)
+        except NoNodeError:
+            # Made one level at a time: never the stream's own znode (a deleted stream
+            # stays deleted, and the missing record is the error).
+            for parent, value in ((node.rsplit("/", 1)[0], b""), (node, writer_id.encode())):
+                try:
+                    self.client.retry(self.client.create, parent, value)
+                except NodeExistsError:
+                    pass
+                except NoNodeError:
+                    raise UnknownStreamError(stream) from None
+            self.client.retry(self.client.create, f"{node}/r-", data, sequence=True)
+        for old in self._registration_names(node)[:-KEPT_REGISTRATIONS]:
+            with contextlib.suppress(NoNodeError):
+                self.client.retry(self.client.delete, f"{node}/{old}")
+        return True
+
+    def writer_registrations(
+        self, stream: str, writer_id: str, latest: bool = False
+    ) -> tuple[Registration, ...]:
+        """``latest``: ask the ZooKeeper server to catch up with its leader first (``sync``),
+        so a registration written through another server just before is seen."""
+        node = self._writer_path(stream, writer_id)
+        if latest:
+            self.client.retry(self.client.sync, node)
+        names = self._registration_names(node)
+        answers = [(name, self.client.get_async(f"{node}/{name}")) for name in names]
+        found = []
+        for name, answer in answers:
+            try:
+                data, stat = answer.get()
+            except NoNodeError:  # pruned meanwhile
+                continue
+            registration = self._decode_registration(node, name, data, stat)
+            if registration is not None:
+                found.append(registration)
+        return tuple(found)
+
+    def _registration_names(self, node: str) -> list[str]:
+        """The registration znodes under ``node``, oldest first (none: ``[]``)."""
+        try:
+            names = self.client.retry(self.client.get_children, node)
+        except NoNodeError:
+            return []
+        return sorted(n for n in names if n.startswith("r-"))
+
+    def _registration(self, node: str, name: str, instance: str) -> Registration | None:
+        """Registration ``name`` when it holds ``instance``, else ``None``."""
+        try:
+            data, stat = self.client.retry(self.client.get, f"{node}/{name}")
+        except NoNodeError:
+            return None
+        found = self._decode_registration(node, name, data, stat)
+        return found if found is not None and found.instance == instance else None
+
+    @staticmethod
+    def _decode_registration(node: str, name: str, data: bytes, stat: Any) -> Registration | None:
+        try:
+            instance = json_from_bytes(data)["instance"]
+        except (ValueError, KeyError, TypeError):
+            instance = None
+        if not isinstance(instance, str) or not instance:
+            log.warning("registration %s/%s is not tidemark's JSON; ignored", node, name)
+            return None
+        return Registration(instance, int(stat.ctime))
 
     # --- listing and watching --------------------------------------------------------------
 

@@ -18,7 +18,9 @@ partition count is refused, since marks would land in the wrong buckets
 ``TransactionalWriter``, ``TidemarkProducer``, the Spark writer's tasks) applies
 the protocol's writer-side rules (``schemas/README.md``, sections 4 and 5):
 every mark carries the writer instance's token (:func:`instance_token`, one
-per writer object) and the highest timestamp written (``max_event_time``); a
+per writer object), registered in the metadata store under the writer id before
+the first mark (:meth:`MarkPublisher.register`), and the highest timestamp
+written (``max_event_time``); a
 noted time never goes below the previous one (nor, noted automatically, below
 an event written); a note is published only when the records before it were
 all stored; the shutdown mark repeats the last noted time with
@@ -41,6 +43,7 @@ from confluent_kafka import Producer
 from tidemark.controller.kafka.admin import ensure_marks_topic
 from tidemark.controller.model import WriterMark
 from tidemark.controller.naming import ClusterSettings, bucket_of
+from tidemark.controller.store import MetadataStore
 from tidemark.pipelines.writing.exceptions import (
     FailedRecord,
     TimeWentBackwardsError,
@@ -58,9 +61,10 @@ DeliveryCallback = Callable[[Any, Any], None]
 
 def instance_token(given: str | None = None) -> str:
     """The token naming one running writer instance on all its marks: ``given`` (checked),
-    else a new random one. The controller binds a writer id to the token of its first
-    accepted mark and refuses marks of any other (``impersonated``) while that instance
-    lives (``tidemark.controller.admission.check_instance``)."""
+    else a new random one. The writer registers it under its id before its first mark;
+    the controller hears the registered token at once and refuses the instance it
+    replaced (``superseded``) and tokens never registered (``impersonated``)
+    (``tidemark.controller.admission.check_registered``)."""
     if given is None:
         return secrets.token_hex(16)
     if not isinstance(given, str) or not given.strip():
@@ -86,8 +90,8 @@ def mark_message(
     transaction_id: str | None = None,
     instance: str | None = None,
 ) -> MarkMessage:
-    """``instance``: the writer object's token; the controller binds ``writer_id`` to the
-    first one it sees and rejects marks of another (``impersonated``) while it lives."""
+    """``instance``: the writer object's token, registered under ``writer_id``
+    (:meth:`MarkPublisher.register`) before the first mark."""
     record = WriterMarkRecord.from_mark(stream, writer_id, mark, transaction_id, instance)
     return MarkMessage(
         topic=settings.marks_topic,
@@ -155,6 +159,15 @@ class MarkPublisher:
         self._produce = produce
         self._failures = failures
         self._callbacks: dict[str, DeliveryCallback] = {}
+
+    def register(self, store: MetadataStore, stream: str) -> None:
+        """Register this instance's token under the writer id on ``stream`` (call before
+        the first mark; nothing for a writer without an id, which sends none): the
+        controller hears it at once, even when an earlier instance under the id crashed."""
+        if self.writer_id is None:
+            return
+        if store.register_writer(stream, self.writer_id, self.instance):
+            log.debug("writer %s: instance %s registered", self.writer_id, self.instance)
 
     def check_not_backwards(self, timestamp: int, what: str = "noted time", note: str = "") -> None:
         """Refuse a noted time below the previous one (an equal one is accepted)."""

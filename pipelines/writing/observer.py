@@ -129,6 +129,7 @@ class StreamObserver(Closing):
             config.cluster, self.writer_id, self._produce_mark, self._failures, instance
         )
         self.instance = self._marks.instance
+        self._marks.register(store, stream)
         self._view = StreamView(store, metadata)
         self._view.watch()
         self._last: WriterMark | None = None

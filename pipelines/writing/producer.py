@@ -320,6 +320,7 @@ class TidemarkProducer(Closing):
             metadata = store.get_stream(name)
             require_writable(name, metadata.state)
             self._streams[metadata.topic] = _Stream(store, metadata, partitioner, self._slow)
+            self._marks.register(store, name)
         self._broker_stamps = self._all_broker_stamped()
         ensure_marks_topic(str(bootstrap), self.cluster, create=create_marks_topic)
         # A stream's records carry their own delivery callback (their group's bucket),

@@ -18,6 +18,17 @@ transaction**, and commits. A ``read_committed`` consumer (the controller)
 therefore sees the mark exactly when it sees the data, and never sees the
 mark of an aborted transaction.
 
+With ``WriterConfig(automatically_note_time=True)`` the writer notes time by
+the clock, as ``EventWriter`` does: every ``commit()`` notes the automatic
+time (``commit(timestamp=...)`` then raises ``AutomaticTimeError``), and
+a heartbeat thread commits a transaction holding only a mark (the committed
+position, the automatic time) every ``note_time_interval_ms`` while no
+transaction is open, so an idle writer keeps its stream's watermark moving.
+
+A writer registers its instance in the metadata store once
+``init_transactions`` has fenced any earlier one under its
+``transactional.id``: a writer restarted after a crash is heard at once.
+
 A transaction open longer than ``WriterConfig.transaction_timeout_ms`` is
 aborted by Kafka; ``commit`` then raises :class:`TransactionTimedOutError`
 and the writer is ready for a new transaction. A transaction that wrote to a
@@ -42,14 +53,15 @@ from tidemark.controller.model import WriterMark
 from tidemark.controller.store import MetadataStore
 from tidemark.pipelines.writing.config import WriterConfig
 from tidemark.pipelines.writing.exceptions import (
+    AutomaticTimeError,
     MissingWriterIdError,
     StreamSealedError,
     TransactionError,
     TransactionStateError,
     TransactionTimedOutError,
-    WriterConfigError,
 )
 from tidemark.pipelines.writing.headers import Headers, KafkaHeaders
+from tidemark.pipelines.writing.heartbeat import Heartbeat
 from tidemark.pipelines.writing.positions import merge
 from tidemark.pipelines.writing.timestamping import check_timestamp
 from tidemark.pipelines.writing.writer import (
@@ -141,17 +153,17 @@ class TransactionalWriter(_StreamWriter):
                 f"a transactional writer needs a writer_id (its transactional.id derives from "
                 f"it), got {writer_id!r}"
             )
-        if config.automatically_note_time:
-            raise WriterConfigError(
-                "automatically_note_time is for EventWriter; a transactional writer notes "
-                "time with commit(timestamp)"
-            )
         self.transactional_id = transactional_id_for(stream, writer_id)
         opening = _Opening(writer_id, stream, store, bootstrap_servers, config, serializer, clock)
         super().__init__(opening, transactional_id=self.transactional_id)
         self._committed: dict[int, int] = {}
         self._open: Transaction | None = None
         self._init_transactions()
+        self._marks.register(store, stream)
+        self._heartbeat: Heartbeat | None = None
+        if config.automatically_note_time:
+            self._heartbeat = Heartbeat(writer_id, config.note_time_interval_ms, self._note_now)
+            self._heartbeat.start()
 
     def _init_transactions(self) -> None:
         try:
@@ -272,11 +284,50 @@ class TransactionalWriter(_StreamWriter):
             self._send(seg, rec.key, rec.value, rec.timestamp, now, rec.headers, replay=True)
             txn._touched.add(seg.id)
 
+    def _note_now(self) -> bool:
+        """The heartbeat's tick: while no transaction is open, commit one holding only a
+        mark at the automatic time; ``False`` once closed (or fenced)."""
+        with self._lock:
+            if self._closed or self._fatal is not None:
+                return False
+            if self._open is None:
+                self._mark_only(self._automatic_time(), alive=True)
+            return True
+
+    def _automatic_time(self) -> int:
+        return self._marks.automatic_time(self._now_ms(), self._max_event_time())
+
+    def _mark_only(self, time_ms: int, alive: bool) -> None:
+        """A transaction holding only a mark at ``time_ms`` with the committed position."""
+        mark = WriterMark(time_ms, dict(self._committed), alive, self._max_event_time())
+        try:
+            self._producer.begin_transaction()
+            self._marks.publish(self.stream, mark)
+            self._producer.commit_transaction(self.config.transaction_timeout_ms / 1000)
+        except KafkaException as exc:
+            try:
+                self._producer.abort_transaction(self.config.delivery_timeout_ms / 1000)
+            except KafkaException:
+                # Fenced, most likely: a newer instance under this id took over. No new
+                # producer (it would fence that one in turn): this writer is done.
+                self._fatal = exc.args[0]
+            raise TransactionError(
+                f"writer {self.writer_id}: the heartbeat's mark did not commit: {exc.args[0]}"
+            ) from exc
+        self._marks.last_noted = time_ms
+
     def _txn_commit(self, txn: Transaction, timestamp: int | None) -> None:
         if timestamp is not None:
             check_timestamp(timestamp, "commit timestamp")
+            if self._heartbeat is not None:
+                raise AutomaticTimeError(
+                    f"writer {self.writer_id} notes time automatically "
+                    "(automatically_note_time=True): commit() without a timestamp"
+                )
         with self._lock:
             self._require_open(txn)
+            if self._heartbeat is not None:
+                timestamp = self._automatic_time()
             if timestamp is not None:
                 self._marks.check_not_backwards(
                     timestamp, "commit timestamp", " (the transaction stays open)"
@@ -337,15 +388,21 @@ class TransactionalWriter(_StreamWriter):
             self._abort_after_error(txn)
 
     def close(self) -> None:
-        """Abort an open transaction, commit a shutdown mark (when time was noted), stop."""
+        """Abort an open transaction, commit a shutdown mark (when time was noted, or is
+        noted automatically: then at the automatic time of the close), stop."""
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
         with self._lock:
             if self._closed:
                 return
             try:
                 if self._open is not None:
                     self._txn_abort(self._open)
-                if self._marks.last_noted is not None and self._fatal is None:
-                    mark = self._marks.shutdown_mark(self._committed, self._max_event_time())
+                last = self._marks.closing_time(
+                    self._heartbeat is not None, self._now_ms(), self._max_event_time()
+                )
+                if last is not None and self._fatal is None:
+                    mark = WriterMark(last, dict(self._committed), False, self._max_event_time())
                     self._producer.begin_transaction()
                     self._marks.publish(self.stream, mark)
                     self._producer.commit_transaction(self.config.close_timeout_ms / 1000)

@@ -209,6 +209,8 @@ class _StreamWriter(Closing):
         ensure_marks_topic(
             opening.bootstrap_servers, config.cluster, create=config.create_marks_topic
         )
+        if transactional_id is None:  # a transactional one, once Kafka fenced its predecessor
+            self._marks.register(store, stream)
 
         self._clock = SegmentClock(TimestampPolicy.of(metadata))
         self._floors = self._clock.live_floors

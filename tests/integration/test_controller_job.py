@@ -367,6 +367,7 @@ HOSTILE = {
     Reason.FUTURE_TIME,
     Reason.IMPERSONATED,
     Reason.UNKNOWN_WRITER,  # test_a_phantom_writer_on_a_registered_writers_stream_...
+    Reason.SUPERSEDED,  # test_writer_restarts
 }
 
 

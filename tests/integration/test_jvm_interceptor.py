@@ -7,7 +7,8 @@ from the marks topic and decoded by ``tidemark.schemas``, are the protocol's
 bytes; folded as the controller folds them (and stored in Delta) they make
 watermarks whose seeks are exact and whose complete windows miss nothing.
 The mark-protocol conformance cases run against the real controller job: the
-interceptor's marks are accepted, a restart under the same writer id is heard,
+interceptor's marks are accepted, a restart under the same writer id is heard
+(after a close, and after ``kill -9`` at once, by the instance's registration),
 a forged mark under that id is refused as ``impersonated``.
 """
 
@@ -25,6 +26,8 @@ import pytest
 from confluent_kafka import Producer
 
 from tests.controller_env import Env
+from tests.faults.figures import report
+from tests.integration.test_controller_job import wait_for
 from tests.integration.test_dropin_producer import (  # noqa: F401 (fixtures)
     cluster,
     make_topic,
@@ -47,7 +50,7 @@ from tidemark.controller.streams import StreamManager
 from tidemark.controller.zookeeper.store import ZooKeeperStore
 from tidemark.infra.kafka import SCRAM, KafkaCluster, KafkaSecurity
 from tidemark.jobs.controller_job import ControllerJob
-from tidemark.jobs.tables import REJECTED_MARKS, read_table, read_watermarks
+from tidemark.jobs.tables import REJECTED_MARKS, Reason, read_table, read_watermarks
 from tidemark.pipelines.writing.partitioners import kafka_partition
 from tidemark.schemas.records import WriterMarkRecord
 
@@ -275,6 +278,57 @@ def test_the_controller_hears_a_restarted_java_producer_and_refuses_a_forgery(
     ]
     assert bytes(rejected[0]["raw"]) == forged
     assert [w.time for w in got] == sorted(w.time for w in got)
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_a_java_producer_killed_and_restarted_under_its_id_is_heard_at_once(
+    spark: Any, controller_env: Env, tmp_path: Path, orders_producer: Path, unique: str
+) -> None:
+    """``kill -9`` (no shutdown mark) and a new run under the same writer id, with a writer
+    timeout of ten minutes: the new run registered its instance, so the stream's next
+    watermark comes within seconds and no mark is refused. Both runs' registrations are
+    read back as the controller reads them, with the tokens their marks carry."""
+    env = controller_env
+    stream, topic = adopted(env.kafka, env.manager, unique)
+    props = producer_settings(
+        tmp_path / "p.properties", env.kafka, env.zk_connect, stream, env.cluster
+    )
+    settings = env.settings(writer_timeout_ms=600_000)
+    job = ControllerJob(spark, settings, f"c-{unique}").start()
+    runs: list[subprocess.Popen[bytes]] = []
+    try:
+        job.wait_leading()
+        runs.append(subprocess.Popen(java_argv(orders_producer, str(props), topic, "10000000")))
+        wait_for(lambda: len(read_watermarks(settings.delta_root, stream)) >= 3, job, 120)
+        runs[0].kill()  # SIGKILL
+        runs[0].wait()
+        job.process_all_available()
+        before = len(read_watermarks(settings.delta_root, stream))
+        restarted_at = time.monotonic()
+        runs.append(subprocess.Popen(java_argv(orders_producer, str(props), topic, "10000000")))
+        wait_for(lambda: len(read_watermarks(settings.delta_root, stream)) > before, job, 120)
+        heard_s = time.monotonic() - restarted_at
+        report(
+            "java-producer-restart",
+            f"kill -9, restart (JVM start included) -> next watermark {heard_s:.1f} s "
+            "(writer timeout 600 s)",
+        )
+        assert heard_s < 60, heard_s
+    finally:
+        for run in runs:
+            if run.poll() is None:
+                run.kill()
+            run.wait()
+        job.stop()
+    rejected = read_table(settings.delta_root, REJECTED_MARKS)
+    assert [r for r in rejected if r["reason"] in (Reason.IMPERSONATED, Reason.SUPERSEDED)] == []
+    tokens = []
+    for m in map(WriterMarkRecord.decode, raw_marks(env.kafka, env.cluster, stream)):
+        if m.instance not in tokens:
+            tokens.append(m.instance)
+    registered = env.store.writer_registrations(stream, "orders-1")
+    assert [r.instance for r in registered] == tokens and len(tokens) == 2
 
 
 def java_argv(classes: Path, *args: str) -> list[str]:

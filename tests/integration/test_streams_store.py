@@ -21,7 +21,7 @@ from tidemark.controller.metadata import PendingScale, StreamMetadata, new_strea
 from tidemark.controller.model import KeyRange
 from tidemark.controller.planning import plan_scale
 from tidemark.controller.states import StreamState
-from tidemark.controller.store import MetadataStore
+from tidemark.controller.store import KEPT_REGISTRATIONS, MetadataStore
 
 
 @pytest.fixture(params=["memory", "zookeeper"])
@@ -220,3 +220,62 @@ def test_a_worker_lookup_reads_the_streams_it_is_told_of_together(zk_client, zoo
         assert lookup.stream("shop/a").config == fresh().config
     finally:
         lookup.close()
+
+
+@pytest.mark.parametrize("writer", ["w1", "job/3 é", ".."])
+def test_writer_registrations_keep_the_latest_instances_in_order(store, writer):
+    """A registration per instance, the current one last, the last ``KEPT_REGISTRATIONS``
+    kept; registering the current one again adds nothing; a deleted stream takes its
+    registrations with it (and a new stream of its name starts with none)."""
+    store.create_stream(fresh())
+    assert store.writer_registrations("shop/orders", writer) == ()
+    assert store.register_writer("shop/orders", writer, "t0") is True
+    assert store.register_writer("shop/orders", writer, "t0") is False
+    for n in range(1, KEPT_REGISTRATIONS + 2):
+        assert store.register_writer("shop/orders", writer, f"t{n}") is True
+    kept = store.writer_registrations("shop/orders", writer)
+    assert [r.instance for r in kept] == [f"t{n}" for n in range(2, KEPT_REGISTRATIONS + 2)]
+    assert [r.since_ms for r in kept] == sorted(r.since_ms for r in kept)
+    assert abs(kept[-1].since_ms - time.time() * 1000) < 60_000
+    assert store.writer_registrations("shop/orders", "another") == ()
+    with pytest.raises(UnknownStreamError):
+        store.register_writer("shop/missing", writer, "t0")
+    assert store.list_streams("shop") == ["shop/orders"]  # no znode made for the missing one
+    store.delete_stream("shop/orders", store.read_stream("shop/orders").version)
+    store.create_stream(fresh())
+    assert store.writer_registrations("shop/orders", writer) == ()
+
+
+def test_a_worker_reads_registrations_only_for_tokens_it_does_not_know(
+    zk_client, zookeeper, unique
+):
+    """``ZooKeeperRegistrations`` (the controller's lookup): a token among those read
+    answers from the cache, an unknown one is read again unless the cached read is as
+    fresh as asked; a registration is no change of the stream (its watch stays quiet)."""
+    from tidemark.controller.zookeeper.store import ZooKeeperStore
+    from tidemark.jobs.lookups import ZooKeeperRegistrations, ZooKeeperStreams
+
+    store = ZooKeeperStore(zk_client, root="/tidemark")
+    store.create_scope("shop")
+    store.create_stream(fresh())
+    store.register_writer("shop/orders", "w1", "old")
+    streams = ZooKeeperStreams(f"{zookeeper}/tidemark-test-{unique}", "/tidemark")
+    lookup = ZooKeeperRegistrations(streams)
+    try:
+        assert streams.stream("shop/orders") is not None  # watched from here on
+        found = lookup.registrations("shop/orders", "w1", "old", None)
+        assert [r.instance for r in found] == ["old"] and lookup.reads == 1
+        assert lookup.registrations("shop/orders", "w1", "old", None) == found
+        assert lookup.reads == 1
+        store.register_writer("shop/orders", "w1", "new")
+        found = lookup.registrations("shop/orders", "w1", "new", None)
+        assert [r.instance for r in found] == ["old", "new"] and lookup.reads == 2
+        asked = int(time.time() * 1000)
+        for _ in range(3):  # a forged token: one read at most per freshness asked
+            assert lookup.registrations("shop/orders", "w1", "forged", asked) == found
+        assert lookup.reads == 3
+        assert lookup.registrations("shop/orders", "w1", "old", None) == found
+        assert lookup.reads == 3
+        assert streams.changes == 0
+    finally:
+        streams.close()

@@ -5,7 +5,7 @@ interceptor's jar) drives the interceptor's own classes: its timestamp rules
 give exactly what ``SegmentClock`` (every Python writer's) gives, for random
 policies and records; its marks are the bytes of ``schemas/README.md``'s
 example and of ``tidemark.schemas``; its positions cover exactly the records
-sent before a note.
+sent before a note; its registrations land under the znode the controller reads.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from tests.jvm_clients import compile_java, run_java_lines
 from tidemark.controller.config import TimestampingMode
-from tidemark.controller.naming import bucket_of
+from tidemark.controller.naming import bucket_of, writer_node_name
 from tidemark.pipelines.writing.exceptions import MissingTimestampError, TimestampAdjustmentError
 from tidemark.pipelines.writing.timestamping import SegmentClock, TimestampPolicy
 from tidemark.schemas.records import WriterMarkRecord
@@ -107,18 +107,14 @@ def test_timestamps_are_stamped_as_the_python_writers_stamp_them(harness: Path, 
     assert run_java_lines(harness, MAIN, lines) == expected
 
 
-def test_a_restarted_instance_reads_the_previous_ones_last_mark(harness: Path) -> None:
-    v2 = WriterMarkRecord("s/x", "w1", 5, {0: 3, 4294967297: 9}, False, None, "ab", 7)
-    tokenless = WriterMarkRecord("s/x", "w1", 5, {0: 3}, True).encode()
-    v1 = bytes.fromhex("c30163358494c87d236e") + tokenless[10:-2]  # schemas/README.md, 3
-    other = WriterMarkRecord("s/x", "w2", 5, {}, True, None, "cd")
-    lines = [
-        f"alive {v2.encode().hex()} w1",
-        f"alive {v1.hex()} w1",
-        f"alive {other.encode().hex()} w1",
-        f"alive {v2.encode()[:14].hex()} w1",  # cut short: not a mark
-    ]
-    assert run_java_lines(harness, MAIN, lines) == ["false", "true", "null", "null"]
+@given(st.lists(st.text(min_size=1, max_size=12), min_size=1, max_size=20))
+@settings(max_examples=10, deadline=None)
+def test_registrations_are_under_the_writer_ids_node_the_controller_reads(
+    harness: Path, writer_ids: list[str]
+) -> None:
+    ids = [*writer_ids, ".", "..", "a/b", "job 3"]
+    lines = [f"node {w.encode().hex()}" for w in ids]
+    assert run_java_lines(harness, MAIN, lines) == [writer_node_name(w) for w in ids]
 
 
 def test_a_note_covers_exactly_the_records_sent_before_it(harness: Path) -> None:

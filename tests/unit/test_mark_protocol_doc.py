@@ -44,7 +44,12 @@ def test_every_reason_the_controller_emits_is_documented_and_no_other() -> None:
     emitted = set(Reason.ALL)
     # the reasons produced outside tidemark.schemas.tables are spelled the same
     assert {v.value for v in Verdict if v is not Verdict.ACCEPTED} <= emitted
-    assert {admission.NEGATIVE_TIME, admission.FUTURE_TIME, admission.IMPERSONATED} <= emitted
+    assert {
+        admission.NEGATIVE_TIME,
+        admission.FUTURE_TIME,
+        admission.IMPERSONATED,
+        admission.SUPERSEDED,
+    } <= emitted
     assert documented == emitted
 
 

@@ -12,7 +12,7 @@ import java.util.TreeMap;
  * (prints the stored timestamp or "refused"), "highest", "encode STREAM WRITER TIME ALIVE
  * INSTANCE|- MAX|- SEG:OFF...", "bucket STREAM B"; positions of 3 partitions: "sent P",
  * "ack P OFFSET ok|fail", "note TIME", "ready" (prints "TIME [failed] P:NEXT...;" per note);
- * "alive HEX WRITER" (a mark's alive when it is WRITER's, else null); "configure K=V..."
+ * "node HEX" (the znode name of the writer id whose UTF-8 bytes are HEX); "configure K=V..."
  * (the refusal's message, for settings refused before any service is asked); "zookeeper
  * CONNECT" (the shaded ZooKeeper client's refusal of a ZooKeeper that does not answer).
  */
@@ -72,8 +72,8 @@ public final class RulesHarness {
           }
           out.append('\n');
         }
-        case "alive" -> out.append(
-            PreviousInstance.aliveOf(HexFormat.of().parseHex(w[1]), w[2])).append('\n');
+        case "node" -> out.append(MetadataWatch.nodeName(
+            new String(HexFormat.of().parseHex(w[1]), StandardCharsets.UTF_8))).append('\n');
         case "configure" -> {
           java.util.Map<String, Object> configs = new java.util.HashMap<>();
           for (int i = 1; i < w.length; i++) {

@@ -1,12 +1,17 @@
 package dev.tidemark.kafka;
 
+import com.eclipsesource.json.Json;
+import java.nio.charset.StandardCharsets;
+import java.util.List;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.function.Consumer;
 import org.apache.kafka.common.config.ConfigException;
+import org.apache.zookeeper.CreateMode;
 import org.apache.zookeeper.KeeperException;
 import org.apache.zookeeper.WatchedEvent;
 import org.apache.zookeeper.Watcher;
+import org.apache.zookeeper.ZooDefs;
 import org.apache.zookeeper.ZooKeeper;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -15,9 +20,14 @@ import org.slf4j.LoggerFactory;
  * A stream's metadata in ZooKeeper ({@code <root>/streams/<scope>/<name>} and its
  * {@code epochs/<0000000007>} children, as tidemark.controller.zookeeper.store lays them out),
  * read once and then followed: every change of the record znode is read again and handed on.
+ * It also registers the producer's instance under its writer id (the stream's {@code
+ * writers/<writer id>/r-<sequence>} znodes, as tidemark.controller.zookeeper.store lays them
+ * out), so the controller hears a restarted producer at once.
  */
 final class MetadataWatch implements AutoCloseable {
   private static final Logger log = LoggerFactory.getLogger(MetadataWatch.class);
+  /** Registrations kept per writer id (tidemark.controller.zookeeper.store.KEPT_REGISTRATIONS). */
+  static final int KEPT_REGISTRATIONS = 16;
 
   private final ZooKeeper zk;
   private final String stream;
@@ -76,6 +86,76 @@ final class MetadataWatch implements AutoCloseable {
       Thread.currentThread().interrupt();
       throw new ConfigException("interrupted while reading stream " + stream);
     }
+  }
+
+  /**
+   * Registers {@code instance} as the current instance of writer {@code writerId}: a new
+   * sequential znode under the id's registration znode (holding the token), before the first
+   * mark; the oldest beyond {@link #KEPT_REGISTRATIONS} are deleted.
+   */
+  void register(String writerId, String instance) {
+    String writers = path + "/writers";
+    String node = writers + "/" + nodeName(writerId);
+    byte[] data =
+        Json.object()
+            .add("instance", instance)
+            .add("registered_at", System.currentTimeMillis())
+            .toString()
+            .getBytes(StandardCharsets.UTF_8);
+    try {
+      // never the stream's own znode: a deleted stream stays deleted
+      createIfMissing(writers, new byte[0]);
+      createIfMissing(node, writerId.getBytes(StandardCharsets.UTF_8));
+      zk.create(node + "/r-", data, ZooDefs.Ids.OPEN_ACL_UNSAFE, CreateMode.PERSISTENT_SEQUENTIAL);
+      List<String> kept = zk.getChildren(node, false);
+      kept.sort(null);
+      for (String old : kept.subList(0, Math.max(0, kept.size() - KEPT_REGISTRATIONS))) {
+        try {
+          zk.delete(node + "/" + old, -1);
+        } catch (KeeperException.NoNodeException e) {
+          // another instance pruned it
+        }
+      }
+    } catch (KeeperException.NoNodeException e) {
+      throw new ConfigException(
+          "tidemark.stream", stream, "the stream was deleted from tidemark's metadata");
+    } catch (KeeperException e) {
+      throw new ConfigException(
+          "registering writer " + writerId + " of stream " + stream + " failed: " + e);
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw new ConfigException("interrupted while registering writer " + writerId);
+    }
+  }
+
+  private void createIfMissing(String node, byte[] data)
+      throws KeeperException, InterruptedException {
+    try {
+      zk.create(node, data, ZooDefs.Ids.OPEN_ACL_UNSAFE, CreateMode.PERSISTENT);
+    } catch (KeeperException.NodeExistsException e) {
+      // made by an earlier instance
+    }
+  }
+
+  /**
+   * A writer id as a znode name (tidemark.controller.naming.writer_node_name): its UTF-8 bytes,
+   * each outside {@code A-Z a-z 0-9 _ - .} as {@code %XX}; "." and ".." with their dots so too.
+   */
+  static String nodeName(String writerId) {
+    StringBuilder out = new StringBuilder();
+    for (byte b : writerId.getBytes(StandardCharsets.UTF_8)) {
+      int c = b & 0xFF;
+      boolean kept =
+          (c >= 'A' && c <= 'Z')
+              || (c >= 'a' && c <= 'z')
+              || (c >= '0' && c <= '9')
+              || c == '_'
+              || c == '-'
+              || c == '.';
+      out.append(kept ? String.valueOf((char) c) : String.format("%%%02X", c));
+    }
+    String name = out.toString();
+    return name.equals(".") || name.equals("..") ? name.replace(".", "%2E") : name;
   }
 
   private StreamInfo readWatching() throws KeeperException, InterruptedException {

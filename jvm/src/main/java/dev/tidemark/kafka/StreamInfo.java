@@ -33,8 +33,6 @@ final class StreamInfo {
   final int currentEpoch;
   /** Partition number -> segment id, for the current epoch's segments. */
   final long[] segmentOf;
-  /** The stream's own writer timeout (timestamp_aggregation_timeout_ms), or null. */
-  final Long writerTimeoutMs;
 
   private StreamInfo(
       String name,
@@ -45,8 +43,7 @@ final class StreamInfo {
       String state,
       boolean routed,
       int currentEpoch,
-      long[] segmentOf,
-      Long writerTimeoutMs) {
+      long[] segmentOf) {
     this.name = name;
     this.topic = topic;
     this.timestamping = timestamping;
@@ -56,7 +53,6 @@ final class StreamInfo {
     this.routed = routed;
     this.currentEpoch = currentEpoch;
     this.segmentOf = segmentOf;
-    this.writerTimeoutMs = writerTimeoutMs;
   }
 
   boolean writable() {
@@ -85,7 +81,6 @@ final class StreamInfo {
         adoption == null
             || adoption.isNull()
             || adoption.asObject().getBoolean("tidemark_routing", true);
-    JsonValue timeout = config.get("timestamp_aggregation_timeout_ms");
     JsonObject ep = parseObject(name, epoch);
     JsonArray segments = ep.get("segments").asArray();
     int max = -1;
@@ -107,8 +102,7 @@ final class StreamInfo {
         raw.getString("state", "active"),
         routed,
         raw.getInt("current_epoch", 0),
-        segmentOf,
-        timeout == null || timeout.isNull() ? null : timeout.asLong());
+        segmentOf);
   }
 
   private static JsonObject parseObject(String name, byte[] data) {

@@ -62,7 +62,6 @@ public final class TidemarkInterceptor implements ProducerInterceptor<Object, Ob
   static final String INTERVAL = "tidemark.note.interval.ms";
   static final String CREATE_MARKS_TOPIC = "tidemark.create.marks.topic";
   static final String CLOSE_TIMEOUT = "tidemark.close.timeout.ms";
-  static final String WRITER_TIMEOUT = "tidemark.writer.timeout.ms";
   static final Set<String> KEYS =
       Set.of(
           STREAM,
@@ -73,8 +72,7 @@ public final class TidemarkInterceptor implements ProducerInterceptor<Object, Ob
           BUCKETS,
           INTERVAL,
           CREATE_MARKS_TOPIC,
-          CLOSE_TIMEOUT,
-          WRITER_TIMEOUT);
+          CLOSE_TIMEOUT);
   /** Keyless records stay on one partition for this many records, as Kafka's sticky one. */
   private static final int STICKY_RECORDS = 512;
 
@@ -97,8 +95,6 @@ public final class TidemarkInterceptor implements ProducerInterceptor<Object, Ob
   private int sticky = -1;
   private int stickyLeft;
   private boolean closed;
-  /** Marks wait until then (ms): an earlier instance under the id crashed (PreviousInstance). */
-  private volatile long heldUntil;
 
   @Override
   public void configure(Map<String, ?> configs) {
@@ -159,21 +155,7 @@ public final class TidemarkInterceptor implements ProducerInterceptor<Object, Ob
       keySerializer = keySerializer(configs);
       Map<String, Object> conn = connection(configs);
       ensureMarksTopic(conn, buckets, createMarksTopic);
-      long writerTimeoutMs =
-          number(configs, WRITER_TIMEOUT, first.writerTimeoutMs == null ? 60_000
-              : (int) Math.min(Integer.MAX_VALUE, first.writerTimeoutMs), 0);
-      heldUntil =
-          PreviousInstance.heldUntil(
-              conn, marksTopic, bucket, stream, writerId, writerTimeoutMs,
-              Math.max(5_000, 3 * intervalMs));
-      if (heldUntil > 0) {
-        log.warn(
-            "tidemark: writer {}: its previous instance sent no shutdown mark (did it crash?);"
-                + " the controller refuses other instances' marks until it forgets that one, so"
-                + " this one's marks wait until {} (the writer timeout, {} ms, and a few seconds"
-                + " after its last mark); never run two producers with one writer id",
-            writerId, java.time.Instant.ofEpochMilli(heldUntil), writerTimeoutMs);
-      }
+      watch.register(writerId, instance); // before the first mark: heard at once after a crash
       marks = new KafkaProducer<>(markProducerSettings(conn), new ByteArraySerializer(),
           new ByteArraySerializer());
     } catch (RuntimeException e) {
@@ -336,9 +318,6 @@ public final class TidemarkInterceptor implements ProducerInterceptor<Object, Ob
     synchronized (lock) {
       ready = positions.ready();
       s = info;
-    }
-    if (heldUntil > 0 && System.currentTimeMillis() < heldUntil && !ready.isEmpty()) {
-      return; // each mark covers all before it: the first one after the wait says it all
     }
     for (Positions.Note n : ready) {
       if (n.failed) {
