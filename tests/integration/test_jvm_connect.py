@@ -85,7 +85,6 @@ def test_a_connect_source_keeps_time_and_its_restarted_worker_is_heard(
             producer__tidemark__marks__topic=env.cluster.marks_topic,
             producer__tidemark__bucket__count=str(env.cluster.bucket_count),
             producer__tidemark__note__interval__ms="200",
-            producer__tidemark__writer__timeout__ms=str(WRITER_TIMEOUT_MS),
         )
     )
     worker = ConnectWorker(
