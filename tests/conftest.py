@@ -9,6 +9,8 @@ When a test fails, the tail of each service's log is attached to its report.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -133,13 +135,46 @@ _REPORTED_FIGURES: list[str] = []
 _FIGURE = "fault figure"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "alone: asserts a wall-time figure; under pytest-xdist no other worker runs a test "
+        "meanwhile",
+    )
+
+
+@contextlib.contextmanager
+def _worker_turn(item: pytest.Item) -> Iterator[None]:
+    """Under pytest-xdist, an ``alone`` test waits for the test the other workers are
+    running and holds them back until it ends (its setup and teardown included): a
+    figure it asserts is measured on an unshared machine, the rest run side by side.
+
+    Two file locks shared by the run's workers: every test takes the gate for a moment
+    and then the run lock shared; an ``alone`` test keeps the gate while it takes the run
+    lock exclusively, so a stream of short tests cannot starve it."""
+    if getattr(item.config, "workerinput", None) is None:
+        yield
+        return
+    base = Path(item.config.option.basetemp).parent / "worker-turns"  # the run's, shared
+    alone = item.get_closest_marker("alone") is not None
+    with open(f"{base}.gate", "a") as gate, open(f"{base}.run", "a") as run:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(run, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        finally:
+            if not alone:
+                fcntl.flock(gate, fcntl.LOCK_UN)
+        yield  # the files close at the end: both locks go with them
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
     from tests.faults.figures import FIGURES
 
     item.stash[_started_before] = len(started_processes())
     item.stash[_figures_before] = len(FIGURES)
-    return (yield)
+    with _worker_turn(item):
+        return (yield)
 
 
 @pytest.hookimpl(wrapper=True)

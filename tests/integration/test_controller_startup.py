@@ -38,6 +38,7 @@ def tidemark_wait(stream: str, time_ms: int, delta_root: str) -> subprocess.Comp
     return subprocess.run(argv, capture_output=True, text=True, timeout=180, env=env, check=False)
 
 
+@pytest.mark.alone  # asserts the start-up figure: no neighbour's load in it
 def test_a_first_controller_leads_at_once_and_the_tour_waits_for_its_first_watermark(
     kafka: str, zookeeper: str, zk_client: Any, unique: str, tmp_path: Path
 ) -> None:
