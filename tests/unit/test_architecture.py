@@ -51,6 +51,10 @@ PACING_LOOPS: dict[tuple[str, str], str] = {
         "supervises the policy loop for the process's life: a session that ended or failed "
         "is contended for again after a fixed pause (kazoo retries within a session)"
     ),
+    ("jobs/config_changes.py", "_run"): (
+        "lists the streams again at a fixed pace for new ones' watches and waits for a "
+        "watch to fire; a failed listing is tried at the next round, nothing is retried"
+    ),
     ("jobs/controller_job.py", "_run_query"): (
         "paces the running query's progress checks; a query that failed gives the "
         "leadership up (returns), it is not started again here"
