@@ -343,9 +343,12 @@ def _wait(
         feed.wait_for_change(remaining_ms, halt)
 
 
-def _lake_of(where: WaitSource) -> TableLocation:
-    """The one location the wait's keywords name (``$TIDEMARK_DELTA_ROOT`` when none)."""
-    return TableLocation.of(where.get("delta_root"), where.get("storage_options"))
+def _lake_of(where: WaitSource) -> Root:
+    """The one location the wait's keywords name. With no storage options it is the root
+    as given, resolved on first use (``$TIDEMARK_DELTA_ROOT`` when none): a wait the time
+    service answers needs no root."""
+    root, options = where.get("delta_root"), where.get("storage_options")
+    return root if options is None else TableLocation.of(root, options)
 
 
 async def wait_for_time_async(
