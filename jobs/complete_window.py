@@ -58,7 +58,7 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from tempfile import mkdtemp
@@ -151,7 +151,6 @@ def plan_window(
     *,
     store: MetadataStore,
     delta_root: str,
-    storage_options: Mapping[str, str] | None = None,
 ) -> WindowPlan:
     """The offset ranges of [start_ms, end_ms); :class:`WindowNotCompleteError` until complete.
 
@@ -163,7 +162,7 @@ def plan_window(
     if end <= start:
         raise JobConfigurationError(f"a window needs start < end, got [{start}, {end})")
     meta = store.get_stream(stream)
-    index = SeekIndex(delta_root, storage_options=storage_options, refresh_interval_ms=0)
+    index = SeekIndex(delta_root, refresh_interval_ms=0)
     stop = index.stop(stream, end - 1)
     if stop is None:
         raise WindowNotCompleteError(stream, end - 1)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field, fields
 
+from tidemark.controller.delta.location import TableLocation
 from tidemark.controller.naming import ClusterSettings
 from tidemark.jobs.exceptions import JobConfigurationError
 from tidemark.jobs.slot_keys import SLOTS_PER_PARTITION, balanced_slot_keys
@@ -125,6 +126,12 @@ class ControllerSettings:
         _check_at_least("max_offsets_per_trigger", self.max_offsets_per_trigger, 1)
         _check_at_least("state_partitions", self.state_partitions, 1)
         self.workflow()  # checks the rest
+
+    @property
+    def lake(self) -> TableLocation:
+        """Where the tables are: :attr:`delta_root` as the one location the job passes on
+        (storage options: the ``AWS_*`` variables and the like, as delta-rs reads them)."""
+        return TableLocation.of(self.delta_root)
 
     @property
     def bucket_count(self) -> int:

@@ -474,7 +474,7 @@ class Batches:
     """The query's ``foreachBatch``: Delta appends, due times, progress (one per leadership)."""
 
     def __init__(self, settings: ControllerSettings, job: ControllerJob) -> None:
-        self.sink = DeltaSink(settings.delta_root, settings.app_id, tables=job.take_tables())
+        self.sink = DeltaSink(settings.lake, settings.app_id, tables=job.take_tables())
         self.due = DueScheduler(
             settings, on_failed=None if job.metrics is None else job.metrics.due_failed.inc
         )
@@ -546,7 +546,7 @@ class ControllerJob:
         if is_local(self.settings.checkpoint_root):
             self.spark.conf.set(CHECKPOINT_FILE_MANAGER, LOCAL_CHECKPOINT_FILE_MANAGER)
         ensure_marks_topic(self.settings.kafka_bootstrap, self.settings.cluster, alter=True)
-        ensure_tables(self.settings.delta_root)
+        ensure_tables(self.settings.lake)
         self._maintenance = maintenance_switch(self.settings)  # runs while this driver leads
         if self._client is None:
             self._client = open_session(
@@ -574,7 +574,7 @@ class ControllerJob:
                 warm_up(self.spark, resolve(self.spark, self.settings, published), self.instance_id)
                 # A standby opens the tables now; the sink reads what is new when its
                 # query starts (DeltaSink.bind), not in its first batch.
-                tables = DeltaTables(self.settings.delta_root)
+                tables = DeltaTables(self.settings.lake)
                 tables.open_all()
                 self._tables = tables
             except Exception:  # only the first batches get slower

@@ -1,6 +1,6 @@
 """The Delta sink of the controller's query: idempotent appends to the Delta tables.
 
-    sink = DeltaSink(delta_root, app_id="tidemark-controller/tidemark-marks")
+    sink = DeltaSink(lake, app_id="tidemark-controller/tidemark-marks")
     query = ...start(); sink.bind(query.id)         # the query id names the transactions
     sink.write(rows, batch_id)                      # controller_job.Batches, per batch
 
@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tidemark.controller.delta.appends import DeltaTables
+from tidemark.controller.delta.location import Root
 from tidemark.controller.model import Watermark
 from tidemark.jobs.processor import LAGGARD, REJECTED, WATERMARK
 from tidemark.schemas.tables import (
@@ -83,14 +84,12 @@ class DeltaSink:
 
     def __init__(
         self,
-        delta_root: str,
+        lake: Root,
         app_id: str,
-        storage_options: Mapping[str, str] | None = None,
         tables: DeltaTables | None = None,
     ) -> None:
-        self.delta_root = delta_root
         self.app_id = app_id
-        self.tables = tables if tables is not None else DeltaTables(delta_root, storage_options)
+        self.tables = tables if tables is not None else DeltaTables(lake)
         self._query_id: str | None = None
         self._bound = threading.Event()
         self.batches = 0
@@ -107,7 +106,7 @@ class DeltaSink:
         try:
             self.tables.open_all(refresh=True)
         except Exception:  # the appends open and refresh what they need themselves
-            log.exception("opening the tables under %s failed", self.delta_root)
+            log.exception("opening the tables under %s failed", self.tables.location.uri)
         self._bound.set()
 
     def txn_app_id(self) -> str:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypedDict
 
+from tidemark.controller.delta.location import TableLocation
 from tidemark.controller.timestamps import parse_time
 from tidemark.environment import DELTA_ROOT, KAFKA_BOOTSTRAP, ZK_CONNECT, Environment
 from tidemark.errors import ConfigurationError
@@ -49,8 +50,7 @@ class _Kafka(TypedDict):
 
 
 class _Delta(TypedDict, total=False):
-    delta_root: str
-    storage_options: Mapping[str, str]
+    delta_root: TableLocation
 
 
 class ConnectionConfigError(ConfigurationError):
@@ -69,6 +69,11 @@ class DeltaLocation:
     def __post_init__(self) -> None:
         if not isinstance(self.uri, str) or not self.uri.strip():
             raise ConnectionConfigError(f"a Delta location needs a URI, got {self.uri!r}")
+
+    @property
+    def location(self) -> TableLocation:
+        """The Delta package's handle on it: what every lookup, wait and group is given."""
+        return TableLocation.of(self.uri, self.storage_options)
 
 
 @dataclass(frozen=True)
@@ -183,7 +188,7 @@ class Connection:
         delta = self.config.delta_location() if required else self.config.delta
         if delta is None:
             return {}
-        return {"delta_root": delta.uri, "storage_options": delta.storage_options}
+        return {"delta_root": delta.location}
 
     # --- writing ---------------------------------------------------------------------------
 

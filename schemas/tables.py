@@ -243,10 +243,11 @@ def on_object_store(uri: str) -> bool:
     return "://" in uri and not uri.startswith("file://")
 
 
-def table_path(delta_root: str, table: str) -> str:
-    """``<delta root>/<table>``; the root may be a path or a URI (``s3://...``)."""
+def table_path(root: str, table: str) -> str:
+    """``<root>/<table>``: where the layout puts ``table`` under the tables' root (a path
+    or a URI, ``s3://...``)."""
     layout(table)
-    return f"{str(delta_root).rstrip('/')}/{table}"
+    return f"{str(root).rstrip('/')}/{table}"
 
 
 # --- rows <-> values: the one place that knows the row layout -----------------------------------

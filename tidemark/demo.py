@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from tidemark.controller.config import ScalingPolicy, StreamConfiguration
+from tidemark.controller.delta.location import TableLocation
 from tidemark.controller.model import KeyRange, TimeWindow, Watermark
 from tidemark.controller.naming import ClusterSettings
 from tidemark.controller.streams import StreamManager
@@ -172,6 +173,7 @@ def run_demo(
             interval_ms=1000,
             writer_timeout_ms=10_000,
         )
+        lake = settings.lake
         base_ms = (int(time.time() * 1000) // 1000 - 600) * 1000  # ten minutes ago
         progress(STEPS_SHOWN[0])
         with ControllerJob(spark, settings, f"demo-{unique}") as controller:
@@ -187,28 +189,26 @@ def run_demo(
             deadline = time.monotonic() + 120
             marks: list[Watermark] = []
             while time.monotonic() < deadline:
-                marks = read_watermarks(delta_root, stream)
+                marks = read_watermarks(lake, stream)
                 if marks and marks[-1].time >= noted:
                     break
                 time.sleep(1.0)
         report = DemoReport(stream, delta_root, written, noted, marks, events=events)
-        report.emitted_at = _emitted_at(delta_root, stream)
+        report.emitted_at = _emitted_at(lake, stream)
         progress(STEPS_SHOWN[3])
         report.segments_after_scale = [
             s.id for s in store.get_stream(stream).current_epoch().segments
         ]
         report.seek_time = base_ms + (STEPS // 2) * STEP_MS + STEP_MS // 2
-        report.start_cut = stream_cut_at(
-            stream, report.seek_time, delta_root=delta_root, store=store
-        )
-        report.stop_cut = complete_cut_at(stream, report.seek_time, delta_root=delta_root)
+        report.start_cut = stream_cut_at(stream, report.seek_time, delta_root=lake, store=store)
+        report.stop_cut = complete_cut_at(stream, report.seek_time, delta_root=lake)
         wanted = sorted(t for t in times if t >= report.seek_time)
         group = ReaderGroup.create(
             f"demo-readers-{unique}",
             stream,
             store=store,
             bootstrap_servers=bootstrap,
-            delta_root=delta_root,
+            delta_root=lake,
             from_time=report.seek_time,
         )
         try:
@@ -234,11 +234,11 @@ def run_demo(
         close_session(client)
 
 
-def _emitted_at(delta_root: str, stream: str) -> dict[int, int]:
+def _emitted_at(lake: TableLocation, stream: str) -> dict[int, int]:
     # pyarrow: as in run_demo
     from tidemark.jobs.tables import MARKS, read_table
 
-    return {int(r["seq"]): int(r["emitted_at"]) for r in read_table(delta_root, MARKS, stream)}
+    return {int(r["seq"]): int(r["emitted_at"]) for r in read_table(lake, MARKS, stream)}
 
 
 def describe(report: DemoReport) -> list[str]:

@@ -44,10 +44,11 @@ from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from tidemark.controller.delta.commit_turns import commit_turn
 from tidemark.controller.delta.exceptions import StoreOutageError
+from tidemark.controller.delta.location import Root, TableLocation
 from tidemark.controller.delta.maintenance import default_log_retention_s, retention_properties
 from tidemark.retries import RetryPolicy
 from tidemark.schemas.arrow import ARROW_SCHEMAS
-from tidemark.schemas.tables import TABLES, on_object_store, table_path
+from tidemark.schemas.tables import TABLES, table_path
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +90,7 @@ def through_store_outage(
 
 
 def ensure_tables(
-    delta_root: str,
+    delta_root: Root,
     storage_options: Mapping[str, str] | None = None,
     attempts: int = 5,
     log_retention_s: float | None = None,
@@ -103,19 +104,20 @@ def ensure_tables(
     so a driver starting while its store restarts does not exit; a local path's
     error (no such directory, no permission) is not an outage and comes at once.
     """
+    lake = TableLocation.of(delta_root, storage_options)
     if log_retention_s is None:
-        log_retention_s = default_log_retention_s(delta_root)
+        log_retention_s = default_log_retention_s(lake.uri)
     properties: dict[str, str | None] = {**retention_properties(log_retention_s)}
 
     def create(table: str) -> None:
         for attempt in range(attempts):
             try:
                 DeltaTable.create(
-                    table_path(delta_root, table),
+                    lake.table(table).uri,
                     schema=ARROW_SCHEMAS[table],
                     mode="ignore",
                     configuration=properties,
-                    storage_options=dict(storage_options) if storage_options else None,
+                    storage_options=lake.delta_rs_options,
                 )
                 return
             except OSError:  # the store did not answer: not a race
@@ -125,11 +127,11 @@ def ensure_tables(
                     raise
                 log.info("creating table %s raced (%s); retrying", table, exc)
 
-    outage_s = STORE_OUTAGE_S if on_object_store(str(delta_root)) else 0.0
+    outage_s = STORE_OUTAGE_S if lake.on_object_store else 0.0
     for table in TABLES:
         through_store_outage(functools.partial(create, table), f"creating table {table}", outage_s)
     through_store_outage(
-        lambda: evolve_tables(delta_root, storage_options, attempts=attempts),
+        lambda: evolve_tables(lake.uri, lake.storage_options, attempts=attempts),
         "adding the layout's columns",
         outage_s,
     )
@@ -197,18 +199,16 @@ class DeltaTables:
 
     COMMIT_ATTEMPTS = 3
 
-    def __init__(self, delta_root: str, storage_options: Mapping[str, str] | None = None) -> None:
-        self.delta_root = delta_root
-        self.storage_options = dict(storage_options or {})
+    def __init__(self, lake: Root) -> None:
+        self.location = TableLocation.of(lake)
         self._open: dict[str, Any] = {}
 
     def _table(self, table: str, *, refresh: bool = True) -> Any:
         """The open table; ``refresh``: brought up to date first (lists the log)."""
         dt = self._open.get(table)
         if dt is None:
-            dt = self._open[table] = DeltaTable(
-                table_path(self.delta_root, table), storage_options=self.storage_options or None
-            )
+            where = self.location.table(table)
+            dt = self._open[table] = DeltaTable(where.uri, storage_options=where.delta_rs_options)
         elif refresh:
             dt.update_incremental()
         return dt
@@ -248,7 +248,7 @@ class DeltaTables:
                 log.info("%s: batch %d of %s already committed; skipped", table, version, app_id)
                 return False
             try:
-                with commit_turn(table_path(self.delta_root, table)):
+                with commit_turn(self.location.table(table).uri):
                     self._write(dt, table, rows, app_id, version)
                 return True
             except CommitFailedError as exc:

@@ -182,10 +182,8 @@ class DeltaSource:
     log unless a refresh begun since the call (or since the start of the
     thread's :class:`one_moment` block) already did."""
 
-    def __init__(
-        self, table: TableLocation | str, storage_options: Mapping[str, str] | None = None
-    ) -> None:
-        self.location = TableLocation.of(table, storage_options)
+    def __init__(self, table: Root) -> None:
+        self.location = TableLocation.of(table)
         self.uri = self.location.uri
         self.storage_options = self.location.storage_options
         self._table: Any = None
@@ -518,13 +516,12 @@ class TableTail:
 
     def __init__(
         self,
-        table: TableLocation | str,
+        table: Root,
         stream: str,
         columns: Sequence[str],
-        storage_options: Mapping[str, str] | None = None,
         source: DeltaSource | None = None,
     ) -> None:
-        self.source = source or DeltaSource(table, storage_options)
+        self.source = source or DeltaSource(table)
         self.stream = stream
         self.columns = tuple(columns)
         self.last_seq = -1
@@ -567,12 +564,10 @@ class TableTail:
         return rows
 
 
-def shared_source(
-    table: TableLocation | str, storage_options: Mapping[str, str] | None = None
-) -> DeltaSource:
+def shared_source(table: Root) -> DeltaSource:
     """The process's one :class:`DeltaSource` of a table (per storage options): the tails
     of many streams open the table once and follow one snapshot, instead of one each."""
-    location = TableLocation.of(table, storage_options)
+    location = TableLocation.of(table)
     return shared("source", location, lambda: DeltaSource(location))
 
 
@@ -583,12 +578,11 @@ class MarksTail:
 
     def __init__(
         self,
-        delta_root: Root,
+        lake: Root,
         stream: str,
-        storage_options: Mapping[str, str] | None = None,
         columns: Sequence[str] = MARKS_COLUMNS,
     ) -> None:
-        marks = TableLocation.of(delta_root, storage_options).table(MARKS)
+        marks = TableLocation.of(lake).table(MARKS)
         self.uri = marks.uri
         self.tail = TableTail(marks, stream, columns, source=shared_source(marks))
 
@@ -623,11 +617,10 @@ class MarksTail:
 
 
 def append_watermarks(
-    delta_root: Root,
+    lake: Root,
     watermarks: Sequence[Watermark],
     *,
     previous_upper_time_max: int | None = None,
-    storage_options: Mapping[str, str] | None = None,
 ) -> None:
     """Append watermarks (one stream, ``seq`` order) to ``marks`` then ``index``.
 
@@ -654,37 +647,30 @@ def append_watermarks(
         [index_row(w, top) for w, top in zip(watermarks, maxima, strict=True)],
         schema=INDEX_ARROW,
     )
-    lake = TableLocation.of(delta_root, storage_options)
-    append_rows(lake.table(MARKS), marks)
-    append_rows(lake.table(INDEX), index)
+    tables = TableLocation.of(lake)
+    append_rows(tables.table(MARKS), marks)
+    append_rows(tables.table(INDEX), index)
 
 
-def append_rows(
-    table: TableLocation | str, rows: pa.Table, storage_options: Mapping[str, str] | None = None
-) -> None:
+def append_rows(table: Root, rows: pa.Table) -> None:
     """Append ``rows`` (already in the table's Arrow schema) to ``table``,
     creating it when missing; for tools and tests (the controller appends through
     :class:`tidemark.controller.delta.appends.DeltaTables`)."""
     from deltalake import write_deltalake  # on use: importing this module stays light
 
-    where = TableLocation.of(table, storage_options)
+    where = TableLocation.of(table)
     write_deltalake(where.uri, rows, mode="append", storage_options=where.delta_rs_options)
 
 
-def is_table(table: TableLocation | str, storage_options: Mapping[str, str] | None = None) -> bool:
+def is_table(table: Root) -> bool:
     """Whether a Delta table lives at ``table``."""
     from deltalake import DeltaTable  # on use: importing this module stays light
 
-    where = TableLocation.of(table, storage_options)
+    where = TableLocation.of(table)
     return bool(DeltaTable.is_deltatable(where.uri, storage_options=where.delta_rs_options))
 
 
-def column_max(
-    table: TableLocation | str,
-    column: str,
-    stream: str,
-    storage_options: Mapping[str, str] | None = None,
-) -> int | None:
+def column_max(table: Root, column: str, stream: str) -> int | None:
     """The largest ``column`` of ``stream``'s rows in ``table`` (``None``: no table, no
     row)."""
     import pyarrow.compute as pc  # on use: importing this module stays light
@@ -692,7 +678,7 @@ def column_max(
     from deltalake import DeltaTable  # as above
     from deltalake.exceptions import TableNotFoundError  # as above
 
-    where = TableLocation.of(table, storage_options)
+    where = TableLocation.of(table)
     try:
         dt = DeltaTable(where.uri, storage_options=where.delta_rs_options)
     except TableNotFoundError:
@@ -735,26 +721,20 @@ def read_watermarks(
     return [watermark_from_row(row, Watermark) for row in rows.to_pylist()]
 
 
-def read_table(
-    delta_root: Root,
-    table: str,
-    stream: str | None = None,
-    storage_options: Mapping[str, str] | None = None,
-) -> list[dict[str, Any]]:
+def read_table(lake: Root, table: str, stream: str | None = None) -> list[dict[str, Any]]:
     """Rows of any of the tables (optionally one stream's) as dicts; for tools and tests."""
-    source = DeltaSource(TableLocation.of(delta_root, storage_options).table(table))
+    source = DeltaSource(TableLocation.of(lake).table(table))
     source.refresh()
     return list(source.rows(stream).to_pylist())
 
 
 def read_marks_as_of(
-    delta_root: Root,
+    lake: Root,
     stream: str,
     *,
     since_ms: int = 0,
     version: int | None = None,
     as_of_ms: int | None = None,
-    storage_options: Mapping[str, str] | None = None,
 ) -> tuple[int | None, list[dict[str, Any]]]:
     """``stream``'s ``marks`` rows with ``time >= since_ms`` as of a table ``version`` or a
     time ``as_of_ms`` (neither: the latest), in ``seq`` order; (version read, rows).
@@ -764,7 +744,7 @@ def read_marks_as_of(
     from deltalake import DeltaTable  # as above
     from deltalake.exceptions import DeltaError, TableNotFoundError  # as above
 
-    marks = TableLocation.of(delta_root, storage_options).table(MARKS)
+    marks = TableLocation.of(lake).table(MARKS)
     try:
         dt = DeltaTable(marks.uri, storage_options=marks.delta_rs_options, version=version)
         if as_of_ms is not None:
@@ -783,25 +763,18 @@ REJECTED_SHOWN = ("stream", "writer", "reason", "kafka_partition", "kafka_offset
 """The ``rejected_marks`` columns :func:`read_rejected` returns (not the raw bytes)."""
 
 
-def read_rejected(
-    delta_root: Root,
-    stream: str | None = None,
-    limit: int = 50,
-    storage_options: Mapping[str, str] | None = None,
-) -> list[dict[str, Any]]:
+def read_rejected(lake: Root, stream: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
     """The latest ``limit`` rejected marks (of every stream: ``None``), newest first,
     without their raw bytes."""
-    source = DeltaSource(TableLocation.of(delta_root, storage_options).table(REJECTED_MARKS))
+    source = DeltaSource(TableLocation.of(lake).table(REJECTED_MARKS))
     source.refresh()
     rows = source.rows(stream, REJECTED_SHOWN).to_pylist()
     return sorted(rows, key=lambda r: r["at"] or 0, reverse=True)[:limit]
 
 
-def read_cut(
-    delta_root: Root, stream: str, seq: int, storage_options: Mapping[str, str] | None = None
-) -> dict[int, int] | None:
+def read_cut(lake: Root, stream: str, seq: int) -> dict[int, int] | None:
     """The ``stream_cut`` of watermark ``seq`` from ``marks`` (file statistics pick the files)."""
-    source = DeltaSource(TableLocation.of(delta_root, storage_options).table(MARKS))
+    source = DeltaSource(TableLocation.of(lake).table(MARKS))
     if not source.refresh():
         return None
     return read_cut_from(source, stream, seq)

@@ -93,7 +93,6 @@ class GroupHome(TypedDict, total=False):
     delta_root: Root
     config: ReaderConfig | None
     registry: GroupRegistry | None
-    storage_options: Mapping[str, str] | None
 
 
 class GroupPlace(GroupHome, total=False):
@@ -123,7 +122,6 @@ class ReaderGroup(Closing):
         delta_root: Root = None,
         config: ReaderConfig | None = None,
         registry: GroupRegistry | None = None,
-        storage_options: Mapping[str, str] | None = None,
         ephemeral: bool = False,
         _record: GroupRecord | None = None,
     ) -> None:
@@ -131,7 +129,6 @@ class ReaderGroup(Closing):
         self.store = store
         self.bootstrap_servers = bootstrap_servers
         self.delta_root = delta_root
-        self.storage_options = dict(storage_options or {})
         self.config = config or ReaderConfig()
         self.registry = registry or registry_for(store)
         self.ephemeral = ephemeral
@@ -214,7 +211,6 @@ class ReaderGroup(Closing):
         start_cut: StreamCut | None = None,
         config: ReaderConfig | None = None,
         registry: GroupRegistry | None = None,
-        storage_options: Mapping[str, str] | None = None,
         index: SeekIndex | None = None,
         ephemeral: bool = False,
     ) -> ReaderGroup | StreamsReaderGroup:
@@ -237,7 +233,6 @@ class ReaderGroup(Closing):
             delta_root=delta_root,
             config=config,
             registry=reg,
-            storage_options=storage_options,
         )
         if streams is not None:
             if start_cut is not None or ephemeral:
@@ -250,7 +245,6 @@ class ReaderGroup(Closing):
                 member=_members(home),
                 from_time=from_time,
                 delta_root=delta_root,
-                storage_options=storage_options,
                 index=index,
             )
         assert stream is not None
@@ -259,7 +253,7 @@ class ReaderGroup(Closing):
         meta = live_metadata(store, stream)
         if from_time is not None:
             # the running time service when one is configured, else Delta
-            idx = index or default_index(delta_root, storage_options)
+            idx = index or default_index(delta_root)
             cut = start_cut_for(stream, check_timestamp(from_time), meta, idx)
         elif start_cut is not None:
             cut = at_or_after_head(start_cut, meta)
@@ -466,7 +460,7 @@ class ReaderGroup(Closing):
     def _lake(self) -> TableLocation:
         """Where the watermark tables are (resolved on use: a group that never asks
         about time needs no delta root)."""
-        return TableLocation.of(self.delta_root, self.storage_options)
+        return TableLocation.of(self.delta_root)
 
     def watermark_feed(self) -> WatermarkFeed:
         with self._lock:

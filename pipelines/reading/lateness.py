@@ -21,7 +21,7 @@ grow). A wrapper, to opt in.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -45,21 +45,14 @@ from tidemark.schemas.tables import (
 )
 
 
-def read_laggards(
-    delta_root: Root, stream: str, storage_options: Mapping[str, str] | None = None
-) -> list[dict[str, Any]]:
+def read_laggards(lake: Root, stream: str) -> list[dict[str, Any]]:
     """The latest snapshot of ``stream``'s laggards (empty: none, or no table yet)."""
-    return latest_laggards(read_table(delta_root, LAGGARDS, stream, storage_options))
+    return latest_laggards(read_table(lake, LAGGARDS, stream))
 
 
-def stale_marks(
-    delta_root: Root,
-    stream: str,
-    since_ms: int = 0,
-    storage_options: Mapping[str, str] | None = None,
-) -> dict[str, int]:
+def stale_marks(lake: Root, stream: str, since_ms: int = 0) -> dict[str, int]:
     """Marks of ``stream`` refused as stale since ``since_ms``, counted per writer."""
-    source = DeltaSource(TableLocation.of(delta_root, storage_options).table(REJECTED_MARKS))
+    source = DeltaSource(TableLocation.of(lake).table(REJECTED_MARKS))
     source.refresh()
     counts: Counter[str] = Counter()
     for row in source.rows(stream).to_pylist():
@@ -68,13 +61,11 @@ def stale_marks(
     return dict(counts)
 
 
-def lateness_rows(
-    delta_root: Root, stream: str, storage_options: Mapping[str, str] | None = None
-) -> list[dict[str, Any]]:
+def lateness_rows(lake: Root, stream: str) -> list[dict[str, Any]]:
     """What an operator sees for ``stream`` (``tidemark laggards``; the hook for
     ``tidemark controller status``): one row per laggard of the last snapshot, then
     one per writer with marks refused as stale (``kind`` = ``stale_marks``)."""
-    lake = TableLocation.of(delta_root, storage_options)
+    lake = TableLocation.of(lake)
     rows: list[dict[str, Any]] = [
         {
             "stream": stream,
@@ -99,16 +90,10 @@ def lateness_rows(
     return rows
 
 
-def append_laggards(
-    delta_root: Root,
-    stream: str,
-    at: int,
-    laggards: Sequence[LaggardLike],
-    storage_options: Mapping[str, str] | None = None,
-) -> None:
+def append_laggards(lake: Root, stream: str, at: int, laggards: Sequence[LaggardLike]) -> None:
     """Append one snapshot (the controller's sink does this in production; tools, tests)."""
     rows = pa.Table.from_pylist(laggard_rows(stream, at, laggards), schema=LAGGARDS_ARROW)
-    append_rows(TableLocation.of(delta_root, storage_options).table(LAGGARDS), rows)
+    append_rows(TableLocation.of(lake).table(LAGGARDS), rows)
 
 
 class LateCounter:

@@ -146,17 +146,14 @@ class SeekIndex:
 
     def __init__(
         self,
-        delta_root: Root,
+        lake: Root,
         *,
-        storage_options: Mapping[str, str] | None = None,
         refresh_interval_ms: int = 100,
         cut_cache_size: int = 4096,
         warm_after: int = 2,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.location = TableLocation.of(delta_root, storage_options)
-        self.delta_root = self.location.uri
-        self.storage_options = self.location.storage_options
+        self.location = TableLocation.of(lake)
         self.refresh_interval_s = refresh_interval_ms / 1000
         self._cut_cache_size = cut_cache_size
         self._monotonic = monotonic
@@ -467,11 +464,9 @@ def _missing_mark(stream: str, seq: int) -> Exception:
     )
 
 
-def shared_index(
-    delta_root: Root = None, storage_options: Mapping[str, str] | None = None
-) -> SeekIndex:
+def shared_index(lake: Root = None) -> SeekIndex:
     """One :class:`SeekIndex` per delta root for the process (so lookups stay warm)."""
-    location = TableLocation.of(delta_root, storage_options)
+    location = TableLocation.of(lake)
     return shared("seek index", location, lambda: SeekIndex(location))
 
 
@@ -497,13 +492,19 @@ def start_cut_for(
 
 class Lookup(TypedDict, total=False):
     """Where :func:`stream_cut_at` and :func:`complete_cut_at` look (keywords, all optional):
-    ``index`` (else the shared index of ``delta_root`` with ``storage_options``) and
+    ``index`` (else the shared index of ``delta_root`` -- a root, or a
+    :class:`~tidemark.controller.delta.location.TableLocation` -- with ``storage_options``) and
     ``store`` (then the stream must exist, and its head bounds the answer)."""
 
     delta_root: Root
     store: MetadataStore | None
     index: SeekIndex | None
     storage_options: Mapping[str, str] | None
+
+
+def _shared_index_of(where: Lookup) -> SeekIndex:
+    """The shared index of the one location the lookup's keywords name."""
+    return shared_index(TableLocation.of(where.get("delta_root"), where.get("storage_options")))
 
 
 def _lookup(
@@ -514,9 +515,7 @@ def _lookup(
     ts = check_timestamp(timestamp)
     store = where.get("store")
     meta = None if store is None else live_metadata(store, stream)
-    index = where.get("index") or shared_index(
-        where.get("delta_root"), where.get("storage_options")
-    )
+    index = where.get("index") or _shared_index_of(where)
     return ts, meta, index
 
 
@@ -596,9 +595,7 @@ def _joint(
     names = check_streams(streams)
     store = where.get("store")
     metas = None if store is None else {s: live_metadata(store, s) for s in names}
-    index = where.get("index") or shared_index(
-        where.get("delta_root"), where.get("storage_options")
-    )
+    index = where.get("index") or _shared_index_of(where)
     return ts, names, metas, index
 
 

@@ -108,7 +108,6 @@ def kafka_source_options(
     *,
     bootstrap_servers: str,
     delta_root: Root = None,
-    storage_options: Mapping[str, str] | None = None,
     index: SeekIndex | None = None,
     partitions: int | None = None,
 ) -> dict[str, str]:
@@ -128,7 +127,7 @@ def kafka_source_options(
         partitions = StreamTopics(bootstrap_servers).partition_count(topic)
         if partitions is None:
             raise UnknownStreamError(stream)
-    idx = index or shared_index(delta_root, storage_options)
+    idx = index or shared_index(delta_root)
     start_cut: Mapping[int, int] = {}
     if start_ms is not None:
         found = idx.start(stream, start_ms)

@@ -89,10 +89,9 @@ class DeltaWatermarkSource:
 
     def __init__(
         self,
-        delta_root: Root,
+        lake: Root,
         stream: str,
         *,
-        storage_options: Mapping[str, str] | None = None,
         min_backoff_ms: int = 10,
         max_backoff_ms: int = 250,
     ) -> None:
@@ -101,8 +100,7 @@ class DeltaWatermarkSource:
                 f"need 1 <= min_backoff_ms <= max_backoff_ms, got {min_backoff_ms}, "
                 f"{max_backoff_ms}"
             )
-        self.location = TableLocation.of(delta_root, storage_options)
-        self.delta_root = self.location.uri
+        self.location = TableLocation.of(lake)
         self.stream = stream
         self.min_backoff_ms = min_backoff_ms
         self.max_backoff_ms = max_backoff_ms
@@ -164,8 +162,7 @@ class ServiceWatermarkSource:
         stream: str,
         time_ms: int,
         *,
-        delta_root: Root = None,
-        storage_options: Mapping[str, str] | None = None,
+        lake: Root = None,
         slice_ms: int = 1_000,
         retry_after_s: float = 30.0,
     ) -> None:
@@ -175,8 +172,7 @@ class ServiceWatermarkSource:
         self.time_ms = time_ms
         self.slice_ms = slice_ms
         self.client = TimeServiceClient(url, timeout_s=slice_ms / 1000 + 5.0)
-        self._delta_root = delta_root
-        self._storage_options = storage_options
+        self._lake = lake
         self._fallback: DeltaWatermarkSource | None = None
         self._retry_after_s = retry_after_s
         self._down_until = 0.0
@@ -187,9 +183,7 @@ class ServiceWatermarkSource:
 
     def _delta(self) -> DeltaWatermarkSource:
         if self._fallback is None:
-            self._fallback = DeltaWatermarkSource(
-                self._delta_root, self.stream, storage_options=self._storage_options
-            )
+            self._fallback = DeltaWatermarkSource(self._lake, self.stream)
         return self._fallback
 
     def _service_down(self) -> bool:
@@ -237,17 +231,14 @@ def watermark_source(
     stream: str,
     time_ms: int,
     *,
-    delta_root: Root = None,
-    storage_options: Mapping[str, str] | None = None,
+    lake: Root = None,
 ) -> WatermarkSource:
     """The source a wait for ``time_ms`` uses by default: the time service's when
     ``TIDEMARK_TIME_SERVICE`` is set (falling back to Delta), else the ``marks`` table."""
     url = time_service_url()
     if url is None:
-        return DeltaWatermarkSource(delta_root, stream, storage_options=storage_options)
-    return ServiceWatermarkSource(
-        url, stream, time_ms, delta_root=delta_root, storage_options=storage_options
-    )
+        return DeltaWatermarkSource(lake, stream)
+    return ServiceWatermarkSource(url, stream, time_ms, lake=lake)
 
 
 def _describe(row: Mapping[str, object]) -> str:
@@ -266,7 +257,8 @@ def _check_timeout(timeout_ms: object) -> int:
 
 class WaitSource(TypedDict, total=False):
     """Where :func:`wait_for_time` watches (keywords, all optional): ``source``, else
-    :func:`watermark_source` of ``delta_root`` with ``storage_options``."""
+    :func:`watermark_source` of ``delta_root`` (a root, or a
+    :class:`~tidemark.controller.delta.location.TableLocation`) with ``storage_options``."""
 
     delta_root: Root
     source: WatermarkSource | None
@@ -316,23 +308,16 @@ def wait_for_time(
         if where.get("source") is not None:
             raise ReaderConfigError("a wait on several streams takes no source")
         names, at = check_streams(stream), check_timestamp(time_ms, "time", parse=True)
-        delta_root, storage_options = where.get("delta_root"), where.get("storage_options")
+        lake = _lake_of(where)
 
         def wait_one(one: str, left_ms: int) -> Watermark:
-            return wait_for_time(
-                one, at, left_ms, delta_root=delta_root, storage_options=storage_options, stop=stop
-            )
+            return wait_for_time(one, at, left_ms, delta_root=lake, stop=stop)
 
         return wait_for_all(names, at, _check_timeout(timeout_ms), wait_one)
     target = check_timestamp(time_ms, "time", parse=True)
     timeout = _check_timeout(timeout_ms)
     source = where.get("source")
-    feed = source or watermark_source(
-        stream,
-        target,
-        delta_root=where.get("delta_root"),
-        storage_options=where.get("storage_options"),
-    )
+    feed = source or watermark_source(stream, target, lake=_lake_of(where))
     try:
         return _wait(stream, target, timeout, feed, stop or threading.Event())
     finally:
@@ -358,6 +343,14 @@ def _wait(
         feed.wait_for_change(remaining_ms, halt)
 
 
+def _lake_of(where: WaitSource) -> Root:
+    """The one location the wait's keywords name. With no storage options it is the root
+    as given, resolved on first use (``$TIDEMARK_DELTA_ROOT`` when none): a wait the time
+    service answers needs no root."""
+    root, options = where.get("delta_root"), where.get("storage_options")
+    return root if options is None else TableLocation.of(root, options)
+
+
 async def wait_for_time_async(
     stream: str, time_ms: object, timeout_ms: int, **where: Unpack[WaitSource]
 ) -> Watermark:
@@ -377,11 +370,8 @@ class LatestStreamTimes:
     :class:`DeltaWatermarkSource` per stream asked about). It is what the timeline's
     consumer takes as ``stream_clock`` for event-time messages."""
 
-    def __init__(
-        self, delta_root: Root = None, storage_options: Mapping[str, str] | None = None
-    ) -> None:
-        self.location = TableLocation.of(delta_root, storage_options)
-        self.delta_root = self.location.uri
+    def __init__(self, lake: Root = None) -> None:
+        self.location = TableLocation.of(lake)
         self._sources: dict[str, DeltaWatermarkSource] = {}
         self._times: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -408,18 +398,15 @@ class StreamTimeTrigger:
         *,
         timeout_ms: int,
         on_error: Callable[[Exception], None] | None = None,
-        delta_root: Root = None,
+        lake: Root = None,
         source: WatermarkSource | None = None,
-        storage_options: Mapping[str, str] | None = None,
     ) -> None:
         self.stream = stream
         self.time_ms = check_timestamp(time_ms, "time", parse=True)
         self.timeout_ms = _check_timeout(timeout_ms)
         self._callback = callback
         self._on_error = on_error
-        self._source = source or watermark_source(
-            stream, self.time_ms, delta_root=delta_root, storage_options=storage_options
-        )
+        self._source = source or watermark_source(stream, self.time_ms, lake=lake)
         self._stop = threading.Event()
         self.result: Watermark | None = None
         self.error: Exception | None = None

@@ -288,7 +288,6 @@ class StreamsReaderGroup(Closing):
         member: MemberGroup,
         from_time: object = None,
         delta_root: Root = None,
-        storage_options: Mapping[str, str] | None = None,
         index: SeekIndex | None = None,
     ) -> StreamsReaderGroup:
         """A new group over ``streams``, each at its ``stream_cut_at(from_time)`` (or its
@@ -299,7 +298,7 @@ class StreamsReaderGroup(Closing):
         metas = {s: live_metadata(store, s) for s in names}
         if from_time is not None:
             ts = check_timestamp(from_time)
-            idx = index or default_index(delta_root, storage_options)
+            idx = index or default_index(delta_root)
             found = idx.start_cuts(names, ts)
             cuts = {s: start_or_head(found[s], metas[s]) for s in names}
         else:

@@ -1,6 +1,6 @@
 """Asking a running ``tidemark serve`` where to start or stop, with Delta as the fallback.
 
-    index = default_index(delta_root)       # a ServiceIndex when TIDEMARK_TIME_SERVICE is set
+    index = default_index(lake)             # a ServiceIndex when TIDEMARK_TIME_SERVICE is set
     found = index.start("shop/orders", t)   # Found | None, as SeekIndex.start
     group = ReaderGroup.create(..., from_time=t)  # uses default_index() itself
 
@@ -189,12 +189,11 @@ class ServiceIndex(SeekIndex):
     def __init__(
         self,
         url: str,
-        delta_root: Root = None,
+        lake: Root = None,
         *,
-        storage_options: Mapping[str, str] | None = None,
         retry_after_s: float = 30.0,
     ) -> None:
-        super().__init__(delta_root, storage_options=storage_options)
+        super().__init__(lake)
         self.client = TimeServiceClient(url)
         self._retry_after_s = retry_after_s
         self._down_until = 0.0
@@ -221,17 +220,13 @@ class ServiceIndex(SeekIndex):
         return self._one_by_one(streams, STOP, t)
 
 
-def default_index(
-    delta_root: Root = None,
-    storage_options: Mapping[str, str] | None = None,
-    environ: Mapping[str, str] | None = None,
-) -> SeekIndex:
+def default_index(lake: Root = None, environ: Mapping[str, str] | None = None) -> SeekIndex:
     """The index lookups should use: the running service's when ``TIDEMARK_TIME_SERVICE``
     is set (falling back to Delta), else the process's shared Delta index."""
     url = time_service_url(environ)
     if url is None:
-        return shared_index(delta_root, storage_options)
-    location = TableLocation.of(delta_root, storage_options)
+        return shared_index(lake)
+    location = TableLocation.of(lake)
     return shared("service index", location, lambda: ServiceIndex(url, location), url)
 
 

@@ -1,6 +1,6 @@
 """Time windows for readers: a live feed of watermarks and the position to compare.
 
-    feed = WatermarkFeed(delta_root, "shop/orders")
+    feed = WatermarkFeed(lake, "shop/orders")
     tracker = WindowTracker(feed.iterator(), segments)
     tracker.advance_to(reader_position(owned, finished, segments))   # TimeWindow(lower, upper)
 
@@ -45,15 +45,14 @@ class WatermarkFeed:
 
     def __init__(
         self,
-        delta_root: Root,
+        lake: Root,
         stream: str,
         *,
-        storage_options: Mapping[str, str] | None = None,
         refresh_interval_ms: int = 100,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.stream = stream
-        self._location = TableLocation.of(delta_root, storage_options)
+        self._location = TableLocation.of(lake)
         self._tail = MarksTail(self._location, stream)
         self._interval_s = refresh_interval_ms / 1000
         self._monotonic = monotonic

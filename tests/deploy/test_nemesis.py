@@ -26,6 +26,7 @@ from tests.deploy.nemesis.history import History, Observed, Read, Stored
 from tests.deploy.nemesis.schedule import EACH_KIND_ONCE, Nemesis, Step, plan
 from tests.faults.figures import report
 from tidemark.controller.config import ScalingPolicy, StreamConfiguration
+from tidemark.controller.delta.location import TableLocation
 from tidemark.controller.delta.tables import read_watermarks
 from tidemark.controller.kafka.settings import client_config
 from tidemark.controller.naming import topic_for
@@ -195,8 +196,7 @@ def history(deployment: Deployment, seed: int) -> Iterator[History]:
             STREAM,
             store=store,
             bootstrap_servers=deployment.bootstrap,
-            delta_root=deployment.delta_root,
-            storage_options=deployment.s3.storage_options(),
+            delta_root=TableLocation.of(deployment.delta_root, deployment.s3.storage_options()),
         )
         reader = GroupReader(group, history)
         clients = [

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pytest
 
 from tidemark.controller.delta.appends import ensure_tables
+from tidemark.controller.delta.location import TableLocation
 from tidemark.controller.delta.maintenance import Maintainer, MaintenanceSettings
 from tidemark.controller.delta.tables import read_watermarks
 from tidemark.controller.model import Watermark
@@ -208,7 +209,7 @@ def test_appends_and_compactions_on_an_object_store_lose_no_commit(tmp_path: Pat
             DeltaTable.create(
                 table_path(root, table), schema=ARROW_SCHEMAS[table], storage_options=options
             )
-        sink = DeltaSink(root, "test-maintenance", storage_options=options)
+        sink = DeltaSink(TableLocation.of(root, options), "test-maintenance")
         sink.bind("q1")
         maint = Maintainer(
             settings(root, tables=(MARKS,), compact_min_files=2, storage_options=options)

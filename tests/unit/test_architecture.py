@@ -14,7 +14,12 @@
   condition up to a deadline) are not retries; a loop that catches to keep going at a
   fixed pace is listed by name in :data:`PACING_LOOPS` with its reason.
 - ``deltalake`` is imported, and ``write_deltalake`` / ``DeltaTable`` named, only in the
-  Delta adapter, ``controller/delta/``.
+  Delta adapter, ``controller/delta/``;
+- no signature outside the Delta adapter threads where the tables are: no parameter (of
+  a function, or a keyword of a ``TypedDict`` that a ``**keywords`` parameter unpacks)
+  is named ``storage_options`` or ``delta_root``, but in the boundary modules of
+  :data:`DELTA_ROOT_BOUNDARY` / :data:`STORAGE_OPTIONS_BOUNDARY` -- where a user names a
+  root, each with its reason. Everything below takes one location (a ``TableLocation``).
 
 "Assembled" means written as a key: a dict literal's key, the target of a subscript
 assignment, or the name given to ``.option(...)``. Reading a setting
@@ -75,6 +80,53 @@ PACING_LOOPS: dict[tuple[str, str], str] = {
 """(path, function) -> why its loop pauses and catches yet is no retry of a service."""
 DELTA_HOME = "controller/delta/"
 DELTA_NAMES = frozenset({"write_deltalake", "DeltaTable"})
+DELTA_ROOT_BOUNDARY: dict[str, str] = {
+    "pipelines/connection.py": (
+        "tidemark.connect() and ConnectionConfig.from_env: where an application names the "
+        "root (the documented keyword); the connection passes one TableLocation on"
+    ),
+    "pipelines/reading/seek.py": (
+        "stream_cut_at / complete_cut_at: the public lookups' delta_root keyword; the "
+        "location is built once, from it and storage_options"
+    ),
+    "pipelines/reading/stream_time.py": (
+        "wait_for_time: the public wait's delta_root keyword; the location is built once"
+    ),
+    "pipelines/reading/group.py": (
+        "ReaderGroup(...), create, ephemeral_group: the public delta_root keyword (a root "
+        "or a TableLocation), resolved on first use: a group that never asks about time "
+        "needs no root"
+    ),
+    "pipelines/reading/streams_group.py": (
+        "StreamsReaderGroup.create: ReaderGroup.create(streams=[...]) hands it the user's "
+        "delta_root keyword as given"
+    ),
+    "pipelines/reading/merge.py": "merged_reader: the public delta_root keyword",
+    "pipelines/reading/spark_source.py": "kafka_source_options: the public delta_root keyword",
+    "jobs/complete_window.py": (
+        "the complete-window job's public functions: the root Spark writes the aggregates "
+        "under (a delta-spark path, with the job's own --delta-root)"
+    ),
+}
+"""Modules whose signatures may take a ``delta_root``: where a user names the root."""
+STORAGE_OPTIONS_BOUNDARY: dict[str, str] = {
+    "pipelines/connection.py": (
+        "tidemark.connect() and ConnectionConfig.from_env take the root's storage options "
+        "beside it (the documented keywords)"
+    ),
+    "pipelines/reading/seek.py": (
+        "stream_cut_at / complete_cut_at keep the storage_options keyword of their "
+        "public lookups, beside delta_root"
+    ),
+    "pipelines/reading/stream_time.py": (
+        "wait_for_time keeps the storage_options keyword of the public wait, beside delta_root"
+    ),
+}
+"""Modules whose signatures may take ``storage_options``: the public keywords of a root."""
+LOCATION_PARAMETERS = {
+    "delta_root": DELTA_ROOT_BOUNDARY,
+    "storage_options": STORAGE_OPTIONS_BOUNDARY,
+}
 
 KAFKA_SETTING = re.compile(
     r"^(kafka\.)?(bootstrap\.servers|security\.protocol)$|^(kafka\.)?sasl\.|^kafka\.security\."
@@ -183,6 +235,37 @@ def delta_uses(source: str) -> list[tuple[int, str]]:
     return found
 
 
+def location_parameters(source: str) -> list[tuple[int, str]]:
+    """(line, name) of every parameter named ``delta_root`` or ``storage_options``: a
+    function's (or a lambda's), or a field of a ``TypedDict`` (keywords for ``**where``)."""
+    found: list[tuple[int, str]] = []
+    typed_dicts: set[str] = {"TypedDict"}
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            a = node.args
+            every = [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg]
+            found += [
+                (node.lineno, p.arg)
+                for p in every
+                if p is not None and p.arg in LOCATION_PARAMETERS
+            ]
+    for node in ast.walk(tree):  # classes in order of appearance: a TypedDict's subclasses too
+        if isinstance(node, ast.ClassDef) and any(
+            (b.id if isinstance(b, ast.Name) else getattr(b, "attr", None)) in typed_dicts
+            for b in node.bases
+        ):
+            typed_dicts.add(node.name)
+            found += [
+                (field.lineno, field.target.id)
+                for field in node.body
+                if isinstance(field, ast.AnnAssign)
+                and isinstance(field.target, ast.Name)
+                and field.target.id in LOCATION_PARAMETERS
+            ]
+    return sorted(found)
+
+
 def _is_deltalake(module: str) -> bool:
     return module.split(".")[0] == "deltalake"
 
@@ -271,6 +354,29 @@ def test_delta_is_reached_only_through_its_adapter():
     assert offenders == {}, "use tidemark.controller.delta (its tables, appends, maintenance)"
     homes = {path for path, text in project_sources() if delta_uses(text)}
     assert {"controller/delta/tables.py", "controller/delta/appends.py"} <= homes
+
+
+def test_only_the_boundary_modules_take_a_delta_root_or_storage_options():
+    offenders = {
+        path: found
+        for path, text in project_sources()
+        if not path.startswith(DELTA_HOME)
+        and (
+            found := [
+                (line, name)
+                for line, name in location_parameters(text)
+                if path not in LOCATION_PARAMETERS[name]
+            ]
+        )
+    }
+    assert offenders == {}, (
+        "take one location (tidemark.controller.delta.location.TableLocation), built where "
+        "the user names the root, instead of delta_root / storage_options"
+    )
+    sources = dict(project_sources())
+    for name, boundary in LOCATION_PARAMETERS.items():
+        stale = [p for p in boundary if name not in {n for _, n in location_parameters(sources[p])}]
+        assert stale == [], f"a boundary listed for {name} that no longer takes it"
 
 
 # --- the checks can fail ---------------------------------------------------------------------
@@ -405,3 +511,33 @@ def test_pacing_and_re_reading_are_not_retry_loops(source):
 )
 def test_other_mentions_of_delta_are_not_found(source):
     assert delta_uses(source) == []
+
+
+@pytest.mark.parametrize(
+    ("source", "found"),
+    [
+        ("def f(delta_root, stream): ...\n", [(1, "delta_root")]),
+        ("def f(s, *, storage_options=None): ...\n", [(1, "storage_options")]),
+        ("async def f(delta_root=None, /): ...\n", [(1, "delta_root")]),
+        ("g = lambda storage_options: storage_options\n", [(1, "storage_options")]),
+        (
+            "class Where(TypedDict, total=False):\n    delta_root: str\n"
+            "class More(Where):\n    storage_options: dict\n",
+            [(2, "delta_root"), (4, "storage_options")],
+        ),
+    ],
+)
+def test_a_signature_threading_the_root_is_found(source, found):
+    assert location_parameters(source) == found
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "def f(lake: TableLocation, stream: str): ...\n",  # one location
+        "x = settings.delta_root\nf(delta_root=x, storage_options=o)\n",  # reading, passing
+        "@dataclass\nclass Settings:\n    delta_root: str\n",  # a record, not a TypedDict
+    ],
+)
+def test_a_location_or_a_call_is_not_a_threaded_root(source):
+    assert location_parameters(source) == []

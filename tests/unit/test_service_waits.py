@@ -73,7 +73,7 @@ def test_a_change_wakes_the_streams_waiters_from_another_thread():
 
 def test_a_wait_with_the_service_down_reads_delta(tmp_path, monkeypatch):
     monkeypatch.setenv(TIME_SERVICE_ENV, "http://127.0.0.1:9")  # nothing listens there
-    source = watermark_source(S, 10, delta_root=str(tmp_path))
+    source = watermark_source(S, 10, lake=str(tmp_path))
     assert isinstance(source, ServiceWatermarkSource)
     started = time.monotonic()
     with pytest.raises(StreamTimeTimeoutError) as err:
@@ -82,4 +82,4 @@ def test_a_wait_with_the_service_down_reads_delta(tmp_path, monkeypatch):
     assert err.value.last is None
     assert isinstance(source._fallback, DeltaWatermarkSource)  # it watched Delta instead
     monkeypatch.delenv(TIME_SERVICE_ENV)
-    assert isinstance(watermark_source(S, 10, delta_root=str(tmp_path)), DeltaWatermarkSource)
+    assert isinstance(watermark_source(S, 10, lake=str(tmp_path)), DeltaWatermarkSource)

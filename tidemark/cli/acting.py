@@ -31,6 +31,7 @@ from tidemark.cli.times import (
     add_duration_flag,
     parse_time,
 )
+from tidemark.controller.delta.location import TableLocation
 from tidemark.environment import Environment
 from tidemark.infra.services import data_root
 from tidemark.jobs.window_args import add_window_arguments
@@ -77,11 +78,12 @@ def _add_delta_root(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--delta-root", default=None, help="the controller's tables")
 
 
-def _delta_root(args: argparse.Namespace) -> str:
-    """``--delta-root``, else the tables under the local data root."""
+def _lake(args: argparse.Namespace) -> TableLocation:
+    """``--delta-root``, else the tables under the local data root: the one location the
+    verb passes on."""
     if args.delta_root:
-        return str(args.delta_root)
-    return str(data_root(Environment.from_env()))
+        return TableLocation.of(str(args.delta_root))
+    return TableLocation.of(str(data_root(Environment.from_env())))
 
 
 def cmd_wait(args: argparse.Namespace) -> int:
@@ -92,7 +94,7 @@ def cmd_wait(args: argparse.Namespace) -> int:
     streams = args.stream[0] if len(args.stream) == 1 else args.stream
     try:
         found = wait_for_time(
-            streams, parse_time(args.time, "--time"), args.timeout_ms, delta_root=_delta_root(args)
+            streams, parse_time(args.time, "--time"), args.timeout_ms, delta_root=_lake(args)
         )
     except StreamTimeTimeoutError as exc:
         print(f"tidemark: {exc}", file=sys.stderr)
@@ -127,7 +129,7 @@ def cmd_laggards(args: argparse.Namespace) -> int:
     from tidemark.cli.read import require_tables
     from tidemark.pipelines.reading.lateness import lateness_rows
 
-    root = _delta_root(args)
+    root = _lake(args)
     require_tables(root)  # else a wrong root would say "no writer holds it back"
     rows = lateness_rows(root, args.stream)
     if not rows and args.format != "json":

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from tidemark.cli.control_plane import control_plane
 from tidemark.cli.output import add_format_option, emit, emit_rows
 from tidemark.cli.times import add_duration_flag
+from tidemark.controller.delta.location import Root, TableLocation
 from tidemark.controller.naming import ClusterSettings
 from tidemark.environment import Environment
 from tidemark.errors import ConfigurationError
@@ -98,14 +99,14 @@ def policy_settings(args: argparse.Namespace) -> PolicySettings:
     )
 
 
-def index_lookup(delta_root: str | None) -> Callable[[str, int], dict[int, int]]:
-    """The policy loop's cut lookup: ``stream_cut_at`` over the index under ``delta_root``
+def index_lookup(lake: Root) -> Callable[[str, int], dict[int, int]]:
+    """The policy loop's cut lookup: ``stream_cut_at`` over the index under ``lake``
     (``$TIDEMARK_DELTA_ROOT`` if ``None``; the table is opened on the first lookup)."""
     # the seek index's modules load only for the policy verbs: the parser imports every
     # verb module, and they would add ~30 ms to every `tidemark` command
     from tidemark.pipelines.reading.seek import stream_cut_at
 
-    return functools.partial(stream_cut_at, delta_root=delta_root)
+    return functools.partial(stream_cut_at, delta_root=lake)
 
 
 def policy_tasks(args: argparse.Namespace) -> Callable[[Any], list[Any]]:
@@ -268,14 +269,15 @@ def cmd_status(args: argparse.Namespace) -> int:
     laggards: dict[str, list[dict[str, Any]]] = {}
     delta_error: str | None = None
     if delta_root:
+        lake = TableLocation.of(str(delta_root))
         try:
-            lags = stream_lags(read_table(delta_root, MARKS), now)
+            lags = stream_lags(read_table(lake, MARKS), now)
         except Exception as exc:  # no table yet: nothing emitted
             delta_error = str(exc)
         try:
-            laggards = laggards_by_stream(read_table(delta_root, LAGGARDS))
+            laggards = laggards_by_stream(read_table(lake, LAGGARDS))
         except Exception as exc:  # a controller from before the laggards table
-            log.debug("no laggards under %s: %s", delta_root, exc)
+            log.debug("no laggards under %s: %s", lake.uri, exc)
     progress = view.progress
     data = {
         "leader": view.leader,

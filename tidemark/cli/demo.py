@@ -176,7 +176,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 @contextlib.contextmanager
-def _serving(services: Any, delta_root: Path, port: int, cluster: Any) -> Iterator[str]:
+def _serving(services: Any, tables_dir: Path, port: int, cluster: Any) -> Iterator[str]:
     # kazoo and the service's starlette/uvicorn load only for this verb (the parser
     # imports every verb module)
     from tidemark.controller.zookeeper.session import zookeeper_session
@@ -184,12 +184,12 @@ def _serving(services: Any, delta_root: Path, port: int, cluster: Any) -> Iterat
     from tidemark.service.server import RunningService  # as above
     from tidemark.service.state import TimeService  # as above
 
-    delta_root.mkdir(parents=True, exist_ok=True)
+    tables_dir.mkdir(parents=True, exist_ok=True)
     with zookeeper_session(services.zk_connect, start_timeout_s=15) as client:
         service = TimeService(
             ZooKeeperStore(client, cluster.zk_root),
             client,
-            str(delta_root),
+            str(tables_dir),
             bootstrap_servers=services.kafka_bootstrap,
             cluster=cluster,
             postgres_dsn=services.postgres_dsn,

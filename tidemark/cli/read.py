@@ -57,13 +57,14 @@ from tidemark.cli.times import (
     parse_ago,
     parse_time,
 )
+from tidemark.controller.delta.location import Root, TableLocation
 from tidemark.controller.metadata import cut_to_json
 from tidemark.controller.model import segment_number
 from tidemark.environment import Environment
 from tidemark.errors import ConfigurationError
 from tidemark.infra.services import data_root
 from tidemark.jobs.cli_args import positive_int
-from tidemark.schemas.tables import MARKS, table_path
+from tidemark.schemas.tables import MARKS
 
 
 def _add_time_options(parser: argparse.ArgumentParser, *, since: bool = False) -> None:
@@ -130,18 +131,20 @@ def _time_of(args: argparse.Namespace, *, required: bool = False) -> int | None:
     return None
 
 
-def delta_root() -> str:
-    return str(data_root(Environment.from_env()))
+def lake() -> TableLocation:
+    """Where the controller's tables are: the tables under the local data root (the
+    environment's ``TIDEMARK_DELTA_ROOT`` first), as the one location every verb passes."""
+    return TableLocation.of(str(data_root(Environment.from_env())))
 
 
-def require_tables(root: str) -> None:
+def require_tables(root: TableLocation) -> None:
     """Refuse a delta root the controller never wrote to (rather than print nothing)."""
     # deltalake: only the verbs that read the tables load it
     from tidemark.controller.delta.tables import is_table
 
-    if not is_table(table_path(root, MARKS)):
+    if not is_table(root.table(MARKS)):
         raise ConfigurationError(
-            f"no watermark tables under {root}: start a controller "
+            f"no watermark tables under {root.uri}: start a controller "
             "(tidemark controller run) or set TIDEMARK_DELTA_ROOT to its delta root"
         )
 
@@ -228,7 +231,7 @@ def cmd_read(args: argparse.Namespace) -> int:
     if until is not None and since is not None and until <= since:
         raise ConfigurationError(f"--until {args.until} is not after the start time ({since})")
     kafka, _ = service_addresses()
-    root = delta_root()
+    root = lake()
     with control_plane() as cp:
         meta = live_metadata(cp.store, stream)
         cut = None
@@ -304,7 +307,7 @@ def _read_merged(args: argparse.Namespace, since: int | None) -> int:
 
     names = check_streams(args.stream)
     kafka, _ = service_addresses()
-    root = delta_root()
+    root = lake()
     index = None
     if since is not None:
         # the time service's HTTP client: only a read from a time loads it
@@ -377,7 +380,7 @@ def cmd_watermarks(args: argparse.Namespace) -> int:
     since = _time_of(args) or 0
     with control_plane() as cp:
         live_metadata(cp.store, args.stream)
-    root = delta_root()
+    root = lake()
     require_tables(root)
     marks = WatermarkFeed(root, args.stream).since(since)
     observed = observations(root, args.stream) if marks else {}
@@ -397,14 +400,14 @@ def cmd_watermarks(args: argparse.Namespace) -> int:
     return 0
 
 
-def observations(delta_root: str, stream: str) -> dict[int, dict[str, Any]]:
+def observations(root: Root, stream: str) -> dict[int, dict[str, Any]]:
     """``seq`` -> what each watermark resting on observation says of it (``observed``
     writers, ``lateness_ms``, ``possibly_late``); noted watermarks are left out."""
     # deltalake: off tidemark --help (the parser imports every verb module)
     from tidemark.controller.delta.tables import read_table
     from tidemark.schemas.tables import MARKS, observation_of
 
-    found = {int(row["seq"]): observation_of(row) for row in read_table(delta_root, MARKS, stream)}
+    found = {int(row["seq"]): observation_of(row) for row in read_table(root, MARKS, stream)}
     return {seq: o for seq, o in found.items() if o is not None}
 
 
@@ -418,7 +421,7 @@ def reader_group(name: str, plane: ControlPlane | None = None) -> Iterator[Any]:
     with contextlib.ExitStack() as stack:
         cp = plane if plane is not None else stack.enter_context(control_plane())
         yield stack.enter_context(
-            open_group(name, store=cp.store, bootstrap_servers=cp.kafka, delta_root=delta_root())
+            open_group(name, store=cp.store, bootstrap_servers=cp.kafka, delta_root=lake())
         )
 
 

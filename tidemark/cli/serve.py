@@ -18,7 +18,7 @@ from typing import Any
 
 from tidemark.cli.control_plane import control_plane
 from tidemark.cli.output import add_verb
-from tidemark.cli.read import delta_root
+from tidemark.cli.read import lake
 from tidemark.cli.times import add_duration_flag
 from tidemark.controller.naming import ClusterSettings
 from tidemark.environment import SERVE_TOKEN
@@ -87,7 +87,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         service = TimeService(
             cp.store,
             cp.client,
-            delta_root(),
+            lake(),
             bootstrap_servers=found.kafka_bootstrap,
             cluster=settings,
             postgres_dsn=found.postgres_dsn,

@@ -454,7 +454,7 @@ class Handlers:
                 "from_min": from_min,
                 "to_min": to_min,
                 "refresh_error": self.service.last_refresh_error,
-                "delta_root": self.service.delta_root,
+                "delta_root": self.service.location.uri,
             },
         )
 

@@ -39,14 +39,14 @@ class GroupLagCollector(Collector):
         self,
         store: MetadataStore,
         bootstrap_servers: str,
-        delta_root: Root,
+        lake: Root,
         *,
         max_age_s: float = 10.0,
         clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
     ) -> None:
         self.store = store
         self.bootstrap_servers = bootstrap_servers
-        self.delta_root = delta_root
+        self.lake = lake
         self.max_age_s = max_age_s
         self._clock_ms = clock_ms
         self._lock = threading.Lock()
@@ -72,7 +72,7 @@ class GroupLagCollector(Collector):
                     name,
                     store=self.store,
                     bootstrap_servers=self.bootstrap_servers,
-                    delta_root=self.delta_root,
+                    delta_root=self.lake,
                 ) as group:
                     out.append(group_lag(group, self._topics))
             except TidemarkError as exc:  # deleted meanwhile, its stream gone, ...

@@ -1,6 +1,6 @@
 """What ``tidemark serve`` knows, kept warm by one background thread.
 
-    service = TimeService(store, zk_client, delta_root, bootstrap_servers=kafka)
+    service = TimeService(store, zk_client, lake, bootstrap_servers=kafka)
     service.start()                       # refreshes every refresh_ms
     service.start_lookup("shop/orders", t)   # Found | None, from memory
     service.close()
@@ -29,7 +29,7 @@ import os
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, overload
 
@@ -161,7 +161,7 @@ class TimeService:
         self,
         store: MetadataStore,
         zk_client: Any,
-        delta_root: Root,
+        lake: Root,
         *,
         bootstrap_servers: str,
         cluster: ClusterSettings | None = None,
@@ -169,7 +169,6 @@ class TimeService:
         refresh_ms: int = 500,
         tail_ms: int = 10,
         history_limit: int = 20_000,
-        storage_options: Mapping[str, str] | None = None,
     ) -> None:
         if refresh_ms < 10:
             raise ConfigurationError(f"refresh_ms must be >= 10, got {refresh_ms}")
@@ -177,14 +176,12 @@ class TimeService:
             raise ConfigurationError(f"tail_ms must be >= 1, got {tail_ms}")
         self.store = store
         self.zk_client = zk_client
-        self.location = TableLocation.of(delta_root, storage_options)
-        self.delta_root = self.location.uri
+        self.location = TableLocation.of(lake)
         self.bootstrap_servers = bootstrap_servers
         self.cluster = cluster or ClusterSettings()
         self.postgres_dsn = postgres_dsn
         self.refresh_s = refresh_ms / 1000
         self.tail_s = tail_ms / 1000
-        self.storage_options = self.location.storage_options
         # Lookups never refresh on their own while the thread keeps up (5 intervals).
         self.index = SeekIndex(self.location, refresh_interval_ms=refresh_ms * 5)
         self._history_limit = history_limit
