@@ -38,7 +38,7 @@ from tidemark.controller.exceptions import (
 )
 from tidemark.controller.kafka import roles
 from tidemark.controller.kafka.acls import grant_tidemark_acls, tidemark_acls  # their old home
-from tidemark.controller.kafka.outages import is_outage, named_cause, outages_named, unavailable
+from tidemark.controller.kafka.outages import answering, named_cause, outages_named
 from tidemark.controller.kafka.retry import LEADER_MOVING, KafkaRetry
 from tidemark.controller.naming import (
     LOG_APPEND_TIME,
@@ -79,12 +79,7 @@ class StreamTopics:
 
     def partition_count(self, topic: str) -> int | None:
         """The topic's partitions, or None when it does not exist."""
-        try:
-            meta = self.admin.list_topics(topic=topic, timeout=self.timeout_s)
-        except KafkaException as exc:
-            if is_outage(exc):
-                raise unavailable(self.bootstrap, exc) from exc
-            raise
+        meta = answering(self.admin, self.bootstrap, self.timeout_s, topic)
         found = meta.topics.get(topic)
         if found is None or found.error is not None:
             return None

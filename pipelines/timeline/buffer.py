@@ -25,6 +25,11 @@ Exactly once, from source offsets to the target topic, whatever is killed when:
   deleted), and gives back the rest of its earlier leases (their transaction
   was aborted): nothing is sent twice, nothing is left behind.
 
+Kafka out of reach (at start, or in a transaction of the relay) is
+:class:`~tidemark.controller.exceptions.KafkaUnavailableError` naming the bootstrap
+servers (the relay's own error caused by it, where it had one): nothing is deleted before
+Kafka has it, and what is leased is given back by the next run (above).
+
 Back-pressure: the ingest reads a batch only after the database has
 committed the previous one, and the Kafka consumer prefetches little, so a
 slow database slows reading, and the backlog stays in the source topic.
@@ -47,6 +52,12 @@ from confluent_kafka import (
 
 from tidemark.controller.closing import Closing
 from tidemark.controller.kafka import roles
+from tidemark.controller.kafka.outages import (
+    OutageWatch,
+    answering,
+    named_cause,
+    outages_named,
+)
 from tidemark.pipelines.timeline.buffer_sql import (
     BufferedRows,
     finish_batches,
@@ -96,17 +107,25 @@ class BufferIngest:
         self.read = 0
         self.late_headers = 0
         """Records whose due header was missing or no time: due at once (logged)."""
+        self._watch = OutageWatch(bootstrap, config.flush_timeout_ms / 1000)
         self._consumer = roles.client(
-            roles.BUFFER_CONSUMER, bootstrap, {"group.id": f"tidemark-buffer.{config.timeline}"}
+            roles.BUFFER_CONSUMER,
+            bootstrap,
+            {"group.id": f"tidemark-buffer.{config.timeline}", **self._watch.settings},
         )
-        self._assign()
+        try:
+            self._assign()
+        except BaseException:
+            self.close()
+            raise
 
     def _assign(self) -> None:
         """Read every partition of the source from its stored offset. Assigned, not
         subscribed: the offsets live in the database, and a restart after a kill -9
         does not wait for the dead member to leave a consumer group."""
         topic = self.config.source_topic
-        found = self._consumer.list_topics(topic, timeout=30).topics.get(topic)
+        watch = self._watch
+        found = answering(self._consumer, watch.bootstrap, watch.timeout_s, topic).topics.get(topic)
         if found is None or found.error is not None or not found.partitions:
             raise TimelineError(f"buffer {self.config.timeline}: no source topic {topic!r}")
         stored = self.store.transaction(lambda c: load_offsets(c, self.config.timeline, topic))
@@ -162,6 +181,7 @@ class BufferIngest:
             rows.streams.append(stream)
             next_offsets[raw.partition()] = raw.offset() + 1
         if not next_offsets:
+            self._watch.check(self._consumer)
             return 0
         stored = self.store.transaction(
             lambda c: store_batch(
@@ -204,6 +224,7 @@ class BufferRelay:
         stream_clock: StreamClock | None = None,
     ) -> None:
         self.config = config
+        self.bootstrap = bootstrap
         name = f"tidemark-buffer.{config.timeline}.{config.consumer_id}"
         with TimelineStore(dsn) as store:
             ensure_timeline(store, config)
@@ -211,7 +232,12 @@ class BufferRelay:
         self._group = roles.client(roles.BUFFER_GROUP, bootstrap, {"group.id": name})
         self._marker = TopicPartition(config.target_topic, 0)
         self._timeout_s = config.flush_timeout_ms / 1000
-        self._producer.init_transactions(self._timeout_s)  # fences an earlier run
+        try:
+            with outages_named(bootstrap):
+                self._producer.init_transactions(self._timeout_s)  # fences an earlier run
+        except BaseException:
+            self._group.close()
+            raise
         self.consumer = TimelineConsumer(
             dsn,
             config.timeline,
@@ -221,11 +247,16 @@ class BufferRelay:
             stream_clock=stream_clock,
         )
         self.relayed = 0
-        self._sequence = self._recover()
+        try:
+            self._sequence = self._recover()
+        except BaseException:
+            self.close()
+            raise
 
     def _recover(self) -> int:
         """Finish the batch the last committed transaction names; give back the rest."""
-        (last,) = self._group.committed([self._marker], self._timeout_s)
+        with outages_named(self.bootstrap):
+            (last,) = self._group.committed([self._marker], self._timeout_s)
         hashes = [h for h in (last.metadata or "").split(",") if h]
         timeline, me = self.config.timeline, self.config.consumer_id
         finished = self.consumer.store.transaction(
@@ -277,14 +308,17 @@ class BufferRelay:
         except KafkaException as exc:
             error = exc.args[0]
             if not error.txn_requires_abort():
-                raise TimelineError(f"buffer {self.config.timeline}: {error}") from exc
+                raise TimelineError(f"buffer {self.config.timeline}: {error}") from named_cause(
+                    self.bootstrap, exc
+                )
             log.warning(
                 "buffer %s: transaction aborted (%s); its %d messages return at once",
                 self.config.timeline,
                 error,
                 len(leases),
             )
-            self._producer.abort_transaction(self._timeout_s)
+            with outages_named(self.bootstrap):
+                self._producer.abort_transaction(self._timeout_s)
             timeline, me = self.config.timeline, self.config.consumer_id
             self.consumer.store.transaction(lambda c: release_all(c, timeline, me))
             return 0
