@@ -35,12 +35,10 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
-from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
-
 from tidemark.controller.admission import Registration
 from tidemark.controller.exceptions import InvalidModelError, UnknownStreamError
 from tidemark.controller.kafka import roles
+from tidemark.controller.kafka.admin import StreamTopics
 from tidemark.controller.kafka.retry import LEADER_MOVING, KafkaRetry
 from tidemark.controller.metadata import StreamMetadata
 from tidemark.controller.naming import is_stream_name
@@ -200,7 +198,8 @@ class ZooKeeperRegistrations:
 
 _LOOKUP_RETRY = KafkaRetry(LEADER_MOVING, timeout_s=10.0)
 """A lookup answered with a leader moving is asked again, not failed (an unknown
-partition is not retried: a deleted stream's topic is left out, see ``query_keys``)."""
+partition is not retried: a deleted stream's topic is left out, and a partition new to
+the client is asked again by a fresh one, see ``last_stable``)."""
 
 
 class KafkaCommittedOffsets:
@@ -210,7 +209,7 @@ class KafkaCommittedOffsets:
     def __init__(self, bootstrap: str, timeout_s: float = 30.0) -> None:
         self.bootstrap = bootstrap
         self.timeout_s = timeout_s
-        self._admin: Any = None
+        self._topics: StreamTopics | None = None
         self._cache: dict[tuple[str, int], int] = {}
         self._read_at: dict[tuple[str, int], int] = {}
         """When (wall ms) each cached value was asked for: it is at least Kafka's value then."""
@@ -234,33 +233,19 @@ class KafkaCommittedOffsets:
         earliest: bool = False,
     ) -> dict[tuple[str, int], int]:
         """Last stable offsets (``earliest``: first offsets) of ``(topic, partition)`` keys
-        in one request. A key that fails raises when ``required`` (all, or those in the
-        set), else is left out."""
-        if self._admin is None:
-            self._admin = roles.client(roles.CONTROLLER_LOOKUPS, self.bootstrap)
-        spec = OffsetSpec.earliest() if earliest else OffsetSpec.latest()  # type: ignore[no-untyped-call]
-        request = {TopicPartition(t, p): spec for t, p in keys}
-
-        def ask() -> dict[tuple[str, int], int]:
-            futures = self._admin.list_offsets(
-                request,
-                isolation_level=IsolationLevel.READ_COMMITTED,
-                request_timeout=self.timeout_s,
+        in one request (:meth:`StreamTopics.stable_offsets`). A key that fails raises when
+        ``required`` (all, or those in the set), else is left out and no longer asked for."""
+        if self._topics is None:
+            self._topics = StreamTopics(
+                self.bootstrap,
+                self.timeout_s,
+                role=roles.CONTROLLER_LOOKUPS,
+                retry=_LOOKUP_RETRY,
             )
-            found: dict[tuple[str, int], int] = {}
-            for tp, future in futures.items():
-                key = (tp.topic, tp.partition)
-                try:
-                    found[key] = int(future.result().offset)
-                except KafkaException as exc:
-                    if _LOOKUP_RETRY.retryable(exc):
-                        raise  # a leader moving, a topic just made: ask again
-                    if required is True or (required is not False and key in required):
-                        raise
-                    self._used.pop(key, None)  # a deleted stream's topic, say: stop asking
-            return found
-
-        return _LOOKUP_RETRY(ask, what=f"last stable offsets of {len(keys)} partitions")
+        found = self._topics.stable_offsets(keys, required, earliest)
+        for key in set(keys) - found.keys():
+            self._used.pop(key, None)  # a deleted stream's topic, say: stop asking
+        return found
 
     def expect(self, topic: str, partitions: Sequence[int]) -> None:
         """Ask for ``partitions`` with the next request (as if a cut had just needed them)."""
@@ -293,7 +278,7 @@ class KafkaCommittedOffsets:
                 # (UNKNOWN_PARTITION): a fresh client asks the brokers again. If that
                 # fails too, the cycle holds and retries next time.
                 log.warning("last stable offsets of %s (attempt %d): %s", topic, attempt, exc)
-                self._admin = None
+                self._topics = None
         if fresh is None:
             return known
         for key, off in fresh.items():

@@ -3,6 +3,7 @@
     topics = StreamTopics("127.0.0.1:9092")
     topics.create("tidemark.shop.orders", partitions=2, configs={"retention.ms": None})
     topics.end_offsets("tidemark.shop.orders", [0, 1])      # {0: 17, 1: 4}
+    topics.stable_offsets([("tidemark.shop.orders", 0), ("gone", 0)], required=False)
 
 Each call is idempotent where Kafka allows it (creating an existing topic
 with enough partitions, adding partitions that exist, deleting a topic that
@@ -15,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
@@ -38,7 +39,7 @@ from tidemark.controller.exceptions import (
 )
 from tidemark.controller.kafka import roles
 from tidemark.controller.kafka.acls import grant_tidemark_acls, tidemark_acls  # their old home
-from tidemark.controller.kafka.outages import is_outage, named_cause, outages_named, unavailable
+from tidemark.controller.kafka.outages import answering, named_cause, outages_named
 from tidemark.controller.kafka.retry import LEADER_MOVING, KafkaRetry
 from tidemark.controller.naming import (
     LOG_APPEND_TIME,
@@ -59,12 +60,27 @@ def _code(exc: KafkaException) -> int | None:
     return err.code() if isinstance(err, KafkaError) else None
 
 
+Key = tuple[str, int]
+"""A partition: ``(topic, partition)``."""
+
+
 class StreamTopics:
-    def __init__(self, bootstrap: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    """``role``: the admin client's (:data:`roles.ADMIN`); ``retry``: how a per-partition
+    request is asked again (by default while a leader moves or a partition just added is
+    not known yet, for up to ``timeout_s``)."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        *,
+        role: roles.Role[Any] = roles.ADMIN,
+        retry: KafkaRetry | None = None,
+    ) -> None:
         self.bootstrap = bootstrap
-        self.admin = roles.client(roles.ADMIN, bootstrap)
+        self.admin = roles.client(role, bootstrap)
         self.timeout_s = timeout_s
-        self._retry = KafkaRetry(_RETRIABLE, timeout_s=timeout_s, max_delay_s=0.05)
+        self._retry = retry or KafkaRetry(_RETRIABLE, timeout_s=timeout_s, max_delay_s=0.05)
 
     def _wait(self, what: str, future: Any, ok_codes: Iterable[int] = ()) -> Any:
         with outages_named(self.bootstrap):
@@ -79,12 +95,7 @@ class StreamTopics:
 
     def partition_count(self, topic: str) -> int | None:
         """The topic's partitions, or None when it does not exist."""
-        try:
-            meta = self.admin.list_topics(topic=topic, timeout=self.timeout_s)
-        except KafkaException as exc:
-            if is_outage(exc):
-                raise unavailable(self.bootstrap, exc) from exc
-            raise
+        meta = answering(self.admin, self.bootstrap, self.timeout_s, topic)
         found = meta.topics.get(topic)
         if found is None or found.error is not None:
             return None
@@ -168,13 +179,44 @@ class StreamTopics:
 
     def last_stable_offsets(self, topic: str, partitions: Iterable[int]) -> dict[int, int]:
         """Each partition's last stable offset: where committed data ends (read_committed)."""
-        return self._offsets(
-            topic,
-            partitions,
-            OffsetSpec.latest(),  # type: ignore[no-untyped-call]
-            "last stable offset",
-            isolation_level=IsolationLevel.READ_COMMITTED,
-        )
+        found = self.stable_offsets([(topic, p) for p in partitions])
+        return {p: off for (_, p), off in found.items()}
+
+    def stable_offsets(
+        self, keys: Iterable[Key], required: bool | Collection[Key] = True, earliest: bool = False
+    ) -> dict[Key, int]:
+        """Last stable offsets (``earliest``: first offsets) of partitions of any topics, in
+        one request. A partition whose leader is moving (:data:`LEADER_MOVING`) has the
+        request asked again; one that fails otherwise raises when ``required`` (all, or
+        those in the collection), else is left out of the answer (a deleted topic's)."""
+        wanted = list(keys)
+        if not wanted:
+            return {}
+        spec = OffsetSpec.earliest() if earliest else OffsetSpec.latest()  # type: ignore[no-untyped-call]
+        request = {TopicPartition(t, p): spec for t, p in wanted}
+
+        def needed(key: Key) -> bool:
+            return required if isinstance(required, bool) else key in required
+
+        def ask() -> dict[Key, int]:
+            futures = self.admin.list_offsets(
+                request,
+                isolation_level=IsolationLevel.READ_COMMITTED,
+                request_timeout=self.timeout_s,
+            )
+            found: dict[Key, int] = {}
+            for tp, future in futures.items():
+                key = (tp.topic, tp.partition)
+                try:
+                    found[key] = int(future.result(timeout=self.timeout_s).offset)
+                except KafkaException as exc:
+                    if _code(exc) in LEADER_MOVING or needed(key):
+                        raise  # asked again while the retry allows, else the request fails
+            return found
+
+        what = "first" if earliest else "last stable"
+        topics = ", ".join(sorted({t for t, _ in wanted}))
+        return self._retried(f"{what} offsets of {len(wanted)} partitions of {topics}", ask)
 
     def start_offsets(self, topic: str, partitions: Iterable[int]) -> dict[int, int]:
         """Each partition's log start offset (after deleted records)."""
@@ -207,18 +249,14 @@ class StreamTopics:
         partitions: Iterable[int],
         spec: Any,
         what: str,
-        isolation_level: Any = None,
     ) -> dict[int, int]:
         wanted = list(partitions)
         if not wanted:
             return {}
-        options: dict[str, Any] = {"request_timeout": self.timeout_s}
-        if isolation_level is not None:
-            options["isolation_level"] = isolation_level
         results = self._retrying(
             f"{what} of {topic}{wanted}",
             lambda: self.admin.list_offsets(
-                {TopicPartition(topic, p): spec for p in wanted}, **options
+                {TopicPartition(topic, p): spec for p in wanted}, request_timeout=self.timeout_s
             ),
         )
         return {tp.partition: int(r.offset) for tp, r in results.items()}
@@ -239,11 +277,16 @@ class StreamTopics:
     def _retrying(self, what: str, call: Callable[[], Mapping[Any, Any]]) -> dict[Any, Any]:
         """Run ``call`` (a per-partition admin request) until no partition answers with a
         retriable error: partitions just added may lack a leader for a moment."""
+        return self._retried(
+            what, lambda: {k: f.result(timeout=self.timeout_s) for k, f in call().items()}
+        )
+
+    def _retried(self, what: str, call: Callable[[], dict[Any, Any]]) -> dict[Any, Any]:
+        """``call()`` under :attr:`_retry`; Kafka's last error as :class:`KafkaOperationError`
+        naming ``what`` (caused by :class:`KafkaUnavailableError` for an outage)."""
         with outages_named(self.bootstrap):
             try:
-                return self._retry(
-                    lambda: {k: f.result(timeout=self.timeout_s) for k, f in call().items()}, what
-                )
+                return self._retry(call, what)
             except KafkaException as exc:
                 raise KafkaOperationError(f"{what}: {exc.args[0]}") from named_cause(
                     self.bootstrap, exc

@@ -9,17 +9,23 @@ and a request's future with a bare :class:`TimeoutError`; every other error is K
 answering and refusing, and passes unchanged. Where an adapter already wraps Kafka's
 errors in its own (a refused operation, a reader's failure), it keeps raising that one,
 caused by the typed error (:func:`named_cause`): callers see the same types as before,
-and the command line finds the outage in the chain.
+and the command line finds the outage in the chain. A client that learns of an outage
+only indirectly (a flush that left records unacknowledged, a consumer that hears
+nothing) asks its brokers for metadata (:func:`answering`): no answer is the typed error.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterator
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 
 from tidemark.controller.exceptions import KafkaUnavailableError
+
+log = logging.getLogger(__name__)
 
 OUTAGE_CODES = frozenset(
     {
@@ -66,15 +72,71 @@ def named_cause(bootstrap: str | None, exc: BaseException) -> BaseException:
 
 @contextlib.contextmanager
 def outages_named(bootstrap: str | None) -> Iterator[None]:
-    """Within the block, a request that got no answer in time (a bare
-    :class:`TimeoutError`) is raised as :class:`KafkaUnavailableError` (a
-    :class:`TimeoutError` too)."""
+    """Within the block, a request that got no answer (a bare :class:`TimeoutError`, or a
+    :class:`KafkaException` :func:`is_outage` recognises) is raised as
+    :class:`KafkaUnavailableError` (a :class:`TimeoutError` too); other errors pass."""
     try:
         yield
-    except TimeoutError as exc:
-        if isinstance(exc, KafkaUnavailableError):
+    except (TimeoutError, KafkaException) as exc:
+        if isinstance(exc, KafkaUnavailableError) or not is_outage(exc):
             raise
         raise unavailable(bootstrap, exc) from exc
 
 
-__all__ = ["OUTAGE_CODES", "is_outage", "named_cause", "outages_named", "unavailable"]
+def answering(client: Any, bootstrap: str, timeout_s: float, topic: str | None = None) -> Any:
+    """``client``'s metadata (of ``topic`` when given), asked of its brokers:
+    :class:`KafkaUnavailableError` naming ``bootstrap`` when none answers within
+    ``timeout_s``. How a producer or consumer checks that its brokers can be reached."""
+    with outages_named(bootstrap):
+        return client.list_topics(topic, timeout=timeout_s)
+
+
+class OutageWatch:
+    """A client's error events, for a client that hears of an outage no other way (a
+    consumer's poll returns nothing while no broker answers).
+
+        watch = OutageWatch(bootstrap, timeout_s=10.0)
+        consumer = roles.client(roles.INGEST_CONSUMER, bootstrap, {**site, **watch.settings})
+        records = consumer.consume(500, 0.2)
+        watch.check(consumer)       # KafkaUnavailableError when no broker answers
+
+    An event that says a broker did not answer (:func:`is_outage`) makes the next
+    :meth:`check` ask for metadata (:func:`answering`): brokers that answer (one of
+    several restarting, an idle connection closed) are no outage. Other events are logged.
+    """
+
+    def __init__(self, bootstrap: str, timeout_s: float) -> None:
+        self.bootstrap = bootstrap
+        self.timeout_s = timeout_s
+        self.heard: KafkaError | None = None
+        """The last outage event not checked yet."""
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """The client settings that route its error events here."""
+        return {"error_cb": self._on_error}
+
+    def _on_error(self, error: KafkaError) -> None:
+        if is_outage(KafkaException(error)):
+            log.debug("Kafka %s: %s", self.bootstrap, error)
+            self.heard = error
+        else:
+            log.warning("Kafka %s: %s", self.bootstrap, error)
+
+    def check(self, client: Any) -> None:
+        """After a poll: when an outage was heard since the last check, ask ``client``'s
+        brokers for metadata (:class:`KafkaUnavailableError` when none answers)."""
+        heard, self.heard = self.heard, None
+        if heard is not None:
+            answering(client, self.bootstrap, self.timeout_s)
+
+
+__all__ = [
+    "OUTAGE_CODES",
+    "OutageWatch",
+    "answering",
+    "is_outage",
+    "named_cause",
+    "outages_named",
+    "unavailable",
+]

@@ -13,10 +13,9 @@ and wins over them.
 
 librdkafka's ``log_level`` is a syslog level written to stderr when no ``logger`` is
 given: ``0`` keeps a client silent (its errors reach tidemark as exceptions or delivery
-reports, and a stopped broker's reconnect lines would drown a command's one-line answer),
-``3`` keeps errors only (a long-running timeline process's operator sees a broker
-refusing it). Clients that live in a user's process log through the ``logging`` module
-instead (:data:`KAFKA_LOGGER`).
+reports, and a stopped broker's reconnect lines would drown a command's one-line answer).
+Clients that live in a user's process log through the ``logging`` module instead
+(:data:`KAFKA_LOGGER`).
 """
 
 from __future__ import annotations
@@ -38,8 +37,6 @@ KAFKA_LOGGER = logging.getLogger("tidemark.pipelines.kafka")
 
 SILENT = 0
 """librdkafka's ``log_level`` for a client whose failures reach tidemark as errors."""
-ERRORS_ONLY = 3
-"""librdkafka's ``log_level`` for a long-running process's client: errors on stderr."""
 
 FETCH_QUEUE_BACKOFF_MS = 10
 """librdkafka's ``fetch.queue.backoff.ms`` for readers (its default: 1000). Once a
@@ -211,7 +208,9 @@ _TIMELINE_DELIVERY = {
     # only an acknowledgement of every in-sync replica marks it sent.
     "enable.idempotence": True,
     "acks": "all",
-    "log_level": ERRORS_ONLY,
+    # A refusal comes back as a delivery report (logged by the relay), a broker out of
+    # reach as KafkaUnavailableError: a stopped broker's reconnect lines add nothing.
+    "log_level": SILENT,
 }
 
 TIMELINE_KAFKA_PRODUCER = Role(
@@ -254,7 +253,8 @@ _TIMELINE_INPUT = {
     "auto.offset.reset": "earliest",
     # Only committed transactions' records are stored.
     "isolation.level": "read_committed",
-    "log_level": ERRORS_ONLY,
+    # A broker out of reach is KafkaUnavailableError (its metadata asked), not stderr lines.
+    "log_level": SILENT,
 }
 
 INGEST_CONSUMER = Role("timeline ingest", Consumer, _TIMELINE_INPUT)
@@ -277,7 +277,7 @@ DEAD_LETTER_PRODUCER = Role(
     Producer,
     # A refused record is parked for a person to read: every replica has it, and a
     # duplicate after a retry is harmless there.
-    {"acks": "all", "log_level": ERRORS_ONLY},
+    {"acks": "all", "log_level": SILENT},
 )
 """The timeline ingest's producer of the records it refuses."""
 
@@ -291,7 +291,6 @@ __all__ = [
     "DEAD_LETTER_PRODUCER",
     "DROP_IN_PRODUCER",
     "DUE_RECORDS_PRODUCER",
-    "ERRORS_ONLY",
     "EVENT_WRITER_PRODUCER",
     "FETCH_QUEUE_BACKOFF_MS",
     "INGEST_CONSUMER",

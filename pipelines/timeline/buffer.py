@@ -27,6 +27,11 @@ Exactly once, from source offsets to the target topic, whatever is killed when:
   deleted), and gives back the rest of its earlier leases (their transaction
   was aborted): nothing is sent twice, nothing is left behind.
 
+Kafka out of reach (at start, or in a transaction of the relay) is
+:class:`~tidemark.controller.exceptions.KafkaUnavailableError` naming the bootstrap
+servers (the relay's own error caused by it, where it had one): nothing is deleted before
+Kafka has it, and what is leased is given back by the next run (above).
+
 Back-pressure: the ingest reads a batch only after the database has
 committed the previous one, and the Kafka consumer prefetches little, so a
 slow database slows reading, and the backlog stays in the source topic.
@@ -49,7 +54,14 @@ from confluent_kafka import (
 )
 
 from tidemark.controller.closing import Closing
+from tidemark.controller.exceptions import KafkaUnavailableError
 from tidemark.controller.kafka import roles
+from tidemark.controller.kafka.outages import (
+    OutageWatch,
+    answering,
+    named_cause,
+    outages_named,
+)
 from tidemark.pipelines.timeline.buffer_sql import (
     BufferedRows,
     finish_batches,
@@ -99,16 +111,23 @@ class BufferIngest:
         self.read = 0
         self.late_headers = 0
         """Records whose due header was missing or no time: due at once (logged)."""
+        self._watch = OutageWatch(bootstrap, config.flush_timeout_ms / 1000)
         self._consumer = roles.client(
-            roles.BUFFER_CONSUMER, bootstrap, {"group.id": f"tidemark-buffer.{config.timeline}"}
+            roles.BUFFER_CONSUMER,
+            bootstrap,
+            {"group.id": f"tidemark-buffer.{config.timeline}", **self._watch.settings},
         )
         self._assigned: set[int] = set()
         self._next_look = 0.0
-        self._assign(self._source_partitions(timeout_s=30))
+        try:
+            self._assign(self._source_partitions(self._watch.timeout_s))
+        except BaseException:
+            self.close()
+            raise
 
     def _source_partitions(self, timeout_s: float) -> set[int]:
         topic = self.config.source_topic
-        found = self._consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+        found = answering(self._consumer, self._watch.bootstrap, timeout_s, topic).topics.get(topic)
         if found is None or found.error is not None or not found.partitions:
             raise TimelineError(f"buffer {self.config.timeline}: no source topic {topic!r}")
         return set(found.partitions)
@@ -140,7 +159,7 @@ class BufferIngest:
             return
         try:
             partitions = self._source_partitions(timeout_s=5)
-        except (KafkaException, TimelineError) as exc:  # looked at again next time
+        except (KafkaException, KafkaUnavailableError, TimelineError) as exc:  # next time
             self._next_look = time.monotonic() + self.config.partitions_refresh_ms / 1000
             log.warning("buffer %s: source partitions not known: %s", self.config.timeline, exc)
             return
@@ -189,6 +208,7 @@ class BufferIngest:
             rows.streams.append(stream)
             next_offsets[raw.partition()] = raw.offset() + 1
         if not next_offsets:
+            self._watch.check(self._consumer)
             return 0
         stored = self.store.transaction(
             lambda c: store_batch(
@@ -231,6 +251,7 @@ class BufferRelay:
         stream_clock: StreamClock | None = None,
     ) -> None:
         self.config = config
+        self.bootstrap = bootstrap
         name = f"tidemark-buffer.{config.timeline}.{config.consumer_id}"
         with TimelineStore(dsn) as store:
             ensure_timeline(store, config)
@@ -238,7 +259,12 @@ class BufferRelay:
         self._group = roles.client(roles.BUFFER_GROUP, bootstrap, {"group.id": name})
         self._marker = TopicPartition(config.target_topic, 0)
         self._timeout_s = config.flush_timeout_ms / 1000
-        self._producer.init_transactions(self._timeout_s)  # fences an earlier run
+        try:
+            with outages_named(bootstrap):
+                self._producer.init_transactions(self._timeout_s)  # fences an earlier run
+        except BaseException:
+            self._group.close()
+            raise
         self.consumer = TimelineConsumer(
             dsn,
             config.timeline,
@@ -248,11 +274,16 @@ class BufferRelay:
             stream_clock=stream_clock,
         )
         self.relayed = 0
-        self._sequence = self._recover()
+        try:
+            self._sequence = self._recover()
+        except BaseException:
+            self.close()
+            raise
 
     def _recover(self) -> int:
         """Finish the batch the last committed transaction names; give back the rest."""
-        (last,) = self._group.committed([self._marker], self._timeout_s)
+        with outages_named(self.bootstrap):
+            (last,) = self._group.committed([self._marker], self._timeout_s)
         hashes = [h for h in (last.metadata or "").split(",") if h]
         timeline, me = self.config.timeline, self.config.consumer_id
         finished = self.consumer.store.transaction(
@@ -304,14 +335,17 @@ class BufferRelay:
         except KafkaException as exc:
             error = exc.args[0]
             if not error.txn_requires_abort():
-                raise TimelineError(f"buffer {self.config.timeline}: {error}") from exc
+                raise TimelineError(f"buffer {self.config.timeline}: {error}") from named_cause(
+                    self.bootstrap, exc
+                )
             log.warning(
                 "buffer %s: transaction aborted (%s); its %d messages return at once",
                 self.config.timeline,
                 error,
                 len(leases),
             )
-            self._producer.abort_transaction(self._timeout_s)
+            with outages_named(self.bootstrap):
+                self._producer.abort_transaction(self._timeout_s)
             timeline, me = self.config.timeline, self.config.consumer_id
             self.consumer.store.transaction(lambda c: release_all(c, timeline, me))
             return 0

@@ -83,12 +83,15 @@ class IngestConfig:
     group_id: str
     batch_size: int = 500
     poll_timeout_ms: int = 200
+    kafka_timeout_ms: int = 10_000
+    """How long the brokers are waited for before Kafka is reported unavailable."""
 
     def __post_init__(self) -> None:
         _name("topic", self.topic)
         _name("group_id", self.group_id)
         _positive("batch_size", self.batch_size, 100_000)
         _positive("poll_timeout_ms", self.poll_timeout_ms)
+        _positive("kafka_timeout_ms", self.kafka_timeout_ms)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,10 @@ A record that cannot be stored is data, not a crash: undecodable bytes, an
 unknown timeline, an id reused with another body, a body too large. Each is
 counted, logged, and produced with the reason to ``dead_letter_topic`` when
 one is given; the batch goes on.
+
+Kafka out of reach (at start, or heard of while reading: :class:`OutageWatch`) is
+:class:`~tidemark.controller.exceptions.KafkaUnavailableError` naming the bootstrap
+servers; the offsets of a batch are committed only after it is stored.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import Any
 
 from tidemark.controller.closing import Closing
 from tidemark.controller.kafka import roles
+from tidemark.controller.kafka.outages import OutageWatch, answering, outages_named
 from tidemark.pipelines.timeline.config import IngestConfig
 from tidemark.pipelines.timeline.exceptions import TimelineError
 from tidemark.pipelines.timeline.metrics import CREATED, DriftGauge
@@ -60,9 +65,16 @@ class TimelineIngester(Closing):
         self.store = TimelineStore(dsn)
         self.drift = DriftGauge(f"ingest:{config.topic}", self.store.clock_drift)
         self.dead_letter_topic = dead_letter_topic
+        self.bootstrap = bootstrap
+        self._watch = OutageWatch(bootstrap, config.kafka_timeout_ms / 1000)
         self._consumer = roles.client(
-            roles.INGEST_CONSUMER, bootstrap, {"group.id": config.group_id}
+            roles.INGEST_CONSUMER, bootstrap, {"group.id": config.group_id, **self._watch.settings}
         )
+        try:
+            answering(self._consumer, bootstrap, self._watch.timeout_s, config.topic)
+        except BaseException:
+            self.close()
+            raise
         self._consumer.subscribe([config.topic])
         self._dead_letters: Any = (
             roles.client(roles.DEAD_LETTER_PRODUCER, bootstrap) if dead_letter_topic else None
@@ -86,6 +98,7 @@ class TimelineIngester(Closing):
         timeout_s = (timeout_ms or self.config.poll_timeout_ms) / 1000
         records = self._consumer.consume(self.config.batch_size, timeout_s)
         if not records:
+            self._watch.check(self._consumer)
             return IngestStats(0, 0, 0, 0)
         by_timeline: dict[str, list[tuple[Any, NewMessage]]] = defaultdict(list)
         rejected = created = repeated = 0
@@ -127,7 +140,8 @@ class TimelineIngester(Closing):
                     repeated += 1
         if self._dead_letters is not None:
             self._dead_letters.flush(30)
-        self._consumer.commit(asynchronous=False)
+        with outages_named(self.bootstrap):
+            self._consumer.commit(asynchronous=False)
         return IngestStats(len(records), created, repeated, rejected)
 
     def run(self, stop: threading.Event) -> None:

@@ -26,7 +26,9 @@ from types import TracebackType
 from typing import Any, Generic, TypeVar
 
 from tidemark.controller.closing import Closing
+from tidemark.controller.exceptions import KafkaUnavailableError
 from tidemark.controller.kafka import roles
+from tidemark.controller.kafka.outages import answering
 from tidemark.pipelines.timeline.exceptions import InvalidMessageError, TimelineError
 from tidemark.pipelines.timeline.metrics import CREATED, DriftGauge
 from tidemark.pipelines.timeline.model import (
@@ -178,6 +180,7 @@ class KafkaTimelineProducer(_Scheduling[str]):
         self.topic = topic
         self.timeline = timeline
         self.producer_group = producer_group
+        self.bootstrap = bootstrap
         self._errors: list[str] = []
         self._producer = roles.client(roles.TIMELINE_KAFKA_PRODUCER, bootstrap, config)
 
@@ -220,10 +223,16 @@ class KafkaTimelineProducer(_Scheduling[str]):
         return message_id
 
     def flush(self, timeout_s: float = 30.0) -> None:
-        """Wait until every queued message is acknowledged; raise if any failed."""
+        """Wait until every queued message is acknowledged; raise if any failed (caused by
+        :class:`KafkaUnavailableError` when the brokers cannot be reached)."""
         left = self._producer.flush(timeout_s)
         if left:
-            raise TimelineError(f"{left} messages to {self.topic!r} unacknowledged after flush")
+            error = TimelineError(f"{left} messages to {self.topic!r} unacknowledged after flush")
+            try:
+                answering(self._producer, self.bootstrap, timeout_s)
+            except KafkaUnavailableError as down:
+                raise error from down
+            raise error
         if self._errors:
             errors, self._errors = self._errors, []
             raise TimelineError(f"producing to {self.topic!r} failed: {'; '.join(errors[:5])}")

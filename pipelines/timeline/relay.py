@@ -38,6 +38,10 @@ and before the delete ends the batch's transaction with its connection: the
 messages are due again at once and sent again, with the same key and
 ``tidemark-id``; consumers of the target topic deduplicate by that id.
 
+Kafka out of reach (no broker answers the relay's metadata request at start, or after
+a flush that left messages unacknowledged) is :class:`KafkaUnavailableError` naming the
+bootstrap servers: the batch is not deleted, its rows are due again at once.
+
 Event-time messages fall due when their stream's watermark passes their
 time: give a ``stream_clock`` (the CLI gives the Delta ``marks`` table's,
 ``LatestStreamTimes``) and the relay records those times before it leases.
@@ -51,8 +55,12 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from confluent_kafka import KafkaException
+
 from tidemark.controller.closing import Closing
+from tidemark.controller.exceptions import KafkaUnavailableError
 from tidemark.controller.kafka import roles
+from tidemark.controller.kafka.outages import answering, is_outage
 from tidemark.pipelines.timeline.clock import DueCondition, StreamClock
 from tidemark.pipelines.timeline.config import ConsumerConfig, RelayConfig
 from tidemark.pipelines.timeline.consumer import TimelineConsumer, next_batch_limit
@@ -72,6 +80,8 @@ class _Batch:
         self.holder = holder
         self.acked: set[str] = set()
         self.failed: list[str] = []
+        self.unanswered = False
+        """A delivery failed for want of a broker's answer (not a refusal)."""
 
     def on_delivery(self, err: Any, msg: Any) -> None:
         key = msg.key().decode()
@@ -79,6 +89,7 @@ class _Batch:
             self.acked.add(key)
         else:
             self.failed.append(f"{key}: {err}")
+            self.unanswered = self.unanswered or is_outage(KafkaException(err))
 
 
 class TimelineRelay(Closing):
@@ -94,6 +105,8 @@ class TimelineRelay(Closing):
     ) -> None:
         self.config = config
         self.timeline = timeline
+        self.bootstrap = bootstrap
+        self._timeout_s = config.flush_timeout_ms / 1000
         self.consumer = TimelineConsumer(
             dsn, timeline, consumer, due=due, stream_clock=stream_clock
         )
@@ -103,6 +116,7 @@ class TimelineRelay(Closing):
             for _ in range(2):
                 self._holders.append(TimelineStore(dsn, due=self.consumer.store.due, notify=False))
             self._producer = roles.client(roles.RELAY_PRODUCER, bootstrap)
+            answering(self._producer, bootstrap, self._timeout_s, config.target_topic)
         except BaseException:
             self._close_stores()
             raise
@@ -147,8 +161,16 @@ class TimelineRelay(Closing):
 
     def _await(self, batch: _Batch) -> list[Lease]:
         """Wait for the acks of ``batch`` (the only one in flight); returns the leases
-        whose message the broker has."""
-        left = self._producer.flush(self.config.flush_timeout_ms / 1000)
+        whose message the broker has; :class:`KafkaUnavailableError` when the brokers
+        cannot be reached (what is still queued is dropped: its rows stay)."""
+        left = self._producer.flush(self._timeout_s)
+        if left or batch.unanswered:
+            try:
+                answering(self._producer, self.bootstrap, self._timeout_s)
+            except KafkaUnavailableError:
+                self._producer.purge(in_queue=True, in_flight=False, blocking=False)
+                self._producer.poll(0)
+                raise
         self.failed += len(batch.failed) + left
         if batch.failed or left:
             log.warning(
@@ -227,6 +249,6 @@ class TimelineRelay(Closing):
 
     def close(self) -> None:
         try:
-            self._producer.flush(self.config.flush_timeout_ms / 1000)
+            self._producer.flush(self._timeout_s)
         finally:
             self._close_stores()

@@ -189,3 +189,57 @@ def test_a_stopped_object_store(tmp_path: Path, home: dict[str, str]) -> None:
     said = (f"the object store is unavailable: {store.endpoint}", "AWS_ENDPOINT_URL")
     (result,) = run_all(env, ["laggards", "shop/orders", "--delta-root", root], bound_s=60.0)
     assert_one_line(result, EXIT_UNAVAILABLE, *said)
+
+
+def closed_port() -> str:
+    """An address on this machine where nothing listens (bound once, then closed)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{sock.getsockname()[1]}"
+
+
+def test_kafka_out_of_reach_for_the_timeline(
+    home: dict[str, str], postgres: str, kafka: str, unique: str
+) -> None:
+    """Relay and time buffer with no broker at their address: one line, exit 69, and the
+    timelines keep their rows; the relay delivers them once it reaches Kafka."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from tidemark.pipelines.timeline.buffer import PRODUCER_GROUP
+    from tidemark.pipelines.timeline.config import BufferConfig, DueRule, TimelineConfig
+    from tidemark.pipelines.timeline.record import KafkaRecord, encode_record
+    from tidemark.pipelines.timeline.store import NewMessage, TimelineStore
+
+    timeline, target = f"down-{unique}", f"down-out-{unique}"
+    source, delayed = f"buf-src-{unique}", f"buf-dst-{unique}"
+    buffer = BufferConfig(source, delayed, DueRule(delay_ms=0)).timeline
+    with TimelineStore(postgres) as store:
+        store.migrate()
+        store.create_timeline(TimelineConfig(timeline, buckets=2))
+        store.create_many(timeline, [NewMessage(b"due", 0, "app", f"m{i}") for i in range(3)])
+        store.create_timeline(TimelineConfig(buffer, buckets=16, max_body_bytes=64 << 20))
+        body = encode_record(KafkaRecord(b"k", b"v", (), 0))
+        store.create_many(
+            buffer, [NewMessage(body, 0, PRODUCER_GROUP, f"0:{i}@{source}") for i in range(2)]
+        )
+    address = closed_port()
+    env = {**home, "TIDEMARK_POSTGRES_DSN": postgres, "TIDEMARK_KAFKA_BOOTSTRAP": address}
+    said = (f"Kafka is unavailable: {address}", "--bootstrap")
+    relay = ["timeline", "relay", timeline, "--topic", target, "--consumer", "r", "--no-purge"]
+    ingest = ["timeline", "ingest", "--from", source, "--to", delayed, "--delay", "0s"]
+    for result in run_all(env, relay, [*ingest, "--no-purge"]):
+        assert_one_line(result, EXIT_UNAVAILABLE, *said)
+    with TimelineStore(postgres) as store:
+        assert (store.count(timeline).total, store.count(buffer).total) == (3, 2)
+
+    admin = AdminClient({"bootstrap.servers": kafka})
+    admin.create_topics([NewTopic(target, 1, 1)])[target].result(30)
+    env["TIDEMARK_KAFKA_BOOTSTRAP"] = kafka
+    back = [*relay, "--max-messages", "3", "--duration-s", "20", "--format", "json"]
+    ((code, out, err),) = run_all(env, back, bound_s=30.0)
+    assert code == 0, err
+    assert '"relayed": 3' in out, out
+    with TimelineStore(postgres) as store:
+        assert store.count(timeline).total == 0

@@ -241,3 +241,57 @@ def test_the_relay_delivers_a_messages_own_headers_byte_identical(postgres, kafk
         "tidemark-timestamp",
         "tidemark-producer-group",
     ]
+
+
+@pytest.mark.timeout(300)
+def test_a_broker_stopping_under_relay_and_ingest_is_kafka_unavailable(
+    postgres, services_dir, unique
+):
+    """The broker stops under a running relay and ingester: each raises
+    KafkaUnavailableError naming the bootstrap servers; the relay's rows stay, and go
+    once the broker is back."""
+    from tidemark.controller.exceptions import KafkaUnavailableError
+    from tidemark.infra.kafka import KafkaCluster
+
+    tl, source, target = f"stop-{unique}", f"stop-in-{unique}", f"stop-out-{unique}"
+    with TimelineStore(postgres) as store:
+        store.migrate()
+        store.create_timeline(TimelineConfig(tl, buckets=2))
+    with KafkaCluster(services_dir / f"kafka-stop-{unique}", brokers=1) as cluster:
+        bootstrap = cluster.bootstrap_servers
+        _topics(bootstrap, source, target, partitions=1)
+        relay = TimelineRelay(
+            postgres,
+            bootstrap,
+            tl,
+            RelayConfig(target, flush_timeout_ms=2_000),
+            ConsumerConfig(f"relay-{unique}"),
+        )
+        config = IngestConfig(source, f"ingest-{unique}", kafka_timeout_ms=2_000)
+        ingester = TimelineIngester(postgres, bootstrap, config)
+        try:
+            cluster.stop_node(1)
+            with TimelineStore(postgres) as store:
+                store.create_many(tl, [NewMessage(b"due", 0, "app", f"m{i}") for i in range(3)])
+            with pytest.raises(KafkaUnavailableError) as raised:
+                relay.run_once(timeout_ms=1_000)
+            assert raised.value.address == bootstrap
+            with TimelineStore(postgres) as store:
+                assert store.count(tl).total == 3  # not deleted: due again at once
+            deadline = time.monotonic() + 60
+            with pytest.raises(KafkaUnavailableError) as raised:
+                while time.monotonic() < deadline:
+                    ingester.run_once(timeout_ms=200)
+            assert raised.value.address == bootstrap
+            cluster.start_node(1)
+            relayed = 0
+            deadline = time.monotonic() + 60
+            while relayed < 3 and time.monotonic() < deadline:
+                relayed += relay.run_once(timeout_ms=500)
+            assert relayed == 3
+        finally:
+            relay.close()
+            ingester.close()
+        assert sorted(m.key() for m in _read_all(bootstrap, target, 3)) == [b"m0", b"m1", b"m2"]
+    with TimelineStore(postgres) as store:
+        assert store.count(tl).total == 0

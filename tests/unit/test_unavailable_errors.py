@@ -89,3 +89,42 @@ def test_an_adapter_that_wraps_kafkas_errors_keeps_its_type_caused_by_the_outage
     refused = KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
     assert named_cause("k1:9092", refused) is refused  # Kafka answered: it refused
     assert not issubclass(KafkaUnavailableError, KafkaOperationError)
+
+
+def test_a_timeline_producer_whose_flush_no_broker_answers_names_the_outage() -> None:
+    from tidemark.controller.exceptions import KafkaUnavailableError
+    from tidemark.pipelines.timeline.exceptions import TimelineError
+    from tidemark.pipelines.timeline.producer import KafkaTimelineProducer
+
+    address = _closed_address()
+    producer = KafkaTimelineProducer(address, "timeline-in", "reminders", "signup")
+    producer.put(b"hello", timestamp_ms=1_000, id="hello-1")
+    with pytest.raises(TimelineError, match="1 messages to 'timeline-in' unacknowledged") as raised:
+        producer.flush(timeout_s=0.5)
+    cause = raised.value.__cause__
+    assert isinstance(cause, KafkaUnavailableError)
+    assert cause.address == address and cause.reason.startswith("gave no answer (")
+
+
+def test_an_outage_a_client_hears_of_is_kafkas_error_once_metadata_goes_unanswered() -> None:
+    import time
+
+    from tidemark.controller.exceptions import KafkaUnavailableError
+    from tidemark.controller.kafka import roles
+    from tidemark.controller.kafka.outages import OutageWatch
+
+    address = _closed_address()
+    watch = OutageWatch(address, timeout_s=0.5)
+    producer = roles.client(roles.RELAY_PRODUCER, address, watch.settings)
+    started = time.monotonic()
+    watch.check(producer)  # nothing heard yet: nothing asked
+    assert time.monotonic() - started < 0.2
+    producer.produce("due", b"x")
+    deadline = time.monotonic() + 10
+    while watch.heard is None:
+        assert time.monotonic() < deadline, "no error event from a closed port"
+        producer.poll(0.1)
+    with pytest.raises(KafkaUnavailableError) as raised:
+        watch.check(producer)
+    assert raised.value.address == address
+    producer.purge()

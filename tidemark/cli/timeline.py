@@ -31,6 +31,7 @@ from dataclasses import asdict
 from typing import Any
 
 from tidemark.cli.output import add_verb, emit, emit_rows
+from tidemark.cli.service_errors import service_timeout_s
 from tidemark.cli.times import (
     DURATION_HELP,
     add_duration_flag,
@@ -51,6 +52,15 @@ def _dsn() -> str:
 
 def _bootstrap(given: str | None) -> str:
     return str(resolve_services(KAFKA, kafka=given).kafka_bootstrap)
+
+
+KAFKA_WAIT_S = 10.0
+"""How long relay and ingest wait for the brokers' answer before they report Kafka
+unavailable (``TIDEMARK_SERVICE_TIMEOUT_MS`` overrides it)."""
+
+
+def _kafka_wait_ms() -> int:
+    return int(service_timeout_s(KAFKA_WAIT_S) * 1000)
 
 
 @contextmanager
@@ -415,7 +425,7 @@ def cmd_relay(args: argparse.Namespace) -> int:
             dsn,
             _bootstrap(args.bootstrap),
             args.timeline,
-            RelayConfig(args.topic),
+            RelayConfig(args.topic, flush_timeout_ms=_kafka_wait_ms()),
             ConsumerConfig(args.consumer, lease_ms=args.lease_ms),
             stream_clock=_stream_clock(),
         ) as relay,
@@ -451,6 +461,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         timeline=args.timeline or "",
         consumer_id=args.consumer,
         batch_size=args.batch_size,
+        flush_timeout_ms=_kafka_wait_ms(),
     )
     dsn, bootstrap = _dsn(), _bootstrap(args.bootstrap)
     with (
