@@ -18,6 +18,18 @@ pytestmark = pytest.mark.unit
 
 L = 1_000
 
+LOOKS = st.lists(
+    st.dictionaries(
+        st.integers(0, 3),
+        st.tuples(st.integers(0, 50), st.none() | st.integers(0, 10**6)),
+        min_size=1,
+    ),
+    min_size=1,
+    max_size=20,
+)
+"""Looks of up to four partitions: per partition, how many records arrived since the last
+look and the largest timestamp (``None``: none yet)."""
+
 
 def test_the_time_is_the_smallest_partition_maximum_minus_the_lateness() -> None:
     rule = ObservedTime(lateness_ms=L, idle_ms=60_000)
@@ -92,17 +104,7 @@ def test_a_kept_answer_keeps_its_maximum_and_the_idle_rule_still_applies() -> No
     assert free.possibly_late == 0
 
 
-@given(
-    st.lists(
-        st.dictionaries(
-            st.integers(0, 3),
-            st.tuples(st.integers(0, 3), st.none() | st.integers(0, 10**6)),
-            min_size=1,
-        ),
-        min_size=1,
-        max_size=20,
-    )
-)
+@given(LOOKS)
 def test_a_kept_answer_notes_what_an_equal_fresh_one_notes(
     looks: list[dict[int, tuple[int, int | None]]],
 ) -> None:
@@ -127,17 +129,7 @@ def test_bad_settings_are_refused(bad: object) -> None:
         ObservedTime(lateness_ms=bad, idle_ms=0)  # type: ignore[arg-type]
 
 
-@given(
-    st.lists(
-        st.dictionaries(
-            st.integers(0, 3),
-            st.tuples(st.integers(0, 50), st.none() | st.integers(0, 10**6)),
-            min_size=1,
-        ),
-        min_size=1,
-        max_size=20,
-    )
-)
+@given(LOOKS)
 def test_time_and_position_never_go_back(looks: list[dict[int, tuple[int, int | None]]]) -> None:
     rule = ObservedTime(lateness_ms=100, idle_ms=3)
     last_time, last_position = -1, {}
