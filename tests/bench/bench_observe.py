@@ -5,7 +5,7 @@ second by the bench (so every high-water mark moves between two looks: the
 observer's dearer case), is observed by the command as a user runs it (a fresh
 ``python -m tidemark.cli.main stream observe S --lateness 30s`` process). Its
 CPU time (user + system, from ``/proc`` via psutil) is measured over
-``WINDOW_S`` seconds after a warm-up, beside two baselines running at the same
+``WINDOW_S`` seconds after a warm-up, beside three baselines running at the same
 time against the same broker:
 
 - a **bare loop**: two ListOffsets requests each interval (high-water marks and
@@ -13,10 +13,13 @@ time against the same broker:
   ``AdminClient.list_offsets``), no tidemark -- what looking at everything
   costs (the observer asks max timestamps only where high-water marks moved:
   with no new records, it sends the first request alone);
+- a **bare batched loop**: the same two requests the way the observer sends them
+  (batches of 100 partitions, one future a batch, through the client's C-level
+  ``list_offsets``), no tidemark -- the floor of the observer's own way of asking;
 - an **idle Python process** (``time.sleep``): what a process costs doing nothing.
 
 Printed: each process's cores (CPU seconds / wall seconds), the observer's
-ratio to the bare loop, the observer's CPU by thread (librdkafka's ``rdk:*``
+ratios to the bare loops, the observer's CPU by thread (librdkafka's ``rdk:*``
 threads, and Python's: the main thread and the ZooKeeper client's), and the
 records written during the window (the work looked at) [goal: observer <= 0.02
 core]. These are measurements, not tests.
@@ -53,6 +56,31 @@ while True:
         tops = admin.list_offsets({TopicPartition(topic, p): top for p in range(partitions)})
         tops = {tp.partition: f.result().timestamp for tp, f in tops.items()}
     except KafkaException:  # a new topic's leaders not settled yet: the next look
+        pass
+    time.sleep(1.0)
+"""
+
+BATCHED_LOOP = r"""
+import concurrent.futures, sys, time
+from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import _AdminClientImpl
+bootstrap, topic, partitions = sys.argv[1], sys.argv[2], int(sys.argv[3])
+admin = AdminClient({"bootstrap.servers": bootstrap})
+def ask(spec, **options):
+    futures = []
+    for first in range(0, partitions, 100):
+        future = concurrent.futures.Future()
+        future.set_running_or_notify_cancel()
+        tps = [TopicPartition(topic, p, spec) for p in range(first, min(first + 100, partitions))]
+        _AdminClientImpl.list_offsets(admin, tps, future, **options)
+        futures.append(future)
+    return {tp.partition: r for f in futures for tp, r in f.result().items()}
+while True:
+    try:
+        ends = ask(-1, isolation_level_value=IsolationLevel.READ_COMMITTED.value)
+        tops = ask(-3)
+    except KafkaException:
         pass
     time.sleep(1.0)
 """
@@ -143,6 +171,9 @@ def run(services: Any) -> list[str]:
         "bare list_offsets loop": subprocess.Popen(
             [sys.executable, "-c", BARE_LOOP, services.bootstrap, topic, str(PARTITIONS)]
         ),
+        "bare batched loop": subprocess.Popen(
+            [sys.executable, "-c", BATCHED_LOOP, services.bootstrap, topic, str(PARTITIONS)]
+        ),
         "idle Python process": subprocess.Popen([sys.executable, "-c", IDLE]),
     }
     try:
@@ -186,5 +217,8 @@ def run(services: Any) -> list[str]:
     lines.append(
         f"  observer / bare loop: {cores['observer'] / bare:.2f}x" if bare > 0 else "  (bare 0)"
     )
+    batched = cores["bare batched loop"]
+    if batched > 0:
+        lines.append(f"  observer / bare batched loop: {cores['observer'] / batched:.2f}x")
     lines.append(f"  [goal: observer <= 0.02 core] -> {cores['observer']:.4f}")
     return lines
