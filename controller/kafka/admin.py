@@ -258,7 +258,7 @@ OFFSETS_BATCH = 100
 """Partitions in one ListOffsets admin request of :class:`PartitionOffsets`. librdkafka
 groups a request's partitions by leader and merges the answers with a linear search
 per partition, so one request of n partitions costs it n² comparisons; batches of this
-size keep that near n (a thousand partitions: ten requests in flight together)."""
+size keep it near linear, and the batches of one look are in flight together."""
 
 _LATEST = -1  # librdkafka's offset specs, as the TopicPartition offsets of a request
 _MAX_TIMESTAMP = -3

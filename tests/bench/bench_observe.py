@@ -14,7 +14,7 @@ time against the same broker:
   costs (the observer asks max timestamps only where high-water marks moved:
   with no new records, it sends the first request alone);
 - a **bare batched loop**: the same two requests the way the observer sends them
-  (batches of 100 partitions, one future a batch, through the client's C-level
+  (batches of ``OFFSETS_BATCH`` partitions, one future a batch, through the client's C-level
   ``list_offsets``), no tidemark -- the floor of the observer's own way of asking;
 - an **idle Python process** (``time.sleep``): what a process costs doing nothing.
 
@@ -65,14 +65,14 @@ import concurrent.futures, sys, time
 from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import _AdminClientImpl
-bootstrap, topic, partitions = sys.argv[1], sys.argv[2], int(sys.argv[3])
+bootstrap, topic, partitions, batch = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 admin = AdminClient({"bootstrap.servers": bootstrap})
 def ask(spec, **options):
     futures = []
-    for first in range(0, partitions, 100):
+    for first in range(0, partitions, batch):
         future = concurrent.futures.Future()
         future.set_running_or_notify_cancel()
-        tps = [TopicPartition(topic, p, spec) for p in range(first, min(first + 100, partitions))]
+        tps = [TopicPartition(topic, p, spec) for p in range(first, min(first + batch, partitions))]
         _AdminClientImpl.list_offsets(admin, tps, future, **options)
         futures.append(future)
     return {tp.partition: r for f in futures for tp, r in f.result().items()}
@@ -136,7 +136,7 @@ def run(services: Any) -> list[str]:
     finally:
         client.stop()
         client.close()
-    from tidemark.controller.kafka.admin import StreamTopics
+    from tidemark.controller.kafka.admin import OFFSETS_BATCH, StreamTopics
 
     topics = StreamTopics(services.bootstrap)
 
@@ -174,7 +174,12 @@ def run(services: Any) -> list[str]:
             [sys.executable, "-c", BARE_LOOP, services.bootstrap, topic, str(PARTITIONS)]
         ),
         "bare batched loop": subprocess.Popen(
-            [sys.executable, "-c", BATCHED_LOOP, services.bootstrap, topic, str(PARTITIONS)]
+            [
+                sys.executable,
+                "-c",
+                BATCHED_LOOP,
+                *(services.bootstrap, topic, str(PARTITIONS), str(OFFSETS_BATCH)),
+            ]
         ),
         "idle Python process": subprocess.Popen([sys.executable, "-c", IDLE]),
     }
