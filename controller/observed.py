@@ -59,11 +59,14 @@ class ObservedNote:
     possibly_late: int
 
 
-@dataclass
+@dataclass(slots=True)
 class _Partition:
     high_water: int
     moved_at_ms: int
     max_timestamp: int | None
+    answer: PartitionSeen | None = None
+    """The answer folded in last: the same object again brings nothing new (an observer
+    keeps a partition's answer while its high-water mark stands still)."""
 
 
 @dataclass
@@ -86,42 +89,53 @@ class ObservedTime:
         """Fold the brokers' answers for ``seen``'s partitions (the stream's partitions
         now: others are forgotten) in; the note to make, or ``None`` while a partition
         with no record holds the time."""
-        for partition in list(self._partitions):
-            if partition not in seen:
-                del self._partitions[partition]
-        bounds: list[int] = []
+        states = self._partitions
+        for partition in [p for p in states if p not in seen]:
+            del states[partition]
+        # One pass over the partitions (an observer folds a thousand a second): the
+        # smallest bound and the largest timestamp.
+        time: int | None = None
+        top: int | None = None
         holding_empty = False
+        moved_idle = now_ms - self.idle_ms  # moved at or before: idle
         for partition, answer in seen.items():
             state = self._fold(partition, answer, now_ms)
-            idle = now_ms - state.moved_at_ms >= self.idle_ms
-            if idle:
-                bounds.append(max(now_ms, state.max_timestamp or 0) - self.lateness_ms)
-            elif state.max_timestamp is None:
+            highest = state.max_timestamp
+            if highest is not None and (top is None or highest > top):
+                top = highest
+            if state.moved_at_ms <= moved_idle:
+                bound = max(now_ms, highest or 0) - self.lateness_ms
+            elif highest is None:
                 holding_empty = True
+                continue
             else:
-                bounds.append(state.max_timestamp - self.lateness_ms)
-        if holding_empty or not bounds:
+                bound = highest - self.lateness_ms
+            if time is None or bound < time:
+                time = bound
+        if holding_empty or time is None:
             return None
-        time = min(bounds)
         if self.last_time is not None:
             time = max(time, self.last_time)
         if time < 0:
             return None
         self.last_time = time
-        tops = [s.max_timestamp for s in self._partitions.values() if s.max_timestamp is not None]
         return ObservedNote(
             time,
-            {p: s.high_water for p, s in sorted(self._partitions.items()) if s.high_water > 0},
-            max(tops, default=None),
+            {p: states[p].high_water for p in sorted(states) if states[p].high_water > 0},
+            top,
             self.possibly_late,
         )
 
     def _fold(self, partition: int, answer: PartitionSeen, now_ms: int) -> _Partition:
-        top = None if answer.max_record is None else answer.max_record[1]
         state = self._partitions.get(partition)
-        if state is None:
-            state = self._partitions[partition] = _Partition(answer.high_water, now_ms, top)
+        if state is not None and answer is state.answer:
             return state
+        top = None if answer.max_record is None else answer.max_record[1]
+        if state is None:
+            state = _Partition(answer.high_water, now_ms, top, answer)
+            self._partitions[partition] = state
+            return state
+        state.answer = answer
         if answer.high_water > state.high_water:
             if answer.max_record is None or answer.max_record[0] < state.high_water:
                 # the largest timestamp stands among the old records: every new one is at or

@@ -175,7 +175,8 @@ class WriterMarkRecord:
         )
 
     def encode(self) -> bytes:
-        return encode(self.version, self.to_dict())
+        # __post_init__ checked every position entry is an int pair (no bool)
+        return encode(self.version, self.to_dict(), checked=("position",))
 
     @classmethod
     def decode(cls, data: bytes) -> WriterMarkRecord:

@@ -35,7 +35,8 @@ from typing import Any
 from tidemark.controller.closing import Closing
 from tidemark.controller.durations import check_durations_ms
 from tidemark.controller.kafka import roles
-from tidemark.controller.kafka.admin import StreamTopics
+from tidemark.controller.kafka.admin import PartitionOffsets, StreamTopics
+from tidemark.controller.metadata import StreamMetadata
 from tidemark.controller.model import WriterMark
 from tidemark.controller.naming import ClusterSettings, split_stream
 from tidemark.controller.observed import ObservedTime, PartitionSeen
@@ -133,8 +134,12 @@ class StreamObserver(Closing):
         self._view = StreamView(store, metadata)
         self._view.watch()
         self._last: WriterMark | None = None
-        self._ends: dict[int, int] = {}
-        self._tops: dict[int, tuple[int, int] | None] = {}
+        self._metadata: StreamMetadata | None = None
+        self._segments: dict[int, int] = {}
+        self._partitions: list[int] = []
+        self._offsets: PartitionOffsets | None = None
+        self._seen: dict[int, PartitionSeen] = {}
+        """The brokers' last answers per partition, kept between looks."""
 
     @property
     def last_mark(self) -> WriterMark | None:
@@ -144,16 +149,14 @@ class StreamObserver(Closing):
     def observe_once(self) -> WriterMark | None:
         """Look once and send the mark it makes; the mark (``None``: nothing to note yet)."""
         self._check()
-        metadata = self._view.latest
-        segments = {s.number: s.id for s in metadata.active_segments()}
-        partitions = sorted(segments)
-        ends = self._topics.last_stable_offsets(metadata.topic, partitions)
+        offsets, partitions = self._follow(self._view.latest)
+        ends = offsets.last_stable(partitions)
         # A partition's largest timestamp changes only with new records: ask again only
         # where the high-water mark moved (an idle stream costs one request a look).
-        moved = [p for p in partitions if p not in self._tops or ends.get(p) != self._ends.get(p)]
-        self._tops.update(self._topics.max_timestamps(metadata.topic, moved))
-        self._ends = dict(ends)
-        seen = {p: PartitionSeen(ends.get(p, 0), self._tops.get(p)) for p in partitions}
+        seen = self._seen
+        moved = [p for p in partitions if p not in seen or ends.get(p, 0) != seen[p].high_water]
+        for p, top in offsets.max_records(moved).items():
+            seen[p] = PartitionSeen(ends.get(p, 0), top)
         note = self._rule.observe(seen, self._clock())
         self._producer.poll(0)
         if note is None:
@@ -161,6 +164,7 @@ class StreamObserver(Closing):
         if note.possibly_late > self._counted:
             POSSIBLY_LATE.labels(self.stream).inc(note.possibly_late - self._counted)
             self._counted = note.possibly_late
+        segments = self._segments
         mark = WriterMark(
             note.time,
             {segments[p]: offset for p, offset in note.position.items()},
@@ -173,6 +177,19 @@ class StreamObserver(Closing):
         self._marks.publish(self.stream, mark)
         self._last = mark
         return mark
+
+    def _follow(self, metadata: StreamMetadata) -> tuple[PartitionOffsets, list[int]]:
+        """The lookups of ``metadata``'s topic and its active partitions, made again only
+        when the stream's metadata changed (a scale); partitions it no longer has are
+        forgotten."""
+        if metadata is not self._metadata or self._offsets is None:
+            self._segments = {s.number: s.id for s in metadata.active_segments()}
+            self._partitions = sorted(self._segments)
+            if self._offsets is None or self._offsets.topic != metadata.topic:
+                self._offsets = self._topics.partition_offsets(metadata.topic)
+            self._seen = {p: a for p, a in self._seen.items() if p in self._segments}
+            self._metadata = metadata
+        return self._offsets, self._partitions
 
     def flush(self, timeout_s: float | None = None) -> int:
         """Wait until the marks sent are acknowledged; how many are not (after

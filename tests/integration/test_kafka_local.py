@@ -222,3 +222,31 @@ def test_expected_partitions_are_asked_with_the_first_request(kafka: str, unique
         lso.expect(topic, [0])
     assert [lso.last_stable(topic, {0: 1}) for topic in topics] == [{0: 1}] * 3
     assert asked == [sorted((topic, 0) for topic in topics)]
+
+
+def test_partition_offsets_in_batches_answer_as_one_request_does(kafka: str, unique: str) -> None:
+    """The observer's lookups (batches of ``OFFSETS_BATCH`` partitions, one future each)
+    answer what ``StreamTopics``' one-request lookups answer, and fail as they do."""
+    from tidemark.controller.kafka.admin import OFFSETS_BATCH, StreamTopics
+
+    partitions = 2 * OFFSETS_BATCH + 50
+    topic = f"offsets-{unique}"
+    _create_topic(kafka, topic, partitions)
+    base = int(time.time() * 1000) - 60_000
+    producer = Producer({"bootstrap.servers": kafka, "acks": "all"})
+    for p in range(0, partitions, 3):  # every third partition; the others stay empty
+        for ts in (base + p, base + p + 500, base + p + 100):  # the largest in the middle
+            producer.produce(topic, b"x", partition=p, timestamp=ts)
+    assert producer.flush(30) == 0
+    topics = StreamTopics(kafka, timeout_s=2.0)
+    offsets = topics.partition_offsets(topic)
+    every = list(range(partitions))
+    ends = {p: 3 if p % 3 == 0 else 0 for p in every}
+    tops = {p: (1, base + p + 500) if p % 3 == 0 else None for p in every}
+    assert offsets.last_stable(every) == topics.last_stable_offsets(topic, every) == ends
+    assert offsets.max_records(every) == tops
+    assert offsets.max_records([5, 3]) == {5: None, 3: (1, base + 503)}  # asked again
+    with pytest.raises(Exception) as one_request:
+        topics.last_stable_offsets(topic, [0, partitions])  # a partition it does not have
+    with pytest.raises(type(one_request.value)):
+        offsets.last_stable([0, partitions])

@@ -18,6 +18,18 @@ pytestmark = pytest.mark.unit
 
 L = 1_000
 
+LOOKS = st.lists(
+    st.dictionaries(
+        st.integers(0, 3),
+        st.tuples(st.integers(0, 50), st.none() | st.integers(0, 10**6)),
+        min_size=1,
+    ),
+    min_size=1,
+    max_size=20,
+)
+"""Looks of up to four partitions: per partition, how many records arrived since the last
+look and the largest timestamp (``None``: none yet)."""
+
 
 def test_the_time_is_the_smallest_partition_maximum_minus_the_lateness() -> None:
     rule = ObservedTime(lateness_ms=L, idle_ms=60_000)
@@ -76,23 +88,48 @@ def test_records_that_left_the_maximum_in_place_are_counted_as_possibly_late() -
     assert note is not None and note.possibly_late == 3
 
 
+def test_a_kept_answer_keeps_its_maximum_and_the_idle_rule_still_applies() -> None:
+    """An observer hands a partition's last answer again while its high-water mark stands
+    still (it does not ask for its maximum): the rule keeps that maximum and lets the
+    partition go once idle, as for a fresh answer."""
+    rule = ObservedTime(lateness_ms=L, idle_ms=5_000)
+    quiet = PartitionSeen(4, (3, 8_000))
+    first = rule.observe({0: PartitionSeen(5, (4, 10_000)), 1: quiet}, now_ms=11_000)
+    assert first is not None and first.time == 7_000  # partition 1 holds it
+    held = rule.observe({0: PartitionSeen(9, (8, 30_000)), 1: quiet}, now_ms=15_999)
+    assert held is not None and (held.time, held.max_event_time) == (7_000, 30_000)
+    assert dict(held.position) == {0: 9, 1: 4}
+    free = rule.observe({0: PartitionSeen(10, (9, 31_000)), 1: quiet}, now_ms=16_000)
+    assert free is not None and free.time == 15_000, "idle since 11 000: the clock counts"
+    assert free.possibly_late == 0
+
+
+@given(LOOKS)
+def test_a_kept_answer_notes_what_an_equal_fresh_one_notes(
+    looks: list[dict[int, tuple[int, int | None]]],
+) -> None:
+    """Handing the same answer object again (the observer's partitions that did not move)
+    gives the notes equal copies of it give."""
+    kept, fresh = ObservedTime(lateness_ms=100, idle_ms=3), ObservedTime(lateness_ms=100, idle_ms=3)
+    answers: dict[int, PartitionSeen] = {}
+    high: dict[int, int] = {}
+    for now, look in enumerate(looks):
+        for p, (grow, top) in look.items():
+            if grow or p not in answers:  # a partition that did not grow keeps its answer
+                high[p] = high.get(p, 0) + grow
+                answers[p] = PartitionSeen(high[p], None if top is None else (high[p] - 1, top))
+        seen = {p: answers[p] for p in look}
+        copies = {p: PartitionSeen(a.high_water, a.max_record) for p, a in seen.items()}
+        assert kept.observe(seen, now_ms=1_000 + now) == fresh.observe(copies, now_ms=1_000 + now)
+
+
 @pytest.mark.parametrize("bad", [-1, 1.5, True, "30s"])
 def test_bad_settings_are_refused(bad: object) -> None:
     with pytest.raises(InvalidConfigurationError, match="lateness_ms"):
         ObservedTime(lateness_ms=bad, idle_ms=0)  # type: ignore[arg-type]
 
 
-@given(
-    st.lists(
-        st.dictionaries(
-            st.integers(0, 3),
-            st.tuples(st.integers(0, 50), st.none() | st.integers(0, 10**6)),
-            min_size=1,
-        ),
-        min_size=1,
-        max_size=20,
-    )
-)
+@given(LOOKS)
 def test_time_and_position_never_go_back(looks: list[dict[int, tuple[int, int | None]]]) -> None:
     rule = ObservedTime(lateness_ms=100, idle_ms=3)
     last_time, last_position = -1, {}

@@ -188,6 +188,26 @@ def test_bad_records_raise_the_projects_error(name: str, record: object, error: 
     assert isinstance(info.value, SchemaError)
 
 
+@pytest.mark.parametrize(
+    "position",
+    [{1: 2**63}, {-(2**63) - 1: 0}, {1: True}],
+    ids=["offset-overflow", "segment-overflow", "bool-offset"],
+)
+def test_a_marks_position_is_still_refused_when_bad(position: dict[int, int]) -> None:
+    """A mark's position is checked by the record, not validated item by item by the
+    codec (``checked``): a bad entry is still refused."""
+    with pytest.raises(EncodeError):
+        WriterMarkRecord("a/b", "w", 1, position).encode()
+
+
+def test_checked_fields_are_validated_as_empty_arrays_and_written_whole() -> None:
+    mark = WriterMarkRecord("a/b", "w", 1, {p: p + 1 for p in range(1_000)}, instance="i")
+    assert WriterMarkRecord.decode(mark.encode()) == mark
+    bad = {**mark.to_dict(), "position": [{"segment": 1, "offset": "x"}]}
+    with pytest.raises(EncodeError):
+        encode("writer_mark", bad, checked=("position",))  # the strict writer refuses it
+
+
 def test_unknown_name_lists_the_known_ones() -> None:
     with pytest.raises(UnknownSchemaError, match="scheduled_message, watermark, writer_mark"):
         encode("nope", {})
