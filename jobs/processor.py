@@ -85,17 +85,21 @@ def _output_schema() -> StructType:
         *(f for f in index.fields if f.name not in marks.fieldNames()),
         StructField("noted_at", LongType()),
     ]
-    due = [StructField("slot", IntegerType(), False), StructField("at", LongType())]
+    due = [StructField("slot", IntegerType()), StructField("at", LongType())]
     of_kind = {
-        WATERMARK: StructType(watermark),
-        REJECTED: spark_schema(REJECTED_MARKS),
-        LAGGARD: spark_schema(LAGGARDS),
-        DUE: StructType(due),
+        WATERMARK: watermark,
+        REJECTED: spark_schema(REJECTED_MARKS).fields,
+        LAGGARD: spark_schema(LAGGARDS).fields,
+        DUE: due,
     }
+    # Every field nullable: the driver's collect sees a null struct's fields as nulls.
     return StructType(
         [
             StructField("kind", StringType(), False),
-            *(StructField(kind, of_kind[kind]) for kind in KINDS),
+            *(
+                StructField(kind, StructType([StructField(f.name, f.dataType) for f in fields]))
+                for kind, fields in of_kind.items()
+            ),
         ]
     )
 

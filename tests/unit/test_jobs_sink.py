@@ -221,7 +221,7 @@ def test_the_operator_output_keeps_every_kind_of_row_through_arrow() -> None:
     """A call's outputs as the Python worker sends them (its own serializer, the output
     schema's Arrow type) arrive as the rows the sink reads: typed, bytes untouched."""
     from pyspark.sql.pandas.serializers import TransformWithStateInPandasSerializer
-    from pyspark.sql.pandas.types import to_arrow_type
+    from pyspark.sql.pandas.types import to_arrow_schema, to_arrow_type
 
     from tidemark.controller.laggards import LAGGING, Laggard
     from tidemark.jobs.processor import OUTPUT_SCHEMA, SlotDue, output_frames, output_rows
@@ -246,6 +246,20 @@ def test_the_operator_output_keeps_every_kind_of_row_through_arrow() -> None:
     batch = serializer._create_batch((frame, to_arrow_type(OUTPUT_SCHEMA)))
     arrived = batch.column(0).to_pylist()
     assert arrived == rows
+    # The driver's collect (``DataFrame.toArrow``) casts what the JVM sends to the output
+    # schema; the JVM gives a null struct's fields nulls.
+    schema = to_arrow_schema(OUTPUT_SCHEMA)
+    columns = {"kind": pa.array([r["kind"] for r in rows])}
+    for struct in list(schema)[1:]:
+        fields = list(struct.type)
+        present = [r[struct.name] is not None for r in rows]
+        cells = [
+            pa.array([r[struct.name][f.name] if r[struct.name] else None for r in rows], f.type)
+            for f in fields
+        ]
+        mask = pa.array([not p for p in present])
+        columns[struct.name] = pa.StructArray.from_arrays(cells, fields=fields, mask=mask)
+    assert pa.table(columns).cast(schema).to_pylist() == rows
     assert arrived[2]["rejected"]["raw"] == b"\x00\xff"
     assert arrived[0]["watermark"]["stream_cut"] == [
         {"segment": 0, "offset": 3},
