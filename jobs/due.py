@@ -119,7 +119,7 @@ class DueScheduler:
         with self._cond:
             for row in rows:
                 if row["kind"] == DUE:
-                    self.times.report(int(row["slot"]), row["at"])
+                    self.times.report(int(row[DUE]["slot"]), row[DUE]["at"])
             self._cond.notify()
 
     def sweep(self) -> None:

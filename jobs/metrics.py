@@ -143,15 +143,17 @@ class ControllerMetrics:
         self.batch_duration.observe(duration_s)
         rejected = 0
         for row in rows:
-            stream = str(row.get("stream") or "")
-            if row.get("kind") == "watermark":
+            kind = str(row.get("kind"))
+            fields = row.get(kind) or {}  # the kind's own fields (its struct)
+            stream = str(fields.get("stream") or "")
+            if kind == "watermark":
                 self.watermarks.labels(stream).inc()
-                since = row.get("noted_at") or row.get("emitted_at")
+                since = fields.get("noted_at") or fields.get("emitted_at")
                 if since:
                     self.freshness.labels(stream).observe(max(0, now - int(since)) / 1000)
-            elif row.get("kind") == "rejected":
+            elif kind == "rejected":
                 rejected += 1
-                self.rejected.labels(stream, str(row.get("reason"))).inc()
+                self.rejected.labels(stream, str(fields.get("reason"))).inc()
         with self._lock:
             self._rejected_by_batch[(bucket, batch_id)] = rejected
             if len(self._rejected_by_batch) > 10_000:  # progress never came for old ones

@@ -17,9 +17,12 @@ for the slot at that time, which makes the micro-batch that runs those
 cycles. So an idle controller runs no micro-batch at all (with
 ``spark.sql.streaming.noDataMicroBatches.enabled=false``, which the job sets).
 Output rows carry a ``kind``: ``watermark``, ``rejected``, ``laggard`` or
-``due``; :mod:`tidemark.jobs.sink` splits them into the Delta tables. A watermark
-row's ``noted_at`` (the Kafka timestamp of the newest mark it was made of)
-goes to no table: the metrics measure freshness from it.
+``due``, and that kind's typed fields (:data:`OUTPUT_SCHEMA`); :mod:`tidemark.jobs.sink`
+splits them into the Delta tables. A watermark's row is made here, once, by the tables'
+row converters (:func:`~tidemark.schemas.tables.marks_row`,
+:func:`~tidemark.schemas.tables.index_row`), and keeps that shape to the Delta append.
+Its ``noted_at`` (the Kafka timestamp of the newest mark it was made of) goes to no
+table: the metrics measure freshness from it.
 
 Why the pandas flavour: with a handful of slot keys per batch, a call's
 input arrives as whole pandas frames (Arrow converts them column by column
@@ -30,7 +33,6 @@ scalars one cell at a time.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -42,16 +44,26 @@ from pyspark.sql.streaming.stateful_processor import (
     StatefulProcessorHandle,
     TimerValues,
 )
-from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 from tidemark.jobs.config import WorkflowSettings
 from tidemark.jobs.lookups import worker_committed, worker_registrations, worker_streams
 from tidemark.jobs.slot_keys import is_due_key
 from tidemark.jobs.slots import SlotState, run_slot
+from tidemark.jobs.tables import spark_schema
 from tidemark.jobs.worker_setup import keep_zip_directories
 from tidemark.jobs.workflow import Emitted, LaggardRows, MarkInput, Output, Rejected, StreamWorkflow
 from tidemark.schemas.mark_input import Undecodable, decode_stream_key, printable_key
-from tidemark.schemas.tables import TABLES, columns, rejected_row
+from tidemark.schemas.tables import (
+    INDEX,
+    LAGGARDS,
+    MARKS,
+    OBSERVATION_COLUMNS,
+    REJECTED_MARKS,
+    index_row,
+    marks_row,
+    rejected_row,
+)
 
 log = logging.getLogger(__name__)
 
@@ -60,38 +72,48 @@ REJECTED = "rejected"
 LAGGARD = "laggard"
 DUE = "due"
 
-_AS_FIELDS = {"stream_cut": ("cut_segments", "cut_offsets"), "kind": ("laggard_kind",)}
-"""Table columns an output row spells otherwise: the cut as two arrays (segment ids,
-offsets), a laggard's ``kind`` apart from the row's own."""
+KINDS = (WATERMARK, REJECTED, LAGGARD, DUE)
 
-COLUMNS = (
-    "kind",
-    *dict.fromkeys(
-        field
-        for table in TABLES
-        for column in columns(table)
-        for field in _AS_FIELDS.get(column, (column,))
-    ),
-    "slot",
-    "noted_at",
-)
-"""The fields of an output row as the sink, the due scheduler and the metrics see it
-(:func:`rows_of`): ``kind`` says which are set. They are the tables' columns
-(:data:`tidemark.schemas.tables.LAYOUT`, so :func:`tidemark.jobs.sink.split_rows` makes each
-table's rows
-from them), plus the due slot and ``noted_at`` (freshness, for the metrics)."""
 
-OUTPUT_SCHEMA = StructType(
-    [
-        StructField("kind", StringType(), False),
-        StructField("row", StringType(), False),
-        StructField("raw", BinaryType()),
+def _output_schema() -> StructType:
+    """``kind`` and one struct per kind, named by it: a watermark's ``marks`` columns with
+    ``index``'s running maximum and ``noted_at``, the ``rejected_marks`` and ``laggards``
+    rows, a due slot and time. Each is its table's row as the layout types it."""
+    marks, index = spark_schema(MARKS), spark_schema(INDEX)
+    watermark = [
+        *marks.fields,
+        *(f for f in index.fields if f.name not in marks.fieldNames()),
+        StructField("noted_at", LongType()),
     ]
-)
-"""What the operator emits: a row's set fields but ``raw`` as compact JSON, and ``raw``
-(a rejected mark's bytes). Three columns, not one per field: the Python worker
+    due = [StructField("slot", IntegerType()), StructField("at", LongType())]
+    of_kind = {
+        WATERMARK: watermark,
+        REJECTED: spark_schema(REJECTED_MARKS).fields,
+        LAGGARD: spark_schema(LAGGARDS).fields,
+        DUE: due,
+    }
+    # Every field nullable: the driver's collect sees a null struct's fields as nulls.
+    return StructType(
+        [
+            StructField("kind", StringType(), False),
+            *(
+                StructField(kind, StructType([StructField(f.name, f.dataType) for f in fields]))
+                for kind, fields in of_kind.items()
+            ),
+        ]
+    )
+
+
+OUTPUT_SCHEMA = _output_schema()
+"""What the operator emits: a row's ``kind``, and that kind's fields in the struct of its
+name (the other kinds' are null). A ``watermark`` holds its ``marks`` and ``index`` rows
+(:func:`tidemark.jobs.sink.split_rows` picks each table's columns) and ``noted_at``
+(freshness, for the metrics); ``rejected`` and ``laggard`` are their tables' rows; ``due``
+is a slot's earliest due time. Five columns, not one per field: the Python worker
 converts each output column of each call (one call per slot) to Arrow on its own."""
-OUTPUT_COLUMNS = OUTPUT_SCHEMA.fieldNames()
+COLUMNS = tuple(OUTPUT_SCHEMA.fieldNames())
+"""The fields of an output row as the sink, the due scheduler and the metrics see it
+(:func:`rows_of`): ``kind`` and one per kind."""
 
 STATE_SCHEMA = StructType([StructField("json", StringType(), False)])
 
@@ -107,75 +129,47 @@ class SlotDue:
 def output_rows(o: Output | SlotDue) -> list[dict[str, Any]]:
     """An output as rows of ``OUTPUT_SCHEMA`` (a laggard snapshot: one row per laggard)."""
     if isinstance(o, LaggardRows):
-        rows = []
-        for lag in o.rows:
-            row: dict[str, Any] = dict.fromkeys(COLUMNS)
-            row.update(lag, kind=LAGGARD, laggard_kind=lag["kind"])
-            rows.append(row)
-        return rows
+        return [_row(LAGGARD, dict(lag)) for lag in o.rows]
     return [output_row(o)]
 
 
 def output_row(o: Emitted | Rejected | SlotDue) -> dict[str, Any]:
-    row: dict[str, Any] = dict.fromkeys(COLUMNS)
     if isinstance(o, SlotDue):
-        row.update(kind=DUE, slot=o.slot, at=o.due_ms)
-    elif isinstance(o, Emitted):
-        wm = o.watermark
-        cut = sorted(wm.stream_cut.items())
-        row.update(
-            kind=WATERMARK,
-            stream=wm.stream,
-            seq=wm.seq,
-            time=wm.time,
-            upper_time=wm.upper_time,
-            upper_time_max=o.upper_time_max,
-            cut_segments=[s for s, _ in cut],
-            cut_offsets=[off for _, off in cut],
-            writers=list(o.writers),
-            emitted_at=o.emitted_at,
-            noted_at=o.noted_at,
-        )
-        if o.observation is not None:
-            row.update(
-                observed=list(o.observation.writers),
-                observed_lateness_ms=o.observation.lateness_ms,
-                possibly_late=o.observation.possibly_late,
-            )
-    else:
-        row.update(
-            rejected_row(o.stream, o.writer, o.reason, o.raw, o.partition, o.offset, o.at),
-            kind=REJECTED,
-        )
-    return row
+        return _row(DUE, {"slot": o.slot, "at": o.due_ms})
+    if isinstance(o, Emitted):
+        wm, seen = o.watermark, o.observation
+        observation = None
+        if seen is not None:
+            values = (list(seen.writers), seen.lateness_ms, seen.possibly_late)
+            observation = dict(zip(OBSERVATION_COLUMNS, values, strict=True))
+        fields = {
+            **index_row(wm, o.upper_time_max),
+            **marks_row(wm, o.writers, o.emitted_at, observation),
+            "noted_at": o.noted_at,
+        }
+        return _row(WATERMARK, fields)
+    row = rejected_row(o.stream, o.writer, o.reason, o.raw, o.partition, o.offset, o.at)
+    return _row(REJECTED, row)
 
 
-def pack(row: dict[str, Any]) -> tuple[str, str, bytes | None]:
-    """A row of :data:`COLUMNS` as the operator's ``(kind, row, raw)``."""
-    rest = {k: v for k, v in row.items() if v is not None and k not in ("kind", "raw")}
-    return row["kind"], json.dumps(rest, separators=(",", ":")), row["raw"]
-
-
-def unpack(kind: str, packed: str, raw: bytes | None) -> dict[str, Any]:
-    """:func:`pack`'s inverse: every field of :data:`COLUMNS`, ``None`` where unset."""
+def _row(kind: str, fields: dict[str, Any]) -> dict[str, Any]:
     row: dict[str, Any] = dict.fromkeys(COLUMNS)
-    row.update(json.loads(packed), kind=kind, raw=raw)
+    row["kind"], row[kind] = kind, fields
     return row
 
 
 def rows_of(frame: Any) -> list[dict[str, Any]]:
     """A micro-batch of the operator's output (a Spark DataFrame) as rows of :data:`COLUMNS`,
     collected to the driver once."""
-    table = frame.toArrow()
-    columns = (table.column(name).to_pylist() for name in OUTPUT_COLUMNS)
-    return [unpack(*cells) for cells in zip(*columns, strict=True)]
+    rows: list[dict[str, Any]] = frame.toArrow().to_pylist()
+    return rows
 
 
 def output_frames(outputs: list[Output | SlotDue]) -> Iterator[pd.DataFrame]:
     """A call's outputs as one frame of ``OUTPUT_SCHEMA``."""
     if outputs:
-        packed = [pack(row) for o in outputs for row in output_rows(o)]
-        yield pd.DataFrame(packed, columns=OUTPUT_COLUMNS, dtype=object)
+        rows = [row for o in outputs for row in output_rows(o)]
+        yield pd.DataFrame({c: [r[c] for r in rows] for c in COLUMNS}, dtype=object)
 
 
 class ControllerProcessor(StatefulProcessor):
@@ -247,13 +241,15 @@ class ControllerProcessor(StatefulProcessor):
 __all__ = [
     "COLUMNS",
     "DUE",
+    "KINDS",
     "LAGGARD",
     "OUTPUT_SCHEMA",
     "REJECTED",
     "WATERMARK",
     "ControllerProcessor",
     "SlotDue",
-    "pack",
+    "output_frames",
+    "output_row",
+    "output_rows",
     "rows_of",
-    "unpack",
 ]

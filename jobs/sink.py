@@ -16,7 +16,9 @@ instance that takes a bucket over continues the same application id; a
 *new* checkpoint gets a new id and starts its own count.
 
 The tables are appended through :class:`tidemark.controller.delta.appends.DeltaTables`
-(delta-rs); this module turns the query's output rows into the tables' rows.
+(delta-rs); this module picks each table's rows from the query's output rows, which
+hold them already (typed, made once by :mod:`tidemark.jobs.processor` with the row
+converters of :mod:`tidemark.schemas.tables`).
 """
 
 from __future__ import annotations
@@ -28,19 +30,15 @@ from typing import Any
 
 from tidemark.controller.delta.appends import DeltaTables
 from tidemark.controller.delta.location import Root
-from tidemark.controller.model import Watermark
 from tidemark.jobs.processor import LAGGARD, REJECTED, WATERMARK
 from tidemark.schemas.tables import (
     INDEX,
+    INDEX_COLUMNS,
     LAGGARDS,
-    LAGGARDS_COLUMNS,
     MARKS,
-    REJECTED_COLUMNS,
+    MARKS_COLUMNS,
     REJECTED_MARKS,
     TABLES,
-    index_row,
-    marks_row,
-    rejected_row,
 )
 
 log = logging.getLogger(__name__)
@@ -49,32 +47,20 @@ log = logging.getLogger(__name__)
 def split_rows(
     rows: Sequence[Mapping[str, Any]],
 ) -> dict[str, list[dict[str, Any]]]:
-    """A batch's output rows (``tidemark.jobs.processor.COLUMNS``) -> the rows of each Delta table,
-    made by :mod:`tidemark.schemas.tables` (marks sorted by stream, seq)."""
+    """A batch's output rows (``tidemark.jobs.processor.COLUMNS``) -> the rows of each Delta
+    table (marks and index sorted by stream, seq). Each kind's fields are its tables' rows
+    already (made by :mod:`tidemark.jobs.processor`): a watermark's give ``marks`` and
+    ``index`` their columns, nothing is converted here."""
     emitted = sorted(
-        (r for r in rows if r["kind"] == WATERMARK), key=lambda r: (r["stream"], r["seq"])
+        (r[WATERMARK] for r in rows if r["kind"] == WATERMARK),
+        key=lambda w: (w["stream"], w["seq"]),
     )
-    marks = [(r, watermark_of(r)) for r in emitted]
     return {
-        MARKS: [marks_row(w, r["writers"] or (), r["emitted_at"], r) for r, w in marks],
-        INDEX: [index_row(w, r["upper_time_max"]) for r, w in marks],
-        REJECTED_MARKS: [
-            rejected_row(**{c: r[c] for c in REJECTED_COLUMNS})
-            for r in rows
-            if r["kind"] == REJECTED
-        ],
-        LAGGARDS: [
-            {**{c: r[c] for c in LAGGARDS_COLUMNS}, "kind": r["laggard_kind"]}
-            for r in rows
-            if r["kind"] == LAGGARD
-        ],
+        MARKS: [{c: w[c] for c in MARKS_COLUMNS} for w in emitted],
+        INDEX: [{c: w[c] for c in INDEX_COLUMNS} for w in emitted],
+        REJECTED_MARKS: [r[REJECTED] for r in rows if r["kind"] == REJECTED],
+        LAGGARDS: [r[LAGGARD] for r in rows if r["kind"] == LAGGARD],
     }
-
-
-def watermark_of(row: Mapping[str, Any]) -> Watermark:
-    """The watermark of an output row of kind ``watermark`` (its cut in two arrays)."""
-    cut = dict(zip(row["cut_segments"], row["cut_offsets"], strict=True))
-    return Watermark(row["stream"], row["time"], row["upper_time"], cut, row["seq"])
 
 
 class DeltaSink:
@@ -134,4 +120,4 @@ class DeltaSink:
             )
 
 
-__all__ = ["DeltaSink", "split_rows", "watermark_of"]
+__all__ = ["DeltaSink", "split_rows"]

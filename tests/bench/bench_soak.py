@@ -57,40 +57,19 @@ def _env_int(name: str, default: int) -> int:
 
 
 def _batch(commit: int, streams: list[str]) -> list[dict[str, Any]]:
-    from tidemark.jobs.processor import COLUMNS
+    from tidemark.controller.model import Watermark
+    from tidemark.jobs.processor import output_row
+    from tidemark.jobs.workflow import Emitted, Rejected
 
-    empty = dict.fromkeys(COLUMNS)
     t = BASE_TS + commit * SECOND
+    cut = {p: commit * 50 + p for p in range(SEGMENTS)}
     rows = [
-        {
-            **empty,
-            "kind": "watermark",
-            "stream": s,
-            "seq": commit,
-            "time": t,
-            "upper_time": t + 400,
-            "upper_time_max": t + 400,
-            "cut_segments": list(range(SEGMENTS)),
-            "cut_offsets": [commit * 50 + p for p in range(SEGMENTS)],
-            "writers": ["w-1", "w-2"],
-            "emitted_at": t + 5,
-        }
+        output_row(Emitted(Watermark(s, t, t + 400, cut, commit), ("w-1", "w-2"), t + 400, t + 5))
         for s in streams
     ]
     if commit % 10 == 0:
-        rows.append(
-            {
-                **empty,
-                "kind": "rejected",
-                "stream": streams[commit % len(streams)],
-                "writer": "w-9",
-                "reason": "stale_time",
-                "raw": b"\x00" * 40,
-                "kafka_partition": 0,
-                "kafka_offset": commit,
-                "at": t,
-            }
-        )
+        stream = streams[commit % len(streams)]
+        rows.append(output_row(Rejected(stream, "w-9", "stale_time", b"\x00" * 40, 0, commit, t)))
     return rows
 
 

@@ -21,8 +21,9 @@ from tidemark.controller.delta.location import TableLocation
 from tidemark.controller.delta.maintenance import Maintainer, MaintenanceSettings
 from tidemark.controller.delta.tables import read_watermarks
 from tidemark.controller.model import Watermark
-from tidemark.jobs.processor import COLUMNS
+from tidemark.jobs.processor import output_row
 from tidemark.jobs.sink import DeltaSink
+from tidemark.jobs.workflow import Emitted, Rejected
 from tidemark.pipelines.reading.seek import SeekIndex
 from tidemark.schemas.arrow import ARROW_SCHEMAS
 from tidemark.schemas.tables import INDEX, MARKS, REJECTED_MARKS, TABLES, table_path
@@ -39,37 +40,21 @@ def create_tables(root: str) -> None:
 
 def batch_rows(batch: int, streams: list[str] = STREAMS) -> list[dict[str, object]]:
     """One batch of the processor's output: a watermark per stream, one rejected mark."""
-    rows: list[dict[str, object]] = [
-        {
-            "kind": "watermark",
-            "stream": s,
-            "seq": batch,
-            "time": 1_000 + batch * 100,
-            "upper_time": 1_050 + batch * 100,
-            "upper_time_max": 1_050 + batch * 100,
-            "cut_segments": [0, 1],
-            "cut_offsets": [batch * 3, batch * 5],
-            "writers": ["w1"],
-            "emitted_at": batch,
-        }
+    rows = [
+        output_row(
+            Emitted(
+                Watermark(
+                    s, 1_000 + batch * 100, 1_050 + batch * 100, {0: batch * 3, 1: batch * 5}, batch
+                ),
+                ("w1",),
+                1_050 + batch * 100,
+                batch,
+            )
+        )
         for s in streams
     ]
-    rows.append(
-        {
-            "kind": "rejected",
-            "stream": streams[0],
-            "writer": "w9",
-            "reason": "stale_time",
-            "raw": b"x",
-            "kafka_partition": 0,
-            "kafka_offset": batch,
-            "at": batch,
-        }
-    )
-    return [{**_EMPTY, **r} for r in rows]
-
-
-_EMPTY: dict[str, object] = dict.fromkeys(COLUMNS)
+    rows.append(output_row(Rejected(streams[0], "w9", "stale_time", b"x", 0, batch, batch)))
+    return rows
 
 
 def sink_for(root: str) -> DeltaSink:
@@ -380,21 +365,7 @@ def test_lookups_on_compacted_tables_match_the_pure_search(tmp_path: Path) -> No
             top[name] = max(upper, top.get(name, upper))
             mark = Watermark(name, 1_000 + b * 100, upper, {0: b}, seq)
             marks[name].append(mark)
-            rows.append(
-                {
-                    **_EMPTY,
-                    "kind": "watermark",
-                    "stream": name,
-                    "seq": seq,
-                    "time": mark.time,
-                    "upper_time": upper,
-                    "upper_time_max": top[name],
-                    "cut_segments": [0],
-                    "cut_offsets": [b],
-                    "writers": [],
-                    "emitted_at": b,
-                }
-            )
+            rows.append(output_row(Emitted(mark, (), top[name], b)))
         sink.write(rows, b)
         if b % 20 == 19:
             Maintainer(settings(root, row_group_rows=3, marks_row_group_rows=3)).run_once(

@@ -11,8 +11,10 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError
 
 from tidemark.controller.delta.appends import DeltaTables, ensure_tables, through_store_outage
-from tidemark.jobs.processor import COLUMNS, REJECTED, WATERMARK
+from tidemark.controller.model import Watermark
+from tidemark.jobs.processor import output_row
 from tidemark.jobs.sink import DeltaSink, split_rows
+from tidemark.jobs.workflow import Emitted, Rejected
 from tidemark.schemas.arrow import ARROW_SCHEMAS
 from tidemark.schemas.tables import INDEX, MARKS, REJECTED_MARKS, TABLES, table_path
 
@@ -24,35 +26,12 @@ def _tables(root: Path) -> str:
 
 
 def watermark(stream: str, seq: int) -> dict[str, Any]:
-    row: dict[str, Any] = dict.fromkeys(COLUMNS)
-    row.update(
-        kind=WATERMARK,
-        stream=stream,
-        seq=seq,
-        time=100 + seq,
-        upper_time=110 + seq,
-        upper_time_max=110 + seq,
-        cut_segments=[0, 4294967296],
-        cut_offsets=[seq, 7],
-        writers=["w1"],
-        emitted_at=5,
-    )
-    return row
+    mark = Watermark(stream, 100 + seq, 110 + seq, {0: seq, 4294967296: 7}, seq)
+    return output_row(Emitted(mark, ("w1",), 110 + seq, 5))
 
 
 def rejected(offset: int) -> dict[str, Any]:
-    row: dict[str, Any] = dict.fromkeys(COLUMNS)
-    row.update(
-        kind=REJECTED,
-        stream="s",
-        writer="w",
-        reason="malformed",
-        raw=b"\x00",
-        kafka_partition=0,
-        kafka_offset=offset,
-        at=9,
-    )
-    return row
+    return output_row(Rejected("s", "w", "malformed", b"\x00", 0, offset, 9))
 
 
 def rows_of(root: str, table: str) -> list[dict[str, Any]]:
@@ -238,24 +217,54 @@ def test_a_laggards_table_from_before_the_writer_columns_gets_them_and_keeps_its
     )
 
 
-def test_the_operator_output_packs_and_unpacks_every_kind_of_row() -> None:
+def test_the_operator_output_keeps_every_kind_of_row_through_arrow() -> None:
+    """A call's outputs as the Python worker sends them (its own serializer, the output
+    schema's Arrow type) arrive as the rows the sink reads: typed, bytes untouched."""
+    from pyspark.sql.pandas.serializers import TransformWithStateInPandasSerializer
+    from pyspark.sql.pandas.types import to_arrow_schema, to_arrow_type
+
     from tidemark.controller.laggards import LAGGING, Laggard
-    from tidemark.jobs.processor import SlotDue, output_rows, pack, unpack
-    from tidemark.jobs.workflow import LaggardRows, Rejected
+    from tidemark.jobs.processor import OUTPUT_SCHEMA, SlotDue, output_frames, output_rows
+    from tidemark.jobs.workflow import LaggardRows, Observation
     from tidemark.schemas.tables import laggard_rows
 
     lag = Laggard("a", "w2", LAGGING, 100, 150, 900, 40, 77)
-    rows = [
-        watermark("a", 3),
-        *output_rows(Rejected("a", "w1", "bad_value", b"\x00\xff", 2, 41, 99)),
-        *output_rows(LaggardRows("a", tuple(laggard_rows("a", 77, [lag])))),
-        *output_rows(SlotDue(5, None)),
-        *output_rows(SlotDue(6, 1234)),
+    seen = Observation(("o",), 900, 2)
+    outputs = [
+        Emitted(Watermark("a", 103, 113, {0: 3, 4294967296: 7}, 3), ("w1",), 113, 5, 4),
+        Emitted(Watermark("b", 5, 7, {}, 0), ("o", "w"), 7, 100, None, seen),
+        Rejected("a", "w1", "bad_value", b"\x00\xff", 2, 41, 99),
+        LaggardRows("a", tuple(laggard_rows("a", 77, [lag]))),
+        SlotDue(5, None),
+        SlotDue(6, 1234),
     ]
-    packed = [pack(row) for row in rows]
-    assert all(len(p) == 3 and isinstance(p[1], str) for p in packed)
-    assert packed[1][2] == b"\x00\xff"  # bytes ride beside the JSON, untouched
-    assert [unpack(*p) for p in packed] == rows
+    rows = [row for o in outputs for row in output_rows(o)]
+    serializer = TransformWithStateInPandasSerializer(
+        "UTC", False, True, 10_000, 2**31 - 1, int_to_decimal_coercion_enabled=False
+    )
+    [frame] = output_frames(outputs)
+    batch = serializer._create_batch((frame, to_arrow_type(OUTPUT_SCHEMA)))
+    arrived = batch.column(0).to_pylist()
+    assert arrived == rows
+    # The driver's collect (``DataFrame.toArrow``) casts what the JVM sends to the output
+    # schema; the JVM gives a null struct's fields nulls.
+    schema = to_arrow_schema(OUTPUT_SCHEMA)
+    columns = {"kind": pa.array([r["kind"] for r in rows])}
+    for struct in list(schema)[1:]:
+        fields = list(struct.type)
+        present = [r[struct.name] is not None for r in rows]
+        cells = [
+            pa.array([r[struct.name][f.name] if r[struct.name] else None for r in rows], f.type)
+            for f in fields
+        ]
+        mask = pa.array([not p for p in present])
+        columns[struct.name] = pa.StructArray.from_arrays(cells, fields=fields, mask=mask)
+    assert pa.table(columns).cast(schema).to_pylist() == rows
+    assert arrived[2]["rejected"]["raw"] == b"\x00\xff"
+    assert arrived[0]["watermark"]["stream_cut"] == [
+        {"segment": 0, "offset": 3},
+        {"segment": 4294967296, "offset": 7},
+    ]
 
 
 # --- a store that does not answer --------------------------------------------------------------

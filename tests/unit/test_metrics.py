@@ -18,18 +18,13 @@ def _value(registry, name, labels=None):
     return 0.0 if value is None else value
 
 
-def watermark_row(stream, seq, time_ms, emitted_at):
-    return {
-        "kind": "watermark",
-        "stream": stream,
-        "seq": seq,
-        "time": time_ms,
-        "emitted_at": emitted_at,
-    }
+def watermark_row(stream, seq, time_ms, emitted_at, noted_at=None):
+    fields = {"stream": stream, "seq": seq, "time": time_ms, "emitted_at": emitted_at}
+    return {"kind": "watermark", "watermark": {**fields, "noted_at": noted_at}}
 
 
 def rejected_row(stream, reason):
-    return {"kind": "rejected", "stream": stream, "reason": reason}
+    return {"kind": "rejected", "rejected": {"stream": stream, "reason": reason}}
 
 
 def test_controller_metrics_from_batches_and_progress():
@@ -150,7 +145,7 @@ def test_batches_missed_between_two_looks_are_counted_from_recent_progress():
 def test_freshness_is_measured_from_the_note_when_the_mark_time_is_known():
     registry = CollectorRegistry()
     metrics = ControllerMetrics(registry, clock_ms=lambda: 100_000)
-    noted = {**watermark_row("a/s", 0, 90_000, 99_500), "noted_at": 98_000}
+    noted = watermark_row("a/s", 0, 90_000, 99_500, noted_at=98_000)
     metrics.batch_observer("all")([noted, watermark_row("b/s", 0, 90_000, 99_500)], 1, 0.1)
     # note at 98 000 -> committed at 100 000: 2 s (not the 0.5 s since the cycle)
     assert _value(registry, "tidemark_controller_freshness_seconds_sum", {"stream": "a/s"}) == 2.0

@@ -187,7 +187,7 @@ def test_the_job_refuses_bad_durations_before_reaching_any_service(
 
 def test_an_observed_watermark_reaches_its_marks_row_and_a_noted_one_leaves_it_null() -> None:
     from tidemark.controller.model import Watermark
-    from tidemark.jobs.processor import output_row, pack, unpack
+    from tidemark.jobs.processor import output_row
     from tidemark.jobs.sink import split_rows
     from tidemark.jobs.workflow import Emitted
 
@@ -195,6 +195,6 @@ def test_an_observed_watermark_reaches_its_marks_row_and_a_noted_one_leaves_it_n
         Watermark("a/b", 5, 7, {0: 3}, 0), ("o", "w"), 7, 100, None, Observation(("o",), 900, 2)
     )
     noted = Emitted(Watermark("a/b", 6, 7, {0: 4}, 1), ("w",), 7, 101)
-    rows = split_rows([unpack(*pack(output_row(e))) for e in (observed, noted)])["marks"]
+    rows = split_rows([output_row(e) for e in (observed, noted)])["marks"]
     seen = [(r["observed"], r["observed_lateness_ms"], r["possibly_late"]) for r in rows]
     assert seen == [(["o"], 900, 2), (None, None, None)]
