@@ -42,8 +42,10 @@ def register_status(verbs: Any) -> None:
         "status",
         help="the leading and standby drivers, buckets, the last batch, each stream's lag",
     )
-    parser.add_argument("--marks-topic", default=defaults.marks_topic)
-    parser.add_argument("--zk-root", default=defaults.zk_root)
+    parser.add_argument(
+        "--marks-topic", default=defaults.marks_topic, help="the topic writers send marks to"
+    )
+    parser.add_argument("--zk-root", default=defaults.zk_root, help="metadata root in ZooKeeper")
     parser.add_argument(
         "--delta-root", help="where the tables live (default: what the leader published)"
     )
