@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from tidemark.cli.control_plane import control_plane
 from tidemark.cli.output import add_format_option, emit, emit_rows
+from tidemark.cli.read import require_tables
 from tidemark.cli.times import add_duration_flag
 from tidemark.controller.naming import ClusterSettings
 from tidemark.environment import Environment
@@ -255,6 +256,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     from tidemark.controller.zookeeper.driver import controller_view  # kazoo: as in policy_settings
     from tidemark.jobs.tables import LAGGARDS, MARKS, read_table  # pyarrow: only for this verb
 
+    if args.delta_root:  # a root given by hand must hold the tables; the leader's may not yet
+        require_tables(args.delta_root)
     defaults = ClusterSettings()
     settings = ClusterSettings(
         marks_topic=args.marks_topic, bucket_count=defaults.bucket_count, zk_root=args.zk_root
