@@ -4,6 +4,7 @@ a missing extra as one line."""
 from __future__ import annotations
 
 import argparse
+import json
 
 import pytest
 
@@ -80,3 +81,17 @@ def test_a_missing_extra_names_it_and_the_install_command():
         "pip install 'tidemark[timeline]'"
     )
     assert missing_extra(ModuleNotFoundError("x", name="not_an_extra")) is None
+
+
+def test_bad_usage_with_json_output_is_one_object(capsys):
+    from tidemark.cli.main import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["read", "--count", "0", "--format", "json"])
+    assert exit_.value.code == 2
+    out, err = capsys.readouterr()
+    outcome = json.loads(out)
+    assert outcome["exit_code"] == 2 and outcome["error"] in err
+    with pytest.raises(SystemExit):
+        main(["read", "--count", "0"])
+    assert capsys.readouterr().out == ""

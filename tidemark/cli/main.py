@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 from tidemark.cli.acting import rewrite_alias
 from tidemark.cli.connection import add_connection_flags, connection_environment
-from tidemark.cli.parsing import VerbParser
+from tidemark.cli.parsing import UsageError, VerbParser
 from tidemark.cli.service_errors import EXIT_UNAVAILABLE, named_services
 from tidemark.controller.exceptions import InvalidTimestampError
 from tidemark.controller.timestamps import joined_spans
@@ -134,11 +134,23 @@ def missing_extra(exc: ModuleNotFoundError) -> TidemarkError | None:
     )
 
 
-def _say(args: argparse.Namespace, exc: BaseException, code: int) -> int:
-    """The error as one line on stderr (a library's message may span several) and, with
-    ``--format json``, as one JSON object on stdout; returns the exit code ``code``."""
+def _say(exc: BaseException) -> str:
+    """The error as one line on stderr (a library's message may span several); the line."""
     text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
     print(f"tidemark: error: {text}", file=sys.stderr)
+    return text
+
+
+def _wants_json(words: list[str]) -> bool:
+    """Whether the command line asks for ``--format json`` (read before it parsed)."""
+    pairs = zip(words, [*words[1:], ""], strict=True)
+    return "--format=json" in words or any(w == "--format" and n == "json" for w, n in pairs)
+
+
+def _fail(args: argparse.Namespace, exc: BaseException, code: int) -> int:
+    """:func:`_say` the error and, with ``--format json``, print it as the verb's one JSON
+    object on stdout, ``{"error": ..., "exit_code": code}``; returns ``code``."""
+    text = _say(exc)
     if getattr(args, "format", "text") == "json":
         print(json.dumps({"error": text, "exit_code": code}, sort_keys=True), flush=True)
     return code
@@ -147,7 +159,12 @@ def _say(args: argparse.Namespace, exc: BaseException, code: int) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     words = list(sys.argv[1:] if argv is None else argv)
-    args = parser.parse_args(joined_spans(rewrite_alias(words)))
+    try:
+        args = parser.parse_args(joined_spans(rewrite_alias(words)))
+    except UsageError as exc:  # argparse said it on stderr; a script reading JSON hears it too
+        if _wants_json(words):
+            print(json.dumps({"error": exc.message, "exit_code": 2}, sort_keys=True), flush=True)
+        raise
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -160,16 +177,16 @@ def main(argv: list[str] | None = None) -> int:
         ):
             return int(args.func(args) or 0)
     except (InvalidTimestampError, InvalidDurationError) as exc:  # a bad number: usage error
-        return _say(args, exc, 2)
+        return _fail(args, exc, 2)
     except ServiceUnavailableError as exc:
-        return _say(args, exc, EXIT_UNAVAILABLE)
+        return _fail(args, exc, EXIT_UNAVAILABLE)
     except TidemarkError as exc:
-        return _say(args, exc, 1)
+        return _fail(args, exc, 1)
     except ModuleNotFoundError as exc:
         missing = missing_extra(exc)
         if missing is None:
             raise
-        return _say(args, missing, 1)
+        return _fail(args, missing, 1)
     except KeyboardInterrupt:
         return 130
 

@@ -12,8 +12,17 @@ intermix those), so options of the program stay before the verb.
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, NoReturn
+
+
+class UsageError(SystemExit):
+    """Bad usage (exit 2), after argparse printed the usage and ``message`` on stderr."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(2)
+        self.message = message
 
 
 class VerbParser(argparse.ArgumentParser):
@@ -34,6 +43,12 @@ class VerbParser(argparse.ArgumentParser):
             return super().parse_known_intermixed_args(args, namespace)
         finally:
             self._intermixing = False
+
+    def error(self, message: str) -> NoReturn:
+        """As argparse's (the usage and the message on stderr), raising :class:`UsageError`."""
+        self.print_usage(sys.stderr)
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise UsageError(message)
 
 
 def walk(
@@ -60,4 +75,4 @@ def undocumented(parser: argparse.ArgumentParser) -> list[str]:
     return missing
 
 
-__all__ = ["VerbParser", "undocumented", "walk"]
+__all__ = ["UsageError", "VerbParser", "undocumented", "walk"]
