@@ -169,9 +169,12 @@ def test_failed_seek_leaves_the_group_where_it_was(
     cli_env, capsys, manager, store, kafka, wconfig, unique
 ):
     stream = make_stream(manager, unique, segments=1)
+    marks = Marks(stream, store, cli_env)  # (seek by time needs the tables)
     with EventWriter("w", stream, store=store, bootstrap_servers=kafka, config=wconfig) as w:
         for j in range(4):
             w.write(b"x", routing_key="k", timestamp=BASE + j)
+        marks.note(w, BASE + 10)
+        marks.cycle()
     group = ReaderGroup.create(
         f"g{unique}", stream, store=store, bootstrap_servers=kafka, delta_root=cli_env, config=FAST
     )

@@ -484,8 +484,8 @@ def reader_group(name: str, plane: ControlPlane | None = None) -> Iterator[Any]:
 
 
 def cmd_window(args: argparse.Namespace) -> int:
-    local_tables(delta_root())  # else a wrong root would show no window at all
     with reader_group(args.group) as group:
+        local_tables(delta_root())  # else a wrong root would show no window at all
         window = group.current_time_window()
         cut = group.stream_cut()
         readers = group.online_readers()
@@ -512,8 +512,8 @@ def cmd_window(args: argparse.Namespace) -> int:
 
 def cmd_seek(args: argparse.Namespace) -> int:
     ts = _time_of(args, required=True)
-    local_tables(delta_root())  # else a wrong root would move the group to the head
     with reader_group(args.group) as group:
+        local_tables(delta_root())  # else a wrong root would move the group to the head
         cut = group.seek(ts)
     emit(
         args,
