@@ -15,7 +15,7 @@ import time
 import pytest
 
 from tests.integration import test_reader_group as rg
-from tests.integration.test_reader_cli import cli_env, run
+from tests.integration.test_reader_cli import cli_env, run, write_three_rounds
 from tidemark.pipelines.reading.group import ReaderGroup
 from tidemark.pipelines.writing.writer import EventWriter
 
@@ -29,18 +29,10 @@ REPR = re.compile(r"\{\d+: |\{'|\['|\bNone\b|\bTrue\b|\bFalse\b|KeyRange\(|<\w+ 
 
 @pytest.fixture
 def written(cli_env, manager, store, kafka, wconfig, unique):
-    """A two-segment stream holding 12 events e00..e23 at BASE + round * 100 + j and a
-    watermark at BASE + round * 100 + 50 after each round (in the tables under cli_env);
-    the stream and its watermark maker, to go on."""
+    """A two-segment stream holding three rounds of events and watermarks
+    (``write_three_rounds``) under cli_env; the stream and its watermark maker."""
     name = rg.make_stream(manager, unique, segments=2)
-    marks = rg.Marks(name, store, cli_env)
-    with EventWriter("w", name, store=store, bootstrap_servers=kafka, config=wconfig) as w:
-        for rnd in range(3):
-            for j in range(4):
-                w.write(f"e{rnd}{j}".encode(), routing_key=f"k{j}", timestamp=BASE + rnd * 100 + j)
-            marks.note(w, BASE + rnd * 100 + 50)
-            marks.cycle()
-    return name, marks
+    return name, write_three_rounds(name, store, cli_env, kafka, wconfig)
 
 
 @pytest.fixture

@@ -62,7 +62,7 @@ def run_fresh(*argv):
 
 def write_three_rounds(stream, store, root, kafka, wconfig):
     """12 events e00..e23 at BASE + round * 100 + j, a watermark at BASE + round * 100 + 50
-    after each round of four."""
+    after each round of four; the watermark maker (to go on)."""
     marks = Marks(stream, store, root)
     with EventWriter("w", stream, store=store, bootstrap_servers=kafka, config=wconfig) as w:
         for rnd in range(3):
@@ -70,6 +70,7 @@ def write_three_rounds(stream, store, root, kafka, wconfig):
                 w.write(f"e{rnd}{j}".encode(), routing_key=f"k{j}", timestamp=BASE + rnd * 100 + j)
             marks.note(w, BASE + rnd * 100 + 50)
             marks.cycle()
+    return marks
 
 
 def test_read_watermarks_window_seek(cli_env, capsys, manager, store, kafka, wconfig, unique):
