@@ -136,8 +136,8 @@ def _mark_row(stream: str, mark: Any) -> dict[str, Any]:
 def _not_yet_rows(exc: Any) -> list[dict[str, Any]]:
     """``wait``'s answer on a timeout: a row per stream short of the time, its latest
     watermark and the writers holding it back, ``reached`` false (the rows of success)."""
-    behind = getattr(exc, "behind", {exc.stream: exc.last})
-    prefix = len(behind) > 1  # several streams' holders are named "stream: writer ..."
+    several = hasattr(exc, "behind")  # then each holder is named "stream: writer ..."
+    behind = exc.behind if several else {exc.stream: exc.last}
     return [
         {
             **_mark_row(stream, last),
@@ -145,7 +145,7 @@ def _not_yet_rows(exc: Any) -> list[dict[str, Any]]:
             "holding": [
                 h.removeprefix(f"{stream}: ")
                 for h in exc.holding
-                if not prefix or h.startswith(f"{stream}: ")
+                if not several or h.startswith(f"{stream}: ")
             ],
         }
         for stream, last in behind.items()
