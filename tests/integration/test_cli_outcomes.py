@@ -151,7 +151,9 @@ def test_text_output_shows_no_python_reprs(cli_env, capsys, stream, store, kafka
     group = f"g{unique}"
     ReaderGroup.create(group, stream, **rg.group_kw(store, kafka, cli_env)).close()
     with EventWriter("h", stream, store=store, bootstrap_servers=kafka, config=wconfig) as writer:
-        writer.write(b"with headers", "k", timestamp=BASE + 500, headers=[("a", b"1"), ("b", None)])
+        writer.write(
+            b"with headers", "k", timestamp=BASE + 500, headers=[("a", b"1"), ("b", b"\xff")]
+        )
     verbs = [
         ["stream", "describe", stream],
         ["stream", "truncate", stream, "--cut", "0=0"],

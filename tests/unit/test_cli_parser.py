@@ -59,6 +59,7 @@ def test_every_verb_parses_options_anywhere():
         (["stream", "describe", "--format", "json", "s/t"], {"stream": "s/t", "format": "json"}),
         (["group", "checkpoint", "--timeout", "2s", "g", "c1"], {"group": "g", "name": "c1"}),
         (["window", "--", "run"], {"group": "run"}),
+        (["scope", "create", "--format", "json", "--", "-odd"], {"scope": "-odd"}),
     ],
 )
 def test_options_before_or_after_positionals(argv, expected):

@@ -6,7 +6,8 @@ before ``--key`` fills ``stream`` and the empty ``events``, and ``x y`` are left
 :class:`VerbParser` parses every verb (a parser without sub-commands) with argparse's
 ``parse_known_intermixed_args``, which reads the options first and then the positional
 arguments; a parser that has sub-commands keeps the ordinary parse (argparse cannot
-intermix those), so options of the program stay before the verb.
+intermix those), so options of the program stay before the verb, and so does a verb
+given ``--`` (everything after it is positional: ``scope create -- -odd-name``).
 """
 
 from __future__ import annotations
@@ -34,8 +35,10 @@ class VerbParser(argparse.ArgumentParser):
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: Any = None
     ) -> tuple[argparse.Namespace, list[str]]:
-        if self._intermixing or any(
-            isinstance(a, argparse._SubParsersAction) for a in self._actions
+        if (
+            self._intermixing
+            or (args is not None and "--" in args)  # what follows it is positional, in order
+            or any(isinstance(a, argparse._SubParsersAction) for a in self._actions)
         ):
             return super().parse_known_args(args, namespace)
         self._intermixing = True  # the intermixed parse calls this method twice itself

@@ -52,6 +52,7 @@ from tidemark.cli.control_plane import (
     control_plane,
     kafka_answers,
     kafka_topics,
+    metadata_store,
     service_addresses,
 )
 from tidemark.cli.cuts import format_cut
@@ -165,9 +166,9 @@ def known_streams(names: Sequence[str], *, where_known: bool = False) -> None:
             resolve_services(ZOOKEEPER)
         except ConfigurationError:
             return
-    with control_plane() as cp:
+    with metadata_store() as (_, store):
         for name in names:
-            live_metadata(cp.store, name)
+            live_metadata(store, name)
 
 
 def local_tables(root: str) -> None:
