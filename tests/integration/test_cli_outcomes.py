@@ -156,7 +156,7 @@ def test_text_output_shows_no_python_reprs(cli_env, capsys, stream, store, kafka
         )
     verbs = [
         ["stream", "describe", stream],
-        ["stream", "truncate", stream, "--cut", "0=0"],
+        ["stream", "truncate", stream, "--cut", "0=0,1=0"],
         ["watermarks", stream],
         ["read", stream, "--count", "13"],
         ["window", group],
