@@ -48,7 +48,9 @@ def add_controller_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bootstrap", help="Kafka bootstrap servers (TIDEMARK_KAFKA_BOOTSTRAP)")
     parser.add_argument("--zk", help="ZooKeeper connect string (TIDEMARK_ZK_CONNECT)")
     parser.add_argument("--zk-root", default=cluster.zk_root, help="metadata root in ZooKeeper")
-    parser.add_argument("--marks-topic", default=cluster.marks_topic)
+    parser.add_argument(
+        "--marks-topic", default=cluster.marks_topic, help="the topic writers send marks to"
+    )
     parser.add_argument(
         "--bucket-count",
         type=positive_int,
@@ -84,7 +86,12 @@ def add_controller_arguments(parser: argparse.ArgumentParser) -> None:
         "--checkpoint-root",
         help="shared checkpoint storage (default: <delta root>/_checkpoints)",
     )
-    parser.add_argument("--max-offsets-per-trigger", type=int, default=None)
+    parser.add_argument(
+        "--max-offsets-per-trigger",
+        type=int,
+        default=None,
+        help="marks read per micro-batch at most (default: no limit)",
+    )
     add_duration_flag(
         parser,
         "--zk-session-timeout",

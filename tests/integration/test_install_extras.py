@@ -109,3 +109,27 @@ def test_an_install_imports_its_entry_points_and_pulls_nothing_else(
     check = [str(installed[extra]), "-c", CHECK, json.dumps(modules), json.dumps(HEAVY)]
     present = json.loads(_run(*check, cwd=tmp_path))
     assert present == sorted(brought), f"tidemark[{extra}] installs {present}"
+
+
+@pytest.mark.parametrize(
+    ("argv", "extra"),
+    [
+        (["timeline", "count", "reminders"], "timeline"),
+        (["serve"], "serve"),
+        (["controller", "run", "--instance", "a"], "spark"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else v[0],
+)
+def test_a_verb_whose_extra_is_missing_names_it(
+    argv: list[str], extra: str, installed: dict[str, Path], tmp_path: Path
+) -> None:
+    """In the core install: one line naming the extra and its install command, exit 1."""
+    tidemark = installed[""].parent / "tidemark"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    done = subprocess.run(
+        [str(tidemark), *argv], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+    assert f"needs the {extra} extra" in done.stderr
+    assert f"pip install 'tidemark[{extra}]'" in done.stderr

@@ -62,7 +62,7 @@ def run_fresh(*argv):
 
 def write_three_rounds(stream, store, root, kafka, wconfig):
     """12 events e00..e23 at BASE + round * 100 + j, a watermark at BASE + round * 100 + 50
-    after each round of four."""
+    after each round of four; the watermark maker (to go on)."""
     marks = Marks(stream, store, root)
     with EventWriter("w", stream, store=store, bootstrap_servers=kafka, config=wconfig) as w:
         for rnd in range(3):
@@ -70,6 +70,7 @@ def write_three_rounds(stream, store, root, kafka, wconfig):
                 w.write(f"e{rnd}{j}".encode(), routing_key=f"k{j}", timestamp=BASE + rnd * 100 + j)
             marks.note(w, BASE + rnd * 100 + 50)
             marks.cycle()
+    return marks
 
 
 def test_read_watermarks_window_seek(cli_env, capsys, manager, store, kafka, wconfig, unique):
@@ -169,9 +170,12 @@ def test_failed_seek_leaves_the_group_where_it_was(
     cli_env, capsys, manager, store, kafka, wconfig, unique
 ):
     stream = make_stream(manager, unique, segments=1)
+    marks = Marks(stream, store, cli_env)  # (seek by time needs the tables)
     with EventWriter("w", stream, store=store, bootstrap_servers=kafka, config=wconfig) as w:
         for j in range(4):
             w.write(b"x", routing_key="k", timestamp=BASE + j)
+        marks.note(w, BASE + 10)
+        marks.cycle()
     group = ReaderGroup.create(
         f"g{unique}", stream, store=store, bootstrap_servers=kafka, delta_root=cli_env, config=FAST
     )

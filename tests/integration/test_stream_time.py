@@ -25,9 +25,11 @@ manager, settings, store, wconfig = rg.manager, rg.settings, rg.store, rg.wconfi
 
 
 def test_wait_wakes_on_the_watermark_and_times_out_naming_the_laggard(
-    manager, store, kafka, wconfig, unique, tmp_path, capsys
+    manager, store, kafka, zookeeper, wconfig, unique, tmp_path, capsys, monkeypatch
 ):
     root = str(tmp_path)
+    # the verbs check the stream in this ZooKeeper (the store's chroot)
+    monkeypatch.setenv("TIDEMARK_ZK_CONNECT", f"{zookeeper}/tidemark-test-{unique}")
     stream = rg.make_stream(manager, unique)
     marks = rg.Marks(stream, store, root)
     with (

@@ -113,9 +113,11 @@ def test_joint_cuts_miss_nothing_and_complete_only_on_both(two_streams, store, k
 
 
 def test_wait_for_both_returns_after_the_slower_and_names_its_laggard(
-    two_streams, store, kafka, wconfig, capsys
+    two_streams, store, kafka, zookeeper, wconfig, unique, capsys, monkeypatch
 ):
     root, a, b, written, marks, writers = two_streams
+    # the verbs check the streams in this ZooKeeper (the store's chroot)
+    monkeypatch.setenv("TIDEMARK_ZK_CONNECT", f"{zookeeper}/tidemark-test-{unique}")
     target = BASE + ROUNDS * ROUND_MS + 500  # B is past it already; A is not
     with pytest.raises(StreamsTimeTimeoutError) as err:
         wait_for_time([a, b], target, 0, delta_root=root)

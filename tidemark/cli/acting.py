@@ -10,7 +10,11 @@
 ``wait`` (and ``window run``'s wait for completeness) is woken by new
 watermarks: through ``tidemark serve`` when ``TIDEMARK_TIME_SERVICE`` is set
 (a long poll; Delta while the service is down), else by watching the
-``marks`` table (``tidemark.pipelines.reading.stream_time``).
+``marks`` table (``tidemark.pipelines.reading.stream_time``). A stream the
+metadata store does not hold (where ZooKeeper is known) or a delta root without
+the controller's tables fails at once (exit 1) rather than wait out the timeout;
+with ``--format json`` a timeout prints a row per stream short of the time
+(``"reached": false``, its latest watermark, who holds it back).
 
 Exit codes: 0 done; 75 (:data:`EXIT_NOT_YET`, sysexits' EX_TEMPFAIL) when
 ``wait`` timed out or ``window run``'s window is not complete yet -- a
@@ -88,22 +92,26 @@ def _lake(args: argparse.Namespace) -> TableLocation:
 
 def cmd_wait(args: argparse.Namespace) -> int:
     # pyarrow, deltalake: off tidemark --help (the parser imports every verb module)
+    from tidemark.cli.read import known_streams, require_tables
     from tidemark.pipelines.reading.exceptions import StreamTimeTimeoutError
     from tidemark.pipelines.reading.stream_time import EXIT_NOT_YET, wait_for_time  # as above
+    from tidemark.pipelines.reading.time_service import time_service_url  # as above
 
     streams = args.stream[0] if len(args.stream) == 1 else args.stream
+    at, root = parse_time(args.time, "--time"), _lake(args)
+    if time_service_url() is None:  # (else the service names an unknown stream)
+        # a misspelt stream or root would wait out the timeout and exit "not yet"
+        require_tables(root)
+        known_streams(args.stream, where_known=True)
     try:
-        found = wait_for_time(
-            streams, parse_time(args.time, "--time"), args.timeout_ms, delta_root=_lake(args)
-        )
+        found = wait_for_time(streams, at, args.timeout_ms, delta_root=root)
     except StreamTimeTimeoutError as exc:
         print(f"tidemark: {exc}", file=sys.stderr)
+        if args.format == "json":  # text: the line above says it all
+            emit_rows(args, _not_yet_rows(exc))
         return EXIT_NOT_YET
     marks = found.values() if isinstance(found, dict) else [found]
-    rows = [
-        {"stream": m.stream, "seq": m.seq, "time": m.time, "upper_time": m.upper_time}
-        for m in marks
-    ]
+    rows = [{**_mark_row(m.stream, m), "reached": True} for m in marks]
     if len(rows) > 1:
         emit_rows(args, rows)
         return 0
@@ -117,6 +125,35 @@ def cmd_wait(args: argparse.Namespace) -> int:
     return 0
 
 
+def _mark_row(stream: str, mark: Any) -> dict[str, Any]:
+    """A stream's row in ``wait``'s answer: its watermark (``None`` fields: none yet)."""
+    return {
+        "stream": stream,
+        "seq": None if mark is None else mark.seq,
+        "time": None if mark is None else mark.time,
+        "upper_time": None if mark is None else mark.upper_time,
+    }
+
+
+def _not_yet_rows(exc: Any) -> list[dict[str, Any]]:
+    """``wait``'s answer on a timeout: a row per stream short of the time, its latest
+    watermark and the writers holding it back, ``reached`` false (the rows of success)."""
+    several = hasattr(exc, "behind")  # then each holder is named "stream: writer ..."
+    behind = exc.behind if several else {exc.stream: exc.last}
+    return [
+        {
+            **_mark_row(stream, last),
+            "reached": False,
+            "holding": [
+                h.removeprefix(f"{stream}: ")
+                for h in exc.holding
+                if not several or h.startswith(f"{stream}: ")
+            ],
+        }
+        for stream, last in behind.items()
+    ]
+
+
 def cmd_window_run(args: argparse.Namespace) -> int:
     # pyspark: only this verb runs a Spark job
     from tidemark.jobs.complete_window import run_from_args
@@ -126,11 +163,12 @@ def cmd_window_run(args: argparse.Namespace) -> int:
 
 def cmd_laggards(args: argparse.Namespace) -> int:
     # pyarrow and deltalake: only this verb reads the marks table
-    from tidemark.cli.read import require_tables
+    from tidemark.cli.read import known_streams, require_tables
     from tidemark.pipelines.reading.lateness import lateness_rows
 
     root = _lake(args)
     require_tables(root)  # else a wrong root would say "no writer holds it back"
+    known_streams([args.stream], where_known=True)  # else a misspelt stream would too
     rows = lateness_rows(root, args.stream)
     if not rows and args.format != "json":
         print(f"{args.stream}: no writer holds the watermark back; no stale marks")

@@ -89,19 +89,31 @@ def service_addresses(env: Environment | None = None) -> tuple[str, str]:
 @contextlib.contextmanager
 def control_plane(settings: ClusterSettings | None = None) -> Iterator[ControlPlane]:
     """A ZooKeeper session and the metadata store on it, for one verb."""
+    settings = settings or ClusterSettings()
+    kafka, _ = service_addresses()
+    with metadata_store(settings) as (client, store):
+        yield ControlPlane(client, store, settings, kafka)
+
+
+@contextlib.contextmanager
+def metadata_store(
+    settings: ClusterSettings | None = None,
+) -> Iterator[tuple[KazooClient, ZooKeeperStore]]:
+    """A ZooKeeper session and the metadata store on it -- no Kafka needed (the verbs that
+    only check a stream's metadata)."""
     # kazoo (and confluent_kafka, for the manager) only when a verb runs: the parser
     # imports every verb module, and they would add ~0.1 s to every `tidemark` command.
     from tidemark.controller.zookeeper.session import zookeeper_session
     from tidemark.controller.zookeeper.store import ZooKeeperStore  # as above
 
-    settings = settings or ClusterSettings()
-    kafka, zk = service_addresses()
+    zk = resolve_services(ZOOKEEPER).zk_connect
+    assert zk is not None
+    waited_s = service_timeout_s(ZK_START_TIMEOUT_S)
     with contextlib.ExitStack() as stack:
-        waited_s = service_timeout_s(ZK_START_TIMEOUT_S)
         # a session not started in time: ZooKeeperUnavailableError (named by main)
         with quiet("kazoo"):
             client = stack.enter_context(zookeeper_session(zk, start_timeout_s=waited_s))
-        yield ControlPlane(client, ZooKeeperStore(client, settings.zk_root), settings, kafka)
+        yield client, ZooKeeperStore(client, (settings or ClusterSettings()).zk_root)
 
 
 def delete_verb(
@@ -123,5 +135,6 @@ __all__ = [
     "delete_verb",
     "kafka_answers",
     "kafka_topics",
+    "metadata_store",
     "service_addresses",
 ]

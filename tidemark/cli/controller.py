@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from tidemark.cli.control_plane import control_plane
 from tidemark.cli.output import add_format_option, emit, emit_rows
+from tidemark.cli.read import require_tables
 from tidemark.cli.times import add_duration_flag
 from tidemark.controller.delta.location import Root, TableLocation
 from tidemark.controller.naming import ClusterSettings
@@ -44,8 +45,10 @@ def register_status(verbs: Any) -> None:
         "status",
         help="the leading and standby drivers, buckets, the last batch, each stream's lag",
     )
-    parser.add_argument("--marks-topic", default=defaults.marks_topic)
-    parser.add_argument("--zk-root", default=defaults.zk_root)
+    parser.add_argument(
+        "--marks-topic", default=defaults.marks_topic, help="the topic writers send marks to"
+    )
+    parser.add_argument("--zk-root", default=defaults.zk_root, help="metadata root in ZooKeeper")
     parser.add_argument(
         "--delta-root", help="where the tables live (default: what the leader published)"
     )
@@ -256,6 +259,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     from tidemark.controller.zookeeper.driver import controller_view  # kazoo: as in policy_settings
     from tidemark.jobs.tables import LAGGARDS, MARKS, read_table  # pyarrow: only for this verb
 
+    if args.delta_root:  # a root given by hand must hold the tables; the leader's may not yet
+        require_tables(args.delta_root)
     defaults = ClusterSettings()
     settings = ClusterSettings(
         marks_topic=args.marks_topic, bucket_count=defaults.bucket_count, zk_root=args.zk_root

@@ -15,7 +15,7 @@ from typing import Any
 
 from tidemark.cli.control_plane import control_plane
 from tidemark.cli.cuts import CUT_HELP, format_cut, parse_cut
-from tidemark.cli.output import add_verb, emit, emit_rows
+from tidemark.cli.output import add_verb, emit, emit_rows, text_value
 from tidemark.cli.read import reader_group
 from tidemark.cli.times import add_duration_flag
 from tidemark.controller.metadata import cut_to_json
@@ -121,8 +121,8 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
     emit(
         args,
         _describe(taken),
-        f"checkpoint {taken.name} of {taken.group}: cut {dict(taken.stream_cut)}, "
-        f"window [{taken.lower}, {taken.upper}]",
+        f"checkpoint {taken.name} of {taken.group}: cut {format_cut(taken.stream_cut)}, "
+        f"window [{text_value(taken.lower)}, {text_value(taken.upper)}]",
     )
     return 0
 

@@ -10,12 +10,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import json
 import logging
 import sys
 from collections.abc import Iterator
 
 from tidemark.cli.acting import rewrite_alias
 from tidemark.cli.connection import add_connection_flags, connection_environment
+from tidemark.cli.parsing import UsageError, VerbParser
 from tidemark.cli.service_errors import EXIT_UNAVAILABLE, named_services
 from tidemark.controller.exceptions import InvalidTimestampError
 from tidemark.controller.timestamps import joined_spans
@@ -54,7 +56,11 @@ class _Blocked:
     @classmethod
     def find_spec(cls, name: str, path: object = None, target: object = None) -> None:
         if name.partition(".")[0] in cls.names:
-            raise ModuleNotFoundError(f"{name} is not used by this command", name=name)
+            raise _BlockedImportError(f"{name} is not used by this command", name=name)
+
+
+class _BlockedImportError(ModuleNotFoundError):
+    """An import :class:`_Blocked` refused (a bug in a light verb, not a missing extra)."""
 
 
 @contextlib.contextmanager
@@ -88,7 +94,7 @@ def _version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = VerbParser(
         prog="tidemark", description="Time for Kafka streams: watermarks, windows, seek."
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
@@ -100,16 +106,65 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _say(exc: BaseException) -> None:
-    """The error as one line on stderr (a library's message may span several)."""
+EXTRAS = {
+    "pyspark": "spark",
+    "delta": "spark",
+    "pandas": "spark",
+    "grpc": "spark",
+    "psycopg": "timeline",
+    "starlette": "serve",
+    "uvicorn": "serve",
+    "jinja2": "serve",
+    "rich": "demo",
+    "matplotlib": "demo",
+}
+"""The top-level module of each package an extra brings -> the extra (``pyproject.toml``)."""
+
+
+def missing_extra(exc: ModuleNotFoundError) -> TidemarkError | None:
+    """The error for a verb whose extra is not installed: the extra and the command that
+    installs it; ``None`` when the missing module is no extra's."""
+    module = (exc.name or "").partition(".")[0]
+    extra = EXTRAS.get(module)
+    if extra is None or isinstance(exc, _BlockedImportError):
+        return None
+    return TidemarkError(
+        f"this command needs the {extra} extra ({module} is not installed): "
+        f"pip install 'tidemark[{extra}]'"
+    )
+
+
+def _say(exc: BaseException) -> str:
+    """The error as one line on stderr (a library's message may span several); the line."""
     text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
     print(f"tidemark: error: {text}", file=sys.stderr)
+    return text
+
+
+def _wants_json(words: list[str]) -> bool:
+    """Whether the command line asks for ``--format json`` (read before it parsed)."""
+    pairs = zip(words, [*words[1:], ""], strict=True)
+    return "--format=json" in words or any(w == "--format" and n == "json" for w, n in pairs)
+
+
+def _fail(args: argparse.Namespace, exc: BaseException, code: int) -> int:
+    """:func:`_say` the error and, with ``--format json``, print it as the verb's one JSON
+    object on stdout, ``{"error": ..., "exit_code": code}``; returns ``code``."""
+    text = _say(exc)
+    if getattr(args, "format", "text") == "json":
+        print(json.dumps({"error": text, "exit_code": code}, sort_keys=True), flush=True)
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     words = list(sys.argv[1:] if argv is None else argv)
-    args = parser.parse_args(joined_spans(rewrite_alias(words)))
+    try:
+        args = parser.parse_args(joined_spans(rewrite_alias(words)))
+    except UsageError as exc:  # argparse said it on stderr; a script reading JSON hears it too
+        if _wants_json(words):
+            print(json.dumps({"error": exc.message, "exit_code": 2}, sort_keys=True), flush=True)
+        raise
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -122,14 +177,16 @@ def main(argv: list[str] | None = None) -> int:
         ):
             return int(args.func(args) or 0)
     except (InvalidTimestampError, InvalidDurationError) as exc:  # a bad number: usage error
-        _say(exc)
-        return 2
+        return _fail(args, exc, 2)
     except ServiceUnavailableError as exc:
-        _say(exc)
-        return EXIT_UNAVAILABLE
+        return _fail(args, exc, EXIT_UNAVAILABLE)
     except TidemarkError as exc:
-        _say(exc)
-        return 1
+        return _fail(args, exc, 1)
+    except ModuleNotFoundError as exc:
+        missing = missing_extra(exc)
+        if missing is None:
+            raise
+        return _fail(args, missing, 1)
     except KeyboardInterrupt:
         return 130
 

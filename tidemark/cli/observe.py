@@ -75,7 +75,7 @@ def cmd_observe(args: argparse.Namespace) -> int:
     emit(
         args,
         {"stream": args.stream, "stopped": True, "time": None if last is None else last.time},
-        f"stopped; last noted time {None if last is None else last.time}",
+        f"stopped; last noted time {'(none)' if last is None else last.time}",
     )
     return 0
 

@@ -53,21 +53,39 @@ def add_verb(
 
 
 def emit(args: argparse.Namespace, payload: Any, text: str | Iterable[str]) -> None:
-    """Print ``payload`` as JSON with ``--format json``, else ``text``."""
+    """Print ``payload`` (one JSON object) with ``--format json``, else ``text``. Every
+    outcome of a verb prints one object: its answer, or (``tidemark.cli.main``) its error
+    as ``{"error": ..., "exit_code": ...}``; a list verb prints :func:`emit_rows`."""
     if getattr(args, "format", "text") == "json":
         print(json.dumps(payload, sort_keys=True, default=str))
     else:
         print(text if isinstance(text, str) else "\n".join(text))
 
 
+def text_value(value: Any) -> str:
+    """A value as text output shows it, never a Python repr: ``None`` is ``-``, a
+    boolean ``true``/``false``, a mapping ``key=value`` pairs joined by commas (a stream
+    cut reads as ``--cut`` takes it: ``0=10,1=4``), a list its items joined by ``;``."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, Mapping):
+        return ",".join(f"{k}={text_value(v)}" for k, v in value.items()) or "-"
+    if isinstance(value, list | tuple | set | frozenset):
+        return ";".join(text_value(v) for v in value) or "-"
+    return str(value)
+
+
 def emit_rows(args: argparse.Namespace, rows: Iterable[Mapping[str, Any]]) -> None:
-    """One JSON object per line with ``--format json``; ``key=value`` pairs otherwise."""
+    """One JSON object per line with ``--format json`` (every list verb's shape: an empty
+    list prints no line); ``key=value`` pairs otherwise (values as :func:`text_value`)."""
     as_json = getattr(args, "format", "text") == "json"
     for row in rows:
         if as_json:
             sys.stdout.write(json.dumps(row, sort_keys=True, default=str) + "\n")
         else:
-            sys.stdout.write(" ".join(f"{k}={v}" for k, v in row.items()) + "\n")
+            sys.stdout.write(" ".join(f"{k}={text_value(v)}" for k, v in row.items()) + "\n")
     sys.stdout.flush()
 
 

@@ -18,8 +18,12 @@ partition, offset, timestamp, key, body (UTF-8, else base64 with
 ``"value_encoding": "base64"``; a null value is ``null``). It stops after ``--count`` events, or at
 the end of the data committed when it started (the segments' last stable
 offsets, read in one request before reading), or -- a safety net -- when
-nothing arrives for ``--wait-ms``; ``--until T`` leaves out events at or after T;
-``--follow`` never stops at the end, only on Ctrl-C (SIGINT, exit 0). It commits
+nothing arrives for ``--wait-ms``. ``--until T`` prints the events before T and stops
+once it has read everything before the cut of the first watermark at or past T
+(``complete_cut_at``: every event with a time before T lies before it); while no
+watermark has reached T it reads as without ``--until``, leaving out events at or
+after T, and looks again. ``--follow`` never stops at the end, only on Ctrl-C
+(SIGINT, exit 0) or, with ``--until``, at that cut. It commits
 nothing anywhere. Times take one syntax (``tidemark.cli.times``). With
 ``TIDEMARK_TIME_SERVICE`` set, the start cut comes from ``tidemark serve``.
 
@@ -39,7 +43,7 @@ import base64
 import contextlib
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from itertools import islice
 from typing import Any
 
@@ -48,9 +52,11 @@ from tidemark.cli.control_plane import (
     control_plane,
     kafka_answers,
     kafka_topics,
+    metadata_store,
     service_addresses,
 )
-from tidemark.cli.output import add_verb, emit, emit_rows
+from tidemark.cli.cuts import format_cut
+from tidemark.cli.output import add_verb, emit, emit_rows, text_value
 from tidemark.cli.times import (
     TIME_HELP,
     add_duration_flag,
@@ -62,7 +68,7 @@ from tidemark.controller.metadata import cut_to_json
 from tidemark.controller.model import segment_number
 from tidemark.environment import Environment
 from tidemark.errors import ConfigurationError
-from tidemark.infra.services import data_root
+from tidemark.infra.services import ZOOKEEPER, data_root, resolve_services
 from tidemark.jobs.cli_args import positive_int
 from tidemark.schemas.tables import MARKS
 
@@ -93,13 +99,14 @@ def register(sub: Any) -> None:
     read.add_argument(
         "--until",
         metavar="TIME",
-        help=f"stop before the first event at or after this time: {TIME_HELP}",
+        help="print the events before this time; stop once the watermarks show all of "
+        f"them read: {TIME_HELP}",
     )
     read.add_argument(
         "--follow",
         action="store_true",
-        help="keep reading new events until Ctrl-C (SIGINT; exit 0) instead of stopping "
-        "at the end of the committed data",
+        help="keep reading new events until Ctrl-C (SIGINT; exit 0) or --until's bound, "
+        "instead of stopping at the end of the committed data",
     )
     add_duration_flag(
         read,
@@ -147,6 +154,33 @@ def require_tables(root: TableLocation) -> None:
             f"no watermark tables under {root.uri}: start a controller "
             "(tidemark controller run) or set TIDEMARK_DELTA_ROOT to its delta root"
         )
+
+
+def known_streams(names: Sequence[str], *, where_known: bool = False) -> None:
+    """Fail at once, naming it, on the first of ``names`` the metadata store does not
+    hold (or is deleting): a verb would otherwise wait on a stream that never moves.
+    ``where_known``: only when ZooKeeper is known (flag, environment, ``tidemark up``)
+    -- the verbs that read only the tables also run where it is not."""
+    # seek's metadata check: off tidemark --help (the parser imports every verb module)
+    from tidemark.pipelines.reading.seek import live_metadata
+
+    if where_known:
+        try:
+            resolve_services(ZOOKEEPER)
+        except ConfigurationError:
+            return
+    with metadata_store() as (_, store):
+        for name in names:
+            live_metadata(store, name)
+
+
+def local_tables(root: TableLocation) -> None:
+    """:func:`require_tables` unless the time service answers for the tables
+    (``TIDEMARK_TIME_SERVICE``: it reads its own)."""
+    from tidemark.pipelines.reading.time_service import time_service_url  # as above
+
+    if time_service_url() is None:
+        require_tables(root)
 
 
 def _text(field: str, value: bytes | None) -> dict[str, Any]:
@@ -219,7 +253,11 @@ def cmd_read(args: argparse.Namespace) -> int:
         ReaderConfig,
         ReaderGroup,
     )
-    from tidemark.pipelines.reading.seek import live_metadata, stream_cut_at  # as _time_of
+    from tidemark.pipelines.reading.seek import (  # as _time_of
+        complete_cut_at,
+        live_metadata,
+        stream_cut_at,
+    )
 
     if len(args.stream) > 1:
         if args.until is not None or args.follow:
@@ -234,13 +272,23 @@ def cmd_read(args: argparse.Namespace) -> int:
     root = lake()
     with control_plane() as cp:
         meta = live_metadata(cp.store, stream)
-        cut = None
-        if since is not None:
-            # the time service's HTTP client: only a read from a time loads it
+        cut = end = index = None
+        if since is not None or until is not None:
+            # the time service's HTTP client: only a read by time loads it
             from tidemark.pipelines.reading.time_service import default_index
 
+            local_tables(root)  # else a wrong root would read from the head
             index = default_index(root)
+        if since is not None:
             cut = stream_cut_at(stream, since, delta_root=root, store=cp.store, index=index)
+
+        def end_cut() -> dict[int, int] | None:
+            """Where every event before ``--until`` has been read (None: not known yet)."""
+            if until is None:
+                return None
+            return complete_cut_at(stream, max(until - 1, 0), store=cp.store, index=index)
+
+        end = end_cut()
         # Where committed data ends now: read to there and stop, no timeout to wait out.
         with kafka_answers(kafka):
             ends = kafka_topics(kafka).last_stable_offsets(
@@ -258,11 +306,15 @@ def cmd_read(args: argparse.Namespace) -> int:
             ),
         )
         printed = 0
-        idle_since = time.monotonic()
+        idle_since = looked_at = time.monotonic()
         with group, group.reader("cli") as reader, _until_interrupted(args.follow):
             while args.count is None or printed < args.count:
+                if end is not None and past_cut(reader.position(), end, group.segments()):
+                    break  # every event before --until is read
                 event = reader.read_next(timeout_ms=min(args.wait_ms, 20))
                 if event is None:
+                    if until is not None and end is None and time.monotonic() - looked_at >= 1:
+                        end, looked_at = end_cut(), time.monotonic()  # complete by now?
                     if args.follow:
                         continue
                     if at_committed_end(reader, ends):
@@ -281,6 +333,20 @@ def cmd_read(args: argparse.Namespace) -> int:
                 sys.stdout.flush()  # a follower's rows are out before the next wait
                 printed += 1
     return 0
+
+
+def past_cut(position: Mapping[int, int], cut: Mapping[int, int], segments: Any) -> bool:
+    """True when a reader at ``position`` has read everything before ``cut``: it holds
+    (or holds overlapping segments of) each of the cut's segments -- a reader not yet
+    given all its segments has not -- and the position is at or past the cut."""
+    from tidemark.controller.timewindow import compare  # pure; off tidemark --help's path
+
+    if any(seg not in segments for seg in (*cut, *position)):
+        return False  # a segment of a new epoch: known once the group refreshes
+    held = [segments[seg] for seg in position]
+    if not all(any(h.overlaps(segments[seg]) for h in held) for seg in cut):
+        return False
+    return compare(position, cut, segments) > 0
 
 
 @contextlib.contextmanager
@@ -373,13 +439,11 @@ def _read_merged(args: argparse.Namespace, since: int | None) -> int:
 
 
 def cmd_watermarks(args: argparse.Namespace) -> int:
-    # seek and the watermark feed: off tidemark --help (the parser imports every verb module)
-    from tidemark.pipelines.reading.seek import live_metadata
-    from tidemark.pipelines.reading.windows import WatermarkFeed  # as above
+    # the watermark feed: off tidemark --help (the parser imports every verb module)
+    from tidemark.pipelines.reading.windows import WatermarkFeed
 
     since = _time_of(args) or 0
-    with control_plane() as cp:
-        live_metadata(cp.store, args.stream)
+    known_streams([args.stream])
     root = lake()
     require_tables(root)
     marks = WatermarkFeed(root, args.stream).since(since)
@@ -427,6 +491,7 @@ def reader_group(name: str, plane: ControlPlane | None = None) -> Iterator[Any]:
 
 def cmd_window(args: argparse.Namespace) -> int:
     with reader_group(args.group) as group:
+        local_tables(lake())  # else a wrong root would show no window at all
         window = group.current_time_window()
         cut = group.stream_cut()
         readers = group.online_readers()
@@ -443,8 +508,8 @@ def cmd_window(args: argparse.Namespace) -> int:
         payload,
         [
             f"group   {args.group} on {group.stream}",
-            f"window  [{window.lower}, {window.upper}]",
-            f"cut     {cut}",
+            f"window  [{text_value(window.lower)}, {text_value(window.upper)}]",
+            f"cut     {format_cut(cut) or '(the head)'}",
             f"readers {', '.join(readers) or '(none online)'}",
         ],
     )
@@ -454,10 +519,11 @@ def cmd_window(args: argparse.Namespace) -> int:
 def cmd_seek(args: argparse.Namespace) -> int:
     ts = _time_of(args, required=True)
     with reader_group(args.group) as group:
+        local_tables(lake())  # else a wrong root would move the group to the head
         cut = group.seek(ts)
     emit(
         args,
         {"group": args.group, "timestamp": ts, "stream_cut": cut_to_json(cut)},
-        f"group {args.group} moved to {cut} (time {ts})",
+        f"group {args.group} moved to {format_cut(cut) or 'the head'} (time {ts})",
     )
     return 0

@@ -5,7 +5,7 @@
 
 Everything after :data:`BEGIN` in the document is each verb's ``--help``, verb by
 verb (the prose above it is written by hand); ``tests/unit/test_reference_docs.py``
-fails when they differ, and when an option has no help text.
+fails when they differ.
 """
 
 from __future__ import annotations
@@ -52,20 +52,6 @@ def verbs(
             for name, sub in action.choices.items():
                 yield (*path, name), sub
                 yield from verbs(sub, (*path, name))
-
-
-def undocumented(parser: argparse.ArgumentParser | None = None) -> list[str]:
-    """``verb --option`` for every option without help text."""
-    root = parser or _parser()
-    found = []
-    for words, sub in [((), root), *verbs(root)]:
-        for action in sub._actions:
-            if isinstance(action, argparse._HelpAction | argparse._SubParsersAction):
-                continue
-            if not action.help or action.help == argparse.SUPPRESS:
-                name = action.option_strings[-1] if action.option_strings else action.dest
-                found.append(" ".join(("tidemark", *words, name)))
-    return found
 
 
 def verbs_text() -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from tidemark.cli.output import add_verb, emit
+from tidemark.cli.output import add_verb, emit, emit_list
 from tidemark.infra.services import LocalServices
 
 
@@ -53,13 +53,13 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     rows = LocalServices.from_env().status()
-    emit(
+    emit_list(
         args,
         [{"name": r.name, "pid": r.pid, "address": r.address, "running": ok} for r, ok in rows],
-        [
-            f"{r.name:<10} {r.address:<22} pid {r.pid:<8} {'running' if ok else 'STOPPED'}"
-            for r, ok in rows
-        ]
-        or ["no local services (start them with `tidemark up`)"],
+        lambda r: (
+            f"{r['name']:<10} {r['address']:<22} pid {r['pid']:<8} "
+            + ("running" if r["running"] else "STOPPED")
+        ),
+        "no local services (start them with `tidemark up`)",
     )
     return 0 if all(ok for _, ok in rows) else 1

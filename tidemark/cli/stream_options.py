@@ -23,17 +23,28 @@ from tidemark.errors import ConfigurationError
 
 
 def add_config_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--segments", type=int, help="(minimum) number of segments")
-    parser.add_argument("--scaling", choices=[t.value for t in ScalingType])
-    parser.add_argument("--target-rate", type=int, help="events or bytes per second per segment")
-    parser.add_argument("--scale-factor", type=int)
-    parser.add_argument("--retention", choices=[t.value for t in RetentionType])
-    parser.add_argument("--retention-limit", type=int, help="ms (by-time) or bytes (by-size)")
+    numbers = {
+        "--segments": "(minimum) number of segments",
+        "--target-rate": "events or bytes per second per segment",
+        "--scale-factor": "how many segments a hot segment splits into",
+        "--retention-limit": "ms (by-time) or bytes (by-size)",
+        "--retention-min": "keep at least this much (ms or bytes; default 0)",
+    }
+    choices = {
+        "--scaling": (ScalingType, "scaling policy: fixed, or by event or byte rate"),
+        "--retention": (RetentionType, "none, by time or by size (with --retention-limit)"),
+        "--timestamping": (TimestampingMode, "record timestamps from the client or on arrival"),
+    }
+    for flag, text in numbers.items():
+        parser.add_argument(flag, type=int, help=text)
+    for flag, (kind, text) in choices.items():
+        parser.add_argument(flag, choices=[t.value for t in kind], help=text)
     parser.add_argument(
-        "--retention-min", type=int, help="keep at least this much (ms or bytes; default 0)"
+        "--uncapped",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="let a client timestamp run ahead of the arrival time (no cap)",
     )
-    parser.add_argument("--timestamping", choices=[m.value for m in TimestampingMode])
-    parser.add_argument("--uncapped", action=argparse.BooleanOptionalAction, default=None)
     add_duration_flag(
         parser,
         "--aggregation-timeout",

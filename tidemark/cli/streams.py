@@ -17,9 +17,9 @@ from typing import Any
 
 from tidemark.cli.adopt import register_verbs
 from tidemark.cli.control_plane import control_plane, delete_verb
-from tidemark.cli.cuts import CUT_HELP, parse_cut
+from tidemark.cli.cuts import CUT_HELP, format_cut, parse_cut
 from tidemark.cli.observe import register_observe
-from tidemark.cli.output import add_verb, emit, emit_list
+from tidemark.cli.output import add_verb, emit, emit_list, text_value
 from tidemark.cli.stream_options import add_config_options, config_from_args, summary
 from tidemark.controller.config import StreamConfiguration
 from tidemark.controller.metadata import metadata_to_dict
@@ -132,11 +132,11 @@ def cmd_describe(args: argparse.Namespace) -> int:
     for row in segments:
         lines.append(
             f"{row['id']:<12} {row['partition']:<10} [{row['low']:g}, {row['high']:g})".ljust(40)
-            + f" {row['start_offset']}..{row['end_offset']}".ljust(14)
+            + f" {text_value(row['start_offset'])}..{text_value(row['end_offset'])}".ljust(14)
             + f" {row['sealed_size'] if row['sealed'] else '-'}"
         )
     if meta.truncation:
-        lines.append(f"truncated at {dict(meta.truncation)}")
+        lines.append(f"truncated at {format_cut(meta.truncation)}")
     emit(args, payload, lines)
     return 0
 
@@ -153,7 +153,7 @@ def cmd_truncate(args: argparse.Namespace) -> int:
     cut = parse_cut(args.cut)
     with control_plane() as cp:
         meta = cp.manager.truncate(args.stream, cut)
-    emit(args, metadata_to_dict(meta), [*summary(meta), f"truncated at {cut}"])
+    emit(args, metadata_to_dict(meta), [*summary(meta), f"truncated at {format_cut(cut)}"])
     return 0
 
 

@@ -161,10 +161,18 @@ def _show_changed(args: argparse.Namespace, message: Any, text: str) -> int:
     return 0
 
 
+def _add_expected_version(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--expected-version",
+        type=int,
+        help="change the message only at this version (as printed), else fail",
+    )
+
+
 def _add_holder_arguments(p: argparse.ArgumentParser) -> None:
     """The lease holder's change to one message: its id, the holder, the lease's token."""
-    p.add_argument("id")
-    p.add_argument("--consumer", required=True)
+    p.add_argument("id", help="the message's id")
+    p.add_argument("--consumer", required=True, help="the lease holder's id")
     p.add_argument("--token", required=True, help="the lease's token (printed by lease)")
 
 
@@ -176,8 +184,15 @@ def register(sub: Any) -> None:
         return add_verb(verbs, name, func, help, on="timeline")
 
     p = verb("create", "create a timeline (again with the same settings: no-op)", cmd_create)
-    p.add_argument("--buckets", type=int, default=16)
-    p.add_argument("--max-body-bytes", type=int, default=1 << 20)
+    p.add_argument(
+        "--buckets", type=int, default=16, help="buckets its messages spread over (default 16)"
+    )
+    p.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=1 << 20,
+        help="the largest message body it takes, in bytes (default 1 MiB)",
+    )
 
     p = verb("put", "create a scheduled message", cmd_put)
     p.add_argument("--group", required=True, help="producer group (owner)")
@@ -195,31 +210,31 @@ def register(sub: Any) -> None:
     p.add_argument("--stream", help="with --stream-time: the stream (scope/name)")
 
     p = verb("lease", "lease available messages (or one by --id)", cmd_lease)
-    p.add_argument("--consumer", required=True)
+    p.add_argument("--consumer", required=True, help="the lease holder's id")
     p.add_argument("--id", help="lease this message only")
     add_duration_flag(p, "--duration", "lease them for this long", default=30_000)
-    p.add_argument("--limit", type=int, default=10)
-    p.add_argument("--expected-version", type=int)
+    p.add_argument("--limit", type=int, default=10, help="lease at most this many (default 10)")
+    _add_expected_version(p)
 
     p = verb("extend", "extend a live lease", cmd_extend)
     _add_holder_arguments(p)
     until = p.add_mutually_exclusive_group(required=True)
     add_time_flag(until, "--until", "new end of the lease")
     add_duration_flag(until, "--by", "new end = database now + this")
-    p.add_argument("--expected-version", type=int)
+    _add_expected_version(p)
 
     p = verb("release", "give a lease back (due again now, or at --at-ms)", cmd_release)
     _add_holder_arguments(p)
     add_time_flag(p, "--at", "due again then")
-    p.add_argument("--expected-version", type=int)
+    _add_expected_version(p)
 
     p = verb("delete", "delete as owner (--group) or as lease holder (--consumer)", cmd_delete)
-    p.add_argument("id")
+    p.add_argument("id", help="the message's id")
     who = p.add_mutually_exclusive_group(required=True)
-    who.add_argument("--group")
-    who.add_argument("--consumer")
+    who.add_argument("--group", help="as the owner: its producer group")
+    who.add_argument("--consumer", help="as the lease holder: its id (with --token)")
     p.add_argument("--token", help="with --consumer: the lease's token (printed by lease)")
-    p.add_argument("--expected-version", type=int)
+    _add_expected_version(p)
 
     p = verb("count", "count messages by status, optionally in [--from-ms, --to-ms)", cmd_count)
     add_time_flag(p, "--from", "messages due at or after this time")
@@ -260,7 +275,9 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--timeline", help="the timeline holding them (default buffer.FROM.TO)")
     p.add_argument("--consumer", default="buffer", help="relay name: one process per name")
-    p.add_argument("--batch-size", type=int, default=1_000)
+    p.add_argument(
+        "--batch-size", type=int, default=1_000, help="records stored per batch (default 1000)"
+    )
     _add_relay_options(p)
 
     p = add_verb(
@@ -272,7 +289,9 @@ def register(sub: Any) -> None:
     add_duration_flag(
         p, "--keep-deleted", "purge messages deleted this long ago", default=3_600_000
     )
-    p.add_argument("--batch-size", type=int, default=1_000)
+    p.add_argument(
+        "--batch-size", type=int, default=1_000, help="messages removed per batch (default 1000)"
+    )
     add_duration_flag(p, "--every", "purge on this schedule until Ctrl-C / SIGTERM")
     p.add_argument(
         "--duration-s",
