@@ -875,6 +875,11 @@ def driver_work_dir(settings: ControllerSettings, instance: str) -> Path:
     return Path(settings.checkpoint_root).parent / "spark" / instance
 
 
+def spark_log_path(work_dir: Path) -> Path:
+    """Where a local driver's own Spark logging goes (:attr:`SparkSettings.log_file`)."""
+    return work_dir / "spark.log"
+
+
 def run_local(
     args: argparse.Namespace,
     leader_tasks: LeaderTasks | None = None,
@@ -888,7 +893,7 @@ def run_local(
     )
     settings = settings_from_args(args)
     work_dir = driver_work_dir(settings, args.instance)
-    spark_log = work_dir / "spark.log"
+    spark_log = spark_log_path(work_dir)
     log.info("controller %s: Spark's own log goes to %s", args.instance, spark_log)
     spark = spark_session(
         SparkSettings(

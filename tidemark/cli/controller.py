@@ -15,6 +15,7 @@ import functools
 import logging
 import os
 import socket
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -142,16 +143,21 @@ def policy_tasks(args: argparse.Namespace) -> Callable[[Any], list[Any]]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from tidemark.jobs.controller_job import run_local  # pyspark and pandas: only for this verb
+    # pyspark and pandas: only for this verb
+    from tidemark.jobs.controller_job import driver_work_dir, run_local, spark_log_path
 
     env = Environment.from_env()
+    work_dir = driver_work_dir(settings_from_args(args), args.instance)
+    print(
+        f"tidemark controller {args.instance}: Spark's own log is {spark_log_path(work_dir)}",
+        file=sys.stderr,
+        flush=True,
+    )
     with noted_process("controller", args.instance, env):  # `tidemark down` stops it
         if not env.python_zygote or not (env.spark_master or "local").startswith("local"):
             return run_local(args, policy_tasks(args))
         from tidemark.jobs import processor  # pyspark and pandas, as run_local
-        from tidemark.jobs.controller_job import driver_work_dir  # as above
 
-        work_dir = driver_work_dir(settings_from_args(args), args.instance)
         zygote = PythonZygote.start(work_dir, (*PRELOAD, processor.__name__))
         try:
             return run_local(args, policy_tasks(args), python=str(zygote.launcher))

@@ -42,6 +42,12 @@ class _Server(uvicorn.Server):
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         self.stopped_by = sig
         super().handle_exit(sig, frame)
+        if sig == signal.SIGTERM:
+            # uvicorn raises a captured signal again once it has shut down, and SIGTERM's
+            # default action would end the process as killed: a drained stop exits 0
+            captured = getattr(self, "_captured_signals", None)
+            if isinstance(captured, list) and sig in captured:
+                captured.remove(sig)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         self._waits.close()
