@@ -196,6 +196,8 @@ class NotedProcess:
     kind: str
     name: str
     pid: int
+    tables: str | None = None
+    """Where it writes its tables (a controller's delta root), if it does."""
 
     @property
     def label(self) -> str:
@@ -207,10 +209,13 @@ def _processes_dir(home: Path) -> Path:
 
 
 @contextlib.contextmanager
-def noted_process(kind: str, name: str, env: Environment | None = None) -> Iterator[None]:
-    """Note this process under ``TIDEMARK_HOME`` while the block runs, for ``down``."""
+def noted_process(
+    kind: str, name: str, env: Environment | None = None, tables: str | None = None
+) -> Iterator[None]:
+    """Note this process under ``TIDEMARK_HOME`` while the block runs, for ``down`` (and
+    ``tables``, where it writes its tables, for a ``wait`` started beside it)."""
     home = (env or Environment.from_env()).home
-    record = NotedProcess(kind, name, os.getpid())
+    record = NotedProcess(kind, name, os.getpid(), tables)
     folder = _processes_dir(home)
     path = folder / f"{kind}-{record.pid}.json"
     try:

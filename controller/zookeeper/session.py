@@ -70,6 +70,38 @@ def unavailable(client: KazooClient, why: str) -> ZooKeeperUnavailableError:
     return ZooKeeperUnavailableError(hosts, f"gave no answer ({why})")
 
 
+RECONNECT_LOG_EVERY_S = 30.0
+"""How often kazoo's reconnect attempts to an unanswering ensemble are logged: it
+tries every few hundred milliseconds and logs each try, tens of lines a second."""
+
+
+class _QuietReconnects(logging.Filter):
+    """Lets kazoo's "Connecting to" / "Connection dropped" lines through once per
+    :data:`RECONNECT_LOG_EVERY_S` each; its other lines pass."""
+
+    KINDS = ("Connecting to", "Connection dropped")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._last: dict[str, float] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = str(record.msg)
+        kind = next((k for k in self.KINDS if message.startswith(k)), None)
+        if kind is None:
+            return True
+        now = record.created
+        if now - self._last.get(kind, float("-inf")) < RECONNECT_LOG_EVERY_S:
+            return False
+        self._last[kind] = now
+        return True
+
+
+_KAZOO_LOG = logging.getLogger("kazoo.client")
+if not any(isinstance(f, _QuietReconnects) for f in _KAZOO_LOG.filters):
+    _KAZOO_LOG.addFilter(_QuietReconnects())
+
+
 def open_session(
     connect: str,
     *,

@@ -105,7 +105,7 @@ def test_controllers_stop_on_a_signal_and_on_down_with_their_services_gone(
         after = leader_log.read_text(errors="replace").splitlines()[before:]
         assert "Traceback" not in "\n".join(after), "\n".join(after)
         loud = [line for line in after if line.strip() and " INFO " not in line]
-        assert len(loud) <= 4, "\n".join(after)
+        assert len(loud) <= 8, "\n".join(after)  # a few lines, not a reconnect per try
 
         # `tidemark down`: SIGTERM to the standby, which stops as quickly; the dead
         # services are nothing to stop

@@ -111,11 +111,12 @@ def test_a_lowered_timeout_applies_within_two_intervals_while_every_writer_is_si
     ahead, behind = env.writer("w1", stream), env.writer("w2", stream)
     try:
         job.wait_leading()
-        for writer, noted in ((ahead, 2_000), (behind, 1_000)):
-            writer.write(b"x", routing_key="k")
-            writer.note_time(noted)  # then silent: not closed, no heartbeat
+        behind.write(b"x", routing_key="k")
+        behind.note_time(1_000)  # then silent: not closed, no heartbeat
         wait_for(lambda: (latest(settings.delta_root, stream) or {}).get("time") == 1_000, job)
-        time.sleep(3 * settings.interval_ms / 1000)  # w2 lags now, and holds the stream at 1000
+        ahead.write(b"y", routing_key="k")
+        ahead.note_time(2_000)  # silent too; w2 lags now, and holds the stream at 1000
+        time.sleep(3 * settings.interval_ms / 1000)
         assert latest(settings.delta_root, stream)["time"] == 1_000
 
         updated_ms = time.time_ns() // 1_000_000

@@ -77,7 +77,8 @@ def test_cli_up_status_down(tmp_path, monkeypatch, capsys) -> None:
     assert state["kafka_bootstrap"].startswith("127.0.0.1:")
     try:
         assert main(["status", "--format", "json"]) == 0
-        rows = json.loads(capsys.readouterr().out)
+        # a list is one JSON object per line, as every verb prints lists
+        rows = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line]
         assert {r["name"] for r in rows} >= {"zookeeper", "kafka-1"}
         assert all(r["running"] for r in rows)
         pids = [r["pid"] for r in rows]

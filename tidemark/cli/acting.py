@@ -92,7 +92,7 @@ def _lake(args: argparse.Namespace) -> TableLocation:
 
 def cmd_wait(args: argparse.Namespace) -> int:
     # pyarrow, deltalake: off tidemark --help (the parser imports every verb module)
-    from tidemark.cli.read import known_streams, require_tables
+    from tidemark.cli.read import known_streams, tables_or_their_controller
     from tidemark.pipelines.reading.exceptions import StreamTimeTimeoutError
     from tidemark.pipelines.reading.stream_time import EXIT_NOT_YET, wait_for_time  # as above
     from tidemark.pipelines.reading.time_service import time_service_url  # as above
@@ -101,7 +101,7 @@ def cmd_wait(args: argparse.Namespace) -> int:
     at, root = parse_time(args.time, "--time"), _lake(args)
     if time_service_url() is None:  # (else the service names an unknown stream)
         # a misspelt stream or root would wait out the timeout and exit "not yet"
-        require_tables(root)
+        tables_or_their_controller(root)
         known_streams(args.stream, where_known=True)
     try:
         found = wait_for_time(streams, at, args.timeout_ms, delta_root=root)

@@ -147,13 +147,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     from tidemark.jobs.controller_job import driver_work_dir, run_local, spark_log_path
 
     env = Environment.from_env()
-    work_dir = driver_work_dir(settings_from_args(args), args.instance)
+    settings = settings_from_args(args)
+    work_dir = driver_work_dir(settings, args.instance)
     print(
         f"tidemark controller {args.instance}: Spark's own log is {spark_log_path(work_dir)}",
         file=sys.stderr,
         flush=True,
     )
-    with noted_process("controller", args.instance, env):  # `tidemark down` stops it
+    # noted: `tidemark down` stops it, and a `wait` beside it waits for its tables
+    with noted_process("controller", args.instance, env, tables=settings.delta_root):
         if not env.python_zygote or not (env.spark_master or "local").startswith("local"):
             return run_local(args, policy_tasks(args))
         from tidemark.jobs import processor  # pyspark and pandas, as run_local
@@ -266,7 +268,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from tidemark.jobs.tables import LAGGARDS, MARKS, read_table  # pyarrow: only for this verb
 
     if args.delta_root:  # a root given by hand must hold the tables; the leader's may not yet
-        require_tables(args.delta_root)
+        require_tables(TableLocation.of(str(args.delta_root)))
     defaults = ClusterSettings()
     settings = ClusterSettings(
         marks_topic=args.marks_topic, bucket_count=defaults.bucket_count, zk_root=args.zk_root

@@ -68,7 +68,7 @@ from tidemark.controller.metadata import cut_to_json
 from tidemark.controller.model import segment_number
 from tidemark.environment import Environment
 from tidemark.errors import ConfigurationError
-from tidemark.infra.services import ZOOKEEPER, data_root, resolve_services
+from tidemark.infra.services import ZOOKEEPER, data_root, noted_processes, resolve_services
 from tidemark.jobs.cli_args import positive_int
 from tidemark.schemas.tables import MARKS
 
@@ -172,6 +172,21 @@ def known_streams(names: Sequence[str], *, where_known: bool = False) -> None:
     with metadata_store() as (_, store):
         for name in names:
             live_metadata(store, name)
+
+
+def tables_or_their_controller(root: TableLocation) -> None:
+    """:func:`require_tables`, unless a controller running here (``controller run``
+    under this ``TIDEMARK_HOME``) writes to ``root``: started a moment ago, it has not
+    made its tables yet, and a ``wait`` beside it waits for them (the README's tour)."""
+    from tidemark.controller.delta.tables import is_table  # deltalake: as require_tables
+
+    if is_table(root.table(MARKS)):
+        return
+    home = Environment.from_env().home
+    for noted in noted_processes(home):
+        if noted.tables is not None and TableLocation.of(noted.tables).uri == root.uri:
+            return
+    require_tables(root)
 
 
 def local_tables(root: TableLocation) -> None:

@@ -148,9 +148,13 @@ def summary(meta: StreamMetadata) -> list[str]:
         + " ".join(f"{s.id}{s.key_range}" for s in meta.current_epoch().segments),
         f"config   scaling={cfg.scaling_policy.type}/{cfg.scaling_policy.min_segments} "
         f"retention={cfg.retention_policy.type} timestamping={cfg.timestamping} "
-        f"uncapped={cfg.uncapped} refuse_adjustments={cfg.refuse_adjustments} "
+        f"uncapped={_yes_no(cfg.uncapped)} refuse_adjustments={_yes_no(cfg.refuse_adjustments)} "
         f"writers={'any' if cfg.writers is None else ','.join(cfg.writers)}",
     ]
 
 
 __all__ = ["add_config_options", "config_from_args", "summary"]
+
+
+def _yes_no(flag: bool) -> str:
+    return "yes" if flag else "no"
