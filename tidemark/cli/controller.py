@@ -143,19 +143,20 @@ def policy_tasks(args: argparse.Namespace) -> Callable[[Any], list[Any]]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    # pyspark and pandas: only for this verb
-    from tidemark.jobs.controller_job import driver_work_dir, run_local, spark_log_path
-
     env = Environment.from_env()
     settings = settings_from_args(args)
-    work_dir = driver_work_dir(settings, args.instance)
-    print(
-        f"tidemark controller {args.instance}: Spark's own log is {spark_log_path(work_dir)}",
-        file=sys.stderr,
-        flush=True,
-    )
-    # noted: `tidemark down` stops it, and a `wait` beside it waits for its tables
+    # noted first (before pyspark loads): `tidemark down` stops it, and a `wait`
+    # started beside it waits for its tables
     with noted_process("controller", args.instance, env, tables=settings.delta_root):
+        # pyspark and pandas: only for this verb
+        from tidemark.jobs.controller_job import driver_work_dir, run_local, spark_log_path
+
+        work_dir = driver_work_dir(settings, args.instance)
+        print(
+            f"tidemark controller {args.instance}: Spark's own log is {spark_log_path(work_dir)}",
+            file=sys.stderr,
+            flush=True,
+        )
         if not env.python_zygote or not (env.spark_master or "local").startswith("local"):
             return run_local(args, policy_tasks(args))
         from tidemark.jobs import processor  # pyspark and pandas, as run_local
