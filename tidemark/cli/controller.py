@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib.util
 import logging
 import os
 import socket
@@ -143,6 +144,8 @@ def policy_tasks(args: argparse.Namespace) -> Callable[[Any], list[Any]]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if importlib.util.find_spec("pyspark") is None:  # the spark extra, named before anything
+        raise ModuleNotFoundError("No module named 'pyspark'", name="pyspark")
     env = Environment.from_env()
     settings = settings_from_args(args)
     # noted first (before pyspark loads): `tidemark down` stops it, and a `wait`
