@@ -122,6 +122,11 @@ def add_controller_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def delta_root_of(args: argparse.Namespace, env: Environment) -> str:
+    """Where the driver writes its tables: ``--delta-root``, else the local data root."""
+    return str(args.delta_root or data_root(env))
+
+
 def settings_from_args(args: argparse.Namespace) -> ControllerSettings:
     """Options, then the environment (``tidemark.environment``), then ``tidemark up``'s services."""
     env = Environment.from_env()
@@ -130,7 +135,7 @@ def settings_from_args(args: argparse.Namespace) -> ControllerSettings:
     except ConfigurationError as exc:
         raise JobConfigurationError(str(exc)) from exc
     kafka, zk = str(found.kafka_bootstrap), str(found.zk_connect)
-    delta_root = args.delta_root or str(data_root(env))
+    delta_root = delta_root_of(args, env)
     return ControllerSettings(
         kafka_bootstrap=kafka,
         zk_connect=zk,

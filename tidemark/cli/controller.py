@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import importlib.util
 import logging
 import os
 import socket
@@ -31,7 +30,7 @@ from tidemark.controller.naming import ClusterSettings
 from tidemark.environment import Environment
 from tidemark.errors import ConfigurationError
 from tidemark.infra.services import noted_process
-from tidemark.jobs.cli_args import add_controller_arguments, settings_from_args
+from tidemark.jobs.cli_args import add_controller_arguments, delta_root_of, settings_from_args
 from tidemark.python_zygote import PRELOAD, PythonZygote
 from tidemark.schemas.tables import laggards_by_stream
 
@@ -144,17 +143,14 @@ def policy_tasks(args: argparse.Namespace) -> Callable[[Any], list[Any]]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    if importlib.util.find_spec("pyspark") is None:  # the spark extra, named before anything
-        raise ModuleNotFoundError("No module named 'pyspark'", name="pyspark")
     env = Environment.from_env()
-    settings = settings_from_args(args)
     # noted first (before pyspark loads): `tidemark down` stops it, and a `wait`
     # started beside it waits for its tables
-    with noted_process("controller", args.instance, env, tables=settings.delta_root):
+    with noted_process("controller", args.instance, env, tables=delta_root_of(args, env)):
         # pyspark and pandas: only for this verb
         from tidemark.jobs.controller_job import driver_work_dir, run_local, spark_log_path
 
-        work_dir = driver_work_dir(settings, args.instance)
+        work_dir = driver_work_dir(settings_from_args(args), args.instance)
         print(
             f"tidemark controller {args.instance}: Spark's own log is {spark_log_path(work_dir)}",
             file=sys.stderr,
