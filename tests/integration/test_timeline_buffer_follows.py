@@ -14,10 +14,11 @@ import threading
 import time
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from prometheus_client import REGISTRY
 
+from tests.integration.test_timeline_buffer import _Reader
 from tidemark.controller.delta.tables import append_watermarks
 from tidemark.controller.model import Watermark
 from tidemark.environment import DELTA_ROOT, POSTGRES_DSN
@@ -42,30 +43,16 @@ def _produce(bootstrap: str, topic: str, records: list[dict]) -> None:
     assert producer.flush(30) == 0
 
 
-class _Target(threading.Thread):
-    """Reads the target topic (committed records only), noting when each arrived (ms)."""
+class _Target(_Reader):
+    """The buffer test's reader of the target topic, as a block, with when each value
+    first arrived (ms)."""
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        super().__init__(daemon=True)
-        self.got: dict[bytes, float] = {}
-        self.stop = threading.Event()
-        self.consumer = Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "group.id": f"check-{topic}",
-                "auto.offset.reset": "earliest",
-                "isolation.level": "read_committed",
-                "topic.metadata.refresh.interval.ms": 500,
-            }
-        )
-        self.consumer.subscribe([topic])
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            for m in self.consumer.consume(100, 0.1):
-                if m.error() is None:
-                    self.got.setdefault(m.value(), time.time() * 1000)
-        self.consumer.close()
+    @property
+    def arrived(self) -> dict[bytes, float]:
+        first: dict[bytes, float] = {}
+        for _key, value, _headers, _ts, at in list(self.got):
+            first.setdefault(value, at)
+        return first
 
     def __enter__(self) -> _Target:
         self.start()
@@ -98,13 +85,13 @@ def test_the_buffer_reads_partitions_added_to_its_source_while_it_runs(kafka, po
         runner = threading.Thread(target=buffer.run, args=(stop,), daemon=True)
         runner.start()
         try:
-            _wait(lambda: b"p0-before" in seen.got, 60, "the first record")
+            _wait(lambda: b"p0-before" in seen.arrived, 60, "the first record")
             admin = AdminClient({"bootstrap.servers": kafka})
             admin.create_partitions([NewPartitions(source, 3)])[source].result(30)
             added = [{"value": f"p{p}-added".encode(), "partition": p} for p in (0, 1, 2)]
             _produce(kafka, source, added)
             wanted = {r["value"] for r in added}
-            _wait(lambda: wanted <= set(seen.got), 60, "the added partitions' records")
+            _wait(lambda: wanted <= set(seen.arrived), 60, "the added partitions' records")
         finally:
             stop.set()
             runner.join(30)
@@ -182,17 +169,17 @@ def test_at_header_releases_each_record_at_its_header_time(kafka, postgres, uniq
             # minutes waits meanwhile
             far = int(time.time() * 1000) + 120_000
             _produce(kafka, source, [{"value": b"far", "headers": at(far)}, {"value": b"none"}])
-            _wait(lambda: b"none" in seen.got, 60, "the record without a header")
+            _wait(lambda: b"none" in seen.arrived, 60, "the record without a header")
             now = int(time.time() * 1000)
             due = {b"soon": now + 2_000, b"later": now + 4_000}
             _produce(kafka, source, [{"value": v, "headers": at(t)} for v, t in due.items()])
-            _wait(lambda: b"later" in seen.got, 60, "the records with header times")
+            _wait(lambda: b"later" in seen.arrived, 60, "the records with header times")
         finally:
             _stopped(proc)
-    assert b"far" not in seen.got
+    assert b"far" not in seen.arrived
     for value, due_ms in due.items():
-        assert seen.got[value] >= due_ms, (value, seen.got[value] - due_ms)
-    assert seen.got[b"soon"] < seen.got[b"later"]
+        assert seen.arrived[value] >= due_ms, (value, seen.arrived[value] - due_ms)
+    assert seen.arrived[b"soon"] < seen.arrived[b"later"]
 
 
 @pytest.mark.timeout(300)
@@ -234,12 +221,12 @@ def test_until_stream_time_releases_records_as_the_watermark_passes_them(
                     "both records held",
                 )
             time.sleep(1.0)  # the relay's stream-time refreshes pass with nothing due
-            assert seen.got == {}
+            assert seen.arrived == {}
             watermark(t)
-            _wait(lambda: b"a" in seen.got, 60, "the record at the watermark")
+            _wait(lambda: b"a" in seen.arrived, 60, "the record at the watermark")
             time.sleep(1.0)
-            assert set(seen.got) == {b"a"}  # the later one still waits
+            assert set(seen.arrived) == {b"a"}  # the later one still waits
             watermark(t + 10)
-            _wait(lambda: b"b" in seen.got, 60, "the second record")
+            _wait(lambda: b"b" in seen.arrived, 60, "the second record")
         finally:
             _stopped(proc)
