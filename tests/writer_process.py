@@ -5,7 +5,9 @@
 ``KIND`` is ``event`` (an ``EventWriter``) or ``transactional`` (a ``TransactionalWriter``
 committing a transaction per event); both note time automatically every 200 ms. The
 process prints one JSON line once the writer is made (``{"instance": token}``: it has
-registered), then writes an event every 100 ms until it is killed.
+registered), then writes an event every 100 ms until it is killed. A write or commit that
+fails (a slow broker on a loaded machine) is reported on stderr and tried again, as an
+application would: the process ends only when it is killed.
 """
 
 from __future__ import annotations
@@ -13,12 +15,18 @@ from __future__ import annotations
 import json
 import sys
 import time
+import traceback
 
 from tidemark.controller.naming import ClusterSettings
 from tidemark.controller.zookeeper.session import zookeeper_session
 from tidemark.controller.zookeeper.store import ZooKeeperStore
+from tidemark.errors import TidemarkError
 from tidemark.pipelines.writing.config import WriterConfig
-from tidemark.pipelines.writing.transactions import TransactionalWriter
+from tidemark.pipelines.writing.transactions import (
+    Transaction,
+    TransactionalWriter,
+    TransactionState,
+)
 from tidemark.pipelines.writing.writer import EventWriter
 
 
@@ -35,16 +43,25 @@ def main(kafka: str, zk: str, marks_topic: str, buckets: str, stream: str, write
             )
             print(json.dumps({"instance": txn_writer.instance}), flush=True)
             for n in range(10**9):
-                txn = txn_writer.begin()
-                txn.write(f"event-{n}".encode(), routing_key=f"k{n % 7}")
-                txn.commit()
+                txn: Transaction | None = None
+                try:
+                    txn = txn_writer.begin()
+                    txn.write(f"event-{n}".encode(), routing_key=f"k{n % 7}")
+                    txn.commit()
+                except TidemarkError:
+                    traceback.print_exc()
+                    if txn is not None and txn.state is TransactionState.OPEN:
+                        txn.abort()
                 time.sleep(0.1)
         event_writer = EventWriter(
             writer, stream, store=store, bootstrap_servers=kafka, config=config
         )
         print(json.dumps({"instance": event_writer.instance}), flush=True)
         for n in range(10**9):
-            event_writer.write(f"event-{n}".encode(), routing_key=f"k{n % 7}")
+            try:
+                event_writer.write(f"event-{n}".encode(), routing_key=f"k{n % 7}")
+            except TidemarkError:
+                traceback.print_exc()
             time.sleep(0.1)
 
 

@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,21 +46,42 @@ ROOT = Path(__file__).resolve().parents[2]
 Process = subprocess.Popen[str]
 
 
-def start_writer(env: Env, stream: str, writer: str, kind: str) -> tuple[Process, str]:
-    """The writer process, once it has registered; its instance token."""
+@dataclass(frozen=True)
+class WriterProcess:
+    """A writer in a process of its own: the process, its instance token, and the file
+    its stderr goes to (:meth:`state` shows its end when a wait fails)."""
+
+    proc: Process
+    instance: str
+    stderr: Path
+
+    def state(self) -> str:
+        running = self.proc.poll() is None
+        tail = self.stderr.read_text()[-1500:] if self.stderr.exists() else ""
+        return f"pid {self.proc.pid} {'running' if running else self.proc.returncode}: {tail!r}"
+
+
+def start_writer(env: Env, stream: str, writer: str, kind: str) -> WriterProcess:
+    """The writer process, once it has registered."""
     argv = [sys.executable, "-m", "tests.writer_process", env.kafka, env.zk_connect]
     argv += [env.cluster.marks_topic, str(env.cluster.bucket_count), stream, writer, kind]
-    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    err = env.work / f"writer-{writer}-{time.monotonic_ns()}.stderr"
+    with err.open("w") as sink:
+        proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=sink, text=True)
     assert proc.stdout is not None
     line = proc.stdout.readline()
-    assert line, f"the writer process exited ({proc.wait()})"
-    return proc, str(json.loads(line)["instance"])
+    assert line, f"the writer process exited ({proc.wait()}): {err.read_text()[-2000:]}"
+    return WriterProcess(proc, str(json.loads(line)["instance"]), err)
 
 
-def kill_9(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:
-        os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+def writers_state(writers: list[WriterProcess]) -> str:
+    return "; ".join(w.state() for w in writers)
+
+
+def kill_9(writer: WriterProcess) -> None:
+    if writer.proc.poll() is None:
+        os.kill(writer.proc.pid, signal.SIGKILL)
+    writer.proc.wait()
 
 
 def produce_mark(env: Env, stream: str, record: WriterMarkRecord) -> bytes:
@@ -77,10 +99,10 @@ def test_a_writer_killed_and_restarted_under_its_id_is_heard_at_once(
     env.create(stream, 2)
     settings = env.settings(writer_timeout_ms=TIMEOUT_MS)
     job = ControllerJob(spark, settings, f"c-{unique}").start()
-    procs: list[subprocess.Popen[str]] = []
+    procs: list[WriterProcess] = []
     try:
         job.wait_leading()
-        first, old = start_writer(env, stream, "w1", kind)
+        first = start_writer(env, stream, "w1", kind)
         procs.append(first)
         wait_for(lambda: len(read_watermarks(settings.delta_root, stream)) >= 3, job)
         kill_9(first)
@@ -88,7 +110,7 @@ def test_a_writer_killed_and_restarted_under_its_id_is_heard_at_once(
         before = read_watermarks(settings.delta_root, stream)
 
         restarted_at = time.monotonic()
-        second, new = start_writer(env, stream, "w1", kind)
+        second = start_writer(env, stream, "w1", kind)
         procs.append(second)
         wait_for(lambda: len(read_watermarks(settings.delta_root, stream)) > len(before), job)
         heard_s = time.monotonic() - restarted_at
@@ -101,14 +123,26 @@ def test_a_writer_killed_and_restarted_under_its_id_is_heard_at_once(
 
         # after the new registration: the dead instance's late mark, and a forged one
         latest = read_watermarks(settings.delta_root, stream)[-1]
-        late = WriterMarkRecord(stream, "w1", latest.time + 1, {}, True, instance=old)
+        late = WriterMarkRecord(stream, "w1", latest.time + 1, {}, True, instance=first.instance)
         forged = WriterMarkRecord(
             stream, "w1", latest.time + 1, {}, True, instance=secrets.token_hex(16)
         )
         refused = [produce_mark(env, stream, late), produce_mark(env, stream, forged)]
-        wait_for(lambda: len(read_table(settings.delta_root, REJECTED_MARKS)) >= 2, job)
+        wait_for(
+            lambda: len(read_table(settings.delta_root, REJECTED_MARKS)) >= 2,
+            job,
+            state=lambda: (
+                f"rejected {read_table(settings.delta_root, REJECTED_MARKS)}; "
+                f"{len(read_watermarks(settings.delta_root, stream))} watermarks; "
+                f"writers {writers_state(procs)}"
+            ),
+        )
         seen = len(read_watermarks(settings.delta_root, stream))
-        wait_for(lambda: len(read_watermarks(settings.delta_root, stream)) > seen + 2, job)
+        wait_for(
+            lambda: len(read_watermarks(settings.delta_root, stream)) > seen + 2,
+            job,
+            state=lambda: f"writers {writers_state(procs)}",
+        )
     finally:
         for proc in procs:
             kill_9(proc)
@@ -120,7 +154,7 @@ def test_a_writer_killed_and_restarted_under_its_id_is_heard_at_once(
         ("w1", Reason.SUPERSEDED, refused[0]),
         ("w1", Reason.IMPERSONATED, refused[1]),
     ]
-    assert old != new
+    assert first.instance != second.instance
     got = read_watermarks(settings.delta_root, stream)
     assert [w.time for w in got] == sorted(w.time for w in got)
 
