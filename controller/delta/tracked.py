@@ -19,6 +19,7 @@ from tidemark.controller.completeness import Answer
 from tidemark.controller.delta.exceptions import DeltaUnavailableError
 from tidemark.controller.delta.location import Root, TableLocation
 from tidemark.controller.delta.tables import append_rows
+from tidemark.controller.delta.writer_log import local_path
 from tidemark.schemas.tables import TABLE_COMPLETENESS
 
 
@@ -41,23 +42,32 @@ def append_answers(lake: Root, rows: Sequence[dict[str, Any]]) -> None:
 
 def read_answers(lake: Root, table: str | None = None) -> list[dict[str, Any]]:
     """The rows of ``table`` (``None``: of every tracked table), in no particular order;
-    empty when nothing was ever tracked under ``lake``."""
-    from deltalake import DeltaTable  # on use: importing this module stays light
+    empty when nothing was ever tracked under ``lake``.
+
+    Read with delta-rs's own query engine, whose Arrow arrays need no pyarrow: a lookup
+    from a fresh process costs little more than opening the table."""
+    from deltalake import DeltaTable, QueryBuilder  # on use: importing this stays light
     from deltalake.exceptions import TableNotFoundError  # as above
 
     where = completeness_table(lake)
     try:
         dt = DeltaTable(where.uri, storage_options=where.delta_rs_options)
+        sql = "SELECT * FROM answers"
+        if table is not None:
+            sql += ' WHERE "table" = \'' + table.replace("'", "''") + "'"
+        found = QueryBuilder().register("answers", dt).execute(sql).read_all()
     except TableNotFoundError:
         return []
     except Exception as exc:
-        raise DeltaUnavailableError(f"cannot open table {where.uri}: {exc}") from exc
-    import pyarrow.dataset as ds  # on use, as above
+        raise DeltaUnavailableError(f"cannot read table {where.uri}: {exc}") from exc
+    names = [field.name for field in found.schema]
+    columns = [found.column(name).to_pylist() for name in names]
+    return [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
 
-    flt = None if table is None else ds.field("table") == table
-    rows = dt.to_pyarrow_dataset().to_table(filter=flt, use_threads=False)
-    found: list[dict[str, Any]] = rows.to_pylist()
-    return found
+
+def table_id(table: str) -> str:
+    """The name a table is tracked by: its absolute local path."""
+    return local_path(str(table), "table")
 
 
 @dataclass(frozen=True)
@@ -122,5 +132,6 @@ __all__ = [
     "completeness_table",
     "latest_rows",
     "read_answers",
+    "table_id",
     "writer_of",
 ]

@@ -22,11 +22,17 @@ import json
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from tidemark.controller.delta.location import Root, TableLocation
-from tidemark.controller.delta.tracked import completeness_table, latest_rows, read_answers
+from tidemark.controller.delta.tracked import (
+    completeness_table,
+    latest_rows,
+    read_answers,
+    table_id,
+)
 from tidemark.controller.delta.writer_log import latest_version, next_commit
+from tidemark.controller.timestamps import check_timestamp as check_time
 from tidemark.controller.timestamps import wall_clock_ms
 from tidemark.pipelines.reading.exceptions import (
     TableCompletenessUnknownError,
@@ -35,8 +41,9 @@ from tidemark.pipelines.reading.exceptions import (
     TableTimeTimeoutError,
     WaitCancelledError,
 )
-from tidemark.pipelines.reading.seek import SeekIndex, check_timestamp, shared_index
-from tidemark.pipelines.reading.tracking import table_id
+
+if TYPE_CHECKING:  # the index is read by table_status only: the lookups stay light
+    from tidemark.pipelines.reading.seek import SeekIndex
 
 
 class Where(TypedDict, total=False):
@@ -102,14 +109,14 @@ def complete_through(table: str, **where: Unpack[Where]) -> int | None:
 
 def version_complete_at(table: str, t: object, **where: Unpack[Where]) -> int | None:
     """The first version of the table complete through ``t`` (``None``: none yet)."""
-    at = check_timestamp(t)
+    at = check_time(t, parse=True)
     return versions_of(table, _lake(where)).first_at(at)
 
 
 def read_complete(spark: Any, table: str, t: object, **where: Unpack[Where]) -> Any:
     """The table as Spark reads it at its first version complete through ``t``
     (``versionAsOf``); :class:`TableNotCompleteError` while no version is."""
-    at = check_timestamp(t)
+    at = check_time(t, parse=True)
     found = versions_of(table, _lake(where))
     version = found.first_at(at)
     if version is None:
@@ -148,6 +155,8 @@ def table_status(
     table: str, *, index: SeekIndex | None = None, **where: Unpack[Where]
 ) -> TableStatus:
     """:class:`TableStatus` of a tracked table."""
+    from tidemark.pipelines.reading.seek import shared_index  # as above
+
     lake = _lake(where)
     found = versions_of(table, lake)
     idx = index or shared_index(lake)
@@ -184,7 +193,7 @@ def wait_for_table(
     Looks again each time ``table_completeness`` commits (a ``stat`` every ``poll_ms``
     in between); :class:`TableTimeTimeoutError` after ``timeout_ms``,
     :class:`WaitCancelledError` when ``stop`` is set first."""
-    at = check_timestamp(t)
+    at = check_time(t, parse=True)
     lake = _lake(where)
     answers = completeness_table(lake).uri
     deadline = wall_clock_ms() + max(0, timeout_ms)

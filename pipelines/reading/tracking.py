@@ -46,13 +46,13 @@ from tidemark.controller.delta.tracked import (
     completeness_table,
     latest_rows,
     read_answers,
+    table_id,
     writer_of,
 )
 from tidemark.controller.delta.writer_log import (
     Commit,
     StreamingCheckpoint,
     latest_version,
-    local_path,
     next_commit,
     table_commits,
 )
@@ -63,11 +63,6 @@ from tidemark.pipelines.reading.exceptions import TableCompletenessError
 from tidemark.pipelines.reading.seek import SeekIndex, shared_index
 
 log = logging.getLogger(__name__)
-
-
-def table_id(table: str) -> str:
-    """The name a table is tracked by: its absolute local path."""
-    return local_path(str(table), "table")
 
 
 def streams_read(checkpoint: StreamingCheckpoint) -> set[str]:
@@ -287,4 +282,4 @@ def track(
     return tracker.poll()
 
 
-__all__ = ["OPEN_KEPT", "TableTracker", "Tracker", "streams_read", "table_id", "track"]
+__all__ = ["OPEN_KEPT", "TableTracker", "Tracker", "streams_read", "track"]
