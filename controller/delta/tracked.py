@@ -60,7 +60,7 @@ def read_answers(lake: Root, table: str | None = None) -> list[dict[str, Any]]:
         return []
     except Exception as exc:
         raise DeltaUnavailableError(f"cannot read table {where.uri}: {exc}") from exc
-    names = [field.name for field in found.schema]
+    names = list(found.column_names)
     columns = [found.column(name).to_pylist() for name in names]
     return [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
 

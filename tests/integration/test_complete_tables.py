@@ -14,12 +14,14 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
 from pyspark.sql import functions as F
 
 from tests.integration import test_reader_group as rg
+from tests.jvm_clients import snippet
 from tidemark.controller.config import ScalingPolicy, StreamConfiguration
 from tidemark.controller.delta.writer_log import table_commits
 from tidemark.pipelines import complete_through, kafka_source_options, version_complete_at
@@ -362,4 +364,68 @@ def test_a_foreach_batch_merge_with_txn_app_id_and_wait_for_the_table(
         assert version_at.returncode == 0 and f"version {merges[0].version}" in version_at.stdout
         _assert_complete_at_every_version(table, [source], root)
     finally:
+        source.close()
+
+
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guides" / "complete-tables.md"
+
+
+def _guide(name):
+    return snippet(name, GUIDE)
+
+
+def test_the_complete_tables_guide_end_to_end(
+    spark, manager, store, kafka, wconfig, unique, tmp_path, monkeypatch, capsys
+):
+    """The guide's snippets, run as they are: the query (in this process's Spark
+    session), tracking, the scheduled report's wait (``spark-submit`` stands in as a
+    shell function that notes it ran: the report itself runs here, in-process), and the
+    Python lookups."""
+    root = str(tmp_path / "delta")
+    source = Source(manager, store, kafka, wconfig, unique, root)
+    env = {
+        "STREAM": source.stream,
+        "KAFKA": kafka,
+        "TIDEMARK_DELTA_ROOT": root,
+        "TABLE": str(tmp_path / "orders"),
+        "CHECKPOINT": str(tmp_path / "chk"),
+        "REPORT": str(tmp_path / "report"),
+        "HOUR_END": str(BASE + 199),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    }
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    ran = tmp_path / "spark-submit-ran"
+    shim = f'spark-submit() {{ echo "$@" > {ran}; }}\n'
+    follower = None
+    try:
+        source.write(BASE)
+        source.note(BASE + 99)
+        exec(_guide("query.py"), {"__name__": "__main__"})
+        track = subprocess.run(
+            ["bash", "-c", _guide("track.sh")], capture_output=True, text=True, timeout=120
+        )
+        assert track.returncode == 0, track.stderr
+        assert '"complete_through": ' + str(BASE + 99) in track.stdout
+        report = subprocess.Popen(["bash", "-c", shim + _guide("report.sh")], text=True)
+        follower = subprocess.Popen(["bash", "-c", "exec " + _guide("follow.sh")], text=True)
+        source.write(BASE + 100)
+        source.note(BASE + 199)
+        assert report.poll() is None and not ran.exists()  # the hour is not consumed yet
+        exec(_guide("query.py"), {"__name__": "__main__"})
+        assert report.wait(timeout=120) == 0
+        assert ran.read_text().strip() == "report.py"
+        exec(_guide("report.py"), {"__name__": "__main__"})
+        reported = set(
+            DeltaTable(env["REPORT"]).to_pyarrow_table(columns=["body"])["body"].to_pylist()
+        )
+        assert reported == {b for ts, b in source.events if ts <= BASE + 199}
+        exec(_guide("lookups.py"), {"__name__": "__main__"})
+        printed = capsys.readouterr().out
+        assert f"complete through {BASE + 199}" in printed
+        assert "first version complete through the hour 1" in printed
+    finally:
+        if follower is not None:
+            follower.terminate()
+            assert follower.wait(timeout=30) == 0
         source.close()
