@@ -110,12 +110,7 @@ def _bodies(table, version):
 def _assert_complete_at_every_version(table, sources, root):
     """At every version: the version's tracked time T, and every event of every source
     with time <= T is in the table read at that version. Returns {version: T}."""
-    from tidemark.controller.delta.tracked import read_answers
-
-    best: dict[int, int | None] = {}
-    for row in read_answers(root):
-        t, kept = row["complete_through"], best.get(row["version"])
-        best[row["version"]] = t if kept is None else kept if t is None else max(t, kept)
+    best = _through_by_version(root)
     latest = DeltaTable(table).version()
     assert sorted(best) == list(range(latest + 1))
     for version, through in best.items():
@@ -245,6 +240,64 @@ def test_a_union_of_two_streams_is_complete_through_the_slower_one(
     finally:
         fast.close()
         slow.close()
+
+
+def test_an_inner_join_of_two_streams_holds_every_pair_through_its_time(
+    spark, manager, store, kafka, wconfig, unique, tmp_path
+):
+    """Each event of one stream meets the event of the other with the same time and
+    number: at every version, every pair whose events are at or below its time is in it."""
+    root, table, chk = str(tmp_path / "delta"), str(tmp_path / "pairs"), str(tmp_path / "chk")
+    left = Source(manager, store, kafka, wconfig, unique, root, name="left", writers=1)
+    right = Source(manager, store, kafka, wconfig, unique, root, name="right", writers=1)
+
+    def side(source, name):
+        key = F.concat_ws("|", *[F.split("body", "[|]").getItem(i) for i in (2, 3)])
+        return _frame(spark, kafka, root, source.stream).select(
+            key.alias("key"), F.col("body").alias(name)
+        )
+
+    frame = (
+        side(left, "l")
+        .join(side(right, "r"), "key")
+        .select(F.concat_ws("+", "l", "r").alias("body"))
+    )
+    tracker = Tracker(root, SeekIndex(root, refresh_interval_ms=0, warm_after=0))
+    try:
+        for rnd in range(2):
+            for source, noted in ((left, 99), (right, 49 if rnd == 0 else 99)):
+                source.write(BASE + 100 * rnd)
+                source.note(BASE + 100 * rnd + noted)
+            _run(frame, table, chk)
+            if rnd == 0:
+                tracker.add(table, chk)
+            tracker.poll()
+        assert complete_through(table, delta_root=root) == BASE + 199
+        times = {v: t for v, t in _through_by_version(root).items() if t is not None}
+        assert times and min(times.values()) == BASE + 49  # the slower stream, at first
+        pairs = {
+            f"{lb}+{rb}"
+            for lt, lb in left.events
+            for rt, rb in right.events
+            if lb.split("|")[2:] == rb.split("|")[2:]
+        }
+        for version, through in times.items():
+            held = _bodies(table, version)
+            wanted = {p for p in pairs if int(p.split("|")[2]) <= through}
+            assert wanted <= held, (version, through, sorted(wanted - held)[:3])
+    finally:
+        left.close()
+        right.close()
+
+
+def _through_by_version(root):
+    from tidemark.controller.delta.tracked import read_answers
+
+    best = {}
+    for row in read_answers(root):
+        t, kept = row["complete_through"], best.get(row["version"])
+        best[row["version"]] = t if kept is None else kept if t is None else max(t, kept)
+    return best
 
 
 def test_a_foreach_batch_merge_with_txn_app_id_and_wait_for_the_table(
