@@ -94,6 +94,18 @@ def topic_for(stream: str) -> str:
     return f"{TOPIC_PREFIX}{scope}.{name}"
 
 
+def stream_of_topic(topic: str) -> str | None:
+    """The stream whose topic is ``topic`` (:func:`topic_for`'s inverse: neither part of
+    a stream's name holds a dot); ``None`` for a topic that is no stream's.
+
+    >>> stream_of_topic("tidemark.shop.orders"), stream_of_topic("orders")
+    ('shop/orders', None)
+    """
+    scope, _, name = topic.removeprefix(TOPIC_PREFIX).partition(".")
+    stream = f"{scope}/{name}"
+    return stream if topic.startswith(TOPIC_PREFIX) and is_stream_name(stream) else None
+
+
 def collision_key(topic: str) -> str:
     """Kafka refuses a topic whose name equals an existing one's once ``.`` and ``_`` are
     taken as the same character (their metric names would clash): ``a_b/c`` and ``a/b_c``

@@ -4,6 +4,7 @@
     from tidemark.pipelines import EventWriter, TransactionalWriter, ReaderGroup
     from tidemark.pipelines import stream_cut_at, complete_cut_at
     from tidemark.pipelines import kafka_source_options   # Spark's Kafka source by time
+    from tidemark.pipelines import complete_through, version_complete_at, read_complete
 
 The same names are the front door, ``from tidemark import ...``.
 
@@ -38,6 +39,9 @@ _EXPORTS = {
     "complete_cut_at": "tidemark.pipelines.reading.seek",
     "SeekIndex": "tidemark.pipelines.reading.seek",
     "kafka_source_options": "tidemark.pipelines.reading.spark_source",
+    "complete_through": "tidemark.pipelines.reading.table_time",
+    "version_complete_at": "tidemark.pipelines.reading.table_time",
+    "read_complete": "tidemark.pipelines.reading.table_time",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -9,8 +9,8 @@ The one definition of the tables' layout: :data:`LAYOUT` gives each table's
 columns with logical types, from which :mod:`tidemark.schemas.arrow` derives the
 pyarrow schemas (readers, delta-rs appends) and ``tidemark.jobs.tables`` the Spark
 schemas (table creation). Pure data: importing it needs neither pyarrow nor
-fastavro. Four tables live under one *delta root* (a local path or an
-object-store URI such as ``s3://bucket/tidemark``):
+fastavro. The controller's four tables, and the tracking's fifth, live under one
+*delta root* (a local path or an object-store URI such as ``s3://bucket/tidemark``):
 
 - ``marks`` — one row per emitted watermark (Pravega's marks segment), the
   Avro ``watermark`` record's shape; ``stream_cut`` is
@@ -22,6 +22,13 @@ object-store URI such as ``s3://bucket/tidemark``):
   there, and their cut is read from ``marks``. A loaded index keeps only
   :data:`INDEX_SEARCH_COLUMNS`.
 - ``rejected_marks`` — the dead-letter table; ``reason`` is one of :class:`Reason`.
+- ``table_completeness`` — beside them, written by the tracking of derived tables
+  (``tidemark.pipelines.reading.completeness``): one row per version of a tracked
+  table and per time it was raised -- the time it is complete through (null: none yet,
+  or unknown, then ``reason`` says why), what its writer had consumed (``consumed``,
+  JSON ``{stream: {partition: next offset}}``), the writer's ``batch`` that committed it
+  (null: none), the ``checkpoint``, writer id (``app_id``) and the checkpoint's ``query_id`` it was
+  tracked by.
 - ``laggards`` — who holds a stream's watermark back: snapshots appended when
   a stream's set of laggards changes (``tidemark.controller.laggards``); a snapshot
   with no laggard left is one row with ``writer`` null and kind ``clear``.
@@ -78,6 +85,9 @@ INDEX = "index"
 REJECTED_MARKS = "rejected_marks"
 LAGGARDS = "laggards"
 TABLES = (MARKS, INDEX, REJECTED_MARKS, LAGGARDS)
+TABLE_COMPLETENESS = "table_completeness"
+"""The derived tables' completeness, written by the tracking of those tables (created on
+its first answer), not by the controller: not one of :data:`TABLES`."""
 CLEAR = "clear"
 """``laggards.kind`` of the row that says a stream has no laggard any more."""
 
@@ -155,6 +165,18 @@ LAYOUT: Mapping[str, tuple[Column, ...]] = {
         Column("instance", _T.STRING),
         Column("first_seen", _T.INT64),
         Column("last_seen", _T.INT64),
+    ),
+    TABLE_COMPLETENESS: (
+        Column("table", _T.STRING, False),
+        Column("version", _T.INT64, False),
+        Column("complete_through", _T.INT64),
+        Column("consumed", _T.STRING),
+        Column("batch", _T.INT64),
+        Column("reason", _T.STRING),
+        Column("checkpoint", _T.STRING),
+        Column("app_id", _T.STRING),
+        Column("query_id", _T.STRING),
+        Column("recorded_at", _T.INT64, False),
     ),
 }
 

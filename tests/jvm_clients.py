@@ -23,11 +23,11 @@ GUIDE = Path(__file__).resolve().parent.parent / "docs" / "guides" / "existing-p
 _SNIPPET = re.compile(r"<!-- snippet: (?P<name>\S+) -->\n```\w*\n(?P<body>.*?)\n```", re.S)
 
 
-def snippet(name: str) -> str:
+def snippet(name: str, guide: Path = GUIDE) -> str:
     """The guide's snippet ``name`` (a KeyError names the ones there are)."""
-    found = {m["name"]: m["body"] + "\n" for m in _SNIPPET.finditer(GUIDE.read_text())}
+    found = {m["name"]: m["body"] + "\n" for m in _SNIPPET.finditer(guide.read_text())}
     if name not in found:
-        raise KeyError(f"no snippet {name!r} in {GUIDE}; there are: {sorted(found)}")
+        raise KeyError(f"no snippet {name!r} in {guide}; there are: {sorted(found)}")
     return found[name]
 
 

@@ -49,6 +49,11 @@ if TYPE_CHECKING:  # for type checkers: the names __getattr__ gives at run time
     from tidemark.pipelines.reading.spark_source import (
         kafka_source_options as kafka_source_options,
     )
+    from tidemark.pipelines.reading.table_time import complete_through as complete_through
+    from tidemark.pipelines.reading.table_time import read_complete as read_complete
+    from tidemark.pipelines.reading.table_time import (
+        version_complete_at as version_complete_at,
+    )
     from tidemark.pipelines.writing.config import WriterConfig as WriterConfig
     from tidemark.pipelines.writing.observer import ObserverConfig as ObserverConfig
     from tidemark.pipelines.writing.observer import StreamObserver as StreamObserver

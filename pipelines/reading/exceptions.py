@@ -190,6 +190,50 @@ class WaitCancelledError(ReaderError):
     """A wait for stream time was cancelled before the time was reached."""
 
 
+class TableCompletenessError(ReaderError):
+    """Root of the errors about a tracked table's completeness."""
+
+
+class TableNotTrackedError(TableCompletenessError, LookupError):
+    """The table is not tracked: register it with ``tidemark table track TABLE
+    --checkpoint DIR`` (the checkpoint of the streaming query that writes it)."""
+
+    def __init__(self, table: str, detail: str = "") -> None:
+        self.table = table
+        super().__init__(
+            f"table {table} is not tracked{detail}: run tidemark table track {table} "
+            "--checkpoint <the writing query's checkpoint>"
+        )
+
+
+class TableCompletenessUnknownError(TableCompletenessError):
+    """What the table is complete through cannot be told now (``reason`` says why: the
+    writing query's checkpoint is gone, say); what earlier versions were complete
+    through still holds. Fix the cause and track the table again."""
+
+    def __init__(self, table: str, reason: str) -> None:
+        self.table = table
+        self.reason = reason
+        super().__init__(f"table {table}: completeness unknown: {reason}")
+
+
+class TableNotCompleteError(TableCompletenessError):
+    """No version of the table is complete through the time yet; ``through`` is the
+    latest time it is complete through (``None``: none yet). Ask again later, or wait
+    (``tidemark wait --table``)."""
+
+    def __init__(self, table: str, time_ms: int, through: int | None) -> None:
+        self.table = table
+        self.time_ms = time_ms
+        self.through = through
+        at = "no time yet" if through is None else f"complete through {through}"
+        super().__init__(f"table {table} is not complete through {time_ms} ({at})")
+
+
+class TableTimeTimeoutError(TableNotCompleteError, TimeoutError):
+    """The timeout passed before a version of the table was complete through the time."""
+
+
 class CheckpointError(ReaderError):
     """A reader-group checkpoint could not be taken or found."""
 
@@ -247,6 +291,11 @@ __all__ = [
     "StreamDeletedError",
     "StreamTimeTimeoutError",
     "StreamsTimeTimeoutError",
+    "TableCompletenessError",
+    "TableCompletenessUnknownError",
+    "TableNotCompleteError",
+    "TableNotTrackedError",
+    "TableTimeTimeoutError",
     "UnknownCheckpointError",
     "UnknownReaderGroupError",
     "UnknownStreamError",

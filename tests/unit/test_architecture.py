@@ -92,6 +92,10 @@ DELTA_ROOT_BOUNDARY: dict[str, str] = {
     "pipelines/reading/stream_time.py": (
         "wait_for_time: the public wait's delta_root keyword; the location is built once"
     ),
+    "pipelines/reading/table_time.py": (
+        "complete_through / version_complete_at / read_complete / wait_for_table: the "
+        "public lookups' delta_root keyword; the location is built once"
+    ),
     "pipelines/reading/group.py": (
         "ReaderGroup(...), create, ephemeral_group: the public delta_root keyword (a root "
         "or a TableLocation), resolved on first use: a group that never asks about time "
@@ -120,6 +124,9 @@ STORAGE_OPTIONS_BOUNDARY: dict[str, str] = {
     ),
     "pipelines/reading/stream_time.py": (
         "wait_for_time keeps the storage_options keyword of the public wait, beside delta_root"
+    ),
+    "pipelines/reading/table_time.py": (
+        "the tracked tables' public lookups keep storage_options beside delta_root"
     ),
 }
 """Modules whose signatures may take ``storage_options``: the public keywords of a root."""

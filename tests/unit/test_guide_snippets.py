@@ -44,3 +44,16 @@ def test_every_snippet_is_read_by_a_test() -> None:
     for name in names:
         assert f'snippet("{name}")' in readers or f"// SNIPPET: {name}" in readers, name
         assert snippet(name).strip()
+
+
+COMPLETE_TABLES = TESTS.parent / "docs" / "guides" / "complete-tables.md"
+
+
+def test_every_block_of_the_complete_tables_guide_is_a_snippet_a_test_runs() -> None:
+    text = COMPLETE_TABLES.read_text()
+    opening = [m.start() for m in _FENCE.finditer(text)]
+    assert opening and opening == [m.end() - 3 for m in _MARKER.finditer(text)]
+    runner = (TESTS / "integration" / "test_complete_tables.py").read_text()
+    for name in _MARKER.findall(text):
+        assert f'_guide("{name}")' in runner, name
+        assert snippet(name, COMPLETE_TABLES).strip()

@@ -6,6 +6,7 @@
         --output /data/lake/orders_5m [--sql "SELECT count(*) AS n FROM window_events"]
     tidemark window run shop/orders --from 1700000000000 --every 5m --output /data/lake/o5m
     tidemark laggards shop/orders
+    tidemark wait --table /lake/orders_enriched --time 1700000000000   # a tracked table
 
 ``wait`` (and ``window run``'s wait for completeness) is woken by new
 watermarks: through ``tidemark serve`` when ``TIDEMARK_TIME_SERVICE`` is set
@@ -30,6 +31,7 @@ import sys
 from typing import Any
 
 from tidemark.cli.output import add_verb, emit, emit_rows
+from tidemark.cli.parsing import usage_error
 from tidemark.cli.times import (
     TIME_HELP,
     add_duration_flag,
@@ -50,12 +52,18 @@ def register(sub: Any) -> None:
         description="Exit 0 and print the first watermark with time >= T; exit 75 when "
         "the timeout passes first, naming the writers that hold the stream back.",
     )
-    wait.add_argument("stream", nargs="+", help="scope/name (several: wait for all of them)")
+    wait.add_argument("stream", nargs="*", help="scope/name (several: wait for all of them)")
+    wait.add_argument(
+        "--table",
+        default=None,
+        help="instead of streams, a tracked Delta table (tidemark table track): wait until "
+        "a version of it is complete through T",
+    )
     wait.add_argument(
         "--time", required=True, metavar="TIME", help=f"the stream time T: {TIME_HELP}"
     )
     add_duration_flag(wait, "--timeout", "give up after this long (default 60000)", default=60_000)
-    _add_delta_root(wait)
+    add_delta_root(wait)
 
     window = add_verb(
         sub,
@@ -75,14 +83,14 @@ def register(sub: Any) -> None:
         "writers holding a stream's watermark back, and stale marks",
         on="stream",
     )
-    _add_delta_root(lag)
+    add_delta_root(lag)
 
 
-def _add_delta_root(parser: argparse.ArgumentParser) -> None:
+def add_delta_root(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--delta-root", default=None, help="the controller's tables")
 
 
-def _lake(args: argparse.Namespace) -> TableLocation:
+def lake_of(args: argparse.Namespace) -> TableLocation:
     """``--delta-root``, else the tables under the local data root: the one location the
     verb passes on."""
     if args.delta_root:
@@ -97,8 +105,12 @@ def cmd_wait(args: argparse.Namespace) -> int:
     from tidemark.pipelines.reading.stream_time import EXIT_NOT_YET, wait_for_time  # as above
     from tidemark.pipelines.reading.time_service import time_service_url  # as above
 
+    if args.table is not None:
+        return _wait_for_table(args)
+    if not args.stream:
+        raise usage_error("wait: give a stream (scope/name), or --table TABLE")
     streams = args.stream[0] if len(args.stream) == 1 else args.stream
-    at, root = parse_time(args.time, "--time"), _lake(args)
+    at, root = parse_time(args.time, "--time"), lake_of(args)
     if time_service_url() is None:  # (else the service names an unknown stream)
         # a misspelt stream or root would wait out the timeout and exit "not yet"
         tables_or_their_controller(root)
@@ -122,6 +134,27 @@ def cmd_wait(args: argparse.Namespace) -> int:
         f"{mark['stream']} reached {mark['time']} (watermark {mark['seq']}, "
         f"upper {mark['upper_time']})",
     )
+    return 0
+
+
+def _wait_for_table(args: argparse.Namespace) -> int:
+    from tidemark.pipelines.reading.exceptions import TableTimeTimeoutError
+    from tidemark.pipelines.reading.stream_time import EXIT_NOT_YET  # as above
+    from tidemark.pipelines.reading.table_time import wait_for_table
+
+    if args.stream:
+        raise usage_error("wait: give streams or --table, not both")
+    at = parse_time(args.time, "--time")
+    try:
+        version = wait_for_table(args.table, at, args.timeout_ms, delta_root=lake_of(args))
+    except TableTimeTimeoutError as exc:
+        print(f"tidemark: {exc}", file=sys.stderr)
+        if args.format == "json":
+            row = {"table": exc.table, "time": at, "version": None, "reached": False}
+            emit(args, {**row, "complete_through": exc.through}, "")
+        return EXIT_NOT_YET
+    row = {"table": args.table, "time": at, "version": version, "reached": True}
+    emit(args, row, f"{args.table}: version {version} is complete through {at}")
     return 0
 
 
@@ -166,7 +199,7 @@ def cmd_laggards(args: argparse.Namespace) -> int:
     from tidemark.cli.read import known_streams, require_tables
     from tidemark.pipelines.reading.lateness import lateness_rows
 
-    root = _lake(args)
+    root = lake_of(args)
     require_tables(root)  # else a wrong root would say "no writer holds it back"
     known_streams([args.stream], where_known=True)  # else a misspelt stream would too
     rows = lateness_rows(root, args.stream)
@@ -188,4 +221,12 @@ def rewrite_alias(argv: list[str]) -> list[str]:
     return argv
 
 
-__all__ = ["cmd_laggards", "cmd_wait", "cmd_window_run", "register", "rewrite_alias"]
+__all__ = [
+    "add_delta_root",
+    "cmd_laggards",
+    "cmd_wait",
+    "cmd_window_run",
+    "lake_of",
+    "register",
+    "rewrite_alias",
+]

@@ -36,6 +36,7 @@ COMMAND_MODULES = (
     "tidemark.cli.groups",
     "tidemark.cli.serve",
     "tidemark.cli.acting",
+    "tidemark.cli.tables",
 )
 
 

@@ -26,6 +26,13 @@ class UsageError(SystemExit):
         self.message = message
 
 
+def usage_error(message: str) -> UsageError:
+    """Bad usage found by a verb itself (options that go together, or do not): the
+    message said on stderr, as argparse says its own; raise the error returned."""
+    print(f"tidemark: error: {message}", file=sys.stderr)
+    return UsageError(message)
+
+
 class VerbParser(argparse.ArgumentParser):
     """An :class:`argparse.ArgumentParser` whose verbs take options anywhere; sub-parsers
     made from it (``add_subparsers``) are of this class too."""
@@ -78,4 +85,4 @@ def undocumented(parser: argparse.ArgumentParser) -> list[str]:
     return missing
 
 
-__all__ = ["UsageError", "VerbParser", "undocumented", "walk"]
+__all__ = ["UsageError", "VerbParser", "undocumented", "usage_error", "walk"]
