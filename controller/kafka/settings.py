@@ -42,7 +42,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from tidemark.controller.exceptions import InvalidConfigurationError
-from tidemark.environment import KAFKA_BOOTSTRAP, KAFKA_JAVA_PROPERTIES, KAFKA_PROPERTIES
+from tidemark.environment import (
+    KAFKA_BOOTSTRAP,
+    KAFKA_JAVA_PROPERTIES,
+    KAFKA_PROPERTIES,
+    ZK_TLS_CA,
+)
 from tidemark.environment import KAFKA_SASL_MECHANISM as SASL_MECHANISM
 from tidemark.environment import KAFKA_SASL_PASSWORD as SASL_PASSWORD
 from tidemark.environment import KAFKA_SASL_USERNAME as SASL_USERNAME
@@ -129,8 +134,9 @@ def security_config(environ: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 def forwarded_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The security and property variables that are set, to give a cluster's executors
-    (``spark.executorEnv.<name>``): their Python workers build clients here too."""
+    """The security and property variables that are set (Kafka's, and ZooKeeper's CA), to
+    give a cluster's executors (``spark.executorEnv.<name>``): their Python workers build
+    clients too."""
     env = os.environ if environ is None else environ
     names = (
         SECURITY_PROTOCOL,
@@ -139,6 +145,7 @@ def forwarded_environment(environ: Mapping[str, str] | None = None) -> dict[str,
         SASL_PASSWORD,
         KAFKA_PROPERTIES,
         KAFKA_JAVA_PROPERTIES,
+        ZK_TLS_CA,
     )
     return {name: env[name] for name in names if env.get(name, "").strip()}
 
