@@ -4,9 +4,10 @@
         d.submit_controller("a")          # spark-submit, as docs/deploying.md shows
         with d.as_user("writer"): EventWriter(...)
 
-Three ZooKeeper nodes in one ensemble, three Kafka brokers with SASL/SCRAM over TLS
-(``SASL_SSL``, a certificate of a CA made for the run: ``tls``) and ACLs (one
-principal per role, plus ``mallory`` with none), s3proxy as the
+Three ZooKeeper nodes in one ensemble (clients on their TLS ports), three Kafka
+brokers with SASL/SCRAM over TLS (``SASL_SSL``), both with certificates of a CA made
+for the run (``tls``), and ACLs (one principal per role, plus ``mallory`` with none),
+s3proxy as the
 object store holding the Delta tables (the controller's checkpoint on a local
 directory both drivers reach, see ``checkpoint_root``), and a Spark standalone
 master with two workers. Everything binds 127.0.0.1 on free
@@ -33,6 +34,7 @@ from tidemark.environment import (
     KAFKA_BOOTSTRAP,
     KAFKA_PROPERTIES,
     ZK_CONNECT,
+    ZK_TLS_CA,
     overridden,
 )
 from tidemark.infra import jars
@@ -89,7 +91,7 @@ class Deployment:
     def start(cls, tmp: Path) -> Deployment:
         """Start every service (in parallel where they do not depend on each other)."""
         tls = PrivateCA.create(tmp / "tls")
-        zookeeper = ZooKeeperEnsemble(tmp / "zookeeper")
+        zookeeper = ZooKeeperEnsemble(tmp / "zookeeper", tls=tls)
         kafka = KafkaCluster(
             tmp / "kafka",
             brokers=3,
@@ -149,9 +151,10 @@ class Deployment:
 
     def tls_environment(self) -> dict[str, str]:
         """What makes a tidemark process trust the run's CA: Kafka's clients (librdkafka
-        reads the PEM, Spark's source gets it as a PEM truststore)."""
+        reads the PEM, Spark's source gets it as a PEM truststore) and ZooKeeper sessions."""
         return {
             KAFKA_PROPERTIES: json.dumps({"ssl.ca.location": str(self.tls.cert)}),
+            ZK_TLS_CA: str(self.tls.cert),
         }
 
     def process_env(self, user: str) -> dict[str, str]:
