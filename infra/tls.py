@@ -13,6 +13,7 @@ host names as they would anywhere.
 
 from __future__ import annotations
 
+import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,8 +34,11 @@ class ServerCertificate:
     keystore: Path
 
 
-def _openssl(*args: str) -> None:
-    done = subprocess.run(["openssl", *args], capture_output=True, text=True, check=False)
+def _openssl(*args: str, env: dict[str, str] | None = None) -> None:
+    environ = None if env is None else {**os.environ, **env}
+    done = subprocess.run(
+        ["openssl", *args], capture_output=True, text=True, check=False, env=environ
+    )
     if done.returncode != 0:
         raise ServiceError(f"openssl {args[0]} failed: {done.stderr.strip()[-400:]}")
 
@@ -94,6 +98,20 @@ class PrivateCA:
         )  # fmt: skip
         issued.keystore.write_text(issued.key.read_text() + issued.cert.read_text())
         return issued
+
+    def pkcs12(self, name: str, password: str) -> Path:
+        """``name``'s key and certificate as a PKCS#12 keystore under ``password`` (for a
+        Java server that reads no PEM); the password reaches openssl by its environment,
+        not its command line."""
+        issued = self.issue(name)
+        path = self.directory / f"{name}.p12"
+        if not path.exists():
+            _openssl(
+                "pkcs12", "-export", "-in", str(issued.cert), "-inkey", str(issued.key),
+                "-name", name, "-out", str(path), "-passout", "env:TIDEMARK_KEYSTORE_PASSWORD",
+                env={"TIDEMARK_KEYSTORE_PASSWORD": password},
+            )  # fmt: skip
+        return path
 
 
 __all__ = ["PrivateCA", "ServerCertificate"]
