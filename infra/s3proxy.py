@@ -22,6 +22,7 @@ from tidemark.infra import jars
 from tidemark.infra.java import jvm_argv
 from tidemark.infra.ports import HOST, ensure_free, free_port, wait_listening
 from tidemark.infra.process import ManagedProcess, Service
+from tidemark.infra.tls import PrivateCA
 
 MAIN_CLASS = "org.gaul.s3proxy.Main"
 LOGBACK_CONF = Path(__file__).resolve().parent / "conf" / "s3proxy-logback.xml"
@@ -51,8 +52,12 @@ class S3Proxy(Service):
         access_key: str = "tidemark",
         secret_key: str = "tidemark-secret",
         env: Environment | None = None,
+        tls: PrivateCA | None = None,
     ) -> None:
+        """``tls``: HTTPS only, with a certificate of that CA (clients must trust it:
+        delta-rs through ``SSL_CERT_FILE``, see :meth:`reader_environment`)."""
         self.env = env or Environment.from_env()
+        self.tls = tls
         self.data_dir = data_dir
         self.buckets = buckets
         self.port = port or free_port()
@@ -62,7 +67,17 @@ class S3Proxy(Service):
 
     @property
     def endpoint(self) -> str:
-        return f"http://{HOST}:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{HOST}:{self.port}"
+
+    def _endpoint_lines(self) -> list[str]:
+        if self.tls is None:
+            return [f"s3proxy.endpoint={self.endpoint}"]
+        password = self.secret_key  # the keystore's, in this file beside the credential
+        return [
+            f"s3proxy.secure-endpoint={self.endpoint}",
+            f"s3proxy.keystore-path={self.tls.pkcs12('s3proxy', password)}",
+            f"s3proxy.keystore-password={password}",
+        ]
 
     def _process(self) -> ManagedProcess:
         return ManagedProcess("s3proxy", self._argv(), self.data_dir / "s3proxy.log")
@@ -73,7 +88,7 @@ class S3Proxy(Service):
         conf.write_text(
             "\n".join(
                 [
-                    f"s3proxy.endpoint={self.endpoint}",
+                    *self._endpoint_lines(),
                     "s3proxy.authorization=aws-v2-or-v4",
                     f"s3proxy.identity={self.access_key}",
                     f"s3proxy.credential={self.secret_key}",
@@ -120,15 +135,18 @@ class S3Proxy(Service):
             "AWS_ACCESS_KEY_ID": self.access_key,
             "AWS_SECRET_ACCESS_KEY": self.secret_key,
             "AWS_REGION": REGION,
-            "AWS_ALLOW_HTTP": "true",
+            "AWS_ALLOW_HTTP": "false" if self.tls else "true",
             # One writer at a time (the leading driver), so no lock service is needed.
             "AWS_S3_ALLOW_UNSAFE_RENAME": "true",
         }
 
     def reader_environment(self) -> dict[str, str]:
-        """:meth:`storage_options` as environment variables (:data:`READER_ENVIRONMENT`)."""
+        """:meth:`storage_options` as environment variables (:data:`READER_ENVIRONMENT`),
+        and with ``tls`` the CA to trust as ``SSL_CERT_FILE`` (delta-rs takes no CA among
+        its options)."""
         options = self.storage_options()
-        return {name: options[name] for name in READER_ENVIRONMENT}
+        trust = {} if self.tls is None else {"SSL_CERT_FILE": str(self.tls.cert)}
+        return {**{name: options[name] for name in READER_ENVIRONMENT}, **trust}
 
     def hadoop_conf(self) -> dict[str, str]:
         """Spark settings for ``s3a://`` on this store (Hadoop's S3A connector)."""

@@ -20,6 +20,7 @@ from tidemark.infra.exceptions import ServiceTimeout
 from tidemark.infra.java import jvm_argv
 from tidemark.infra.ports import HOST, ensure_free, free_port, free_ports
 from tidemark.infra.process import ManagedProcess, Service, wait_for
+from tidemark.infra.tls import PrivateCA
 
 MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
 QUORUM_MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
@@ -50,9 +51,15 @@ class ZooKeeperServer(Service):
         tie_to_owner: bool = True,
         quorum: tuple[QuorumPeer, ...] = (),
         server_id: int = 0,
+        tls: PrivateCA | None = None,
+        secure_port: int | None = None,
     ) -> None:
-        """``quorum`` (with this server's ``server_id`` among them): an ensemble member."""
+        """``quorum`` (with this server's ``server_id`` among them): an ensemble member.
+        ``tls``: clients connect over TLS on ``secure_port`` with a certificate of that CA
+        (:attr:`connect_string` names it; the clear port answers the health probes)."""
         self.env = env or Environment.from_env()
+        self.tls = tls
+        self.secure_port = (secure_port or free_port()) if tls else None
         self.data_dir = data_dir
         self.quorum = quorum
         self.server_id = server_id
@@ -68,7 +75,22 @@ class ZooKeeperServer(Service):
 
     @property
     def connect_string(self) -> str:
-        return f"{HOST}:{self.port}"
+        return f"{HOST}:{self.secure_port or self.port}"
+
+    def _tls_lines(self) -> list[str]:
+        if self.tls is None:
+            return []
+        server = self.tls.issue("zookeeper")
+        return [
+            f"secureClientPort={self.secure_port}",
+            f"secureClientPortAddress={HOST}",
+            "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory",
+            f"ssl.keyStore.location={server.keystore}",
+            "ssl.keyStore.type=PEM",
+            f"ssl.trustStore.location={self.tls.cert}",
+            "ssl.trustStore.type=PEM",
+            "ssl.clientAuth=none",  # clients prove who they are by other means
+        ]
 
     def _argv(self) -> list[str]:
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -87,6 +109,7 @@ class ZooKeeperServer(Service):
             "\n".join(
                 [
                     *ensemble,
+                    *self._tls_lines(),
                     "tickTime=500",
                     "minSessionTimeout=1000",
                     "maxSessionTimeout=60000",
@@ -112,6 +135,8 @@ class ZooKeeperServer(Service):
     def start(self, timeout_s: float = 60.0) -> ZooKeeperServer:
         """Start (again after :meth:`stop`, over the same data); ``timeout_s=0``: no wait."""
         ensure_free(self.port, "zookeeper")
+        if self.secure_port is not None:
+            ensure_free(self.secure_port, "zookeeper (TLS)")
         if self.process.pid is not None:
             self.process = self._process()
         self.process.start()
@@ -155,10 +180,17 @@ def ruok(host: str, port: int) -> bool:
 class ZooKeeperEnsemble(Service):
     """``size`` servers in one quorum on 127.0.0.1 (three: one may be down)."""
 
-    def __init__(self, data_dir: Path, size: int = 3, env: Environment | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        size: int = 3,
+        env: Environment | None = None,
+        tls: PrivateCA | None = None,
+    ) -> None:
+        """``tls``: every member takes clients over TLS (see :class:`ZooKeeperServer`)."""
         if size < 3 or size % 2 == 0:
             raise ValueError(f"an ensemble has an odd size of 3 or more, got {size}")
-        ports = free_ports(3 * size)
+        ports = free_ports((4 if tls else 3) * size)
         peers = tuple(
             QuorumPeer(i + 1, ports[3 * i], ports[3 * i + 1], ports[3 * i + 2]) for i in range(size)
         )
@@ -169,6 +201,8 @@ class ZooKeeperEnsemble(Service):
                 env=env,
                 quorum=peers,
                 server_id=p.server_id,
+                tls=tls,
+                secure_port=ports[3 * size + p.server_id - 1] if tls else None,
             )
             for p in peers
         ]

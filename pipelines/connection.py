@@ -17,6 +17,8 @@ built from arguments or, for what is not given, from the environment, in one pla
 :mod:`tidemark.environment`). :class:`Connection` holds the ZooKeeper session (opened on
 first use, closed with the connection) and makes writers, reader groups, lookups and
 waits with those settings, so no call passes a store, a bootstrap or a Delta root.
+Further Kafka client properties (``ssl.*``, ``sasl.*``, ...) come from
+``$TIDEMARK_KAFKA_PROPERTIES`` and :attr:`ConnectionConfig.kafka_properties`.
 Times given to it take the one time syntax (:func:`tidemark.controller.timestamps.parse_time`).
 """
 
@@ -85,6 +87,10 @@ class ConnectionConfig:
     zk_root: str = "/tidemark"
     delta: DeltaLocation | None = None
     """The controller's tables; ``None``: lookups and waits are refused, writers work."""
+    kafka_properties: Mapping[str, Any] = field(default_factory=dict)
+    """Further librdkafka properties (``ssl.*``, ``sasl.*``, ...) for every Kafka client the
+    connection makes, over ``$TIDEMARK_KAFKA_PROPERTIES``; those tidemark owns are refused
+    by name (:data:`~tidemark.controller.kafka.settings.OWNED_PROPERTIES`)."""
 
     def __post_init__(self) -> None:
         for name, variable in (("kafka_bootstrap", KAFKA_BOOTSTRAP), ("zk_connect", ZK_CONNECT)):
@@ -94,6 +100,10 @@ class ConnectionConfig:
                     f"no {name}: pass {name}=... or set ${variable} "
                     "(`tidemark up` prints both for its local services)"
                 )
+        from tidemark.controller.kafka.settings import checked_properties
+
+        properties = checked_properties(self.kafka_properties, "kafka_properties")
+        object.__setattr__(self, "kafka_properties", properties)
 
     @classmethod
     def from_env(
@@ -105,10 +115,12 @@ class ConnectionConfig:
         zk_root: str | None = None,
         delta_root: str | None = None,
         storage_options: Mapping[str, str] | None = None,
+        kafka_properties: Mapping[str, Any] | None = None,
     ) -> ConnectionConfig:
         """The arguments given, the rest from the environment (``environ``, default
         ``os.environ``): ``$TIDEMARK_KAFKA_BOOTSTRAP``, ``$TIDEMARK_ZK_CONNECT``,
-        ``$TIDEMARK_DELTA_ROOT``."""
+        ``$TIDEMARK_DELTA_ROOT`` (the clients read ``$TIDEMARK_KAFKA_PROPERTIES``
+        themselves)."""
         env = Environment.from_env(environ)
         root = delta_root or env.delta_root
         return cls(
@@ -116,6 +128,7 @@ class ConnectionConfig:
             zk_connect=zk_connect or env.zk_connect or "",
             zk_root=zk_root or cls.zk_root,
             delta=None if root is None else DeltaLocation(root, dict(storage_options or {})),
+            kafka_properties=dict(kafka_properties or {}),
         )
 
     def delta_location(self) -> DeltaLocation:
@@ -137,11 +150,18 @@ class Connection:
     """
 
     def __init__(self, config: ConnectionConfig) -> None:
+        from tidemark.controller.kafka.settings import attach_properties
+
         self.config = config
         self._lock = threading.Lock()
         self._client: Any = None
         self._store: MetadataStore | None = None
         self._closed = False
+        # every client made for this bootstrap (writers, readers, their admin clients)
+        # gets the properties while the connection is open
+        self._attached = bool(config.kafka_properties)
+        if self._attached:
+            attach_properties(config.kafka_bootstrap, config.kafka_properties)
 
     def __enter__(self) -> Connection:
         return self
@@ -173,6 +193,11 @@ class Connection:
         with self._lock:
             self._closed = True
             client, self._client, self._store = self._client, None, None
+            attached, self._attached = self._attached, False
+        if attached:
+            from tidemark.controller.kafka.settings import detach_properties
+
+            detach_properties(self.config.kafka_bootstrap)
         if client is not None:
             from tidemark.controller.zookeeper.session import close_session
 
@@ -283,6 +308,7 @@ def connect(
     zk_root: str | None = None,
     delta_root: str | None = None,
     storage_options: Mapping[str, str] | None = None,
+    kafka_properties: Mapping[str, Any] | None = None,
     config: ConnectionConfig | None = None,
 ) -> Connection:
     """A :class:`Connection` from ``config``, else from the arguments given and the
@@ -294,6 +320,7 @@ def connect(
             zk_root=zk_root,
             delta_root=delta_root,
             storage_options=storage_options,
+            kafka_properties=kafka_properties,
         )
     return Connection(config)
 

@@ -36,6 +36,15 @@ KAFKA_SASL_MECHANISM = "TIDEMARK_KAFKA_SASL_MECHANISM"
 """``SCRAM-SHA-512`` (default with SASL), ``SCRAM-SHA-256`` or ``PLAIN``."""
 KAFKA_SASL_USERNAME = "TIDEMARK_KAFKA_SASL_USERNAME"
 KAFKA_SASL_PASSWORD = "TIDEMARK_KAFKA_SASL_PASSWORD"
+KAFKA_PROPERTIES = "TIDEMARK_KAFKA_PROPERTIES"
+"""A JSON object of further librdkafka properties (``ssl.*``, ``sasl.*``, ...) every
+tidemark Kafka client gets; those tidemark owns are refused by name."""
+KAFKA_JAVA_PROPERTIES = "TIDEMARK_KAFKA_JAVA_PROPERTIES"
+"""A JSON object of Java Kafka client properties for Spark's Kafka source (they win over
+those derived from the librdkafka settings)."""
+ZK_TLS_CA = "TIDEMARK_ZK_TLS_CA"
+"""A CA certificate (PEM): set, ZooKeeper sessions speak TLS and verify the server's
+certificate and host name against it (give the servers' secure client ports)."""
 SERVE_TOKEN = "TIDEMARK_SERVE_TOKEN"
 """The bearer token ``tidemark serve`` requires (else ``--token-file``; unset: none)."""
 SERVICE_TIMEOUT_MS = "TIDEMARK_SERVICE_TIMEOUT_MS"
@@ -62,6 +71,9 @@ ALL = (
     KAFKA_SASL_MECHANISM,
     KAFKA_SASL_USERNAME,
     KAFKA_SASL_PASSWORD,
+    KAFKA_PROPERTIES,
+    KAFKA_JAVA_PROPERTIES,
+    ZK_TLS_CA,
     SERVE_TOKEN,
     SERVICE_TIMEOUT_MS,
 )

@@ -28,7 +28,7 @@ from typing import Any, Generic, TypeVar
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 
-from tidemark.controller.kafka.settings import client_config
+from tidemark.controller.kafka.settings import client_config, user_properties
 
 C = TypeVar("C", Producer, Consumer, AdminClient)
 
@@ -60,8 +60,14 @@ class Role(Generic[C]):
         extra: Mapping[str, Any] | None = None,
         environ: Mapping[str, str] | None = None,
     ) -> dict[str, Any]:
-        """The connection, this role's settings, then ``extra`` (which wins)."""
-        return {**client_config(bootstrap, environ), **self.settings, **(extra or {})}
+        """The connection, this role's settings, the user's properties (over the role's
+        tuning: tidemark's own are refused there), then ``extra`` (which wins)."""
+        return {
+            **client_config(bootstrap, environ),
+            **self.settings,
+            **user_properties(bootstrap, environ),
+            **(extra or {}),
+        }
 
 
 def create(role: Role[C], config: Mapping[str, Any]) -> C:

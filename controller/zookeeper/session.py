@@ -9,7 +9,8 @@
 
 A connect string may end in a chroot (``"zk1:2181,zk2:2181/tidemark"``); ``chroot``
 appends one. Every tidemark component that talks to ZooKeeper gets its session here,
-so the session timeout and the start timeout are set one way.
+so the session timeout, the start timeout and TLS (``$TIDEMARK_ZK_TLS_CA``,
+:func:`tls_options`) are set one way.
 
 ZooKeeper not answering is one error here, :class:`ZooKeeperUnavailableError` (naming
 the connect string): a session that does not start in time, and kazoo's outage errors
@@ -22,7 +23,8 @@ import contextlib
 import functools
 import inspect
 import logging
-from collections.abc import Callable, Iterator
+import os
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from kazoo.client import KazooClient
@@ -30,6 +32,7 @@ from kazoo.exceptions import ConnectionLoss, OperationTimeoutError, SessionExpir
 from kazoo.handlers.threading import KazooTimeoutError
 
 from tidemark.controller.exceptions import ZooKeeperUnavailableError
+from tidemark.environment import ZK_TLS_CA
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +105,16 @@ if not any(isinstance(f, _QuietReconnects) for f in _KAZOO_LOG.filters):
     _KAZOO_LOG.addFilter(_QuietReconnects())
 
 
+def tls_options(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """kazoo's TLS settings from ``$TIDEMARK_ZK_TLS_CA`` (unset: none, the session is in
+    clear): the server's certificate must chain to that CA and name the host dialled."""
+    env = os.environ if environ is None else environ
+    ca = env.get(ZK_TLS_CA, "").strip()
+    if not ca:
+        return {}
+    return {"use_ssl": True, "ca": ca, "verify_certs": True, "check_hostname": True}
+
+
 def open_session(
     connect: str,
     *,
@@ -111,7 +124,7 @@ def open_session(
 ) -> KazooClient:
     """A started client for ``connect`` (+ ``chroot``); close it with :func:`close_session`."""
     hosts = connect if not chroot else f"{connect.rstrip('/')}/{chroot.strip('/')}"
-    client = KazooClient(hosts=hosts, timeout=timeout_ms / 1000)
+    client = KazooClient(hosts=hosts, timeout=timeout_ms / 1000, **tls_options())
     try:
         client.start(timeout=start_timeout_s)  # on a time-out kazoo stops and closes it
     except KazooTimeoutError as exc:

@@ -4,8 +4,10 @@
         d.submit_controller("a")          # spark-submit, as docs/deploying.md shows
         with d.as_user("writer"): EventWriter(...)
 
-Three ZooKeeper nodes in one ensemble, three Kafka brokers with SASL/SCRAM and
-ACLs (one principal per role, plus ``mallory`` with none), s3proxy as the
+Three ZooKeeper nodes in one ensemble (clients on their TLS ports), three Kafka
+brokers with SASL/SCRAM over TLS (``SASL_SSL``), both with certificates of a CA made
+for the run (``tls``), and ACLs (one principal per role, plus ``mallory`` with none),
+s3proxy as the
 object store holding the Delta tables (the controller's checkpoint on a local
 directory both drivers reach, see ``checkpoint_root``), and a Spark standalone
 master with two workers. Everything binds 127.0.0.1 on free
@@ -15,6 +17,7 @@ ports, keeps its data under ``tmp`` and is stopped when the block ends.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sys
 import time
@@ -26,12 +29,20 @@ from typing import Any
 from tidemark.controller.kafka.admin import ensure_marks_topic, grant_tidemark_acls
 from tidemark.controller.kafka.settings import SASL_PASSWORD, SASL_USERNAME, SECURITY_PROTOCOL
 from tidemark.controller.naming import ClusterSettings
-from tidemark.environment import DELTA_ROOT, KAFKA_BOOTSTRAP, ZK_CONNECT, overridden
+from tidemark.environment import (
+    DELTA_ROOT,
+    KAFKA_BOOTSTRAP,
+    KAFKA_PROPERTIES,
+    ZK_CONNECT,
+    ZK_TLS_CA,
+    overridden,
+)
 from tidemark.infra import jars
 from tidemark.infra.kafka import KafkaCluster, KafkaSecurity
 from tidemark.infra.process import ManagedProcess
 from tidemark.infra.s3proxy import S3Proxy, bucket_path
 from tidemark.infra.spark_cluster import SparkCluster, spark_home
+from tidemark.infra.tls import PrivateCA
 from tidemark.infra.zookeeper import ZooKeeperEnsemble
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,22 +83,25 @@ class Deployment:
     kafka: KafkaCluster
     s3: S3Proxy
     spark: SparkCluster
+    tls: PrivateCA
     cluster: ClusterSettings = field(default_factory=ClusterSettings)
     drivers: dict[str, ManagedProcess] = field(default_factory=dict)
 
     @classmethod
     def start(cls, tmp: Path) -> Deployment:
         """Start every service (in parallel where they do not depend on each other)."""
-        zookeeper = ZooKeeperEnsemble(tmp / "zookeeper")
+        tls = PrivateCA.create(tmp / "tls")
+        zookeeper = ZooKeeperEnsemble(tmp / "zookeeper", tls=tls)
         kafka = KafkaCluster(
             tmp / "kafka",
             brokers=3,
             heap_mb=384,
             security=KafkaSecurity(ADMIN_PASSWORD, USERS),
+            tls=tls,
         )
         s3 = S3Proxy(tmp / "s3", buckets=(BUCKET,))
         spark = SparkCluster(tmp / "spark", workers=2, cores=3, memory="2g")
-        deployment = cls(tmp, zookeeper, kafka, s3, spark)
+        deployment = cls(tmp, zookeeper, kafka, s3, spark, tls)
         with contextlib.ExitStack() as stack:
             stack.callback(deployment.stop)
             zookeeper.start()
@@ -129,9 +143,18 @@ class Deployment:
         """What an operator sets for a tidemark process running as ``user``."""
         passwords = {"admin": ADMIN_PASSWORD, **USERS}
         return {
-            SECURITY_PROTOCOL: "SASL_PLAINTEXT",
+            SECURITY_PROTOCOL: self.kafka.protocol,
             SASL_USERNAME: user,
             SASL_PASSWORD: passwords[user],
+            **self.tls_environment(),
+        }
+
+    def tls_environment(self) -> dict[str, str]:
+        """What makes a tidemark process trust the run's CA: Kafka's clients (librdkafka
+        reads the PEM, Spark's source gets it as a PEM truststore) and ZooKeeper sessions."""
+        return {
+            KAFKA_PROPERTIES: json.dumps({"ssl.ca.location": str(self.tls.cert)}),
+            ZK_TLS_CA: str(self.tls.cert),
         }
 
     def process_env(self, user: str) -> dict[str, str]:
@@ -168,10 +191,22 @@ class Deployment:
             self.spark.master_url,
             "--jars",
             ",".join(jars.spark_extra_jars(groups=("spark", "s3a"))),
-            *(arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")),
+            # in a file only its owner reads, not on the command line: passwords among them
+            "--properties-file",
+            str(self._properties_file(user, conf)),
             str(script),
             *args,
         ]
+
+    def _properties_file(self, user: str, conf: dict[str, str]) -> Path:
+        path = self.tmp / "submit" / f"{user}.properties"
+        path.parent.mkdir(exist_ok=True)
+        escaped = {key: value.replace("\\", "\\\\") for key, value in conf.items()}
+        text = "".join(f"{key}={value}\n" for key, value in escaped.items())
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(text)
+        return path
 
     def submit_env(self, user: str) -> dict[str, str]:
         """A spark-submit driver's environment (client mode: the driver runs here)."""

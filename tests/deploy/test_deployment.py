@@ -2,7 +2,8 @@
 
 The controller is submitted with ``spark-submit`` to a Spark standalone cluster
 (two workers), its Delta tables and checkpoint on an S3 store (``s3a://``); Kafka
-has three brokers with SASL/SCRAM and ACLs, each client its own principal; the
+has three brokers with SASL/SCRAM over TLS (a CA made for the run) and ACLs, each
+client its own principal; the
 metadata lives in a three-node ZooKeeper ensemble. Two drivers stand in
 active/standby. The tests run in file order on one running system; then, on the same
 system, the nemesis (test_nemesis.py) does each kind of fault (a Spark worker, the
@@ -12,8 +13,11 @@ checks that nothing was lost or went backwards.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
+import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -25,10 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
-from tests.deploy.deployment import ROOT, Deployment, wait_until
+from tests.deploy.deployment import ADMIN_PASSWORD, ROOT, USERS, Deployment, wait_until
 from tests.deploy.writers import open_writer
 from tests.faults.figures import report
 from tidemark.controller.config import RetentionPolicy, ScalingPolicy, StreamConfiguration
@@ -43,6 +49,7 @@ from tidemark.controller.streams import StreamManager
 from tidemark.controller.zookeeper.driver import controller_view
 from tidemark.controller.zookeeper.session import zookeeper_session
 from tidemark.controller.zookeeper.store import ZooKeeperStore
+from tidemark.environment import SERVICE_TIMEOUT_MS
 from tidemark.infra.ports import free_port
 from tidemark.infra.process import ManagedProcess
 from tidemark.pipelines.reading.seek import stream_cut_at
@@ -274,6 +281,28 @@ def test_a_principal_without_acls_cannot_write_or_read_marks(running: Running) -
         consumer.close()
 
 
+def test_kafka_speaks_tls_with_the_run_s_own_ca_and_nothing_else(running: Running) -> None:
+    """Every tidemark client above reached the brokers over SASL_SSL (their one listener);
+    a client that trusts another CA, or sends in clear, is not answered."""
+    d = running.deployment
+    assert d.kafka.protocol == "SASL_SSL"
+    trusting = ssl.create_default_context(cafile=str(d.tls.cert))
+    for node in d.kafka.nodes:
+        with (
+            socket.create_connection(("127.0.0.1", node.broker_port), timeout=10) as raw,
+            trusting.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+        ):
+            assert tls.version() in ("TLSv1.2", "TLSv1.3"), tls.version()
+    with d.as_user("writer"):
+        config = client_config(d.bootstrap)
+    untrusted = {k: v for k, v in config.items() if k != "ssl.ca.location"}
+    in_clear = {**config, "security.protocol": "SASL_PLAINTEXT"}
+    for refused in (untrusted, in_clear):
+        admin = AdminClient({**refused, "log_level": 0, "socket.timeout.ms": 3_000})
+        with pytest.raises(KafkaException):
+            admin.list_topics(timeout=5)
+
+
 def stream_records(d: Deployment, stream: str) -> list[tuple[int, int, bytes, int]]:
     """Every record of ``stream``'s topic, read as ``admin``: (partition, offset, key, time)."""
     with d.as_user("admin"):
@@ -493,3 +522,57 @@ def test_a_writer_timeout_update_applies_without_restart(running: Running) -> No
     assert all(n.error is None for n in noters), [n.error for n in noters]
     check_sequence(running.watermarks(LIVE_STREAM))
     report("deploy-live-timeout", f"stream update of the timeout applied in {took_s:.1f} s")
+
+
+def test_no_password_in_a_log_an_argv_an_answer_or_an_error(running: Running) -> None:
+    """With every principal's password known, none is in a log file of the deployment, the
+    command line of a process it started, ``tidemark status``, ``tidemark serve``'s pages
+    or a refused command's error."""
+    d = running.deployment
+    secrets = {ADMIN_PASSWORD, *USERS.values(), d.s3.secret_key}
+    seen: dict[str, str] = {}
+    env = {**d.process_env("mallory"), SERVICE_TIMEOUT_MS: "8000"}
+    commands = (
+        ([*TIDEMARK, "read", STREAM, "--count", "1"], env),  # authenticated, no ACL
+        (  # a wrong password
+            [*TIDEMARK, "-X", "sasl.password=mallory-pw-wrong", "read", STREAM, "--count", "1"],
+            env,
+        ),
+        ([*TIDEMARK, "status"], d.process_env("admin")),
+    )
+    for n, (argv, who) in enumerate(commands):
+        done = subprocess.run(argv, env=who, capture_output=True, text=True, timeout=120, cwd=ROOT)
+        seen[f"command {n}: tidemark {argv[-4:]}"] = done.stdout + done.stderr
+    secrets.add("mallory-pw-wrong")
+    port = free_port()
+    serve = ManagedProcess(
+        "serve-secrets", [*TIDEMARK, "serve", "--port", str(port)], d.tmp / "serve-2.log",
+        env=d.process_env("reader"), cwd=ROOT,
+    )  # fmt: skip
+    serve.start()
+    try:
+        for path in ("/", "/metrics", f"/api/streams/{STREAM}/start?t=0", "/api/nowhere"):
+            seen[path] = ""
+
+            def fetched(path: str = path) -> bool:
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
+                        seen[path] = r.read().decode(errors="replace")
+                except urllib.error.HTTPError as exc:
+                    seen[path] = exc.read().decode(errors="replace")
+                except OSError:
+                    return False
+                return True
+
+            wait_until(fetched, 60, f"tidemark serve answers {path}", serve)
+    finally:
+        serve.stop()
+    for path in d.tmp.rglob("*"):
+        if path.is_file() and (path.suffix == ".log" or path.name in ("stdout", "stderr")):
+            seen[str(path)] = path.read_text(errors="replace")
+    for proc in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            seen[f"argv of {proc.pid}"] = " ".join(proc.cmdline())
+    leaks = sorted({(where, s) for where, text in seen.items() for s in secrets if s in text})
+    assert leaks == [], leaks
+    report("deploy-secrets", f"no password in {len(seen)} logs, argvs, answers and errors")

@@ -15,6 +15,7 @@ a forged mark under that id is refused as ``impersonated``.
 # ruff: noqa: F811  (the fixtures imported from test_dropin_producer are redefined as arguments)
 from __future__ import annotations
 
+import json
 import re
 import secrets
 import subprocess
@@ -48,7 +49,9 @@ from tidemark.controller.kafka.admin import StreamTopics
 from tidemark.controller.naming import ClusterSettings, bucket_of
 from tidemark.controller.streams import StreamManager
 from tidemark.controller.zookeeper.store import ZooKeeperStore
+from tidemark.environment import KAFKA_PROPERTIES
 from tidemark.infra.kafka import SCRAM, KafkaCluster, KafkaSecurity
+from tidemark.infra.tls import PrivateCA
 from tidemark.jobs.controller_job import ControllerJob
 from tidemark.jobs.tables import REJECTED_MARKS, Reason, read_table, read_watermarks
 from tidemark.pipelines.writing.partitioners import kafka_partition
@@ -351,14 +354,17 @@ def test_the_java_producer_against_secured_brokers(
     orders_producer: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """SASL/SCRAM brokers, as deployed: the interceptor's marks producer (and its marks-topic
-    and previous-instance clients) connect with the application producer's own settings."""
+    """SASL/SCRAM over TLS (a CA made for the run), as deployed: the interceptor's marks
+    producer (and its marks-topic and previous-instance clients) connect with the
+    application producer's own settings, its CA as a PEM truststore."""
     cluster = ClusterSettings(marks_topic=f"marks-{unique}", bucket_count=2)
-    with KafkaCluster(tmp_path / "kafka", security=KafkaSecurity("admin-pw")) as kafka:
+    ca = PrivateCA.create(tmp_path / "tls")
+    with KafkaCluster(tmp_path / "kafka", security=KafkaSecurity("admin-pw"), tls=ca) as kafka:
         admin = kafka.client_config("admin")
         for key, value in admin.items():  # tidemark's own clients, as an operator sets them
-            if key != "bootstrap.servers":
+            if key not in ("bootstrap.servers", "ssl.ca.location"):
                 monkeypatch.setenv("TIDEMARK_KAFKA_" + key.upper().replace(".", "_"), value)
+        monkeypatch.setenv(KAFKA_PROPERTIES, json.dumps({"ssl.ca.location": str(ca.cert)}))
         store = ZooKeeperStore(zk_client, "/tidemark")
         manager = StreamManager(store, kafka.bootstrap_servers, cluster)
         scope, topic = f"s{unique}", f"secured-{unique}"
@@ -376,9 +382,11 @@ def test_the_java_producer_against_secured_brokers(
             f"{zookeeper}/tidemark-test-{unique}",
             stream,
             cluster,
-            security__protocol="SASL_PLAINTEXT",
+            security__protocol=kafka.protocol,
             sasl__mechanism=SCRAM,
             sasl__jaas__config=jaas,
+            ssl__truststore__type="PEM",
+            ssl__truststore__location=str(ca.cert),
         )
         run_java(orders_producer, "OrdersProducer", str(props), topic, "200")
         events = records(admin, topic, PARTITIONS)

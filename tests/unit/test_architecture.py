@@ -1,8 +1,8 @@
 """The layout's rules that a reader relies on, checked over the source with ``ast``:
 
 - a ``KazooClient`` is created only in ``controller/zookeeper/`` (the session factory);
-- Kafka client settings (``bootstrap.servers``, ``security.protocol``, ``sasl.*``, and
-  Spark's ``kafka.bootstrap.servers`` / ``kafka.security.*`` / ``kafka.sasl.*``) are
+- Kafka client settings (``bootstrap.servers``, ``security.protocol``, ``sasl.*``,
+  ``ssl.*``, and Spark's ``kafka.``-prefixed ones) are
   assembled only by the builder, ``controller/kafka/settings.py``;
 - a Kafka client (``Producer(``, ``Consumer(``, ``AdminClient(``, by name or as an
   attribute) is constructed only by the role builders, ``controller/kafka/roles.py``;
@@ -136,7 +136,7 @@ LOCATION_PARAMETERS = {
 }
 
 KAFKA_SETTING = re.compile(
-    r"^(kafka\.)?(bootstrap\.servers|security\.protocol)$|^(kafka\.)?sasl\.|^kafka\.security\."
+    r"^(kafka\.)?(bootstrap\.servers|security\.protocol)$|^(kafka\.)?(sasl|ssl)\.|^kafka\.security\."
 )
 
 
@@ -321,8 +321,8 @@ def test_kafka_client_settings_are_assembled_only_by_the_builder():
         "security.protocol",
         "sasl.username",
         "kafka.bootstrap.servers",
-        "kafka.security.protocol",
-        "kafka.sasl.jaas.config",
+        "sasl.jaas.config",  # the Java side's, prefixed with kafka. for Spark
+        "ssl.truststore.location",
     }
 
 

@@ -59,7 +59,10 @@ def test_the_zk_flag_wins_over_the_environment_for_one_command(
 
 @pytest.mark.parametrize(
     ("flag", "said"),
-    [("acks=all", "-X acks: not a property"), ("security.protocol", "give KEY=VALUE")],
+    [
+        ("enable.idempotence=false", "-X: enable.idempotence is set by tidemark"),
+        ("security.protocol", "give KEY=VALUE"),
+    ],
 )
 def test_a_bad_client_property_is_refused_by_name(
     flag: str, said: str, capsys: pytest.CaptureFixture[str]

@@ -112,7 +112,7 @@ def test_the_s3a_settings_name_the_store_path_style_over_http(tmp_path: Path) ->
     from tidemark.infra.s3proxy import READER_ENVIRONMENT, S3Proxy, bucket_path
 
     s3 = S3Proxy.__new__(S3Proxy)
-    s3.port, s3.access_key, s3.secret_key = 9000, "k", "s"
+    s3.port, s3.access_key, s3.secret_key, s3.tls = 9000, "k", "s", None
     conf = s3.hadoop_conf()
     assert conf["spark.hadoop.fs.s3a.endpoint"] == "http://127.0.0.1:9000"
     assert conf["spark.hadoop.fs.s3a.path.style.access"] == "true"

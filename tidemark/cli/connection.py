@@ -3,18 +3,25 @@
 They stand beside the environment variables (``tidemark.environment`` names them) and
 win over them for this one command: each flag sets its variable while the verb runs,
 so every verb and every library call below it sees one source of settings. ``-X``
-takes the Kafka client properties tidemark passes on (:data:`CLIENT_PROPERTIES`); any
-other key is refused, naming those it knows.
+takes any Kafka client property: those with a variable of their own
+(:data:`CLIENT_PROPERTIES`: the bootstrap, the security protocol and SASL principal) set
+it, any other joins ``TIDEMARK_KAFKA_PROPERTIES`` (``ssl.ca.location``, ``sasl.*``, ...);
+the properties tidemark owns are refused by name.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 from collections.abc import Iterator
 
-from tidemark.controller.kafka.settings import CLIENT_PROPERTY_VARIABLES
-from tidemark.environment import KAFKA_BOOTSTRAP, ZK_CONNECT, overridden
+from tidemark.controller.kafka.settings import (
+    CLIENT_PROPERTY_VARIABLES,
+    checked_properties,
+    environment_properties,
+)
+from tidemark.environment import KAFKA_BOOTSTRAP, KAFKA_PROPERTIES, ZK_CONNECT, overridden
 from tidemark.errors import ConfigurationError
 
 CLIENT_PROPERTIES = CLIENT_PROPERTY_VARIABLES
@@ -41,23 +48,29 @@ def add_connection_flags(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         action="append",
         default=[],
-        help=f"a Kafka client property: {', '.join(sorted(CLIENT_PROPERTIES))}",
+        help="a Kafka client property (ssl.ca.location=..., sasl.username=..., any other "
+        "librdkafka property but those tidemark owns)",
     )
 
 
 def connection_settings(args: argparse.Namespace) -> dict[str, str]:
     """The environment variables the flags set (checked: nothing runs on a bad ``-X``)."""
     settings: dict[str, str] = {}
+    further: dict[str, str] = {}
     for item in args.client_properties:
         key, sep, value = item.partition("=")
-        if not sep or not value:
-            raise ConfigurationError(f"-X {item!r}: give KEY=VALUE (e.g. -X security.protocol=SSL)")
-        if key.strip() not in CLIENT_PROPERTIES:
-            known = ", ".join(sorted(CLIENT_PROPERTIES))
+        key, value = key.strip(), value.strip()
+        if not sep or not key or not value:
             raise ConfigurationError(
-                f"-X {key.strip()}: not a property tidemark passes on ({known})"
+                f"-X {key or item!r}: give KEY=VALUE (e.g. -X ssl.ca.location=/etc/kafka/ca.pem)"
             )
-        settings[CLIENT_PROPERTIES[key.strip()]] = value.strip()
+        if key in CLIENT_PROPERTIES:
+            settings[CLIENT_PROPERTIES[key]] = value
+        else:
+            further.update(checked_properties({key: value}, "-X"))
+    if further:
+        # on top of the environment's own, so -X adds to them for this command
+        settings[KAFKA_PROPERTIES] = json.dumps({**environment_properties(), **further})
     if args.connect_bootstrap:
         settings[KAFKA_BOOTSTRAP] = args.connect_bootstrap
     if args.connect_zk:
