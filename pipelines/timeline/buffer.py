@@ -62,6 +62,7 @@ from tidemark.controller.kafka.outages import (
     named_cause,
     outages_named,
 )
+from tidemark.controller.naming import BUFFER_TRANSACTIONAL_PREFIX
 from tidemark.pipelines.timeline.buffer_sql import (
     BufferedRows,
     finish_batches,
@@ -115,7 +116,7 @@ class BufferIngest:
         self._consumer = roles.client(
             roles.BUFFER_CONSUMER,
             bootstrap,
-            {"group.id": f"tidemark-buffer.{config.timeline}", **self._watch.settings},
+            {"group.id": f"{BUFFER_TRANSACTIONAL_PREFIX}{config.timeline}", **self._watch.settings},
         )
         self._assigned: set[int] = set()
         self._next_look = 0.0
@@ -252,7 +253,7 @@ class BufferRelay:
     ) -> None:
         self.config = config
         self.bootstrap = bootstrap
-        name = f"tidemark-buffer.{config.timeline}.{config.consumer_id}"
+        name = f"{BUFFER_TRANSACTIONAL_PREFIX}{config.timeline}.{config.consumer_id}"
         with TimelineStore(dsn) as store:
             ensure_timeline(store, config)
         self._producer = roles.client(roles.BUFFER_PRODUCER, bootstrap, {"transactional.id": name})
