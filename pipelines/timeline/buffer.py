@@ -54,7 +54,7 @@ from confluent_kafka import (
 )
 
 from tidemark.controller.closing import Closing
-from tidemark.controller.exceptions import KafkaUnavailableError
+from tidemark.controller.exceptions import KafkaOperationError, KafkaUnavailableError
 from tidemark.controller.kafka import roles
 from tidemark.controller.kafka.outages import (
     OutageWatch,
@@ -263,6 +263,16 @@ class BufferRelay:
         try:
             with outages_named(bootstrap):
                 self._producer.init_transactions(self._timeout_s)  # fences an earlier run
+        except KafkaException as exc:
+            self._group.close()
+            error = exc.args[0]
+            if error.code() != KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+                raise
+            raise KafkaOperationError(
+                f"timeline relay {name!r}: Kafka refused its transactional id: its principal "
+                f"needs WRITE and DESCRIBE on transactional ids {BUFFER_TRANSACTIONAL_PREFIX}* "
+                "(the timeline role's grants)"
+            ) from exc
         except BaseException:
             self._group.close()
             raise

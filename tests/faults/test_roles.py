@@ -35,6 +35,8 @@ from tidemark.controller.zookeeper.store import ZooKeeperStore
 from tidemark.environment import KAFKA_BOOTSTRAP, POSTGRES_DSN, ZK_CONNECT, overridden
 from tidemark.infra.kafka import KafkaCluster, KafkaSecurity
 from tidemark.pipelines.reading.group import ReaderGroup
+from tidemark.pipelines.timeline.buffer import BufferRelay
+from tidemark.pipelines.timeline.config import BufferConfig, DueRule
 from tidemark.pipelines.writing.config import WriterConfig
 from tidemark.pipelines.writing.transactions import transactional_id_for
 from tidemark.pipelines.writing.writer import EventWriter
@@ -242,6 +244,13 @@ def test_the_timeline_runs_ingest_and_may_not_take_a_writers_transactional_id(
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     assert '"relayed": 5' in done.stdout, (done.stdout, done.stderr[-2000:])
+    # a principal without the timeline role: its relay is refused the buffer's transactions
+    with secured.as_role("reader"), pytest.raises(KafkaOperationError, match="transactional id"):
+        BufferRelay(
+            postgres,
+            secured.bootstrap,
+            BufferConfig(secured.source, secured.target, DueRule(delay_ms=0)),
+        )
     with secured.as_role("timeline"):
         refused = produce_one(secured.bootstrap, secured.topic(), b"k", b"timeline's event")
         assert authorization_refused(refused), refused
