@@ -265,8 +265,11 @@ class BufferRelay:
                 self._producer.init_transactions(self._timeout_s)  # fences an earlier run
         except KafkaException as exc:
             self._group.close()
-            error = exc.args[0]
-            if error.code() != KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+            error = exc.args[0] if exc.args else None
+            if (
+                not isinstance(error, KafkaError)
+                or error.code() != KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            ):
                 raise
             raise KafkaOperationError(
                 f"timeline relay {name!r}: Kafka refused its transactional id: its principal "
