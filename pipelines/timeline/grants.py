@@ -10,7 +10,7 @@ the stream clock's job (``timeline relay``, ``timeline ingest`` and a
 ``stream_clock``), so the database itself refuses it to anyone else:
 
 - **clients** (producers, a consumer without a stream clock, the CLI's message verbs,
-  ``tidemark serve``) use messages, timelines, consumers and the buffer's offsets, and
+  and the like) use messages, timelines, consumers and the buffer's offsets, and
   may read stream times but never write them;
 - **clocks** (the relay and the consumers that feed stream times) may also insert and
   raise stream times.
