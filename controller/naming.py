@@ -24,6 +24,11 @@ from tidemark.controller.exceptions import InvalidModelError
 _PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-]{0,99}$")
 
 TOPIC_PREFIX = "tidemark."
+WRITER_TRANSACTIONAL_PREFIX = "tidemark:"
+"""Every writer's Kafka ``transactional.id`` starts so (the writer role is granted it)."""
+BUFFER_TRANSACTIONAL_PREFIX = "tidemark-buffer."
+"""Every timeline buffer relay's ``transactional.id`` (and group) starts so (the
+timeline role is granted it; no writer id starts so)."""
 DEFAULT_MARKS_TOPIC = "tidemark-marks"
 DEFAULT_BUCKET_COUNT = 8
 

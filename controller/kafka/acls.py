@@ -19,8 +19,13 @@ the code paths behind it:
   offsets (any group name: groups are named by applications);
 - **service** (``tidemark serve``): looks up stream topics' offsets and reader
   groups' committed offsets;
+- **policies** (``tidemark controller policies``, the policy loop alone): counts
+  segments' sizes (reads stream topics), scales (partitions) and truncates (delete
+  records) stream topics; it creates, reconfigures and deletes none, and never
+  touches the marks topic;
 - **timeline** (ingest, relay): reads and writes the topics it is given, with
-  its consumer groups, idempotently.
+  its consumer groups, idempotently and in transactions (the buffer's
+  transactional ids, :data:`~tidemark.controller.naming.BUFFER_TRANSACTIONAL_PREFIX`).
 
 Nobody else may touch the marks topic: a principal without an ACL is refused.
 """
@@ -43,17 +48,32 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 
 from tidemark.controller.exceptions import KafkaOperationError
 from tidemark.controller.kafka import roles as client_roles
-from tidemark.controller.naming import TOPIC_PREFIX
+from tidemark.controller.naming import (
+    BUFFER_TRANSACTIONAL_PREFIX,
+    TOPIC_PREFIX,
+    WRITER_TRANSACTIONAL_PREFIX,
+)
 
 DEFAULT_TIMEOUT_S = 30.0
 
-MARKS, STREAMS, TRANSACTIONS, CLUSTER, GROUPS, TIMELINE = (
+(
+    MARKS,
+    STREAMS,
+    TRANSACTIONS,
+    CLUSTER,
+    GROUPS,
+    SIZES_GROUP,
+    TIMELINE,
+    TIMELINE_TRANSACTIONS,
+) = (
     "marks topic",
     "stream topics",
     "transactional ids",
     "cluster",
     "consumer groups",
+    "segment sizes group",
     "timeline topics",
+    "timeline transactional ids",
 )
 """The resources a grant names (what :func:`tidemark_acls` resolves to Kafka resources)."""
 
@@ -91,6 +111,10 @@ ROLE_GRANTS: Mapping[str, tuple[tuple[str, tuple[Any, ...]], ...]] = {
         ),
         (GROUPS, (_OP.READ, _OP.DESCRIBE)),
     ),
+    "policies": (
+        (STREAMS, (_OP.READ, _OP.DESCRIBE, _OP.ALTER, _OP.DELETE)),
+        (SIZES_GROUP, (_OP.READ, _OP.DESCRIBE)),
+    ),
     "reader": (
         (STREAMS, (_OP.READ, _OP.DESCRIBE)),
         (GROUPS, (_OP.READ, _OP.DESCRIBE, _OP.DELETE)),
@@ -101,6 +125,7 @@ ROLE_GRANTS: Mapping[str, tuple[tuple[str, tuple[Any, ...]], ...]] = {
     ),
     "timeline": (
         (TIMELINE, (_OP.READ, _OP.WRITE, _OP.DESCRIBE)),
+        (TIMELINE_TRANSACTIONS, (_OP.WRITE, _OP.DESCRIBE)),
         (CLUSTER, (_OP.IDEMPOTENT_WRITE,)),
         (GROUPS, (_OP.READ, _OP.DESCRIBE)),
     ),
@@ -112,6 +137,7 @@ def tidemark_acls(
     marks_topic: str,
     writers: Iterable[str],
     controllers: Iterable[str],
+    policies: Iterable[str] = (),
     readers: Iterable[str] = (),
     services: Iterable[str] = (),
     timeline: Iterable[str] = (),
@@ -123,14 +149,19 @@ def tidemark_acls(
     resources: dict[str, list[tuple[Any, str, Any]]] = {
         MARKS: [(ResourceType.TOPIC, marks_topic, lit)],
         STREAMS: [(ResourceType.TOPIC, TOPIC_PREFIX, pre)],
-        TRANSACTIONS: [(ResourceType.TRANSACTIONAL_ID, "tidemark:", pre)],
+        TRANSACTIONS: [(ResourceType.TRANSACTIONAL_ID, WRITER_TRANSACTIONAL_PREFIX, pre)],
         CLUSTER: [(ResourceType.BROKER, "kafka-cluster", lit)],
         GROUPS: [(ResourceType.GROUP, "*", lit)],
+        SIZES_GROUP: [
+            (ResourceType.GROUP, client_roles.SEGMENT_SIZES_CONSUMER.settings["group.id"], lit)
+        ],
         TIMELINE: [(ResourceType.TOPIC, topic, lit) for topic in timeline_topics],
+        TIMELINE_TRANSACTIONS: [(ResourceType.TRANSACTIONAL_ID, BUFFER_TRANSACTIONAL_PREFIX, pre)],
     }
     roles = {
         "writer": writers,
         "controller": controllers,
+        "policies": policies,
         "reader": readers,
         "service": services,
         "timeline": timeline,

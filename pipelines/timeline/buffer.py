@@ -54,7 +54,7 @@ from confluent_kafka import (
 )
 
 from tidemark.controller.closing import Closing
-from tidemark.controller.exceptions import KafkaUnavailableError
+from tidemark.controller.exceptions import KafkaOperationError, KafkaUnavailableError
 from tidemark.controller.kafka import roles
 from tidemark.controller.kafka.outages import (
     OutageWatch,
@@ -62,6 +62,7 @@ from tidemark.controller.kafka.outages import (
     named_cause,
     outages_named,
 )
+from tidemark.controller.naming import BUFFER_TRANSACTIONAL_PREFIX
 from tidemark.pipelines.timeline.buffer_sql import (
     BufferedRows,
     finish_batches,
@@ -115,7 +116,7 @@ class BufferIngest:
         self._consumer = roles.client(
             roles.BUFFER_CONSUMER,
             bootstrap,
-            {"group.id": f"tidemark-buffer.{config.timeline}", **self._watch.settings},
+            {"group.id": f"{BUFFER_TRANSACTIONAL_PREFIX}{config.timeline}", **self._watch.settings},
         )
         self._assigned: set[int] = set()
         self._next_look = 0.0
@@ -252,7 +253,7 @@ class BufferRelay:
     ) -> None:
         self.config = config
         self.bootstrap = bootstrap
-        name = f"tidemark-buffer.{config.timeline}.{config.consumer_id}"
+        name = f"{BUFFER_TRANSACTIONAL_PREFIX}{config.timeline}.{config.consumer_id}"
         with TimelineStore(dsn) as store:
             ensure_timeline(store, config)
         self._producer = roles.client(roles.BUFFER_PRODUCER, bootstrap, {"transactional.id": name})
@@ -262,6 +263,19 @@ class BufferRelay:
         try:
             with outages_named(bootstrap):
                 self._producer.init_transactions(self._timeout_s)  # fences an earlier run
+        except KafkaException as exc:
+            self._group.close()
+            error = exc.args[0] if exc.args else None
+            if (
+                not isinstance(error, KafkaError)
+                or error.code() != KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            ):
+                raise
+            raise KafkaOperationError(
+                f"timeline relay {name!r}: Kafka refused its transactional id: its principal "
+                f"needs WRITE and DESCRIBE on transactional ids {BUFFER_TRANSACTIONAL_PREFIX}* "
+                "(the timeline role's grants)"
+            ) from exc
         except BaseException:
             self._group.close()
             raise

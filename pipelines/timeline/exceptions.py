@@ -102,6 +102,12 @@ class StreamTimeAheadError(TimelineError, ValueError, rule="stream-time-ahead"):
     watermarks are times of events already written, not of the future."""
 
 
+class StreamTimeNotPermittedError(TimelineError, PermissionError, rule="stream-time-not-permitted"):
+    """The database role may not record stream times: only the stream clock's roles (the
+    relay and the consumers, :func:`~tidemark.pipelines.timeline.grants.grant_timeline_roles`)
+    may move a stream's time."""
+
+
 class StoreUnavailableError(TimelineError, ServiceUnavailableError, rule="store-unavailable"):
     """The database could not be reached or dropped the connection; retry later.
     ``address``: ``host:port/dbname`` of the DSN (never its password)."""

@@ -192,8 +192,13 @@ def applied_versions(conn: psycopg.Connection[tuple[object, ...]]) -> set[int]:
 
 def apply_migrations(conn: psycopg.Connection[tuple[object, ...]]) -> list[int]:
     """Apply what is missing on an autocommit connection; returns the versions applied."""
-    conn.execute(_LEDGER)
-    done = applied_versions(conn)
+    try:
+        # Read first: a client role that may not create tables (only use them) migrates
+        # nothing once the schema is there, and never reaches a CREATE.
+        done = applied_versions(conn)
+    except psycopg.errors.UndefinedTable:
+        conn.execute(_LEDGER)
+        done = applied_versions(conn)
     row = conn.execute("SELECT version()").fetchone()
     postgres = row is not None and "cockroach" not in str(row[0]).lower()
     applied = []

@@ -35,10 +35,11 @@ database's clock: a watermark is the time of events already written, so a
 time beyond that is a bug or an attack that would make every event-time
 message due for good. Either refusal is an error, not a silent no-op.
 Recording them is the consumers' job (from their ``stream_clock``, fed by the
-controller's watermarks); a deployment where clients must not record stream
-times at all grants ``UPDATE`` on ``timeline_stream_times`` only to the
-consumers' database role, the one check an API on a shared database cannot
-make.
+controller's watermarks), and the database enforces it:
+:func:`~.grants.grant_timeline_roles` lets only the clock's roles (relay,
+consumers) write ``timeline_stream_times``; any other role's
+:meth:`~TimelineStore.advance_stream_time` is
+:class:`~exceptions.StreamTimeNotPermittedError`.
 
 Every failure reaches the caller as a :class:`~exceptions.TimelineError`
 naming its rule: inputs PostgreSQL text cannot hold (NUL, lone surrogates)

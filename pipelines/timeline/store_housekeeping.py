@@ -8,11 +8,15 @@ make event-time messages due, and the purge of deleted rows.
 
 from __future__ import annotations
 
+import psycopg
+
 from tidemark.pipelines.timeline.clock import NOW_MS
 from tidemark.pipelines.timeline.exceptions import (
     ConcurrentChangeError,
     StreamTimeAheadError,
     StreamTimeBackwardsError,
+    StreamTimeNotPermittedError,
+    TimelineDatabaseError,
 )
 from tidemark.pipelines.timeline.migrations import apply_migrations
 from tidemark.pipelines.timeline.model import MAX_STREAM_TIME_LEAD_MS, check_name, check_timestamp
@@ -42,15 +46,23 @@ class Housekeeping(StoreSession):
         check_name("stream", stream)
         check_timestamp("time_ms", time_ms)
         params = {"s": stream, "t": time_ms, "lead": MAX_STREAM_TIME_LEAD_MS}
-        row = self._one(
-            f"""INSERT INTO timeline_stream_times (stream, time_ms, updated_at_ms)
-                SELECT %(s)s, %(t)s, {NOW_MS} WHERE %(t)s::BIGINT <= {NOW_MS} + %(lead)s
-                ON CONFLICT (stream) DO UPDATE
-                SET time_ms = excluded.time_ms, updated_at_ms = excluded.updated_at_ms
-                WHERE timeline_stream_times.time_ms <= excluded.time_ms
-                RETURNING time_ms""",
-            params,
-        )
+        try:
+            row = self._one(
+                f"""INSERT INTO timeline_stream_times (stream, time_ms, updated_at_ms)
+                    SELECT %(s)s, %(t)s, {NOW_MS} WHERE %(t)s::BIGINT <= {NOW_MS} + %(lead)s
+                    ON CONFLICT (stream) DO UPDATE
+                    SET time_ms = excluded.time_ms, updated_at_ms = excluded.updated_at_ms
+                    WHERE timeline_stream_times.time_ms <= excluded.time_ms
+                    RETURNING time_ms""",
+                params,
+            )
+        except TimelineDatabaseError as exc:
+            if isinstance(exc.__cause__, psycopg.errors.InsufficientPrivilege):
+                raise StreamTimeNotPermittedError(
+                    f"stream {stream!r}: this database role may not record stream times; "
+                    "only the relay's and consumers' roles may (grant_timeline_roles clocks)"
+                ) from exc
+            raise
         if row is not None:
             return int(row[0])
         now = self.now_ms()

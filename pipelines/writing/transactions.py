@@ -50,6 +50,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from tidemark.controller.kafka import roles
 from tidemark.controller.model import WriterMark
+from tidemark.controller.naming import WRITER_TRANSACTIONAL_PREFIX
 from tidemark.controller.store import MetadataStore
 from tidemark.pipelines.writing.config import WriterConfig
 from tidemark.pipelines.writing.exceptions import (
@@ -77,7 +78,7 @@ log = logging.getLogger(__name__)
 
 def transactional_id_for(stream: str, writer_id: str) -> str:
     """The Kafka ``transactional.id`` of writer ``writer_id`` on ``stream``."""
-    return f"tidemark:{stream}:{writer_id}"
+    return f"{WRITER_TRANSACTIONAL_PREFIX}{stream}:{writer_id}"
 
 
 class TransactionState(enum.StrEnum):

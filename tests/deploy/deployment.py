@@ -120,6 +120,7 @@ class Deployment:
                 self.cluster.marks_topic,
                 writers=["writer", "sparkjob"],
                 controllers=["controller"],
+                readers=["reader"],
             )
 
     @property

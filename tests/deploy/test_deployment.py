@@ -205,7 +205,7 @@ def test_readers_answer_from_the_object_store(running: Running) -> None:
     at = marks[len(marks) // 2].time
     cut = stream_cut_at(STREAM, at, delta_root=d.delta_root, storage_options=d.s3.storage_options())
     assert cut, "no start cut from the index on s3"
-    env = d.process_env("admin")
+    env = d.process_env("reader")
     read = subprocess.run(
         [*TIDEMARK, "read", STREAM, "--ago", "1h", "--count", "3", "--format", "json"],
         env=env,
