@@ -97,26 +97,28 @@ def applies_within_two_cycles(
     return row
 
 
+@pytest.fixture
+def env(kafka: str, zookeeper: str, zk_client: Any, unique: str, tmp_path: Path) -> Env:
+    return make_env(kafka, zookeeper, zk_client, unique, tmp_path, buckets=1)
+
+
+def one_stream(env: Env, **config: Any) -> tuple[str, StreamConfiguration]:
+    """A one-segment stream configured with ``config``: (its name, its configuration)."""
+    stream = f"t{env.unique}/orders"
+    made = StreamConfiguration(scaling_policy=ScalingPolicy.fixed(1), **config)
+    env.manager.create_scope(f"t{env.unique}")
+    env.manager.create(stream, made)
+    return stream, made
+
+
 @FLOWING
 def test_a_writer_timeout_update_reaches_a_running_controller_within_two_cycles(
-    spark: Any,
-    kafka: str,
-    zookeeper: str,
-    zk_client: Any,
-    unique: str,
-    tmp_path: Path,
-    flowing: bool,
+    spark: Any, env: Env, flowing: bool
 ) -> None:
-    env = make_env(kafka, zookeeper, zk_client, unique, tmp_path, buckets=1)
-    stream = f"t{unique}/orders"
-    config = StreamConfiguration(
-        scaling_policy=ScalingPolicy.fixed(1), timestamp_aggregation_timeout_ms=600_000
-    )
-    env.manager.create_scope(f"t{unique}")
-    env.manager.create(stream, config)
+    stream, config = one_stream(env, timestamp_aggregation_timeout_ms=600_000)
     settings = env.settings(writer_timeout_ms=600_000)
     noters = {w: Noter(env.writer(w, stream), period_s=0.1) for w in ("w1", "w2")}
-    job = ControllerJob(spark, settings, f"c-{unique}").start()
+    job = ControllerJob(spark, settings, f"c-{env.unique}").start()
     try:
         job.wait_leading()
         for noter in noters.values():
@@ -154,24 +156,12 @@ def test_a_writer_timeout_update_reaches_a_running_controller_within_two_cycles(
 
 @FLOWING
 def test_a_start_up_delay_update_reaches_a_running_controller_within_two_cycles(
-    spark: Any,
-    kafka: str,
-    zookeeper: str,
-    zk_client: Any,
-    unique: str,
-    tmp_path: Path,
-    flowing: bool,
+    spark: Any, env: Env, flowing: bool
 ) -> None:
-    env = make_env(kafka, zookeeper, zk_client, unique, tmp_path, buckets=1)
-    stream = f"t{unique}/orders"
-    config = StreamConfiguration(
-        scaling_policy=ScalingPolicy.fixed(1), first_watermark_delay_ms=600_000
-    )
-    env.manager.create_scope(f"t{unique}")
-    env.manager.create(stream, config)
+    stream, config = one_stream(env, first_watermark_delay_ms=600_000)
     settings = env.settings()
     noter = Noter(env.writer("w1", stream), period_s=0.1)
-    job = ControllerJob(spark, settings, f"c-{unique}").start()
+    job = ControllerJob(spark, settings, f"c-{env.unique}").start()
     try:
         job.wait_leading()
         if flowing:
