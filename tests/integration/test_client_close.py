@@ -25,6 +25,8 @@ from tidemark.controller.naming import ClusterSettings
 from tidemark.controller.streams import StreamManager
 from tidemark.errors import TidemarkError
 from tidemark.infra.kafka import KafkaCluster
+from tidemark.pipelines.timeline.exceptions import TimelineClosedError
+from tidemark.pipelines.timeline.producer import KafkaTimelineProducer
 from tidemark.pipelines.writing.config import WriterConfig
 from tidemark.pipelines.writing.exceptions import WriterClosedError
 from tidemark.pipelines.writing.producer import TidemarkProducer
@@ -45,12 +47,12 @@ def broker(tmp_path: Path) -> Iterator[KafkaCluster]:
         yield cluster
 
 
-Writers = dict[str, tuple[Any, Callable[[], None], Callable[[Any], None]]]
+Writers = dict[str, tuple[Any, Callable[[], None], Callable[[Any], None], type[Exception]]]
 
 
 def writers(broker: KafkaCluster, unique: str) -> Writers:
-    """One of each writer kind on one stream, each written to and acknowledged once:
-    name -> (writer, its close, a use of it)."""
+    """One of each writer kind (the timeline's Kafka producer too), each written to and
+    acknowledged once: name -> (writer, its close, a use of it, what that use raises)."""
     kafka = broker.bootstrap_servers
     cluster = ClusterSettings(marks_topic=f"marks-{unique}", bucket_count=1)
     store = MemoryStore()
@@ -74,13 +76,25 @@ def writers(broker: KafkaCluster, unique: str) -> Writers:
     producer.produce(manager.describe(stream).topic, b"x", b"k")
     producer.note_time(10)
     assert producer.flush(10) == 0
+    manager.topics.create(f"timeline-in-{unique}", 1, {})
+    timeline = KafkaTimelineProducer(kafka, f"timeline-in-{unique}", "tl", "app")
+    timeline.put(b"x", timestamp_ms=10)
+    timeline.flush(10)
+    closed = WriterClosedError
     return {
-        "EventWriter": (event, lambda: event.close(CLOSE_MS), lambda w: w.write(b"y", "k")),
-        "TransactionalWriter": (txn, txn.close, lambda w: w.begin()),
+        "EventWriter": (event, lambda: event.close(CLOSE_MS), lambda w: w.write(b"y", "k"), closed),
+        "TransactionalWriter": (txn, txn.close, lambda w: w.begin(), closed),
         "TidemarkProducer": (
             producer,
             lambda: producer.close(CLOSE_MS / 1000),
             lambda w: w.note_time(11),
+            closed,
+        ),
+        "KafkaTimelineProducer": (
+            timeline,
+            lambda: timeline.close(CLOSE_MS / 1000),
+            lambda w: w.put(b"y", timestamp_ms=11),
+            TimelineClosedError,
         ),
     }
 
@@ -89,7 +103,7 @@ def close_all(made: Writers) -> dict[str, float]:
     """Close each; the seconds each close took (an error of the one hierarchy, such as
     the records a gone broker never acknowledged, is the close's honest answer)."""
     took = {}
-    for name, (_, close, _) in made.items():
+    for name, (_, close, _, _) in made.items():
         started = time.monotonic()
         with contextlib.suppress(TidemarkError):
             close()
@@ -98,8 +112,8 @@ def close_all(made: Writers) -> dict[str, float]:
 
 
 def assert_closed(made: Writers) -> None:
-    for name, (writer, close, use) in made.items():
-        with pytest.raises(WriterClosedError):
+    for name, (writer, close, use, closed_error) in made.items():
+        with pytest.raises(closed_error):
             use(writer)
         close()  # twice is allowed
         assert name
