@@ -7,10 +7,11 @@ A stream's writers may all be silent, its next cycle due at a time computed
 under the old configuration (a writer timeout of 10 minutes lowered to 1 s
 would wait the 10 minutes). The leading driver therefore watches every
 stream's record in ZooKeeper, and when one changes (``stream update``, a
-scale, a new stream) makes every slot due at once (one due record per slot,
-:meth:`tidemark.jobs.due.DueScheduler.sweep`): the next micro-batch
-re-evaluates each stream under the values its workers now read. Changes that
-arrive together cost one sweep.
+scale, a new stream) makes every slot due at once (one re-evaluating due
+record per slot, :meth:`tidemark.jobs.due.DueScheduler.sweep`): the next
+micro-batch runs the cycle of every stream with a due time, under the values
+its workers now read, and sets its due time anew. Changes that arrive together
+cost one sweep.
 """
 
 from __future__ import annotations

@@ -21,7 +21,11 @@ Due records are hints, not state: one too many runs a check that finds
 nothing due; one lost (the driver died before producing it) is made up by
 :meth:`DueScheduler.sweep`, which a new leader runs once on start: a due
 record for every slot, so the first batch reports every pending due time
-again. One Kafka does not acknowledge (a broker down, an ACL missing: the
+again. Its records say so (:data:`tidemark.jobs.slot_keys.REEVALUATE`): they run a cycle
+of every stream with a due time at once, since each was computed under the stream's
+configuration of then -- a new leader, or a stream's record that changed
+(:mod:`tidemark.jobs.config_changes`), must not wait out a timeout since lowered.
+One Kafka does not acknowledge (a broker down, an ACL missing: the
 controller's principal needs WRITE on the marks topic) is logged, counted
 (``on_failed``: the ``tidemark_controller_due_records_failed`` metric) and
 produced again after a back-off, never dropped.
@@ -38,7 +42,7 @@ from typing import Any
 
 from tidemark.controller.kafka import roles
 from tidemark.jobs.config import ControllerSettings
-from tidemark.jobs.slot_keys import due_key
+from tidemark.jobs.slot_keys import REEVALUATE, due_key
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +101,8 @@ class DueScheduler:
         self.failed = 0
         """Due records Kafka did not acknowledge (each produced again later)."""
         self._failures_in_row = 0
+        self._reevaluate: set[int] = set()
+        """Slots whose sweep record failed: their retry re-evaluates too."""
         self._cond = threading.Condition()
         self._stopping = False
         self._producer: Any = None
@@ -123,7 +129,10 @@ class DueScheduler:
             self._cond.notify()
 
     def sweep(self) -> None:
-        """A due record for every slot now (a new leader: re-learn what is pending)."""
+        """A re-evaluating due record for every slot now (a new leader, a changed
+        configuration: re-learn what is pending, under the configuration of now)."""
+        with self._cond:
+            self._reevaluate.update(self.settings.slot_keys)
         self._produce(self.settings.slot_keys, _now_ms())
 
     def stop(self) -> None:
@@ -152,7 +161,8 @@ class DueScheduler:
         """Produce a due record per slot and wait for Kafka's answers; the slots whose
         record failed are due again after the back-off."""
         topic, partitions = self.settings.cluster.marks_topic, self.settings.bucket_count
-        value = str(now_ms).encode()
+        with self._cond:
+            reevaluate = set(self._reevaluate)
         failed: dict[int, str] = {}
 
         def delivered(slot: int) -> Callable[[Any, Any], None]:
@@ -167,7 +177,7 @@ class DueScheduler:
             try:
                 self._producer.produce(
                     topic,
-                    value,
+                    REEVALUATE if slot in reevaluate else str(now_ms).encode(),
                     due_key(slot).encode(),
                     partition=slot % partitions,
                     on_delivery=delivered(slot),
@@ -178,6 +188,8 @@ class DueScheduler:
         if self._producer.flush(DELIVERY_TIMEOUT_MS / 1000 + 5):
             failed.update({slot: "no answer from Kafka" for slot in sent if slot not in failed})
         self.produced += len(sent) - len(set(sent) & set(failed))
+        with self._cond:
+            self._reevaluate -= set(sent) - set(failed)
         if failed:
             self._retry_later(failed)
         else:

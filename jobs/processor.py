@@ -48,7 +48,7 @@ from pyspark.sql.types import IntegerType, LongType, StringType, StructField, St
 
 from tidemark.jobs.config import WorkflowSettings
 from tidemark.jobs.lookups import worker_committed, worker_registrations, worker_streams
-from tidemark.jobs.slot_keys import is_due_key
+from tidemark.jobs.slot_keys import is_due_key, is_reevaluation
 from tidemark.jobs.slots import SlotState, run_slot
 from tidemark.jobs.tables import spark_schema
 from tidemark.jobs.worker_setup import keep_zip_directories
@@ -202,6 +202,7 @@ class ControllerProcessor(StatefulProcessor):
         now_ms = timerValues.getCurrentProcessingTimeInMs()
         records: dict[str, list[MarkInput]] = {}
         bad_keys: list[Output] = []
+        reevaluate = False
         for frame in rows:
             for raw_key, value, part, offset, arrival in zip(
                 frame["stream"].tolist(),  # the raw key: bytes, never assumed UTF-8
@@ -218,6 +219,7 @@ class ControllerProcessor(StatefulProcessor):
                     bad_keys.append(Rejected(shown, None, why, value, part, offset, now_ms))
                     continue
                 if is_due_key(stream):
+                    reevaluate = reevaluate or is_reevaluation(value)
                     continue  # it only brought the slot here
                 arrival_ms = None if arrival is None or pd.isna(arrival) else int(arrival)
                 records.setdefault(stream, []).append(MarkInput(value, part, offset, arrival_ms))
@@ -226,7 +228,7 @@ class ControllerProcessor(StatefulProcessor):
         slot = SlotState.from_json(stored)
         outputs: list[Output | SlotDue] = [
             *bad_keys,
-            *run_slot(self.workflow, slot, records, now_ms),
+            *run_slot(self.workflow, slot, records, now_ms, reevaluate),
         ]
         text = slot.to_json()
         if text != stored and (stored is not None or slot.streams):

@@ -3,6 +3,7 @@
     keys = balanced_slot_keys(slot_count, partitions)   # one key per slot
     frame.withColumn("slot", expr(slot_expression(keys)))
     due_key(3)                                         # "#due:3", a due record's key
+    is_reevaluation(value)                             # a sweep's due record (REEVALUATE)
 
 A stream's slot is ``pmod(xxhash64(stream), slot_count)``; the keys are chosen so
 that Spark's hash partitioning gives every state partition the same number of
@@ -90,12 +91,24 @@ def is_due_key(stream: str) -> bool:
     return stream.startswith(DUE_PREFIX)
 
 
+REEVALUATE = b"re-evaluate"
+"""The value of a due record that runs a cycle of every stream of its slot with a time
+pending, due or not: due times are computed under a stream's configuration, so a
+changed one (a lowered timeout or start-up delay) is not waited out."""
+
+
+def is_reevaluation(value: bytes | None) -> bool:
+    return value == REEVALUATE
+
+
 __all__ = [
     "DUE_PREFIX",
+    "REEVALUATE",
     "SLOTS_PER_PARTITION",
     "balanced_slot_keys",
     "due_key",
     "is_due_key",
+    "is_reevaluation",
     "slot_expression",
     "spark_partition",
 ]

@@ -72,6 +72,10 @@ class SlotState:
         """Streams whose cycle is due at ``now_ms`` (asked without decoding them)."""
         return {s for s, raw in self.streams.items() if workflow.is_due(raw["due"], now_ms)}
 
+    def pending_streams(self, workflow: StreamWorkflow) -> set[str]:
+        """Streams with a due time, due or not yet."""
+        return {s for s, raw in self.streams.items() if workflow.due_for(raw["due"]) is not None}
+
     def due(self, workflow: StreamWorkflow) -> int | None:
         """The earliest due time of the slot's streams (``None``: nothing pending)."""
         dues = (workflow.due_for(raw["due"]) for raw in self.streams.values())
@@ -83,21 +87,25 @@ def run_slot(
     slot: SlotState,
     records: Mapping[str, Sequence[MarkInput]],
     now_ms: int,
+    reevaluate: bool = False,
 ) -> list[Output]:
     """One micro-batch of a slot: fold each stream's records, then run due cycles.
 
-    ``records`` may be empty (only a due record came). Streams are visited in
-    name order, so a re-run of the batch yields the same outputs in the same order.
+    ``records`` may be empty (only a due record came). ``reevaluate`` (a sweep's due
+    record came, :data:`~tidemark.jobs.slot_keys.REEVALUATE`): every stream with a due
+    time runs its cycle now, due or not. Streams are visited in name order, so a
+    re-run of the batch yields the same outputs in the same order.
     """
     outputs: list[Output] = []
-    streams = sorted(slot.due_streams(workflow, now_ms).union(records))
+    pending = slot.pending_streams(workflow) if reevaluate else set()
+    streams = sorted(slot.due_streams(workflow, now_ms).union(pending, records))
     workflow.expect(streams)
     for stream in streams:
         state = slot.state(stream)
         if stream in records:
             outputs += workflow.on_records(stream, state, records[stream], now_ms)
         else:
-            outputs += workflow.on_due(stream, state, now_ms)
+            outputs += workflow.on_due(stream, state, now_ms, anyway=stream in pending)
         slot.put(stream, state)
     return outputs
 

@@ -409,9 +409,12 @@ class StreamWorkflow:
             if meta is not None:
                 self.committed.expect(meta.topic, [s.number for s in meta.active_segments()])
 
-    def on_due(self, stream: str, state: StreamState, now_ms: int) -> list[Output]:
-        """A due record of the stream's slot arrived: run the cycle when one is due."""
-        if not self.is_due(state.due_ms, now_ms):
+    def on_due(
+        self, stream: str, state: StreamState, now_ms: int, anyway: bool = False
+    ) -> list[Output]:
+        """A due record of the stream's slot arrived: run the cycle when one is due, or
+        ``anyway`` (its configuration may have changed since its due time was set)."""
+        if not anyway and not self.is_due(state.due_ms, now_ms):
             return []
         return self.cycle(stream, state, now_ms)
 

@@ -21,6 +21,7 @@ Clients that live in a user's process log through the ``logging`` module instead
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -80,6 +81,23 @@ def create(role: Role[C], config: Mapping[str, Any]) -> C:
 def client(role: Role[C], bootstrap: str, extra: Mapping[str, Any] | None = None) -> C:
     """The client of ``role`` connected to ``bootstrap`` (``extra``: the site's settings)."""
     return create(role, role.config(bootstrap, extra))
+
+
+def release(producer: Producer, timeout_s: float) -> int:
+    """Let go of ``producer`` within about ``timeout_s``: wait that long for what is in
+    flight, purge what is left (its delivery reports say so), serve the reports, close
+    the handle (its threads and broker connections end now, not when the object is
+    collected: nothing reconnects or logs after). The number of records purged."""
+    left = producer.flush(max(0.0, timeout_s))
+    if left:
+        producer.purge(in_queue=True, in_flight=True, blocking=True)
+        producer.poll(0)
+    with warnings.catch_warnings():
+        # a transaction a gone broker left open cannot be aborted: the broker's own
+        # transaction timeout aborts it, and the caller was told already
+        warnings.filterwarnings("ignore", "Producer abort_transaction failed", RuntimeWarning)
+        producer.close()
+    return left
 
 
 # --- writers ------------------------------------------------------------------------------
@@ -311,5 +329,6 @@ __all__ = [
     "Role",
     "client",
     "create",
+    "release",
     "writer_role",
 ]

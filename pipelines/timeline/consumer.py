@@ -56,7 +56,7 @@ from tidemark.pipelines.timeline.exceptions import (
     StreamTimeAheadError,
     StreamTimeBackwardsError,
 )
-from tidemark.pipelines.timeline.metrics import CLOCK_DRIFT, DELIVERED, DUE_TO_DELIVERY_LAG
+from tidemark.pipelines.timeline.metrics import DELIVERED, DUE_TO_DELIVERY_LAG, DriftGauge
 from tidemark.pipelines.timeline.model import Lease, Message
 from tidemark.pipelines.timeline.store import NOTIFY_CHANNEL, TimelineStore, database_error
 
@@ -141,24 +141,18 @@ class ConsumerMetrics:
 class _Metrics:
     """The consumer's figures, also exported to Prometheus (:mod:`.metrics`)."""
 
-    def __init__(self, timeline: str, window: int = 100_000) -> None:
+    def __init__(self, timeline: str, drift: DriftGauge, window: int = 100_000) -> None:
         self.lags: deque[float] = deque(maxlen=window)
         self.delivered = 0
-        self._drift: ClockDrift | None = None
+        self._drift_gauge = drift
+        """The process's drift gauge (refreshed on the consumer's heartbeat)."""
         self._lock = threading.Lock()
         self._lag_histogram = DUE_TO_DELIVERY_LAG.labels(timeline)
         self._delivered_counter = DELIVERED.labels(timeline)
-        self._drift_gauge = CLOCK_DRIFT.labels(timeline)
 
     @property
     def drift(self) -> ClockDrift | None:
-        return self._drift
-
-    @drift.setter
-    def drift(self, value: ClockDrift | None) -> None:
-        self._drift = value
-        if value is not None:
-            self._drift_gauge.set(value.drift_ms / 1000)
+        return self._drift_gauge.last
 
     def record(self, leases: Sequence[Lease]) -> None:
         offset = self.drift.drift_ms if self.drift else 0.0
@@ -242,7 +236,8 @@ class TimelineConsumer(Closing):
         self._streams_waiting = False
         self.store = TimelineStore(dsn, due=due)
         self.buckets = self.store.timeline(timeline).buckets
-        self._metrics = _Metrics(timeline)
+        self.drift = DriftGauge(timeline, self.store.clock_drift)
+        self._metrics = _Metrics(timeline, self.drift)
         self._waker: Waker | None = None
         if config.use_notify and self.store.supports_notify and due is None:
             self._waker = Waker(dsn, timeline)
@@ -257,7 +252,6 @@ class TimelineConsumer(Closing):
                 timeline,
             )
         self._heartbeat(force=True)
-        self._metrics.drift = self.store.clock_drift()
 
     @property
     def consumer_id(self) -> str:
@@ -280,7 +274,7 @@ class TimelineConsumer(Closing):
             log.info("%s: serving buckets %s of %d", self.consumer_id, mine, self.buckets)
         self._mine = mine
         self._last_heartbeat = now
-        self._metrics.drift = self.store.clock_drift()
+        self.drift.refresh()  # measured again when due, as every timeline process's
 
     def _record_stream_times(self) -> None:
         """Feed the store the times of the streams this timeline's messages wait for."""

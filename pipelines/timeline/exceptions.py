@@ -121,6 +121,10 @@ class TimelineDatabaseError(TimelineError, rule="database-error"):
     """The database refused a statement for a reason no other rule names (see the message)."""
 
 
+class TimelineClosedError(TimelineError, rule="closed"):
+    """The client was closed: make a new one."""
+
+
 class ConcurrentChangeError(TimelineError, rule="concurrent-change"):
     """The message changed between the refused statement and its explanation; retry."""
 
@@ -145,6 +149,7 @@ __all__ = [
     "StreamTimeAheadError",
     "StreamTimeBackwardsError",
     "TimeInPastError",
+    "TimelineClosedError",
     "TimelineConflictError",
     "TimelineDatabaseError",
     "TimelineError",

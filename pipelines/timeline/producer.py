@@ -29,7 +29,11 @@ from tidemark.controller.closing import Closing
 from tidemark.controller.exceptions import KafkaUnavailableError
 from tidemark.controller.kafka import roles
 from tidemark.controller.kafka.outages import answering
-from tidemark.pipelines.timeline.exceptions import InvalidMessageError, TimelineError
+from tidemark.pipelines.timeline.exceptions import (
+    InvalidMessageError,
+    TimelineClosedError,
+    TimelineError,
+)
 from tidemark.pipelines.timeline.metrics import CREATED, DriftGauge
 from tidemark.pipelines.timeline.model import (
     check_headers,
@@ -182,7 +186,12 @@ class KafkaTimelineProducer(_Scheduling[str]):
         self.producer_group = producer_group
         self.bootstrap = bootstrap
         self._errors: list[str] = []
+        self._closed = False
         self._producer = roles.client(roles.TIMELINE_KAFKA_PRODUCER, bootstrap, config)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise TimelineClosedError(f"producer to {self.topic!r} is closed", self.timeline)
 
     def _on_delivery(self, err: Any, msg: Any) -> None:
         if err is not None:
@@ -192,6 +201,7 @@ class KafkaTimelineProducer(_Scheduling[str]):
         """Queue one message; returns its id. :meth:`flush` waits for the broker's acks.
         ``headers`` go as the record's Kafka headers; the ingester stores them and the
         relay delivers them."""
+        self._check_open()
         message_id, timestamp_ms = str(new.id), new.timestamp_ms
         if new.due_stream is not None:
             raise InvalidMessageError(
@@ -225,6 +235,7 @@ class KafkaTimelineProducer(_Scheduling[str]):
     def flush(self, timeout_s: float = 30.0) -> None:
         """Wait until every queued message is acknowledged; raise if any failed (caused by
         :class:`KafkaUnavailableError` when the brokers cannot be reached)."""
+        self._check_open()
         left = self._producer.flush(timeout_s)
         if left:
             error = TimelineError(f"{left} messages to {self.topic!r} unacknowledged after flush")
@@ -237,8 +248,17 @@ class KafkaTimelineProducer(_Scheduling[str]):
             errors, self._errors = self._errors, []
             raise TimelineError(f"producing to {self.topic!r} failed: {'; '.join(errors[:5])}")
 
-    def close(self) -> None:
-        self.flush()
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Flush (at most ``timeout_s``), then close the Kafka handle: nothing reconnects
+        or logs after, and a use after raises :class:`TimelineClosedError`. Raises as
+        :meth:`flush` when messages were not acknowledged. Closing twice is allowed."""
+        if self._closed:
+            return
+        try:
+            self.flush(timeout_s)
+        finally:
+            self._closed = True
+            roles.release(self._producer, 0)
 
     def __enter__(self) -> KafkaTimelineProducer:
         return self

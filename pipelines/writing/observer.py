@@ -46,6 +46,7 @@ from tidemark.controller.timestamps import wall_clock_ms
 from tidemark.pipelines.writing.exceptions import (
     DeliveryError,
     FailedRecord,
+    WriterClosedError,
     WriterConfigError,
     raise_failures,
 )
@@ -148,6 +149,7 @@ class StreamObserver(Closing):
 
     def observe_once(self) -> WriterMark | None:
         """Look once and send the mark it makes; the mark (``None``: nothing to note yet)."""
+        self._check_open()
         self._check()
         offsets, partitions = self._follow(self._view.latest)
         ends = offsets.last_stable(partitions)
@@ -194,6 +196,7 @@ class StreamObserver(Closing):
     def flush(self, timeout_s: float | None = None) -> int:
         """Wait until the marks sent are acknowledged; how many are not (after
         ``timeout_s``, default the config's)."""
+        self._check_open()
         left = self._producer.flush(self.config.timeout_s if timeout_s is None else timeout_s)
         self._check()
         return left
@@ -213,14 +216,15 @@ class StreamObserver(Closing):
             stop.wait(interval_s)
 
     def close(self) -> None:
-        """Send the shutdown mark (the last noted time, not alive) and flush."""
+        """Send the shutdown mark (the last noted time, not alive), flush (at most the
+        config's ``timeout_s``) and close the Kafka handle."""
         if self._closed:
             return
         self._closed = True
         last = self._last
         if last is not None:
             self._marks.publish(self.stream, replace(last, alive=False))
-        left = self._producer.flush(self.config.timeout_s)
+        left = roles.release(self._producer, self.config.timeout_s)
         if left:
             log.warning("observer %s: %d marks not acknowledged at close", self.writer_id, left)
         self._check()
@@ -229,6 +233,10 @@ class StreamObserver(Closing):
         self._producer.produce(
             msg.topic, msg.value, msg.key, partition=msg.partition, on_delivery=on_delivery
         )
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise WriterClosedError(f"observer {self.writer_id} of {self.stream} is closed")
 
     def _check(self) -> None:
         if self._failures:

@@ -583,9 +583,9 @@ class TidemarkProducer(Closing):
     def close(self, timeout: float = 30.0) -> None:
         """Flush, publish the shutdown mark (when time was ever noted, or is noted
         automatically: then at the automatic time of the close), flush again, and let
-        go of the Kafka client when nothing is left in flight (``poll`` and ``flush``
-        then answer 0; the client's own methods raise ``RuntimeError``, as after
-        ``Producer.close``).
+        go of the Kafka client, purging what is still in flight after ``timeout``
+        (``poll`` and ``flush`` then answer 0; the client's own methods raise
+        ``RuntimeError``, as after ``Producer.close``).
 
         Raises :class:`DeliveryError` for records Kafka did not store, after
         closing. Closing twice is allowed.
@@ -617,12 +617,11 @@ class TidemarkProducer(Closing):
 
     def _release(self) -> None:
         """Stop the wrapped client's threads and broker connections at the close, not when
-        the object is collected -- once nothing is in flight (a record still in flight
-        keeps it, so its report can still come through ``poll`` or ``flush``)."""
-        if len(self._producer) == 0:
-            vars(self).pop("poll", None)  # the wrapped producer's own, with end offsets
-            self._released = True
-            self._producer.close()
+        the object is collected: what is still in flight after the close's flush is
+        purged, its delivery reports (served here) saying so. Nothing reconnects after."""
+        vars(self).pop("poll", None)  # the wrapped producer's own, with end offsets
+        self._released = True
+        roles.release(self._producer, 0)
 
     def position(self, stream: str) -> dict[int, int]:
         """Segment id -> next offset acknowledged on ``stream``'s segments."""

@@ -390,7 +390,9 @@ class TransactionalWriter(_StreamWriter):
 
     def close(self) -> None:
         """Abort an open transaction, commit a shutdown mark (when time was noted, or is
-        noted automatically: then at the automatic time of the close), stop."""
+        noted automatically: then at the automatic time of the close), close the Kafka
+        handle (as :meth:`EventWriter.close`: any use after raises
+        :class:`WriterClosedError`)."""
         if self._heartbeat is not None:
             self._heartbeat.stop()
         with self._lock:
@@ -404,11 +406,19 @@ class TransactionalWriter(_StreamWriter):
                 )
                 if last is not None and self._fatal is None:
                     mark = WriterMark(last, dict(self._committed), False, self._max_event_time())
-                    self._producer.begin_transaction()
-                    self._marks.publish(self.stream, mark)
-                    self._producer.commit_transaction(self.config.close_timeout_ms / 1000)
+                    try:
+                        self._producer.begin_transaction()
+                        self._marks.publish(self.stream, mark)
+                        self._producer.commit_transaction(self.config.close_timeout_ms / 1000)
+                    except KafkaException as exc:
+                        raise TransactionError(
+                            f"writer {self.writer_id}: its shutdown mark was not committed "
+                            f"({exc.args[0]}); the controller drops the writer after its "
+                            "timeout instead"
+                        ) from exc
             finally:
                 self._closed = True
+                self._release(self.config.close_timeout_ms)
 
 
 __all__ = ["Transaction", "TransactionState", "TransactionalWriter", "transactional_id_for"]

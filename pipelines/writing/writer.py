@@ -501,6 +501,12 @@ class _StreamWriter(Closing):
     def _raise_failures(self) -> None:
         raise_failures(self._failures)
 
+    def _release(self, timeout_ms: int) -> None:
+        """Close the Kafka handle (caller holds the lock, the writer is closed): records
+        still unacknowledged after ``timeout_ms`` are purged and reported failed."""
+        roles.release(self._producer, timeout_ms / 1000)
+        self._harvest()
+
     def position(self) -> dict[int, int]:
         """Segment id -> next offset, for every segment with records acknowledged."""
         with self._lock:
@@ -776,9 +782,11 @@ class EventWriter(_StreamWriter):
         yet is applied (records its seal cut off are sent again to the successors),
         so every record acknowledged is in the stream when ``close`` returns. The
         shutdown mark (``alive=False``) lets the controller stop waiting
-        for this writer at once. Records Kafka refused are raised as
-        :class:`DeliveryError` after the writer is closed. Closing twice is
-        allowed.
+        for this writer at once. Then the Kafka handle is closed (a broker that is
+        gone costs at most ``timeout_ms``; nothing reconnects or logs after). Records
+        Kafka refused, or did not acknowledge in time, are raised as
+        :class:`DeliveryError` after the writer is closed; any use after raises
+        :class:`WriterClosedError`. Closing twice is allowed.
         """
         if self._heartbeat is not None:
             self._heartbeat.stop()
@@ -798,6 +806,7 @@ class EventWriter(_StreamWriter):
                         self._drain(timeout)
             finally:
                 self._closed = True
+                self._release(timeout)
             self._raise_failures()
 
     def _apply_scales(self, timeout_ms: int) -> None:

@@ -86,7 +86,10 @@ def test_controllers_stop_on_a_signal_and_on_down_with_their_services_gone(
         _wait_for_line(leader_log, "query started", leader, 300)
         procs.append(standby := _controller(env, "c2", standby_log, "--no-warm-up"))
         _wait_for_line(standby_log, "spark session", standby, 300)
-        assert {p.name for p in _noted(home)} == {"c1", "c2"}
+        impatient_log = tmp_path / "c3.log"
+        procs.append(impatient := _controller(env, "c3", impatient_log, "--no-warm-up"))
+        _wait_for_line(impatient_log, "spark session", impatient, 300)
+        assert {p.name for p in _noted(home)} == {"c1", "c2", "c3"}
 
         # every service dies at once, as in a crash
         state = LocalServices(Environment.from_env({"TIDEMARK_HOME": str(home)})).read_state()
@@ -107,6 +110,15 @@ def test_controllers_stop_on_a_signal_and_on_down_with_their_services_gone(
         loud = [line for line in after if line.strip() and " INFO " not in line]
         assert len(loud) <= 8, "\n".join(after)  # a few lines, not a reconnect per try
 
+        # a second signal while the first one's stop waits on the gone services: at once
+        impatient.send_signal(signal.SIGTERM)
+        _wait_for_line(impatient_log, "stopping (SIGTERM)", impatient, 30)
+        impatient.send_signal(signal.SIGTERM)
+        took_second = _exit_time(impatient, STOP_TIMEOUT_S)
+        assert impatient.returncode == 128 + signal.SIGTERM, impatient_log.read_text()[-3000:]
+        impatient_out = impatient_log.read_text(errors="replace")
+        assert "stopped at once" in impatient_out and "Traceback" not in impatient_out
+
         # `tidemark down`: SIGTERM to the standby, which stops as quickly; the dead
         # services are nothing to stop
         down = _cli(env, "down", timeout=STOP_TIMEOUT_S + 60)
@@ -124,7 +136,8 @@ def test_controllers_stop_on_a_signal_and_on_down_with_their_services_gone(
         report(
             "controller stop",
             f"SIGINT with the services gone: {took_sigint:.1f} s (stop timeout "
-            f"{STOP_TIMEOUT_S} s); `tidemark down` stopped the standby",
+            f"{STOP_TIMEOUT_S} s); a second SIGTERM: exit {took_second:.1f} s after it; "
+            "`tidemark down` stopped the standby",
         )
     finally:
         for proc in procs:

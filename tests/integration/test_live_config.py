@@ -1,26 +1,35 @@
-"""Configuration changed while the controller runs: `stream update` reaches its workers.
+"""Configuration changed while the controller runs: `stream update` reaches it.
 
 The controller's Python workers cache each stream's metadata (``tidemark.jobs.lookups``); a
 ZooKeeper watch drops a stream's entry when its record changes, so the next batch
-that meets the stream reads the new configuration. No restart.
+that meets the stream reads the new configuration. A stream whose writers are all
+silent has no such batch until its due time (computed under the old value): the
+leading driver's own watch (``tidemark.jobs.config_changes``) then makes every slot
+due at once. Either way, no restart, and within two cycles.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.controller_env import Env
+from tests.faults.figures import report
 from tests.integration.test_controller_job import Noter, make_env, wait_for
 from tidemark.controller.config import ScalingPolicy, StreamConfiguration
+from tidemark.jobs.config import ControllerSettings
 from tidemark.jobs.controller_job import ControllerJob
 from tidemark.jobs.tables import read_table
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
+
+FLOWING = pytest.mark.parametrize("flowing", [True, False], ids=["marks-flowing", "all-silent"])
 
 
 def latest(delta_root: str, stream: str) -> dict[str, Any] | None:
@@ -33,62 +42,151 @@ def started_ms(iso: str) -> int:
     return int(datetime.fromisoformat(iso).timestamp() * 1000)
 
 
-def test_a_writer_timeout_update_applies_to_a_running_controller_within_two_intervals(
-    spark: Any, kafka: str, zookeeper: str, zk_client: Any, unique: str, tmp_path: Path
-) -> None:
-    env = make_env(kafka, zookeeper, zk_client, unique, tmp_path, buckets=1)
-    stream = f"t{unique}/orders"
-    config = StreamConfiguration(
-        scaling_policy=ScalingPolicy.fixed(1), timestamp_aggregation_timeout_ms=600_000
+def cycle_ms(job: ControllerJob, settings: ControllerSettings, since_ms: int) -> int:
+    """A cycle: the trigger interval, or a batch's own run when it takes longer (a loaded
+    machine), over the batches from the one running at ``since_ms``."""
+    since = since_ms - settings.interval_ms
+    runs = [
+        p["durationMs"].get("triggerExecution", 0)
+        for p in job.query.recentProgress
+        if started_ms(p["timestamp"]) >= since
+    ]
+    return max([settings.interval_ms, *runs])
+
+
+def unchanged_for(job: ControllerJob, cycles: int, value: Callable[[], object]) -> object:
+    """``value()`` after ``cycles`` trigger intervals in which it did not change."""
+    seen = value()
+    for _ in range(cycles):
+        job.process_all_available()
+        time.sleep(job.settings.interval_ms / 1000)
+        now = value()
+        assert now == seen, f"changed without a configuration change: {seen} -> {now}"
+    return seen
+
+
+def applies_within_two_cycles(
+    env: Env,
+    job: ControllerJob,
+    stream: str,
+    config: StreamConfiguration,
+    applied: Callable[[dict[str, Any] | None], bool],
+    figure: str,
+) -> dict[str, Any]:
+    """Update ``stream`` to ``config``; the next watermark that ``applied`` accepts comes
+    within two cycles of the update. Reports the time from the update to it."""
+    settings = job.settings
+    updated_ms = time.time_ns() // 1_000_000
+    env.manager.update(stream, config)
+    wait_for(
+        lambda: applied(latest(settings.delta_root, stream)),
+        job,
+        timeout_s=60,
+        state=lambda: latest(settings.delta_root, stream),
     )
-    env.manager.create_scope(f"t{unique}")
-    env.manager.create(stream, config)
+    row = latest(settings.delta_root, stream)
+    assert row is not None
+    cycle = cycle_ms(job, settings, updated_ms)
+    took_ms = row["emitted_at"] - updated_ms
+    report(
+        "live-config",
+        f"{figure}: next watermark {took_ms} ms after the update (interval "
+        f"{settings.interval_ms} ms, longest recent batch {cycle} ms)",
+    )
+    assert took_ms <= 2 * cycle, f"update applied after {took_ms} ms (cycle {cycle} ms)"
+    return row
+
+
+@pytest.fixture
+def env(kafka: str, zookeeper: str, zk_client: Any, unique: str, tmp_path: Path) -> Env:
+    return make_env(kafka, zookeeper, zk_client, unique, tmp_path, buckets=1)
+
+
+def one_stream(env: Env, **config: Any) -> tuple[str, StreamConfiguration]:
+    """A one-segment stream configured with ``config``: (its name, its configuration)."""
+    stream = f"t{env.unique}/orders"
+    made = StreamConfiguration(scaling_policy=ScalingPolicy.fixed(1), **config)
+    env.manager.create_scope(f"t{env.unique}")
+    env.manager.create(stream, made)
+    return stream, made
+
+
+@FLOWING
+def test_a_writer_timeout_update_reaches_a_running_controller_within_two_cycles(
+    spark: Any, env: Env, flowing: bool
+) -> None:
+    stream, config = one_stream(env, timestamp_aggregation_timeout_ms=600_000)
     settings = env.settings(writer_timeout_ms=600_000)
     noters = {w: Noter(env.writer(w, stream), period_s=0.1) for w in ("w1", "w2")}
-    job = ControllerJob(spark, settings, f"c-{unique}").start()
+    job = ControllerJob(spark, settings, f"c-{env.unique}").start()
     try:
         job.wait_leading()
         for noter in noters.values():
             noter.start()
         wait_for(lambda: (latest(settings.delta_root, stream) or {}).get("seq", -1) >= 2, job)
         noters["w2"].halt.set()  # silent, not closed: it lags, and holds the stream back
-        time.sleep(3 * settings.interval_ms / 1000)
-        held = latest(settings.delta_root, stream)
-        time.sleep(3 * settings.interval_ms / 1000)
-        assert latest(settings.delta_root, stream) == held, "a 10 min timeout dropped w2"
-        assert held is not None and "w2" in held["writers"]
+        noted = noters["w2"].noted
+        wait_for(lambda: noters["w1"].noted > noted + 500, job)
+        if not flowing:  # every writer silent: nothing is due for ten minutes
+            noters["w1"].halt.set()
+            noters["w1"].join()
+        held = unchanged_for(job, 3, lambda: latest(settings.delta_root, stream))
+        assert held is not None and "w2" in held["writers"], "a 10 min timeout dropped w2"
 
-        updated_ms = time.time_ns() // 1_000_000
-        env.manager.update(
-            stream, dataclasses.replace(config, timestamp_aggregation_timeout_ms=1_000)
-        )
-        wait_for(
-            lambda: "w2" not in (latest(settings.delta_root, stream) or {}).get("writers", []),
+        # w2 has lagged far longer than the new 1 s timeout: the first cycle under it
+        # drops w2 and emits
+        row = applies_within_two_cycles(
+            env,
             job,
-            timeout_s=60,
+            stream,
+            dataclasses.replace(config, timestamp_aggregation_timeout_ms=1_000),
+            lambda r: r is not None and "w2" not in r["writers"],
+            f"writer timeout 600 s -> 1 s, {'marks flowing' if flowing else 'all silent'}",
         )
-        applied = latest(settings.delta_root, stream)
-        # a cycle is the trigger interval, or a batch's own run when it takes longer (a
-        # loaded machine): the update must apply within two cycles of either kind, of the
-        # batches from the one running when it was made
-        since = updated_ms - settings.interval_ms
-        runs = [
-            p["durationMs"].get("triggerExecution", 0)
-            for p in job.query.recentProgress
-            if started_ms(p["timestamp"]) >= since
-        ]
-        cycle_ms = max([settings.interval_ms, *runs])
     finally:
         for noter in noters.values():
             noter.halt.set()
+            noter.join()
+            noter.writer.close()
         job.stop()
-    assert applied is not None and applied["writers"] == ["w1"]
-    took_ms = applied["emitted_at"] - updated_ms
-    print(
-        f"writer timeout update applied {took_ms} ms after it (interval {settings.interval_ms}"
-        f" ms, longest recent batch {cycle_ms} ms)"
-    )
-    # w2 has lagged far longer than the new 1 s timeout: the first batch after the
-    # workers learn of the update drops it and emits.
-    assert took_ms <= 2 * cycle_ms, f"update applied after {took_ms} ms (cycle {cycle_ms} ms)"
+    assert row["writers"] == ["w1"]
+    assert row["seq"] == held["seq"] + 1
     assert all(noter.error is None for noter in noters.values())
+
+
+@FLOWING
+def test_a_start_up_delay_update_reaches_a_running_controller_within_two_cycles(
+    spark: Any, env: Env, flowing: bool
+) -> None:
+    stream, config = one_stream(env, first_watermark_delay_ms=600_000)
+    settings = env.settings()
+    noter = Noter(env.writer("w1", stream), period_s=0.1)
+    job = ControllerJob(spark, settings, f"c-{env.unique}").start()
+    try:
+        job.wait_leading()
+        if flowing:
+            noter.start()
+            wait_for(lambda: noter.noted >= 2_000, job)
+        else:  # one note, then silence: its first watermark is due in ten minutes
+            noter.writer.write(b"e", routing_key="k")
+            noter.writer.note_time(2_000)
+            noter.writer.flush()
+        assert unchanged_for(job, 3, lambda: latest(settings.delta_root, stream)) is None
+
+        row = applies_within_two_cycles(
+            env,
+            job,
+            stream,
+            dataclasses.replace(config, first_watermark_delay_ms=0),
+            lambda r: r is not None,
+            f"start-up delay 600 s -> 0, {'marks flowing' if flowing else 'all silent'}",
+        )
+    finally:
+        noter.halt.set()
+        if noter.is_alive():
+            noter.join()
+        noter.writer.close()
+        job.stop()
+    assert row["seq"] == 0 and row["writers"] == ["w1"]
+    assert flowing or row["time"] == 2_000
+    assert noter.error is None

@@ -24,7 +24,14 @@ from tidemark.controller.model import Watermark
 from tidemark.environment import DELTA_ROOT, POSTGRES_DSN
 from tidemark.pipelines.timeline import metrics
 from tidemark.pipelines.timeline.buffer import BufferIngest, BufferRelay, TimelineBuffer
-from tidemark.pipelines.timeline.config import BufferConfig, DueRule, IngestConfig, TimelineConfig
+from tidemark.pipelines.timeline.config import (
+    BufferConfig,
+    ConsumerConfig,
+    DueRule,
+    IngestConfig,
+    TimelineConfig,
+)
+from tidemark.pipelines.timeline.consumer import TimelineConsumer
 from tidemark.pipelines.timeline.ingest import TimelineIngester
 from tidemark.pipelines.timeline.producer import TimelineProducer
 from tidemark.pipelines.timeline.store import TimelineStore
@@ -112,13 +119,17 @@ def test_every_timeline_process_measures_its_clock_drift_again(
     producer = TimelineProducer(postgres, timeline, "g")
     ingest = BufferIngest(postgres, kafka, buffer_config)
     ingester = TimelineIngester(postgres, kafka, IngestConfig(source, group_id=f"g-{unique}"))
-    steps = {
-        timeline: lambda: producer.put(b"x", timestamp_ms=0),
-        buffer_config.timeline: lambda: ingest.run_once(timeout_ms=10),
-        f"ingest:{source}": lambda: ingester.run_once(timeout_ms=10),
-    }
+    consumer = TimelineConsumer(
+        postgres, timeline, ConsumerConfig("c", heartbeat_ms=10, member_ttl_ms=1_000)
+    )
+    steps = [
+        (timeline, lambda: producer.put(b"x", timestamp_ms=0)),
+        (timeline, lambda: consumer.poll(timeout_ms=10)),  # on its heartbeat
+        (buffer_config.timeline, lambda: ingest.run_once(timeout_ms=10)),
+        (f"ingest:{source}", lambda: ingester.run_once(timeout_ms=10)),
+    ]
     try:
-        for label, step in steps.items():
+        for label, step in steps:
             gauge = metrics.CLOCK_DRIFT.labels(label)
             gauge.set(999)  # a stale figure: the next due measurement replaces it
             time.sleep(0.1)
@@ -129,6 +140,7 @@ def test_every_timeline_process_measures_its_clock_drift_again(
             assert drift is not None and abs(drift) < 5, (label, drift)
     finally:
         producer.close()
+        consumer.close()
         ingest.close()
         ingester.close()
 

@@ -191,3 +191,18 @@ def test_the_dropin_stamps_by_the_streams_rules_and_its_marks_are_event_writers(
     ]
     assert {m.instance for m in marks} == {p.instance}
     assert [m.max_event_time for m in marks] == [NOW - 1000, stamps[3], stamps[3]]
+
+
+def test_a_timestamping_update_reaches_a_running_writer_at_its_next_write(
+    manager, store, kafka, config, unique
+):
+    """``stream update --timestamping arrival`` while a writer runs: its next record is
+    stamped on arrival (its own timestamp ignored). No new writer, no restart."""
+    stream = make_stream(manager, unique, segments=1)
+    base = manager.describe(stream).config
+    with EventWriter("w", stream, store=store, bootstrap_servers=kafka, config=config) as w:
+        assert w.write(b"client", "k", timestamp=1_000) == 1_000
+        manager.update(stream, StreamConfiguration(base.scaling_policy, timestamping="arrival"))
+        before = int(time.time() * 1000)
+        assert w.write(b"arrival", "k", timestamp=2_000) >= before
+        w.flush()

@@ -12,7 +12,13 @@ from hypothesis import strategies as st
 from tidemark.controller.config import StreamConfiguration
 from tidemark.controller.metadata import StreamMetadata, new_stream_metadata
 from tidemark.jobs.config import CycleTrigger, WorkflowSettings
-from tidemark.jobs.slot_keys import due_key, is_due_key, slot_expression
+from tidemark.jobs.slot_keys import (
+    REEVALUATE,
+    due_key,
+    is_due_key,
+    is_reevaluation,
+    slot_expression,
+)
 from tidemark.jobs.slots import SlotState, run_slot
 from tidemark.jobs.workflow import Emitted, MarkInput, StreamState, StreamWorkflow
 from tidemark.schemas.records import WriterMarkRecord
@@ -77,6 +83,34 @@ def test_only_a_stream_with_a_lagging_writer_is_due_and_at_its_timeout() -> None
         (A, 30)
     ]
     assert slot.due(w) is None
+
+
+def test_a_reevaluation_cycles_a_pending_stream_under_its_configuration_of_now() -> None:
+    """A timeout lowered after A's due time was set: a sweep's due record runs A's cycle
+    at once (it drops "v" and emits), without waiting out the old due time; B, in step,
+    has no due time and is not touched."""
+    streams = Streams(A, B, C)
+    w = StreamWorkflow(
+        WorkflowSettings(interval_ms=1000, writer_timeout_ms=600_000), streams, Committed()
+    )
+    slot = lagging_slot(w)
+    assert slot.due(w) == 5_100 + 600_000
+    raw_b = slot.streams[B]
+    assert run_slot(w, slot, {}, 7_100) == []  # a plain due record: nothing is due
+    streams.metas[A] = new_stream_metadata(
+        A, StreamConfiguration(timestamp_aggregation_timeout_ms=1_000), 0
+    )
+    assert run_slot(w, slot, {}, 7_100) == []  # the old due time still stands
+    out = run_slot(w, slot, {}, 7_200, reevaluate=True)
+    assert [(o.watermark.stream, o.watermark.time) for o in out if isinstance(o, Emitted)] == [
+        (A, 30)
+    ]
+    assert slot.streams[B] is raw_b and slot.due(w) is None
+
+
+def test_a_sweeps_due_record_says_it_reevaluates() -> None:
+    assert is_reevaluation(REEVALUATE)
+    assert not is_reevaluation(b"1700000000000") and not is_reevaluation(None)
 
 
 def test_a_call_announces_its_streams_partitions_before_any_cut_is_checked() -> None:

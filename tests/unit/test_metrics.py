@@ -101,10 +101,11 @@ def test_timeline_consumer_metrics_are_exported():
 
     from tidemark.pipelines.timeline.clock import ClockDrift
     from tidemark.pipelines.timeline.consumer import _Metrics
+    from tidemark.pipelines.timeline.metrics import DriftGauge
     from tidemark.pipelines.timeline.model import Lease
 
-    metrics = _Metrics("unit-metrics")
-    metrics.drift = ClockDrift(drift_ms=250.0, rtt_ms=1.0)
+    drift = DriftGauge("unit-metrics", lambda: ClockDrift(drift_ms=250.0, rtt_ms=1.0))
+    metrics = _Metrics("unit-metrics", drift)
     before = _value(REGISTRY, "tidemark_timeline_delivered_total", {"timeline": "unit-metrics"})
     lease = Lease(message=None, due_ms=0, leased_at_ms=0)  # only due_ms is read
     metrics.record([lease, lease])

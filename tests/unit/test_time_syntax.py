@@ -315,3 +315,166 @@ def test_a_span_in_minutes_takes_a_number_or_a_duration(url: str, query: str, st
     assert got == status
     if status == 400:
         assert json.loads(body)["detail"].startswith("minutes 'soon' is no duration")
+
+
+# --- every time flag of the command line: one syntax, or a verb's parse of it -------------
+
+TIME_WORDS = frozenset(
+    [
+        "at",
+        "from",
+        "to",
+        "until",
+        "since",
+        "timestamp",
+        "time",
+        "timeout",
+        "ago",
+        "delay",
+        "every",
+        "interval",
+        "lease",
+        "duration",
+        "refresh",
+        "wait",
+        "lateness",
+        "idle",
+        "deadline",
+        "age",
+        "period",
+        "ttl",
+        "grace",
+        "future",
+        "keep",
+        "older",
+        "retention",
+        "before",
+        "after",
+        "expiry",
+        "expires",
+        "stale",
+        "hold",
+        "linger",
+        "tick",
+        "ms",
+    ]
+)
+"""Words that make a flag a time or a duration when its name has one (``--keep-deleted``)."""
+
+ONE_SYNTAX_TYPES = ("time_argument", "duration_argument", "seconds_argument")
+"""The argparse types of ``tidemark.controller.timestamps`` / ``tidemark.cli.times``."""
+
+VERB_PARSED = {
+    # parse_time / parse_duration in the verb (tested above and in the verbs' own tests)
+    ("write", "--timestamp"),
+    ("write", "--note-time"),
+    ("read", "--from"),
+    ("read", "--ago"),
+    ("read", "--until"),
+    ("watermarks", "--from"),
+    ("watermarks", "--ago"),
+    ("seek", "--from"),
+    ("seek", "--ago"),
+    ("wait", "--time"),
+    ("window-run", "--from"),  # window_run_from_args (test_window_run_takes_the_one_syntax)
+    ("window-run", "--to"),
+    ("window-run", "--every"),
+    ("window-run", "--wait"),
+    # a duration or 'none' (stream_options.config_from_args)
+    ("stream create", "--max-future"),
+    ("stream update", "--max-future"),
+    ("stream adopt", "--max-future"),
+    # a duration by time, bytes by size (stream_options.retention_amount)
+    *(
+        (verb, flag)
+        for verb in ("stream create", "stream update", "stream adopt")
+        for flag in ("--retention-limit", "--retention-min")
+    ),
+}
+
+NOT_TIMES = {
+    ("timeline ingest", "--from"): "a source topic",
+    ("timeline ingest", "--to"): "a target topic",
+    ("timeline ingest", "--at-header"): "a header's name",
+    ("timeline ingest", "--until-stream-time"): "a stream's name",
+    ("stream create", "--retention"): "a retention kind",
+    ("stream update", "--retention"): "a retention kind",
+    ("stream adopt", "--retention"): "a retention kind",
+}
+
+
+def time_like_flags() -> list[tuple[tuple[str, str], Any]]:
+    from tidemark.cli.parsing import walk
+
+    found = []
+    for prog, parser in walk(build_parser()):
+        for action in parser._actions:
+            if not action.option_strings or isinstance(action, argparse._HelpAction):
+                continue
+            words = {w for n in action.option_strings for w in n.strip("-").split("-")}
+            metavar = str(action.metavar or "")
+            if (
+                words & TIME_WORDS
+                or action.dest.endswith(("_ms", "_s"))
+                or "TIME" in metavar
+                or "DURATION" in metavar
+            ):
+                found.append(((prog, action.option_strings[0]), action))
+    return found
+
+
+def test_every_time_flag_takes_the_one_syntax() -> None:
+    """A new time or duration flag with a syntax of its own (``type=int``, a parse of its
+    own) fails here: declare it with ``add_time_flag`` / ``add_duration_flag``."""
+    flags = time_like_flags()
+    assert len(flags) > 40  # the walk found the command line's flags
+    odd = [
+        f"{prog} {flag}"
+        for (prog, flag), action in flags
+        if getattr(action.type, "__qualname__", "").split(".")[0] not in ONE_SYNTAX_TYPES
+        and (prog, flag) not in VERB_PARSED
+        and (prog, flag) not in NOT_TIMES
+    ]
+    assert odd == [], f"time flags outside the one syntax: {odd}"
+
+
+def test_the_exceptions_name_flags_that_exist() -> None:
+    names = {key for key, _ in time_like_flags()}
+    assert set(VERB_PARSED) - names == set()
+    assert set(NOT_TIMES) - names == set()
+
+
+@pytest.mark.parametrize(
+    ("argv", "dest", "value"),
+    [
+        (["stream", "observe", "s/x", "--lateness", "30s"], "lateness_ms", 30_000),
+        (["stream", "observe", "s/x", "--lateness-ms", "250"], "lateness_ms", 250),
+        (["stream", "observe", "s/x", "--lateness", "1s", "--idle", "1m"], "idle_ms", 60_000),
+        (["stream", "observe", "s/x", "--lateness", "1s"], "interval_ms", 1_000),
+    ],
+)
+def test_the_observers_durations_take_the_one_syntax(
+    argv: list[str], dest: str, value: int
+) -> None:
+    assert getattr(build_parser().parse_args(argv), dest) == value
+
+
+def test_a_retention_limit_is_a_duration_by_time_and_bytes_by_size() -> None:
+    from tidemark.cli.stream_options import config_from_args
+    from tidemark.controller.config import StreamConfiguration
+    from tidemark.controller.exceptions import InvalidConfigurationError
+
+    def policy(*flags: str) -> tuple[int, int]:
+        args = build_parser().parse_args(["stream", "create", "s/x", *flags])
+        rp = config_from_args(args, StreamConfiguration()).retention_policy
+        return rp.limit, rp.min_limit
+
+    assert policy("--retention", "by-time", "--retention-limit", "7d") == (604_800_000, 0)
+    assert policy(
+        "--retention", "by-time", "--retention-limit", "90000", "--retention-min", "1m"
+    ) == (90_000, 60_000)
+    assert policy("--retention", "by-size", "--retention-limit", "4096") == (4096, 0)
+    with pytest.raises(InvalidDurationError, match="--retention-limit"):
+        policy("--retention", "by-time", "--retention-limit", "soon")
+    with pytest.raises(InvalidConfigurationError, match="whole bytes"):
+        policy("--retention", "by-size", "--retention-limit", "7d")

@@ -19,6 +19,7 @@ from typing import Any
 
 from tidemark.cli.control_plane import control_plane
 from tidemark.cli.output import emit
+from tidemark.cli.times import add_duration_flag
 
 
 def register_observe(verb: Callable[..., Any]) -> None:
@@ -26,26 +27,27 @@ def register_observe(verb: Callable[..., Any]) -> None:
     observe = verb(
         "observe", "note a stream's time from the brokers' offsets (no marks needed)", cmd_observe
     )
-    observe.add_argument(
+    add_duration_flag(
+        observe,
         "--lateness",
+        "how far below the largest record timestamp seen to note time, e.g. 30s",
         required=True,
-        help="how far below the largest record timestamp seen to note time, e.g. 30s",
     )
-    observe.add_argument("--interval", default="1s", help="how often to look (default 1s)")
-    observe.add_argument(
+    add_duration_flag(observe, "--interval", "how often to look (default 1s)", default="1s")
+    add_duration_flag(
+        observe,
         "--idle",
+        "a partition with no new record for this long stops holding time back (default 10s)",
         default="10s",
-        help="a partition with no new record for this long stops holding time back (default 10s)",
     )
     observe.add_argument("--writer-id", help="the writer id of its marks (observer:<stream>)")
 
 
 def cmd_observe(args: argparse.Namespace) -> int:
     # off tidemark --help (the parser imports every verb module)
-    from tidemark.jobs.observe_stream import config_from_text
-    from tidemark.pipelines.writing.observer import StreamObserver
+    from tidemark.pipelines.writing.observer import ObserverConfig, StreamObserver
 
-    config = config_from_text(args.lateness, args.interval, args.idle)
+    config = ObserverConfig(args.lateness_ms, args.interval_ms, args.idle_ms)
     stop = threading.Event()
     previous = {
         sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)

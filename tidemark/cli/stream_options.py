@@ -18,6 +18,7 @@ from tidemark.controller.config import (
     StreamConfiguration,
     TimestampingMode,
 )
+from tidemark.controller.exceptions import InvalidConfigurationError
 from tidemark.controller.metadata import StreamMetadata
 from tidemark.errors import ConfigurationError
 
@@ -27,8 +28,10 @@ def add_config_options(parser: argparse.ArgumentParser) -> None:
         "--segments": "(minimum) number of segments",
         "--target-rate": "events or bytes per second per segment",
         "--scale-factor": "how many segments a hot segment splits into",
-        "--retention-limit": "ms (by-time) or bytes (by-size)",
-        "--retention-min": "keep at least this much (ms or bytes; default 0)",
+    }
+    retention = {
+        "--retention-limit": "how long (by-time: a duration, 7d) or how many bytes (by-size)",
+        "--retention-min": "keep at least this much (a duration or bytes; default 0)",
     }
     choices = {
         "--scaling": (ScalingType, "scaling policy: fixed, or by event or byte rate"),
@@ -37,6 +40,8 @@ def add_config_options(parser: argparse.ArgumentParser) -> None:
     }
     for flag, text in numbers.items():
         parser.add_argument(flag, type=int, help=text)
+    for flag, text in retention.items():  # parsed with --retention: its unit depends on it
+        parser.add_argument(flag, metavar="DURATION|BYTES", help=text)
     for flag, (kind, text) in choices.items():
         parser.add_argument(flag, choices=[t.value for t in kind], help=text)
     parser.add_argument(
@@ -76,6 +81,21 @@ def add_config_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def retention_amount(text: str | None, flag: str, kind: RetentionType, base: int) -> int:
+    """A retention flag's value: a duration in the one syntax by time (a bare number:
+    ms), whole bytes by size; ``base`` when not given."""
+    if text is None:
+        return base
+    if kind is RetentionType.BY_TIME:
+        return parse_duration(text, flag)
+    try:
+        return int(text)
+    except ValueError:
+        raise InvalidConfigurationError(
+            f"{flag} {text!r}: a {kind} retention takes whole bytes (by-time takes a duration)"
+        ) from None
+
+
 def config_from_args(args: argparse.Namespace, base: StreamConfiguration) -> StreamConfiguration:
     """``base`` with the options given on the command line."""
     sp, rp = base.scaling_policy, base.retention_policy
@@ -86,8 +106,8 @@ def config_from_args(args: argparse.Namespace, base: StreamConfiguration) -> Str
         min_segments=sp.min_segments if args.segments is None else args.segments,
     )
     rtype = RetentionType(args.retention) if args.retention else rp.type
-    limit = args.retention_limit if args.retention_limit is not None else rp.limit
-    minimum = args.retention_min if args.retention_min is not None else rp.min_limit
+    limit = retention_amount(args.retention_limit, "--retention-limit", rtype, rp.limit)
+    minimum = retention_amount(args.retention_min, "--retention-min", rtype, rp.min_limit)
     none = rtype is RetentionType.NONE
     retention = RetentionPolicy(rtype, 0 if none else limit, 0 if none else minimum)
     return StreamConfiguration(
