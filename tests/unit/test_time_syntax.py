@@ -376,6 +376,7 @@ VERB_PARSED = {
     ("seek", "--from"),
     ("seek", "--ago"),
     ("wait", "--time"),
+    ("table version-at", "--time"),
     ("window-run", "--from"),  # window_run_from_args (test_window_run_takes_the_one_syntax)
     ("window-run", "--to"),
     ("window-run", "--every"),
