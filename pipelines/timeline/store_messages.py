@@ -45,6 +45,8 @@ from tidemark.pipelines.timeline.store_sql import (
     Row,
     _check_message,
     _message,
+    live_columns,
+    relayed_clause,
 )
 
 
@@ -234,12 +236,19 @@ class Messages(StoreSession):
                 results[i] = exc
         return results
 
+    def _untaken(self) -> str:
+        """The owner's condition "no relay has taken it", locking the relay's state so
+        no batch takes it meanwhile (:mod:`.relay_sql`; PostgreSQL)."""
+        return "" if self.is_cockroach else f" AND {relayed_clause(True)}"
+
     # -- reads ------------------------------------------------------------------
 
     def get(self, timeline: str, message_id: str, include_deleted: bool = False) -> Message | None:
+        """The message (one a relay has taken reads as deleted)."""
         _check_message(timeline, message_id)
         row = self._one(
-            f"SELECT {_COLS} FROM timeline_messages WHERE timeline = %(t)s AND id = %(id)s",
+            f"SELECT {live_columns(not self.is_cockroach)} FROM timeline_messages AS m "
+            "WHERE m.timeline = %(t)s AND m.id = %(id)s",
             {"t": timeline, "id": message_id},
         )
         if row is None:
@@ -248,8 +257,10 @@ class Messages(StoreSession):
         return message if include_deleted or not message.deleted else None
 
     def count(self, timeline: str, from_ms: int | None = None, to_ms: int | None = None) -> Counts:
-        """Messages with ``from_ms <= ts < to_ms`` (either bound open), by status now."""
+        """Messages with ``from_ms <= ts < to_ms`` (either bound open), by status now (not
+        those a relay has taken)."""
         self.timeline(timeline)
+        untaken = "" if self.is_cockroach else f"AND {relayed_clause(False)}"
         row = self._one(
             f"""SELECT count(*),
                   coalesce(sum(CASE WHEN m.due_stream IS NULL AND {_TS} <= n.now
@@ -262,7 +273,7 @@ class Messages(StoreSession):
                 FROM timeline_messages AS m, (SELECT {NOW_MS} AS now) AS n
                 WHERE m.timeline = %(t)s AND m.deleted_at_ms IS NULL
                   AND (%(lo)s::BIGINT IS NULL OR {_TS} >= %(lo)s::BIGINT)
-                  AND (%(hi)s::BIGINT IS NULL OR {_TS} < %(hi)s::BIGINT)""",
+                  AND (%(hi)s::BIGINT IS NULL OR {_TS} < %(hi)s::BIGINT) {untaken}""",
             {"t": timeline, "lo": from_ms, "hi": to_ms},
         )
         assert row is not None
@@ -277,7 +288,8 @@ class Messages(StoreSession):
         timestamp_ms: int,
         version: int | None = None,
     ) -> Message:
-        """The owner changes the timestamp of a waiting message (future, not leased)."""
+        """The owner changes the timestamp of a waiting message (future, not leased, not
+        taken by a relay)."""
         check_name("producer_group", producer_group)
         check_timestamp("timestamp_ms", timestamp_ms)
         return self._update_one(
@@ -285,8 +297,9 @@ class Messages(StoreSession):
             timeline,
             message_id,
             producer_group,
-            "ts = %(target)s",
-            f"m.producer_group = %(a)s AND {_TS} > {NOW_MS} AND m.lock_consumer IS NULL",
+            "ts = %(target)s" + ("" if self.is_cockroach else ", wxid = pg_current_xact_id()"),
+            f"m.producer_group = %(a)s AND {_TS} > {NOW_MS} AND m.lock_consumer IS NULL"
+            + self._untaken(),
             version,
             timestamp_ms,
         )
@@ -303,7 +316,8 @@ class Messages(StoreSession):
             message_id,
             producer_group,
             f"deleted_at_ms = {NOW_MS}",
-            f"m.producer_group = %(a)s AND NOT ({_TS} > {NOW_MS} AND m.lock_consumer IS NOT NULL)",
+            f"m.producer_group = %(a)s AND NOT ({_TS} > {NOW_MS} AND m.lock_consumer IS NOT NULL)"
+            + self._untaken(),
             version,
         )
 

@@ -45,12 +45,12 @@ from tidemark.pipelines.timeline.model import (
     token_hash,
 )
 from tidemark.pipelines.timeline.store_sql import (
-    _COLS,
     _M_COLS,
     _VERSION_OK,
     Row,
     _check_message,
     _message,
+    live_columns,
 )
 from tidemark.retries import RetryPolicy
 
@@ -247,8 +247,9 @@ class StoreSession(Closing):
     ) -> tuple[Message | None, int, str | None]:
         """The message (None: not there), the database's now, and the lease token's hash."""
         row = self._one(
-            f"SELECT {NOW_MS}, lease_token, {_COLS} FROM (SELECT 1) AS one "
-            "LEFT JOIN timeline_messages ON timeline = %(t)s AND id = %(id)s",
+            f"SELECT {NOW_MS}, m.lease_token, {live_columns(not self.is_cockroach)} "
+            "FROM (SELECT 1) AS one "
+            "LEFT JOIN timeline_messages AS m ON m.timeline = %(t)s AND m.id = %(id)s",
             {"t": timeline, "id": message_id},
         )
         assert row is not None

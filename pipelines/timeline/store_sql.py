@@ -44,6 +44,32 @@ _LEASE_SET = f"""lock_consumer = %(c)s, lease_until_ms = {NOW_MS} + %(lease)s,
     version = m.version + 1, due_stream = NULL,
     ts = CASE WHEN m.due_stream IS NULL THEN m.ts ELSE LEAST(m.ts, {NOW_MS}) END"""
 
+# A message a batch of its timeline's relay has taken (see the rule above): the owner's
+# move and delete are refused then. ``rs`` is the locked state row.
+_PASSED = """(m.due_stream IS NULL
+    AND (m.ts, m.id) <= (rs.cursor_ts[m.bucket + 1], rs.cursor_id[m.bucket + 1])
+    AND (m.wxid IS NULL OR pg_visible_in_snapshot(m.wxid, rs.snap)))"""
+
+
+def relayed_clause(lock: bool) -> str:
+    """The SQL condition "no relay has taken ``m``" (``m``: a row of timeline_messages);
+    ``lock`` takes the state row ``FOR SHARE`` so no batch is recorded meanwhile."""
+    share = " FOR SHARE" if lock else ""
+    return f"""NOT EXISTS (
+        SELECT 1 FROM (SELECT * FROM timeline_relay_state AS s
+                       WHERE s.timeline = m.timeline{share}) AS rs
+        WHERE {_PASSED})"""
+
+
+def live_columns(postgres: bool) -> str:
+    """:data:`_M_COLS`, where a message a relay has taken reads as deleted (PostgreSQL:
+    the relay's cursor is PostgreSQL's alone)."""
+    if not postgres:
+        return _M_COLS
+    taken = f"COALESCE(m.deleted_at_ms, CASE WHEN {relayed_clause(False)} THEN NULL ELSE 0 END)"
+    return _M_COLS.replace("m.deleted_at_ms", taken)
+
+
 _object_new = object.__new__
 
 
