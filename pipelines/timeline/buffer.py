@@ -43,6 +43,7 @@ import hashlib
 import logging
 import threading
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from confluent_kafka import (
@@ -72,7 +73,7 @@ from tidemark.pipelines.timeline.exceptions import TimelineError
 from tidemark.pipelines.timeline.metrics import CREATED, DriftGauge
 from tidemark.pipelines.timeline.model import bucket_of
 from tidemark.pipelines.timeline.record import KafkaRecord, decode_record, encode_record
-from tidemark.pipelines.timeline.relay_cursor import CursorRelay, CursorSettings, Record, Row
+from tidemark.pipelines.timeline.relay_cursor import CursorRelay, CursorSettings, Row
 from tidemark.pipelines.timeline.store import TimelineStore
 
 log = logging.getLogger(__name__)
@@ -261,10 +262,6 @@ class BufferRelay(CursorRelay):
         with TimelineStore(dsn) as store:
             ensure_timeline(store, config)
 
-        def to_record(row: Row) -> Record:
-            record = decode_record(row[3])
-            return record.key, record.value, list(record.headers), record.timestamp_ms
-
         super().__init__(
             dsn,
             bootstrap,
@@ -276,12 +273,45 @@ class BufferRelay(CursorRelay):
                 flush_timeout_ms=config.flush_timeout_ms,
                 retry_after_ms=config.lease_ms,
             ),
-            to_record,
             stream_clock=stream_clock,
             on_legacy_marker=lambda store, metadata: _finish_leased_batches(
                 store, config, metadata
             ),
         )
+
+    def produce_rows(self, rows: Sequence[Row], on_delivery: Callable[[Any, Any], None]) -> None:
+        produce, topic = self._producer.produce, self.config.target_topic
+        for row in rows:
+            r = decode_record(row[3])
+            try:
+                produce(
+                    topic,
+                    r.value,
+                    r.key,
+                    headers=list(r.headers),
+                    timestamp=r.timestamp_ms,
+                    on_delivery=on_delivery,
+                )
+            except BufferError:
+                self._send(
+                    produce,
+                    topic,
+                    r.value,
+                    r.key,
+                    headers=list(r.headers),
+                    timestamp=r.timestamp_ms,
+                    on_delivery=on_delivery,
+                )
+
+    def refused_ids(self, rows: Sequence[Row], refused: Sequence[Any]) -> list[str]:
+        """Records are told apart by key and value (a source's key is not unique)."""
+        sent = {(m.key(), m.value()) for m in refused}
+        out = []
+        for row in rows:
+            r = decode_record(row[3])
+            if (r.key, r.value) in sent:
+                out.append(row[2])
+        return out
 
     def run_once(self, timeout_ms: int = 200) -> int:
         """Relay the due messages (waiting up to ``timeout_ms``); returns how many."""

@@ -40,12 +40,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from tidemark.pipelines.timeline.clock import DueCondition, StreamClock
 from tidemark.pipelines.timeline.config import ConsumerConfig, RelayConfig
 from tidemark.pipelines.timeline.model import decode_headers
-from tidemark.pipelines.timeline.relay_cursor import CursorRelay, CursorSettings, Record, Row
+from tidemark.pipelines.timeline.relay_cursor import CursorRelay, CursorSettings, Row
 
 log = logging.getLogger(__name__)
 
@@ -68,25 +69,7 @@ class TimelineRelay(CursorRelay):
     ) -> None:
         self.config = config
         self.consumer_id = consumer.consumer_id
-        name = timeline.encode()
-
-        def to_record(row: Row) -> Record:
-            _bucket, ts, message_id, body, headers, group = row
-            own: Sequence[tuple[str, bytes | None]] = decode_headers(headers) if headers else ()
-            key = message_id.encode()
-            return (
-                key,
-                body,
-                [
-                    *own,
-                    ("tidemark-timeline", name),
-                    ("tidemark-id", key),
-                    ("tidemark-timestamp", str(ts).encode()),
-                    ("tidemark-producer-group", group.encode()),
-                ],
-                None,
-            )
-
+        self._name = timeline.encode()
         super().__init__(
             dsn,
             bootstrap,
@@ -99,10 +82,26 @@ class TimelineRelay(CursorRelay):
                 max_idle_ms=consumer.max_idle_ms,
                 retry_after_ms=consumer.lease_ms,
             ),
-            to_record,
             due=due,
             stream_clock=stream_clock,
         )
+
+    def produce_rows(self, rows: Sequence[Row], on_delivery: Callable[[Any, Any], None]) -> None:
+        produce, topic, name = self._producer.produce, self.config.target_topic, self._name
+        for _bucket, ts, message_id, body, headers, group in rows:
+            key = message_id.encode()
+            own = [
+                ("tidemark-timeline", name),
+                ("tidemark-id", key),
+                ("tidemark-timestamp", b"%d" % ts),
+                ("tidemark-producer-group", group.encode()),
+            ]
+            if headers is not None:
+                own = [*decode_headers(headers), *own]
+            try:
+                produce(topic, body, key, headers=own, on_delivery=on_delivery)
+            except BufferError:
+                self._send(produce, topic, body, key, headers=own, on_delivery=on_delivery)
 
     def run(self, stop: threading.Event) -> None:
         while not stop.is_set():

@@ -1,9 +1,9 @@
 """The relay's engine: due messages read past a cursor, produced in one Kafka transaction
 a batch with the batch's number, nothing written per message. Exactly once.
 
-    engine = CursorRelay(dsn, bootstrap, "reminders", CursorSettings("due", "relay.x"),
-                         to_record=lambda row: (row[2].encode(), row[3], [], None))
-    engine.run_once(timeout_ms=1_000)
+    class MyRelay(CursorRelay):
+        def produce_rows(self, rows, on_delivery): ...   # one record a row
+    MyRelay(dsn, bootstrap, "reminders", CursorSettings("due", "relay.x")).run_once()
 
 A batch (:func:`.relay_sql.take`, the rule is stated there) is read and recorded in
 one database transaction; its records are produced in one Kafka transaction
@@ -72,8 +72,6 @@ MARKER_PREFIX = "tidemark-cursor"
 
 Row = tuple[Any, ...]
 """A message as a batch reads it: ``bucket, ts, id, body, headers, producer_group``."""
-Record = tuple[bytes | None, bytes | None, list[tuple[str, Any]], int | None]
-"""A Kafka record to produce: key, value, headers, timestamp (None: the producer's)."""
 
 
 @dataclass(frozen=True)
@@ -99,7 +97,6 @@ class CursorRelay(Closing):
         bootstrap: str,
         timeline: str,
         settings: CursorSettings,
-        to_record: Callable[[Row], Record],
         due: DueCondition | None = None,
         stream_clock: StreamClock | None = None,
         on_legacy_marker: Callable[[TimelineStore, str], None] | None = None,
@@ -108,7 +105,6 @@ class CursorRelay(Closing):
         self.bootstrap = bootstrap
         self.timeline = timeline
         self.settings = settings
-        self._to_record = to_record
         self._due = due
         self._stream_clock = stream_clock
         self._on_legacy = on_legacy_marker
@@ -257,25 +253,31 @@ class CursorRelay(Closing):
         assert self._state is not None
         return next_due_ms(conn, self._state)
 
-    def _produce(self, rows: Sequence[Row], refused: list[tuple[str, str]]) -> None:
-        producer, topic, to_record = self._producer, self.settings.target_topic, self._to_record
-        for row in rows:
-            key, value, headers, timestamp = to_record(row)
-            message_id = row[2]
+    def produce_rows(self, rows: Sequence[Row], on_delivery: Callable[[Any, Any], None]) -> None:
+        """Produce one record a row to the target topic (each kind of relay its own)."""
+        raise NotImplementedError
 
-            def delivered(err: Any, _msg: Any, message_id: str = message_id) -> None:
-                if err is not None and not is_outage(KafkaException(err)):
-                    refused.append((message_id, str(err)))
+    def refused_ids(self, rows: Sequence[Row], refused: Sequence[Any]) -> list[str]:
+        """The ids of the rows whose records (``refused``, Kafka's messages) the broker
+        refused: by default the record key is the id."""
+        keys = {m.key() for m in refused}
+        return [row[2] for row in rows if row[2].encode() in keys]
 
-            extra = {} if timestamp is None else {"timestamp": timestamp}
-            while True:
-                try:
-                    producer.produce(
-                        topic, key=key, value=value, headers=headers, on_delivery=delivered, **extra
-                    )
-                    break
-                except BufferError:
-                    producer.poll(0.05)
+    def _produce(self, rows: Sequence[Row], refused: list[Any]) -> None:
+        def delivered(err: Any, msg: Any) -> None:
+            if err is not None and not is_outage(KafkaException(err)):
+                refused.append(msg)
+
+        self.produce_rows(rows, delivered)
+
+    def _send(self, produce: Callable[..., None], *args: Any, **kwargs: Any) -> None:
+        """One ``produce``, waiting while the producer's queue is full."""
+        while True:
+            try:
+                produce(*args, **kwargs)
+                return
+            except BufferError:
+                self._producer.poll(0.05)
 
     def _commit(self, batch: TakenBatch) -> None:
         state = batch.state
@@ -319,7 +321,7 @@ class CursorRelay(Closing):
         until = time.monotonic() + timeout_ms / 1000
         limit = next_batch_limit(base, len(batch.rows), base)
         relayed = 0
-        refused: list[tuple[str, str]] = []
+        refused: list[Any] = []
         nxt: TakenBatch | None = batch
         try:
             while nxt is not None:
@@ -334,13 +336,13 @@ class CursorRelay(Closing):
                 self._delivered(batch)
                 relayed += len(batch.rows)
         except KafkaException as exc:
-            self._failed(exc, refused)
+            self._failed(exc, refused, batch.rows)
         except BaseException:
             self._drop_producer()
             raise
         return relayed
 
-    def _failed(self, exc: KafkaException, refused: list[tuple[str, str]]) -> None:
+    def _failed(self, exc: KafkaException, refused: Sequence[Any], rows: Sequence[Row]) -> None:
         """A batch Kafka did not commit: park what the broker refused, start over next
         time; raise unless the batch failed for those refusals alone."""
         error = exc.args[0] if exc.args else None
@@ -353,13 +355,15 @@ class CursorRelay(Closing):
                 self.timeline,
             )
             raise self._fenced from exc
-        if refused:
-            self._park([message_id for message_id, _ in refused])
+        ids = self.refused_ids(rows, refused) if refused else []
+        if ids:
+            self._park(ids)
             log.warning(
-                "relay %s: %d refused by the broker (%s); tried again in %d ms",
+                "relay %s: %d refused by the broker (%s: %s); tried again in %d ms",
                 self.timeline,
-                len(refused),
-                "; ".join(f"{i}: {e}" for i, e in refused[:3]),
+                len(ids),
+                ", ".join(ids[:3]),
+                refused[0].error(),
                 self.settings.retry_after_ms,
             )
             return

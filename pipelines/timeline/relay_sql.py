@@ -228,6 +228,7 @@ def take(
                 "snap": state.snapshot,
                 "horizon": horizon,
             },
+            binary=True,  # bodies as bytes, not hex text
         ).fetchall()
         snap, now = str(got[0][0]), int(got[0][1])
         ts, ids = list(state.cursor_ts), list(state.cursor_id)
