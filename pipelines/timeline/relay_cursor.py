@@ -64,6 +64,7 @@ from tidemark.pipelines.timeline.relay_sql import (
     take,
 )
 from tidemark.pipelines.timeline.store import TimelineStore
+from tidemark.pipelines.timeline.store_sql import WXID_NOW
 
 log = logging.getLogger(__name__)
 
@@ -378,7 +379,7 @@ class CursorRelay(Closing):
         self._store.transaction(
             lambda c: c.execute(
                 f"""UPDATE timeline_messages AS m
-                    SET ts = {NOW_MS} + %(after)s, wxid = pg_current_xact_id(),
+                    SET ts = {NOW_MS} + %(after)s, wxid = {WXID_NOW},
                         version = m.version + 1
                     WHERE m.timeline = %(t)s AND m.id = ANY(%(ids)s)
                       AND m.deleted_at_ms IS NULL""",

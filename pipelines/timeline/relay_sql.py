@@ -50,7 +50,7 @@ import psycopg
 
 from tidemark.pipelines.timeline.clock import NOW_MS
 from tidemark.pipelines.timeline.exceptions import RelayFencedError, RelayStateError
-from tidemark.pipelines.timeline.store_sql import _PASSED
+from tidemark.pipelines.timeline.store_sql import _PASSED, WXID_NOW
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 
@@ -186,8 +186,8 @@ def _read_sql(horizon: bool) -> str:
             SELECT {columns}, TRUE FROM timeline_messages AS m JOIN {cursors}
                 ON b.bucket = m.bucket
             WHERE m.timeline = %(t)s AND m.deleted_at_ms IS NULL
-              AND m.wxid >= pg_snapshot_xmin(%(snap)s::pg_snapshot)
-              AND NOT pg_visible_in_snapshot(m.wxid, %(snap)s::pg_snapshot)
+              AND m.wxid >= pg_snapshot_xmin(%(snap)s::pg_snapshot)::TEXT::BIGINT
+              AND NOT pg_visible_in_snapshot(m.wxid::TEXT::xid8, %(snap)s::pg_snapshot)
               AND (m.ts, m.id) <= (b.cts, b.cid) AND m.due_stream IS NULL
         ) AS x ON TRUE"""
 
@@ -288,7 +288,7 @@ def release_stream_due(conn: Conn, timeline: str) -> int:
     swept or late (the write is a new ``wxid``). Returns how many."""
     cur = conn.execute(
         f"""UPDATE timeline_messages AS m
-            SET due_stream = NULL, ts = LEAST(m.ts, {NOW_MS}), wxid = pg_current_xact_id(),
+            SET due_stream = NULL, ts = LEAST(m.ts, {NOW_MS}), wxid = {WXID_NOW},
                 version = m.version + 1
             FROM timeline_stream_times AS st
             WHERE m.timeline = %(t)s AND m.due_stream IS NOT NULL
@@ -321,7 +321,8 @@ def purge_relayed(conn: Conn, keep_ms: int) -> int:
                WHERE m.timeline = %(t)s AND m.bucket = b.bucket
                  AND (m.ts, m.id) <= (b.cts, b.cid) AND m.deleted_at_ms IS NULL
                  AND m.due_stream IS NULL
-                 AND (m.wxid IS NULL OR pg_visible_in_snapshot(m.wxid, %(snap)s::pg_snapshot))""",
+                 AND (m.wxid IS NULL
+                      OR pg_visible_in_snapshot(m.wxid::TEXT::xid8, %(snap)s::pg_snapshot))""",
             {
                 "t": timeline,
                 "buckets": list(range(len(cursor_ts))),

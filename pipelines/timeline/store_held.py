@@ -62,7 +62,7 @@ class HeldBatches(StoreSession):
         # until the end of the transaction, unchanged): rows stay locked while they are
         # delivered, so a bucket's surplus would be held back from every other reader.
         sql = f"""
-            SELECT x.* FROM {_due_rows(held_columns, due)}
+            SELECT x.* FROM {_due_rows(held_columns, due, not self.is_cockroach)}
             ORDER BY x.order_ts LIMIT %(limit)s"""
         params = {
             "t": timeline,

@@ -34,6 +34,7 @@ from tidemark.pipelines.timeline.model import (
     check_id,
     check_name,
     check_timestamp,
+    decode_headers,
     encode_headers,
     new_id,
 )
@@ -42,6 +43,7 @@ from tidemark.pipelines.timeline.store_sql import (
     _COLS,
     _TS,
     NOTIFY_CHANNEL,
+    WXID_NOW,
     Row,
     _check_message,
     _message,
@@ -134,6 +136,8 @@ class Messages(StoreSession):
         }
 
     def _settle(self, params: dict[str, Any], row: Row | None) -> Created:
+        if row is not None and len(row) == 1:  # a batch returns the new rows' ids only
+            return Created(_new_message(params), True)
         if row is not None:
             return Created(_message(row), True)
         existing = self.get(params["timeline"], params["id"], include_deleted=True)
@@ -237,9 +241,10 @@ class Messages(StoreSession):
         return results
 
     def _untaken(self) -> str:
-        """The owner's condition "no relay has taken it", locking the relay's state so
-        no batch takes it meanwhile (:mod:`.relay_sql`; PostgreSQL)."""
-        return "" if self.is_cockroach else f" AND {relayed_clause(True)}"
+        """The owner's condition "no relay has taken it" (:mod:`.relay_sql`; PostgreSQL:
+        :meth:`_update_one` locks the relay's state first, so no batch takes it
+        meanwhile)."""
+        return "" if self.is_cockroach else f" AND {relayed_clause()}"
 
     # -- reads ------------------------------------------------------------------
 
@@ -260,7 +265,7 @@ class Messages(StoreSession):
         """Messages with ``from_ms <= ts < to_ms`` (either bound open), by status now (not
         those a relay has taken)."""
         self.timeline(timeline)
-        untaken = "" if self.is_cockroach else f"AND {relayed_clause(False)}"
+        untaken = "" if self.is_cockroach else f"AND {relayed_clause()}"
         row = self._one(
             f"""SELECT count(*),
                   coalesce(sum(CASE WHEN m.due_stream IS NULL AND {_TS} <= n.now
@@ -297,7 +302,7 @@ class Messages(StoreSession):
             timeline,
             message_id,
             producer_group,
-            "ts = %(target)s" + ("" if self.is_cockroach else ", wxid = pg_current_xact_id()"),
+            "ts = %(target)s" + ("" if self.is_cockroach else f", wxid = {WXID_NOW}"),
             f"m.producer_group = %(a)s AND {_TS} > {NOW_MS} AND m.lock_consumer IS NULL"
             + self._untaken(),
             version,
@@ -331,8 +336,8 @@ def _copy_insert(
 ) -> list[Row | None]:
     """Insert checked messages through ``COPY`` into a per-session staging table and one
     ``INSERT ... SELECT ... ON CONFLICT DO NOTHING``, in one transaction; returns each
-    message's new row, None where its id was taken (or the timeline or cap changed:
-    the caller explains). Of two messages with one id, only the first gets the row.
+    message's new row (its id alone), None where its id was taken (or the timeline or
+    cap changed: the caller explains). Of two messages with one id, only the first gets the row.
 
     A few round trips a batch instead of one statement a message. PostgreSQL only:
     CockroachDB keeps temporary tables behind a session flag.
@@ -370,14 +375,32 @@ def _copy_insert(
                 WHERE octet_length(s.body) <= t.max_body_bytes
                 ORDER BY s.n
                 ON CONFLICT (timeline, id) DO NOTHING
-                RETURNING {_COLS}""",
+                RETURNING id""",
             {"t": timeline},
         ).fetchall()
         if notify and inserted:
             # One wake-up a batch, at its earliest due time: "<ts> <timeline>".
+            new = {r[0] for r in inserted}
             conn.execute(
                 f"SELECT pg_notify('{NOTIFY_CHANNEL}', %(p)s)",
-                {"p": f"{min(int(r[2]) for r in inserted)} {timeline}"},
+                {"p": f"{min(p['ts'] for p in prepared if p['id'] in new)} {timeline}"},
             )
-    by_id = {r[1]: r for r in inserted}
+    by_id = {r[0]: r for r in inserted}
     return [by_id.pop(p["id"], None) for p in prepared]
+
+
+def _new_message(params: dict[str, Any]) -> Message:
+    """The message a create of ``params`` (:meth:`Messages._prepare`) has just stored."""
+    return Message(
+        params["timeline"],
+        params["id"],
+        params["ts"],
+        params["body"],
+        params["group"],
+        None,
+        params["bucket"],
+        1,
+        False,
+        params["due_stream"],
+        decode_headers(params["headers"]),
+    )

@@ -47,6 +47,7 @@ from tidemark.pipelines.timeline.model import (
 from tidemark.pipelines.timeline.store_sql import (
     _M_COLS,
     _VERSION_OK,
+    RELAY_STATE_SHARE,
     Row,
     _check_message,
     _message,
@@ -315,7 +316,15 @@ class StoreSession(Closing):
             "target": target_ms,
             "h": None if token is None else token_hash(token),
         }
-        row = self._one(sql, params)
+        if op in (Op.MOVE, Op.DELETE_BY_OWNER) and not self.is_cockroach:
+
+            def locked(conn: psycopg.Connection[Row]) -> Row | None:
+                conn.execute(RELAY_STATE_SHARE, params)
+                return conn.execute(sql, params).fetchone()
+
+            row = self.transaction(locked)
+        else:
+            row = self._one(sql, params)
         if row is None:
             raise self._refused(op, timeline, message_id, actor, version, target_ms, token)
         return _message(row)

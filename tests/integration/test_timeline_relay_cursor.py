@@ -4,14 +4,18 @@ database restarted, the broker down; every message on the target exactly once
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer
@@ -19,6 +23,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from tidemark.pipelines.timeline.config import ConsumerConfig, RelayConfig, TimelineConfig
 from tidemark.pipelines.timeline.exceptions import TimelineError
+from tidemark.pipelines.timeline.model import bucket_of
 from tidemark.pipelines.timeline.relay import TimelineRelay
 from tidemark.pipelines.timeline.store import NewMessage, TimelineStore
 
@@ -96,14 +101,14 @@ def test_racing_writers_every_message_exactly_once(postgres, kafka, unique):
         except BaseException as exc:
             errors.append(exc)
 
-    def now_writer(store: TimelineStore, k: int) -> None:
+    def now_writer(store: TimelineStore, k: str) -> None:
         now = store.now_ms()
         batch = [NewMessage(b"n", now if i % 3 else 0, "app", f"n{k}-{i}") for i in range(20)]
         store.create_many(tl, batch)
         with lock:
             expected.update({m.id: m.timestamp_ms for m in batch if m.id is not None})
 
-    def mover(store: TimelineStore, k: int) -> None:
+    def mover(store: TimelineStore, k: str) -> None:
         now = store.now_ms()
         ts = now + random.randint(0, 60)
         store.create(tl, b"m", timestamp_ms=ts, producer_group="app", id=f"m{k}")
@@ -116,7 +121,7 @@ def test_racing_writers_every_message_exactly_once(postgres, kafka, unique):
         with lock:
             expected[f"m{k}"] = target_ts
 
-    def deleter(store: TimelineStore, k: int) -> None:
+    def deleter(store: TimelineStore, k: str) -> None:
         ts = store.now_ms() + random.randint(0, 60)
         store.create(tl, b"d", timestamp_ms=ts, producer_group="app", id=f"d{k}")
         time.sleep(random.random() * 0.06)
@@ -129,14 +134,14 @@ def test_racing_writers_every_message_exactly_once(postgres, kafka, unique):
             with lock:
                 gone.add(f"d{k}")
 
-    def late_committer(store: TimelineStore, k: int) -> None:
+    def late_committer(store: TimelineStore, k: str) -> None:
         """A transaction that writes a due message, then stays open while batches pass."""
 
         def write(conn) -> None:
             conn.execute(
                 "INSERT INTO timeline_messages (timeline, id, bucket, ts, body, "
                 "producer_group, version, created_at_ms) VALUES (%s, %s, %s, 0, 'l', 'app', 1, 0)",
-                (tl, f"l{k}", k % 4),
+                (tl, f"l{k}", bucket_of(f"l{k}", 4)),
             )
             time.sleep(0.5)
 
@@ -144,12 +149,12 @@ def test_racing_writers_every_message_exactly_once(postgres, kafka, unique):
         with lock:
             expected[f"l{k}"] = 0
 
-    def writer(body) -> None:
+    def writer(body, tag: str) -> None:
         try:
             with TimelineStore(postgres) as store:
                 k = 0
                 while not stop.is_set():
-                    body(store, k)
+                    body(store, f"{tag}.{k}")  # ids of this writer's own
                     k += 1
         except BaseException as exc:
             errors.append(exc)
@@ -157,8 +162,8 @@ def test_racing_writers_every_message_exactly_once(postgres, kafka, unique):
     reader = _Reader(kafka, target)
     reader.start()
     threads = [threading.Thread(target=relay_loop)] + [
-        threading.Thread(target=writer, args=(body,))
-        for body in (now_writer, mover, mover, deleter, late_committer)
+        threading.Thread(target=writer, args=(body, str(i)))
+        for i, body in enumerate((now_writer, mover, mover, deleter, late_committer))
     ]
     for thread in threads:
         thread.start()
@@ -213,8 +218,12 @@ def test_kill_9_database_restart_and_broker_down_lose_and_repeat_nothing(
     from tidemark.infra.postgres import PostgresServer
 
     tl, target, total = f"kr-{unique}", f"kr-out-{unique}", 6_000
+    # Outside pytest's base directory (mode 0700): as root the server runs as a user of
+    # its own, which must reach its data (as the session's server does).
+    root = Path(tempfile.mkdtemp(prefix="tidemark-postgres-kr-"))
     with (
-        PostgresServer(tmp_path / "pg", durable=False) as pg,
+        contextlib.ExitStack() as stack,
+        PostgresServer(root, durable=False) as pg,
         KafkaCluster(services_dir / f"kafka-kr-{unique}", brokers=1) as cluster,
     ):
         bootstrap = cluster.bootstrap_servers
@@ -255,7 +264,9 @@ def test_kill_9_database_restart_and_broker_down_lose_and_repeat_nothing(
             arrived_at_least(total // 3)
             pg.stop()
             time.sleep(2)  # the database away this long
-            pg.start()
+            # The same data and port, a server object of its own (one object starts once).
+            restarted = stack.enter_context(PostgresServer(root, port=pg.port, durable=False))
+            assert restarted.dsn == pg.dsn
             arrived_at_least(total // 2)
             cluster.stop_node(1)
             time.sleep(4)  # the broker away this long: a backlog piles up
@@ -268,3 +279,35 @@ def test_kill_9_database_restart_and_broker_down_lose_and_repeat_nothing(
         counts = Counter(k for k, _ in reader.got)
         assert {k for k, n in counts.items() if n > 1} == set()
         assert set(counts) == {f"k{i}" for i in range(total)}
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def test_delivered_rows_are_purged_by_range_behind_a_committed_batch(postgres, kafka, unique):
+    """The purge removes what a batch Kafka is known to have committed took, one range a
+    bucket; until then the ids stay taken (a replayed create creates nothing); rows
+    written behind the cursor since, not yet taken, stay."""
+    tl, target = f"rp-{unique}", f"rp-out-{unique}"
+    _topic(kafka, target)
+    with TimelineStore(postgres) as store:
+        store.migrate()
+        store.create_timeline(TimelineConfig(tl, buckets=2))
+        store.create_many(tl, [NewMessage(b"a", 0, "app", f"a{i}") for i in range(5)])
+        with TimelineRelay(
+            postgres, kafka, tl, RelayConfig(target), ConsumerConfig("relay", max_idle_ms=50)
+        ) as relay:
+            assert relay.run_once(timeout_ms=2_000) == 5
+            assert not store.create(tl, b"a", timestamp_ms=0, producer_group="app", id="a0").new
+            store.create(tl, b"b", timestamp_ms=0, producer_group="app", id="b0")
+            assert relay.run_once(timeout_ms=2_000) == 1  # batch 2 records batch 1 committed
+            assert store.purge(keep_deleted_ms=0) >= 5  # (other timelines' too)
+            store.create(tl, b"c", timestamp_ms=0, producer_group="app", id="c0")  # late
+
+            def left(conn):
+                rows = conn.execute(
+                    "SELECT id FROM timeline_messages WHERE timeline = %s ORDER BY id", (tl,)
+                ).fetchall()
+                return [r[0] for r in rows]
+
+            assert store.transaction(left) == ["b0", "c0"]
+            assert store.create(tl, b"a", timestamp_ms=0, producer_group="app", id="a0").new
+            assert relay.run_once(timeout_ms=2_000) == 2  # c0 and the new a0, once each
