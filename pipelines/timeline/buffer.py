@@ -283,25 +283,11 @@ class BufferRelay(CursorRelay):
         produce, topic = self._producer.produce, self.config.target_topic
         for row in rows:
             r = decode_record(row[3])
+            kwargs = {"headers": list(r.headers), "timestamp": r.timestamp_ms}
             try:
-                produce(
-                    topic,
-                    r.value,
-                    r.key,
-                    headers=list(r.headers),
-                    timestamp=r.timestamp_ms,
-                    on_delivery=on_delivery,
-                )
+                produce(topic, r.value, r.key, on_delivery=on_delivery, **kwargs)
             except BufferError:
-                self._send(
-                    produce,
-                    topic,
-                    r.value,
-                    r.key,
-                    headers=list(r.headers),
-                    timestamp=r.timestamp_ms,
-                    on_delivery=on_delivery,
-                )
+                self._send(produce, topic, r.value, r.key, on_delivery=on_delivery, **kwargs)
 
     def refused_ids(self, rows: Sequence[Row], refused: Sequence[Any]) -> list[str]:
         """Records are told apart by key and value (a source's key is not unique)."""

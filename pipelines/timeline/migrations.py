@@ -36,8 +36,8 @@ Tables:
   the lease end while leased, as before.
 - migration 8 (PostgreSQL only: ``xid8`` and ``pg_snapshot`` are PostgreSQL's), the
   relay's cursor (:mod:`.relay_sql`): ``timeline_messages.wxid``, the transaction that
-  wrote the row's place (create or move; NULL for rows written before; a BIGINT under a
-  BRIN index); ``timeline_relay_state``, one row per relayed timeline (the relay's
+  wrote the row's place (create or move; NULL for rows written before; its xid as a
+  BIGINT), indexed per timeline; ``timeline_relay_state``, one row per relayed timeline (the relay's
   epoch, its last batch and the last one Kafka is known to have, the per-bucket
   cursor and the snapshot it read under), which the producer's move and delete lock
   ``FOR SHARE``; ``timeline_relay_batches``, the state after each batch, kept until
@@ -194,12 +194,11 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE timeline_messages ADD COLUMN IF NOT EXISTS wxid BIGINT",
             "ALTER TABLE timeline_messages ALTER COLUMN wxid "
             "SET DEFAULT pg_current_xact_id()::TEXT::BIGINT",
-            # The relay's late rows: written since the snapshot of its last batch. BRIN
-            # (a summary a few pages, summarised as they fill): a create writes no
-            # index entry for it, and a batch reads only the pages written lately.
+            # The relay's late rows: written since the snapshot of its last batch. (A
+            # BRIN index costs a create less, but the pages not summarised yet, those
+            # written last, are read whole by every batch.)
             """CREATE INDEX IF NOT EXISTS timeline_messages_written
-                ON timeline_messages USING brin (wxid)
-                WITH (pages_per_range = 8, autosummarize = on)""",
+                ON timeline_messages (timeline, wxid) WHERE deleted_at_ms IS NULL""",
             """CREATE TABLE IF NOT EXISTS timeline_relay_state (
                 timeline TEXT PRIMARY KEY,
                 epoch BIGINT NOT NULL,

@@ -50,8 +50,7 @@ _PASSED = """(m.due_stream IS NULL
     AND (m.ts, m.id) <= (rs.cursor_ts[m.bucket + 1], rs.cursor_id[m.bucket + 1])
     AND (m.wxid IS NULL OR pg_visible_in_snapshot(m.wxid::TEXT::xid8, rs.snap)))"""
 WXID_NOW = "pg_current_xact_id()::TEXT::BIGINT"
-"""The writing transaction's id as ``wxid`` keeps it (migration 8: a BIGINT, so a BRIN
-index, which costs a create next to nothing, can range over it)."""
+"""The writing transaction's id as ``wxid`` keeps it (migration 8: a BIGINT)."""
 
 
 def relayed_clause() -> str:

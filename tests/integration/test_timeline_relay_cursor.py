@@ -18,9 +18,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.integration.test_timeline_buffer import _Reader as CommittedReader
 from tidemark.pipelines.timeline.config import ConsumerConfig, RelayConfig, TimelineConfig
 from tidemark.pipelines.timeline.exceptions import TimelineError
 from tidemark.pipelines.timeline.model import bucket_of
@@ -33,35 +33,19 @@ def _topic(bootstrap: str, name: str) -> None:
     admin.create_topics([NewTopic(name, 1, 1)])[name].result(30)
 
 
-class _Reader(threading.Thread):
-    """Every committed record of ``topic``: key -> the due times it came with."""
+class _Reader(CommittedReader):
+    """The buffer test's reader of committed records, with each one's due time."""
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        super().__init__(daemon=True)
-        self.got: list[tuple[str, int]] = []
-        self.stop = threading.Event()
-        self.consumer = Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "group.id": f"check-{topic}",
-                "auto.offset.reset": "earliest",
-                "isolation.level": "read_committed",
-                "enable.auto.commit": False,
-            }
-        )
-        self.consumer.subscribe([topic])
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            for m in self.consumer.consume(1_000, 0.2):
-                if m.error() is None:
-                    due = dict(m.headers())["tidemark-timestamp"]
-                    self.got.append((m.key().decode(), int(due)))
-        self.consumer.close()
+    def arrived(self) -> list[tuple[str, int]]:
+        """(id, due time) of every record read so far, in order."""
+        return [
+            (key.decode(), int(dict(headers)["tidemark-timestamp"]))
+            for key, _value, headers, _ts, _at in list(self.got)
+        ]
 
     def wait_for(self, expected: set[str], timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
-        while not expected <= {k for k, _ in self.got} and time.monotonic() < deadline:
+        while not expected <= {k for k, _ in self.arrived()} and time.monotonic() < deadline:
             time.sleep(0.1)
         # Linger: anything past the expected ones would be a duplicate.
         end = time.monotonic() + 1.0
@@ -175,11 +159,12 @@ def test_racing_writers_every_message_exactly_once(postgres, kafka, unique):
     relay_stop.set()
     threads[0].join(30)
     assert not errors, errors
-    counts = Counter(k for k, _ in reader.got)
+    got = reader.arrived()
+    counts = Counter(k for k, _ in got)
     assert {k for k, n in counts.items() if n > 1} == set()
     assert set(counts) == set(expected), (set(expected) - set(counts), set(counts) - set(expected))
     assert not gone & set(counts)
-    moved_at = dict(reader.got)
+    moved_at = dict(got)
     for k, ts in expected.items():
         assert moved_at[k] == ts, k
     assert len(gone) > 0 and sum(1 for k in expected if k.startswith("m")) > 0
@@ -188,6 +173,7 @@ def test_racing_writers_every_message_exactly_once(postgres, kafka, unique):
 RELAY_SCRIPT = """
 import logging, sys, time
 from tidemark.errors import TidemarkError
+from tests.integration.test_timeline_buffer import _Reader as CommittedReader
 from tidemark.pipelines.timeline.config import ConsumerConfig, RelayConfig
 from tidemark.pipelines.timeline.relay import TimelineRelay
 logging.basicConfig(level=logging.INFO)
@@ -276,7 +262,7 @@ def test_kill_9_database_restart_and_broker_down_lose_and_repeat_nothing(
             relay.kill()
             relay.wait(10)
             log.close()
-        counts = Counter(k for k, _ in reader.got)
+        counts = Counter(k for k, _ in reader.arrived())
         assert {k for k, n in counts.items() if n > 1} == set()
         assert set(counts) == {f"k{i}" for i in range(total)}
     shutil.rmtree(root, ignore_errors=True)
