@@ -160,7 +160,14 @@ class CursorRelay(Closing):
             self._producer = roles.client(
                 roles.BUFFER_PRODUCER,
                 self.bootstrap,
-                {"transactional.id": self.settings.name, "linger.ms": 2},
+                {
+                    "transactional.id": self.settings.name,
+                    "linger.ms": 2,
+                    # A transaction begun right after a commit is told "concurrent
+                    # transactions" until the markers of the last are written: retried
+                    # after this, not the default 100 ms, which set each batch's pace.
+                    "retry.backoff.ms": 2,
+                },
             )
             with outages_named(self.bootstrap):
                 self._producer.init_transactions(self._timeout_s)  # fences an earlier run
