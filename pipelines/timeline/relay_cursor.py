@@ -53,7 +53,7 @@ from tidemark.pipelines.timeline.consumer import (
     wake_delay_ms,
 )
 from tidemark.pipelines.timeline.exceptions import RelayFencedError, TimelineError
-from tidemark.pipelines.timeline.metrics import DUE_TO_DELIVERY_LAG, RELAYED
+from tidemark.pipelines.timeline.metrics import DUE_TO_DELIVERY_LAG, RELAYED, DriftGauge
 from tidemark.pipelines.timeline.relay_sql import (
     CursorState,
     TakenBatch,
@@ -127,7 +127,7 @@ class CursorRelay(Closing):
         self._committing = False
         self._fenced: BaseException | None = None
         self._streams_checked = float("-inf")
-        self._drift_ms = 0.0
+        self._drift: DriftGauge | None = None
         self._group = roles.client(roles.BUFFER_GROUP, bootstrap, {"group.id": settings.name})
         try:
             self._start()
@@ -182,7 +182,7 @@ class CursorRelay(Closing):
         self._state = store.transaction(lambda c: start(c, self.timeline, buckets, committed))
         self._confirmed = self._state.seq
         self._confirmed_state = self._state
-        self._drift_ms = store.clock_drift().drift_ms
+        self._drift = DriftGauge(self.timeline, store.clock_drift)
         log.info(
             "relay %s: resuming after batch %d (epoch %d)",
             self.timeline,
@@ -304,7 +304,8 @@ class CursorRelay(Closing):
         count = len(batch.rows)
         self.relayed += count
         self._relayed_counter.inc(count)
-        now = time.time() * 1000 + self._drift_ms
+        drift = None if self._drift is None else self._drift.refresh()
+        now = time.time() * 1000 + (0.0 if drift is None else drift.drift_ms)
         lags = [now - row[1] for row in batch.rows]
         self.lags.extend(lags)
         observe = self._lag_histogram.observe
@@ -319,6 +320,8 @@ class CursorRelay(Closing):
         try:
             if self._state is None or self._producer is None:
                 self._start()
+            elif self._drift is not None:
+                self._drift.refresh()  # (a clock read, but every DRIFT_REFRESH_S)
             base = self.settings.batch_size
             batch = self._take_waiting(timeout_ms, base)
         except BaseException:
