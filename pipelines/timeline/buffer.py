@@ -18,14 +18,14 @@ Exactly once, from source offsets to the target topic, whatever is killed when:
   the source later are found within ``partitions_refresh_ms`` and read from
   their start. Ids are ``<partition>:<offset>@<topic>``, so even a second
   reader of the same offsets adds nothing.
-- **out** (:class:`BufferRelay`): each batch of leases is produced in one Kafka
+- **out** (:class:`BufferRelay`): the relay's cursor (:mod:`.relay_cursor`): due
+  records are read past a per-bucket cursor, each batch produced in one Kafka
   transaction (``transactional.id`` = the relay's name) together with an offset
-  commit of the relay's own group whose metadata holds the hash of the batch's
-  lease secret; then the batch is deleted from the store. A relay that starts
-  (again) fences its predecessor (``init_transactions``), reads that metadata,
-  deletes the batch it names if still there (committed to Kafka, not yet
-  deleted), and gives back the rest of its earlier leases (their transaction
-  was aborted): nothing is sent twice, nothing is left behind.
+  commit of the relay's own group that names the batch, whose state the database
+  recorded once for the whole batch; nothing is written per record. A relay that
+  starts (again) fences its predecessor (``init_transactions``) and resumes after
+  the batch Kafka committed last: nothing is sent twice, nothing is left behind.
+  Delivered rows are removed in bulk by the purge.
 
 Kafka out of reach (at start, or in a transaction of the relay) is
 :class:`~tidemark.controller.exceptions.KafkaUnavailableError` naming the bootstrap
@@ -43,7 +43,7 @@ import hashlib
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from confluent_kafka import (
@@ -54,13 +54,11 @@ from confluent_kafka import (
 )
 
 from tidemark.controller.closing import Closing
-from tidemark.controller.exceptions import KafkaOperationError, KafkaUnavailableError
+from tidemark.controller.exceptions import KafkaUnavailableError
 from tidemark.controller.kafka import roles
 from tidemark.controller.kafka.outages import (
     OutageWatch,
     answering,
-    named_cause,
-    outages_named,
 )
 from tidemark.controller.naming import BUFFER_TRANSACTIONAL_PREFIX
 from tidemark.pipelines.timeline.buffer_sql import (
@@ -71,12 +69,12 @@ from tidemark.pipelines.timeline.buffer_sql import (
     store_batch,
 )
 from tidemark.pipelines.timeline.clock import StreamClock
-from tidemark.pipelines.timeline.config import BufferConfig, ConsumerConfig, TimelineConfig
-from tidemark.pipelines.timeline.consumer import TimelineConsumer
-from tidemark.pipelines.timeline.exceptions import InvalidMessageError, TimelineError
-from tidemark.pipelines.timeline.metrics import CREATED, RELAYED, DriftGauge
-from tidemark.pipelines.timeline.model import Lease, base_hash, bucket_of
+from tidemark.pipelines.timeline.config import BufferConfig, TimelineConfig
+from tidemark.pipelines.timeline.exceptions import TimelineError
+from tidemark.pipelines.timeline.metrics import CREATED, DriftGauge
+from tidemark.pipelines.timeline.model import bucket_of
 from tidemark.pipelines.timeline.record import KafkaRecord, decode_record, encode_record
+from tidemark.pipelines.timeline.relay_cursor import CursorRelay, CursorSettings, Row
 from tidemark.pipelines.timeline.store import TimelineStore
 
 log = logging.getLogger(__name__)
@@ -234,15 +232,25 @@ class BufferIngest:
             self.store.close()
 
 
-def _secret_hash(lease: Lease) -> str:
-    """The stored hash of the secret of the lease call that made ``lease``."""
-    if lease.token is None:
-        raise InvalidMessageError("a lease without its token", lease.message.timeline)
-    return base_hash(lease.token.rpartition(".")[0])
+def _finish_leased_batches(store: TimelineStore, config: BufferConfig, metadata: str) -> None:
+    """An earlier protocol's last commit (lease secrets' hashes): delete the batch it
+    names, give the rest of that relay's leases back; the cursor then sends those."""
+    hashes = [h for h in metadata.split(",") if h]
+    timeline, me = config.timeline, config.consumer_id
+    finished = store.transaction(lambda c: finish_batches(c, timeline, me, hashes))
+    released = store.transaction(lambda c: release_all(c, timeline, me))
+    if finished or released:
+        log.info(
+            "buffer %s: %d delivered under leases deleted, %d leases given back",
+            timeline,
+            finished,
+            released,
+        )
 
 
-class BufferRelay:
-    """Store -> target topic: each batch in one Kafka transaction, then deleted."""
+class BufferRelay(CursorRelay):
+    """Store -> target topic: each batch in one Kafka transaction with its number
+    (:mod:`.relay_cursor`), nothing written per message."""
 
     def __init__(
         self,
@@ -252,127 +260,49 @@ class BufferRelay:
         stream_clock: StreamClock | None = None,
     ) -> None:
         self.config = config
-        self.bootstrap = bootstrap
-        name = f"{BUFFER_TRANSACTIONAL_PREFIX}{config.timeline}.{config.consumer_id}"
         with TimelineStore(dsn) as store:
             ensure_timeline(store, config)
-        self._producer = roles.client(roles.BUFFER_PRODUCER, bootstrap, {"transactional.id": name})
-        self._group = roles.client(roles.BUFFER_GROUP, bootstrap, {"group.id": name})
-        self._marker = TopicPartition(config.target_topic, 0)
-        self._timeout_s = config.flush_timeout_ms / 1000
-        try:
-            with outages_named(bootstrap):
-                self._producer.init_transactions(self._timeout_s)  # fences an earlier run
-        except KafkaException as exc:
-            self._group.close()
-            error = exc.args[0] if exc.args else None
-            if (
-                not isinstance(error, KafkaError)
-                or error.code() != KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-            ):
-                raise
-            raise KafkaOperationError(
-                f"timeline relay {name!r}: Kafka refused its transactional id: its principal "
-                f"needs WRITE and DESCRIBE on transactional ids {BUFFER_TRANSACTIONAL_PREFIX}* "
-                "(the timeline role's grants)"
-            ) from exc
-        except BaseException:
-            self._group.close()
-            raise
-        self.consumer = TimelineConsumer(
+
+        super().__init__(
             dsn,
+            bootstrap,
             config.timeline,
-            ConsumerConfig(
-                config.consumer_id, lease_ms=config.lease_ms, batch_size=config.batch_size
+            CursorSettings(
+                config.target_topic,
+                f"{BUFFER_TRANSACTIONAL_PREFIX}{config.timeline}.{config.consumer_id}",
+                batch_size=config.batch_size,
+                flush_timeout_ms=config.flush_timeout_ms,
+                retry_after_ms=config.lease_ms,
             ),
             stream_clock=stream_clock,
+            on_legacy_marker=lambda store, metadata: _finish_leased_batches(
+                store, config, metadata
+            ),
         )
-        self.relayed = 0
-        try:
-            self._sequence = self._recover()
-        except BaseException:
-            self.close()
-            raise
 
-    def _recover(self) -> int:
-        """Finish the batch the last committed transaction names; give back the rest."""
-        with outages_named(self.bootstrap):
-            (last,) = self._group.committed([self._marker], self._timeout_s)
-        hashes = [h for h in (last.metadata or "").split(",") if h]
-        timeline, me = self.config.timeline, self.config.consumer_id
-        finished = self.consumer.store.transaction(
-            lambda c: finish_batches(c, timeline, me, hashes)
-        )
-        released = self.consumer.store.transaction(lambda c: release_all(c, timeline, me))
-        if finished or released:
-            log.info(
-                "buffer %s: %d delivered before a restart deleted, %d leases given back",
-                timeline,
-                finished,
-                released,
-            )
-        return max(last.offset, 0)
+    def produce_rows(self, rows: Sequence[Row], on_delivery: Callable[[Any, Any], None]) -> None:
+        produce, topic = self._producer.produce, self.config.target_topic
+        for row in rows:
+            r = decode_record(row[3])
+            kwargs = {"headers": list(r.headers), "timestamp": r.timestamp_ms}
+            try:
+                produce(topic, r.value, r.key, on_delivery=on_delivery, **kwargs)
+            except BufferError:
+                self._send(produce, topic, r.value, r.key, on_delivery=on_delivery, **kwargs)
 
-    def _produce(self, leases: Sequence[Lease]) -> None:
-        for lease in leases:
-            record = decode_record(lease.message.body)
-            while True:
-                try:
-                    self._producer.produce(
-                        self.config.target_topic,
-                        key=record.key,
-                        value=record.value,
-                        headers=list(record.headers),
-                        timestamp=record.timestamp_ms,
-                    )
-                    break
-                except BufferError:
-                    self._producer.poll(0.05)
+    def refused_ids(self, rows: Sequence[Row], refused: Sequence[Any]) -> list[str]:
+        """Records are told apart by key and value (a source's key is not unique)."""
+        sent = {(m.key(), m.value()) for m in refused}
+        out = []
+        for row in rows:
+            r = decode_record(row[3])
+            if (r.key, r.value) in sent:
+                out.append(row[2])
+        return out
 
     def run_once(self, timeout_ms: int = 200) -> int:
-        """Relay one batch of due messages (waiting up to ``timeout_ms``); returns how many."""
-        leases = self.consumer.poll(timeout_ms=timeout_ms)
-        if not leases:
-            return 0
-        hashes = sorted({_secret_hash(lease) for lease in leases})
-        self._producer.begin_transaction()
-        try:
-            self._produce(leases)
-            self._sequence += 1
-            marker = TopicPartition(
-                self.config.target_topic, 0, self._sequence, metadata=",".join(hashes)
-            )
-            self._producer.send_offsets_to_transaction(
-                [marker], self._group.consumer_group_metadata(), self._timeout_s
-            )
-            self._producer.commit_transaction(self._timeout_s)
-        except KafkaException as exc:
-            error = exc.args[0]
-            if not error.txn_requires_abort():
-                raise TimelineError(f"buffer {self.config.timeline}: {error}") from named_cause(
-                    self.bootstrap, exc
-                )
-            log.warning(
-                "buffer %s: transaction aborted (%s); its %d messages return at once",
-                self.config.timeline,
-                error,
-                len(leases),
-            )
-            with outages_named(self.bootstrap):
-                self._producer.abort_transaction(self._timeout_s)
-            timeline, me = self.config.timeline, self.config.consumer_id
-            self.consumer.store.transaction(lambda c: release_all(c, timeline, me))
-            return 0
-        deleted = self.consumer.ack(leases)
-        self.relayed += len(deleted)
-        RELAYED.labels(self.config.timeline).inc(len(deleted))
-        return len(deleted)
-
-    def close(self) -> None:
-        try:
-            self._group.close()
-        finally:
-            self.consumer.close()
+        """Relay the due messages (waiting up to ``timeout_ms``); returns how many."""
+        return super().run_once(timeout_ms)
 
 
 class TimelineBuffer(Closing):

@@ -105,7 +105,7 @@ def feed_stream_times(
 
 
 MAX_BATCH_GROWTH = 4
-"""A relay that is behind leases batches of up to this many times its ``batch_size``."""
+"""A relay that is behind reads batches of up to this many times its ``batch_size``."""
 
 
 def next_batch_limit(limit: int, got: int, base: int) -> int:
@@ -311,8 +311,8 @@ class TimelineConsumer(Closing):
         limit: int | None = None,
     ) -> list[Lease]:
         """As :meth:`poll`, with ``take(limit, buckets)`` taking the due messages of this
-        consumer's buckets (the relay's: :meth:`TimelineStore.hold_due` on a store of
-        its own, which writes no lease)."""
+        consumer's buckets (e.g. :meth:`TimelineStore.hold_due` on a store of its own,
+        which writes no lease)."""
         batch = limit or self.config.batch_size
         deadline = time.monotonic() + timeout_ms / 1000
         while True:

@@ -125,6 +125,16 @@ class TimelineClosedError(TimelineError, rule="closed"):
     """The client was closed: make a new one."""
 
 
+class RelayFencedError(TimelineError, rule="relay-fenced"):
+    """Another relay of the timeline started since this one (one relay per timeline):
+    this one stops; run one at a time."""
+
+
+class RelayStateError(TimelineError, rule="relay-state"):
+    """The relay's state in the database and its last commit in Kafka disagree (a
+    database restored from a backup, a batch purged): the message says what to do."""
+
+
 class ConcurrentChangeError(TimelineError, rule="concurrent-change"):
     """The message changed between the refused statement and its explanation; retry."""
 

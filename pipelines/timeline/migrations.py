@@ -34,6 +34,14 @@ Tables:
   leaves the room; PostgreSQL only, skipped on CockroachDB). A message's time
   as :class:`~model.Message` shows it is ``COALESCE(lease_until_ms, ts)``:
   the lease end while leased, as before.
+- migration 8 (PostgreSQL only: ``xid8`` and ``pg_snapshot`` are PostgreSQL's), the
+  relay's cursor (:mod:`.relay_sql`): ``timeline_messages.wxid``, the transaction that
+  wrote the row's place (create or move; NULL for rows written before; its xid as a
+  BIGINT), indexed per timeline; ``timeline_relay_state``, one row per relayed timeline (the relay's
+  epoch, its last batch and the last one Kafka is known to have, the per-bucket
+  cursor and the snapshot it read under), which the producer's move and delete lock
+  ``FOR SHARE``; ``timeline_relay_batches``, the state after each batch, kept until
+  purged, to resume from the one Kafka committed.
 """
 
 from __future__ import annotations
@@ -174,6 +182,42 @@ MIGRATIONS: tuple[Migration, ...] = (
             # to a row): the rows leased in one batch were created together, so they
             # share pages. 35 %: rows of ~150 bytes (a 64-byte body) all fit again.
             "ALTER TABLE timeline_messages SET (fillfactor = 35)",
+        ),
+    ),
+    Migration(
+        8,
+        "the relay's cursor: writing transaction per row, relay state and batches",
+        (),
+        postgres_only=(
+            # No default on the ADD (a volatile default rewrites the table): rows
+            # written before have none, and count as written before any cursor.
+            "ALTER TABLE timeline_messages ADD COLUMN IF NOT EXISTS wxid BIGINT",
+            "ALTER TABLE timeline_messages ALTER COLUMN wxid "
+            "SET DEFAULT pg_current_xact_id()::TEXT::BIGINT",
+            # The relay's late rows: written since the snapshot of its last batch. (A
+            # BRIN index costs a create less, but the pages not summarised yet, those
+            # written last, are read whole by every batch.)
+            """CREATE INDEX IF NOT EXISTS timeline_messages_written
+                ON timeline_messages (timeline, wxid) WHERE deleted_at_ms IS NULL""",
+            """CREATE TABLE IF NOT EXISTS timeline_relay_state (
+                timeline TEXT PRIMARY KEY,
+                epoch BIGINT NOT NULL,
+                seq BIGINT NOT NULL,
+                confirmed BIGINT NOT NULL,
+                cursor_ts BIGINT[] NOT NULL,
+                cursor_id TEXT[] NOT NULL,
+                snap pg_snapshot NOT NULL,
+                updated_at_ms BIGINT NOT NULL
+            )""",
+            """CREATE TABLE IF NOT EXISTS timeline_relay_batches (
+                timeline TEXT NOT NULL,
+                seq BIGINT NOT NULL,
+                cursor_ts BIGINT[] NOT NULL,
+                cursor_id TEXT[] NOT NULL,
+                snap pg_snapshot NOT NULL,
+                written_at_ms BIGINT NOT NULL,
+                PRIMARY KEY (timeline, seq)
+            )""",
         ),
     ),
 )

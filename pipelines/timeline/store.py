@@ -55,7 +55,8 @@ the SQL they share (:mod:`.store_sql`):
 
 - :mod:`.store_messages`: the producer's create, get, count, move and delete;
 - :mod:`.store_leases`: the consumers' leases, their tokens, and membership;
-- :mod:`.store_held`: the relay's batches, held by a transaction's row locks;
+- :mod:`.store_held`: batches held by a transaction's row locks (the relay reads past
+  a cursor instead, :mod:`.relay_sql`);
 - :mod:`.store_housekeeping`: migrations, stream times and purge.
 
 :class:`TimelineStore` is all four, over one connection.

@@ -1,12 +1,13 @@
-"""The relay's side of the timeline store: due messages held by a transaction's row
-locks, written nothing until the batch is settled.
+"""Due messages held by a transaction's row locks, written nothing until the batch is
+settled (the relay's path before its cursor, :mod:`.relay_sql`; kept for a holder
+that delivers elsewhere and deletes what it delivered).
 
     held = store.hold_due("reminders", limit=500)           # rows locked, nothing written
     store.settle_held("reminders", delivered, retry=failed, consumer="relay-1",
                       retry_after_ms=30_000)                # delete delivered, park failed
 
-A store holding a batch serves nothing else meanwhile: the relay gives each batch in
-flight a store of its own. If the process dies, the transaction ends with its
+A store holding a batch serves nothing else meanwhile: give each batch in flight a
+store of its own. If the process dies, the transaction ends with its
 connection and the messages are due again at once (at least once, by id).
 """
 
@@ -36,7 +37,7 @@ log = logging.getLogger(__name__)
 
 
 class HeldBatches(StoreSession):
-    """The relay's statements: hold a batch of due rows, then settle or release it."""
+    """A holder's statements: hold a batch of due rows, then settle or release it."""
 
     def hold_due(
         self, timeline: str, *, limit: int, buckets: Sequence[int] | None = None
@@ -62,7 +63,7 @@ class HeldBatches(StoreSession):
         # until the end of the transaction, unchanged): rows stay locked while they are
         # delivered, so a bucket's surplus would be held back from every other reader.
         sql = f"""
-            SELECT x.* FROM {_due_rows(held_columns, due)}
+            SELECT x.* FROM {_due_rows(held_columns, due, not self.is_cockroach)}
             ORDER BY x.order_ts LIMIT %(limit)s"""
         params = {
             "t": timeline,

@@ -20,6 +20,7 @@ from tidemark.pipelines.timeline.exceptions import (
 )
 from tidemark.pipelines.timeline.migrations import apply_migrations
 from tidemark.pipelines.timeline.model import MAX_STREAM_TIME_LEAD_MS, check_name, check_timestamp
+from tidemark.pipelines.timeline.relay_sql import purge_relayed
 from tidemark.pipelines.timeline.store_session import StoreSession
 
 
@@ -97,9 +98,11 @@ class Housekeeping(StoreSession):
         """Remove messages deleted more than ``keep_deleted_ms`` ago, in batches.
 
         Until purged, a deleted id cannot be created again: this window is how
-        long replayed creates (ingest, retries) are recognised as duplicates.
+        long replayed creates (ingest, retries) are recognised as duplicates. On
+        PostgreSQL the messages relays delivered that long ago go too, by range
+        (:func:`.relay_sql.purge_relayed`).
         """
-        total = 0
+        total = 0 if self.is_cockroach else self._run(lambda c: purge_relayed(c, keep_deleted_ms))
         while True:
             rows = self._all(
                 f"""DELETE FROM timeline_messages WHERE (timeline, id) IN (

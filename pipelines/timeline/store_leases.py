@@ -49,6 +49,7 @@ from tidemark.pipelines.timeline.store_sql import (
     _lease,
     _message,
     due_clause,
+    relayed_clause,
 )
 
 
@@ -93,7 +94,7 @@ class Leases(StoreSession):
             WITH due AS (
                 SELECT x.timeline, x.id, x.bucket, x.ts, x.due_ms, x.due_stream,
                        row_number() OVER (ORDER BY x.ts) AS n
-                FROM {_due_rows(scanned, due)}
+                FROM {_due_rows(scanned, due, not self.is_cockroach)}
                 ORDER BY x.ts LIMIT %(limit)s
             )
             UPDATE timeline_messages AS m
@@ -137,13 +138,14 @@ class Leases(StoreSession):
                 f"a lease of {lease_ms} ms would end in the past", timeline, message_id
             )
         due, horizon = due_clause(self.due)
+        untaken = "" if self.is_cockroach else f" AND {relayed_clause()}"
         token = lease_token(new_token_base(), 1)
         sql = f"""
             WITH due AS (
                 SELECT m.timeline, m.id, {_TS} AS due_ms, m.due_stream
                 FROM timeline_messages AS m
                 WHERE m.timeline = %(t)s AND m.id = %(id)s
-                  AND m.deleted_at_ms IS NULL AND {due} AND {_VERSION_OK}
+                  AND m.deleted_at_ms IS NULL AND {due} AND {_VERSION_OK}{untaken}
                 FOR UPDATE
             )
             UPDATE timeline_messages AS m

@@ -34,6 +34,7 @@ from tidemark.pipelines.timeline.model import (
     check_id,
     check_name,
     check_timestamp,
+    decode_headers,
     encode_headers,
     new_id,
 )
@@ -42,9 +43,12 @@ from tidemark.pipelines.timeline.store_sql import (
     _COLS,
     _TS,
     NOTIFY_CHANNEL,
+    WXID_NOW,
     Row,
     _check_message,
     _message,
+    live_columns,
+    relayed_clause,
 )
 
 
@@ -132,6 +136,8 @@ class Messages(StoreSession):
         }
 
     def _settle(self, params: dict[str, Any], row: Row | None) -> Created:
+        if row is not None and len(row) == 1:  # a batch returns the new rows' ids only
+            return Created(_new_message(params), True)
         if row is not None:
             return Created(_message(row), True)
         existing = self.get(params["timeline"], params["id"], include_deleted=True)
@@ -234,12 +240,20 @@ class Messages(StoreSession):
                 results[i] = exc
         return results
 
+    def _untaken(self) -> str:
+        """The owner's condition "no relay has taken it" (:mod:`.relay_sql`; PostgreSQL:
+        :meth:`_update_one` locks the relay's state first, so no batch takes it
+        meanwhile)."""
+        return "" if self.is_cockroach else f" AND {relayed_clause()}"
+
     # -- reads ------------------------------------------------------------------
 
     def get(self, timeline: str, message_id: str, include_deleted: bool = False) -> Message | None:
+        """The message (one a relay has taken reads as deleted)."""
         _check_message(timeline, message_id)
         row = self._one(
-            f"SELECT {_COLS} FROM timeline_messages WHERE timeline = %(t)s AND id = %(id)s",
+            f"SELECT {live_columns(not self.is_cockroach)} FROM timeline_messages AS m "
+            "WHERE m.timeline = %(t)s AND m.id = %(id)s",
             {"t": timeline, "id": message_id},
         )
         if row is None:
@@ -248,8 +262,10 @@ class Messages(StoreSession):
         return message if include_deleted or not message.deleted else None
 
     def count(self, timeline: str, from_ms: int | None = None, to_ms: int | None = None) -> Counts:
-        """Messages with ``from_ms <= ts < to_ms`` (either bound open), by status now."""
+        """Messages with ``from_ms <= ts < to_ms`` (either bound open), by status now (not
+        those a relay has taken)."""
         self.timeline(timeline)
+        untaken = "" if self.is_cockroach else f"AND {relayed_clause()}"
         row = self._one(
             f"""SELECT count(*),
                   coalesce(sum(CASE WHEN m.due_stream IS NULL AND {_TS} <= n.now
@@ -262,7 +278,7 @@ class Messages(StoreSession):
                 FROM timeline_messages AS m, (SELECT {NOW_MS} AS now) AS n
                 WHERE m.timeline = %(t)s AND m.deleted_at_ms IS NULL
                   AND (%(lo)s::BIGINT IS NULL OR {_TS} >= %(lo)s::BIGINT)
-                  AND (%(hi)s::BIGINT IS NULL OR {_TS} < %(hi)s::BIGINT)""",
+                  AND (%(hi)s::BIGINT IS NULL OR {_TS} < %(hi)s::BIGINT) {untaken}""",
             {"t": timeline, "lo": from_ms, "hi": to_ms},
         )
         assert row is not None
@@ -277,7 +293,8 @@ class Messages(StoreSession):
         timestamp_ms: int,
         version: int | None = None,
     ) -> Message:
-        """The owner changes the timestamp of a waiting message (future, not leased)."""
+        """The owner changes the timestamp of a waiting message (future, not leased, not
+        taken by a relay)."""
         check_name("producer_group", producer_group)
         check_timestamp("timestamp_ms", timestamp_ms)
         return self._update_one(
@@ -285,8 +302,9 @@ class Messages(StoreSession):
             timeline,
             message_id,
             producer_group,
-            "ts = %(target)s",
-            f"m.producer_group = %(a)s AND {_TS} > {NOW_MS} AND m.lock_consumer IS NULL",
+            "ts = %(target)s" + ("" if self.is_cockroach else f", wxid = {WXID_NOW}"),
+            f"m.producer_group = %(a)s AND {_TS} > {NOW_MS} AND m.lock_consumer IS NULL"
+            + self._untaken(),
             version,
             timestamp_ms,
         )
@@ -303,7 +321,8 @@ class Messages(StoreSession):
             message_id,
             producer_group,
             f"deleted_at_ms = {NOW_MS}",
-            f"m.producer_group = %(a)s AND NOT ({_TS} > {NOW_MS} AND m.lock_consumer IS NOT NULL)",
+            f"m.producer_group = %(a)s AND NOT ({_TS} > {NOW_MS} AND m.lock_consumer IS NOT NULL)"
+            + self._untaken(),
             version,
         )
 
@@ -317,8 +336,8 @@ def _copy_insert(
 ) -> list[Row | None]:
     """Insert checked messages through ``COPY`` into a per-session staging table and one
     ``INSERT ... SELECT ... ON CONFLICT DO NOTHING``, in one transaction; returns each
-    message's new row, None where its id was taken (or the timeline or cap changed:
-    the caller explains). Of two messages with one id, only the first gets the row.
+    message's new row (its id alone), None where its id was taken (or the timeline or
+    cap changed: the caller explains). Of two messages with one id, only the first gets the row.
 
     A few round trips a batch instead of one statement a message. PostgreSQL only:
     CockroachDB keeps temporary tables behind a session flag.
@@ -356,14 +375,32 @@ def _copy_insert(
                 WHERE octet_length(s.body) <= t.max_body_bytes
                 ORDER BY s.n
                 ON CONFLICT (timeline, id) DO NOTHING
-                RETURNING {_COLS}""",
+                RETURNING id""",
             {"t": timeline},
         ).fetchall()
         if notify and inserted:
             # One wake-up a batch, at its earliest due time: "<ts> <timeline>".
+            new = {r[0] for r in inserted}
             conn.execute(
                 f"SELECT pg_notify('{NOTIFY_CHANNEL}', %(p)s)",
-                {"p": f"{min(int(r[2]) for r in inserted)} {timeline}"},
+                {"p": f"{min(p['ts'] for p in prepared if p['id'] in new)} {timeline}"},
             )
-    by_id = {r[1]: r for r in inserted}
+    by_id = {r[0]: r for r in inserted}
     return [by_id.pop(p["id"], None) for p in prepared]
+
+
+def _new_message(params: dict[str, Any]) -> Message:
+    """The message a create of ``params`` (:meth:`Messages._prepare`) has just stored."""
+    return Message(
+        params["timeline"],
+        params["id"],
+        params["ts"],
+        params["body"],
+        params["group"],
+        None,
+        params["bucket"],
+        1,
+        False,
+        params["due_stream"],
+        decode_headers(params["headers"]),
+    )

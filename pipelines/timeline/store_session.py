@@ -45,12 +45,13 @@ from tidemark.pipelines.timeline.model import (
     token_hash,
 )
 from tidemark.pipelines.timeline.store_sql import (
-    _COLS,
     _M_COLS,
     _VERSION_OK,
+    RELAY_STATE_SHARE,
     Row,
     _check_message,
     _message,
+    live_columns,
 )
 from tidemark.retries import RetryPolicy
 
@@ -247,8 +248,9 @@ class StoreSession(Closing):
     ) -> tuple[Message | None, int, str | None]:
         """The message (None: not there), the database's now, and the lease token's hash."""
         row = self._one(
-            f"SELECT {NOW_MS}, lease_token, {_COLS} FROM (SELECT 1) AS one "
-            "LEFT JOIN timeline_messages ON timeline = %(t)s AND id = %(id)s",
+            f"SELECT {NOW_MS}, m.lease_token, {live_columns(not self.is_cockroach)} "
+            "FROM (SELECT 1) AS one "
+            "LEFT JOIN timeline_messages AS m ON m.timeline = %(t)s AND m.id = %(id)s",
             {"t": timeline, "id": message_id},
         )
         assert row is not None
@@ -314,7 +316,15 @@ class StoreSession(Closing):
             "target": target_ms,
             "h": None if token is None else token_hash(token),
         }
-        row = self._one(sql, params)
+        if op in (Op.MOVE, Op.DELETE_BY_OWNER) and not self.is_cockroach:
+
+            def locked(conn: psycopg.Connection[Row]) -> Row | None:
+                conn.execute(RELAY_STATE_SHARE, params)
+                return conn.execute(sql, params).fetchone()
+
+            row = self.transaction(locked)
+        else:
+            row = self._one(sql, params)
         if row is None:
             raise self._refused(op, timeline, message_id, actor, version, target_ms, token)
         return _message(row)

@@ -44,6 +44,37 @@ _LEASE_SET = f"""lock_consumer = %(c)s, lease_until_ms = {NOW_MS} + %(lease)s,
     version = m.version + 1, due_stream = NULL,
     ts = CASE WHEN m.due_stream IS NULL THEN m.ts ELSE LEAST(m.ts, {NOW_MS}) END"""
 
+# A message a batch of its timeline's relay has taken (see the rule above): the owner's
+# move and delete are refused then. ``rs`` is the locked state row.
+_PASSED = """(m.due_stream IS NULL
+    AND (m.ts, m.id) <= (rs.cursor_ts[m.bucket + 1], rs.cursor_id[m.bucket + 1])
+    AND (m.wxid IS NULL OR pg_visible_in_snapshot(m.wxid::TEXT::xid8, rs.snap)))"""
+WXID_NOW = "pg_current_xact_id()::TEXT::BIGINT"
+"""The writing transaction's id as ``wxid`` keeps it (migration 8: a BIGINT)."""
+
+
+def relayed_clause() -> str:
+    """The SQL condition "no relay has taken ``m``" (``m``: a row of timeline_messages)."""
+    return f"""NOT EXISTS (
+        SELECT 1 FROM timeline_relay_state AS rs
+        WHERE rs.timeline = m.timeline AND {_PASSED})"""
+
+
+RELAY_STATE_SHARE = "SELECT 1 FROM timeline_relay_state WHERE timeline = %(t)s FOR SHARE"
+"""The owner's move and delete take this lock in a statement of its own, before theirs:
+a batch recording meanwhile has committed (the next statement's snapshot shows what it
+took), or waits for the owner's commit (and then reads what the owner wrote)."""
+
+
+def live_columns(postgres: bool) -> str:
+    """:data:`_M_COLS`, where a message a relay has taken reads as deleted (PostgreSQL:
+    the relay's cursor is PostgreSQL's alone)."""
+    if not postgres:
+        return _M_COLS
+    taken = f"COALESCE(m.deleted_at_ms, CASE WHEN {relayed_clause()} THEN NULL ELSE 0 END)"
+    return _M_COLS.replace("m.deleted_at_ms", taken)
+
+
 _object_new = object.__new__
 
 
@@ -83,16 +114,26 @@ def _lease(row: Row, token: str | None) -> Lease:
     return lease
 
 
-def _due_rows(columns: str, due: str) -> str:
+def _due_rows(columns: str, due: str, postgres: bool) -> str:
     """``FROM`` the oldest available rows of each of ``%(buckets)s`` (at most
     ``%(per_bucket)s`` a bucket, ``columns`` of each as ``x``), locked, skipping rows
-    another transaction holds: one index range scan per bucket, forced by LATERAL."""
-    return f"""unnest(%(buckets)s::INT[]) AS b (bucket),
+    another transaction holds: one index range scan per bucket, forced by LATERAL.
+    On PostgreSQL, rows a relay of the timeline has taken are skipped too (its state
+    read once a statement; nothing to check on a timeline no relay serves)."""
+    if not postgres:
+        buckets, untaken = "unnest(%(buckets)s::INT[]) AS b (bucket)", ""
+    else:
+        buckets = (
+            "unnest(%(buckets)s::INT[]) AS b (bucket) "
+            "LEFT JOIN timeline_relay_state AS rs ON rs.timeline = %(t)s"
+        )
+        untaken = f" AND (rs.timeline IS NULL OR NOT {_PASSED})"
+    return f"""{buckets},
         LATERAL (
             SELECT {columns}
             FROM timeline_messages AS m
             WHERE m.timeline = %(t)s AND m.bucket = b.bucket
-              AND m.deleted_at_ms IS NULL AND {due}
+              AND m.deleted_at_ms IS NULL AND {due}{untaken}
             ORDER BY m.ts LIMIT %(per_bucket)s
             FOR UPDATE SKIP LOCKED
         ) AS x"""

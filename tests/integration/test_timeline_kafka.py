@@ -1,4 +1,4 @@
-"""Kafka-fronted timeline against real Kafka and PostgreSQL: ingest by id, relay then delete."""
+"""Kafka-fronted timeline against real Kafka and PostgreSQL: ingest by id, relay exactly once."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from tidemark.pipelines.timeline.config import (
     RelayConfig,
     TimelineConfig,
 )
-from tidemark.pipelines.timeline.consumer import TimelineConsumer
 from tidemark.pipelines.timeline.ingest import TimelineIngester
 from tidemark.pipelines.timeline.producer import KafkaTimelineProducer
 from tidemark.pipelines.timeline.relay import TimelineRelay
@@ -118,7 +117,7 @@ def test_ingest_is_idempotent_by_id_and_refusals_go_to_dead_letters(postgres, ka
     again.close()
 
 
-def test_relay_produces_due_messages_then_deletes_them(postgres, kafka, tl, unique):
+def test_relay_produces_due_messages_once(postgres, kafka, tl, unique):
     target = f"tl-out-{unique}"
     _topics(kafka, target)
     with TimelineStore(postgres) as store:
@@ -141,38 +140,40 @@ def test_relay_produces_due_messages_then_deletes_them(postgres, kafka, tl, uniq
         assert (counts.total, counts.waiting) == (1, 1)
 
 
-def test_relay_crash_before_delete_redelivers_with_the_same_id(postgres, kafka, tl, unique):
-    """At-least-once: produced but not deleted (a crash) → sent again, at once: the batch
-    was held by the relay's transaction, which ends with it (no lease to lapse)."""
+def test_a_relay_dying_mid_batch_is_resumed_exactly_once(postgres, kafka, tl, unique):
+    """Exactly once: a batch produced but not committed (the relay dies) is aborted by
+    the next relay's start, which sends it again in a transaction of its own; a reader
+    with read_committed sees it once."""
     target = f"tl-dup-{unique}"
     _topics(kafka, target, partitions=1)
     with TimelineStore(postgres) as store:
         store.create(tl, b"once", timestamp_ms=0, producer_group="app", id="dup")
     config = ConsumerConfig(f"relay-{unique}")
     relay = TimelineRelay(postgres, kafka, tl, RelayConfig(target, flush_timeout_ms=15_000), config)
-    holder = relay._holders[0]
-    held = relay._hold(holder, 1_000, 10)
-    assert [lease.message.id for lease in held] == ["dup"]
-    with TimelineConsumer(postgres, tl, ConsumerConfig(f"other-{unique}")) as other:
-        assert other.poll(timeout_ms=0) == []  # held: skipped, as a leased row is
-    batch = relay._send(held, holder)
-    assert relay._await(batch) == held  # produced and acknowledged...
-    relay.close()  # ...and the relay dies before deleting
+    batch = relay._take(10)
+    assert [row[2] for row in batch.rows] == ["dup"]
+    with TimelineStore(postgres) as store:
+        assert store.get(tl, "dup") is None  # taken: the owner can no longer act on it
+    relay._producer.begin_transaction()
+    relay._produce(batch.rows, [])
+    assert relay._producer.flush(15) == 0  # on the broker, not committed...
+    relay.close()  # ...and the relay dies
     again = ConsumerConfig(f"relay2-{unique}")
     second = TimelineRelay(postgres, kafka, tl, RelayConfig(target, flush_timeout_ms=15_000), again)
     assert second.run_once(timeout_ms=5_000) == 1
+    assert second.run_once(timeout_ms=300) == 0
     second.close()
     out = _read_all(kafka, target, 2)
-    assert [m.key() for m in out] == [b"dup", b"dup"]
+    assert [m.key() for m in out] == [b"dup"]
     with TimelineStore(postgres) as store:
         assert store.count(tl).total == 0
         assert store.get(tl, "dup", include_deleted=True).deleted
 
 
 def test_a_message_the_target_refuses_waits_lease_ms_and_others_go(postgres, kafka, unique):
-    """The broker refuses a message (larger than the topic takes): it is parked for
-    ``lease_ms`` under the relay's name (a lease without a token), not sent again in a
-    loop, and later messages go meanwhile; then it is due again."""
+    """The broker refuses a message (larger than the topic takes): it is moved
+    ``lease_ms`` later, not sent again in a loop, and later messages go meanwhile;
+    then it is due again."""
     target, timeline = f"tl-small-{unique}", f"kb-{unique}"
     admin = AdminClient({"bootstrap.servers": kafka})
     topic = NewTopic(target, 1, 1, config={"max.message.bytes": "1024"})
@@ -191,7 +192,7 @@ def test_a_message_the_target_refuses_waits_lease_ms_and_others_go(postgres, kaf
         assert relay.run_once(timeout_ms=2_000) == 0
         assert relay.failed == 1
         big = store.get(timeline, "big")
-        assert big.lock_consumer == f"relay-{unique}" and not big.deleted  # parked
+        assert big.timestamp_ms > store.now_ms() and not big.deleted  # moved later
         # (alone: a refused record takes the others of its produce request down with it)
         store.create_many(timeline, [NewMessage(b"ok", 0, "app", f"ok{i}") for i in range(3)])
         assert relay.run_once(timeout_ms=2_000) == 3  # the others go; "big" is not retried
@@ -277,7 +278,7 @@ def test_a_broker_stopping_under_relay_and_ingest_is_kafka_unavailable(
                 relay.run_once(timeout_ms=1_000)
             assert raised.value.address == bootstrap
             with TimelineStore(postgres) as store:
-                assert store.count(tl).total == 3  # not deleted: due again at once
+                assert store.count(tl).total == 3  # not taken: due again at once
             deadline = time.monotonic() + 60
             with pytest.raises(KafkaUnavailableError) as raised:
                 while time.monotonic() < deadline:

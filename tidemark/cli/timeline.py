@@ -240,7 +240,7 @@ def register(sub: Any) -> None:
     add_time_flag(p, "--from", "messages due at or after this time")
     add_time_flag(p, "--to", "messages due before this time")
 
-    p = verb("relay", "produce due messages to a Kafka topic, then delete them", cmd_relay)
+    p = verb("relay", "produce due messages to a Kafka topic, exactly once", cmd_relay)
     p.add_argument("--topic", required=True, help="target Kafka topic")
     p.add_argument("--consumer", required=True, help="relay's consumer id")
     add_duration_flag(

@@ -1,0 +1,299 @@
+"""The relay's cursor against real PostgreSQL and Kafka: racing writers, kill -9, the
+database restarted, the broker down; every message on the target exactly once
+(counted with read_committed)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.integration.test_timeline_buffer import _Reader as CommittedReader
+from tidemark.pipelines.timeline.config import ConsumerConfig, RelayConfig, TimelineConfig
+from tidemark.pipelines.timeline.exceptions import TimelineError
+from tidemark.pipelines.timeline.model import bucket_of
+from tidemark.pipelines.timeline.relay import TimelineRelay
+from tidemark.pipelines.timeline.store import NewMessage, TimelineStore
+
+
+def _topic(bootstrap: str, name: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(name, 1, 1)])[name].result(30)
+
+
+class _Reader(CommittedReader):
+    """The buffer test's reader of committed records, with each one's due time."""
+
+    def arrived(self) -> list[tuple[str, int]]:
+        """(id, due time) of every record read so far, in order."""
+        return [
+            (key.decode(), int(dict(headers)["tidemark-timestamp"]))
+            for key, _value, headers, _ts, _at in list(self.got)
+        ]
+
+    def wait_for(self, expected: set[str], timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not expected <= {k for k, _ in self.arrived()} and time.monotonic() < deadline:
+            time.sleep(0.1)
+        # Linger: anything past the expected ones would be a duplicate.
+        end = time.monotonic() + 1.0
+        while time.monotonic() < end:
+            time.sleep(0.1)
+        self.stop.set()
+        self.join(10)
+
+
+def test_racing_writers_every_message_exactly_once(postgres, kafka, unique):
+    """Writers create messages due now and in the past, move waiting messages behind
+    the cursor, delete some before they fall due and commit late from a long
+    transaction, while the relay runs: each message that was not deleted arrives
+    once, a moved one at its new time; a deleted one never."""
+    tl, target = f"rc-{unique}", f"rc-out-{unique}"
+    _topic(kafka, target)
+    with TimelineStore(postgres) as store:
+        store.migrate()
+        store.create_timeline(TimelineConfig(tl, buckets=4))
+    errors: list[BaseException] = []
+    stop, relay_stop = threading.Event(), threading.Event()
+    expected: dict[str, int | None] = {}  # id -> due time it must arrive with (None: any)
+    gone: set[str] = set()
+    lock = threading.Lock()
+
+    def relay_loop() -> None:
+        try:
+            with TimelineRelay(
+                postgres,
+                kafka,
+                tl,
+                RelayConfig(target),
+                ConsumerConfig("relay", batch_size=200, max_idle_ms=50),
+            ) as relay:
+                while not relay_stop.is_set():
+                    relay.run_once(timeout_ms=100)
+        except BaseException as exc:
+            errors.append(exc)
+
+    def now_writer(store: TimelineStore, k: str) -> None:
+        now = store.now_ms()
+        batch = [NewMessage(b"n", now if i % 3 else 0, "app", f"n{k}-{i}") for i in range(20)]
+        store.create_many(tl, batch)
+        with lock:
+            expected.update({m.id: m.timestamp_ms for m in batch if m.id is not None})
+
+    def mover(store: TimelineStore, k: str) -> None:
+        now = store.now_ms()
+        ts = now + random.randint(0, 60)
+        store.create(tl, b"m", timestamp_ms=ts, producer_group="app", id=f"m{k}")
+        time.sleep(random.random() * 0.06)
+        target_ts = random.choice([0, now - 1_000, now + 300])  # behind the cursor, or on
+        try:
+            store.move(tl, f"m{k}", "app", timestamp_ms=target_ts)
+        except TimelineError:
+            target_ts = ts  # due already, or taken: it goes at its time
+        with lock:
+            expected[f"m{k}"] = target_ts
+
+    def deleter(store: TimelineStore, k: str) -> None:
+        ts = store.now_ms() + random.randint(0, 60)
+        store.create(tl, b"d", timestamp_ms=ts, producer_group="app", id=f"d{k}")
+        time.sleep(random.random() * 0.06)
+        try:
+            store.delete(tl, f"d{k}", producer_group="app")
+        except TimelineError:
+            with lock:
+                expected[f"d{k}"] = ts  # taken before the delete: it goes
+        else:
+            with lock:
+                gone.add(f"d{k}")
+
+    def late_committer(store: TimelineStore, k: str) -> None:
+        """A transaction that writes a due message, then stays open while batches pass."""
+
+        def write(conn) -> None:
+            conn.execute(
+                "INSERT INTO timeline_messages (timeline, id, bucket, ts, body, "
+                "producer_group, version, created_at_ms) VALUES (%s, %s, %s, 0, 'l', 'app', 1, 0)",
+                (tl, f"l{k}", bucket_of(f"l{k}", 4)),
+            )
+            time.sleep(0.5)
+
+        store.transaction(write)
+        with lock:
+            expected[f"l{k}"] = 0
+
+    def writer(body, tag: str) -> None:
+        try:
+            with TimelineStore(postgres) as store:
+                k = 0
+                while not stop.is_set():
+                    body(store, f"{tag}.{k}")  # ids of this writer's own
+                    k += 1
+        except BaseException as exc:
+            errors.append(exc)
+
+    reader = _Reader(kafka, target)
+    reader.start()
+    threads = [threading.Thread(target=relay_loop)] + [
+        threading.Thread(target=writer, args=(body, str(i)))
+        for i, body in enumerate((now_writer, mover, mover, deleter, late_committer))
+    ]
+    for thread in threads:
+        thread.start()
+    time.sleep(5)  # the race runs this long
+    stop.set()
+    for thread in threads[1:]:
+        thread.join(30)
+    reader.wait_for(set(expected), timeout_s=60)  # the relay goes on meanwhile
+    relay_stop.set()
+    threads[0].join(30)
+    assert not errors, errors
+    got = reader.arrived()
+    counts = Counter(k for k, _ in got)
+    assert {k for k, n in counts.items() if n > 1} == set()
+    assert set(counts) == set(expected), (set(expected) - set(counts), set(counts) - set(expected))
+    assert not gone & set(counts)
+    moved_at = dict(got)
+    for k, ts in expected.items():
+        assert moved_at[k] == ts, k
+    assert len(gone) > 0 and sum(1 for k in expected if k.startswith("m")) > 0
+
+
+RELAY_SCRIPT = """
+import logging, sys, time
+from tidemark.errors import TidemarkError
+from tests.integration.test_timeline_buffer import _Reader as CommittedReader
+from tidemark.pipelines.timeline.config import ConsumerConfig, RelayConfig
+from tidemark.pipelines.timeline.relay import TimelineRelay
+logging.basicConfig(level=logging.INFO)
+dsn, bootstrap, timeline, topic = sys.argv[1:5]
+relay = None
+while True:
+    try:
+        if relay is None:
+            config = ConsumerConfig("relay", batch_size=100, max_idle_ms=100)
+            relay = TimelineRelay(
+                dsn, bootstrap, timeline, RelayConfig(topic, flush_timeout_ms=3_000), config
+            )
+        relay.run_once(timeout_ms=200)
+    except (TidemarkError, TimeoutError) as exc:  # the database or the broker away: again
+        logging.warning("relay: %s", exc)
+        time.sleep(0.2)
+"""
+
+
+@pytest.mark.timeout(600)
+def test_kill_9_database_restart_and_broker_down_lose_and_repeat_nothing(
+    services_dir, unique, tmp_path
+):
+    """A relay process killed with -9 mid-batch, the database restarted under it, the
+    broker stopped for a while: every message arrives exactly once, the backlog that
+    piled up meanwhile is drained after."""
+    from tidemark.infra.kafka import KafkaCluster
+    from tidemark.infra.postgres import PostgresServer
+
+    tl, target, total = f"kr-{unique}", f"kr-out-{unique}", 6_000
+    # Outside pytest's base directory (mode 0700): as root the server runs as a user of
+    # its own, which must reach its data (as the session's server does).
+    root = Path(tempfile.mkdtemp(prefix="tidemark-postgres-kr-"))
+    with (
+        contextlib.ExitStack() as stack,
+        PostgresServer(root, durable=False) as pg,
+        KafkaCluster(services_dir / f"kafka-kr-{unique}", brokers=1) as cluster,
+    ):
+        bootstrap = cluster.bootstrap_servers
+        _topic(bootstrap, target)
+        with TimelineStore(pg.dsn) as store:
+            store.migrate()
+            store.create_timeline(TimelineConfig(tl, buckets=4))
+            start = store.now_ms() + 1_000
+            # Due over ~20 s: the faults happen while they fall due.
+            store.create_many(
+                tl,
+                [
+                    NewMessage(b"k", start + i * 20_000 // total, "app", f"k{i}")
+                    for i in range(total)
+                ],
+            )
+        reader = _Reader(bootstrap, target)
+        reader.start()
+
+        log = open(tmp_path / "relay.log", "ab")  # noqa: SIM115 (the relay's, to the end)
+
+        def spawn() -> subprocess.Popen[bytes]:
+            argv = [sys.executable, "-c", RELAY_SCRIPT, pg.dsn, bootstrap, tl, target]
+            return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log)
+
+        def arrived_at_least(n: int, timeout_s: float = 60) -> None:
+            deadline = time.monotonic() + timeout_s
+            while len(reader.got) < n and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert len(reader.got) >= n, (len(reader.got), n)
+
+        relay = spawn()
+        try:
+            arrived_at_least(total // 6)
+            os.kill(relay.pid, signal.SIGKILL)  # mid-batch: batches follow each other
+            relay.wait(10)
+            relay = spawn()
+            arrived_at_least(total // 3)
+            pg.stop()
+            time.sleep(2)  # the database away this long
+            # The same data and port, a server object of its own (one object starts once).
+            restarted = stack.enter_context(PostgresServer(root, port=pg.port, durable=False))
+            assert restarted.dsn == pg.dsn
+            arrived_at_least(total // 2)
+            cluster.stop_node(1)
+            time.sleep(4)  # the broker away this long: a backlog piles up
+            cluster.start_node(1)
+            reader.wait_for({f"k{i}" for i in range(total)}, timeout_s=120)
+        finally:
+            relay.kill()
+            relay.wait(10)
+            log.close()
+        counts = Counter(k for k, _ in reader.arrived())
+        assert {k for k, n in counts.items() if n > 1} == set()
+        assert set(counts) == {f"k{i}" for i in range(total)}
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def test_delivered_rows_are_purged_by_range_behind_a_committed_batch(postgres, kafka, unique):
+    """The purge removes what a batch Kafka is known to have committed took, one range a
+    bucket; until then the ids stay taken (a replayed create creates nothing); rows
+    written behind the cursor since, not yet taken, stay."""
+    tl, target = f"rp-{unique}", f"rp-out-{unique}"
+    _topic(kafka, target)
+    with TimelineStore(postgres) as store:
+        store.migrate()
+        store.create_timeline(TimelineConfig(tl, buckets=2))
+        store.create_many(tl, [NewMessage(b"a", 0, "app", f"a{i}") for i in range(5)])
+        with TimelineRelay(
+            postgres, kafka, tl, RelayConfig(target), ConsumerConfig("relay", max_idle_ms=50)
+        ) as relay:
+            assert relay.run_once(timeout_ms=2_000) == 5
+            assert not store.create(tl, b"a", timestamp_ms=0, producer_group="app", id="a0").new
+            store.create(tl, b"b", timestamp_ms=0, producer_group="app", id="b0")
+            assert relay.run_once(timeout_ms=2_000) == 1  # batch 2 records batch 1 committed
+            assert store.purge(keep_deleted_ms=0) >= 5  # (other timelines' too)
+            store.create(tl, b"c", timestamp_ms=0, producer_group="app", id="c0")  # late
+
+            def left(conn):
+                rows = conn.execute(
+                    "SELECT id FROM timeline_messages WHERE timeline = %s ORDER BY id", (tl,)
+                ).fetchall()
+                return [r[0] for r in rows]
+
+            assert store.transaction(left) == ["b0", "c0"]
+            assert store.create(tl, b"a", timestamp_ms=0, producer_group="app", id="a0").new
+            assert relay.run_once(timeout_ms=2_000) == 2  # c0 and the new a0, once each
