@@ -16,8 +16,11 @@ when a mark names a segment it does not know (a scale the watch has not told
 yet) or the stream is not known yet.
 Registrations are read only for a mark whose token is not the one its writer
 id is bound to (the workflow asks no more), and kept: they are only ever
-added, so a cached list that names the mark's token answers, and so does one
-read after the mark reached Kafka (a writer registers before its first mark);
+added, so a cached list that names a registration after the mark's token's
+answers (it stays superseded), and so does one read after the mark reached
+Kafka (a writer registers before its first mark); a list whose last entry is
+the mark's token is read again (each worker process caches on its own, and a
+later registration may have come since);
 a forged token costs at most one read per writer id and micro-batch.
 Last stable offsets only grow, so a cached value at or above what a cut
 needs answers without asking Kafka; so does one read after the caller's
@@ -179,9 +182,11 @@ class ZooKeeperRegistrations:
             cached = self._cache.get(key)
         if cached is not None:
             found, read_at = cached
-            if any(r.instance == claimed for r in found) or (
-                fresh_since_ms is not None and read_at >= fresh_since_ms
-            ):
+            # A registration cached after the claimed one settles it (superseded, whatever
+            # was added since); the claimed one cached last does not: a later one may have
+            # been added since the read (by another worker process's cache, say).
+            later = any(r.instance == claimed for r in found[:-1])
+            if later or (fresh_since_ms is not None and read_at >= fresh_since_ms):
                 return found
         if not is_stream_name(stream):
             return ()

@@ -344,10 +344,11 @@ class RegistrationLookup(Protocol):
         self, stream: str, writer_id: str, claimed: str | None, fresh_since_ms: int | None
     ) -> Sequence[Registration]:
         """The id's registrations, oldest first (empty: none). May answer from a cache
-        when ``claimed`` is among the cached ones (registrations are only ever added),
-        or when the cached ones were read at or after the wall time ``fresh_since_ms``
-        (every mark the caller checks reached Kafka before then, and a writer registers
-        before its first mark)."""
+        when a registration later than ``claimed``'s is among the cached ones
+        (registrations are only ever added, so the claimed one stays superseded), or when
+        the cached ones were read at or after the wall time ``fresh_since_ms`` (every mark
+        the caller checks reached Kafka before then, and a writer registers before its
+        first mark). A claimed registration cached last is no proof that none followed."""
 
 
 class NoRegistrations:
