@@ -208,7 +208,6 @@ public final class TidemarkInterceptor implements ProducerInterceptor<Object, Ob
     if (!s.writable()) {
       throw new RecordRefused("stream " + stream + " is " + s.state + ": nothing was sent");
     }
-    long arrival = System.currentTimeMillis();
     int partition;
     if (record.partition() != null) {
       partition = record.partition();
@@ -232,6 +231,9 @@ public final class TidemarkInterceptor implements ProducerInterceptor<Object, Ob
         partition = keyBytes != null ? Utils.toPositive(Utils.murmur2(keyBytes))
             % s.segmentOf.length : stickyPartition(s.segmentOf.length);
       }
+      // The clock is read under the lock, as a note reads it: a record stamped after a
+      // note is never earlier than the note's time.
+      long arrival = System.currentTimeMillis();
       long ts = stamper.stamp(partition, record.timestamp(), arrival);
       positions.sent(partition);
       return new ProducerRecord<>(
