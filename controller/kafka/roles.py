@@ -265,8 +265,9 @@ BUFFER_PRODUCER = Role(
 BUFFER_GROUP = Role(
     "timeline buffer group",
     Consumer,
-    # Only its group metadata is used (offsets sent within the producer's transactions).
-    {"enable.auto.commit": False},
+    # Only its group metadata and last commit are used (offsets are sent within the
+    # producer's transactions); a broker out of reach is an error of the relay's calls.
+    {"enable.auto.commit": False, "log_level": SILENT},
 )
 """The consumer group whose metadata the buffered relay's transactions carry."""
 

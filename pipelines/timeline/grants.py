@@ -36,6 +36,10 @@ USED_TABLES = (
     "timeline_messages",
     "timeline_consumers",
     "timeline_source_offsets",
+    # The relay's cursor and batches: an owner's move or delete locks the relay's state
+    # (``FOR SHARE``, which PostgreSQL grants with a write right) before it checks.
+    "timeline_relay_state",
+    "timeline_relay_batches",
 )
 """The tables every timeline process reads and writes."""
 
