@@ -65,8 +65,11 @@ class Watcher:
         self.d = d
         self.history = history
         self.seen: set[int] = set()
+        self.last_read: int | None = None
+        """When the last read that answered began (``Observed.unseen_at``)."""
 
     def poll(self) -> int:
+        begun = self.history.tick()  # what this read lacks was made after this stamp
         try:
             marks = read_watermarks(self.d.delta_root, STREAM, self.d.s3.storage_options())
         except Exception:  # no table yet, or the store is down
@@ -75,7 +78,8 @@ class Watcher:
         for m in marks:
             if m.seq not in self.seen:
                 self.seen.add(m.seq)
-                self.history.observed.append(Observed(m, at))
+                self.history.observed.append(Observed(m, at, self.last_read))
+        self.last_read = begun
         return len(self.seen)
 
     def more(self, count: int, what: str) -> None:

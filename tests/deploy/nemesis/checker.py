@@ -72,8 +72,10 @@ def watermark_sequence(h: History) -> list[Violation]:
 
 def cuts_cover_noted_events(h: History) -> list[Violation]:
     """A watermark at T lies past every event with time <= T that its writer had
-    acknowledged before a note of a time >= T, the note returning before the
-    watermark was seen; and no cut lies past the end of a segment's data.
+    acknowledged before a note of a time >= T, the note returning before a read
+    began that did not hold the watermark yet (so before the watermark was made:
+    a watermark is seen some time after it is made); and no cut lies past the end
+    of a segment's data.
 
     The first holds for writers in the watermark's writer set: a watermark seen before
     every writer had noted a time is not held to it, nor would one computed while a
@@ -95,12 +97,15 @@ def cuts_cover_noted_events(h: History) -> list[Violation]:
         }
         if past:
             found.append(Violation("cut past committed data", f"seq {mark.seq}: {past}"))
-        if o.at < all_noted:
+        made_after = o.unseen_at  # notes before it were surely made before the watermark
+        if made_after is None or made_after < all_noted:
             continue
         uncovered: list[tuple[EventId, int, int]] = []
         for writer, events in by_writer.items():
             notes = [
-                n.at for n in h.noted if n.writer == writer and n.time >= mark.time and n.at < o.at
+                n.at
+                for n in h.noted
+                if n.writer == writer and n.time >= mark.time and n.at < made_after
             ]
             if not notes:
                 continue

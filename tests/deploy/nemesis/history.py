@@ -48,10 +48,13 @@ class Noted:
 
 @dataclass(frozen=True)
 class Observed:
-    """A watermark first seen in Delta (after ``at``, it existed)."""
+    """A watermark first seen in Delta (after ``at``, it existed). ``unseen_at``: when a
+    read began that did not hold it yet, so it was made after then (``None``: the first
+    read that answered held it already)."""
 
     watermark: Watermark
     at: int
+    unseen_at: int | None = None
 
 
 @dataclass(frozen=True)
