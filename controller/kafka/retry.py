@@ -32,6 +32,16 @@ LEADER_MOVING = frozenset({KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADE
 """A partition whose leader is moving, or not yet elected on a topic just made: asked
 again a moment later, it answers."""
 
+COORDINATOR_MOVING = frozenset(
+    {
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    }
+)
+"""A group's coordinator moving, or not yet loaded on a broker just started: asked again
+a moment later, it answers."""
+
 
 @dataclass(frozen=True)
 class KafkaRetry:
@@ -78,4 +88,4 @@ class KafkaRetry:
         return self.policy.call(call, retry_on=self.retryable, what=what, logger=log)
 
 
-__all__ = ["LEADER_MOVING", "KafkaRetry"]
+__all__ = ["COORDINATOR_MOVING", "LEADER_MOVING", "KafkaRetry"]

@@ -46,6 +46,7 @@ from tidemark.controller.closing import Closing
 from tidemark.controller.exceptions import KafkaOperationError
 from tidemark.controller.kafka import roles
 from tidemark.controller.kafka.outages import is_outage, named_cause, outages_named
+from tidemark.controller.kafka.retry import COORDINATOR_MOVING, KafkaRetry
 from tidemark.pipelines.timeline.clock import NOW_MS, DueCondition, StreamClock
 from tidemark.pipelines.timeline.consumer import (
     Waker,
@@ -68,6 +69,10 @@ from tidemark.pipelines.timeline.store import TimelineStore
 from tidemark.pipelines.timeline.store_sql import WXID_NOW
 
 log = logging.getLogger(__name__)
+
+_COORDINATOR_RETRY = KafkaRetry(COORDINATOR_MOVING, timeout_s=30.0)
+"""The group's last commit, asked again while its coordinator moves or loads (a broker
+just started answers ``NOT_COORDINATOR`` for a moment)."""
 
 MARKER_PREFIX = "tidemark-cursor"
 """The start of the metadata of the relay's offset commits (then its epoch)."""
@@ -186,7 +191,10 @@ class CursorRelay(Closing):
                     "(the timeline role's grants)"
                 ) from exc
         with outages_named(self.bootstrap):
-            (last,) = self._group.committed([TopicPartition(*self._marker)], self._timeout_s)
+            (last,) = _COORDINATOR_RETRY(
+                lambda: self._group.committed([TopicPartition(*self._marker)], self._timeout_s),
+                f"relay {self.timeline}: its last commit",
+            )
         metadata = last.metadata or ""
         committed: int | None = None
         if last.offset >= 0 and metadata.startswith(MARKER_PREFIX):
