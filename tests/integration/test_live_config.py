@@ -150,7 +150,7 @@ def test_a_writer_timeout_update_reaches_a_running_controller_within_two_cycles(
             noter.writer.close()
         job.stop()
     assert row["writers"] == ["w1"]
-    assert row["seq"] == held["seq"] + 1
+    assert row["seq"] > held["seq"]  # with marks flowing, a later one may be read first
     assert all(noter.error is None for noter in noters.values())
 
 

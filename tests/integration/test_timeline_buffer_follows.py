@@ -159,6 +159,9 @@ def _ingest(kafka: str, postgres: str, env: dict[str, str], *args: str) -> subpr
 def _stopped(proc: subprocess.Popen) -> str:
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
+    if proc.stdout is not None and proc.stdout.closed:  # read already, by a failed wait
+        proc.wait(60)
+        return ""
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err.decode()[-2000:]
     return out.decode()
@@ -224,14 +227,24 @@ def test_until_stream_time_releases_records_as_the_watermark_passes_them(
         try:
             with TimelineStore(postgres) as store:
                 timeline = f"buffer.{source}.{target}"
-                _wait(
-                    lambda: (
-                        timeline in {t.name for t in store.timelines()}
-                        and store.count(timeline).waiting == 2
-                    ),
-                    120,  # the ingest process starts, then reads: slow on busy cores
-                    "both records held",
-                )
+                try:
+                    _wait(
+                        lambda: (
+                            timeline in {t.name for t in store.timelines()}
+                            and store.count(timeline).waiting == 2
+                        ),
+                        120,  # the ingest process starts, then reads: slow on busy cores
+                        "both records held",
+                    )
+                except AssertionError as exc:  # what the store and the ingest said
+                    known = timeline in {t.name for t in store.timelines()}
+                    counted = store.count(timeline) if known else None
+                    proc.send_signal(signal.SIGTERM)
+                    out, err = proc.communicate(timeout=60)
+                    raise AssertionError(
+                        f"{exc}: timeline known {known}, count {counted}, ingest exit "
+                        f"{proc.returncode}: {out.decode()[-1000:]} {err.decode()[-3000:]}"
+                    ) from exc
             time.sleep(1.0)  # the relay's stream-time refreshes pass with nothing due
             assert seen.arrived == {}
             watermark(t)
