@@ -24,7 +24,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from tidemark.controller.kafka import roles
 from tidemark.controller.kafka.outages import named_cause
-from tidemark.controller.kafka.retry import KafkaRetry
+from tidemark.controller.kafka.retry import COORDINATOR_MOVING, KafkaRetry
 from tidemark.controller.model import segment_number
 from tidemark.pipelines.reading.exceptions import ReaderError
 
@@ -32,18 +32,13 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-COORDINATOR_ERRORS = frozenset(
-    {
-        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-        KafkaError.NOT_COORDINATOR,
-        KafkaError.COORDINATOR_NOT_AVAILABLE,
-        KafkaError.REQUEST_TIMED_OUT,
-        KafkaError._TIMED_OUT,
-        KafkaError._TRANSPORT,
-    }
-)
-"""Errors a group coordinator answers with while it loads or moves (besides
-those Kafka flags retriable itself)."""
+COORDINATOR_ERRORS = COORDINATOR_MOVING | {
+    KafkaError.REQUEST_TIMED_OUT,
+    KafkaError._TIMED_OUT,
+    KafkaError._TRANSPORT,
+}
+"""Errors a group coordinator answers with while it loads or moves, and a request
+that timed out on the way (besides those Kafka flags retriable itself)."""
 
 
 class OffsetStore(abc.ABC):
