@@ -238,6 +238,7 @@ def _worker_group(item: pytest.Item) -> str | None:
     return module
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests under tests/unit are `unit`; under tests/integration, `integration`; with
     pytest-xdist, each is given its worker group (:func:`_worker_group`)."""
@@ -250,6 +251,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.integration)
         if grouping and (group := _worker_group(item)) is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+
+
+def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
+    """Under ``--dist loadgroup`` every service-bound test carries its worker group in
+    its node id (xdist's ``@group`` suffix): a pytest that keeps node ids where xdist no
+    longer writes them would deal the groups out test by test, silently."""
+    if node.config.getoption("dist", None) != "loadgroup":
+        return
+    bound = ("tests/integration/", "tests/faults/")
+    lost = [i for i in ids if i.startswith(bound) and "@" not in i]
+    if lost:
+        pytest.exit(
+            f"pytest-xdist's groups were not applied to {len(lost)} tests (first: {lost[0]}): "
+            "this pytest and pytest-xdist do not work together; install constraints.txt's pins",
+            returncode=4,
+        )
 
 
 @pytest.fixture(scope="session")

@@ -35,6 +35,8 @@ class _Reader(threading.Thread):
         super().__init__(daemon=True)
         self.got: list[tuple[bytes, bytes, list, int, float]] = []
         self.stop = threading.Event()
+        self.errors: list[str] = []
+        """The consumer's errors (a broker away, ...), to explain a failed wait."""
         self.consumer = Consumer(
             {
                 "bootstrap.servers": bootstrap,
@@ -52,6 +54,8 @@ class _Reader(threading.Thread):
                 if m.error() is None:
                     arrived_ms = time.time() * 1000
                     self.got.append((m.key(), m.value(), m.headers(), m.timestamp()[1], arrived_ms))
+                else:
+                    self.errors.append(str(m.error()))
         self.consumer.close()
 
 

@@ -176,7 +176,7 @@ from tidemark.errors import TidemarkError
 from tests.integration.test_timeline_buffer import _Reader as CommittedReader
 from tidemark.pipelines.timeline.config import ConsumerConfig, RelayConfig
 from tidemark.pipelines.timeline.relay import TimelineRelay
-logging.basicConfig(level=logging.INFO)
+logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
 dsn, bootstrap, timeline, topic = sys.argv[1:5]
 relay = None
 while True:
@@ -263,7 +263,11 @@ def test_kill_9_database_restart_and_broker_down_lose_and_repeat_nothing(
             relay.wait(10)
             log.close()
         counts = Counter(k for k, _ in reader.arrived())
-        assert {k for k, n in counts.items() if n > 1} == set()
+        relay_log = (tmp_path / "relay.log").read_text(errors="replace").splitlines()
+        shown = "\n".join(relay_log[-60:])  # the relay's own account, to diagnose a stall
+        assert {k for k, n in counts.items() if n > 1} == set(), shown
+        missing = {f"k{i}" for i in range(total)} - set(counts)
+        assert not missing, (len(missing), sorted(missing)[:5], reader.errors[-5:], shown)
         assert set(counts) == {f"k{i}" for i in range(total)}
     shutil.rmtree(root, ignore_errors=True)
 
