@@ -252,7 +252,8 @@ def test_read_until_and_follow(cli_env, capsys, manager, store, kafka, wconfig, 
 
     follower = subprocess.Popen(
         [sys.executable, "-m", "tidemark.cli.main", "read", stream, "--follow", "--format", "json"],
-        env=dict(os.environ, PYTHONPATH=os.getcwd()),
+        # faulthandler: a follower that does not stop dumps its threads on SIGABRT
+        env=dict(os.environ, PYTHONPATH=os.getcwd(), PYTHONFAULTHANDLER="1"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -265,7 +266,12 @@ def test_read_until_and_follow(cli_env, capsys, manager, store, kafka, wconfig, 
                 w.write(f"late{j}".encode(), routing_key=f"k{j}", timestamp=BASE + 400 + j)
         rows += [json.loads(follower.stdout.readline()) for _ in range(4)]  # after the end
         follower.send_signal(signal.SIGINT)
-        out, err = follower.communicate(timeout=60)
+        try:
+            out, err = follower.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            follower.send_signal(signal.SIGABRT)
+            _, err = follower.communicate(timeout=30)
+            raise AssertionError(f"the follower did not stop on SIGINT:\n{err[-6000:]}") from None
     finally:
         if follower.poll() is None:
             follower.kill()

@@ -41,7 +41,9 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from itertools import islice
@@ -322,8 +324,8 @@ def cmd_read(args: argparse.Namespace) -> int:
         )
         printed = 0
         idle_since = looked_at = time.monotonic()
-        with group, group.reader("cli") as reader, _until_interrupted(args.follow):
-            while args.count is None or printed < args.count:
+        with group, group.reader("cli") as reader, _until_interrupted(args.follow) as stop:
+            while (args.count is None or printed < args.count) and not stop.is_set():
                 if end is not None and past_cut(reader.position(), end, group.segments()):
                     break  # every event before --until is read
                 event = reader.read_next(timeout_ms=min(args.wait_ms, 20))
@@ -365,15 +367,28 @@ def past_cut(position: Mapping[int, int], cut: Mapping[int, int], segments: Any)
 
 
 @contextlib.contextmanager
-def _until_interrupted(follow: bool) -> Iterator[None]:
+def _until_interrupted(follow: bool) -> Iterator[threading.Event]:
     """With ``--follow``, Ctrl-C (SIGINT) ends the read normally (exit 0): every row
     read was printed and flushed, and the reader group is ephemeral (it commits nothing),
-    so stopping there loses nothing."""
+    so stopping there loses nothing.
+
+    The signal only sets the event the read loop checks: an interrupt raised inside a
+    Kafka call or a client's lock could leave the reader unable to close. A second
+    Ctrl-C interrupts at once, as without the handler."""
+    stop = threading.Event()
+    if not follow or threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+
+    def interrupted(signum: int, frame: Any) -> None:
+        stop.set()
+        signal.signal(signal.SIGINT, previous)
+
+    previous = signal.signal(signal.SIGINT, interrupted)
     try:
-        yield
-    except KeyboardInterrupt:
-        if not follow:
-            raise
+        yield stop
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _read_merged(args: argparse.Namespace, since: int | None) -> int:
