@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+from pathlib import Path
 
 from tidemark.environment import Environment
 from tidemark.infra.exceptions import MissingToolError
@@ -16,6 +18,14 @@ def java_executable(env: Environment) -> str:
             "(Debian: apt-get install openjdk-17-jdk-headless) or set TIDEMARK_JAVA"
         )
     return java
+
+
+def keytool_executable(env: Environment) -> str:
+    """The JDK's ``keytool``, beside its ``java``."""
+    keytool = Path(os.path.realpath(java_executable(env))).with_name("keytool")
+    if not keytool.exists():
+        raise MissingToolError(f"no keytool in {keytool.parent}: install a full JDK 17")
+    return str(keytool)
 
 
 def jvm_argv(

@@ -9,8 +9,9 @@ signed (AWS signature v2 or v4) and answered over HTTP, and jclouds'
 ``filesystem`` provider keeps each bucket as a directory under the data
 directory. It stands in for S3 or MinIO: the clients (Hadoop's ``s3a``,
 delta-rs) are configured exactly as for those, with an endpoint, path-style
-addressing and plain HTTP. :meth:`S3Proxy.stop` and :meth:`S3Proxy.start`
-again over the same directory is an outage the clients must ride out.
+addressing and plain HTTP, or HTTPS with a certificate of a private CA (``tls``).
+:meth:`S3Proxy.stop` and :meth:`S3Proxy.start` again over the same directory is an
+outage the clients must ride out.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 
 from tidemark.environment import Environment
 from tidemark.infra import jars
-from tidemark.infra.java import jvm_argv
+from tidemark.infra.java import jvm_argv, keytool_executable
 from tidemark.infra.ports import HOST, ensure_free, free_port, wait_listening
 from tidemark.infra.process import ManagedProcess, Service
 from tidemark.infra.tls import PrivateCA
@@ -55,7 +56,8 @@ class S3Proxy(Service):
         tls: PrivateCA | None = None,
     ) -> None:
         """``tls``: HTTPS only, with a certificate of that CA (clients must trust it:
-        delta-rs through ``SSL_CERT_FILE``, see :meth:`reader_environment`)."""
+        delta-rs through ``SSL_CERT_FILE``, see :meth:`reader_environment`; Spark's JVMs
+        through :meth:`spark_trust`)."""
         self.env = env or Environment.from_env()
         self.tls = tls
         self.data_dir = data_dir
@@ -148,6 +150,24 @@ class S3Proxy(Service):
         trust = {} if self.tls is None else {"SSL_CERT_FILE": str(self.tls.cert)}
         return {**{name: options[name] for name in READER_ENVIRONMENT}, **trust}
 
+    def java_trust_options(self) -> tuple[str, ...]:
+        """The JVM options that make a JVM trust the store's CA (none in clear)."""
+        if self.tls is None:
+            return ()
+        return self.tls.java_trust_options(keytool_executable(self.env))
+
+    def spark_trust(self) -> dict[str, str]:
+        """Spark settings that make the driver's and the executors' JVMs trust the store's
+        CA (S3A reads the JVM's truststore; none in clear). They replace the JVMs' other
+        ``extraJavaOptions``: add those to :meth:`java_trust_options` instead."""
+        options = " ".join(self.java_trust_options())
+        if not options:
+            return {}
+        return {
+            "spark.driver.extraJavaOptions": options,
+            "spark.executor.extraJavaOptions": options,
+        }
+
     def hadoop_conf(self) -> dict[str, str]:
         """Spark settings for ``s3a://`` on this store (Hadoop's S3A connector)."""
         prefix = "spark.hadoop.fs.s3a."
@@ -155,7 +175,7 @@ class S3Proxy(Service):
             prefix + "endpoint": self.endpoint,
             prefix + "endpoint.region": REGION,
             prefix + "path.style.access": "true",
-            prefix + "connection.ssl.enabled": "false",
+            prefix + "connection.ssl.enabled": "true" if self.tls else "false",
             prefix + "access.key": self.access_key,
             prefix + "secret.key": self.secret_key,
             prefix + "aws.credentials.provider": (

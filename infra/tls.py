@@ -24,6 +24,10 @@ from tidemark.infra.ports import HOST
 DAYS = "2"
 """How long the certificates are valid: a test run's length, with room."""
 
+TRUSTSTORE_PASSWORD = "changeit"
+"""The JDK's customary truststore password: a truststore holds only the CA's public
+certificate, so its password guards the file's integrity, not a secret."""
+
 
 @dataclass(frozen=True)
 class ServerCertificate:
@@ -113,5 +117,28 @@ class PrivateCA:
             )  # fmt: skip
         return path
 
+    def java_truststore(self, keytool: str) -> Path:
+        """The CA's certificate as a PKCS#12 truststore (:data:`TRUSTSTORE_PASSWORD`), for
+        a JVM client that reads no PEM (``-Djavax.net.ssl.trustStore``: Hadoop's S3A)."""
+        path = self.directory / "ca-truststore.p12"
+        if not path.exists():
+            argv = [
+                keytool, "-importcert", "-noprompt", "-alias", "tidemark-ca",
+                "-file", str(self.cert), "-keystore", str(path), "-storetype", "PKCS12",
+                "-storepass", TRUSTSTORE_PASSWORD,
+            ]  # fmt: skip
+            done = subprocess.run(argv, capture_output=True, text=True, check=False)
+            if done.returncode != 0:
+                raise ServiceError(f"keytool -importcert failed: {done.stderr.strip()[-400:]}")
+        return path
 
-__all__ = ["PrivateCA", "ServerCertificate"]
+    def java_trust_options(self, keytool: str) -> tuple[str, ...]:
+        """The JVM options that make a JVM trust this CA (and only it)."""
+        return (
+            f"-Djavax.net.ssl.trustStore={self.java_truststore(keytool)}",
+            "-Djavax.net.ssl.trustStoreType=PKCS12",
+            f"-Djavax.net.ssl.trustStorePassword={TRUSTSTORE_PASSWORD}",
+        )
+
+
+__all__ = ["TRUSTSTORE_PASSWORD", "PrivateCA", "ServerCertificate"]

@@ -99,7 +99,7 @@ class Deployment:
             security=KafkaSecurity(ADMIN_PASSWORD, USERS),
             tls=tls,
         )
-        s3 = S3Proxy(tmp / "s3", buckets=(BUCKET,))
+        s3 = S3Proxy(tmp / "s3", buckets=(BUCKET,), tls=tls)
         spark = SparkCluster(tmp / "spark", workers=2, cores=3, memory="2g")
         deployment = cls(tmp, zookeeper, kafka, s3, spark, tls)
         with contextlib.ExitStack() as stack:
@@ -180,6 +180,7 @@ class Deployment:
         conf = {
             **SUBMIT_CONF,
             **self.s3.hadoop_conf(),
+            **self.s3.spark_trust(),  # S3A over HTTPS: the JVMs trust the run's CA
             "spark.pyspark.python": sys.executable,
             "spark.executorEnv.PYTHONPATH": str(ROOT),
             # The executors' Python workers are Kafka clients too (tidemark.jobs.lookups, the
