@@ -15,6 +15,11 @@ the end offsets of each batch per source (for Kafka: topic -> partition -> next
 offset). A version's commit that log clean-up has removed, or a batch's offsets that
 the checkpoint has purged, reads as unknown (``None``), never guessed.
 
+A writer that uses neither names its batch and what it consumed in the commit's
+``commitInfo.userMetadata`` instead (:func:`consumed_metadata`, written by
+:func:`tidemark.pipelines.reading.tracking.recording_consumed`): read back as a
+``txn`` of that writer, with the consumed offsets in the commit itself.
+
 Watching costs one ``stat`` per table while nothing commits: :func:`next_commit`
 checks for the next version's file only.
 """
@@ -60,6 +65,41 @@ class Commit:
     data_change: bool = False
     """Whether an ``add`` or ``remove`` changed data (OPTIMIZE's do not)."""
     readable: bool = True
+    recorded: Mapping[str, Mapping[str, Mapping[int, int]]] = field(default_factory=dict)
+    """Writer id -> the offsets its batch had consumed (topic -> partition -> next
+    offset), when the commit records them (:func:`consumed_metadata`)."""
+
+
+METADATA_KEY = "tidemark"
+"""The key of a commit's ``userMetadata`` JSON object that records a writer's batch."""
+
+
+def consumed_metadata(writer: str, batch: int, consumed: Mapping[str, Mapping[int, int]]) -> str:
+    """The ``userMetadata`` of a commit made by ``writer``'s batch ``batch``, which had
+    consumed ``consumed`` (topic -> partition -> next offset)."""
+    offsets = {t: {str(p): o for p, o in sorted(c.items())} for t, c in sorted(consumed.items())}
+    record = {"writer": writer, "batch": batch, "consumed": offsets}
+    return json.dumps({METADATA_KEY: record}, sort_keys=True)
+
+
+def recorded_batch(user_metadata: object) -> tuple[str, int, dict[str, dict[int, int]]] | None:
+    """(writer, batch, consumed) from a commit's ``userMetadata``; ``None`` when it records
+    none (any other text, or a record that is not whole: logged, never guessed)."""
+    if not isinstance(user_metadata, str) or METADATA_KEY not in user_metadata:
+        return None
+    try:
+        record = json.loads(user_metadata)[METADATA_KEY]
+        writer, batch = record["writer"], record["batch"]
+        if not isinstance(writer, str) or type(batch) is not int or batch < 0:
+            raise ValueError("writer must be text, batch a whole number >= 0")
+        consumed = {
+            str(t): {int(p): max(int(o), 0) for p, o in c.items()}
+            for t, c in record["consumed"].items()
+        }
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        log.warning("a commit's userMetadata names no whole batch (%r): ignored", exc)
+        return None
+    return writer, batch, consumed
 
 
 def latest_version(table: str) -> int | None:
@@ -99,17 +139,22 @@ def _commit(log_dir: str, version: int) -> Commit:
         log.warning("version %d of %s is not readable: %r", version, log_dir, exc)
         return Commit(version, readable=False)
     txns: dict[str, int] = {}
+    recorded: dict[str, Mapping[str, Mapping[int, int]]] = {}
     operation, changed = None, False
     for action in actions:
         if (txn := action.get("txn")) is not None:
             txns[str(txn.get("appId"))] = int(txn.get("version"))
         elif (info := action.get("commitInfo")) is not None:
             operation = info.get("operation")
+            if (found := recorded_batch(info.get("userMetadata"))) is not None:
+                writer, batch, consumed = found
+                txns.setdefault(writer, batch)
+                recorded[writer] = consumed
         else:
             file_action = action.get("add") or action.get("remove")
             if file_action is not None and file_action.get("dataChange", True):
                 changed = True
-    return Commit(version, operation, txns, changed)
+    return Commit(version, operation, txns, changed, recorded=recorded)
 
 
 class StreamingCheckpoint:
@@ -199,10 +244,13 @@ def _kafka_offsets(line: str) -> dict[str, dict[int, int]]:
 
 
 __all__ = [
+    "METADATA_KEY",
     "Commit",
     "StreamingCheckpoint",
+    "consumed_metadata",
     "latest_version",
     "local_path",
     "next_commit",
+    "recorded_batch",
     "table_commits",
 ]

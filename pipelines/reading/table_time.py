@@ -87,6 +87,11 @@ def versions_of(table: str, lake: Root) -> Versions:
     rows = read_answers(lake, name)
     if not rows:
         raise TableNotTrackedError(str(table))
+    return _versions(name, rows)
+
+
+def _versions(name: str, rows: list[dict[str, Any]]) -> Versions:
+    """:class:`Versions` of the table ``name`` from its rows (at least one)."""
     best: dict[int, int | None] = {}
     for row in rows:
         t, kept = row["complete_through"], best.get(row["version"])
@@ -158,12 +163,28 @@ def table_status(
     from tidemark.pipelines.reading.seek import shared_index  # as above
 
     lake = _lake(where)
-    found = versions_of(table, lake)
+    return _status(versions_of(table, lake), index or shared_index(lake))
+
+
+def tables_status(*, index: SeekIndex | None = None, **where: Unpack[Where]) -> list[TableStatus]:
+    """:class:`TableStatus` of every table tracked under the delta root, by name (one
+    read of ``table_completeness``; empty when nothing is tracked)."""
+    from tidemark.pipelines.reading.seek import shared_index  # as above
+
+    lake = _lake(where)
+    by_table: dict[str, list[dict[str, Any]]] = {}
+    for row in read_answers(lake):
+        by_table.setdefault(str(row["table"]), []).append(row)
     idx = index or shared_index(lake)
+    return [_status(_versions(name, by_table[name]), idx) for name in sorted(by_table)]
+
+
+def _status(found: Versions, index: SeekIndex) -> TableStatus:
+    """A table's status from its answers and its streams' latest watermarks."""
     streams = sorted(json.loads(found.latest.get("consumed") or "{}")) or []
     latest: dict[str, int | None] = {}
     for stream in streams:
-        _, times, _ = idx.columns(stream)
+        _, times, _ = index.columns(stream)
         latest[stream] = times[-1] if times else None
     through = None if found.latest.get("reason") else found.best
     heads = [t for t in latest.values() if t is not None]
@@ -218,6 +239,7 @@ __all__ = [
     "complete_through",
     "read_complete",
     "table_status",
+    "tables_status",
     "version_complete_at",
     "versions_of",
     "wait_for_table",

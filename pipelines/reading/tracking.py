@@ -6,7 +6,8 @@
 
 For each new version of the table, the writer's batch it commits (the ``txn`` action of
 the writer id: the query's id for the Delta streaming sink, a ``foreachBatch`` writer's
-``txnAppId``) gives, through the query's offset log, what had been consumed of each
+``txnAppId``; or the record :func:`recording_consumed` leaves in the commit) gives,
+through the query's offset log (or that record), what had been consumed of each
 stream (Kafka partition -> next offset), and the streams' watermarks (the ``index``
 table, as readers see it) give the time that is complete through
 (:mod:`tidemark.controller.completeness`). Answers are appended to ``table_completeness``;
@@ -22,9 +23,10 @@ watermarks move, a poll costs a ``stat`` per table.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +54,7 @@ from tidemark.controller.delta.tracked import (
 from tidemark.controller.delta.writer_log import (
     Commit,
     StreamingCheckpoint,
+    consumed_metadata,
     latest_version,
     next_commit,
     table_commits,
@@ -127,7 +130,11 @@ class TableTracker:
         found = []
         for commit in commits:
             batch = commit.txns.get(self.writer.app_id)
-            consumed = None if batch is None else self._consumed(batch)
+            recorded = commit.recorded.get(self.writer.app_id)
+            if recorded is not None:  # the commit itself says what its batch consumed
+                consumed: dict[str, dict[int, int]] | None = self._by_stream(recorded)
+            else:
+                consumed = None if batch is None else self._consumed(batch)
             if batch is not None and consumed is None:
                 log.warning(
                     "%s: version %d's batch %d is no longer in the checkpoint: kept at "
@@ -143,8 +150,10 @@ class TableTracker:
 
     def _consumed(self, batch: int) -> dict[str, dict[int, int]] | None:
         offsets = self.checkpoint.consumed(batch)
-        if offsets is None:
-            return None
+        return None if offsets is None else self._by_stream(offsets)
+
+    def _by_stream(self, offsets: Mapping[str, Mapping[int, int]]) -> dict[str, dict[int, int]]:
+        """Consumed offsets by topic as this table's streams' (every stream it reads)."""
         by_stream = {s: c for t, c in offsets.items() if (s := stream_of_topic(t)) is not None}
         self.streams |= set(by_stream)
         # Every stream the query reads, those without offsets yet as nothing consumed:
@@ -272,6 +281,53 @@ def _resumed(table: str, rows: list[dict[str, Any]]) -> TableTracker:
     return tracker
 
 
+USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
+"""The Spark setting whose text Delta writes into each commit's ``userMetadata``."""
+
+
+@contextlib.contextmanager
+def recording_consumed(
+    spark: Any, checkpoint: str, batch_id: int, *, writer: str | None = None
+) -> Iterator[str]:
+    """Within the block, every Delta commit ``spark`` makes records that it is batch
+    ``batch_id`` of ``writer`` (default: the query's id, as tracking expects) and what
+    that batch had consumed (its end offsets, from the checkpoint's offset log), for a
+    ``foreachBatch`` writer that uses neither the Delta sink nor ``txnAppId``::
+
+        def write(batch, batch_id):
+            with recording_consumed(batch.sparkSession, CHECKPOINT, batch_id):
+                batch.write.format("delta").mode("append").save(TABLE)
+
+    ``spark`` is the batch's session (``batch.sparkSession``: the query's own), whose
+    ``userMetadata`` setting is taken for the block and given back after. The record
+    does not make the write idempotent: a replayed batch commits again, recording the
+    same offsets. Yields the recorded text; :class:`TableCompletenessError` when the
+    checkpoint holds no query or no offsets for the batch."""
+    chk = StreamingCheckpoint(str(checkpoint))
+    name = writer or chk.query_id()
+    if name is None:
+        raise TableCompletenessError(
+            f"no streaming query checkpoint at {checkpoint} (no metadata file): give the "
+            "checkpointLocation of the query whose batch this is"
+        )
+    consumed = chk.consumed(batch_id)
+    if consumed is None:
+        raise TableCompletenessError(
+            f"the checkpoint {checkpoint} holds no offsets for batch {batch_id}: give the "
+            "checkpointLocation of the query whose batch this is"
+        )
+    text = consumed_metadata(name, batch_id, consumed)
+    before = spark.conf.get(USER_METADATA_CONF, None)
+    spark.conf.set(USER_METADATA_CONF, text)
+    try:
+        yield text
+    finally:
+        if before is None:
+            spark.conf.unset(USER_METADATA_CONF)
+        else:
+            spark.conf.set(USER_METADATA_CONF, before)
+
+
 def track(
     table: str, checkpoint: str, *, app_id: str | None = None, lake: Root = None
 ) -> list[Answer]:
@@ -282,4 +338,12 @@ def track(
     return tracker.poll()
 
 
-__all__ = ["OPEN_KEPT", "TableTracker", "Tracker", "streams_read", "track"]
+__all__ = [
+    "OPEN_KEPT",
+    "USER_METADATA_CONF",
+    "TableTracker",
+    "Tracker",
+    "recording_consumed",
+    "streams_read",
+    "track",
+]

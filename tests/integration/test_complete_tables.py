@@ -10,6 +10,7 @@ Watermarks are computed from the writers' own positions and appended with deltal
 
 from __future__ import annotations
 
+import datetime
 import os
 import shutil
 import subprocess
@@ -21,8 +22,10 @@ from deltalake import DeltaTable
 from pyspark.sql import functions as F
 
 from tests.integration import test_reader_group as rg
+from tests.integration.test_streams_store import wait_for
 from tests.jvm_clients import snippet
 from tidemark.controller.config import ScalingPolicy, StreamConfiguration
+from tidemark.controller.delta.tracked import table_id
 from tidemark.controller.delta.writer_log import table_commits
 from tidemark.pipelines import complete_through, kafka_source_options, version_complete_at
 from tidemark.pipelines.reading.exceptions import (
@@ -416,6 +419,114 @@ def test_a_foreach_batch_merge_with_txn_app_id_and_wait_for_the_table(
         )
         assert version_at.returncode == 0 and f"version {merges[0].version}" in version_at.stdout
         _assert_complete_at_every_version(table, [source], root)
+    finally:
+        source.close()
+
+
+def test_a_foreach_batch_writer_with_neither_sink_nor_txn_records_its_cut(
+    spark, manager, store, kafka, wconfig, unique, tmp_path
+):
+    """A plain ``foreachBatch`` append (no Delta sink, no ``txnAppId``), the guide's
+    writer as it is: the helper puts the batch and what it consumed in each commit, and
+    tracking reads it from there -- the answers stand even once the checkpoint has
+    purged the batches' offsets."""
+    root, table, chk = str(tmp_path / "delta"), str(tmp_path / "plain"), str(tmp_path / "chk")
+    source = Source(manager, store, kafka, wconfig, unique, root)
+    frame = _frame(spark, kafka, root, source.stream)
+    guide = {"CHECKPOINT": chk, "TABLE": table}
+    exec(_guide("neither.py"), guide)
+
+    def run():
+        query = (
+            frame.writeStream.foreachBatch(guide["write"])
+            .option("checkpointLocation", chk)
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination(120)
+        assert query.exception() is None
+
+    tracker = Tracker(root, SeekIndex(root, refresh_interval_ms=0, warm_after=0))
+    try:
+        source.write(BASE)
+        w0 = source.note(BASE + 99)
+        run()
+        tracker.add(table, chk)
+        query_id = tracker.tables[table_id(table)].writer.app_id
+        tracker.poll()
+        assert complete_through(table, delta_root=root) == w0.time
+
+        source.write(BASE + 100)
+        run()
+        tracker.poll()
+        assert version_complete_at(table, BASE + 199, delta_root=root) is None
+        w1 = source.note(BASE + 199)
+        tracker.poll()
+        commits = table_commits(table, None)
+        assert [c.operation for c in commits] == ["WRITE", "WRITE"]
+        assert all(set(c.recorded) == {query_id} for c in commits)
+        log_text = "".join(p.read_text() for p in Path(table, "_delta_log").glob("*.json"))
+        assert '"txn"' not in log_text  # no transaction id: the record alone tells the batch
+        assert version_complete_at(table, w1.time, delta_root=root) == 1
+        _assert_complete_at_every_version(table, [source], root)
+
+        # The checkpoint purges batch 0's offsets: tracked afresh (answers kept elsewhere),
+        # version 0 is still answered, from its commit alone.
+        os.remove(f"{chk}/offsets/0")
+        elsewhere = str(tmp_path / "elsewhere")
+        afresh = Tracker(elsewhere, SeekIndex(root, refresh_interval_ms=0, warm_after=0))
+        afresh.add(table, chk)
+        afresh.poll()
+        assert version_complete_at(table, w0.time, delta_root=elsewhere) == 0
+        assert version_complete_at(table, w1.time, delta_root=elsewhere) == 1
+    finally:
+        source.close()
+
+
+def test_the_time_service_and_the_dashboard_show_tracked_tables(
+    spark, manager, store, kafka, wconfig, unique, tmp_path, zk_client, settings
+):
+    from tests.integration.test_time_service import get, get_json, serving
+
+    root, table, chk = str(tmp_path / "delta"), str(tmp_path / "shown"), str(tmp_path / "chk")
+    source = Source(manager, store, kafka, wconfig, unique, root)
+    tracker = Tracker(root, SeekIndex(root, refresh_interval_ms=0, warm_after=0))
+    name = table_id(table)
+
+    def shown(url):
+        status, rows = get_json(url, "/api/tables")
+        assert status == 200
+        return {r["table"]: r for r in rows}
+
+    try:
+        source.write(BASE)
+        w0 = source.note(BASE + 99)
+        _run(_frame(spark, kafka, root, source.stream), table, chk)
+        tracker.add(table, chk)
+        tracker.poll()
+        with serving(store, zk_client, root, kafka, settings) as running:
+            row = shown(running.url)[name]
+            assert (row["version"], row["complete_through"], row["status"]) == (0, w0.time, "known")
+            assert (row["streams"], row["behind_ms"]) == ({source.stream: w0.time}, 0)
+
+            # The stream goes on, the query does not: the table falls behind.
+            source.write(BASE + 100)
+            source.note(BASE + 199)
+            wait_for(lambda: shown(running.url)[name]["behind_ms"] == 100, timeout_s=30)
+            status, page = get(running.url, "/")
+            html = page.decode()
+            assert status == 200 and f'data-table="{name}"' in html
+            iso = datetime.datetime.fromtimestamp(w0.time / 1000, datetime.UTC)
+            assert iso.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] in html
+            assert '<td class="behind">100 ms</td>' in html
+
+            # The checkpoint is dropped: unknown, with the reason, on both.
+            shutil.rmtree(chk)
+            tracker.poll()
+            row = shown(running.url)[name]
+            assert row["status"] == "unknown" and "is gone" in row["reason"]
+            assert row["complete_through"] is None
+            assert "unknown: the checkpoint" in get(running.url, "/")[1].decode()
     finally:
         source.close()
 

@@ -39,6 +39,7 @@ EMPTY_ROUTES = [
     ("/api/laggards?stream=no/such", 200),
     ("/api/controller", 200),
     ("/api/timelines", 200),
+    ("/api/tables", 200),
     ("/metrics", 200),
     ("/api/streams/no/such", 404),
     ("/api/streams/no/such/start?t=5", 404),

@@ -5,12 +5,16 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tidemark.controller.delta.exceptions import DeltaUnavailableError
 from tidemark.controller.delta.writer_log import (
     StreamingCheckpoint,
+    consumed_metadata,
     latest_version,
     next_commit,
+    recorded_batch,
     table_commits,
 )
 
@@ -93,3 +97,50 @@ def test_commits_name_their_writers_batches_and_whether_data_changed(tmp_path) -
 def test_an_object_store_is_refused_with_what_to_do() -> None:
     with pytest.raises(DeltaUnavailableError, match="local or mounted file system"):
         StreamingCheckpoint("s3://bucket/chk")
+
+
+@given(
+    writer=st.text(max_size=20),
+    batch=st.integers(0, 2**40),
+    consumed=st.dictionaries(
+        st.text(min_size=1, max_size=10),
+        st.dictionaries(st.integers(0, 64), st.integers(0, 2**40), max_size=4),
+        max_size=3,
+    ),
+)
+def test_a_recorded_batch_reads_back_as_written(writer, batch, consumed) -> None:
+    assert recorded_batch(consumed_metadata(writer, batch, consumed)) == (writer, batch, consumed)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        None,
+        "",
+        "a note of the user's own",
+        "tidemark",  # names the key, is no record
+        '{"tidemark": 5}',
+        '{"tidemark": {"writer": "q", "batch": -1, "consumed": {}}}',
+        '{"tidemark": {"writer": "q", "batch": "7", "consumed": {}}}',
+        '{"tidemark": {"writer": 3, "batch": 7, "consumed": {}}}',
+        '{"tidemark": {"writer": "q", "batch": 7, "consumed": {"t": {"x": 1}}}}',
+        '{"tidemark": {"writer": "q", "batch": 7, "consumed": {"t": 5}}}',
+        '{"tidemark": {"writer": "q", "batch": 7}}',
+    ],
+)
+def test_user_metadata_that_records_no_whole_batch_is_none(text) -> None:
+    assert recorded_batch(text) is None
+
+
+def test_a_commit_that_records_its_batch_names_it_and_what_it_consumed(tmp_path) -> None:
+    log = tmp_path / "t" / "_delta_log"
+    log.mkdir(parents=True)
+    recorded = consumed_metadata("q-1", 4, {"tidemark.a.b": {0: 9, 1: 3}})
+    actions = [
+        {"commitInfo": {"operation": "WRITE", "userMetadata": recorded}},
+        {"add": {"path": "a.parquet", "dataChange": True}},
+    ]
+    (log / f"{0:020d}.json").write_text("\n".join(json.dumps(a) for a in actions))
+    (found,) = table_commits(str(tmp_path / "t"), None)
+    assert (dict(found.txns), found.data_change) == ({"q-1": 4}, True)
+    assert found.recorded == {"q-1": {"tidemark.a.b": {0: 9, 1: 3}}}

@@ -45,6 +45,9 @@ dashboard's ``from_min``/``to_min``) takes a bare number of minutes or a duratio
   ``slowest``), ``noted_time``, ``since``, ``behind_ms``, ``first_seen``,
   ``last_seen``, and ``at`` (the controller cycle that saw it); streams nobody
   holds back are left out.
+- ``GET /api/tables`` -- every tracked Delta table (``tidemark table track``): its
+  ``version``, ``complete_through`` (null: no time yet), ``status`` (``unknown`` with
+  the ``reason``), its ``streams``' latest watermark times and ``behind_ms``.
 - ``GET /api/groups/{group}/window`` -- a reader group's cut, time window, readers.
 - ``GET /api/controller`` -- the leading and standby controller drivers, the last batch.
 - ``GET /api/timelines?from_ms=&to_ms=`` -- per timeline, messages by status
@@ -58,8 +61,8 @@ Errors are JSON too: ``{"error": "unknown_stream", ...}`` (404),
 
 Dashboard (server-rendered HTML; charts by the vendored uPlot, no network
 needed): ``/`` and ``/streams/{scope}/{name}``. ``/`` shows the writers holding
-watermarks back (laggards), reader groups with their lag, the controller's
-drivers and last batch, and the streams a page at a time (``?q=`` searches names,
+watermarks back (laggards), reader groups with their lag, the tracked tables, the
+controller's drivers and last batch, and the streams a page at a time (``?q=`` searches names,
 ``?sort=lag|name``, ``?page=``; :mod:`tidemark.service.listing`).
 """
 
@@ -335,6 +338,13 @@ class Handlers:
         first and last seen."""
         return JSONResponse(self.service.laggards(request.query_params.get("stream") or None))
 
+    def tables(self, request: Request) -> Response:
+        """Every tracked Delta table: `version`, `complete_through` (null: no time yet),
+        `status` (`known`, or `unknown` with its `reason`), `checkpoint`, `streams` (each
+        stream's latest watermark time) and `behind_ms` (how far the table's time is
+        behind the slowest of them)."""
+        return JSONResponse(self.service.tables())
+
     def window(self, request: Request) -> Response:
         """A reader group's cut and time window."""
         return JSONResponse(self.service.window(request.path_params["group"]))
@@ -402,9 +412,9 @@ class Handlers:
     # --- dashboard ----------------------------------------------------------------------------
 
     def index_page(self, request: Request) -> Response:
-        """The dashboard: writers holding streams back, reader groups, the controller,
-        the streams a page at a time (`?q=` searches names, `?sort=lag` or `name`), timeline
-        counts from `?from_min=` to `?to_min=` minutes ago."""
+        """The dashboard: writers holding streams back, reader groups, tracked tables, the
+        controller, the streams a page at a time (`?q=` searches names, `?sort=lag` or
+        `name`), timeline counts from `?from_min=` to `?to_min=` minutes ago."""
         now = wall_ms()
         from_min = _minutes_param(request, "from_min", 60)
         to_min = _minutes_param(request, "to_min", 0)
@@ -425,6 +435,11 @@ class Handlers:
             controller_view: dict[str, Any] | None = self.service.controller()
         except ServiceUnavailableError as exc:  # show it, keep the page
             controller_view = {"error": str(exc)}
+        tables, tables_error = None, None
+        try:
+            tables = self.service.tables()
+        except ServiceUnavailableError as exc:
+            tables_error = str(exc)
         groups, groups_error = None, None
         try:
             groups = self.service.group_lags(now)
@@ -447,6 +462,8 @@ class Handlers:
                 "held_total": held_total,
                 "groups": groups,
                 "groups_error": groups_error,
+                "tables": tables,
+                "tables_error": tables_error,
                 "controller": controller_view,
                 "rejected": self.service.rejected(None, 20),
                 "timelines": counts,
@@ -496,6 +513,7 @@ class Handlers:
             Route("/api/wait", self.joint_wait_for),
             Route("/api/rejected", self.rejected),
             Route("/api/laggards", self.laggards),
+            Route("/api/tables", self.tables),
             Route("/api/groups/{group}/window", self.window),
             Route("/api/controller", self.controller),
             Route("/api/timelines", self.timelines),

@@ -56,6 +56,7 @@ from tidemark.controller.zookeeper.driver import controller_view
 from tidemark.errors import ConfigurationError, ServiceUnavailableError, TidemarkError
 from tidemark.pipelines.reading.group import open_group
 from tidemark.pipelines.reading.seek import Found, SeekIndex, check_timestamp, live_metadata
+from tidemark.pipelines.reading.table_time import tables_status
 from tidemark.pipelines.reading.time_service import cut_to_json
 from tidemark.schemas.tables import LAGGARDS, cut_from_cell, laggards_by_stream, observation_of
 from tidemark.service.group_metrics import GroupLagCollector
@@ -398,6 +399,12 @@ class TimeService:
         noted time, first and last seen -- from the last snapshot in ``laggards``;
         streams nobody holds back are left out."""
         return laggards_by_stream(read_table(self.location, LAGGARDS, stream))
+
+    def tables(self) -> list[dict[str, Any]]:
+        """Every table tracked under the delta root (``table_completeness``), by name: the
+        time it is complete through at which version, or why that is unknown, and how far
+        it is behind its streams' latest watermarks (this service's warm index)."""
+        return [s.as_row() for s in tables_status(index=self.index, delta_root=self.location)]
 
     # --- other views ----------------------------------------------------------------------------
 
