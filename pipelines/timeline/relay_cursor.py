@@ -125,6 +125,8 @@ class CursorRelay(Closing):
         self.lags: deque[float] = deque(maxlen=100_000)
         """Due-to-committed lag (ms) of the latest messages, on the database's clock."""
         self._producer: Any = None
+        self._init_pending = False
+        """Whether the producer's ``init_transactions`` has yet to succeed."""
         self._store: TimelineStore | None = None
         self._waker: Waker | None = None
         self._state: CursorState | None = None
@@ -175,21 +177,9 @@ class CursorRelay(Closing):
                     "retry.backoff.ms": 2,
                 },
             )
-            try:
-                with outages_named(self.bootstrap):
-                    self._producer.init_transactions(self._timeout_s)  # fences an earlier run
-            except KafkaException as exc:
-                error = exc.args[0] if exc.args else None
-                if (
-                    not isinstance(error, KafkaError)
-                    or error.code() != KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-                ):
-                    raise
-                raise KafkaOperationError(
-                    f"timeline relay {self.settings.name!r}: Kafka refused its transactional "
-                    "id: its principal needs WRITE and DESCRIBE on that transactional id "
-                    "(the timeline role's grants)"
-                ) from exc
+            self._init_pending = True
+        if self._init_pending:
+            self._init_transactions()
         with outages_named(self.bootstrap):
             (last,) = _COORDINATOR_RETRY(
                 lambda: self._group.committed([TopicPartition(*self._marker)], self._timeout_s),
@@ -212,11 +202,41 @@ class CursorRelay(Closing):
             self._state.epoch,
         )
 
+    def _init_transactions(self) -> None:
+        """Fence any earlier producer of this relay's transactional id. One that gets no
+        answer in time stays, to be asked again: its request may still reach the
+        coordinator, and a new producer's could then get the older epoch and be fenced
+        by this one's, as though another relay had taken over."""
+        try:
+            with outages_named(self.bootstrap):
+                self._producer.init_transactions(self._timeout_s)
+        except (KafkaException, TimeoutError) as exc:
+            error = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+            retriable = is_outage(exc) or (isinstance(error, KafkaError) and error.retriable())
+            if not retriable:
+                self._init_pending = False  # a refusal: this producer is done with
+            if (
+                not isinstance(error, KafkaError)
+                or error.code() != KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            ):
+                raise
+            raise KafkaOperationError(
+                f"timeline relay {self.settings.name!r}: Kafka refused its transactional "
+                "id: its principal needs WRITE and DESCRIBE on that transactional id "
+                "(the timeline role's grants)"
+            ) from exc
+        self._init_pending = False
+
     def _drop_producer(self) -> None:
-        """Forget the producer (its transaction is ended by the next one's start). Unless
-        Kafka may have committed the failed batch (its commit was asked for), the
-        batches recorded since the last commit are given back at once."""
-        producer, self._producer, self._state = self._producer, None, None
+        """Forget the producer (its transaction is ended by the next one's start), but
+        one whose fencing is still pending (:meth:`_init_transactions`). Unless Kafka may
+        have committed the failed batch (its commit was asked for), the batches recorded
+        since the last commit are given back at once."""
+        producer, self._state = self._producer, None
+        if self._init_pending:
+            producer = None  # kept: asked again at the next start
+        else:
+            self._producer = None
         to, self._confirmed_state = self._confirmed_state, None
         if to is not None and not self._committing and self._store is not None:
             try:

@@ -279,6 +279,16 @@ def test_a_broker_stopping_under_relay_and_ingest_is_kafka_unavailable(
             assert raised.value.address == bootstrap
             with TimelineStore(postgres) as store:
                 assert store.count(tl).total == 3  # not taken: due again at once
+            # A new producer's fencing gets no answer: that producer stays, asked again
+            # (a second one could get the older epoch and be fenced by the first's).
+            for _ in range(2):
+                with pytest.raises(KafkaUnavailableError):
+                    relay.run_once(timeout_ms=200)
+            waiting = relay._producer
+            assert waiting is not None
+            with pytest.raises(KafkaUnavailableError):
+                relay.run_once(timeout_ms=200)
+            assert relay._producer is waiting
             deadline = time.monotonic() + 60
             with pytest.raises(KafkaUnavailableError) as raised:
                 while time.monotonic() < deadline:
@@ -290,6 +300,7 @@ def test_a_broker_stopping_under_relay_and_ingest_is_kafka_unavailable(
             while relayed < 3 and time.monotonic() < deadline:
                 relayed += relay.run_once(timeout_ms=500)
             assert relayed == 3
+            assert relay._producer is waiting  # its fencing answered once the broker was back
         finally:
             relay.close()
             ingester.close()
