@@ -20,7 +20,8 @@ leaves to its caller:
   accepted mark. The mark's instance token is checked against the writer id's
   registrations (:func:`~tidemark.controller.admission.check_registered`), looked up
   only for a mark whose token is not the one the id is bound to (a new writer id,
-  a restart, a forgery): the marks of a bound instance cost no lookup;
+  a restart, a forgery): the marks of a bound instance cost no lookup; a mark
+  without a token, or under an id nobody registered, is ``unregistered``;
 - **when a cycle runs**: with timers, right after a micro-batch's marks of
   the stream, and otherwise only at the stream's *due time* (``due_ms``):
   the earliest moment waiting can change the outcome -- a lagging writer's
@@ -351,15 +352,6 @@ class RegistrationLookup(Protocol):
         first mark). A claimed registration cached last is no proof that none followed."""
 
 
-class NoRegistrations:
-    """No writer registers: every id keeps the first-mark binding (``check_instance``)."""
-
-    def registrations(
-        self, stream: str, writer_id: str, claimed: str | None, fresh_since_ms: int | None
-    ) -> Sequence[Registration]:
-        return ()
-
-
 # --- the workflow ---------------------------------------------------------------------------
 
 
@@ -369,12 +361,12 @@ class StreamWorkflow:
         settings: WorkflowSettings,
         streams: StreamLookup,
         committed: CommittedOffsets,
-        registrations: RegistrationLookup | None = None,
+        registrations: RegistrationLookup,
     ) -> None:
         self.settings = settings
         self.streams = streams
         self.committed = committed
-        self.registrations = registrations or NoRegistrations()
+        self.registrations = registrations
 
     # entry points ---------------------------------------------------------------------------
 
@@ -490,6 +482,8 @@ class StreamWorkflow:
             decoded.possibly_late,
         )
         stored = state.marks.get(decoded.writer_id)
+        if decoded.instance is None:  # no registration can name it
+            return reject(Reason.UNREGISTERED, decoded.writer_id)
         if stored is None or decoded.instance != stored.seen.instance:
             fresh = None if self.settings.trigger is CycleTrigger.TICKS else now_ms
             instances = self.registrations.registrations(
@@ -694,7 +688,6 @@ __all__ = [
     "Emitted",
     "LaggardRows",
     "MarkInput",
-    "NoRegistrations",
     "Observation",
     "Output",
     "RegistrationLookup",

@@ -233,8 +233,10 @@ class Reason:
     """The noted time is more than the stream's ``max_future_ms`` ahead of the mark's
     arrival (the marks topic's ``LogAppendTime``)."""
     IMPERSONATED = "impersonated"
-    """The writer id is bound to another live writer instance, or has registrations and
-    none names this mark's token."""
+    """The writer id has registrations and none names this mark's token."""
+    UNREGISTERED = "unregistered"
+    """The writer id has no registration in the metadata store, or the mark no instance
+    token: a writer registers its token before its first mark."""
     SUPERSEDED = "superseded"
     """A registered instance's mark that arrived after a later instance registered under
     the same writer id (a restarted writer replaced it)."""
@@ -254,6 +256,7 @@ class Reason:
         NEGATIVE_TIME,
         FUTURE_TIME,
         IMPERSONATED,
+        UNREGISTERED,
         SUPERSEDED,
         UNKNOWN_WRITER,
     )
