@@ -21,10 +21,12 @@ from tidemark.controller.admission import (
     check_registered,
 )
 from tidemark.controller.config import ScalingPolicy, StreamConfiguration
-from tidemark.controller.exceptions import UnknownStreamError
+from tidemark.controller.exceptions import UnknownStreamError, ZooKeeperConfigError
 from tidemark.controller.memory_store import MemoryStore
 from tidemark.controller.metadata import new_stream_metadata
 from tidemark.controller.store import KEPT_REGISTRATIONS
+from tidemark.controller.zookeeper.session import auth_options
+from tidemark.environment import ZK_AUTH
 from tidemark.jobs.config import CycleTrigger, WorkflowSettings
 from tidemark.jobs.workflow import (
     Emitted,
@@ -252,3 +254,14 @@ def test_a_memory_store_keeps_the_latest_registrations() -> None:
         store.register_writer("shop/missing", "w", "t0")
     store.delete_stream(S, store.read_stream(S).version)
     assert store.writer_registrations(S, "w") == ()
+
+
+def test_a_zookeeper_principal_comes_from_one_variable_and_is_never_echoed() -> None:
+    assert auth_options({}) == {} and auth_options({ZK_AUTH: " "}) == {}
+    assert auth_options({ZK_AUTH: "alice:s3cret:x"}) == {
+        "auth_data": [("digest", "alice:s3cret:x")]
+    }
+    for bad in ("alice", "alice:", ":s3cret"):
+        with pytest.raises(ZooKeeperConfigError, match="TIDEMARK_ZK_AUTH must be") as raised:
+            auth_options({ZK_AUTH: bad})
+        assert "s3cret" not in str(raised.value)
