@@ -152,6 +152,9 @@ class Emitted:
     unknown): freshness is measured from it to the Delta commit."""
     observation: Observation | None = None
     """Set when some writer of the watermark observed its time rather than noted it."""
+    vouchers: tuple[tuple[str, str | None], ...] = ()
+    """The writers that vouched for it: (writer id, instance token) of each accepted mark
+    that took part, a replaced instance's last mark under its own writer id and token."""
 
 
 @dataclass(frozen=True)
@@ -271,7 +274,19 @@ def _shut_down_at_watermark(state: StreamState) -> bool:
 
 def retired_writer(writer_id: str, instance: str | None) -> str:
     """The name a shut-down instance's last mark keeps once a new instance takes its id."""
-    return f"{writer_id} (instance {instance}, shut down)"
+    return f"{writer_id}{_retired_suffix(instance)}"
+
+
+def _retired_suffix(instance: str | None) -> str:
+    return f" (instance {instance}, shut down)"
+
+
+def voucher(name: str, stored: StoredMark) -> tuple[str, str | None]:
+    """The (writer id, instance token) of the mark kept under ``name`` in a state's marks
+    (a :func:`retired_writer` name is its instance's writer id)."""
+    instance = stored.seen.instance
+    suffix = _retired_suffix(instance)
+    return (name.removesuffix(suffix) if name.endswith(suffix) else name), instance
 
 
 def _stored(entry: Sequence[Any]) -> StoredMark:
@@ -553,7 +568,8 @@ class StreamWorkflow:
             if now_ms < starts:  # Pravega's start-up delay: late writers may still join
                 state.due_ms = starts
                 return []
-        marks = {w: s.mark for w, s in state.marks.items()}
+        stored = dict(state.marks)
+        marks = {w: s.mark for w, s in stored.items()}
         arrivals = [
             s.seen.last_seen_ms for s in state.marks.values() if s.seen.last_seen_ms is not None
         ]
@@ -593,7 +609,9 @@ class StreamWorkflow:
         )
         state.upper_time_max = top
         observation = Observation.of({w: marks[w] for w in writers})
-        return [Emitted(wm, writers, top, now_ms, max(arrivals, default=None), observation)]
+        vouchers = tuple(sorted({voucher(w, stored[w]) for w in writers}, key=str))
+        noted = max(arrivals, default=None)
+        return [Emitted(wm, writers, top, now_ms, noted, observation, vouchers)]
 
     @staticmethod
     def _lag_due(generation: GenerationState, timeout_ms: int, now_ms: int) -> int | None:
@@ -699,4 +717,5 @@ __all__ = [
     "parse_tick",
     "retired_writer",
     "tick_value",
+    "voucher",
 ]

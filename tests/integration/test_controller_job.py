@@ -300,8 +300,10 @@ def test_a_writer_restarted_under_its_id_three_times_is_heard_at_once(
     job = ControllerJob(spark, live, f"c-{unique}").start()
     try:
         job.wait_leading()
+        tokens = [("w2", steady.instance)]
         for generation in range(4):
             w = env.writer("w1", stream)
+            tokens.append(("w1", w.instance))
             for step in range(2):
                 t = 10_000 * (generation + 1) + 1_000 * step
                 w.write(b"x", routing_key=f"k{generation}")
@@ -333,6 +335,14 @@ def test_a_writer_restarted_under_its_id_three_times_is_heard_at_once(
         rejected = read_table(settings.delta_root, REJECTED_MARKS)
         assert [r for r in rejected if r["reason"] == Reason.IMPERSONATED] == []
         check_sequence(read_watermarks(settings.delta_root, stream))
+        # each watermark names the registered instances that vouched for it
+        rows = sorted(
+            (r for r in read_table(settings.delta_root, "marks") if r["stream"] == stream),
+            key=lambda r: r["seq"],
+        )
+        vouched = [{(v["writer"], v["instance"]) for v in r["vouchers"]} for r in rows]
+        assert all(v and v <= set(tokens) for v in vouched), vouched
+        assert {tokens[0], tokens[-1]} <= vouched[-1]
 
 
 def test_a_phantom_writer_on_a_registered_writers_stream_is_rejected_and_holds_nothing(

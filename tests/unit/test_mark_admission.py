@@ -20,6 +20,7 @@ from tidemark.controller.config import ScalingPolicy, StreamConfiguration
 from tidemark.controller.exceptions import InvalidConfigurationError
 from tidemark.controller.metadata import new_stream_metadata
 from tidemark.jobs.config import WorkflowSettings
+from tidemark.jobs.processor import output_row
 from tidemark.jobs.workflow import (
     Emitted,
     MarkInput,
@@ -289,8 +290,17 @@ def test_a_retired_instance_takes_part_until_the_cut_holds_its_last_position() -
     batch.append(at(1_200, {1: 3}, "new", 2))
     out = w.on_records(S, state, batch, 10_000)
     assert [o for o in out if isinstance(o, Rejected)] == []
-    (emitted,) = [o.watermark for o in out if isinstance(o, Emitted)]
+    (made,) = [o for o in out if isinstance(o, Emitted)]
+    emitted = made.watermark
     assert (emitted.time, emitted.stream_cut) == (1_200, {0: 9, 1: 3})
+    # both instances vouched for it, each under the writer id and its own token
+    assert made.vouchers == (("a", "new"), ("a", "old"))
+    row = output_row(made)["watermark"]
+    assert row["vouchers"] == [
+        {"writer": "a", "instance": "new"},
+        {"writer": "a", "instance": "old"},
+    ]
+    assert row["writers"] == sorted(["a", retired_writer("a", "old")])
     # kept under a name of its own until a watermark passed its time, then dropped
     assert retired_writer("a", "old") in state.marks
     out = w.on_records(S, state, [at(1_600, {1: 4}, "new", 3)], 11_000)
