@@ -1,6 +1,6 @@
 """One stream's side of the controller job, without Spark: marks in, watermarks out.
 
-    wf = StreamWorkflow(WorkflowSettings(interval_ms=1000), epochs, committed)
+    wf = StreamWorkflow(WorkflowSettings(interval_ms=1000), epochs, committed, registrations)
     state = StreamState()
     out = wf.on_records("shop/orders", state, [MarkInput(value, partition=0, offset=7)], now_ms)
     state.due_ms                         # when it needs a cycle without marks (None: never)
