@@ -5,6 +5,7 @@ digest credentials from ``$TIDEMARK_ZK_AUTH``, the controller's registration loo
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -52,6 +53,11 @@ def sessions(
     try:
         yield opened
     finally:
+        writers = f"{ROOT}/streams/shop/orders/writers"
+        for client in opened.values():  # each principal removes the ids it owns
+            for name in client.get_children(writers) if client.exists(writers) else ():
+                with contextlib.suppress(NoAuthError):
+                    client.delete(f"{writers}/{name}", recursive=True)
         for client in opened.values():
             close_session(client)
 
