@@ -19,8 +19,9 @@ future bound off, for applications whose times are not milliseconds.
 A mark's instance token is checked against the writer id's **registrations**
 (:func:`check_registered`): a writer registers each instance's token in the
 metadata store before its first mark, so a restarted writer is heard at once
-and the instance it replaced stops counting; ids without registrations keep
-the first-mark binding (:func:`check_instance`).
+and the instance it replaced stops counting. A mark under an id nobody
+registered, or without a token, is refused (``unregistered``): an id belongs
+to whoever may write its registration, never to whoever marks first.
 
 The reasons are the values of ``tidemark.schemas.tables.Reason`` of the same names
 (the pure core does not import ``schemas``).
@@ -34,6 +35,7 @@ from dataclasses import dataclass
 NEGATIVE_TIME = "negative_time"
 FUTURE_TIME = "future_time"
 IMPERSONATED = "impersonated"
+UNREGISTERED = "unregistered"
 SUPERSEDED = "superseded"
 RESTARTED = "restarted"
 """Not a rejection: a new instance takes the writer id from the instance bound to it."""
@@ -55,39 +57,6 @@ def check_time(time_ms: int, arrival_ms: int | None, max_future_ms: int | None) 
     if time_ms - arrival_ms > max_future_ms:
         return FUTURE_TIME
     return None
-
-
-def check_instance(bound: str | None, claimed: str | None, bound_alive: bool = True) -> str | None:
-    """``None`` when the mark may be accepted (and binds ``claimed``); ``restarted``
-    when the bound instance sent its shutdown mark (``bound_alive=False``) and a
-    new token claims the writer id; ``impersonated`` otherwise: another token, or
-    none, under an id held by a live instance.
-
-    The rule for ids without registrations (:func:`check_registered` applies it to
-    them). A writer id is held by the token of its first accepted mark -- or by "no
-    token" when that mark had none (a v1 writer) -- until that instance shuts down
-    or the controller forgets the writer (its timeout). While it lives, a mark
-    with another token is refused, and so is a mark without one under an id held
-    by a token: nobody takes over a live writer's id, whichever marks it sends.
-    After the shutdown mark, the first mark with a new token is heard at once, in
-    the same micro-batch or a later one; a mark without a token never takes an
-    id held by a token. Marks without a token cannot be told apart: any of them
-    is heard under an id no token holds.
-
-    >>> check_instance("a1", "a1") is None, check_instance(None, None) is None
-    (True, True)
-    >>> check_instance("a1", "b2"), check_instance("a1", None), check_instance(None, "b2")
-    ('impersonated', 'impersonated', 'impersonated')
-    >>> check_instance("a1", "b2", bound_alive=False), check_instance(None, "b2", False)
-    ('restarted', 'restarted')
-    >>> check_instance("a1", None, bound_alive=False)
-    'impersonated'
-    """
-    if claimed == bound:
-        return None
-    if not bound_alive and claimed is not None:
-        return RESTARTED
-    return IMPERSONATED
 
 
 @dataclass(frozen=True)
@@ -119,30 +88,27 @@ def check_registered(
     instance holds the id): ``None`` (accepted: the holder's own mark, or nobody held
     the id), ``restarted`` (accepted: the mark's instance takes the id from the holder,
     alive or not), ``superseded`` (a registered instance's mark that arrived once a later
-    instance was registered) or ``impersonated`` (a token never registered under the id,
-    or none).
+    instance was registered), ``unregistered`` (the id has no registrations, or the mark
+    no token) or ``impersonated`` (a token never registered under the id).
 
     A registered token is heard at once, until the next registration; the holder it
-    replaces stops counting. Marks that arrived before the id's first known registration,
-    and every mark of an id that has none (a writer speaking the protocol by hand), follow
-    :func:`check_instance`. An unknown ``arrival_ms`` counts as later than any registration.
+    replaces stops counting. An unknown ``arrival_ms`` counts as later than any
+    registration. Nothing is heard without a registration naming its token: neither a
+    first mark nor a holder bound before registrations were required.
 
     >>> ab = [Registration("a1", 1_000), Registration("b2", 5_000)]
     >>> check_registered("b2", 6_000, ab, Holder("a1")), check_registered("a1", 4_000, ab, None)
     ('restarted', None)
     >>> check_registered("a1", 6_000, ab, Holder("b2")), check_registered("f0", 6_000, ab, None)
     ('superseded', 'impersonated')
-    >>> check_registered("c3", 500, ab, Holder("c3")), check_registered("c3", 9, [], Holder("a1"))
-    (None, 'impersonated')
+    >>> check_registered("c3", 500, [], None), check_registered(None, 9, ab, Holder(None))
+    ('unregistered', 'unregistered')
     """
+    if claimed is None or not registrations:
+        return UNREGISTERED
     index = _registered_at(registrations, claimed)
     if index is None:
-        before_any = not registrations or (
-            arrival_ms is not None and arrival_ms < registrations[0].since_ms
-        )
-        if not before_any:
-            return IMPERSONATED
-        return None if holder is None else check_instance(holder.instance, claimed, holder.alive)
+        return IMPERSONATED
     later = registrations[index + 1 :]
     if later and (arrival_ms is None or arrival_ms >= later[0].since_ms):
         return SUPERSEDED
@@ -171,9 +137,9 @@ __all__ = [
     "NEGATIVE_TIME",
     "RESTARTED",
     "SUPERSEDED",
+    "UNREGISTERED",
     "Holder",
     "Registration",
-    "check_instance",
     "check_registered",
     "check_time",
 ]

@@ -160,6 +160,25 @@ class ZooKeeperUnavailableError(ControllerError, ServiceUnavailableError):
         self.reason = reason
 
 
+class ZooKeeperConfigError(ControllerError, ConfigurationError):
+    """The ZooKeeper settings are unusable (``$TIDEMARK_ZK_AUTH`` not ``user:password``);
+    the message names the variable, never its value."""
+
+
+class WriterIdOwnedError(ControllerError):
+    """A writer id's registrations belong to another ZooKeeper principal: this session may
+    not register under it. Use the principal that registered the id, or another id."""
+
+    def __init__(self, stream: str, writer_id: str) -> None:
+        self.stream = stream
+        self.writer_id = writer_id
+        super().__init__(
+            f"writer id {writer_id!r} of stream {stream!r} is registered by another "
+            "ZooKeeper principal: ZooKeeper refused this session's registration (NoAuth); "
+            "register as that principal ($TIDEMARK_ZK_AUTH) or use another writer id"
+        )
+
+
 class KafkaUnavailableError(ControllerError, ServiceUnavailableError, TimeoutError):
     """No Kafka broker answered (stopped, unreachable, or every request timed out);
     check that the brokers named by the bootstrap servers are up. Also a
@@ -204,5 +223,7 @@ __all__ = [
     "StreamSealedError",
     "UnknownScopeError",
     "UnknownStreamError",
+    "WriterIdOwnedError",
+    "ZooKeeperConfigError",
     "ZooKeeperUnavailableError",
 ]

@@ -29,6 +29,9 @@ WRITER_TRANSACTIONAL_PREFIX = "tidemark:"
 BUFFER_TRANSACTIONAL_PREFIX = "tidemark-buffer."
 """Every timeline buffer relay's ``transactional.id`` (and group) starts so (the
 timeline role is granted it; no writer id starts so)."""
+RELAY_TRANSACTIONAL_PREFIX = "tidemark-relay."
+"""Every timeline relay's ``transactional.id`` (and group) starts so: ``tidemark-relay.``
+and the timeline's name (the timeline role is granted it; no writer id starts so)."""
 DEFAULT_MARKS_TOPIC = "tidemark-marks"
 DEFAULT_BUCKET_COUNT = 8
 

@@ -144,7 +144,7 @@ def output_row(o: Emitted | Rejected | SlotDue) -> dict[str, Any]:
             observation = dict(zip(OBSERVATION_COLUMNS, values, strict=True))
         fields = {
             **index_row(wm, o.upper_time_max),
-            **marks_row(wm, o.writers, o.emitted_at, observation),
+            **marks_row(wm, o.writers, o.emitted_at, observation, o.vouchers),
             "noted_at": o.noted_at,
         }
         return _row(WATERMARK, fields)

@@ -38,7 +38,9 @@ heard at once, whether the earlier run's tasks closed or died
 (``schemas/README.md``, ``instance``).
 
 Before the tasks start, the driver *registers* every task's writer with a
-mark at time 0 and an empty position (``register=True``, the default).
+mark at time 0 and an empty position (``register=True``, the default;
+``register=False`` skips those marks, not the registrations: a mark of an
+unregistered writer is refused).
 A writer whose time is not above the last watermark lags and holds the
 stream's watermark (``tidemark.controller.watermarks.watermark_cycle``), so no
 watermark can pass a task's events before that task has noted its time —
@@ -206,17 +208,19 @@ def write_partition(
 
 
 def register_writers(
-    target: StreamTarget, writers: Iterable[str], instance: str | None = None
+    target: StreamTarget, writers: Iterable[str], instance: str | None = None, hold: bool = True
 ) -> str:
     """Register each writer under the instance token ``instance`` (a new one unless given)
-    in the metadata store, then publish a time-0 mark with an empty position for each
-    (see the module doc); the token."""
+    in the metadata store, then (``hold``) publish a time-0 mark with an empty position for
+    each (see the module doc); the token."""
     token = instance_token(instance)
     writers = list(writers)
     with zookeeper_session(target.zk_connect) as client:  # before their first marks
         store = ZooKeeperStore(client, target.cluster.zk_root)
         for wid in writers:
             store.register_writer(target.stream, wid, token)
+    if not hold:
+        return token
     ensure_marks_topic(target.kafka_bootstrap, target.cluster, create=True)
     producer = roles.client(roles.MARKS_PRODUCER, target.kafka_bootstrap)
     for wid in writers:
@@ -262,7 +266,7 @@ def write_to_stream(
     require_times(df, target, target.metadata())
     rdd = df.select(*columns).rdd
     writers = [writer_id(job_id, batch_id, p) for p in range(rdd.getNumPartitions())]
-    instance = register_writers(target, writers) if register else instance_token()
+    instance = register_writers(target, writers, hold=register)
 
     def task(partition: int, rows: Iterator[Any]) -> Iterator[TaskReport]:
         yield write_partition(target, writer_id(job_id, batch_id, partition), rows, instance)

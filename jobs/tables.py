@@ -51,6 +51,9 @@ def _spark_types() -> Mapping[str, DataType]:
     )
 
     cut = StructType([StructField("segment", LongType()), StructField("offset", LongType())])
+    voucher = StructType(
+        [StructField("writer", StringType()), StructField("instance", StringType())]
+    )
     return {
         ColumnType.STRING: StringType(),
         ColumnType.INT32: IntegerType(),
@@ -58,6 +61,7 @@ def _spark_types() -> Mapping[str, DataType]:
         ColumnType.BINARY: BinaryType(),
         ColumnType.STRINGS: ArrayType(StringType()),
         ColumnType.CUT: ArrayType(cut),
+        ColumnType.VOUCHERS: ArrayType(voucher),
     }
 
 

@@ -1,6 +1,6 @@
 """One stream's side of the controller job, without Spark: marks in, watermarks out.
 
-    wf = StreamWorkflow(WorkflowSettings(interval_ms=1000), epochs, committed)
+    wf = StreamWorkflow(WorkflowSettings(interval_ms=1000), epochs, committed, registrations)
     state = StreamState()
     out = wf.on_records("shop/orders", state, [MarkInput(value, partition=0, offset=7)], now_ms)
     state.due_ms                         # when it needs a cycle without marks (None: never)
@@ -20,7 +20,8 @@ leaves to its caller:
   accepted mark. The mark's instance token is checked against the writer id's
   registrations (:func:`~tidemark.controller.admission.check_registered`), looked up
   only for a mark whose token is not the one the id is bound to (a new writer id,
-  a restart, a forgery): the marks of a bound instance cost no lookup;
+  a restart, a forgery): the marks of a bound instance cost no lookup; a mark
+  without a token, or under an id nobody registered, is ``unregistered``;
 - **when a cycle runs**: with timers, right after a micro-batch's marks of
   the stream, and otherwise only at the stream's *due time* (``due_ms``):
   the earliest moment waiting can change the outcome -- a lagging writer's
@@ -151,6 +152,9 @@ class Emitted:
     unknown): freshness is measured from it to the Delta commit."""
     observation: Observation | None = None
     """Set when some writer of the watermark observed its time rather than noted it."""
+    vouchers: tuple[tuple[str, str | None], ...] = ()
+    """The writers that vouched for it: (writer id, instance token) of each accepted mark
+    that took part, a replaced instance's last mark under its own writer id and token."""
 
 
 @dataclass(frozen=True)
@@ -270,7 +274,19 @@ def _shut_down_at_watermark(state: StreamState) -> bool:
 
 def retired_writer(writer_id: str, instance: str | None) -> str:
     """The name a shut-down instance's last mark keeps once a new instance takes its id."""
-    return f"{writer_id} (instance {instance}, shut down)"
+    return f"{writer_id}{_retired_suffix(instance)}"
+
+
+def _retired_suffix(instance: str | None) -> str:
+    return f" (instance {instance}, shut down)"
+
+
+def voucher(name: str, stored: StoredMark) -> tuple[str, str | None]:
+    """The (writer id, instance token) of the mark kept under ``name`` in a state's marks
+    (a :func:`retired_writer` name is its instance's writer id)."""
+    instance = stored.seen.instance
+    suffix = _retired_suffix(instance)
+    return (name.removesuffix(suffix) if name.endswith(suffix) else name), instance
 
 
 def _stored(entry: Sequence[Any]) -> StoredMark:
@@ -351,15 +367,6 @@ class RegistrationLookup(Protocol):
         first mark). A claimed registration cached last is no proof that none followed."""
 
 
-class NoRegistrations:
-    """No writer registers: every id keeps the first-mark binding (``check_instance``)."""
-
-    def registrations(
-        self, stream: str, writer_id: str, claimed: str | None, fresh_since_ms: int | None
-    ) -> Sequence[Registration]:
-        return ()
-
-
 # --- the workflow ---------------------------------------------------------------------------
 
 
@@ -369,12 +376,12 @@ class StreamWorkflow:
         settings: WorkflowSettings,
         streams: StreamLookup,
         committed: CommittedOffsets,
-        registrations: RegistrationLookup | None = None,
+        registrations: RegistrationLookup,
     ) -> None:
         self.settings = settings
         self.streams = streams
         self.committed = committed
-        self.registrations = registrations or NoRegistrations()
+        self.registrations = registrations
 
     # entry points ---------------------------------------------------------------------------
 
@@ -490,6 +497,8 @@ class StreamWorkflow:
             decoded.possibly_late,
         )
         stored = state.marks.get(decoded.writer_id)
+        if decoded.instance is None:  # no registration can name it
+            return reject(Reason.UNREGISTERED, decoded.writer_id)
         if stored is None or decoded.instance != stored.seen.instance:
             fresh = None if self.settings.trigger is CycleTrigger.TICKS else now_ms
             instances = self.registrations.registrations(
@@ -559,7 +568,8 @@ class StreamWorkflow:
             if now_ms < starts:  # Pravega's start-up delay: late writers may still join
                 state.due_ms = starts
                 return []
-        marks = {w: s.mark for w, s in state.marks.items()}
+        stored = dict(state.marks)
+        marks = {w: s.mark for w, s in stored.items()}
         arrivals = [
             s.seen.last_seen_ms for s in state.marks.values() if s.seen.last_seen_ms is not None
         ]
@@ -599,7 +609,9 @@ class StreamWorkflow:
         )
         state.upper_time_max = top
         observation = Observation.of({w: marks[w] for w in writers})
-        return [Emitted(wm, writers, top, now_ms, max(arrivals, default=None), observation)]
+        vouchers = tuple(sorted({voucher(w, stored[w]) for w in writers}, key=str))
+        noted = max(arrivals, default=None)
+        return [Emitted(wm, writers, top, now_ms, noted, observation, vouchers)]
 
     @staticmethod
     def _lag_due(generation: GenerationState, timeout_ms: int, now_ms: int) -> int | None:
@@ -694,7 +706,6 @@ __all__ = [
     "Emitted",
     "LaggardRows",
     "MarkInput",
-    "NoRegistrations",
     "Observation",
     "Output",
     "RegistrationLookup",
@@ -706,4 +717,5 @@ __all__ = [
     "parse_tick",
     "retired_writer",
     "tick_value",
+    "voucher",
 ]

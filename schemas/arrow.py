@@ -34,6 +34,9 @@ _TYPES: Mapping[str, pa.DataType] = {
     ColumnType.BINARY: pa.binary(),
     ColumnType.STRINGS: pa.list_(pa.string()),
     ColumnType.CUT: CUT_ARROW,
+    ColumnType.VOUCHERS: pa.list_(
+        pa.struct([pa.field("writer", pa.string()), pa.field("instance", pa.string())])
+    ),
 }
 
 

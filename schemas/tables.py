@@ -105,8 +105,10 @@ class ColumnType:
     CUT = "list<struct<segment: int64, offset: int64>>"
     """A stream cut: ``[{segment, offset}, ...]`` sorted by segment; Delta refuses NOT NULL
     inside arrays, so its fields are nullable."""
+    VOUCHERS = "list<struct<writer: string, instance: string>>"
+    """Writer instances: ``[{writer, instance}, ...]`` sorted (nullable fields, as ``CUT``)."""
 
-    ALL = (STRING, INT32, INT64, BINARY, STRINGS, CUT)
+    ALL = (STRING, INT32, INT64, BINARY, STRINGS, CUT, VOUCHERS)
 
 
 _T = ColumnType
@@ -138,6 +140,7 @@ LAYOUT: Mapping[str, tuple[Column, ...]] = {
         Column("observed", _T.STRINGS),
         Column("observed_lateness_ms", _T.INT64),
         Column("possibly_late", _T.INT64),
+        Column("vouchers", _T.VOUCHERS),
     ),
     INDEX: (
         *_WATERMARK_KEY,
@@ -233,8 +236,10 @@ class Reason:
     """The noted time is more than the stream's ``max_future_ms`` ahead of the mark's
     arrival (the marks topic's ``LogAppendTime``)."""
     IMPERSONATED = "impersonated"
-    """The writer id is bound to another live writer instance, or has registrations and
-    none names this mark's token."""
+    """The writer id has registrations and none names this mark's token."""
+    UNREGISTERED = "unregistered"
+    """The writer id has no registration in the metadata store, or the mark no instance
+    token: a writer registers its token before its first mark."""
     SUPERSEDED = "superseded"
     """A registered instance's mark that arrived after a later instance registered under
     the same writer id (a restarted writer replaced it)."""
@@ -254,6 +259,7 @@ class Reason:
         NEGATIVE_TIME,
         FUTURE_TIME,
         IMPERSONATED,
+        UNREGISTERED,
         SUPERSEDED,
         UNKNOWN_WRITER,
     )
@@ -290,9 +296,12 @@ def marks_row(
     writers: Sequence[str] = (),
     emitted_at: int = 0,
     observation: Mapping[str, Any] | None = None,
+    vouchers: Sequence[tuple[str, str | None]] | None = None,
 ) -> dict[str, Any]:
     """A watermark as a row of ``marks``; ``observation``: the :data:`OBSERVATION_COLUMNS`
-    of a watermark some writer observed rather than noted (``None``: all noted)."""
+    of a watermark some writer observed rather than noted (``None``: all noted);
+    ``vouchers``: the (writer id, instance token) whose accepted marks made it (``None``:
+    not known, as in rows written before the column)."""
     return {
         "stream": watermark.stream,
         "seq": watermark.seq,
@@ -302,6 +311,9 @@ def marks_row(
         "writers": list(writers),
         "emitted_at": emitted_at,
         **{c: (observation or {}).get(c) for c in OBSERVATION_COLUMNS},
+        "vouchers": None
+        if vouchers is None
+        else [{"writer": w, "instance": i} for w, i in sorted(vouchers, key=str)],
     }
 
 

@@ -45,6 +45,9 @@ those derived from the librdkafka settings)."""
 ZK_TLS_CA = "TIDEMARK_ZK_TLS_CA"
 """A CA certificate (PEM): set, ZooKeeper sessions speak TLS and verify the server's
 certificate and host name against it (give the servers' secure client ports)."""
+ZK_AUTH = "TIDEMARK_ZK_AUTH"
+"""``user:password``: ZooKeeper sessions authenticate with the digest scheme as that
+principal, and the writer registrations they make are writable by it alone."""
 SERVE_TOKEN = "TIDEMARK_SERVE_TOKEN"
 """The bearer token ``tidemark serve`` requires (else ``--token-file``; unset: none)."""
 SERVICE_TIMEOUT_MS = "TIDEMARK_SERVICE_TIMEOUT_MS"
@@ -74,6 +77,7 @@ ALL = (
     KAFKA_PROPERTIES,
     KAFKA_JAVA_PROPERTIES,
     ZK_TLS_CA,
+    ZK_AUTH,
     SERVE_TOKEN,
     SERVICE_TIMEOUT_MS,
 )

@@ -24,8 +24,9 @@ the code paths behind it:
   records) stream topics; it creates, reconfigures and deletes none, and never
   touches the marks topic;
 - **timeline** (ingest, relay): reads and writes the topics it is given, with
-  its consumer groups, idempotently and in transactions (the buffer's
-  transactional ids, :data:`~tidemark.controller.naming.BUFFER_TRANSACTIONAL_PREFIX`).
+  its consumer groups, idempotently and in transactions (the buffer's and the
+  relay's transactional ids, :data:`~tidemark.controller.naming.BUFFER_TRANSACTIONAL_PREFIX`
+  and :data:`~tidemark.controller.naming.RELAY_TRANSACTIONAL_PREFIX`).
 
 Nobody else may touch the marks topic: a principal without an ACL is refused.
 """
@@ -50,6 +51,7 @@ from tidemark.controller.exceptions import KafkaOperationError
 from tidemark.controller.kafka import roles as client_roles
 from tidemark.controller.naming import (
     BUFFER_TRANSACTIONAL_PREFIX,
+    RELAY_TRANSACTIONAL_PREFIX,
     TOPIC_PREFIX,
     WRITER_TRANSACTIONAL_PREFIX,
 )
@@ -156,7 +158,10 @@ def tidemark_acls(
             (ResourceType.GROUP, client_roles.SEGMENT_SIZES_CONSUMER.settings["group.id"], lit)
         ],
         TIMELINE: [(ResourceType.TOPIC, topic, lit) for topic in timeline_topics],
-        TIMELINE_TRANSACTIONS: [(ResourceType.TRANSACTIONAL_ID, BUFFER_TRANSACTIONAL_PREFIX, pre)],
+        TIMELINE_TRANSACTIONS: [
+            (ResourceType.TRANSACTIONAL_ID, prefix, pre)
+            for prefix in (BUFFER_TRANSACTIONAL_PREFIX, RELAY_TRANSACTIONAL_PREFIX)
+        ],
     }
     roles = {
         "writer": writers,

@@ -46,6 +46,7 @@ from tidemark.environment import (
     KAFKA_BOOTSTRAP,
     KAFKA_JAVA_PROPERTIES,
     KAFKA_PROPERTIES,
+    ZK_AUTH,
     ZK_TLS_CA,
 )
 from tidemark.environment import KAFKA_SASL_MECHANISM as SASL_MECHANISM
@@ -134,9 +135,9 @@ def security_config(environ: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 def forwarded_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The security and property variables that are set (Kafka's, and ZooKeeper's CA), to
-    give a cluster's executors (``spark.executorEnv.<name>``): their Python workers build
-    clients too."""
+    """The security and property variables that are set (Kafka's, ZooKeeper's CA and
+    principal), to give a cluster's executors (``spark.executorEnv.<name>``): their
+    Python workers build clients too."""
     env = os.environ if environ is None else environ
     names = (
         SECURITY_PROTOCOL,
@@ -146,6 +147,7 @@ def forwarded_environment(environ: Mapping[str, str] | None = None) -> dict[str,
         KAFKA_PROPERTIES,
         KAFKA_JAVA_PROPERTIES,
         ZK_TLS_CA,
+        ZK_AUTH,
     )
     return {name: env[name] for name in names if env.get(name, "").strip()}
 

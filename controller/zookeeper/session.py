@@ -9,8 +9,9 @@
 
 A connect string may end in a chroot (``"zk1:2181,zk2:2181/tidemark"``); ``chroot``
 appends one. Every tidemark component that talks to ZooKeeper gets its session here,
-so the session timeout, the start timeout and TLS (``$TIDEMARK_ZK_TLS_CA``,
-:func:`tls_options`) are set one way.
+so the session timeout, the start timeout, TLS (``$TIDEMARK_ZK_TLS_CA``,
+:func:`tls_options`) and the principal (``$TIDEMARK_ZK_AUTH``, :func:`auth_options`)
+are set one way.
 
 ZooKeeper not answering is one error here, :class:`ZooKeeperUnavailableError` (naming
 the connect string): a session that does not start in time, and kazoo's outage errors
@@ -31,8 +32,8 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionLoss, OperationTimeoutError, SessionExpiredError
 from kazoo.handlers.threading import KazooTimeoutError
 
-from tidemark.controller.exceptions import ZooKeeperUnavailableError
-from tidemark.environment import ZK_TLS_CA
+from tidemark.controller.exceptions import ZooKeeperConfigError, ZooKeeperUnavailableError
+from tidemark.environment import ZK_AUTH, ZK_TLS_CA
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +116,20 @@ def tls_options(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     return {"use_ssl": True, "ca": ca, "verify_certs": True, "check_hostname": True}
 
 
+def auth_options(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """kazoo's credentials from ``$TIDEMARK_ZK_AUTH`` (``user:password``, the digest
+    scheme; unset: none, the session is anonymous). Its registrations are then under an
+    ACL for that principal (``ZooKeeperStore.register_writer``)."""
+    env = os.environ if environ is None else environ
+    auth = env.get(ZK_AUTH, "").strip()
+    if not auth:
+        return {}
+    user, sep, password = auth.partition(":")
+    if not sep or not user or not password:
+        raise ZooKeeperConfigError(f"${ZK_AUTH} must be user:password (the digest scheme)")
+    return {"auth_data": [("digest", auth)]}
+
+
 def open_session(
     connect: str,
     *,
@@ -124,7 +139,8 @@ def open_session(
 ) -> KazooClient:
     """A started client for ``connect`` (+ ``chroot``); close it with :func:`close_session`."""
     hosts = connect if not chroot else f"{connect.rstrip('/')}/{chroot.strip('/')}"
-    client = KazooClient(hosts=hosts, timeout=timeout_ms / 1000, **tls_options())
+    options = {**tls_options(), **auth_options()}
+    client = KazooClient(hosts=hosts, timeout=timeout_ms / 1000, **options)
     try:
         client.start(timeout=start_timeout_s)  # on a time-out kazoo stops and closes it
     except KazooTimeoutError as exc:
@@ -164,6 +180,7 @@ __all__ = [
     "DEFAULT_SESSION_TIMEOUT_MS",
     "DEFAULT_START_TIMEOUT_S",
     "OUTAGES",
+    "auth_options",
     "close_session",
     "open_session",
     "outages_named",

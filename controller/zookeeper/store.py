@@ -25,6 +25,11 @@ Znode layout (under ``root``)::
                                                the current instance; the writer deletes
                                                all but the last ``KEPT_REGISTRATIONS``.
 
+A session with credentials (``$TIDEMARK_ZK_AUTH``) makes a writer id's znode and its
+registrations under an ACL: all rights for the principal that made them, reading for
+anyone (the controller). Another principal's registration under that id is refused
+(:class:`WriterIdOwnedError`); a mark with its token is then never heard.
+
 A scale adds its epoch znode and rewrites the stream record in one ZooKeeper
 transaction whose set checks the record's version, so a new epoch and the
 record naming it appear together or not at all. Watchers watch the record
@@ -47,11 +52,13 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import (
     BadVersionError,
     KazooException,
+    NoAuthError,
     NodeExistsError,
     NoNodeError,
     NotEmptyError,
 )
 from kazoo.recipe.watchers import DataWatch
+from kazoo.security import ACL, CREATOR_ALL_ACL, READ_ACL_UNSAFE
 
 from tidemark.controller.admission import Registration
 from tidemark.controller.exceptions import (
@@ -61,6 +68,7 @@ from tidemark.controller.exceptions import (
     StreamExistsError,
     UnknownScopeError,
     UnknownStreamError,
+    WriterIdOwnedError,
 )
 from tidemark.controller.metadata import (
     StreamMetadata,
@@ -256,7 +264,14 @@ class ZooKeeperStore(MetadataStore):
             raise ConflictError(f"stream {stream!r}", expected_version, found)
         # Registrations first, on their own: a stream's writers may be many more than one
         # transaction holds. A writer registering meanwhile makes the delete a conflict.
-        self.client.retry(self.client.delete, f"{path}/writers", recursive=True)
+        try:
+            self.client.retry(self.client.delete, f"{path}/writers", recursive=True)
+        except NoAuthError:
+            raise ControllerError(
+                f"stream {stream!r}: its writer registrations belong to ZooKeeper principals "
+                "this session is not (their ACLs refuse the delete); delete it as ZooKeeper's "
+                "super user"
+            ) from None
         tx = self.client.transaction()
         for child in epochs:
             tx.delete(f"{path}/epochs/{child}")
@@ -281,25 +296,39 @@ class ZooKeeperStore(MetadataStore):
 
     # --- writer registrations --------------------------------------------------------------
 
+    def _owned_acl(self) -> list[ACL] | None:
+        """The ACL of a writer id's znode and registrations: the session's principal may
+        change them, anyone may read them; ``None`` (open) for an anonymous session."""
+        if not self.client.auth_data:
+            return None
+        return [*CREATOR_ALL_ACL, *READ_ACL_UNSAFE]
+
     def register_writer(self, stream: str, writer_id: str, instance: str) -> bool:
         node = self._writer_path(stream, writer_id)
         kept = self._registration_names(node)
         if kept and self._registration(node, kept[-1], instance) is not None:
             return False
         data = json_bytes({"instance": instance, "registered_at": int(time.time() * 1000)})
+        acl = self._owned_acl()
+        create = self.client.create
         try:
-            self.client.retry(self.client.create, f"{node}/r-", data, sequence=True)
-        except NoNodeError:
-            # Made one level at a time: never the stream's own znode (a deleted stream
-            # stays deleted, and the missing record is the error).
-            for parent, value in ((node.rsplit("/", 1)[0], b""), (node, writer_id.encode())):
-                try:
-                    self.client.retry(self.client.create, parent, value)
-                except NodeExistsError:
-                    pass
-                except NoNodeError:
-                    raise UnknownStreamError(stream) from None
-            self.client.retry(self.client.create, f"{node}/r-", data, sequence=True)
+            try:
+                self.client.retry(create, f"{node}/r-", data, acl=acl, sequence=True)
+            except NoNodeError:
+                # Made one level at a time: never the stream's own znode (a deleted stream
+                # stays deleted, and the missing record is the error). The id's own znode
+                # is the principal's: nobody else may add registrations under it.
+                writers = node.rsplit("/", 1)[0]
+                for parent, value, owned in ((writers, b"", None), (node, writer_id.encode(), acl)):
+                    try:
+                        self.client.retry(create, parent, value, acl=owned)
+                    except NodeExistsError:
+                        pass
+                    except NoNodeError:
+                        raise UnknownStreamError(stream) from None
+                self.client.retry(create, f"{node}/r-", data, acl=acl, sequence=True)
+        except NoAuthError:
+            raise WriterIdOwnedError(stream, writer_id) from None
         for old in self._registration_names(node)[:-KEPT_REGISTRATIONS]:
             with contextlib.suppress(NoNodeError):
                 self.client.retry(self.client.delete, f"{node}/{old}")

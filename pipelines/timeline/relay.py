@@ -43,6 +43,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from tidemark.controller.naming import RELAY_TRANSACTIONAL_PREFIX
 from tidemark.pipelines.timeline.clock import DueCondition, StreamClock
 from tidemark.pipelines.timeline.config import ConsumerConfig, RelayConfig
 from tidemark.pipelines.timeline.model import decode_headers
@@ -53,7 +54,7 @@ log = logging.getLogger(__name__)
 
 def relay_name(timeline: str) -> str:
     """The transactional id and group of the relay of ``timeline``."""
-    return f"tidemark-relay.{timeline}"
+    return f"{RELAY_TRANSACTIONAL_PREFIX}{timeline}"
 
 
 class TimelineRelay(CursorRelay):

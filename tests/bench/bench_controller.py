@@ -137,7 +137,9 @@ def _settings(services: Any, root: str, work: Path, buckets: int, **kw: Any) -> 
     )
 
 
-def _create_streams(settings: Any, prefix: str, count: int) -> None:
+def _create_streams(settings: Any, prefix: str, count: int, writers: int = 0) -> None:
+    """``count`` streams under ``prefix``, each with ``writers`` writer ids ``w<n>``
+    registered under the token ``w<n>`` (the marks of :func:`_encode_marks`)."""
     from kazoo.client import KazooClient
 
     from tidemark.controller.config import StreamConfiguration
@@ -153,6 +155,8 @@ def _create_streams(settings: Any, prefix: str, count: int) -> None:
         for i in range(count):
             with contextlib.suppress(ControllerError):  # made by an earlier part
                 store.create_stream(new_stream_metadata(f"{prefix}/s{i}", StreamConfiguration(), 0))
+            for w in range(writers):
+                store.register_writer(f"{prefix}/s{i}", f"w{w}", f"w{w}")
     finally:
         client.stop()
         client.close()
@@ -272,7 +276,8 @@ def _encode_marks(settings: Any, rounds: range) -> list[tuple[bytes, bytes, int]
             stream = f"cap/s{i}"
             part, key = bucket_of(stream, settings.cluster.bucket_count), stream.encode()
             for w in range(WRITERS):
-                value = WriterMarkRecord(stream, f"w{w}", 1_000 + rnd * 1_000 + w, {}).encode()
+                t = 1_000 + rnd * 1_000 + w
+                value = WriterMarkRecord(stream, f"w{w}", t, {}, instance=f"w{w}").encode()
                 marks.append((value, key, part))
     return marks
 
@@ -451,7 +456,7 @@ def capacity(spark: Any, services: Any, root: str, work: Path) -> list[str]:
             max_offsets_per_trigger=MAX_PER_TRIGGER,
             warm_up=False,
         )
-        _create_streams(settings, "cap", STREAMS)
+        _create_streams(settings, "cap", STREAMS, WRITERS)
         partitions[buckets] = _partitions(spark, settings)
         # Each burst (and the restart's backlog) notes later times than the one before.
         backlogs = [

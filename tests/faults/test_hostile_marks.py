@@ -108,8 +108,8 @@ def test_forged_marks_cannot_take_over_a_dropin_writers_id(
     spark: Any, controller_env: Env, kafka: str, unique: str
 ) -> None:
     """The drop-in producer's marks carry its instance token, so a mark under its
-    writer id with another token, or with none, is ``impersonated`` (before, its marks had
-    no token and a forged token took the id); the watermark never follows the forger."""
+    writer id with another token is ``impersonated``, one with none ``unregistered``; the
+    watermark never follows the forger."""
     env = controller_env
     stream = f"d{unique}/orders"
     env.create(stream, 1)
@@ -152,7 +152,7 @@ def test_forged_marks_cannot_take_over_a_dropin_writers_id(
     rejected = read_table(settings.delta_root, REJECTED_MARKS)
     assert sorted((r["writer"], r["reason"]) for r in rejected) == [
         ("app", Reason.IMPERSONATED),
-        ("app", Reason.IMPERSONATED),
+        ("app", Reason.UNREGISTERED),
     ]
     assert {r["raw"] for r in rejected} == set(forged)
     marks = read_watermarks(settings.delta_root, stream)

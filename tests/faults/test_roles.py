@@ -36,7 +36,15 @@ from tidemark.environment import KAFKA_BOOTSTRAP, POSTGRES_DSN, ZK_CONNECT, over
 from tidemark.infra.kafka import KafkaCluster, KafkaSecurity
 from tidemark.pipelines.reading.group import ReaderGroup
 from tidemark.pipelines.timeline.buffer import BufferRelay
-from tidemark.pipelines.timeline.config import BufferConfig, DueRule
+from tidemark.pipelines.timeline.config import (
+    BufferConfig,
+    ConsumerConfig,
+    DueRule,
+    RelayConfig,
+    TimelineConfig,
+)
+from tidemark.pipelines.timeline.relay import TimelineRelay
+from tidemark.pipelines.timeline.store import NewMessage, TimelineStore
 from tidemark.pipelines.writing.config import WriterConfig
 from tidemark.pipelines.writing.transactions import transactional_id_for
 from tidemark.pipelines.writing.writer import EventWriter
@@ -241,6 +249,21 @@ def test_the_service_looks_up_offsets_and_may_not_read_records(secured: Secured)
         assert read == [] and authorization_refused(error), (read, error)
 
 
+def relay_all(secured: Secured, postgres: str, timeline: str, expect: int) -> int:
+    """Run a relay of ``timeline`` to the timeline's target topic until ``expect`` went."""
+    relay = TimelineRelay(
+        postgres, secured.bootstrap, timeline, RelayConfig(secured.target), ConsumerConfig("r")
+    )
+    relayed = 0
+    try:
+        deadline = time.monotonic() + 60
+        while relayed < expect and time.monotonic() < deadline:
+            relayed += relay.run_once(timeout_ms=200)
+    finally:
+        relay.close()
+    return relayed
+
+
 def test_the_timeline_runs_ingest_and_may_not_take_a_writers_transactional_id(
     secured: Secured, postgres: str
 ) -> None:
@@ -267,6 +290,21 @@ def test_the_timeline_runs_ingest_and_may_not_take_a_writers_transactional_id(
             secured.bootstrap,
             BufferConfig(secured.source, secured.target, DueRule(delay_ms=0)),
         )
+    # the relay, as the timeline principal: its transactional id (tidemark-relay.<name>)
+    timeline = f"roles-{time.time_ns()}"
+    with TimelineStore(postgres) as store:
+        store.migrate()
+        store.create_timeline(TimelineConfig(timeline, buckets=1))
+        now = store.now_ms()
+        due = [NewMessage(b"due %d" % i, now, "app", f"r{i}") for i in range(3)]
+        store.create_many(timeline, due)
+    with secured.as_role("timeline"):
+        assert relay_all(secured, postgres, timeline, len(due)) == len(due)
+    with secured.as_role("admin"):
+        values, error = consume_all(secured.bootstrap, secured.target)
+    assert error is None and {m.body for m in due} <= set(values), values
+    with secured.as_role("reader"), pytest.raises(KafkaOperationError, match="transactional id"):
+        relay_all(secured, postgres, timeline, 1)
     with secured.as_role("timeline"):
         refused = produce_one(secured.bootstrap, secured.topic(), b"k", b"timeline's event")
         assert authorization_refused(refused), refused

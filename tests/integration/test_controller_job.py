@@ -224,9 +224,14 @@ def test_rejected_marks_land_with_reasons_and_the_job_keeps_emitting(
     w.note_time(1_000)
     w.flush()
 
-    def mark(stream: str, writer: str, t: int, pos: dict[int, int]) -> bytes:
-        return WriterMarkRecord(stream, writer, t, pos).encode()
+    def mark(
+        stream: str, writer: str, t: int, pos: dict[int, int], token: str | None = ""
+    ) -> bytes:
+        """A mark under the token ``writer`` registered (``token``: another, or none)."""
+        return WriterMarkRecord(stream, writer, t, pos, instance=token or writer).encode()
 
+    env.store.register_writer(good, "w5", "w5")
+    env.store.register_writer(liar, "w6", "w6")
     instance = ControllerJob(spark, settings, f"c-{unique}").start()
     try:
         instance.wait_leading()
@@ -236,7 +241,8 @@ def test_rejected_marks_land_with_reasons_and_the_job_keeps_emitting(
         produce(env, good, mark(f"g{unique}/other", "w9", 5, {}), 0)  # key != stream
         produce(env, f"g{unique}/nope", mark(f"g{unique}/nope", "w9", 5, {}), 0)
         produce(env, good, mark(good, "w7", 5, {1 << 32 | 9: 1}), 0)  # unknown segment
-        produce(env, good, mark(good, "w1", 500, {0: 1}), 0)  # not w1's writer instance
+        produce(env, good, mark(good, "w1", 500, {0: 1}, "forged"), 0)  # not w1's instance
+        produce(env, good, mark(good, "w4", 500, {0: 1}), 0)  # nobody registered w4
         produce(env, good, mark(good, "w5", 2_000, {0: 1}), 0)
         produce(env, good, mark(good, "w5", 1_900, {0: 1}), 0)  # stale time
         produce(env, good, mark(good, "w5", 2_100, {0: 0}), 0)  # regressed position
@@ -266,6 +272,7 @@ def test_rejected_marks_land_with_reasons_and_the_job_keeps_emitting(
     assert {r["raw"] for r in by_reason[Reason.MALFORMED]} >= {b"not avro at all", b"\x00\x01"}
     assert [r["writer"] for r in by_reason[Reason.STALE_TIME]] == ["w5"]
     assert [r["writer"] for r in by_reason[Reason.IMPERSONATED]] == ["w1"]
+    assert [r["writer"] for r in by_reason[Reason.UNREGISTERED]] == ["w4"]
     assert [r["writer"] for r in by_reason[Reason.REGRESSED_POSITION]] == ["w5"]
     assert [r["stream"] for r in by_reason[Reason.UNKNOWN_STREAM]] == [f"g{unique}/nope"]
     assert [r["writer"] for r in by_reason[Reason.UNKNOWN_SEGMENT]] == ["w7"]
@@ -293,8 +300,10 @@ def test_a_writer_restarted_under_its_id_three_times_is_heard_at_once(
     job = ControllerJob(spark, live, f"c-{unique}").start()
     try:
         job.wait_leading()
+        tokens = [("w2", steady.instance)]
         for generation in range(4):
             w = env.writer("w1", stream)
+            tokens.append(("w1", w.instance))
             for step in range(2):
                 t = 10_000 * (generation + 1) + 1_000 * step
                 w.write(b"x", routing_key=f"k{generation}")
@@ -326,6 +335,14 @@ def test_a_writer_restarted_under_its_id_three_times_is_heard_at_once(
         rejected = read_table(settings.delta_root, REJECTED_MARKS)
         assert [r for r in rejected if r["reason"] == Reason.IMPERSONATED] == []
         check_sequence(read_watermarks(settings.delta_root, stream))
+        # each watermark names the registered instances that vouched for it
+        rows = sorted(
+            (r for r in read_table(settings.delta_root, "marks") if r["stream"] == stream),
+            key=lambda r: r["seq"],
+        )
+        vouched = [{(v["writer"], v["instance"]) for v in r["vouchers"]} for r in rows]
+        assert all(v and v <= set(tokens) for v in vouched), vouched
+        assert {tokens[0], tokens[-1]} <= vouched[-1]
 
 
 def test_a_phantom_writer_on_a_registered_writers_stream_is_rejected_and_holds_nothing(
@@ -592,17 +609,18 @@ def test_kill_9_of_the_active_driver_a_standby_takes_over(
 
 
 def replay_marks(env: Env, streams: list[str]) -> None:
-    """The same records, each stream's in its bucket's partition: marks, a stale one, ticks."""
+    """The same records, each stream's in its bucket's partition: marks (of writers
+    ``w<n>`` registered under the token ``w<n>``), a stale one, ticks."""
     producer = Producer({"bootstrap.servers": env.kafka})
     for rnd in range(5):
         for s in streams:
             part = bucket_of(s, env.cluster.bucket_count)
             for w in range(3):
                 t = 1_000 + 100 * rnd + 10 * w if not (w == 1 and rnd == 2) else 1_110
-                value = WriterMarkRecord(s, f"w{w}", t, {}).encode()
+                value = WriterMarkRecord(s, f"w{w}", t, {}, instance=f"w{w}").encode()
                 producer.produce(env.cluster.marks_topic, value, s.encode(), partition=part)
             if rnd == 3:  # a stale mark
-                value = WriterMarkRecord(s, "w0", 5, {}).encode()
+                value = WriterMarkRecord(s, "w0", 5, {}, instance="w0").encode()
                 producer.produce(env.cluster.marks_topic, value, s.encode(), partition=part)
             tick = tick_value(10_000 + 1_000 * rnd)
             producer.produce(env.cluster.marks_topic, tick, s.encode(), partition=part)
@@ -620,6 +638,8 @@ def test_bucket_counts_1_and_32_give_the_same_marks_table(
         if buckets == 1:
             for s in streams:
                 env.create(s, 2)
+                for w in range(3):
+                    env.store.register_writer(s, f"w{w}", f"w{w}")
         settings = env.settings(trigger=CycleTrigger.TICKS, writer_timeout_ms=1_500)
         job = ControllerJob(spark, settings, f"c{buckets}-{unique}").start()
         try:

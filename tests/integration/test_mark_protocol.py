@@ -1,17 +1,20 @@
 """Conformance: a producer that knows only ``schemas/README.md`` takes part.
 
 The writer side here uses a bare ``confluent_kafka.Producer`` and fastavro,
-with the schema, header, partition rule and key copied from the document —
+with the schema, header, partition rule and key copied from the document, and
+its registrations made by hand in ZooKeeper as the document says (kazoo) —
 no tidemark writer, codec or naming code. The real controller (Spark job)
 must emit the watermarks the document promises from v2 marks (with an
-``instance`` token and ``max_event_time``) and v1 marks alike, and refuse deliberately wrong marks
-(stale, impersonated, future and negative times, undecodable bytes) with the
-documented reasons and raw bytes.
+``instance`` token and ``max_event_time``), and refuse deliberately wrong marks
+(stale, impersonated, unregistered, a v1 mark, future and negative times,
+undecodable bytes) with the documented reasons and raw bytes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
+import json
 import secrets
 import time
 import zlib
@@ -21,6 +24,7 @@ from typing import Any
 import fastavro
 import pytest
 from confluent_kafka import Producer
+from kazoo.exceptions import NodeExistsError
 
 from tidemark.controller.config import ScalingPolicy, StreamConfiguration
 from tidemark.controller.naming import ClusterSettings
@@ -113,6 +117,17 @@ class BareWriter:
         self.position: dict[int, int] = {}
         self.max_event_time: int | None = None  # section 4: the highest stored timestamp
 
+    def register(self, zk: Any, root: str) -> None:
+        """Section 4, ``instance``: this instance's registration znode, before any mark."""
+        scope, name = self.stream.split("/")
+        writers = f"{root}/streams/{scope}/{name}/writers"
+        node = f"{writers}/{self.writer_id}"  # an id of plain letters and digits
+        for path, data in ((writers, b""), (node, self.writer_id.encode())):
+            with contextlib.suppress(NodeExistsError):
+                zk.create(path, data)
+        record = {"instance": self.instance, "registered_at": int(time.time() * 1000)}
+        zk.create(f"{node}/r-", json.dumps(record).encode(), sequence=True)
+
     def write(self, value: bytes, partition: int, timestamp: int) -> None:
         def report(err: Any, msg: Any) -> None:
             assert err is None, err
@@ -167,7 +182,9 @@ def test_a_bare_producer_following_the_document_gets_watermarks(
     )
     producer = Producer({"bootstrap.servers": kafka, "enable.idempotence": True})
     w1 = BareWriter(producer, "w1", stream, meta.topic)  # v2, with an instance token
-    w2 = BareWriter(producer, "w2", stream, meta.topic, version=1)
+    w2 = BareWriter(producer, "w2", stream, meta.topic)
+    for w in (w1, w2):
+        w.register(zk_client, cluster.zk_root)
     part = bucket(stream, cluster.bucket_count)
 
     def tick(now_ms: int) -> None:
@@ -194,8 +211,10 @@ def test_a_bare_producer_following_the_document_gets_watermarks(
         impostor = encode_mark(stream, "w1", 5_000, w1.position, True, secrets.token_hex(16))
         future = encode_mark(stream, "w3", int(time.time() * 1000) + 7_200_000, {}, True, "t3")
         negative = encode_mark(stream, "w4", -1, {}, True, "t4")
+        nobody = encode_mark(stream, "w5", 1_000, {}, True, "t5")  # never registered
+        v1 = encode_mark(stream, "w2", 2_200, w2.position, True, None, version=1)  # no token
         garbage = HEADERS[2] + b"\x16shop"  # truncated body
-        for value in (impostor, future, negative, garbage):
+        for value in (impostor, future, negative, nobody, v1, garbage):
             send(producer, cluster.marks_topic, cluster.bucket_count, stream, value)
         tick(11_000)
         deadline = time.monotonic() + 60
@@ -203,7 +222,7 @@ def test_a_bare_producer_following_the_document_gets_watermarks(
             instance.process_all_available()
             if (
                 len(read_watermarks(settings.delta_root, stream)) >= 2
-                and len(read_table(settings.delta_root, REJECTED_MARKS)) >= 5
+                and len(read_table(settings.delta_root, REJECTED_MARKS)) >= 7
             ):
                 break
             time.sleep(0.3)
@@ -224,6 +243,9 @@ def test_a_bare_producer_following_the_document_gets_watermarks(
         (stream, "w1", "impersonated"),
         (stream, "w3", "future_time"),
         (stream, "w4", "negative_time"),
+        (stream, "w5", "unregistered"),
+        (stream, "w2", "unregistered"),
         (stream, None, "malformed"),
     ]
-    assert [bytes(r["raw"]) for r in rejected[1:]] == [impostor, future, negative, garbage]
+    raw = [impostor, future, negative, nobody, v1, garbage]
+    assert [bytes(r["raw"]) for r in rejected[1:]] == raw

@@ -102,7 +102,8 @@ def test_the_writer_holding_a_stream_is_named_with_its_instance_and_times(
         assert f"held back by w2 (instance {w2.instance}) lagging since" in text
         assert "noted 2000, first seen " in text and "last seen " in text
 
-        # a phantom writer id: one well-formed mark below the watermark, named at once
+        # a phantom writer id: registered, one mark below the watermark, named at once
+        env.store.register_writer(stream, "ghost", "ghost-1")
         phantom = WriterMarkRecord(stream, "ghost", 500, {0: 1}, instance="ghost-1")
         sent = wall_ms()
         produce(env, stream, phantom.encode(), 0)

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.unit.test_jobs_workflow import Registered
 from tidemark.controller.config import StreamConfiguration
 from tidemark.controller.metadata import StreamMetadata, new_stream_metadata
 from tidemark.jobs.config import CycleTrigger, WorkflowSettings
@@ -58,11 +59,12 @@ def wf(trigger: CycleTrigger = CycleTrigger.TIMERS) -> StreamWorkflow:
         WorkflowSettings(interval_ms=1000, writer_timeout_ms=2_000, trigger=trigger),
         Streams(A, B, C),
         Committed(),
+        Registered(),
     )
 
 
 def rec(stream: str, writer: str, t: int, offset: int) -> MarkInput:
-    return MarkInput(WriterMarkRecord(stream, writer, t, {}).encode(), 0, offset)
+    return MarkInput(WriterMarkRecord(stream, writer, t, {}, instance=writer).encode(), 0, offset)
 
 
 def lagging_slot(w: StreamWorkflow) -> SlotState:
@@ -91,7 +93,10 @@ def test_a_reevaluation_cycles_a_pending_stream_under_its_configuration_of_now()
     has no due time and is not touched."""
     streams = Streams(A, B, C)
     w = StreamWorkflow(
-        WorkflowSettings(interval_ms=1000, writer_timeout_ms=600_000), streams, Committed()
+        WorkflowSettings(interval_ms=1000, writer_timeout_ms=600_000),
+        streams,
+        Committed(),
+        Registered(),
     )
     slot = lagging_slot(w)
     assert slot.due(w) == 5_100 + 600_000
@@ -116,7 +121,7 @@ def test_a_sweeps_due_record_says_it_reevaluates() -> None:
 def test_a_call_announces_its_streams_partitions_before_any_cut_is_checked() -> None:
     """So a worker meeting many streams at once asks Kafka once between them."""
     committed = Committed()
-    w = StreamWorkflow(WorkflowSettings(), Streams(A, B, C), committed)
+    w = StreamWorkflow(WorkflowSettings(), Streams(A, B, C), committed, Registered())
     run_slot(w, SlotState(), {B: [rec(B, "w", 20, 0)], A: [rec(A, "w", 10, 1)]}, 5_000)
     assert committed.expected == [(f"tidemark.{name.replace('/', '.')}", [0]) for name in (A, B)]
 
@@ -124,7 +129,7 @@ def test_a_call_announces_its_streams_partitions_before_any_cut_is_checked() -> 
 def test_a_call_reads_its_streams_metadata_together_before_looking_any_up() -> None:
     """So a worker new to many streams reads them in one batch, not one by one."""
     streams = Streams(A, B, C)
-    w = StreamWorkflow(WorkflowSettings(), streams, Committed())
+    w = StreamWorkflow(WorkflowSettings(), streams, Committed(), Registered())
     run_slot(w, SlotState(), {B: [rec(B, "w", 20, 0)], A: [rec(A, "w", 10, 1)]}, 5_000)
     assert streams.prefetched == [[A, B]]
     assert streams.looked_up[:2] == [A, B]  # the announcement's lookups come after it

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 
+from tidemark.controller.admission import Registration
 from tidemark.controller.config import ScalingPolicy, StreamConfiguration
 from tidemark.controller.metadata import StreamMetadata, new_stream_metadata
 from tidemark.jobs.config import CycleTrigger, WorkflowSettings
@@ -55,17 +56,38 @@ class Committed:
         return {p: self.stable.get(p, 10**9) for p in needed}
 
 
+class Registered:
+    """Every writer id registered once, under the token that is its own name (the token
+    of the marks :func:`rec` makes), unless ``tokens`` lists its registrations: the
+    registrations' own rules are tested in ``test_writer_registrations``."""
+
+    def __init__(
+        self, tokens: Mapping[str, Sequence[Registration]] | None = None, others: bool = True
+    ) -> None:
+        self.tokens = dict(tokens or {})
+        self.others = others
+        """Whether an id ``tokens`` does not list is registered (else it has none)."""
+
+    def registrations(
+        self, stream: str, writer_id: str, claimed: str | None, fresh_since_ms: int | None
+    ) -> Sequence[Registration]:
+        own = (Registration(writer_id, 0),) if self.others else ()
+        return self.tokens.get(writer_id, own)
+
+
 def meta(segments: int = 2) -> StreamMetadata:
     return new_stream_metadata(S, StreamConfiguration(ScalingPolicy.fixed(segments)), 0)
 
 
 def rec(writer: str, t: int, pos: dict[int, int], offset: int, alive: bool = True) -> MarkInput:
-    return MarkInput(WriterMarkRecord(S, writer, t, pos, alive).encode(), 0, offset)
+    return MarkInput(
+        WriterMarkRecord(S, writer, t, pos, alive, instance=writer).encode(), 0, offset
+    )
 
 
 def wf(trigger: CycleTrigger = CycleTrigger.TIMERS, **kw: int) -> StreamWorkflow:
     settings = WorkflowSettings(interval_ms=1000, trigger=trigger, **kw)
-    return StreamWorkflow(settings, Streams(meta()), Committed())
+    return StreamWorkflow(settings, Streams(meta()), Committed(), Registered())
 
 
 def test_timers_cycle_with_every_batch_of_marks_and_want_nothing_while_in_step() -> None:
@@ -119,7 +141,10 @@ def test_a_lagging_writer_is_due_at_its_streams_own_timeout(
     timeout: int | None, applied: int
 ) -> None:
     settings = WorkflowSettings(interval_ms=1000, writer_timeout_ms=60_000, laggard_threshold_ms=0)
-    w, state = StreamWorkflow(settings, Streams(stream_meta(timeout)), Committed()), StreamState()
+    w, state = (
+        StreamWorkflow(settings, Streams(stream_meta(timeout)), Committed(), Registered()),
+        StreamState(),
+    )
     w.on_records(S, state, [rec("a", 100, {0: 1}, 0), rec("b", 100, {1: 1}, 1)], 1_000)
     # b stops noting: it lags from the next cycle on
     out = w.on_records(S, state, [rec("a", 200, {0: 2}, 2)], 2_000)
@@ -146,7 +171,9 @@ def test_a_lagging_writer_is_due_at_its_streams_own_timeout(
 
 
 def test_the_first_watermark_waits_for_the_streams_start_up_delay() -> None:
-    w = StreamWorkflow(WorkflowSettings(), Streams(stream_meta(delay=3_000)), Committed())
+    w = StreamWorkflow(
+        WorkflowSettings(), Streams(stream_meta(delay=3_000)), Committed(), Registered()
+    )
     state = StreamState()
     assert w.on_records(S, state, [rec("a", 500, {0: 1}, 0)], 1_000) == []
     assert w.wants_due(state) == 4_000
@@ -211,7 +238,9 @@ def test_unknown_stream_stale_and_regressed() -> None:
 
 def test_a_cut_past_the_last_stable_offset_is_held_then_its_writer_rejected() -> None:
     committed = Committed({0: 3, 1: 100})
-    w = StreamWorkflow(WorkflowSettings(lso_hold_ms=2_000), Streams(meta()), committed)
+    w = StreamWorkflow(
+        WorkflowSettings(lso_hold_ms=2_000), Streams(meta()), committed, Registered()
+    )
     state = StreamState()
     assert w.on_records(S, state, [rec("a", 100, {0: 5}, 0), rec("b", 90, {1: 1}, 1)], 0) == []
     assert state.held_since_ms == 0 and state.generation.previous is None
@@ -234,7 +263,7 @@ def test_the_cut_check_may_use_offsets_read_after_the_batch_began_in_timers_mode
     """Timers: the batch timestamp is wall-clock time taken before the batch's input was
     read, so an offset read after it is fresh enough; ticks are not wall-clock times."""
     committed = Committed()
-    w = StreamWorkflow(WorkflowSettings(trigger=trigger), Streams(meta()), committed)
+    w = StreamWorkflow(WorkflowSettings(trigger=trigger), Streams(meta()), committed, Registered())
     state = StreamState()
     if trigger is CycleTrigger.TICKS:
         w.on_records(S, state, [rec("a", 100, {0: 5}, 0)], 0)
@@ -271,7 +300,7 @@ def test_marks_running_ahead_raise_the_upper_time_and_survive_the_state() -> Non
     watermark's upper time; the state keeps it, and state written before the
     field existed (five items per mark) still loads."""
     w, state = wf(), StreamState()
-    ahead = WriterMarkRecord(S, "a", 100, {0: 5}, True, max_event_time=150).encode()
+    ahead = WriterMarkRecord(S, "a", 100, {0: 5}, True, instance="a", max_event_time=150).encode()
     out = w.on_records(S, state, [MarkInput(ahead, 0, 0), rec("b", 120, {1: 4}, 1)], 5_000)
     (emitted,) = [o for o in out if isinstance(o, Emitted)]
     assert (emitted.watermark.time, emitted.watermark.upper_time) == (100, 150)
@@ -285,8 +314,8 @@ def test_marks_running_ahead_raise_the_upper_time_and_survive_the_state() -> Non
 
 def test_laggards_and_arrivals_survive_the_state_round_trip_and_feed_noted_at() -> None:
     w, state = wf(laggard_threshold_ms=0), StreamState()
-    a = MarkInput(WriterMarkRecord(S, "a", 100, {0: 1}).encode(), 0, 0, arrival_ms=900)
-    b = MarkInput(WriterMarkRecord(S, "b", 100, {1: 1}).encode(), 0, 1, arrival_ms=950)
+    a = MarkInput(rec("a", 100, {0: 1}, 0).value, 0, 0, arrival_ms=900)
+    b = MarkInput(rec("b", 100, {1: 1}, 1).value, 0, 1, arrival_ms=950)
     (first,) = w.on_records(S, state, [a, b], 1_000)
     assert isinstance(first, Emitted) and first.noted_at == 950  # the newest mark's arrival
     out = w.on_records(S, state, [rec("a", 200, {0: 2}, 2)], 2_000)  # no arrival known
@@ -329,7 +358,15 @@ def test_a_laggard_is_named_with_its_instance_and_first_and_last_seen() -> None:
         )
         return MarkInput(record.encode(), 0, offset, arrival_ms=arrival)
 
-    w, state = wf(laggard_threshold_ms=0), StreamState()
+    tokens = {
+        "a": [Registration("a-1", 0)],
+        "b": [Registration("b-1", 0), Registration("b-2", 2_300)],
+    }
+    settings = WorkflowSettings(interval_ms=1000, laggard_threshold_ms=0)
+    w, state = (
+        StreamWorkflow(settings, Streams(meta()), Committed(), Registered(tokens)),
+        StreamState(),
+    )
     w.on_records(S, state, [mark("a", 100, 1, "a-1", 900), mark("b", 100, 1, "b-1", 950)], 1_000)
     w.on_records(S, state, [mark("b", 100, 2, "b-1", 1_500)], 1_600)  # b notes the same time
     out = w.on_records(S, state, [mark("a", 200, 3, "a-1", 1_900)], 2_000)
@@ -358,7 +395,7 @@ def test_a_laggard_is_named_with_its_instance_and_first_and_last_seen() -> None:
 def test_observed_marks_label_the_watermark_and_survive_the_state_round_trip() -> None:
     w = wf()
     state = StreamState()
-    observed = WriterMarkRecord(S, "obs", 900, {0: 4}, True, None, "i", 950, 30_000, 3)
+    observed = WriterMarkRecord(S, "obs", 900, {0: 4}, True, None, "obs", 950, 30_000, 3)
     out = w.on_records(S, state, [MarkInput(observed.encode(), 0, 0), rec("w1", 800, {1: 2}, 1)], 5)
     [emitted] = [o for o in out if isinstance(o, Emitted)]
     assert emitted.watermark.time == 800, "the minimum over observed and noting writers"

@@ -6,18 +6,21 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.unit.test_jobs_workflow import Committed, Streams
+from tests.unit.test_jobs_workflow import Committed, Registered, Streams
 from tidemark.controller.admission import (
     DEFAULT_MAX_FUTURE_MS,
     FUTURE_TIME,
     IMPERSONATED,
     NEGATIVE_TIME,
+    UNREGISTERED,
+    Registration,
     check_time,
 )
 from tidemark.controller.config import ScalingPolicy, StreamConfiguration
 from tidemark.controller.exceptions import InvalidConfigurationError
 from tidemark.controller.metadata import new_stream_metadata
 from tidemark.jobs.config import WorkflowSettings
+from tidemark.jobs.processor import output_row
 from tidemark.jobs.workflow import (
     Emitted,
     MarkInput,
@@ -138,15 +141,22 @@ def test_any_bytes_decode_or_are_undecodable(value: bytes) -> None:
     assert isinstance(decode_mark(framed), WriterMarkRecord | Undecodable)
 
 
-def workflow(max_future_ms: int | None = HOUR) -> StreamWorkflow:
+def workflow(max_future_ms: int | None = HOUR, *tokens: str) -> StreamWorkflow:
+    """A workflow where writer ``a`` registered ``tokens`` in turn (the first before any
+    mark, each next one after the marks of :func:`as_instance`), other ids their own name."""
     config = StreamConfiguration(ScalingPolicy.fixed(2), max_future_ms=max_future_ms)
+    history = [Registration(t, 0 if i == 0 else 20_000 + i) for i, t in enumerate(tokens)]
     return StreamWorkflow(
-        WorkflowSettings(), Streams(new_stream_metadata(S, config, 0)), Committed()
+        WorkflowSettings(),
+        Streams(new_stream_metadata(S, config, 0)),
+        Committed(),
+        Registered({"a": history} if tokens else None),
     )
 
 
 def mark(writer: str, t: int, offset: int, arrival: int | None = 10_000) -> MarkInput:
-    return MarkInput(WriterMarkRecord(S, writer, t, {0: offset}).encode(), 0, offset, arrival)
+    record = WriterMarkRecord(S, writer, t, {0: offset}, instance=writer)
+    return MarkInput(record.encode(), 0, offset, arrival)
 
 
 def test_a_forged_future_mark_is_rejected_and_the_real_writer_goes_on() -> None:
@@ -172,7 +182,7 @@ def as_instance(writer: str, t: int, offset: int, instance: str | None, alive: b
 
 
 def test_a_mark_from_another_instance_under_a_bound_writer_id_is_impersonated() -> None:
-    w, state = workflow(), StreamState()
+    w, state = workflow(HOUR, "real"), StreamState()
     out = w.on_records(
         S,
         state,
@@ -186,7 +196,7 @@ def test_a_mark_from_another_instance_under_a_bound_writer_id_is_impersonated() 
     )
     assert [(o.reason, o.offset) for o in out if isinstance(o, Rejected)] == [
         (IMPERSONATED, 2),
-        (IMPERSONATED, 3),
+        (UNREGISTERED, 3),
     ]
     assert state.marks["a"].mark.time == 200 and state.marks["a"].seen.instance == "real"
     # the state keeps the binding across batches (and JSON), and old states still load
@@ -198,7 +208,7 @@ def test_a_mark_from_another_instance_under_a_bound_writer_id_is_impersonated() 
 
 
 def test_once_the_bound_instance_shut_down_a_new_one_takes_the_writer_id() -> None:
-    w, state = workflow(), StreamState()
+    w, state = workflow(HOUR, "old", "new"), StreamState()
     w.on_records(S, state, [as_instance("a", 100, 1, "old")], 10_000)
     w.on_records(S, state, [as_instance("a", 100, 1, "old", alive=False)], 11_000)
     w.cycle(S, state, 12_000)  # the cycle drops the shut-down writer
@@ -230,7 +240,7 @@ def restarts(rounds: int = 3) -> list[MarkInput]:
 
 
 def run_restarts(batches: list[list[MarkInput]], replay: bool = False):
-    w, state = workflow(), StreamState()
+    w, state = workflow(HOUR, *(f"gen{n}" for n in range(4))), StreamState()
     outputs = []
     for i, batch in enumerate(batches):
         if replay:  # the batch is run, lost, and run again on the state of the last commit
@@ -270,7 +280,7 @@ def test_a_writer_restarted_under_its_id_three_times_is_heard_at_once(split: str
 def test_a_retired_instance_takes_part_until_the_cut_holds_its_last_position() -> None:
     """The old instance wrote on segment 0, the new one writes on segment 1: the first
     watermark after the restart still covers the old instance's last position."""
-    w, state = workflow(), StreamState()
+    w, state = workflow(HOUR, "old", "new"), StreamState()
 
     def at(t: int, pos: dict[int, int], instance: str, offset: int, alive: bool = True):
         record = WriterMarkRecord(S, "a", t, pos, alive, instance=instance)
@@ -280,8 +290,17 @@ def test_a_retired_instance_takes_part_until_the_cut_holds_its_last_position() -
     batch.append(at(1_200, {1: 3}, "new", 2))
     out = w.on_records(S, state, batch, 10_000)
     assert [o for o in out if isinstance(o, Rejected)] == []
-    (emitted,) = [o.watermark for o in out if isinstance(o, Emitted)]
+    (made,) = [o for o in out if isinstance(o, Emitted)]
+    emitted = made.watermark
     assert (emitted.time, emitted.stream_cut) == (1_200, {0: 9, 1: 3})
+    # both instances vouched for it, each under the writer id and its own token
+    assert made.vouchers == (("a", "new"), ("a", "old"))
+    row = output_row(made)["watermark"]
+    assert row["vouchers"] == [
+        {"writer": "a", "instance": "new"},
+        {"writer": "a", "instance": "old"},
+    ]
+    assert row["writers"] == sorted(["a", retired_writer("a", "old")])
     # kept under a name of its own until a watermark passed its time, then dropped
     assert retired_writer("a", "old") in state.marks
     out = w.on_records(S, state, [at(1_600, {1: 4}, "new", 3)], 11_000)
@@ -294,16 +313,18 @@ def test_a_retired_instance_takes_part_until_the_cut_holds_its_last_position() -
 
 
 def test_a_second_live_instance_under_the_same_id_is_still_impersonated() -> None:
-    w, state = workflow(), StreamState()
+    """An instance that did not register is refused whether or not the registered one
+    still lives; the next registered one is heard."""
+    w, state = workflow(HOUR, "first", "third"), StreamState()
     out = w.on_records(
         S,
         state,
         [
             as_instance("a", 100, 1, "first"),
-            as_instance("a", 200, 2, "second"),  # the first is alive: refused
+            as_instance("a", 200, 2, "second"),  # never registered: refused
             as_instance("a", 300, 3, "first", alive=False),
-            as_instance("a", 400, 4, None),  # no token never takes a bound id
-            as_instance("a", 500, 5, "third"),  # after the shutdown: heard
+            as_instance("a", 350, 4, "second"),  # not after the shutdown either
+            as_instance("a", 500, 5, "third"),  # registered: heard
         ],
         10_000,
     )
@@ -314,36 +335,45 @@ def test_a_second_live_instance_under_the_same_id_is_still_impersonated() -> Non
     assert state.marks["a"].seen.instance == "third"
 
 
-def test_a_live_writer_without_a_token_is_not_taken_over_by_one() -> None:
-    """An id first heard without a token (a v1 writer) is held by "no token"
-    while it lives: a forged token is impersonated, not bound; after the shutdown mark a
-    new instance (with a token) is heard at once."""
-    w, state = workflow(), StreamState()
+def test_an_id_nobody_registered_or_a_mark_without_a_token_is_never_followed() -> None:
+    """No first-come binding: the first mark under an id nobody registered is refused
+    (``unregistered``), however far ahead, and so is every mark without a token, also
+    under a registered id; the registered writer is heard beside them."""
+    config = StreamConfiguration(ScalingPolicy.fixed(2))
+    registered = Registered({"a": [Registration("real", 0)]}, others=False)
+    w = StreamWorkflow(
+        WorkflowSettings(), Streams(new_stream_metadata(S, config, 0)), Committed(), registered
+    )
+    state = StreamState()
     out = w.on_records(
         S,
         state,
         [
-            as_instance("a", 100, 1, None),
-            as_instance("a", 9_000, 2, "forged"),  # would have bound the id before
-            as_instance("a", 200, 3, None),  # the tokenless writer goes on
-            as_instance("a", 200, 3, None, alive=False),
-            as_instance("a", 300, 4, "upgraded"),  # after the shutdown: heard
-            as_instance("a", 400, 5, None),  # and a token, once bound, is needed
+            as_instance("squatter", 9_000, 1, "s-1"),  # first under an id: not bound
+            as_instance("a", 9_000, 2, None),  # a v1 mark, before the real writer
+            as_instance("a", 100, 3, "real"),
+            as_instance("squatter", 9_500, 4, "s-1"),  # still refused
+            as_instance("a", 9_000, 5, None),  # after it, too
         ],
         10_000,
     )
-    assert [(o.reason, o.offset) for o in out if isinstance(o, Rejected)] == [
-        (IMPERSONATED, 2),
-        (IMPERSONATED, 5),
+    assert [(o.reason, o.writer, o.offset) for o in out if isinstance(o, Rejected)] == [
+        (UNREGISTERED, "squatter", 1),
+        (UNREGISTERED, "a", 2),
+        (UNREGISTERED, "squatter", 4),
+        (UNREGISTERED, "a", 5),
     ]
-    assert (state.marks["a"].mark.time, state.marks["a"].seen.instance) == (300, "upgraded")
+    assert set(state.marks) == {"a"} and state.marks["a"].seen.instance == "real"
+    assert [o.watermark.time for o in out if isinstance(o, Emitted)] == [100]
 
 
 def test_a_registered_writers_stream_refuses_any_other_writer_id() -> None:
     config = StreamConfiguration(ScalingPolicy.fixed(2), writers=("b", "a", "a"))
     assert config.writers == ("a", "b")
     assert StreamConfiguration.from_dict(config.to_dict()) == config
-    w = StreamWorkflow(WorkflowSettings(), Streams(new_stream_metadata(S, config, 0)), Committed())
+    w = StreamWorkflow(
+        WorkflowSettings(), Streams(new_stream_metadata(S, config, 0)), Committed(), Registered()
+    )
     state = StreamState()
     out = w.on_records(
         S, state, [mark("a", 1_000, 1), mark("phantom", 5, 2), mark("b", 1_200, 3)], 10_000

@@ -49,6 +49,7 @@ def test_every_reason_the_controller_emits_is_documented_and_no_other() -> None:
         admission.FUTURE_TIME,
         admission.IMPERSONATED,
         admission.SUPERSEDED,
+        admission.UNREGISTERED,
     } <= emitted
     assert documented == emitted
 

@@ -15,16 +15,18 @@ from tidemark.controller.admission import (
     IMPERSONATED,
     RESTARTED,
     SUPERSEDED,
+    UNREGISTERED,
     Holder,
     Registration,
-    check_instance,
     check_registered,
 )
 from tidemark.controller.config import ScalingPolicy, StreamConfiguration
-from tidemark.controller.exceptions import UnknownStreamError
+from tidemark.controller.exceptions import UnknownStreamError, ZooKeeperConfigError
 from tidemark.controller.memory_store import MemoryStore
 from tidemark.controller.metadata import new_stream_metadata
 from tidemark.controller.store import KEPT_REGISTRATIONS
+from tidemark.controller.zookeeper.session import auth_options
+from tidemark.environment import ZK_AUTH
 from tidemark.jobs.config import CycleTrigger, WorkflowSettings
 from tidemark.jobs.workflow import (
     Emitted,
@@ -58,13 +60,15 @@ A, B = Registration("a1", 1_000), Registration("b2", 5_000)
         pytest.param("a1", 4_000, [A, B], Holder("b2"), SUPERSEDED, id="never-back-to-older"),
         pytest.param("f0", 6_000, [A, B], Holder("b2"), IMPERSONATED, id="a-forged-token"),
         pytest.param("f0", 6_000, [A, B], None, IMPERSONATED, id="a-forged-first-mark"),
-        pytest.param(None, 6_000, [A, B], None, IMPERSONATED, id="no-token-registered-id"),
+        pytest.param(None, 6_000, [A, B], None, UNREGISTERED, id="no-token-registered-id"),
+        pytest.param(None, 6_000, [A, B], Holder(None), UNREGISTERED, id="no-token-held"),
         pytest.param("f0", None, [A, B], None, IMPERSONATED, id="forged-without-arrival"),
-        pytest.param("c3", 500, [A, B], None, None, id="before-any-registration"),
-        pytest.param("c3", 500, [A, B], Holder("d4"), IMPERSONATED, id="old-rule-before"),
-        pytest.param("c3", 9, [], Holder("d4"), IMPERSONATED, id="unregistered-id-bound"),
-        pytest.param("c3", 9, [], Holder("d4", False), RESTARTED, id="unregistered-after-close"),
-        pytest.param("c3", 9, [], None, None, id="unregistered-first-mark"),
+        pytest.param("c3", 500, [A, B], None, IMPERSONATED, id="before-any-registration"),
+        pytest.param("c3", 500, [A, B], Holder("c3"), IMPERSONATED, id="held-before-any"),
+        pytest.param("c3", 9, [], Holder("d4"), UNREGISTERED, id="unregistered-id-bound"),
+        pytest.param("c3", 9, [], Holder("c3"), UNREGISTERED, id="unregistered-own-holder"),
+        pytest.param("c3", 9, [], Holder("d4", False), UNREGISTERED, id="unregistered-closed"),
+        pytest.param("c3", 9, [], None, UNREGISTERED, id="unregistered-first-mark"),
     ],
 )
 def test_check_registered(
@@ -84,12 +88,19 @@ histories = st.lists(
 holders = st.none() | st.builds(Holder, st.none() | tokens, st.booleans())
 
 
-@given(st.none() | tokens, st.integers(0, 20_000), holders)
-def test_an_id_nobody_registered_keeps_the_first_mark_binding(
-    claimed: str | None, arrival: int, holder: Holder | None
+@given(histories, st.none() | tokens, st.none() | st.integers(0, 20_000), holders)
+def test_a_mark_no_registration_names_is_never_heard(
+    history: list[Registration], claimed: str | None, arrival: int | None, holder: Holder | None
 ) -> None:
-    expected = None if holder is None else check_instance(holder.instance, claimed, holder.alive)
-    assert check_registered(claimed, arrival, [], holder) == expected
+    """Whoever holds the id and whenever the mark arrived: no token, or an id without
+    registrations, is ``unregistered``; a token none of them names ``impersonated``."""
+    verdict = check_registered(claimed, arrival, history, holder)
+    if claimed is None or not history:
+        assert verdict == UNREGISTERED
+    elif claimed not in [r.instance for r in history]:
+        assert verdict == IMPERSONATED
+    else:
+        assert verdict not in (UNREGISTERED, IMPERSONATED)
 
 
 @given(histories, st.none() | tokens, st.integers(0, 20_000), holders)
@@ -105,10 +116,9 @@ def test_only_the_instance_registered_when_a_mark_arrived_is_heard(
     names = [r.instance for r in history]
     if history and claimed == names[-1]:
         assert heard
-    if not history or arrival < history[0].since_ms:
-        return  # the first-mark binding (the property above)
     if claimed not in names:
-        assert verdict == IMPERSONATED
+        assert not heard
+        return
     registered_before = [r.instance for r in history if r.since_ms <= arrival]
     if heard and claimed in registered_before:
         assert claimed == registered_before[-1]
@@ -244,3 +254,14 @@ def test_a_memory_store_keeps_the_latest_registrations() -> None:
         store.register_writer("shop/missing", "w", "t0")
     store.delete_stream(S, store.read_stream(S).version)
     assert store.writer_registrations(S, "w") == ()
+
+
+def test_a_zookeeper_principal_comes_from_one_variable_and_is_never_echoed() -> None:
+    assert auth_options({}) == {} and auth_options({ZK_AUTH: " "}) == {}
+    assert auth_options({ZK_AUTH: "alice:s3cret:x"}) == {
+        "auth_data": [("digest", "alice:s3cret:x")]
+    }
+    for bad in ("alice", "alice:", ":s3cret"):
+        with pytest.raises(ZooKeeperConfigError, match="TIDEMARK_ZK_AUTH must be") as raised:
+            auth_options({ZK_AUTH: bad})
+        assert "s3cret" not in str(raised.value)
