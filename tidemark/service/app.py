@@ -45,9 +45,8 @@ dashboard's ``from_min``/``to_min``) takes a bare number of minutes or a duratio
   ``slowest``), ``noted_time``, ``since``, ``behind_ms``, ``first_seen``,
   ``last_seen``, and ``at`` (the controller cycle that saw it); streams nobody
   holds back are left out.
-- ``GET /api/tables`` -- every tracked Delta table (``tidemark table track``): its
-  ``version``, ``complete_through`` (null: no time yet), ``status`` (``unknown`` with
-  the ``reason``), its ``streams``' latest watermark times and ``behind_ms``.
+- ``GET /api/tables`` -- every tracked Delta table (``tidemark table track``): ``version``,
+  ``complete_through``, ``status`` (``reason``), its streams' times and ``behind_ms``.
 - ``GET /api/groups/{group}/window`` -- a reader group's cut, time window, readers.
 - ``GET /api/controller`` -- the leading and standby controller drivers, the last batch.
 - ``GET /api/timelines?from_ms=&to_ms=`` -- per timeline, messages by status
@@ -62,8 +61,8 @@ Errors are JSON too: ``{"error": "unknown_stream", ...}`` (404),
 Dashboard (server-rendered HTML; charts by the vendored uPlot, no network
 needed): ``/`` and ``/streams/{scope}/{name}``. ``/`` shows the writers holding
 watermarks back (laggards), reader groups with their lag, the tracked tables, the
-controller's drivers and last batch, and the streams a page at a time (``?q=`` searches names,
-``?sort=lag|name``, ``?page=``; :mod:`tidemark.service.listing`).
+controller's drivers and last batch, and the streams a page at a time (``?q=``
+searches names, ``?sort=lag|name``, ``?page=``; :mod:`tidemark.service.listing`).
 """
 
 from __future__ import annotations
@@ -184,6 +183,14 @@ def _duration(ms: int | None) -> str:
     if ms < 7_200_000:
         return f"{ms / 60_000:.1f} min"
     return f"{ms / 3_600_000:.1f} h"
+
+
+def _shown(part: Callable[[], Any]) -> tuple[Any, str | None]:
+    """A dashboard part and ``None``, or ``None`` and the error of a service not answering."""
+    try:
+        return part(), None
+    except ServiceUnavailableError as exc:
+        return None, str(exc)
 
 
 class Handlers:
@@ -431,25 +438,14 @@ class Handlers:
             info["series"] = _series(self.service, info["stream"], HOUR_MS)
             info["laggards"] = held.get(info["stream"], [])
         held_rows, held_total = held_back(held)
-        try:
-            controller_view: dict[str, Any] | None = self.service.controller()
-        except ServiceUnavailableError as exc:  # show it, keep the page
-            controller_view = {"error": str(exc)}
-        tables, tables_error = None, None
-        try:
-            tables = self.service.tables()
-        except ServiceUnavailableError as exc:
-            tables_error = str(exc)
-        groups, groups_error = None, None
-        try:
-            groups = self.service.group_lags(now)
-        except ServiceUnavailableError as exc:
-            groups_error = str(exc)
-        timelines_error = None
-        try:
-            counts = self.service.timeline_counts(now - from_min * 60_000, now - to_min * 60_000)
-        except ServiceUnavailableError as exc:
-            counts, timelines_error = None, str(exc)
+        controller_view, down = _shown(self.service.controller)
+        if down is not None:  # show it, keep the page
+            controller_view = {"error": down}
+        tables, tables_error = _shown(self.service.tables)
+        groups, groups_error = _shown(lambda: self.service.group_lags(now))
+        counts, timelines_error = _shown(
+            lambda: self.service.timeline_counts(now - from_min * 60_000, now - to_min * 60_000)
+        )
         return self.templates.TemplateResponse(
             request,
             "index.html",
