@@ -311,8 +311,7 @@ class TimelineConsumer(Closing):
         limit: int | None = None,
     ) -> list[Lease]:
         """As :meth:`poll`, with ``take(limit, buckets)`` taking the due messages of this
-        consumer's buckets (e.g. :meth:`TimelineStore.hold_due` on a store of its own,
-        which writes no lease)."""
+        consumer's buckets."""
         batch = limit or self.config.batch_size
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
