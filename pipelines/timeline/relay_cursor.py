@@ -55,7 +55,12 @@ from tidemark.pipelines.timeline.consumer import (
     wake_delay_ms,
 )
 from tidemark.pipelines.timeline.exceptions import RelayFencedError, TimelineError
-from tidemark.pipelines.timeline.metrics import DUE_TO_DELIVERY_LAG, RELAYED, DriftGauge
+from tidemark.pipelines.timeline.metrics import (
+    DUE_TO_DELIVERY_LAG,
+    RELAYED,
+    DriftGauge,
+    observe_all,
+)
 from tidemark.pipelines.timeline.relay_sql import (
     CursorState,
     TakenBatch,
@@ -330,9 +335,7 @@ class CursorRelay(Closing):
         now = time.time() * 1000 + (0.0 if drift is None else drift.drift_ms)
         lags = [now - row[1] for row in batch.rows]
         self.lags.extend(lags)
-        observe = self._lag_histogram.observe
-        for lag in lags:
-            observe(max(0.0, lag) / 1000)
+        observe_all(self._lag_histogram, [max(0.0, lag) / 1000 for lag in lags])
 
     def run_once(self, timeout_ms: int = 1_000) -> int:
         """Relay the due messages (waiting up to ``timeout_ms`` for a first batch, and
