@@ -17,8 +17,9 @@ batches recorded after it were aborted, and are read again. Run one relay per
 timeline: a second one fences the first (which stops with
 :class:`~.relay_sql.RelayFencedError`).
 
-Pipelined: while the broker receives a batch, the next one is read and recorded,
-and the first is committed before the next is produced. While it is behind (a batch
+Pipelined: while the broker receives and commits a batch, the next one is read and
+recorded (in a thread of the relay's own), and the first is committed before the next
+is produced. While it is behind (a batch
 came back full) the next asks for twice as many, up to
 :data:`~.consumer.MAX_BATCH_GROWTH` times the batch size.
 
@@ -37,6 +38,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from concurrent import futures
 from dataclasses import dataclass
 from typing import Any
 
@@ -140,6 +142,8 @@ class CursorRelay(Closing):
         self._streams_checked = float("-inf")
         self._drift: DriftGauge | None = None
         self._group = roles.client(roles.BUFFER_GROUP, bootstrap, {"group.id": settings.name})
+        self._reader = futures.ThreadPoolExecutor(1, thread_name_prefix=f"relay-read-{timeline}")
+        """Reads the next batch while Kafka commits the last (the store serialises its calls)."""
         try:
             self._start()
         except BaseException:
@@ -364,13 +368,20 @@ class CursorRelay(Closing):
                 batch, nxt = nxt, None
                 self._producer.begin_transaction()
                 self._produce(batch.rows, refused)
-                if time.monotonic() < until:
-                    ahead = self._take(limit)  # while the broker receives this batch
-                    limit = next_batch_limit(limit, len(ahead.rows), base)
-                    nxt = ahead if ahead.rows else None
-                self._commit(batch)
-                self._delivered(batch)
+                # The next batch is read while the broker receives and commits this one.
+                ahead = self._reader.submit(self._take, limit) if time.monotonic() < until else None
+                try:
+                    self._commit(batch)
+                except BaseException:
+                    if ahead is not None:
+                        futures.wait([ahead])  # what it recorded is given back with the rest
+                    raise
+                self._delivered(batch)  # before the read's outcome: Kafka has this batch
                 relayed += len(batch.rows)
+                if ahead is not None:
+                    taken = ahead.result()
+                    limit = next_batch_limit(limit, len(taken.rows), base)
+                    nxt = taken if taken.rows else None
         except KafkaException as exc:
             self._failed(exc, refused, batch.rows)
         except BaseException:
@@ -424,6 +435,7 @@ class CursorRelay(Closing):
 
     def close(self) -> None:
         try:
+            self._reader.shutdown(wait=True)
             self._group.close()
         finally:
             if self._waker is not None:
