@@ -47,6 +47,7 @@ from tidemark.pipelines.timeline.store_sql import (
     Row,
     _check_message,
     _message,
+    _object_new,
     live_columns,
     relayed_clause,
 )
@@ -405,17 +406,20 @@ def _copy_insert(
 
 
 def _new_message(params: dict[str, Any]) -> Message:
-    """The message a create of ``params`` (:meth:`Messages._prepare`) has just stored."""
-    return Message(
-        params["timeline"],
-        params["id"],
-        params["ts"],
-        params["body"],
-        params["group"],
-        None,
-        params["bucket"],
-        1,
-        False,
-        params["due_stream"],
-        params["checked_headers"],
+    """The message a create of ``params`` (:meth:`Messages._prepare`) has just stored
+    (its fields set as :func:`.store_sql._message` sets them: a batch makes thousands)."""
+    message = _object_new(Message)
+    message.__dict__.update(
+        timeline=params["timeline"],
+        id=params["id"],
+        timestamp_ms=params["ts"],
+        body=params["body"],
+        producer_group=params["group"],
+        lock_consumer=None,
+        bucket=params["bucket"],
+        version=1,
+        deleted=False,
+        due_stream=params["due_stream"],
+        headers=params["checked_headers"],
     )
+    return message
