@@ -138,6 +138,9 @@ class CursorRelay(Closing):
         self._confirmed = 0
         self._confirmed_state: CursorState | None = None
         self._committing = False
+        self._limit = settings.batch_size
+        """The next batch's size: grown while batches come back full, kept from one
+        :meth:`run_once` to the next (a backlog outlasts one call)."""
         self._fenced: BaseException | None = None
         self._streams_checked = float("-inf")
         self._drift: DriftGauge | None = None
@@ -352,14 +355,14 @@ class CursorRelay(Closing):
             elif self._drift is not None:
                 self._drift.refresh()  # (a clock read, but every DRIFT_REFRESH_S)
             base = self.settings.batch_size
-            batch = self._take_waiting(timeout_ms, base)
+            batch = self._take_waiting(timeout_ms, self._limit)
         except BaseException:
             self._drop_producer()
             raise
         if batch is None:
             return 0
         until = time.monotonic() + timeout_ms / 1000
-        limit = next_batch_limit(base, len(batch.rows), base)
+        limit = self._limit = next_batch_limit(self._limit, len(batch.rows), base)
         relayed = 0
         refused: list[Any] = []
         nxt: TakenBatch | None = batch
@@ -380,7 +383,7 @@ class CursorRelay(Closing):
                 relayed += len(batch.rows)
                 if ahead is not None:
                     taken = ahead.result()
-                    limit = next_batch_limit(limit, len(taken.rows), base)
+                    limit = self._limit = next_batch_limit(limit, len(taken.rows), base)
                     nxt = taken if taken.rows else None
         except KafkaException as exc:
             self._failed(exc, refused, batch.rows)
