@@ -284,11 +284,21 @@ class BufferRelay(CursorRelay):
         produce, topic = self._producer.produce, self.config.target_topic
         for row in rows:
             r = decode_record(row[3])
-            kwargs = {"headers": list(r.headers), "timestamp": r.timestamp_ms}
+            headers, at = list(r.headers), r.timestamp_ms
             try:
-                produce(topic, r.value, r.key, on_delivery=on_delivery, **kwargs)
+                produce(
+                    topic, r.value, r.key, on_delivery=on_delivery, timestamp=at, headers=headers
+                )
             except BufferError:
-                self._send(produce, topic, r.value, r.key, on_delivery=on_delivery, **kwargs)
+                self._send(
+                    produce,
+                    topic,
+                    r.value,
+                    r.key,
+                    on_delivery=on_delivery,
+                    timestamp=at,
+                    headers=headers,
+                )
 
     def refused_ids(self, rows: Sequence[Row], refused: Sequence[Any]) -> list[str]:
         """Records are told apart by key and value (a source's key is not unique)."""

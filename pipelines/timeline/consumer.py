@@ -104,8 +104,10 @@ def feed_stream_times(
     return bool(waiting)
 
 
-MAX_BATCH_GROWTH = 4
-"""A relay that is behind reads batches of up to this many times its ``batch_size``."""
+MAX_BATCH_GROWTH = 16
+"""A relay that is behind reads batches of up to this many times its ``batch_size``: a
+Kafka transaction's fixed cost (its offsets, its commit: round trips to the
+coordinator) spread over more records while a backlog drains."""
 
 
 def next_batch_limit(limit: int, got: int, base: int) -> int:
@@ -311,8 +313,7 @@ class TimelineConsumer(Closing):
         limit: int | None = None,
     ) -> list[Lease]:
         """As :meth:`poll`, with ``take(limit, buckets)`` taking the due messages of this
-        consumer's buckets (e.g. :meth:`TimelineStore.hold_due` on a store of its own,
-        which writes no lease)."""
+        consumer's buckets."""
         batch = limit or self.config.batch_size
         deadline = time.monotonic() + timeout_ms / 1000
         while True:

@@ -55,46 +55,50 @@ def encode_record(record: KafkaRecord) -> bytes:
     return b"".join(out)
 
 
-class _Reader:
-    def __init__(self, data: bytes) -> None:
-        self.data = memoryview(data)
-        self.at = 0
+def _short(at: int, n: int) -> InvalidMessageError:
+    return InvalidMessageError(f"a buffered record is cut short at byte {at} (wants {n} more)")
 
-    def take(self, n: int) -> bytes:
-        if n < 0 or self.at + n > len(self.data):
-            raise InvalidMessageError(
-                f"a buffered record is cut short at byte {self.at} (wants {n} more)"
-            )
-        chunk = bytes(self.data[self.at : self.at + n])
-        self.at += n
-        return chunk
 
-    def length(self) -> int:
-        return int(_LEN.unpack(self.take(_LEN.size))[0])
+def _length(data: bytes, at: int) -> int:
+    if at + _LEN.size > len(data):
+        raise _short(at, _LEN.size)
+    return int(_LEN.unpack_from(data, at)[0])
 
-    def blob(self) -> bytes | None:
-        n = self.length()
-        return None if n == -1 else self.take(n)
+
+def _blob(data: bytes, at: int) -> tuple[bytes | None, int]:
+    """The bytes at ``at`` (length first; -1: none) and where the next field starts."""
+    n = _length(data, at)
+    at += _LEN.size
+    if n == -1:
+        return None, at
+    if n < 0 or at + n > len(data):
+        raise _short(at, n)
+    return data[at : at + n], at + n
 
 
 def decode_record(data: bytes) -> KafkaRecord:
-    """The record :func:`encode_record` wrote; :class:`InvalidMessageError` for other bytes."""
-    reader = _Reader(data)
-    version, timestamp_ms = _HEAD.unpack(reader.take(_HEAD.size))
+    """The record :func:`encode_record` wrote; :class:`InvalidMessageError` for other bytes.
+
+    (Offsets into the bytes, no reader object: the relay decodes one a record it sends.)"""
+    data = bytes(data)
+    if len(data) < _HEAD.size:
+        raise _short(0, _HEAD.size)
+    version, timestamp_ms = _HEAD.unpack_from(data, 0)
     if version != VERSION:
         raise InvalidMessageError(f"a buffered record of version {version}, not {VERSION}")
-    key, value = reader.blob(), reader.blob()
-    count = reader.length()
+    key, at = _blob(data, _HEAD.size)
+    value, at = _blob(data, at)
+    count = _length(data, at)
+    at += _LEN.size
     if count < 0:
         raise InvalidMessageError(f"a buffered record with {count} headers")
     headers = []
     for _ in range(count):
-        name = reader.blob()
+        name, at = _blob(data, at)
         if name is None:
             raise InvalidMessageError("a buffered record's header has no name")
-        headers.append((name.decode(), reader.blob()))
-    if reader.at != len(reader.data):
-        raise InvalidMessageError(
-            f"a buffered record has {len(reader.data) - reader.at} bytes after its end"
-        )
+        header, at = _blob(data, at)
+        headers.append((name.decode(), header))
+    if at != len(data):
+        raise InvalidMessageError(f"a buffered record has {len(data) - at} bytes after its end")
     return KafkaRecord(key, value, tuple(headers), int(timestamp_ms))

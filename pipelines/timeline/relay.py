@@ -88,15 +88,15 @@ class TimelineRelay(CursorRelay):
         )
 
     def produce_rows(self, rows: Sequence[Row], on_delivery: Callable[[Any, Any], None]) -> None:
-        produce, topic, name = self._producer.produce, self.config.target_topic, self._name
+        produce, topic = self._producer.produce, self.config.target_topic
+        name = ("tidemark-timeline", self._name)
+        groups: dict[str, tuple[str, bytes]] = {}  # a batch has few producer groups
         for _bucket, ts, message_id, body, headers, group in rows:
             key = message_id.encode()
-            own = [
-                ("tidemark-timeline", name),
-                ("tidemark-id", key),
-                ("tidemark-timestamp", b"%d" % ts),
-                ("tidemark-producer-group", group.encode()),
-            ]
+            of_group = groups.get(group)
+            if of_group is None:
+                of_group = groups[group] = ("tidemark-producer-group", group.encode())
+            own = [name, ("tidemark-id", key), ("tidemark-timestamp", b"%d" % ts), of_group]
             if headers is not None:
                 own = [*decode_headers(headers), *own]
             try:

@@ -17,8 +17,9 @@ batches recorded after it were aborted, and are read again. Run one relay per
 timeline: a second one fences the first (which stops with
 :class:`~.relay_sql.RelayFencedError`).
 
-Pipelined: while the broker receives a batch, the next one is read and recorded,
-and the first is committed before the next is produced. While it is behind (a batch
+Pipelined: while the broker receives and commits a batch, the next one is read and
+recorded (in a thread of the relay's own), and the first is committed before the next
+is produced. While it is behind (a batch
 came back full) the next asks for twice as many, up to
 :data:`~.consumer.MAX_BATCH_GROWTH` times the batch size.
 
@@ -37,6 +38,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from concurrent import futures
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,7 +57,12 @@ from tidemark.pipelines.timeline.consumer import (
     wake_delay_ms,
 )
 from tidemark.pipelines.timeline.exceptions import RelayFencedError, TimelineError
-from tidemark.pipelines.timeline.metrics import DUE_TO_DELIVERY_LAG, RELAYED, DriftGauge
+from tidemark.pipelines.timeline.metrics import (
+    DUE_TO_DELIVERY_LAG,
+    RELAYED,
+    DriftGauge,
+    observe_all,
+)
 from tidemark.pipelines.timeline.relay_sql import (
     CursorState,
     TakenBatch,
@@ -133,10 +140,15 @@ class CursorRelay(Closing):
         self._confirmed = 0
         self._confirmed_state: CursorState | None = None
         self._committing = False
+        self._limit = settings.batch_size
+        """The next batch's size: grown while batches come back full, kept from one
+        :meth:`run_once` to the next (a backlog outlasts one call)."""
         self._fenced: BaseException | None = None
         self._streams_checked = float("-inf")
         self._drift: DriftGauge | None = None
         self._group = roles.client(roles.BUFFER_GROUP, bootstrap, {"group.id": settings.name})
+        self._reader = futures.ThreadPoolExecutor(1, thread_name_prefix=f"relay-read-{timeline}")
+        """Reads the next batch while Kafka commits the last (the store serialises its calls)."""
         try:
             self._start()
         except BaseException:
@@ -350,9 +362,7 @@ class CursorRelay(Closing):
         now = time.time() * 1000 + (0.0 if drift is None else drift.drift_ms)
         lags = [now - row[1] for row in batch.rows]
         self.lags.extend(lags)
-        observe = self._lag_histogram.observe
-        for lag in lags:
-            observe(max(0.0, lag) / 1000)
+        observe_all(self._lag_histogram, [max(0.0, lag) / 1000 for lag in lags])
 
     def run_once(self, timeout_ms: int = 1_000) -> int:
         """Relay the due messages (waiting up to ``timeout_ms`` for a first batch, and
@@ -365,14 +375,14 @@ class CursorRelay(Closing):
             elif self._drift is not None:
                 self._drift.refresh()  # (a clock read, but every DRIFT_REFRESH_S)
             base = self.settings.batch_size
-            batch = self._take_waiting(timeout_ms, base)
+            batch = self._take_waiting(timeout_ms, self._limit)
         except BaseException:
             self._drop_producer()
             raise
         if batch is None:
             return 0
         until = time.monotonic() + timeout_ms / 1000
-        limit = next_batch_limit(base, len(batch.rows), base)
+        limit = self._limit = next_batch_limit(self._limit, len(batch.rows), base)
         relayed = 0
         refused: list[Any] = []
         nxt: TakenBatch | None = batch
@@ -381,13 +391,20 @@ class CursorRelay(Closing):
                 batch, nxt = nxt, None
                 self._producer.begin_transaction()
                 self._produce(batch.rows, refused)
-                if time.monotonic() < until:
-                    ahead = self._take(limit)  # while the broker receives this batch
-                    limit = next_batch_limit(limit, len(ahead.rows), base)
-                    nxt = ahead if ahead.rows else None
-                self._commit(batch)
-                self._delivered(batch)
+                # The next batch is read while the broker receives and commits this one.
+                ahead = self._reader.submit(self._take, limit) if time.monotonic() < until else None
+                try:
+                    self._commit(batch)
+                except BaseException:
+                    if ahead is not None:
+                        futures.wait([ahead])  # what it recorded is given back with the rest
+                    raise
+                self._delivered(batch)  # before the read's outcome: Kafka has this batch
                 relayed += len(batch.rows)
+                if ahead is not None:
+                    taken = ahead.result()
+                    limit = self._limit = next_batch_limit(limit, len(taken.rows), base)
+                    nxt = taken if taken.rows else None
         except KafkaException as exc:
             self._failed(exc, refused, batch.rows)
         except BaseException:
@@ -441,6 +458,7 @@ class CursorRelay(Closing):
 
     def close(self) -> None:
         try:
+            self._reader.shutdown(wait=True)
             self._group.close()
         finally:
             if self._waker is not None:

@@ -55,18 +55,15 @@ the SQL they share (:mod:`.store_sql`):
 
 - :mod:`.store_messages`: the producer's create, get, count, move and delete;
 - :mod:`.store_leases`: the consumers' leases, their tokens, and membership;
-- :mod:`.store_held`: batches held by a transaction's row locks (the relay reads past
-  a cursor instead, :mod:`.relay_sql`);
 - :mod:`.store_housekeeping`: migrations, stream times and purge.
 
-:class:`TimelineStore` is all four, over one connection.
+:class:`TimelineStore` is all three, over one connection.
 """
 
 from __future__ import annotations
 
 from tidemark.pipelines.timeline.exceptions import InvalidMessageError
 from tidemark.pipelines.timeline.model import Message
-from tidemark.pipelines.timeline.store_held import HeldBatches
 from tidemark.pipelines.timeline.store_housekeeping import Housekeeping
 from tidemark.pipelines.timeline.store_leases import Leases
 from tidemark.pipelines.timeline.store_messages import Created, Messages, NewMessage
@@ -81,7 +78,7 @@ from tidemark.pipelines.timeline.store_sql import _lease as _lease  # (re-export
 from tidemark.pipelines.timeline.store_sql import _message as _message  # (re-exported)
 
 
-class TimelineStore(Messages, Leases, HeldBatches, Housekeeping):
+class TimelineStore(Messages, Leases, Housekeeping):
     """The timeline store: every protocol's statements over one connection."""
 
     def delete(

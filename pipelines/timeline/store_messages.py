@@ -19,6 +19,7 @@ from typing import Any
 import psycopg
 
 from tidemark.pipelines.timeline.clock import NOW_MS
+from tidemark.pipelines.timeline.config import TimelineConfig
 from tidemark.pipelines.timeline.exceptions import (
     BodyTooLargeError,
     DuplicateIdError,
@@ -34,7 +35,6 @@ from tidemark.pipelines.timeline.model import (
     check_id,
     check_name,
     check_timestamp,
-    decode_headers,
     encode_headers,
     new_id,
 )
@@ -47,6 +47,7 @@ from tidemark.pipelines.timeline.store_sql import (
     Row,
     _check_message,
     _message,
+    _object_new,
     live_columns,
     relayed_clause,
 )
@@ -105,11 +106,19 @@ class Messages(StoreSession):
             )
             SELECT ins.*{select_notify} FROM ins"""
 
-    def _prepare(self, timeline: str, new: NewMessage) -> dict[str, Any]:
-        config = self.timeline(timeline)
+    def _prepare(
+        self, config: TimelineConfig, new: NewMessage, groups: set[str] | None = None
+    ) -> dict[str, Any]:
+        """A message checked and made the statement's parameters; ``groups``: producer
+        groups already checked in this batch (each is checked once)."""
+        timeline = config.name
         message_id = new_id() if new.id is None else new.id
         check_id(message_id)
-        check_name("producer_group", new.producer_group)
+        group = new.producer_group
+        if groups is None or group not in groups:
+            check_name("producer_group", group)
+            if groups is not None:
+                groups.add(group)
         check_timestamp("timestamp_ms", new.timestamp_ms)
         if new.due_stream is not None:
             check_name("due_stream", new.due_stream)
@@ -124,15 +133,17 @@ class Messages(StoreSession):
                 timeline,
                 message_id,
             )
+        headers = check_headers(new.headers)
         return {
             "timeline": timeline,
             "id": message_id,
             "bucket": bucket_of(message_id, config.buckets),
             "ts": new.timestamp_ms,
             "body": body,
-            "group": new.producer_group,
+            "group": group,
             "due_stream": new.due_stream,
-            "headers": encode_headers(check_headers(new.headers)),
+            "headers": encode_headers(headers),
+            "checked_headers": headers,
         }
 
     def _settle(self, params: dict[str, Any], row: Row | None) -> Created:
@@ -183,7 +194,7 @@ class Messages(StoreSession):
 
     def create_message(self, timeline: str, message: NewMessage) -> Created:
         """:meth:`create` of a message already made a :class:`NewMessage`."""
-        params = self._prepare(timeline, message)
+        params = self._prepare(self.timeline(timeline), message)
         sql = self._insert_sql(self.supports_notify and self.notify)
         return self._settle(params, self._one(sql, params))
 
@@ -201,9 +212,14 @@ class Messages(StoreSession):
         """Like :meth:`create_many`, with each refusal returned in its message's place."""
         results: list[Created | TimelineError] = []
         prepared: list[dict[str, Any]] = []
+        try:
+            config = self.timeline(timeline)
+        except TimelineError as exc:  # (an unknown timeline: every message's refusal)
+            return [exc] * len(messages)
+        groups: set[str] = set()
         for message in messages:
             try:
-                params = self._prepare(timeline, message)
+                params = self._prepare(config, message, groups)
             except TimelineError as exc:
                 results.append(exc)
             else:
@@ -390,17 +406,20 @@ def _copy_insert(
 
 
 def _new_message(params: dict[str, Any]) -> Message:
-    """The message a create of ``params`` (:meth:`Messages._prepare`) has just stored."""
-    return Message(
-        params["timeline"],
-        params["id"],
-        params["ts"],
-        params["body"],
-        params["group"],
-        None,
-        params["bucket"],
-        1,
-        False,
-        params["due_stream"],
-        decode_headers(params["headers"]),
+    """The message a create of ``params`` (:meth:`Messages._prepare`) has just stored
+    (its fields set as :func:`.store_sql._message` sets them: a batch makes thousands)."""
+    message = _object_new(Message)
+    message.__dict__.update(
+        timeline=params["timeline"],
+        id=params["id"],
+        timestamp_ms=params["ts"],
+        body=params["body"],
+        producer_group=params["group"],
+        lock_consumer=None,
+        bucket=params["bucket"],
+        version=1,
+        deleted=False,
+        due_stream=params["due_stream"],
+        headers=params["checked_headers"],
     )
+    return message

@@ -2,9 +2,9 @@
 conditions of a live lease and of a due message, the locked scan of due rows, and the
 decoding of a row into a :class:`~model.Message` or :class:`~model.Lease`.
 
-Written once here so that the producer's statements (:mod:`.store_messages`), the
-consumers' (:mod:`.store_leases`) and the relay's (:mod:`.store_held`) read and lock
-rows alike. The names are the store's own, not an API.
+Written once here so that the producer's statements (:mod:`.store_messages`) and the
+consumers' (:mod:`.store_leases`) read and lock rows alike. The names are the store's
+own, not an API.
 """
 
 from __future__ import annotations

@@ -227,49 +227,6 @@ def test_delete_by_holder_and_batch_ack(store, tl):
     assert sorted(store.delete_leased(tl, "c1", leases)) == ["h1", "h2"]
 
 
-def test_a_held_batch_is_skipped_by_leases_then_deleted_or_given_back(store, postgres, tl):
-    """The relay's path: due rows locked by an open transaction (no lease written), then
-    the delivered ones deleted in it; the others, or all on a roll-back, are due again."""
-    now = store.now_ms()
-    store.create_many(
-        tl,
-        [NewMessage(b"x", now - 100 + i, "g", f"r{i}") for i in range(4)]
-        + [NewMessage(b"x", now + HOUR, "g", "later")],
-    )
-    with TimelineStore(postgres) as holder, TimelineStore(postgres) as other:
-        held = holder.hold_due(tl, limit=10)
-        assert [h.message.id for h in held] == ["r0", "r1", "r2", "r3"]  # due only, in order
-        assert all(h.token is None and h.message.lock_consumer is None for h in held)
-        assert [h.due_ms for h in held] == [now - 100 + i for i in range(4)]
-        assert other.lease(tl, "c1", lease_ms=HOUR) == []  # skipped, as leased rows are
-        assert sorted(holder.settle_held(tl, ["r0", "r2"])) == ["r0", "r2"]
-        assert store.get(tl, "r0") is None and store.get(tl, "r0", include_deleted=True).deleted
-        # r1 and r3 were held, not delivered: due again at once, never leased in between
-        again = other.lease(tl, "c2", lease_ms=HOUR)
-        assert sorted(x.message.id for x in again) == ["r1", "r3"]
-        assert all(x.message.version == 2 for x in again)  # the hold wrote nothing
-        store.create(tl, b"x", timestamp_ms=0, producer_group="g", id="r9")
-        assert [h.message.id for h in holder.hold_due(tl, limit=10)] == ["r9"]
-        holder.release_held()  # given back: nothing deleted
-        assert store.get(tl, "r9").status(store.now_ms()) is Status.AVAILABLE
-        assert holder.hold_due(tl, limit=10, buckets=[]) == []  # nothing: no transaction left
-        assert holder._conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-        assert holder.now_ms() > 0  # the store serves other calls again
-        with pytest.raises(errors.InvalidMessageError, match="limit must be positive"):
-            holder.hold_due(tl, limit=0)
-        # a message whose delivery failed is parked: leased to the relay, with no token
-        store.create(tl, b"x", timestamp_ms=0, producer_group="g", id="r8")
-        assert sorted(h.message.id for h in holder.hold_due(tl, limit=10)) == ["r8", "r9"]
-        settled = holder.settle_held(tl, ["r9"], retry=["r8"], consumer="rl", retry_after_ms=HOUR)
-        assert settled == ["r9"]
-        parked = store.get(tl, "r8")
-        assert parked.lock_consumer == "rl" and parked.version == 2
-        assert parked.status(store.now_ms()) is Status.PROCESSING
-        assert other.lease(tl, "c3", lease_ms=HOUR) == []
-        with pytest.raises(errors.InvalidMessageError, match="consumer to hold them"):
-            holder.settle_held(tl, [], retry=["r8"])
-
-
 def test_counts_by_time_range(store, tl):
     now = store.now_ms()
     store.create_many(

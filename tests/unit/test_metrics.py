@@ -167,3 +167,25 @@ def test_the_leader_gauge_follows_the_election_as_a_leader_task():
     metrics.lead(True)
     metrics.close()
     assert registry.get_sample_value("tidemark_controller_leader") == 0
+
+
+def test_observing_a_batch_of_lags_is_observing_each():
+    """The relay's one pass over a batch leaves the histogram as one observe a value does,
+    bucket edges, zero and values past the last bound included."""
+    from prometheus_client import Histogram
+
+    from tidemark.pipelines.timeline.metrics import observe_all
+
+    registry = CollectorRegistry()
+    lag = Histogram("lag_seconds", "lags", ["t"], buckets=(0.01, 0.1, 1.0), registry=registry)
+    amounts = [0.0, 0.005, 0.01, 0.0100001, 0.1, 0.5, 1.0, 7.5, 0.01]
+    for amount in amounts:
+        lag.labels("each").observe(amount)
+    observe_all(lag.labels("all"), amounts)
+    observe_all(lag.labels("all"), [])
+    for le in ("0.01", "0.1", "1.0", "+Inf"):
+        each = _value(registry, "lag_seconds_bucket", {"t": "each", "le": le})
+        assert _value(registry, "lag_seconds_bucket", {"t": "all", "le": le}) == each > 0
+    for sample in ("lag_seconds_count", "lag_seconds_sum"):
+        each = _value(registry, sample, {"t": "each"})
+        assert _value(registry, sample, {"t": "all"}) == each > 0

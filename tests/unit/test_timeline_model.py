@@ -175,8 +175,9 @@ def test_sleep_until_next_due_time_at_most_max_idle(next_due, now, max_idle, del
     [
         (1_000, 1_000, 2_000),  # full: behind, ask for more
         (2_000, 2_000, 4_000),
-        (4_000, 4_000, 4_000),  # at most 4 x the base
-        (4_000, 3_999, 1_000),  # short: caught up, back to the base
+        (8_000, 8_000, 16_000),
+        (16_000, 16_000, 16_000),  # at most 16 x the base
+        (16_000, 15_999, 1_000),  # short: caught up, back to the base
         (1_000, 0, 1_000),
     ],
 )
