@@ -80,16 +80,22 @@ def kafka_threads() -> set[int]:
     return found
 
 
+def a_stream(broker: KafkaCluster, scope: str) -> tuple[StreamManager, str]:
+    """A one-segment stream in ``scope`` (its metadata in memory): its manager (the
+    caller closes its admin client once set up) and its name."""
+    cluster = ClusterSettings(marks_topic=f"marks-{scope}", bucket_count=1)
+    manager = StreamManager(MemoryStore(), broker.bootstrap_servers, cluster)
+    manager.create_scope(scope)
+    manager.create(f"{scope}/s", StreamConfiguration(ScalingPolicy.fixed(1)))
+    return manager, f"{scope}/s"
+
+
 def writers(broker: KafkaCluster, unique: str) -> Writers:
     """One of each writer kind (the timeline's Kafka producer too), each written to and
     acknowledged once: name -> (writer, its close, a use of it, what that use raises)."""
     kafka = broker.bootstrap_servers
-    cluster = ClusterSettings(marks_topic=f"marks-{unique}", bucket_count=1)
-    store = MemoryStore()
-    manager = StreamManager(store, kafka, cluster)
-    stream = f"c{unique}/s"
-    manager.create_scope(f"c{unique}")
-    manager.create(stream, StreamConfiguration(ScalingPolicy.fixed(1)))
+    manager, stream = a_stream(broker, f"c{unique}")
+    store, cluster = manager.store, manager.settings
     config = WriterConfig(
         cluster=cluster, linger_ms=1, delivery_timeout_ms=CLOSE_MS, close_timeout_ms=CLOSE_MS
     )
@@ -110,6 +116,7 @@ def writers(broker: KafkaCluster, unique: str) -> Writers:
     timeline = KafkaTimelineProducer(kafka, f"timeline-in-{unique}", "tl", "app")
     timeline.put(b"x", timestamp_ms=10)
     timeline.flush(10)
+    manager.topics.close()
     closed = WriterClosedError
     return {
         "EventWriter": (event, lambda: event.close(CLOSE_MS), lambda w: w.write(b"y", "k"), closed),
@@ -131,18 +138,13 @@ def writers(broker: KafkaCluster, unique: str) -> Writers:
 
 def readers_and_timeline(
     broker: KafkaCluster, postgres: str, unique: str, delta_root: Path
-) -> tuple[Writers, StreamManager]:
+) -> Writers:
     """A reader (one event read) and its group, the timeline relay (started), a buffer
     (``timeline ingest``; both halves run once), the timeline ingest (with dead letters)
-    and a stream observer (one look): name -> as :func:`writers`; and the manager, whose
-    admin client the caller closes."""
+    and a stream observer (one look): name -> as :func:`writers`."""
     kafka = broker.bootstrap_servers
-    cluster = ClusterSettings(marks_topic=f"marks-{unique}", bucket_count=1)
-    store = MemoryStore()
-    manager = StreamManager(store, kafka, cluster)
-    stream = f"r{unique}/s"
-    manager.create_scope(f"r{unique}")
-    manager.create(stream, StreamConfiguration(ScalingPolicy.fixed(1)))
+    manager, stream = a_stream(broker, f"r{unique}")
+    store, cluster = manager.store, manager.settings
     wconfig = WriterConfig(cluster=cluster, linger_ms=1)
     with EventWriter("e", stream, store=store, bootstrap_servers=kafka, config=wconfig) as w:
         w.write(b"x", "k")
@@ -200,6 +202,7 @@ def readers_and_timeline(
         bootstrap_servers=kafka,
     )
     observer.observe_once()  # its offset lookups asked once
+    manager.topics.close()
     closed, gone = ReaderClosedError, TimelineClosedError
     made: Writers = {
         "EventReader": (reader, reader.close, lambda r: r.read_next(timeout_ms=0), closed),
@@ -210,7 +213,7 @@ def readers_and_timeline(
         "TimelineIngester": (ingest, ingest.close, lambda i: i.run_once(0), gone),
         "StreamObserver": (observer, observer.close, lambda o: o.observe_once(), WriterClosedError),
     }
-    return made, manager
+    return made
 
 
 def close_all(made: Writers) -> dict[str, float]:
@@ -242,53 +245,18 @@ def test_closed_writers_refuse_use_and_say_nothing_more(
     assert_closed(made)
 
 
-@pytest.mark.filterwarnings("error::RuntimeWarning")
-def test_a_broker_gone_before_close_bounds_the_close_and_nothing_logs_after(
-    broker: KafkaCluster,
-    unique: str,
+def close_quietly(
+    made: Writers,
+    before: set[int],
     caplog: pytest.LogCaptureFixture,
     capfd: pytest.CaptureFixture[str],
 ) -> None:
-    before = kafka_threads()
-    made = writers(broker, unique)
-    broker.stop()
-    caplog.set_level(logging.DEBUG, logger=KAFKA_LOGGER.name)
+    """Close each of ``made`` (the broker stopped): each close within its
+    bound, no librdkafka thread left beyond ``before``, nothing of Kafka's logged after,
+    every use after refused. Reports the closes' times."""
     took = close_all(made)
-    # a close's flush and its shutdown mark each wait at most the bound, then let go
-    bound_s = 2 * CLOSE_MS / 1000 + 1
-    report(
-        "client-close",
-        "broker stopped, close took "
-        + ", ".join(f"{name} {s:.2f} s" for name, s in took.items())
-        + f" (bound {bound_s:.0f} s)",
-    )
-    assert all(s < bound_s for s in took.values()), took
-    assert kafka_threads() - before == set()  # every handle destroyed, none left to reconnect
-    caplog.clear()
-    capfd.readouterr()
-    time.sleep(QUIET_S)  # what a handle left open would log in this time: its reconnects
-    assert [r.getMessage() for r in caplog.records] == []
-    assert "rdkafka" not in capfd.readouterr().err  # the drop-in's client logs to stderr
-    assert_closed(made)
-
-
-@pytest.mark.filterwarnings("error::RuntimeWarning")
-def test_readers_and_timeline_clients_close_bounded_with_the_broker_gone(
-    broker: KafkaCluster,
-    postgres: str,
-    unique: str,
-    tmp_path: Path,
-    caplog: pytest.LogCaptureFixture,
-    capfd: pytest.CaptureFixture[str],
-) -> None:
-    before = kafka_threads()
-    made, manager = readers_and_timeline(broker, postgres, unique, tmp_path / "delta")
-    broker.stop()
-    caplog.set_level(logging.DEBUG)
-    took = close_all(made)
-    manager.topics.close()
-    # a reader's close commits its position: asked again for at most the group's Kafka
-    # timeout, then its consumer is closed
+    # a close's flush and its shutdown mark (a reader's: its position's commit, asked
+    # again) each wait at most the bound, then let go
     bound_s = 2 * CLOSE_MS / 1000 + 1
     report(
         "client-close",
@@ -302,5 +270,35 @@ def test_readers_and_timeline_clients_close_bounded_with_the_broker_gone(
     capfd.readouterr()
     time.sleep(QUIET_S)  # what a handle left open would log in this time: its reconnects
     assert [r.getMessage() for r in caplog.records if "kafka" in r.name] == []
-    assert "rdkafka" not in capfd.readouterr().err
+    assert "rdkafka" not in capfd.readouterr().err  # the drop-in's client logs to stderr
     assert_closed(made)
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+def test_a_broker_gone_before_close_bounds_the_close_and_nothing_logs_after(
+    broker: KafkaCluster,
+    unique: str,
+    caplog: pytest.LogCaptureFixture,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    before = kafka_threads()
+    made = writers(broker, unique)
+    broker.stop()
+    caplog.set_level(logging.DEBUG, logger=KAFKA_LOGGER.name)
+    close_quietly(made, before, caplog, capfd)
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+def test_readers_and_timeline_clients_close_bounded_with_the_broker_gone(
+    broker: KafkaCluster,
+    postgres: str,
+    unique: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    before = kafka_threads()
+    made = readers_and_timeline(broker, postgres, unique, tmp_path / "delta")
+    broker.stop()
+    caplog.set_level(logging.DEBUG)
+    close_quietly(made, before, caplog, capfd)

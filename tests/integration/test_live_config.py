@@ -119,6 +119,15 @@ def one_stream(env: Env, **config: Any) -> tuple[str, StreamConfiguration]:
     return stream, made
 
 
+def stop(noter: Noter, job: ControllerJob) -> None:
+    """End ``noter`` (started or not), close its writer, stop the controller."""
+    noter.halt.set()
+    if noter.is_alive():
+        noter.join()
+    noter.writer.close()
+    job.stop()
+
+
 @FLOWING
 def test_a_writer_timeout_update_reaches_a_running_controller_within_two_cycles(
     spark: Any, env: Env, flowing: bool
@@ -190,11 +199,7 @@ def test_a_start_up_delay_update_reaches_a_running_controller_within_two_cycles(
             f"start-up delay 600 s -> 0, {'marks flowing' if flowing else 'all silent'}",
         )
     finally:
-        noter.halt.set()
-        if noter.is_alive():
-            noter.join()
-        noter.writer.close()
-        job.stop()
+        stop(noter, job)
     assert row["seq"] == 0 and row["writers"] == ["w1"]
     assert flowing or row["time"] == 2_000
     assert noter.error is None
@@ -263,11 +268,7 @@ def test_a_retention_policy_update_reaches_a_running_controller_within_two_passe
         )
         wait_for(lambda: actions() != [], job, timeout_s=60, state=actions)
     finally:
-        noter.halt.set()
-        if noter.is_alive():
-            noter.join()
-        noter.writer.close()
-        job.stop()
+        stop(noter, job)
     action = actions()[0]
     took_ms = action.at_ms - updated_ms
     cycle = POLICY_INTERVAL_MS + max(passes, default=0.0)
