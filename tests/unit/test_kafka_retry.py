@@ -89,8 +89,9 @@ def test_memory_offsets_keep_the_latest_commit() -> None:
         KafkaError._UNKNOWN_PARTITION,
         KafkaError.UNKNOWN_TOPIC_OR_PART,
         KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
     ],
-    ids=["unknown-partition", "unknown-topic-or-partition", "leader-not-available"],
+    ids=["unknown-partition", "unknown-topic-or-partition", "leader-not-available", "leader-epoch"],
 )
 def test_offset_lookups_ask_again_while_a_scaled_topic_propagates(code: int) -> None:
     """Right after a scale, a broker's metadata may lack the new partitions: the topic
