@@ -87,6 +87,7 @@ class StreamTopics:
         retry: KafkaRetry | None = None,
     ) -> None:
         self.bootstrap = bootstrap
+        self._role = role
         self._admin: Any = roles.client(role, bootstrap)
         self.timeout_s = timeout_s
         self._retry = retry or KafkaRetry(
@@ -295,9 +296,21 @@ class StreamTopics:
     def _retrying_call(self, what: str, call: Callable[[], T]) -> T:
         """``call()`` (it waits for its answers), again while it raises a retriable error;
         Kafka's other errors as :class:`KafkaOperationError`, an outage typed."""
+
+        def attempt() -> T:
+            try:
+                return call()
+            except KafkaException as exc:
+                if _code(exc) == KafkaError._UNKNOWN_PARTITION and self._admin is not None:
+                    # a partition just added (a scale) that the client's metadata cache
+                    # lacks, and keeps lacking until its next refresh (minutes): a fresh
+                    # client asks the brokers, the retry asks it again
+                    self._admin = roles.client(self._role, self.bootstrap)
+                raise
+
         with outages_named(self.bootstrap):
             try:
-                return self._retry(call, what)
+                return self._retry(attempt, what)
             except KafkaException as exc:
                 raise KafkaOperationError(f"{what}: {exc.args[0]}") from named_cause(
                     self.bootstrap, exc

@@ -226,6 +226,21 @@ def timed_passes(loop: PolicyLoop) -> list[float]:
     return took
 
 
+class WallNoter(Noter):
+    """A :class:`Noter` that notes the wall clock's time (retention measures against it)."""
+
+    def run(self) -> None:
+        try:
+            while not self.halt.is_set():
+                self.writer.write(b"e", routing_key="now")
+                self.writer.note_time(time.time_ns() // 1_000_000)
+                self.writer.flush()
+                self.noted += 1
+                self.halt.wait(self.period_s)
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+
 @FLOWING
 def test_a_retention_policy_update_reaches_a_running_controller_within_two_passes(
     spark: Any, env: Env, flowing: bool
@@ -238,13 +253,12 @@ def test_a_retention_policy_update_reaches_a_running_controller_within_two_passe
     ).start()
     (switch,) = job.leader_tasks
     assert isinstance(switch, PolicySwitch)
-    noter = Noter(env.writer("w1", stream), period_s=0.1)
-    limit_ms = 600_000  # the noted times (1970) are all older than that
+    noter = WallNoter(env.writer("w1", stream), period_s=0.1)
+    limit_ms = 600_000  # the old data lies an hour back, the new within it
 
     def cut_now() -> dict[int, int]:
-        return stream_cut_at(
-            stream, time.time_ns() // 1_000_000 - limit_ms, delta_root=settings.delta_root
-        )
+        t = time.time_ns() // 1_000_000 - limit_ms
+        return stream_cut_at(stream, t, delta_root=settings.delta_root)
 
     def actions() -> list[PolicyAction]:
         return [] if switch.loop is None else list(switch.loop.actions)
@@ -254,11 +268,19 @@ def test_a_retention_policy_update_reaches_a_running_controller_within_two_passe
         wait_for(lambda: switch.loop is not None, job, state=lambda: switch.acting)
         assert switch.loop is not None
         passes = timed_passes(switch.loop)
-        noter.start()
+        old = time.time_ns() // 1_000_000 - 3_600_000
+        for i in range(3):  # old data, one watermark per round
+            noter.writer.write(f"old{i}".encode(), routing_key="k", timestamp=old + i)
+            noter.writer.note_time(old + i)
+            noter.writer.flush()
+            job.process_all_available()
+        if flowing:
+            noter.start()
+        else:  # one new note, then every writer silent: no batch meets the stream
+            noter.writer.write(b"new", routing_key="k")
+            noter.writer.note_time(time.time_ns() // 1_000_000)
+            noter.writer.flush()
         wait_for(lambda: cut_now() != {}, job, state=lambda: latest(settings.delta_root, stream))
-        if not flowing:  # every writer silent: no batch meets the stream
-            noter.halt.set()
-            noter.join()
         assert unchanged_for(job, 3, actions) == []  # watched: and no policy to act on
 
         updated_ms = time.time_ns() // 1_000_000
