@@ -52,7 +52,12 @@ from tidemark.controller.naming import (
 
 log = logging.getLogger(__name__)
 
-_RETRIABLE = LEADER_MOVING | {KafkaError._UNKNOWN_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART}
+OFFSET_LOOKUP_RETRIABLE = LEADER_MOVING | {
+    KafkaError._UNKNOWN_PARTITION,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+}
+"""What the per-partition requests ask again: a leader moving, or a partition just added
+(a scale) that a broker's metadata does not show yet ("Unknown partition")."""
 
 DEFAULT_TIMEOUT_S = 30.0
 
@@ -82,9 +87,25 @@ class StreamTopics:
         retry: KafkaRetry | None = None,
     ) -> None:
         self.bootstrap = bootstrap
-        self.admin = roles.client(role, bootstrap)
+        self._role = role
+        self._admin: Any = roles.client(role, bootstrap)
         self.timeout_s = timeout_s
-        self._retry = retry or KafkaRetry(_RETRIABLE, timeout_s=timeout_s, max_delay_s=0.05)
+        self._retry = retry or KafkaRetry(
+            OFFSET_LOOKUP_RETRIABLE, timeout_s=timeout_s, max_delay_s=0.05
+        )
+
+    @property
+    def admin(self) -> Any:
+        """The admin client (:class:`KafkaOperationError` once :meth:`close` let it go)."""
+        if self._admin is None:
+            raise KafkaOperationError(f"the topic operations on {self.bootstrap} were closed")
+        return self._admin
+
+    def close(self) -> None:
+        """Let go of the admin client now: it has no close of its own, and its threads and
+        broker connections end with its last reference (held here only), so nothing
+        reconnects after. A second call does nothing."""
+        self._admin = None
 
     def _wait(self, what: str, future: Any, ok_codes: Iterable[int] = ()) -> Any:
         with outages_named(self.bootstrap):
@@ -275,9 +296,21 @@ class StreamTopics:
     def _retrying_call(self, what: str, call: Callable[[], T]) -> T:
         """``call()`` (it waits for its answers), again while it raises a retriable error;
         Kafka's other errors as :class:`KafkaOperationError`, an outage typed."""
+
+        def attempt() -> T:
+            try:
+                return call()
+            except KafkaException as exc:
+                if _code(exc) == KafkaError._UNKNOWN_PARTITION and self._admin is not None:
+                    # a partition just added (a scale) that the client's metadata cache
+                    # lacks, and keeps lacking until its next refresh (minutes): a fresh
+                    # client asks the brokers, the retry asks it again
+                    self._admin = roles.client(self._role, self.bootstrap)
+                raise
+
         with outages_named(self.bootstrap):
             try:
-                return self._retry(call, what)
+                return self._retry(attempt, what)
             except KafkaException as exc:
                 raise KafkaOperationError(f"{what}: {exc.args[0]}") from named_cause(
                     self.bootstrap, exc

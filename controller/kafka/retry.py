@@ -28,9 +28,17 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-LEADER_MOVING = frozenset({KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION})
-"""A partition whose leader is moving, or not yet elected on a topic just made: asked
-again a moment later, it answers."""
+LEADER_MOVING = frozenset(
+    {
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+        KafkaError.FENCED_LEADER_EPOCH,
+    }
+)
+"""A partition whose leader is moving, or not yet elected on a topic just made or grown
+(the client's leader epoch newer or older than the broker's, for a moment): asked again
+a moment later, it answers."""
 
 COORDINATOR_MOVING = frozenset(
     {

@@ -409,9 +409,17 @@ class ReaderGroup(Closing):
     # --- plumbing used by readers -----------------------------------------------------------
 
     def consumer_settings(self, client_id: str) -> dict[str, Any]:
+        # The consumers never join the group (assigned, not subscribed): the session
+        # timeout only bounds how long a close waits for a commit that a gone broker
+        # never answers (librdkafka's default, 45 s, would hold every reader's close).
         return roles.READER_CONSUMER.config(
             self.bootstrap_servers,
-            {"group.id": self.name, "client.id": client_id, **self.config.consumer_overrides},
+            {
+                "group.id": self.name,
+                "client.id": client_id,
+                "session.timeout.ms": self.config.kafka_timeout_ms,
+                **self.config.consumer_overrides,
+            },
         )
 
     def committed_offsets(self, seg_ids: Iterable[int]) -> dict[int, int]:

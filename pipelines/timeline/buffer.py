@@ -70,7 +70,7 @@ from tidemark.pipelines.timeline.buffer_sql import (
 )
 from tidemark.pipelines.timeline.clock import StreamClock
 from tidemark.pipelines.timeline.config import BufferConfig, TimelineConfig
-from tidemark.pipelines.timeline.exceptions import TimelineError
+from tidemark.pipelines.timeline.exceptions import TimelineClosedError, TimelineError
 from tidemark.pipelines.timeline.metrics import CREATED, DriftGauge
 from tidemark.pipelines.timeline.model import bucket_of
 from tidemark.pipelines.timeline.record import KafkaRecord, decode_record, encode_record
@@ -118,6 +118,7 @@ class BufferIngest:
         )
         self._assigned: set[int] = set()
         self._next_look = 0.0
+        self._closed = False
         try:
             self._assign(self._source_partitions(self._watch.timeout_s))
         except BaseException:
@@ -184,6 +185,10 @@ class BufferIngest:
 
     def run_once(self, timeout_ms: int = 200) -> int:
         """Read one batch (waiting up to ``timeout_ms``) and store it; returns records read."""
+        if self._closed:
+            raise TimelineClosedError(
+                f"the buffer ingest of {self.config.source_topic!r} is closed", self.config.timeline
+            )
         self.drift.refresh()
         self._follow_source()
         records: list[Any] = self._consumer.consume(self.config.batch_size, timeout_ms / 1000)
@@ -226,6 +231,11 @@ class BufferIngest:
         return len(rows.ids)
 
     def close(self) -> None:
+        """Close the consumer and the database session; a use after raises
+        :class:`TimelineClosedError`."""
+        if self._closed:
+            return
+        self._closed = True
         try:
             self._consumer.close()
         finally:

@@ -32,7 +32,7 @@ from tidemark.controller.closing import Closing
 from tidemark.controller.kafka import roles
 from tidemark.controller.kafka.outages import OutageWatch, answering, outages_named
 from tidemark.pipelines.timeline.config import IngestConfig
-from tidemark.pipelines.timeline.exceptions import TimelineError
+from tidemark.pipelines.timeline.exceptions import TimelineClosedError, TimelineError
 from tidemark.pipelines.timeline.metrics import CREATED, DriftGauge
 from tidemark.pipelines.timeline.store import NewMessage, TimelineStore
 from tidemark.pipelines.timeline.wire import decode_scheduled
@@ -67,6 +67,8 @@ class TimelineIngester(Closing):
         self.dead_letter_topic = dead_letter_topic
         self.bootstrap = bootstrap
         self._watch = OutageWatch(bootstrap, config.kafka_timeout_ms / 1000)
+        self._closed = False
+        self._dead_letters: Any = None
         self._consumer = roles.client(
             roles.INGEST_CONSUMER, bootstrap, {"group.id": config.group_id, **self._watch.settings}
         )
@@ -76,7 +78,7 @@ class TimelineIngester(Closing):
             self.close()
             raise
         self._consumer.subscribe([config.topic])
-        self._dead_letters: Any = (
+        self._dead_letters = (
             roles.client(roles.DEAD_LETTER_PRODUCER, bootstrap) if dead_letter_topic else None
         )
 
@@ -94,6 +96,8 @@ class TimelineIngester(Closing):
 
     def run_once(self, timeout_ms: int | None = None) -> IngestStats:
         """Read one batch (waiting up to ``timeout_ms``), store it, commit its offsets."""
+        if self._closed:
+            raise TimelineClosedError(f"the ingest of {self.config.topic!r} is closed")
         self.drift.refresh()
         timeout_s = (timeout_ms or self.config.poll_timeout_ms) / 1000
         records = self._consumer.consume(self.config.batch_size, timeout_s)
@@ -149,7 +153,16 @@ class TimelineIngester(Closing):
             self.run_once()
 
     def close(self) -> None:
+        """Close the Kafka handles (the dead letters' producer within a bounded flush) and
+        the database session; a use after raises :class:`TimelineClosedError`."""
+        if self._closed:
+            return
+        self._closed = True
         try:
             self._consumer.close()
+            if self._dead_letters is not None:
+                left = roles.release(self._dead_letters, self.config.kafka_timeout_ms / 1000)
+                if left:
+                    log.warning("ingest %s: %d dead letters not sent", self.config.topic, left)
         finally:
             self.store.close()

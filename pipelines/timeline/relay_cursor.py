@@ -56,7 +56,11 @@ from tidemark.pipelines.timeline.consumer import (
     next_batch_limit,
     wake_delay_ms,
 )
-from tidemark.pipelines.timeline.exceptions import RelayFencedError, TimelineError
+from tidemark.pipelines.timeline.exceptions import (
+    RelayFencedError,
+    TimelineClosedError,
+    TimelineError,
+)
 from tidemark.pipelines.timeline.metrics import (
     DUE_TO_DELIVERY_LAG,
     RELAYED,
@@ -146,6 +150,7 @@ class CursorRelay(Closing):
         self._fenced: BaseException | None = None
         self._streams_checked = float("-inf")
         self._drift: DriftGauge | None = None
+        self._closed = False
         self._group = roles.client(roles.BUFFER_GROUP, bootstrap, {"group.id": settings.name})
         self._reader = futures.ThreadPoolExecutor(1, thread_name_prefix=f"relay-read-{timeline}")
         """Reads the next batch while Kafka commits the last (the store serialises its calls)."""
@@ -367,6 +372,8 @@ class CursorRelay(Closing):
     def run_once(self, timeout_ms: int = 1_000) -> int:
         """Relay the due messages (waiting up to ``timeout_ms`` for a first batch, and
         going on while more are due until then); returns how many were delivered."""
+        if self._closed:
+            raise TimelineClosedError(f"the relay of {self.timeline!r} is closed", self.timeline)
         if self._fenced is not None:
             raise self._fenced
         try:
@@ -457,8 +464,17 @@ class CursorRelay(Closing):
         )
 
     def close(self) -> None:
+        """Close the Kafka handles (the producer without waiting: a batch not committed is
+        sent again by the next relay) and the database sessions; a use after raises
+        :class:`TimelineClosedError`."""
+        if self._closed:
+            return
+        self._closed = True
+        producer, self._producer = self._producer, None
         try:
             self._reader.shutdown(wait=True)
+            if producer is not None:
+                roles.release(producer, 0)
             self._group.close()
         finally:
             if self._waker is not None:

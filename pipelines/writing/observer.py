@@ -217,10 +217,13 @@ class StreamObserver(Closing):
 
     def close(self) -> None:
         """Send the shutdown mark (the last noted time, not alive), flush (at most the
-        config's ``timeout_s``) and close the Kafka handle."""
+        config's ``timeout_s``) and close the Kafka handles (the marks' producer and the
+        offset lookups' admin client)."""
         if self._closed:
             return
         self._closed = True
+        self._offsets = None
+        self._topics.close()
         last = self._last
         if last is not None:
             self._marks.publish(self.stream, replace(last, alive=False))

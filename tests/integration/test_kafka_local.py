@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic, OffsetSpec
+
+from tidemark.controller.exceptions import KafkaOperationError
 
 
 def _create_topic(bootstrap: str, topic: str, partitions: int = 1, rf: int = 1) -> None:
@@ -250,3 +252,25 @@ def test_partition_offsets_in_batches_answer_as_one_request_does(kafka: str, uni
         topics.last_stable_offsets(topic, [0, partitions])  # a partition it does not have
     with pytest.raises(type(one_request.value)):
         offsets.last_stable([0, partitions])
+
+
+def test_end_offsets_right_after_partitions_are_added_answer_for_them(
+    kafka: str, unique: str
+) -> None:
+    """A scale adds partitions; the lookups asked at once (the policy loop's, the writers')
+    answer for the new ones as well, asked again until the brokers know them."""
+    from tidemark.controller.kafka.admin import StreamTopics
+
+    topic = f"grown-{unique}"
+    topics = StreamTopics(kafka, timeout_s=30.0)
+    try:
+        topics.create(topic, 1, {})
+        assert topics.end_offsets(topic, [0]) == {0: 0}  # the client knows one partition
+        for count in (3, 6):  # grown by another client, asked before any metadata wait
+            admin = AdminClient({"bootstrap.servers": kafka, "log_level": 0})
+            admin.create_partitions([NewPartitions(topic, count)])[topic].result(30)
+            assert topics.end_offsets(topic, range(count)) == dict.fromkeys(range(count), 0)
+    finally:
+        topics.close()
+    with pytest.raises(KafkaOperationError, match="closed"):
+        topics.end_offsets(topic, [0])

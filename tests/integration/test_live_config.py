@@ -6,6 +6,10 @@ that meets the stream reads the new configuration. A stream whose writers are al
 silent has no such batch until its due time (computed under the old value): the
 leading driver's own watch (``tidemark.jobs.config_changes``) then makes every slot
 due at once. Either way, no restart, and within two cycles.
+
+A stream's policies (retention, auto-scaling) are acted on by the policy loop that the
+leading driver runs (``tidemark.controller.policy_loop``): a watch on the stream's
+record hands it the new policies, acted on at its next pass.
 """
 
 from __future__ import annotations
@@ -22,10 +26,14 @@ import pytest
 from tests.controller_env import Env
 from tests.faults.figures import report
 from tests.integration.test_controller_job import Noter, make_env, wait_for
-from tidemark.controller.config import ScalingPolicy, StreamConfiguration
+from tests.integration.test_controller_wiring import run_args
+from tidemark.cli.controller import policy_tasks
+from tidemark.controller.config import RetentionPolicy, ScalingPolicy, StreamConfiguration
+from tidemark.controller.policy_loop import PolicyAction, PolicyLoop, PolicySwitch
 from tidemark.jobs.config import ControllerSettings
 from tidemark.jobs.controller_job import ControllerJob
 from tidemark.jobs.tables import read_table
+from tidemark.pipelines.reading.seek import stream_cut_at
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
 
@@ -111,6 +119,15 @@ def one_stream(env: Env, **config: Any) -> tuple[str, StreamConfiguration]:
     return stream, made
 
 
+def stop(noter: Noter, job: ControllerJob) -> None:
+    """End ``noter`` (started or not), close its writer, stop the controller."""
+    noter.halt.set()
+    if noter.is_alive():
+        noter.join()
+    noter.writer.close()
+    job.stop()
+
+
 @FLOWING
 def test_a_writer_timeout_update_reaches_a_running_controller_within_two_cycles(
     spark: Any, env: Env, flowing: bool
@@ -182,11 +199,108 @@ def test_a_start_up_delay_update_reaches_a_running_controller_within_two_cycles(
             f"start-up delay 600 s -> 0, {'marks flowing' if flowing else 'all silent'}",
         )
     finally:
-        noter.halt.set()
-        if noter.is_alive():
-            noter.join()
-        noter.writer.close()
-        job.stop()
+        stop(noter, job)
     assert row["seq"] == 0 and row["writers"] == ["w1"]
     assert flowing or row["time"] == 2_000
+    assert noter.error is None
+
+
+POLICY_INTERVAL_MS = 1_000
+"""The policy loop's wait between two passes here (``--policy-interval-ms``)."""
+
+
+def timed_passes(loop: PolicyLoop) -> list[float]:
+    """The durations (ms) of ``loop``'s passes from now on: its step, timed (a pass's own
+    run adds to the interval, as a batch's adds to the trigger's)."""
+    took: list[float] = []
+    step = loop.periodic.step
+
+    def timed() -> object:
+        started = time.monotonic()
+        try:
+            return step()
+        finally:
+            took.append((time.monotonic() - started) * 1000)
+
+    loop.periodic.step = timed
+    return took
+
+
+class WallNoter(Noter):
+    """A :class:`Noter` that notes the wall clock's time (retention measures against it)."""
+
+    def run(self) -> None:
+        try:
+            while not self.halt.is_set():
+                self.writer.write(b"e", routing_key="now")
+                self.writer.note_time(time.time_ns() // 1_000_000)
+                self.writer.flush()
+                self.noted += 1
+                self.halt.wait(self.period_s)
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+
+@FLOWING
+def test_a_retention_policy_update_reaches_a_running_controller_within_two_passes(
+    spark: Any, env: Env, flowing: bool
+) -> None:
+    stream, config = one_stream(env)  # no policy: nothing is truncated
+    settings = env.settings()
+    args = run_args(env, "--policy-interval-ms", str(POLICY_INTERVAL_MS))
+    job = ControllerJob(
+        spark, settings, args.instance, leader_tasks=policy_tasks(args)(settings)
+    ).start()
+    (switch,) = job.leader_tasks
+    assert isinstance(switch, PolicySwitch)
+    noter = WallNoter(env.writer("w1", stream), period_s=0.1)
+    limit_ms = 600_000  # the old data lies an hour back, the new within it
+
+    def cut_now() -> dict[int, int]:
+        t = time.time_ns() // 1_000_000 - limit_ms
+        return stream_cut_at(stream, t, delta_root=settings.delta_root)
+
+    def actions() -> list[PolicyAction]:
+        return [] if switch.loop is None else list(switch.loop.actions)
+
+    try:
+        job.wait_leading()
+        wait_for(lambda: switch.loop is not None, job, state=lambda: switch.acting)
+        assert switch.loop is not None
+        passes = timed_passes(switch.loop)
+        old = time.time_ns() // 1_000_000 - 3_600_000
+        for i in range(3):  # old data, one watermark per round
+            noter.writer.write(f"old{i}".encode(), routing_key="k", timestamp=old + i)
+            noter.writer.note_time(old + i)
+            noter.writer.flush()
+            job.process_all_available()
+        if flowing:
+            noter.start()
+        else:  # one new note, then every writer silent: no batch meets the stream
+            noter.writer.write(b"new", routing_key="k")
+            noter.writer.note_time(time.time_ns() // 1_000_000)
+            noter.writer.flush()
+        wait_for(lambda: cut_now() != {}, job, state=lambda: latest(settings.delta_root, stream))
+        assert unchanged_for(job, 3, actions) == []  # watched: and no policy to act on
+
+        updated_ms = time.time_ns() // 1_000_000
+        passes.clear()
+        env.manager.update(
+            stream, dataclasses.replace(config, retention_policy=RetentionPolicy.by_time(limit_ms))
+        )
+        wait_for(lambda: actions() != [], job, timeout_s=60, state=actions)
+    finally:
+        stop(noter, job)
+    action = actions()[0]
+    took_ms = action.at_ms - updated_ms
+    cycle = POLICY_INTERVAL_MS + max(passes, default=0.0)
+    report(
+        "live-config",
+        f"retention policy none -> by time, {'marks flowing' if flowing else 'all silent'}: "
+        f"truncated {took_ms} ms after the update (policy interval {POLICY_INTERVAL_MS} ms, "
+        f"longest pass since {max(passes, default=0.0):.0f} ms)",
+    )
+    assert took_ms <= 2 * cycle, f"update applied after {took_ms} ms (cycle {cycle:.0f} ms)"
+    assert action.kind == "truncate" and action.stream == stream
+    assert dict(env.manager.describe(stream).truncation) == actions()[-1].cut
     assert noter.error is None

@@ -81,3 +81,27 @@ def test_memory_offsets_keep_the_latest_commit() -> None:
     assert offsets.committed([1, 2, 3]) == {1: 9, 2: 7}
     offsets.forget()
     assert offsets.committed([1, 2]) == {}
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        KafkaError._UNKNOWN_PARTITION,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+    ],
+    ids=["unknown-partition", "unknown-topic-or-partition", "leader-not-available", "leader-epoch"],
+)
+def test_offset_lookups_ask_again_while_a_scaled_topic_propagates(code: int) -> None:
+    """Right after a scale, a broker's metadata may lack the new partitions: the topic
+    operations' lookups (``StreamTopics.end_offsets`` and the others) ask again."""
+    from tidemark.controller.kafka.admin import OFFSET_LOOKUP_RETRIABLE
+
+    clock = _Clock()
+    retry = KafkaRetry(
+        OFFSET_LOOKUP_RETRIABLE, timeout_s=30.0, sleep=clock.sleep, monotonic=clock.monotonic
+    )
+    calls, call = _failing(code, 3)
+    assert retry(call) == "ok"  # type: ignore[arg-type]
+    assert len(calls) == 4
