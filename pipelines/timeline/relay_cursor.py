@@ -400,12 +400,7 @@ class CursorRelay(Closing):
                 self._produce(batch.rows, refused)
                 # The next batch is read while the broker receives and commits this one.
                 ahead = self._reader.submit(self._take, limit) if time.monotonic() < until else None
-                try:
-                    self._commit(batch)
-                except BaseException:
-                    if ahead is not None:
-                        futures.wait([ahead])  # what it recorded is given back with the rest
-                    raise
+                self._commit_beside(batch, ahead)
                 self._delivered(batch)  # before the read's outcome: Kafka has this batch
                 relayed += len(batch.rows)
                 if ahead is not None:
@@ -418,6 +413,16 @@ class CursorRelay(Closing):
             self._drop_producer()
             raise
         return relayed
+
+    def _commit_beside(self, batch: TakenBatch, ahead: futures.Future[TakenBatch] | None) -> None:
+        """Commit ``batch`` while ``ahead`` reads the next; a failed commit waits for that
+        read, so what it recorded is given back with the rest."""
+        try:
+            self._commit(batch)
+        except BaseException:
+            if ahead is not None:
+                futures.wait([ahead])
+            raise
 
     def _failed(self, exc: KafkaException, refused: Sequence[Any], rows: Sequence[Row]) -> None:
         """A batch Kafka did not commit: park what the broker refused, start over next
