@@ -47,3 +47,17 @@ def jvm_argv(
         main_class,
         *args,
     ]
+
+
+def argfile_argv(argv: list[str], path: Path) -> list[str]:
+    """``argv`` (a :func:`jvm_argv`) as ``java @path``: everything after the executable
+    in a file only its owner reads, so secrets among the arguments (SCRAM passwords for
+    Kafka's storage tool) are not on the process list. Each argument is quoted; one
+    holding a quote or a backslash is refused (the file's syntax would change it)."""
+    bad = [a for a in argv[1:] if '"' in a or "\\" in a]
+    if bad:
+        raise ValueError(f"{len(bad)} JVM arguments hold a quote or a backslash")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write("".join(f'"{a}"\n' for a in argv[1:]))
+    return [argv[0], f"@{path}"]

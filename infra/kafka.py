@@ -36,7 +36,7 @@ from pathlib import Path
 from tidemark.environment import Environment
 from tidemark.infra import jars
 from tidemark.infra.exceptions import ServiceError, ServiceTimeout
-from tidemark.infra.java import jvm_argv
+from tidemark.infra.java import argfile_argv, jvm_argv
 from tidemark.infra.ports import HOST, ensure_free, free_ports
 from tidemark.infra.process import ManagedProcess, Service, key_line, wait_for
 from tidemark.infra.tls import PrivateCA
@@ -267,16 +267,19 @@ class KafkaCluster(Service):
             (
                 node,
                 subprocess.Popen(
-                    self._argv(
-                        node,
-                        STORAGE_TOOL,
-                        "format",
-                        "--cluster-id",
-                        self.cluster_id,
-                        "--config",
-                        str(config),
-                        "--ignore-formatted",
-                        *(self.security.scram_arguments() if self.security else ()),
+                    argfile_argv(  # the SCRAM passwords in a file, not on the process list
+                        self._argv(
+                            node,
+                            STORAGE_TOOL,
+                            "format",
+                            "--cluster-id",
+                            self.cluster_id,
+                            "--config",
+                            str(config),
+                            "--ignore-formatted",
+                            *(self.security.scram_arguments() if self.security else ()),
+                        ),
+                        node.data_dir / "format.args",
                     ),
                     stdout=subprocess.PIPE,
                     stderr=subprocess.STDOUT,
@@ -287,6 +290,7 @@ class KafkaCluster(Service):
         ]
         for node, proc in running:
             out, _ = proc.communicate(timeout=120)
+            (node.data_dir / "format.args").unlink(missing_ok=True)
             if proc.returncode != 0:
                 log_path = node.data_dir / "format.log"
                 log_path.write_text(out)

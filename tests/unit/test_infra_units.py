@@ -118,3 +118,26 @@ def test_the_s3a_settings_name_the_store_path_style_over_http(tmp_path: Path) ->
     assert conf["spark.hadoop.fs.s3a.path.style.access"] == "true"
     assert set(s3.reader_environment()) == set(READER_ENVIRONMENT)
     assert bucket_path("lake", "/tidemark") == "s3a://lake/tidemark"
+
+
+@pytest.mark.unit
+def test_an_argfile_keeps_the_arguments_off_the_process_list(tmp_path: Path) -> None:
+    """``java @file``: the arguments (a SCRAM password among them) in a file only its owner
+    reads, each quoted, as the JVM's launcher reads them back; a quote or a backslash,
+    which the file's syntax would change, is refused."""
+    import os
+    import stat
+    import subprocess
+
+    from tidemark.infra.java import argfile_argv, java_executable
+
+    java = java_executable(Environment.from_env())
+    secret = "SCRAM-SHA-256=[name=admin,password=admin-pw]"
+    path = tmp_path / "format.args"
+    argv = argfile_argv([java, "-Dtidemark.probe=" + secret, "-version"], path)
+    assert argv == [java, f"@{path}"] and not any("admin-pw" in a for a in argv)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert path.read_text().splitlines() == [f'"-Dtidemark.probe={secret}"', '"-version"']
+    assert subprocess.run(argv, capture_output=True, check=False).returncode == 0
+    with pytest.raises(ValueError, match="quote or a backslash"):
+        argfile_argv([java, 'a"b'], tmp_path / "refused.args")
