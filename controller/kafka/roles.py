@@ -26,12 +26,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
 from tidemark.controller.kafka.settings import client_config, user_properties
 
 C = TypeVar("C", Producer, Consumer, AdminClient)
+
+log = logging.getLogger(__name__)
 
 KAFKA_LOGGER = logging.getLogger("tidemark.pipelines.kafka")
 """Where the clients of writers and readers log (a user's process: its logging setup)."""
@@ -87,11 +89,17 @@ def release(producer: Producer, timeout_s: float) -> int:
     """Let go of ``producer`` within about ``timeout_s``: wait that long for what is in
     flight, purge what is left (its delivery reports say so), serve the reports, close
     the handle (its threads and broker connections end now, not when the object is
-    collected: nothing reconnects or logs after). The number of records purged."""
-    left = producer.flush(max(0.0, timeout_s))
-    if left:
-        producer.purge(in_queue=True, in_flight=True, blocking=True)
-        producer.poll(0)
+    collected: nothing reconnects or logs after). The number of records purged. A
+    producer in a fatal state (refused its transactional id, fenced) is closed too: its
+    flush and purge raise that error, which its owner was told already."""
+    try:
+        left = producer.flush(max(0.0, timeout_s))
+        if left:
+            producer.purge(in_queue=True, in_flight=True, blocking=True)
+            producer.poll(0)
+    except KafkaException as exc:
+        left = len(producer)
+        log.debug("releasing a producer in a fatal state: %s", exc)
     with warnings.catch_warnings():
         # a transaction a gone broker left open cannot be aborted: the broker's own
         # transaction timeout aborts it, and the caller was told already

@@ -1,12 +1,14 @@
-"""Each tidemark role on a secured cluster (SASL/SCRAM, ACLs from ``grant_tidemark_acls``),
-used as itself: a principal per role runs that role's verbs, and a neighbouring verb it
-has no grant for is refused by the broker with an authorization error.
+"""Each tidemark role on a secured cluster (SASL/SCRAM over TLS with a CA made for the
+run, ACLs from ``grant_tidemark_acls``), used as itself: a principal per role runs that
+role's verbs, and a neighbouring verb it has no grant for is refused by the broker with
+an authorization error.
 
 One broker, one principal per role (plus the admin that grants), in a module fixture:
 writer, controller, policies, reader, service and timeline."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -32,8 +34,15 @@ from tidemark.controller.model import KeyRange
 from tidemark.controller.naming import ClusterSettings
 from tidemark.controller.streams import StreamManager
 from tidemark.controller.zookeeper.store import ZooKeeperStore
-from tidemark.environment import KAFKA_BOOTSTRAP, POSTGRES_DSN, ZK_CONNECT, overridden
+from tidemark.environment import (
+    KAFKA_BOOTSTRAP,
+    KAFKA_PROPERTIES,
+    POSTGRES_DSN,
+    ZK_CONNECT,
+    overridden,
+)
 from tidemark.infra.kafka import KafkaCluster, KafkaSecurity
+from tidemark.infra.tls import PrivateCA
 from tidemark.pipelines.reading.group import ReaderGroup
 from tidemark.pipelines.timeline.buffer import BufferRelay
 from tidemark.pipelines.timeline.config import (
@@ -76,12 +85,18 @@ class Secured:
         return self.store.get_stream(STREAM).topic
 
 
+TRUST: dict[str, str] = {}
+"""What makes a client trust the module's broker (its CA), set by the ``secured`` fixture."""
+
+
 def principal(role: str) -> dict[str, str]:
+    """The environment of a process running as ``role``: SASL over TLS, the run's CA."""
     passwords = {"admin": ADMIN_PASSWORD, **PASSWORDS}
     return {
-        SECURITY_PROTOCOL: "SASL_PLAINTEXT",
+        SECURITY_PROTOCOL: "SASL_SSL",
         SASL_USERNAME: role,
         SASL_PASSWORD: passwords[role],
+        **TRUST,
     }
 
 
@@ -94,7 +109,11 @@ def secured(tmp_path_factory: pytest.TempPathFactory, zookeeper: str) -> Iterato
     )
     zk = KazooClient(hosts=zookeeper)
     zk.start(30)
-    with KafkaCluster(tmp / "kafka", security=KafkaSecurity(ADMIN_PASSWORD, PASSWORDS)) as kafka:
+    ca = PrivateCA.create(tmp / "tls")
+    TRUST[KAFKA_PROPERTIES] = json.dumps({"ssl.ca.location": str(ca.cert)})
+    security = KafkaSecurity(ADMIN_PASSWORD, PASSWORDS)
+    with KafkaCluster(tmp / "kafka", security=security, tls=ca) as kafka:
+        assert kafka.protocol == "SASL_SSL"  # every role's clients, the timeline's too
         bootstrap = kafka.bootstrap_servers
         source, target = f"timeline-in-{unique}", f"timeline-out-{unique}"
         with overridden(principal("admin")):

@@ -54,6 +54,7 @@ def append_marks(root, stream, marks, emitted_step_ms=1_000, top=None):
                     [{"segment": s, "offset": o} for s, o in sorted(m[3].items())] for m in marks
                 ],
                 "writers": [["w1", "w2"]] * len(marks),
+                "vouchers": [None] * len(marks),  # (who vouched: not known for these)
                 "emitted_at": emitted,
                 **{column: [None] * len(marks) for column in OBSERVATION_COLUMNS},  # noted
             },
