@@ -49,8 +49,14 @@ from tidemark.controller.naming import (
     TIMESTAMP_TYPE,
     ClusterSettings,
 )
+from tidemark.retries import RetryPolicy
 
 log = logging.getLogger(__name__)
+
+
+class TopicConfigsNotShownError(KafkaOperationError):
+    """A topic's settings were changed, but its broker kept describing the old ones."""
+
 
 OFFSET_LOOKUP_RETRIABLE = LEADER_MOVING | {
     KafkaError._UNKNOWN_PARTITION,
@@ -189,6 +195,24 @@ class StreamTopics:
         futures = self.admin.incremental_alter_configs([resource])
         for future in futures.values():
             self._wait(f"configuring topic {topic!r}", future)
+        self._until_shown(topic, {k: v for k, v in configs.items() if v is not None})
+
+    def _until_shown(self, topic: str, wanted: Mapping[str, str]) -> None:
+        """Wait until the broker describes ``topic`` with the ``wanted`` settings: the
+        controller commits a change before every broker has applied it, and a describe
+        right after (the caller's next step, or a user's) could show the old values."""
+
+        def shown() -> None:
+            now = self.topic_configs(topic)
+            stale = sorted(name for name, value in wanted.items() if now.get(name) != value)
+            if stale:
+                raise TopicConfigsNotShownError(
+                    f"topic {topic!r}: the broker does not show the new {', '.join(stale)} "
+                    f"within {self.timeout_s:.0f} s of setting them"
+                )
+
+        policy = RetryPolicy(first_delay_s=0.02, max_delay_s=0.25, max_elapsed_s=self.timeout_s)
+        policy.call(shown, retry_on=TopicConfigsNotShownError, what=f"topic {topic!r} settings")
 
     def topic_configs(self, topic: str) -> dict[str, str]:
         futures = self.admin.describe_configs([ConfigResource(ResourceType.TOPIC, topic)])
