@@ -175,6 +175,10 @@ def unread(history: History, reader: GroupReader) -> str:
     return "\n".join(lines)
 
 
+START_UP_DELAY_MS = 15_000
+"""The nemesis stream's start-up delay (``first_watermark_delay_ms``)."""
+
+
 @pytest.fixture(scope="module")
 def history(deployment: Deployment, seed: int) -> Iterator[History]:
     history = History()
@@ -183,7 +187,13 @@ def history(deployment: Deployment, seed: int) -> Iterator[History]:
         store = ZooKeeperStore(zk, deployment.cluster.zk_root)
         manager = StreamManager(store, deployment.bootstrap, deployment.cluster)
         manager.create_scope(STREAM.split("/")[0])
-        manager.create(STREAM, StreamConfiguration(scaling_policy=ScalingPolicy.fixed(2)))
+        # Its writers start one after the other (seconds apart under load): the start-up
+        # delay keeps the first watermark from leaving out one that starts a little later,
+        # as a deployment with several writers sets it.
+        config = StreamConfiguration(
+            scaling_policy=ScalingPolicy.fixed(2), first_watermark_delay_ms=START_UP_DELAY_MS
+        )
+        manager.create(STREAM, config)
 
         def leader() -> str | None:
             view = controller_view(zk, deployment.cluster.zk_root, deployment.cluster.marks_topic)
