@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import argparse
 import signal
-import threading
 from collections.abc import Callable
 from typing import Any
 
 from tidemark.cli.control_plane import control_plane
 from tidemark.cli.output import emit
+from tidemark.cli.signals import stopping_on
 from tidemark.cli.times import add_duration_flag
 
 
@@ -48,32 +48,25 @@ def cmd_observe(args: argparse.Namespace) -> int:
     from tidemark.pipelines.writing.observer import ObserverConfig, StreamObserver
 
     config = ObserverConfig(args.lateness_ms, args.interval_ms, args.idle_ms)
-    stop = threading.Event()
-    previous = {
-        sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)
-    }
-    try:
-        with (
-            control_plane() as cp,
-            StreamObserver(
-                args.stream,
-                config,
-                store=cp.store,
-                bootstrap_servers=cp.kafka,
-                writer_id=args.writer_id,
-            ) as observer,
-        ):
-            emit(
-                args,
-                {"stream": args.stream, "writer_id": observer.writer_id, "observing": True},
-                f"observing {args.stream} as {observer.writer_id} "
-                f"(lateness {config.lateness_ms} ms); Ctrl-C stops",
-            )
-            observer.run(stop)
-            last = observer.last_mark
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    with (
+        stopping_on(signal.SIGINT, signal.SIGTERM) as stop,
+        control_plane() as cp,
+        StreamObserver(
+            args.stream,
+            config,
+            store=cp.store,
+            bootstrap_servers=cp.kafka,
+            writer_id=args.writer_id,
+        ) as observer,
+    ):
+        emit(
+            args,
+            {"stream": args.stream, "writer_id": observer.writer_id, "observing": True},
+            f"observing {args.stream} as {observer.writer_id} "
+            f"(lateness {config.lateness_ms} ms); Ctrl-C stops",
+        )
+        observer.run(stop)
+        last = observer.last_mark
     emit(
         args,
         {"stream": args.stream, "stopped": True, "time": None if last is None else last.time},

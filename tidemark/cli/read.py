@@ -59,6 +59,7 @@ from tidemark.cli.control_plane import (
 )
 from tidemark.cli.cuts import format_cut
 from tidemark.cli.output import add_verb, emit, emit_rows, text_value
+from tidemark.cli.signals import stopping_on
 from tidemark.cli.times import (
     TIME_HELP,
     add_duration_flag,
@@ -366,29 +367,16 @@ def past_cut(position: Mapping[int, int], cut: Mapping[int, int], segments: Any)
     return compare(position, cut, segments) > 0
 
 
-@contextlib.contextmanager
-def _until_interrupted(follow: bool) -> Iterator[threading.Event]:
+def _until_interrupted(follow: bool) -> contextlib.AbstractContextManager[threading.Event]:
     """With ``--follow``, Ctrl-C (SIGINT) ends the read normally (exit 0): every row
     read was printed and flushed, and the reader group is ephemeral (it commits nothing),
     so stopping there loses nothing.
 
-    The signal only sets the event the read loop checks: an interrupt raised inside a
-    Kafka call or a client's lock could leave the reader unable to close. A second
+    The signal only sets the event the read loop checks (:func:`stopping_on`); a second
     Ctrl-C interrupts at once, as without the handler."""
-    stop = threading.Event()
-    if not follow or threading.current_thread() is not threading.main_thread():
-        yield stop
-        return
-
-    def interrupted(signum: int, frame: Any) -> None:
-        stop.set()
-        signal.signal(signal.SIGINT, previous)
-
-    previous = signal.signal(signal.SIGINT, interrupted)
-    try:
-        yield stop
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    if follow and threading.current_thread() is threading.main_thread():
+        return stopping_on(signal.SIGINT, once=True)
+    return contextlib.nullcontext(threading.Event())
 
 
 def _read_merged(args: argparse.Namespace, since: int | None) -> int:
