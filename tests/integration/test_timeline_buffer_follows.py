@@ -38,8 +38,13 @@ from tidemark.pipelines.timeline.store import TimelineStore
 
 
 def _topics(bootstrap: str, partitions: int, *names: str) -> None:
+    """Topics that keep every record, as a stream's do: the stream-time test's records
+    are stamped years ago, and a broker's time retention deletes such a segment at its
+    next check (every few seconds on the test broker), before a slow ingest reads it."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(n, partitions, 1) for n in names]).values():
+    keep = {"retention.ms": "-1"}
+    topics = [NewTopic(n, partitions, 1, config=keep) for n in names]
+    for future in admin.create_topics(topics).values():
         future.result(30)
 
 
@@ -146,11 +151,13 @@ def test_every_timeline_process_measures_its_clock_drift_again(
 
 
 def _ingest(kafka: str, postgres: str, env: dict[str, str], *args: str) -> subprocess.Popen:
-    argv = [sys.executable, "-m", "tidemark.cli.main", "timeline", "ingest", *args]
+    # -v: a failed wait shows how far the ingest got (its INFO log, with times)
+    argv = [sys.executable, "-m", "tidemark.cli.main", "-v", "timeline", "ingest", *args]
     argv += ["--bootstrap", kafka]
     return subprocess.Popen(
         argv,
-        env={**os.environ, POSTGRES_DSN: postgres, **env},
+        # PYTHONFAULTHANDLER: SIGABRT prints every thread's stack (a failed wait's)
+        env={**os.environ, POSTGRES_DSN: postgres, "PYTHONFAULTHANDLER": "1", **env},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
@@ -211,6 +218,7 @@ def test_until_stream_time_releases_records_as_the_watermark_passes_them(
     def watermark(time_ms: int) -> None:
         append_watermarks(root, [Watermark(stream, time_ms, time_ms, {0: 1}, next(seqs))])
 
+    time.sleep(40)
     watermark(t - 1)  # below both: nothing is due
     with _Target(kafka, target) as seen:
         proc = _ingest(
@@ -226,6 +234,7 @@ def test_until_stream_time_releases_records_as_the_watermark_passes_them(
         )
         try:
             with TimelineStore(postgres) as store:
+                store.migrate()  # the test may look before the ingest has made the tables
                 timeline = f"buffer.{source}.{target}"
                 try:
                     _wait(
@@ -239,11 +248,11 @@ def test_until_stream_time_releases_records_as_the_watermark_passes_them(
                 except AssertionError as exc:  # what the store and the ingest said
                     known = timeline in {t.name for t in store.timelines()}
                     counted = store.count(timeline) if known else None
-                    proc.send_signal(signal.SIGTERM)
+                    proc.send_signal(signal.SIGABRT)  # where each thread stands
                     out, err = proc.communicate(timeout=60)
                     raise AssertionError(
                         f"{exc}: timeline known {known}, count {counted}, ingest exit "
-                        f"{proc.returncode}: {out.decode()[-1000:]} {err.decode()[-3000:]}"
+                        f"{proc.returncode}: {out.decode()[-1000:]} {err.decode()[-8000:]}"
                     ) from exc
             time.sleep(1.0)  # the relay's stream-time refreshes pass with nothing due
             assert seen.arrived == {}
