@@ -19,6 +19,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from tests.integration.test_reader_group import (  # noqa: F401 (fixtures)
     BASE,
     Marks,
@@ -180,6 +182,7 @@ def lower_bound_after(name, stream, store, kafka, root, seconds, total, rounds, 
     return lower, drift
 
 
+@pytest.mark.alone  # compares two 6 s runs' progress: no neighbour's load in either
 def test_time_rebalancing_moves_the_group_lower_bound_faster(
     manager, store, kafka, wconfig, unique, tmp_path
 ):
