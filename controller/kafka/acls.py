@@ -49,6 +49,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 
 from tidemark.controller.exceptions import KafkaOperationError
 from tidemark.controller.kafka import roles as client_roles
+from tidemark.controller.kafka.outages import answer
 from tidemark.controller.naming import (
     BUFFER_TRANSACTIONAL_PREFIX,
     RELAY_TRANSACTIONAL_PREFIX,
@@ -199,7 +200,7 @@ def grant_tidemark_acls(
     bindings = tidemark_acls(marks_topic, writers, controllers, **roles)
     for binding, future in admin.create_acls(bindings, request_timeout=timeout_s).items():
         try:
-            future.result(timeout=timeout_s)
+            answer(future, timeout_s)
         except KafkaException as exc:
             raise KafkaOperationError(f"granting {binding}: {exc.args[0]}") from exc
 

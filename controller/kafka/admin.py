@@ -41,7 +41,7 @@ from tidemark.controller.exceptions import (
 )
 from tidemark.controller.kafka import roles
 from tidemark.controller.kafka.acls import grant_tidemark_acls, tidemark_acls  # their old home
-from tidemark.controller.kafka.outages import answering, named_cause, outages_named
+from tidemark.controller.kafka.outages import answer, answering, named_cause, outages_named
 from tidemark.controller.kafka.retry import LEADER_MOVING, KafkaRetry
 from tidemark.controller.naming import (
     LOG_APPEND_TIME,
@@ -116,7 +116,7 @@ class StreamTopics:
     def _wait(self, what: str, future: Any, ok_codes: Iterable[int] = ()) -> Any:
         with outages_named(self.bootstrap):
             try:
-                return future.result(timeout=self.timeout_s)
+                return answer(future, self.timeout_s)
             except KafkaException as exc:
                 if _code(exc) in set(ok_codes):
                     return None
@@ -257,7 +257,7 @@ class StreamTopics:
             for tp, future in futures.items():
                 key = (tp.topic, tp.partition)
                 try:
-                    found[key] = int(future.result(timeout=self.timeout_s).offset)
+                    found[key] = int(answer(future, self.timeout_s).offset)
                 except KafkaException as exc:
                     if _code(exc) in LEADER_MOVING or needed(key):
                         raise  # asked again while the retry allows, else the request fails
@@ -314,7 +314,7 @@ class StreamTopics:
         """Run ``call`` (a per-partition admin request) until no partition answers with a
         retriable error: partitions just added may lack a leader for a moment."""
         return self._retrying_call(
-            what, lambda: {k: f.result(timeout=self.timeout_s) for k, f in call().items()}
+            what, lambda: {k: answer(f, self.timeout_s) for k, f in call().items()}
         )
 
     def _retrying_call(self, what: str, call: Callable[[], T]) -> T:
@@ -424,10 +424,10 @@ class PartitionOffsets:
                 futures.append(future)
             found: list[tuple[TopicPartition, Any]] = []
             for future in futures:
-                answers = future.result(timeout=timeout_s)
-                for answer in answers.values():
-                    if isinstance(answer, KafkaError):
-                        raise KafkaException(answer)  # the retry decides, as for one future
+                answers = answer(future, timeout_s)
+                for one in answers.values():
+                    if isinstance(one, KafkaError):
+                        raise KafkaException(one)  # the retry decides, as for one future
                 found.extend(answers.items())
             return found
 

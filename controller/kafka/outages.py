@@ -39,6 +39,17 @@ OUTAGE_CODES = frozenset(
 """librdkafka's codes for "no broker answered" (the rest are Kafka refusing a request)."""
 
 
+ANSWER_GRACE_S = 1.0
+"""How much longer than a request's own time-out its future is waited for: the client
+answers a request it gave up on with its reason (an unknown partition, say), which a
+wait of the same length would race and lose to a bare time-out."""
+
+
+def answer(future: Any, request_timeout_s: float) -> Any:
+    """The result of an admin request's ``future`` sent with ``request_timeout_s``."""
+    return future.result(timeout=request_timeout_s + ANSWER_GRACE_S)
+
+
 def is_outage(exc: BaseException) -> bool:
     """Whether ``exc`` says no broker answered (not a refusal)."""
     if isinstance(exc, KafkaUnavailableError):
