@@ -197,11 +197,16 @@ class CursorRelay(Closing):
             self._init_pending = True
         if self._init_pending:
             self._init_transactions()
-        with outages_named(self.bootstrap):
-            (last,) = _COORDINATOR_RETRY(
-                lambda: self._group.committed([TopicPartition(*self._marker)], self._timeout_s),
-                f"relay {self.timeline}: its last commit",
-            )
+        try:
+            with outages_named(self.bootstrap):
+                (last,) = _COORDINATOR_RETRY(
+                    lambda: self._group.committed([TopicPartition(*self._marker)], self._timeout_s),
+                    f"relay {self.timeline}: its last commit",
+                )
+        except KafkaException as exc:  # a refusal (an outage is typed already)
+            raise TimelineError(
+                f"relay of {self.timeline!r}: its last commit: {exc.args[0]}", self.timeline
+            ) from named_cause(self.bootstrap, exc)
         metadata = last.metadata or ""
         committed: int | None = None
         if last.offset >= 0 and metadata.startswith(MARKER_PREFIX):
@@ -223,7 +228,10 @@ class CursorRelay(Closing):
         """Fence any earlier producer of this relay's transactional id. One that gets no
         answer in time stays, to be asked again: its request may still reach the
         coordinator, and a new producer's could then get the older epoch and be fenced
-        by this one's, as though another relay had taken over."""
+        by this one's, as though another relay had taken over. Kafka still completing
+        the earlier producer's last transaction (``CONCURRENT_TRANSACTIONS``: a broker
+        just restarted writes its markers) is such a wait too, raised as a
+        :class:`TimelineError` the next call resumes."""
         try:
             with outages_named(self.bootstrap):
                 self._producer.init_transactions(self._timeout_s)
@@ -232,16 +240,20 @@ class CursorRelay(Closing):
             retriable = is_outage(exc) or (isinstance(error, KafkaError) and error.retriable())
             if not retriable:
                 self._init_pending = False  # a refusal: this producer is done with
-            if (
-                not isinstance(error, KafkaError)
-                or error.code() != KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-            ):
-                raise
-            raise KafkaOperationError(
-                f"timeline relay {self.settings.name!r}: Kafka refused its transactional "
-                "id: its principal needs WRITE and DESCRIBE on that transactional id "
-                "(the timeline role's grants)"
-            ) from exc
+            if not isinstance(error, KafkaError):
+                raise  # an outage, typed
+            if error.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+                raise KafkaOperationError(
+                    f"timeline relay {self.settings.name!r}: Kafka refused its transactional "
+                    "id: its principal needs WRITE and DESCRIBE on that transactional id "
+                    "(the timeline role's grants)"
+                ) from exc
+            then = "asked again at the next run" if retriable else "a new producer next run"
+            raise TimelineError(
+                f"relay of {self.timeline!r}: Kafka did not start its transactions in "
+                f"{self._timeout_s:g} s ({error.name()}: {error.str()}); {then}",
+                self.timeline,
+            ) from named_cause(self.bootstrap, exc)
         self._init_pending = False
 
     def _drop_producer(self) -> None:
