@@ -292,7 +292,7 @@ def warm_up(
     settings: ControllerSettings,
     instance_id: str,
     batches: int = 3,
-    kafka_timeout_s: float = 60.0,
+    kafka_timeout_s: float = 120.0,
 ) -> None:
     """Run the controller's plan on a few batches before contending: first the real plan
     (the marks topic, coalesced, through the operator) over a few retained marks, or, when
@@ -301,7 +301,8 @@ def warm_up(
     A query's first micro-batches take many seconds (code generation, the JIT,
     Python workers and their metadata caches, RocksDB, the Kafka source); a
     standby that ran these takes over with a query whose first batch is much
-    shorter. The checkpoints are under ``<checkpoint root>/warm-up/<instance>``;
+    shorter. A loaded machine's first batches of the marks topic take a minute or more,
+    hence the marks' generous ``kafka_timeout_s``. The checkpoints are under ``<checkpoint root>/warm-up/<instance>``;
     the output goes to Spark's ``noop`` sink: nothing is written to Kafka or Delta.
     """
     topic, partitions = settings.cluster.marks_topic, list(range(settings.bucket_count))

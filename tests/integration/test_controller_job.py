@@ -497,7 +497,7 @@ def stop_drivers(processes: Iterable[subprocess.Popen[bytes]]) -> None:
             os.killpg(p.pid, signal.SIGKILL)
 
 
-TAKE_OVER_LINES = ("warmed up", "elected", "query started", "first batch")
+TAKE_OVER_LINES = ("warmed up", "warm-up", "elected", "query started", "first batch")
 
 
 def take_over_lines(env: Env, instance: str) -> list[str]:
