@@ -358,13 +358,20 @@ class CursorRelay(Closing):
             except BufferError:
                 self._producer.poll(0.05)
 
-    def _commit(self, batch: TakenBatch) -> None:
+    def _number(self, batch: TakenBatch) -> None:
+        """The batch's number into its transaction, before its records: the coordinator
+        refuses a transaction's first request until the last one's markers are written,
+        and librdkafka retries that refusal of this request after ``retry.backoff.ms``
+        but a partition's registration only after a fixed 20 ms (each batch's pace)."""
         state = batch.state
         marker = TopicPartition(*self._marker, state.seq, metadata=f"{MARKER_PREFIX} {state.epoch}")
         with outages_named(self.bootstrap):
             self._producer.send_offsets_to_transaction(
                 [marker], self._group.consumer_group_metadata(), self._timeout_s
             )
+
+    def _commit(self, batch: TakenBatch) -> None:
+        with outages_named(self.bootstrap):
             self._committing = True
             self._producer.commit_transaction(self._timeout_s)
             self._committing = False
@@ -409,6 +416,7 @@ class CursorRelay(Closing):
             while nxt is not None:
                 batch, nxt = nxt, None
                 self._producer.begin_transaction()
+                self._number(batch)
                 self._produce(batch.rows, refused)
                 # The next batch is read while the broker receives and commits this one.
                 ahead = self._reader.submit(self._take, limit) if time.monotonic() < until else None
