@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionLoss, OperationTimeoutError, SessionExpiredError
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.serialization import Auth
 
 from tidemark.controller.exceptions import ZooKeeperConfigError, ZooKeeperUnavailableError
 from tidemark.environment import ZK_AUTH, ZK_TLS_CA
@@ -101,9 +102,22 @@ class _QuietReconnects(logging.Filter):
         return True
 
 
+class _NoCredentials(logging.Filter):
+    """Hides the credentials of kazoo's "Sending request" DEBUG line for the ``Auth``
+    request each connection sends (it shows them as given: ``$TIDEMARK_ZK_AUTH``)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple) and any(isinstance(a, Auth) for a in record.args):
+            record.args = tuple(
+                a._replace(auth="<hidden>") if isinstance(a, Auth) else a for a in record.args
+            )
+        return True
+
+
 _KAZOO_LOG = logging.getLogger("kazoo.client")
-if not any(isinstance(f, _QuietReconnects) for f in _KAZOO_LOG.filters):
-    _KAZOO_LOG.addFilter(_QuietReconnects())
+for _filter in (_QuietReconnects, _NoCredentials):
+    if not any(isinstance(f, _filter) for f in _KAZOO_LOG.filters):
+        _KAZOO_LOG.addFilter(_filter())
 
 
 def tls_options(environ: Mapping[str, str] | None = None) -> dict[str, Any]:

@@ -9,13 +9,15 @@ watermarks whose seeks are exact and whose complete windows miss nothing.
 The mark-protocol conformance cases run against the real controller job: the
 interceptor's marks are accepted, a restart under the same writer id is heard
 (after a close, and after ``kill -9`` at once, by the instance's registration),
-a forged mark under that id is refused as ``impersonated``.
+a forged mark under that id is refused as ``impersonated``. With ZooKeeper digest
+credentials its writer id belongs to that principal, as a Python writer's does.
 """
 
 # ruff: noqa: F811  (the fixtures imported from test_dropin_producer are redefined as arguments)
 from __future__ import annotations
 
 import json
+import os
 import re
 import secrets
 import subprocess
@@ -37,6 +39,12 @@ from tests.integration.test_dropin_producer import (  # noqa: F401 (fixtures)
     store,
 )
 from tests.integration.test_seek_ahead import fold
+from tests.integration.test_writer_principals import (  # noqa: F401 (fixtures)
+    ROOT,
+    S,
+    connect,
+    sessions,
+)
 from tests.jvm_clients import (
     assert_seeks_exact,
     client_classpath,
@@ -45,11 +53,12 @@ from tests.jvm_clients import (
     run_java,
     snippet,
 )
+from tidemark.controller.exceptions import WriterIdOwnedError
 from tidemark.controller.kafka.admin import StreamTopics
-from tidemark.controller.naming import ClusterSettings, bucket_of
+from tidemark.controller.naming import ClusterSettings, bucket_of, writer_node_name
 from tidemark.controller.streams import StreamManager
 from tidemark.controller.zookeeper.store import ZooKeeperStore
-from tidemark.environment import KAFKA_PROPERTIES
+from tidemark.environment import KAFKA_PROPERTIES, ZK_AUTH
 from tidemark.infra.kafka import SCRAM, KafkaCluster, KafkaSecurity
 from tidemark.infra.tls import PrivateCA
 from tidemark.jobs.controller_job import ControllerJob
@@ -207,6 +216,88 @@ def test_the_interceptor_refuses_streams_it_cannot_write(
         assert why in done.stderr, done.stderr
         assert "create or adopt it first" in done.stderr or "adopt a topic" in done.stderr
     assert records(kafka, topic, PARTITIONS) == []
+
+
+LOG4J_LEVEL = "org.apache.logging.log4j.level"
+"""The level of log4j's default configuration (the client classpath's logger; ERROR unset)."""
+
+
+def test_the_interceptor_s_writer_id_belongs_to_its_zookeeper_principal(
+    kafka: str,
+    connect: str,
+    sessions: Any,
+    manager: StreamManager,
+    cluster: ClusterSettings,
+    unique: str,
+    tmp_path: Path,
+    orders_producer: Path,
+) -> None:
+    """ZooKeeper digest credentials from ``tidemark.zookeeper.auth``, then (a restart) from
+    ``$TIDEMARK_ZK_AUTH``: the writer id's znode and registrations have the ACL a Python
+    writer of that principal gives its own; another principal can neither register under
+    the id (Python: ``WriterIdOwnedError``; the interceptor: refused, naming the id); an
+    anonymous session (the controller's) reads the registrations, holding the tokens the
+    interceptor's marks carry. No password is in the producers' output, logged at INFO."""
+    topic = f"legacy-orders-{unique}"
+    make_topic(kafka, topic, PARTITIONS)
+    manager.create_scope(S.split("/")[0])
+    manager.adopt(S, topic)
+    alice, bob, anyone = (ZooKeeperStore(sessions[u], ROOT) for u in ("alice", "bob", None))
+    passwords = ("alice-secret", "bob-secret")
+    owned = producer_settings(
+        tmp_path / "owned.properties", kafka, connect, S, cluster,
+        tidemark__zookeeper__auth="alice:alice-secret",
+    )  # fmt: skip
+    plain = producer_settings(tmp_path / "plain.properties", kafka, connect, S, cluster)
+    logged = {**os.environ, "JAVA_TOOL_OPTIONS": f"-D{LOG4J_LEVEL}=INFO"}
+    runs = [
+        run_java(orders_producer, "OrdersProducer", str(owned), topic, "200", env=logged),
+        run_java(
+            orders_producer, "OrdersProducer", str(plain), topic, "200",
+            env={**logged, ZK_AUTH: "alice:alice-secret"},
+        ),
+    ]  # fmt: skip
+    assert all("registered as ZooKeeper principal alice" in r.stdout for r in runs)
+
+    # the ACLs: as alice's Python writer makes them (all rights for alice, reading for anyone)
+    assert alice.register_writer(S, "python-1", "p1")
+    java_node, python_node = (
+        f"{ROOT}/streams/{S}/writers/{writer_node_name(w)}" for w in ("orders-1", "python-1")
+    )
+    zk = sessions[None]
+    (python_acl,) = {
+        tuple(zk.get_acls(f"{python_node}/{r}")[0]) for r in zk.get_children(python_node)
+    }
+    assert tuple(zk.get_acls(python_node)[0]) == python_acl and len(python_acl) == 2
+    registrations = zk.get_children(java_node)
+    assert len(registrations) == 2
+    for node in (java_node, *(f"{java_node}/{r}" for r in registrations)):
+        assert tuple(zk.get_acls(node)[0]) == python_acl, node
+
+    # bob: refused in Python and in the interceptor
+    with pytest.raises(WriterIdOwnedError, match="'orders-1' of stream 'shop/orders'"):
+        bob.register_writer(S, "orders-1", "b1")
+    bobs = producer_settings(
+        tmp_path / "bob.properties", kafka, connect, S, cluster,
+        tidemark__zookeeper__auth="bob:bob-secret",
+    )  # fmt: skip
+    refused = run_java(
+        orders_producer, "OrdersProducer", str(bobs), topic, "1", env=logged, fails=True
+    )
+    assert "writer id 'orders-1' of stream 'shop/orders' is registered by another" in (
+        refused.stderr
+    )
+    for done in (*runs, refused):
+        assert not [p for p in passwords if p in done.stdout + done.stderr]
+
+    # the controller's lookup (anonymous) reads both runs' registrations: the tokens its
+    # marks carry
+    tokens = list(
+        dict.fromkeys(
+            m.instance for m in map(WriterMarkRecord.decode, raw_marks(kafka, cluster, S))
+        )
+    )
+    assert [r.instance for r in anyone.writer_registrations(S, "orders-1")] == tokens
 
 
 @pytest.mark.spark

@@ -180,6 +180,27 @@ def test_bad_settings_are_refused_naming_the_setting(harness: Path) -> None:
     assert "tidemark.create.marks.topic" in got[7] and "true or false" in got[7]
 
 
+def test_zookeeper_credentials_come_from_the_setting_else_the_variable(harness: Path) -> None:
+    """``tidemark.zookeeper.auth`` first, then ``$TIDEMARK_ZK_AUTH`` (as the Python side
+    reads it); a malformed value is refused by the name of where it came from, unquoted."""
+    got = run_java_lines(
+        harness,
+        MAIN,
+        [
+            "zkauth alice:a-pw bob:b-pw",
+            "zkauth - bob:b:pw",
+            "zkauth - -",
+            "zkauth alice-pw -",
+            "zkauth - :bob-pw",
+            "zkauth - bob:",
+        ],
+    )
+    assert got[:3] == ["user alice", "user bob", "anonymous"]
+    must_be = "must be user:password (ZooKeeper's digest scheme); its value is not shown"
+    assert got[3] == f"tidemark.zookeeper.auth {must_be}"
+    assert got[4:] == [f"$TIDEMARK_ZK_AUTH {must_be}"] * 2
+
+
 def test_the_shaded_zookeeper_client_runs_and_names_a_silent_zookeeper(harness: Path) -> None:
     with socket.socket() as sock:  # a port nothing listens on
         sock.bind(("127.0.0.1", 0))

@@ -4,11 +4,13 @@ workflow around it, and the in-memory store's registrations)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from kazoo.protocol.serialization import Auth
 
 from tests.unit.test_jobs_workflow import Committed, Streams
 from tidemark.controller.admission import (
@@ -265,3 +267,13 @@ def test_a_zookeeper_principal_comes_from_one_variable_and_is_never_echoed() -> 
         with pytest.raises(ZooKeeperConfigError, match="TIDEMARK_ZK_AUTH must be") as raised:
             auth_options({ZK_AUTH: bad})
         assert "s3cret" not in str(raised.value)
+
+
+def test_kazoo_s_debug_line_of_its_auth_request_hides_the_password(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.DEBUG, logger="kazoo.client"):
+        request = Auth(0, "digest", "alice:s3cret")
+        logging.getLogger("kazoo.client").debug("Sending request(xid=%s): %s", -4, request)
+    assert "s3cret" not in caplog.text
+    assert "scheme='digest', auth='<hidden>'" in caplog.text

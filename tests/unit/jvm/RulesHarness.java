@@ -14,7 +14,9 @@ import java.util.TreeMap;
  * "ack P OFFSET ok|fail", "note TIME", "ready" (prints "TIME [failed] P:NEXT...;" per note);
  * "node HEX" (the znode name of the writer id whose UTF-8 bytes are HEX); "configure K=V..."
  * (the refusal's message, for settings refused before any service is asked); "zookeeper
- * CONNECT" (the shaded ZooKeeper client's refusal of a ZooKeeper that does not answer).
+ * CONNECT" (the shaded ZooKeeper client's refusal of a ZooKeeper that does not answer); "zkauth
+ * SETTING|- ENV|-" (the ZooKeeper credentials taken from the setting, else the variable: "user
+ * USER", "anonymous", or the refusal's message).
  */
 public final class RulesHarness {
   public static void main(String[] args) throws Exception {
@@ -89,8 +91,22 @@ public final class RulesHarness {
           out.append('\n');
         }
         case "zookeeper" -> {
-          try (MetadataWatch watch = new MetadataWatch(w[1], "/tidemark", "s/x", 1_000)) {
+          try (MetadataWatch watch = new MetadataWatch(w[1], "/tidemark", "s/x", 1_000, null)) {
             out.append("connected");
+          } catch (org.apache.kafka.common.config.ConfigException e) {
+            out.append(e.getMessage());
+          }
+          out.append('\n');
+        }
+        case "zkauth" -> {
+          java.util.Map<String, Object> configs = new java.util.HashMap<>();
+          if (!w[1].equals("-")) {
+            configs.put(TidemarkInterceptor.ZK_AUTH, w[1]);
+          }
+          try {
+            String env = w[2].equals("-") ? null : w[2];
+            String auth = TidemarkInterceptor.zookeeperAuth(configs, env);
+            out.append(auth == null ? "anonymous" : "user " + auth.split(":", 2)[0]);
           } catch (org.apache.kafka.common.config.ConfigException e) {
             out.append(e.getMessage());
           }

@@ -2,6 +2,7 @@ package dev.tidemark.kafka;
 
 import com.eclipsesource.json.Json;
 import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
@@ -13,6 +14,7 @@ import org.apache.zookeeper.WatchedEvent;
 import org.apache.zookeeper.Watcher;
 import org.apache.zookeeper.ZooDefs;
 import org.apache.zookeeper.ZooKeeper;
+import org.apache.zookeeper.data.ACL;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -22,7 +24,10 @@ import org.slf4j.LoggerFactory;
  * read once and then followed: every change of the record znode is read again and handed on.
  * It also registers the producer's instance under its writer id (the stream's {@code
  * writers/<writer id>/r-<sequence>} znodes, as tidemark.controller.zookeeper.store lays them
- * out), so the controller hears a restarted producer at once.
+ * out), so the controller hears a restarted producer at once. With digest credentials
+ * ({@code user:password}) the session authenticates as that principal, and the writer id's
+ * znode and its registrations are made under the ACL tidemark.controller.zookeeper.store gives
+ * them: all rights for that principal, reading for anyone (the controller).
  */
 final class MetadataWatch implements AutoCloseable {
   private static final Logger log = LoggerFactory.getLogger(MetadataWatch.class);
@@ -32,13 +37,17 @@ final class MetadataWatch implements AutoCloseable {
   private final ZooKeeper zk;
   private final String stream;
   private final String path;
+  /** The ACL of the writer id's znode and registrations (open for an anonymous session). */
+  private final List<ACL> owned;
   private volatile Consumer<StreamInfo> onChange = info -> {};
   private volatile boolean closed;
 
-  MetadataWatch(String connect, String root, String stream, int timeoutMs) {
+  /** {@code auth}: digest credentials, {@code user:password}; {@code null}: anonymous. */
+  MetadataWatch(String connect, String root, String stream, int timeoutMs, String auth) {
     this.stream = stream;
     String r = root.endsWith("/") ? root.substring(0, root.length() - 1) : root;
     this.path = r + "/streams/" + stream;
+    this.owned = auth == null ? ZooDefs.Ids.OPEN_ACL_UNSAFE : ownedAcl();
     CountDownLatch connected = new CountDownLatch(1);
     try {
       zk =
@@ -57,12 +66,22 @@ final class MetadataWatch implements AutoCloseable {
             connect,
             "no ZooKeeper answered within " + timeoutMs + " ms");
       }
+      if (auth != null) { // sent again by the client on every reconnection
+        zk.addAuthInfo("digest", auth.getBytes(StandardCharsets.UTF_8));
+      }
     } catch (java.io.IOException e) {
       throw new ConfigException("tidemark.zookeeper.connect", connect, e.toString());
     } catch (InterruptedException e) {
       Thread.currentThread().interrupt();
       throw new ConfigException("interrupted while connecting to ZooKeeper " + connect);
     }
+  }
+
+  /** All rights for the session's principal ("auth"), reading for anyone. */
+  private static List<ACL> ownedAcl() {
+    List<ACL> acl = new ArrayList<>(ZooDefs.Ids.CREATOR_ALL_ACL);
+    acl.addAll(ZooDefs.Ids.READ_ACL_UNSAFE);
+    return acl;
   }
 
   /** The stream's metadata now (and a watch that calls {@code onChange} on every change). */
@@ -91,7 +110,8 @@ final class MetadataWatch implements AutoCloseable {
   /**
    * Registers {@code instance} as the current instance of writer {@code writerId}: a new
    * sequential znode under the id's registration znode (holding the token), before the first
-   * mark; the oldest beyond {@link #KEPT_REGISTRATIONS} are deleted.
+   * mark; the oldest beyond {@link #KEPT_REGISTRATIONS} are deleted. Refused when the id's
+   * registrations belong to another ZooKeeper principal.
    */
   void register(String writerId, String instance) {
     String writers = path + "/writers";
@@ -104,9 +124,9 @@ final class MetadataWatch implements AutoCloseable {
             .getBytes(StandardCharsets.UTF_8);
     try {
       // never the stream's own znode: a deleted stream stays deleted
-      createIfMissing(writers, new byte[0]);
-      createIfMissing(node, writerId.getBytes(StandardCharsets.UTF_8));
-      zk.create(node + "/r-", data, ZooDefs.Ids.OPEN_ACL_UNSAFE, CreateMode.PERSISTENT_SEQUENTIAL);
+      createIfMissing(writers, new byte[0], ZooDefs.Ids.OPEN_ACL_UNSAFE);
+      createIfMissing(node, writerId.getBytes(StandardCharsets.UTF_8), owned);
+      zk.create(node + "/r-", data, owned, CreateMode.PERSISTENT_SEQUENTIAL);
       List<String> kept = zk.getChildren(node, false);
       kept.sort(null);
       for (String old : kept.subList(0, Math.max(0, kept.size() - KEPT_REGISTRATIONS))) {
@@ -119,6 +139,12 @@ final class MetadataWatch implements AutoCloseable {
     } catch (KeeperException.NoNodeException e) {
       throw new ConfigException(
           "tidemark.stream", stream, "the stream was deleted from tidemark's metadata");
+    } catch (KeeperException.NoAuthException e) {
+      throw new ConfigException(
+          "writer id '" + writerId + "' of stream '" + stream + "' is registered by another"
+              + " ZooKeeper principal: ZooKeeper refused this registration (NoAuth); register as"
+              + " that principal (tidemark.zookeeper.auth or $TIDEMARK_ZK_AUTH) or use another"
+              + " writer id");
     } catch (KeeperException e) {
       throw new ConfigException(
           "registering writer " + writerId + " of stream " + stream + " failed: " + e);
@@ -128,10 +154,10 @@ final class MetadataWatch implements AutoCloseable {
     }
   }
 
-  private void createIfMissing(String node, byte[] data)
+  private void createIfMissing(String node, byte[] data, List<ACL> acl)
       throws KeeperException, InterruptedException {
     try {
-      zk.create(node, data, ZooDefs.Ids.OPEN_ACL_UNSAFE, CreateMode.PERSISTENT);
+      zk.create(node, data, acl, CreateMode.PERSISTENT);
     } catch (KeeperException.NodeExistsException e) {
       // made by an earlier instance
     }

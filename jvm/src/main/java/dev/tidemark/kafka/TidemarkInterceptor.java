@@ -37,6 +37,7 @@ import org.slf4j.LoggerFactory;
  * interceptor.classes=dev.tidemark.kafka.TidemarkInterceptor
  * tidemark.stream=shop/orders
  * tidemark.zookeeper.connect=zk1:2181
+ * tidemark.zookeeper.auth=orders-app:secret    # optional; else $TIDEMARK_ZK_AUTH
  * </pre>
  *
  * <p>Records to the stream's topic are stamped by the stream's timestamping rules and given
@@ -47,7 +48,8 @@ import org.slf4j.LoggerFactory;
  * time nor the highest timestamp sent) and publishes a writer mark once every record sent
  * before the note is acknowledged, from its own producer (the application's connection and
  * security settings); {@code close()} sends the shutdown mark. Streams tidemark routes (which
- * scale) are refused: write them with tidemark's writers.
+ * scale) are refused: write them with tidemark's writers. With ZooKeeper digest credentials
+ * the writer id's registrations are that principal's alone (see {@link MetadataWatch}).
  */
 public final class TidemarkInterceptor implements ProducerInterceptor<Object, Object> {
   private static final Logger log = LoggerFactory.getLogger(TidemarkInterceptor.class);
@@ -57,6 +59,9 @@ public final class TidemarkInterceptor implements ProducerInterceptor<Object, Ob
   static final String WRITER_ID = "tidemark.writer.id";
   static final String ZK_CONNECT = "tidemark.zookeeper.connect";
   static final String ZK_ROOT = "tidemark.zookeeper.root";
+  static final String ZK_AUTH = "tidemark.zookeeper.auth";
+  /** The environment variable tidemark's Python side reads for the same credentials. */
+  static final String ZK_AUTH_ENV = "TIDEMARK_ZK_AUTH";
   static final String MARKS_TOPIC = "tidemark.marks.topic";
   static final String BUCKETS = "tidemark.bucket.count";
   static final String INTERVAL = "tidemark.note.interval.ms";
@@ -68,6 +73,7 @@ public final class TidemarkInterceptor implements ProducerInterceptor<Object, Ob
           WRITER_ID,
           ZK_CONNECT,
           ZK_ROOT,
+          ZK_AUTH,
           MARKS_TOPIC,
           BUCKETS,
           INTERVAL,
@@ -136,6 +142,7 @@ public final class TidemarkInterceptor implements ProducerInterceptor<Object, Ob
               + " its positions); write transactionally with tidemark's TransactionalWriter");
     }
     ignoreKeys = bool(configs, ProducerConfig.PARTITIONER_IGNORE_KEYS_CONFIG, false);
+    String auth = zookeeperAuth(configs, System.getenv(ZK_AUTH_ENV));
     byte[] token = new byte[16];
     new SecureRandom().nextBytes(token);
     instance = HexFormat.of().formatHex(token);
@@ -145,7 +152,8 @@ public final class TidemarkInterceptor implements ProducerInterceptor<Object, Ob
             text(configs, ZK_CONNECT, "127.0.0.1:2181"),
             text(configs, ZK_ROOT, "/tidemark"),
             stream,
-            30_000);
+            30_000,
+            auth);
     try {
       StreamInfo first = watch.read(this::changed);
       check(first);
@@ -171,8 +179,11 @@ public final class TidemarkInterceptor implements ProducerInterceptor<Object, Ob
             });
     noter.scheduleAtFixedRate(this::tick, intervalMs, intervalMs, TimeUnit.MILLISECONDS);
     log.info(
-        "tidemark: writer {} (instance {}) writes stream {} (topic {}), marks to {}[{}]",
-        writerId, instance, stream, info.topic, marksTopic, bucket);
+        "tidemark: writer {} (instance {}) writes stream {} (topic {}), marks to {}[{}], {}",
+        writerId, instance, stream, info.topic, marksTopic, bucket,
+        auth == null
+            ? "registered anonymously"
+            : "registered as ZooKeeper principal " + auth.substring(0, auth.indexOf(':')));
   }
 
   private void check(StreamInfo s) {
@@ -477,6 +488,29 @@ public final class TidemarkInterceptor implements ProducerInterceptor<Object, Ob
     }
     s.configure(configs, true);
     return s;
+  }
+
+  /**
+   * The ZooKeeper digest credentials, {@code user:password}: {@link #ZK_AUTH}, else {@code env}
+   * (the value of {@link #ZK_AUTH_ENV}); {@code null} when neither is set. A malformed value is
+   * refused by name, never quoted (it holds a password).
+   */
+  static String zookeeperAuth(Map<String, ?> configs, String env) {
+    String given = text(configs, ZK_AUTH, "");
+    String where = ZK_AUTH;
+    if (given.isEmpty()) {
+      given = env == null ? "" : env.trim();
+      where = "$" + ZK_AUTH_ENV;
+    }
+    if (given.isEmpty()) {
+      return null;
+    }
+    int colon = given.indexOf(':');
+    if (colon <= 0 || colon == given.length() - 1) {
+      throw new ConfigException(
+          where + " must be user:password (ZooKeeper's digest scheme); its value is not shown");
+    }
+    return given;
   }
 
   private static String text(Map<String, ?> configs, String key, String fallback) {
