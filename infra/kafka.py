@@ -18,6 +18,14 @@ Another, ``tls=PrivateCA(...)`` (:mod:`tidemark.infra.tls`): the broker listener
 TLS with a certificate of that CA (``SSL``, or ``SASL_SSL`` with ``security``), and
 clients trust the CA (``ssl.ca.location``).
 
+With ``tls`` and ``client_auth=True`` instead of ``security`` (mutual TLS): every
+listener, the controllers' too, takes only clients with a certificate of that CA
+(``ssl.client.auth=required``); a client's principal is its certificate's subject,
+``User:CN=<name>`` (:meth:`PrivateCA.issue_client`). The brokers run the
+``StandardAuthorizer`` with two super users, the brokers themselves (``User:CN=kafka``,
+their server certificate) and ``User:CN=admin``; any other principal may do only what
+ACLs grant it.
+
 With three nodes, topics default to replication factor 3 with
 ``min.insync.replicas=2``; the transaction state log and the offsets topic are
 sized to the broker count, so transactions work on either size.
@@ -47,6 +55,11 @@ LOG4J_CONF = Path(__file__).resolve().parent / "conf" / "kafka-log4j2.properties
 
 
 SCRAM = "SCRAM-SHA-512"
+AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+BROKER_PRINCIPAL = "User:CN=kafka"
+"""The brokers' principal under ``client_auth``: their server certificate's subject."""
+ADMIN_PRINCIPAL = "User:CN=admin"
+"""The super user a client certificate for ``admin`` is, under ``client_auth``."""
 _UNSAFE = '\\"=,]'
 """Characters a password may not hold: they would break the JAAS and --add-scram syntax."""
 
@@ -117,15 +130,20 @@ class KafkaCluster(Service):
         ports: list[int] | None = None,
         security: KafkaSecurity | None = None,
         tls: PrivateCA | None = None,
+        client_auth: bool = False,
     ) -> None:
         if brokers not in (1, 3):
             raise ValueError(f"brokers must be 1 or 3, got {brokers}")
+        if client_auth and (tls is None or security is not None):
+            raise ValueError("client_auth: client certificates need tls, and replace security")
         self.env = env or Environment.from_env()
         self.data_dir = data_dir
         self.size = brokers
         self.heap_mb = heap_mb
         self.security = security
         self.tls = tls
+        self.client_auth = client_auth
+        """Whether every listener requires a client certificate (the principal's name)."""
         self.protocol = ("SASL_" if security else "") + ("SSL" if tls else "PLAINTEXT")
         """The brokers' listener: ``SASL_SSL``, ``SSL``, ``SASL_PLAINTEXT`` or ``PLAINTEXT``."""
         self.cluster_id = existing_cluster_id(data_dir) or new_cluster_id()
@@ -182,6 +200,8 @@ class KafkaCluster(Service):
         }
         if self.tls is not None:
             props.update(self._tls_properties(node))
+        if self.client_auth:
+            props.update(self._client_auth_properties(node))
         if self.security is not None:
             props.update(self._secure_properties(node))
         return "".join(f"{k}={v}\n" for k, v in props.items())
@@ -210,6 +230,17 @@ class KafkaCluster(Service):
             "ssl.truststore.location": self.tls.cert,
         }
 
+    def _client_auth_properties(self, node: KafkaNode) -> dict[str, object]:
+        """Every listener over TLS asking for a certificate of the private CA: the
+        brokers and controllers know each other by their server certificate's subject."""
+        return {
+            **self._listeners(node, "SSL"),
+            "ssl.client.auth": "required",
+            "authorizer.class.name": AUTHORIZER,
+            "super.users": f"{BROKER_PRINCIPAL};{ADMIN_PRINCIPAL}",
+            "allow.everyone.if.no.acl.found": "false",
+        }
+
     def _secure_properties(self, node: KafkaNode) -> dict[str, object]:
         assert self.security is not None
         pw = self.security.admin_password
@@ -227,17 +258,23 @@ class KafkaCluster(Service):
                 "org.apache.kafka.common.security.plain.PlainLoginModule required "
                 f'username="admin" password="{pw}" user_admin="{pw}";'
             ),
-            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "authorizer.class.name": AUTHORIZER,
             "super.users": "User:admin",
             "allow.everyone.if.no.acl.found": "false",
         }
 
     def client_config(self, user: str = "admin") -> dict[str, str]:
-        """librdkafka settings to connect as ``user`` (``bootstrap.servers`` included)."""
+        """librdkafka settings to connect as ``user`` (``bootstrap.servers`` included;
+        under ``client_auth``, ``user``'s client certificate)."""
         config = {"bootstrap.servers": self.bootstrap_servers}
         if self.tls is not None:
             config.update(
                 {"security.protocol": self.protocol, "ssl.ca.location": str(self.tls.cert)}
+            )
+        if self.tls is not None and self.client_auth:
+            issued = self.tls.issue_client(user)
+            config.update(
+                {"ssl.certificate.location": str(issued.cert), "ssl.key.location": str(issued.key)}
             )
         if self.security is not None:
             passwords = {"admin": self.security.admin_password, **self.security.users}

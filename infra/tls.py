@@ -2,13 +2,17 @@
 
     ca = PrivateCA.create(tmp_path / "tls")
     server = ca.issue("kafka")          # a certificate for 127.0.0.1 and localhost
-    Producer({..., "ssl.ca.location": str(ca.cert)})
+    client = ca.issue_client("writer")  # a client certificate: CN=writer
+    Producer({..., "ssl.ca.location": str(ca.cert),
+              "ssl.certificate.location": str(client.cert),
+              "ssl.key.location": str(client.key)})
 
 Everything is PEM, unencrypted, under one directory (a test run's own): the CA's key
-and certificate, and per server name a key, a certificate signed by the CA and a file
-holding both (what Kafka's PEM keystore reads). The servers' certificates name
+and certificate, and per server or client name a key, a certificate signed by the CA and
+a file holding both (what Kafka's PEM keystore reads). The servers' certificates name
 ``127.0.0.1`` and ``localhost``, where the local services listen, so clients verify
-host names as they would anywhere.
+host names as they would anywhere. A client certificate's subject is ``CN=<name>``: the
+principal a server that asks for client certificates sees (Kafka's ``User:CN=<name>``).
 """
 
 from __future__ import annotations
@@ -30,8 +34,9 @@ certificate, so its password guards the file's integrity, not a secret."""
 
 
 @dataclass(frozen=True)
-class ServerCertificate:
-    """A server's PEM key and certificate, and ``keystore``: both in one file."""
+class Certificate:
+    """A server's or a client's PEM key and certificate, and ``keystore``: both in one
+    file."""
 
     key: Path
     cert: Path
@@ -45,6 +50,18 @@ def _openssl(*args: str, env: dict[str, str] | None = None) -> None:
     )
     if done.returncode != 0:
         raise ServiceError(f"openssl {args[0]} failed: {done.stderr.strip()[-400:]}")
+
+
+def _export_pkcs12(issued: Certificate, alias: str, path: Path, password: str) -> Path:
+    """``issued`` as a PKCS#12 keystore at ``path`` under ``password`` (made once); the
+    password reaches openssl by its environment, not its command line."""
+    if not path.exists():
+        _openssl(
+            "pkcs12", "-export", "-in", str(issued.cert), "-inkey", str(issued.key),
+            "-name", alias, "-out", str(path), "-passout", "env:TIDEMARK_KEYSTORE_PASSWORD",
+            env={"TIDEMARK_KEYSTORE_PASSWORD": password},
+        )  # fmt: skip
+    return path
 
 
 @dataclass(frozen=True)
@@ -75,47 +92,53 @@ class PrivateCA:
             )  # fmt: skip
         return ca
 
-    def issue(self, name: str) -> ServerCertificate:
+    def issue(self, name: str) -> Certificate:
         """A server certificate for ``name`` on ``127.0.0.1`` and ``localhost``."""
-        issued = ServerCertificate(
-            key=self.directory / f"{name}-key.pem",
-            cert=self.directory / f"{name}.pem",
-            keystore=self.directory / f"{name}-keystore.pem",
+        return self._sign(
+            name,
+            name,
+            f"subjectAltName=IP:{HOST},DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n",
+        )
+
+    def issue_client(self, name: str) -> Certificate:
+        """A client certificate whose subject is ``CN=<name>`` (the principal's name)."""
+        return self._sign(f"client-{name}", name, "extendedKeyUsage=clientAuth\n")
+
+    def _sign(self, stem: str, common_name: str, extensions: str) -> Certificate:
+        """A new key and a certificate for ``common_name`` signed by the CA with
+        ``extensions``, in files named by ``stem`` (kept when made already)."""
+        issued = Certificate(
+            key=self.directory / f"{stem}-key.pem",
+            cert=self.directory / f"{stem}.pem",
+            keystore=self.directory / f"{stem}-keystore.pem",
         )
         if issued.keystore.exists():
             return issued
-        request = self.directory / f"{name}.csr"
-        extensions = self.directory / f"{name}.ext"
-        extensions.write_text(
-            f"subjectAltName=IP:{HOST},DNS:localhost\n"
-            "extendedKeyUsage=serverAuth,clientAuth\n"
-            "keyUsage=critical,digitalSignature,keyEncipherment\n"
-        )
+        request = self.directory / f"{stem}.csr"
+        extfile = self.directory / f"{stem}.ext"
+        extfile.write_text(extensions + "keyUsage=critical,digitalSignature,keyEncipherment\n")
         _openssl(
-            "req", "-new", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}",
+            "req", "-new", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={common_name}",
             "-keyout", str(issued.key), "-out", str(request),
         )  # fmt: skip
         _openssl(
             "x509", "-req", "-in", str(request), "-CA", str(self.cert), "-CAkey", str(self.key),
-            "-CAcreateserial", "-days", DAYS, "-extfile", str(extensions),
+            "-CAcreateserial", "-days", DAYS, "-extfile", str(extfile),
             "-out", str(issued.cert),
         )  # fmt: skip
         issued.keystore.write_text(issued.key.read_text() + issued.cert.read_text())
         return issued
 
     def pkcs12(self, name: str, password: str) -> Path:
-        """``name``'s key and certificate as a PKCS#12 keystore under ``password`` (for a
-        Java server that reads no PEM); the password reaches openssl by its environment,
-        not its command line."""
-        issued = self.issue(name)
-        path = self.directory / f"{name}.p12"
-        if not path.exists():
-            _openssl(
-                "pkcs12", "-export", "-in", str(issued.cert), "-inkey", str(issued.key),
-                "-name", name, "-out", str(path), "-passout", "env:TIDEMARK_KEYSTORE_PASSWORD",
-                env={"TIDEMARK_KEYSTORE_PASSWORD": password},
-            )  # fmt: skip
-        return path
+        """Server ``name``'s key and certificate as a PKCS#12 keystore under ``password``
+        (for a Java server that reads no PEM)."""
+        return _export_pkcs12(self.issue(name), name, self.directory / f"{name}.p12", password)
+
+    def client_pkcs12(self, name: str, password: str) -> Path:
+        """Client ``name``'s key and certificate as a PKCS#12 keystore under ``password``
+        (``ssl.keystore.location``: librdkafka and Java's Kafka client both read it)."""
+        path = self.directory / f"client-{name}.p12"
+        return _export_pkcs12(self.issue_client(name), name, path, password)
 
     def java_truststore(self, keytool: str) -> Path:
         """The CA's certificate as a PKCS#12 truststore (:data:`TRUSTSTORE_PASSWORD`), for
@@ -141,4 +164,4 @@ class PrivateCA:
         )
 
 
-__all__ = ["TRUSTSTORE_PASSWORD", "PrivateCA", "ServerCertificate"]
+__all__ = ["TRUSTSTORE_PASSWORD", "Certificate", "PrivateCA"]

@@ -38,6 +38,39 @@ def test_a_server_certificate_chains_to_the_ca_and_names_the_local_host(tmp_path
     assert again.issue("kafka") == issued
 
 
+def test_a_client_certificate_names_its_principal_and_serves_clients_only(
+    tmp_path: Path,
+) -> None:
+    ca = PrivateCA.create(tmp_path / "tls")
+    client = ca.issue_client("writer")
+    for purpose, verdict in (("sslclient", 0), ("sslserver", 2)):
+        verified = subprocess.run(
+            ["openssl", "verify", "-CAfile", str(ca.cert), "-purpose", purpose, str(client.cert)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert verified.returncode == verdict, (purpose, verified.stdout, verified.stderr)
+    subject = subprocess.run(
+        ["openssl", "x509", "-in", str(client.cert), "-noout", "-subject", "-nameopt", "RFC2253"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert subject.strip() == "subject=CN=writer"
+    assert client != ca.issue("writer")  # a server of the same name has its own files
+    assert ca.issue_client("writer") == client
+    keystore = ca.client_pkcs12("writer", "store-pw")
+    listed = subprocess.run(
+        ["openssl", "pkcs12", "-in", str(keystore), "-nokeys", "-passin", "pass:store-pw"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert client.cert.read_text().strip() in listed.stdout
+
+
 def test_zookeeper_sessions_verify_the_server_when_a_ca_is_given() -> None:
     assert tls_options({}) == {}
     assert tls_options({ZK_TLS_CA: "/run/ca.pem"}) == {
