@@ -302,8 +302,9 @@ def warm_up(
     Python workers and their metadata caches, RocksDB, the Kafka source); a
     standby that ran these takes over with a query whose first batch is much
     shorter. A loaded machine's first batches of the marks topic take a minute or more,
-    hence the marks' generous ``kafka_timeout_s``. The checkpoints are under ``<checkpoint root>/warm-up/<instance>``;
-    the output goes to Spark's ``noop`` sink: nothing is written to Kafka or Delta.
+    hence the marks' generous ``kafka_timeout_s``. The checkpoints are under
+    ``<checkpoint root>/warm-up/<instance>``; the output goes to Spark's ``noop`` sink:
+    nothing is written to Kafka or Delta.
     """
     topic, partitions = settings.cluster.marks_topic, list(range(settings.bucket_count))
     rows = _due_rows(spark, settings.slot_keys[0])
