@@ -200,7 +200,7 @@ def grant_tidemark_acls(
     bindings = tidemark_acls(marks_topic, writers, controllers, **roles)
     for binding, future in admin.create_acls(bindings, request_timeout=timeout_s).items():
         try:
-            answer(future, timeout_s)
+            answer(future, timeout_s, admin)
         except KafkaException as exc:
             raise KafkaOperationError(f"granting {binding}: {exc.args[0]}") from exc
 

@@ -116,7 +116,7 @@ class StreamTopics:
     def _wait(self, what: str, future: Any, ok_codes: Iterable[int] = ()) -> Any:
         with outages_named(self.bootstrap):
             try:
-                return answer(future, self.timeout_s)
+                return answer(future, self.timeout_s, self._admin)
             except KafkaException as exc:
                 if _code(exc) in set(ok_codes):
                     return None
@@ -257,7 +257,7 @@ class StreamTopics:
             for tp, future in futures.items():
                 key = (tp.topic, tp.partition)
                 try:
-                    found[key] = int(answer(future, self.timeout_s).offset)
+                    found[key] = int(answer(future, self.timeout_s, self._admin).offset)
                 except KafkaException as exc:
                     if _code(exc) in LEADER_MOVING or needed(key):
                         raise  # asked again while the retry allows, else the request fails
@@ -314,7 +314,7 @@ class StreamTopics:
         """Run ``call`` (a per-partition admin request) until no partition answers with a
         retriable error: partitions just added may lack a leader for a moment."""
         return self._retrying_call(
-            what, lambda: {k: answer(f, self.timeout_s) for k, f in call().items()}
+            what, lambda: {k: answer(f, self.timeout_s, self._admin) for k, f in call().items()}
         )
 
     def _retrying_call(self, what: str, call: Callable[[], T]) -> T:
@@ -424,7 +424,7 @@ class PartitionOffsets:
                 futures.append(future)
             found: list[tuple[TopicPartition, Any]] = []
             for future in futures:
-                answers = answer(future, timeout_s)
+                answers = answer(future, timeout_s, admin)
                 for one in answers.values():
                     if isinstance(one, KafkaError):
                         raise KafkaException(one)  # the retry decides, as for one future

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
@@ -45,9 +47,16 @@ answers a request it gave up on with its reason (an unknown partition, say), whi
 wait of the same length would race and lose to a bare time-out."""
 
 
-def answer(future: Any, request_timeout_s: float) -> Any:
-    """The result of an admin request's ``future`` sent with ``request_timeout_s``."""
-    return future.result(timeout=request_timeout_s + ANSWER_GRACE_S)
+def answer(future: Any, request_timeout_s: float, client: Any = None) -> Any:
+    """The result of an admin request's ``future`` sent with ``request_timeout_s``. On a
+    time-out, ``client``'s error events are served first (an admin client serves them
+    only when polled), so the error can say what the client heard (:func:`hear`)."""
+    try:
+        return future.result(timeout=request_timeout_s + ANSWER_GRACE_S)
+    except TimeoutError:
+        if client is not None:
+            client.poll(0)
+        raise
 
 
 def is_outage(exc: BaseException) -> bool:
@@ -60,14 +69,65 @@ def is_outage(exc: BaseException) -> bool:
     return isinstance(exc, TimeoutError)
 
 
+GENERIC_CODES = frozenset({KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT})
+"""Error events that say only that no broker answered: a reason heard before them is kept."""
+
+HEARD_FOR_S = 60.0
+"""How long a client's last connection error is told with a time-out (then it is stale)."""
+
+_heard: dict[str, tuple[float, str]] = {}
+_heard_lock = threading.Lock()
+
+
+def hear(bootstrap: str, error: KafkaError, now: float | None = None) -> None:
+    """Keep ``error``, a client's error event about ``bootstrap`` (a failed TLS handshake,
+    a refused login, a connection refused): a time-out talking to ``bootstrap`` soon
+    after says why (:func:`unavailable`). Events that add nothing (:data:`GENERIC_CODES`)
+    are not kept."""
+    if error.code() in GENERIC_CODES:
+        return
+    text = " ".join(str(error.str()).split())
+    with _heard_lock:
+        _heard[bootstrap] = (time.monotonic() if now is None else now, text)
+
+
+def last_heard(bootstrap: str | None, now: float | None = None) -> str | None:
+    """The error last heard about ``bootstrap`` within :data:`HEARD_FOR_S`, if any."""
+    if bootstrap is None:
+        return None
+    with _heard_lock:
+        heard = _heard.get(bootstrap)
+    now = time.monotonic() if now is None else now
+    if heard is None or now - heard[0] > HEARD_FOR_S:
+        return None
+    return heard[1]
+
+
+def hearing(bootstrap: str, then: Callable[[KafkaError], None] | None = None) -> Any:
+    """A client's ``error_cb``: :func:`hear` each event, then pass it to ``then``."""
+
+    def on_error(error: KafkaError) -> None:
+        hear(bootstrap, error)
+        if then is not None:
+            then(error)
+
+    return on_error
+
+
 def unavailable(bootstrap: str | None, exc: BaseException) -> KafkaUnavailableError:
-    """The typed error for an outage ``exc`` met while talking to ``bootstrap``."""
+    """The typed error for an outage ``exc`` met while talking to ``bootstrap``; with the
+    client's last connection error about it (:func:`hear`), which says why."""
     if isinstance(exc, KafkaUnavailableError):
         return exc
     if isinstance(exc, TimeoutError) and not str(exc):
-        return KafkaUnavailableError(bootstrap, "gave no answer in time")
-    first = (str(exc.args[0] if exc.args else exc).strip() or type(exc).__name__).splitlines()
-    return KafkaUnavailableError(bootstrap, f"gave no answer ({first[0].strip()})")
+        said = "gave no answer in time"
+    else:
+        first = (str(exc.args[0] if exc.args else exc).strip() or type(exc).__name__).splitlines()
+        said = f"gave no answer ({first[0].strip()})"
+    heard = last_heard(bootstrap)
+    return KafkaUnavailableError(
+        bootstrap, said if heard is None or heard in said else f"{said}; its last error: {heard}"
+    )
 
 
 def named_cause(bootstrap: str | None, exc: BaseException) -> BaseException:
@@ -146,7 +206,10 @@ __all__ = [
     "OUTAGE_CODES",
     "OutageWatch",
     "answering",
+    "hear",
+    "hearing",
     "is_outage",
+    "last_heard",
     "named_cause",
     "outages_named",
     "unavailable",

@@ -21,6 +21,7 @@ Clients that live in a user's process log through the ``logging`` module instead
 from __future__ import annotations
 
 import logging
+import threading
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from typing import Any, Generic, TypeVar
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
+from tidemark.controller.kafka.outages import hearing
 from tidemark.controller.kafka.settings import client_config, user_properties
 
 C = TypeVar("C", Producer, Consumer, AdminClient)
@@ -76,13 +78,48 @@ class Role(Generic[C]):
 def create(role: Role[C], config: Mapping[str, Any]) -> C:
     """The client of ``role``'s kind from a complete ``config`` (one :meth:`Role.config`
     made, or a user's own settings for :data:`DROP_IN_PRODUCER`): the one place a Kafka
-    client is constructed."""
-    return role.kind(dict(config))
+    client is constructed. Its error events are heard (:func:`~tidemark.controller.kafka.
+    outages.hearing`, before any ``error_cb`` of the config): a time-out then names the
+    last connection error (a refused handshake, say)."""
+    settings = dict(config)
+    bootstrap = settings.get("bootstrap.servers")
+    if bootstrap:
+        settings["error_cb"] = hearing(str(bootstrap), settings.get("error_cb"))
+    return role.kind(settings)
 
 
 def client(role: Role[C], bootstrap: str, extra: Mapping[str, Any] | None = None) -> C:
     """The client of ``role`` connected to ``bootstrap`` (``extra``: the site's settings)."""
     return create(role, role.config(bootstrap, extra))
+
+
+def close_consumer(consumer: Consumer, timeout_s: float) -> bool:
+    """Close a group member ``consumer`` (subscribed), waiting at most ``timeout_s``:
+    whether it closed. librdkafka's close serves a rebalance still pending, and an
+    assignment it then makes can wait forever for a group that is ending (a broker gone
+    mid-join): the close runs on a thread of its own, and one that does not return is
+    logged and left to end with the process. Its own error is raised here."""
+    failed: list[BaseException] = []
+
+    def close() -> None:
+        try:
+            consumer.close()
+        except BaseException as exc:
+            failed.append(exc)
+
+    closing = threading.Thread(target=close, name="kafka-consumer-close", daemon=True)
+    closing.start()
+    closing.join(timeout_s)
+    if closing.is_alive():
+        log.warning(
+            "a Kafka consumer did not close within %.0f s (librdkafka waits on a "
+            "rebalance of a group whose broker is gone); left to end with the process",
+            timeout_s,
+        )
+        return False
+    if failed:
+        raise failed[0]
+    return True
 
 
 def release(producer: Producer, timeout_s: float) -> int:

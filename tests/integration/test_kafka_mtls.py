@@ -147,8 +147,9 @@ def test_the_command_line_presents_a_client_certificate_given_with_x(
     capsys.readouterr()
     assert main([*services.x_flags(None), "stream", "create", stream]) == EXIT_UNAVAILABLE
     refused = capsys.readouterr().err
-    # refused within the service time-out, not a hang (the line does not yet say why)
+    # refused within the service time-out, not a hang, naming the refused handshake
     assert "Kafka is unavailable" in refused, refused
+    assert "its last error:" in refused and "bad certificate" in refused, refused
 
     assert main([*services.x_flags("admin"), "stream", "create", stream]) == 0
     marks = end_offset(services, ClusterSettings().marks_topic)

@@ -40,11 +40,10 @@ def test_kafka_not_answering_an_admin_request_is_kafkas_error() -> None:
         StreamTopics(address, timeout_s=0.5).delete("orders")
     error = raised.value
     assert isinstance(error, ServiceUnavailableError) and isinstance(error, TimeoutError)
-    assert (error.service, error.address, error.reason) == (
-        "Kafka",
-        address,
-        "gave no answer in time",
-    )
+    assert (error.service, error.address) == ("Kafka", address)
+    # the client's last connection error says why
+    assert error.reason.startswith("gave no answer in time; its last error: "), error.reason
+    assert "Connection refused" in error.reason, error.reason
 
 
 def test_postgresql_refusing_the_connection_is_the_timelines_error() -> None:
@@ -128,3 +127,26 @@ def test_an_outage_a_client_hears_of_is_kafkas_error_once_metadata_goes_unanswer
         watch.check(producer)
     assert raised.value.address == address
     producer.purge()
+
+
+def test_a_time_out_tells_the_last_specific_error_heard_while_it_is_recent() -> None:
+    """What a client heard about a bootstrap (a refused handshake) is told with a time-out
+    talking to it; "all brokers down" adds nothing and keeps it; it goes stale; another
+    bootstrap's is not told."""
+    from confluent_kafka import KafkaError
+
+    from tidemark.controller.kafka.outages import HEARD_FOR_S, hear, last_heard, unavailable
+
+    address, other = _closed_address(), "never-heard.invalid:9092"
+    handshake = KafkaError(KafkaError._SSL, "SSL handshake failed:\n certificate required")
+    hear(address, handshake, now=100.0)
+    hear(address, KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"), now=101.0)
+    assert last_heard(address, now=101.0) == "SSL handshake failed: certificate required"
+    assert last_heard(address, now=100.0 + HEARD_FOR_S + 1) is None
+    assert last_heard(other, now=101.0) is None
+    hear(address, handshake)
+    said = str(unavailable(address, TimeoutError()))
+    assert said.endswith(
+        "gave no answer in time; its last error: SSL handshake failed: certificate required"
+    ), said
+    assert str(unavailable(other, TimeoutError())).endswith("gave no answer in time")
