@@ -159,7 +159,8 @@ class TimelineIngester(Closing):
             return
         self._closed = True
         try:
-            self._consumer.close()
+            # a group member: its close may wait on a rebalance of a gone broker's group
+            roles.close_consumer(self._consumer, self.config.kafka_timeout_ms / 1000)
             if self._dead_letters is not None:
                 left = roles.release(self._dead_letters, self.config.kafka_timeout_ms / 1000)
                 if left:
