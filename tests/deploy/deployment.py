@@ -4,7 +4,8 @@
         d.submit_controller("a")          # spark-submit, as docs/deploying.md shows
         with d.as_user("writer"): EventWriter(...)
 
-Three ZooKeeper nodes in one ensemble (clients on their TLS ports), three Kafka
+Three ZooKeeper nodes in one ensemble (clients on their TLS ports; each writer
+principal a ZooKeeper digest principal too, ``ZK_PASSWORDS``), three Kafka
 brokers with SASL/SCRAM over TLS (``SASL_SSL``), both with certificates of a CA made
 for the run (``tls``), and ACLs (one principal per role, plus ``mallory`` with none),
 s3proxy as the
@@ -29,10 +30,13 @@ from typing import Any
 from tidemark.controller.kafka.admin import ensure_marks_topic, grant_tidemark_acls
 from tidemark.controller.kafka.settings import SASL_PASSWORD, SASL_USERNAME, SECURITY_PROTOCOL
 from tidemark.controller.naming import ClusterSettings
+from tidemark.controller.zookeeper.session import close_session, open_session
+from tidemark.controller.zookeeper.store import ZooKeeperStore
 from tidemark.environment import (
     DELTA_ROOT,
     KAFKA_BOOTSTRAP,
     KAFKA_PROPERTIES,
+    ZK_AUTH,
     ZK_CONNECT,
     ZK_TLS_CA,
     overridden,
@@ -54,6 +58,10 @@ USERS = {
     "sparkjob": "sparkjob-pw",  # a Spark writer job's principal (writer role)
 }
 ADMIN_PASSWORD = "admin-pw"
+ZK_PASSWORDS = {"writer": "writer-zk-pw", "sparkjob": "sparkjob-zk-pw"}
+"""The writer principals' ZooKeeper digest passwords (``$TIDEMARK_ZK_AUTH``): each one's
+writer ids are registered under an ACL only it may change. The other principals (the
+controller's among them) are anonymous in ZooKeeper: registrations are world-readable."""
 BUCKET = "lake"
 
 SUBMIT_CONF = {
@@ -86,6 +94,7 @@ class Deployment:
     tls: PrivateCA
     cluster: ClusterSettings = field(default_factory=ClusterSettings)
     drivers: dict[str, ManagedProcess] = field(default_factory=dict)
+    stores: dict[str, ZooKeeperStore] = field(default_factory=dict)
 
     @classmethod
     def start(cls, tmp: Path) -> Deployment:
@@ -143,10 +152,12 @@ class Deployment:
     def principal_env(self, user: str) -> dict[str, str]:
         """What an operator sets for a tidemark process running as ``user``."""
         passwords = {"admin": ADMIN_PASSWORD, **USERS}
+        zookeeper = {ZK_AUTH: f"{user}:{ZK_PASSWORDS[user]}"} if user in ZK_PASSWORDS else {}
         return {
             SECURITY_PROTOCOL: self.kafka.protocol,
             SASL_USERNAME: user,
             SASL_PASSWORD: passwords[user],
+            **zookeeper,
             **self.tls_environment(),
         }
 
@@ -173,6 +184,16 @@ class Deployment:
     def as_user(self, user: str) -> contextlib.AbstractContextManager[None]:
         """Clients built inside the block (in this process) connect as ``user``."""
         return overridden(self.principal_env(user))
+
+    def store_as(self, user: str) -> ZooKeeperStore:
+        """The metadata store through a ZooKeeper session of ``user``'s (its digest
+        principal, if it has one), one per principal, as one process of that principal
+        holds: the writers' registrations are made through it. Closed by :meth:`stop`."""
+        if user not in self.stores:
+            with self.as_user(user):
+                client = open_session(self.zookeeper.connect_string)
+            self.stores[user] = ZooKeeperStore(client, self.cluster.zk_root)
+        return self.stores[user]
 
     def spark_submit_argv(self, user: str, script: Path, *args: str) -> list[str]:
         """``spark-submit <script> <args>`` to the standalone cluster as ``user``: the jars,
@@ -270,6 +291,10 @@ class Deployment:
         for instance, proc in self.drivers.items():
             proc.stop(timeout_s=30)
             self.kill_driver(instance)
+        for store in self.stores.values():
+            with contextlib.suppress(Exception):
+                close_session(store.client)
+        self.stores.clear()
         for service in (self.spark, self.kafka, self.s3, self.zookeeper):
             with contextlib.suppress(Exception):
                 service.stop()

@@ -34,12 +34,20 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from tests.deploy.deployment import ADMIN_PASSWORD, ROOT, USERS, Deployment, wait_until
+from tests.deploy.deployment import (
+    ADMIN_PASSWORD,
+    ROOT,
+    USERS,
+    ZK_PASSWORDS,
+    Deployment,
+    wait_until,
+)
 from tests.deploy.writers import open_writer
 from tests.faults.figures import report
 from tidemark.controller.config import RetentionPolicy, ScalingPolicy, StreamConfiguration
-from tidemark.controller.delta.tables import read_watermarks
-from tidemark.controller.exceptions import KafkaOperationError
+from tidemark.controller.delta.location import TableLocation
+from tidemark.controller.delta.tables import read_table, read_watermarks
+from tidemark.controller.exceptions import KafkaOperationError, WriterIdOwnedError
 from tidemark.controller.kafka.admin import StreamTopics
 from tidemark.controller.kafka.settings import client_config
 from tidemark.controller.metadata import cut_from_json
@@ -54,6 +62,7 @@ from tidemark.infra.ports import free_port
 from tidemark.infra.process import ManagedProcess
 from tidemark.pipelines.reading.seek import stream_cut_at
 from tidemark.pipelines.writing.marks import mark_message
+from tidemark.schemas.tables import MARKS, REJECTED_MARKS, Reason
 
 STREAM = "deploy/orders"
 START_S = 240  # a driver's first watermark: spark-submit, executors, Python workers, on 2 cores
@@ -98,13 +107,12 @@ class Noter:
     def __init__(
         self,
         deployment: Deployment,
-        store: ZooKeeperStore,
         writer_id: str,
         drop_in: bool = False,
         stream: str = STREAM,
         per_round: int = 1,
     ) -> None:
-        self.writer = open_writer(deployment, store, stream, writer_id, drop_in=drop_in)
+        self.writer = open_writer(deployment, stream, writer_id, drop_in=drop_in)
         self.drop_in = drop_in
         self.stream = stream
         self.per_round = per_round
@@ -155,8 +163,8 @@ def running(deployment: Deployment) -> Iterator[Running]:
         state = Running(deployment, zk, [])
         wait_until(lambda: state.leader() == "a", START_S, "driver a leads", *state.drivers_alive())
         state.noters = [
-            Noter(deployment, store, "event-writer"),
-            Noter(deployment, store, "drop-in", drop_in=True),
+            Noter(deployment, "event-writer"),
+            Noter(deployment, "drop-in", drop_in=True),
         ]
         wait_until(
             lambda: len(state.watermarks()) >= 3,
@@ -349,8 +357,13 @@ def admin_cli(d: Deployment, *argv: str, timeout_s: float = 120) -> str:
 def test_a_spark_writer_job_notes_time_and_watermarks_cover_its_events(running: Running) -> None:
     """``tidemark.jobs.stream_writer`` submitted to the cluster as its own principal: each task
     registers, writes, notes its time and closes; every watermark at or past the job's
-    largest time covers each of its events."""
+    largest time covers each of its events. The job's principal (in Kafka and in ZooKeeper)
+    cannot take the running writer's id: its registration under it is refused, its mark
+    with a token of its own is refused as ``impersonated``, and the watermarks past the
+    job are vouched for by the owner's instance."""
     d = running.deployment
+    owner = running.noters[0].writer
+    squatted = claim_writer_id(d, owner.writer_id)
     argv = d.spark_submit_argv(
         "sparkjob",
         ROOT / "tests" / "deploy" / "spark_writer_job.py",
@@ -387,6 +400,44 @@ def test_a_spark_writer_job_notes_time_and_watermarks_cover_its_events(running: 
         missed = [(p, o) for p, o in written if mark.stream_cut.get(p, 0) <= o]
         assert not missed, f"watermark {mark.seq} at {mark.time} misses job events {missed[:5]}"
     report("deploy-spark-writer", f"200 events, 2 tasks, submitted to covered in {took_s:.0f} s")
+
+    lake = TableLocation.of(d.delta_root, d.s3.storage_options())
+
+    def refused() -> list[tuple[str, bytes]]:
+        try:
+            rows = read_table(lake, REJECTED_MARKS, STREAM)
+        except Exception:  # no mark refused yet: no table
+            return []
+        return [(r["reason"], bytes(r["raw"])) for r in rows if r["writer"] == owner.writer_id]
+
+    wait_until(refused, RECOVERY_S, "the squatter's mark refused")
+    assert refused() == [(Reason.IMPERSONATED, squatted)]
+    vouched = [r["vouchers"] for r in read_table(lake, MARKS, STREAM) if r["time"] >= job_max]
+    owner_voucher = {"writer": owner.writer_id, "instance": owner.instance}
+    assert vouched and all(owner_voucher in v for v in vouched), vouched
+
+
+def claim_writer_id(d: Deployment, writer_id: str) -> bytes:
+    """As principal ``sparkjob`` (its own ZooKeeper digest credentials and a writer's Kafka
+    grants), try to take ``writer_id`` of the stream: the registration must be refused;
+    then send a mark under the id with a token of its own anyway. The mark's bytes."""
+    with pytest.raises(WriterIdOwnedError, match=f"{writer_id!r} of stream {STREAM!r}"):
+        d.store_as("sparkjob").register_writer(STREAM, writer_id, "squatter")
+    with d.as_user("sparkjob"):
+        producer = Producer(client_config(d.bootstrap))
+    now = time.time_ns() // 1_000_000
+    mark = mark_message(d.cluster, STREAM, writer_id, WriterMark(now, {}), instance="squatter")
+    delivered: list[Any] = []
+    producer.produce(
+        mark.topic,
+        value=mark.value,
+        key=mark.key,
+        partition=mark.partition,
+        on_delivery=lambda e, m: delivered.append(e),
+    )
+    producer.flush(30)
+    assert delivered == [None], f"the squatter's mark was not stored: {delivered}"
+    return mark.value
 
 
 def test_window_run_answers_from_the_object_store(running: Running, tmp_path: Path) -> None:
@@ -430,7 +481,7 @@ def test_retention_and_autoscaling_act_as_the_controller_not_as_a_writer(
     )
     with d.as_user("admin"):
         manager.create(POLICY_STREAM, config)
-    noter = Noter(d, store, "policy-writer", stream=POLICY_STREAM, per_round=20)
+    noter = Noter(d, "policy-writer", stream=POLICY_STREAM, per_round=20)
     policies = ManagedProcess(
         "policies",
         [
@@ -499,7 +550,7 @@ def test_a_writer_timeout_update_applies_without_restart(running: Running) -> No
     config = StreamConfiguration(ScalingPolicy.fixed(1), timestamp_aggregation_timeout_ms=600_000)
     with d.as_user("admin"):
         StreamManager(store, d.bootstrap, d.cluster).create(LIVE_STREAM, config)
-    noters = [Noter(d, store, w, stream=LIVE_STREAM) for w in ("live-1", "live-2")]
+    noters = [Noter(d, w, stream=LIVE_STREAM) for w in ("live-1", "live-2")]
     try:
         wait_until(lambda: len(running.watermarks(LIVE_STREAM)) >= 2, RECOVERY_S, "watermarks")
         noters[1].silence()
@@ -529,7 +580,7 @@ def test_no_password_in_a_log_an_argv_an_answer_or_an_error(running: Running) ->
     command line of a process it started, ``tidemark status``, ``tidemark serve``'s pages
     or a refused command's error."""
     d = running.deployment
-    secrets = {ADMIN_PASSWORD, *USERS.values(), d.s3.secret_key}
+    secrets = {ADMIN_PASSWORD, *USERS.values(), *ZK_PASSWORDS.values(), d.s3.secret_key}
     seen: dict[str, str] = {}
     env = {**d.process_env("mallory"), SERVICE_TIMEOUT_MS: "8000"}
     commands = (

@@ -214,9 +214,9 @@ def history(deployment: Deployment, seed: int) -> Iterator[History]:
         )
         reader = GroupReader(group, history)
         clients = [
-            Writer(deployment, store, STREAM, "event-writer", history),
-            Writer(deployment, store, STREAM, "drop-in", history, drop_in=True),
-            TransactionWriter(deployment, store, STREAM, "transactional", history),
+            Writer(deployment, STREAM, "event-writer", history),
+            Writer(deployment, STREAM, "drop-in", history, drop_in=True),
+            TransactionWriter(deployment, STREAM, "transactional", history),
             reader,
         ]
         for client in clients:

@@ -1,6 +1,8 @@
-"""The deployed-shape tests' writers: each kind built one way, as principal ``writer``.
+"""The deployed-shape tests' writers: each kind built one way, as principal ``writer``
+(in Kafka, and in ZooKeeper: its writer ids are registered through that principal's
+session, ``Deployment.store_as``).
 
-    writer = open_writer(deployment, store, "shop/orders", "w1", drop_in=True)
+    writer = open_writer(deployment, "shop/orders", "w1", drop_in=True)
 
 An ``EventWriter`` (default), a ``TransactionalWriter`` or the drop-in
 ``TidemarkProducer``, all with a 1 ms linger and the deployment's cluster settings,
@@ -16,7 +18,6 @@ from typing import Any
 
 from tests.deploy.deployment import Deployment
 from tidemark.controller.kafka.settings import client_config
-from tidemark.controller.store import MetadataStore
 from tidemark.pipelines.writing.config import WriterConfig
 from tidemark.pipelines.writing.producer import TidemarkProducer
 from tidemark.pipelines.writing.transactions import TransactionalWriter
@@ -25,7 +26,6 @@ from tidemark.pipelines.writing.writer import EventWriter
 
 def open_writer(
     d: Deployment,
-    store: MetadataStore,
     stream: str,
     writer_id: str,
     *,
@@ -33,6 +33,7 @@ def open_writer(
     transactional: bool = False,
 ) -> Any:
     """A writer of ``stream`` named ``writer_id``, connected as principal ``writer``."""
+    store = d.store_as("writer")
     with d.as_user("writer"):
         if drop_in:
             return TidemarkProducer(

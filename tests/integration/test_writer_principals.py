@@ -73,6 +73,19 @@ class Streams:
         pass
 
 
+@contextlib.contextmanager
+def controller_workflow(connect: str, meta: StreamMetadata) -> Iterator[StreamWorkflow]:
+    """The controller job's workflow for ``meta``'s stream, looking registrations up as the
+    job does (a session of its own, anonymous)."""
+    lookups = ZooKeeperStreams(connect, ROOT)
+    try:
+        yield StreamWorkflow(
+            WorkflowSettings(), Streams(meta), Committed(), ZooKeeperRegistrations(lookups)
+        )
+    finally:
+        lookups.close()
+
+
 def at(writer: str, t: int, instance: str, offset: int) -> MarkInput:
     record = WriterMarkRecord(S, writer, t, {0: offset}, True, instance=instance)
     return MarkInput(record.encode(), 0, offset, None)
@@ -109,14 +122,7 @@ def test_another_principal_cannot_claim_a_writer_id_and_its_marks_are_refused(
 
     # the controller's lookup, as an anonymous session: alice's marks are heard, a mark
     # with bob's token under her id refused, bob's own id heard
-    lookups = ZooKeeperStreams(connect, ROOT)
-    try:
-        workflow = StreamWorkflow(
-            WorkflowSettings(),
-            Streams(anyone.get_stream(S)),
-            Committed(),
-            ZooKeeperRegistrations(lookups),
-        )
+    with controller_workflow(connect, anyone.get_stream(S)) as workflow:
         state = StreamState()
         marks = [at("w1", 1_000, "a2", 1), at("w1", 9_000, "b1", 2), at("w2", 1_500, "b2", 3)]
         out = workflow.on_records(S, state, marks, 10_000)
@@ -127,5 +133,3 @@ def test_another_principal_cannot_claim_a_writer_id_and_its_marks_are_refused(
         out = workflow.on_records(S, state, [at("w1", 2_000, "a2", 4)], 11_000)
         assert state.marks["w1"].seen.instance == "a2"
         assert [o.watermark.time for o in out if isinstance(o, Emitted)] == [1_500]
-    finally:
-        lookups.close()

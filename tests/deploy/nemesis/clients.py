@@ -17,7 +17,6 @@ from tests.deploy.deployment import Deployment
 from tests.deploy.nemesis.history import History, Noted, Read, Written
 from tests.deploy.writers import open_writer
 from tidemark.controller.naming import topic_for
-from tidemark.controller.store import MetadataStore
 from tidemark.pipelines.reading.group import ReaderGroup
 
 log = logging.getLogger(__name__)
@@ -77,7 +76,6 @@ class Writer(Client):
     def __init__(
         self,
         d: Deployment,
-        store: MetadataStore,
         stream: str,
         name: str,
         history: History,
@@ -86,7 +84,7 @@ class Writer(Client):
         super().__init__(name, history)
         self.stream = stream
         self.number = 0
-        self.writer = open_writer(d, store, stream, name, drop_in=drop_in)
+        self.writer = open_writer(d, stream, name, drop_in=drop_in)
         self.drop_in = drop_in
 
     def step(self) -> None:
@@ -122,13 +120,11 @@ class TransactionWriter(Client):
     """A ``TransactionalWriter``: two events a transaction, its time noted by the commit;
     every fourth transaction aborted on purpose (its events must never be seen)."""
 
-    def __init__(
-        self, d: Deployment, store: MetadataStore, stream: str, name: str, history: History
-    ) -> None:
+    def __init__(self, d: Deployment, stream: str, name: str, history: History) -> None:
         super().__init__(name, history)
         self.number = 0
         self.transactions = 0
-        self.writer = open_writer(d, store, stream, name, transactional=True)
+        self.writer = open_writer(d, stream, name, transactional=True)
 
     def step(self) -> None:
         now = time.time_ns() // 1_000_000
