@@ -253,22 +253,31 @@ def test_readers_answer_from_the_object_store(running: Running) -> None:
         serve.stop()
 
 
-def test_a_principal_without_acls_cannot_write_or_read_marks(running: Running) -> None:
-    d = running.deployment
-    topic = d.cluster.marks_topic
-    with d.as_user("mallory"):
-        config = client_config(d.bootstrap)
+def produce_mark(
+    config: dict[str, Any], mark: Any, flush_s: float, extra: dict[str, Any] | None = None
+) -> list[Any]:
+    """Produce ``mark`` (a :func:`mark_message`) with a bare client of ``config`` (a
+    principal's connection) and ``extra``: its delivery errors (``None``: stored)."""
+    producer = Producer({**config, **(extra or {})})
     delivered: list[Any] = []
-    producer = Producer({**config, "log_level": 0, "message.timeout.ms": 8_000})
-    mark = mark_message(d.cluster, STREAM, "w-mallory", WriterMark(2**40, {0: 10**9}))
     producer.produce(
-        topic,
+        mark.topic,
         value=mark.value,
         key=mark.key,
         partition=mark.partition,
         on_delivery=lambda e, m: delivered.append(e),
     )
-    producer.flush(15)
+    producer.flush(flush_s)
+    return delivered
+
+
+def test_a_principal_without_acls_cannot_write_or_read_marks(running: Running) -> None:
+    d = running.deployment
+    topic = d.cluster.marks_topic
+    with d.as_user("mallory"):
+        config = client_config(d.bootstrap)
+    mark = mark_message(d.cluster, STREAM, "w-mallory", WriterMark(2**40, {0: 10**9}))
+    delivered = produce_mark(config, mark, 15, {"log_level": 0, "message.timeout.ms": 8_000})
     assert delivered and delivered[0] is not None, "mallory wrote a mark"
     assert delivered[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, delivered[0]
     consumer = Consumer({**config, "group.id": "mallory", "log_level": 0})
@@ -424,18 +433,10 @@ def claim_writer_id(d: Deployment, writer_id: str) -> bytes:
     with pytest.raises(WriterIdOwnedError, match=f"{writer_id!r} of stream {STREAM!r}"):
         d.store_as("sparkjob").register_writer(STREAM, writer_id, "squatter")
     with d.as_user("sparkjob"):
-        producer = Producer(client_config(d.bootstrap))
+        config = client_config(d.bootstrap)
     now = time.time_ns() // 1_000_000
     mark = mark_message(d.cluster, STREAM, writer_id, WriterMark(now, {}), instance="squatter")
-    delivered: list[Any] = []
-    producer.produce(
-        mark.topic,
-        value=mark.value,
-        key=mark.key,
-        partition=mark.partition,
-        on_delivery=lambda e, m: delivered.append(e),
-    )
-    producer.flush(30)
+    delivered = produce_mark(config, mark, 30)
     assert delivered == [None], f"the squatter's mark was not stored: {delivered}"
     return mark.value
 
