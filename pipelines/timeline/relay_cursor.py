@@ -231,10 +231,15 @@ class CursorRelay(Closing):
         by this one's, as though another relay had taken over. Kafka still completing
         the earlier producer's last transaction (``CONCURRENT_TRANSACTIONS``: a broker
         just restarted writes its markers) is such a wait too, raised as a
-        :class:`TimelineError` the next call resumes."""
+        :class:`TimelineError` the next call resumes. A coordinator still loading (a
+        cluster just started creates its transaction log) is asked again here."""
+        producer = self._producer
         try:
             with outages_named(self.bootstrap):
-                self._producer.init_transactions(self._timeout_s)
+                _COORDINATOR_RETRY(
+                    lambda: producer.init_transactions(self._timeout_s),
+                    f"relay {self.timeline}: starting its transactions",
+                )
         except (KafkaException, TimeoutError) as exc:
             error = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
             retriable = is_outage(exc) or (isinstance(error, KafkaError) and error.retriable())
