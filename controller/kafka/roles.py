@@ -93,12 +93,26 @@ def client(role: Role[C], bootstrap: str, extra: Mapping[str, Any] | None = None
     return create(role, role.config(bootstrap, extra))
 
 
+_DRAIN_POLLS = 16
+"""How many events a closing group member serves before its close (errors among them)."""
+
+
 def close_consumer(consumer: Consumer, timeout_s: float) -> bool:
-    """Close a group member ``consumer`` (subscribed), waiting at most ``timeout_s``:
-    whether it closed. librdkafka's close serves a rebalance still pending, and an
-    assignment it then makes can wait forever for a group that is ending (a broker gone
-    mid-join): the close runs on a thread of its own, and one that does not return is
-    logged and left to end with the process. Its own error is raised here."""
+    """Close a group member ``consumer`` (subscribed, committing by hand), waiting at
+    most ``timeout_s``: whether it closed. Its own error is raised here.
+
+    librdkafka's close serves a rebalance still pending, and the assignment that makes
+    can wait forever for a group that is ending (a broker gone mid-join) -- inside
+    confluent-kafka's rebalance callback, which holds the interpreter lock, so no
+    thread could time it out. A pending rebalance is served first by polling, while
+    the group lives and an assignment returns at once; a message that poll returns is
+    dropped uncommitted, for the group's next member. The close then runs on a thread
+    of its own, and one that does not return is logged and left to end with the
+    process."""
+    for _ in range(_DRAIN_POLLS):
+        event = consumer.poll(0)
+        if event is None or event.error() is None:
+            break  # nothing pending, or a message: any assignment before it is served
     failed: list[BaseException] = []
 
     def close() -> None:

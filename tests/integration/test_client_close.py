@@ -52,11 +52,14 @@ from tidemark.pipelines.writing.observer import ObserverConfig, StreamObserver
 from tidemark.pipelines.writing.producer import TidemarkProducer
 from tidemark.pipelines.writing.transactions import TransactionalWriter
 from tidemark.pipelines.writing.writer import EventWriter
+from tidemark.retries import RetryPolicy
 
 pytestmark = pytest.mark.integration
 
 CLOSE_MS = 2_000
 """Each writer's close bound here (its flush and its shutdown mark's)."""
+WARM_UP = RetryPolicy(max_elapsed_s=30.0)
+"""How long a client made with the close's time-outs may take to first answer."""
 QUIET_S = 3.0
 """How long after the closes nothing may log (librdkafka reconnects within a second)."""
 
@@ -202,7 +205,9 @@ def readers_and_timeline(
         store=store,
         bootstrap_servers=kafka,
     )
-    observer.observe_once()  # its offset lookups asked once
+    # its offset lookups asked once; bound by the close's short time-out, the first
+    # on a broker just started (and a busy machine) may time out, so ask until answered
+    WARM_UP.call(observer.observe_once, retry_on=TidemarkError, what="the observer's lookups")
     manager.topics.close()
     closed, gone = ReaderClosedError, TimelineClosedError
     made: Writers = {
