@@ -292,7 +292,8 @@ def java_properties(config: Mapping[str, Any]) -> dict[str, str]:
     """The Java client properties that say what librdkafka's ``config`` says: the
     same-named ones (:data:`SAME_NAME_PROPERTIES`), the SASL principal as a JAAS line,
     a PEM CA (``ssl.ca.location`` / ``ssl.ca.pem``) as a PEM truststore, a PEM client
-    certificate (``ssl.certificate.pem`` + ``ssl.key.pem``) as a PEM keystore. Others
+    certificate (``ssl.certificate.pem`` + ``ssl.key.pem``, or the files
+    ``ssl.certificate.location`` + ``ssl.key.location``) as a PEM keystore. Others
     have no Java equivalent: give those in ``TIDEMARK_KAFKA_JAVA_PROPERTIES``."""
     out = {key: str(config[key]) for key in SAME_NAME_PROPERTIES if key in config}
     if str(config.get("ssl.endpoint.identification.algorithm", "")).lower() == "none":
@@ -317,7 +318,51 @@ def java_properties(config: Mapping[str, Any]) -> dict[str, str]:
         out["ssl.keystore.type"] = "PEM"
         out["ssl.keystore.certificate.chain"] = str(config["ssl.certificate.pem"])
         out["ssl.keystore.key"] = str(config["ssl.key.pem"])
+    elif "ssl.certificate.location" in config or "ssl.key.location" in config:
+        out.update(_pem_files_keystore(config))
     return out
+
+
+_PKCS8_HEADERS = ("-----BEGIN PRIVATE KEY-----", "-----BEGIN ENCRYPTED PRIVATE KEY-----")
+"""The key formats Java's PEM keystore reads (PKCS#8, plain or encrypted)."""
+
+
+def _pem_files_keystore(config: Mapping[str, Any]) -> dict[str, str]:
+    """A PEM client certificate given as files (``ssl.certificate.location`` +
+    ``ssl.key.location``) as Java's inline PEM keystore: Java reads no such pair of
+    files, and inline it travels with the options to every Spark executor. Refused by
+    name when half the pair is missing, a file unreadable or the key not PKCS#8."""
+    missing = [k for k in ("ssl.certificate.location", "ssl.key.location") if k not in config]
+    if missing:
+        raise InvalidConfigurationError(
+            f"a PEM client certificate needs both ssl.certificate.location and "
+            f"ssl.key.location; {missing[0]} is not set"
+        )
+    if "ssl.keystore.location" in config:
+        raise InvalidConfigurationError(
+            "give the client certificate once: ssl.keystore.location or "
+            "ssl.certificate.location with ssl.key.location, not both"
+        )
+    texts: dict[str, str] = {}
+    for key in ("ssl.certificate.location", "ssl.key.location"):
+        path = str(config[key])
+        try:
+            with open(path, encoding="ascii") as file:
+                texts[key] = file.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InvalidConfigurationError(f"{key}: cannot read {path!r}: {exc}") from exc
+    if not texts["ssl.key.location"].lstrip().startswith(_PKCS8_HEADERS):
+        raise InvalidConfigurationError(
+            f"ssl.key.location: {str(config['ssl.key.location'])!r} is not a PKCS#8 PEM key, "
+            "the only PEM key Java's Kafka client (Spark's Kafka source) reads; convert it "
+            "with `openssl pkcs8 -topk8 -nocrypt -in <key> -out <key.pk8>` or give a PKCS#12 "
+            "ssl.keystore.location"
+        )
+    return {
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.certificate.chain": texts["ssl.certificate.location"],
+        "ssl.keystore.key": texts["ssl.key.location"],
+    }
 
 
 def spark_kafka_options(

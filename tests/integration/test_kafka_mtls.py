@@ -6,8 +6,9 @@ Tidemark's clients present their certificate through each path a user has: ``-X`
 command line (PEM files), ``tidemark.connect`` (``ConnectionConfig.kafka_properties``)
 and the environment (a PKCS#12 keystore, read by librdkafka and, through the Java
 properties tidemark derives, by Spark's Kafka source), as principals that are not super
-users and act through their role's ACLs. A client without a certificate is refused
-within the service time-out."""
+users and act through their role's ACLs; Spark's source reads PEM files too, as their
+contents. A client without a certificate is refused within the service time-out; one
+whose certificate names a principal without ACLs is let in and refused each verb."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ from typing import Any
 import pytest
 
 import tidemark
-from tests.faults.test_kafka_security import wait_described
+from tests.faults.test_kafka_security import consume_all, produce_one, wait_described
+from tests.faults.test_roles import authorization_refused
 from tidemark.cli.main import main
 from tidemark.cli.service_errors import EXIT_UNAVAILABLE
 from tidemark.controller.config import StreamConfiguration
@@ -69,6 +71,10 @@ class Mutual:
     def x_flags(self, name: str | None) -> list[str]:
         """``pem(name)`` as ``tidemark -X`` flags."""
         return [f for k, v in self.pem(name).items() for f in ("-X", f"{k}={v}")]
+
+    def pem_environment(self, name: str) -> dict[str, str]:
+        """The environment of a process running as ``name`` with its PEM files."""
+        return {SECURITY_PROTOCOL: "SSL", KAFKA_PROPERTIES: json.dumps(self.pem(name))}
 
     def environment(self, name: str) -> dict[str, str]:
         """The environment of a process running as ``name``: ``SSL`` and its certificate
@@ -191,3 +197,42 @@ def test_the_environment_s_keystore_reads_with_the_command_line_and_spark(
         )
         values = {bytes(row.value) for row in frame.select("value").collect()}
     assert {b"event-%d" % i for i in range(EVENTS)} <= values
+
+
+def test_the_environment_s_pem_files_read_with_spark(services: Mutual, spark: Any) -> None:
+    """Java reads no PEM certificate and key files: Spark's options carry their contents,
+    and its Kafka source reads as the reader."""
+    with overridden(services.pem_environment("reader")):
+        options = spark_source_options(services.bootstrap)
+        assert options["kafka.ssl.keystore.type"] == "PEM"
+        assert "BEGIN CERTIFICATE" in options["kafka.ssl.keystore.certificate.chain"]
+        frame = (
+            spark.read.format("kafka")
+            .options(**options)
+            .option("subscribe", topic_for(services.stream))
+            .load()
+        )
+        values = {bytes(row.value) for row in frame.select("value").collect()}
+    assert {b"event-%d" % i for i in range(EVENTS)} <= values
+
+
+def test_a_certificate_without_acls_is_let_in_and_refused_each_verb(
+    services: Mutual, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A certificate of the run's CA whose principal (``CN=stranger``) has no ACLs passes
+    the handshake and is refused by authorization, not by TLS: it may write neither
+    events nor marks, nor read events."""
+    topic, marks = topic_for(services.stream), ClusterSettings().marks_topic
+    before = end_offset(services, topic), end_offset(services, marks)
+    with as_principal(services, "stranger"):
+        for target in (topic, marks):
+            refused = produce_one(services.bootstrap, target, b"k", b"forged")
+            assert authorization_refused(refused), (target, refused)
+        read, error = consume_all(services.bootstrap, topic)
+        assert read == [] and authorization_refused(error), (read, error)
+    capsys.readouterr()
+    flags = services.x_flags("stranger")
+    assert main([*flags, "write", services.stream, "e1", "--note-time", "9000"]) != 0
+    said = capsys.readouterr().err
+    assert "bad certificate" not in said and "authoriz" in said.lower(), said
+    assert (end_offset(services, topic), end_offset(services, marks)) == before

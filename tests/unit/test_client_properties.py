@@ -150,6 +150,57 @@ def test_a_pem_client_certificate_becomes_a_pem_keystore() -> None:
     }
 
 
+PKCS8 = "-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\n"
+CERT = "-----BEGIN CERTIFICATE-----\nMIID\n-----END CERTIFICATE-----\n"
+
+
+def test_a_pem_client_certificate_in_files_becomes_an_inline_pem_keystore(tmp_path) -> None:
+    """Java reads no PEM certificate and key files: their contents go inline, which
+    reach every Spark executor with the options."""
+    (tmp_path / "c.pem").write_text(CERT)
+    (tmp_path / "k.pem").write_text(PKCS8)
+    pair = {
+        "ssl.certificate.location": str(tmp_path / "c.pem"),
+        "ssl.key.location": str(tmp_path / "k.pem"),
+    }
+    assert java_properties(pair) == {
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.certificate.chain": CERT,
+        "ssl.keystore.key": PKCS8,
+    }
+
+
+@pytest.mark.parametrize(
+    ("given", "named"),
+    [
+        ({"ssl.certificate.location": "c"}, r"ssl\.key\.location is not set"),
+        ({"ssl.key.location": "k"}, r"ssl\.certificate\.location is not set"),
+        (
+            {
+                "ssl.certificate.location": "c",
+                "ssl.key.location": "k",
+                "ssl.keystore.location": "s",
+            },
+            r"ssl\.keystore\.location or ssl\.certificate\.location",
+        ),
+        (
+            {"ssl.certificate.location": "c", "ssl.key.location": "gone"},
+            r"ssl\.key\.location: cannot read",
+        ),
+        (
+            {"ssl.certificate.location": "c", "ssl.key.location": "rsa"},
+            r"not a PKCS#8 PEM key.*pkcs8 -topk8",
+        ),
+    ],
+)
+def test_a_pem_pair_java_cannot_read_is_refused_by_name(tmp_path, given, named) -> None:
+    (tmp_path / "c").write_text(CERT)
+    (tmp_path / "rsa").write_text(PKCS8.replace("PRIVATE KEY", "RSA PRIVATE KEY"))
+    paths = {k: str(tmp_path / v) for k, v in given.items()}
+    with pytest.raises(ConfigurationError, match=named):
+        java_properties(paths)
+
+
 @given(
     st.dictionaries(
         st.from_regex(r"[a-z]{1,8}(\.[a-z]{1,8}){0,3}", fullmatch=True),
