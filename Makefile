@@ -81,12 +81,13 @@ demo: setup-demo ## start local services, run the pipeline end to end, print the
 # beside the rest on two cores, both starved: the nemesis's recoveries missed their bound
 # and timing-bound tests failed, so the two processes run one after the other. Both
 # always run; the worse exit code is the target's (5, no tests, fails too).
-# TEST_WORKERS pytest-xdist workers run the rest (default 2, one per core; 0: in the
-# pytest process itself), each with services of its own on its own ports;
+# TEST_WORKERS pytest-xdist workers run the rest (0: in the pytest process itself), each
+# with services of its own on its own ports; one more than the cores, since a
+# service-bound test spends part of its time waiting on its services, not computing;
 # tests/conftest.py says which tests one worker keeps together (everything Spark, a
 # module of service-bound tests) and which run while the other worker waits (`alone`:
 # they assert a wall-time figure).
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 UNIT_WORKERS ?= 2
 test: setup ## the whole suite (unit, integration, spark, deploy, a short nemesis) against real local services
 	@rc=0; \
