@@ -21,8 +21,12 @@ from typing import Any
 import pytest
 
 import tidemark
-from tests.faults.test_kafka_security import consume_all, produce_one, wait_described
-from tests.faults.test_roles import authorization_refused
+from tests.faults.test_kafka_security import (
+    authorization_refused,
+    consume_all,
+    produce_one,
+    wait_described,
+)
 from tidemark.cli.main import main
 from tidemark.cli.service_errors import EXIT_UNAVAILABLE
 from tidemark.controller.config import StreamConfiguration
@@ -146,6 +150,17 @@ def end_offset(mutual: Mutual, topic: str) -> int:
         return sum(topics.end_offsets(topic, partitions).values())
 
 
+def spark_values(spark: Any, options: dict[str, str], mutual: Mutual) -> set[bytes]:
+    """The values of the stream's topic, read by Spark's Kafka source with ``options``."""
+    frame = (
+        spark.read.format("kafka")
+        .options(**options)
+        .option("subscribe", topic_for(mutual.stream))
+        .load()
+    )
+    return {bytes(row.value) for row in frame.select("value").collect()}
+
+
 def test_the_command_line_presents_a_client_certificate_given_with_x(
     services: Mutual, unique: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -189,13 +204,7 @@ def test_the_environment_s_keystore_reads_with_the_command_line_and_spark(
 
         options = spark_source_options(services.bootstrap)
         assert options["kafka.ssl.keystore.location"].endswith("client-reader.p12")
-        frame = (
-            spark.read.format("kafka")
-            .options(**options)
-            .option("subscribe", topic_for(services.stream))
-            .load()
-        )
-        values = {bytes(row.value) for row in frame.select("value").collect()}
+        values = spark_values(spark, options, services)
     assert {b"event-%d" % i for i in range(EVENTS)} <= values
 
 
@@ -206,13 +215,7 @@ def test_the_environment_s_pem_files_read_with_spark(services: Mutual, spark: An
         options = spark_source_options(services.bootstrap)
         assert options["kafka.ssl.keystore.type"] == "PEM"
         assert "BEGIN CERTIFICATE" in options["kafka.ssl.keystore.certificate.chain"]
-        frame = (
-            spark.read.format("kafka")
-            .options(**options)
-            .option("subscribe", topic_for(services.stream))
-            .load()
-        )
-        values = {bytes(row.value) for row in frame.select("value").collect()}
+        values = spark_values(spark, options, services)
     assert {b"event-%d" % i for i in range(EVENTS)} <= values
 
 
