@@ -66,6 +66,17 @@ def produce_one(bootstrap: str, topic: str, key: bytes, value: bytes) -> Any:
     return result[0] if result else "no delivery report"
 
 
+def authorization_refused(error: Any) -> bool:
+    """Whether ``error`` (of :func:`produce_one` or :func:`consume_all`) is the broker's
+    refusal by ACL, not a transport or TLS failure."""
+    return error is not None and error.code() in (
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.GROUP_AUTHORIZATION_FAILED,
+        KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+    )
+
+
 def consume_all(bootstrap: str, topic: str) -> tuple[list[bytes], Any]:
     consumer = Consumer(
         {**client_config(bootstrap), "group.id": f"g{time.time_ns()}", "log_level": 0}

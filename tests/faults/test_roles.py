@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 from kazoo.client import KazooClient
 
-from tests.faults.test_kafka_security import consume_all, produce_one
+from tests.faults.test_kafka_security import authorization_refused, consume_all, produce_one
 from tidemark.controller.config import StreamConfiguration
 from tidemark.controller.exceptions import KafkaOperationError
 from tidemark.controller.kafka import roles
@@ -142,15 +142,6 @@ def secured(tmp_path_factory: pytest.TempPathFactory, zookeeper: str) -> Iterato
         finally:
             zk.stop()
             zk.close()
-
-
-def authorization_refused(error: Any) -> bool:
-    return error is not None and error.code() in (
-        KafkaError.TOPIC_AUTHORIZATION_FAILED,
-        KafkaError.GROUP_AUTHORIZATION_FAILED,
-        KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-        KafkaError.CLUSTER_AUTHORIZATION_FAILED,
-    )
 
 
 def write_events(secured: Secured, stream: str, writer_id: str) -> None:
