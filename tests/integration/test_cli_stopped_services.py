@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from tidemark.cli.service_errors import EXIT_UNAVAILABLE
+from tidemark.infra.ports import unused_address
 
 pytestmark = pytest.mark.integration
 
@@ -191,15 +192,6 @@ def test_a_stopped_object_store(tmp_path: Path, home: dict[str, str]) -> None:
     assert_one_line(result, EXIT_UNAVAILABLE, *said)
 
 
-def closed_port() -> str:
-    """An address on this machine where nothing listens (bound once, then closed)."""
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{sock.getsockname()[1]}"
-
-
 def test_kafka_out_of_reach_for_the_timeline(
     home: dict[str, str], postgres: str, kafka: str, unique: str
 ) -> None:
@@ -224,7 +216,7 @@ def test_kafka_out_of_reach_for_the_timeline(
         store.create_many(
             buffer, [NewMessage(body, 0, PRODUCER_GROUP, f"0:{i}@{source}") for i in range(2)]
         )
-    address = closed_port()
+    address = unused_address()
     env = {**home, "TIDEMARK_POSTGRES_DSN": postgres, "TIDEMARK_KAFKA_BOOTSTRAP": address}
     said = (f"Kafka is unavailable: {address}", "--bootstrap")
     relay = ["timeline", "relay", timeline, "--topic", target, "--consumer", "r", "--no-purge"]

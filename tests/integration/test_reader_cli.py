@@ -8,6 +8,7 @@ import pytest
 
 from tests.integration import test_reader_group as rg
 from tidemark.cli.main import main
+from tidemark.infra.ports import unused_address
 from tidemark.pipelines.reading.group import ReaderGroup
 from tidemark.pipelines.writing.writer import EventWriter
 
@@ -286,14 +287,11 @@ def test_read_until_and_follow(cli_env, capsys, manager, store, kafka, wconfig, 
 def test_a_stopped_broker_is_one_line(cli_env, capsys, manager, unique, monkeypatch):
     """The stream is in ZooKeeper, but Kafka at the given address does not answer (a
     port nothing listens on): one line naming Kafka, the address and what to check."""
-    import socket
 
     import tidemark.cli.control_plane as control_plane_module
 
     stream = make_stream(manager, unique, segments=1)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        stopped = f"127.0.0.1:{s.getsockname()[1]}"
+    stopped = unused_address()
     monkeypatch.setattr(control_plane_module, "KAFKA_TIMEOUT_S", 1.0)
     code, out, err = run(capsys, "--bootstrap", stopped, "read", stream)
     assert code == 69 and out == ""

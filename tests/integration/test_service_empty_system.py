@@ -9,7 +9,6 @@ naming the service that is missing -- never a 500.
 from __future__ import annotations
 
 import json
-import socket
 import time
 import urllib.error
 import urllib.request
@@ -25,6 +24,7 @@ from tidemark.controller.naming import ClusterSettings
 from tidemark.controller.streams import StreamManager
 from tidemark.controller.zookeeper.session import zookeeper_session
 from tidemark.controller.zookeeper.store import ZooKeeperStore
+from tidemark.infra.ports import free_port
 from tidemark.infra.zookeeper import ZooKeeperServer
 from tidemark.service.server import RunningService
 from tidemark.service.state import TimeService
@@ -71,12 +71,6 @@ def get(url: str) -> tuple[int, bytes]:
             return response.status, response.read()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture

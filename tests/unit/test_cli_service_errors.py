@@ -5,29 +5,23 @@ listens on."""
 from __future__ import annotations
 
 import os
-import socket
 
 import pytest
 
 import tidemark.cli.control_plane as control_plane_module
 from tidemark.cli.main import main
 from tidemark.cli.service_errors import EXIT_UNAVAILABLE
+from tidemark.infra.ports import free_port
 
 pytestmark = pytest.mark.unit
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_a_stopped_zookeeper_is_one_line(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    address = f"127.0.0.1:{_closed_port()}"
+    address = f"127.0.0.1:{free_port()}"
     monkeypatch.setenv("TIDEMARK_ZK_CONNECT", address)
-    monkeypatch.setenv("TIDEMARK_KAFKA_BOOTSTRAP", f"127.0.0.1:{_closed_port()}")
+    monkeypatch.setenv("TIDEMARK_KAFKA_BOOTSTRAP", f"127.0.0.1:{free_port()}")
     monkeypatch.setattr(control_plane_module, "ZK_START_TIMEOUT_S", 1.0)
     assert main(["scope", "list"]) == EXIT_UNAVAILABLE
     err = capsys.readouterr().err
@@ -48,7 +42,7 @@ def test_topic_offsets_name_partitions_not_segment_ids() -> None:
 def test_the_zk_flag_wins_over_the_environment_for_one_command(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    flagged = f"127.0.0.1:{_closed_port()}"
+    flagged = f"127.0.0.1:{free_port()}"
     monkeypatch.setenv("TIDEMARK_ZK_CONNECT", "127.0.0.1:1")
     monkeypatch.setattr(control_plane_module, "ZK_START_TIMEOUT_S", 1.0)
     argv = ["--zk", flagged, "--bootstrap", "127.0.0.1:2", "scope", "list"]
@@ -88,7 +82,7 @@ def test_a_client_property_reaches_the_environment_while_the_verb_runs() -> None
 def test_a_stopped_postgresql_is_one_line_without_the_password(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    port = _closed_port()
+    port = free_port()
     monkeypatch.setenv("TIDEMARK_POSTGRES_DSN", f"postgresql://alice:s3cret@127.0.0.1:{port}/db")
     assert main(["timeline", "count", "reminders"]) == EXIT_UNAVAILABLE
     err = capsys.readouterr().err
@@ -127,8 +121,8 @@ def test_a_bad_service_timeout_is_refused_by_name(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("TIDEMARK_SERVICE_TIMEOUT_MS", "soon")
-    monkeypatch.setenv("TIDEMARK_ZK_CONNECT", f"127.0.0.1:{_closed_port()}")
-    monkeypatch.setenv("TIDEMARK_KAFKA_BOOTSTRAP", f"127.0.0.1:{_closed_port()}")
+    monkeypatch.setenv("TIDEMARK_ZK_CONNECT", f"127.0.0.1:{free_port()}")
+    monkeypatch.setenv("TIDEMARK_KAFKA_BOOTSTRAP", f"127.0.0.1:{free_port()}")
     assert main(["scope", "list"]) == 1
     assert "TIDEMARK_SERVICE_TIMEOUT_MS='soon'" in capsys.readouterr().err
 
@@ -154,7 +148,7 @@ def test_a_kafka_admin_request_timing_out_names_kafka(monkeypatch: pytest.Monkey
     from tidemark.cli.service_errors import named
     from tidemark.controller.kafka.admin import StreamTopics
 
-    address = f"127.0.0.1:{_closed_port()}"
+    address = f"127.0.0.1:{free_port()}"
     monkeypatch.setenv("TIDEMARK_KAFKA_BOOTSTRAP", address)
     with pytest.raises(TimeoutError) as raised:
         StreamTopics(address, timeout_s=0.5).delete("orders")
@@ -183,7 +177,7 @@ def test_an_object_store_not_answering_is_one_line(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """delta-rs against a port nothing listens on: its nested error becomes one line."""
-    endpoint = f"http://127.0.0.1:{_closed_port()}"
+    endpoint = f"http://127.0.0.1:{free_port()}"
     for name, value in {
         "AWS_ENDPOINT_URL": endpoint,
         "AWS_ACCESS_KEY_ID": "k",

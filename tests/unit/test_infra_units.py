@@ -8,7 +8,13 @@ import pytest
 
 from tidemark.environment import Environment
 from tidemark.infra.jars import artifact_name
-from tidemark.infra.ports import free_port, free_ports, is_listening
+from tidemark.infra.ports import (
+    LOWEST_PORT,
+    ephemeral_floor,
+    free_port,
+    free_ports,
+    is_listening,
+)
 
 
 def test_environment_reads_overrides_and_ignores_blanks() -> None:
@@ -43,6 +49,14 @@ def test_free_ports_are_distinct_and_unused() -> None:
     assert len(set(ports)) == 6
     assert not any(is_listening(p) for p in ports)
     assert 1024 < free_port() < 65536
+
+
+def test_picked_ports_lie_below_the_ephemeral_range_and_never_repeat() -> None:
+    """No outgoing connection's source port can take a picked port before its service
+    binds it, and one process never hands a port out twice."""
+    picked = [p for _ in range(50) for p in free_ports(4)]
+    assert len(set(picked)) == len(picked)
+    assert all(LOWEST_PORT <= p < ephemeral_floor() for p in picked)
 
 
 def test_kafka_cluster_ids_never_start_with_a_dash() -> None:

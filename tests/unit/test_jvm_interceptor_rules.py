@@ -10,7 +10,6 @@ sent before a note; its registrations land under the znode the controller reads.
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ from hypothesis import strategies as st
 from tests.jvm_clients import compile_java, run_java_lines
 from tidemark.controller.config import TimestampingMode
 from tidemark.controller.naming import bucket_of, writer_node_name
+from tidemark.infra.ports import free_port
 from tidemark.pipelines.writing.exceptions import MissingTimestampError, TimestampAdjustmentError
 from tidemark.pipelines.writing.timestamping import SegmentClock, TimestampPolicy
 from tidemark.schemas.records import WriterMarkRecord
@@ -202,9 +202,7 @@ def test_zookeeper_credentials_come_from_the_setting_else_the_variable(harness: 
 
 
 def test_the_shaded_zookeeper_client_runs_and_names_a_silent_zookeeper(harness: Path) -> None:
-    with socket.socket() as sock:  # a port nothing listens on
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()  # nothing listens there
     (got,) = run_java_lines(harness, MAIN, [f"zookeeper 127.0.0.1:{port}"])
     assert got == (
         f"Invalid value 127.0.0.1:{port} for configuration tidemark.zookeeper.connect: "

@@ -3,26 +3,19 @@ hierarchy, naming the address it used -- here against ports nothing listens on."
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 
 from tidemark.errors import ServiceUnavailableError
+from tidemark.infra.ports import unused_address
 
 pytestmark = pytest.mark.unit
-
-
-def _closed_address() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{s.getsockname()[1]}"
 
 
 def test_zookeeper_giving_no_session_is_zookeepers_error() -> None:
     from tidemark.controller.exceptions import ZooKeeperUnavailableError
     from tidemark.controller.zookeeper.session import open_session
 
-    address = _closed_address()
+    address = unused_address()
     with pytest.raises(ZooKeeperUnavailableError) as raised:
         open_session(address, start_timeout_s=0.5)
     error = raised.value
@@ -35,7 +28,7 @@ def test_kafka_not_answering_an_admin_request_is_kafkas_error() -> None:
     from tidemark.controller.exceptions import KafkaUnavailableError
     from tidemark.controller.kafka.admin import StreamTopics
 
-    address = _closed_address()
+    address = unused_address()
     with pytest.raises(KafkaUnavailableError) as raised:
         StreamTopics(address, timeout_s=0.5).delete("orders")
     error = raised.value
@@ -50,7 +43,7 @@ def test_postgresql_refusing_the_connection_is_the_timelines_error() -> None:
     from tidemark.pipelines.timeline.exceptions import StoreUnavailableError
     from tidemark.pipelines.timeline.store import TimelineStore
 
-    address = _closed_address()
+    address = unused_address()
     with pytest.raises(StoreUnavailableError) as raised:
         TimelineStore(f"postgresql://alice:s3cret@{address}/db", connect_timeout_s=2)
     error = raised.value
@@ -66,7 +59,7 @@ def test_the_time_service_not_answering_is_its_clients_error() -> None:
         TimeServiceUnavailableError,
     )
 
-    url = f"http://{_closed_address()}"
+    url = f"http://{unused_address()}"
     with pytest.raises(TimeServiceUnavailableError) as raised:
         TimeServiceClient(url, timeout_s=0.5).get("/api/streams")
     error = raised.value
@@ -95,7 +88,7 @@ def test_a_timeline_producer_whose_flush_no_broker_answers_names_the_outage() ->
     from tidemark.pipelines.timeline.exceptions import TimelineError
     from tidemark.pipelines.timeline.producer import KafkaTimelineProducer
 
-    address = _closed_address()
+    address = unused_address()
     producer = KafkaTimelineProducer(address, "timeline-in", "reminders", "signup")
     producer.put(b"hello", timestamp_ms=1_000, id="hello-1")
     with pytest.raises(TimelineError, match="1 messages to 'timeline-in' unacknowledged") as raised:
@@ -112,7 +105,7 @@ def test_an_outage_a_client_hears_of_is_kafkas_error_once_metadata_goes_unanswer
     from tidemark.controller.kafka import roles
     from tidemark.controller.kafka.outages import OutageWatch
 
-    address = _closed_address()
+    address = unused_address()
     watch = OutageWatch(address, timeout_s=0.5)
     producer = roles.client(roles.RELAY_PRODUCER, address, watch.settings)
     started = time.monotonic()
@@ -137,7 +130,7 @@ def test_a_time_out_tells_the_last_specific_error_heard_while_it_is_recent() -> 
 
     from tidemark.controller.kafka.outages import HEARD_FOR_S, hear, last_heard, unavailable
 
-    address, other = _closed_address(), "never-heard.invalid:9092"
+    address, other = unused_address(), "never-heard.invalid:9092"
     handshake = KafkaError(KafkaError._SSL, "SSL handshake failed:\n certificate required")
     hear(address, handshake, now=100.0)
     hear(address, KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"), now=101.0)
