@@ -7,6 +7,7 @@ machine's services, or a laptop's `tidemark down` in another terminal)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -90,6 +91,8 @@ def test_controllers_stop_on_a_signal_and_on_down_with_their_services_gone(
         procs.append(impatient := _controller(env, "c3", impatient_log, "--no-warm-up"))
         _wait_for_line(impatient_log, "spark session", impatient, 300)
         assert {p.name for p in _noted(home)} == {"c1", "c2", "c3"}
+        # both contend before the services die: their stops then wait on ZooKeeper
+        _wait_standing_by(env, {"c2", "c3"}, procs, 300)
 
         # every service dies at once, as in a crash
         state = LocalServices(Environment.from_env({"TIDEMARK_HOME": str(home)})).read_state()
@@ -145,6 +148,20 @@ def test_controllers_stop_on_a_signal_and_on_down_with_their_services_gone(
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
         _cli(env, "down", timeout=120)
+
+
+def _wait_standing_by(
+    env: dict[str, str], names: set[str], procs: list[subprocess.Popen], timeout_s: float
+) -> None:
+    """Until ``tidemark controller status`` lists ``names`` among the standbys."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        status = _cli(env, "controller", "status", "--format", "json")
+        if status.returncode == 0 and names <= set(json.loads(status.stdout)["standbys"]):
+            return
+        assert all(p.poll() is None for p in procs), "a controller exited"
+        assert time.monotonic() < deadline, f"{sorted(names)} not standing by: {status.stdout}"
+        time.sleep(0.5)
 
 
 def _noted(home: Path):
