@@ -79,8 +79,11 @@ demo: setup-demo ## start local services, run the pipeline end to end, print the
 # runs it longer) run in a pytest process of their own, after the rest: a fault-ridden
 # deployment leaves nothing (clients, threads, JVM state) behind for the other tests. Run
 # beside the rest on two cores, both starved: the nemesis's recoveries missed their bound
-# and timing-bound tests failed, so the two processes run one after the other. Both
-# always run; the worse exit code is the target's (5, no tests, fails too).
+# and timing-bound tests failed, so the two processes run one after the other. The
+# `alone` tests (they assert a wall-time figure) run in the second, one at a time on a
+# quiet machine, after the deployment stopped: among the workers, each held the others
+# idle while it waited for their running tests to end. Both always run; the worse exit
+# code is the target's (5, no tests, fails too).
 # TEST_WORKERS pytest-xdist workers run the rest (0: in the pytest process itself), each
 # with services of its own on its own ports; one more than the cores, since a
 # service-bound test spends part of its time waiting on its services, not computing;
@@ -91,8 +94,9 @@ TEST_WORKERS ?= 3
 UNIT_WORKERS ?= 2
 test: setup ## the whole suite (unit, integration, spark, deploy, a short nemesis) against real local services
 	@rc=0; \
-	$(PY) -m pytest -q --durations=20 -n $(TEST_WORKERS) --dist loadgroup --ignore=tests/deploy || rc=$$?; \
-	$(PY) -m pytest -q --durations=20 tests/deploy || { drc=$$?; [ $$drc -gt $$rc ] && rc=$$drc; }; \
+	$(PY) -m pytest -q --durations=20 -n $(TEST_WORKERS) --dist loadgroup --ignore=tests/deploy \
+		-m "not alone" || rc=$$?; \
+	$(PY) -m pytest -q --durations=20 -m "deploy or alone" || { drc=$$?; [ $$drc -gt $$rc ] && rc=$$drc; }; \
 	exit $$rc
 
 test-faults: setup ## the fault suite: broker/controller/ZooKeeper faults, hostile input, restarts; prints figures

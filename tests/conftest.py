@@ -223,13 +223,17 @@ _BUILDS_THE_WHEEL = ("tests/unit/test_packaging.py", "tests/integration/test_ins
 def _worker_group(item: pytest.Item) -> str | None:
     """Which tests one pytest-xdist worker runs together (``--dist loadgroup``).
 
-    Every test that starts Spark, in one group: one worker holds the suite's one Spark
-    session, and Spark's CPU and memory are not doubled on a small machine. A module of
+    Every test that uses the suite's Spark session, in one group: one worker holds it.
+    The tests that start Spark drivers of their own (``spark``-marked, as users run
+    ``tidemark controller run``), in a second group: one of them at a time beside the
+    session, which would otherwise be the run's longest worker. A module of
     service-bound tests stays on one worker (its module-scoped services start once); the
     wheel builds, on one worker one after the other; unit tests spread one by one.
     """
-    if "spark" in getattr(item, "fixturenames", ()) or item.get_closest_marker("spark"):
+    if "spark" in getattr(item, "fixturenames", ()):
         return "spark"
+    if item.get_closest_marker("spark"):
+        return "spark-drivers"
     module = item.path.relative_to(item.config.rootpath).as_posix()
     if module in _BUILDS_THE_WHEEL:
         return "wheel"
