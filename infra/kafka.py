@@ -196,6 +196,10 @@ class KafkaCluster(Service):
             "auto.create.topics.enable": "false",
             "share.coordinator.state.topic.replication.factor": replicas,
             "share.coordinator.state.topic.min.isr": min_isr,
+            # Keep every record whatever its time: tests and examples write event times
+            # near 1970, which the default seven days would delete within a check.
+            # A topic's own retention.ms still applies.
+            "log.retention.ms": -1,
             "log.retention.check.interval.ms": 5000,
         }
         if self.tls is not None:

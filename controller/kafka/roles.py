@@ -25,7 +25,7 @@ import threading
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NoReturn, TypeVar, cast
 
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
@@ -85,7 +85,40 @@ def create(role: Role[C], config: Mapping[str, Any]) -> C:
     bootstrap = settings.get("bootstrap.servers")
     if bootstrap:
         settings["error_cb"] = hearing(str(bootstrap), settings.get("error_cb"))
+    if role.kind is Producer:
+        return cast(C, FatalRaisingProducer(settings))
     return role.kind(settings)
+
+
+def raise_fatal_cause(exc: SystemError) -> NoReturn:
+    """Raise the client's fatal error behind ``exc`` if there is one, else ``exc``.
+
+    confluent-kafka raises a producer's fatal error (an authorization refused, a fenced
+    id) from inside the event loop instead of calling ``error_cb``; a delivery report
+    served after it in the same ``poll``/``flush`` then fails on its first call into the
+    library, and the loop ends in a ``SystemError`` whose cause is that fatal
+    ``KafkaException``. The fatal error is what the caller can act on."""
+    cause = exc.__cause__
+    if isinstance(cause, KafkaException):
+        raise cause from None
+    raise exc
+
+
+class FatalRaisingProducer(Producer):
+    """A producer whose ``poll`` and ``flush`` raise its fatal error as the
+    ``KafkaException`` it is (:func:`raise_fatal_cause`), never as a ``SystemError``."""
+
+    def poll(self, timeout: float = -1) -> int:
+        try:
+            return super().poll(timeout)
+        except SystemError as exc:
+            raise_fatal_cause(exc)
+
+    def flush(self, timeout: float = -1) -> int:
+        try:
+            return super().flush(timeout)
+        except SystemError as exc:
+            raise_fatal_cause(exc)
 
 
 def client(role: Role[C], bootstrap: str, extra: Mapping[str, Any] | None = None) -> C:
@@ -386,9 +419,11 @@ __all__ = [
     "SILENT",
     "TIMELINE_KAFKA_PRODUCER",
     "TRANSACTIONAL_PRODUCER",
+    "FatalRaisingProducer",
     "Role",
     "client",
     "create",
+    "raise_fatal_cause",
     "release",
     "writer_role",
 ]
