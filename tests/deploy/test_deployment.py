@@ -495,8 +495,11 @@ def test_retention_and_autoscaling_act_as_the_controller_not_as_a_writer(
             "1000",
             "--rate-window-ms",
             "2000",
+            # The first split comes a cooldown after the stream's creation, the next a
+            # cooldown after that: the test has seen the first and stopped the loop by
+            # then (a scale cut short by stopping the loop blocks writers).
             "--scale-cooldown-ms",
-            "60000",  # one split: a scale cut short by stopping the loop blocks writers
+            "20000",
             "--delta-root",
             d.delta_root,
         ],
