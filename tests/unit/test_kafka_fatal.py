@@ -2,7 +2,8 @@
 
 confluent-kafka raises a fatal error (an authorization refused, a fenced id) from inside
 ``poll``/``flush``; a delivery report served after it then fails, and the call ends in a
-``SystemError`` caused by the fatal error. The producers tidemark makes raise the cause.
+``SystemError`` caused by the fatal error. The producers tidemark makes raise the cause
+from ``flush``, where every close ends.
 """
 
 from __future__ import annotations
