@@ -17,17 +17,9 @@ pytestmark = pytest.mark.unit
 
 
 def _system_error_caused_by(cause: BaseException | None) -> SystemError:
-    try:
-        try:
-            if cause is not None:
-                raise cause
-            raise ValueError("not a Kafka error")
-        except Exception as inner:
-            raise SystemError("<method 'topic'> returned a result with an exception set") from (
-                inner if cause is not None else None
-            )
-    except SystemError as exc:
-        return exc
+    exc = SystemError("<method 'topic'> returned a result with an exception set")
+    exc.__cause__ = cause
+    return exc
 
 
 def test_the_fatal_error_behind_a_system_error_is_raised_as_itself() -> None:
