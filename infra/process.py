@@ -220,7 +220,10 @@ def stop_pid(pid: int, timeout_s: float = 15.0) -> bool:
 
 
 def pid_alive(pid: int) -> bool:
-    """True while ``pid`` runs; a zombie (exited, not yet reaped) counts as gone."""
+    """True while ``pid`` runs; a zombie (exited, not yet reaped) counts as gone.
+
+    Only a whole zombie: a process's first thread shows as one while the others are
+    still ending (or running on), and its parent cannot reap it until they have."""
     with contextlib.suppress(ChildProcessError, OSError):
         os.waitpid(pid, os.WNOHANG)  # reap it if it is our own exited child
     try:
@@ -231,9 +234,11 @@ def pid_alive(pid: int) -> bool:
         return True
     try:
         with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
+            if stat.read().rsplit(")", 1)[1].split()[0] != "Z":
+                return True
+        return len(os.listdir(f"/proc/{pid}/task")) > 1
+    except OSError:  # it may have ended between two reads
+        return os.path.exists(f"/proc/{pid}")
 
 
 def started_processes() -> list[ManagedProcess]:

@@ -155,3 +155,38 @@ def test_an_argfile_keeps_the_arguments_off_the_process_list(tmp_path: Path) -> 
     assert subprocess.run(argv, capture_output=True, check=False).returncode == 0
     with pytest.raises(ValueError, match="quote or a backslash"):
         argfile_argv([java, 'a"b'], tmp_path / "refused.args")
+
+
+LEADER_EXITS_FIRST = """
+import ctypes, threading, time
+threading.Thread(target=time.sleep, args=(1.5,)).start()
+ctypes.CDLL(None).pthread_exit(None)
+"""
+
+
+def test_a_process_whose_first_thread_ended_is_alive_until_the_rest_have() -> None:
+    """Its first thread shows as a zombie while another runs on: not gone yet (its
+    parent cannot reap it), then gone once the last thread ends."""
+    import subprocess
+    import sys
+    import time
+
+    from tidemark.infra.process import pid_alive
+
+    proc = subprocess.Popen([sys.executable, "-c", LEADER_EXITS_FIRST])
+    try:
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            with open(f"/proc/{proc.pid}/stat") as stat:
+                if stat.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    break
+            time.sleep(0.01)
+        else:
+            pytest.fail("the first thread did not end")
+        assert pid_alive(proc.pid)
+        assert proc.poll() is None
+        assert proc.wait(10) == 0
+        assert not pid_alive(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait()
