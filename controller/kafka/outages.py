@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from concurrent import futures
+from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException
 
@@ -202,8 +204,64 @@ class OutageWatch:
             answering(client, self.bootstrap, self.timeout_s)
 
 
+T = TypeVar("T")
+
+
+class HeldCalls:
+    """A client's blocking calls, each run on a daemon thread and waited for at most a
+    bound: librdkafka can hold a call well past its own time-out while no broker answers
+    (a transactional producer's ``send_offsets_to_transaction``: its group-coordinator
+    request has no time-out of its own, so it waits for the transaction's).
+
+        calls = HeldCalls("relay-kafka")
+        with outages_named(bootstrap):   # a call not answered -> KafkaUnavailableError
+            calls.run(lambda: producer.send_offsets_to_transaction(offsets, group, 2.0), 3.0)
+
+    A call not answered within its bound raises a bare :class:`TimeoutError` (an outage,
+    :func:`is_outage`) and is left to end on its thread; the next call gets a new thread.
+    The client it used must not be asked anything that waits on it again: start over
+    with a new one."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._work: queue.SimpleQueue[Any] | None = None
+
+    def run(self, call: Callable[[], T], bound_s: float) -> T:
+        """``call()``'s result or exception, or :class:`TimeoutError` after ``bound_s``."""
+        if self._work is None:
+            self._work = queue.SimpleQueue()
+            thread = threading.Thread(target=_serve, args=(self._work,), name=self.name)
+            thread.daemon = True  # one left holding a call must not hold the exit
+            thread.start()
+        done: futures.Future[T] = futures.Future()
+        self._work.put((call, done))
+        futures.wait([done], bound_s)
+        if not done.done():
+            log.info("%s: a Kafka call not answered in %.1f s, left to end", self.name, bound_s)
+            self.close()  # its thread ends once the call does
+            raise TimeoutError()
+        return done.result()
+
+    def close(self) -> None:
+        """End the thread (once its call, if one is held, ends)."""
+        if self._work is not None:
+            self._work.put(None)
+            self._work = None
+
+
+def _serve(work: queue.SimpleQueue[Any]) -> None:
+    while (item := work.get()) is not None:
+        call, done = item
+        if done.set_running_or_notify_cancel():
+            try:
+                done.set_result(call())
+            except BaseException as exc:  # given to the caller
+                done.set_exception(exc)
+
+
 __all__ = [
     "OUTAGE_CODES",
+    "HeldCalls",
     "OutageWatch",
     "answering",
     "hear",

@@ -47,7 +47,13 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from tidemark.controller.closing import Closing
 from tidemark.controller.exceptions import KafkaOperationError
 from tidemark.controller.kafka import roles
-from tidemark.controller.kafka.outages import is_outage, named_cause, outages_named
+from tidemark.controller.kafka.outages import (
+    ANSWER_GRACE_S,
+    HeldCalls,
+    is_outage,
+    named_cause,
+    outages_named,
+)
 from tidemark.controller.kafka.retry import COORDINATOR_MOVING, KafkaRetry
 from tidemark.pipelines.timeline.clock import NOW_MS, DueCondition, StreamClock
 from tidemark.pipelines.timeline.consumer import (
@@ -154,6 +160,8 @@ class CursorRelay(Closing):
         self._group = roles.client(roles.BUFFER_GROUP, bootstrap, {"group.id": settings.name})
         self._reader = futures.ThreadPoolExecutor(1, thread_name_prefix=f"relay-read-{timeline}")
         """Reads the next batch while Kafka commits the last (the store serialises its calls)."""
+        self._held = HeldCalls(f"relay-kafka-{timeline}")
+        """The batch's number, waited for within its time-out (see :meth:`_number`)."""
         try:
             self._start()
         except BaseException:
@@ -370,9 +378,14 @@ class CursorRelay(Closing):
         but a partition's registration only after a fixed 20 ms (each batch's pace)."""
         state = batch.state
         marker = TopicPartition(*self._marker, state.seq, metadata=f"{MARKER_PREFIX} {state.epoch}")
+        producer, group = self._producer, self._group.consumer_group_metadata()
+        # librdkafka holds this call up to the transaction's time-out while no broker
+        # answers, whatever its own: an outage is named within the relay's. The producer
+        # left holding it is dropped (the next start fences it).
         with outages_named(self.bootstrap):
-            self._producer.send_offsets_to_transaction(
-                [marker], self._group.consumer_group_metadata(), self._timeout_s
+            self._held.run(
+                lambda: producer.send_offsets_to_transaction([marker], group, self._timeout_s),
+                self._timeout_s + ANSWER_GRACE_S,
             )
 
     def _commit(self, batch: TakenBatch) -> None:
@@ -503,6 +516,7 @@ class CursorRelay(Closing):
         producer, self._producer = self._producer, None
         try:
             self._reader.shutdown(wait=True)
+            self._held.close()
             if producer is not None:
                 roles.release(producer, 0)
             self._group.close()

@@ -143,3 +143,32 @@ def test_a_time_out_tells_the_last_specific_error_heard_while_it_is_recent() -> 
         "gave no answer in time; its last error: SSL handshake failed: certificate required"
     ), said
     assert str(unavailable(other, TimeoutError())).endswith("gave no answer in time")
+
+
+def test_a_held_call_is_an_outage_within_its_bound_and_the_next_call_runs_at_once() -> None:
+    """librdkafka can hold a call past its own time-out: the caller is answered within
+    the bound (the outage named), the held call ends on its thread, and the next call
+    does not wait behind it."""
+    import threading
+    import time
+
+    from tidemark.controller.exceptions import KafkaUnavailableError
+    from tidemark.controller.kafka.outages import HeldCalls, outages_named
+
+    calls = HeldCalls("held-test")
+    release = threading.Event()
+    started = time.monotonic()
+    with pytest.raises(KafkaUnavailableError) as raised, outages_named("k1:9092"):
+        calls.run(lambda: release.wait(30), 0.2)
+    assert time.monotonic() - started < 5
+    assert raised.value.address == "k1:9092"
+    assert calls.run(lambda: 7, 5) == 7  # a thread of its own, not behind the held call
+    with pytest.raises(TimeoutError, match="its own"):  # the call's error, passed as is
+        calls.run(lambda: (_ for _ in ()).throw(TimeoutError("its own")), 5)
+    assert calls.run(lambda: 8, 5) == 8  # and that thread stays in use
+    release.set()
+    calls.close()
+    deadline = time.monotonic() + 5
+    while any(t.name == "held-test" for t in threading.enumerate()):
+        assert time.monotonic() < deadline, "a thread outlived its held call and close"
+        time.sleep(0.01)
