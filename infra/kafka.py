@@ -44,7 +44,7 @@ from pathlib import Path
 from tidemark.environment import Environment
 from tidemark.infra import jars
 from tidemark.infra.exceptions import ServiceError, ServiceTimeout
-from tidemark.infra.java import argfile_argv, jvm_argv
+from tidemark.infra.java import argfile_argv, jvm_argv, settle_archive
 from tidemark.infra.ports import HOST, ensure_free, free_ports
 from tidemark.infra.process import ManagedProcess, Service, key_line, wait_for
 from tidemark.infra.tls import PrivateCA
@@ -299,39 +299,41 @@ class KafkaCluster(Service):
             main,
             *args,
             heap_mb=self.heap_mb,
-            jvm_options=(f"-Dlog4j2.configurationFile={LOG4J_CONF}", "-XX:+UseG1GC"),
+            # C1 alone: a local broker's JIT work is mostly its start, on two cores
+            jvm_options=(
+                f"-Dlog4j2.configurationFile={LOG4J_CONF}",
+                "-XX:+UseG1GC",
+                "-XX:TieredStopAtLevel=1",
+            ),
         )
 
     def _format_all(self, configs: list[Path]) -> None:
         """Format every node's storage at once (a JVM start each, so in parallel)."""
-        running = [
-            (
+        running = []
+        for node, config in zip(self.nodes, configs, strict=True):
+            argv = self._argv(
                 node,
-                subprocess.Popen(
-                    argfile_argv(  # the SCRAM passwords in a file, not on the process list
-                        self._argv(
-                            node,
-                            STORAGE_TOOL,
-                            "format",
-                            "--cluster-id",
-                            self.cluster_id,
-                            "--config",
-                            str(config),
-                            "--ignore-formatted",
-                            *(self.security.scram_arguments() if self.security else ()),
-                        ),
-                        node.data_dir / "format.args",
-                    ),
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                    text=True,
-                ),
+                STORAGE_TOOL,
+                "format",
+                "--cluster-id",
+                self.cluster_id,
+                "--config",
+                str(config),
+                "--ignore-formatted",
+                *(self.security.scram_arguments() if self.security else ()),
             )
-            for node, config in zip(self.nodes, configs, strict=True)
-        ]
-        for node, proc in running:
+            proc = subprocess.Popen(
+                # the SCRAM passwords in a file, not on the process list
+                argfile_argv(argv, node.data_dir / "format.args"),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            running.append((node, argv, proc))
+        for node, argv, proc in running:
             out, _ = proc.communicate(timeout=120)
             (node.data_dir / "format.args").unlink(missing_ok=True)
+            settle_archive(argv, proc.returncode)
             if proc.returncode != 0:
                 log_path = node.data_dir / "format.log"
                 log_path.write_text(out)

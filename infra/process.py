@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Self
 
 from tidemark.infra.exceptions import ServiceError
+from tidemark.infra.java import settle_archive, writing_no_archive
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +83,9 @@ class ManagedProcess:
         with self.log_path.open("ab") as out:
             try:
                 self._proc = subprocess.Popen(
-                    self.argv,
+                    # one that outlives its owner writes no class-data archive: nobody
+                    # would settle it (infra/java.py)
+                    self.argv if self.tie_to_owner else writing_no_archive(self.argv),
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
@@ -139,6 +142,7 @@ class ManagedProcess:
                 proc.wait(timeout=10)
         with _live_lock:
             _live.discard(self)
+        settle_archive(self.argv, proc.returncode)
         log.info("stopped %s (exit %s)", self.name, proc.returncode)
 
     def kill(self) -> None:
@@ -149,6 +153,8 @@ class ManagedProcess:
             proc.wait(timeout=10)
         with _live_lock:
             _live.discard(self)
+        if proc is not None:
+            settle_archive(self.argv, proc.returncode)
 
 
 _KEY_MARKERS = ("Exception", "Error", "ERROR", "FATAL", "error:", "refused", "failed")

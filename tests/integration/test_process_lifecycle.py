@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -45,6 +46,53 @@ def test_child_dies_when_its_owner_is_killed(tmp_path) -> None:
     os.kill(owner.pid, signal.SIGKILL)
     owner.wait(10)
     assert _wait_gone(child_pid), "the service process survived its owner"
+
+
+def test_a_service_jvm_writes_its_class_archive_once_then_starts_from_it(tmp_path) -> None:
+    """The first start of a classpath and main class writes a class-data archive at its
+    exit, put in place by its owner; the next starts from it. A partial archive (a JVM
+    killed while writing it) is never put in place: a JVM that maps one crashes."""
+    import dataclasses
+
+    from tidemark.environment import Environment
+    from tidemark.infra import jars
+    from tidemark.infra.java import archive_options, jvm_argv, settle_archive
+    from tidemark.infra.kafka import STORAGE_TOOL
+
+    suite = Environment.from_env()
+    env = dataclasses.replace(suite, cache=tmp_path / "cache")
+    classpath = jars.classpath("kafka", suite)
+
+    def run(argv: list[str]) -> ManagedProcess:
+        proc = ManagedProcess("storage-tool", argv, tmp_path / "tool.log")
+        proc.start()
+        assert proc._proc is not None and proc._proc.wait(60) == 0, proc.log_tail()
+        proc.stop()  # settles its archive
+        return proc
+
+    first = jvm_argv(env, classpath, STORAGE_TOOL, "random-uuid")
+    assert any(a.startswith("-XX:ArchiveClassesAtExit=") for a in first)
+    run(first)
+    (archive,) = (tmp_path / "cache" / "class-archives").glob("*.jsa")
+    assert list(archive.parent.glob("*.pending")) == []
+    second = jvm_argv(env, classpath, STORAGE_TOOL, "random-uuid")
+    assert f"-XX:SharedArchiveFile={archive}" in second
+    run(second)
+    uuids = (tmp_path / "tool.log").read_text().split()
+    assert len(uuids) == 2 and uuids[0] != uuids[1]
+    assert "warning" not in (tmp_path / "tool.log").read_text()
+
+    # a partial archive, as a JVM killed while writing it leaves, is removed, not used
+    whole = archive.read_bytes()
+    archive.unlink()
+    (option, *_) = archive_options(env, first[0], classpath, STORAGE_TOOL)
+    pending = Path(option.split("=", 1)[1])
+    pending.write_bytes(whole[: len(whole) // 3])
+    settle_archive([first[0], option, "-cp", ":".join(classpath)], 0)
+    assert not archive.exists() and not pending.exists()
+    pending.write_bytes(whole)
+    settle_archive([first[0], option, "-cp", ":".join(classpath)], -9)  # killed: not trusted
+    assert not archive.exists() and not pending.exists()
 
 
 def test_stop_kills_a_process_that_ignores_sigterm(tmp_path) -> None:
