@@ -85,12 +85,12 @@ demo: setup-demo ## start local services, run the pipeline end to end, print the
 # idle while it waited for their running tests to end. Both always run; the worse exit
 # code is the target's (5, no tests, fails too).
 # TEST_WORKERS pytest-xdist workers run the rest (0: in the pytest process itself), each
-# with services of its own on its own ports; one more than the cores, since a
-# service-bound test spends part of its time waiting on its services, not computing;
-# tests/conftest.py says which tests one worker keeps together (everything Spark, a
-# module of service-bound tests) and which run while the other worker waits (`alone`:
-# they assert a wall-time figure).
-TEST_WORKERS ?= 3
+# with services of its own on its own ports; twice the cores, since a service-bound
+# test spends much of its time waiting on its services, not computing (with one more
+# than the cores, the machine still sat idle an eighth of the time); tests/conftest.py
+# says which tests one worker keeps together (everything Spark, a module of
+# service-bound tests).
+TEST_WORKERS ?= 4
 UNIT_WORKERS ?= 2
 test: setup ## the whole suite (unit, integration, spark, deploy, a short nemesis) against real local services
 	@rc=0; \

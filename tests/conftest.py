@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import uuid
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -86,6 +87,25 @@ def spark(environment: Environment, services_dir: Path) -> Iterator[Any]:
     session = spark_session(SparkSettings(work_dir=services_dir / "spark"), environment)
     yield session
     stop_spark(session)
+
+
+@pytest.fixture(autouse=True)
+def _no_query_outlives_its_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A streaming query a test leaves running on the suite's Spark session would run
+    its micro-batches until the session ends, on the cores the other tests need: it is
+    stopped, with a warning naming the test."""
+    yield
+    if "spark" not in request.fixturenames:
+        return
+    left = list(request.getfixturevalue("spark").streams.active)
+    for query in left:
+        with contextlib.suppress(Exception):
+            query.stop()
+    if left:
+        warnings.warn(
+            f"{request.node.nodeid} left {len(left)} streaming queries running; stopped",
+            stacklevel=1,
+        )
 
 
 @pytest.fixture

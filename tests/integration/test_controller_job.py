@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -759,10 +759,3 @@ def test_each_stream_drops_a_silent_writer_after_its_own_timeout_then_idle_runs_
     for s in timeouts:
         check_sequence(read_watermarks(settings.delta_root, s))
     assert all(n.error is None for n in noters.values())
-
-
-@pytest.fixture(autouse=True)
-def _no_query_left(spark: Any) -> Iterator[None]:
-    yield
-    for q in spark.streams.active:
-        q.stop()
