@@ -49,6 +49,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 
 from tidemark.controller.kafka import roles
+from tidemark.controller.kafka.retry import COORDINATOR_MOVING, KafkaRetry
 from tidemark.controller.model import WriterMark
 from tidemark.controller.naming import WRITER_TRANSACTIONAL_PREFIX
 from tidemark.controller.store import MetadataStore
@@ -167,8 +168,16 @@ class TransactionalWriter(_StreamWriter):
             self._heartbeat.start()
 
     def _init_transactions(self) -> None:
+        """Fence this writer's earlier producer; asked again while the transaction
+        coordinator moves or loads (a cluster just started answers ``NOT_COORDINATOR``
+        for a moment), within the delivery time-out."""
+        timeout_s = self.config.delivery_timeout_ms / 1000
+        retry = KafkaRetry(COORDINATOR_MOVING, timeout_s=timeout_s)
         try:
-            self._producer.init_transactions(self.config.delivery_timeout_ms / 1000)
+            retry(
+                lambda: self._producer.init_transactions(timeout_s),
+                f"writer {self.writer_id}: starting its transactions",
+            )
         except KafkaException as exc:
             raise TransactionError(
                 f"writer {self.writer_id}: Kafka refused to start transactions "
