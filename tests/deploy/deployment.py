@@ -22,7 +22,6 @@ import json
 import os
 import sys
 import time
-from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -114,11 +113,10 @@ class Deployment:
         deployment = cls(tmp, zookeeper, kafka, s3, spark, tls)
         with contextlib.ExitStack() as stack:
             stack.callback(deployment.stop)
-            # none needs another to start: side by side, each waiting on its own
-            with futures.ThreadPoolExecutor(4, thread_name_prefix="deploy-start") as pool:
-                starts = [pool.submit(s.start) for s in (zookeeper, s3, kafka, spark)]
-            for start in starts:
-                start.result()  # the first failure, once every start has ended
+            zookeeper.start()
+            s3.start()
+            kafka.start()
+            spark.start()
             deployment._grant()
             stack.pop_all()
         return deployment
