@@ -13,6 +13,7 @@ import contextlib
 import fcntl
 import uuid
 import warnings
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -237,24 +238,28 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 # Modules that build the project's wheel: the build works in the repository's build/
 # directory, so two at once would trample each other.
+SPARK_GROUPS = 2
+"""How many worker groups share the tests that use the suite's Spark session."""
+
 _BUILDS_THE_WHEEL = ("tests/unit/test_packaging.py", "tests/integration/test_install_extras.py")
 
 
 def _worker_group(item: pytest.Item) -> str | None:
     """Which tests one pytest-xdist worker runs together (``--dist loadgroup``).
 
-    Every test that uses the suite's Spark session, in one group: one worker holds it.
-    The tests that start Spark drivers of their own (``spark``-marked, as users run
-    ``tidemark controller run``), in a second group: one of them at a time beside the
-    session, which would otherwise be the run's longest worker. A module of
-    service-bound tests stays on one worker (its module-scoped services start once); the
-    wheel builds, on one worker one after the other; unit tests spread one by one.
+    The tests that use the suite's Spark session, in two groups by module (a stable
+    hash of its path): each worker that runs one holds a session, and one group alone
+    was the run's longest worker. The tests that start Spark drivers of their own
+    (``spark``-marked, as users run ``tidemark controller run``), in a third group: one
+    of them at a time beside the sessions. A module of service-bound tests stays on one
+    worker (its module-scoped services start once); the wheel builds, on one worker one
+    after the other; unit tests spread one by one.
     """
+    module = item.path.relative_to(item.config.rootpath).as_posix()
     if "spark" in getattr(item, "fixturenames", ()):
-        return "spark"
+        return f"spark-{zlib.crc32(module.encode()) % SPARK_GROUPS}"
     if item.get_closest_marker("spark"):
         return "spark-drivers"
-    module = item.path.relative_to(item.config.rootpath).as_posix()
     if module in _BUILDS_THE_WHEEL:
         return "wheel"
     if item.get_closest_marker("unit"):

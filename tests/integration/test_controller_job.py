@@ -548,11 +548,12 @@ def test_kill_9_of_the_active_driver_a_standby_takes_over(
         assert "elected" not in lines, "two leaders"
         assert "warmed up on the marks topic" in lines, lines
         leader = drivers[view.leader]
-        before = read_watermarks(settings.delta_root, stream)[-1].seq
         os.killpg(leader.pid, signal.SIGKILL)
         killed = time.monotonic()
         killed_ms = time.time_ns() // 1_000_000
         leader.wait(30)
+        # read once it is dead: a batch it was committing as it died may have landed
+        before = read_watermarks(settings.delta_root, stream)[-1].seq
         deadline = time.monotonic() + 180
         while True:
             if took_over_s is None:
