@@ -20,9 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaException
 
 from tests.faults.figures import report
 from tidemark.controller.config import ScalingPolicy, StreamConfiguration
+from tidemark.controller.kafka import roles
 from tidemark.controller.kafka.roles import KAFKA_LOGGER
 from tidemark.controller.memory_store import MemoryStore
 from tidemark.controller.naming import ClusterSettings
@@ -67,7 +69,24 @@ QUIET_S = 3.0
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[KafkaCluster]:
     with KafkaCluster(tmp_path / "kafka", brokers=1) as cluster:
+        transactions_ready(cluster.bootstrap_servers)
         yield cluster
+
+
+def transactions_ready(bootstrap: str) -> None:
+    """Wait until the new cluster's transaction coordinator answers (its log is made on
+    first use): the writers here start with the close's short time-outs."""
+    producer = roles.client(
+        roles.TRANSACTIONAL_PRODUCER, bootstrap, {"transactional.id": "warm-up"}
+    )
+    try:
+        WARM_UP.call(
+            lambda: producer.init_transactions(5.0),
+            retry_on=KafkaException,
+            what="the transaction coordinator",
+        )
+    finally:
+        roles.release(producer, 0)
 
 
 Writers = dict[str, tuple[Any, Callable[[], None], Callable[[Any], None], type[Exception]]]
