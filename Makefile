@@ -94,7 +94,8 @@ TEST_WORKERS ?= 4
 UNIT_WORKERS ?= 2
 test: setup ## the whole suite (unit, integration, spark, deploy, a short nemesis) against real local services
 	@rc=0; \
-	$(PY) -m pytest -q --durations=20 -n $(TEST_WORKERS) --dist loadgroup --ignore=tests/deploy \
+	$(PY) -m pytest -q --durations=20 -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder \
+		--ignore=tests/deploy \
 		-m "not alone" || rc=$$?; \
 	$(PY) -m pytest -q --durations=20 -m "deploy or alone" || { drc=$$?; [ $$drc -gt $$rc ] && rc=$$drc; }; \
 	exit $$rc
