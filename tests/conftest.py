@@ -236,11 +236,11 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
             terminalreporter.write_line(line)
 
 
-# Modules that build the project's wheel: the build works in the repository's build/
-# directory, so two at once would trample each other.
 SPARK_GROUPS = 2
 """How many worker groups share the tests that use the suite's Spark session."""
 
+# Modules that build the project's wheel: the build works in the repository's build/
+# directory, so two at once would trample each other.
 _BUILDS_THE_WHEEL = ("tests/unit/test_packaging.py", "tests/integration/test_install_extras.py")
 
 
