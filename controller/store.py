@@ -33,6 +33,7 @@ from tidemark.controller.exceptions import (
 )
 from tidemark.controller.metadata import StreamMetadata, Versioned
 from tidemark.controller.naming import split_stream
+from tidemark.controller.states import require_writable
 
 StreamCallback = Callable[[StreamMetadata], None]
 
@@ -103,6 +104,23 @@ class MetadataStore(abc.ABC):
     def get_stream(self, stream: str) -> StreamMetadata:
         """The stream's metadata; :class:`UnknownStreamError` naming it if absent."""
         return self.read_stream(stream).metadata
+
+    def catch_up(self) -> None:
+        """Make the reads that follow see every change committed before this call, by any
+        client. A store whose sessions may read from a server behind the others (a
+        ZooKeeper follower) waits for that server here; writers call it before reading
+        the stream they open, which another process may have just created or changed.
+        A store with one copy of its data has nothing to wait for."""
+        return
+
+    def open_for_writing(self, stream: str) -> StreamMetadata:
+        """The stream's metadata for a writer opening it: read after :meth:`catch_up`, and
+        refused (:func:`~tidemark.controller.states.require_writable`) unless writers may
+        append to it now."""
+        self.catch_up()
+        metadata = self.get_stream(stream)
+        require_writable(stream, metadata.state)
+        return metadata
 
     def read_streams(self, streams: Sequence[str]) -> dict[str, Versioned]:
         """Several streams' metadata and versions (one each); absent streams are left out.

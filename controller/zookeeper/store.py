@@ -152,6 +152,12 @@ class ZooKeeperStore(MetadataStore):
         epochs = self._epochs_of(stream, czxid, int(raw["current_epoch"]) + 1)
         return record_from_dict(raw, epochs)
 
+    def catch_up(self) -> None:
+        """A ``sync``: the session's server first applies every write the ensemble's
+        leader has committed (ZooKeeper reads are otherwise only as fresh as the server
+        the session happens to be connected to)."""
+        self.client.retry(self.client.sync, self._streams_path or "/")
+
     def read_stream(self, stream: str) -> Versioned:
         try:
             data, stat = self.client.retry(self.client.get, self._stream_path(stream))

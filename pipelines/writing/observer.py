@@ -40,7 +40,6 @@ from tidemark.controller.metadata import StreamMetadata
 from tidemark.controller.model import WriterMark
 from tidemark.controller.naming import ClusterSettings, split_stream
 from tidemark.controller.observed import ObservedTime, PartitionSeen
-from tidemark.controller.states import require_writable
 from tidemark.controller.store import MetadataStore
 from tidemark.controller.timestamps import wall_clock_ms
 from tidemark.pipelines.writing.exceptions import (
@@ -110,8 +109,7 @@ class StreamObserver(Closing):
         split_stream(stream)
         if writer_id is not None and (not isinstance(writer_id, str) or not writer_id.strip()):
             raise ObserverConfigError(f"writer_id must be a non-empty string, got {writer_id!r}")
-        metadata = store.get_stream(stream)
-        require_writable(stream, metadata.state)
+        metadata = store.open_for_writing(stream)
         self.stream = stream
         self.config = config
         self.writer_id = writer_id or observer_id(stream)

@@ -317,8 +317,7 @@ class TidemarkProducer(Closing):
         """``produce`` takes the checking path (``_slow``/``_fast``)."""
         self._streams: dict[str, _Stream] = {}
         for name in names:
-            metadata = store.get_stream(name)
-            require_writable(name, metadata.state)
+            metadata = store.open_for_writing(name)
             self._streams[metadata.topic] = _Stream(store, metadata, partitioner, self._slow)
             self._marks.register(store, name)
         self._broker_stamps = self._all_broker_stamped()

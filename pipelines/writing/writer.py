@@ -204,8 +204,7 @@ class _StreamWriter(Closing):
             config.cluster, writer_id, self._produce_mark, self._failures, self.instance
         )
 
-        metadata = store.get_stream(stream)
-        require_writable(stream, metadata.state)
+        metadata = store.open_for_writing(stream)
         ensure_marks_topic(
             opening.bootstrap_servers, config.cluster, create=config.create_marks_topic
         )

@@ -39,12 +39,14 @@ final class MetadataWatch implements AutoCloseable {
   private final String path;
   /** The ACL of the writer id's znode and registrations (open for an anonymous session). */
   private final List<ACL> owned;
+  private final int timeoutMs;
   private volatile Consumer<StreamInfo> onChange = info -> {};
   private volatile boolean closed;
 
   /** {@code auth}: digest credentials, {@code user:password}; {@code null}: anonymous. */
   MetadataWatch(String connect, String root, String stream, int timeoutMs, String auth) {
     this.stream = stream;
+    this.timeoutMs = timeoutMs;
     String r = root.endsWith("/") ? root.substring(0, root.length() - 1) : root;
     this.path = r + "/streams/" + stream;
     this.owned = auth == null ? ZooDefs.Ids.OPEN_ACL_UNSAFE : ownedAcl();
@@ -88,6 +90,7 @@ final class MetadataWatch implements AutoCloseable {
   StreamInfo read(Consumer<StreamInfo> onChange) {
     this.onChange = onChange;
     try {
+      catchUp();
       return readWatching();
     } catch (KeeperException.NoNodeException e) {
       throw new ConfigException(
@@ -182,6 +185,30 @@ final class MetadataWatch implements AutoCloseable {
     }
     String name = out.toString();
     return name.equals(".") || name.equals("..") ? name.replace(".", "%2E") : name;
+  }
+
+  /**
+   * A {@code sync}: the session's server first applies every write the leader committed before
+   * now. Without it a follower behind the leader could answer with a stream another process has
+   * just created or changed as it was before (still "creating", or absent).
+   */
+  private void catchUp() throws KeeperException, InterruptedException {
+    CountDownLatch done = new CountDownLatch(1);
+    int[] code = {KeeperException.Code.OK.intValue()};
+    zk.sync(
+        path,
+        (rc, p, ctx) -> {
+          code[0] = rc;
+          done.countDown();
+        },
+        null);
+    if (!done.await(timeoutMs, TimeUnit.MILLISECONDS)) {
+      throw new ConfigException(
+          "ZooKeeper did not answer a sync of " + path + " within " + timeoutMs + " ms");
+    }
+    if (code[0] != KeeperException.Code.OK.intValue()) {
+      throw KeeperException.create(KeeperException.Code.get(code[0]), path);
+    }
   }
 
   private StreamInfo readWatching() throws KeeperException, InterruptedException {
