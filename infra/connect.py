@@ -24,7 +24,7 @@ from typing import Self
 from tidemark.environment import Environment
 from tidemark.infra import jars
 from tidemark.infra.exceptions import ServiceTimeout
-from tidemark.infra.java import jvm_argv
+from tidemark.infra.java import argv_again, jvm_argv
 from tidemark.infra.ports import HOST, free_port
 from tidemark.infra.process import ManagedProcess, Service, wait_for
 
@@ -81,7 +81,10 @@ class ConnectWorker(Service):
     def start(self, timeout_s: float = 120) -> Self:
         if self.process.pid is not None:  # again after a stop or a kill: a fresh process
             self.process = ManagedProcess(
-                "connect", self.process.argv, self.process.log_path, self.process.env
+                "connect",
+                argv_again(self.env, self.process.argv),
+                self.process.log_path,
+                self.process.env,
             )
         self.process.start()
         if not wait_for(self._running, timeout_s, 0.2, self.process):

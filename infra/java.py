@@ -28,6 +28,7 @@ from tidemark.infra.exceptions import MissingToolError
 log = logging.getLogger(__name__)
 
 ARCHIVE_AT_EXIT = "-XX:ArchiveClassesAtExit="
+SHARED_ARCHIVE = "-XX:SharedArchiveFile="
 ARCHIVE_QUIET = (
     "-XX:+IgnoreUnrecognizedVMOptions",  # a JVM without class data sharing starts anyway
     "-Xlog:cds=off",  # writing an archive warns once for each class it leaves out
@@ -97,7 +98,7 @@ def archive_options(
     none, write one at its exit (to a pending file :func:`settle_archive` puts in place)."""
     archive = _archive_path(env, java, classpath, main_class)
     if archive.exists():
-        return (f"-XX:SharedArchiveFile={archive}", *ARCHIVE_QUIET)
+        return (f"{SHARED_ARCHIVE}{archive}", *ARCHIVE_QUIET)
     try:
         archive.parent.mkdir(parents=True, exist_ok=True)
         for stale in archive.parent.glob(f"{archive.name}.*{PENDING}"):
@@ -130,6 +131,18 @@ def settle_archive(argv: Sequence[str], returncode: int | None) -> None:
         path.unlink(missing_ok=True)
 
 
+def argv_again(env: Environment, argv: Sequence[str]) -> list[str]:
+    """``argv`` (a :func:`jvm_argv`) for starting the same JVM again: its archive options
+    chosen anew, since the archive its first run wrote may be in place by now (its pending
+    file was settled or dropped when that run ended)."""
+    ours = (ARCHIVE_AT_EXIT, SHARED_ARCHIVE, *ARCHIVE_QUIET)
+    at = next((i for i, a in enumerate(argv) if a.startswith(ours)), argv.index("-cp"))
+    kept = [a for a in argv if not a.startswith(ours)]
+    cp = kept.index("-cp")
+    options = archive_options(env, kept[0], kept[cp + 1].split(":"), kept[cp + 2])
+    return [*kept[:at], *options, *kept[at:]]
+
+
 def writing_no_archive(argv: Sequence[str]) -> list[str]:
     """``argv`` without the option that writes an archive at exit: for a JVM that outlives
     its owner (``tidemark up``), which would leave it pending, never settled."""
@@ -141,7 +154,7 @@ def _maps(argv: Sequence[str], archive: Path) -> bool:
     classpath = argv[argv.index("-cp") + 1] if "-cp" in argv else ""
     check = [
         argv[0],
-        f"-XX:SharedArchiveFile={archive}",
+        f"{SHARED_ARCHIVE}{archive}",
         *ARCHIVE_QUIET,
         "-XX:ErrorFile=/dev/null",  # a partial archive crashes it: no crash report left
         "-XX:-CreateCoredumpOnCrash",

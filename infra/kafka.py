@@ -44,7 +44,13 @@ from pathlib import Path
 from tidemark.environment import Environment
 from tidemark.infra import jars
 from tidemark.infra.exceptions import ServiceError, ServiceTimeout
-from tidemark.infra.java import argfile_argv, jvm_argv, settle_archive
+from tidemark.infra.java import (
+    argfile_argv,
+    argv_again,
+    jvm_argv,
+    settle_archive,
+    writing_no_archive,
+)
 from tidemark.infra.ports import HOST, ensure_free, free_ports
 from tidemark.infra.process import ManagedProcess, Service, key_line, wait_for
 from tidemark.infra.tls import PrivateCA
@@ -386,7 +392,10 @@ class KafkaCluster(Service):
         wait until the metadata lists every broker."""
         node = self.nodes[node_id - 1]
         old = node.process
-        process = ManagedProcess(old.name, old.argv, old.log_path, tie_to_owner=old.tie_to_owner)
+        argv = argv_again(self.env, old.argv)
+        if not old.tie_to_owner:
+            argv = writing_no_archive(argv)
+        process = ManagedProcess(old.name, argv, old.log_path, tie_to_owner=old.tie_to_owner)
         self.nodes[node_id - 1] = dataclasses.replace(node, process=process)
         process.start()
         self.wait_ready(timeout_s)
