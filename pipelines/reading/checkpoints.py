@@ -147,10 +147,14 @@ class PendingCheckpoint:
         *,
         timeout_ms: int,
         monotonic: Callable[[], float] = time.monotonic,
+        keep_request: bool = False,
     ) -> None:
+        """``keep_request``: once taken, the request stands (the readers still hold) until
+        :meth:`release`, for a checkpoint that is one part of a larger one."""
         self.group = group
         self.name = check_name("checkpoint", name)
         self._monotonic = monotonic
+        self._keep_request = keep_request
         self._deadline = monotonic() + timeout_ms / 1000
         self._result: Checkpoint | None = None
         self._error: CheckpointTimeoutError | CheckpointExistsError | None = None
@@ -215,6 +219,12 @@ class PendingCheckpoint:
                 self._over.set()
                 self.group.registry.end_checkpoint_request(self.group.name, self.name)
 
+    def release(self) -> None:
+        """Withdraw a kept request (``keep_request``), taken or not: the readers carry on."""
+        with self._lock:
+            self._over.set()
+            self.group.registry.end_checkpoint_request(self.group.name, self.name)
+
     def _take(self) -> Checkpoint:
         group, registry = self.group, self.group.registry
         try:
@@ -238,7 +248,8 @@ class PendingCheckpoint:
             # while its future still says "not yet".
             self._result = checkpoint
         finally:
-            registry.end_checkpoint_request(group.name, self.name)
+            if not (self._keep_request and self._result is not None):
+                registry.end_checkpoint_request(group.name, self.name)
         log.info("reader group %s: checkpoint %s at %s", group.name, self.name, checkpoint)
         return checkpoint
 

@@ -352,7 +352,9 @@ class ReaderGroup(Closing):
 
     # --- checkpoints -----------------------------------------------------------------------
 
-    def initiate_checkpoint(self, name: str, *, timeout_ms: int = 30_000) -> PendingCheckpoint:
+    def initiate_checkpoint(
+        self, name: str, *, timeout_ms: int = 30_000, keep_request: bool = False
+    ) -> PendingCheckpoint:
         """Start taking checkpoint ``name`` of the whole group
         (``tidemark.pipelines.reading.checkpoints``).
 
@@ -363,7 +365,7 @@ class ReaderGroup(Closing):
         taken, :class:`CheckpointInProgressError` while another is being taken.
         """
         self._check_open()
-        return PendingCheckpoint(self, name, timeout_ms=timeout_ms)
+        return PendingCheckpoint(self, name, timeout_ms=timeout_ms, keep_request=keep_request)
 
     def checkpoints(self) -> list[Checkpoint]:
         """The group's taken checkpoints, oldest first."""

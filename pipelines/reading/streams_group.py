@@ -36,6 +36,7 @@ is created or moved; a failed create leaves no member behind.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -48,6 +49,7 @@ from tidemark.controller.navigation import head_cut, start_or_head
 from tidemark.controller.store import MetadataStore
 from tidemark.pipelines.reading.checkpoints import POLL_S, Checkpoint, PendingCheckpoint
 from tidemark.pipelines.reading.exceptions import (
+    CheckpointExistsError,
     CheckpointTimeoutError,
     ReaderConfigError,
     ReaderGroupActiveError,
@@ -107,27 +109,58 @@ class StreamsCheckpoint:
 
 
 class PendingStreamsCheckpoint:
-    """A checkpoint being taken in every member; :meth:`result` waits for all of them."""
+    """A checkpoint being taken in every member; :meth:`result` waits for all of them.
+
+    Each member's request stands until every member's checkpoint is taken: a reader
+    that has reached one stream's place holds still on that stream while it reads on to
+    the others' places, so what it returns before the checkpoint's place is exactly
+    what the cuts hold. A daemon thread moves it on, as for one stream's checkpoint."""
 
     def __init__(self, group: StreamsReaderGroup, name: str, *, timeout_ms: int) -> None:
         self.group = group
         self.name = check_name("checkpoint", name)
         self._pending: dict[str, PendingCheckpoint] = {}
+        self._lock = threading.Lock()
+        self._taken = False
         try:
             for stream, member in group.members.items():
-                self._pending[stream] = member.initiate_checkpoint(name, timeout_ms=timeout_ms)
+                self._pending[stream] = member.initiate_checkpoint(
+                    name, timeout_ms=timeout_ms, keep_request=True
+                )
         except BaseException:
             self.cancel()
             raise
+        threading.Thread(
+            target=self._drive, name=f"checkpoint-{group.name}-{name}", daemon=True
+        ).start()
 
     def done(self) -> bool:
-        """True once every member's is taken; a member's timeout withdraws the rest and
-        forgets those taken (:class:`CheckpointTimeoutError`)."""
-        try:
-            return all([p.done() for p in self._pending.values()])
-        except CheckpointTimeoutError:
-            self._undo()
-            raise
+        """True once every member's is taken (then the readers carry on); a member's
+        timeout withdraws the rest and forgets those taken (:class:`CheckpointTimeoutError`)."""
+        with self._lock:
+            if self._taken:
+                return True
+            try:
+                taken = all([p.done() for p in self._pending.values()])
+            except CheckpointTimeoutError:
+                self._undo()
+                raise
+            if taken:
+                for pending in self._pending.values():
+                    pending.release()
+                self._taken = True
+            return taken
+
+    def _drive(self) -> None:
+        """Until taken or given up: an initiator that never waits holds no reader still."""
+        while not self._taken:
+            time.sleep(PendingCheckpoint.DRIVE_S)
+            try:
+                self.done()
+            except (CheckpointTimeoutError, CheckpointExistsError):
+                return
+            except Exception as exc:  # a member's drive withdraws its request at its deadline
+                log.debug("reader group %s: checkpoint %s: %s", self.group.name, self.name, exc)
 
     def result(self, timeout_ms: int | None = None) -> StreamsCheckpoint:
         until = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
@@ -144,7 +177,7 @@ class PendingStreamsCheckpoint:
     def cancel(self) -> None:
         """Withdraw every member's request; nothing is recorded."""
         for pending in self._pending.values():
-            pending.cancel()
+            pending.release()
 
     def _undo(self) -> None:
         self.cancel()

@@ -291,6 +291,46 @@ def test_reader_group_over_both_shares_checkpoints_and_resets(two_streams, store
         group.delete()
 
 
+def test_a_reader_holds_still_on_every_stream_until_the_checkpoint_is_taken(
+    two_streams, store, kafka, unique
+):
+    """Over two streams, a reader that has returned the checkpoint's place returns
+    nothing more, of either stream, until every stream's checkpoint is taken (B's is held
+    up here by a reader of B alone that does not read yet), though A's is taken: once a
+    stream's checkpoint is taken early, its events must not overtake the other stream's
+    place, so what a reader returns before its place is exactly what the cuts hold."""
+    root, a, b, _, _, writers = two_streams
+    kw = {"store": store, "bootstrap_servers": kafka, "delta_root": root}
+    group = ReaderGroup.create(f"h{unique}", streams=[a, b], config=rg.FAST, **kw)
+    member_a = group.members[a]
+    with group, group.reader("r") as reader, group.members[b].reader("slow") as slow:
+        slow.read_next(100)  # online: B's checkpoint waits for it
+        pending = group.initiate_checkpoint("c1", timeout_ms=60_000)
+        deadline = time.monotonic() + 30
+        from_a = 0
+        while (event := reader.read_next(50)) is None or not event.is_checkpoint:
+            assert time.monotonic() < deadline, "the reader never reached the checkpoint"
+            from_a += event is not None and event.stream == a
+        while "c1" not in member_a.registry.checkpoint_names(member_a.name):
+            assert time.monotonic() < deadline, "stream A's checkpoint was not taken"
+            time.sleep(0.05)
+        cut_a = member_a.checkpoint("c1").stream_cut
+        assert from_a == sum(cut_a.values())
+        writers[a].write(b"a:after", routing_key="k0", timestamp=BASE + 2 * SKEW_MS)
+        writers[a].flush()
+        until = time.monotonic() + 1.5
+        while time.monotonic() < until:
+            assert reader.read_next(50) is None  # holding still while B's is being taken
+        while (event := slow.read_next(100)) is None or not event.is_checkpoint:
+            assert time.monotonic() < deadline + 30, "the reader of B alone never acknowledged"
+        checkpoint = pending.result(timeout_ms=30_000)
+        assert checkpoint.stream_cuts[a] == dict(cut_a)
+        after = []
+        while (event := reader.read_next(2_000)) is not None:
+            after.append(event.body)
+        assert b"a:after" in after
+
+
 def test_reader_group_over_both_holds_back_the_stream_ahead(two_streams, store, kafka, unique):
     root, a, b, written, _, _ = two_streams
     since = BASE + 3_000
