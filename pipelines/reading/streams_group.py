@@ -122,6 +122,7 @@ class PendingStreamsCheckpoint:
         self._pending: dict[str, PendingCheckpoint] = {}
         self._lock = threading.Lock()
         self._taken = False
+        self._over = threading.Event()
         try:
             for stream, member in group.members.items():
                 self._pending[stream] = member.initiate_checkpoint(
@@ -143,18 +144,19 @@ class PendingStreamsCheckpoint:
             try:
                 taken = all([p.done() for p in self._pending.values()])
             except CheckpointTimeoutError:
+                self._over.set()
                 self._undo()
                 raise
             if taken:
                 for pending in self._pending.values():
                     pending.release()
                 self._taken = True
+                self._over.set()
             return taken
 
     def _drive(self) -> None:
         """Until taken or given up: an initiator that never waits holds no reader still."""
-        while not self._taken:
-            time.sleep(PendingCheckpoint.DRIVE_S)
+        while not self._over.wait(PendingCheckpoint.DRIVE_S):
             try:
                 self.done()
             except (CheckpointTimeoutError, CheckpointExistsError):
@@ -176,6 +178,7 @@ class PendingStreamsCheckpoint:
 
     def cancel(self) -> None:
         """Withdraw every member's request; nothing is recorded."""
+        self._over.set()
         for pending in self._pending.values():
             pending.release()
 
