@@ -241,14 +241,7 @@ class DeltaSource:
 
         if self._table is None:
             return pa.table({})
-        import pyarrow.dataset as ds  # on use: importing this module stays light
-
-        flt = None if stream is None else ds.field("stream") == stream
-        # On the calling thread: pyarrow's scan threads made short-lived processes (CLI
-        # verbs) abort at exit now and then (SIGABRT). These tables are small.
-        return self._table.to_pyarrow_dataset().to_table(
-            columns=None if columns is None else list(columns), filter=flt, use_threads=False
-        )
+        return scan_files(self._files(), table_schema(self._table), columns, stream)
 
     def files(self) -> list[DataFile]:
         """Every data file of the current version, with its min/max statistics."""
@@ -290,33 +283,39 @@ class DeltaSource:
     def _files(self) -> list[DataFile]:
         if self._table is None:
             return []
-        actions = add_actions(self._table)
-        paths = actions.column("path").to_pylist()
-        if not paths:
-            return []
-        uris = self._table.file_uris()
-        prefix = _prefix(uris, paths[0])
-        mins = {
-            name[4:]: actions.column(name).to_pylist()
-            for name in actions.column_names
-            if name.startswith("min.")
-        }
-        maxs = {
-            name[4:]: actions.column(name).to_pylist()
-            for name in actions.column_names
-            if name.startswith("max.")
-        }
-        # A column with no value in a file (all null) has no bound: delta-rs says None,
-        # the log's statistics leave it out; both readers give the same files.
-        return [
-            DataFile(
-                prefix + path,
-                {c: v[i] for c, v in mins.items() if v[i] is not None},
-                {c: v[i] for c, v in maxs.items() if v[i] is not None},
-                storage_options=self.storage_options,
-            )
-            for i, path in enumerate(paths)
-        ]
+        return data_files(self._table, self.storage_options)
+
+
+def data_files(table: Any, storage_options: Mapping[str, str]) -> list[DataFile]:
+    """Every data file of a ``DeltaTable``'s loaded version, with the min/max statistics
+    its log records."""
+    actions = add_actions(table)
+    paths = actions.column("path").to_pylist()
+    if not paths:
+        return []
+    uris = table.file_uris()
+    prefix = _prefix(uris, paths[0])
+    mins = {
+        name[4:]: actions.column(name).to_pylist()
+        for name in actions.column_names
+        if name.startswith("min.")
+    }
+    maxs = {
+        name[4:]: actions.column(name).to_pylist()
+        for name in actions.column_names
+        if name.startswith("max.")
+    }
+    # A column with no value in a file (all null) has no bound: delta-rs says None,
+    # the log's statistics leave it out; both readers give the same files.
+    return [
+        DataFile(
+            prefix + path,
+            {c: v[i] for c, v in mins.items() if v[i] is not None},
+            {c: v[i] for c, v in maxs.items() if v[i] is not None},
+            storage_options=storage_options,
+        )
+        for i, path in enumerate(paths)
+    ]
 
 
 def add_actions(table: Any) -> pa.Table:
@@ -374,25 +373,89 @@ def read_files(
             groups = []
         if not groups:
             continue
-        rows = parquet.read_row_groups(groups, columns=needed)
+        rows = parquet.read_row_groups(groups, columns=needed, use_threads=False)
         tables.append(rows.filter(_rows_within(rows, stream, wanted)).select(list(columns)))
     if not tables:
         return pa.table({c: [] for c in columns})
     return pa.concat_tables(tables).sort_by("seq")
 
 
-def _rows_within(rows: Any, stream: str, bounds: Bounds) -> Any:
-    """The mask of ``rows`` (a pyarrow table) of ``stream`` with each bounded column
-    within its inclusive bounds."""
+def _rows_within(rows: Any, stream: str | None, bounds: Bounds) -> Any:
+    """The mask of ``rows`` (a pyarrow table) of ``stream`` (``None``: any) with each
+    bounded column within its inclusive bounds; ``None`` when nothing is asked."""
     import pyarrow.compute as pc  # on use: importing this module stays light
 
-    mask = pc.equal(rows.column("stream"), stream)
+    checks = [] if stream is None else [pc.equal(rows.column("stream"), stream)]
     for column, (low, high) in bounds.items():
         if low is not None:
-            mask = pc.and_(mask, pc.greater_equal(rows.column(column), low))
+            checks.append(pc.greater_equal(rows.column(column), low))
         if high is not None:
-            mask = pc.and_(mask, pc.less_equal(rows.column(column), high))
+            checks.append(pc.less_equal(rows.column(column), high))
+    mask = None
+    for check in checks:
+        mask = check if mask is None else pc.and_(mask, check)
     return mask
+
+
+def table_schema(table: Any) -> pa.Schema:
+    """A ``DeltaTable``'s schema as pyarrow's: the columns and types a read returns."""
+    import pyarrow as pa  # on use: importing this module stays light
+
+    return pa.schema(table.schema().to_arrow())
+
+
+def scan_files(
+    files: Iterable[DataFile],
+    schema: pa.Schema,
+    columns: Sequence[str] | None = None,
+    stream: str | None = None,
+    bounds: Bounds | None = None,
+) -> pa.Table:
+    """The rows of ``files`` (those of ``stream`` with each bounded column within its
+    inclusive bounds, when given) as ``columns`` of ``schema`` (the table's; ``None``:
+    all of them); a column a file was written without reads as nulls.
+
+    Each file is read whole, on the calling thread: no pyarrow dataset scan. A scan
+    reads through pyarrow's I/O threads, and through deltalake's Python file system
+    (``to_pyarrow_dataset``) each read's buffer is a Python object: an I/O thread that
+    drops the last one after the scan returned takes the GIL, and once the interpreter
+    is finalizing that ends the thread (``pthread_exit``) through C++ frames that may
+    not be unwound -- ``std::terminate``, the short-lived processes of CLI verbs dying
+    with SIGABRT ("terminate called without an active exception") after their output.
+    """
+    import pyarrow as pa  # on use: importing this module stays light
+
+    wanted = dict(bounds or {})
+    names = list(schema.names if columns is None else columns)
+    needed = list(dict.fromkeys([*names, *([] if stream is None else ["stream"]), *wanted]))
+    full = pa.schema([schema.field(name) for name in needed])
+    tables = []
+    for f in files:
+        checks = {**wanted, **({} if stream is None else {"stream": (stream, stream)})}
+        if not all(f.may_hold(c, low, high) for c, (low, high) in checks.items()):
+            continue
+        parquet, footer = _open_parquet(f.uri, f.storage_options)
+        present = [name for name in needed if name in footer.names]
+        rows = _conformed(parquet.read(columns=present, use_threads=False), full)
+        mask = _rows_within(rows, stream, wanted)
+        tables.append((rows if mask is None else rows.filter(mask)).select(names))
+    if not tables:
+        return pa.schema([schema.field(name) for name in names]).empty_table()
+    return pa.concat_tables(tables)
+
+
+def _conformed(rows: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``rows`` as ``schema``: its columns in order, cast to its types, the ones ``rows``
+    lacks (a file written before they joined the table) all null."""
+    import pyarrow as pa  # on use: importing this module stays light
+
+    columns = [
+        rows.column(f.name).cast(f.type)
+        if f.name in rows.column_names
+        else pa.nulls(rows.num_rows, f.type)
+        for f in schema
+    ]
+    return pa.Table.from_arrays(columns, schema=schema)
 
 
 def find_in_group(
@@ -407,7 +470,7 @@ def find_in_group(
 
     parquet, _ = _open_parquet(group.uri, group.storage_options)
     needed = list(dict.fromkeys([*columns, "stream", "seq", *bounds]))
-    rows = parquet.read_row_group(group.group or 0, columns=needed)
+    rows = parquet.read_row_group(group.group or 0, columns=needed, use_threads=False)
     at = pc.indices_nonzero(_rows_within(rows, stream, bounds))
     if not len(at):
         return None
@@ -421,9 +484,8 @@ def read_cell(group: DataFile, position: int, column: str) -> Any:
     :meth:`DataFile.row_groups`; the position :func:`find_in_group` gave): only that
     column of the group is read, only that row's value becomes a Python object."""
     parquet, _ = _open_parquet(group.uri, group.storage_options)
-    return (
-        parquet.read_row_group(group.group or 0, columns=[column]).column(column)[position].as_py()
-    )
+    rows = parquet.read_row_group(group.group or 0, columns=[column], use_threads=False)
+    return rows.column(column)[position].as_py()
 
 
 def _groups_holding(footer: _Footer, checks: Mapping[str, tuple[Any, Any]]) -> list[int]:
@@ -674,7 +736,6 @@ def column_max(table: Root, column: str, stream: str) -> int | None:
     """The largest ``column`` of ``stream``'s rows in ``table`` (``None``: no table, no
     row)."""
     import pyarrow.compute as pc  # on use: importing this module stays light
-    import pyarrow.dataset as ds  # as above
     from deltalake import DeltaTable  # as above
     from deltalake.exceptions import TableNotFoundError  # as above
 
@@ -683,11 +744,8 @@ def column_max(table: Root, column: str, stream: str) -> int | None:
         dt = DeltaTable(where.uri, storage_options=where.delta_rs_options)
     except TableNotFoundError:
         return None
-    values = (
-        dt.to_pyarrow_dataset()
-        .to_table(columns=[column], filter=ds.field("stream") == stream)
-        .column(column)
-    )
+    files = data_files(dt, where.storage_options)
+    values = scan_files(files, table_schema(dt), [column], stream).column(column)
     found = pc.max(values).as_py() if len(values) else None
     return None if found is None else int(found)
 
@@ -740,8 +798,7 @@ def read_marks_as_of(
     time ``as_of_ms`` (neither: the latest), in ``seq`` order; (version read, rows).
     ``(None, [])`` when there is no table; :class:`DeltaUnavailableError` when the
     version does not exist."""
-    import pyarrow.dataset as ds  # pyarrow and deltalake only where a table is read
-    from deltalake import DeltaTable  # as above
+    from deltalake import DeltaTable  # pyarrow and deltalake only where a table is read
     from deltalake.exceptions import DeltaError, TableNotFoundError  # as above
 
     marks = TableLocation.of(lake).table(MARKS)
@@ -753,9 +810,8 @@ def read_marks_as_of(
         return None, []
     except (DeltaError, ValueError, OSError) as exc:
         raise DeltaUnavailableError(f"marks table: no such version ({exc})") from exc
-    table = dt.to_pyarrow_dataset().to_table(
-        filter=(ds.field("stream") == stream) & (ds.field("time") >= since_ms)
-    )
+    files = data_files(dt, marks.storage_options)
+    table = scan_files(files, table_schema(dt), None, stream, {"time": (since_ms, None)})
     return int(dt.version()), sorted(table.to_pylist(), key=lambda r: r["seq"])
 
 
@@ -823,6 +879,7 @@ __all__ = [
     "append_watermarks",
     "column_max",
     "cut_from_cell",
+    "data_files",
     "filesystem_path",
     "find_in_group",
     "is_table",
@@ -836,6 +893,8 @@ __all__ = [
     "read_table",
     "read_watermarks",
     "resolve_delta_root",
+    "scan_files",
     "shared_source",
     "table_path",
+    "table_schema",
 ]
