@@ -773,6 +773,10 @@ class ControllerJob:
         Not Spark's ``processAllAvailable``, which waits for a moment without
         new data -- never, while writers keep noting: instead read every
         partition's last stable offset, then wait for a batch that reached it.
+        A query that fails is waited out while the job starts another (it
+        contends again after a pause, as in production: a Python worker slow to
+        start on a loaded machine fails a query's start); its error is raised
+        when none runs again before the timeout.
         """
         query = self.wait_leading(timeout_s)
         topic = self.settings.cluster.marks_topic
@@ -786,9 +790,18 @@ class ControllerJob:
                 return
             if not query.isActive:
                 error = query.exception()
+                try:
+                    query = self.wait_leading(max(1.0, deadline - time.monotonic()))
+                except TimeoutError:
+                    if error is None:
+                        raise
+                    raise QueryFailedError(str(error)) from None
                 if error is not None:
-                    raise QueryFailedError(str(error))
-                query = self.wait_leading(max(1.0, deadline - time.monotonic()))
+                    log.warning(
+                        "controller %s: the query failed and runs again: %s",
+                        self.instance_id,
+                        str(error).splitlines()[0],
+                    )
             if time.monotonic() > deadline:
                 raise TimeoutError(f"query at {reached}, expected {targets}")
             time.sleep(0.05)
