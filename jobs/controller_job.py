@@ -789,22 +789,28 @@ class ControllerJob:
             if all(reached.get(p, 0) >= off for p, off in targets.items() if off > 0):
                 return
             if not query.isActive:
-                error = query.exception()
-                try:
-                    query = self.wait_leading(max(1.0, deadline - time.monotonic()))
-                except TimeoutError:
-                    if error is None:
-                        raise
-                    raise QueryFailedError(str(error)) from None
-                if error is not None:
-                    log.warning(
-                        "controller %s: the query failed and runs again: %s",
-                        self.instance_id,
-                        str(error).splitlines()[0],
-                    )
+                query = self._next_query(query, deadline)
             if time.monotonic() > deadline:
                 raise TimeoutError(f"query at {reached}, expected {targets}")
             time.sleep(0.05)
+
+    def _next_query(self, ended: Any, deadline: float) -> Any:
+        """The query the job runs after ``ended`` (one it stopped, or one that failed: it
+        contends again after a pause); the failure once none runs before ``deadline``."""
+        error = ended.exception()
+        try:
+            query = self.wait_leading(max(1.0, deadline - time.monotonic()))
+        except TimeoutError:
+            if error is None:
+                raise
+            raise QueryFailedError(str(error)) from None
+        if error is not None:
+            log.warning(
+                "controller %s: the query failed and runs again: %s",
+                self.instance_id,
+                str(error).splitlines()[0],
+            )
+        return query
 
     def run_until_signalled(
         self,
