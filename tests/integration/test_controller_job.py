@@ -78,7 +78,8 @@ def marks_partition(env: Env, partition: int) -> list[tuple[int, bytes | None, b
 
 
 def produce(env: Env, stream: str | None, value: bytes | None, partition: int) -> None:
-    producer = Producer({"bootstrap.servers": env.kafka})
+    # idempotent: a retried request on a slow broker would store a mark twice
+    producer = Producer({"bootstrap.servers": env.kafka, "enable.idempotence": True})
     producer.produce(
         env.cluster.marks_topic,
         value=value,
@@ -612,7 +613,8 @@ def test_kill_9_of_the_active_driver_a_standby_takes_over(
 def replay_marks(env: Env, streams: list[str]) -> None:
     """The same records, each stream's in its bucket's partition: marks (of writers
     ``w<n>`` registered under the token ``w<n>``), a stale one, ticks."""
-    producer = Producer({"bootstrap.servers": env.kafka})
+    # idempotent: a retried request on a slow broker would store a mark twice
+    producer = Producer({"bootstrap.servers": env.kafka, "enable.idempotence": True})
     for rnd in range(5):
         for s in streams:
             part = bucket_of(s, env.cluster.bucket_count)
