@@ -24,7 +24,7 @@ from typing import Self
 from tidemark.environment import Environment
 from tidemark.infra import jars
 from tidemark.infra.exceptions import ServiceTimeout
-from tidemark.infra.java import argv_again, jvm_argv
+from tidemark.infra.java import jvm_argv
 from tidemark.infra.ports import HOST, free_port
 from tidemark.infra.process import ManagedProcess, Service, wait_for
 
@@ -65,6 +65,7 @@ class ConnectWorker(Service):
         work_dir.mkdir(parents=True, exist_ok=True)
         (work_dir / "worker.properties").write_text(_properties(worker))
         (work_dir / "connector.properties").write_text(_properties(self.connector))
+        self._extra_jars, self._heap_mb = tuple(extra_jars), heap_mb
         self.process = self._process(extra_jars, heap_mb)
 
     def _process(self, extra_jars: Sequence[str], heap_mb: int) -> ManagedProcess:
@@ -80,12 +81,7 @@ class ConnectWorker(Service):
 
     def start(self, timeout_s: float = 120) -> Self:
         if self.process.pid is not None:  # again after a stop or a kill: a fresh process
-            self.process = ManagedProcess(
-                "connect",
-                argv_again(self.env, self.process.argv),
-                self.process.log_path,
-                self.process.env,
-            )
+            self.process = self._process(self._extra_jars, self._heap_mb)
         self.process.start()
         if not wait_for(self._running, timeout_s, 0.2, self.process):
             self.stop()

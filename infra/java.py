@@ -131,18 +131,6 @@ def settle_archive(argv: Sequence[str], returncode: int | None) -> None:
         path.unlink(missing_ok=True)
 
 
-def argv_again(env: Environment, argv: Sequence[str]) -> list[str]:
-    """``argv`` (a :func:`jvm_argv`) for starting the same JVM again: its archive options
-    chosen anew, since the archive its first run wrote may be in place by now (its pending
-    file was settled or dropped when that run ended)."""
-    ours = (ARCHIVE_AT_EXIT, SHARED_ARCHIVE, *ARCHIVE_QUIET)
-    at = next((i for i, a in enumerate(argv) if a.startswith(ours)), argv.index("-cp"))
-    kept = [a for a in argv if not a.startswith(ours)]
-    cp = kept.index("-cp")
-    options = archive_options(env, kept[0], kept[cp + 1].split(":"), kept[cp + 2])
-    return [*kept[:at], *options, *kept[at:]]
-
-
 def writing_no_archive(argv: Sequence[str]) -> list[str]:
     """``argv`` without the option that writes an archive at exit: for a JVM that outlives
     its owner (``tidemark up``), which would leave it pending, never settled."""

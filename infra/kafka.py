@@ -44,13 +44,7 @@ from pathlib import Path
 from tidemark.environment import Environment
 from tidemark.infra import jars
 from tidemark.infra.exceptions import ServiceError, ServiceTimeout
-from tidemark.infra.java import (
-    argfile_argv,
-    argv_again,
-    jvm_argv,
-    settle_archive,
-    writing_no_archive,
-)
+from tidemark.infra.java import argfile_argv, jvm_argv, settle_archive
 from tidemark.infra.ports import HOST, ensure_free, free_ports
 from tidemark.infra.process import ManagedProcess, Service, key_line, wait_for
 from tidemark.infra.tls import PrivateCA
@@ -392,9 +386,7 @@ class KafkaCluster(Service):
         wait until the metadata lists every broker."""
         node = self.nodes[node_id - 1]
         old = node.process
-        argv = argv_again(self.env, old.argv)
-        if not old.tie_to_owner:
-            argv = writing_no_archive(argv)
+        argv = self._argv(node, MAIN_CLASS, str(node.data_dir / "server.properties"))
         process = ManagedProcess(old.name, argv, old.log_path, tie_to_owner=old.tie_to_owner)
         self.nodes[node_id - 1] = dataclasses.replace(node, process=process)
         process.start()

@@ -195,13 +195,16 @@ def test_a_process_whose_first_thread_ended_is_alive_until_the_rest_have() -> No
 def test_a_jvm_started_again_takes_the_archive_its_first_run_left(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``argv_again`` chooses the archive options anew: a fresh pending file while there
-    is no archive, the archive once it is in place; nothing else in the argv moves."""
-    from tidemark.infra.java import ARCHIVE_AT_EXIT, SHARED_ARCHIVE, argv_again, jvm_argv
+    """A service's argv built again (a restarted broker or Connect worker builds it anew)
+    chooses its archive options anew: a fresh pending file while there is no archive, the
+    archive once it is in place; nothing else in the argv moves."""
+    from tidemark.infra.java import ARCHIVE_AT_EXIT, SHARED_ARCHIVE, jvm_argv
 
     monkeypatch.setenv("TIDEMARK_CACHE", str(tmp_path))
     env = Environment.from_env()
-    first = jvm_argv(env, ["a.jar", "b.jar"], "org.example.Main", "x", jvm_options=("-Dk=v",))
+
+    def build() -> list[str]:
+        return jvm_argv(env, ["a.jar", "b.jar"], "org.example.Main", "x", jvm_options=("-Dk=v",))
 
     def ours(argv: list[str]) -> list[str]:
         return [a for a in argv if a.startswith((ARCHIVE_AT_EXIT, SHARED_ARCHIVE))]
@@ -209,14 +212,15 @@ def test_a_jvm_started_again_takes_the_archive_its_first_run_left(
     def rest(argv: list[str]) -> list[str]:
         return [a for a in argv if a not in ours(argv)]
 
+    first = build()
     (pending,) = ours(first)
-    again = argv_again(env, first)
+    again = build()
     (fresh,) = ours(again)
     assert fresh.startswith(ARCHIVE_AT_EXIT) and fresh != pending
     assert rest(again) == rest(first)
     archive = Path(pending[len(ARCHIVE_AT_EXIT) :].rsplit(".", 2)[0])
     archive.write_bytes(b"archive")
-    settled = argv_again(env, again)
+    settled = build()
     assert ours(settled) == [f"{SHARED_ARCHIVE}{archive}"]
     assert rest(settled) == rest(first)
     assert settled[-4:] == ["-cp", "a.jar:b.jar", "org.example.Main", "x"]
