@@ -429,9 +429,9 @@ def scan_files(
     names = list(schema.names if columns is None else columns)
     needed = list(dict.fromkeys([*names, *([] if stream is None else ["stream"]), *wanted]))
     full = pa.schema([schema.field(name) for name in needed])
+    checks = {**wanted, **({} if stream is None else {"stream": (stream, stream)})}
     tables = []
     for f in files:
-        checks = {**wanted, **({} if stream is None else {"stream": (stream, stream)})}
         if not all(f.may_hold(c, low, high) for c, (low, high) in checks.items()):
             continue
         parquet, footer = _open_parquet(f.uri, f.storage_options)
