@@ -9,6 +9,7 @@ with ZooKeeperEnsemble(tmp_path / "zk", size=3) as zk:   # a quorum, as deployed
 
 from __future__ import annotations
 
+import re
 import socket
 import time
 from dataclasses import dataclass
@@ -160,12 +161,20 @@ class ZooKeeperServer(Service):
 
 def serving(host: str, port: int) -> bool:
     """True when the server at ``host:port`` serves clients as part of a quorum."""
+    return mode(host, port) is not None
+
+
+def mode(host: str, port: int) -> str | None:
+    """The ensemble role ``srvr`` names for the server at ``host:port`` (``leader``,
+    ``follower``); ``None`` while it answers none (not in a quorum, or not up)."""
     try:
         with socket.create_connection((host, port), timeout=1) as sock:
             sock.sendall(b"srvr")
-            return b"Mode: " in sock.recv(4096)
+            answer = sock.recv(4096).decode(errors="replace")
     except OSError:
-        return False
+        return None
+    found = re.search(r"^Mode: (\S+)", answer, re.MULTILINE)
+    return None if found is None else found.group(1)
 
 
 def ruok(host: str, port: int) -> bool:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -28,7 +27,8 @@ from tidemark.controller.states import StreamState
 from tidemark.controller.zookeeper.session import zookeeper_session
 from tidemark.controller.zookeeper.store import ZooKeeperStore
 from tidemark.environment import Environment
-from tidemark.infra.zookeeper import ZooKeeperEnsemble, ZooKeeperServer
+from tidemark.infra.ports import HOST
+from tidemark.infra.zookeeper import ZooKeeperEnsemble, ZooKeeperServer, mode
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
@@ -44,9 +44,7 @@ def ensemble(tmp_path: Path, environment: Environment) -> Iterator[ZooKeeperEnse
 
 def leads(server: ZooKeeperServer) -> bool:
     """Whether ``server`` is the ensemble's leader now (its ``srvr`` answer says so)."""
-    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
-        sock.sendall(b"srvr")
-        return b"Mode: leader" in sock.recv(4096)
+    return mode(HOST, server.port) == "leader"
 
 
 def test_a_writer_opening_through_a_lagging_follower_sees_the_stream_just_made(
