@@ -142,11 +142,15 @@ def test_a_writer_timeout_update_reaches_a_running_controller_within_two_cycles(
             noter.start()
         wait_for(lambda: (latest(settings.delta_root, stream) or {}).get("seq", -1) >= 2, job)
         noters["w2"].halt.set()  # silent, not closed: it lags, and holds the stream back
+        noters["w2"].join()
         noted = noters["w2"].noted
         wait_for(lambda: noters["w1"].noted > noted + 500, job)
         if not flowing:  # every writer silent: nothing is due for ten minutes
             noters["w1"].halt.set()
             noters["w1"].join()
+        # every note w2 made is in the stream's time (its last one may be emitted a
+        # cycle after the batch that read it): from here on, only a timeout moves it
+        wait_for(lambda: (latest(settings.delta_root, stream) or {}).get("time", 0) >= noted, job)
         held = unchanged_for(job, 3, lambda: latest(settings.delta_root, stream))
         assert held is not None and "w2" in held["writers"], "a 10 min timeout dropped w2"
 
