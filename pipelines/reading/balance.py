@@ -13,11 +13,14 @@ Two policies beside the default even split (``view.plan_ownership``):
   time; the readers ahead take them (their share grows to absorb them). The
   group's lower bound is the time of its slowest segment, so moving that
   segment to a reader that keeps up moves the bound. A segment a reader
-  just took *settles* for twenty rebalance intervals of wall-clock time: it
-  neither counts in the reader's reported time nor is shed (the reader is
-  catching up on it; else segments would swing back and forth), and a
-  reader ahead gives surplus back only when some reader has none or it holds
-  two more than its share, so the ownership does not swing back and forth.
+  just took *settles*: it neither counts in the reader's reported time nor is
+  shed while the reader catches up on it -- for twenty rebalance intervals of
+  wall-clock time, and beyond them until its time is within ``lag_ms`` of the
+  reader furthest ahead (a taker slow to start fetching would else lag behind
+  the laggard it relieved, and give the segments back), at most two hundred
+  intervals (a taker that never catches up counts in the end). A reader ahead
+  gives surplus back only when some reader has none or it holds two more than
+  its share, so the ownership does not swing back and forth.
 - **Alignment** (``max_drift_ms``, as Flink's watermark alignment): a reader
   pauses each of its segments whose time is more than ``max_drift_ms`` ahead
   of the group's lower bound (the lowest time any reader reports) and
@@ -62,8 +65,11 @@ EVEN = "even"
 TIME = "time"
 POLICIES = (EVEN, TIME)
 SETTLE_INTERVALS = 20
-"""Rebalance intervals a taken segment settles for: until then it is not counted in the
-reader's reported time, and not shed for lagging (the reader is catching up on it)."""
+"""Rebalance intervals a taken segment settles for at least: until then it is not counted
+in the reader's reported time, and not shed for lagging (the reader is catching up on it)."""
+CATCH_UP_INTERVALS = 200
+"""Rebalance intervals a taken segment settles for at most, while it has not caught up
+with the reader furthest ahead."""
 
 
 @dataclass(frozen=True)
@@ -304,15 +310,9 @@ class TimePolicy:
         if not self.active:
             return
         self.segment_times = self.clocks.times(offsets)
-        now = self.monotonic()
-        settle_s = SETTLE_INTERVALS * self.config.rebalance_interval_ms / 1000
         for seg in [s for s in self._taken_at if s not in offsets]:
             del self._taken_at[seg]
-        self.settled_times = {
-            seg: t
-            for seg, t in self.segment_times.items()
-            if now - self._taken_at.get(seg, -math.inf) >= settle_s
-        }
+        self.settled_times = self._settled(self.segment_times)
         mine = ReaderReport(
             reader_time(self.settled_times),
             len(self.settled_times),
@@ -327,6 +327,30 @@ class TimePolicy:
             if found is not None:
                 reports[name] = found
         self.reports = reports
+
+    def _settled(self, segment_times: Mapping[int, int | None]) -> dict[int, int | None]:
+        """The times of the segments that settled (see the module docstring): held for
+        the settling time, and caught up with the lead or held for the longest one."""
+        now = self.monotonic()
+        interval_s = self.config.rebalance_interval_ms / 1000
+        others = [
+            rep.time for r, rep in self.reports.items() if r != self.reader and rep.time is not None
+        ]
+        mine = [t for seg, t in segment_times.items() if seg not in self._taken_at]
+        known = [t for t in [*others, *mine] if t is not None]
+        lead = max(known) if known else None
+
+        def settled(seg: int, t: int | None) -> bool:
+            held_s = now - self._taken_at.get(seg, -math.inf)
+            if held_s < SETTLE_INTERVALS * interval_s:
+                return False
+            caught_up = lead is None or (t is not None and lead - t <= self.config.lag_ms)
+            if caught_up or held_s >= CATCH_UP_INTERVALS * interval_s:
+                self._taken_at.pop(seg, None)  # settled for good
+                return True
+            return False
+
+        return {seg: t for seg, t in segment_times.items() if settled(seg, t)}
 
     def plan(
         self, readers: Sequence[str], readable: Sequence[int], owners: Mapping[int, str]

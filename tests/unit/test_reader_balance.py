@@ -349,3 +349,51 @@ def test_alignment_across_streams_counts_the_readers_of_the_peer_groups():
     registry.report("g.0", "a", ReaderReport(None, 0, None, 1, floor=100).to_bytes())
     assert policy.to_pause() == {0}  # behind A's first watermark (100)
     assert group_lower({"x": ReaderReport(None, 0, None, 1, floor=100)}, floor=50) == 100
+
+
+def test_a_taken_segment_settles_once_it_caught_up_or_after_the_longest_settling():
+    """A segment a reader just took counts in its report only after the settling time
+    and once within ``lag_ms`` of the lead: a taker slow to start fetching it must not
+    look like a laggard and give it back. One that never catches up counts in the end."""
+    from tidemark.pipelines.reading.balance import (
+        CATCH_UP_INTERVALS,
+        SETTLE_INTERVALS,
+        TimePolicy,
+    )
+
+    times: dict[int, int | None] = {0: 5_000, 1: 1_000}
+
+    class Clocks:
+        def times(self, offsets):
+            return {seg: times[seg] for seg in offsets}
+
+        def first_time(self):
+            return None
+
+    clock = [0.0]
+    registry = MemoryGroupRegistry()
+    registry.join("g", "r")
+    config = ReaderConfig(balance="time", lag_ms=1_000, rebalance_interval_ms=100)
+    policy = TimePolicy(config, registry, "g", "r", Clocks(), monotonic=lambda: clock[0])  # type: ignore[arg-type]
+    offsets = {0: 10, 1: 3}
+    policy.took([1])
+    policy.observe(offsets)
+    assert policy.settled_times == {0: 5_000}  # just taken
+    clock[0] = SETTLE_INTERVALS * 0.1
+    policy.observe(offsets)
+    assert policy.settled_times == {0: 5_000}  # settled in time, but 4 s behind the lead
+    times[1] = 4_200
+    policy.observe(offsets)
+    assert policy.settled_times == {0: 5_000, 1: 4_200}  # caught up: counts
+    times[1] = 1_000  # and stays counted, however it fares from now on
+    policy.observe(offsets)
+    assert policy.settled_times == {0: 5_000, 1: 1_000}
+    assert ReaderReport.from_bytes(registry.reports("g")["r"]).time == 1_000
+
+    policy.took([1])  # taken again, and never catching up
+    clock[0] += (CATCH_UP_INTERVALS - 1) * 0.1
+    policy.observe(offsets)
+    assert 1 not in policy.settled_times
+    clock[0] += 0.1
+    policy.observe(offsets)
+    assert policy.settled_times == {0: 5_000, 1: 1_000}
