@@ -79,10 +79,15 @@ def filled_stream(manager, store, kafka, wconfig, root, unique, rounds, segments
 
 
 class Readers:
-    """Reader threads of one group; ``delays`` (seconds slept after each event) by name."""
+    """Reader threads of one group; ``delays`` (seconds slept after each event) by name.
 
-    def __init__(self, group, delays):
+    ``one_by_one``: each reader starts once the one before it has returned an event, so
+    the first holds every segment at the start and the others join a group that reads.
+    """
+
+    def __init__(self, group, delays, one_by_one=False):
         self.group = group
+        self.one_by_one = one_by_one
         self.delays = dict(delays)
         self.got = {name: [] for name in delays}
         self.places = {name: [] for name in delays}  # (checkpoint, events returned before it)
@@ -112,8 +117,13 @@ class Readers:
             self.errors.append(exc)
 
     def __enter__(self):
-        for t in self.threads:
+        for name, t in zip(self.delays, self.threads, strict=True):
             t.start()
+            if self.one_by_one:
+                deadline = time.monotonic() + 60
+                while not self.got[name] and not self.errors and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                assert self.got[name], f"{name} returned no event in 60 s: {self.errors}"
         return self
 
     def __exit__(self, *exc):
@@ -159,15 +169,23 @@ def exactly_once(readers, total):
 # --- 3. rebalancing by time and alignment ----------------------------------------
 
 
-def lower_bound_after(name, stream, store, kafka, root, seconds, total, rounds, unique, **config):
-    """Run a slow and a fast reader for ``seconds``; the group's lower bound then
-    (at its committed position); then let the slow one speed up and read all."""
+def lower_bound_after(
+    name, stream, store, kafka, root, until, total, rounds, unique, one_by_one=False, **config
+):
+    """Run a slow and a fast reader until ``until(readers, seconds)`` (the seconds since
+    they started; ``one_by_one``: the slow one first, see ``Readers``); the group's lower
+    bound then (at its committed position); then let the slow one speed up and read all."""
     group = ReaderGroup(f"{name}{unique}", stream, **kw(store, kafka, root, **config))
     probe = ReaderGroup(f"{name}{unique}", **kw(store, kafka, root))
     drift = []
-    with group, probe, Readers(group, {"slow": 0.06, "fast": 0.0}) as readers:
+    delays = {"slow": 0.06, "fast": 0.0}
+    with group, probe, Readers(group, delays, one_by_one) as readers:
         start = time.monotonic()
-        while time.monotonic() - start < seconds:
+        while not until(readers, time.monotonic() - start):
+            assert time.monotonic() - start < 120, (
+                f"{name}: still running after 120 s; events by reader and segment: "
+                f"{ {r: Counter(seg for seg, *_ in got) for r, got in readers.got.items()} }"
+            )
             # how far the fast reader's events run ahead of the slow one's
             fast, slow = readers.got["fast"], readers.got["slow"]
             if fast and slow:
@@ -182,28 +200,42 @@ def lower_bound_after(name, stream, store, kafka, root, seconds, total, rounds, 
     return lower, drift
 
 
-@pytest.mark.alone  # compares two 6 s runs' progress: no neighbour's load in either
+@pytest.mark.alone  # compares two runs of timed readers: no neighbour's load in either
 def test_time_rebalancing_moves_the_group_lower_bound_faster(
     manager, store, kafka, wconfig, unique, tmp_path
 ):
     """One reader is slow (60 ms per event) and behind; with balance='time' it hands
-    segments to the fast reader and the group's lower bound advances faster."""
+    segments to the fast reader and the group's lower bound advances faster.
+
+    Both runs start the same way (the slow reader first, holding every segment, then
+    the fast one) and end when the slow reader has returned the same number of events,
+    not after the same wall time: on a loaded machine the readers' start takes a varying
+    part of any fixed span, and the slow reader's pace is the one the policy works on.
+    Were the fast reader first, it could read most of the stream before the slow one
+    joined, and which run that happened in would decide the comparison."""
     root = str(tmp_path)
     rounds = 40
     stream, total = filled_stream(manager, store, kafka, wconfig, root, unique, rounds, 4)
-    seconds = 6.0
-    # and a short prefetch queue (both runs): a segment a reader takes over is read
-    # at once, not after the backlog already queued for its other segments
-    short = {"consumer_overrides": {"max.partition.fetch.bytes": 512, "queued.min.messages": 20}}
+    slow_events = 80
+
+    def until(readers, _seconds):
+        return len(readers.got["slow"]) >= slow_events
+
+    # a short prefetch queue (both runs): a segment a reader takes over is read at once,
+    # not after the backlog already queued for its other segments
+    both = {
+        "one_by_one": True,
+        "consumer_overrides": {"max.partition.fetch.bytes": 512, "queued.min.messages": 20},
+    }
     even, _ = lower_bound_after(
-        "even", stream, store, kafka, root, seconds, total, rounds, unique, **short
+        "even", stream, store, kafka, root, until, total, rounds, unique, **both
     )
     by_time, _ = lower_bound_after(
-        "time", stream, store, kafka, root, seconds, total, rounds, unique, balance="time",
-        lag_ms=3 * STEP_MS, **short,
+        "time", stream, store, kafka, root, until, total, rounds, unique, balance="time",
+        lag_ms=3 * STEP_MS, **both,
     )  # fmt: skip
     gain = {k: None if v is None else v - BASE for k, v in (("even", even), ("time", by_time))}
-    print(f"\ngroup lower bound after {seconds:.0f} s (ms past the first event): {gain}")
+    print(f"\ngroup lower bound after {slow_events} slow events (ms past the first): {gain}")
     assert by_time is not None
     assert even is None or by_time > even
 
@@ -214,9 +246,13 @@ def test_alignment_keeps_readers_within_max_drift(manager, store, kafka, wconfig
     root = str(tmp_path)
     rounds = 60
     stream, total = filled_stream(manager, store, kafka, wconfig, root, unique, rounds, 4)
-    _, free = lower_bound_after("free", stream, store, kafka, root, 4.0, total, rounds, unique)
+
+    def until(_readers, seconds):
+        return seconds >= 4.0
+
+    _, free = lower_bound_after("free", stream, store, kafka, root, until, total, rounds, unique)
     _, aligned = lower_bound_after(
-        "aligned", stream, store, kafka, root, 4.0, total, rounds, unique, max_drift_ms=500
+        "aligned", stream, store, kafka, root, until, total, rounds, unique, max_drift_ms=500
     )
     print(
         f"\nlargest drift between the readers' event times (ms): without alignment "
