@@ -46,12 +46,17 @@ $(STAMP): pyproject.toml constraints.txt | $(VENV)/pyvenv.cfg
 	@$(call quietly,$(PY) -m pip install -e '.[dev]' -c constraints.txt)
 	@touch $@ $(DEMO_STAMP)
 
+# Spark's Python workers import pyspark from its zip, where Python keeps no bytecode:
+# tidemark.infra.pyspark_zip adds it once (a worker that compiles pyspark at each start
+# misses Spark's ten seconds to connect back on a loaded machine).
 setup: $(STAMP) browser promtool ## create .venv with every extra and the dev tools; chromium, promtool; resolve the jars, build the JVM interceptor
 	@$(PY) -m tidemark.infra.jars resolve
 	@$(PY) -m tidemark.infra.jars interceptor --log $(SETUP_LOG)
+	@$(PY) -m tidemark.infra.pyspark_zip
 
 setup-demo: $(DEMO_STAMP) ## what make demo needs: the demo's packages and the Kafka/ZooKeeper/Spark jars
 	@$(PY) -m tidemark.infra.jars resolve kafka zookeeper spark
+	@$(PY) -m tidemark.infra.pyspark_zip
 
 # The dashboard's browser test drives Debian's chromium through chromium-driver.
 browser: | $(VENV)/pyvenv.cfg ## install Debian's chromium and chromium-driver where missing (apt-get, as root)
