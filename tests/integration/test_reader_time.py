@@ -172,24 +172,27 @@ def exactly_once(readers, total):
 def lower_bound_after(
     name, stream, store, kafka, root, until, total, rounds, unique, one_by_one=False, **config
 ):
-    """Run a slow and a fast reader until ``until(readers, seconds)`` (the seconds since
-    they started; ``one_by_one``: the slow one first, see ``Readers``); the group's lower
-    bound then (at its committed position); then let the slow one speed up and read all."""
+    """Run a slow and a fast reader until ``until(readers, seconds, drift)`` (the seconds
+    since they started, the drifts seen so far; ``one_by_one``: the slow one first, see
+    ``Readers``); the group's lower bound then (at its committed position); then let the
+    slow one speed up and read all."""
     group = ReaderGroup(f"{name}{unique}", stream, **kw(store, kafka, root, **config))
     probe = ReaderGroup(f"{name}{unique}", **kw(store, kafka, root))
     drift = []
     delays = {"slow": 0.06, "fast": 0.0}
     with group, probe, Readers(group, delays, one_by_one) as readers:
         start = time.monotonic()
-        while not until(readers, time.monotonic() - start):
-            assert time.monotonic() - start < 120, (
-                f"{name}: still running after 120 s; events by reader and segment: "
-                f"{ {r: Counter(seg for seg, *_ in got) for r, got in readers.got.items()} }"
-            )
+        while True:
             # how far the fast reader's events run ahead of the slow one's
             fast, slow = readers.got["fast"], readers.got["slow"]
             if fast and slow:
                 drift.append(max(t for *_, t in fast) - max(t for *_, t in slow))
+            if until(readers, time.monotonic() - start, drift):
+                break
+            assert time.monotonic() - start < 120, (
+                f"{name}: still running after 120 s; events by reader and segment: "
+                f"{ {r: Counter(seg for seg, *_ in got) for r, got in readers.got.items()} }"
+            )
             time.sleep(0.1)
         lower = probe.current_time_window().lower
         readers.delays["slow"] = 0.0
@@ -218,7 +221,7 @@ def test_time_rebalancing_moves_the_group_lower_bound_faster(
     stream, total = filled_stream(manager, store, kafka, wconfig, root, unique, rounds, 4)
     slow_events = 80
 
-    def until(readers, _seconds):
+    def until(readers, _seconds, _drift):
         return len(readers.got["slow"]) >= slow_events
 
     # a short prefetch queue (both runs): a segment a reader takes over is read at once,
@@ -247,19 +250,33 @@ def test_alignment_keeps_readers_within_max_drift(manager, store, kafka, wconfig
     rounds = 60
     stream, total = filled_stream(manager, store, kafka, wconfig, root, unique, rounds, 4)
 
-    def until(_readers, seconds):
-        return seconds >= 4.0
+    # Without alignment: until the fast reader runs 3 s of event time ahead (a fixed span
+    # of wall time is mostly the readers' start on a loaded machine). With it: at least
+    # 4 s, and until the slow reader has read as much as it had in the free run.
+    slow_read = []
 
-    _, free = lower_bound_after("free", stream, store, kafka, root, until, total, rounds, unique)
-    _, aligned = lower_bound_after(
-        "aligned", stream, store, kafka, root, until, total, rounds, unique, max_drift_ms=500
+    def free_until(readers, _seconds, drift):
+        if drift and max(drift) > 3000:
+            slow_read.append(len(readers.got["slow"]))
+            return True
+        return False
+
+    def aligned_until(readers, seconds, _drift):
+        return seconds >= 4.0 and len(readers.got["slow"]) >= slow_read[0]
+
+    _, free = lower_bound_after(
+        "free", stream, store, kafka, root, free_until, total, rounds, unique
     )
+    _, aligned = lower_bound_after(
+        "aligned", stream, store, kafka, root, aligned_until, total, rounds, unique,
+        max_drift_ms=500,
+    )  # fmt: skip
     print(
         f"\nlargest drift between the readers' event times (ms): without alignment "
         f"{max(free, default=None)}, with max_drift_ms=500: {max(aligned, default=None)}"
     )
     assert free and aligned
-    assert max(free) > 3000  # the fast reader ran to the end of its segments
+    assert max(free) > 3000  # the fast reader ran far ahead (within the run's 120 s)
     # Pausing is checked at each rebalance tick (50 ms): allow what a reader reads
     # in a few ticks beyond the limit, far below the free run's drift.
     assert max(aligned) < max(free) / 2
