@@ -59,7 +59,7 @@ def is_compiled(archive: Path) -> bool:
         sources = [n for n in names if n.endswith(".py")]
         if not all(n + "c" in names for n in sources):
             return False
-        first = next((n for n in sorted(sources)), None)
+        first = min(sources, default=None)
         return first is None or zf.read(first + "c")[:4] == importlib.util.MAGIC_NUMBER
 
 

@@ -333,12 +333,10 @@ class TimePolicy:
         the settling time, and caught up with the lead or held for the longest one."""
         now = self.monotonic()
         interval_s = self.config.rebalance_interval_ms / 1000
-        others = [
-            rep.time for r, rep in self.reports.items() if r != self.reader and rep.time is not None
-        ]
-        mine = [t for seg, t in segment_times.items() if seg not in self._taken_at]
-        known = [t for t in [*others, *mine] if t is not None]
-        lead = max(known) if known else None
+        # the lead: the other readers' reported times and this one's settled segments'
+        times = [rep.time for r, rep in self.reports.items() if r != self.reader]
+        times += [t for seg, t in segment_times.items() if seg not in self._taken_at]
+        lead = max((t for t in times if t is not None), default=None)
 
         def settled(seg: int, t: int | None) -> bool:
             held_s = now - self._taken_at.get(seg, -math.inf)

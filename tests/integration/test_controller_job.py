@@ -77,9 +77,14 @@ def marks_partition(env: Env, partition: int) -> list[tuple[int, bytes | None, b
         consumer.close()
 
 
+def raw_producer(env: Env) -> Producer:
+    """A plain producer to the test's broker, idempotent: a request retried on a slow
+    broker would otherwise store a mark twice."""
+    return Producer({"bootstrap.servers": env.kafka, "enable.idempotence": True})
+
+
 def produce(env: Env, stream: str | None, value: bytes | None, partition: int) -> None:
-    # idempotent: a retried request on a slow broker would store a mark twice
-    producer = Producer({"bootstrap.servers": env.kafka, "enable.idempotence": True})
+    producer = raw_producer(env)
     producer.produce(
         env.cluster.marks_topic,
         value=value,
@@ -613,8 +618,7 @@ def test_kill_9_of_the_active_driver_a_standby_takes_over(
 def replay_marks(env: Env, streams: list[str]) -> None:
     """The same records, each stream's in its bucket's partition: marks (of writers
     ``w<n>`` registered under the token ``w<n>``), a stale one, ticks."""
-    # idempotent: a retried request on a slow broker would store a mark twice
-    producer = Producer({"bootstrap.servers": env.kafka, "enable.idempotence": True})
+    producer = raw_producer(env)
     for rnd in range(5):
         for s in streams:
             part = bucket_of(s, env.cluster.bucket_count)
