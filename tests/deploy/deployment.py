@@ -21,11 +21,9 @@ import contextlib
 import json
 import os
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
 
 from tidemark.controller.kafka.admin import ensure_marks_topic, grant_tidemark_acls
 from tidemark.controller.kafka.settings import SASL_PASSWORD, SASL_USERNAME, SECURITY_PROTOCOL
@@ -306,15 +304,3 @@ class Deployment:
         self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
-
-
-def wait_until(condition: Any, timeout_s: float, what: str, *alive: ManagedProcess) -> float:
-    """Poll ``condition`` until true; the seconds it took. Fails when a process exits."""
-    started = time.monotonic()
-    while not condition():
-        for proc in alive:
-            proc.check_alive()
-        if time.monotonic() - started > timeout_s:
-            raise AssertionError(f"{what}: not within {timeout_s:.0f} s")
-        time.sleep(0.3)
-    return time.monotonic() - started

@@ -40,10 +40,10 @@ from tests.deploy.deployment import (
     USERS,
     ZK_PASSWORDS,
     Deployment,
-    wait_until,
 )
 from tests.deploy.writers import open_writer
 from tests.faults.figures import report
+from tests.waiting import wait_until
 from tidemark.controller.config import RetentionPolicy, ScalingPolicy, StreamConfiguration
 from tidemark.controller.delta.location import TableLocation
 from tidemark.controller.delta.tables import read_table, read_watermarks

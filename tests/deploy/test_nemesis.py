@@ -19,12 +19,13 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from tests.deploy.deployment import Deployment, wait_until
+from tests.deploy.deployment import Deployment
 from tests.deploy.nemesis.checker import check
 from tests.deploy.nemesis.clients import GroupReader, TransactionWriter, Writer, parse
 from tests.deploy.nemesis.history import History, Observed, Read, Stored
 from tests.deploy.nemesis.schedule import EACH_KIND_ONCE, Nemesis, Step, plan
 from tests.faults.figures import report
+from tests.waiting import wait_until
 from tidemark.controller.config import ScalingPolicy, StreamConfiguration
 from tidemark.controller.delta.location import TableLocation
 from tidemark.controller.delta.tables import read_watermarks

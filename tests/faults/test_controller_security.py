@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 from tests.faults.figures import report
 from tests.faults.test_kafka_security import as_user, consume_all, produce_one
 from tests.integration.test_controller_job import Env, Noter, driver, stop_drivers
+from tests.waiting import wait_until
 from tidemark.controller.config import ScalingPolicy, StreamConfiguration
 from tidemark.controller.exceptions import KafkaOperationError
 from tidemark.controller.kafka.acls import grant_tidemark_acls
@@ -37,13 +38,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.faults, pyt
 
 USERS = {"writer": "writer-pw", "controller": "controller-pw", "mallory": "mallory-pw"}
 
-
-def wait_until(condition: Any, what: str, process: Any = None, timeout_s: float = 240) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert process is None or process.poll() is None, "the driver exited"
-        assert time.monotonic() < deadline, what
-        time.sleep(0.5)
+DRIVER_S = 240
+"""How long a driver of its own may take to start and act (a loaded machine)."""
 
 
 def test_the_controller_runs_with_its_own_principal_and_the_controller_acls(
@@ -80,6 +76,7 @@ def test_the_controller_runs_with_its_own_principal_and_the_controller_acls(
         try:
             wait_until(  # the controller job creates it (the controller role's CREATE)
                 lambda: StreamTopics(bootstrap).partition_count(cluster.marks_topic) == 1,
+                DRIVER_S,
                 "the controller did not create the marks topic",
                 process,
             )
@@ -100,6 +97,7 @@ def test_the_controller_runs_with_its_own_principal_and_the_controller_acls(
                 noter.start()
             wait_until(
                 lambda: len(read_watermarks(settings.delta_root, stream)) >= 3,
+                DRIVER_S,
                 "no watermarks from the controller",
                 process,
             )
@@ -116,9 +114,9 @@ def test_the_controller_runs_with_its_own_principal_and_the_controller_acls(
                     row["writers"] == ["w1"] and row["time"] == last_w1
                     for row in read_table(settings.delta_root, "marks", stream)
                 ),
+                150,  # a loaded machine: the batches behind the due record run late
                 "no watermark after w2's timeout: due records refused?",
                 process,
-                timeout_s=150,  # a loaded machine: the batches behind the due record run late
             )
             marks = read_watermarks(settings.delta_root, stream)
 
@@ -192,7 +190,7 @@ def test_a_due_record_kafka_refuses_is_counted_and_produced_again(
             assert failed == slots
             assert sorted(scheduler.times.pending()) == sorted(settings.slot_keys)  # still due
             grant_tidemark_acls(kafka.client_config("admin"), cluster.marks_topic, [], ["mallory"])
-            wait_until(lambda: scheduler.produced == slots, "the retries never succeeded", None, 60)
+            wait_until(lambda: scheduler.produced == slots, 60, "the retries never succeeded")
             assert scheduler.times.pending() == {}
         finally:
             scheduler.stop()

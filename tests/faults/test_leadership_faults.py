@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tests.waiting import wait_until
 from tidemark.controller.zookeeper.leadership import Leadership, contenders
 from tidemark.controller.zookeeper.session import zookeeper_session
 from tidemark.environment import Environment
@@ -75,14 +76,6 @@ class Contender:
         self.thread.join(15)
 
 
-def wait_for(condition: Any, timeout_s: float, what: str) -> float:
-    started = time.monotonic()
-    while not condition():
-        assert time.monotonic() - started < timeout_s, f"{what}: not within {timeout_s} s"
-        time.sleep(0.05)
-    return time.monotonic() - started
-
-
 def test_the_leader_rides_out_its_zookeeper_node_going_down(
     ensemble: ZooKeeperEnsemble,
 ) -> None:
@@ -94,22 +87,23 @@ def test_the_leader_rides_out_its_zookeeper_node_going_down(
         a = Contender(one, "a")
         assert a.elected.wait(15)
         b = Contender(two, "b")
-        wait_for(lambda: contenders(observer, PATH) == ["a", "b"], 15, "b stands by")
+        wait_until(lambda: contenders(observer, PATH) == ["a", "b"], 15, "b stands by", poll_s=0.05)
         node = connected_server(one, ensemble)
         session = one.client_id
         ensemble.servers[node - 1].stop()
         # not `one.connected` alone: until its client sees the socket close, it is still
         # connected to the stopped node
-        took = wait_for(
+        took = wait_until(
             lambda: reconnected_elsewhere(one, ensemble, node),
             15,
             "the leader reconnects to another node",
+            poll_s=0.05,  # the seconds it took are the figure
         )
         assert one.client_id == session, "the leader's session was replaced"
         time.sleep(a.leadership.suspended_grace_s + 0.5)  # past the grace: still leading
         assert a.terms == 1 and not a.stopped_leading.is_set(), "the leader stepped down"
         assert a.leadership.leading and not b.elected.is_set()
-        wait_for(lambda: observer.connected, 15, "the observer reconnects")
+        wait_until(lambda: observer.connected, 15, "the observer reconnects", poll_s=0.05)
         assert contenders(observer, PATH) == ["a", "b"]
         print(f"leader reconnected in {took:.2f} s (grace {a.leadership.suspended_grace_s} s)")
         ensemble.servers[node - 1].start()

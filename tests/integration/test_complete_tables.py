@@ -22,8 +22,8 @@ from deltalake import DeltaTable
 from pyspark.sql import functions as F
 
 from tests.integration import test_reader_group as rg
-from tests.integration.test_streams_store import wait_for
 from tests.jvm_clients import snippet
+from tests.waiting import wait_until
 from tidemark.controller.config import ScalingPolicy, StreamConfiguration
 from tidemark.controller.delta.tracked import table_id
 from tidemark.controller.delta.writer_log import table_commits
@@ -512,7 +512,7 @@ def test_the_time_service_and_the_dashboard_show_tracked_tables(
             # The stream goes on, the query does not: the table falls behind.
             source.write(BASE + 100)
             source.note(BASE + 199)
-            wait_for(lambda: shown(running.url)[name]["behind_ms"] == 100, timeout_s=30)
+            wait_until(lambda: shown(running.url)[name]["behind_ms"] == 100, 30, "behind 100 ms")
             status, page = get(running.url, "/")
             html = page.decode()
             assert status == 200 and f'data-table="{name}"' in html

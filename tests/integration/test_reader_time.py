@@ -30,6 +30,7 @@ from tests.integration.test_reader_group import (  # noqa: F401 (fixtures)
     store,
     wconfig,
 )
+from tests.waiting import wait_until
 from tidemark.controller.navigation import key_hash
 from tidemark.controller.zookeeper.store import ZooKeeperStore
 from tidemark.pipelines.reading.group import ReaderConfig, ReaderGroup
@@ -120,9 +121,12 @@ class Readers:
         for name, t in zip(self.delays, self.threads, strict=True):
             t.start()
             if self.one_by_one:
-                deadline = time.monotonic() + 60
-                while not self.got[name] and not self.errors and time.monotonic() < deadline:
-                    time.sleep(0.01)
+                wait_until(
+                    lambda name=name: self.got[name] or self.errors,
+                    60,
+                    f"{name} reads its first event",
+                    poll_s=0.01,
+                )
                 assert self.got[name], f"{name} returned no event in 60 s: {self.errors}"
         return self
 

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from tests.waiting import wait_until
 from tidemark.controller.config import ScalingPolicy, StreamConfiguration
 from tidemark.controller.exceptions import (
     ConflictError,
@@ -47,13 +48,6 @@ def fresh(name: str = "shop/orders", segments: int = 2) -> StreamMetadata:
 def scaled(meta: StreamMetadata) -> StreamMetadata:
     epoch = plan_scale(meta, [0], [KeyRange(0, 0.25), KeyRange(0.25, 0.5)], at_ms=20)
     return meta.with_changes(epochs=(*meta.epochs, epoch), sealed_sizes={0: 5})
-
-
-def wait_for(predicate, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.01)
 
 
 def test_create_read_and_versions(store):
@@ -147,14 +141,14 @@ def test_watch_sees_every_settled_change(store):
             seen.append(meta)
 
     store.watch_stream("shop/orders", on_change)
-    wait_for(lambda: len(seen) >= 1)
+    wait_until(lambda: len(seen) >= 1, 10, "the watch saw the change", poll_s=0.01)
     assert seen[0] == v.metadata
     active = v.metadata.with_changes(state=StreamState.ACTIVE)
     v = store.replace_stream(active, v.version)
-    wait_for(lambda: seen[-1] == active)
+    wait_until(lambda: seen[-1] == active, 10, "the watch saw the change", poll_s=0.01)
     grown = scaled(active)
     store.replace_stream(grown, v.version)
-    wait_for(lambda: seen[-1] == grown)
+    wait_until(lambda: seen[-1] == grown, 10, "the watch saw the change", poll_s=0.01)
     assert seen[-1].current_epoch().number == 1
     with pytest.raises(UnknownStreamError):
         store.watch_stream("shop/nothing", on_change)
@@ -209,14 +203,14 @@ def test_a_worker_lookup_reads_the_streams_it_is_told_of_together(zk_client, zoo
         config = StreamConfiguration(ScalingPolicy.fixed(2), timestamp_aggregation_timeout_ms=5)
         store.replace_stream(current.metadata.with_changes(config=config), current.version)
         store.delete_stream("shop/b", store.read_stream("shop/b").version)
-        wait_for(lambda: lookup.changes == 2)
+        wait_until(lambda: lookup.changes == 2, 10, "the watch saw the change", poll_s=0.01)
         assert lookup.stream("shop/a").config == config
         assert lookup.stream("shop/b") is None
         store.create_stream(fresh("shop/absent"))  # watched while absent: read anew
         assert lookup.stream("shop/absent") == fresh("shop/absent")
         current = store.read_stream("shop/a")  # watched again after the re-read
         store.replace_stream(current.metadata.with_changes(config=fresh().config), current.version)
-        wait_for(lambda: lookup.changes == 3)
+        wait_until(lambda: lookup.changes == 3, 10, "the watch saw the change", poll_s=0.01)
         assert lookup.stream("shop/a").config == fresh().config
     finally:
         lookup.close()

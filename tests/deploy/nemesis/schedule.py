@@ -15,7 +15,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tests.deploy.deployment import Deployment, wait_until
+from tests.deploy.deployment import Deployment
+from tests.waiting import wait_until
 
 log = logging.getLogger(__name__)
 
