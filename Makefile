@@ -97,6 +97,10 @@ demo: setup-demo ## start local services, run the pipeline end to end, print the
 # service-bound tests).
 TEST_WORKERS ?= 4
 UNIT_WORKERS ?= 2
+# The suite's Python processes write bytecode whatever the environment says
+# (PYTHONDONTWRITEBYTECODE): without it every pytest process rewrites every test module
+# and each of the hundreds of processes the tests start compiles the project again.
+test test-unit test-faults test-deploy nemesis: export PYTHONDONTWRITEBYTECODE =
 test: setup ## the whole suite (unit, integration, spark, deploy, a short nemesis) against real local services
 	@rc=0; \
 	$(PY) -m pytest -q --durations=20 -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder \
