@@ -14,9 +14,9 @@ from tidemark.environment import overridden
 def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     """The services, and this process's delta-rs pointed at the object store (readers
     take the ``AWS_*`` variables, as a deployed reader does) and its clients trusting the
-    run's CA. Package-scoped: the
-    deployment tests and then the nemesis share it (one start-up, ~100 s), and its dozen
-    JVMs stop as soon as tests/deploy ends, not with the whole suite."""
+    run's CA. Package-scoped: the deployment tests and then the nemesis share it (one
+    start-up), and its dozen JVMs stop as soon as tests/deploy ends, not with the whole
+    suite."""
     with (
         Deployment.start(tmp_path_factory.mktemp("deployment")) as started,
         overridden({**started.s3.reader_environment(), **started.tls_environment()}),
