@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,9 +27,6 @@ from tidemark.infra.ports import HOST
 
 DAYS = "2"
 """How long the certificates are valid: a test run's length, with room."""
-
-_SIGNING = threading.Lock()
-"""Services started side by side sign at once: the CA's serial file takes one at a time."""
 
 TRUSTSTORE_PASSWORD = "changeit"
 """The JDK's customary truststore password: a truststore holds only the CA's public
@@ -125,12 +121,11 @@ class PrivateCA:
             "req", "-new", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={common_name}",
             "-keyout", str(issued.key), "-out", str(request),
         )  # fmt: skip
-        with _SIGNING:
-            _openssl(
-                "x509", "-req", "-in", str(request), "-CA", str(self.cert),
-                "-CAkey", str(self.key), "-CAcreateserial", "-days", DAYS,
-                "-extfile", str(extfile), "-out", str(issued.cert),
-            )  # fmt: skip
+        _openssl(
+            "x509", "-req", "-in", str(request), "-CA", str(self.cert), "-CAkey", str(self.key),
+            "-CAcreateserial", "-days", DAYS, "-extfile", str(extfile),
+            "-out", str(issued.cert),
+        )  # fmt: skip
         issued.keystore.write_text(issued.key.read_text() + issued.cert.read_text())
         return issued
 

@@ -21,7 +21,6 @@ import contextlib
 import json
 import os
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -97,7 +96,7 @@ class Deployment:
 
     @classmethod
     def start(cls, tmp: Path) -> Deployment:
-        """Start every service, the four side by side (none needs another to start)."""
+        """Start every service (in parallel where they do not depend on each other)."""
         tls = PrivateCA.create(tmp / "tls")
         zookeeper = ZooKeeperEnsemble(tmp / "zookeeper", tls=tls)
         kafka = KafkaCluster(
@@ -112,12 +111,10 @@ class Deployment:
         deployment = cls(tmp, zookeeper, kafka, s3, spark, tls)
         with contextlib.ExitStack() as stack:
             stack.callback(deployment.stop)
-            # each start waits on its own service more than it computes (a quorum, a
-            # controller election, workers registering): side by side, the waits overlap
-            with ThreadPoolExecutor(max_workers=4, thread_name_prefix="start") as pool:
-                starts = [pool.submit(s.start) for s in (zookeeper, s3, kafka, spark)]
-            for started in starts:
-                started.result()  # the first failure, once every start has ended
+            zookeeper.start()
+            s3.start()
+            kafka.start()
+            spark.start()
             deployment._grant()
             stack.pop_all()
         return deployment
