@@ -7,7 +7,7 @@ import uuid
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic, OffsetSpec
 
 from tidemark.controller.exceptions import KafkaOperationError
@@ -133,15 +133,27 @@ def _record_requests(lso: Any) -> list[list[tuple[str, int]]]:
     return asked
 
 
+_GONE = frozenset(
+    {
+        KafkaError._NOENT,  # librdkafka's "no leaders found": the metadata lacks the topic
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError._UNKNOWN_TOPIC,
+        KafkaError._UNKNOWN_PARTITION,
+    }
+)
+
+
 def _await_gone(admin: AdminClient, topic: str, timeout_s: float = 30) -> None:
-    """Until the broker refuses a ListOffsets for ``topic`` (deleted)."""
+    """Until the broker refuses a ListOffsets for ``topic`` as unknown (deleted); any
+    other failure (a time-out on a loaded machine) is asked again."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         asked = {TopicPartition(topic, 0): OffsetSpec.latest()}
         try:
             admin.list_offsets(asked)[TopicPartition(topic, 0)].result(10)
-        except KafkaException:
-            return
+        except KafkaException as exc:
+            if exc.args[0].code() in _GONE:
+                return
         time.sleep(0.1)
     raise AssertionError(f"{topic} still answers {timeout_s} s after its deletion")
 
