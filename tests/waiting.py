@@ -13,7 +13,7 @@ import subprocess
 import time
 from collections.abc import Callable
 
-from tidemark.infra.process import ManagedProcess
+from tidemark.infra.process import ManagedProcess, wait_for
 
 POLL_S = 0.3
 """How often the condition is asked again, by default: a condition that reads a table or
@@ -27,16 +27,21 @@ def wait_until(
     *alive: ManagedProcess | subprocess.Popen[bytes] | subprocess.Popen[str],
     poll_s: float = POLL_S,
 ) -> float:
-    """Poll ``condition`` every ``poll_s`` until true; the seconds it took. Fails when
-    ``timeout_s`` passes or a process of ``alive`` exits."""
-    started = time.monotonic()
-    while not condition():
+    """Poll ``condition`` every ``poll_s`` until true (:func:`tidemark.infra.process.wait_for`,
+    the services' own wait); the seconds it took. Fails when ``timeout_s`` passes or a
+    process of ``alive`` exits."""
+
+    def ready() -> bool:
+        if condition():
+            return True
         for proc in alive:
             if isinstance(proc, ManagedProcess):
                 proc.check_alive()
             elif proc.poll() is not None:
                 raise AssertionError(f"{what}: process {proc.pid} exited ({proc.returncode})")
-        if time.monotonic() - started > timeout_s:
-            raise AssertionError(f"{what}: not within {timeout_s:g} s")
-        time.sleep(poll_s)
+        return False
+
+    started = time.monotonic()
+    if not wait_for(ready, timeout_s, poll_s):
+        raise AssertionError(f"{what}: not within {timeout_s:g} s")
     return time.monotonic() - started
