@@ -60,11 +60,9 @@ def batches_since(job: ControllerJob, since_ms: int) -> list[tuple[int, int]]:
     return sorted((start, run) for start, run in runs if start + run >= since_ms)
 
 
-def cycle_ms(job: ControllerJob, settings: ControllerSettings, since_ms: int) -> int:
-    """A cycle: the trigger interval, or on a loaded machine the longest a batch ran or
-    started after the one before it began, over the batches from the one running at
-    ``since_ms``."""
-    batches = batches_since(job, since_ms)
+def cycle_ms(settings: ControllerSettings, batches: list[tuple[int, int]]) -> int:
+    """A cycle: the trigger interval, or on a loaded machine the longest one of
+    ``batches`` (:func:`batches_since`) ran or started after the one before it began."""
     runs = [run for _, run in batches]
     spacings = [b[0] - a[0] for a, b in pairwise(batches)]
     return max([settings.interval_ms, *runs, *spacings])
@@ -102,7 +100,8 @@ def applies_within_two_cycles(
     )
     row = latest(settings.delta_root, stream)
     assert row is not None
-    cycle = cycle_ms(job, settings, updated_ms)
+    batches = batches_since(job, updated_ms)
+    cycle = cycle_ms(settings, batches)
     took_ms = row["emitted_at"] - updated_ms
     report(
         "live-config",
@@ -112,7 +111,7 @@ def applies_within_two_cycles(
     assert took_ms <= 2 * cycle, (
         f"update applied after {took_ms} ms (cycle {cycle} ms); the batches since, "
         f"(start after the update, run) in ms: "
-        f"{[(start - updated_ms, run) for start, run in batches_since(job, updated_ms)]}"
+        f"{[(start - updated_ms, run) for start, run in batches]}"
     )
     return row
 
