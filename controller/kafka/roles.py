@@ -342,6 +342,19 @@ RELAY_PRODUCER = Role(
 )
 """The timeline relay's producer of due messages to their target topics."""
 
+RELAY_SCAN = Role(
+    "timeline relay's look at its target",
+    Consumer,
+    {
+        "enable.auto.commit": False,  # assign() only, never commits
+        # The relay's own records are not transactional; others' open transactions
+        # must not hold the look back.
+        "isolation.level": "read_uncommitted",
+        "log_level": SILENT,
+    },
+)
+"""What a relay's last batches already put on its target, read after a crash."""
+
 BUFFER_PRODUCER = Role(
     "timeline buffer relay",
     Producer,
@@ -411,6 +424,7 @@ __all__ = [
     "MARKS_PRODUCER",
     "READER_CONSUMER",
     "RELAY_PRODUCER",
+    "RELAY_SCAN",
     "SEGMENT_SIZES_CONSUMER",
     "SILENT",
     "TIMELINE_KAFKA_PRODUCER",

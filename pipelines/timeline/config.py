@@ -100,9 +100,17 @@ class RelayConfig:
 
     target_topic: str
     flush_timeout_ms: int = 10_000
+    """How long Kafka has to answer; for acknowledged delivery also the relay's lease."""
+    delivery: str = "acked"
+    """``acked``: a batch is delivered once Kafka acknowledged its records;
+    ``transactional``: one Kafka transaction a batch (:mod:`.relay`)."""
 
     def __post_init__(self) -> None:
         _name("target_topic", self.target_topic)
+        if self.delivery not in ("acked", "transactional"):
+            raise ConfigurationError(
+                f"delivery {self.delivery!r} is not a relay's delivery: 'acked' or 'transactional'"
+            )
         if not _TOPIC.match(self.target_topic) or self.target_topic in (".", ".."):
             raise ConfigurationError(
                 f"target_topic {self.target_topic!r} is not a Kafka topic name: "

@@ -42,6 +42,11 @@ Tables:
   cursor and the snapshot it read under), which the producer's move and delete lock
   ``FOR SHARE``; ``timeline_relay_batches``, the state after each batch, kept until
   purged, to resume from the one Kafka committed.
+- migration 9 (PostgreSQL only), the relay's delivery (:mod:`.relay_acked`):
+  ``timeline_relay_state.delivery`` (``acked``, or NULL: transactional) and
+  ``positions``, per partition of the target topic an offset before which every
+  record of the batches known delivered lies (where a restart's look for the
+  records of the batches after starts).
 """
 
 from __future__ import annotations
@@ -218,6 +223,16 @@ MIGRATIONS: tuple[Migration, ...] = (
                 written_at_ms BIGINT NOT NULL,
                 PRIMARY KEY (timeline, seq)
             )""",
+        ),
+    ),
+    Migration(
+        9,
+        "the relay's delivery and, for acknowledged delivery, its target positions",
+        (),
+        postgres_only=(
+            # NULL: transactional (every relay before this migration was).
+            "ALTER TABLE timeline_relay_state ADD COLUMN IF NOT EXISTS delivery TEXT",
+            "ALTER TABLE timeline_relay_state ADD COLUMN IF NOT EXISTS positions BIGINT[]",
         ),
     ),
 )

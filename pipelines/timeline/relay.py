@@ -9,13 +9,16 @@ The "time buffer between two queues". Every message is produced to
 ``target_topic`` once it is due (key = message id, value = body, headers: the
 message's own, as given when it was scheduled, then ``tidemark-timeline``,
 ``tidemark-id``, ``tidemark-timestamp`` (its due time), ``tidemark-producer-group``),
-in one Kafka transaction a batch. Read the target with ``isolation.level =
-read_committed``: each message is there exactly once, whatever is killed when.
+by an idempotent producer, a batch delivered once Kafka acknowledged all its
+records: each message is on the target exactly once, whatever is killed when, read
+with either isolation level (the terms, a relay replaced while it still runs:
+:mod:`.relay_acked`). :class:`TransactionalTimelineRelay` produces each batch in a
+Kafka transaction instead (read the target ``read_committed``): a replaced relay is
+fenced whatever its pauses, at a transaction's cost a batch.
 
 No lease, no delete, no lock: the relay reads due messages past a per-bucket cursor
-over ``(due time, id)`` and records its progress once a batch, and Kafka's commit of
-the batch's transaction carries the batch's number (the rule, and why a message
-created "now", moved behind the cursor or committed late is still sent once:
+over ``(due time, id)`` and records its progress once a batch (the rule, and why a
+message created "now", moved behind the cursor or committed late is still sent once:
 :mod:`.relay_sql`; the engine, its pipelining and its failures:
 :mod:`.relay_cursor`). Delivered rows are removed in bulk by the purge
 (:meth:`TimelineStore.purge`), behind the cursor, after ``keep_deleted_ms``; until
@@ -24,8 +27,10 @@ then their ids stay taken, a replayed create creates nothing, and
 
 The producer's rights: a message deleted or moved before a batch takes it is not
 sent (or sent at its new time); once taken, its move and delete are refused, as
-for a message under a live lease. One relay per timeline (its transactional id is
-``tidemark-relay.<timeline>``): a second one fences the first. The consumer's name
+for a message under a live lease. One relay per timeline (its name, the
+transactional id and group of the transactional one, is
+``tidemark-relay.<timeline>``): a second one takes over from the first. The
+consumer's name
 (``ConsumerConfig.consumer_id``) only names it in logs; ``batch_size`` and
 ``max_idle_ms`` are the batch's and the idle wait's, and ``lease_ms`` how long a
 message the broker refuses waits before it is tried again.
@@ -47,6 +52,7 @@ from tidemark.controller.naming import RELAY_TRANSACTIONAL_PREFIX
 from tidemark.pipelines.timeline.clock import DueCondition, StreamClock
 from tidemark.pipelines.timeline.config import ConsumerConfig, RelayConfig
 from tidemark.pipelines.timeline.model import decode_headers
+from tidemark.pipelines.timeline.relay_acked import AckedCursorRelay
 from tidemark.pipelines.timeline.relay_cursor import CursorRelay, CursorSettings, Row
 
 log = logging.getLogger(__name__)
@@ -57,7 +63,9 @@ def relay_name(timeline: str) -> str:
     return f"{RELAY_TRANSACTIONAL_PREFIX}{timeline}"
 
 
-class TimelineRelay(CursorRelay):
+class _TimelineRecords(CursorRelay):
+    """A timeline message as its record on the target (the module's layout)."""
+
     def __init__(
         self,
         dsn: str,
@@ -104,6 +112,38 @@ class TimelineRelay(CursorRelay):
             except BufferError:
                 self._send(produce, topic, body, key, headers=own, on_delivery=on_delivery)
 
+    def record_id(self, message: Any) -> str | None:
+        """The message id of a record this timeline's relay produced (None: another's)."""
+        key = message.key()
+        if key is None:
+            return None
+        for header, value in message.headers() or ():
+            if header == "tidemark-timeline":
+                return key.decode(errors="replace") if value == self._name else None
+        return None
+
     def run(self, stop: threading.Event) -> None:
         while not stop.is_set():
             self.run_once()
+
+
+class TimelineRelay(_TimelineRecords, AckedCursorRelay):
+    """Due messages to Kafka by acknowledgement (:mod:`.relay_acked`)."""
+
+
+class TransactionalTimelineRelay(_TimelineRecords):
+    """Due messages to Kafka in one transaction a batch (:mod:`.relay_cursor`)."""
+
+
+def timeline_relay(
+    dsn: str,
+    bootstrap: str,
+    timeline: str,
+    config: RelayConfig,
+    consumer: ConsumerConfig,
+    due: DueCondition | None = None,
+    stream_clock: StreamClock | None = None,
+) -> CursorRelay:
+    """The relay ``config.delivery`` names."""
+    kind = TimelineRelay if config.delivery == "acked" else TransactionalTimelineRelay
+    return kind(dsn, bootstrap, timeline, config, consumer, due, stream_clock)

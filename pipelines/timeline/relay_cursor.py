@@ -172,6 +172,19 @@ class CursorRelay(Closing):
 
     def _start(self) -> None:
         """(Re)connect, fence any earlier producer and resume from Kafka's last commit."""
+        store, buckets = self._connect()
+        self._resume(store, buckets)
+        self._drift = DriftGauge(self.timeline, store.clock_drift)
+        assert self._state is not None
+        log.info(
+            "relay %s: resuming after batch %d (epoch %d)",
+            self.timeline,
+            self._state.seq,
+            self._state.epoch,
+        )
+
+    def _connect(self) -> tuple[TimelineStore, int]:
+        """The store (connected again if its session broke) and the timeline's buckets."""
         if self._store is None or self._store._conn.closed or self._store._conn.broken:
             if self._store is not None:
                 self._store.close()
@@ -189,6 +202,10 @@ class CursorRelay(Closing):
             self._waker = None
         if self._waker is None and store.supports_notify and self._due is None:
             self._waker = Waker(self.dsn, self.timeline)
+        return store, buckets
+
+    def _resume(self, store: TimelineStore, buckets: int, delivery: str | None = None) -> None:
+        """A transactional producer fenced in, the state at Kafka's last commit."""
         if self._producer is None:
             self._producer = roles.client(
                 roles.BUFFER_PRODUCER,
@@ -221,16 +238,11 @@ class CursorRelay(Closing):
             committed = int(last.offset)
         elif last.offset >= 0 and self._on_legacy is not None:
             self._on_legacy(store, metadata)  # an earlier protocol's last commit
-        self._state = store.transaction(lambda c: start(c, self.timeline, buckets, committed))
+        self._state = store.transaction(
+            lambda c: start(c, self.timeline, buckets, committed, delivery)
+        )
         self._confirmed = self._state.seq
         self._confirmed_state = self._state
-        self._drift = DriftGauge(self.timeline, store.clock_drift)
-        log.info(
-            "relay %s: resuming after batch %d (epoch %d)",
-            self.timeline,
-            self._state.seq,
-            self._state.epoch,
-        )
 
     def _init_transactions(self) -> None:
         """Fence any earlier producer of this relay's transactional id. One that gets no
@@ -388,23 +400,31 @@ class CursorRelay(Closing):
                 self._timeout_s + ANSWER_GRACE_S,
             )
 
+    def _begin(self, batch: TakenBatch) -> None:
+        """Before ``batch``'s records: its transaction, its number first."""
+        self._producer.begin_transaction()
+        self._number(batch)
+
     def _commit(self, batch: TakenBatch) -> None:
         with outages_named(self.bootstrap):
             self._committing = True
             self._producer.commit_transaction(self._timeout_s)
             self._committing = False
 
-    def _delivered(self, batch: TakenBatch) -> None:
+    def _delivered(self, batch: TakenBatch, rows: Sequence[Row] | None = None) -> int:
+        """Count ``batch`` delivered (its ``rows``: all, or those not refused); how many."""
         self._confirmed = batch.state.seq
         self._confirmed_state = batch.state
-        count = len(batch.rows)
+        rows = batch.rows if rows is None else rows
+        count = len(rows)
         self.relayed += count
         self._relayed_counter.inc(count)
         drift = None if self._drift is None else self._drift.refresh()
         now = time.time() * 1000 + (0.0 if drift is None else drift.drift_ms)
-        lags = [now - row[1] for row in batch.rows]
+        lags = [now - row[1] for row in rows]
         self.lags.extend(lags)
         observe_all(self._lag_histogram, [max(0.0, lag) / 1000 for lag in lags])
+        return count
 
     def run_once(self, timeout_ms: int = 1_000) -> int:
         """Relay the due messages (waiting up to ``timeout_ms`` for a first batch, and
@@ -433,14 +453,12 @@ class CursorRelay(Closing):
         try:
             while nxt is not None:
                 batch, nxt = nxt, None
-                self._producer.begin_transaction()
-                self._number(batch)
+                self._begin(batch)
                 self._produce(batch.rows, refused)
                 # The next batch is read while the broker receives and commits this one.
                 ahead = self._reader.submit(self._take, limit) if time.monotonic() < until else None
                 self._commit_beside(batch, ahead)
-                self._delivered(batch)  # before the read's outcome: Kafka has this batch
-                relayed += len(batch.rows)
+                relayed += self._delivered(batch)  # before the read's outcome: Kafka has it
                 if ahead is not None:
                     taken = ahead.result()
                     limit = self._limit = next_batch_limit(limit, len(taken.rows), base)

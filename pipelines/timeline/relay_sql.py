@@ -57,6 +57,9 @@ Conn = psycopg.Connection[tuple[Any, ...]]
 BEFORE_ALL = (-1, "")
 """A cursor behind every message (timestamps are never negative)."""
 
+ACKED = "acked"
+"""``timeline_relay_state.delivery`` of a relay delivering by acknowledgement."""
+
 
 @dataclass(frozen=True)
 class CursorState:
@@ -80,10 +83,18 @@ class TakenBatch:
     now_ms: int
 
 
-def start(conn: Conn, timeline: str, buckets: int, committed: int | None) -> CursorState:
+def start(
+    conn: Conn, timeline: str, buckets: int, committed: int | None, delivery: str | None = None
+) -> CursorState:
     """Take the relay of ``timeline`` over (a new epoch fences any earlier relay's
     writes) at the batch Kafka committed last (``committed``; None: Kafka names none,
-    then the last batch known committed here)."""
+    then the last batch known committed here), its delivery ``delivery`` from now on
+    (None: transactional; ``"acked"``: :mod:`.relay_acked`'s, which settles a
+    transactional relay's last batches here first).
+
+    A relay that delivered by acknowledgement last has its own account of what was
+    delivered (``confirmed``), and Kafka's last commit is an older relay's: resumed
+    from the former, and only once it is settled (:class:`RelayStateError` else)."""
     with conn.transaction():
         conn.execute(
             f"""INSERT INTO timeline_relay_state
@@ -93,12 +104,21 @@ def start(conn: Conn, timeline: str, buckets: int, committed: int | None) -> Cur
             {"t": timeline, "ts": [BEFORE_ALL[0]] * buckets, "ids": [BEFORE_ALL[1]] * buckets},
         )
         row = conn.execute(
-            "SELECT epoch, seq, confirmed FROM timeline_relay_state "
+            "SELECT epoch, seq, confirmed, delivery FROM timeline_relay_state "
             "WHERE timeline = %(t)s FOR UPDATE",
             {"t": timeline},
         ).fetchone()
         assert row is not None
         epoch, recorded, confirmed = int(row[0]) + 1, int(row[1]), int(row[2])
+        if row[3] == ACKED:
+            if recorded != confirmed:
+                raise RelayStateError(
+                    f"relay of {timeline!r}: batches {confirmed + 1}-{recorded} of its "
+                    "acknowledged delivery are not settled; run its relay (the timeline "
+                    "relay) once to deliver them before a transactional relay takes over",
+                    timeline,
+                )
+            committed = None  # Kafka's last commit is older than the acked batches
         # No marker in Kafka: none committed yet, or one expired (the group's offsets
         # outlive an idle relay only offsets.retention.minutes): resume after the last
         # batch known committed; the ones after it may be sent again, none is lost.
@@ -133,9 +153,18 @@ def start(conn: Conn, timeline: str, buckets: int, committed: int | None) -> Cur
         conn.execute(
             f"""UPDATE timeline_relay_state
                 SET epoch = %(e)s, seq = %(s)s, confirmed = %(s)s, cursor_ts = %(ts)s,
-                    cursor_id = %(ids)s, snap = %(snap)s::pg_snapshot, updated_at_ms = {NOW_MS}
+                    cursor_id = %(ids)s, snap = %(snap)s::pg_snapshot, updated_at_ms = {NOW_MS},
+                    delivery = %(d)s, positions = NULL
                 WHERE timeline = %(t)s""",
-            {"t": timeline, "e": epoch, "s": seq, "ts": ts, "ids": ids, "snap": snap},
+            {
+                "t": timeline,
+                "e": epoch,
+                "s": seq,
+                "ts": ts,
+                "ids": ids,
+                "snap": snap,
+                "d": delivery,
+            },
         )
     return CursorState(timeline, epoch, seq, tuple(ts), tuple(ids), snap)
 
@@ -202,12 +231,17 @@ the ``wxid`` index and sorts them, once a bucket: a hundred times slower."""
 
 
 def take(
-    conn: Conn, state: CursorState, limit: int, horizon: int | None, confirmed: int
+    conn: Conn,
+    state: CursorState,
+    limit: int,
+    horizon: int | None,
+    confirmed: int,
+    positions: Sequence[int] | None = None,
 ) -> TakenBatch:
     """Read the next batch past ``state`` (at most ``limit`` swept rows, about evenly
     per bucket, and every late row) and record it as batch ``state.seq + 1``, in one
-    transaction, with ``confirmed``, the last batch Kafka has committed; nothing is
-    recorded when nothing was read.
+    transaction, with ``confirmed``, the last batch Kafka has (and, given, the target
+    ``positions`` after it); nothing is recorded when nothing was read.
 
     :class:`RelayFencedError` when another relay has started since ``state``'s."""
     timeline = state.timeline
@@ -249,7 +283,15 @@ def take(
         if not rows:
             return TakenBatch([], state, now)
         seq = state.seq + 1
-        params = {"t": timeline, "s": seq, "c": confirmed, "ts": ts, "ids": ids, "snap": snap}
+        params = {
+            "t": timeline,
+            "s": seq,
+            "c": confirmed,
+            "ts": ts,
+            "ids": ids,
+            "snap": snap,
+            "p": None if positions is None else list(positions),
+        }
         conn.execute(
             f"""INSERT INTO timeline_relay_batches
                     (timeline, seq, cursor_ts, cursor_id, snap, written_at_ms)
@@ -259,12 +301,146 @@ def take(
         conn.execute(
             f"""UPDATE timeline_relay_state
                 SET seq = %(s)s, confirmed = %(c)s, cursor_ts = %(ts)s, cursor_id = %(ids)s,
-                    snap = %(snap)s::pg_snapshot, updated_at_ms = {NOW_MS}
+                    snap = %(snap)s::pg_snapshot, updated_at_ms = {NOW_MS},
+                    positions = COALESCE(%(p)s::BIGINT[], positions)
                 WHERE timeline = %(t)s""",
             params,
         )
     new = CursorState(timeline, state.epoch, seq, tuple(ts), tuple(ids), snap)
     return TakenBatch(rows, new, now)
+
+
+@dataclass(frozen=True)
+class AckedResume:
+    """Where an acknowledging relay resumes: after ``state``'s batch (the last recorded,
+    with the new epoch), the batches after ``owed_from`` (the last known delivered;
+    None: all were) perhaps delivered in part, the last one recorded at
+    ``written_at_ms``; ``positions``: the target's offsets before the owed records."""
+
+    state: CursorState
+    owed_from: CursorState | None
+    written_at_ms: int | None
+    positions: tuple[int, ...]
+    now_ms: int
+
+
+def resume_acked(conn: Conn, timeline: str, buckets: int) -> AckedResume | None:
+    """Take the relay of ``timeline`` over for acknowledged delivery (a new epoch: an
+    earlier relay's next batch is refused); None when a transactional relay's batches
+    are to be settled first (:func:`start` with Kafka's last commit)."""
+    with conn.transaction():
+        conn.execute(
+            f"""INSERT INTO timeline_relay_state (timeline, epoch, seq, confirmed, cursor_ts,
+                    cursor_id, snap, updated_at_ms, delivery)
+                VALUES (%(t)s, 0, 0, 0, %(ts)s, %(ids)s, pg_current_snapshot(), {NOW_MS},
+                        %(d)s)
+                ON CONFLICT (timeline) DO NOTHING""",
+            {
+                "t": timeline,
+                "ts": [BEFORE_ALL[0]] * buckets,
+                "ids": [BEFORE_ALL[1]] * buckets,
+                "d": ACKED,
+            },
+        )
+        row = conn.execute(
+            f"""SELECT epoch, seq, confirmed, cursor_ts, cursor_id, snap::TEXT, delivery,
+                       positions, {NOW_MS}
+                FROM timeline_relay_state WHERE timeline = %(t)s FOR UPDATE""",
+            {"t": timeline},
+        ).fetchone()
+        assert row is not None
+        epoch, seq, confirmed = int(row[0]) + 1, int(row[1]), int(row[2])
+        if row[6] != ACKED and seq > 0:
+            return None
+        if len(row[3]) != buckets:
+            raise RelayStateError(f"relay of {timeline!r}: cursor of another bucket count")
+        state = CursorState(timeline, epoch, seq, tuple(row[3]), tuple(row[4]), str(row[5]))
+        owed_from: CursorState | None = None
+        written_at: int | None = None
+        if confirmed < seq:
+            found = conn.execute(
+                """SELECT seq, cursor_ts, cursor_id, snap::TEXT, written_at_ms
+                   FROM timeline_relay_batches
+                   WHERE timeline = %(t)s AND seq IN (%(c)s, %(s)s)""",
+                {"t": timeline, "c": confirmed, "s": seq},
+            ).fetchall()
+            by_seq = {int(r[0]): r for r in found}
+            if seq not in by_seq or (confirmed > 0 and confirmed not in by_seq):
+                raise RelayStateError(
+                    f"relay of {timeline!r}: batch {confirmed} or {seq} is not recorded (purged?)",
+                    timeline,
+                )
+            written_at = int(by_seq[seq][4])
+            if confirmed == 0:
+                before = ([BEFORE_ALL[0]] * buckets, [BEFORE_ALL[1]] * buckets, state.snapshot)
+            else:
+                before = (by_seq[confirmed][1], by_seq[confirmed][2], str(by_seq[confirmed][3]))
+            owed_from = CursorState(
+                timeline, epoch, confirmed, tuple(before[0]), tuple(before[1]), before[2]
+            )
+        conn.execute(
+            "UPDATE timeline_relay_state SET epoch = %(e)s, delivery = %(d)s "
+            "WHERE timeline = %(t)s",
+            {"t": timeline, "e": epoch, "d": ACKED},
+        )
+    positions = tuple(int(p) for p in row[7] or ())
+    return AckedResume(state, owed_from, written_at, positions, int(row[8]))
+
+
+def owed_rows(conn: Conn, owed_from: CursorState, to: CursorState) -> list[tuple[Any, ...]]:
+    """The messages the batches after ``owed_from`` up to ``to`` took (the rule: taken
+    by ``to``, not by ``owed_from``), as a batch reads them: those swept between the two
+    cursors and those behind the first written after its snapshot."""
+    visible = "(m.wxid IS NULL OR pg_visible_in_snapshot(m.wxid::TEXT::xid8, {}::pg_snapshot))"
+    columns = "m.bucket, m.ts, m.id, m.body, m.headers, m.producer_group"
+    cursors = (
+        "unnest(%(buckets)s::INT[], %(fts)s::BIGINT[], %(fid)s::TEXT[], %(tts)s::BIGINT[], "
+        "%(tid)s::TEXT[]) AS b (bucket, fts, fid, tts, tid)"
+    )
+    rows = conn.execute(
+        f"""SELECT {columns} FROM {cursors} JOIN timeline_messages AS m
+                ON m.timeline = %(t)s AND m.bucket = b.bucket
+            WHERE (m.ts, m.id) > (b.fts, b.fid) AND (m.ts, m.id) <= (b.tts, b.tid)
+              AND m.deleted_at_ms IS NULL AND m.due_stream IS NULL
+              AND {visible.format("%(to)s")}
+            UNION ALL
+            SELECT {columns} FROM {cursors} JOIN timeline_messages AS m
+                ON m.timeline = %(t)s AND m.bucket = b.bucket
+            WHERE (m.ts, m.id) <= (b.fts, b.fid)
+              AND m.deleted_at_ms IS NULL AND m.due_stream IS NULL
+              AND m.wxid >= pg_snapshot_xmin(%(from)s::pg_snapshot)::TEXT::BIGINT
+              AND NOT pg_visible_in_snapshot(m.wxid::TEXT::xid8, %(from)s::pg_snapshot)
+              AND pg_visible_in_snapshot(m.wxid::TEXT::xid8, %(to)s::pg_snapshot)""",
+        {
+            "t": to.timeline,
+            "buckets": list(range(len(to.cursor_ts))),
+            "fts": list(owed_from.cursor_ts),
+            "fid": list(owed_from.cursor_id),
+            "tts": list(to.cursor_ts),
+            "tid": list(to.cursor_id),
+            "from": owed_from.snapshot,
+            "to": to.snapshot,
+        },
+        binary=True,
+    ).fetchall()
+    return [tuple(r) for r in rows]
+
+
+def settle(conn: Conn, state: CursorState, positions: Sequence[int]) -> None:
+    """Record every batch up to ``state``'s delivered, the target's ``positions`` after
+    them; :class:`RelayFencedError` when another relay has started since."""
+    with conn.transaction():
+        cur = conn.execute(
+            f"""UPDATE timeline_relay_state
+                SET confirmed = %(s)s, positions = %(p)s, updated_at_ms = {NOW_MS}
+                WHERE timeline = %(t)s AND epoch = %(e)s AND seq = %(s)s""",
+            {"t": state.timeline, "e": state.epoch, "s": state.seq, "p": list(positions)},
+        )
+        if cur.rowcount != 1:
+            raise RelayFencedError(
+                f"relay of {state.timeline!r}: another relay took over; stop this one",
+                state.timeline,
+            )
 
 
 def next_due_ms(conn: Conn, state: CursorState) -> tuple[int | None, int]:

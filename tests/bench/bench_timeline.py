@@ -183,8 +183,8 @@ def _relay(dsn: str, bootstrap: str, store: TimelineStore, timeline: str, n: int
     bare, bare_startup_s = _bare_produce(bootstrap, topic, n)
     admin.delete_topics([topic])
     return (
-        f"timeline relay to Kafka (batches of {BATCH:,} read past the cursor, one Kafka "
-        f"transaction a batch; pipelined), after its first run_once: {rate:,.0f} msg/s "
+        f"timeline relay to Kafka (batches of {BATCH:,} read past the cursor, delivered "
+        f"once acknowledged; pipelined), after its first run_once: {rate:,.0f} msg/s "
         f"({relayed - first:,}; "
         f"with the start-up of {startup_s * 1000:,.0f} ms: {with_startup:,.0f} msg/s); "
         f"baseline bare Kafka produce of the same records (idempotent, acks=all), after a "

@@ -52,7 +52,7 @@ from tidemark.pipelines.timeline.config import (
     RelayConfig,
     TimelineConfig,
 )
-from tidemark.pipelines.timeline.relay import TimelineRelay
+from tidemark.pipelines.timeline.relay import timeline_relay
 from tidemark.pipelines.timeline.store import NewMessage, TimelineStore
 from tidemark.pipelines.writing.config import WriterConfig
 from tidemark.pipelines.writing.transactions import transactional_id_for
@@ -259,10 +259,16 @@ def test_the_service_looks_up_offsets_and_may_not_read_records(secured: Secured)
         assert read == [] and authorization_refused(error), (read, error)
 
 
-def relay_all(secured: Secured, postgres: str, timeline: str, expect: int) -> int:
+def relay_all(
+    secured: Secured, postgres: str, timeline: str, expect: int, delivery: str = "acked"
+) -> int:
     """Run a relay of ``timeline`` to the timeline's target topic until ``expect`` went."""
-    relay = TimelineRelay(
-        postgres, secured.bootstrap, timeline, RelayConfig(secured.target), ConsumerConfig("r")
+    relay = timeline_relay(
+        postgres,
+        secured.bootstrap,
+        timeline,
+        RelayConfig(secured.target, delivery=delivery),
+        ConsumerConfig("r"),
     )
     relayed = 0
     try:
@@ -313,8 +319,10 @@ def test_the_timeline_runs_ingest_and_may_not_take_a_writers_transactional_id(
     with secured.as_role("admin"):
         values, error = consume_all(secured.bootstrap, secured.target)
     assert error is None and {m.body for m in due} <= set(values), values
-    with secured.as_role("reader"), pytest.raises(KafkaOperationError, match="transactional id"):
+    with secured.as_role("reader"), pytest.raises(KafkaOperationError, match="target topic"):
         relay_all(secured, postgres, timeline, 1)
+    with secured.as_role("reader"), pytest.raises(KafkaOperationError, match="transactional id"):
+        relay_all(secured, postgres, timeline, 1, delivery="transactional")
     with secured.as_role("timeline"):
         refused = produce_one(secured.bootstrap, secured.topic(), b"k", b"timeline's event")
         assert authorization_refused(refused), refused

@@ -24,8 +24,14 @@ from tests.integration.test_timeline_buffer import _Reader as CommittedReader
 from tidemark.pipelines.timeline.config import ConsumerConfig, RelayConfig, TimelineConfig
 from tidemark.pipelines.timeline.exceptions import TimelineError
 from tidemark.pipelines.timeline.model import bucket_of
-from tidemark.pipelines.timeline.relay import TimelineRelay
+from tidemark.pipelines.timeline.relay import (
+    TimelineRelay,
+    TransactionalTimelineRelay,
+    timeline_relay,
+)
 from tidemark.pipelines.timeline.store import NewMessage, TimelineStore
+
+DELIVERIES = pytest.mark.parametrize("delivery", ["acked", "transactional"])
 
 
 def _topic(bootstrap: str, name: str) -> None:
@@ -55,7 +61,8 @@ class _Reader(CommittedReader):
         self.join(10)
 
 
-def test_racing_writers_every_message_exactly_once(postgres, kafka, unique):
+@DELIVERIES
+def test_racing_writers_every_message_exactly_once(postgres, kafka, unique, delivery):
     """Writers create messages due now and in the past, move waiting messages behind
     the cursor, delete some before they fall due and commit late from a long
     transaction, while the relay runs: each message that was not deleted arrives
@@ -73,11 +80,11 @@ def test_racing_writers_every_message_exactly_once(postgres, kafka, unique):
 
     def relay_loop() -> None:
         try:
-            with TimelineRelay(
+            with timeline_relay(
                 postgres,
                 kafka,
                 tl,
-                RelayConfig(target),
+                RelayConfig(target, delivery=delivery),
                 ConsumerConfig("relay", batch_size=200, max_idle_ms=50),
             ) as relay:
                 while not relay_stop.is_set():
@@ -175,16 +182,20 @@ import logging, sys, time
 from tidemark.errors import TidemarkError
 from tests.integration.test_timeline_buffer import _Reader as CommittedReader
 from tidemark.pipelines.timeline.config import ConsumerConfig, RelayConfig
-from tidemark.pipelines.timeline.relay import TimelineRelay
+from tidemark.pipelines.timeline.relay import timeline_relay
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-dsn, bootstrap, timeline, topic = sys.argv[1:5]
+dsn, bootstrap, timeline, topic, delivery = sys.argv[1:6]
 relay = None
 while True:
     try:
         if relay is None:
             config = ConsumerConfig("relay", batch_size=100, max_idle_ms=100)
-            relay = TimelineRelay(
-                dsn, bootstrap, timeline, RelayConfig(topic, flush_timeout_ms=3_000), config
+            relay = timeline_relay(
+                dsn,
+                bootstrap,
+                timeline,
+                RelayConfig(topic, flush_timeout_ms=3_000, delivery=delivery),
+                config,
             )
         relay.run_once(timeout_ms=200)
     except (TidemarkError, TimeoutError) as exc:  # the database or the broker away: again
@@ -194,8 +205,9 @@ while True:
 
 
 @pytest.mark.timeout(600)
+@DELIVERIES
 def test_kill_9_database_restart_and_broker_down_lose_and_repeat_nothing(
-    services_dir, unique, tmp_path
+    services_dir, unique, tmp_path, delivery
 ):
     """A relay process killed with -9 mid-batch, the database restarted under it, the
     broker stopped for a while: every message arrives exactly once, the backlog that
@@ -232,7 +244,7 @@ def test_kill_9_database_restart_and_broker_down_lose_and_repeat_nothing(
         log = open(tmp_path / "relay.log", "ab")  # noqa: SIM115 (the relay's, to the end)
 
         def spawn() -> subprocess.Popen[bytes]:
-            argv = [sys.executable, "-c", RELAY_SCRIPT, pg.dsn, bootstrap, tl, target]
+            argv = [sys.executable, "-c", RELAY_SCRIPT, pg.dsn, bootstrap, tl, target, delivery]
             return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log)
 
         def arrived_at_least(n: int, timeout_s: float = 60) -> None:
@@ -310,14 +322,14 @@ def test_a_previous_transaction_still_completing_is_a_timeline_error_then_resume
         config = RelayConfig(target, flush_timeout_ms=2_000)
         consumer = ConsumerConfig("relay", max_idle_ms=50)
         with pytest.raises(TimelineError, match="CONCURRENT_TRANSACTIONS"):
-            TimelineRelay(postgres, bootstrap, tl, config, consumer)
+            TransactionalTimelineRelay(postgres, bootstrap, tl, config, consumer)
         cluster.start_node(3)
         reader = _Reader(bootstrap, target)
         reader.start()
         deadline = time.monotonic() + 120
         while True:
             try:
-                relay = TimelineRelay(postgres, bootstrap, tl, config, consumer)
+                relay = TransactionalTimelineRelay(postgres, bootstrap, tl, config, consumer)
                 break
             except TimelineError:  # the markers are written once the partition is back
                 assert time.monotonic() < deadline, "the earlier transaction never ended"
@@ -359,3 +371,94 @@ def test_delivered_rows_are_purged_by_range_behind_a_committed_batch(postgres, k
             assert store.transaction(left) == ["b0", "c0"]
             assert store.create(tl, b"a", timestamp_ms=0, producer_group="app", id="a0").new
             assert relay.run_once(timeout_ms=2_000) == 2  # c0 and the new a0, once each
+
+
+def test_a_transactional_timeline_is_settled_then_delivered_by_acknowledgement(
+    postgres, kafka, unique
+):
+    """A transactional relay dies with a batch produced but not committed: the
+    acknowledging relay that takes the timeline over settles it as a transactional one
+    would (Kafka's last commit names the last real batch), so the aborted batch goes
+    once; a transactional relay then refuses to take over while acknowledged batches
+    are not settled, and takes over once they are."""
+    from tidemark.pipelines.timeline.exceptions import RelayStateError
+
+    tl, target = f"rs-{unique}", f"rs-out-{unique}"
+    _topic(kafka, target)
+    with TimelineStore(postgres) as store:
+        store.migrate()
+        store.create_timeline(TimelineConfig(tl, buckets=2))
+        store.create_many(tl, [NewMessage(b"t", 0, "app", f"t{i}") for i in range(3)])
+    consumer = ConsumerConfig("relay", max_idle_ms=50)
+    transactional = RelayConfig(target, flush_timeout_ms=2_000, delivery="transactional")
+    acked = RelayConfig(target, flush_timeout_ms=2_000)
+    first = TransactionalTimelineRelay(postgres, kafka, tl, transactional, consumer)
+    batch = first._take(10)
+    first._producer.begin_transaction()
+    first._number(batch)
+    first._produce(batch.rows, [])
+    assert first._producer.flush(15) == 0  # on the broker, never committed
+    first.close()
+    reader = _Reader(kafka, target)
+    reader.start()
+    with TimelineRelay(postgres, kafka, tl, acked, consumer) as relay:
+        relayed = 0
+        deadline = time.monotonic() + 60
+        while relayed < 3 and time.monotonic() < deadline:
+            relayed += relay.run_once(timeout_ms=500)
+        assert relayed == 3
+        with TimelineStore(postgres) as store:
+            store.create(tl, b"a", timestamp_ms=0, producer_group="app", id="a0")
+        pending = relay._take(10)  # taken, never produced: owed
+        assert [row[2] for row in pending.rows] == ["a0"]
+    with pytest.raises(RelayStateError, match="not settled"):
+        TransactionalTimelineRelay(postgres, kafka, tl, transactional, consumer)
+    with TimelineRelay(postgres, kafka, tl, acked, consumer) as relay:
+        assert relay.relayed == 1  # the owed one, at the start
+    with TransactionalTimelineRelay(postgres, kafka, tl, transactional, consumer) as relay:
+        with TimelineStore(postgres) as store:
+            store.create(tl, b"b", timestamp_ms=0, producer_group="app", id="b0")
+        deadline = time.monotonic() + 30
+        while relay.relayed < 1 and time.monotonic() < deadline:
+            relay.run_once(timeout_ms=500)
+    reader.wait_for({"t0", "t1", "t2", "a0", "b0"}, timeout_s=60)
+    assert sorted(k for k, _ in reader.arrived()) == ["a0", "b0", "t0", "t1", "t2"]
+
+
+def test_a_replaced_acknowledging_relay_sends_nothing_more(postgres, kafka, unique):
+    """A relay that took a batch and stalled is replaced: its successor waits out the
+    lease and sends the batch; the stalled one, resuming, may not send it (read too
+    long ago) and may read no more (another relay's epoch): each message once."""
+    from tidemark.pipelines.timeline.exceptions import RelayFencedError
+
+    tl, target = f"rz-{unique}", f"rz-out-{unique}"
+    _topic(kafka, target)
+    with TimelineStore(postgres) as store:
+        store.migrate()
+        store.create_timeline(TimelineConfig(tl, buckets=2))
+        store.create_many(tl, [NewMessage(b"z", 0, "app", f"z{i}") for i in range(4)])
+    config = RelayConfig(target, flush_timeout_ms=1_000)
+    consumer = ConsumerConfig("relay", max_idle_ms=50)
+    reader = _Reader(kafka, target)
+    reader.start()
+    stalled = TimelineRelay(postgres, kafka, tl, config, consumer)
+    try:
+        batch = stalled._take(10)
+        assert len(batch.rows) == 4
+        successor = TimelineRelay(postgres, kafka, tl, config, consumer)  # waits the lease
+        assert successor.relayed == 4
+        with pytest.raises(TimelineError, match="read more than"):
+            stalled._begin(batch)  # the stalled one wakes: too late to send
+        with TimelineStore(postgres) as store:
+            store.create(tl, b"z", timestamp_ms=0, producer_group="app", id="z9")
+        stalled._state = batch.state  # as though it went on to its next read
+        with pytest.raises(RelayFencedError):
+            stalled._take(10)
+        deadline = time.monotonic() + 30
+        while successor.relayed < 5 and time.monotonic() < deadline:
+            successor.run_once(timeout_ms=500)
+        successor.close()
+    finally:
+        stalled.close()
+    reader.wait_for({f"z{i}" for i in (0, 1, 2, 3, 9)}, timeout_s=60)
+    assert sorted(k for k, _ in reader.arrived()) == ["z0", "z1", "z2", "z3", "z9"]

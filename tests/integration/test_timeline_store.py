@@ -506,7 +506,7 @@ def test_migration_3_upgrades_an_existing_schema(postgres, unique, monkeypatch):
             # 4: message headers, 5: buffer source offsets, 6: the group index dropped,
             # 7: the lease end in a column of its own, the consumer index dropped,
             # 8: the relay's cursor
-            assert store.migrate() == [3, 4, 5, 6, 7, 8]
+            assert store.migrate() == [3, 4, 5, 6, 7, 8, 9]
             assert store.migrate() == []
             assert store._one(
                 "SELECT count(*) FROM pg_indexes WHERE schemaname = %(s)s "

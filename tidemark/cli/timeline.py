@@ -250,6 +250,13 @@ def register(sub: Any) -> None:
         default=60_000,
     )
     p.add_argument("--max-messages", type=int, help="stop after relaying this many")
+    p.add_argument(
+        "--delivery",
+        choices=("acked", "transactional"),
+        default="acked",
+        help="a batch delivered once Kafka acknowledged its records (acked), or in one "
+        "Kafka transaction (transactional: read the target read_committed)",
+    )
     _add_relay_options(p)
 
     p = add_verb(
@@ -432,7 +439,7 @@ def cmd_count(args: argparse.Namespace) -> int:
 def cmd_relay(args: argparse.Namespace) -> int:
     # the timeline package loads psycopg: only its verbs pay for it, not --help
     from tidemark.pipelines.timeline.config import ConsumerConfig, RelayConfig
-    from tidemark.pipelines.timeline.relay import TimelineRelay
+    from tidemark.pipelines.timeline.relay import timeline_relay
 
     dsn = _dsn()
     with _store():
@@ -440,11 +447,11 @@ def cmd_relay(args: argparse.Namespace) -> int:
     with (
         _until_stopped(args.duration_s) as stop,
         _host(args, dsn) as purge,
-        TimelineRelay(
+        timeline_relay(
             dsn,
             _bootstrap(args.bootstrap),
             args.timeline,
-            RelayConfig(args.topic, flush_timeout_ms=_kafka_wait_ms()),
+            RelayConfig(args.topic, flush_timeout_ms=_kafka_wait_ms(), delivery=args.delivery),
             ConsumerConfig(args.consumer, lease_ms=args.lease_ms),
             stream_clock=_stream_clock(),
         ) as relay,
