@@ -136,14 +136,8 @@ class TransactionalTimelineRelay(_TimelineRecords):
 
 
 def timeline_relay(
-    dsn: str,
-    bootstrap: str,
-    timeline: str,
-    config: RelayConfig,
-    consumer: ConsumerConfig,
-    due: DueCondition | None = None,
-    stream_clock: StreamClock | None = None,
+    dsn: str, bootstrap: str, timeline: str, config: RelayConfig, *args: Any, **kwargs: Any
 ) -> CursorRelay:
-    """The relay ``config.delivery`` names."""
+    """The relay ``config.delivery`` names (the arguments: :class:`TimelineRelay`'s)."""
     kind = TimelineRelay if config.delivery == "acked" else TransactionalTimelineRelay
-    return kind(dsn, bootstrap, timeline, config, consumer, due, stream_clock)
+    return kind(dsn, bootstrap, timeline, config, *args, **kwargs)

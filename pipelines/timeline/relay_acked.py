@@ -359,16 +359,7 @@ class AckedCursorRelay(CursorRelay):
             )
         if not refused:
             return set()
-        ids = self.refused_ids(rows, refused)
-        self._park(ids)
-        log.warning(
-            "relay %s: %d refused by the broker (%s: %s); tried again in %d ms",
-            self.timeline,
-            len(ids),
-            ", ".join(ids[:3]),
-            refused[0].error(),
-            self.settings.retry_after_ms,
-        )
+        ids = self._park_refused(rows, refused)
         refused.clear()
         return set(ids)
 

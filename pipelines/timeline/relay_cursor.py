@@ -493,7 +493,15 @@ class CursorRelay(Closing):
                 self.timeline,
             )
             raise self._fenced from exc
-        ids = self.refused_ids(rows, refused) if refused else []
+        if refused and self._park_refused(rows, refused):
+            return
+        raise TimelineError(f"relay of {self.timeline!r}: {error}", self.timeline) from named_cause(
+            self.bootstrap, exc
+        )
+
+    def _park_refused(self, rows: Sequence[Row], refused: Sequence[Any]) -> list[str]:
+        """Park the rows whose records the broker refused (``refused``); their ids."""
+        ids = self.refused_ids(rows, refused)
         if ids:
             self._park(ids)
             log.warning(
@@ -504,10 +512,7 @@ class CursorRelay(Closing):
                 refused[0].error(),
                 self.settings.retry_after_ms,
             )
-            return
-        raise TimelineError(f"relay of {self.timeline!r}: {error}", self.timeline) from named_cause(
-            self.bootstrap, exc
-        )
+        return ids
 
     def _park(self, ids: Sequence[str]) -> None:
         """Move refused messages ``retry_after_ms`` past now (a new write: past the cursor)."""
