@@ -79,6 +79,9 @@ a time-out to spare."""
 MARK_EVERY_S = 1.0
 """How often the relay reads the target's ends (a look after a crash starts there)."""
 
+MARK_WAIT_S = 1.0
+"""How long a broker has to answer on the target's ends (a partition)."""
+
 LEASE_GRACE_MS = 500
 """Waited past a lease on top: the broker's own handling of a last request."""
 
@@ -104,6 +107,7 @@ class AckedCursorRelay(CursorRelay):
         self._marks: deque[tuple[int, tuple[int, ...]]] = deque(maxlen=16)
         """(first batch, positions): the target's ends read before that batch was produced."""
         self._marked_at = 0.0
+        self._sent_since_mark = False
         super().__init__(*args, **kwargs)
 
     @property
@@ -213,11 +217,16 @@ class AckedCursorRelay(CursorRelay):
             )
         return sorted(metadata.partitions)
 
-    def _watermarks(self, scan: Any, partition: int) -> tuple[int, int]:
+    def _watermarks(
+        self, scan: Any, partition: int, timeout_s: float | None = None
+    ) -> tuple[int, int]:
         tp = TopicPartition(self.settings.target_topic, partition)
+        wait_s = self._timeout_s if timeout_s is None else timeout_s
         with outages_named(self.bootstrap):
-            low, high = scan.get_watermark_offsets(tp, self._timeout_s, cached=False)
-        return int(low), int(high)
+            got = scan.get_watermark_offsets(tp, wait_s, cached=False)
+        if got is None:
+            raise TimeoutError(f"no answer on the ends of {tp.topic} [{partition}]")
+        return int(got[0]), int(got[1])
 
     def _scan(self, scan: Any) -> set[str]:
         """The message ids of this timeline's records on the target from ``positions`` on."""
@@ -263,11 +272,14 @@ class AckedCursorRelay(CursorRelay):
                         del ends[partition]
         return found
 
-    def _ends(self, scan: Any, partitions: Sequence[int] | None = None) -> dict[int, int]:
+    def _ends(
+        self, scan: Any, partitions: Sequence[int] | None = None, timeout_s: float | None = None
+    ) -> dict[int, int]:
         """The positions past the target's last records (every one sent so far is before)."""
         ends = dict(self._positions)
         for partition in self._partitions(scan) if partitions is None else partitions:
-            ends[partition] = max(ends.get(partition, 0), self._watermarks(scan, partition)[1])
+            end = self._watermarks(scan, partition, timeout_s)[1]
+            ends[partition] = max(ends.get(partition, 0), end)
         return ends
 
     def _mark(self, next_seq: int) -> None:
@@ -275,15 +287,19 @@ class AckedCursorRelay(CursorRelay):
         batch ``next_seq`` and after (produced once this read returns) lies past them,
         so they are where a look for those batches' records starts."""
         now = time.monotonic()
-        if now - self._marked_at < MARK_EVERY_S or self._watch is None:
+        if not self._sent_since_mark or now - self._marked_at < MARK_EVERY_S:
+            return  # (an idle relay asks nothing: the ends it read last still hold)
+        if self._watch is None:
             return
         self._marked_at = now
         try:
-            self._positions = self._ends(self._watch, self._partitions_known)
+            # Briefly: the next batch's read waits for this (the last mark holds).
+            self._positions = self._ends(self._watch, self._partitions_known, MARK_WAIT_S)
         except (KafkaException, TimeoutError, TimelineError) as exc:  # the last mark holds
             log.debug("relay %s: the target's ends not read (%s)", self.timeline, exc)
             return
         self._marks.append((next_seq, self._position_list()))
+        self._sent_since_mark = False
 
     def _position_list(self) -> tuple[int, ...]:
         if not self._positions:
@@ -316,6 +332,7 @@ class AckedCursorRelay(CursorRelay):
                 self.timeline,
             )
         self._failures = []
+        self._sent_since_mark = True
 
     def _produce(self, rows: Sequence[Row], refused: list[Any]) -> None:
         failures = self._failures
