@@ -18,8 +18,10 @@ Kafka in part. The next relay takes over (a new epoch: the earlier one's next re
 refused), waits until the last of those batches is a lease (below) old,
 reads their messages again (:func:`.relay_sql.owed_rows`: exactly what they took),
 reads the target from ``positions`` to its end and produces those whose record it
-does not find; then it goes on. Read the target with either isolation level: its
-records are not transactional.
+does not find; then it goes on. A relay that resumes its own work (its database
+session broke, say) with nothing in flight and no record produced past the last batch
+it knows delivered skips both: it sends the batches it recorded after that one at
+once. Read the target with either isolation level: its records are not transactional.
 
 **The lease** (twice ``flush_timeout_ms``). An earlier relay that is still running
 (paused, cut off from the database) must not send after that look: a relay produces
@@ -57,6 +59,7 @@ from tidemark.pipelines.timeline.relay_cursor import CursorRelay, Row
 from tidemark.pipelines.timeline.relay_sql import (
     ACKED,
     AckedResume,
+    CursorState,
     TakenBatch,
     owed_rows,
     resume_acked,
@@ -108,6 +111,12 @@ class AckedCursorRelay(CursorRelay):
         """(first batch, positions): the target's ends read before that batch was produced."""
         self._marked_at = 0.0
         self._sent_since_mark = False
+        self._sent_seq = 0
+        """The last batch handed to the producer."""
+        self._clean: CursorState | None = None
+        """After a failure with nothing in flight and no batch produced past the last
+        delivered: that batch (under the epoch then), where the next resume goes on
+        without waiting out a lease."""
         super().__init__(*args, **kwargs)
 
     @property
@@ -148,7 +157,12 @@ class AckedCursorRelay(CursorRelay):
             self._watch = roles.client(
                 roles.RELAY_SCAN, self.bootstrap, {"group.id": self.settings.name}
             )
-        if got.owed_from is not None:
+        clean, self._clean = self._clean, None
+        if clean is not None and clean.epoch != got.previous_epoch:
+            clean = None  # another relay ran meanwhile: what this one knew is stale
+        if clean is not None and clean.seq < got.state.seq:
+            self._deliver_owed(store, self._watch, got, clean)
+        elif clean is None and got.owed_from is not None:
             self._deliver_owed(store, self._watch, got)
         self._partitions_known = self._partitions(self._watch)
         self._positions = self._ends(self._watch)
@@ -162,9 +176,25 @@ class AckedCursorRelay(CursorRelay):
         self._marks.append((got.state.seq + 1, positions))
         self._marked_at = time.monotonic()
 
-    def _deliver_owed(self, store: TimelineStore, scan: Any, got: AckedResume) -> None:
+    def _deliver_owed(
+        self, store: TimelineStore, scan: Any, got: AckedResume, sent: CursorState | None = None
+    ) -> None:
         """The messages of the batches after the last known delivered whose records the
-        target does not hold, produced and acknowledged."""
+        target does not hold, produced and acknowledged; ``sent``: this relay's own last
+        delivered batch, when it knows that none after it reached its producer (then
+        there is no lease to wait out and nothing to look for)."""
+        if sent is not None:
+            owed_from, to = sent, got.state
+            rows = store._run(lambda c: owed_rows(c, owed_from, to))
+            log.info(
+                "relay %s: batches %d-%d were recorded, never sent; sending their %d messages",
+                self.timeline,
+                sent.seq + 1,
+                to.seq,
+                len(rows),
+            )
+            self._send_owed(to.seq, rows)
+            return
         assert got.owed_from is not None and got.written_at_ms is not None
         wait_ms = got.written_at_ms + self._lease_ms + LEASE_GRACE_MS - got.now_ms
         if wait_ms > 0:
@@ -190,13 +220,17 @@ class AckedCursorRelay(CursorRelay):
             len(rows) - len(todo),
             len(todo),
         )
-        if todo:
-            refused: list[Any] = []
-            self._failures = []
-            self._produce(todo, refused)
-            parked = self._acknowledged(to.seq, todo, refused)
-            self.relayed += len(todo) - len(parked)
-            self._relayed_counter.inc(len(todo) - len(parked))
+        self._send_owed(to.seq, todo)
+
+    def _send_owed(self, seq: int, rows: Sequence[Row]) -> None:
+        if not rows:
+            return
+        refused: list[Any] = []
+        self._failures = []
+        self._produce(rows, refused)
+        parked = self._acknowledged(seq, rows, refused)
+        self.relayed += len(rows) - len(parked)
+        self._relayed_counter.inc(len(rows) - len(parked))
 
     def _partitions(self, scan: Any) -> list[int]:
         topic = self.settings.target_topic
@@ -333,6 +367,7 @@ class AckedCursorRelay(CursorRelay):
             )
         self._failures = []
         self._sent_since_mark = True
+        self._sent_seq = batch.state.seq
 
     def _produce(self, rows: Sequence[Row], refused: list[Any]) -> None:
         failures = self._failures
@@ -399,10 +434,32 @@ class AckedCursorRelay(CursorRelay):
     def _drop_producer(self) -> None:
         """Forget the producer and the state: the next run resumes (and, for batches
         perhaps in Kafka in part, waits out their lease)."""
-        producer, self._producer, self._state = self._producer, None, None
+        producer, self._producer, state, self._state = self._producer, None, self._state, None
         watch, self._watch = self._watch, None
         self._read_at.clear()
+        self._clean = None
         if producer is not None:
+            outstanding = -1
+            try:
+                outstanding = producer.flush(0)  # (serves what was reported since)
+            except KafkaException as exc:  # a producer in a fatal state
+                log.debug("relay %s: flush: %s", self.timeline, exc)
+            known = self._confirmed_state
+            # Nothing in flight, no record past the last delivered batch:
+            if (
+                outstanding == 0
+                and state is not None
+                and known is not None
+                and self._sent_seq <= known.seq
+            ):
+                self._clean = CursorState(
+                    known.timeline,
+                    state.epoch,
+                    known.seq,
+                    known.cursor_ts,
+                    known.cursor_id,
+                    known.snapshot,
+                )
             roles.release(producer, 0)
         if watch is not None:
             watch.close()

@@ -322,6 +322,8 @@ class AckedResume:
     written_at_ms: int | None
     positions: tuple[int, ...]
     now_ms: int
+    previous_epoch: int
+    """The epoch before this take-over (whether the last relay was this one)."""
 
 
 def resume_acked(conn: Conn, timeline: str, buckets: int) -> AckedResume | None:
@@ -384,7 +386,7 @@ def resume_acked(conn: Conn, timeline: str, buckets: int) -> AckedResume | None:
             {"t": timeline, "e": epoch, "d": ACKED},
         )
     positions = tuple(int(p) for p in row[7] or ())
-    return AckedResume(state, owed_from, written_at, positions, int(row[8]))
+    return AckedResume(state, owed_from, written_at, positions, int(row[8]), epoch - 1)
 
 
 def owed_rows(conn: Conn, owed_from: CursorState, to: CursorState) -> list[tuple[Any, ...]]:

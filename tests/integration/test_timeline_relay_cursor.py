@@ -462,3 +462,50 @@ def test_a_replaced_acknowledging_relay_sends_nothing_more(postgres, kafka, uniq
         stalled.close()
     reader.wait_for({f"z{i}" for i in (0, 1, 2, 3, 9)}, timeout_s=60)
     assert sorted(k for k, _ in reader.arrived()) == ["z0", "z1", "z2", "z3", "z9"]
+
+
+def test_an_acknowledging_relay_resumes_its_own_work_without_the_lease(
+    postgres, kafka, unique, caplog
+):
+    """A relay whose database session breaks with nothing in flight resumes at once: it
+    knows what it delivered, and that the batch it recorded last never reached its
+    producer (it sends that one without a look at the target); each message once."""
+    import logging
+
+    import psycopg
+
+    tl, target = f"ro-{unique}", f"ro-out-{unique}"
+    _topic(kafka, target)
+    lease_s = 20.0  # twice flush_timeout_ms: a resume waiting it out would show
+    with TimelineStore(postgres) as store:
+        store.migrate()
+        store.create_timeline(TimelineConfig(tl, buckets=2))
+        store.create_many(tl, [NewMessage(b"o", 0, "app", f"o{i}") for i in range(3)])
+    reader = _Reader(kafka, target)
+    reader.start()
+    config = RelayConfig(target, flush_timeout_ms=int(lease_s * 500))
+    caplog.set_level(logging.INFO, logger="tidemark.pipelines.timeline.relay_acked")
+    with TimelineRelay(postgres, kafka, tl, config, ConsumerConfig("relay")) as relay:
+        deadline = time.monotonic() + 30
+        while relay.relayed < 3 and time.monotonic() < deadline:
+            relay.run_once(timeout_ms=500)
+        with TimelineStore(postgres) as store:
+            store.create_many(tl, [NewMessage(b"o", 0, "app", f"p{i}") for i in range(2)])
+        assert len(relay._take(10).rows) == 2  # recorded; then the session breaks
+        assert relay._store is not None
+        with psycopg.connect(postgres, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (relay._store._conn.info.backend_pid,))
+        with TimelineStore(postgres) as store:
+            store.create_many(tl, [NewMessage(b"o", 0, "app", f"q{i}") for i in range(2)])
+        started = time.monotonic()
+        while relay.relayed < 7 and time.monotonic() - started < lease_s:
+            with contextlib.suppress(TimelineError):  # the broken session, once
+                relay.run_once(timeout_ms=500)
+        assert relay.relayed == 7
+        assert time.monotonic() - started < lease_s / 2
+    said = [r.getMessage() for r in caplog.records]
+    assert any("recorded, never sent" in line for line in said), said
+    assert not any("waiting" in line for line in said), said
+    expected = {f"o{i}" for i in range(3)} | {"p0", "p1", "q0", "q1"}
+    reader.wait_for(expected, timeout_s=60)
+    assert sorted(k for k, _ in reader.arrived()) == sorted(expected)
