@@ -59,46 +59,64 @@ def _short(at: int, n: int) -> InvalidMessageError:
     return InvalidMessageError(f"a buffered record is cut short at byte {at} (wants {n} more)")
 
 
-def _length(data: bytes, at: int) -> int:
-    if at + _LEN.size > len(data):
-        raise _short(at, _LEN.size)
-    return int(_LEN.unpack_from(data, at)[0])
-
-
-def _blob(data: bytes, at: int) -> tuple[bytes | None, int]:
+def _blob(data: bytes, at: int, size: int) -> tuple[bytes | None, int]:
     """The bytes at ``at`` (length first; -1: none) and where the next field starts."""
-    n = _length(data, at)
-    at += _LEN.size
+    if at + 4 > size:
+        raise _short(at, 4)
+    (n,) = _unpack_len(data, at)
+    at += 4
     if n == -1:
         return None, at
-    if n < 0 or at + n > len(data):
+    end = at + n
+    if n < 0 or end > size:
         raise _short(at, n)
-    return data[at : at + n], at + n
+    return data[at:end], end
+
+
+_unpack_len = _LEN.unpack_from
+_HEAD_KEY = struct.Struct(">Bqi")
+"""The version, the timestamp and the key's length: read at once."""
 
 
 def decode_record(data: bytes) -> KafkaRecord:
     """The record :func:`encode_record` wrote; :class:`InvalidMessageError` for other bytes.
 
-    (Offsets into the bytes, no reader object: the relay decodes one a record it sends.)"""
+    (Offsets into the bytes, no reader object, the first fields in one unpack: the relay
+    decodes one a record it sends.)"""
     data = bytes(data)
-    if len(data) < _HEAD.size:
-        raise _short(0, _HEAD.size)
-    version, timestamp_ms = _HEAD.unpack_from(data, 0)
+    size = len(data)
+    if size < _HEAD_KEY.size:
+        raise _short(0, _HEAD_KEY.size)
+    version, timestamp_ms, n = _HEAD_KEY.unpack_from(data, 0)
     if version != VERSION:
         raise InvalidMessageError(f"a buffered record of version {version}, not {VERSION}")
-    key, at = _blob(data, _HEAD.size)
-    value, at = _blob(data, at)
-    count = _length(data, at)
-    at += _LEN.size
+    at = _HEAD_KEY.size
+    key: bytes | None = None
+    if n != -1:
+        end = at + n
+        if n < 0 or end > size:
+            raise _short(at, n)
+        key, at = data[at:end], end
+    value, at = _blob(data, at, size)
+    if at + 4 > size:
+        raise _short(at, 4)
+    (count,) = _unpack_len(data, at)
+    at += 4
     if count < 0:
         raise InvalidMessageError(f"a buffered record with {count} headers")
-    headers = []
-    for _ in range(count):
-        name, at = _blob(data, at)
-        if name is None:
-            raise InvalidMessageError("a buffered record's header has no name")
-        header, at = _blob(data, at)
-        headers.append((name.decode(), header))
-    if at != len(data):
-        raise InvalidMessageError(f"a buffered record has {len(data) - at} bytes after its end")
-    return KafkaRecord(key, value, tuple(headers), int(timestamp_ms))
+    headers: RecordHeaders = ()
+    if count:
+        found = []
+        for _ in range(count):
+            name, at = _blob(data, at, size)
+            if name is None:
+                raise InvalidMessageError("a buffered record's header has no name")
+            header, at = _blob(data, at, size)
+            try:
+                found.append((name.decode(), header))
+            except UnicodeDecodeError:
+                raise InvalidMessageError("a buffered record's header name is not UTF-8") from None
+        headers = tuple(found)
+    if at != size:
+        raise InvalidMessageError(f"a buffered record has {size - at} bytes after its end")
+    return KafkaRecord(key, value, headers, int(timestamp_ms))

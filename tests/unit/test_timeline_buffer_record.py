@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tidemark.errors import ConfigurationError
 from tidemark.pipelines.timeline.buffer import record_id
@@ -35,6 +39,42 @@ def test_a_record_comes_back_byte_for_byte(record):
 def test_other_bytes_are_refused_naming_the_problem(data, rule):
     with pytest.raises(InvalidMessageError, match=rule):
         decode_record(data)
+
+
+_blobs = st.none() | st.binary(max_size=40)
+_records = st.builds(
+    KafkaRecord,
+    _blobs,
+    _blobs,
+    st.lists(st.tuples(st.text(max_size=8), _blobs), max_size=4).map(tuple),
+    st.integers(-(2**63), 2**63 - 1),
+)
+
+
+@given(_records)
+def test_any_record_comes_back_byte_for_byte(record):
+    assert decode_record(encode_record(record)) == record
+
+
+@given(_records, st.data())
+def test_a_cut_or_changed_envelope_is_refused_or_read_never_crashes(record, data):
+    """Bad bytes are an InvalidMessageError (cut short, bytes added) or, a byte
+    changed, a record again: never another exception."""
+    body = bytearray(encode_record(record))
+    how = data.draw(st.sampled_from(["cut", "change", "add"]))
+    if how == "cut":
+        body = body[: data.draw(st.integers(0, len(body) - 1))]
+    elif how == "change":
+        at = data.draw(st.integers(0, len(body) - 1))
+        body[at] = data.draw(st.integers(0, 255))
+    else:
+        body += data.draw(st.binary(min_size=1, max_size=8))
+    if how == "change":  # may still read as a record (a changed byte of a value)
+        with contextlib.suppress(InvalidMessageError):
+            decode_record(bytes(body))
+    else:  # cut short or with bytes after its end: always refused
+        with pytest.raises(InvalidMessageError):
+            decode_record(bytes(body))
 
 
 def test_buffer_settings():
