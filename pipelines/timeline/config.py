@@ -94,6 +94,10 @@ class IngestConfig:
         _positive("kafka_timeout_ms", self.kafka_timeout_ms)
 
 
+DELIVERIES = ("acked", "transactional")
+"""A relay's deliveries (:class:`RelayConfig`), the default first."""
+
+
 @dataclass(frozen=True)
 class RelayConfig:
     """Producing due messages to ``target_topic``, then deleting them."""
@@ -107,7 +111,7 @@ class RelayConfig:
 
     def __post_init__(self) -> None:
         _name("target_topic", self.target_topic)
-        if self.delivery not in ("acked", "transactional"):
+        if self.delivery not in DELIVERIES:
             raise ConfigurationError(
                 f"delivery {self.delivery!r} is not a relay's delivery: 'acked' or 'transactional'"
             )

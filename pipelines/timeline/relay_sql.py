@@ -83,6 +83,22 @@ class TakenBatch:
     now_ms: int
 
 
+def _first_state(conn: Conn, timeline: str, buckets: int, delivery: str | None) -> None:
+    """The state row of a timeline no relay has served yet: before every message."""
+    conn.execute(
+        f"""INSERT INTO timeline_relay_state (timeline, epoch, seq, confirmed, cursor_ts,
+                cursor_id, snap, updated_at_ms, delivery)
+            VALUES (%(t)s, 0, 0, 0, %(ts)s, %(ids)s, pg_current_snapshot(), {NOW_MS}, %(d)s)
+            ON CONFLICT (timeline) DO NOTHING""",
+        {
+            "t": timeline,
+            "ts": [BEFORE_ALL[0]] * buckets,
+            "ids": [BEFORE_ALL[1]] * buckets,
+            "d": delivery,
+        },
+    )
+
+
 def start(
     conn: Conn, timeline: str, buckets: int, committed: int | None, delivery: str | None = None
 ) -> CursorState:
@@ -96,13 +112,7 @@ def start(
     delivered (``confirmed``), and Kafka's last commit is an older relay's: resumed
     from the former, and only once it is settled (:class:`RelayStateError` else)."""
     with conn.transaction():
-        conn.execute(
-            f"""INSERT INTO timeline_relay_state
-                    (timeline, epoch, seq, confirmed, cursor_ts, cursor_id, snap, updated_at_ms)
-                VALUES (%(t)s, 0, 0, 0, %(ts)s, %(ids)s, pg_current_snapshot(), {NOW_MS})
-                ON CONFLICT (timeline) DO NOTHING""",
-            {"t": timeline, "ts": [BEFORE_ALL[0]] * buckets, "ids": [BEFORE_ALL[1]] * buckets},
-        )
+        _first_state(conn, timeline, buckets, None)
         row = conn.execute(
             "SELECT epoch, seq, confirmed, delivery FROM timeline_relay_state "
             "WHERE timeline = %(t)s FOR UPDATE",
@@ -331,19 +341,7 @@ def resume_acked(conn: Conn, timeline: str, buckets: int) -> AckedResume | None:
     earlier relay's next batch is refused); None when a transactional relay's batches
     are to be settled first (:func:`start` with Kafka's last commit)."""
     with conn.transaction():
-        conn.execute(
-            f"""INSERT INTO timeline_relay_state (timeline, epoch, seq, confirmed, cursor_ts,
-                    cursor_id, snap, updated_at_ms, delivery)
-                VALUES (%(t)s, 0, 0, 0, %(ts)s, %(ids)s, pg_current_snapshot(), {NOW_MS},
-                        %(d)s)
-                ON CONFLICT (timeline) DO NOTHING""",
-            {
-                "t": timeline,
-                "ts": [BEFORE_ALL[0]] * buckets,
-                "ids": [BEFORE_ALL[1]] * buckets,
-                "d": ACKED,
-            },
-        )
+        _first_state(conn, timeline, buckets, ACKED)
         row = conn.execute(
             f"""SELECT epoch, seq, confirmed, cursor_ts, cursor_id, snap::TEXT, delivery,
                        positions, {NOW_MS}

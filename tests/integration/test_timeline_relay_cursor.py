@@ -39,6 +39,17 @@ def _topic(bootstrap: str, name: str) -> None:
     admin.create_topics([NewTopic(name, 1, 1)])[name].result(30)
 
 
+def _due_timeline(postgres: str, kafka: str, tl: str, target: str, prefix: str, n: int) -> None:
+    """The target topic and a timeline of two buckets with ``n`` messages due at once
+    (ids ``<prefix>0``..., the prefix their body)."""
+    _topic(kafka, target)
+    with TimelineStore(postgres) as store:
+        store.migrate()
+        store.create_timeline(TimelineConfig(tl, buckets=2))
+        body = prefix.encode()
+        store.create_many(tl, [NewMessage(body, 0, "app", f"{prefix}{i}") for i in range(n)])
+
+
 class _Reader(CommittedReader):
     """The buffer test's reader of committed records, with each one's due time."""
 
@@ -347,30 +358,29 @@ def test_delivered_rows_are_purged_by_range_behind_a_committed_batch(postgres, k
     bucket; until then the ids stay taken (a replayed create creates nothing); rows
     written behind the cursor since, not yet taken, stay."""
     tl, target = f"rp-{unique}", f"rp-out-{unique}"
-    _topic(kafka, target)
-    with TimelineStore(postgres) as store:
-        store.migrate()
-        store.create_timeline(TimelineConfig(tl, buckets=2))
-        store.create_many(tl, [NewMessage(b"a", 0, "app", f"a{i}") for i in range(5)])
-        with TimelineRelay(
+    _due_timeline(postgres, kafka, tl, target, "a", 5)
+    with (
+        TimelineStore(postgres) as store,
+        TimelineRelay(
             postgres, kafka, tl, RelayConfig(target), ConsumerConfig("relay", max_idle_ms=50)
-        ) as relay:
-            assert relay.run_once(timeout_ms=2_000) == 5
-            assert not store.create(tl, b"a", timestamp_ms=0, producer_group="app", id="a0").new
-            store.create(tl, b"b", timestamp_ms=0, producer_group="app", id="b0")
-            assert relay.run_once(timeout_ms=2_000) == 1  # batch 2 records batch 1 committed
-            assert store.purge(keep_deleted_ms=0) >= 5  # (other timelines' too)
-            store.create(tl, b"c", timestamp_ms=0, producer_group="app", id="c0")  # late
+        ) as relay,
+    ):
+        assert relay.run_once(timeout_ms=2_000) == 5
+        assert not store.create(tl, b"a", timestamp_ms=0, producer_group="app", id="a0").new
+        store.create(tl, b"b", timestamp_ms=0, producer_group="app", id="b0")
+        assert relay.run_once(timeout_ms=2_000) == 1  # batch 2 records batch 1 committed
+        assert store.purge(keep_deleted_ms=0) >= 5  # (other timelines' too)
+        store.create(tl, b"c", timestamp_ms=0, producer_group="app", id="c0")  # late
 
-            def left(conn):
-                rows = conn.execute(
-                    "SELECT id FROM timeline_messages WHERE timeline = %s ORDER BY id", (tl,)
-                ).fetchall()
-                return [r[0] for r in rows]
+        def left(conn):
+            rows = conn.execute(
+                "SELECT id FROM timeline_messages WHERE timeline = %s ORDER BY id", (tl,)
+            ).fetchall()
+            return [r[0] for r in rows]
 
-            assert store.transaction(left) == ["b0", "c0"]
-            assert store.create(tl, b"a", timestamp_ms=0, producer_group="app", id="a0").new
-            assert relay.run_once(timeout_ms=2_000) == 2  # c0 and the new a0, once each
+        assert store.transaction(left) == ["b0", "c0"]
+        assert store.create(tl, b"a", timestamp_ms=0, producer_group="app", id="a0").new
+        assert relay.run_once(timeout_ms=2_000) == 2  # c0 and the new a0, once each
 
 
 def test_a_transactional_timeline_is_settled_then_delivered_by_acknowledgement(
@@ -384,11 +394,7 @@ def test_a_transactional_timeline_is_settled_then_delivered_by_acknowledgement(
     from tidemark.pipelines.timeline.exceptions import RelayStateError
 
     tl, target = f"rs-{unique}", f"rs-out-{unique}"
-    _topic(kafka, target)
-    with TimelineStore(postgres) as store:
-        store.migrate()
-        store.create_timeline(TimelineConfig(tl, buckets=2))
-        store.create_many(tl, [NewMessage(b"t", 0, "app", f"t{i}") for i in range(3)])
+    _due_timeline(postgres, kafka, tl, target, "t", 3)
     consumer = ConsumerConfig("relay", max_idle_ms=50)
     transactional = RelayConfig(target, flush_timeout_ms=2_000, delivery="transactional")
     acked = RelayConfig(target, flush_timeout_ms=2_000)
@@ -432,11 +438,7 @@ def test_a_replaced_acknowledging_relay_sends_nothing_more(postgres, kafka, uniq
     from tidemark.pipelines.timeline.exceptions import RelayFencedError
 
     tl, target = f"rz-{unique}", f"rz-out-{unique}"
-    _topic(kafka, target)
-    with TimelineStore(postgres) as store:
-        store.migrate()
-        store.create_timeline(TimelineConfig(tl, buckets=2))
-        store.create_many(tl, [NewMessage(b"z", 0, "app", f"z{i}") for i in range(4)])
+    _due_timeline(postgres, kafka, tl, target, "z", 4)
     config = RelayConfig(target, flush_timeout_ms=1_000)
     consumer = ConsumerConfig("relay", max_idle_ms=50)
     reader = _Reader(kafka, target)
@@ -475,12 +477,8 @@ def test_an_acknowledging_relay_resumes_its_own_work_without_the_lease(
     import psycopg
 
     tl, target = f"ro-{unique}", f"ro-out-{unique}"
-    _topic(kafka, target)
     lease_s = 20.0  # twice flush_timeout_ms: a resume waiting it out would show
-    with TimelineStore(postgres) as store:
-        store.migrate()
-        store.create_timeline(TimelineConfig(tl, buckets=2))
-        store.create_many(tl, [NewMessage(b"o", 0, "app", f"o{i}") for i in range(3)])
+    _due_timeline(postgres, kafka, tl, target, "o", 3)
     reader = _Reader(kafka, target)
     reader.start()
     config = RelayConfig(target, flush_timeout_ms=int(lease_s * 500))

@@ -96,3 +96,13 @@ def test_bad_usage_with_json_output_is_one_object(capsys):
     with pytest.raises(SystemExit):
         main(["read", "--count", "0"])
     assert capsys.readouterr().out == ""
+
+
+def test_the_relay_verb_offers_exactly_the_deliveries_the_config_takes():
+    from tidemark.cli.main import build_parser
+    from tidemark.cli.reference import verbs
+    from tidemark.pipelines.timeline.config import DELIVERIES
+
+    (relay,) = [p for words, p in verbs(build_parser()) if words == ("timeline", "relay")]
+    (option,) = [a for a in relay._actions if a.dest == "delivery"]
+    assert tuple(option.choices) == DELIVERIES and option.default == DELIVERIES[0]

@@ -252,6 +252,7 @@ def register(sub: Any) -> None:
     p.add_argument("--max-messages", type=int, help="stop after relaying this many")
     p.add_argument(
         "--delivery",
+        # RelayConfig's DELIVERIES, spelled here: importing it loads psycopg for --help
         choices=("acked", "transactional"),
         default="acked",
         help="a batch delivered once Kafka acknowledged its records (acked), or in one "
