@@ -95,7 +95,8 @@ class AckedCursorRelay(CursorRelay):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._positions: dict[int, int] = {}
-        """Per partition of the target, the offset past the last record acknowledged."""
+        """Per partition of the target, its end as last read (every record this relay
+        produced before that read lies before it)."""
         self._acked: tuple[int, tuple[int, ...]] = (0, ())
         """The last batch delivered and the target's positions then (read together)."""
         self._read_at: dict[int, float] = {}
